@@ -1,0 +1,250 @@
+//! Model clients: the OpenAI-compatible Chat Completions wire types, the
+//! [`ChatModel`] trait every backend implements, the HTTP client
+//! ([`openai`]) and the offline replay model ([`replay`]).
+
+pub mod openai;
+pub mod replay;
+
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::Pin;
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageRole {
+    /// The system prompt.
+    System,
+    /// The user (task text, hand-off).
+    User,
+    /// The model.
+    Assistant,
+    /// A tool result, answering one tool call.
+    Tool,
+}
+
+/// One message of a Chat Completions conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: MessageRole,
+    /// The text; `None` for an assistant message that only calls tools.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Tool calls of an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a tool message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A system message.
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::text(MessageRole::System, text)
+    }
+
+    /// A user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::text(MessageRole::User, text)
+    }
+
+    /// A tool result answering the call `call_id`.
+    pub fn tool(call_id: impl Into<String>, text: impl Into<String>) -> Self {
+        ChatMessage {
+            role: MessageRole::Tool,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call_id.into()),
+        }
+    }
+
+    fn text(role: MessageRole, text: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// One tool call requested by the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call id, echoed back in the tool result.
+    pub id: String,
+    /// Always `"function"` on the wire.
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    /// The function and its JSON-encoded arguments.
+    pub function: FunctionCall,
+}
+
+fn function_kind() -> String {
+    "function".to_owned()
+}
+
+/// The function part of a tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    /// Tool name.
+    pub name: String,
+    /// Arguments as the model wrote them: a JSON text, possibly malformed.
+    #[serde(default)]
+    pub arguments: String,
+}
+
+/// A tool offered to the model (`{"type":"function","function":{…}}` on the wire).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    /// Tool name, e.g. `read_file`.
+    pub name: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// JSON Schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+impl Serialize for ToolDef {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde_json::json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            }
+        })
+        .serialize(s)
+    }
+}
+
+/// Token usage of one completion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// Sum of both.
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+/// What the agent loop asks of a model.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// The conversation so far.
+    pub messages: Vec<ChatMessage>,
+    /// The tools offered (the role's allowlist).
+    pub tools: Vec<ToolDef>,
+    /// Where this agent sits in the run, e.g. `code` or `code/explore-1`; sent as
+    /// the `X-Orch-Agent` header and used by the replay model to pick a script.
+    pub agent_path: String,
+}
+
+/// A model's answer.
+#[derive(Debug, Clone)]
+pub struct ChatResponse {
+    /// The assistant message (text and/or tool calls).
+    pub message: ChatMessage,
+    /// Tokens used, as reported by the server (zero when it reports none).
+    pub usage: Usage,
+    /// `stop`, `tool_calls`, `length`, … when the server says.
+    pub finish_reason: Option<String>,
+}
+
+/// A boxed future, so [`ChatModel`] stays object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A chat model backend: the OpenAI-compatible HTTP client or the replay model.
+pub trait ChatModel: Send + Sync {
+    /// One completion for `req`.
+    fn complete<'a>(&'a self, req: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+
+    /// A human label, e.g. `gpt-4o-mini at https://api.openai.com/v1` or
+    /// `replay of fixtures/demo/replay.json (recorded responses, no model is called)`.
+    fn label(&self) -> String;
+
+    /// The model name recorded in commit trailers, e.g. `gpt-4o-mini` or `replay`.
+    fn model_name(&self) -> String;
+
+    /// True for the offline replay model.
+    fn is_replay(&self) -> bool;
+}
+
+/// Errors from a model backend.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// 401/403: the key is missing or wrong.
+    #[error("authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY)")]
+    Auth {
+        /// Endpoint URL.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// Server's message (trimmed).
+        body: String,
+    },
+    /// 404: wrong base URL or unknown model.
+    #[error("find the model or endpoint at {url} (HTTP 404): {body}; check --base-url and --model")]
+    NotFound {
+        /// Endpoint URL.
+        url: String,
+        /// Server's message (trimmed).
+        body: String,
+    },
+    /// Another 4xx that retrying will not fix.
+    #[error("get a completion from {url}: HTTP {status}: {body}")]
+    Rejected {
+        /// Endpoint URL.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// Server's message (trimmed).
+        body: String,
+    },
+    /// 429/5xx or connection errors that persisted through every retry.
+    #[error("get a completion from {url} after {attempts} attempts: {last}")]
+    Exhausted {
+        /// Endpoint URL.
+        url: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last error seen.
+        last: String,
+    },
+    /// The server answered 200 with something that is not a completion.
+    #[error("understand the reply from {url}: {reason}")]
+    BadResponse {
+        /// Endpoint URL.
+        url: String,
+        /// What was wrong, with a snippet of the body.
+        reason: String,
+    },
+    /// The replay file has no more responses for this agent.
+    #[error("replay the next response for agent `{agent}`: the replay file {file} has only {available} for it")]
+    ReplayExhausted {
+        /// Agent path.
+        agent: String,
+        /// Replay file.
+        file: String,
+        /// How many responses it had.
+        available: usize,
+    },
+    /// The replay file could not be read or parsed.
+    #[error("load the replay file {file}: {reason}")]
+    ReplayFile {
+        /// Replay file.
+        file: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// No base URL / model was configured.
+    #[error("configure a model: {0}")]
+    Config(String),
+}
