@@ -1,1 +1,209 @@
-//! (placeholder: filled in by the module's author)
+//! The run record: everything about a run lives under the repository's git
+//! directory, in `orch/runs/<run-id>/`.
+//!
+//! Layout (format `orch-run/1`, documented in `docs/run-record.md`):
+//!
+//! ```text
+//! state.json                  run state, rewritten atomically (temp + fsync + rename)
+//! issue.md                    the issue text the run was started with
+//! pr.md                       PR title (first line) and body
+//! stages/<stage>/actions.jsonl  append-only action log, one JSON event per line
+//! stages/<stage>/transcript.json  the full conversation of the stage's agent
+//! stages/<stage>/diff.patch   the stage's unified diff against its parent commit
+//! ```
+//!
+//! Invariants: `state.json` is never half-written (readers see the old or the
+//! new file); action logs are only appended to, one whole line per write, and
+//! never re-read while a run is going.
+
+mod actions;
+mod state;
+
+pub use actions::{ActionLog, redact};
+pub use state::{RunState, RunStatus, StageRecord, StageStatus, TokenCount, RUN_FORMAT};
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Errors while writing or reading a run record.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// An I/O error on a record file.
+    #[error("write the run record at {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// `state.json` could not be parsed.
+    #[error("read the run state {path}: {reason}")]
+    Corrupt {
+        /// The state file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// No run with this id exists.
+    #[error("find run `{run}` under {dir} (known runs: {known})")]
+    UnknownRun {
+        /// The id asked for.
+        run: String,
+        /// Where runs live.
+        dir: PathBuf,
+        /// The ids that exist, newest first (a few).
+        known: String,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
+    move |source| RecordError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The directory holding all runs of a repository: `<common-git-dir>/orch/runs`.
+pub fn runs_dir(common_dir: &Path) -> PathBuf {
+    common_dir.join("orch").join("runs")
+}
+
+/// Paths of one run's record.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    /// `<common-git-dir>/orch/runs/<run-id>`.
+    pub root: PathBuf,
+}
+
+impl RunDir {
+    /// Creates the run directory (and its `stages/`).
+    pub fn create(common_dir: &Path, run_id: &str) -> Result<RunDir, RecordError> {
+        let root = runs_dir(common_dir).join(run_id);
+        let stages = root.join("stages");
+        std::fs::create_dir_all(&stages).map_err(io_err(&stages))?;
+        Ok(RunDir { root })
+    }
+
+    /// Opens an existing run's directory, or lists the runs that exist.
+    pub fn open(common_dir: &Path, run_id: &str) -> Result<RunDir, RecordError> {
+        let dir = runs_dir(common_dir);
+        let root = dir.join(run_id);
+        if run_id.is_empty() || run_id.contains(['/', '\\']) || !root.join("state.json").is_file() {
+            let mut known = list_run_ids(common_dir);
+            known.truncate(8);
+            let known = if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            };
+            return Err(RecordError::UnknownRun {
+                run: run_id.to_owned(),
+                dir,
+                known,
+            });
+        }
+        Ok(RunDir { root })
+    }
+
+    /// The state file.
+    pub fn state_path(&self) -> PathBuf {
+        self.root.join("state.json")
+    }
+
+    /// The directory of one stage's files (created on demand).
+    pub fn stage_dir(&self, stage: &str) -> Result<PathBuf, RecordError> {
+        let dir = self.root.join("stages").join(stage);
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        Ok(dir)
+    }
+
+    /// Writes the run state atomically.
+    pub fn write_state(&self, state: &RunState) -> Result<(), RecordError> {
+        let mut bytes = serde_json::to_vec_pretty(state).map_err(|e| RecordError::Corrupt {
+            path: self.state_path(),
+            reason: e.to_string(),
+        })?;
+        bytes.push(b'\n');
+        write_atomic(&self.state_path(), &bytes)
+    }
+
+    /// Reads the run state.
+    pub fn read_state(&self) -> Result<RunState, RecordError> {
+        let path = self.state_path();
+        let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+        serde_json::from_str(&text).map_err(|e| RecordError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Writes a whole file of the record atomically (issue text, PR text,
+    /// transcripts, diffs).
+    pub fn write_file(&self, rel: &str, bytes: &[u8]) -> Result<PathBuf, RecordError> {
+        let path = self.root.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        write_atomic(&path, bytes)?;
+        Ok(path)
+    }
+}
+
+/// Ids of the runs recorded in a repository, newest first.
+pub fn list_run_ids(common_dir: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(runs_dir(common_dir))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("state.json").is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    ids
+}
+
+/// Writes `bytes` to `path` so that readers see either the old or the new
+/// content: a temp file in the same directory, fsync, then rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err(dir))?;
+    tmp.write_all(bytes).map_err(io_err(path))?;
+    tmp.as_file().sync_all().map_err(io_err(path))?;
+    tmp.persist(path).map_err(|e| RecordError::Io {
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_and_unknown_run_lists_known_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::create(tmp.path(), "20260101-000000-abcd").unwrap();
+        let state = RunState::new_for_test("20260101-000000-abcd");
+        dir.write_state(&state).unwrap();
+        let back = dir.read_state().unwrap();
+        assert_eq!(back.run_id, state.run_id);
+        assert_eq!(back.format, RUN_FORMAT);
+
+        let err = RunDir::open(tmp.path(), "nope").unwrap_err().to_string();
+        assert!(err.contains("`nope`"), "{err}");
+        assert!(err.contains("20260101-000000-abcd"), "{err}");
+        assert!(RunDir::open(tmp.path(), "../x").is_err());
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("f.json");
+        write_atomic(&p, b"old content that is long").unwrap();
+        write_atomic(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        // No temp files are left behind.
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    }
+}

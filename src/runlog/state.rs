@@ -1,0 +1,194 @@
+//! The run state (`state.json`): one owner (the runner) rewrites it whole,
+//! atomically, after every stage transition.
+
+use crate::ids::Verdict;
+use serde::{Deserialize, Serialize};
+
+/// The version tag written into every `state.json`.
+pub const RUN_FORMAT: &str = "orch-run/1";
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Stages are being run (or the process died while they were).
+    Running,
+    /// Every stage succeeded or was skipped.
+    Succeeded,
+    /// A stage failed; the run stopped.
+    Failed,
+    /// Stopped by the user (Ctrl-C); resumable.
+    Interrupted,
+}
+
+/// Where a stage stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    /// Not started yet.
+    Pending,
+    /// Its agent is running.
+    Running,
+    /// Finished and committed.
+    Succeeded,
+    /// Failed; its partial work is committed on its branch when there was any.
+    Failed,
+    /// Not run: its rework condition did not hold.
+    Skipped,
+}
+
+impl StageStatus {
+    /// The wire name (`succeeded`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StageStatus::Pending => "pending",
+            StageStatus::Running => "running",
+            StageStatus::Succeeded => "succeeded",
+            StageStatus::Failed => "failed",
+            StageStatus::Skipped => "skipped",
+        }
+    }
+}
+
+impl RunStatus {
+    /// The wire name (`succeeded`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Prompt and completion tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCount {
+    /// Tokens sent.
+    pub prompt: u64,
+    /// Tokens generated.
+    pub completion: u64,
+}
+
+impl TokenCount {
+    /// Both together.
+    pub fn total(&self) -> u64 {
+        self.prompt + self.completion
+    }
+
+    /// Adds another count.
+    pub fn add(&mut self, other: TokenCount) {
+        self.prompt += other.prompt;
+        self.completion += other.completion;
+    }
+}
+
+/// One stage's record.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StageRecord {
+    /// Stage id (`code`, `review.r2`, …).
+    pub id: String,
+    /// Role name.
+    pub role: String,
+    /// Status.
+    pub status: StageStatus,
+    /// `orch/<run>/<stage>` once committed.
+    pub branch: Option<String>,
+    /// The stage's commit.
+    pub commit: Option<String>,
+    /// The commit the stage started from.
+    pub parent_commit: Option<String>,
+    /// A reviewer's verdict.
+    pub verdict: Option<Verdict>,
+    /// The agent's final summary (or the failure reason).
+    pub summary: Option<String>,
+    /// Model turns used.
+    pub turns: u32,
+    /// Tokens used.
+    pub tokens: TokenCount,
+    /// Wall time of the stage.
+    pub duration_ms: u64,
+    /// Why it failed or was skipped.
+    pub reason: Option<String>,
+}
+
+/// The whole run state, as written to `state.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunState {
+    /// Always [`RUN_FORMAT`].
+    pub format: String,
+    /// The run id.
+    pub run_id: String,
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Where the pipeline came from (file or built-in).
+    pub pipeline_origin: String,
+    /// Status.
+    pub status: RunStatus,
+    /// RFC 3339 creation time.
+    pub created: String,
+    /// RFC 3339 time of the last write.
+    pub updated: String,
+    /// The user's repository (top of its working tree).
+    pub repo: String,
+    /// The base commit the run started from.
+    pub base_commit: String,
+    /// The run's worktree.
+    pub worktree: String,
+    /// `orch/<run>/pr`.
+    pub final_branch: String,
+    /// The model name recorded in trailers (`replay` for the replay model).
+    pub model: String,
+    /// Human label of the model backend (says "replay" for replays).
+    pub model_label: String,
+    /// The model base URL, when one was used (never a key).
+    pub base_url: Option<String>,
+    /// The PR title, once written.
+    pub pr_title: Option<String>,
+    /// Stages in plan order.
+    pub stages: Vec<StageRecord>,
+}
+
+impl RunState {
+    /// The record of one stage.
+    pub fn stage(&self, id: &str) -> Option<&StageRecord> {
+        self.stages.iter().find(|s| s.id == id)
+    }
+
+    /// The mutable record of one stage.
+    pub fn stage_mut(&mut self, id: &str) -> Option<&mut StageRecord> {
+        self.stages.iter_mut().find(|s| s.id == id)
+    }
+
+    /// Total tokens of all stages.
+    pub fn tokens(&self) -> TokenCount {
+        let mut t = TokenCount::default();
+        for s in &self.stages {
+            t.add(s.tokens);
+        }
+        t
+    }
+
+    #[cfg(test)]
+    pub(crate) fn new_for_test(run_id: &str) -> RunState {
+        RunState {
+            format: RUN_FORMAT.to_owned(),
+            run_id: run_id.to_owned(),
+            pipeline: "p".into(),
+            pipeline_origin: "built-in".into(),
+            status: RunStatus::Running,
+            created: "2026-01-01T00:00:00Z".into(),
+            updated: "2026-01-01T00:00:00Z".into(),
+            repo: "/r".into(),
+            base_commit: "0".repeat(40),
+            worktree: "/w".into(),
+            final_branch: format!("orch/{run_id}/pr"),
+            model: "m".into(),
+            model_label: "m".into(),
+            base_url: None,
+            pr_title: None,
+            stages: vec![],
+        }
+    }
+}
