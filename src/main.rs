@@ -1,3 +1,37 @@
+//! The `orch` binary: parse flags, set up logging and the runtime, run the
+//! command, map its error to an exit code. Everything else is in the library.
+
+use clap::Parser;
+use orch::cli::{Cli, dispatch, exit};
+
 fn main() {
-    std::process::exit(0);
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ORCH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            std::process::exit(exit::INTERNAL);
+        }
+    };
+    let code = match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    };
+    // Tool processes were already reaped; don't wait for idle blocking threads.
+    runtime.shutdown_background();
+    std::process::exit(code);
 }

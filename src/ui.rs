@@ -1,1 +1,113 @@
-//! (placeholder: filled in by the module's author)
+//! Everything orch shows a person on stderr: progress bars on a terminal,
+//! plain status lines otherwise. Library code never prints elsewhere; stdout
+//! is reserved for results and is written only by the CLI layer.
+
+use crate::runlog::{RunState, StageRecord, TokenCount};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The progress reporter of one command.
+pub struct Ui {
+    bars: Option<MultiProgress>,
+    running: Mutex<HashMap<String, ProgressBar>>,
+    quiet: bool,
+}
+
+impl Ui {
+    /// Bars when stderr is a terminal, plain lines otherwise; nothing when `quiet`.
+    pub fn new(quiet: bool) -> Ui {
+        let bars = (!quiet && std::io::stderr().is_terminal()).then(MultiProgress::new);
+        Ui {
+            bars,
+            running: Mutex::new(HashMap::new()),
+            quiet,
+        }
+    }
+
+    /// A status line (above the bars on a terminal).
+    pub fn line(&self, msg: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bars {
+            Some(b) => {
+                let _ = b.println(msg);
+            }
+            None => eprintln!("{msg}"),
+        }
+    }
+
+    /// A run has been created.
+    pub fn run_started(&self, state: &RunState) {
+        self.line(&format!(
+            "orch: run {} ({}) — model: {}",
+            state.run_id, state.pipeline, state.model_label
+        ));
+    }
+
+    /// A stage's agent starts.
+    pub fn stage_started(&self, id: &str, role: &str) {
+        match &self.bars {
+            Some(b) if !self.quiet => {
+                let bar = b.add(ProgressBar::new_spinner());
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} {prefix:12} {msg} {elapsed}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                bar.set_prefix(id.to_owned());
+                bar.set_message(format!("{role}: starting"));
+                bar.enable_steady_tick(Duration::from_millis(120));
+                if let Ok(mut r) = self.running.lock() {
+                    r.insert(id.to_owned(), bar);
+                }
+            }
+            _ => self.line(&format!("orch: stage {id} ({role}) started")),
+        }
+    }
+
+    /// A model turn of a stage completed.
+    pub fn stage_progress(&self, id: &str, turn: u32, tokens: TokenCount) {
+        if let Ok(r) = self.running.lock()
+            && let Some(bar) = r.get(id)
+        {
+            bar.set_message(format!("turn {turn}, {} tokens", tokens.total()));
+        }
+    }
+
+    /// A stage ended (succeeded or failed).
+    pub fn stage_finished(&self, rec: &StageRecord) {
+        if let Ok(mut r) = self.running.lock()
+            && let Some(bar) = r.remove(&rec.id)
+        {
+            bar.finish_and_clear();
+        }
+        let verdict = rec.verdict.map(|v| format!(", verdict {v}")).unwrap_or_default();
+        let reason = rec.reason.as_deref().map(|r| format!(" — {r}")).unwrap_or_default();
+        self.line(&format!(
+            "orch: stage {} ({}) {} in {:.1}s, {} turns, {} tokens{verdict}{reason}",
+            rec.id,
+            rec.role,
+            rec.status.as_str(),
+            rec.duration_ms as f64 / 1000.0,
+            rec.turns,
+            rec.tokens.total(),
+        ));
+    }
+
+    /// A stage was skipped.
+    pub fn stage_skipped(&self, rec: &StageRecord) {
+        self.line(&format!(
+            "orch: stage {} skipped — {}",
+            rec.id,
+            rec.reason.as_deref().unwrap_or("")
+        ));
+    }
+
+    /// The run ended.
+    pub fn run_finished(&self, state: &RunState) {
+        self.line(&format!("orch: run {} {}", state.run_id, state.status.as_str()));
+    }
+}

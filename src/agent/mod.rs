@@ -1,1 +1,366 @@
-//! (placeholder: filled in by the module's author)
+//! The agent loop: request → model → tool calls → results → repeat, until the
+//! model calls `finish`, answers without tool calls, or a limit is hit.
+//!
+//! Tool errors (unknown tool, malformed arguments, missing file, denied
+//! command) go back to the model as tool results and the loop goes on; only
+//! a model/provider error or a failure to write the record ends it early.
+//! Every request, response and tool call is appended to the action log as it
+//! happens, so a killed process loses at most the turn in flight.
+
+pub mod prompt;
+
+use crate::ids::Verdict;
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, MessageRole};
+use crate::runlog::{ActionLog, RecordError, TokenCount};
+use crate::tools::{self, ToolContext};
+use serde_json::json;
+
+/// After this many identical failing tool calls in a row the stage stops:
+/// the model is stuck and further turns only burn tokens.
+pub const MAX_IDENTICAL_FAILURES: u32 = 3;
+
+/// Cap on tool arguments and results copied into the action log; the
+/// transcript keeps everything.
+const LOG_FIELD_CAP: usize = 4096;
+
+/// What one agent is asked to do.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Where the agent sits in the run (`code`, `review.r2`, …); the model
+    /// server sees it as the `X-Orch-Agent` header.
+    pub agent_path: String,
+    /// The rendered system prompt.
+    pub system_prompt: String,
+    /// The rendered task (first user message).
+    pub task: String,
+    /// Model turns allowed.
+    pub max_turns: u32,
+    /// A reviewer stage: `finish` must carry a verdict.
+    pub require_verdict: bool,
+}
+
+/// How an agent's loop ended.
+#[derive(Debug)]
+pub enum AgentEnd {
+    /// The model called `finish`.
+    Finished,
+    /// The model answered without tool calls.
+    Answered,
+    /// `max_turns` model turns were used without finishing.
+    TurnLimit,
+    /// The model repeated the same failing call [`MAX_IDENTICAL_FAILURES`] times.
+    Stuck(String),
+    /// The model backend failed (after its own retries).
+    ModelError(LlmError),
+}
+
+impl AgentEnd {
+    /// True when the agent ended on its own terms.
+    pub fn is_success(&self) -> bool {
+        matches!(self, AgentEnd::Finished | AgentEnd::Answered)
+    }
+
+    /// Why the agent did not finish, for the record; `None` on success.
+    pub fn failure_reason(&self, max_turns: u32) -> Option<String> {
+        match self {
+            AgentEnd::Finished | AgentEnd::Answered => None,
+            AgentEnd::TurnLimit => Some(format!(
+                "turn limit reached: {max_turns} model turns without `finish`"
+            )),
+            AgentEnd::Stuck(why) => Some(why.clone()),
+            AgentEnd::ModelError(e) => Some(format!("model error: failed to {e}")),
+        }
+    }
+}
+
+/// The result of one agent loop.
+#[derive(Debug)]
+pub struct AgentOutcome {
+    /// How it ended.
+    pub end: AgentEnd,
+    /// The `finish` summary, or the final answer text.
+    pub summary: String,
+    /// A reviewer's verdict.
+    pub verdict: Option<Verdict>,
+    /// Model turns used.
+    pub turns: u32,
+    /// Tokens used.
+    pub tokens: TokenCount,
+    /// One line per tool call, for hand-offs and reviews.
+    pub digest: Vec<String>,
+    /// The whole conversation.
+    pub transcript: Vec<ChatMessage>,
+}
+
+/// Runs one agent to its end. `on_turn` is told after each model turn (for
+/// progress display). Only a failure to write the action log is an `Err`.
+pub async fn run_agent(
+    model: &dyn ChatModel,
+    tool_ctx: &ToolContext,
+    cfg: &AgentConfig,
+    log: &mut ActionLog,
+    on_turn: &(dyn Fn(u32, TokenCount) + Sync),
+) -> Result<AgentOutcome, RecordError> {
+    let mut req = ChatRequest {
+        messages: vec![
+            ChatMessage::system(cfg.system_prompt.clone()),
+            ChatMessage::user(cfg.task.clone()),
+        ],
+        tools: tools::definitions(&tool_ctx.allowed),
+        agent_path: cfg.agent_path.clone(),
+    };
+    let mut out = AgentOutcome {
+        end: AgentEnd::TurnLimit,
+        summary: String::new(),
+        verdict: None,
+        turns: 0,
+        tokens: TokenCount::default(),
+        digest: Vec::new(),
+        transcript: Vec::new(),
+    };
+    let mut last_failure: Option<(String, String)> = None;
+    let mut identical_failures = 0u32;
+    let mut nudged = false;
+
+    log.append(
+        "agent_start",
+        json!({
+            "agent": cfg.agent_path,
+            "max_turns": cfg.max_turns,
+            "tools": req.tools.iter().map(|t| t.name).collect::<Vec<_>>(),
+            "system_prompt_bytes": cfg.system_prompt.len(),
+            "task_bytes": cfg.task.len(),
+        }),
+    )?;
+
+    'turns: while out.turns < cfg.max_turns {
+        out.turns += 1;
+        let turn = out.turns;
+        log.append(
+            "request",
+            json!({
+                "turn": turn,
+                "messages": req.messages.len(),
+                "approx_bytes": approx_request_bytes(&req),
+            }),
+        )?;
+        let started = std::time::Instant::now();
+        let resp = match model.complete(&req).await {
+            Ok(r) => r,
+            Err(e) => {
+                log.append(
+                    "model_error",
+                    json!({"turn": turn, "error": format!("failed to {e}")}),
+                )?;
+                out.end = AgentEnd::ModelError(e);
+                break;
+            }
+        };
+        let usage = resp.usage;
+        out.tokens.add(TokenCount {
+            prompt: usage.prompt_tokens,
+            completion: usage.completion_tokens,
+        });
+        let msg = normalize_assistant(resp.message);
+        log.append(
+            "response",
+            json!({
+                "turn": turn,
+                "ms": started.elapsed().as_millis() as u64,
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "finish_reason": resp.finish_reason,
+                "content": msg.content.as_deref().map(|c| cap(c, LOG_FIELD_CAP)),
+                "tool_calls": msg.tool_calls.iter().map(|c| json!({
+                    "id": c.id, "name": c.function.name,
+                    "arguments": cap(&c.function.arguments, LOG_FIELD_CAP),
+                })).collect::<Vec<_>>(),
+            }),
+        )?;
+        on_turn(turn, out.tokens);
+        let calls = msg.tool_calls.clone();
+        req.messages.push(msg.clone());
+
+        if calls.is_empty() {
+            if cfg.require_verdict && !nudged {
+                // A reviewer that just talks has not given a verdict; ask once.
+                nudged = true;
+                req.messages.push(ChatMessage::user(
+                    "Call the `finish` tool with your summary and a verdict: `approve` or `request_changes`.",
+                ));
+                continue;
+            }
+            out.summary = msg.content.unwrap_or_default();
+            out.end = AgentEnd::Answered;
+            break;
+        }
+
+        let mut finished = false;
+        for call in &calls {
+            let name = call.function.name.as_str();
+            let args = call.function.arguments.as_str();
+            let mut outcome = tools::dispatch(tool_ctx, name, args).await;
+            if let Some(fin) = outcome.finish.take() {
+                if cfg.require_verdict && fin.verdict.is_none() {
+                    outcome.is_error = true;
+                    outcome.content = "error: finish: this stage is a review; call `finish` again with `verdict`: `approve` or `request_changes`".to_owned();
+                    outcome.summary = "error: finish without verdict".to_owned();
+                } else {
+                    out.summary = fin.summary;
+                    out.verdict = fin.verdict;
+                    finished = true;
+                }
+            }
+            log.append(
+                "tool",
+                json!({
+                    "turn": turn,
+                    "call_id": call.id,
+                    "name": name,
+                    "is_error": outcome.is_error,
+                    "summary": outcome.summary,
+                    "exit_code": outcome.exit_code,
+                    "ms": outcome.duration_ms,
+                    "policy": outcome.policy,
+                    "changed_path": outcome.changed_path,
+                    "result_bytes": outcome.content.len(),
+                    "result": cap(&outcome.content, LOG_FIELD_CAP),
+                }),
+            )?;
+            if name != "finish" {
+                out.digest.push(outcome.summary.clone());
+            }
+            if outcome.is_error {
+                let key = (name.to_owned(), args.to_owned());
+                if last_failure.as_ref() == Some(&key) {
+                    identical_failures += 1;
+                } else {
+                    last_failure = Some(key);
+                    identical_failures = 1;
+                }
+            } else {
+                last_failure = None;
+                identical_failures = 0;
+            }
+            req.messages
+                .push(ChatMessage::tool(call.id.clone(), outcome.content));
+            if identical_failures >= MAX_IDENTICAL_FAILURES {
+                let why = format!(
+                    "stopped: the model made the same failing `{name}` call {MAX_IDENTICAL_FAILURES} times in a row"
+                );
+                log.append("stuck", json!({"turn": turn, "reason": why}))?;
+                answer_remaining(&mut req.messages, &calls);
+                out.end = AgentEnd::Stuck(why);
+                break 'turns;
+            }
+        }
+        if finished {
+            out.end = AgentEnd::Finished;
+            break;
+        }
+    }
+
+    log.append(
+        "agent_end",
+        json!({
+            "agent": cfg.agent_path,
+            "end": format!("{:?}", out.end).split('(').next().unwrap_or_default(),
+            "turns": out.turns,
+            "prompt_tokens": out.tokens.prompt,
+            "completion_tokens": out.tokens.completion,
+            "verdict": out.verdict,
+        }),
+    )?;
+    out.transcript = req.messages;
+    Ok(out)
+}
+
+/// Gives every tool call of an assistant message an id (some servers omit
+/// them) so each tool result can answer exactly one call.
+fn normalize_assistant(mut msg: ChatMessage) -> ChatMessage {
+    msg.role = MessageRole::Assistant;
+    for (i, call) in msg.tool_calls.iter_mut().enumerate() {
+        if call.id.is_empty() {
+            call.id = format!("call_{i}");
+        }
+    }
+    msg
+}
+
+/// Adds a "not run" result for calls left unanswered when the loop stops
+/// mid-turn, so the saved transcript stays a valid conversation.
+fn answer_remaining(messages: &mut Vec<ChatMessage>, calls: &[crate::llm::ToolCall]) {
+    for call in calls {
+        let answered = messages
+            .iter()
+            .any(|m| m.tool_call_id.as_deref() == Some(call.id.as_str()));
+        if !answered {
+            messages.push(ChatMessage::tool(
+                call.id.clone(),
+                "error: not run: the stage was stopped",
+            ));
+        }
+    }
+}
+
+/// The size of the request body, without building it: contents plus a fixed
+/// overhead per message. Cheap enough to log every turn.
+fn approx_request_bytes(req: &ChatRequest) -> usize {
+    req.messages
+        .iter()
+        .map(|m| {
+            40 + m.content.as_deref().map_or(0, str::len)
+                + m.tool_calls
+                    .iter()
+                    .map(|c| 60 + c.function.name.len() + c.function.arguments.len())
+                    .sum::<usize>()
+        })
+        .sum::<usize>()
+        + req
+            .tools
+            .iter()
+            .map(|t| 80 + t.description.len() + t.parameters.to_string().len())
+            .sum::<usize>()
+}
+
+/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.
+pub fn cap(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}[… {} more bytes …]", &s[..end], s.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_respects_char_boundaries() {
+        assert_eq!(cap("abc", 10), "abc");
+        let s = "ééé";
+        let c = cap(s, 3);
+        assert!(c.starts_with('é'));
+        assert!(c.contains("4 more bytes"));
+    }
+
+    #[test]
+    fn remaining_calls_get_answers() {
+        let call = |id: &str| crate::llm::ToolCall {
+            id: id.into(),
+            kind: "function".into(),
+            function: crate::llm::FunctionCall {
+                name: "bash".into(),
+                arguments: "{}".into(),
+            },
+        };
+        let mut msgs = vec![ChatMessage::tool("a", "done")];
+        answer_remaining(&mut msgs, &[call("a"), call("b")]);
+        assert_eq!(msgs.len(), 2);
+        assert_eq!(msgs[1].tool_call_id.as_deref(), Some("b"));
+    }
+}

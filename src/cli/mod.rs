@@ -1,1 +1,139 @@
-//! (placeholder: filled in by the module's author)
+//! The command line: one file per subcommand (an `Args` struct and a `cmd_*`
+//! function). Results go to stdout; everything else goes through [`crate::ui`]
+//! or `tracing` to stderr.
+
+mod agent;
+mod demo;
+mod model;
+mod run;
+mod validate;
+
+use crate::catalog::CatalogError;
+use crate::git::GitError;
+use crate::llm::LlmError;
+use crate::runlog::RecordError;
+use crate::runner::RunError;
+use clap::{Parser, Subcommand};
+
+/// Process exit codes (also listed in the README).
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// The run ended with a failed stage (turn limit, stuck model, …).
+    pub const STAGE_FAILED: i32 = 1;
+    /// Invalid input or usage: bad flags, bad pipeline/role files, unknown names, missing files.
+    pub const INVALID: i32 = 2;
+    /// The model provider failed: auth, unknown model, unreachable, bad replies, exhausted replay.
+    pub const MODEL: i32 = 3;
+    /// A git operation failed (not a repository, unknown base, worktree trouble).
+    pub const GIT: i32 = 4;
+    /// An internal error: I/O on the run record, a bug.
+    pub const INTERNAL: i32 = 5;
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  orch demo                                          offline demo on a bundled repo (replay model)
+  orch run issue-to-pr --repo . --issue ISSUE.md     issue in, PR branch out (needs a model)
+  orch run issue-to-pr --issue ISSUE.md --base-url http://localhost:11434/v1 --model qwen2.5-coder
+  orch agent --role explore --task \"Where is the config parsed?\"
+  orch validate                                      check every pipeline and role orch can see
+  orch graph issue-to-pr                             the DAG as a Mermaid flowchart
+
+Model: --base-url/--model or ORCH_BASE_URL/ORCH_MODEL; key in ORCH_API_KEY (or OPENAI_API_KEY).
+Offline: --replay FILE (or --model replay:FILE) replays recorded responses; no model is called.
+Logs: ORCH_LOG=debug (stderr).";
+
+/// orch: pipelines of LLM coding agents over a git worktree; every stage a commit.
+#[derive(Debug, Parser)]
+#[command(name = "orch", version, about, after_help = EXAMPLES)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a pipeline on an issue: stages, commits, a PR branch and PR text.
+    Run(run::RunArgs),
+    /// Run one agent with a fresh history and print its report.
+    Agent(agent::AgentArgs),
+    /// Check every pipeline and role orch can see (repo .orch/, user config, built-ins).
+    Validate(validate::ValidateArgs),
+    /// Print a pipeline's DAG as a Mermaid flowchart.
+    Graph(validate::GraphArgs),
+    /// Offline demo: a bundled repo with a real bug, fixed by issue-to-pr with the replay model.
+    Demo(demo::DemoArgs),
+}
+
+/// An error of a command, with the exit code it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad usage or input.
+    #[error("{0}")]
+    Invalid(String),
+    /// Pipeline/role lookup or validation.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// Model configuration or provider.
+    #[error("failed to {0}")]
+    Model(#[from] LlmError),
+    /// Git.
+    #[error("failed to {0}")]
+    Git(#[from] GitError),
+    /// The run record.
+    #[error("failed to {0}")]
+    Record(#[from] RecordError),
+    /// A run that could not proceed.
+    #[error("failed to {0}")]
+    Run(RunError),
+    /// Anything else.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<RunError> for CliError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Git(g) => CliError::Git(g),
+            RunError::Record(r) => CliError::Record(r),
+            RunError::MissingRole { .. } => CliError::Invalid(format!("failed to {e}")),
+            other => CliError::Run(other),
+        }
+    }
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Invalid(_) | CliError::Catalog(_) => exit::INVALID,
+            CliError::Model(LlmError::Config(_)) => exit::INVALID,
+            CliError::Model(_) => exit::MODEL,
+            CliError::Git(_) => exit::GIT,
+            CliError::Record(_) | CliError::Run(_) | CliError::Internal(_) => exit::INTERNAL,
+        }
+    }
+}
+
+/// Runs a parsed command line; returns the exit code for a finished command.
+pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {
+    match cli.command {
+        Command::Run(a) => run::cmd_run(a).await,
+        Command::Agent(a) => agent::cmd_agent(a).await,
+        Command::Validate(a) => validate::cmd_validate(a),
+        Command::Graph(a) => validate::cmd_graph(a),
+        Command::Demo(a) => demo::cmd_demo(a).await,
+    }
+}
+
+/// Whether `ask` rules may prompt: stdin and stderr are terminals and this
+/// is not CI.
+pub(crate) fn interactive() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal()
+        && std::io::stderr().is_terminal()
+        && std::env::var("CI").map_or(true, |v| v != "true")
+}
