@@ -17,10 +17,8 @@ use std::path::{Path, PathBuf};
 pub const MAX_SPEC_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Pipelines compiled into the binary: (name, text).
-const BUILTIN_PIPELINES: &[(&str, &str)] = &[(
-    "issue-to-pr",
-    include_str!("../pipelines/issue-to-pr.yaml"),
-)];
+const BUILTIN_PIPELINES: &[(&str, &str)] =
+    &[("issue-to-pr", include_str!("../pipelines/issue-to-pr.yaml"))];
 
 /// Roles compiled into the binary: (name, text).
 const BUILTIN_ROLES: &[(&str, &str)] = &[
@@ -109,7 +107,10 @@ impl Catalog {
     }
 
     /// Loads the catalog from explicit places, without reading the environment.
-    pub fn load_from(repo: Option<&Path>, user_dir: Option<&Path>) -> Result<Catalog, CatalogError> {
+    pub fn load_from(
+        repo: Option<&Path>,
+        user_dir: Option<&Path>,
+    ) -> Result<Catalog, CatalogError> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         if let Some(repo) = repo {
             dirs.push(repo.join(".orch"));
@@ -340,9 +341,19 @@ mod tests {
         assert_eq!(coder.tools, crate::role::KNOWN_TOOLS);
         for name in catalog.role_names() {
             let role = catalog.role(&name).unwrap();
-            assert!(role.prompt.len() < 1536, "{name} prompt is {} bytes", role.prompt.len());
-            assert!(role.prompt.contains("finish"), "{name} prompt must mention finish");
-            assert!(role.prompt.contains("worktree"), "{name} prompt must mention the worktree");
+            assert!(
+                role.prompt.len() < 1536,
+                "{name} prompt is {} bytes",
+                role.prompt.len()
+            );
+            assert!(
+                role.prompt.contains("finish"),
+                "{name} prompt must mention finish"
+            );
+            assert!(
+                role.prompt.contains("worktree"),
+                "{name} prompt must mention the worktree"
+            );
         }
         let pipeline = catalog.pipeline("issue-to-pr").unwrap();
         assert_eq!(pipeline.stages.len(), 7);
@@ -353,28 +364,46 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
         let user = tmp.path().join("user");
-        write(&repo.join(".orch/roles/coder.md"), &role_file("coder", "from repo"));
-        write(&user.join("roles/coder.md"), &role_file("coder", "from user"));
+        write(
+            &repo.join(".orch/roles/coder.md"),
+            &role_file("coder", "from repo"),
+        );
+        write(
+            &user.join("roles/coder.md"),
+            &role_file("coder", "from user"),
+        );
         write(&user.join("roles/docs.md"), &role_file("docs", "from user"));
-        write(&user.join("roles/extra.md"), &role_file("extra", "user only"));
-        let pipeline = |desc: &str| {
-            format!("description: {desc}\nstages:\n  only:\n    role: extra\n")
-        };
-        write(&repo.join(".orch/pipelines/issue-to-pr.yaml"), &pipeline("repo"));
+        write(
+            &user.join("roles/extra.md"),
+            &role_file("extra", "user only"),
+        );
+        let pipeline =
+            |desc: &str| format!("description: {desc}\nstages:\n  only:\n    role: extra\n");
+        write(
+            &repo.join(".orch/pipelines/issue-to-pr.yaml"),
+            &pipeline("repo"),
+        );
         write(&user.join("pipelines/issue-to-pr.yaml"), &pipeline("user"));
         write(&user.join("pipelines/mine.yml"), &pipeline("mine"));
 
         let catalog = Catalog::load_from(Some(&repo), Some(&user)).unwrap();
         assert_eq!(catalog.role("coder").unwrap().description, "from repo");
         assert_eq!(catalog.role("docs").unwrap().description, "from user");
-        assert_eq!(catalog.role("reviewer").unwrap().origin, "built-in roles/reviewer.md");
+        assert_eq!(
+            catalog.role("reviewer").unwrap().origin,
+            "built-in roles/reviewer.md"
+        );
         assert_eq!(
             catalog.role_names(),
             ["coder", "docs", "explore", "extra", "reviewer"]
         );
         assert_eq!(catalog.pipeline("issue-to-pr").unwrap().description, "repo");
         assert_eq!(catalog.pipeline("mine").unwrap().description, "mine");
-        let names: Vec<String> = catalog.pipeline_names().into_iter().map(|(n, _)| n).collect();
+        let names: Vec<String> = catalog
+            .pipeline_names()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
         assert_eq!(names, ["issue-to-pr", "mine"]);
 
         // Without the repo, the user dir wins; without both, the built-in.
@@ -382,7 +411,13 @@ mod tests {
         assert_eq!(catalog.role("coder").unwrap().description, "from user");
         assert_eq!(catalog.pipeline("issue-to-pr").unwrap().description, "user");
         let catalog = Catalog::load_from(Some(&repo.join("nowhere")), None).unwrap();
-        assert!(catalog.role("coder").unwrap().origin.starts_with("built-in"));
+        assert!(
+            catalog
+                .role("coder")
+                .unwrap()
+                .origin
+                .starts_with("built-in")
+        );
     }
 
     #[test]
@@ -429,14 +464,19 @@ mod tests {
         let big = tmp.path().join(".orch/roles/big.md");
         write(&big, &"x".repeat(MAX_SPEC_FILE_BYTES as usize + 1));
         let err = Catalog::load_from(Some(tmp.path()), None).unwrap_err();
-        assert!(matches!(err, CatalogError::TooLarge { size, .. } if size == MAX_SPEC_FILE_BYTES + 1));
+        assert!(
+            matches!(err, CatalogError::TooLarge { size, .. } if size == MAX_SPEC_FILE_BYTES + 1)
+        );
 
         let tmp = tempfile::tempdir().unwrap();
         let bad = tmp.path().join(".orch/pipelines/bad.yaml");
         fs::create_dir_all(bad.parent().unwrap()).unwrap();
         fs::write(&bad, b"name: \xff\xfe\n").unwrap();
         let err = Catalog::load_from(Some(tmp.path()), None).unwrap_err();
-        assert!(err.to_string().ends_with("bad.yaml is not UTF-8 text"), "{err}");
+        assert!(
+            err.to_string().ends_with("bad.yaml is not UTF-8 text"),
+            "{err}"
+        );
     }
 
     #[test]

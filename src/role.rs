@@ -10,8 +10,8 @@
 //! read-only role never holds `write_file` or `edit_file`.
 
 use crate::pipeline::SpecError;
-use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 use std::fmt;
 use std::path::Path;
@@ -48,7 +48,7 @@ const CLAUDE_CODE_TOOLS: &[(&str, &str)] = &[
 pub const DEFAULT_MAX_TURNS: u32 = 30;
 
 /// A role's shell policy: command patterns that run, ask first, or are refused.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BashRules {
     /// Patterns that run without asking.
@@ -63,7 +63,7 @@ pub struct BashRules {
 }
 
 /// A validated role.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Role {
     /// The role name; equals the file stem.
     pub name: String,
@@ -101,7 +101,7 @@ struct RoleSpec {
     #[allow(dead_code)]
     color: Option<IgnoredAny>,
     #[serde(default)]
-    read_only: Option<Spanned<bool>>,
+    read_only: bool,
     #[serde(default)]
     max_turns: Option<Spanned<u32>>,
     #[serde(default)]
@@ -187,7 +187,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         ));
     }
 
-    let read_only = spec.read_only.as_ref().is_some_and(|r| r.value);
+    let read_only = spec.read_only;
     let tools = match &spec.tools {
         Some(tools) => resolve_tools(&tools.0, read_only, &at)?,
         None => KNOWN_TOOLS
@@ -199,10 +199,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
 
     let max_turns = match spec.max_turns {
         Some(turns) if turns.value == 0 => {
-            return Err(at(
-                &turns.referenced,
-                "max_turns must be at least 1".into(),
-            ));
+            return Err(at(&turns.referenced, "max_turns must be at least 1".into()));
         }
         Some(turns) => turns.value,
         None => DEFAULT_MAX_TURNS,
@@ -342,7 +339,14 @@ mod tests {
         let role = parse_role(text, "x/helper.md").unwrap();
         assert_eq!(
             role.tools,
-            ["bash", "read_file", "edit_file", "list_files", "grep", "finish"]
+            [
+                "bash",
+                "read_file",
+                "edit_file",
+                "list_files",
+                "grep",
+                "finish"
+            ]
         );
         assert_eq!(role.model, None);
         assert_eq!(role.prompt, "You help.");
@@ -369,7 +373,14 @@ mod tests {
         assert!(ro.read_only);
         assert_eq!(
             ro.tools,
-            ["bash", "read_file", "list_files", "grep", "spawn_agent", "finish"]
+            [
+                "bash",
+                "read_file",
+                "list_files",
+                "grep",
+                "spawn_agent",
+                "finish"
+            ]
         );
     }
 
@@ -377,7 +388,10 @@ mod tests {
     fn name_must_match_file_stem() {
         let err = parse_role("---\nname: coder\n---\n", "roles/docs.md").unwrap_err();
         assert_eq!((err.line, err.column), (2, 7));
-        assert!(err.message.contains("must equal the file name \"docs\""), "{err}");
+        assert!(
+            err.message.contains("must equal the file name \"docs\""),
+            "{err}"
+        );
         assert!(parse_role("---\nname: docs\n---\n", "built-in roles/docs.md").is_ok());
     }
 

@@ -114,8 +114,12 @@ pub(super) fn plan(
 
     let loops = check_rework(written, &index, &graph, &nodes, &err)?;
     let stages = unroll(written, &loops);
-    topological_order(stages, written, &loops)
-        .ok_or_else(|| err(&spec.stages.referenced, "internal: planned graph has a cycle".into()))
+    topological_order(stages, written, &loops).ok_or_else(|| {
+        err(
+            &spec.stages.referenced,
+            "internal: planned graph has a cycle".into(),
+        )
+    })
 }
 
 /// Checks a stage's role, turn limit and rework bounds (not its references).
@@ -124,7 +128,7 @@ fn check_stage_fields(
     known_roles: &[String],
     err: &dyn Fn(&serde_saphyr::Location, String) -> SpecError,
 ) -> Result<(), SpecError> {
-    if !known_roles.iter().any(|role| *role == stage.role.value) {
+    if !known_roles.contains(&stage.role.value) {
         let mut known: Vec<&str> = known_roles.iter().map(String::as_str).collect();
         known.sort_unstable();
         return Err(err(
@@ -143,7 +147,10 @@ fn check_stage_fields(
     if let Some(turns) = &stage.max_turns
         && turns.value == 0
     {
-        return Err(err(&turns.referenced, "max_turns must be at least 1".into()));
+        return Err(err(
+            &turns.referenced,
+            "max_turns must be at least 1".into(),
+        ));
     }
     if let Some(rework) = &stage.rework {
         let rounds = &rework.value.max_rounds;
@@ -226,9 +233,7 @@ fn check_rework(
                 ),
             ));
         };
-        if target == review
-            || !has_path_connecting(graph, nodes[target], nodes[review], None)
-        {
+        if target == review || !has_path_connecting(graph, nodes[target], nodes[review], None) {
             return Err(err(
                 &target_name.referenced,
                 format!(
@@ -351,6 +356,9 @@ fn stage_index(written: &[(serde_saphyr::Spanned<String>, StageSpec)], id: &Stag
         .unwrap_or(usize::MAX)
 }
 
+/// Tie-breaking key of a stage in the plan: (anchor file index, round, own file index).
+type OrderKey = (usize, u32, usize);
+
 /// Kahn's algorithm with ties broken by (file index of the stage, or of the
 /// review a round answers; round; file index). `None` if the graph has a cycle.
 fn topological_order(
@@ -358,7 +366,7 @@ fn topological_order(
     written: &[(serde_saphyr::Spanned<String>, StageSpec)],
     loops: &[Loop],
 ) -> Option<Vec<Stage>> {
-    let key = |stage: &Stage| {
+    let key = |stage: &Stage| -> OrderKey {
         let own = stage_index(written, &stage.base_id);
         if stage.round == 1 {
             return (own, 0, own);
@@ -383,7 +391,7 @@ fn topological_order(
         .iter()
         .map(|n| graph.neighbors_directed(*n, Direction::Incoming).count())
         .collect();
-    let mut ready: BinaryHeap<Reverse<((usize, u32, usize), usize)>> = (0..stages.len())
+    let mut ready: BinaryHeap<Reverse<(OrderKey, usize)>> = (0..stages.len())
         .filter(|&i| missing[i] == 0)
         .map(|i| Reverse((key(&stages[i]), i)))
         .collect();

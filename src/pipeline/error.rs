@@ -21,7 +21,11 @@ pub struct SpecError {
 
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.column, self.message
+        )
     }
 }
 
@@ -60,7 +64,9 @@ impl SpecError {
         let err = err.without_snippet();
         let message = match err {
             serde_saphyr::Error::DuplicateMappingKey { key: Some(key), .. } => {
-                format!("duplicate key `{key}`: each key, and so each stage id, may appear only once")
+                format!(
+                    "duplicate key `{key}`: each key, and so each stage id, may appear only once"
+                )
             }
             serde_saphyr::Error::InvalidScalar { ty, .. } => {
                 format!("invalid value: expected {}", describe_scalar(ty))

@@ -13,13 +13,14 @@
 mod dag;
 mod error;
 mod mermaid;
-pub mod spec;
+mod spec;
 #[cfg(test)]
 mod tests;
 
 pub use error::SpecError;
 
 use crate::ids::StageId;
+use serde::{Deserialize, Serialize};
 use spec::PipelineSpec;
 use std::path::Path;
 
@@ -27,7 +28,7 @@ use std::path::Path;
 pub const MAX_REWORK_ROUNDS: u32 = 5;
 
 /// One planned stage.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stage {
     /// The stage id (`code`, or `code.r2` for an unrolled rework round).
     pub id: StageId,
@@ -50,7 +51,7 @@ pub struct Stage {
 }
 
 /// A validated, planned pipeline.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pipeline {
     /// The pipeline name (the file stem).
     pub name: String,

@@ -4,8 +4,8 @@
 //! the error can name its line and column. Stages are kept in file order
 //! (a `Vec`, not a map) so the plan's tie-breaking follows the file.
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 use std::fmt;
 
@@ -73,6 +73,11 @@ impl<'de> Deserialize<'de> for StagesSpec {
                 f.write_str("a mapping of stage ids to stages")
             }
 
+            // `stages:` with nothing after it; reported as "no stages" later.
+            fn visit_unit<E: de::Error>(self) -> Result<StagesSpec, E> {
+                Ok(StagesSpec::default())
+            }
+
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StagesSpec, A::Error> {
                 let mut stages = Vec::new();
                 while let Some(key) = map.next_key::<Spanned<String>>()? {
@@ -83,7 +88,7 @@ impl<'de> Deserialize<'de> for StagesSpec {
             }
         }
 
-        deserializer.deserialize_map(StagesVisitor)
+        deserializer.deserialize_any(StagesVisitor)
     }
 }
 

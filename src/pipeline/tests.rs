@@ -33,7 +33,12 @@ fn shape(pipeline: &Pipeline) -> Vec<(String, Vec<String>, u32, Option<String>)>
         .collect()
 }
 
-fn row(id: &str, needs: &[&str], round: u32, run_if: Option<&str>) -> (String, Vec<String>, u32, Option<String>) {
+fn row(
+    id: &str,
+    needs: &[&str],
+    round: u32,
+    run_if: Option<&str>,
+) -> (String, Vec<String>, u32, Option<String>) {
     (
         id.to_owned(),
         needs.iter().map(|n| (*n).to_owned()).collect(),
@@ -47,8 +52,18 @@ fn bad_pipelines_are_reported_at_the_right_place() {
     // (file, line, column, message fragment)
     let cases: &[(&str, u64, u64, &str)] = &[
         ("syntax.yaml", 5, 11, "mapping values are not allowed"),
-        ("wrong-type.yaml", 6, 5, "expected a stage id or a list of stage ids"),
-        ("unknown-key.yaml", 4, 5, "unknown field `timeout`, expected one of role, needs"),
+        (
+            "wrong-type.yaml",
+            6,
+            5,
+            "expected a stage id or a list of stage ids",
+        ),
+        (
+            "unknown-key.yaml",
+            4,
+            5,
+            "unknown field `timeout`, expected one of role, needs",
+        ),
         (
             "unknown-role.yaml",
             3,
@@ -62,7 +77,12 @@ fn bad_pipelines_are_reported_at_the_right_place() {
             "unknown stage \"tests\" in needs (stages: code, review)",
         ),
         ("duplicate-stage.yaml", 7, 3, "duplicate key `code`"),
-        ("self-dependency.yaml", 4, 13, "stage \"code\" cannot need itself"),
+        (
+            "self-dependency.yaml",
+            4,
+            13,
+            "stage \"code\" cannot need itself",
+        ),
         (
             "cycle.yaml",
             7,
@@ -101,7 +121,10 @@ fn bad_pipelines_are_reported_at_the_right_place() {
             "{file}: message {:?} lacks {fragment:?}",
             err.message
         );
-        assert!(err.to_string().starts_with(&format!("{path}:{line}:{column}: ")));
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{path}:{line}:{column}: "))
+        );
     }
 }
 
@@ -122,7 +145,12 @@ fn bad_roles_are_reported_at_the_right_place() {
             "a read_only role cannot have the tool \"write_file\"",
         ),
         ("unclosed.md", 1, 1, "never closed"),
-        ("bad-max-turns.md", 4, 12, "invalid value: expected a whole number"),
+        (
+            "bad-max-turns.md",
+            4,
+            12,
+            "invalid value: expected a whole number",
+        ),
     ];
     let dir = format!("{}/fixtures/roles/bad", env!("CARGO_MANIFEST_DIR"));
     let on_disk = std::fs::read_dir(&dir).unwrap().count();
@@ -150,7 +178,16 @@ fn claude_code_agent_file_loads() {
     assert_eq!(role.name, "claude-helper");
     assert_eq!(
         role.tools,
-        ["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "spawn_agent", "finish"]
+        [
+            "bash",
+            "read_file",
+            "write_file",
+            "edit_file",
+            "list_files",
+            "grep",
+            "spawn_agent",
+            "finish"
+        ]
     );
     assert_eq!(role.model.as_deref(), Some("sonnet"));
     assert_eq!(role.prompt, "You are a helpful agent.");
@@ -165,7 +202,10 @@ fn builtin_issue_to_pr() -> Pipeline {
 fn issue_to_pr_unrolls_two_rework_rounds() {
     let pipeline = builtin_issue_to_pr();
     assert_eq!(pipeline.name, "issue-to-pr");
-    assert_eq!(pipeline.description, "Fix an issue, review the fix, document it.");
+    assert_eq!(
+        pipeline.description,
+        "Fix an issue, review the fix, document it."
+    );
     assert_eq!(
         shape(&pipeline),
         [
@@ -188,8 +228,14 @@ fn issue_to_pr_unrolls_two_rework_rounds() {
     assert_eq!(pipeline.stage("code").unwrap().max_turns, None);
     assert!(pipeline.stage("nope").is_none());
     let ids = |v: Vec<StageId>| v.into_iter().map(|s| s.0).collect::<Vec<_>>();
-    assert_eq!(ids(pipeline.dependents(&StageId("review".into()))), ["code.r2"]);
-    assert_eq!(ids(pipeline.dependents(&StageId("review.r3".into()))), ["docs"]);
+    assert_eq!(
+        ids(pipeline.dependents(&StageId("review".into()))),
+        ["code.r2"]
+    );
+    assert_eq!(
+        ids(pipeline.dependents(&StageId("review.r3".into()))),
+        ["docs"]
+    );
     assert!(pipeline.dependents(&StageId("docs".into())).is_empty());
 }
 
@@ -248,8 +294,12 @@ fn independent_stages_keep_file_order() {
 #[test]
 fn name_defaults_to_and_must_match_the_file_stem() {
     let text = "stages:\n  a:\n    role: coder\n";
-    assert_eq!(parse_pipeline(text, "dir/flow.yml", &roles()).unwrap().name, "flow");
-    let err = parse_pipeline(&format!("name: other\n{text}"), "dir/flow.yml", &roles()).unwrap_err();
+    assert_eq!(
+        parse_pipeline(text, "dir/flow.yml", &roles()).unwrap().name,
+        "flow"
+    );
+    let err =
+        parse_pipeline(&format!("name: other\n{text}"), "dir/flow.yml", &roles()).unwrap_err();
     assert_eq!((err.line, err.column), (1, 7));
     assert!(err.message.contains("must equal the file name \"flow\""));
     let err = parse_pipeline(text, "<stdin>", &roles()).unwrap_err();
@@ -261,6 +311,17 @@ fn empty_and_odd_pipelines_are_rejected_with_locations() {
     let err = parse_pipeline("name: x\nstages: {}\n", "<t>", &roles()).unwrap_err();
     assert_eq!((err.line, err.column), (2, 9));
     assert!(err.message.contains("at least one stage"));
+
+    let err = parse_pipeline("name: x\nstages:\n", "<t>", &roles()).unwrap_err();
+    assert!(err.message.contains("at least one stage"), "{err}");
+    let err = parse_pipeline("name: x\nstages: [a, b]\n", "<t>", &roles()).unwrap_err();
+    // serde-saphyr places type errors at the key.
+    assert_eq!((err.line, err.column), (2, 1), "{err}");
+    assert!(
+        err.message
+            .contains("expected a mapping of stage ids to stages"),
+        "{err}"
+    );
 
     let err = parse_pipeline("", "<t>", &roles()).unwrap_err();
     assert_eq!((err.line, err.column), (1, 1));
@@ -291,7 +352,10 @@ fn overlapping_rework_loops_are_rejected() {
 ";
     let err = parse_pipeline(text, "<t>", &roles()).unwrap_err();
     assert_eq!((err.line, err.column), (12, 13));
-    assert!(err.message.contains("overlaps the rework loop of \"r1\""), "{err}");
+    assert!(
+        err.message.contains("overlaps the rework loop of \"r1\""),
+        "{err}"
+    );
 }
 
 #[test]
