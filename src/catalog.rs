@@ -1,1 +1,490 @@
-//! (placeholder: filled in by the module's author)
+//! The catalog: where pipelines and roles are found.
+//!
+//! Lookup order, first match wins: `<repo>/.orch/{pipelines,roles}`, then the
+//! user config dir (`$ORCH_CONFIG_DIR`, else `$XDG_CONFIG_HOME/orch`, else
+//! `$HOME/.config/orch`), then the built-ins compiled into the binary from this
+//! repository's `pipelines/` and `roles/`. Roles are parsed when the catalog is
+//! loaded (so a broken role file is reported at once); pipelines are parsed on
+//! use, against the roles the catalog holds.
+
+use crate::pipeline::{Pipeline, SpecError, parse_pipeline};
+use crate::role::{Role, parse_role};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Files larger than this are refused: specs are small, and a huge file is a mistake.
+pub const MAX_SPEC_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Pipelines compiled into the binary: (name, text).
+const BUILTIN_PIPELINES: &[(&str, &str)] =
+    &[("issue-to-pr", include_str!("../pipelines/issue-to-pr.yaml"))];
+
+/// Roles compiled into the binary: (name, text).
+const BUILTIN_ROLES: &[(&str, &str)] = &[
+    ("coder", include_str!("../roles/coder.md")),
+    ("docs", include_str!("../roles/docs.md")),
+    ("explore", include_str!("../roles/explore.md")),
+    ("reviewer", include_str!("../roles/reviewer.md")),
+];
+
+/// Why the catalog could not load or find something.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// A pipeline or role file is invalid.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A file or directory could not be read.
+    #[error("failed to read {}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A file is larger than [`MAX_SPEC_FILE_BYTES`].
+    #[error("{} is too large ({size} bytes; at most {max} bytes)", path.display(), max = MAX_SPEC_FILE_BYTES)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// A file is not UTF-8 text.
+    #[error("{} is not UTF-8 text", path.display())]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+    },
+    /// One directory holds both `<name>.yaml` and `<name>.yml`.
+    #[error("both {} and {} define pipeline \"{name}\"; keep one", first.display(), second.display())]
+    Ambiguous {
+        /// The pipeline name.
+        name: String,
+        /// The first file.
+        first: PathBuf,
+        /// The second file.
+        second: PathBuf,
+    },
+    /// No role has this name.
+    #[error("unknown role \"{name}\" (known: {})", known.join(", "))]
+    UnknownRole {
+        /// The name asked for.
+        name: String,
+        /// Every role the catalog holds.
+        known: Vec<String>,
+    },
+    /// No pipeline has this name, and it is not a path to a file.
+    #[error("unknown pipeline \"{name}\" (known: {}; or give a path to a .yaml file)", known.join(", "))]
+    UnknownPipeline {
+        /// The name asked for.
+        name: String,
+        /// Every pipeline the catalog holds.
+        known: Vec<String>,
+    },
+}
+
+/// A pipeline file the catalog knows, not parsed yet.
+#[derive(Debug, Clone)]
+struct PipelineSource {
+    /// A path, or `built-in pipelines/<name>.yaml`.
+    origin: String,
+    text: String,
+}
+
+/// Every pipeline and role visible from one repository.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    roles: BTreeMap<String, Role>,
+    pipelines: BTreeMap<String, PipelineSource>,
+}
+
+impl Catalog {
+    /// Loads the catalog for `repo` (if any), with the user config dir from the environment.
+    pub fn load(repo: Option<&Path>) -> Result<Catalog, CatalogError> {
+        let user_dir = user_config_dir();
+        Self::load_from(repo, user_dir.as_deref())
+    }
+
+    /// Loads the catalog from explicit places, without reading the environment.
+    pub fn load_from(
+        repo: Option<&Path>,
+        user_dir: Option<&Path>,
+    ) -> Result<Catalog, CatalogError> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if let Some(repo) = repo {
+            dirs.push(repo.join(".orch"));
+        }
+        if let Some(user_dir) = user_dir {
+            dirs.push(user_dir.to_path_buf());
+        }
+
+        let mut catalog = Catalog {
+            roles: BTreeMap::new(),
+            pipelines: BTreeMap::new(),
+        };
+        for dir in &dirs {
+            for (name, path) in list_dir(&dir.join("roles"), &["md"])? {
+                if catalog.roles.contains_key(&name) {
+                    continue;
+                }
+                let text = read_spec_file(&path)?;
+                let role = parse_role(&text, &path.display().to_string())?;
+                catalog.roles.insert(name, role);
+            }
+            for (name, path) in list_dir(&dir.join("pipelines"), &["yaml", "yml"])? {
+                if catalog.pipelines.contains_key(&name) {
+                    continue;
+                }
+                let text = read_spec_file(&path)?;
+                let origin = path.display().to_string();
+                catalog
+                    .pipelines
+                    .insert(name, PipelineSource { origin, text });
+            }
+        }
+        for (name, text) in BUILTIN_ROLES {
+            if !catalog.roles.contains_key(*name) {
+                let role = parse_role(text, &format!("built-in roles/{name}.md"))?;
+                catalog.roles.insert((*name).to_owned(), role);
+            }
+        }
+        for (name, text) in BUILTIN_PIPELINES {
+            catalog
+                .pipelines
+                .entry((*name).to_owned())
+                .or_insert_with(|| PipelineSource {
+                    origin: format!("built-in pipelines/{name}.yaml"),
+                    text: (*text).to_owned(),
+                });
+        }
+        Ok(catalog)
+    }
+
+    /// The role called `name`.
+    pub fn role(&self, name: &str) -> Result<&Role, CatalogError> {
+        self.roles
+            .get(name)
+            .ok_or_else(|| CatalogError::UnknownRole {
+                name: name.to_owned(),
+                known: self.role_names(),
+            })
+    }
+
+    /// The pipeline called `name_or_path`, or read from that path when it
+    /// names an existing `.yaml`/`.yml` file or contains a path separator.
+    pub fn pipeline(&self, name_or_path: &str) -> Result<Pipeline, CatalogError> {
+        let known_roles = self.role_names();
+        if let Some(source) = self.pipelines.get(name_or_path) {
+            return Ok(parse_pipeline(&source.text, &source.origin, &known_roles)?);
+        }
+        let path = Path::new(name_or_path);
+        let looks_like_path = name_or_path.contains(std::path::MAIN_SEPARATOR)
+            || name_or_path.contains('/')
+            || path
+                .extension()
+                .is_some_and(|ext| ext == "yaml" || ext == "yml");
+        if looks_like_path {
+            let text = read_spec_file(path)?;
+            return Ok(parse_pipeline(&text, name_or_path, &known_roles)?);
+        }
+        Err(CatalogError::UnknownPipeline {
+            name: name_or_path.to_owned(),
+            known: self.pipelines.keys().cloned().collect(),
+        })
+    }
+
+    /// Every role name, sorted.
+    pub fn role_names(&self) -> Vec<String> {
+        self.roles.keys().cloned().collect()
+    }
+
+    /// Every pipeline name with where it comes from, sorted by name.
+    pub fn pipeline_names(&self) -> Vec<(String, String)> {
+        self.pipelines
+            .iter()
+            .map(|(name, source)| (name.clone(), source.origin.clone()))
+            .collect()
+    }
+
+    /// Checks every visible pipeline (roles were checked when loading) and
+    /// returns every problem found, in name order.
+    pub fn validate_all(&self) -> Vec<SpecError> {
+        let known_roles = self.role_names();
+        self.pipelines
+            .values()
+            .filter_map(|source| parse_pipeline(&source.text, &source.origin, &known_roles).err())
+            .collect()
+    }
+}
+
+/// The user config dir: `$ORCH_CONFIG_DIR`, else `$XDG_CONFIG_HOME/orch`,
+/// else `$HOME/.config/orch`. Empty or relative XDG values are ignored, as
+/// the XDG spec asks.
+pub fn user_config_dir() -> Option<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = var("ORCH_CONFIG_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(xdg) = var("XDG_CONFIG_HOME").map(PathBuf::from)
+        && xdg.is_absolute()
+    {
+        return Some(xdg.join("orch"));
+    }
+    var("HOME").map(|home| PathBuf::from(home).join(".config").join("orch"))
+}
+
+/// The files in `dir` with one of `extensions`, as (stem, path) sorted by
+/// stem; an absent directory holds nothing. Names that are not UTF-8 are
+/// skipped, as no pipeline or role could be asked for by them.
+fn list_dir(dir: &Path, extensions: &[&str]) -> Result<Vec<(String, PathBuf)>, CatalogError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(CatalogError::Io {
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut found: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| CatalogError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = entry.path();
+        let Some(ext) = path.extension().and_then(|e| e.to_str()) else {
+            continue;
+        };
+        if !extensions.contains(&ext) || path.is_dir() {
+            continue;
+        }
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if let Some(first) = found.get(stem) {
+            return Err(CatalogError::Ambiguous {
+                name: stem.to_owned(),
+                first: first.clone(),
+                second: path,
+            });
+        }
+        found.insert(stem.to_owned(), path);
+    }
+    Ok(found.into_iter().collect())
+}
+
+/// Reads a spec file, refusing ones over [`MAX_SPEC_FILE_BYTES`] or not UTF-8.
+fn read_spec_file(path: &Path) -> Result<String, CatalogError> {
+    let io = |source| CatalogError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    // Read one byte past the limit rather than trusting metadata, which a
+    // growing file or a special file can get wrong.
+    file.take(MAX_SPEC_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_SPEC_FILE_BYTES {
+        let size = std::fs::metadata(path).map_or(bytes.len() as u64, |m| m.len());
+        return Err(CatalogError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| CatalogError::NotUtf8 {
+        path: path.to_path_buf(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn write(path: &Path, text: &str) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+
+    fn role_file(name: &str, description: &str) -> String {
+        format!("---\nname: {name}\ndescription: {description}\n---\nPrompt.\n")
+    }
+
+    #[test]
+    fn builtins_load_and_validate() {
+        let catalog = Catalog::load_from(None, None).unwrap();
+        assert_eq!(
+            catalog.role_names(),
+            ["coder", "docs", "explore", "reviewer"]
+        );
+        assert_eq!(
+            catalog.pipeline_names(),
+            [(
+                "issue-to-pr".to_owned(),
+                "built-in pipelines/issue-to-pr.yaml".to_owned()
+            )]
+        );
+        assert_eq!(catalog.validate_all(), Vec::<SpecError>::new());
+        let reviewer = catalog.role("reviewer").unwrap();
+        assert!(reviewer.read_only);
+        assert_eq!(
+            reviewer.tools,
+            ["bash", "read_file", "list_files", "grep", "finish"]
+        );
+        assert_eq!(reviewer.origin, "built-in roles/reviewer.md");
+        let coder = catalog.role("coder").unwrap();
+        assert_eq!(coder.tools, crate::role::KNOWN_TOOLS);
+        for name in catalog.role_names() {
+            let role = catalog.role(&name).unwrap();
+            assert!(
+                role.prompt.len() < 1536,
+                "{name} prompt is {} bytes",
+                role.prompt.len()
+            );
+            assert!(
+                role.prompt.contains("finish"),
+                "{name} prompt must mention finish"
+            );
+            assert!(
+                role.prompt.contains("worktree"),
+                "{name} prompt must mention the worktree"
+            );
+        }
+        let pipeline = catalog.pipeline("issue-to-pr").unwrap();
+        assert_eq!(pipeline.stages.len(), 7);
+    }
+
+    #[test]
+    fn repo_shadows_user_dir_shadows_builtin() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        let user = tmp.path().join("user");
+        write(
+            &repo.join(".orch/roles/coder.md"),
+            &role_file("coder", "from repo"),
+        );
+        write(
+            &user.join("roles/coder.md"),
+            &role_file("coder", "from user"),
+        );
+        write(&user.join("roles/docs.md"), &role_file("docs", "from user"));
+        write(
+            &user.join("roles/extra.md"),
+            &role_file("extra", "user only"),
+        );
+        let pipeline =
+            |desc: &str| format!("description: {desc}\nstages:\n  only:\n    role: extra\n");
+        write(
+            &repo.join(".orch/pipelines/issue-to-pr.yaml"),
+            &pipeline("repo"),
+        );
+        write(&user.join("pipelines/issue-to-pr.yaml"), &pipeline("user"));
+        write(&user.join("pipelines/mine.yml"), &pipeline("mine"));
+
+        let catalog = Catalog::load_from(Some(&repo), Some(&user)).unwrap();
+        assert_eq!(catalog.role("coder").unwrap().description, "from repo");
+        assert_eq!(catalog.role("docs").unwrap().description, "from user");
+        assert_eq!(
+            catalog.role("reviewer").unwrap().origin,
+            "built-in roles/reviewer.md"
+        );
+        assert_eq!(
+            catalog.role_names(),
+            ["coder", "docs", "explore", "extra", "reviewer"]
+        );
+        assert_eq!(catalog.pipeline("issue-to-pr").unwrap().description, "repo");
+        assert_eq!(catalog.pipeline("mine").unwrap().description, "mine");
+        let names: Vec<String> = catalog
+            .pipeline_names()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["issue-to-pr", "mine"]);
+
+        // Without the repo, the user dir wins; without both, the built-in.
+        let catalog = Catalog::load_from(None, Some(&user)).unwrap();
+        assert_eq!(catalog.role("coder").unwrap().description, "from user");
+        assert_eq!(catalog.pipeline("issue-to-pr").unwrap().description, "user");
+        let catalog = Catalog::load_from(Some(&repo.join("nowhere")), None).unwrap();
+        assert!(
+            catalog
+                .role("coder")
+                .unwrap()
+                .origin
+                .starts_with("built-in")
+        );
+    }
+
+    #[test]
+    fn pipeline_by_path_and_unknown_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("flow.yaml");
+        write(&path, "stages:\n  a:\n    role: coder\n");
+        let catalog = Catalog::load_from(None, None).unwrap();
+        let pipeline = catalog.pipeline(path.to_str().unwrap()).unwrap();
+        assert_eq!(pipeline.name, "flow");
+
+        let err = catalog.pipeline("nope").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown pipeline \"nope\" (known: issue-to-pr; or give a path to a .yaml file)"
+        );
+        let err = catalog.role("codr").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown role \"codr\" (known: coder, docs, explore, reviewer)"
+        );
+        assert!(matches!(
+            catalog.pipeline("missing/file.yaml"),
+            Err(CatalogError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn broken_role_in_repo_is_located_in_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(".orch/roles/coder.md");
+        write(&path, "---\nname: coder\nmax_turns: many\n---\nPrompt\n");
+        let err = Catalog::load_from(Some(tmp.path()), None).unwrap_err();
+        let CatalogError::Spec(err) = err else {
+            panic!("expected a spec error, got {err}");
+        };
+        assert_eq!(err.file, path.display().to_string());
+        assert_eq!((err.line, err.column), (3, 12));
+    }
+
+    #[test]
+    fn oversized_and_non_utf8_files_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let big = tmp.path().join(".orch/roles/big.md");
+        write(&big, &"x".repeat(MAX_SPEC_FILE_BYTES as usize + 1));
+        let err = Catalog::load_from(Some(tmp.path()), None).unwrap_err();
+        assert!(
+            matches!(err, CatalogError::TooLarge { size, .. } if size == MAX_SPEC_FILE_BYTES + 1)
+        );
+
+        let tmp = tempfile::tempdir().unwrap();
+        let bad = tmp.path().join(".orch/pipelines/bad.yaml");
+        fs::create_dir_all(bad.parent().unwrap()).unwrap();
+        fs::write(&bad, b"name: \xff\xfe\n").unwrap();
+        let err = Catalog::load_from(Some(tmp.path()), None).unwrap_err();
+        assert!(
+            err.to_string().ends_with("bad.yaml is not UTF-8 text"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn yaml_and_yml_of_one_name_are_ambiguous() {
+        let tmp = tempfile::tempdir().unwrap();
+        write(&tmp.path().join("pipelines/p.yaml"), "stages: {}\n");
+        write(&tmp.path().join("pipelines/p.yml"), "stages: {}\n");
+        let err = Catalog::load_from(None, Some(tmp.path())).unwrap_err();
+        assert!(matches!(err, CatalogError::Ambiguous { ref name, .. } if name == "p"));
+    }
+}

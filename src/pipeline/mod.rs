@@ -1,1 +1,153 @@
-//! (placeholder: filled in by the module's author)
+//! Pipelines: a YAML file describing a DAG of stages, each run by one role.
+//!
+//! [`parse_pipeline`] reads the file ([`spec`]), checks it (stage ids, roles,
+//! `needs`, cycles, rework targets — every error located at `file:line:column`)
+//! and plans it ([`dag`]): bounded rework loops are unrolled into extra rounds
+//! so the plan is always acyclic, and stages come out in a deterministic
+//! topological order.
+//!
+//! Invariants of a [`Pipeline`]: every `needs` entry names an earlier stage in
+//! `stages`; ids are unique; original ids match `^[a-z0-9][a-z0-9_-]*$` and
+//! unrolled rounds add a `.rN` suffix (`code.r2`).
+
+mod dag;
+mod error;
+mod mermaid;
+mod spec;
+#[cfg(test)]
+mod tests;
+
+pub use error::SpecError;
+
+use crate::ids::StageId;
+use serde::{Deserialize, Serialize};
+use spec::PipelineSpec;
+use std::path::Path;
+
+/// The most extra rounds a rework loop may ask for.
+pub const MAX_REWORK_ROUNDS: u32 = 5;
+
+/// One planned stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stage {
+    /// The stage id (`code`, or `code.r2` for an unrolled rework round).
+    pub id: StageId,
+    /// The role that runs the stage.
+    pub role: String,
+    /// Stages that must finish first.
+    pub needs: Vec<StageId>,
+    /// The task template (may be empty; the runtime adds the issue and hand-off).
+    pub task: String,
+    /// A turn limit overriding the role's.
+    pub max_turns: Option<u32>,
+    /// 1 for a stage as written; k for its k-th rework round.
+    pub round: u32,
+    /// The id as written (`code` for `code.r2`).
+    pub base_id: StageId,
+    /// For a rework round: the review stage whose `request_changes` verdict
+    /// this round answers. The runtime skips the stage unless that review
+    /// requested changes (and skips stages that depend on a skipped round).
+    pub run_if_changes_requested_by: Option<StageId>,
+}
+
+/// A validated, planned pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pipeline {
+    /// The pipeline name (the file stem).
+    pub name: String,
+    /// One line saying what the pipeline does.
+    pub description: String,
+    /// Every stage, rework rounds included, in a deterministic topological order.
+    pub stages: Vec<Stage>,
+    /// Where the pipeline came from: a file path, or `built-in pipelines/<name>.yaml`.
+    pub origin: String,
+}
+
+impl Pipeline {
+    /// The stage with id `id`.
+    pub fn stage(&self, id: &str) -> Option<&Stage> {
+        self.stages.iter().find(|stage| stage.id.as_str() == id)
+    }
+
+    /// The stages that directly need `id`, in plan order.
+    pub fn dependents(&self, id: &StageId) -> Vec<StageId> {
+        self.stages
+            .iter()
+            .filter(|stage| stage.needs.contains(id))
+            .map(|stage| stage.id.clone())
+            .collect()
+    }
+
+    /// The plan as a Mermaid `flowchart TD`; conditional rework edges are dotted.
+    pub fn to_mermaid(&self) -> String {
+        mermaid::render(self)
+    }
+}
+
+/// Parses, checks and plans a pipeline file.
+///
+/// `origin` names the file in errors; when it ends in `.yaml`/`.yml`, a
+/// `name:` key must equal the file stem (and defaults to it). `known_roles`
+/// are the role names a stage may use.
+pub fn parse_pipeline(
+    text: &str,
+    origin: &str,
+    known_roles: &[String],
+) -> Result<Pipeline, SpecError> {
+    let spec: PipelineSpec =
+        serde_saphyr::from_str(text).map_err(|err| SpecError::from_yaml(origin, &err, 0))?;
+
+    let stem = pipeline_file_stem(origin);
+    let name = match (&spec.name, stem) {
+        (Some(name), Some(stem)) if name.value != stem => {
+            return Err(SpecError::at(
+                origin,
+                &name.referenced,
+                0,
+                format!(
+                    "pipeline name \"{}\" must equal the file name \"{stem}\"",
+                    name.value
+                ),
+            ));
+        }
+        (Some(name), _) if name.value.trim().is_empty() => {
+            return Err(SpecError::at(
+                origin,
+                &name.referenced,
+                0,
+                "pipeline name is empty",
+            ));
+        }
+        (Some(name), _) => name.value.clone(),
+        (None, Some(stem)) => stem.to_owned(),
+        (None, None) => return Err(SpecError::new(origin, 1, 1, "missing field `name`")),
+    };
+
+    let stages = dag::plan(&spec, origin, known_roles)?;
+    Ok(Pipeline {
+        name,
+        description: spec.description.trim().to_owned(),
+        stages,
+        origin: origin.to_owned(),
+    })
+}
+
+/// The file stem of `origin` when it names a `.yaml`/`.yml` file.
+fn pipeline_file_stem(origin: &str) -> Option<&str> {
+    let path = Path::new(origin.strip_prefix("built-in ").unwrap_or(origin));
+    let ext = path.extension()?;
+    if ext != "yaml" && ext != "yml" {
+        return None;
+    }
+    path.file_stem()?.to_str()
+}
+
+/// Whether `id` may be written as a stage id: `^[a-z0-9][a-z0-9_-]*$`, so it
+/// is a valid git ref component and cannot collide with unrolled `.rN` ids.
+pub fn is_valid_stage_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}

@@ -1,0 +1,414 @@
+//! Checking and planning the stage graph.
+//!
+//! Checks run on the stages as written (ids, roles, `needs`, cycles, rework
+//! targets), so errors point at the file. Planning then unrolls each rework
+//! loop into `max_rounds` extra rounds and orders the result topologically,
+//! breaking ties by file order (a round right after the review it answers).
+
+use super::spec::{PipelineSpec, StageSpec};
+use super::{MAX_REWORK_ROUNDS, SpecError, Stage, is_valid_stage_id};
+use crate::ids::StageId;
+use petgraph::Direction;
+use petgraph::algo::{has_path_connecting, tarjan_scc};
+use petgraph::graph::{DiGraph, NodeIndex};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+
+/// A rework loop as checked: stage `review` sends work back to `target`.
+struct Loop {
+    /// File index of the stage carrying `rework`.
+    review: usize,
+    /// File index of the stage it sends work back to.
+    target: usize,
+    /// Extra rounds.
+    rounds: u32,
+    /// File indices of every stage on a path from `target` to `review`, both included.
+    body: BTreeSet<usize>,
+}
+
+/// Checks the stages of `spec` and returns the planned stage list.
+pub(super) fn plan(
+    spec: &PipelineSpec,
+    origin: &str,
+    known_roles: &[String],
+) -> Result<Vec<Stage>, SpecError> {
+    let written = &spec.stages.value.0;
+    let err = |location: &serde_saphyr::Location, message: String| {
+        SpecError::at(origin, location, 0, message)
+    };
+    if written.is_empty() {
+        return Err(err(
+            &spec.stages.referenced,
+            "a pipeline needs at least one stage under `stages:`".into(),
+        ));
+    }
+
+    let index: HashMap<&str, usize> = written
+        .iter()
+        .enumerate()
+        .map(|(i, (id, _))| (id.value.as_str(), i))
+        .collect();
+    let all_ids = || {
+        written
+            .iter()
+            .map(|(id, _)| id.value.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+
+    let mut graph: DiGraph<usize, ()> = DiGraph::with_capacity(written.len(), written.len());
+    let nodes: Vec<NodeIndex> = (0..written.len()).map(|i| graph.add_node(i)).collect();
+
+    for (i, (id, stage)) in written.iter().enumerate() {
+        if !is_valid_stage_id(&id.value) {
+            return Err(err(
+                &id.referenced,
+                format!(
+                    "invalid stage id \"{}\": expected lowercase letters, digits, `_` and `-`, starting with a letter or digit",
+                    id.value
+                ),
+            ));
+        }
+        check_stage_fields(stage, known_roles, &err)?;
+        for need in &stage.needs.0 {
+            let Some(&j) = index.get(need.value.as_str()) else {
+                return Err(err(
+                    &need.referenced,
+                    format!(
+                        "unknown stage \"{}\" in needs (stages: {})",
+                        need.value,
+                        all_ids()
+                    ),
+                ));
+            };
+            if j == i {
+                return Err(err(
+                    &need.referenced,
+                    format!("stage \"{}\" cannot need itself", id.value),
+                ));
+            }
+            graph.update_edge(nodes[j], nodes[i], ());
+        }
+    }
+
+    if let Some(cycle) = find_cycle(&graph) {
+        // Point at the `needs` entry of the cycle's first stage that closes it.
+        let first = cycle[0];
+        let last = cycle[cycle.len() - 2];
+        let (first_id, first_stage) = &written[first];
+        let location = first_stage
+            .needs
+            .0
+            .iter()
+            .find(|need| need.value == written[last].0.value)
+            .map_or(first_id.referenced, |need| need.referenced);
+        let names: Vec<&str> = cycle.iter().map(|&i| written[i].0.value.as_str()).collect();
+        return Err(err(
+            &location,
+            format!(
+                "cycle among stages: {} (each stage needs the one before it)",
+                names.join(" → ")
+            ),
+        ));
+    }
+
+    let loops = check_rework(written, &index, &graph, &nodes, &err)?;
+    let stages = unroll(written, &loops);
+    topological_order(stages, written, &loops).ok_or_else(|| {
+        err(
+            &spec.stages.referenced,
+            "internal: planned graph has a cycle".into(),
+        )
+    })
+}
+
+/// Checks a stage's role, turn limit and rework bounds (not its references).
+fn check_stage_fields(
+    stage: &StageSpec,
+    known_roles: &[String],
+    err: &dyn Fn(&serde_saphyr::Location, String) -> SpecError,
+) -> Result<(), SpecError> {
+    if !known_roles.contains(&stage.role.value) {
+        let mut known: Vec<&str> = known_roles.iter().map(String::as_str).collect();
+        known.sort_unstable();
+        return Err(err(
+            &stage.role.referenced,
+            format!(
+                "unknown role \"{}\" (known: {})",
+                stage.role.value,
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        ));
+    }
+    if let Some(turns) = &stage.max_turns
+        && turns.value == 0
+    {
+        return Err(err(
+            &turns.referenced,
+            "max_turns must be at least 1".into(),
+        ));
+    }
+    if let Some(rework) = &stage.rework {
+        let rounds = &rework.value.max_rounds;
+        if !(1..=MAX_REWORK_ROUNDS).contains(&rounds.value) {
+            return Err(err(
+                &rounds.referenced,
+                format!(
+                    "rework max_rounds must be between 1 and {MAX_REWORK_ROUNDS}, got {}",
+                    rounds.value
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A cycle as file indices `[a, b, c, a]` where each stage needs the one
+/// before it, starting at the earliest stage in file order; `None` if acyclic.
+fn find_cycle(graph: &DiGraph<usize, ()>) -> Option<Vec<usize>> {
+    let component = tarjan_scc(graph)
+        .into_iter()
+        .filter(|scc| scc.len() > 1)
+        .min_by_key(|scc| scc.iter().map(|n| graph[*n]).min())?;
+    let members: BTreeSet<NodeIndex> = component.iter().copied().collect();
+    let start = *component.iter().min_by_key(|n| graph[**n])?;
+
+    // Shortest way round: breadth-first from `start` inside the component,
+    // visiting neighbours in file order so the answer is deterministic.
+    let mut parent: HashMap<NodeIndex, NodeIndex> = HashMap::new();
+    let mut queue = VecDeque::from([start]);
+    while let Some(node) = queue.pop_front() {
+        let mut next: Vec<NodeIndex> = graph
+            .neighbors_directed(node, Direction::Outgoing)
+            .filter(|n| members.contains(n))
+            .collect();
+        next.sort_by_key(|n| graph[*n]);
+        for n in next {
+            if n == start {
+                // Walk back from the last stage to `start`, then turn it round.
+                let mut path = Vec::new();
+                let mut at = node;
+                while at != start {
+                    path.push(graph[at]);
+                    at = *parent.get(&at)?;
+                }
+                path.push(graph[start]);
+                path.reverse();
+                path.push(graph[start]);
+                return Some(path);
+            }
+            if let std::collections::hash_map::Entry::Vacant(slot) = parent.entry(n) {
+                slot.insert(node);
+                queue.push_back(n);
+            }
+        }
+    }
+    None
+}
+
+/// Checks every `rework` (target exists and is upstream, loops disjoint).
+fn check_rework(
+    written: &[(serde_saphyr::Spanned<String>, StageSpec)],
+    index: &HashMap<&str, usize>,
+    graph: &DiGraph<usize, ()>,
+    nodes: &[NodeIndex],
+    err: &dyn Fn(&serde_saphyr::Location, String) -> SpecError,
+) -> Result<Vec<Loop>, SpecError> {
+    let mut loops: Vec<Loop> = Vec::new();
+    for (review, (id, stage)) in written.iter().enumerate() {
+        let Some(rework) = &stage.rework else {
+            continue;
+        };
+        let target_name = &rework.value.stage;
+        let Some(&target) = index.get(target_name.value.as_str()) else {
+            return Err(err(
+                &target_name.referenced,
+                format!(
+                    "unknown stage \"{}\" in rework (it must be a stage that \"{}\" needs)",
+                    target_name.value, id.value
+                ),
+            ));
+        };
+        if target == review || !has_path_connecting(graph, nodes[target], nodes[review], None) {
+            return Err(err(
+                &target_name.referenced,
+                format!(
+                    "rework stage \"{}\" is not upstream of \"{}\": rework can only send work back to a stage that \"{}\" needs, directly or transitively",
+                    target_name.value, id.value, id.value
+                ),
+            ));
+        }
+        let body: BTreeSet<usize> = (0..written.len())
+            .filter(|&i| {
+                has_path_connecting(graph, nodes[target], nodes[i], None)
+                    && has_path_connecting(graph, nodes[i], nodes[review], None)
+            })
+            .collect();
+        if let Some(other) = loops.iter().find(|l| !l.body.is_disjoint(&body)) {
+            return Err(err(
+                &rework.referenced,
+                format!(
+                    "the rework loop of \"{}\" overlaps the rework loop of \"{}\"; rework loops may not share stages",
+                    id.value, written[other.review].0.value
+                ),
+            ));
+        }
+        loops.push(Loop {
+            review,
+            target,
+            rounds: rework.value.max_rounds.value,
+            body,
+        });
+    }
+    Ok(loops)
+}
+
+/// The stages as written plus every rework round, with `needs` rewired so
+/// that stages after a review wait for its last round.
+fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]) -> Vec<Stage> {
+    let stage_id = |i: usize| StageId(written[i].0.value.clone());
+    let round_id = |i: usize, k: u32| StageId(format!("{}.r{k}", written[i].0.value));
+
+    let mut stages: Vec<Stage> = written
+        .iter()
+        .map(|(id, spec)| {
+            let mut needs: Vec<StageId> = Vec::new();
+            for need in &spec.needs.0 {
+                let need = StageId(need.value.clone());
+                if !needs.contains(&need) {
+                    needs.push(need);
+                }
+            }
+            Stage {
+                id: StageId(id.value.clone()),
+                role: spec.role.value.clone(),
+                needs,
+                task: spec.task.clone(),
+                max_turns: spec.max_turns.as_ref().map(|t| t.value),
+                round: 1,
+                base_id: StageId(id.value.clone()),
+                run_if_changes_requested_by: None,
+            }
+        })
+        .collect();
+
+    for lp in loops {
+        let review = stage_id(lp.review);
+        let last_review = round_id(lp.review, lp.rounds + 1);
+        // Outside the loop, whoever waited for the review waits for its last round.
+        for stage in &mut stages {
+            if lp.body.contains(&stage_index(written, &stage.base_id)) {
+                continue;
+            }
+            for need in &mut stage.needs {
+                if *need == review {
+                    *need = last_review.clone();
+                }
+            }
+        }
+        let mut previous_review = review;
+        for k in 2..=lp.rounds + 1 {
+            for &i in &lp.body {
+                let original = &stages[i];
+                let needs = if i == lp.target {
+                    vec![previous_review.clone()]
+                } else {
+                    original
+                        .needs
+                        .iter()
+                        .map(|need| {
+                            let j = stage_index(written, need);
+                            if lp.body.contains(&j) {
+                                round_id(j, k)
+                            } else {
+                                need.clone()
+                            }
+                        })
+                        .collect()
+                };
+                stages.push(Stage {
+                    id: round_id(i, k),
+                    role: original.role.clone(),
+                    needs,
+                    task: original.task.clone(),
+                    max_turns: original.max_turns,
+                    round: k,
+                    base_id: original.base_id.clone(),
+                    run_if_changes_requested_by: Some(previous_review.clone()),
+                });
+            }
+            previous_review = round_id(lp.review, k);
+        }
+    }
+    stages
+}
+
+/// The file index of a stage as written; `usize::MAX` for none (only reached
+/// for ids that are not written stages, which no loop body contains).
+fn stage_index(written: &[(serde_saphyr::Spanned<String>, StageSpec)], id: &StageId) -> usize {
+    written
+        .iter()
+        .position(|(written_id, _)| written_id.value == id.0)
+        .unwrap_or(usize::MAX)
+}
+
+/// Tie-breaking key of a stage in the plan: (anchor file index, round, own file index).
+type OrderKey = (usize, u32, usize);
+
+/// Kahn's algorithm with ties broken by (file index of the stage, or of the
+/// review a round answers; round; file index). `None` if the graph has a cycle.
+fn topological_order(
+    stages: Vec<Stage>,
+    written: &[(serde_saphyr::Spanned<String>, StageSpec)],
+    loops: &[Loop],
+) -> Option<Vec<Stage>> {
+    let key = |stage: &Stage| -> OrderKey {
+        let own = stage_index(written, &stage.base_id);
+        if stage.round == 1 {
+            return (own, 0, own);
+        }
+        let anchor = loops
+            .iter()
+            .find(|lp| lp.body.contains(&own))
+            .map_or(own, |lp| lp.review);
+        (anchor, stage.round, own)
+    };
+    let position: HashMap<&StageId, usize> =
+        stages.iter().enumerate().map(|(i, s)| (&s.id, i)).collect();
+    let mut graph: DiGraph<usize, ()> = DiGraph::new();
+    let nodes: Vec<NodeIndex> = (0..stages.len()).map(|i| graph.add_node(i)).collect();
+    for (i, stage) in stages.iter().enumerate() {
+        for need in &stage.needs {
+            graph.add_edge(nodes[*position.get(need)?], nodes[i], ());
+        }
+    }
+
+    let mut missing: Vec<usize> = nodes
+        .iter()
+        .map(|n| graph.neighbors_directed(*n, Direction::Incoming).count())
+        .collect();
+    let mut ready: BinaryHeap<Reverse<(OrderKey, usize)>> = (0..stages.len())
+        .filter(|&i| missing[i] == 0)
+        .map(|i| Reverse((key(&stages[i]), i)))
+        .collect();
+    let mut order = Vec::with_capacity(stages.len());
+    while let Some(Reverse((_, i))) = ready.pop() {
+        order.push(i);
+        for next in graph.neighbors_directed(nodes[i], Direction::Outgoing) {
+            let j = graph[next];
+            missing[j] -= 1;
+            if missing[j] == 0 {
+                ready.push(Reverse((key(&stages[j]), j)));
+            }
+        }
+    }
+    if order.len() != stages.len() {
+        return None;
+    }
+    let mut slots: Vec<Option<Stage>> = stages.into_iter().map(Some).collect();
+    order.into_iter().map(|i| slots[i].take()).collect()
+}

@@ -1,0 +1,142 @@
+//! Raw pipeline file structs, as serde reads them from YAML.
+//!
+//! Every value a later check may complain about is wrapped in [`Spanned`] so
+//! the error can name its line and column. Stages are kept in file order
+//! (a `Vec`, not a map) so the plan's tie-breaking follows the file.
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::Spanned;
+use std::fmt;
+
+/// A pipeline file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// The pipeline name; defaults to the file stem and must equal it when given.
+    #[serde(default)]
+    pub name: Option<Spanned<String>>,
+    /// One line saying what the pipeline does.
+    #[serde(default)]
+    pub description: String,
+    /// The stages, in file order.
+    pub stages: Spanned<StagesSpec>,
+}
+
+/// The `stages:` mapping, in file order.
+#[derive(Debug, Default)]
+pub struct StagesSpec(pub Vec<(Spanned<String>, StageSpec)>);
+
+/// One stage as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSpec {
+    /// The role name.
+    pub role: Spanned<String>,
+    /// Upstream stage ids.
+    #[serde(default)]
+    pub needs: NeedsSpec,
+    /// The task template.
+    #[serde(default)]
+    pub task: String,
+    /// A per-stage turn limit overriding the role's.
+    #[serde(default)]
+    pub max_turns: Option<Spanned<u32>>,
+    /// A bounded rework loop back to an upstream stage.
+    #[serde(default)]
+    pub rework: Option<Spanned<ReworkSpec>>,
+}
+
+/// `rework: { stage, max_rounds }` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReworkSpec {
+    /// The upstream stage to run again when this stage requests changes.
+    pub stage: Spanned<String>,
+    /// How many extra rounds at most (1..=5).
+    pub max_rounds: Spanned<u32>,
+}
+
+/// `needs:` as written: a list of stage ids, or one id as a plain string
+/// (GitHub Actions accepts both).
+#[derive(Debug, Default)]
+pub struct NeedsSpec(pub Vec<Spanned<String>>);
+
+impl<'de> Deserialize<'de> for StagesSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StagesVisitor;
+
+        impl<'de> Visitor<'de> for StagesVisitor {
+            type Value = StagesSpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a mapping of stage ids to stages")
+            }
+
+            // `stages:` with nothing after it; reported as "no stages" later.
+            fn visit_unit<E: de::Error>(self) -> Result<StagesSpec, E> {
+                Ok(StagesSpec::default())
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StagesSpec, A::Error> {
+                let mut stages = Vec::new();
+                while let Some(key) = map.next_key::<Spanned<String>>()? {
+                    let stage = map.next_value::<StageSpec>()?;
+                    stages.push((key, stage));
+                }
+                Ok(StagesSpec(stages))
+            }
+        }
+
+        deserializer.deserialize_any(StagesVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for NeedsSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let spanned = Spanned::<NeedsInner>::deserialize(deserializer)?;
+        let items = match spanned.value {
+            NeedsInner::One(id) => vec![Spanned::new(id, spanned.referenced, spanned.defined)],
+            NeedsInner::Many(ids) => ids,
+        };
+        Ok(NeedsSpec(items))
+    }
+}
+
+/// `needs:` before the single-string form gets its location.
+enum NeedsInner {
+    One(String),
+    Many(Vec<Spanned<String>>),
+}
+
+impl<'de> Deserialize<'de> for NeedsInner {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NeedsVisitor;
+
+        impl<'de> Visitor<'de> for NeedsVisitor {
+            type Value = NeedsInner;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a stage id or a list of stage ids")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NeedsInner, E> {
+                Ok(NeedsInner::One(v.to_owned()))
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<NeedsInner, E> {
+                Ok(NeedsInner::Many(Vec::new()))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NeedsInner, A::Error> {
+                let mut ids = Vec::new();
+                while let Some(id) = seq.next_element::<Spanned<String>>()? {
+                    ids.push(id);
+                }
+                Ok(NeedsInner::Many(ids))
+            }
+        }
+
+        deserializer.deserialize_any(NeedsVisitor)
+    }
+}

@@ -1,0 +1,406 @@
+//! Tests of parsing, checking, unrolling and rendering pipelines, and of the
+//! located errors for every bad fixture under `fixtures/`.
+
+use super::*;
+use crate::role::parse_role;
+
+fn roles() -> Vec<String> {
+    ["coder", "docs", "explore", "reviewer"]
+        .iter()
+        .map(|r| (*r).to_owned())
+        .collect()
+}
+
+fn fixture(path: &str) -> (String, String) {
+    let full = format!("{}/fixtures/{path}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+    (full, text)
+}
+
+/// (stage id, needs, round, run_if) of every planned stage, in order.
+fn shape(pipeline: &Pipeline) -> Vec<(String, Vec<String>, u32, Option<String>)> {
+    pipeline
+        .stages
+        .iter()
+        .map(|s| {
+            (
+                s.id.0.clone(),
+                s.needs.iter().map(|n| n.0.clone()).collect(),
+                s.round,
+                s.run_if_changes_requested_by.as_ref().map(|r| r.0.clone()),
+            )
+        })
+        .collect()
+}
+
+fn row(
+    id: &str,
+    needs: &[&str],
+    round: u32,
+    run_if: Option<&str>,
+) -> (String, Vec<String>, u32, Option<String>) {
+    (
+        id.to_owned(),
+        needs.iter().map(|n| (*n).to_owned()).collect(),
+        round,
+        run_if.map(str::to_owned),
+    )
+}
+
+#[test]
+fn bad_pipelines_are_reported_at_the_right_place() {
+    // (file, line, column, message fragment)
+    let cases: &[(&str, u64, u64, &str)] = &[
+        ("syntax.yaml", 5, 11, "mapping values are not allowed"),
+        (
+            "wrong-type.yaml",
+            6,
+            5,
+            "expected a stage id or a list of stage ids",
+        ),
+        (
+            "unknown-key.yaml",
+            4,
+            5,
+            "unknown field `timeout`, expected one of role, needs",
+        ),
+        (
+            "unknown-role.yaml",
+            3,
+            11,
+            "unknown role \"codr\" (known: coder, docs, explore, reviewer)",
+        ),
+        (
+            "unknown-needs.yaml",
+            6,
+            19,
+            "unknown stage \"tests\" in needs (stages: code, review)",
+        ),
+        ("duplicate-stage.yaml", 7, 3, "duplicate key `code`"),
+        (
+            "self-dependency.yaml",
+            4,
+            13,
+            "stage \"code\" cannot need itself",
+        ),
+        (
+            "cycle.yaml",
+            7,
+            19,
+            "cycle among stages: code → review → docs → code",
+        ),
+        ("bad-stage-id.yaml", 4, 3, "invalid stage id \"Review.1\""),
+        (
+            "rework-not-upstream.yaml",
+            10,
+            22,
+            "rework stage \"docs\" is not upstream of \"review\"",
+        ),
+        (
+            "max-rounds-zero.yaml",
+            9,
+            19,
+            "rework max_rounds must be between 1 and 5, got 0",
+        ),
+    ];
+    let dir = format!("{}/fixtures/pipelines/bad", env!("CARGO_MANIFEST_DIR"));
+    let on_disk = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(on_disk, cases.len(), "every bad fixture has a case");
+    for (file, line, column, fragment) in cases {
+        let (path, text) = fixture(&format!("pipelines/bad/{file}"));
+        let err = parse_pipeline(&text, &path, &roles())
+            .expect_err(&format!("{file} should be rejected"));
+        assert_eq!(err.file, path, "{file}");
+        assert_eq!(
+            (err.line, err.column),
+            (*line, *column),
+            "{file}: wrong location for: {err}"
+        );
+        assert!(
+            err.message.contains(fragment),
+            "{file}: message {:?} lacks {fragment:?}",
+            err.message
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{path}:{line}:{column}: "))
+        );
+    }
+}
+
+#[test]
+fn bad_roles_are_reported_at_the_right_place() {
+    let cases: &[(&str, u64, u64, &str)] = &[
+        ("unknown-key.md", 4, 1, "unknown field `permissions`"),
+        (
+            "unknown-tool.md",
+            6,
+            5,
+            "unknown tool \"WebFetch\" (known: bash, read_file, write_file, edit_file, list_files, grep, spawn_agent, finish;",
+        ),
+        (
+            "read-only-write.md",
+            5,
+            26,
+            "a read_only role cannot have the tool \"write_file\"",
+        ),
+        ("unclosed.md", 1, 1, "never closed"),
+        (
+            "bad-max-turns.md",
+            4,
+            12,
+            "invalid value: expected a whole number",
+        ),
+    ];
+    let dir = format!("{}/fixtures/roles/bad", env!("CARGO_MANIFEST_DIR"));
+    let on_disk = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(on_disk, cases.len(), "every bad fixture has a case");
+    for (file, line, column, fragment) in cases {
+        let (path, text) = fixture(&format!("roles/bad/{file}"));
+        let err = parse_role(&text, &path).expect_err(&format!("{file} should be rejected"));
+        assert_eq!(
+            (err.line, err.column),
+            (*line, *column),
+            "{file}: wrong location for: {err}"
+        );
+        assert!(
+            err.message.contains(fragment),
+            "{file}: message {:?} lacks {fragment:?}",
+            err.message
+        );
+    }
+}
+
+#[test]
+fn claude_code_agent_file_loads() {
+    let (path, text) = fixture("roles/good/claude-helper.md");
+    let role = parse_role(&text, &path).unwrap();
+    assert_eq!(role.name, "claude-helper");
+    assert_eq!(
+        role.tools,
+        [
+            "bash",
+            "read_file",
+            "write_file",
+            "edit_file",
+            "list_files",
+            "grep",
+            "spawn_agent",
+            "finish"
+        ]
+    );
+    assert_eq!(role.model.as_deref(), Some("sonnet"));
+    assert_eq!(role.prompt, "You are a helpful agent.");
+}
+
+fn builtin_issue_to_pr() -> Pipeline {
+    let text = include_str!("../../pipelines/issue-to-pr.yaml");
+    parse_pipeline(text, "built-in pipelines/issue-to-pr.yaml", &roles()).unwrap()
+}
+
+#[test]
+fn issue_to_pr_unrolls_two_rework_rounds() {
+    let pipeline = builtin_issue_to_pr();
+    assert_eq!(pipeline.name, "issue-to-pr");
+    assert_eq!(
+        pipeline.description,
+        "Fix an issue, review the fix, document it."
+    );
+    assert_eq!(
+        shape(&pipeline),
+        [
+            row("code", &[], 1, None),
+            row("review", &["code"], 1, None),
+            row("code.r2", &["review"], 2, Some("review")),
+            row("review.r2", &["code.r2"], 2, Some("review")),
+            row("code.r3", &["review.r2"], 3, Some("review.r2")),
+            row("review.r3", &["code.r3"], 3, Some("review.r2")),
+            row("docs", &["review.r3"], 1, None),
+        ]
+    );
+    let code_r3 = pipeline.stage("code.r3").unwrap();
+    assert_eq!(code_r3.role, "coder");
+    assert_eq!(code_r3.base_id.0, "code");
+    assert_eq!(code_r3.task, pipeline.stage("code").unwrap().task);
+    assert!(code_r3.task.contains("{{ issue }}"));
+    assert_eq!(pipeline.stage("review.r2").unwrap().role, "reviewer");
+    assert_eq!(pipeline.stage("docs").unwrap().max_turns, Some(20));
+    assert_eq!(pipeline.stage("code").unwrap().max_turns, None);
+    assert!(pipeline.stage("nope").is_none());
+    let ids = |v: Vec<StageId>| v.into_iter().map(|s| s.0).collect::<Vec<_>>();
+    assert_eq!(
+        ids(pipeline.dependents(&StageId("review".into()))),
+        ["code.r2"]
+    );
+    assert_eq!(
+        ids(pipeline.dependents(&StageId("review.r3".into()))),
+        ["docs"]
+    );
+    assert!(pipeline.dependents(&StageId("docs".into())).is_empty());
+}
+
+#[test]
+fn issue_to_pr_mermaid() {
+    let expected = "\
+flowchart TD
+    s0[\"code (coder)\"]
+    s1[\"review (reviewer)\"]
+    s2[\"code.r2 (coder)\"]
+    s3[\"review.r2 (reviewer)\"]
+    s4[\"code.r3 (coder)\"]
+    s5[\"review.r3 (reviewer)\"]
+    s6[\"docs (docs)\"]
+    s0 --> s1
+    s1 -. request_changes .-> s2
+    s2 --> s3
+    s3 -. request_changes .-> s4
+    s4 --> s5
+    s5 --> s6
+";
+    assert_eq!(builtin_issue_to_pr().to_mermaid(), expected);
+}
+
+#[test]
+fn loop_body_between_coder_and_reviewer_is_repeated() {
+    let (path, text) = fixture("pipelines/good/review-loop.yaml");
+    let pipeline = parse_pipeline(&text, &path, &roles()).unwrap();
+    assert_eq!(
+        shape(&pipeline),
+        [
+            row("plan", &[], 1, None),
+            row("code", &["plan"], 1, None),
+            row("test", &["code"], 1, None),
+            row("review", &["test", "plan"], 1, None),
+            row("code.r2", &["review"], 2, Some("review")),
+            row("test.r2", &["code.r2"], 2, Some("review")),
+            row("review.r2", &["test.r2", "plan"], 2, Some("review")),
+            row("lint", &["code"], 1, None),
+            row("docs", &["review.r2", "lint"], 1, None),
+        ]
+    );
+    assert_eq!(pipeline.stage("test.r2").unwrap().max_turns, Some(5));
+}
+
+#[test]
+fn independent_stages_keep_file_order() {
+    let text = "stages:\n  b:\n    role: coder\n  a:\n    role: coder\n  c:\n    role: docs\n    needs: [a, b, a]\n";
+    let pipeline = parse_pipeline(text, "<test>.yaml", &roles()).unwrap();
+    let ids: Vec<&str> = pipeline.stages.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["b", "a", "c"]);
+    // A repeated `needs` entry counts once.
+    assert_eq!(pipeline.stage("c").unwrap().needs.len(), 2);
+}
+
+#[test]
+fn name_defaults_to_and_must_match_the_file_stem() {
+    let text = "stages:\n  a:\n    role: coder\n";
+    assert_eq!(
+        parse_pipeline(text, "dir/flow.yml", &roles()).unwrap().name,
+        "flow"
+    );
+    let err =
+        parse_pipeline(&format!("name: other\n{text}"), "dir/flow.yml", &roles()).unwrap_err();
+    assert_eq!((err.line, err.column), (1, 7));
+    assert!(err.message.contains("must equal the file name \"flow\""));
+    let err = parse_pipeline(text, "<stdin>", &roles()).unwrap_err();
+    assert_eq!(err.message, "missing field `name`");
+}
+
+#[test]
+fn empty_and_odd_pipelines_are_rejected_with_locations() {
+    let err = parse_pipeline("name: x\nstages: {}\n", "<t>", &roles()).unwrap_err();
+    assert_eq!((err.line, err.column), (2, 9));
+    assert!(err.message.contains("at least one stage"));
+
+    let err = parse_pipeline("name: x\nstages:\n", "<t>", &roles()).unwrap_err();
+    assert!(err.message.contains("at least one stage"), "{err}");
+    let err = parse_pipeline("name: x\nstages: [a, b]\n", "<t>", &roles()).unwrap_err();
+    // serde-saphyr places type errors at the key.
+    assert_eq!((err.line, err.column), (2, 1), "{err}");
+    assert!(
+        err.message
+            .contains("expected a mapping of stage ids to stages"),
+        "{err}"
+    );
+
+    let err = parse_pipeline("", "<t>", &roles()).unwrap_err();
+    assert_eq!((err.line, err.column), (1, 1));
+
+    let text = "name: x\nstages:\n  a:\n    role: coder\n    max_turns: 0\n";
+    let err = parse_pipeline(text, "<t>", &roles()).unwrap_err();
+    assert_eq!((err.line, err.column), (5, 16));
+
+    let text = "name: x\nstages:\n  a:\n    role: coder\n  b:\n    role: reviewer\n    rework: {stage: b, max_rounds: 1}\n";
+    let err = parse_pipeline(text, "<t>", &roles()).unwrap_err();
+    assert_eq!((err.line, err.column), (7, 21));
+    assert!(err.message.contains("not upstream"), "{err}");
+}
+
+#[test]
+fn overlapping_rework_loops_are_rejected() {
+    let text = "name: x\nstages:
+  a:
+    role: coder
+  r1:
+    role: reviewer
+    needs: [a]
+    rework: {stage: a, max_rounds: 1}
+  r2:
+    role: reviewer
+    needs: [r1]
+    rework: {stage: a, max_rounds: 1}
+";
+    let err = parse_pipeline(text, "<t>", &roles()).unwrap_err();
+    assert_eq!((err.line, err.column), (12, 13));
+    assert!(
+        err.message.contains("overlaps the rework loop of \"r1\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn two_disjoint_rework_loops_unroll_in_sequence() {
+    let text = "name: x\nstages:
+  a:
+    role: coder
+  r1:
+    role: reviewer
+    needs: [a]
+    rework: {stage: a, max_rounds: 1}
+  b:
+    role: coder
+    needs: [r1]
+  r2:
+    role: reviewer
+    needs: [b]
+    rework: {stage: b, max_rounds: 1}
+  end:
+    role: docs
+    needs: [r2]
+";
+    let pipeline = parse_pipeline(text, "<t>", &roles()).unwrap();
+    assert_eq!(
+        shape(&pipeline),
+        [
+            row("a", &[], 1, None),
+            row("r1", &["a"], 1, None),
+            row("a.r2", &["r1"], 2, Some("r1")),
+            row("r1.r2", &["a.r2"], 2, Some("r1")),
+            row("b", &["r1.r2"], 1, None),
+            row("r2", &["b"], 1, None),
+            row("b.r2", &["r2"], 2, Some("r2")),
+            row("r2.r2", &["b.r2"], 2, Some("r2")),
+            row("end", &["r2.r2"], 1, None),
+        ]
+    );
+}
+
+#[test]
+fn stage_id_rule() {
+    for good in ["a", "0", "code", "fix-1", "a_b"] {
+        assert!(is_valid_stage_id(good), "{good}");
+    }
+    for bad in ["", "A", "-a", "_a", "a.b", "a b", "a/b", "é"] {
+        assert!(!is_valid_stage_id(bad), "{bad}");
+    }
+}
