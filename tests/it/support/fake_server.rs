@@ -12,7 +12,8 @@
 //! must answer a tool call of the latest assistant message, and every tool call
 //! must be answered before the next non-tool message. A breach is recorded in
 //! [`FakeServer::violations`] and answered with HTTP 400 without consuming a
-//! reply. Tests should assert `server.violations()` is empty.
+//! reply. Tests should assert `server.violations()` is empty. A request to any
+//! path other than `…/chat/completions` is recorded and answered 404.
 //!
 //! Threads: one accept thread plus one per connection. Drop stops the accept
 //! loop (flag + a connection to itself) and joins every thread; connection
