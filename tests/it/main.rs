@@ -1,6 +1,9 @@
 //! The one integration test binary: shared helpers in `support`, one module
-//! per area.
+//! per area, each tested end to end.
+
+mod support;
 
 mod cli;
+mod harness;
+mod llm_client;
 mod run_e2e;
-mod support;

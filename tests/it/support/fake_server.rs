@@ -1,0 +1,652 @@
+//! A scripted fake OpenAI-compatible Chat Completions server for tests.
+//!
+//! It listens on `127.0.0.1:0`, speaks plain HTTP/1.1 (one request per
+//! connection, answered with `Content-Length` and `Connection: close`) and
+//! serves replies per agent — by the `X-Orch-Agent` header — in script order.
+//! An unknown agent, or one whose replies are used up, gets HTTP 500 with
+//! `fake server: script exhausted for agent "X"`.
+//!
+//! Every request is recorded (before it is answered, so a client that got its
+//! answer always finds its request in [`FakeServer::requests`]). Every request
+//! is also checked the way real servers check it: each `role: tool` message
+//! must answer a tool call of the latest assistant message, and every tool call
+//! must be answered before the next non-tool message. A breach is recorded in
+//! [`FakeServer::violations`] and answered with HTTP 400 without consuming a
+//! reply. Tests should assert `server.violations()` is empty. A request to any
+//! path other than `…/chat/completions` is recorded and answered 404.
+//!
+//! Threads: one accept thread plus one per connection. Drop stops the accept
+//! loop (flag + a connection to itself) and joins every thread; connection
+//! threads are bounded by a read timeout and their scripted delays.
+
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a connection may stay silent before the server gives up on it.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest request body accepted (a runaway client should fail, not eat memory).
+const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with a chat completion holding `message` (an assistant message) and
+    /// `usage` (omitted from the body when `None`).
+    Message {
+        /// The assistant message, e.g. `{"role":"assistant","content":"hi"}`.
+        message: Value,
+        /// The `usage` object, if any.
+        usage: Option<Value>,
+    },
+    /// Any status with this body.
+    Status(u16, String),
+    /// 200 with this raw body (for garbage, empty, HTML …).
+    Raw(String),
+    /// This status (usually 429) with `Retry-After: secs`.
+    RetryAfter(u16, u64),
+    /// Close the connection without answering.
+    Close,
+    /// Wait, then give the inner reply (for latency and timeout tests).
+    Delayed(Duration, Box<Reply>),
+}
+
+impl Reply {
+    /// An assistant text answer.
+    pub fn text(s: &str) -> Reply {
+        Reply::Message {
+            message: json!({"role": "assistant", "content": s}),
+            usage: None,
+        }
+    }
+
+    /// An assistant message with one tool call.
+    pub fn tool_call(id: &str, name: &str, args: Value) -> Reply {
+        Reply::tool_calls(&[(id, name, args)])
+    }
+
+    /// An assistant message with several tool calls.
+    pub fn tool_calls(calls: &[(&str, &str, Value)]) -> Reply {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|(id, name, args)| wire_call(id, name, &args.to_string()))
+            .collect();
+        Reply::Message {
+            message: json!({"role": "assistant", "content": null, "tool_calls": calls}),
+            usage: None,
+        }
+    }
+
+    /// A tool call whose `arguments` text is sent verbatim (e.g. malformed JSON).
+    pub fn raw_tool_call(id: &str, name: &str, raw_arguments: &str) -> Reply {
+        Reply::Message {
+            message: json!({"role": "assistant", "content": null, "tool_calls": [wire_call(id, name, raw_arguments)]}),
+            usage: None,
+        }
+    }
+
+    /// A `finish` tool call with `summary` and an optional `verdict`.
+    pub fn finish(id: &str, summary: &str, verdict: Option<&str>) -> Reply {
+        let mut args = json!({"summary": summary});
+        if let Some(verdict) = verdict {
+            args["verdict"] = json!(verdict);
+        }
+        Reply::tool_call(id, "finish", args)
+    }
+
+    /// The same reply with `usage` reported (no effect on non-message replies).
+    pub fn with_usage(self, prompt_tokens: u64, completion_tokens: u64) -> Reply {
+        match self {
+            Reply::Message { message, .. } => Reply::Message {
+                message,
+                usage: Some(json!({
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                })),
+            },
+            Reply::Delayed(d, inner) => Reply::Delayed(
+                d,
+                Box::new(inner.with_usage(prompt_tokens, completion_tokens)),
+            ),
+            other => other,
+        }
+    }
+
+    /// The same reply, given after `delay`.
+    pub fn after(self, delay: Duration) -> Reply {
+        Reply::Delayed(delay, Box::new(self))
+    }
+}
+
+fn wire_call(id: &str, name: &str, arguments: &str) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+}
+
+/// Replies per agent path, served in order.
+#[derive(Debug, Clone, Default)]
+pub struct Script {
+    agents: HashMap<String, VecDeque<Reply>>,
+}
+
+impl Script {
+    /// An empty script: every request gets the "script exhausted" 500.
+    pub fn new() -> Self {
+        Script::default()
+    }
+
+    /// Appends `replies` for the agent whose `X-Orch-Agent` header is `path`.
+    pub fn agent(mut self, path: &str, replies: Vec<Reply>) -> Self {
+        self.agents
+            .entry(path.to_owned())
+            .or_default()
+            .extend(replies);
+        self
+    }
+}
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The `X-Orch-Agent` header, `""` if absent.
+    pub agent: String,
+    /// The request target, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// Headers in order, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON (`Null` if it was not JSON).
+    pub body: Value,
+    /// When the request had been read completely.
+    pub at: Instant,
+}
+
+impl Recorded {
+    /// The first header called `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The request's `messages` (empty if there are none).
+    pub fn messages(&self) -> &[Value] {
+        self.body["messages"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}
+
+#[derive(Default)]
+struct State {
+    script: HashMap<String, VecDeque<Reply>>,
+    requests: Vec<Recorded>,
+    violations: Vec<String>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panicking connection thread must not hide what was recorded.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A running fake server; stops and joins its threads on drop.
+pub struct FakeServer {
+    /// `http://127.0.0.1:PORT/v1`.
+    pub base_url: String,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+    workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl FakeServer {
+    /// Starts serving `script` on a free port.
+    pub fn start(script: Script) -> FakeServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind fake server");
+        let addr = listener.local_addr().expect("fake server address");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                script: script.agents,
+                ..State::default()
+            }),
+            stop: AtomicBool::new(false),
+        });
+        let workers: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let accept = {
+            let shared = Arc::clone(&shared);
+            let workers = Arc::clone(&workers);
+            std::thread::Builder::new()
+                .name("fake-server-accept".into())
+                .spawn(move || accept_loop(listener, shared, workers))
+                .expect("spawn fake server")
+        };
+        FakeServer {
+            base_url: format!("http://{addr}/v1"),
+            addr,
+            shared,
+            accept: Some(accept),
+            workers,
+        }
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.state().requests.clone()
+    }
+
+    /// The requests sent by `agent`.
+    pub fn requests_for(&self, agent: &str) -> Vec<Recorded> {
+        self.shared
+            .state()
+            .requests
+            .iter()
+            .filter(|r| r.agent == agent)
+            .cloned()
+            .collect()
+    }
+
+    /// Protocol breaches seen so far (tool results without a matching call, …).
+    pub fn violations(&self) -> Vec<String> {
+        self.shared.state().violations.clone()
+    }
+
+    /// How many scripted replies are still queued for `agent`.
+    pub fn remaining(&self, agent: &str) -> usize {
+        self.shared
+            .state()
+            .script
+            .get(agent)
+            .map_or(0, VecDeque::len)
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept() so it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.join();
+        }
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        for worker in workers {
+            let _ = worker.join();
+        }
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+) {
+    for stream in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        let conn_shared = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("fake-server-conn".into())
+            .spawn(move || handle_connection(stream, &conn_shared));
+        if let Ok(handle) = spawned {
+            let mut workers = workers.lock().unwrap_or_else(|e| e.into_inner());
+            workers.retain(|h| !h.is_finished());
+            workers.push(handle);
+        }
+    }
+}
+
+struct Request {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+enum Answer {
+    Send {
+        status: u16,
+        content_type: &'static str,
+        extra: Vec<(String, String)>,
+        body: String,
+    },
+    Close,
+}
+
+fn handle_connection(stream: TcpStream, shared: &Shared) {
+    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(read_half);
+    let request = match read_request(&mut reader) {
+        Ok(Some(request)) => request,
+        // EOF before a request line: the drop wake-up, or a client that gave up.
+        Ok(None) => return,
+        Err(e) => {
+            let answer = plain(400, format!("fake server: unreadable request: {e}"));
+            write_answer(stream, answer);
+            return;
+        }
+    };
+    let answer = answer_for(request, shared);
+    write_answer(stream, answer);
+}
+
+fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let (Some(_method), Some(path)) = (parts.next(), parts.next()) else {
+        return Err(invalid(format!("bad request line {line:?}")));
+    };
+    let path = path.to_owned();
+    let mut headers = Vec::new();
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header)? == 0 {
+            return Err(invalid("connection closed inside the headers".into()));
+        }
+        let header = header.trim_end_matches(['\r', '\n']);
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header
+            .split_once(':')
+            .ok_or_else(|| invalid(format!("bad header line {header:?}")))?;
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+    }
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let body = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        read_chunked(reader)?
+    } else {
+        let len: usize = find("content-length")
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| invalid(format!("bad content-length {v:?}")))
+            })
+            .transpose()?
+            .unwrap_or(0);
+        if len > MAX_BODY_BYTES {
+            return Err(invalid(format!("body of {len} bytes is too large")));
+        }
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body)?;
+        body
+    };
+    Ok(Some(Request {
+        path,
+        headers,
+        body,
+    }))
+}
+
+fn read_chunked(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut size_line = String::new();
+        reader.read_line(&mut size_line)?;
+        let size_text = size_line.trim().split(';').next().unwrap_or("");
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| invalid(format!("bad chunk size {size_line:?}")))?;
+        if size == 0 {
+            // Trailers, up to the empty line.
+            loop {
+                let mut trailer = String::new();
+                if reader.read_line(&mut trailer)? == 0 || trailer.trim().is_empty() {
+                    return Ok(body);
+                }
+            }
+        }
+        if body.len() + size > MAX_BODY_BYTES {
+            return Err(invalid("chunked body is too large".into()));
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        reader.read_exact(&mut body[start..])?;
+        let mut crlf = String::new();
+        reader.read_line(&mut crlf)?;
+    }
+}
+
+fn invalid(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
+}
+
+/// Records the request, checks it, and picks the answer (sleeping for delays).
+fn answer_for(request: Request, shared: &Shared) -> Answer {
+    let agent = request
+        .headers
+        .iter()
+        .find(|(n, _)| n == "x-orch-agent")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let parsed = serde_json::from_slice::<Value>(&request.body);
+    let body = parsed.as_ref().cloned().unwrap_or(Value::Null);
+    let reply = {
+        let mut state = shared.state();
+        let number = state.requests.len() + 1;
+        state.requests.push(Recorded {
+            agent: agent.clone(),
+            path: request.path.clone(),
+            headers: request.headers,
+            body: body.clone(),
+            at: Instant::now(),
+        });
+        if !request.path.ends_with("/chat/completions") {
+            return plain(404, format!("fake server: no route for {}", request.path));
+        }
+        let mut problems = match &parsed {
+            Ok(_) => tool_pairing_violations(&body["messages"]),
+            Err(e) => vec![format!("the body is not JSON ({e})")],
+        };
+        if !problems.is_empty() {
+            for problem in &mut problems {
+                *problem = format!("request {number} (agent {agent:?}): {problem}");
+            }
+            state.violations.extend(problems.iter().cloned());
+            let message = problems.join("; ");
+            return Answer::Send {
+                status: 400,
+                content_type: "application/json",
+                extra: Vec::new(),
+                body: json!({"error": {"message": message, "type": "invalid_request_error"}})
+                    .to_string(),
+            };
+        }
+        state.script.get_mut(&agent).and_then(VecDeque::pop_front)
+    };
+    match reply {
+        Some(reply) => render(reply, &body),
+        None => plain(
+            500,
+            format!("fake server: script exhausted for agent {agent:?}"),
+        ),
+    }
+}
+
+fn render(reply: Reply, request: &Value) -> Answer {
+    match reply {
+        Reply::Message { message, usage } => {
+            let has_calls = message["tool_calls"].as_array().is_some_and(|c| !c.is_empty());
+            let mut completion = json!({
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": 0,
+                "model": request["model"].clone(),
+                "choices": [{
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": if has_calls { "tool_calls" } else { "stop" },
+                }],
+            });
+            if let Some(usage) = usage {
+                completion["usage"] = usage;
+            }
+            Answer::Send {
+                status: 200,
+                content_type: "application/json",
+                extra: Vec::new(),
+                body: completion.to_string(),
+            }
+        }
+        Reply::Status(status, body) => {
+            let content_type = if serde_json::from_str::<Value>(&body).is_ok() {
+                "application/json"
+            } else {
+                "text/plain; charset=utf-8"
+            };
+            Answer::Send { status, content_type, extra: Vec::new(), body }
+        }
+        Reply::Raw(body) => Answer::Send { status: 200, content_type: "application/json", extra: Vec::new(), body },
+        Reply::RetryAfter(status, secs) => Answer::Send {
+            status,
+            content_type: "application/json",
+            extra: vec![("Retry-After".to_owned(), secs.to_string())],
+            body: json!({"error": {"message": "fake server: rate limited", "type": "rate_limit_error"}}).to_string(),
+        },
+        Reply::Close => Answer::Close,
+        Reply::Delayed(delay, inner) => {
+            std::thread::sleep(delay);
+            render(*inner, request)
+        }
+    }
+}
+
+fn plain(status: u16, body: String) -> Answer {
+    Answer::Send {
+        status,
+        content_type: "text/plain; charset=utf-8",
+        extra: Vec::new(),
+        body,
+    }
+}
+
+fn write_answer(mut stream: TcpStream, answer: Answer) {
+    match answer {
+        Answer::Close => {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        Answer::Send {
+            status,
+            content_type,
+            extra,
+            body,
+        } => {
+            let mut head = format!(
+                "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
+                reason(status),
+                body.len()
+            );
+            for (name, value) in extra {
+                head.push_str(&format!("{name}: {value}\r\n"));
+            }
+            head.push_str("\r\n");
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(body.as_bytes());
+            let _ = stream.flush();
+            let _ = stream.shutdown(Shutdown::Write);
+        }
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
+
+/// What a real server would reject about the tool-call pairing in `messages`:
+/// a tool result must answer a call of the latest assistant message, and every
+/// call must be answered before the next non-tool message (or the end).
+pub fn tool_pairing_violations(messages: &Value) -> Vec<String> {
+    let Some(messages) = messages.as_array() else {
+        return vec!["the request has no `messages` array".to_owned()];
+    };
+    let mut problems = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut pending: Vec<String> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let role = message["role"].as_str().unwrap_or("");
+        if role == "tool" {
+            let Some(id) = message["tool_call_id"].as_str() else {
+                problems.push(format!(
+                    "message {i} is a tool result without `tool_call_id`"
+                ));
+                continue;
+            };
+            if let Some(pos) = pending.iter().position(|p| p == id) {
+                pending.remove(pos);
+            } else if seen.contains(id) {
+                problems.push(format!(
+                    "message {i} answers tool call `{id}`, which was already answered or belongs to an older assistant message"
+                ));
+            } else {
+                problems.push(format!(
+                    "message {i} answers tool call `{id}`, which no earlier assistant message made"
+                ));
+            }
+            continue;
+        }
+        if !pending.is_empty() {
+            problems.push(format!(
+                "message {i} ({role}) comes before tool call(s) {pending:?} were answered"
+            ));
+            pending.clear();
+        }
+        if role == "assistant" {
+            for call in message["tool_calls"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+            {
+                let id = call["id"].as_str().unwrap_or("").to_owned();
+                if id.is_empty() || !seen.insert(id.clone()) {
+                    problems.push(format!(
+                        "message {i} has a tool call with a missing or repeated id {id:?}"
+                    ));
+                }
+                pending.push(id);
+            }
+        }
+    }
+    if !pending.is_empty() {
+        problems.push(format!(
+            "the request ends before tool call(s) {pending:?} were answered"
+        ));
+    }
+    problems
+}

@@ -1,0 +1,17 @@
+//! Shared helpers for the integration tests: a scripted fake model server, a
+//! hermetic test repository and a builder for the real `orch` binary.
+
+// Each test module uses a different subset of the helpers.
+#![allow(dead_code, unused_imports)]
+
+pub mod cmd;
+pub mod fake_server;
+pub mod repo;
+
+pub use cmd::{FAKE_API_KEY, orch, orch_with_model};
+pub use fake_server::{FakeServer, Recorded, Reply, Script, tool_pairing_violations};
+pub use repo::{RepoSnapshot, TestRepo};
+
+/// A generous bound for any single await in a test: long enough for a loaded
+/// 2-core machine, short enough that a hang fails instead of stalling CI.
+pub const AWAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
