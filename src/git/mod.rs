@@ -1,1 +1,335 @@
-//! (placeholder: filled in by the module's author)
+//! The git layer: one linked worktree per run, one commit per stage, branches
+//! that record every stage, and diffs between any two of them.
+//!
+//! Invariants:
+//! - The user's working tree, index, `HEAD` and current branch are never
+//!   written. Everything orch changes lives in its own linked worktree (under the
+//!   common git dir) and in `refs/heads/orch/…`. Functions that write files or an
+//!   index ([`commit_all`], [`reset_worktree`]) refuse anything but a linked
+//!   worktree, and [`set_branch`] refuses the branch the user has checked out.
+//! - Every function is synchronous and opens a fresh [`git2::Repository`]: a
+//!   repository handle cannot be shared between threads, so async callers run
+//!   these through `spawn_blocking`.
+//! - Work is proportional to what changed as far as libgit2 allows: staging
+//!   walks the worktree once, trusting the index's stat cache for unchanged files.
+
+mod commit;
+mod diff;
+mod worktree;
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+use std::path::{Path, PathBuf};
+
+use git2::{ErrorCode, Oid, Repository};
+
+pub use commit::commit_all;
+pub use diff::{Diff, DiffStat, FileStat, diff};
+pub use worktree::{create_worktree, remove_worktree, reset_worktree};
+
+/// An error of the git layer; its message reads after "failed to …".
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// No repository was found at or above the path.
+    #[error(
+        "open a git repository at {}: not a git repository (run orch inside a repository or pass --repo)",
+        .path.display()
+    )]
+    NotARepo { path: PathBuf },
+    /// The repository has no working tree.
+    #[error("use the repository at {}: it is bare; orch needs a working tree", .path.display())]
+    BareRepo { path: PathBuf },
+    /// The repository has no commit to start a run from.
+    #[error("use the repository at {}: it has no commits yet; commit something first", .path.display())]
+    NoCommits { path: PathBuf },
+    /// libgit2 could not open the repository.
+    #[error("open the git repository at {}: {}", .path.display(), .source.message())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+    /// A revision does not name a commit.
+    #[error("resolve `{rev}` to a commit: {}", .source.message())]
+    Resolve {
+        rev: String,
+        #[source]
+        source: git2::Error,
+    },
+    /// A branch that must be new exists already.
+    #[error("create branch `{branch}`: it already exists")]
+    BranchExists { branch: String },
+    /// A branch name git would not accept.
+    #[error("use `{branch}` as a branch name: it is not a valid ref name")]
+    InvalidBranch { branch: String },
+    /// A worktree name that cannot name an admin directory.
+    #[error("use `{name}` as a worktree name: it must be a non-empty single path component")]
+    InvalidWorktreeName { name: String },
+    /// The branch is the one checked out in the user's working tree.
+    #[error("move branch `{branch}`: it is checked out in the user's working tree")]
+    BranchCheckedOut { branch: String },
+    /// The worktree path is taken.
+    #[error("create a worktree at {}: the path already exists", .path.display())]
+    PathExists { path: PathBuf },
+    /// A worktree admin entry of that name exists already.
+    #[error(
+        "create worktree `{name}`: its admin directory {} already exists (remove the old worktree or pick another name)",
+        .admin.display()
+    )]
+    WorktreeNameTaken { name: String, admin: PathBuf },
+    /// A path that should be one of orch's linked worktrees is not.
+    #[error(
+        "use {} as an orch worktree: it is not a linked worktree (refusing to touch the user's working tree)",
+        .path.display()
+    )]
+    NotLinkedWorktree { path: PathBuf },
+    /// `remove_worktree` was given a path that is not the named worktree.
+    #[error("remove worktree `{name}` at {}: {reason}", .path.display())]
+    WorktreeMismatch {
+        name: String,
+        path: PathBuf,
+        reason: String,
+    },
+    /// Any other libgit2 failure; `op` names what and where.
+    #[error("{op}: {}", .source.message())]
+    Git {
+        op: String,
+        #[source]
+        source: git2::Error,
+    },
+    /// A file-system failure; `op` is a verb phrase completed by the path.
+    #[error("{op} {}: {source}", .path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Wraps a libgit2 error with a description of the operation.
+pub(crate) fn git_err(op: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
+    let op = op.into();
+    move |source| GitError::Git { op, source }
+}
+
+/// Wraps an I/O error with a verb phrase and the path.
+pub(crate) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> GitError {
+    let path = path.to_path_buf();
+    move |source| GitError::Io { op, path, source }
+}
+
+/// Where the user's repository lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoInfo {
+    /// Top of the user's working tree (of the linked worktree, when orch was
+    /// pointed into one).
+    pub workdir: PathBuf,
+    /// The shared `.git` directory, also when the path was inside a linked
+    /// worktree; run records and orch's worktrees live under it.
+    pub common_dir: PathBuf,
+}
+
+/// Finds the repository at or above `path` and checks that orch can work on it.
+///
+/// Errors when there is none, when it is bare, and when it has no commits yet.
+pub fn open_repo(path: &Path) -> Result<RepoInfo, GitError> {
+    std::fs::metadata(path).map_err(io_err("open a git repository at", path))?;
+    let repo = Repository::discover(path).map_err(|source| {
+        if source.code() == ErrorCode::NotFound {
+            GitError::NotARepo {
+                path: path.to_path_buf(),
+            }
+        } else {
+            GitError::Open {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    let Some(workdir) = repo.workdir() else {
+        return Err(GitError::BareRepo {
+            path: clean_path(repo.path()),
+        });
+    };
+    let workdir = clean_path(workdir);
+    let common_dir = clean_path(repo.commondir());
+    if has_no_commits(&repo).map_err(git_err(format!(
+        "read the references of {}",
+        common_dir.display()
+    )))? {
+        return Err(GitError::NoCommits { path: workdir });
+    }
+    Ok(RepoInfo {
+        workdir,
+        common_dir,
+    })
+}
+
+/// True when `HEAD` is unborn and no reference exists at all.
+fn has_no_commits(repo: &Repository) -> Result<bool, git2::Error> {
+    match repo.head() {
+        Ok(_) => Ok(false),
+        Err(e) if matches!(e.code(), ErrorCode::UnbornBranch | ErrorCode::NotFound) => {
+            Ok(repo.references()?.next().is_none())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Drops the trailing separator libgit2 puts on directory paths.
+fn clean_path(path: &Path) -> PathBuf {
+    path.components().collect()
+}
+
+/// Opens a repository exactly at `path` (a git dir or a working tree), without
+/// searching upward.
+pub(crate) fn open_at(path: &Path) -> Result<Repository, GitError> {
+    Repository::open(path).map_err(|source| GitError::Open {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Looks up a commit by full or abbreviated sha (or any revision).
+pub(crate) fn find_commit<'r>(
+    repo: &'r Repository,
+    rev: &str,
+) -> Result<git2::Commit<'r>, GitError> {
+    let resolve = |source| GitError::Resolve {
+        rev: rev.to_string(),
+        source,
+    };
+    let object = match Oid::from_str(rev) {
+        Ok(oid) if rev.len() == 40 => repo.find_object(oid, None).map_err(resolve)?,
+        _ => repo.revparse_single(rev).map_err(resolve)?,
+    };
+    object.peel_to_commit().map_err(resolve)
+}
+
+/// Resolves `rev` (`HEAD`, a branch, a tag, a sha…) to a full commit sha.
+///
+/// `common_dir` is opened as is: given the common git dir, `HEAD` is the main
+/// working tree's `HEAD`; given the top of a linked worktree, it is that
+/// worktree's `HEAD`.
+pub fn resolve_commit(common_dir: &Path, rev: &str) -> Result<String, GitError> {
+    let repo = open_at(common_dir)?;
+    Ok(find_commit(&repo, rev)?.id().to_string())
+}
+
+fn branch_ref(branch: &str) -> Result<String, GitError> {
+    let name = format!("refs/heads/{branch}");
+    if branch.is_empty() || !git2::Reference::is_valid_name(&name) {
+        return Err(GitError::InvalidBranch {
+            branch: branch.to_string(),
+        });
+    }
+    Ok(name)
+}
+
+/// Creates `refs/heads/<branch>` at `sha`, or force-moves it there.
+///
+/// Refuses the branch checked out in the user's main working tree, so the
+/// user's `HEAD` never moves under them.
+pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitError> {
+    let name = branch_ref(branch)?;
+    let repo = open_at(common_dir)?;
+    let commit = find_commit(&repo, sha)?;
+    let user_head = repo
+        .find_reference("HEAD")
+        .ok()
+        .and_then(|head| head.symbolic_target_bytes().map(<[u8]>::to_vec));
+    if user_head.as_deref() == Some(name.as_bytes()) {
+        return Err(GitError::BranchCheckedOut {
+            branch: branch.to_string(),
+        });
+    }
+    repo.reference(&name, commit.id(), true, "orch: set branch")
+        .map_err(git_err(format!("set branch `{branch}` to {sha}")))?;
+    Ok(())
+}
+
+/// The commit `refs/heads/<branch>` points at, or `None` when it does not exist.
+pub fn branch_sha(common_dir: &Path, branch: &str) -> Result<Option<String>, GitError> {
+    let name = branch_ref(branch)?;
+    let repo = open_at(common_dir)?;
+    let reference = match repo.find_reference(&name) {
+        Ok(reference) => reference,
+        Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
+        Err(e) => return Err(git_err(format!("read branch `{branch}`"))(e)),
+    };
+    let commit = reference
+        .peel_to_commit()
+        .map_err(git_err(format!("read branch `{branch}`")))?;
+    Ok(Some(commit.id().to_string()))
+}
+
+/// `(name, sha)` of every branch whose name starts with `prefix`, sorted by name.
+///
+/// Branches that do not point at a commit are skipped.
+pub fn list_branches(common_dir: &Path, prefix: &str) -> Result<Vec<(String, String)>, GitError> {
+    let repo = open_at(common_dir)?;
+    let full_prefix = format!("refs/heads/{prefix}");
+    let op = || format!("list branches `{prefix}*` in {}", common_dir.display());
+    let mut out = Vec::new();
+    for reference in repo.references().map_err(git_err(op()))? {
+        let reference = reference.map_err(git_err(op()))?;
+        // Branch names orch writes are UTF-8; skip any that are not.
+        let Ok(name) = reference.name() else {
+            continue;
+        };
+        let Some(short) = name.strip_prefix("refs/heads/") else {
+            continue;
+        };
+        if !name.starts_with(&full_prefix) {
+            continue;
+        }
+        if let Ok(commit) = reference.peel_to_commit() {
+            out.push((short.to_string(), commit.id().to_string()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The `Key: value` trailers at the end of a commit's message, in order.
+pub fn commit_message_trailers(
+    common_dir: &Path,
+    sha: &str,
+) -> Result<Vec<(String, String)>, GitError> {
+    let repo = open_at(common_dir)?;
+    let commit = find_commit(&repo, sha)?;
+    let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+    let trailers = git2::message_trailers_strs(&message)
+        .map_err(git_err(format!("parse the trailers of commit {sha}")))?;
+    Ok(trailers
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect())
+}
+
+/// The signature orch commits with: the repository's configured identity, or
+/// `orch <orch@localhost>` when none is configured.
+pub(crate) fn signature(repo: &Repository) -> Result<git2::Signature<'static>, GitError> {
+    match repo.signature() {
+        Ok(sig) => Ok(sig),
+        Err(_) => git2::Signature::now("orch", "orch@localhost").map_err(git_err(
+            "build the fallback signature orch <orch@localhost>",
+        )),
+    }
+}
+
+/// Opens `path` and checks that it is a linked worktree, never the user's own.
+pub(crate) fn open_linked_worktree(path: &Path) -> Result<Repository, GitError> {
+    let repo = open_at(path)?;
+    if !repo.is_worktree() {
+        return Err(GitError::NotLinkedWorktree {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(repo)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,461 @@
+//! Diffs between two commits: a unified patch under a byte budget, and the
+//! numbers `git diff --stat` prints.
+//!
+//! Renames are detected, as `git diff` does by default. Binary files appear as
+//! git's "Binary files … differ" line, never as content. A patch over budget is
+//! cut at a file boundary, else a hunk boundary, else (only when not even one
+//! hunk fits) a line boundary, and ends with a marker saying what was left out.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use git2::{Delta, DiffFindOptions, DiffOptions, Patch};
+use serde::{Deserialize, Serialize};
+
+use super::{GitError, find_commit, git_err, open_at};
+
+/// Lines changed in one file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStat {
+    /// Path in the new tree; `old => new` for a rename.
+    pub path: String,
+    pub insertions: usize,
+    pub deletions: usize,
+}
+
+/// What `git diff --stat` counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiffStat {
+    pub files_changed: usize,
+    pub insertions: usize,
+    pub deletions: usize,
+    /// One entry per changed file, in git's path order.
+    pub files: Vec<FileStat>,
+}
+
+/// A unified patch between two commits with its stat.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diff {
+    /// git-style unified patch (`diff --git` headers, 3 lines of context),
+    /// possibly cut short; see [`Diff::truncated`].
+    pub patch: String,
+    /// The stat of the whole diff, also when the patch was cut.
+    pub stat: DiffStat,
+    /// Whether `patch` was cut to fit the budget (it then ends with a
+    /// "[… patch truncated: … …]" line).
+    pub truncated: bool,
+}
+
+/// Width `render` lays the stat out in, like git on an 80-column terminal.
+const STAT_WIDTH: usize = 80;
+/// Longest path `render` shows before eliding its start with `...`.
+const STAT_NAME_MAX: usize = 50;
+
+/// The diff from `from_sha` to `to_sha`, its patch capped at `max_patch_bytes`
+/// (the truncation marker included).
+pub fn diff(
+    common_dir: &Path,
+    from_sha: &str,
+    to_sha: &str,
+    max_patch_bytes: usize,
+) -> Result<Diff, GitError> {
+    let repo = open_at(common_dir)?;
+    let op = || format!("diff {from_sha}..{to_sha}");
+    let from = find_commit(&repo, from_sha)?
+        .tree()
+        .map_err(git_err(op()))?;
+    let to = find_commit(&repo, to_sha)?.tree().map_err(git_err(op()))?;
+    let mut opts = DiffOptions::new();
+    opts.context_lines(3);
+    let mut diff = repo
+        .diff_tree_to_tree(Some(&from), Some(&to), Some(&mut opts))
+        .map_err(git_err(op()))?;
+    let mut find = DiffFindOptions::new();
+    find.renames(true);
+    diff.find_similar(Some(&mut find)).map_err(git_err(op()))?;
+
+    let mut chunks = Vec::new();
+    let mut stat = DiffStat::default();
+    for (idx, delta) in diff.deltas().enumerate() {
+        let old = delta
+            .old_file()
+            .path()
+            .map(|p| p.to_string_lossy().into_owned());
+        let new = delta
+            .new_file()
+            .path()
+            .map(|p| p.to_string_lossy().into_owned());
+        let path = match (delta.status(), old, new) {
+            (Delta::Renamed, Some(old), Some(new)) if old != new => format!("{old} => {new}"),
+            (_, _, Some(new)) => new,
+            (_, Some(old), None) => old,
+            (_, None, None) => String::new(),
+        };
+        let (insertions, deletions, text) =
+            match Patch::from_diff(&diff, idx).map_err(git_err(op()))? {
+                Some(mut patch) => {
+                    let (_, ins, del) = patch.line_stats().map_err(git_err(op()))?;
+                    let buf = patch.to_buf().map_err(git_err(op()))?;
+                    (ins, del, String::from_utf8_lossy(&buf).into_owned())
+                }
+                // libgit2 makes no patch for some binary deltas; say what git says.
+                None => (
+                    0,
+                    0,
+                    format!("diff --git a/{path} b/{path}\nBinary files differ\n"),
+                ),
+            };
+        stat.insertions += insertions;
+        stat.deletions += deletions;
+        stat.files.push(FileStat {
+            path,
+            insertions,
+            deletions,
+        });
+        chunks.push(text);
+    }
+    stat.files_changed = stat.files.len();
+    let (patch, truncated) = fit_patch(&chunks, max_patch_bytes);
+    Ok(Diff {
+        patch,
+        stat,
+        truncated,
+    })
+}
+
+fn truncation_marker(bytes: usize, files: usize) -> String {
+    let noun = if files == 1 { "file" } else { "files" };
+    format!("[… patch truncated: {bytes} more bytes in {files} {noun} …]\n")
+}
+
+/// Joins per-file patches, cutting them to `max` bytes (marker included) when
+/// they do not fit.
+fn fit_patch(chunks: &[String], max: usize) -> (String, bool) {
+    let total: usize = chunks.iter().map(String::len).sum();
+    if total <= max {
+        return (chunks.concat(), false);
+    }
+    // The marker's numbers only shrink from these, so this bounds its length.
+    let budget = max.saturating_sub(truncation_marker(total, chunks.len()).len());
+    let mut out = String::new();
+    let mut whole_files = 0;
+    for chunk in chunks {
+        if out.len() + chunk.len() <= budget {
+            out.push_str(chunk);
+            whole_files += 1;
+        } else {
+            let room = budget - out.len();
+            out.push_str(cut_file_patch(chunk, room, out.is_empty()));
+            break;
+        }
+    }
+    if !out.is_empty() && !out.ends_with('\n') {
+        // Only a mid-line cut gets here, and that cut left room for this byte
+        // inside the marker's worst-case reserve.
+        out.push('\n');
+    }
+    let shown = out.len();
+    let marker = truncation_marker(total.saturating_sub(shown), chunks.len() - whole_files);
+    out.push_str(&marker);
+    (out, true)
+}
+
+/// The longest prefix of one file's patch within `room` bytes that ends after
+/// a whole hunk. When none fits and nothing precedes it (`alone`), falls back
+/// to whole lines, then to a character boundary, so the patch is never empty
+/// for want of a boundary.
+fn cut_file_patch(chunk: &str, room: usize, alone: bool) -> &str {
+    // Cutting just before hunk k keeps hunks 0..k, so the first hunk header
+    // is no place to cut.
+    let first_hunk = line_starts(chunk).find(|&at| chunk[at..].starts_with("@@ "));
+    let by_hunk = line_starts(chunk)
+        .filter(|&at| Some(at) > first_hunk && chunk[at..].starts_with("@@ "))
+        .rfind(|&end| end <= room);
+    if let Some(end) = by_hunk {
+        return &chunk[..end];
+    }
+    if !alone {
+        return "";
+    }
+    let by_line = line_starts(chunk).rfind(|&at| at > 0 && at <= room);
+    if let Some(end) = by_line {
+        return &chunk[..end];
+    }
+    let mut end = room.min(chunk.len());
+    while !chunk.is_char_boundary(end) {
+        end -= 1;
+    }
+    &chunk[..end]
+}
+
+/// Byte offsets where lines begin (0 and after every `\n` that is not last).
+fn line_starts(text: &str) -> impl DoubleEndedIterator<Item = usize> + '_ {
+    std::iter::once(0).chain(
+        text.match_indices('\n')
+            .map(|(at, _)| at + 1)
+            .filter(move |&at| at < text.len()),
+    )
+}
+
+impl DiffStat {
+    /// The last line of `git diff --stat`, without a newline, e.g.
+    /// `" 3 files changed, 10 insertions(+), 2 deletions(-)"`.
+    pub fn summary(&self) -> String {
+        if self.files_changed == 0 {
+            return " 0 files changed".to_string();
+        }
+        let plural =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let mut out = format!(
+            " {}",
+            plural(self.files_changed, "file changed", "files changed")
+        );
+        // git prints both counts when both are zero, and omits a zero beside a
+        // non-zero one.
+        if self.insertions > 0 || self.deletions == 0 {
+            let _ = write!(
+                out,
+                ", {}",
+                plural(self.insertions, "insertion(+)", "insertions(+)")
+            );
+        }
+        if self.deletions > 0 || self.insertions == 0 {
+            let _ = write!(
+                out,
+                ", {}",
+                plural(self.deletions, "deletion(-)", "deletions(-)")
+            );
+        }
+        out
+    }
+
+    /// `git diff --stat` as text: one ` path | N ++--` line per file, then
+    /// [`DiffStat::summary`]; every line ends with a newline.
+    pub fn render(&self) -> String {
+        let names: Vec<String> = self.files.iter().map(|f| elide(&f.path)).collect();
+        let name_width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+        let max_change = self
+            .files
+            .iter()
+            .map(|f| f.insertions + f.deletions)
+            .max()
+            .unwrap_or(0);
+        let count_width = max_change.to_string().len();
+        // " name | count graph"
+        let graph_width = STAT_WIDTH
+            .saturating_sub(1 + name_width + 3 + count_width + 1)
+            .max(1);
+        let mut out = String::new();
+        for (file, name) in self.files.iter().zip(&names) {
+            let change = file.insertions + file.deletions;
+            let (plus, minus) = if max_change > graph_width {
+                // git's show_stats: scale the total, keep room for both signs,
+                // and scale the smaller side so it does not vanish.
+                let mut total = scale(change, graph_width, max_change);
+                if total < 2 && file.insertions > 0 && file.deletions > 0 {
+                    total = 2;
+                }
+                if file.insertions < file.deletions {
+                    let plus = scale(file.insertions, graph_width, max_change);
+                    (plus, total.saturating_sub(plus))
+                } else {
+                    let minus = scale(file.deletions, graph_width, max_change);
+                    (total.saturating_sub(minus), minus)
+                }
+            } else {
+                (file.insertions, file.deletions)
+            };
+            let graph = format!("{}{}", "+".repeat(plus), "-".repeat(minus));
+            let pad = name_width - name.chars().count();
+            let _ = write!(out, " {name}{} | {change:>count_width$}", " ".repeat(pad));
+            if !graph.is_empty() {
+                let _ = write!(out, " {graph}");
+            }
+            out.push('\n');
+        }
+        out.push_str(&self.summary());
+        out.push('\n');
+        out
+    }
+}
+
+/// git's `scale_linear`: at least one column for any change.
+fn scale(it: usize, width: usize, max_change: usize) -> usize {
+    if it == 0 {
+        0
+    } else {
+        1 + it * (width - 1) / max_change
+    }
+}
+
+/// Shortens a long path to its tail behind `...`, as `git diff --stat` does.
+fn elide(path: &str) -> String {
+    let len = path.chars().count();
+    if len <= STAT_NAME_MAX {
+        return path.to_string();
+    }
+    let tail: String = path.chars().skip(len - (STAT_NAME_MAX - 3)).collect();
+    format!("...{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_patch(name: &str, hunks: usize, lines_per_hunk: usize) -> String {
+        let mut s = format!("diff --git a/{name} b/{name}\n--- a/{name}\n+++ b/{name}\n");
+        for h in 0..hunks {
+            let _ = writeln!(s, "@@ -{0},{1} +{0},{1} @@", h * 100 + 1, lines_per_hunk);
+            for l in 0..lines_per_hunk {
+                let _ = writeln!(s, "+line {h}.{l}");
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn fit_patch_keeps_everything_within_budget() {
+        let chunks = vec![file_patch("a", 1, 2), file_patch("b", 1, 2)];
+        let total: usize = chunks.iter().map(String::len).sum();
+        let (patch, truncated) = fit_patch(&chunks, total);
+        assert!(!truncated);
+        assert_eq!(patch, chunks.concat());
+    }
+
+    #[test]
+    fn fit_patch_cuts_at_file_boundary() {
+        let chunks = vec![
+            file_patch("a", 1, 3),
+            file_patch("b", 1, 40),
+            file_patch("c", 1, 3),
+        ];
+        let max = chunks[0].len() + 100;
+        let (patch, truncated) = fit_patch(&chunks, max);
+        assert!(truncated);
+        assert!(patch.len() <= max, "{} > {max}", patch.len());
+        let rest = chunks[1].len() + chunks[2].len();
+        assert_eq!(
+            patch,
+            format!(
+                "{}[… patch truncated: {rest} more bytes in 2 files …]\n",
+                chunks[0]
+            )
+        );
+    }
+
+    #[test]
+    fn fit_patch_cuts_at_hunk_boundary_inside_a_file() {
+        let chunks = vec![file_patch("big", 5, 10)];
+        let hunk_len = chunks[0].len() / 5; // roughly one hunk
+        let max = hunk_len * 3;
+        let (patch, truncated) = fit_patch(&chunks, max);
+        assert!(truncated);
+        assert!(patch.len() <= max);
+        let body = patch.split("[… patch truncated").next().unwrap_or_default();
+        assert!(chunks[0].starts_with(body));
+        // Ends right before a hunk header, i.e. after a whole hunk.
+        assert!(chunks[0][body.len()..].starts_with("@@ "), "{body}");
+        assert!(body.contains("+line 0.9\n"));
+        assert!(patch.ends_with("more bytes in 1 file …]\n"));
+    }
+
+    #[test]
+    fn fit_patch_falls_back_to_lines_when_no_hunk_fits() {
+        let chunks = vec![file_patch("huge", 1, 500)];
+        let (patch, truncated) = fit_patch(&chunks, 300);
+        assert!(truncated);
+        assert!(patch.len() <= 300);
+        assert!(patch.starts_with("diff --git a/huge b/huge\n"));
+        let body = patch.split("[… patch truncated").next().unwrap_or_default();
+        assert!(body.ends_with('\n'));
+        let omitted = chunks[0].len() - body.len();
+        assert!(patch.contains(&format!("{omitted} more bytes in 1 file")));
+    }
+
+    #[test]
+    fn fit_patch_with_zero_budget_is_just_the_marker() {
+        let chunks = vec![file_patch("a", 1, 1)];
+        let (patch, truncated) = fit_patch(&chunks, 0);
+        assert!(truncated);
+        assert_eq!(
+            patch,
+            format!(
+                "[… patch truncated: {} more bytes in 1 file …]\n",
+                chunks[0].len()
+            )
+        );
+    }
+
+    #[test]
+    fn cut_never_splits_a_character() {
+        let chunk = "ééééé";
+        assert_eq!(cut_file_patch(chunk, 3, true), "é");
+    }
+
+    #[test]
+    fn summary_matches_git_wording() {
+        let stat = |files, insertions, deletions| DiffStat {
+            files_changed: files,
+            insertions,
+            deletions,
+            files: Vec::new(),
+        };
+        assert_eq!(stat(0, 0, 0).summary(), " 0 files changed");
+        assert_eq!(
+            stat(3, 10, 2).summary(),
+            " 3 files changed, 10 insertions(+), 2 deletions(-)"
+        );
+        assert_eq!(stat(1, 1, 0).summary(), " 1 file changed, 1 insertion(+)");
+        assert_eq!(stat(2, 0, 1).summary(), " 2 files changed, 1 deletion(-)");
+        assert_eq!(
+            stat(1, 0, 0).summary(),
+            " 1 file changed, 0 insertions(+), 0 deletions(-)"
+        );
+    }
+
+    #[test]
+    fn render_aligns_and_scales_like_git() {
+        let stat = DiffStat {
+            files_changed: 3,
+            insertions: 1003,
+            deletions: 2,
+            files: vec![
+                FileStat {
+                    path: "a.txt".into(),
+                    insertions: 3,
+                    deletions: 2,
+                },
+                FileStat {
+                    path: "dir/long_name.rs".into(),
+                    insertions: 1000,
+                    deletions: 0,
+                },
+                FileStat {
+                    path: "img.png".into(),
+                    insertions: 0,
+                    deletions: 0,
+                },
+            ],
+        };
+        let text = stat.render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0], " a.txt            |    5 +-");
+        assert!(lines[1].starts_with(" dir/long_name.rs | 1000 +++"));
+        assert!(lines[1].len() <= STAT_WIDTH, "{}", lines[1]);
+        assert_eq!(lines[2], " img.png          |    0");
+        assert_eq!(
+            lines[3],
+            " 3 files changed, 1003 insertions(+), 2 deletions(-)"
+        );
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn long_paths_are_elided_from_the_front() {
+        let long = format!("{}/file.rs", "d".repeat(80));
+        let shown = elide(&long);
+        assert_eq!(shown.chars().count(), STAT_NAME_MAX);
+        assert!(shown.starts_with("...") && shown.ends_with("/file.rs"));
+    }
+}

@@ -1,0 +1,707 @@
+//! Tests of the git layer against real repositories in temp dirs.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::testutil::{TestRepo, write_file};
+use super::*;
+
+/// A run's worktree, created at the user's HEAD as orch does it.
+struct Run {
+    name: String,
+    path: PathBuf,
+    pr: String,
+    base: String,
+}
+
+fn start_run(repo: &TestRepo, run_id: &str) -> Run {
+    let info = open_repo(&repo.path).expect("open repo");
+    let base = resolve_commit(&info.common_dir, "HEAD").expect("resolve HEAD");
+    let path = info.common_dir.join("orch/worktrees").join(run_id);
+    let pr = format!("orch/{run_id}/pr");
+    create_worktree(&info.common_dir, run_id, &path, &pr, &base).expect("create worktree");
+    Run {
+        name: run_id.to_string(),
+        path,
+        pr,
+        base,
+    }
+}
+
+fn tree_files(repo: &TestRepo, rev: &str) -> Vec<String> {
+    repo.git(&["ls-tree", "-r", "--name-only", rev])
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn show(repo: &TestRepo, rev_path: &str) -> String {
+    repo.git(&["show", rev_path])
+}
+
+fn assert_fsck_clean(repo: &TestRepo) {
+    let out = repo
+        .git_cmd(&repo.path, &["fsck", "--full", "--strict"])
+        .output()
+        .expect("run fsck");
+    assert!(
+        out.status.success(),
+        "fsck: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("error"), "fsck: {stderr}");
+}
+
+// ---------------------------------------------------------------- open_repo
+
+#[test]
+fn open_repo_from_a_subdirectory_finds_the_top() {
+    let repo = TestRepo::new();
+    let info = open_repo(&repo.path.join("src")).expect("open");
+    assert_eq!(info.workdir, repo.path);
+    assert_eq!(info.common_dir, repo.git_dir());
+}
+
+#[test]
+fn open_repo_in_a_linked_worktree_reports_the_main_common_dir() {
+    let repo = TestRepo::new();
+    let linked = repo.root().join("linked");
+    let linked_str = linked.to_string_lossy().into_owned();
+    repo.git(&["worktree", "add", "-q", "-b", "side", &linked_str]);
+    let linked = fs::canonicalize(&linked).expect("canonical");
+    let info = open_repo(&linked.join("src")).expect("open");
+    assert_eq!(info.workdir, linked);
+    assert_eq!(info.common_dir, repo.git_dir());
+    // Given the linked worktree itself, HEAD is that worktree's HEAD.
+    repo.git_in(
+        &linked,
+        &["commit", "-q", "--allow-empty", "-m", "side work"],
+    );
+    let side = resolve_commit(&linked, "HEAD").expect("resolve");
+    assert_eq!(side, repo.rev("side"));
+    assert_eq!(
+        resolve_commit(&info.common_dir, "HEAD").expect("resolve"),
+        repo.rev("main")
+    );
+}
+
+#[test]
+fn open_repo_outside_any_repository_says_how_to_fix_it() {
+    let dir = tempfile::TempDir::new().expect("temp");
+    let err = open_repo(dir.path()).expect_err("not a repo");
+    assert!(matches!(err, GitError::NotARepo { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.starts_with("open a git repository at "), "{msg}");
+    assert!(
+        msg.ends_with(": not a git repository (run orch inside a repository or pass --repo)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn open_repo_refuses_a_repository_without_commits() {
+    let repo = TestRepo::empty();
+    let err = open_repo(&repo.path).expect_err("no commits");
+    assert!(matches!(err, GitError::NoCommits { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .ends_with("has no commits yet; commit something first"),
+        "{err}"
+    );
+}
+
+#[test]
+fn open_repo_refuses_a_bare_repository() {
+    let repo = TestRepo::new();
+    let bare = repo.root().join("bare.git");
+    let bare_str = bare.to_string_lossy().into_owned();
+    repo.git(&["clone", "-q", "--bare", ".", &bare_str]);
+    let err = open_repo(&bare).expect_err("bare");
+    assert!(matches!(err, GitError::BareRepo { .. }), "{err:?}");
+}
+
+// ----------------------------------------------------------- resolve_commit
+
+#[test]
+fn resolve_commit_understands_head_branches_tags_and_short_shas() {
+    let repo = TestRepo::new();
+    let first = repo.rev("HEAD");
+    repo.git(&["tag", "-a", "v1", "-m", "release"]);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "second"]);
+    repo.git(&["branch", "feature", &first]);
+    let second = repo.rev("HEAD");
+    let dir = repo.git_dir();
+    assert_eq!(resolve_commit(&dir, "HEAD").expect("HEAD"), second);
+    assert_eq!(resolve_commit(&dir, "main").expect("main"), second);
+    assert_eq!(resolve_commit(&dir, "feature").expect("feature"), first);
+    assert_eq!(resolve_commit(&dir, "v1").expect("annotated tag"), first);
+    assert_eq!(resolve_commit(&dir, &first[..8]).expect("short sha"), first);
+    assert_eq!(resolve_commit(&dir, &first).expect("full sha"), first);
+    assert_eq!(resolve_commit(&dir, "HEAD~1").expect("HEAD~1"), first);
+
+    let err = resolve_commit(&dir, "no-such-branch").expect_err("unknown");
+    assert!(matches!(&err, GitError::Resolve { rev, .. } if rev == "no-such-branch"));
+    assert!(err.to_string().contains("`no-such-branch`"), "{err}");
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let err = resolve_commit(&dir, missing).expect_err("missing object");
+    assert!(err.to_string().contains(missing), "{err}");
+}
+
+// ------------------------------------------------- the whole run, end to end
+
+#[test]
+fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
+    let repo = TestRepo::new();
+    // The user is mid-work: a modified tracked file, a staged change, an
+    // untracked file, an ignored file.
+    repo.write("README.md", "# demo\nuser edit, not staged\n");
+    repo.write("staged.txt", "staged by the user\n");
+    repo.git(&["add", "staged.txt"]);
+    repo.write("notes.txt", "untracked user notes\n");
+    repo.write("debug.log", "ignored user log\n");
+    let before = repo.snapshot();
+
+    let run = start_run(&repo, "01RUN");
+    let info = open_repo(&repo.path).expect("open");
+    let common = &info.common_dir;
+    // The worktree starts at the base commit, without the user's dirty state.
+    assert!(!run.path.join("staged.txt").exists());
+    assert!(!run.path.join("notes.txt").exists());
+    assert_eq!(
+        fs::read_to_string(run.path.join("README.md")).expect("read"),
+        "# demo\n"
+    );
+    assert_eq!(
+        branch_sha(common, &run.pr).expect("pr"),
+        Some(run.base.clone())
+    );
+
+    // Stage "code": a new file, a modified file, a deleted file, a file made by
+    // a shell command, and an ignored file.
+    write_file(&run.path.join("src/new.rs"), "pub fn two() -> u32 { 2 }\n");
+    write_file(
+        &run.path.join("src/lib.rs"),
+        "pub fn one() -> u32 {\n    1 + 0\n}\n",
+    );
+    fs::remove_file(run.path.join("src/old.rs")).expect("delete");
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("mkdir -p gen && echo generated > gen/out.txt && echo noise > build.log")
+        .current_dir(&run.path)
+        .status()
+        .expect("sh");
+    assert!(status.success());
+    write_file(
+        &run.path.join("target/debug/app"),
+        "binary-ish build output\n",
+    );
+
+    let message = "code: resolve the issue\n\nOrch-Stage: code\nOrch-Role: coder\n";
+    let code = commit_all(&run.path, message, &run.base).expect("commit code");
+    assert_eq!(repo.rev(&format!("{code}^")), run.base);
+    assert_eq!(
+        tree_files(&repo, &code),
+        [
+            ".gitignore",
+            "README.md",
+            "gen/out.txt",
+            "src/lib.rs",
+            "src/new.rs"
+        ]
+    );
+    assert_eq!(
+        show(&repo, &format!("{code}:src/lib.rs")),
+        "pub fn one() -> u32 {\n    1 + 0\n}\n"
+    );
+    assert_eq!(show(&repo, &format!("{code}:gen/out.txt")), "generated\n");
+    set_branch(common, "orch/01RUN/code", &code).expect("stage branch");
+
+    // The worktree's branch moved with the commit, and git sees it clean.
+    assert_eq!(repo.rev(&run.pr), code);
+    assert_eq!(
+        repo.git_in(&run.path, &["symbolic-ref", "HEAD"]).trim(),
+        format!("refs/heads/{}", run.pr)
+    );
+    assert_eq!(repo.git_in(&run.path, &["status", "--porcelain"]), "");
+    let author = repo.git(&["log", "-1", "--format=%an <%ae>|%cn <%ce>", &code]);
+    assert_eq!(
+        author.trim(),
+        "Test User <test@example.com>|Test User <test@example.com>"
+    );
+    assert_eq!(
+        commit_message_trailers(common, &code).expect("trailers"),
+        [
+            ("Orch-Stage".to_string(), "code".to_string()),
+            ("Orch-Role".to_string(), "coder".to_string())
+        ]
+    );
+
+    // Stage "review" changes nothing and still gets its own commit.
+    let review = commit_all(&run.path, "review: approve", &code).expect("commit review");
+    assert_ne!(review, code);
+    assert_eq!(repo.rev(&format!("{review}^")), code);
+    assert_eq!(
+        repo.rev(&format!("{review}^{{tree}}")),
+        repo.rev(&format!("{code}^{{tree}}"))
+    );
+    set_branch(common, "orch/01RUN/review", &review).expect("stage branch");
+    assert_eq!(repo.rev(&run.pr), review);
+
+    assert_eq!(
+        list_branches(common, "orch/01RUN/").expect("list"),
+        [
+            ("orch/01RUN/code".to_string(), code.clone()),
+            ("orch/01RUN/pr".to_string(), review.clone()),
+            ("orch/01RUN/review".to_string(), review.clone()),
+        ]
+    );
+
+    let d = diff(common, &run.base, &review, 1 << 20).expect("diff");
+    assert!(!d.truncated);
+    assert_eq!(d.stat.files_changed, 4);
+    let numstat = repo.git(&["diff", "--numstat", &run.base, &review]);
+    let (ins, del) = numstat.lines().fold((0, 0), |(i, d), line| {
+        let mut parts = line.split_whitespace();
+        let a: usize = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        let b: usize = parts.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+        (i + a, d + b)
+    });
+    assert_eq!((d.stat.insertions, d.stat.deletions), (ins, del));
+    assert!(
+        d.patch.contains("diff --git a/src/old.rs b/src/old.rs\n"),
+        "{}",
+        d.patch
+    );
+    assert!(d.patch.contains("+    1 + 0\n"));
+
+    // git agrees the repository and the worktree are sound.
+    assert_fsck_clean(&repo);
+    let list = repo.git(&["worktree", "list", "--porcelain"]);
+    let run_path = run.path.to_string_lossy();
+    assert!(list.contains(&format!("worktree {run_path}\n")), "{list}");
+    assert!(
+        list.contains(&format!("branch refs/heads/{}\n", run.pr)),
+        "{list}"
+    );
+    assert!(!list.contains("prunable"), "{list}");
+
+    // The user's HEAD, index, files and status are exactly as they were.
+    assert_eq!(repo.snapshot(), before);
+
+    remove_worktree(common, &run.name, &run.path).expect("remove");
+    assert!(!run.path.exists());
+    assert!(!repo.git_dir().join("worktrees").join(&run.name).exists());
+    let list = repo.git(&["worktree", "list", "--porcelain"]);
+    assert!(!list.contains(&*run_path), "{list}");
+    // Branches outlive the worktree.
+    assert_eq!(branch_sha(common, &run.pr).expect("pr"), Some(review));
+    assert_eq!(
+        branch_sha(common, "orch/01RUN/code").expect("code"),
+        Some(code)
+    );
+    assert_fsck_clean(&repo);
+    assert_eq!(repo.snapshot(), before);
+    // Removing it again is a no-op.
+    remove_worktree(common, &run.name, &run.path).expect("remove twice");
+}
+
+#[test]
+fn commit_all_falls_back_to_the_orch_identity() {
+    let repo = TestRepo::new();
+    repo.git(&["config", "--unset", "user.name"]);
+    repo.git(&["config", "--unset", "user.email"]);
+    let run = start_run(&repo, "nobody");
+    let sha = commit_all(&run.path, "stage", &run.base).expect("commit");
+    let who = repo.git(&["log", "-1", "--format=%an <%ae>|%cn <%ce>", &sha]);
+    assert_eq!(who.trim(), "orch <orch@localhost>|orch <orch@localhost>");
+}
+
+#[test]
+fn commit_all_takes_the_parent_it_is_given() {
+    let repo = TestRepo::new();
+    let run = start_run(&repo, "parents");
+    write_file(&run.path.join("a.txt"), "a\n");
+    let first = commit_all(&run.path, "first", &run.base).expect("first");
+    // A rolled-back stage restarts from the base; the branch follows.
+    write_file(&run.path.join("b.txt"), "b\n");
+    let again = commit_all(&run.path, "again", &run.base).expect("again");
+    assert_eq!(repo.rev(&format!("{again}^")), run.base);
+    assert_eq!(repo.rev(&run.pr), again);
+    assert_ne!(first, again);
+    assert_eq!(
+        tree_files(&repo, &again)
+            .iter()
+            .filter(|f| f.ends_with(".txt"))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn commit_all_stages_tracked_ignored_files_and_dotfiles() {
+    let repo = TestRepo::new();
+    repo.write("keep.log", "tracked although ignored\n");
+    repo.git(&["add", "-f", "keep.log"]);
+    repo.git(&["commit", "-q", "-m", "track a log"]);
+    let run = start_run(&repo, "dots");
+    write_file(&run.path.join("keep.log"), "changed\n");
+    write_file(&run.path.join(".env.example"), "KEY=\n");
+    write_file(&run.path.join("fresh.log"), "new and ignored\n");
+    let sha = commit_all(&run.path, "stage", &run.base).expect("commit");
+    let files = tree_files(&repo, &sha);
+    assert!(files.contains(&".env.example".to_string()), "{files:?}");
+    assert!(!files.contains(&"fresh.log".to_string()), "{files:?}");
+    assert_eq!(show(&repo, &format!("{sha}:keep.log")), "changed\n");
+}
+
+#[test]
+fn two_runs_commit_concurrently() {
+    let repo = TestRepo::new();
+    let runs = [start_run(&repo, "lane-a"), start_run(&repo, "lane-b")];
+    let shas: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = runs
+            .iter()
+            .map(|run| {
+                scope.spawn(move || {
+                    let mut parent = run.base.clone();
+                    for i in 0..5 {
+                        write_file(&run.path.join(format!("f{i}.txt")), &run.name);
+                        parent = commit_all(&run.path, "stage", &parent).expect("commit");
+                    }
+                    parent
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    for (run, sha) in runs.iter().zip(&shas) {
+        assert_eq!(repo.rev(&run.pr), *sha);
+        assert_eq!(show(&repo, &format!("{sha}:f4.txt")), run.name);
+    }
+    assert_fsck_clean(&repo);
+}
+
+// --------------------------------------------------------- safety refusals
+
+#[test]
+fn writers_refuse_the_users_own_working_tree() {
+    let repo = TestRepo::new();
+    repo.write("README.md", "dirty\n");
+    let before = repo.snapshot();
+    let head = repo.rev("HEAD");
+    let err = commit_all(&repo.path, "nope", &head).expect_err("main tree");
+    assert!(matches!(err, GitError::NotLinkedWorktree { .. }), "{err:?}");
+    let err = reset_worktree(&repo.path, &head).expect_err("main tree");
+    assert!(matches!(err, GitError::NotLinkedWorktree { .. }), "{err:?}");
+    let err = set_branch(&repo.git_dir(), "main", &head).expect_err("checked out");
+    assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err:?}");
+    assert_eq!(repo.snapshot(), before);
+}
+
+// ------------------------------------------------------------ create errors
+
+fn leftovers(repo: &TestRepo, name: &str, branch: &str) -> (bool, Option<String>) {
+    let admin = repo.git_dir().join("worktrees").join(name).exists();
+    (
+        admin,
+        branch_sha(&repo.git_dir(), branch).expect("branch_sha"),
+    )
+}
+
+#[test]
+fn create_worktree_on_an_existing_path_fails_cleanly() {
+    let repo = TestRepo::new();
+    let common = repo.git_dir();
+    let base = repo.rev("HEAD");
+    let taken = repo.root().join("taken");
+    fs::create_dir_all(&taken).expect("mkdir");
+    let err = create_worktree(&common, "r1", &taken, "orch/r1/pr", &base).expect_err("exists");
+    assert!(matches!(err, GitError::PathExists { .. }), "{err:?}");
+    assert_eq!(leftovers(&repo, "r1", "orch/r1/pr"), (false, None));
+
+    let path = repo.root().join("nested/dirs/r1");
+    create_worktree(&common, "r1", &path, "orch/r1/pr", &base).expect("second try");
+    assert_eq!(
+        fs::read_to_string(path.join("README.md")).expect("read"),
+        "# demo\n"
+    );
+    // Every branch is still deletable: no phantom checkout is left around.
+    repo.git(&["branch", "scratch"]);
+    repo.git(&["branch", "-D", "scratch"]);
+}
+
+#[test]
+fn create_worktree_failing_inside_libgit2_removes_the_branch_and_admin_dir() {
+    let repo = TestRepo::new();
+    let common = repo.git_dir();
+    let base = repo.rev("HEAD");
+    // A file where libgit2 wants the admin directory's parent: it fails after
+    // the branch was created.
+    fs::write(common.join("worktrees"), "in the way").expect("block");
+    let path = repo.root().join("wt");
+    let err = create_worktree(&common, "r2", &path, "orch/r2/pr", &base).expect_err("blocked");
+    assert!(matches!(err, GitError::Git { .. }), "{err:?}");
+    assert!(!path.exists());
+    assert_eq!(branch_sha(&common, "orch/r2/pr").expect("branch"), None);
+
+    fs::remove_file(common.join("worktrees")).expect("unblock");
+    create_worktree(&common, "r2", &path, "orch/r2/pr", &base).expect("retry");
+    assert_eq!(leftovers(&repo, "r2", "orch/r2/pr"), (true, Some(base)));
+}
+
+#[test]
+fn create_worktree_refuses_an_existing_branch_or_bad_names() {
+    let repo = TestRepo::new();
+    let common = repo.git_dir();
+    let base = repo.rev("HEAD");
+    repo.git(&["branch", "orch/r3/pr"]);
+    let path = repo.root().join("wt3");
+    let err = create_worktree(&common, "r3", &path, "orch/r3/pr", &base).expect_err("branch");
+    assert!(matches!(err, GitError::BranchExists { .. }), "{err:?}");
+    assert!(!path.exists());
+    assert!(!common.join("worktrees/r3").exists());
+
+    let err = create_worktree(&common, "r3", &path, "bad..name", &base).expect_err("ref");
+    assert!(matches!(err, GitError::InvalidBranch { .. }), "{err:?}");
+    let err = create_worktree(&common, "a/b", &path, "orch/ok", &base).expect_err("name");
+    assert!(
+        matches!(err, GitError::InvalidWorktreeName { .. }),
+        "{err:?}"
+    );
+    let err = create_worktree(&common, "r3", &path, "orch/ok", "nope").expect_err("base");
+    assert!(matches!(err, GitError::Resolve { .. }), "{err:?}");
+    assert_eq!(branch_sha(&common, "orch/ok").expect("branch"), None);
+}
+
+// -------------------------------------------------------------------- diff
+
+#[test]
+fn diff_shows_text_binary_renames_and_deletions_like_git() {
+    let repo = TestRepo::new();
+    let base = repo.rev("HEAD");
+    repo.write(
+        "src/lib.rs",
+        "pub fn one() -> u32 {\n    11\n}\n\npub fn three() {}\n",
+    );
+    fs::write(repo.path.join("logo.png"), [0u8, 159, 146, 150, 0, 1, 2]).expect("binary");
+    repo.git(&["rm", "-q", "src/old.rs"]);
+    let long = (0..20).map(|i| format!("line {i}\n")).collect::<String>();
+    repo.write("docs/guide.md", &long);
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-q", "-m", "change"]);
+    let mid = repo.rev("HEAD");
+    repo.git(&["mv", "docs/guide.md", "docs/manual.md"]);
+    repo.git(&["commit", "-q", "-m", "rename"]);
+    let head = repo.rev("HEAD");
+
+    let d = diff(&repo.git_dir(), &base, &mid, 1 << 20).expect("diff");
+    let paths: Vec<&str> = d.stat.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["docs/guide.md", "logo.png", "src/lib.rs", "src/old.rs"]
+    );
+    let lib = &d.stat.files[2];
+    assert_eq!((lib.insertions, lib.deletions), (3, 1));
+    assert_eq!((d.stat.insertions, d.stat.deletions), (23, 2));
+    assert_eq!(
+        d.stat.summary(),
+        " 4 files changed, 23 insertions(+), 2 deletions(-)"
+    );
+    assert!(
+        d.patch.contains("diff --git a/logo.png b/logo.png\n"),
+        "{}",
+        d.patch
+    );
+    assert!(d.patch.contains("Binary files"), "{}", d.patch);
+    assert!(!d.patch.contains('\u{0}'));
+    assert!(
+        d.patch
+            .contains("@@ -1,3 +1,5 @@\n pub fn one() -> u32 {\n-    1\n+    11\n"),
+        "{}",
+        d.patch
+    );
+    assert!(d.patch.contains("deleted file mode 100644\n"));
+    assert_eq!(
+        d.stat.render().lines().last(),
+        Some(d.stat.summary().as_str())
+    );
+
+    let renamed = diff(&repo.git_dir(), &mid, &head, 1 << 20).expect("rename diff");
+    assert_eq!(
+        renamed.stat.files[0].path,
+        "docs/guide.md => docs/manual.md"
+    );
+    assert!(
+        renamed
+            .patch
+            .contains("rename from docs/guide.md\nrename to docs/manual.md\n")
+    );
+
+    let nothing = diff(&repo.git_dir(), &head, &head, 100).expect("empty diff");
+    assert_eq!(nothing.patch, "");
+    assert_eq!(nothing.stat.summary(), " 0 files changed");
+}
+
+#[test]
+fn diff_over_budget_is_cut_at_a_file_boundary_with_a_marker() {
+    let repo = TestRepo::new();
+    let base = repo.rev("HEAD");
+    let block = (0..200).map(|i| format!("text {i}\n")).collect::<String>();
+    repo.write("a.txt", "small\n");
+    repo.write("b.txt", &block);
+    repo.write("c.txt", &block);
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-q", "-m", "big"]);
+    let full = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).expect("full");
+    let first_file_end = full.patch.find("diff --git a/b.txt").expect("b.txt");
+    let max = first_file_end + 200;
+    let cut = diff(&repo.git_dir(), &base, "HEAD", max).expect("cut");
+    assert!(cut.truncated);
+    assert!(cut.patch.len() <= max);
+    assert_eq!(cut.stat, full.stat);
+    let omitted = full.patch.len() - first_file_end;
+    assert_eq!(
+        cut.patch,
+        format!(
+            "{}[… patch truncated: {omitted} more bytes in 2 files …]\n",
+            &full.patch[..first_file_end]
+        )
+    );
+}
+
+// ---------------------------------------------------------- reset_worktree
+
+#[test]
+fn reset_worktree_restores_the_start_commit_and_cleans_untracked_files() {
+    let repo = TestRepo::new();
+    let run = start_run(&repo, "restart");
+    write_file(&run.path.join("added.txt"), "from the stage\n");
+    let stage = commit_all(&run.path, "stage", &run.base).expect("commit");
+    // An interrupted next stage left all sorts of state behind.
+    write_file(&run.path.join("README.md"), "half-edited\n");
+    fs::remove_file(run.path.join("src/lib.rs")).expect("rm");
+    write_file(&run.path.join("scratch/deep/tmp.txt"), "untracked\n");
+    write_file(&run.path.join("stray.txt"), "untracked\n");
+    write_file(&run.path.join("target/cache.bin"), "ignored\n");
+    write_file(
+        &run.path.join("scratch/run.log"),
+        "ignored, in a dir with untracked\n",
+    );
+    repo.git_in(&run.path, &["add", "stray.txt"]);
+
+    reset_worktree(&run.path, &run.base).expect("reset");
+    assert_eq!(repo.rev(&run.pr), run.base);
+    assert_eq!(
+        fs::read_to_string(run.path.join("README.md")).expect("readme"),
+        "# demo\n"
+    );
+    assert!(run.path.join("src/lib.rs").exists());
+    assert!(
+        !run.path.join("added.txt").exists(),
+        "file of the undone stage"
+    );
+    assert!(!run.path.join("stray.txt").exists());
+    assert!(!run.path.join("scratch/deep").exists());
+    assert!(
+        run.path.join("scratch/run.log").exists(),
+        "ignored files stay"
+    );
+    assert!(
+        run.path.join("target/cache.bin").exists(),
+        "ignored files stay"
+    );
+    assert_eq!(repo.git_in(&run.path, &["status", "--porcelain"]), "");
+    // And stages can be committed again from there.
+    let again = commit_all(&run.path, "stage again", &run.base).expect("commit");
+    assert_eq!(repo.rev(&format!("{again}^")), run.base);
+    assert_ne!(again, stage);
+    assert_fsck_clean(&repo);
+}
+
+// --------------------------------------------------------- remove_worktree
+
+#[test]
+fn remove_worktree_refuses_a_path_that_is_not_that_worktree() {
+    let repo = TestRepo::new();
+    let run = start_run(&repo, "keep");
+    let other = repo.root().join("precious");
+    write_file(&other.join("data.txt"), "keep me\n");
+    let err = remove_worktree(&repo.git_dir(), "keep", &other).expect_err("mismatch");
+    assert!(matches!(err, GitError::WorktreeMismatch { .. }), "{err:?}");
+    let err = remove_worktree(&repo.git_dir(), "unknown", &other).expect_err("unknown");
+    assert!(matches!(err, GitError::WorktreeMismatch { .. }), "{err:?}");
+    assert!(other.join("data.txt").exists());
+    assert!(run.path.join("README.md").exists());
+}
+
+// ------------------------------------------------------ branches, trailers
+
+#[test]
+fn branches_are_listed_by_prefix_and_moved_by_force() {
+    let repo = TestRepo::new();
+    let common = repo.git_dir();
+    let first = repo.rev("HEAD");
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "two"]);
+    let second = repo.rev("HEAD");
+    assert_eq!(branch_sha(&common, "orch/x/pr").expect("missing"), None);
+    set_branch(&common, "orch/x/pr", &first).expect("create");
+    set_branch(&common, "orch/x/code", &second).expect("create");
+    set_branch(&common, "orch/xy/pr", &second).expect("create");
+    set_branch(&common, "orch/x/pr", &second).expect("move");
+    assert_eq!(
+        branch_sha(&common, "orch/x/pr").expect("moved"),
+        Some(second.clone())
+    );
+    assert_eq!(
+        list_branches(&common, "orch/x/").expect("list"),
+        [
+            ("orch/x/code".to_string(), second.clone()),
+            ("orch/x/pr".to_string(), second.clone())
+        ]
+    );
+    assert_eq!(list_branches(&common, "orch/").expect("all").len(), 3);
+    assert!(list_branches(&common, "nothing/").expect("none").is_empty());
+    let err = set_branch(&common, "orch/x/pr", "nope").expect_err("bad sha");
+    assert!(matches!(err, GitError::Resolve { .. }), "{err:?}");
+    // main never moved.
+    assert_eq!(repo.rev("main"), second);
+}
+
+#[test]
+fn trailers_come_back_in_order_and_a_message_without_them_has_none() {
+    let repo = TestRepo::new();
+    let common = repo.git_dir();
+    let msg = "stage docs\n\nBody text: not a trailer, it has a blank line after.\n\n\
+               Orch-Stage: docs\nOrch-Tokens: 1234\nOrch-Duration-Ms: 56\n";
+    repo.git(&["commit", "-q", "--allow-empty", "-m", msg]);
+    let sha = repo.rev("HEAD");
+    assert_eq!(
+        commit_message_trailers(&common, &sha).expect("trailers"),
+        [
+            ("Orch-Stage".to_string(), "docs".to_string()),
+            ("Orch-Tokens".to_string(), "1234".to_string()),
+            ("Orch-Duration-Ms".to_string(), "56".to_string()),
+        ]
+    );
+    let first = repo.rev("HEAD~1");
+    assert!(
+        commit_message_trailers(&common, &first)
+            .expect("none")
+            .is_empty()
+    );
+}
+
+#[test]
+fn errors_read_after_failed_to() {
+    let err = GitError::PathExists {
+        path: Path::new("/x/wt").to_path_buf(),
+    };
+    assert_eq!(
+        format!("failed to {err}"),
+        "failed to create a worktree at /x/wt: the path already exists"
+    );
+}

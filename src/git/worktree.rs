@@ -1,0 +1,247 @@
+//! Creating, resetting and removing orch's linked worktrees.
+//!
+//! libgit2 1.9.7 leaves an empty `<common>/worktrees/<name>` behind when a
+//! worktree creation fails, after which it treats every branch as checked out.
+//! So the cheap checks run first and a failure removes everything this call
+//! created (admin directory, worktree directory, branch).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use git2::build::CheckoutBuilder;
+use git2::{BranchType, ErrorCode, Repository, ResetType, StatusOptions, WorktreeAddOptions};
+
+use super::{GitError, branch_ref, find_commit, git_err, io_err, open_at, open_linked_worktree};
+
+/// Creates branch `branch` at `base_sha` and a linked worktree named `name`
+/// at `path` checked out on it.
+///
+/// Fails early when `path` exists, the branch exists or the name is taken;
+/// creates the parent directories of `path`. On failure nothing it created is
+/// left behind, so a later call with the same arguments can succeed.
+pub fn create_worktree(
+    common_dir: &Path,
+    name: &str,
+    path: &Path,
+    branch: &str,
+    base_sha: &str,
+) -> Result<(), GitError> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
+        return Err(GitError::InvalidWorktreeName {
+            name: name.to_string(),
+        });
+    }
+    let refname = branch_ref(branch)?;
+    let path = std::path::absolute(path).map_err(io_err("resolve the worktree path", path))?;
+    if fs::symlink_metadata(&path).is_ok() {
+        return Err(GitError::PathExists { path });
+    }
+    let repo = open_at(common_dir)?;
+    let base = find_commit(&repo, base_sha)?;
+    match repo.find_branch(branch, BranchType::Local) {
+        Ok(_) => {
+            return Err(GitError::BranchExists {
+                branch: branch.to_string(),
+            });
+        }
+        Err(e) if e.code() == ErrorCode::NotFound => {}
+        Err(e) => return Err(git_err(format!("look up branch `{branch}`"))(e)),
+    }
+    let admin = repo.commondir().join("worktrees").join(name);
+    if fs::symlink_metadata(&admin).is_ok() {
+        return Err(GitError::WorktreeNameTaken {
+            name: name.to_string(),
+            admin,
+        });
+    }
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
+    }
+
+    let mut created_branch = false;
+    let result = (|| {
+        let new_branch = repo
+            .branch(branch, &base, false)
+            .map_err(git_err(format!("create branch `{branch}` at {base_sha}")))?;
+        created_branch = true;
+        let mut opts = WorktreeAddOptions::new();
+        opts.reference(Some(new_branch.get()));
+        repo.worktree(name, &path, Some(&opts))
+            .map_err(git_err(format!(
+                "add worktree `{name}` at {}",
+                path.display()
+            )))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        undo_create(
+            &repo,
+            &admin,
+            &path,
+            created_branch.then_some(refname.as_str()),
+        );
+    }
+    result
+}
+
+/// Best-effort removal of what a failed `create_worktree` made. The admin
+/// directory goes first: while it lingers libgit2 refuses to delete branches.
+fn undo_create(repo: &Repository, admin: &Path, path: &Path, branch_ref: Option<&str>) {
+    let _ = fs::remove_dir_all(admin);
+    let _ = fs::remove_dir_all(path);
+    if let Some(name) = branch_ref
+        && let Ok(mut reference) = repo.find_reference(name)
+    {
+        let _ = reference.delete();
+    }
+}
+
+/// Hard-resets the linked worktree at `worktree` (its branch, index and files)
+/// to `sha` and deletes untracked files that are not ignored, as
+/// `git reset --hard <sha> && git clean -fd` would.
+///
+/// Used to restart an interrupted stage from its start commit. Ignored files
+/// (build output, caches) are kept. Directories left empty by the clean are
+/// removed; empty directories that held nothing to begin with are invisible to
+/// git and stay.
+pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
+    let repo = open_linked_worktree(worktree)?;
+    let at = worktree.display();
+    let commit = find_commit(&repo, sha)?;
+    let mut checkout = CheckoutBuilder::new();
+    checkout.force();
+    repo.reset(commit.as_object(), ResetType::Hard, Some(&mut checkout))
+        .map_err(git_err(format!("reset {at} to {sha}")))?;
+
+    let workdir =
+        repo.workdir()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| GitError::NotLinkedWorktree {
+                path: worktree.to_path_buf(),
+            })?;
+    for rel in untracked_paths(&repo).map_err(git_err(format!("list untracked files in {at}")))? {
+        remove_untracked(&workdir, &rel)?;
+    }
+    Ok(())
+}
+
+/// Untracked, not ignored paths, files one by one; a nested repository shows
+/// up as one directory path ending in `/`.
+fn untracked_paths(repo: &Repository) -> Result<Vec<PathBuf>, git2::Error> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = repo.statuses(Some(&mut opts))?;
+    Ok(statuses
+        .iter()
+        .filter(|entry| entry.status().is_wt_new())
+        .map(|entry| bytes_to_path(entry.path_bytes()))
+        .collect())
+}
+
+/// Deletes one untracked path (never following a symlink), then the
+/// directories above it that it leaves empty.
+fn remove_untracked(workdir: &Path, rel: &Path) -> Result<(), GitError> {
+    // Collecting components drops the `/` of a nested repository's entry, so
+    // `symlink_metadata` looks at the entry itself, never through a symlink.
+    let full: PathBuf = workdir.join(rel).components().collect();
+    let meta = match fs::symlink_metadata(&full) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("inspect the untracked path", &full)(e)),
+    };
+    if meta.is_dir() {
+        fs::remove_dir_all(&full).map_err(io_err("remove the untracked directory", &full))?;
+    } else {
+        fs::remove_file(&full).map_err(io_err("remove the untracked file", &full))?;
+    }
+    let mut dir: Option<PathBuf> = full.parent().map(Path::to_path_buf);
+    while let Some(d) = dir {
+        // `remove_dir` only succeeds on an empty directory: exactly the ones to
+        // drop. Stop at the first one that still holds something.
+        if d == workdir || !d.starts_with(workdir) || fs::remove_dir(&d).is_err() {
+            break;
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    Ok(())
+}
+
+/// Deletes the linked worktree `name` at `path` and prunes its admin entry;
+/// branches are kept.
+///
+/// Refuses when `path` is not where worktree `name` lives. Removing a worktree
+/// that is already gone is not an error.
+pub fn remove_worktree(common_dir: &Path, name: &str, path: &Path) -> Result<(), GitError> {
+    let repo = open_at(common_dir)?;
+    let worktree = match repo.find_worktree(name) {
+        Ok(worktree) => worktree,
+        Err(e) if e.code() == ErrorCode::NotFound => {
+            if fs::symlink_metadata(path).is_ok() {
+                return Err(GitError::WorktreeMismatch {
+                    name: name.to_string(),
+                    path: path.to_path_buf(),
+                    reason: "no worktree of that name is registered, so the path is left alone"
+                        .to_string(),
+                });
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(git_err(format!("look up worktree `{name}`"))(e)),
+    };
+    if let Ok(git2::WorktreeLockStatus::Locked(reason)) = worktree.is_locked() {
+        return Err(GitError::WorktreeMismatch {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            reason: format!(
+                "it is locked ({}); unlock it with `git worktree unlock`",
+                reason.unwrap_or_else(|| "no reason given".to_string())
+            ),
+        });
+    }
+    if fs::symlink_metadata(path).is_ok() {
+        if !same_path(worktree.path(), path) {
+            return Err(GitError::WorktreeMismatch {
+                name: name.to_string(),
+                path: path.to_path_buf(),
+                reason: format!("the worktree lives at {}", worktree.path().display()),
+            });
+        }
+        // Double-check that this really is a linked worktree before deleting it.
+        open_linked_worktree(path)?;
+        fs::remove_dir_all(path).map_err(io_err("remove the worktree directory", path))?;
+    }
+    let mut prune = git2::WorktreePruneOptions::new();
+    prune.valid(true).locked(false).working_tree(false);
+    worktree
+        .prune(Some(&mut prune))
+        .map_err(git_err(format!("prune worktree `{name}`")))?;
+    let admin = repo.commondir().join("worktrees").join(name);
+    if fs::symlink_metadata(&admin).is_ok() {
+        fs::remove_dir_all(&admin)
+            .map_err(io_err("remove the worktree admin directory", &admin))?;
+    }
+    Ok(())
+}
+
+/// A path from libgit2 (raw bytes, `/`-separated) as a native path.
+fn bytes_to_path(bytes: &[u8]) -> PathBuf {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+    }
+    #[cfg(not(unix))]
+    {
+        PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a.components().eq(b.components()),
+    }
+}
