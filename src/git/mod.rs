@@ -230,17 +230,15 @@ fn branch_ref(branch: &str) -> Result<String, GitError> {
 
 /// Creates `refs/heads/<branch>` at `sha`, or force-moves it there.
 ///
-/// Refuses the branch checked out in the user's main working tree, so the
-/// user's `HEAD` never moves under them.
+/// Refuses a branch the user has checked out (in the main working tree or in
+/// one of their own linked worktrees), so the user's `HEAD` never moves under
+/// them. Branches checked out in worktrees under the common git dir (orch's
+/// own) may be moved.
 pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitError> {
     let name = branch_ref(branch)?;
     let repo = open_at(common_dir)?;
     let commit = find_commit(&repo, sha)?;
-    let user_head = repo
-        .find_reference("HEAD")
-        .ok()
-        .and_then(|head| head.symbolic_target_bytes().map(<[u8]>::to_vec));
-    if user_head.as_deref() == Some(name.as_bytes()) {
+    if checked_out_by_user(&repo, &name) {
         return Err(GitError::BranchCheckedOut {
             branch: branch.to_string(),
         });
@@ -248,6 +246,34 @@ pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitE
     repo.reference(&name, commit.id(), true, "orch: set branch")
         .map_err(git_err(format!("set branch `{branch}` to {sha}")))?;
     Ok(())
+}
+
+/// Whether `refname` is the `HEAD` of the main working tree or of a linked
+/// worktree that lives outside the common git dir.
+fn checked_out_by_user(repo: &Repository, refname: &str) -> bool {
+    let common = clean_path(repo.commondir());
+    let head_is = |head_file: &Path| {
+        std::fs::read_to_string(head_file)
+            .map(|text| text.trim_end() == format!("ref: {refname}"))
+            .unwrap_or(false)
+    };
+    if head_is(&common.join("HEAD")) {
+        return true;
+    }
+    let Ok(names) = repo.worktrees() else {
+        return false;
+    };
+    let real_common = std::fs::canonicalize(&common).unwrap_or_else(|_| common.clone());
+    names.iter().flatten().flatten().any(|name| {
+        // A worktree whose directory is gone still counts, as it does for git
+        // until it is pruned.
+        let orchs_own = repo
+            .find_worktree(name)
+            .ok()
+            .and_then(|worktree| std::fs::canonicalize(worktree.path()).ok())
+            .is_some_and(|path| path.starts_with(&real_common));
+        !orchs_own && head_is(&common.join("worktrees").join(name).join("HEAD"))
+    })
 }
 
 /// The commit `refs/heads/<branch>` points at, or `None` when it does not exist.

@@ -399,6 +399,15 @@ fn writers_refuse_the_users_own_working_tree() {
     assert!(matches!(err, GitError::NotLinkedWorktree { .. }), "{err:?}");
     let err = set_branch(&repo.git_dir(), "main", &head).expect_err("checked out");
     assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err:?}");
+    // Nor a branch the user has checked out in a linked worktree of their own.
+    let linked = repo.root().join("users-linked");
+    let linked_str = linked.to_string_lossy().into_owned();
+    repo.git(&["worktree", "add", "-q", "-b", "users-side", &linked_str]);
+    let err = set_branch(&repo.git_dir(), "users-side", &head).expect_err("checked out");
+    assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err:?}");
+    // orch's own worktree branch moves freely.
+    let run = start_run(&repo, "free");
+    set_branch(&repo.git_dir(), &run.pr, &head).expect("orch's branch");
     assert_eq!(repo.snapshot(), before);
 }
 
