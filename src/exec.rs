@@ -353,7 +353,7 @@ pub(crate) fn cap_text(text: &str, max_bytes: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn limits() -> ExecLimits {
