@@ -97,10 +97,12 @@ pub struct ExecResult {
 /// The environment for tool processes, built from orch's own environment
 /// through an allowlist (see [`PASSED_VARS`] and [`FIXED_VARS`]).
 pub fn scrubbed_env() -> Vec<(String, String)> {
-    scrub(
-        std::env::vars_os()
-            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
-    )
+    scrub(std::env::vars_os().map(|(k, v)| {
+        (
+            k.to_string_lossy().into_owned(),
+            v.to_string_lossy().into_owned(),
+        )
+    }))
 }
 
 /// Keeps only allowlisted variables and adds the fixed ones. Secrets are never
@@ -120,7 +122,9 @@ fn scrub(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> 
 
 fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    ["_KEY", "_TOKEN", "_SECRET", "PASSWORD"].iter().any(|s| upper.ends_with(s))
+    ["_KEY", "_TOKEN", "_SECRET", "PASSWORD"]
+        .iter()
+        .any(|s| upper.ends_with(s))
 }
 
 /// Runs `bash -c command` in `cwd` with exactly `env`, stdin closed, in its own
@@ -160,7 +164,9 @@ pub async fn run_shell(
 
     let mut timed_out = false;
     let deadline = start + timeout;
-    let status = match wait_reading(&mut child, &mut reader, &mut capture, &mut eof, deadline).await? {
+    let status = match wait_reading(&mut child, &mut reader, &mut capture, &mut eof, deadline)
+        .await?
+    {
         Some(status) => status,
         None => {
             timed_out = true;
@@ -357,7 +363,10 @@ pub(crate) mod tests {
     use super::*;
 
     fn limits() -> ExecLimits {
-        ExecLimits { grace: Duration::from_millis(500), ..ExecLimits::default() }
+        ExecLimits {
+            grace: Duration::from_millis(500),
+            ..ExecLimits::default()
+        }
     }
 
     fn env() -> Vec<(String, String)> {
@@ -395,7 +404,14 @@ pub(crate) mod tests {
         assert_eq!(get("TERM"), Some("dumb"));
         assert_eq!(get("NO_COLOR"), Some("1"));
         assert_eq!(get("GIT_TERMINAL_PROMPT"), Some("0"));
-        for secret in ["ORCH_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "MY_SECRET", "RANDOM_VAR"] {
+        for secret in [
+            "ORCH_API_KEY",
+            "OPENAI_API_KEY",
+            "GITHUB_TOKEN",
+            "AWS_SECRET_ACCESS_KEY",
+            "MY_SECRET",
+            "RANDOM_VAR",
+        ] {
             assert_eq!(get(secret), None, "{secret} leaked");
         }
         assert!(!env.iter().any(|(_, v)| v.starts_with("sk-")));
@@ -407,7 +423,11 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn exit_code_and_interleaved_output() {
-        let r = run("echo out; echo err >&2; echo out2; exit 3", Duration::from_secs(10)).await;
+        let r = run(
+            "echo out; echo err >&2; echo out2; exit 3",
+            Duration::from_secs(10),
+        )
+        .await;
         assert_eq!(r.exit_code, Some(3));
         assert_eq!(r.signal, None);
         assert!(!r.timed_out);
@@ -426,9 +446,18 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn env_is_exactly_given() {
         let dir = tempfile::tempdir().unwrap();
-        let env = vec![("PATH".to_owned(), std::env::var("PATH").unwrap()), ("ONLY".to_owned(), "1".to_owned())];
-        let r = run_shell("env", dir.path(), &env, Duration::from_secs(10), &limits()).await.unwrap();
-        let mut keys: Vec<&str> = r.output.lines().filter_map(|l| l.split('=').next()).collect();
+        let env = vec![
+            ("PATH".to_owned(), std::env::var("PATH").unwrap()),
+            ("ONLY".to_owned(), "1".to_owned()),
+        ];
+        let r = run_shell("env", dir.path(), &env, Duration::from_secs(10), &limits())
+            .await
+            .unwrap();
+        let mut keys: Vec<&str> = r
+            .output
+            .lines()
+            .filter_map(|l| l.split('=').next())
+            .collect();
         keys.sort();
         // bash itself exports PWD, SHLVL and `_`.
         keys.retain(|k| !["PWD", "SHLVL", "_", "OLDPWD"].contains(k));
@@ -457,7 +486,11 @@ pub(crate) mod tests {
         assert_eq!(r.signal, Some(libc::SIGTERM));
         assert!(r.output.contains("started"));
         assert!(started.elapsed() < Duration::from_secs(10));
-        let bg: libc::pid_t = std::fs::read_to_string(dir.path().join("pid")).unwrap().trim().parse().unwrap();
+        let bg: libc::pid_t = std::fs::read_to_string(dir.path().join("pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         // The background sleep was in the group; its pgid is the shell's pid.
         // SAFETY: getpgid/killpg are plain syscalls.
         let mut gone = false;
@@ -485,7 +518,11 @@ pub(crate) mod tests {
         .await
         .unwrap();
         assert!(r.timed_out);
-        let pgid: libc::pid_t = std::fs::read_to_string(dir.path().join("pgid")).unwrap().trim().parse().unwrap();
+        let pgid: libc::pid_t = std::fs::read_to_string(dir.path().join("pgid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         assert!(group_gone(pgid), "process group {pgid} still alive");
     }
 
@@ -507,7 +544,11 @@ pub(crate) mod tests {
         let r = run("(sleep 100 &) ; echo done", Duration::from_secs(60)).await;
         assert_eq!(r.exit_code, Some(0));
         assert_eq!(r.output, "done\n");
-        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
@@ -517,13 +558,21 @@ pub(crate) mod tests {
         let r = run("setsid sleep 3 & echo done", Duration::from_secs(60)).await;
         assert_eq!(r.exit_code, Some(0));
         assert!(r.output.contains("done"));
-        assert!(started.elapsed() < Duration::from_millis(2900), "took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(2900),
+            "took {:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
     async fn output_is_capped_head_and_tail() {
         let r = run("seq 1 100000", Duration::from_secs(30)).await;
-        assert!(r.output.len() <= MAX_OUTPUT_BYTES + 100, "len {}", r.output.len());
+        assert!(
+            r.output.len() <= MAX_OUTPUT_BYTES + 100,
+            "len {}",
+            r.output.len()
+        );
         assert!(r.output.starts_with("1\n2\n3\n"));
         assert!(r.output.ends_with("99999\n100000\n"));
         assert!(r.omitted_lines > 90000);

@@ -17,7 +17,9 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, S
         return Err("argument `command` is empty; give a bash command line".to_owned());
     }
     let timeout = match args.opt_u64("timeout_secs")? {
-        Some(secs) => Duration::from_secs(secs).clamp(Duration::from_secs(1), ctx.limits.max_timeout),
+        Some(secs) => {
+            Duration::from_secs(secs).clamp(Duration::from_secs(1), ctx.limits.max_timeout)
+        }
         None => ctx.limits.default_timeout,
     };
     let shown = one_line(&command, 60);
@@ -33,13 +35,21 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, S
                 Err(format!("{why}; the user declined"))
             }
         }
-        Decision::Ask(why) => Err(format!("{why}: needs approval and no terminal is attached; re-run with --yes to allow")),
+        Decision::Ask(why) => Err(format!(
+            "{why}: needs approval and no terminal is attached; re-run with --yes to allow"
+        )),
     };
     let policy = match policy {
         Ok(p) => p,
         Err(reason) => {
-            let mut out = ToolOutcome::error("bash", &format!("command not run: denied by policy: {reason}"));
-            out.summary = one_line(&format!("bash `{shown}` → denied: {reason}"), super::SUMMARY_CHARS);
+            let mut out = ToolOutcome::error(
+                "bash",
+                &format!("command not run: denied by policy: {reason}"),
+            );
+            out.summary = one_line(
+                &format!("bash `{shown}` → denied: {reason}"),
+                super::SUMMARY_CHARS,
+            );
             out.policy = Some(format!("deny: {reason}"));
             return Ok(out);
         }
@@ -64,7 +74,10 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, S
                 ctx.limits.max_timeout.as_secs()
             ),
         );
-        o.summary = one_line(&format!("bash `{shown}` → timed out ({secs:.1}s)"), super::SUMMARY_CHARS);
+        o.summary = one_line(
+            &format!("bash `{shown}` → timed out ({secs:.1}s)"),
+            super::SUMMARY_CHARS,
+        );
         o
     } else {
         let status = match (result.exit_code, result.signal) {
@@ -85,9 +98,14 @@ async fn ask_user(command: &str) -> bool {
     let command = command.to_owned();
     tokio::task::spawn_blocking(move || {
         let _turn = PROMPT.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok(tty) = std::fs::File::open("/dev/tty") else { return false };
+        let Ok(tty) = std::fs::File::open("/dev/tty") else {
+            return false;
+        };
         let mut stderr = std::io::stderr().lock();
-        if write!(stderr, "orch: allow `{command}`? [y/N] ").and_then(|_| stderr.flush()).is_err() {
+        if write!(stderr, "orch: allow `{command}`? [y/N] ")
+            .and_then(|_| stderr.flush())
+            .is_err()
+        {
             return false;
         }
         let mut answer = String::new();
@@ -111,19 +129,35 @@ mod tests {
     #[tokio::test]
     async fn runs_in_root_with_exit_code() {
         let (dir, ctx) = ctx();
-        let out = call(&ctx, "bash", json!({"command": "pwd; echo oops >&2; exit 4"})).await;
+        let out = call(
+            &ctx,
+            "bash",
+            json!({"command": "pwd; echo oops >&2; exit 4"}),
+        )
+        .await;
         assert!(!out.is_error);
         assert_eq!(out.exit_code, Some(4));
         let root = dir.path().canonicalize().unwrap();
-        assert!(out.content.starts_with(&format!("{}\noops\n[exit 4, ", root.display())), "{}", out.content);
-        assert!(out.summary.starts_with("bash `pwd; echo oops >&2; exit 4` → exit 4 ("), "{}", out.summary);
+        assert!(
+            out.content
+                .starts_with(&format!("{}\noops\n[exit 4, ", root.display())),
+            "{}",
+            out.content
+        );
+        assert!(
+            out.summary
+                .starts_with("bash `pwd; echo oops >&2; exit 4` → exit 4 ("),
+            "{}",
+            out.summary
+        );
         assert_eq!(out.policy.as_deref(), Some("allow"));
     }
 
     #[tokio::test]
     async fn env_is_exactly_the_context_env() {
         let (_d, mut ctx) = ctx();
-        ctx.env.push(("ORCH_TEST_MARKER".to_owned(), "1".to_owned()));
+        ctx.env
+            .push(("ORCH_TEST_MARKER".to_owned(), "1".to_owned()));
         let out = call(&ctx, "bash", json!({"command": "env"})).await;
         let mut seen: Vec<&str> = out
             .content
@@ -153,18 +187,35 @@ mod tests {
         let (dir, ctx) = ctx();
         let out = call(&ctx, "bash", json!({"command": "echo $$ > pgid; sleep 1000 & echo $! > pid; sleep 1000", "timeout_secs": 1})).await;
         assert!(out.is_error);
-        assert!(out.content.starts_with("error: bash: command timed out after 1s"), "{}", out.content);
+        assert!(
+            out.content
+                .starts_with("error: bash: command timed out after 1s"),
+            "{}",
+            out.content
+        );
         assert_eq!(out.exit_code, None);
         assert!(out.summary.contains("timed out"));
-        let pgid: libc::pid_t = std::fs::read_to_string(dir.path().join("pgid")).unwrap().trim().parse().unwrap();
-        assert!(crate::exec::tests::group_gone(pgid), "group {pgid} survived");
+        let pgid: libc::pid_t = std::fs::read_to_string(dir.path().join("pgid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            crate::exec::tests::group_gone(pgid),
+            "group {pgid} survived"
+        );
     }
 
     #[tokio::test]
     async fn background_grandchild_does_not_block() {
         let (_d, ctx) = ctx();
         let start = Instant::now();
-        let out = call(&ctx, "bash", json!({"command": "(sleep 100 &) ; echo done"})).await;
+        let out = call(
+            &ctx,
+            "bash",
+            json!({"command": "(sleep 100 &) ; echo done"}),
+        )
+        .await;
         assert!(out.content.starts_with("done\n[exit 0"), "{}", out.content);
         assert!(start.elapsed() < Duration::from_secs(5));
     }
@@ -184,8 +235,14 @@ mod tests {
         let (dir, ctx) = ctx();
         let out = call(&ctx, "bash", json!({"command": "touch ran; rm -rf /"})).await;
         assert!(out.is_error);
-        assert_eq!(out.content, "error: bash: command not run: denied by policy: recursive delete of / (built-in deny list)");
-        assert_eq!(out.policy.as_deref(), Some("deny: recursive delete of / (built-in deny list)"));
+        assert_eq!(
+            out.content,
+            "error: bash: command not run: denied by policy: recursive delete of / (built-in deny list)"
+        );
+        assert_eq!(
+            out.policy.as_deref(),
+            Some("deny: recursive delete of / (built-in deny list)")
+        );
         assert!(!dir.path().join("ran").exists());
     }
 
@@ -193,14 +250,31 @@ mod tests {
     async fn ask_without_terminal_is_denied_unless_yes() {
         let dir = tempfile::tempdir().unwrap();
         let all = vec!["bash".to_owned()];
-        let policy = BashPolicy { ask: vec!["touch".into()], ..BashPolicy::default() };
+        let policy = BashPolicy {
+            ask: vec!["touch".into()],
+            ..BashPolicy::default()
+        };
         let ctx = ToolContext::new(dir.path(), &all, false, policy.clone()).unwrap();
         let out = dispatch(&ctx, "bash", r#"{"command":"touch asked"}"#).await;
         assert!(out.is_error);
-        assert!(out.content.contains("needs approval and no terminal is attached; re-run with --yes to allow"), "{}", out.content);
+        assert!(
+            out.content
+                .contains("needs approval and no terminal is attached; re-run with --yes to allow"),
+            "{}",
+            out.content
+        );
         assert!(!dir.path().join("asked").exists());
 
-        let ctx = ToolContext::new(dir.path(), &all, false, BashPolicy { assume_yes: true, ..policy }).unwrap();
+        let ctx = ToolContext::new(
+            dir.path(),
+            &all,
+            false,
+            BashPolicy {
+                assume_yes: true,
+                ..policy
+            },
+        )
+        .unwrap();
         let out = dispatch(&ctx, "bash", r#"{"command":"touch asked"}"#).await;
         assert!(!out.is_error, "{}", out.content);
         assert!(out.policy.unwrap().starts_with("allow (--yes)"));
@@ -214,8 +288,18 @@ mod tests {
         assert_eq!(out.exit_code, Some(0));
         let out = call(&ctx, "read_file", json!({"path": "leak/passwd"})).await;
         assert!(out.is_error);
-        assert!(out.content.contains("resolves outside the worktree through a symlink"), "{}", out.content);
-        let out = call(&ctx, "write_file", json!({"path": "leak/evil", "content": "x"})).await;
+        assert!(
+            out.content
+                .contains("resolves outside the worktree through a symlink"),
+            "{}",
+            out.content
+        );
+        let out = call(
+            &ctx,
+            "write_file",
+            json!({"path": "leak/evil", "content": "x"}),
+        )
+        .await;
         assert!(out.is_error);
         assert!(!std::path::Path::new("/etc/evil").exists());
     }

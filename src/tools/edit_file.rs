@@ -27,11 +27,15 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
         Err(e) => return Err(io_message(&path, &e)),
     };
     let Ok(text) = String::from_utf8(bytes) else {
-        return Err(format!("{path} is not valid UTF-8 text and cannot be edited"));
+        return Err(format!(
+            "{path} is not valid UTF-8 text and cannot be edited"
+        ));
     };
     let count = text.matches(old_string.as_str()).count();
     if count == 0 {
-        let mut msg = format!("`old_string` was not found in {path}; it must match the file exactly, including whitespace and indentation (read_file the region first)");
+        let mut msg = format!(
+            "`old_string` was not found in {path}; it must match the file exactly, including whitespace and indentation (read_file the region first)"
+        );
         let trimmed = old_string.trim();
         if trimmed != old_string && !trimmed.is_empty() && text.contains(trimmed) {
             msg.push_str("; the text matches without its leading/trailing whitespace");
@@ -66,8 +70,16 @@ mod tests {
         std::fs::write(dir.path().join("a.rs"), "fn a() {}\nfn b() {}\n").unwrap();
         let out = call(&ctx, "edit_file", json!({"path": "a.rs", "old_string": "fn b() {}", "new_string": "fn b() {\n    a();\n}"})).await;
         assert!(!out.is_error, "{}", out.content);
-        assert_eq!(std::fs::read_to_string(dir.path().join("a.rs")).unwrap(), "fn a() {}\nfn b() {\n    a();\n}\n");
-        assert!(out.content.starts_with("updated a.rs (+3 −1); 1 replacement\n--- a/a.rs\n+++ b/a.rs\n"), "{}", out.content);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.rs")).unwrap(),
+            "fn a() {}\nfn b() {\n    a();\n}\n"
+        );
+        assert!(
+            out.content
+                .starts_with("updated a.rs (+3 −1); 1 replacement\n--- a/a.rs\n+++ b/a.rs\n"),
+            "{}",
+            out.content
+        );
         assert_eq!(out.summary, "edit_file a.rs (+3 −1)");
         assert_eq!(out.changed_path.as_deref(), Some("a.rs"));
     }
@@ -76,31 +88,89 @@ mod tests {
     async fn not_found_and_not_unique() {
         let (dir, ctx) = ctx();
         std::fs::write(dir.path().join("a.txt"), "x\nx\nx\n  y\n").unwrap();
-        let out = call(&ctx, "edit_file", json!({"path": "a.txt", "old_string": "zzz", "new_string": "q"})).await;
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "zzz", "new_string": "q"}),
+        )
+        .await;
         assert!(out.is_error);
-        assert!(out.content.starts_with("error: edit_file: `old_string` was not found in a.txt"), "{}", out.content);
+        assert!(
+            out.content
+                .starts_with("error: edit_file: `old_string` was not found in a.txt"),
+            "{}",
+            out.content
+        );
 
-        let out = call(&ctx, "edit_file", json!({"path": "a.txt", "old_string": "x", "new_string": "q"})).await;
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "x", "new_string": "q"}),
+        )
+        .await;
         assert!(out.is_error);
-        assert!(out.content.contains("matches 3 times in a.txt"), "{}", out.content);
-        assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "x\nx\nx\n  y\n");
+        assert!(
+            out.content.contains("matches 3 times in a.txt"),
+            "{}",
+            out.content
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "x\nx\nx\n  y\n"
+        );
 
-        let out = call(&ctx, "edit_file", json!({"path": "a.txt", "old_string": " y \n", "new_string": "q"})).await;
-        assert!(out.content.contains("matches without its leading/trailing whitespace"), "{}", out.content);
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": " y \n", "new_string": "q"}),
+        )
+        .await;
+        assert!(
+            out.content
+                .contains("matches without its leading/trailing whitespace"),
+            "{}",
+            out.content
+        );
 
-        let out = call(&ctx, "edit_file", json!({"path": "missing.txt", "old_string": "a", "new_string": "b"})).await;
-        assert!(out.content.contains("no such file; use write_file"), "{}", out.content);
-        let out = call(&ctx, "edit_file", json!({"path": "a.txt", "old_string": "", "new_string": "b"})).await;
-        assert!(out.content.contains("`old_string` is empty"), "{}", out.content);
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "missing.txt", "old_string": "a", "new_string": "b"}),
+        )
+        .await;
+        assert!(
+            out.content.contains("no such file; use write_file"),
+            "{}",
+            out.content
+        );
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "", "new_string": "b"}),
+        )
+        .await;
+        assert!(
+            out.content.contains("`old_string` is empty"),
+            "{}",
+            out.content
+        );
     }
 
     #[tokio::test]
     async fn replace_all() {
         let (dir, ctx) = ctx();
         std::fs::write(dir.path().join("a.txt"), "x-x-x").unwrap();
-        let out = call(&ctx, "edit_file", json!({"path": "a.txt", "old_string": "x", "new_string": "yy", "replace_all": true})).await;
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "x", "new_string": "yy", "replace_all": true}),
+        )
+        .await;
         assert!(!out.is_error, "{}", out.content);
         assert!(out.content.contains("3 replacements"));
-        assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "yy-yy-yy");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "yy-yy-yy"
+        );
     }
 }

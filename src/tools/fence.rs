@@ -35,10 +35,17 @@ pub fn resolve(root: &Path, input: &str, access: Access) -> Result<Fenced, Strin
         return Err("the path is empty; give a path relative to the worktree root".to_owned());
     }
     if input.contains('\0') {
-        return Err(format!("path `{}` contains a NUL byte", input.escape_debug()));
+        return Err(format!(
+            "path `{}` contains a NUL byte",
+            input.escape_debug()
+        ));
     }
     let given = Path::new(input);
-    let joined = if given.is_absolute() { given.to_path_buf() } else { root.join(given) };
+    let joined = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        root.join(given)
+    };
     let mut norm = PathBuf::new();
     for comp in joined.components() {
         match comp {
@@ -50,7 +57,9 @@ pub fn resolve(root: &Path, input: &str, access: Access) -> Result<Fenced, Strin
         }
     }
     if !given.is_absolute() && !norm.starts_with(root) {
-        return Err(format!("path `{input}` escapes the worktree root (`..` leads outside it); use a path inside the worktree"));
+        return Err(format!(
+            "path `{input}` escapes the worktree root (`..` leads outside it); use a path inside the worktree"
+        ));
     }
 
     let mut existing = norm.clone();
@@ -59,8 +68,13 @@ pub fn resolve(root: &Path, input: &str, access: Access) -> Result<Fenced, Strin
         match existing.canonicalize() {
             Ok(c) => break c,
             Err(_) => {
-                if existing.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
-                    return Err(format!("path `{input}` goes through a symlink whose target does not exist"));
+                if existing
+                    .symlink_metadata()
+                    .is_ok_and(|m| m.file_type().is_symlink())
+                {
+                    return Err(format!(
+                        "path `{input}` goes through a symlink whose target does not exist"
+                    ));
                 }
                 match existing.file_name() {
                     Some(name) => {
@@ -78,7 +92,10 @@ pub fn resolve(root: &Path, input: &str, access: Access) -> Result<Fenced, Strin
     }
     let Ok(rel_path) = abs.strip_prefix(root) else {
         return Err(if given.is_absolute() && !norm.starts_with(root) {
-            format!("path `{input}` is outside the worktree root {}; use a path inside it", root.display())
+            format!(
+                "path `{input}` is outside the worktree root {}; use a path inside it",
+                root.display()
+            )
         } else {
             format!("path `{input}` resolves outside the worktree through a symlink")
         });
@@ -89,7 +106,9 @@ pub fn resolve(root: &Path, input: &str, access: Access) -> Result<Fenced, Strin
         rel_path.to_string_lossy().replace('\\', "/")
     };
     if access == Access::Write && rel_path.components().any(|c| c.as_os_str() == ".git") {
-        return Err(format!("path `{input}` is inside .git; git internals cannot be changed with file tools"));
+        return Err(format!(
+            "path `{input}` is inside .git; git internals cannot be changed with file tools"
+        ));
     }
     Ok(Fenced { abs, rel })
 }
@@ -113,11 +132,22 @@ mod tests {
         let f = resolve(&r, "src/a.rs", Access::Read).unwrap();
         assert_eq!(f.rel, "src/a.rs");
         assert_eq!(f.abs, r.join("src/a.rs"));
-        assert_eq!(resolve(&r, "./src/../src/a.rs", Access::Read).unwrap().rel, "src/a.rs");
-        assert_eq!(resolve(&r, r.join("src/a.rs").to_str().unwrap(), Access::Read).unwrap().rel, "src/a.rs");
+        assert_eq!(
+            resolve(&r, "./src/../src/a.rs", Access::Read).unwrap().rel,
+            "src/a.rs"
+        );
+        assert_eq!(
+            resolve(&r, r.join("src/a.rs").to_str().unwrap(), Access::Read)
+                .unwrap()
+                .rel,
+            "src/a.rs"
+        );
         assert_eq!(resolve(&r, ".", Access::Read).unwrap().rel, ".");
         // Not existing yet: the deepest existing ancestor is resolved.
-        assert_eq!(resolve(&r, "new/dir/b.rs", Access::Write).unwrap().abs, r.join("new/dir/b.rs"));
+        assert_eq!(
+            resolve(&r, "new/dir/b.rs", Access::Write).unwrap().abs,
+            r.join("new/dir/b.rs")
+        );
     }
 
     #[test]
@@ -125,7 +155,10 @@ mod tests {
         let (_d, r) = root();
         for p in ["..", "../x", "src/../../x", "/etc/passwd", "/"] {
             let err = resolve(&r, p, Access::Read).unwrap_err();
-            assert!(err.contains("escapes") || err.contains("outside"), "{p}: {err}");
+            assert!(
+                err.contains("escapes") || err.contains("outside"),
+                "{p}: {err}"
+            );
         }
         assert!(resolve(&r, "", Access::Read).unwrap_err().contains("empty"));
     }
@@ -141,9 +174,19 @@ mod tests {
         assert!(err.contains("through a symlink"), "{err}");
         assert!(resolve(&r, "leak/newfile", Access::Write).is_err());
         assert!(resolve(&r, "leak", Access::Read).is_err());
-        assert_eq!(resolve(&r, "inside/a.rs", Access::Read).unwrap().rel, "src/a.rs");
-        assert_eq!(resolve(&r, "rel-link", Access::Write).unwrap().rel, "src/a.rs");
-        assert!(resolve(&r, "dangling", Access::Write).unwrap_err().contains("does not exist"));
+        assert_eq!(
+            resolve(&r, "inside/a.rs", Access::Read).unwrap().rel,
+            "src/a.rs"
+        );
+        assert_eq!(
+            resolve(&r, "rel-link", Access::Write).unwrap().rel,
+            "src/a.rs"
+        );
+        assert!(
+            resolve(&r, "dangling", Access::Write)
+                .unwrap_err()
+                .contains("does not exist")
+        );
     }
 
     #[test]
@@ -152,8 +195,16 @@ mod tests {
         std::fs::create_dir(r.join(".git")).unwrap();
         std::fs::write(r.join(".git/HEAD"), "ref").unwrap();
         assert!(resolve(&r, ".git/HEAD", Access::Read).is_ok());
-        for p in [".git/HEAD", ".git", ".git/hooks/pre-commit", "src/../.git/config"] {
-            assert!(resolve(&r, p, Access::Write).unwrap_err().contains(".git"), "{p}");
+        for p in [
+            ".git/HEAD",
+            ".git",
+            ".git/hooks/pre-commit",
+            "src/../.git/config",
+        ] {
+            assert!(
+                resolve(&r, p, Access::Write).unwrap_err().contains(".git"),
+                "{p}"
+            );
         }
         assert!(resolve(&r, ".gitignore", Access::Write).is_ok());
     }

@@ -11,7 +11,10 @@ pub(crate) fn run(args: &Args) -> Result<ToolOutcome, String> {
     let verdict = match args.opt_string("verdict", "\"approve\" or \"request_changes\"")? {
         None => None,
         Some(v) => Some(Verdict::parse(&v).ok_or_else(|| {
-            format!("argument `verdict` must be \"approve\" or \"request_changes\", got \"{}\"", one_line(&v, 40))
+            format!(
+                "argument `verdict` must be \"approve\" or \"request_changes\", got \"{}\"",
+                one_line(&v, 40)
+            )
         })?),
     };
     let label = match verdict {
@@ -32,7 +35,12 @@ mod tests {
     #[tokio::test]
     async fn finish_with_and_without_verdict() {
         let (_d, ctx) = ctx();
-        let out = call(&ctx, "finish", json!({"summary": "done", "verdict": "request_changes"})).await;
+        let out = call(
+            &ctx,
+            "finish",
+            json!({"summary": "done", "verdict": "request_changes"}),
+        )
+        .await;
         assert!(!out.is_error);
         let f = out.finish.unwrap();
         assert_eq!(f.summary, "done");
@@ -54,6 +62,10 @@ mod tests {
             "error: finish: argument `verdict` must be \"approve\" or \"request_changes\", got \"lgtm\""
         );
         let out = call(&ctx, "finish", json!({})).await;
-        assert!(out.content.contains("argument `summary` is required"), "{}", out.content);
+        assert!(
+            out.content.contains("argument `summary` is required"),
+            "{}",
+            out.content
+        );
     }
 }

@@ -21,21 +21,33 @@ pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let pattern = args.string("pattern", "a regular expression (Rust regex syntax)")?;
-    let path = args.opt_string("path", "a file or directory relative to the worktree root")?.unwrap_or_else(|| ".".to_owned());
+    let path = args
+        .opt_string("path", "a file or directory relative to the worktree root")?
+        .unwrap_or_else(|| ".".to_owned());
     let glob = args.opt_string("glob", "a gitignore-style glob such as *.rs")?;
     let re = RegexBuilder::new(&pattern)
         .size_limit(1 << 22)
         .build()
-        .map_err(|e| format!("argument `pattern` is not a valid regex: {}", one_line(&e.to_string().replace('\n', " "), 200)))?;
+        .map_err(|e| {
+            format!(
+                "argument `pattern` is not a valid regex: {}",
+                one_line(&e.to_string().replace('\n', " "), 200)
+            )
+        })?;
     let target = fence::resolve(root, &path, Access::Read)?;
     let mut out = String::new();
     let mut matches = 0usize;
     let mut capped = false;
     let files = walk_files(root, &target, "glob", glob.as_deref(), |abs, rel| {
-        if std::fs::metadata(abs).map(|m| m.len() > MAX_FILE_BYTES).unwrap_or(true) {
+        if std::fs::metadata(abs)
+            .map(|m| m.len() > MAX_FILE_BYTES)
+            .unwrap_or(true)
+        {
             return true;
         }
-        let Ok(bytes) = std::fs::read(abs) else { return true };
+        let Ok(bytes) = std::fs::read(abs) else {
+            return true;
+        };
         if bytes[..bytes.len().min(8192)].contains(&0) {
             return true;
         }
@@ -62,15 +74,23 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let shown_pattern = one_line(&pattern, 40);
     if matches == 0 {
         return Ok(ToolOutcome::ok(
-            format!("no matches for `{pattern}` in {} ({files} files searched)", target.rel),
+            format!(
+                "no matches for `{pattern}` in {} ({files} files searched)",
+                target.rel
+            ),
             format!("grep `{shown_pattern}` → 0 matches"),
         ));
     }
     if capped {
-        out.push_str(&format!("[… stopped after {matches} matches; narrow the pattern, path or glob …]"));
+        out.push_str(&format!(
+            "[… stopped after {matches} matches; narrow the pattern, path or glob …]"
+        ));
     }
     let more = if capped { "+" } else { "" };
-    Ok(ToolOutcome::ok(out, format!("grep `{shown_pattern}` → {matches}{more} matches")))
+    Ok(ToolOutcome::ok(
+        out,
+        format!("grep `{shown_pattern}` → {matches}{more} matches"),
+    ))
 }
 
 #[cfg(test)]
@@ -99,7 +119,11 @@ mod tests {
         assert_eq!(out.content, "src/a.rs:2:fn beta() {}\n");
         let out = call(&ctx, "grep", json!({"pattern": "zeta"})).await;
         assert!(!out.is_error);
-        assert!(out.content.starts_with("no matches for `zeta` in ."), "{}", out.content);
+        assert!(
+            out.content.starts_with("no matches for `zeta` in ."),
+            "{}",
+            out.content
+        );
     }
 
     #[tokio::test]
@@ -107,12 +131,20 @@ mod tests {
         let (dir, ctx) = ctx();
         let out = call(&ctx, "grep", json!({"pattern": "fn ("})).await;
         assert!(out.is_error);
-        assert!(out.content.starts_with("error: grep: argument `pattern` is not a valid regex"), "{}", out.content);
+        assert!(
+            out.content
+                .starts_with("error: grep: argument `pattern` is not a valid regex"),
+            "{}",
+            out.content
+        );
         let body: String = (0..1000).map(|i| format!("hit {i}\n")).collect();
         std::fs::write(dir.path().join("many.txt"), body).unwrap();
         let out = call(&ctx, "grep", json!({"pattern": "hit"})).await;
         assert_eq!(out.content.lines().count(), super::MAX_MATCHES + 1);
-        assert!(out.content.ends_with("[… stopped after 200 matches; narrow the pattern, path or glob …]"));
+        assert!(
+            out.content
+                .ends_with("[… stopped after 200 matches; narrow the pattern, path or glob …]")
+        );
         assert_eq!(out.summary, "grep `hit` → 200+ matches");
     }
 }

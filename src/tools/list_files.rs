@@ -21,8 +21,13 @@ use super::{Args, ToolOutcome};
 pub const MAX_ENTRIES: usize = 500;
 
 pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
-    let path = args.opt_string("path", "a directory relative to the worktree root")?.unwrap_or_else(|| ".".to_owned());
-    let pattern = args.opt_string("pattern", "a gitignore-style glob such as *.rs or src/**/*.md")?;
+    let path = args
+        .opt_string("path", "a directory relative to the worktree root")?
+        .unwrap_or_else(|| ".".to_owned());
+    let pattern = args.opt_string(
+        "pattern",
+        "a gitignore-style glob such as *.rs or src/**/*.md",
+    )?;
     let target = fence::resolve(root, &path, Access::Read)?;
     let mut listed = String::new();
     let mut shown = 0usize;
@@ -34,7 +39,10 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
         }
         true
     })?;
-    let filter = pattern.as_deref().map(|p| format!(" matching `{p}`")).unwrap_or_default();
+    let filter = pattern
+        .as_deref()
+        .map(|p| format!(" matching `{p}`"))
+        .unwrap_or_default();
     if total == 0 {
         return Ok(ToolOutcome::ok(
             format!("no files{filter} in {}", target.rel),
@@ -42,9 +50,15 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
         ));
     }
     if total > shown {
-        listed.push_str(&format!("[… {} more files not listed; narrow with path or pattern …]", total - shown));
+        listed.push_str(&format!(
+            "[… {} more files not listed; narrow with path or pattern …]",
+            total - shown
+        ));
     }
-    Ok(ToolOutcome::ok(listed, format!("list_files {}{filter} ({total} files)", target.rel)))
+    Ok(ToolOutcome::ok(
+        listed,
+        format!("list_files {}{filter} ({total} files)", target.rel),
+    ))
 }
 
 /// Calls `visit(abs, rel)` for each non-ignored file under `target` whose
@@ -57,15 +71,33 @@ pub(crate) fn walk_files(
     glob: Option<&str>,
     mut visit: impl FnMut(&Path, &str) -> bool,
 ) -> Result<usize, String> {
-    let target_rel: PathBuf = target.abs.strip_prefix(root).map(Path::to_path_buf).unwrap_or_default();
-    if target_rel.components().next().is_some_and(|c| c.as_os_str() == ".git") {
-        return Err(format!("{} is inside .git, which is not listed or searched", target.rel));
+    let target_rel: PathBuf = target
+        .abs
+        .strip_prefix(root)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    if target_rel
+        .components()
+        .next()
+        .is_some_and(|c| c.as_os_str() == ".git")
+    {
+        return Err(format!(
+            "{} is inside .git, which is not listed or searched",
+            target.rel
+        ));
     }
     let matcher = match glob {
-        Some(g) if !g.trim().is_empty() => Some(build_glob(root, g).map_err(|e| format!("argument `{glob_arg}` is not a valid glob: {e}"))?),
+        Some(g) if !g.trim().is_empty() => Some(
+            build_glob(root, g)
+                .map_err(|e| format!("argument `{glob_arg}` is not a valid glob: {e}"))?,
+        ),
         _ => None,
     };
-    let matches = |rel: &Path| matcher.as_ref().is_none_or(|m| m.matched_path_or_any_parents(rel, false).is_ignore());
+    let matches = |rel: &Path| {
+        matcher
+            .as_ref()
+            .is_none_or(|m| m.matched_path_or_any_parents(rel, false).is_ignore())
+    };
     let meta = std::fs::metadata(&target.abs).map_err(|e| super::io_message(&target.rel, &e))?;
     if !meta.is_dir() {
         let hit = matches(&target_rel);
@@ -97,7 +129,9 @@ pub(crate) fn walk_files(
         if entry.file_type().is_none_or(|t| t.is_dir()) {
             continue;
         }
-        let Ok(rel) = entry.path().strip_prefix(root) else { continue };
+        let Ok(rel) = entry.path().strip_prefix(root) else {
+            continue;
+        };
         if !rel.starts_with(&target_rel) || !matches(rel) {
             continue;
         }
@@ -121,7 +155,17 @@ mod tests {
     use serde_json::json;
 
     fn tree(root: &std::path::Path) {
-        for f in ["src/main.rs", "src/lib.rs", "src/deep/x.rs", "README.md", "target/debug/out.rs", "notes.log", ".github/ci.yml", ".git/HEAD", "build/gen.rs"] {
+        for f in [
+            "src/main.rs",
+            "src/lib.rs",
+            "src/deep/x.rs",
+            "README.md",
+            "target/debug/out.rs",
+            "notes.log",
+            ".github/ci.yml",
+            ".git/HEAD",
+            "build/gen.rs",
+        ] {
             let p = root.join(f);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, "fn main() {}\n").unwrap();
@@ -137,7 +181,10 @@ mod tests {
         tree(dir.path());
         let out = call(&ctx, "list_files", json!({})).await;
         assert!(!out.is_error, "{}", out.content);
-        assert_eq!(out.content, ".github/ci.yml\n.gitignore\n.ignore\nREADME.md\nsrc/.gitignore\nsrc/lib.rs\nsrc/main.rs\n");
+        assert_eq!(
+            out.content,
+            ".github/ci.yml\n.gitignore\n.ignore\nREADME.md\nsrc/.gitignore\nsrc/lib.rs\nsrc/main.rs\n"
+        );
         assert_eq!(out.summary, "list_files . (7 files)");
     }
 
@@ -145,7 +192,12 @@ mod tests {
     async fn path_and_pattern() {
         let (dir, ctx) = ctx();
         tree(dir.path());
-        let out = call(&ctx, "list_files", json!({"path": "src", "pattern": "*.rs"})).await;
+        let out = call(
+            &ctx,
+            "list_files",
+            json!({"path": "src", "pattern": "*.rs"}),
+        )
+        .await;
         assert_eq!(out.content, "src/lib.rs\nsrc/main.rs\n");
         let out = call(&ctx, "list_files", json!({"pattern": "*.md"})).await;
         assert_eq!(out.content, "README.md\n");
@@ -166,6 +218,9 @@ mod tests {
         }
         let out = call(&ctx, "list_files", json!({})).await;
         assert_eq!(out.content.lines().count(), super::MAX_ENTRIES + 1);
-        assert!(out.content.ends_with("[… 7 more files not listed; narrow with path or pattern …]"));
+        assert!(
+            out.content
+                .ends_with("[… 7 more files not listed; narrow with path or pattern …]")
+        );
     }
 }

@@ -35,7 +35,16 @@ use crate::llm::ToolDef;
 use crate::policy::BashPolicy;
 
 /// Every tool name orch knows, in the order they are offered.
-pub const ALL_TOOLS: &[&str] = &["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "spawn_agent", "finish"];
+pub const ALL_TOOLS: &[&str] = &[
+    "bash",
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_files",
+    "grep",
+    "spawn_agent",
+    "finish",
+];
 
 /// Tools that change files directly; refused for read-only roles.
 const WRITE_TOOLS: &[&str] = &["write_file", "edit_file"];
@@ -66,7 +75,12 @@ pub struct ToolContext {
 impl ToolContext {
     /// A context for the worktree at `root` (canonicalized), with the scrubbed
     /// environment and default limits.
-    pub fn new(root: &Path, allowed: &[String], read_only: bool, policy: BashPolicy) -> std::io::Result<Self> {
+    pub fn new(
+        root: &Path,
+        allowed: &[String],
+        read_only: bool,
+        policy: BashPolicy,
+    ) -> std::io::Result<Self> {
         Ok(ToolContext {
             root: root.canonicalize()?,
             allowed: allowed.to_vec(),
@@ -111,13 +125,22 @@ pub struct ToolOutcome {
 impl ToolOutcome {
     /// A successful result.
     pub(crate) fn ok(content: String, summary: String) -> Self {
-        ToolOutcome { content, summary: one_line(&summary, SUMMARY_CHARS), ..Default::default() }
+        ToolOutcome {
+            content,
+            summary: one_line(&summary, SUMMARY_CHARS),
+            ..Default::default()
+        }
     }
 
     /// A tool error: `error: <tool>: <message>`.
     pub(crate) fn error(tool: &str, message: &str) -> Self {
         let content = format!("error: {tool}: {message}");
-        ToolOutcome { summary: one_line(&content, SUMMARY_CHARS), content, is_error: true, ..Default::default() }
+        ToolOutcome {
+            summary: one_line(&content, SUMMARY_CHARS),
+            content,
+            is_error: true,
+            ..Default::default()
+        }
     }
 }
 
@@ -150,22 +173,35 @@ fn definition(name: &str) -> Option<ToolDef> {
     let s = |d: &str| json!({"type": "string", "description": d});
     let plain = json!({"type": "string"});
     let int = |d: &str| json!({"type": "integer", "description": d});
-    let def = |name, description, parameters| ToolDef { name, description, parameters };
+    let def = |name, description, parameters| ToolDef {
+        name,
+        description,
+        parameters,
+    };
     Some(match name {
         "bash" => def(
             "bash",
             "Run a bash command in the worktree root (no stdin). Output is capped.",
-            schema(json!({"command": plain, "timeout_secs": int("default 120, max 600")}), &["command"]),
+            schema(
+                json!({"command": plain, "timeout_secs": int("default 120, max 600")}),
+                &["command"],
+            ),
         ),
         "read_file" => def(
             "read_file",
             "Read a text file; lines are numbered.",
-            schema(json!({"path": plain, "offset": int("first line, 1-based"), "limit": int("max lines")}), &["path"]),
+            schema(
+                json!({"path": plain, "offset": int("first line, 1-based"), "limit": int("max lines")}),
+                &["path"],
+            ),
         ),
         "write_file" => def(
             "write_file",
             "Create or overwrite a file (creates parent dirs). Returns a diff.",
-            schema(json!({"path": plain, "content": plain}), &["path", "content"]),
+            schema(
+                json!({"path": plain, "content": plain}),
+                &["path", "content"],
+            ),
         ),
         "edit_file" => def(
             "edit_file",
@@ -178,12 +214,18 @@ fn definition(name: &str) -> Option<ToolDef> {
         "list_files" => def(
             "list_files",
             "List files, skipping gitignored ones.",
-            schema(json!({"path": s("directory, default root"), "pattern": s("gitignore-style glob, e.g. *.rs")}), &[]),
+            schema(
+                json!({"path": s("directory, default root"), "pattern": s("gitignore-style glob, e.g. *.rs")}),
+                &[],
+            ),
         ),
         "grep" => def(
             "grep",
             "Search files for a regex; prints path:line:text.",
-            schema(json!({"pattern": plain, "path": plain, "glob": s("e.g. *.rs")}), &["pattern"]),
+            schema(
+                json!({"pattern": plain, "path": plain, "glob": s("e.g. *.rs")}),
+                &["pattern"],
+            ),
         ),
         "finish" => def(
             "finish",
@@ -201,32 +243,44 @@ fn definition(name: &str) -> Option<ToolDef> {
 pub async fn dispatch(ctx: &ToolContext, name: &str, arguments: &str) -> ToolOutcome {
     let start = Instant::now();
     let mut outcome = match check_call(ctx, name, arguments) {
-        Err(outcome) => outcome,
-        Ok(args) => run_tool(ctx, name, args).await.unwrap_or_else(|msg| ToolOutcome::error(name, &msg)),
+        Err((tool, msg)) => ToolOutcome::error(&tool, &msg),
+        Ok(args) => run_tool(ctx, name, args)
+            .await
+            .unwrap_or_else(|msg| ToolOutcome::error(name, &msg)),
     };
     outcome.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     outcome
 }
 
-fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, ToolOutcome> {
+/// Checks name, permission and arguments; on failure, the tool label to report
+/// and the message.
+fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (String, String)> {
+    let offered = || {
+        let names: Vec<&str> = definitions(&ctx.allowed).iter().map(|d| d.name).collect();
+        names.join(", ")
+    };
     if !ALL_TOOLS.contains(&name) {
-        let offered: Vec<&str> = definitions(&ctx.allowed).iter().map(|d| d.name).collect();
-        return Err(ToolOutcome::error(
-            &one_line(name, 60),
-            &format!("unknown tool; available tools: {}", offered.join(", ")),
+        return Err((
+            one_line(name, 60),
+            format!("unknown tool; available tools: {}", offered()),
         ));
     }
     if !ctx.allowed.iter().any(|a| a == name) {
-        let offered: Vec<&str> = definitions(&ctx.allowed).iter().map(|d| d.name).collect();
-        return Err(ToolOutcome::error(
-            name,
-            &format!("this tool is not allowed for this role; allowed tools: {}", offered.join(", ")),
+        return Err((
+            name.to_owned(),
+            format!(
+                "this tool is not allowed for this role; allowed tools: {}",
+                offered()
+            ),
         ));
     }
     if ctx.read_only && WRITE_TOOLS.contains(&name) {
-        return Err(ToolOutcome::error(name, "this role is read-only and cannot change files"));
+        return Err((
+            name.to_owned(),
+            "this role is read-only and cannot change files".to_owned(),
+        ));
     }
-    Args::parse(name, arguments).map_err(|msg| ToolOutcome::error(name, &msg))
+    Args::parse(name, arguments).map_err(|msg| (name.to_owned(), msg))
 }
 
 async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutcome, String> {
@@ -239,7 +293,10 @@ async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutco
         "edit_file" => blocking(move || edit_file::run(&root, &args)).await,
         "list_files" => blocking(move || list_files::run(&root, &args)).await,
         "grep" => blocking(move || grep::run(&root, &args)).await,
-        _ => Err("not available in this version of orch; do the work yourself with the other tools".to_owned()),
+        _ => Err(
+            "not available in this version of orch; do the work yourself with the other tools"
+                .to_owned(),
+        ),
     }
 }
 
@@ -269,8 +326,13 @@ impl Args {
         let text = if text.trim().is_empty() { "{}" } else { text };
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(map)) => Ok(Args(map)),
-            Ok(other) => Err(format!("arguments must be a JSON object like {{\"…\": …}}, got {}", kind(&other))),
-            Err(e) => Err(format!("arguments are not valid JSON ({e}); send a JSON object with the {tool} arguments")),
+            Ok(other) => Err(format!(
+                "arguments must be a JSON object like {{\"…\": …}}, got {}",
+                kind(&other)
+            )),
+            Err(e) => Err(format!(
+                "arguments are not valid JSON ({e}); send a JSON object with the {tool} arguments"
+            )),
         }
     }
 
@@ -282,7 +344,10 @@ impl Args {
     pub(crate) fn string(&self, key: &str, expected: &str) -> Result<String, String> {
         match self.get(key) {
             Some(Value::String(s)) => Ok(s.clone()),
-            Some(other) => Err(format!("argument `{key}` must be a string ({expected}), got {}", kind(other))),
+            Some(other) => Err(format!(
+                "argument `{key}` must be a string ({expected}), got {}",
+                kind(other)
+            )),
             None => Err(format!("argument `{key}` is required: {expected}")),
         }
     }
@@ -292,7 +357,10 @@ impl Args {
         match self.get(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(format!("argument `{key}` must be a string ({expected}), got {}", kind(other))),
+            Some(other) => Err(format!(
+                "argument `{key}` must be a string ({expected}), got {}",
+                kind(other)
+            )),
         }
     }
 
@@ -302,7 +370,10 @@ impl Args {
             None => Ok(None),
             Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
             Some(Value::String(s)) if s.trim().parse::<u64>().is_ok() => Ok(s.trim().parse().ok()),
-            Some(other) => Err(format!("argument `{key}` must be a non-negative integer, got {}", kind(other))),
+            Some(other) => Err(format!(
+                "argument `{key}` must be a non-negative integer, got {}",
+                kind(other)
+            )),
         }
     }
 
@@ -312,7 +383,10 @@ impl Args {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
             Some(Value::String(s)) if s == "true" || s == "false" => Ok(Some(s == "true")),
-            Some(other) => Err(format!("argument `{key}` must be true or false, got {}", kind(other))),
+            Some(other) => Err(format!(
+                "argument `{key}` must be true or false, got {}",
+                kind(other)
+            )),
         }
     }
 }
@@ -354,9 +428,12 @@ pub(crate) mod test_support {
 
     /// Runs a call with a timeout, so a hang fails the test instead of blocking it.
     pub(crate) async fn call(ctx: &ToolContext, name: &str, args: Value) -> ToolOutcome {
-        tokio::time::timeout(std::time::Duration::from_secs(60), dispatch(ctx, name, &args.to_string()))
-            .await
-            .expect("tool call hung")
+        tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            dispatch(ctx, name, &args.to_string()),
+        )
+        .await
+        .expect("tool call hung")
     }
 }
 
@@ -370,7 +447,18 @@ mod tests {
         let all: Vec<String> = ALL_TOOLS.iter().map(|s| s.to_string()).collect();
         let defs = definitions(&all);
         let names: Vec<&str> = defs.iter().map(|d| d.name).collect();
-        assert_eq!(names, ["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "finish"]);
+        assert_eq!(
+            names,
+            [
+                "bash",
+                "read_file",
+                "write_file",
+                "edit_file",
+                "list_files",
+                "grep",
+                "finish"
+            ]
+        );
         let size = serde_json::to_string(&defs).unwrap().len();
         assert!(size < 3 * 1024, "tool schemas are {size} bytes");
         let some = definitions(&["grep".to_owned(), "nope".to_owned()]);
@@ -382,7 +470,13 @@ mod tests {
         let (_d, ctx) = ctx();
         let out = dispatch(&ctx, "rm_everything", "{}").await;
         assert!(out.is_error);
-        assert!(out.content.starts_with("error: rm_everything: unknown tool; available tools: bash, read_file"), "{}", out.content);
+        assert!(
+            out.content.starts_with(
+                "error: rm_everything: unknown tool; available tools: bash, read_file"
+            ),
+            "{}",
+            out.content
+        );
     }
 
     #[tokio::test]
@@ -391,7 +485,10 @@ mod tests {
         ctx.allowed = vec!["read_file".into(), "finish".into()];
         let out = call(&ctx, "bash", json!({"command": "ls"})).await;
         assert!(out.is_error);
-        assert_eq!(out.content, "error: bash: this tool is not allowed for this role; allowed tools: read_file, finish");
+        assert_eq!(
+            out.content,
+            "error: bash: this tool is not allowed for this role; allowed tools: read_file, finish"
+        );
     }
 
     #[tokio::test]
@@ -400,7 +497,10 @@ mod tests {
         ctx.read_only = true;
         for (tool, args) in [
             ("write_file", json!({"path": "a.txt", "content": "x"})),
-            ("edit_file", json!({"path": "a.txt", "old_string": "x", "new_string": "y"})),
+            (
+                "edit_file",
+                json!({"path": "a.txt", "old_string": "x", "new_string": "y"}),
+            ),
         ] {
             let out = call(&ctx, tool, args).await;
             assert!(out.is_error);
@@ -416,20 +516,41 @@ mod tests {
         let (_d, ctx) = ctx();
         let out = dispatch(&ctx, "read_file", "{\"path\": ").await;
         assert!(out.is_error);
-        assert!(out.content.starts_with("error: read_file: arguments are not valid JSON"), "{}", out.content);
+        assert!(
+            out.content
+                .starts_with("error: read_file: arguments are not valid JSON"),
+            "{}",
+            out.content
+        );
 
         let out = dispatch(&ctx, "read_file", "[1,2]").await;
-        assert!(out.content.contains("must be a JSON object"), "{}", out.content);
+        assert!(
+            out.content.contains("must be a JSON object"),
+            "{}",
+            out.content
+        );
 
         let out = dispatch(&ctx, "read_file", "").await;
-        assert_eq!(out.content, "error: read_file: argument `path` is required: a file path relative to the worktree root");
+        assert_eq!(
+            out.content,
+            "error: read_file: argument `path` is required: a file path relative to the worktree root"
+        );
 
         let out = call(&ctx, "read_file", json!({"path": 42})).await;
-        assert!(out.content.contains("argument `path` must be a string"), "{}", out.content);
+        assert!(
+            out.content.contains("argument `path` must be a string"),
+            "{}",
+            out.content
+        );
         assert!(out.content.contains("the number 42"), "{}", out.content);
 
         let out = call(&ctx, "read_file", json!({"path": "a", "offset": "ten"})).await;
-        assert!(out.content.contains("argument `offset` must be a non-negative integer"), "{}", out.content);
+        assert!(
+            out.content
+                .contains("argument `offset` must be a non-negative integer"),
+            "{}",
+            out.content
+        );
 
         let big = format!("{{\"command\": \"{}\"}}", "x".repeat(MAX_ARGUMENT_BYTES));
         let out = dispatch(&ctx, "bash", &big).await;
@@ -441,7 +562,11 @@ mod tests {
     #[tokio::test]
     async fn spawn_agent_is_not_offered_and_errors_cleanly() {
         let (_d, ctx) = ctx();
-        assert!(definitions(&ctx.allowed).iter().all(|d| d.name != "spawn_agent"));
+        assert!(
+            definitions(&ctx.allowed)
+                .iter()
+                .all(|d| d.name != "spawn_agent")
+        );
         let out = call(&ctx, "spawn_agent", json!({"role": "explore", "task": "x"})).await;
         assert!(out.is_error);
         assert!(out.content.starts_with("error: spawn_agent: "));

@@ -24,7 +24,9 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let f = fence::resolve(root, &path, Access::Read)?;
     let meta = std::fs::metadata(&f.abs).map_err(|e| io_message(&path, &e))?;
     if meta.is_dir() {
-        return Err(format!("{path} is a directory; use list_files to see its contents"));
+        return Err(format!(
+            "{path} is a directory; use list_files to see its contents"
+        ));
     }
     let file = std::fs::File::open(&f.abs).map_err(|e| io_message(&path, &e))?;
     let mut reader = BufReader::new(file);
@@ -36,13 +38,17 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let end = offset.saturating_add(limit);
     loop {
         line.clear();
-        let n = reader.read_until(b'\n', &mut line).map_err(|e| io_message(&path, &e))?;
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| io_message(&path, &e))?;
         if n == 0 {
             break;
         }
         total += 1;
         let binary = |why: &str| {
-            format!("{path} looks binary ({why}) and is not shown; inspect it with bash (e.g. `file {path}` or `xxd {path} | head`)")
+            format!(
+                "{path} looks binary ({why}) and is not shown; inspect it with bash (e.g. `file {path}` or `xxd {path} | head`)"
+            )
         };
         if line.contains(&0) {
             return Err(binary("it contains NUL bytes"));
@@ -75,15 +81,26 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
         ));
     }
     if offset > total {
-        return Err(format!("argument `offset` is {offset} but {path} has only {total} lines"));
+        return Err(format!(
+            "argument `offset` is {offset} but {path} has only {total} lines"
+        ));
     }
     let truncated = last_shown < total;
     text.push_str(&format!("(total_lines: {total}, truncated: {truncated}"));
     if truncated {
-        text.push_str(&format!("; showing lines {offset}-{last_shown}, continue with offset={}", last_shown + 1));
+        text.push_str(&format!(
+            "; showing lines {offset}-{last_shown}, continue with offset={}",
+            last_shown + 1
+        ));
     }
     text.push(')');
-    Ok(ToolOutcome::ok(text, format!("read_file {} (lines {offset}-{last_shown} of {total})", f.rel)))
+    Ok(ToolOutcome::ok(
+        text,
+        format!(
+            "read_file {} (lines {offset}-{last_shown} of {total})",
+            f.rel
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -98,11 +115,25 @@ mod tests {
         std::fs::write(dir.path().join("f.txt"), body).unwrap();
         let out = call(&ctx, "read_file", json!({"path": "f.txt"})).await;
         assert!(!out.is_error);
-        assert!(out.content.starts_with("     1\tline 1\n     2\tline 2\n"), "{}", out.content);
-        assert!(out.content.ends_with("    10\tline 10\n(total_lines: 10, truncated: false)"), "{}", out.content);
+        assert!(
+            out.content.starts_with("     1\tline 1\n     2\tline 2\n"),
+            "{}",
+            out.content
+        );
+        assert!(
+            out.content
+                .ends_with("    10\tline 10\n(total_lines: 10, truncated: false)"),
+            "{}",
+            out.content
+        );
         assert_eq!(out.summary, "read_file f.txt (lines 1-10 of 10)");
 
-        let out = call(&ctx, "read_file", json!({"path": "f.txt", "offset": 3, "limit": 2})).await;
+        let out = call(
+            &ctx,
+            "read_file",
+            json!({"path": "f.txt", "offset": 3, "limit": 2}),
+        )
+        .await;
         assert_eq!(
             out.content,
             "     3\tline 3\n     4\tline 4\n(total_lines: 10, truncated: true; showing lines 3-4, continue with offset=5)"
@@ -118,10 +149,16 @@ mod tests {
         let (dir, ctx) = ctx();
         std::fs::write(dir.path().join("a"), "x\r\ny").unwrap();
         let out = call(&ctx, "read_file", json!({"path": "a"})).await;
-        assert_eq!(out.content, "     1\tx\n     2\ty\n(total_lines: 2, truncated: false)");
+        assert_eq!(
+            out.content,
+            "     1\tx\n     2\ty\n(total_lines: 2, truncated: false)"
+        );
         std::fs::write(dir.path().join("e"), "").unwrap();
         let out = call(&ctx, "read_file", json!({"path": "e"})).await;
-        assert_eq!(out.content, "(empty file; total_lines: 0, truncated: false)");
+        assert_eq!(
+            out.content,
+            "(empty file; total_lines: 0, truncated: false)"
+        );
     }
 
     #[tokio::test]
@@ -131,7 +168,12 @@ mod tests {
         std::fs::write(dir.path().join("big"), body).unwrap();
         let out = call(&ctx, "read_file", json!({"path": "big"})).await;
         assert!(out.content.len() < super::MAX_CHARS + 200);
-        assert!(out.content.contains("(total_lines: 5000, truncated: true; showing lines 1-"), "{}", &out.content[out.content.len() - 120..]);
+        assert!(
+            out.content
+                .contains("(total_lines: 5000, truncated: true; showing lines 1-"),
+            "{}",
+            &out.content[out.content.len() - 120..]
+        );
     }
 
     #[tokio::test]
@@ -141,18 +183,40 @@ mod tests {
         std::fs::write(dir.path().join("latin1"), b"caf\xe9\n").unwrap();
         let out = call(&ctx, "read_file", json!({"path": "bin"})).await;
         assert!(out.is_error);
-        assert!(out.content.contains("looks binary (it contains NUL bytes)"), "{}", out.content);
+        assert!(
+            out.content.contains("looks binary (it contains NUL bytes)"),
+            "{}",
+            out.content
+        );
         let out = call(&ctx, "read_file", json!({"path": "latin1"})).await;
-        assert!(out.content.contains("line 1 is not valid UTF-8"), "{}", out.content);
+        assert!(
+            out.content.contains("line 1 is not valid UTF-8"),
+            "{}",
+            out.content
+        );
         let out = call(&ctx, "read_file", json!({"path": "nope.txt"})).await;
-        assert_eq!(out.content, "error: read_file: nope.txt: no such file or directory");
-        assert_eq!(out.summary, "error: read_file: nope.txt: no such file or directory");
+        assert_eq!(
+            out.content,
+            "error: read_file: nope.txt: no such file or directory"
+        );
+        assert_eq!(
+            out.summary,
+            "error: read_file: nope.txt: no such file or directory"
+        );
         std::fs::create_dir(dir.path().join("d")).unwrap();
         let out = call(&ctx, "read_file", json!({"path": "d"})).await;
         assert!(out.content.contains("is a directory; use list_files"));
         let out = call(&ctx, "read_file", json!({"path": "../x"})).await;
-        assert!(out.content.contains("escapes the worktree root"), "{}", out.content);
+        assert!(
+            out.content.contains("escapes the worktree root"),
+            "{}",
+            out.content
+        );
         let out = call(&ctx, "read_file", json!({"path": "/etc/hostname"})).await;
-        assert!(out.content.contains("outside the worktree root"), "{}", out.content);
+        assert!(
+            out.content.contains("outside the worktree root"),
+            "{}",
+            out.content
+        );
     }
 }
