@@ -1,1 +1,226 @@
-//! (placeholder: filled in by the module's author)
+//! The bash policy: which commands an agent may run.
+//!
+//! [`BashPolicy::decide`] checks, in order:
+//! 1. the built-in deny list (destructive commands no agent should run), unless
+//!    the offending simple command starts with an entry of the repo allowlist
+//!    (`<repo>/.orch/allowlist`);
+//! 2. the role's `deny` patterns, 3. its `ask` patterns, 4. its `allow`
+//!    patterns; 5. anything else is allowed.
+//!
+//! The built-in list does not match on raw text. The command is parsed like a
+//! shell would (quotes, escapes, `;` `&&` `||` `|` `&` newlines, subshells,
+//! `$(…)`, backticks, process substitution, here-documents) into simple
+//! commands; wrappers (`sudo`, `env VAR=x`, `nohup`, `time`, `command`,
+//! `exec`, `nice`, `timeout`, `xargs`, `find -exec`, `eval`, `bash -c '…'`,
+//! `su -c`, …) are unwrapped recursively up to [`MAX_DEPTH`] levels (deeper
+//! nesting is denied). The rules then look at the program and its arguments,
+//! so spacing, flag order, quoting and wrapping do not matter, while a quoted
+//! argument (`echo "rm -rf /"`) is never mistaken for a command.
+//!
+//! Role patterns ([`pattern_matches`]) are command prefixes with `*` as a
+//! wildcard, matched on whole words against the command with its whitespace
+//! collapsed and against each simple command in it.
+
+mod builtin;
+mod shell;
+mod unwrap;
+
+use std::path::Path;
+
+use builtin::builtin_deny;
+use shell::first_words;
+use unwrap::analyze;
+
+/// Deepest nesting of `bash -c`, `$(…)`, `eval`, … that is analysed; deeper
+/// commands are denied rather than run unchecked.
+pub const MAX_DEPTH: usize = 8;
+
+/// The policy's answer for one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run it.
+    Allow,
+    /// Needs the user's approval; the text says which rule asked.
+    Ask(String),
+    /// Never run it; the text names the rule.
+    Deny(String),
+}
+
+/// A role's bash policy plus the repo allowlist and how to resolve `Ask`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BashPolicy {
+    /// Patterns that are allowed (see [`pattern_matches`]).
+    pub allow: Vec<String>,
+    /// Patterns that need approval.
+    pub ask: Vec<String>,
+    /// Patterns that are denied.
+    pub deny: Vec<String>,
+    /// Command prefixes exempt from the built-in deny list, from
+    /// `<repo>/.orch/allowlist`.
+    pub allowlist: Vec<String>,
+    /// `--yes`: `Ask` counts as allowed.
+    pub assume_yes: bool,
+    /// A user can be asked on the terminal (see [`detect_interactive`]).
+    pub interactive: bool,
+}
+
+impl BashPolicy {
+    /// Decides whether `command` may run (see the module docs for the order).
+    pub fn decide(&self, command: &str) -> Decision {
+        let analysis = analyze(command);
+        let allowlist: Vec<Vec<String>> = self
+            .allowlist
+            .iter()
+            .map(|e| first_words(e))
+            .filter(|w| !w.is_empty())
+            .collect();
+        if let Some(reason) = builtin_deny(command, &analysis, &allowlist) {
+            return Decision::Deny(format!("{reason} (built-in deny list)"));
+        }
+        let mut candidates = vec![collapse_ws(command)];
+        for unit in &analysis.units {
+            candidates.push(unit.raw.join(" "));
+            candidates.push(unit.argv.join(" "));
+        }
+        let hit = |patterns: &[String]| {
+            patterns
+                .iter()
+                .find(|p| candidates.iter().any(|c| pattern_matches(p, c)))
+                .cloned()
+        };
+        if let Some(p) = hit(&self.deny) {
+            return Decision::Deny(format!("role deny rule `{p}`"));
+        }
+        if let Some(p) = hit(&self.ask) {
+            return Decision::Ask(format!("role ask rule `{p}`"));
+        }
+        Decision::Allow
+    }
+
+    /// Reads `<repo_root>/.orch/allowlist`: one command prefix per line, blank
+    /// lines and `#` comments ignored. A missing file is an empty list.
+    pub fn load_allowlist(repo_root: &Path) -> std::io::Result<Vec<String>> {
+        match std::fs::read_to_string(repo_root.join(".orch").join("allowlist")) {
+            Ok(text) => Ok(text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_owned)
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// True when a user can answer a prompt: stdin and stderr are terminals and
+/// `CI` is not `true`.
+pub fn detect_interactive() -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    let ttys = unsafe { libc::isatty(0) == 1 && libc::isatty(2) == 1 };
+    ttys && std::env::var("CI").map(|v| v != "true").unwrap_or(true)
+}
+
+/// Whether a role pattern matches a command.
+///
+/// Syntax: a command prefix matched on whole words, `*` matching any run of
+/// characters (spaces included). `git push` matches `git push` and
+/// `git push origin main` but not `git pushy`; `cargo * --release` matches
+/// `cargo build --release`; `*` matches everything. Runs of whitespace in both
+/// count as one space.
+pub fn pattern_matches(pattern: &str, command: &str) -> bool {
+    let p = collapse_ws(pattern);
+    let c = collapse_ws(command);
+    if p.is_empty() {
+        return false;
+    }
+    wildcard(p.as_bytes(), c.as_bytes()) || wildcard(format!("{p} *").as_bytes(), c.as_bytes())
+}
+
+fn collapse_ws(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `*`-only glob match over bytes (iterative, with backtracking to the last star).
+fn wildcard(p: &[u8], t: &[u8]) -> bool {
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|b| *b == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> BashPolicy {
+        BashPolicy::default()
+    }
+
+    #[test]
+    fn role_rules_in_order() {
+        let p = BashPolicy {
+            deny: vec!["git push".into()],
+            ask: vec!["cargo publish".into(), "npm *".into()],
+            allow: vec!["cargo *".into()],
+            ..policy()
+        };
+        assert!(
+            matches!(p.decide("git push origin main"), Decision::Deny(r) if r.contains("`git push`"))
+        );
+        assert!(matches!(p.decide("cd x && git  push"), Decision::Deny(_)));
+        assert!(matches!(p.decide("sudo git push"), Decision::Deny(_)));
+        assert_eq!(p.decide("git pushy"), Decision::Allow);
+        assert!(
+            matches!(p.decide("cargo publish --dry-run"), Decision::Ask(r) if r.contains("cargo publish"))
+        );
+        assert!(matches!(p.decide("npm install"), Decision::Ask(_)));
+        assert_eq!(p.decide("cargo test"), Decision::Allow);
+        assert_eq!(p.decide("ls"), Decision::Allow);
+    }
+
+    #[test]
+    fn pattern_syntax() {
+        assert!(pattern_matches("git push", "git push"));
+        assert!(pattern_matches("git push", "git push origin main"));
+        assert!(!pattern_matches("git push", "git pushy"));
+        assert!(pattern_matches(
+            "cargo * --release",
+            "cargo build --release"
+        ));
+        assert!(pattern_matches("*", "anything at all"));
+        assert!(pattern_matches("git  push", "git\tpush  -f"));
+        assert!(!pattern_matches("", "ls"));
+        assert!(!pattern_matches("rm", "git rm"));
+    }
+
+    #[test]
+    fn allowlist_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(BashPolicy::load_allowlist(dir.path()).unwrap().is_empty());
+        std::fs::create_dir(dir.path().join(".orch")).unwrap();
+        std::fs::write(
+            dir.path().join(".orch/allowlist"),
+            "# comment\n\ngit push --force origin scratch\n  rm -rf /tmp/x  \n",
+        )
+        .unwrap();
+        assert_eq!(
+            BashPolicy::load_allowlist(dir.path()).unwrap(),
+            ["git push --force origin scratch", "rm -rf /tmp/x"]
+        );
+    }
+}

@@ -1,1 +1,581 @@
-//! (placeholder: filled in by the module's author)
+//! The agent's tools: their JSON schemas ([`definitions`]) and one entry point
+//! that runs a call ([`dispatch`]).
+//!
+//! Invariants:
+//! - `dispatch` never fails and never panics on model input: an unknown or
+//!   disallowed tool, malformed or oversized arguments, a path outside the
+//!   worktree, a missing file, a denied command all become a [`ToolOutcome`]
+//!   with `is_error: true` and a `content` starting with `error: ` that names
+//!   the tool, the argument and what is expected;
+//! - every path goes through [`fence`]: it stays inside the worktree root,
+//!   through `..` and symlinks alike, and write tools never touch `.git`;
+//! - `read_only` blocks `write_file` and `edit_file`; `bash` is governed by the
+//!   role's tool allowlist and its bash policy (the stage commit records
+//!   whatever a command changed).
+//!
+//! Tool names and argument names are a public contract with the model.
+
+mod bash;
+mod edit_file;
+pub mod fence;
+mod finish;
+mod grep;
+mod list_files;
+mod read_file;
+mod write_file;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use crate::exec::ExecLimits;
+use crate::ids::Verdict;
+use crate::llm::ToolDef;
+use crate::policy::BashPolicy;
+
+/// Every tool name orch knows, in the order they are offered.
+pub const ALL_TOOLS: &[&str] = &[
+    "bash",
+    "read_file",
+    "write_file",
+    "edit_file",
+    "list_files",
+    "grep",
+    "spawn_agent",
+    "finish",
+];
+
+/// Tools that change files directly; refused for read-only roles.
+const WRITE_TOOLS: &[&str] = &["write_file", "edit_file"];
+
+/// Largest `arguments` text accepted from the model.
+pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
+
+/// Longest one-line summary.
+const SUMMARY_CHARS: usize = 120;
+
+/// What tools need to run: where, what is allowed, and with which environment.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// Canonical worktree root; every path is fenced to it.
+    pub root: PathBuf,
+    /// Tool names this role may call.
+    pub allowed: Vec<String>,
+    /// When true, `write_file` and `edit_file` are refused.
+    pub read_only: bool,
+    /// The bash policy of the role.
+    pub policy: BashPolicy,
+    /// The exact environment of tool processes.
+    pub env: Vec<(String, String)>,
+    /// Child-process limits.
+    pub limits: ExecLimits,
+}
+
+impl ToolContext {
+    /// A context for the worktree at `root` (canonicalized), with the scrubbed
+    /// environment and default limits.
+    pub fn new(
+        root: &Path,
+        allowed: &[String],
+        read_only: bool,
+        policy: BashPolicy,
+    ) -> std::io::Result<Self> {
+        Ok(ToolContext {
+            root: root.canonicalize()?,
+            allowed: allowed.to_vec(),
+            read_only,
+            policy,
+            env: crate::exec::scrubbed_env(),
+            limits: ExecLimits::default(),
+        })
+    }
+}
+
+/// A `finish` call: the stage is over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishCall {
+    /// The agent's final report.
+    pub summary: String,
+    /// The reviewer's verdict, when given.
+    pub verdict: Option<Verdict>,
+}
+
+/// The result of one tool call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOutcome {
+    /// What goes back to the model.
+    pub content: String,
+    /// A tool error the model should see and recover from.
+    pub is_error: bool,
+    /// One line (≤ 120 chars) for digests, e.g. "bash `cargo test` → exit 0 (1.2s)".
+    pub summary: String,
+    /// Exit code (bash only).
+    pub exit_code: Option<i32>,
+    /// Wall time of the call.
+    pub duration_ms: u64,
+    /// Set by `finish`.
+    pub finish: Option<FinishCall>,
+    /// Bash policy decision, e.g. `allow` or `deny: recursive delete of / (built-in deny list)`.
+    pub policy: Option<String>,
+    /// `write_file`/`edit_file`: the path written, relative to the root.
+    pub changed_path: Option<String>,
+}
+
+impl ToolOutcome {
+    /// A successful result.
+    pub(crate) fn ok(content: String, summary: String) -> Self {
+        ToolOutcome {
+            content,
+            summary: one_line(&summary, SUMMARY_CHARS),
+            ..Default::default()
+        }
+    }
+
+    /// A tool error: `error: <tool>: <message>`.
+    pub(crate) fn error(tool: &str, message: &str) -> Self {
+        let content = format!("error: {tool}: {message}");
+        ToolOutcome {
+            summary: one_line(&content, SUMMARY_CHARS),
+            content,
+            is_error: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// The first line of `text`, cut to `max` characters with `…`.
+pub(crate) fn one_line(text: &str, max: usize) -> String {
+    let first = text.lines().next().unwrap_or("");
+    let multi = text.trim_end().contains('\n');
+    if first.chars().count() <= max && !multi {
+        return first.to_owned();
+    }
+    let cut: String = first.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+/// JSON schemas of the allowed tools, in [`ALL_TOOLS`] order. `spawn_agent`
+/// is not offered yet, even when allowed.
+pub fn definitions(allowed: &[String]) -> Vec<ToolDef> {
+    ALL_TOOLS
+        .iter()
+        .filter(|t| allowed.iter().any(|a| a == *t))
+        .filter_map(|t| definition(t))
+        .collect()
+}
+
+fn schema(props: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": props, "required": required})
+}
+
+fn definition(name: &str) -> Option<ToolDef> {
+    let s = |d: &str| json!({"type": "string", "description": d});
+    let plain = json!({"type": "string"});
+    let int = |d: &str| json!({"type": "integer", "description": d});
+    let def = |name, description, parameters| ToolDef {
+        name,
+        description,
+        parameters,
+    };
+    Some(match name {
+        "bash" => def(
+            "bash",
+            "Run a bash command in the worktree root (no stdin). Output is capped.",
+            schema(
+                json!({"command": plain, "timeout_secs": int("default 120, max 600")}),
+                &["command"],
+            ),
+        ),
+        "read_file" => def(
+            "read_file",
+            "Read a text file; lines are numbered.",
+            schema(
+                json!({"path": plain, "offset": int("first line, 1-based"), "limit": int("max lines")}),
+                &["path"],
+            ),
+        ),
+        "write_file" => def(
+            "write_file",
+            "Create or overwrite a file (creates parent dirs). Returns a diff.",
+            schema(
+                json!({"path": plain, "content": plain}),
+                &["path", "content"],
+            ),
+        ),
+        "edit_file" => def(
+            "edit_file",
+            "Replace exact text in a file; old_string must match once unless replace_all. Returns a diff.",
+            schema(
+                json!({"path": plain, "old_string": plain, "new_string": plain, "replace_all": {"type": "boolean"}}),
+                &["path", "old_string", "new_string"],
+            ),
+        ),
+        "list_files" => def(
+            "list_files",
+            "List files, skipping gitignored ones.",
+            schema(
+                json!({"path": s("directory, default root"), "pattern": s("gitignore-style glob, e.g. *.rs")}),
+                &[],
+            ),
+        ),
+        "grep" => def(
+            "grep",
+            "Search files for a regex; prints path:line:text.",
+            schema(
+                json!({"pattern": plain, "path": plain, "glob": s("e.g. *.rs")}),
+                &["pattern"],
+            ),
+        ),
+        "finish" => def(
+            "finish",
+            "End your stage with a summary of what you did.",
+            schema(
+                json!({"summary": plain, "verdict": {"type": "string", "enum": ["approve", "request_changes"]}}),
+                &["summary"],
+            ),
+        ),
+        _ => return None,
+    })
+}
+
+/// Runs one tool call. Never fails: problems become `is_error` outcomes.
+pub async fn dispatch(ctx: &ToolContext, name: &str, arguments: &str) -> ToolOutcome {
+    let start = Instant::now();
+    let mut outcome = match check_call(ctx, name, arguments) {
+        Err((tool, msg)) => ToolOutcome::error(&tool, &msg),
+        Ok(args) => run_tool(ctx, name, args)
+            .await
+            .unwrap_or_else(|msg| ToolOutcome::error(name, &msg)),
+    };
+    outcome.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    outcome
+}
+
+/// Checks name, permission and arguments; on failure, the tool label to report
+/// and the message.
+fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (String, String)> {
+    let offered = || {
+        let names: Vec<&str> = definitions(&ctx.allowed).iter().map(|d| d.name).collect();
+        names.join(", ")
+    };
+    if !ALL_TOOLS.contains(&name) {
+        return Err((
+            one_line(name, 60),
+            format!("unknown tool; available tools: {}", offered()),
+        ));
+    }
+    if !ctx.allowed.iter().any(|a| a == name) {
+        return Err((
+            name.to_owned(),
+            format!(
+                "this tool is not allowed for this role; allowed tools: {}",
+                offered()
+            ),
+        ));
+    }
+    if ctx.read_only && WRITE_TOOLS.contains(&name) {
+        return Err((
+            name.to_owned(),
+            "this role is read-only and cannot change files".to_owned(),
+        ));
+    }
+    Args::parse(name, arguments).map_err(|msg| (name.to_owned(), msg))
+}
+
+async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutcome, String> {
+    let root = ctx.root.clone();
+    match name {
+        "bash" => bash::run(ctx, &args).await,
+        "finish" => finish::run(&args),
+        "read_file" => blocking(move || read_file::run(&root, &args)).await,
+        "write_file" => blocking(move || write_file::run(&root, &args)).await,
+        "edit_file" => blocking(move || edit_file::run(&root, &args)).await,
+        "list_files" => blocking(move || list_files::run(&root, &args)).await,
+        "grep" => blocking(move || grep::run(&root, &args)).await,
+        _ => Err(
+            "not available in this version of orch; do the work yourself with the other tools"
+                .to_owned(),
+        ),
+    }
+}
+
+/// Runs file-system work off the async workers.
+async fn blocking<F>(f: F) -> Result<ToolOutcome, String>
+where
+    F: FnOnce() -> Result<ToolOutcome, String> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(format!("internal failure while running the tool: {e}")))
+}
+
+/// A call's arguments: a JSON object, with typed accessors whose errors tell
+/// the model what was expected.
+#[derive(Debug, Clone)]
+pub(crate) struct Args(Map<String, Value>);
+
+impl Args {
+    fn parse(tool: &str, text: &str) -> Result<Args, String> {
+        if text.len() > MAX_ARGUMENT_BYTES {
+            return Err(format!(
+                "arguments are {} bytes, more than the {MAX_ARGUMENT_BYTES}-byte limit; split the work into smaller calls",
+                text.len()
+            ));
+        }
+        let text = if text.trim().is_empty() { "{}" } else { text };
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => Ok(Args(map)),
+            Ok(other) => Err(format!(
+                "arguments must be a JSON object like {{\"…\": …}}, got {}",
+                kind(&other)
+            )),
+            Err(e) => Err(format!(
+                "arguments are not valid JSON ({e}); send a JSON object with the {tool} arguments"
+            )),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    /// A required string.
+    pub(crate) fn string(&self, key: &str, expected: &str) -> Result<String, String> {
+        match self.get(key) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(other) => Err(format!(
+                "argument `{key}` must be a string ({expected}), got {}",
+                kind(other)
+            )),
+            None => Err(format!("argument `{key}` is required: {expected}")),
+        }
+    }
+
+    /// An optional string.
+    pub(crate) fn opt_string(&self, key: &str, expected: &str) -> Result<Option<String>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(format!(
+                "argument `{key}` must be a string ({expected}), got {}",
+                kind(other)
+            )),
+        }
+    }
+
+    /// An optional non-negative integer (a numeric string is accepted too).
+    pub(crate) fn opt_u64(&self, key: &str) -> Result<Option<u64>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+            Some(Value::String(s)) if s.trim().parse::<u64>().is_ok() => Ok(s.trim().parse().ok()),
+            Some(other) => Err(format!(
+                "argument `{key}` must be a non-negative integer, got {}",
+                kind(other)
+            )),
+        }
+    }
+
+    /// An optional boolean (`"true"`/`"false"` accepted too).
+    pub(crate) fn opt_bool(&self, key: &str) -> Result<Option<bool>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(Value::String(s)) if s == "true" || s == "false" => Ok(Some(s == "true")),
+            Some(other) => Err(format!(
+                "argument `{key}` must be true or false, got {}",
+                kind(other)
+            )),
+        }
+    }
+}
+
+/// A short description of a JSON value for error messages.
+fn kind(v: &Value) -> String {
+    let text = v.to_string();
+    let shown = one_line(&text, 40);
+    match v {
+        Value::Null => "null".to_owned(),
+        Value::Bool(_) => format!("the boolean {shown}"),
+        Value::Number(_) => format!("the number {shown}"),
+        Value::String(_) => format!("the string {shown}"),
+        Value::Array(_) => format!("an array {shown}"),
+        Value::Object(_) => format!("an object {shown}"),
+    }
+}
+
+/// An I/O error on `path` as a message for the model.
+pub(crate) fn io_message(path: &str, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => format!("{path}: no such file or directory"),
+        std::io::ErrorKind::PermissionDenied => format!("{path}: permission denied"),
+        _ => format!("{path}: {e}"),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A context over a fresh temp dir with every tool allowed.
+    pub(crate) fn ctx() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let all: Vec<String> = ALL_TOOLS.iter().map(|s| s.to_string()).collect();
+        let ctx = ToolContext::new(dir.path(), &all, false, BashPolicy::default()).expect("ctx");
+        (dir, ctx)
+    }
+
+    /// Runs a call with a timeout, so a hang fails the test instead of blocking it.
+    pub(crate) async fn call(ctx: &ToolContext, name: &str, args: Value) -> ToolOutcome {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            dispatch(ctx, name, &args.to_string()),
+        )
+        .await
+        .expect("tool call hung")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{call, ctx};
+    use super::*;
+
+    #[test]
+    fn definitions_are_lean() {
+        let all: Vec<String> = ALL_TOOLS.iter().map(|s| s.to_string()).collect();
+        let defs = definitions(&all);
+        let names: Vec<&str> = defs.iter().map(|d| d.name).collect();
+        assert_eq!(
+            names,
+            [
+                "bash",
+                "read_file",
+                "write_file",
+                "edit_file",
+                "list_files",
+                "grep",
+                "finish"
+            ]
+        );
+        let size = serde_json::to_string(&defs).unwrap().len();
+        assert!(size < 3 * 1024, "tool schemas are {size} bytes");
+        let some = definitions(&["grep".to_owned(), "nope".to_owned()]);
+        assert_eq!(some.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn unknown_tool() {
+        let (_d, ctx) = ctx();
+        let out = dispatch(&ctx, "rm_everything", "{}").await;
+        assert!(out.is_error);
+        assert!(
+            out.content.starts_with(
+                "error: rm_everything: unknown tool; available tools: bash, read_file"
+            ),
+            "{}",
+            out.content
+        );
+    }
+
+    #[tokio::test]
+    async fn tool_not_allowed() {
+        let (_d, mut ctx) = ctx();
+        ctx.allowed = vec!["read_file".into(), "finish".into()];
+        let out = call(&ctx, "bash", json!({"command": "ls"})).await;
+        assert!(out.is_error);
+        assert_eq!(
+            out.content,
+            "error: bash: this tool is not allowed for this role; allowed tools: read_file, finish"
+        );
+    }
+
+    #[tokio::test]
+    async fn write_tools_refused_when_read_only() {
+        let (dir, mut ctx) = ctx();
+        ctx.read_only = true;
+        for (tool, args) in [
+            ("write_file", json!({"path": "a.txt", "content": "x"})),
+            (
+                "edit_file",
+                json!({"path": "a.txt", "old_string": "x", "new_string": "y"}),
+            ),
+        ] {
+            let out = call(&ctx, tool, args).await;
+            assert!(out.is_error);
+            assert!(out.content.contains("read-only"), "{}", out.content);
+        }
+        assert!(!dir.path().join("a.txt").exists());
+        let ok = call(&ctx, "list_files", json!({})).await;
+        assert!(!ok.is_error);
+    }
+
+    #[tokio::test]
+    async fn malformed_arguments() {
+        let (_d, ctx) = ctx();
+        let out = dispatch(&ctx, "read_file", "{\"path\": ").await;
+        assert!(out.is_error);
+        assert!(
+            out.content
+                .starts_with("error: read_file: arguments are not valid JSON"),
+            "{}",
+            out.content
+        );
+
+        let out = dispatch(&ctx, "read_file", "[1,2]").await;
+        assert!(
+            out.content.contains("must be a JSON object"),
+            "{}",
+            out.content
+        );
+
+        let out = dispatch(&ctx, "read_file", "").await;
+        assert_eq!(
+            out.content,
+            "error: read_file: argument `path` is required: a file path relative to the worktree root"
+        );
+
+        let out = call(&ctx, "read_file", json!({"path": 42})).await;
+        assert!(
+            out.content.contains("argument `path` must be a string"),
+            "{}",
+            out.content
+        );
+        assert!(out.content.contains("the number 42"), "{}", out.content);
+
+        let out = call(&ctx, "read_file", json!({"path": "a", "offset": "ten"})).await;
+        assert!(
+            out.content
+                .contains("argument `offset` must be a non-negative integer"),
+            "{}",
+            out.content
+        );
+
+        let big = format!("{{\"command\": \"{}\"}}", "x".repeat(MAX_ARGUMENT_BYTES));
+        let out = dispatch(&ctx, "bash", &big).await;
+        assert!(out.is_error);
+        assert!(out.content.contains("limit"), "{}", &out.content[..100]);
+        assert!(out.summary.chars().count() <= SUMMARY_CHARS);
+    }
+
+    #[tokio::test]
+    async fn spawn_agent_is_not_offered_and_errors_cleanly() {
+        let (_d, ctx) = ctx();
+        assert!(
+            definitions(&ctx.allowed)
+                .iter()
+                .all(|d| d.name != "spawn_agent")
+        );
+        let out = call(&ctx, "spawn_agent", json!({"role": "explore", "task": "x"})).await;
+        assert!(out.is_error);
+        assert!(out.content.starts_with("error: spawn_agent: "));
+    }
+
+    #[test]
+    fn one_line_caps() {
+        assert_eq!(one_line("short", 10), "short");
+        assert_eq!(one_line("a\nb", 10), "a…");
+        assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
+    }
+}

@@ -1,0 +1,176 @@
+//! `edit_file`: replaces an exact string in a file; the match must be unique
+//! unless `replace_all`. Writes atomically and reports a diff.
+
+use std::path::Path;
+
+use super::fence::{self, Access};
+use super::write_file::{atomic_write, report};
+use super::{Args, ToolOutcome, io_message};
+
+pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
+    let path = args.string("path", "a file path relative to the worktree root")?;
+    let old_string = args.string("old_string", "the exact text to replace")?;
+    let new_string = args.string("new_string", "the replacement text")?;
+    let replace_all = args.opt_bool("replace_all")?.unwrap_or(false);
+    if old_string.is_empty() {
+        return Err("argument `old_string` is empty; give the exact text to replace (use write_file to create or overwrite a file)".to_owned());
+    }
+    if old_string == new_string {
+        return Err("`old_string` and `new_string` are identical; nothing would change".to_owned());
+    }
+    let f = fence::resolve(root, &path, Access::Write)?;
+    let bytes = match std::fs::read(&f.abs) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("{path}: no such file; use write_file to create it"));
+        }
+        Err(e) => return Err(io_message(&path, &e)),
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Err(format!(
+            "{path} is not valid UTF-8 text and cannot be edited"
+        ));
+    };
+    let count = text.matches(old_string.as_str()).count();
+    if count == 0 {
+        let mut msg = format!(
+            "`old_string` was not found in {path}; it must match the file exactly, including whitespace and indentation (read_file the region first)"
+        );
+        let trimmed = old_string.trim();
+        if trimmed != old_string && !trimmed.is_empty() && text.contains(trimmed) {
+            msg.push_str("; the text matches without its leading/trailing whitespace");
+        } else if text.contains("\r\n") && !old_string.contains('\r') && old_string.contains('\n') {
+            msg.push_str("; note the file uses CRLF line endings");
+        }
+        return Err(msg);
+    }
+    if count > 1 && !replace_all {
+        return Err(format!(
+            "`old_string` matches {count} times in {path}; include more surrounding lines to make it unique, or set replace_all: true"
+        ));
+    }
+    let new_text = if replace_all {
+        text.replace(old_string.as_str(), &new_string)
+    } else {
+        text.replacen(old_string.as_str(), &new_string, 1)
+    };
+    atomic_write(&f, new_text.as_bytes()).map_err(|e| io_message(&path, &e))?;
+    let note = format!("{count} replacement{}", if count == 1 { "" } else { "s" });
+    Ok(report("edit_file", &f, Some(&text), &new_text, Some(&note)))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tools::test_support::{call, ctx};
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn unique_edit_and_diff() {
+        let (dir, ctx) = ctx();
+        std::fs::write(dir.path().join("a.rs"), "fn a() {}\nfn b() {}\n").unwrap();
+        let out = call(&ctx, "edit_file", json!({"path": "a.rs", "old_string": "fn b() {}", "new_string": "fn b() {\n    a();\n}"})).await;
+        assert!(!out.is_error, "{}", out.content);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.rs")).unwrap(),
+            "fn a() {}\nfn b() {\n    a();\n}\n"
+        );
+        assert!(
+            out.content
+                .starts_with("updated a.rs (+3 −1); 1 replacement\n--- a/a.rs\n+++ b/a.rs\n"),
+            "{}",
+            out.content
+        );
+        assert_eq!(out.summary, "edit_file a.rs (+3 −1)");
+        assert_eq!(out.changed_path.as_deref(), Some("a.rs"));
+    }
+
+    #[tokio::test]
+    async fn not_found_and_not_unique() {
+        let (dir, ctx) = ctx();
+        std::fs::write(dir.path().join("a.txt"), "x\nx\nx\n  y\n").unwrap();
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "zzz", "new_string": "q"}),
+        )
+        .await;
+        assert!(out.is_error);
+        assert!(
+            out.content
+                .starts_with("error: edit_file: `old_string` was not found in a.txt"),
+            "{}",
+            out.content
+        );
+
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "x", "new_string": "q"}),
+        )
+        .await;
+        assert!(out.is_error);
+        assert!(
+            out.content.contains("matches 3 times in a.txt"),
+            "{}",
+            out.content
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "x\nx\nx\n  y\n"
+        );
+
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": " y \n", "new_string": "q"}),
+        )
+        .await;
+        assert!(
+            out.content
+                .contains("matches without its leading/trailing whitespace"),
+            "{}",
+            out.content
+        );
+
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "missing.txt", "old_string": "a", "new_string": "b"}),
+        )
+        .await;
+        assert!(
+            out.content.contains("no such file; use write_file"),
+            "{}",
+            out.content
+        );
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "", "new_string": "b"}),
+        )
+        .await;
+        assert!(
+            out.content.contains("`old_string` is empty"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[tokio::test]
+    async fn replace_all() {
+        let (dir, ctx) = ctx();
+        std::fs::write(dir.path().join("a.txt"), "x-x-x").unwrap();
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "a.txt", "old_string": "x", "new_string": "yy", "replace_all": true}),
+        )
+        .await;
+        assert!(!out.is_error, "{}", out.content);
+        assert!(out.content.contains("3 replacements"));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "yy-yy-yy"
+        );
+    }
+}
