@@ -115,7 +115,11 @@ pub fn new_run_id() -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(now.timestamp_nanos_opt().unwrap_or_default() as u128);
     h.write_u32(std::process::id());
-    format!("{}-{:04x}", now.format("%Y%m%d-%H%M%S"), h.finish() & 0xffff)
+    format!(
+        "{}-{:04x}",
+        now.format("%Y%m%d-%H%M%S"),
+        h.finish() & 0xffff
+    )
 }
 
 async fn blocking<T: Send + 'static>(
@@ -243,13 +247,14 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
             assume_yes: opts.assume_yes,
             interactive: opts.interactive,
         };
-        let tool_ctx = ToolContext::new(&worktree, &role.tools, role.read_only, policy).map_err(
-            |source| RunError::Tools {
-                stage: id.clone(),
-                path: worktree.clone(),
-                source,
-            },
-        )?;
+        let tool_ctx =
+            ToolContext::new(&worktree, &role.tools, role.read_only, policy).map_err(|source| {
+                RunError::Tools {
+                    stage: id.clone(),
+                    path: worktree.clone(),
+                    source,
+                }
+            })?;
         let cfg = AgentConfig {
             agent_path: id.clone(),
             system_prompt: prompt::system_prompt(&role.prompt, &offered_tools(&role.tools)),
@@ -258,7 +263,8 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
             require_verdict,
         };
         let on_turn = |turn: u32, tokens: TokenCount| ui.stage_progress(&id, turn, tokens);
-        let outcome = agent::run_agent(opts.model.as_ref(), &tool_ctx, &cfg, &mut log, &on_turn).await?;
+        let outcome =
+            agent::run_agent(opts.model.as_ref(), &tool_ctx, &cfg, &mut log, &on_turn).await?;
         let transcript = serde_json::to_vec_pretty(&outcome.transcript).unwrap_or_default();
         run_dir.write_file(
             &format!("stages/{id}/transcript.json"),
@@ -341,7 +347,12 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
     if state.status == RunStatus::Running {
         let (c, from, to) = (common.clone(), base_sha.clone(), head.clone());
         let total = blocking(move || git::diff(&c, &from, &to, PR_DIFF_BUDGET)).await?;
-        let (title, body) = pr_text(&opts.issue, &state, &total.stat.render(), &total.stat.summary());
+        let (title, body) = pr_text(
+            &opts.issue,
+            &state,
+            &total.stat.render(),
+            &total.stat.summary(),
+        );
         run_dir.write_file("pr.md", format!("{title}\n\n{body}").as_bytes())?;
         state.pr_title = Some(title.clone());
         state.status = RunStatus::Succeeded;
@@ -440,7 +451,9 @@ async fn handoff(
             .map(|s| s.base_id.to_string())
             .and_then(|b| state.stage(&b))
             .and_then(|r| r.parent_commit.clone());
-        let from = first.or_else(|| rec.parent_commit.clone()).unwrap_or_default();
+        let from = first
+            .or_else(|| rec.parent_commit.clone())
+            .unwrap_or_default();
         let (c, to) = (common.to_path_buf(), d.commit.clone());
         let diff = blocking(move || git::diff(&c, &from, &to, share)).await?;
         out.push(prompt::Upstream {
@@ -498,7 +511,11 @@ struct CommitInfo<'a> {
 
 /// The stage commit's message: a subject, the summary, and trailers.
 fn commit_message(c: &CommitInfo<'_>) -> String {
-    let first = c.summary.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let first = c
+        .summary
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
     let first = agent::cap(first.trim(), 60);
     let status = if c.failed { " [failed]" } else { "" };
     let mut m = format!("orch({}){status}: {first}\n\n", c.stage);
@@ -526,7 +543,12 @@ fn commit_message(c: &CommitInfo<'_>) -> String {
 
 /// The PR title and body, from the issue, the stages' summaries, the review
 /// verdict and the diffstat.
-pub fn pr_text(issue: &str, state: &RunState, diffstat: &str, stat_summary: &str) -> (String, String) {
+pub fn pr_text(
+    issue: &str,
+    state: &RunState,
+    diffstat: &str,
+    stat_summary: &str,
+) -> (String, String) {
     let issue_title = issue
         .lines()
         .map(|l| l.trim().trim_start_matches('#').trim())
@@ -543,7 +565,12 @@ pub fn pr_text(issue: &str, state: &RunState, diffstat: &str, stat_summary: &str
     for s in ran.iter().filter(|s| s.verdict.is_none()) {
         let summary = s.summary.as_deref().unwrap_or("").trim();
         if !summary.is_empty() {
-            body.push_str(&format!("- **{}** ({}): {}\n", s.id, s.role, summary.replace('\n', " ")));
+            body.push_str(&format!(
+                "- **{}** ({}): {}\n",
+                s.id,
+                s.role,
+                summary.replace('\n', " ")
+            ));
         }
     }
     if let Some(r) = ran.iter().rev().find(|s| s.verdict.is_some()) {
@@ -558,8 +585,13 @@ pub fn pr_text(issue: &str, state: &RunState, diffstat: &str, stat_summary: &str
             body.push_str(&format!("Review rounds: {rounds}.\n"));
         }
     }
-    body.push_str(&format!("\n## Changes\n\n```\n{}{}\n```\n", diffstat, stat_summary));
-    body.push_str("\n## Stages\n\n| stage | role | status | verdict | commit |\n|---|---|---|---|---|\n");
+    body.push_str(&format!(
+        "\n## Changes\n\n```\n{}{}\n```\n",
+        diffstat, stat_summary
+    ));
+    body.push_str(
+        "\n## Stages\n\n| stage | role | status | verdict | commit |\n|---|---|---|---|---|\n",
+    );
     for s in &state.stages {
         body.push_str(&format!(
             "| {} | {} | {} | {} | {} |\n",

@@ -84,8 +84,15 @@ impl Ui {
         {
             bar.finish_and_clear();
         }
-        let verdict = rec.verdict.map(|v| format!(", verdict {v}")).unwrap_or_default();
-        let reason = rec.reason.as_deref().map(|r| format!(" — {r}")).unwrap_or_default();
+        let verdict = rec
+            .verdict
+            .map(|v| format!(", verdict {v}"))
+            .unwrap_or_default();
+        let reason = rec
+            .reason
+            .as_deref()
+            .map(|r| format!(" — {r}"))
+            .unwrap_or_default();
         self.line(&format!(
             "orch: stage {} ({}) {} in {:.1}s, {} turns, {} tokens{verdict}{reason}",
             rec.id,
@@ -108,6 +115,10 @@ impl Ui {
 
     /// The run ended.
     pub fn run_finished(&self, state: &RunState) {
-        self.line(&format!("orch: run {} {}", state.run_id, state.status.as_str()));
+        self.line(&format!(
+            "orch: run {} {}",
+            state.run_id,
+            state.status.as_str()
+        ));
     }
 }

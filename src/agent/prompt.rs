@@ -125,7 +125,10 @@ mod tests {
 
     #[test]
     fn render_replaces_known_and_keeps_unknown() {
-        let out = render("Fix {{issue}} now {{ issue }} {{ nope }} {{", &[("issue", "X")]);
+        let out = render(
+            "Fix {{issue}} now {{ issue }} {{ nope }} {{",
+            &[("issue", "X")],
+        );
         assert_eq!(out, "Fix X now X {{ nope }} {{");
     }
 

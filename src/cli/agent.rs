@@ -4,9 +4,9 @@
 //! a writing role never touches the user's tree), its work is committed on
 //! `orch/<run>/<role>` and recorded like any run.
 
+use super::CliError;
 use super::model::{ModelArgs, choose};
 use super::run::{exit_code_of, roles_for};
-use super::CliError;
 use crate::catalog::Catalog;
 use crate::ids::StageId;
 use crate::pipeline::{Pipeline, Stage};
@@ -47,7 +47,10 @@ pub struct AgentArgs {
 pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&args.repo))?;
     let role = catalog.role(&args.role)?;
-    let id = StageId(role.name.to_ascii_lowercase().replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_', "-"));
+    let id = StageId(role.name.to_ascii_lowercase().replace(
+        |c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_',
+        "-",
+    ));
     let pipeline = Pipeline {
         name: format!("agent:{}", role.name),
         description: "a single agent".to_owned(),

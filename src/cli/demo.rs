@@ -13,11 +13,26 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const REPO_FILES: &[(&str, &str)] = &[
-    ("textstats.py", include_str!("../../fixtures/demo/repo/textstats.py")),
-    ("test_textstats.py", include_str!("../../fixtures/demo/repo/test_textstats.py")),
-    ("README.md", include_str!("../../fixtures/demo/repo/README.md")),
-    ("CHANGELOG.md", include_str!("../../fixtures/demo/repo/CHANGELOG.md")),
-    (".gitignore", include_str!("../../fixtures/demo/repo/.gitignore")),
+    (
+        "textstats.py",
+        include_str!("../../fixtures/demo/repo/textstats.py"),
+    ),
+    (
+        "test_textstats.py",
+        include_str!("../../fixtures/demo/repo/test_textstats.py"),
+    ),
+    (
+        "README.md",
+        include_str!("../../fixtures/demo/repo/README.md"),
+    ),
+    (
+        "CHANGELOG.md",
+        include_str!("../../fixtures/demo/repo/CHANGELOG.md"),
+    ),
+    (
+        ".gitignore",
+        include_str!("../../fixtures/demo/repo/.gitignore"),
+    ),
 ];
 const ISSUE: &str = include_str!("../../fixtures/demo/ISSUE.md");
 const REPLAY: &str = include_str!("../../fixtures/demo/replay.json");
@@ -58,11 +73,17 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
     let replay_path = dir.join("replay.json");
     write(&issue_path, ISSUE)?;
     write(&replay_path, REPLAY)?;
-    ui.line(&format!("orch demo: built {} (a Python module with a real bug)", repo.display()));
+    ui.line(&format!(
+        "orch demo: built {} (a Python module with a real bug)",
+        repo.display()
+    ));
     ui.line(&format!("orch demo: issue {}", issue_path.display()));
     ui.line("orch demo: model = REPLAY of recorded responses (offline; no model is called). Tools run for real.");
     let before = python(&repo, &["-c", REPRO]);
-    ui.line(&format!("orch demo: before the run, word_count(\"hello  world\"), word_count(\"one\\ntwo\") = {}", before.trim()));
+    ui.line(&format!(
+        "orch demo: before the run, word_count(\"hello  world\"), word_count(\"one\\ntwo\") = {}",
+        before.trim()
+    ));
 
     let catalog = Catalog::load(Some(&repo))?;
     let pipeline = catalog.pipeline("issue-to-pr")?;
@@ -112,16 +133,34 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output();
     let (ok, report) = match tests {
-        Ok(o) => (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned()),
+        Ok(o) => (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        ),
         Err(e) => (false, format!("could not run python3: {e}")),
     };
     if !args.json {
         println!();
         println!("verification on the PR branch ({}):", result.display());
-        println!("  word_count(\"hello  world\"), word_count(\"one\\ntwo\"): before {} → after {}", before.trim(), after.trim());
-        let last = report.lines().filter(|l| !l.trim().is_empty()).rev().take(2).collect::<Vec<_>>();
-        println!("  python3 -m unittest: {}", last.into_iter().rev().collect::<Vec<_>>().join(" — "));
-        println!("  the demo repo's own branch and working tree are untouched: git -C {} status", repo.display());
+        println!(
+            "  word_count(\"hello  world\"), word_count(\"one\\ntwo\"): before {} → after {}",
+            before.trim(),
+            after.trim()
+        );
+        let last = report
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .rev()
+            .take(2)
+            .collect::<Vec<_>>();
+        println!(
+            "  python3 -m unittest: {}",
+            last.into_iter().rev().collect::<Vec<_>>().join(" — ")
+        );
+        println!(
+            "  the demo repo's own branch and working tree are untouched: git -C {} status",
+            repo.display()
+        );
     }
     if ok {
         Ok(exit::OK)
@@ -154,7 +193,10 @@ fn python(dir: &Path, args: &[&str]) -> String {
 }
 
 fn git_err(what: &str, e: git2::Error) -> CliError {
-    CliError::Internal(format!("failed to {what} for the demo repository: {}", e.message()))
+    CliError::Internal(format!(
+        "failed to {what} for the demo repository: {}",
+        e.message()
+    ))
 }
 
 /// A fresh repository with the fixture files in one commit on `main`.
@@ -166,15 +208,21 @@ fn build_repo(repo: &Path) -> Result<(), CliError> {
     opts.initial_head("main");
     let r = git2::Repository::init_opts(repo, &opts).map_err(|e| git_err("init", e))?;
     let mut cfg = r.config().map_err(|e| git_err("configure", e))?;
-    cfg.set_str("user.name", "orch demo").map_err(|e| git_err("configure", e))?;
-    cfg.set_str("user.email", "demo@orch.invalid").map_err(|e| git_err("configure", e))?;
+    cfg.set_str("user.name", "orch demo")
+        .map_err(|e| git_err("configure", e))?;
+    cfg.set_str("user.email", "demo@orch.invalid")
+        .map_err(|e| git_err("configure", e))?;
     let mut index = r.index().map_err(|e| git_err("open the index", e))?;
     index
         .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
         .map_err(|e| git_err("add files", e))?;
     index.write().map_err(|e| git_err("write the index", e))?;
-    let tree_id = index.write_tree().map_err(|e| git_err("write the tree", e))?;
-    let tree = r.find_tree(tree_id).map_err(|e| git_err("find the tree", e))?;
+    let tree_id = index
+        .write_tree()
+        .map_err(|e| git_err("write the tree", e))?;
+    let tree = r
+        .find_tree(tree_id)
+        .map_err(|e| git_err("find the tree", e))?;
     let when = git2::Time::new(1_767_225_600, 0);
     let sig = git2::Signature::new("orch demo", "demo@orch.invalid", &when)
         .map_err(|e| git_err("sign", e))?;
@@ -194,7 +242,10 @@ fn export_tree(repo: &Path, commit: &str, dest: &Path) -> Result<(), CliError> {
     let mut files = Vec::new();
     tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
         if entry.kind() == Some(git2::ObjectType::Blob) {
-            files.push((format!("{root}{}", entry.name().unwrap_or_default()), entry.id()));
+            files.push((
+                format!("{root}{}", entry.name().unwrap_or_default()),
+                entry.id(),
+            ));
         }
         git2::TreeWalkResult::Ok
     })
@@ -203,11 +254,13 @@ fn export_tree(repo: &Path, commit: &str, dest: &Path) -> Result<(), CliError> {
         let blob = r.find_blob(id).map_err(|e| git_err("read a blob", e))?;
         let target = dest.join(&path);
         if let Some(p) = target.parent() {
-            std::fs::create_dir_all(p)
-                .map_err(|e| CliError::Internal(format!("failed to create {}: {e}", p.display())))?;
+            std::fs::create_dir_all(p).map_err(|e| {
+                CliError::Internal(format!("failed to create {}: {e}", p.display()))
+            })?;
         }
-        std::fs::write(&target, blob.content())
-            .map_err(|e| CliError::Internal(format!("failed to write {}: {e}", target.display())))?;
+        std::fs::write(&target, blob.content()).map_err(|e| {
+            CliError::Internal(format!("failed to write {}: {e}", target.display()))
+        })?;
     }
     Ok(())
 }

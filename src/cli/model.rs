@@ -2,9 +2,9 @@
 //! or the replay model, from flags and environment.
 
 use super::CliError;
+use crate::llm::ChatModel;
 use crate::llm::openai::{ModelSettings, OpenAiClient};
 use crate::llm::replay::ReplayModel;
-use crate::llm::ChatModel;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -68,7 +68,10 @@ fn secrets() -> Vec<String> {
         .filter(|(k, v)| {
             let k = k.to_ascii_uppercase();
             v.len() >= 8
-                && (k.ends_with("_KEY") || k.ends_with("_TOKEN") || k.ends_with("_SECRET") || k.contains("PASSWORD"))
+                && (k.ends_with("_KEY")
+                    || k.ends_with("_TOKEN")
+                    || k.ends_with("_SECRET")
+                    || k.contains("PASSWORD"))
         })
         .map(|(_, v)| v)
         .collect()

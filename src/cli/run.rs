@@ -43,7 +43,10 @@ fn read_issue(path: &PathBuf) -> Result<String, CliError> {
             .map_err(|e| CliError::Invalid(format!("failed to read the issue from stdin: {e}")))?
     } else {
         std::fs::read_to_string(path).map_err(|e| {
-            CliError::Invalid(format!("failed to read the issue file {}: {e}", path.display()))
+            CliError::Invalid(format!(
+                "failed to read the issue file {}: {e}",
+                path.display()
+            ))
         })?
     };
     if text.trim().is_empty() {
@@ -56,7 +59,10 @@ fn read_issue(path: &PathBuf) -> Result<String, CliError> {
 }
 
 /// The roles a pipeline's stages name.
-pub(super) fn roles_for(catalog: &Catalog, pipeline: &Pipeline) -> Result<HashMap<String, Role>, CliError> {
+pub(super) fn roles_for(
+    catalog: &Catalog,
+    pipeline: &Pipeline,
+) -> Result<HashMap<String, Role>, CliError> {
     let mut roles = HashMap::new();
     for s in &pipeline.stages {
         if !roles.contains_key(&s.role) {
@@ -137,12 +143,19 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) {
         return;
     }
     let s = &summary.state;
-    println!("run {}: {} (pipeline {})", s.run_id, s.status.as_str(), s.pipeline);
+    println!(
+        "run {}: {} (pipeline {})",
+        s.run_id,
+        s.status.as_str(),
+        s.pipeline
+    );
     println!("model: {}", s.model_label);
     println!();
     for st in &s.stages {
         let commit = st.commit.as_deref().map_or("-", |c| &c[..c.len().min(10)]);
-        let verdict = st.verdict.map_or(String::new(), |v| format!(" verdict={v}"));
+        let verdict = st
+            .verdict
+            .map_or(String::new(), |v| format!(" verdict={v}"));
         let detail = match st.status {
             StageStatus::Skipped | StageStatus::Failed => {
                 format!("  ({})", st.reason.as_deref().unwrap_or(""))

@@ -20,7 +20,7 @@ mod actions;
 mod state;
 
 pub use actions::{ActionLog, redact};
-pub use state::{RunState, RunStatus, StageRecord, StageStatus, TokenCount, RUN_FORMAT};
+pub use state::{RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

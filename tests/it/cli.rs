@@ -51,23 +51,57 @@ fn usage_errors_have_their_exit_codes() {
     let repo = TestRepo::new();
     repo.write("a.txt", "a\n");
     repo.commit_all("init");
-    let (code, _, err) = run(&["run", "no-such-pipeline", "--issue", "x.md", "--model", "replay:x"], &repo.path);
+    let (code, _, err) = run(
+        &[
+            "run",
+            "no-such-pipeline",
+            "--issue",
+            "x.md",
+            "--model",
+            "replay:x",
+        ],
+        &repo.path,
+    );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("no-such-pipeline"), "{err}");
-    let (code, _, err) = run(&["run", "issue-to-pr", "--issue", "missing.md", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"], &repo.path);
+    let (code, _, err) = run(
+        &[
+            "run",
+            "issue-to-pr",
+            "--issue",
+            "missing.md",
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+        &repo.path,
+    );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("missing.md"), "{err}");
     std::fs::write(repo.path.join("ISSUE.md"), "# x\n").unwrap();
     let (code, _, err) = run(&["run", "issue-to-pr", "--issue", "ISSUE.md"], &repo.path);
     assert_eq!(code, Some(2), "no model configured: {err}");
-    assert!(err.contains("ORCH_BASE_URL") || err.contains("--base-url"), "{err}");
+    assert!(
+        err.contains("ORCH_BASE_URL") || err.contains("--base-url"),
+        "{err}"
+    );
     let (code, _, _) = run(&["run"], &repo.path);
     assert_eq!(code, Some(2), "clap usage error");
 
     let not_repo = tempfile::tempdir().unwrap();
     std::fs::write(not_repo.path().join("ISSUE.md"), "# x\n").unwrap();
     let (code, _, err) = run(
-        &["run", "issue-to-pr", "--issue", "ISSUE.md", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"],
+        &[
+            "run",
+            "issue-to-pr",
+            "--issue",
+            "ISSUE.md",
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
         not_repo.path(),
     );
     assert_eq!(code, Some(4), "not a git repository: {err}");
@@ -78,7 +112,10 @@ fn help_has_examples_and_version_prints() {
     let dir = tempfile::tempdir().unwrap();
     let (code, out, _) = run(&["--help"], dir.path());
     assert_eq!(code, Some(0));
-    assert!(out.contains("Examples:") && out.contains("orch demo"), "{out}");
+    assert!(
+        out.contains("Examples:") && out.contains("orch demo"),
+        "{out}"
+    );
     let (code, out, _) = run(&["--version"], dir.path());
     assert_eq!(code, Some(0));
     assert!(out.starts_with("orch "), "{out}");

@@ -20,7 +20,10 @@ fn buggy_repo() -> TestRepo {
 /// Leaves the user's tree dirty three ways: a modified tracked file, a staged
 /// change, and an untracked file.
 fn make_dirty(repo: &TestRepo) {
-    repo.write("README.md", "# calc\n\nlocal edits the user has not committed\n");
+    repo.write(
+        "README.md",
+        "# calc\n\nlocal edits the user has not committed\n",
+    );
     repo.write("staged.txt", "staged but not committed\n");
     repo.git(&["add", "staged.txt"]);
     repo.write("notes.txt", "untracked scratch\n");
@@ -175,12 +178,28 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
     let ids: Vec<&str> = stages.iter().map(|s| s.0.as_str()).collect();
     assert_eq!(
         ids,
-        ["code", "review", "code.r2", "review.r2", "code.r3", "review.r3", "docs"]
+        [
+            "code",
+            "review",
+            "code.r2",
+            "review.r2",
+            "code.r3",
+            "review.r3",
+            "docs"
+        ]
     );
     let status: Vec<&str> = stages.iter().map(|s| s.1.as_str()).collect();
     assert_eq!(
         status,
-        ["succeeded", "succeeded", "succeeded", "succeeded", "skipped", "skipped", "succeeded"]
+        [
+            "succeeded",
+            "succeeded",
+            "succeeded",
+            "succeeded",
+            "skipped",
+            "skipped",
+            "succeeded"
+        ]
     );
     assert_eq!(stages[1].2, "request_changes");
     assert_eq!(stages[3].2, "approve");
@@ -197,7 +216,11 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
         .collect();
     expected.sort();
     assert_eq!(branches, expected);
-    let sha = |b: &str| repo.git(&["rev-parse", &format!("orch/{run_id}/{b}")]).trim().to_owned();
+    let sha = |b: &str| {
+        repo.git(&["rev-parse", &format!("orch/{run_id}/{b}")])
+            .trim()
+            .to_owned()
+    };
     let base = repo.git(&["rev-parse", "main"]).trim().to_owned();
     let chain = ["code", "review", "code.r2", "review.r2", "docs"];
     let mut parent = base.clone();
@@ -222,7 +245,12 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
     let files = repo.git(&["ls-tree", "-r", "--name-only", &format!("orch/{run_id}/pr")]);
     assert!(!files.contains("build/"), "{files}");
     // The reviewer's commit is empty (read-only) but exists.
-    let review_diff = repo.git(&["diff", "--stat", &format!("orch/{run_id}/code"), &format!("orch/{run_id}/review")]);
+    let review_diff = repo.git(&[
+        "diff",
+        "--stat",
+        &format!("orch/{run_id}/code"),
+        &format!("orch/{run_id}/review"),
+    ]);
     assert_eq!(review_diff.trim(), "");
 
     // Trailers on the stage commits.
@@ -248,38 +276,82 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
     let code = server.requests_for("code");
     assert_eq!(code.len(), 4);
     let first_tools = tool_messages(&code[1].body);
-    assert!(first_tools[0].contains("return a - b"), "read_file output reaches the model: {first_tools:?}");
+    assert!(
+        first_tools[0].contains("return a - b"),
+        "read_file output reaches the model: {first_tools:?}"
+    );
     let third = tool_messages(&code[3].body);
-    assert!(third[2].contains("return a + b"), "bash saw the edit: {third:?}");
-    assert!(third[2].contains("exit"), "bash result carries the exit code: {third:?}");
+    assert!(
+        third[2].contains("return a + b"),
+        "bash saw the edit: {third:?}"
+    );
+    assert!(
+        third[2].contains("exit"),
+        "bash result carries the exit code: {third:?}"
+    );
     assert!(user_text(&code[0].body).contains("add() subtracts"));
     assert_eq!(code[0].body["model"], "fake-model");
     let coder_tools = offered_tools(&code[0].body);
-    for t in ["bash", "read_file", "write_file", "edit_file", "list_files", "grep", "finish"] {
-        assert!(coder_tools.iter().any(|x| x == t), "coder offered {t}: {coder_tools:?}");
+    for t in [
+        "bash",
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_files",
+        "grep",
+        "finish",
+    ] {
+        assert!(
+            coder_tools.iter().any(|x| x == t),
+            "coder offered {t}: {coder_tools:?}"
+        );
     }
     let review = server.requests_for("review");
     let reviewer_tools = offered_tools(&review[0].body);
-    assert!(!reviewer_tools.iter().any(|t| t == "write_file" || t == "edit_file"), "{reviewer_tools:?}");
+    assert!(
+        !reviewer_tools
+            .iter()
+            .any(|t| t == "write_file" || t == "edit_file"),
+        "{reviewer_tools:?}"
+    );
     assert!(reviewer_tools.iter().any(|t| t == "finish"));
     let review_task = user_text(&review[0].body);
-    assert!(review_task.contains("-    return a - b") && review_task.contains("+    return a + b"), "reviewer sees the diff: {review_task}");
-    assert!(review_task.contains("add() now adds."), "reviewer sees the coder's summary");
+    assert!(
+        review_task.contains("-    return a - b") && review_task.contains("+    return a + b"),
+        "reviewer sees the diff: {review_task}"
+    );
+    assert!(
+        review_task.contains("add() now adds."),
+        "reviewer sees the coder's summary"
+    );
     let rework_task = user_text(&server.requests_for("code.r2")[0].body);
-    assert!(rework_task.contains("Please add a regression test"), "{rework_task}");
+    assert!(
+        rework_task.contains("Please add a regression test"),
+        "{rework_task}"
+    );
     assert!(rework_task.contains("request_changes"));
     let review2 = user_text(&server.requests_for("review.r2")[0].body);
-    assert!(review2.contains("tests/test_calc.py") && review2.contains("return a + b"), "second review sees the cumulative diff: {review2}");
+    assert!(
+        review2.contains("tests/test_calc.py") && review2.contains("return a + b"),
+        "second review sees the cumulative diff: {review2}"
+    );
     assert!(server.requests_for("code.r3").is_empty());
 
     // The run record.
     let record = repo.path.join(".git/orch/runs").join(&run_id);
-    let state: Value = serde_json::from_str(&std::fs::read_to_string(record.join("state.json")).unwrap()).unwrap();
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(record.join("state.json")).unwrap()).unwrap();
     assert_eq!(state["format"], "orch-run/1");
     assert_eq!(state["status"], "succeeded");
     let log = std::fs::read_to_string(record.join("stages/code/actions.jsonl")).unwrap();
-    let events: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    let events: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds.iter().filter(|k| **k == "request").count(), 4);
     assert_eq!(kinds.iter().filter(|k| **k == "tool").count(), 4);
     let bash = events.iter().find(|e| e["name"] == "bash").unwrap();
@@ -340,10 +412,26 @@ fn malformed_and_unknown_tool_calls_go_back_to_the_model() {
     assert_eq!(reqs.len(), 5);
     let results = tool_messages(&reqs[4].body);
     assert_eq!(results.len(), 4);
-    assert!(results[0].starts_with("error:") && results[0].contains("read_file"), "{}", results[0]);
-    assert!(results[1].starts_with("error:") && results[1].contains("delete_everything"), "{}", results[1]);
-    assert!(results[2].starts_with("error:"), "path outside the worktree refused: {}", results[2]);
-    assert!(results[3].starts_with("error:") && results[3].contains("missing.py"), "{}", results[3]);
+    assert!(
+        results[0].starts_with("error:") && results[0].contains("read_file"),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[1].starts_with("error:") && results[1].contains("delete_everything"),
+        "{}",
+        results[1]
+    );
+    assert!(
+        results[2].starts_with("error:"),
+        "path outside the worktree refused: {}",
+        results[2]
+    );
+    assert!(
+        results[3].starts_with("error:") && results[3].contains("missing.py"),
+        "{}",
+        results[3]
+    );
     assert!(server.violations().is_empty(), "{:?}", server.violations());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("succeeded"), "{stdout}");
@@ -358,18 +446,38 @@ fn a_stage_that_hits_its_turn_limit_fails_and_keeps_its_work() {
     let issue = write_issue(scratch.path());
     let pipeline = solo_pipeline(scratch.path(), "coder");
     let replies = (0..6)
-        .map(|i| Reply::tool_call(&format!("c{i}"), "write_file", json!({"path": format!("f{i}.txt"), "content": "x"})))
+        .map(|i| {
+            Reply::tool_call(
+                &format!("c{i}"),
+                "write_file",
+                json!({"path": format!("f{i}.txt"), "content": "x"}),
+            )
+        })
         .collect();
     let server = FakeServer::start(Script::new().agent("work", replies));
     let out = run_orch(&[
-        "run", pipeline.to_str().unwrap(), "--repo", repo.path.to_str().unwrap(),
-        "--issue", issue.to_str().unwrap(), "--base-url", &server.base_url, "--model", "m", "--json",
+        "run",
+        pipeline.to_str().unwrap(),
+        "--repo",
+        repo.path.to_str().unwrap(),
+        "--issue",
+        issue.to_str().unwrap(),
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "m",
+        "--json",
     ]);
     assert_eq!(out.status.code(), Some(1), "stage failure exit code");
     let j = stdout_json(&out);
     assert_eq!(j["status"], "failed");
     assert_eq!(j["stages"][0]["status"], "failed");
-    assert!(j["stages"][0]["reason"].as_str().unwrap().contains("turn limit"));
+    assert!(
+        j["stages"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("turn limit")
+    );
     let run_id = j["run_id"].as_str().unwrap();
     let files = repo.git(&["ls-tree", "--name-only", &format!("orch/{run_id}/work")]);
     assert!(files.contains("f5.txt"), "partial work committed: {files}");
@@ -381,11 +489,22 @@ fn an_unauthorized_model_fails_with_the_model_exit_code() {
     let repo = buggy_repo();
     let scratch = tempfile::tempdir().unwrap();
     let issue = write_issue(scratch.path());
-    let server = FakeServer::start(Script::new().agent("code", vec![Reply::Status(401, "{\"error\":\"bad key\"}".into())]));
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![Reply::Status(401, "{\"error\":\"bad key\"}".into())],
+    ));
     let out = orch()
         .args([
-            "run", "issue-to-pr", "--repo", repo.path.to_str().unwrap(), "--issue", issue.to_str().unwrap(),
-            "--base-url", &server.base_url, "--model", "m",
+            "run",
+            "issue-to-pr",
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--issue",
+            issue.to_str().unwrap(),
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
         ])
         .env("ORCH_API_KEY", "sk-test-very-secret")
         .output()
@@ -393,7 +512,10 @@ fn an_unauthorized_model_fails_with_the_model_exit_code() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
-    assert!(stdout.contains("401") || stderr.contains("401"), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("401") || stderr.contains("401"),
+        "{stdout}\n{stderr}"
+    );
     assert!(!stdout.contains("sk-test-very-secret") && !stderr.contains("sk-test-very-secret"));
     let auth = server.requests_for("code")[0]
         .headers
@@ -405,7 +527,11 @@ fn an_unauthorized_model_fails_with_the_model_exit_code() {
     let runs = repo.path.join(".git/orch/runs");
     for entry in walk(&runs) {
         let text = std::fs::read_to_string(&entry).unwrap_or_default();
-        assert!(!text.contains("sk-test-very-secret"), "key leaked into {}", entry.display());
+        assert!(
+            !text.contains("sk-test-very-secret"),
+            "key leaked into {}",
+            entry.display()
+        );
     }
 }
 
@@ -435,16 +561,44 @@ fn orch_agent_runs_one_explore_agent_and_prints_its_report() {
     ));
     let out = orch()
         .current_dir(&repo.path)
-        .args(["agent", "--role", "explore", "--task", "Where is add defined?", "--base-url", &server.base_url, "--model", "m"])
+        .args([
+            "agent",
+            "--role",
+            "explore",
+            "--task",
+            "Where is add defined?",
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "add() is defined in calc.py line 1.");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "add() is defined in calc.py line 1."
+    );
     let reqs = server.requests_for("explore");
-    assert_eq!(reqs[0].body["messages"].as_array().unwrap().len(), 2, "fresh history: system + task");
-    assert!(tool_messages(&reqs[1].body)[0].contains("calc.py:1:"), "grep output reaches the model");
+    assert_eq!(
+        reqs[0].body["messages"].as_array().unwrap().len(),
+        2,
+        "fresh history: system + task"
+    );
+    assert!(
+        tool_messages(&reqs[1].body)[0].contains("calc.py:1:"),
+        "grep output reaches the model"
+    );
     let tools = offered_tools(&reqs[0].body);
-    assert!(!tools.iter().any(|t| t == "write_file" || t == "edit_file"), "{tools:?}");
+    assert!(
+        !tools.iter().any(|t| t == "write_file" || t == "edit_file"),
+        "{tools:?}"
+    );
     assert_eq!(repo.snapshot(), before);
 }
 
@@ -456,16 +610,31 @@ fn demo_runs_offline_and_the_fix_passes_the_fixture_tests() {
     assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("REPLAY"), "the demo says it replays: {stderr}");
+    assert!(
+        stderr.contains("REPLAY"),
+        "the demo says it replays: {stderr}"
+    );
     assert!(stdout.contains("model: replay of"), "{stdout}");
     assert!(stdout.contains("final branch: orch/"), "{stdout}");
-    assert!(stdout.contains("PR title: word_count miscounts"), "{stdout}");
+    assert!(
+        stdout.contains("PR title: word_count miscounts"),
+        "{stdout}"
+    );
     assert!(stdout.contains("before 3 1 → after 2 2"), "{stdout}");
     assert!(stdout.contains("OK"), "fixture tests pass: {stdout}");
     // The demo repo's own branch is untouched.
     let head = std::process::Command::new("git")
-        .args(["-C", demo.join("repo").to_str().unwrap(), "status", "--porcelain"])
+        .args([
+            "-C",
+            demo.join("repo").to_str().unwrap(),
+            "status",
+            "--porcelain",
+        ])
         .output()
         .unwrap();
-    assert!(head.stdout.is_empty(), "{}", String::from_utf8_lossy(&head.stdout));
+    assert!(
+        head.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&head.stdout)
+    );
 }
