@@ -157,7 +157,7 @@ pub async fn run_shell(
     // reader sees EOF once every child-side copy is closed.
     drop(cmd);
     let pid = child.id().map(|p| p as libc::pid_t);
-    let _guard = GroupGuard(pid);
+    let mut guard = GroupGuard(pid);
     let mut reader = pipe::Receiver::from_owned_fd(read_end)?;
     let mut capture = Capture::new(limits.max_output_bytes);
     let mut eof = false;
@@ -194,6 +194,8 @@ pub async fn run_shell(
             _ = tokio::time::sleep_until(drain_end.into()) => break,
         }
     }
+    // Done with the group: a late kill could hit a recycled process id.
+    guard.0 = None;
     let (output, omitted_lines) = capture.finish();
     Ok(ExecResult {
         exit_code: status.code(),
@@ -491,17 +493,14 @@ pub(crate) mod tests {
             .trim()
             .parse()
             .unwrap();
-        // The background sleep was in the group; its pgid is the shell's pid.
-        // SAFETY: getpgid/killpg are plain syscalls.
-        let mut gone = false;
-        for _ in 0..100 {
-            let alive = unsafe { libc::kill(bg, 0) } == 0;
-            if !alive {
-                gone = true;
-                break;
+        let gone = (0..250).any(|_| {
+            let state = proc_state(bg);
+            if state.is_none() || state == Some('Z') {
+                return true;
             }
             std::thread::sleep(Duration::from_millis(20));
-        }
+            false
+        });
         assert!(gone, "background grandchild {bg} survived the timeout");
     }
 
@@ -526,11 +525,45 @@ pub(crate) mod tests {
         assert!(group_gone(pgid), "process group {pgid} still alive");
     }
 
+    /// The state letter of a process (`R`, `S`, `Z`, …), `None` when it is gone.
+    fn proc_state(pid: libc::pid_t) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .next()?
+            .chars()
+            .next()
+    }
+
+    /// Live (non-zombie) processes whose process group is `pgid`.
+    fn live_members(pgid: libc::pid_t) -> usize {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        dir.flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|stat| {
+                let Some((_, rest)) = stat.rsplit_once(')') else {
+                    return false;
+                };
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                fields.first() != Some(&"Z") && fields.get(2) == Some(&pgid.to_string().as_str())
+            })
+            .count()
+    }
+
+    /// Waits (bounded) until `killpg(pgid, 0)` reports ESRCH. Members that are
+    /// already dead but not yet reaped by init (zombies) count as gone: reaping
+    /// orphans is init's job, and a loaded machine can be slow at it.
     pub(crate) fn group_gone(pgid: libc::pid_t) -> bool {
-        for _ in 0..100 {
+        for _ in 0..250 {
             // SAFETY: signal 0 only checks for existence.
             let rc = unsafe { libc::killpg(pgid, 0) };
             if rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                return true;
+            }
+            if live_members(pgid) == 0 {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
