@@ -541,6 +541,16 @@ fn commit_message(c: &CommitInfo<'_>) -> String {
     m
 }
 
+/// Cuts `s` to at most `max` chars at a word boundary, marking the cut with `…`.
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let cut: String = s.chars().take(max - 1).collect();
+    let at = cut.rfind(' ').filter(|&i| i > max / 2).unwrap_or(cut.len());
+    format!("{}…", cut[..at].trim_end())
+}
+
 /// The PR title and body, from the issue, the stages' summaries, the review
 /// verdict and the diffstat.
 pub fn pr_text(
@@ -554,7 +564,7 @@ pub fn pr_text(
         .map(|l| l.trim().trim_start_matches('#').trim())
         .find(|l| !l.is_empty())
         .unwrap_or("Changes by orch");
-    let title = agent::cap(issue_title, 72);
+    let title = shorten(issue_title, 72);
     let ran: Vec<&StageRecord> = state
         .stages
         .iter()
@@ -618,6 +628,20 @@ mod tests {
         let a = new_run_id();
         assert_eq!(a.len(), "20260101-000000-abcd".len());
         assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    }
+
+    #[test]
+    fn long_titles_are_cut_at_a_word() {
+        assert_eq!(shorten("short title", 72), "short title");
+        let t = shorten(
+            "word_count miscounts words separated by repeated spaces, tabs or newlines",
+            72,
+        );
+        assert_eq!(
+            t,
+            "word_count miscounts words separated by repeated spaces, tabs or…"
+        );
+        assert!(t.chars().count() <= 72);
     }
 
     #[test]

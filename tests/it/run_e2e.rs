@@ -617,7 +617,7 @@ fn demo_runs_offline_and_the_fix_passes_the_fixture_tests() {
     assert!(stdout.contains("model: replay of"), "{stdout}");
     assert!(stdout.contains("final branch: orch/"), "{stdout}");
     assert!(
-        stdout.contains("PR title: word_count miscounts"),
+        stdout.contains("PR title: word_count miscounts words"),
         "{stdout}"
     );
     assert!(stdout.contains("before 3 1 → after 2 2"), "{stdout}");
