@@ -5,6 +5,7 @@ use super::CliError;
 use crate::llm::ChatModel;
 use crate::llm::openai::{ModelSettings, OpenAiClient};
 use crate::llm::replay::ReplayModel;
+use crate::runner::Session;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -30,6 +31,28 @@ pub struct Chosen {
     pub base_url: Option<String>,
     /// API keys to redact from records.
     pub secrets: Vec<String>,
+    /// The replay file, when replaying.
+    pub replay_file: Option<String>,
+}
+
+impl Chosen {
+    /// The runner's session settings for this model.
+    pub fn session(self, assume_yes: bool, interactive: bool, max_parallel: usize) -> Session {
+        Session {
+            model: self.model,
+            base_url: self.base_url,
+            replay_file: self.replay_file,
+            secrets: self.secrets,
+            assume_yes,
+            interactive,
+            max_parallel,
+        }
+    }
+}
+
+/// Whether any model flag was given (so `resume` overrides the recorded model).
+pub fn any_given(args: &ModelArgs) -> bool {
+    args.base_url.is_some() || args.model.is_some() || args.replay.is_some()
 }
 
 /// Resolves flags and environment into a model backend.
@@ -46,6 +69,7 @@ pub fn choose(args: &ModelArgs) -> Result<Chosen, CliError> {
             model: Arc::new(model),
             base_url: None,
             secrets: secrets(),
+            replay_file: Some(file.display().to_string()),
         });
     }
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -59,6 +83,7 @@ pub fn choose(args: &ModelArgs) -> Result<Chosen, CliError> {
         model: Arc::new(OpenAiClient::new(settings)?),
         base_url,
         secrets,
+        replay_file: None,
     })
 }
 

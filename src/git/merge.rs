@@ -54,8 +54,12 @@ pub fn merge_commits(
     let sig = signature(&repo)?;
     let (mut acc_label, mut acc) = (first_label, first);
     for (label, oid) in tips.into_iter().skip(1) {
-        let ours = repo.find_commit(acc).map_err(git_err("find a commit to merge"))?;
-        let theirs = repo.find_commit(oid).map_err(git_err("find a commit to merge"))?;
+        let ours = repo
+            .find_commit(acc)
+            .map_err(git_err("find a commit to merge"))?;
+        let theirs = repo
+            .find_commit(oid)
+            .map_err(git_err("find a commit to merge"))?;
         let mut opts = MergeOptions::new();
         opts.fail_on_conflict(false);
         let mut index = repo
@@ -79,7 +83,9 @@ pub fn merge_commits(
         let tree_id = index
             .write_tree_to(&repo)
             .map_err(git_err("write the merged tree"))?;
-        let tree = repo.find_tree(tree_id).map_err(git_err("find the merged tree"))?;
+        let tree = repo
+            .find_tree(tree_id)
+            .map_err(git_err("find the merged tree"))?;
         let msg = format!("{message}\n\nOrch-Merge: {acc_label}, {label}\n");
         acc = repo
             .commit(None, &sig, &sig, &msg, &tree, &[&ours, &theirs])
@@ -139,7 +145,11 @@ mod tests {
             .env("GIT_COMMITTER_EMAIL", "t@t")
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
@@ -168,15 +178,26 @@ mod tests {
         let a2 = commit_file(d, "a", "shared.txt", "one\ntwo by a\nthree\n");
         let gitdir = d.join(".git");
 
-        let out = merge_commits(&gitdir, &[("a".into(), a.clone()), ("b".into(), b.clone())], "orch: merge").unwrap();
-        let MergeOutcome::Merged(m) = out else { panic!("{out:?}") };
+        let out = merge_commits(
+            &gitdir,
+            &[("a".into(), a.clone()), ("b".into(), b.clone())],
+            "orch: merge",
+        )
+        .unwrap();
+        let MergeOutcome::Merged(m) = out else {
+            panic!("{out:?}")
+        };
         let files = git(d, &["ls-tree", "--name-only", &m]);
-        assert!(files.contains("a.txt") && files.contains("b.txt"), "{files}");
+        assert!(
+            files.contains("a.txt") && files.contains("b.txt"),
+            "{files}"
+        );
         let parents = git(d, &["rev-list", "--parents", "-n1", &m]);
         assert!(parents.contains(&a) && parents.contains(&b));
 
         // An ancestor is dropped: merging a with a2 (its descendant) is a2.
-        let out = merge_commits(&gitdir, &[("a".into(), a), ("a2".into(), a2.clone())], "m").unwrap();
+        let out =
+            merge_commits(&gitdir, &[("a".into(), a), ("a2".into(), a2.clone())], "m").unwrap();
         assert_eq!(out, MergeOutcome::Merged(a2.clone()));
 
         let out = merge_commits(&gitdir, &[("left".into(), a2), ("right".into(), c)], "m").unwrap();
@@ -200,7 +221,13 @@ mod tests {
         git(d, &["branch", "orch/r/code"]);
         let gitdir = d.join(".git");
         rename_branch(&gitdir, "orch/r/code", "orch/r/code.v1").unwrap();
-        assert_eq!(git(d, &["branch", "--list", "orch/*", "--format=%(refname:short)"]), "orch/r/code.v1");
+        assert_eq!(
+            git(
+                d,
+                &["branch", "--list", "orch/*", "--format=%(refname:short)"]
+            ),
+            "orch/r/code.v1"
+        );
         delete_branch(&gitdir, "orch/r/code.v1").unwrap();
         delete_branch(&gitdir, "orch/r/missing").unwrap();
         assert_eq!(git(d, &["branch", "--list", "orch/*"]), "");
