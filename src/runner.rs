@@ -851,7 +851,7 @@ async fn run_stage(
             "commit": commit, "branch": branch, "reason": failure,
             "files_changed": diff.stat.files_changed,
             "insertions": diff.stat.insertions, "deletions": diff.stat.deletions,
-            "ms": duration_ms,
+            "duration_ms": duration_ms,
         }),
     )?;
     let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
@@ -955,12 +955,7 @@ async fn finish_run(
     blocking(move || git::set_branch(&c, &b, &s)).await?;
     let (c, from, to) = (ctx.common.clone(), ctx.base_commit.clone(), final_commit);
     let total = blocking(move || git::diff(&c, &from, &to, PR_DIFF_BUDGET)).await?;
-    let (title, body) = pr_text(
-        &ctx.issue,
-        state,
-        &total.stat.render(),
-        &total.stat.summary(),
-    );
+    let (title, body) = pr_text(&ctx.issue, state, &total.stat.render());
     ctx.run_dir
         .write_file("pr.md", format!("{title}\n\n{body}").as_bytes())?;
     state.pr_title = Some(title.clone());

@@ -88,7 +88,7 @@ pub fn choose(args: &ModelArgs) -> Result<Chosen, CliError> {
 }
 
 /// Values of secret-looking environment variables, to redact from records.
-fn secrets() -> Vec<String> {
+pub(super) fn secrets() -> Vec<String> {
     std::env::vars()
         .filter(|(k, v)| {
             let k = k.to_ascii_uppercase();

@@ -111,6 +111,7 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
 pub(super) fn exit_code_of(summary: &RunSummary) -> i32 {
     match summary.state.status {
         RunStatus::Succeeded => exit::OK,
+        RunStatus::Interrupted => exit::INTERRUPTED,
         _ if summary.model_failed => exit::MODEL,
         _ => exit::STAGE_FAILED,
     }

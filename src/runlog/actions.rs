@@ -46,11 +46,11 @@ impl ActionLog {
         &self.path
     }
 
-    /// Appends one event: `{"ts", "ms", "event", …fields}`.
+    /// Appends one event: `{"ts", "elapsed_ms", "event", …fields}`.
     pub fn append(&mut self, event: &str, fields: Value) -> Result<(), RecordError> {
         let mut obj = json!({
             "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            "ms": self.started.elapsed().as_millis() as u64,
+            "elapsed_ms": self.started.elapsed().as_millis() as u64,
             "event": event,
         });
         if let (Some(o), Value::Object(extra)) = (obj.as_object_mut(), fields) {

@@ -62,12 +62,7 @@ pub(super) fn shorten(s: &str, max: usize) -> String {
 
 /// The PR title and body, from the issue, the stages' summaries, the review
 /// verdict and the diffstat.
-pub fn pr_text(
-    issue: &str,
-    state: &RunState,
-    diffstat: &str,
-    stat_summary: &str,
-) -> (String, String) {
+pub fn pr_text(issue: &str, state: &RunState, diffstat: &str) -> (String, String) {
     let issue_title = issue
         .lines()
         .map(|l| l.trim().trim_start_matches('#').trim())
@@ -104,10 +99,7 @@ pub fn pr_text(
             body.push_str(&format!("Review rounds: {rounds}.\n"));
         }
     }
-    body.push_str(&format!(
-        "\n## Changes\n\n```\n{}{}\n```\n",
-        diffstat, stat_summary
-    ));
+    body.push_str(&format!("\n## Changes\n\n```\n{diffstat}```\n"));
     body.push_str(
         "\n## Stages\n\n| stage | role | status | verdict | commit |\n|---|---|---|---|---|\n",
     );

@@ -356,7 +356,8 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
     assert_eq!(kinds.iter().filter(|k| **k == "tool").count(), 4);
     let bash = events.iter().find(|e| e["name"] == "bash").unwrap();
     assert_eq!(bash["exit_code"], 0);
-    assert!(bash["ms"].is_u64());
+    assert!(bash["duration_ms"].is_u64());
+    assert!(bash["elapsed_ms"].is_u64());
     assert!(kinds.contains(&"stage_end"));
     let pr = std::fs::read_to_string(record.join("pr.md")).unwrap();
     assert!(pr.starts_with("add() subtracts\n"));
