@@ -54,6 +54,25 @@ pub enum Reply {
     Close,
     /// Wait, then give the inner reply (for latency and timeout tests).
     Delayed(Duration, Box<Reply>),
+    /// Hold this request until `n` requests are held at once (or `timeout`
+    /// passes), then give the inner reply. [`FakeServer::peers_met`] tells
+    /// whether `n` were ever in flight together: the proof of concurrency.
+    AwaitPeers {
+        /// How many requests must be held at the same time.
+        n: usize,
+        /// The bounded wait.
+        timeout: Duration,
+        /// What to answer afterwards.
+        then: Box<Reply>,
+    },
+    /// Send `signal` to the process whose pid is in `pid` (set by the test
+    /// after spawning it), then close the connection without answering.
+    Signal {
+        /// The target process id (0 = not set yet: nothing is sent).
+        pid: Arc<std::sync::atomic::AtomicU32>,
+        /// e.g. `libc::SIGKILL`.
+        signal: i32,
+    },
 }
 
 impl Reply {
@@ -115,6 +134,16 @@ impl Reply {
                 Box::new(inner.with_usage(prompt_tokens, completion_tokens)),
             ),
             other => other,
+        }
+    }
+
+    /// The same reply, held until `n` requests are in flight together
+    /// (bounded by `timeout`).
+    pub fn await_peers(self, n: usize, timeout: Duration) -> Reply {
+        Reply::AwaitPeers {
+            n,
+            timeout,
+            then: Box::new(self),
         }
     }
 
@@ -194,6 +223,9 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     stop: AtomicBool,
+    /// (requests held right now, whether `n` were ever held together)
+    peers: Mutex<(usize, bool)>,
+    peers_cv: std::sync::Condvar,
 }
 
 impl Shared {
@@ -224,6 +256,8 @@ impl FakeServer {
                 ..State::default()
             }),
             stop: AtomicBool::new(false),
+            peers: Mutex::new((0, false)),
+            peers_cv: std::sync::Condvar::new(),
         });
         let workers: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let accept = {
@@ -262,6 +296,15 @@ impl FakeServer {
     /// Protocol breaches seen so far (tool results without a matching call, …).
     pub fn violations(&self) -> Vec<String> {
         self.shared.state().violations.clone()
+    }
+
+    /// Whether some [`Reply::AwaitPeers`] saw its `n` requests in flight at once.
+    pub fn peers_met(&self) -> bool {
+        self.shared
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
     }
 
     /// How many scripted replies are still queued for `agent`.
@@ -479,7 +522,7 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
         state.script.get_mut(&agent).and_then(VecDeque::pop_front)
     };
     match reply {
-        Some(reply) => render(reply, &body),
+        Some(reply) => render(reply, &body, shared),
         None => plain(
             500,
             format!("fake server: script exhausted for agent {agent:?}"),
@@ -487,7 +530,7 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
     }
 }
 
-fn render(reply: Reply, request: &Value) -> Answer {
+fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
     match reply {
         Reply::Message { message, usage } => {
             let has_calls = message["tool_calls"].as_array().is_some_and(|c| !c.is_empty());
@@ -530,7 +573,40 @@ fn render(reply: Reply, request: &Value) -> Answer {
         Reply::Close => Answer::Close,
         Reply::Delayed(delay, inner) => {
             std::thread::sleep(delay);
-            render(*inner, request)
+            render(*inner, request, shared)
+        }
+        Reply::AwaitPeers { n, timeout, then } => {
+            let deadline = Instant::now() + timeout;
+            let mut peers = shared.peers.lock().unwrap_or_else(|e| e.into_inner());
+            peers.0 += 1;
+            if peers.0 >= n {
+                peers.1 = true;
+                shared.peers_cv.notify_all();
+            }
+            while !peers.1 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                peers = shared
+                    .peers_cv
+                    .wait_timeout(peers, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            peers.0 -= 1;
+            drop(peers);
+            render(*then, request, shared)
+        }
+        Reply::Signal { pid, signal } => {
+            let pid = pid.load(Ordering::SeqCst);
+            if pid != 0 {
+                // SAFETY: kill(2) with a pid the test owns; no memory is touched.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, signal);
+                }
+            }
+            Answer::Close
         }
     }
 }
