@@ -7,4 +7,5 @@ mod cli;
 mod dag;
 mod harness;
 mod llm_client;
+mod review_cmds;
 mod run_e2e;
