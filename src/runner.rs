@@ -143,7 +143,8 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
 
     let run_id = new_run_id();
     let run_dir = RunDir::create(&common, &run_id)?;
-    run_dir.write_file("issue.md", opts.issue.as_bytes())?;
+    let redact = |text: &str| crate::runlog::redact(text, &opts.secrets);
+    run_dir.write_file("issue.md", redact(&opts.issue).as_bytes())?;
     let worktree = common.join("orch").join("worktrees").join(&run_id);
     let final_branch = format!("orch/{run_id}/pr");
 
@@ -263,18 +264,24 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
             require_verdict,
         };
         let on_turn = |turn: u32, tokens: TokenCount| ui.stage_progress(&id, turn, tokens);
-        let outcome =
+        let mut outcome =
             agent::run_agent(opts.model.as_ref(), &tool_ctx, &cfg, &mut log, &on_turn).await?;
+        // The summary lands in state.json, pr.md, the commit message and on
+        // stdout: a key the model echoed must not.
+        outcome.summary = redact(&outcome.summary);
         let transcript = serde_json::to_vec_pretty(&outcome.transcript).unwrap_or_default();
         run_dir.write_file(
             &format!("stages/{id}/transcript.json"),
-            crate::runlog::redact(&String::from_utf8_lossy(&transcript), &opts.secrets).as_bytes(),
+            redact(&String::from_utf8_lossy(&transcript)).as_bytes(),
         )?;
 
         if role.read_only {
             discard_changes_of_read_only_role(&worktree, &head, &common, &mut log).await?;
         }
-        let failure = outcome.end.failure_reason(cfg.max_turns);
+        let failure = outcome
+            .end
+            .failure_reason(cfg.max_turns)
+            .map(|f| redact(&f));
         if matches!(outcome.end, AgentEnd::ModelError(_)) {
             model_failed = true;
         }
@@ -298,7 +305,10 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
         blocking(move || git::set_branch(&c, &b, &s)).await?;
         let (c, from, to) = (common.clone(), head.clone(), commit.clone());
         let diff = blocking(move || git::diff(&c, &from, &to, usize::MAX)).await?;
-        run_dir.write_file(&format!("stages/{id}/diff.patch"), diff.patch.as_bytes())?;
+        run_dir.write_file(
+            &format!("stages/{id}/diff.patch"),
+            redact(&diff.patch).as_bytes(),
+        )?;
         log.append(
             "stage_end",
             json!({
@@ -353,7 +363,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
             &total.stat.render(),
             &total.stat.summary(),
         );
-        run_dir.write_file("pr.md", format!("{title}\n\n{body}").as_bytes())?;
+        run_dir.write_file("pr.md", redact(&format!("{title}\n\n{body}")).as_bytes())?;
         state.pr_title = Some(title.clone());
         state.status = RunStatus::Succeeded;
         pr = Some((title, body));
