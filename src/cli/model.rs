@@ -130,10 +130,7 @@ mod tests {
             ("KEYBOARD", "us-international"),
             ("TOKENIZER", "tiktoken-v1"),
         ];
-        let found = secret_values(
-            vars.iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-        );
+        let found = secret_values(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         assert_eq!(
             found,
             [

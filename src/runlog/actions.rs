@@ -154,7 +154,10 @@ mod tests {
     fn redacts_escaped_and_cut_secrets() {
         let secrets = vec!["pa\"ss\\word-1".to_owned(), "sk-abcdefgh".to_owned()];
         let json = serde_json::to_string(&json!({"x": "pa\"ss\\word-1"})).unwrap();
-        assert!(!json.contains(secrets[0].as_str()), "escaped in JSON: {json}");
+        assert!(
+            !json.contains(secrets[0].as_str()),
+            "escaped in JSON: {json}"
+        );
         let red = redact(&json, &secrets);
         assert_eq!(red, r#"{"x":"[REDACTED]"}"#);
 
@@ -164,7 +167,10 @@ mod tests {
         assert!(!red.contains("sk-abc"), "{red}");
         assert!(red.contains("[REDACTED][… "), "{red}");
         // A short stub is left alone, and so is text without a marker.
-        assert_eq!(redact("sk-[… 3 more bytes …]", &secrets), "sk-[… 3 more bytes …]");
+        assert_eq!(
+            redact("sk-[… 3 more bytes …]", &secrets),
+            "sk-[… 3 more bytes …]"
+        );
         assert_eq!(redact("sk-abcdefg", &secrets), "sk-abcdefg");
     }
 }
