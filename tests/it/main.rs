@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod fuzz;
 mod harness;
 mod llm_client;
 mod run_e2e;
