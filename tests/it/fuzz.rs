@@ -564,10 +564,10 @@ fn fuzz_bash_argument_shapes_never_panic() {
             .collect();
         // Clamp the timeout so a fuzzed value cannot stall the test; the
         // command is `true` anyway.
-        if let Some(t) = obj.get_mut("timeout_secs") {
-            if t.as_u64().is_some_and(|n| n > 5) {
-                *t = Value::from(5);
-            }
+        if let Some(t) = obj.get_mut("timeout_secs")
+            && t.as_u64().is_some_and(|n| n > 5)
+        {
+            *t = Value::from(5);
         }
         obj.remove("command");
         if !omit {
