@@ -164,10 +164,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A chat model backend: the OpenAI-compatible HTTP client or the replay model.
 pub trait ChatModel: Send + Sync {
     /// One completion for `req`.
-    fn complete<'a>(
-        &'a self,
-        req: &'a ChatRequest,
-    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+    fn complete<'a>(&'a self, req: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
 
     /// A human label, e.g. `gpt-4o-mini at https://api.openai.com/v1` or
     /// `replay of fixtures/demo/replay.json (recorded responses, no model is called)`.
@@ -184,9 +181,7 @@ pub trait ChatModel: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
     /// 401/403: the key is missing or wrong.
-    #[error(
-        "authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY)"
-    )]
+    #[error("authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY)")]
     Auth {
         /// Endpoint URL.
         url: String,
@@ -232,9 +227,7 @@ pub enum LlmError {
         reason: String,
     },
     /// The replay file has no more responses for this agent.
-    #[error(
-        "replay the next response for agent `{agent}`: the replay file {file} has only {available} for it"
-    )]
+    #[error("replay the next response for agent `{agent}`: the replay file {file} has only {available} for it")]
     ReplayExhausted {
         /// Agent path.
         agent: String,
