@@ -11,7 +11,7 @@
 //! cargo build --release && cargo run --release --example dag_bench
 //! ```
 
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../tests/it/support/fake_server.rs"]
 mod fake_server;
 
@@ -51,13 +51,21 @@ fn script() -> Script {
         s = s.agent(
             w,
             vec![
-                Reply::tool_call("a", "write_file", json!({"path": format!("{w}.txt"), "content": "x\n"})).after(LATENCY),
+                Reply::tool_call(
+                    "a",
+                    "write_file",
+                    json!({"path": format!("{w}.txt"), "content": "x\n"}),
+                )
+                .after(LATENCY),
                 Reply::tool_call("b", "bash", json!({"command": "ls > /dev/null"})).after(LATENCY),
                 Reply::finish("c", "done", None).after(LATENCY),
             ],
         );
     }
-    s.agent("join", vec![Reply::finish("c", "joined", None).after(LATENCY)])
+    s.agent(
+        "join",
+        vec![Reply::finish("c", "joined", None).after(LATENCY)],
+    )
 }
 
 fn one_run(max_parallel: usize) -> Duration {
@@ -73,14 +81,25 @@ fn one_run(max_parallel: usize) -> Duration {
     let server = FakeServer::start(script());
     let started = Instant::now();
     let out = Command::new(orch_bin())
-        .args(["run", "p.yaml", "--repo", "repo", "--issue", "ISSUE.md", "--model", "bench"])
-        .args(["--base-url", &server.base_url, "--max-parallel", &max_parallel.to_string()])
+        .args([
+            "run", "p.yaml", "--repo", "repo", "--issue", "ISSUE.md", "--model", "bench",
+        ])
+        .args([
+            "--base-url",
+            &server.base_url,
+            "--max-parallel",
+            &max_parallel.to_string(),
+        ])
         .current_dir(tmp.path())
         .env("CI", "true")
         .output()
         .expect("orch runs (build it first: cargo build --release)");
     let took = started.elapsed();
-    assert!(out.status.success(), "orch failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "orch failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     took
 }
 
@@ -94,10 +113,25 @@ fn main() {
     let parallel = median((0..ROUNDS).map(|_| one_run(4)).collect());
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let l = ms(LATENCY);
-    println!("model latency {l:.0} ms per reply; 13 replies serial, 4 on the critical path; median of {ROUNDS} runs");
+    println!(
+        "model latency {l:.0} ms per reply; 13 replies serial, 4 on the critical path; median of {ROUNDS} runs"
+    );
     println!("| mode | wall time | ideal | overhead |");
     println!("|---|---|---|---|");
-    println!("| --max-parallel 1 | {:.0} ms | {:.0} ms | {:.0} ms |", ms(serial), 13.0 * l, ms(serial) - 13.0 * l);
-    println!("| --max-parallel 4 | {:.0} ms | {:.0} ms | {:.0} ms |", ms(parallel), 4.0 * l, ms(parallel) - 4.0 * l);
-    println!("speed-up: {:.2}x", serial.as_secs_f64() / parallel.as_secs_f64());
+    println!(
+        "| --max-parallel 1 | {:.0} ms | {:.0} ms | {:.0} ms |",
+        ms(serial),
+        13.0 * l,
+        ms(serial) - 13.0 * l
+    );
+    println!(
+        "| --max-parallel 4 | {:.0} ms | {:.0} ms | {:.0} ms |",
+        ms(parallel),
+        4.0 * l,
+        ms(parallel) - 4.0 * l
+    );
+    println!(
+        "speed-up: {:.2}x",
+        serial.as_secs_f64() / parallel.as_secs_f64()
+    );
 }

@@ -210,7 +210,11 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
 
     let run_id = new_run_id();
     let run_dir = RunDir::create(&common, &run_id)?;
-    run_dir.write_file("issue.md", opts.issue.as_bytes())?;
+    let secrets = &opts.session.secrets;
+    run_dir.write_file(
+        "issue.md",
+        crate::runlog::redact(&opts.issue, secrets).as_bytes(),
+    )?;
     let plan = Plan {
         pipeline: opts.pipeline,
         roles: opts.roles,
@@ -808,16 +812,23 @@ async fn run_stage(
         max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
     };
-    let outcome = agent::run_agent(model.as_ref(), &tool_ctx, &cfg, &mut log, on_turn).await?;
+    let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
+    let mut outcome = agent::run_agent(model.as_ref(), &tool_ctx, &cfg, &mut log, on_turn).await?;
+    // The summary lands in state.json, pr.md, the commit message and on
+    // stdout: a key the model echoed must not.
+    outcome.summary = redact(&outcome.summary);
     let transcript = serde_json::to_string_pretty(&outcome.transcript).unwrap_or_default();
     ctx.run_dir.write_file(
         &format!("stages/{id}/transcript.json"),
-        crate::runlog::redact(&transcript, &ctx.session.secrets).as_bytes(),
+        redact(&transcript).as_bytes(),
     )?;
     if role.read_only {
         discard_changes_of_read_only_role(&lane.path, start, &ctx.common, &mut log).await?;
     }
-    let failure = outcome.end.failure_reason(cfg.max_turns);
+    let failure = outcome
+        .end
+        .failure_reason(cfg.max_turns)
+        .map(|f| redact(&f));
     let duration_ms = started.elapsed().as_millis() as u64;
     let message = pr::commit_message(&pr::CommitInfo {
         run_id: &ctx.run_id,
@@ -842,8 +853,10 @@ async fn run_stage(
     .await?;
     let (c, from, to) = (ctx.common.clone(), start.to_owned(), commit.clone());
     let diff = blocking(move || git::diff(&c, &from, &to, usize::MAX)).await?;
-    ctx.run_dir
-        .write_file(&format!("stages/{id}/diff.patch"), diff.patch.as_bytes())?;
+    ctx.run_dir.write_file(
+        &format!("stages/{id}/diff.patch"),
+        redact(&diff.patch).as_bytes(),
+    )?;
     log.append(
         "stage_end",
         json!({
@@ -865,7 +878,7 @@ async fn run_stage(
         turns: outcome.turns,
         tokens: outcome.tokens,
         duration_ms,
-        digest: outcome.digest[skip..].to_vec(),
+        digest: outcome.digest[skip..].iter().map(|l| redact(l)).collect(),
     })
 }
 
@@ -956,8 +969,10 @@ async fn finish_run(
     let (c, from, to) = (ctx.common.clone(), ctx.base_commit.clone(), final_commit);
     let total = blocking(move || git::diff(&c, &from, &to, PR_DIFF_BUDGET)).await?;
     let (title, body) = pr_text(&ctx.issue, state, &total.stat.render());
-    ctx.run_dir
-        .write_file("pr.md", format!("{title}\n\n{body}").as_bytes())?;
+    ctx.run_dir.write_file(
+        "pr.md",
+        crate::runlog::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),
+    )?;
     state.pr_title = Some(title.clone());
     Ok(Ok((title, body)))
 }

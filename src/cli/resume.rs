@@ -80,11 +80,11 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
                     Some(file.clone()),
                 ),
                 None => {
-                    let settings = ModelSettings::resolve(
+                    let settings = super::model::with_knobs(ModelSettings::resolve(
                         state.base_url.clone(),
                         Some(state.model.clone()),
                         &env,
-                    )?;
+                    )?);
                     let url = Some(settings.base_url.clone());
                     (Arc::new(OpenAiClient::new(settings)?), url, None)
                 }

@@ -8,10 +8,18 @@ fn redact(text: &str, run_id: &str, repo: &std::path::Path) -> String {
     let mut s = text.replace(run_id, "RUN");
     s = s.replace(&repo.display().to_string(), "REPO");
     let re = |p: &str| regex::Regex::new(p).unwrap();
-    s = re(r"\b[0-9a-f]{40}\b").replace_all(&s, "SHA40").into_owned();
-    s = re(r"\b[0-9a-f]{10}\b").replace_all(&s, "SHA10").into_owned();
-    s = re(r"index [0-9a-f]{7}\.\.[0-9a-f]{7}").replace_all(&s, "index X..Y").into_owned();
-    s = re(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z").replace_all(&s, "DATE").into_owned();
+    s = re(r"\b[0-9a-f]{40}\b")
+        .replace_all(&s, "SHA40")
+        .into_owned();
+    s = re(r"\b[0-9a-f]{10}\b")
+        .replace_all(&s, "SHA10")
+        .into_owned();
+    s = re(r"index [0-9a-f]{7}\.\.[0-9a-f]{7}")
+        .replace_all(&s, "index X..Y")
+        .into_owned();
+    s = re(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+        .replace_all(&s, "DATE")
+        .into_owned();
     s = re(r"\d+\.\d+s\b").replace_all(&s, "T").into_owned();
     s = re(r"in \d+ms").replace_all(&s, "in Nms").into_owned();
     s = re(r"\(\d+\.\ds\)").replace_all(&s, "(T)").into_owned();
@@ -47,19 +55,46 @@ fn show_review_log_diff_and_runs_read_the_record() {
             .agent(
                 "code",
                 vec![
-                    Reply::tool_call("e", "edit_file", json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}))
-                        .with_usage(100, 20),
+                    Reply::tool_call(
+                        "e",
+                        "edit_file",
+                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+                    )
+                    .with_usage(100, 20),
                     Reply::finish("f", "add() adds now.", None).with_usage(150, 10),
                 ],
             )
-            .agent("review", vec![Reply::finish("f", "Correct.", Some("approve")).with_usage(200, 5)]),
+            .agent(
+                "review",
+                vec![Reply::finish("f", "Correct.", Some("approve")).with_usage(200, 5)],
+            ),
     );
     let out = orch()
-        .args(["run", pipeline.to_str().unwrap(), "--repo", repo.path.to_str().unwrap(), "--issue", issue.to_str().unwrap(), "--base-url", &server.base_url, "--model", "m", "--json"])
+        .args([
+            "run",
+            pipeline.to_str().unwrap(),
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--issue",
+            issue.to_str().unwrap(),
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+            "--json",
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let run_id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let r = |t: &str| redact(t, &run_id, &repo.path);
 
     let (code, show, _) = stdout(&["show", &run_id], &repo);
@@ -112,22 +147,47 @@ index X..Y 100644
 "
     );
     let (_, diff, _) = stdout(&["diff", &run_id, "code"], &repo);
-    assert!(review.contains(&diff), "orch diff prints the patch review shows");
+    assert!(
+        review.contains(&diff),
+        "orch diff prints the patch review shows"
+    );
 
     let (code, log, _) = stdout(&["log", &run_id, "code"], &repo);
     assert_eq!(code, Some(0));
     let log = r(&log);
     let lines: Vec<String> = log
         .lines()
-        .map(|l| regex::Regex::new(r"^ *T ").unwrap().replace(l, "T ").into_owned())
+        .map(|l| {
+            regex::Regex::new(r"^ *T ")
+                .unwrap()
+                .replace(l, "T ")
+                .into_owned()
+        })
         .collect();
     assert_eq!(lines[0], "=== code (coder)");
     assert_eq!(lines[1], "T start code (coder) from SHA10");
-    assert!(lines.iter().any(|l| l == "T ← model turn 1 in Nms, 100+20 tokens calls: edit_file"), "{log}");
-    assert!(lines.iter().any(|l| l == "T   edit_file calc.py (+1 −1)"), "{log}");
-    assert!(lines.last().unwrap().starts_with("T end: succeeded SHA10 (1 files, +1 -1)"), "{log}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "T ← model turn 1 in Nms, 100+20 tokens calls: edit_file"),
+        "{log}"
+    );
+    assert!(
+        lines.iter().any(|l| l == "T   edit_file calc.py (+1 −1)"),
+        "{log}"
+    );
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("T end: succeeded SHA10 (1 files, +1 -1)"),
+        "{log}"
+    );
     let (_, raw, _) = stdout(&["log", &run_id, "code", "--json"], &repo);
-    assert!(raw.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()));
+    assert!(
+        raw.lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok())
+    );
 
     let (code, runs, _) = stdout(&["runs", "--json"], &repo);
     assert_eq!(code, Some(0));
@@ -138,7 +198,10 @@ index X..Y 100644
     assert_eq!(runs[0]["status"], "succeeded");
     assert!(runs[0]["created"].as_str().unwrap().ends_with('Z'));
     let (_, table, _) = stdout(&["runs"], &repo);
-    assert!(r(&table).contains("RUN   p              succeeded"), "{table}");
+    assert!(
+        r(&table).contains("RUN   p              succeeded"),
+        "{table}"
+    );
 
     // Unknown names list what exists.
     let (code, _, err) = stdout(&["show", "nope"], &repo);

@@ -488,6 +488,7 @@ fn a_stage_that_hits_its_turn_limit_fails_and_keeps_its_work() {
 #[test]
 fn an_unauthorized_model_fails_with_the_model_exit_code() {
     let repo = buggy_repo();
+    let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
     let issue = write_issue(scratch.path());
     let server = FakeServer::start(Script::new().agent(
@@ -534,6 +535,7 @@ fn an_unauthorized_model_fails_with_the_model_exit_code() {
             entry.display()
         );
     }
+    assert_eq!(repo.snapshot(), before);
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
