@@ -1,14 +1,15 @@
 //! Benchmark: the wall time of a width-4 DAG at a fixed model latency, run
 //! serially (`--max-parallel 1`) and in parallel (`--max-parallel 4`).
 //!
-//! Four independent stages (3 model turns each: a `write_file`, a `bash`
-//! call, `finish`) feed one fan-in stage (1 turn). Every model reply is held
-//! for `LATENCY` by the scripted fake server, so the ideal serial time is
-//! 13 × LATENCY and the ideal parallel time 4 × LATENCY; what is left is
-//! orchestration overhead (worktrees, commits, merges, process spawns).
+//! Two shapes: four independent stages (3 model turns each: a `write_file`,
+//! a `bash` call, `finish`), and the same four feeding one fan-in stage
+//! (1 turn). Every model reply is held for the latency by the scripted fake
+//! server, so the ideal times are 12 × / 3 × latency and 13 × / 4 × latency;
+//! what is left is orchestration overhead (worktrees, commits, merges,
+//! process spawns).
 //!
 //! ```sh
-//! cargo build --release && cargo run --release --example dag_bench
+//! cargo build --release && cargo run --release --example dag_bench [LATENCY_MS ...]
 //! ```
 
 #[allow(dead_code, unused_imports)]
@@ -21,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const LATENCY: Duration = Duration::from_millis(250);
 const ROUNDS: usize = 3;
-const PIPELINE: &str = "name: p\nstages:\n  w1:\n    role: coder\n  w2:\n    role: coder\n  w3:\n    role: coder\n  w4:\n    role: coder\n  join:\n    role: coder\n    needs: [w1, w2, w3, w4]\n";
+const WIDE: &str = "name: p\nstages:\n  w1:\n    role: coder\n  w2:\n    role: coder\n  w3:\n    role: coder\n  w4:\n    role: coder\n";
+const JOIN: &str = "  join:\n    role: coder\n    needs: [w1, w2, w3, w4]\n";
 
 fn orch_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
@@ -45,7 +46,7 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(ok, "git {args:?}");
 }
 
-fn script() -> Script {
+fn script(latency: Duration) -> Script {
     let mut s = Script::new();
     for w in ["w1", "w2", "w3", "w4"] {
         s = s.agent(
@@ -56,19 +57,19 @@ fn script() -> Script {
                     "write_file",
                     json!({"path": format!("{w}.txt"), "content": "x\n"}),
                 )
-                .after(LATENCY),
-                Reply::tool_call("b", "bash", json!({"command": "ls > /dev/null"})).after(LATENCY),
-                Reply::finish("c", "done", None).after(LATENCY),
+                .after(latency),
+                Reply::tool_call("b", "bash", json!({"command": "ls > /dev/null"})).after(latency),
+                Reply::finish("c", "done", None).after(latency),
             ],
         );
     }
     s.agent(
         "join",
-        vec![Reply::finish("c", "joined", None).after(LATENCY)],
+        vec![Reply::finish("c", "joined", None).after(latency)],
     )
 }
 
-fn one_run(max_parallel: usize) -> Duration {
+fn one_run(max_parallel: usize, latency: Duration, join: bool) -> Duration {
     let tmp = tempfile::tempdir().expect("temp dir");
     let repo = tmp.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
@@ -76,9 +77,14 @@ fn one_run(max_parallel: usize) -> Duration {
     git(&repo, &["init", "-q", "-b", "main"]);
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "base"]);
-    std::fs::write(tmp.path().join("p.yaml"), PIPELINE).unwrap();
+    let pipeline = if join {
+        format!("{WIDE}{JOIN}")
+    } else {
+        WIDE.to_owned()
+    };
+    std::fs::write(tmp.path().join("p.yaml"), pipeline).unwrap();
     std::fs::write(tmp.path().join("ISSUE.md"), "# bench\n").unwrap();
-    let server = FakeServer::start(script());
+    let server = FakeServer::start(script(latency));
     let started = Instant::now();
     let out = Command::new(orch_bin())
         .args([
@@ -109,29 +115,39 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    let serial = median((0..ROUNDS).map(|_| one_run(1)).collect());
-    let parallel = median((0..ROUNDS).map(|_| one_run(4)).collect());
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let l = ms(LATENCY);
+    let latencies: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let latencies = if latencies.is_empty() {
+        vec![250, 1000]
+    } else {
+        latencies
+    };
+    println!("median of {ROUNDS} runs each; ideal = model latency x replies on the critical path");
     println!(
-        "model latency {l:.0} ms per reply; 13 replies serial, 4 on the critical path; median of {ROUNDS} runs"
+        "| shape | latency | serial (-p 1) | parallel (-p 4) | speed-up | ideal speed-up | overhead serial / parallel |"
     );
-    println!("| mode | wall time | ideal | overhead |");
-    println!("|---|---|---|---|");
-    println!(
-        "| --max-parallel 1 | {:.0} ms | {:.0} ms | {:.0} ms |",
-        ms(serial),
-        13.0 * l,
-        ms(serial) - 13.0 * l
-    );
-    println!(
-        "| --max-parallel 4 | {:.0} ms | {:.0} ms | {:.0} ms |",
-        ms(parallel),
-        4.0 * l,
-        ms(parallel) - 4.0 * l
-    );
-    println!(
-        "speed-up: {:.2}x",
-        serial.as_secs_f64() / parallel.as_secs_f64()
-    );
+    println!("|---|---|---|---|---|---|---|");
+    for ms in latencies {
+        let latency = Duration::from_millis(ms);
+        for (join, name, serial_turns, critical_turns) in [
+            (false, "4 stages", 12.0, 3.0),
+            (true, "4 stages + fan-in", 13.0, 4.0),
+        ] {
+            let serial = median((0..ROUNDS).map(|_| one_run(1, latency, join)).collect());
+            let parallel = median((0..ROUNDS).map(|_| one_run(4, latency, join)).collect());
+            let f = |d: Duration| d.as_secs_f64() * 1000.0;
+            let l = ms as f64;
+            println!(
+                "| {name} | {ms} ms | {:.0} ms | {:.0} ms | {:.2}x | {:.2}x | {:.0} / {:.0} ms |",
+                f(serial),
+                f(parallel),
+                serial.as_secs_f64() / parallel.as_secs_f64(),
+                serial_turns / critical_turns,
+                f(serial) - serial_turns * l,
+                f(parallel) - critical_turns * l,
+            );
+        }
+    }
 }

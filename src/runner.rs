@@ -155,7 +155,6 @@ struct RunCtx {
 /// What a stage task reports back to the scheduler.
 struct StageDone {
     id: String,
-    lane: Lane,
     result: Result<StageOutcome, RunError>,
 }
 
@@ -412,7 +411,7 @@ fn descendants(p: &Pipeline, id: &str) -> Vec<String> {
 /// The scheduler: starts stages whose dependencies are done, up to
 /// `max_parallel` at once, and applies their results as they arrive.
 async fn drive(ctx: Arc<RunCtx>, mut state: RunState, ui: &Ui) -> Result<RunSummary, RunError> {
-    let mut lanes = Lanes::new(&ctx.common, &ctx.run_id);
+    let lanes = Arc::new(Lanes::new(&ctx.common, &ctx.run_id));
     let mut running: JoinSet<StageDone> = JoinSet::new();
     let mut stopping = false;
     let mut interrupted = false;
@@ -425,7 +424,7 @@ async fn drive(ctx: Arc<RunCtx>, mut state: RunState, ui: &Ui) -> Result<RunSumm
     loop {
         if !stopping {
             let failed_now =
-                schedule(&ctx, &mut state, &mut lanes, &mut running, max_parallel, ui).await?;
+                schedule(&ctx, &mut state, &lanes, &mut running, max_parallel, ui).await?;
             stopping |= failed_now;
         }
         if running.is_empty() {
@@ -435,7 +434,6 @@ async fn drive(ctx: Arc<RunCtx>, mut state: RunState, ui: &Ui) -> Result<RunSumm
             joined = running.join_next() => {
                 let Some(joined) = joined else { continue };
                 let done = joined.map_err(|e| RunError::Join(e.to_string()))?;
-                lanes.release(done.lane);
                 let out = done.result?;
                 let rec = state.stage_mut(&done.id).expect("stage records mirror the plan");
                 rec.status = if out.failure.is_some() { StageStatus::Failed } else { StageStatus::Succeeded };
@@ -516,7 +514,7 @@ async fn drive(ctx: Arc<RunCtx>, mut state: RunState, ui: &Ui) -> Result<RunSumm
 async fn schedule(
     ctx: &Arc<RunCtx>,
     state: &mut RunState,
-    lanes: &mut Lanes,
+    lanes: &Arc<Lanes>,
     running: &mut JoinSet<StageDone>,
     max_parallel: usize,
     ui: &Ui,
@@ -588,7 +586,6 @@ async fn schedule(
                 })?
                 .clone();
             let upstream = handoff(ctx, stage, state).await?;
-            let lane = lanes.acquire(&start).await?;
             let rec = state.stage_mut(id).expect("stage records mirror the plan");
             rec.status = StageStatus::Running;
             rec.parent_commit = Some(start.clone());
@@ -597,15 +594,21 @@ async fn schedule(
             ctx.run_dir.write_state(state)?;
             ui.stage_started(id, &role.name);
             let (ctx2, stage2, ui_id) = (Arc::clone(ctx), stage.clone(), id.to_owned());
-            let progress = ui.progress_handle();
+            let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));
             running.spawn(async move {
                 let on_turn =
                     move |turn: u32, tokens: TokenCount| progress.turn(&ui_id, turn, tokens);
-                let result =
-                    run_stage(&ctx2, &stage2, &role, &lane, &start, upstream, &on_turn).await;
+                let result = match lanes.acquire(&start).await {
+                    Ok(lane) => {
+                        let r = run_stage(&ctx2, &stage2, &role, &lane, &start, upstream, &on_turn)
+                            .await;
+                        lanes.release(lane);
+                        r
+                    }
+                    Err(e) => Err(e),
+                };
                 StageDone {
                     id: stage2.id.to_string(),
-                    lane,
                     result,
                 }
             });

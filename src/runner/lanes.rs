@@ -12,6 +12,7 @@
 use super::{RunError, blocking};
 use crate::git;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// One worktree of the pool.
 #[derive(Debug, Clone)]
@@ -24,12 +25,19 @@ pub(crate) struct Lane {
     pub branch: String,
 }
 
-/// The pool of a run's lanes.
+/// The pool of a run's lanes, shared by the stage tasks: a task takes a lane
+/// when it starts (creating one if none is free, outside the lock, so
+/// parallel stages check out their worktrees at the same time).
 pub(crate) struct Lanes {
     common: PathBuf,
     run_id: String,
+    inner: Mutex<Pool>,
+}
+
+#[derive(Default)]
+struct Pool {
     free: Vec<Lane>,
-    created: Vec<Lane>,
+    created: usize,
 }
 
 /// The directory holding a run's lanes.
@@ -43,39 +51,57 @@ impl Lanes {
         Lanes {
             common: common.to_path_buf(),
             run_id: run_id.to_owned(),
-            free: Vec::new(),
-            created: Vec::new(),
+            inner: Mutex::new(Pool::default()),
         }
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A lane checked out at `start`: a free one reset there, or a new one.
-    pub(crate) async fn acquire(&mut self, start: &str) -> Result<Lane, RunError> {
-        if let Some(lane) = self.free.pop() {
-            let (path, sha) = (lane.path.clone(), start.to_owned());
-            blocking(move || git::reset_worktree(&path, &sha)).await?;
-            return Ok(lane);
-        }
-        let k = self.created.len() + 1;
-        let lane = Lane {
-            path: lanes_dir(&self.common, &self.run_id).join(format!("lane-{k}")),
-            name: format!("orch-{}-{k}", self.run_id),
-            branch: format!("orch-lanes/{}/{k}", self.run_id),
+    pub(crate) async fn acquire(&self, start: &str) -> Result<Lane, RunError> {
+        let reused = {
+            let mut pool = self.pool();
+            match pool.free.pop() {
+                Some(lane) => Ok(lane),
+                None => {
+                    pool.created += 1;
+                    Err(pool.created)
+                }
+            }
         };
-        let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
-        blocking(move || git::create_worktree(&c, &l.name, &l.path, &l.branch, &sha)).await?;
-        self.created.push(lane.clone());
-        Ok(lane)
+        match reused {
+            Ok(lane) => {
+                let (path, sha) = (lane.path.clone(), start.to_owned());
+                if let Err(e) = blocking(move || git::reset_worktree(&path, &sha)).await {
+                    self.release(lane);
+                    return Err(e);
+                }
+                Ok(lane)
+            }
+            Err(k) => {
+                let lane = Lane {
+                    path: lanes_dir(&self.common, &self.run_id).join(format!("lane-{k}")),
+                    name: format!("orch-{}-{k}", self.run_id),
+                    branch: format!("orch-lanes/{}/{k}", self.run_id),
+                };
+                let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
+                blocking(move || git::create_worktree(&c, &l.name, &l.path, &l.branch, &sha))
+                    .await?;
+                Ok(lane)
+            }
+        }
     }
 
     /// Gives a lane back to the pool.
-    pub(crate) fn release(&mut self, lane: Lane) {
-        self.free.push(lane);
+    pub(crate) fn release(&self, lane: Lane) {
+        self.pool().free.push(lane);
     }
 
-    /// Removes every lane this pool created (worktrees and lane branches).
-    pub(crate) async fn remove_all(&mut self) -> Result<(), RunError> {
-        self.free.clear();
-        self.created.clear();
+    /// Removes every lane of the run (worktrees and lane branches).
+    pub(crate) async fn remove_all(&self) -> Result<(), RunError> {
+        *self.pool() = Pool::default();
         clear_stale(&self.common, &self.run_id).await
     }
 }
