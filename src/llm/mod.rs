@@ -198,7 +198,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// the number of characters (content plus tool-call arguments) received so far
 /// in the current attempt, once per streamed chunk that carried any. A retry
 /// starts counting from zero again.
-pub type DeltaFn = dyn Fn(usize) + Send + Sync;
+pub type DeltaFn<'a> = dyn Fn(usize) + Send + Sync + 'a;
 
 /// A chat model backend: the OpenAI-compatible HTTP client or the replay model.
 pub trait ChatModel: Send + Sync {
@@ -223,7 +223,7 @@ pub trait ChatModel: Send + Sync {
     fn complete_with_progress<'a>(
         &'a self,
         req: &'a ChatRequest,
-        on_delta: &'a DeltaFn,
+        on_delta: &'a DeltaFn<'a>,
     ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
         let _ = on_delta;
         self.complete(req)

@@ -287,7 +287,7 @@ impl OpenAiClient {
     async fn complete_with_retries(
         &self,
         req: &ChatRequest,
-        on_delta: Option<&DeltaFn>,
+        on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let body = self.request_body(req)?;
         let headers = self.headers(&req.agent_path)?;
@@ -380,7 +380,7 @@ impl OpenAiClient {
         &self,
         headers: &HeaderMap,
         body: Vec<u8>,
-        on_delta: Option<&DeltaFn>,
+        on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<Assembled, Attempt> {
         let timeout = self.settings.request_timeout;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -424,7 +424,7 @@ impl OpenAiClient {
     async fn read_stream(
         &self,
         resp: reqwest::Response,
-        on_delta: Option<&DeltaFn>,
+        on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<Assembled, Attempt> {
         let idle = self.settings.stream_idle_timeout;
         // Bytes count as life even when they complete no event (keep-alive
@@ -741,7 +741,7 @@ impl ChatModel for OpenAiClient {
     fn complete_with_progress<'a>(
         &'a self,
         req: &'a ChatRequest,
-        on_delta: &'a DeltaFn,
+        on_delta: &'a DeltaFn<'a>,
     ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
         Box::pin(self.complete_with_retries(req, Some(on_delta)))
     }

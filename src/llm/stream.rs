@@ -6,8 +6,9 @@
 //! I/O, so every delta rule is unit-tested here.
 //!
 //! Delta rules (OpenAI's, plus what other servers do):
-//! - `delta.content` pieces are concatenated; a stream with no content piece
-//!   yields `content: None` (as a non-streamed tool-call message does).
+//! - `delta.content` pieces are concatenated; a stream with no non-empty
+//!   content piece yields `content: None` (as a non-streamed tool-call
+//!   message does).
 //! - `delta.tool_calls[]` entries are keyed by `index`: the first delta of a
 //!   call usually carries `id`, `type` and `function.name`, later ones only
 //!   `function.arguments` pieces, which are concatenated in arrival order.
@@ -142,6 +143,11 @@ impl StreamAssembler {
     }
 
     fn add_content(&mut self, piece: &str) {
+        // OpenAI opens even tool-call-only streams with `"content": ""`; an
+        // empty piece must not turn "no content" into an empty text.
+        if piece.is_empty() {
+            return;
+        }
         self.chars += piece.chars().count();
         self.content.get_or_insert_with(String::new).push_str(piece);
     }
@@ -359,6 +365,25 @@ mod tests {
                 ("call_2", "grep", "{}")
             ]
         );
+    }
+
+    /// The SSE decoder the client uses keeps a character split between two
+    /// network reads whole (the integration test cannot force the split).
+    #[tokio::test]
+    async fn sse_decoder_joins_characters_split_across_reads() {
+        use eventsource_stream::Eventsource;
+        use futures_util::StreamExt;
+        let event = format!("data: {}\n\n", delta(json!({"content": "日本"})));
+        let bytes = event.as_bytes();
+        let cut = bytes.windows(3).position(|w| w == "本".as_bytes()).unwrap() + 1;
+        let reads: Vec<Result<Vec<u8>, std::convert::Infallible>> =
+            vec![Ok(bytes[..cut].to_vec()), Ok(bytes[cut..].to_vec())];
+        let mut events = futures_util::stream::iter(reads).eventsource();
+        let mut a = StreamAssembler::new();
+        while let Some(event) = events.next().await {
+            a.push(&event.unwrap().data).unwrap();
+        }
+        assert_eq!(a.finish().message.content.as_deref(), Some("日本"));
     }
 
     #[test]
