@@ -75,12 +75,21 @@ impl PriceTable {
 
     /// The price of `model`, by the lookup rules in the module docs.
     pub fn get(&self, model: &str) -> Option<Price> {
+        self.find(model).map(|(_, price)| price)
+    }
+
+    /// The entry that prices `model`: the table's name for it and its price.
+    pub fn find(&self, model: &str) -> Option<(&str, Price)> {
         let base = model.rsplit('/').next().unwrap_or(model);
         [model, base]
             .into_iter()
             .flat_map(|name| [Some(name), strip_date_suffix(name)])
             .flatten()
-            .find_map(|name| self.prices.get(name).copied())
+            .find_map(|name| {
+                self.prices
+                    .get_key_value(name)
+                    .map(|(k, v)| (k.as_str(), *v))
+            })
     }
 
     /// Every entry, sorted by model name.

@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod config;
 mod harness;
 mod llm_client;
 mod run_e2e;
