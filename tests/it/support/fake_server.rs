@@ -74,7 +74,8 @@ pub enum Reply {
     RawSseBytes(Vec<Vec<u8>>),
     /// The inner reply's SSE chunks ([`Reply::Message`] streamed, or a raw SSE
     /// reply), but after the first `n` chunks the server goes silent and holds
-    /// the connection open until the client leaves (at most [`STALL_LIMIT`]).
+    /// the connection open until the client leaves; a client still there
+    /// after [`STALL_LIMIT`] gets the rest of the stream.
     StallAfter(usize, Box<Reply>),
     /// The inner reply's SSE chunks, but after the first `n` chunks the
     /// connection is closed without ending the chunked body (a cut stream).
@@ -706,7 +707,7 @@ fn write_answer(mut stream: TcpStream, answer: Answer, shared: &Shared) {
     }
 }
 
-/// Writes SSE chunks as HTTP chunks, one write and flush each.
+/// Writes the head of an SSE answer, then its chunks.
 fn write_sse(mut stream: TcpStream, chunks: Vec<Vec<u8>>, end: SseEnd, shared: &Shared) {
     // Small writes must leave at once, not wait to be coalesced.
     let _ = stream.set_nodelay(true);
@@ -718,6 +719,11 @@ fn write_sse(mut stream: TcpStream, chunks: Vec<Vec<u8>>, end: SseEnd, shared: &
     {
         return;
     }
+    write_sse_body(stream, chunks, end, shared);
+}
+
+/// Writes SSE chunks as HTTP chunks, one write and flush each, then ends as `end` says.
+fn write_sse_body(mut stream: TcpStream, chunks: Vec<Vec<u8>>, end: SseEnd, shared: &Shared) {
     let limit = match end {
         SseEnd::Finish => chunks.len(),
         SseEnd::Stall(n) | SseEnd::Cut(n) => n.min(chunks.len()),
@@ -743,13 +749,23 @@ fn write_sse(mut stream: TcpStream, chunks: Vec<Vec<u8>>, end: SseEnd, shared: &
         SseEnd::Cut(_) => {
             let _ = stream.shutdown(Shutdown::Both);
         }
-        SseEnd::Stall(_) => {
-            // Silent until the client hangs up (read sees EOF or an error),
-            // the server stops, or STALL_LIMIT passes.
+        SseEnd::Stall(n) => {
+            // Silent until the client hangs up (read sees EOF or an error) or
+            // the server stops. A client still there after STALL_LIMIT gets
+            // the rest of the stream, so a client without an idle timeout
+            // ends up with the stalled answer and its test fails.
             let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
             let started = Instant::now();
             let mut buf = [0u8; 256];
-            while started.elapsed() < STALL_LIMIT && !shared.stop.load(Ordering::SeqCst) {
+            loop {
+                if shared.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                if started.elapsed() >= STALL_LIMIT {
+                    let rest = chunks[n.min(chunks.len())..].to_vec();
+                    write_sse_body(stream, rest, SseEnd::Finish, shared);
+                    return;
+                }
                 match stream.read(&mut buf) {
                     Ok(0) => break,
                     Ok(_) => {}
