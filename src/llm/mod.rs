@@ -1,5 +1,6 @@
 //! Model clients: the OpenAI-compatible Chat Completions wire types, the
-//! [`ChatModel`] trait every backend implements, the HTTP client
+//! [`ChatModel`] trait every backend implements, the HTTP client and its
+//! [`settings`]
 //! ([`openai`], streaming over SSE via [`stream`], retries in [`retry`]), the
 //! offline replay model ([`replay`]) and token prices ([`price`]).
 //!
@@ -10,6 +11,7 @@ pub mod openai;
 pub mod price;
 pub mod replay;
 pub mod retry;
+pub mod settings;
 pub mod stream;
 
 pub use price::{Price, PriceTable, cost_usd};
