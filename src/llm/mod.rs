@@ -1,8 +1,8 @@
 //! Model clients: the OpenAI-compatible Chat Completions wire types, the
-//! [`ChatModel`] trait every backend implements, the HTTP client and its
-//! [`settings`]
-//! ([`openai`], streaming over SSE via [`stream`], retries in [`retry`]), the
-//! offline replay model ([`replay`]) and token prices ([`price`]).
+//! [`ChatModel`] trait every backend implements, the HTTP client
+//! ([`openai`] with its [`settings`], streaming over SSE via [`stream`],
+//! retries in [`retry`]), the offline replay model ([`replay`]) and token
+//! prices ([`price`]).
 //!
 //! See `docs/model-client.md` for the user-facing behaviour (streaming,
 //! retry schedule, error classes, configuration, prices).
