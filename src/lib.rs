@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod catalog;
 pub mod cli;
+pub mod config;
 pub mod exec;
 pub mod git;
 pub mod ids;

@@ -5,7 +5,7 @@
 //! `orch/<run>/<role>` and recorded like any run.
 
 use super::CliError;
-use super::model::{ModelArgs, choose};
+use super::model::{ModelArgs, choose_for_repo};
 use super::run::{exit_code_of, roles_for};
 use crate::catalog::Catalog;
 use crate::ids::StageId;
@@ -68,7 +68,7 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         origin: "orch agent".to_owned(),
     };
     let roles = roles_for(&catalog, &pipeline)?;
-    let chosen = choose(&args.model)?;
+    let chosen = choose_for_repo(&args.model, Some(&args.repo))?;
     let ui = Ui::new(args.json);
     let summary = run_pipeline(
         RunOptions {

@@ -92,6 +92,7 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
         base_url: None,
         model: None,
         replay: Some(replay_path),
+        ..ModelArgs::default()
     })?;
     let summary = run_pipeline(
         RunOptions {

@@ -3,6 +3,7 @@
 //! or `tracing` to stderr.
 
 mod agent;
+mod config;
 mod demo;
 mod inspect;
 mod model;
@@ -86,6 +87,8 @@ pub enum Command {
     Graph(validate::GraphArgs),
     /// Offline demo: a bundled repo with a real bug, fixed by issue-to-pr with the replay model.
     Demo(demo::DemoArgs),
+    /// Show the resolved model settings (flags, env, orch.toml) and where each came from.
+    Config(config::ConfigArgs),
 }
 
 /// An error of a command, with the exit code it maps to.
@@ -156,6 +159,7 @@ pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Validate(a) => validate::cmd_validate(a),
         Command::Graph(a) => validate::cmd_graph(a),
         Command::Demo(a) => demo::cmd_demo(a).await,
+        Command::Config(a) => config::cmd_config(a),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `orch run <pipeline>`: an issue in, a PR branch and PR text out.
 
-use super::model::{ModelArgs, choose};
+use super::model::{ModelArgs, choose_for_repo};
 use super::{CliError, exit};
 use crate::catalog::Catalog;
 use crate::pipeline::Pipeline;
@@ -89,7 +89,7 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let pipeline = catalog.pipeline(&args.pipeline)?;
     let roles = roles_for(&catalog, &pipeline)?;
     let issue = read_issue(&args.issue)?;
-    let chosen = choose(&args.model)?;
+    let chosen = choose_for_repo(&args.model, Some(&args.repo))?;
     let ui = Ui::new(false);
     let summary = run_pipeline(
         RunOptions {

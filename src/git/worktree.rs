@@ -26,6 +26,13 @@ pub fn create_worktree(
     branch: &str,
     base_sha: &str,
 ) -> Result<(), GitError> {
+    // libgit2 is not safe against itself here: while one worktree is being
+    // added, its half-made admin dir makes a concurrent add see every branch
+    // as checked out (and both race to mkdir `.git/worktrees`). Adds within
+    // this process are therefore serialized; checkouts of existing
+    // worktrees (resets) still run in parallel.
+    static ADDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _adding = ADDING.lock().unwrap_or_else(|e| e.into_inner());
     if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
         return Err(GitError::InvalidWorktreeName {
             name: name.to_string(),

@@ -1,9 +1,20 @@
 //! Model clients: the OpenAI-compatible Chat Completions wire types, the
 //! [`ChatModel`] trait every backend implements, the HTTP client
-//! ([`openai`]) and the offline replay model ([`replay`]).
+//! ([`openai`] with its [`settings`], streaming over SSE via [`stream`],
+//! retries in [`retry`]), the offline replay model ([`replay`]) and token
+//! prices ([`price`]).
+//!
+//! See `docs/model-client.md` for the user-facing behaviour (streaming,
+//! retry schedule, error classes, configuration, prices).
 
 pub mod openai;
+pub mod price;
 pub mod replay;
+pub mod retry;
+pub mod settings;
+pub mod stream;
+
+pub use price::{Price, PriceTable, cost_usd};
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -133,6 +144,30 @@ pub struct Usage {
     /// Sum of both.
     #[serde(default)]
     pub total_tokens: u64,
+    /// True when the server reported no usage and the counts are an estimate
+    /// (bytes / 4, see [`estimate_usage`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+}
+
+/// Bytes per token assumed by [`estimate_usage`].
+pub const BYTES_PER_TOKEN: usize = 4;
+
+/// A rough usage for a completion the server reported none for: prompt tokens
+/// = bytes of the serialized messages and tools / 4, completion tokens = bytes
+/// of the serialized reply message / 4; marked `estimated`.
+pub fn estimate_usage(req: &ChatRequest, reply: &ChatMessage) -> Usage {
+    let request_bytes = serde_json::to_vec(&req.messages).map_or(0, |v| v.len())
+        + serde_json::to_vec(&req.tools).map_or(0, |v| v.len());
+    let reply_bytes = serde_json::to_vec(reply).map_or(0, |v| v.len());
+    let prompt_tokens = (request_bytes / BYTES_PER_TOKEN) as u64;
+    let completion_tokens = (reply_bytes / BYTES_PER_TOKEN) as u64;
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens + completion_tokens,
+        estimated: true,
+    }
 }
 
 /// What the agent loop asks of a model.
@@ -161,6 +196,12 @@ pub struct ChatResponse {
 /// A boxed future, so [`ChatModel`] stays object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A progress callback for [`ChatModel::complete_with_progress`]: called with
+/// the number of characters (content plus tool-call arguments) received so far
+/// in the current attempt, once per streamed chunk that carried any. A retry
+/// starts counting from zero again.
+pub type DeltaFn<'a> = dyn Fn(usize) + Send + Sync + 'a;
+
 /// A chat model backend: the OpenAI-compatible HTTP client or the replay model.
 pub trait ChatModel: Send + Sync {
     /// One completion for `req`.
@@ -178,6 +219,30 @@ pub trait ChatModel: Send + Sync {
 
     /// True for the offline replay model.
     fn is_replay(&self) -> bool;
+
+    /// Like [`ChatModel::complete`], reporting streamed progress to `on_delta`
+    /// (see [`DeltaFn`]). Backends that do not stream never call it.
+    fn complete_with_progress<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        on_delta: &'a DeltaFn<'a>,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        let _ = on_delta;
+        self.complete(req)
+    }
+
+    /// The model's context window in tokens, when configured (the HTTP client
+    /// always has one: `context_window`, default 128000).
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
+
+    /// The cost of `usage` in USD from this backend's price table, or `None`
+    /// when the model's price is unknown (shown as "unknown").
+    fn cost_usd(&self, usage: &Usage) -> Option<f64> {
+        let _ = usage;
+        None
+    }
 }
 
 /// Errors from a model backend.
@@ -185,7 +250,7 @@ pub trait ChatModel: Send + Sync {
 pub enum LlmError {
     /// 401/403: the key is missing or wrong.
     #[error(
-        "authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY)"
+        "authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY, or the env var named by the profile's api_key_env)"
     )]
     Auth {
         /// Endpoint URL.
@@ -203,6 +268,18 @@ pub enum LlmError {
         /// Server's message (trimmed).
         body: String,
     },
+    /// The request does not fit the model's context window (HTTP 400/413 with
+    /// `context_length_exceeded`, "maximum context length", "too many tokens",
+    /// …). Not retried by the client: the agent loop compacts and retries.
+    #[error("fit the conversation into the model's context window ({url}, HTTP {status}): {body}")]
+    ContextLength {
+        /// Endpoint URL.
+        url: String,
+        /// HTTP status (200 when the error came inside a stream).
+        status: u16,
+        /// Server's message (trimmed).
+        body: String,
+    },
     /// Another 4xx that retrying will not fix.
     #[error("get a completion from {url}: HTTP {status}: {body}")]
     Rejected {
@@ -213,8 +290,9 @@ pub enum LlmError {
         /// Server's message (trimmed).
         body: String,
     },
-    /// 429/5xx or connection errors that persisted through every retry.
-    #[error("get a completion from {url} after {attempts} attempts: {last}")]
+    /// 429/5xx, connection errors, timeouts, stalled or cut streams that
+    /// persisted through every retry.
+    #[error("get a completion from {url} after {attempts} attempts: {last}{hint}")]
     Exhausted {
         /// Endpoint URL.
         url: String,
@@ -222,6 +300,8 @@ pub enum LlmError {
         attempts: u32,
         /// The last error seen.
         last: String,
+        /// What to do about it, starting with `; ` (may be empty).
+        hint: String,
     },
     /// The server answered 200 with something that is not a completion.
     #[error("understand the reply from {url}: {reason}")]
@@ -254,4 +334,18 @@ pub enum LlmError {
     /// No base URL / model was configured.
     #[error("configure a model: {0}")]
     Config(String),
+}
+
+impl LlmError {
+    /// True for [`LlmError::ContextLength`]: the conversation must shrink
+    /// before the request can succeed.
+    pub fn is_context_length(&self) -> bool {
+        matches!(self, LlmError::ContextLength { .. })
+    }
+
+    /// True for errors a retry at a later time might fix (what was left after
+    /// the client's own retries): [`LlmError::Exhausted`].
+    pub fn is_transient(&self) -> bool {
+        matches!(self, LlmError::Exhausted { .. })
+    }
 }

@@ -1,146 +1,51 @@
 //! The OpenAI-compatible Chat Completions client.
 //!
 //! Talks to any server that speaks `POST {base_url}/chat/completions` (OpenAI,
-//! DeepSeek, vLLM, Ollama, llama.cpp's server, LiteLLM, OpenRouter, …) without
-//! streaming.
+//! DeepSeek, vLLM, Ollama, llama.cpp's server, LiteLLM, OpenRouter, …), by
+//! default streaming (`stream: true`, server-sent events, assembled by
+//! [`super::stream`]); `stream = false` in a profile or `--no-stream` sends
+//! plain requests for servers that cannot stream. A server that answers a
+//! streaming request with a plain JSON completion is understood too.
 //!
 //! Invariants:
 //! - Every `reqwest::Client` in the process is built by [`http_client`] (or
-//!   [`http_client_with`]), which installs the `ring` TLS provider first:
-//!   reqwest is built with `rustls-no-provider` and panics without one.
+//!   [`http_client_with`], or the client's own builder), which installs the
+//!   `ring` TLS provider first: reqwest is built with `rustls-no-provider` and
+//!   panics without one.
 //! - The API key only ever travels in the `Authorization` header (marked
 //!   sensitive). Error messages carry the endpoint URL and a trimmed snippet of
 //!   the server's body with any echo of the key masked; `Debug` of
 //!   [`ModelSettings`] hides it.
-//! - Transient failures (429, 408, 409, 5xx, connection errors and timeouts) are
-//!   retried with capped exponential backoff and jitter, honouring `Retry-After`;
-//!   everything else fails at once with an error that says what to fix.
+//! - Transient failures (429, 408, 409, 5xx, connection errors, timeouts,
+//!   stalled or cut streams) are retried by the schedule in [`super::retry`];
+//!   everything else fails at once with an error that says what to fix. A
+//!   context-length error is [`LlmError::ContextLength`] and never retried here.
+//! - Usage comes from the server when it reports it, else it is estimated
+//!   (bytes / 4) and marked [`Usage::estimated`].
 
+pub use super::settings::*;
+
+use super::price::cost_usd;
+use super::retry::{GiveUp, is_context_length_message, parse_retry_after};
+use super::stream::{Assembled, ChunkError, StreamAssembler, usage_of};
 use super::{
-    BoxFuture, ChatMessage, ChatModel, ChatRequest, ChatResponse, FunctionCall, LlmError,
-    MessageRole, ToolCall, ToolDef, Usage,
+    BoxFuture, ChatMessage, ChatModel, ChatRequest, ChatResponse, DeltaFn, FunctionCall, LlmError,
+    MessageRole, ToolCall, ToolDef, Usage, estimate_usage,
 };
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures_util::StreamExt;
 use reqwest::StatusCode;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
-use std::time::Duration;
-
-/// Default limit on one whole request (connect, send, wait, read).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
-/// Default limit on establishing a connection.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default number of retries after the first attempt.
-pub const DEFAULT_MAX_RETRIES: u32 = 4;
-/// Default first backoff delay; doubled on every retry.
-pub const DEFAULT_RETRY_BASE_DELAY: Duration = Duration::from_millis(500);
-/// Default cap on one backoff delay (also caps `Retry-After`).
-pub const DEFAULT_RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Longest snippet of a server body quoted in an error.
 const SNIPPET_CHARS: usize = 200;
 /// Header naming the agent that sends a request (used by fake servers and proxies).
 pub const AGENT_HEADER: &str = "x-orch-agent";
-
-/// Where and how to reach a model.
-#[derive(Clone)]
-pub struct ModelSettings {
-    /// API root, e.g. `http://127.0.0.1:8080/v1`; requests go to
-    /// `{base_url}/chat/completions` (a trailing slash is tolerated).
-    pub base_url: String,
-    /// Model name sent in every request.
-    pub model: String,
-    /// Bearer token; `None` sends no `Authorization` header (local servers).
-    pub api_key: Option<String>,
-    /// Limit on one whole request.
-    pub request_timeout: Duration,
-    /// Limit on establishing a connection.
-    pub connect_timeout: Duration,
-    /// Retries after the first attempt for transient failures.
-    pub max_retries: u32,
-    /// First backoff delay; the n-th retry waits up to `base * 2^n`.
-    pub retry_base_delay: Duration,
-    /// Cap on one backoff delay and on an honoured `Retry-After`.
-    pub retry_max_delay: Duration,
-}
-
-impl fmt::Debug for ModelSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ModelSettings")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("request_timeout", &self.request_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_retries", &self.max_retries)
-            .field("retry_base_delay", &self.retry_base_delay)
-            .field("retry_max_delay", &self.retry_max_delay)
-            .finish()
-    }
-}
-
-impl ModelSettings {
-    /// Settings for `model` at `base_url` with no key and default timeouts and retries.
-    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
-        ModelSettings {
-            base_url: base_url.into(),
-            model: model.into(),
-            api_key: None,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            max_retries: DEFAULT_MAX_RETRIES,
-            retry_base_delay: DEFAULT_RETRY_BASE_DELAY,
-            retry_max_delay: DEFAULT_RETRY_MAX_DELAY,
-        }
-    }
-
-    /// Resolves settings from command-line flags and the environment.
-    ///
-    /// Flags win over env. The environment is read through `env` so callers
-    /// (and tests) decide where it comes from: `ORCH_BASE_URL`, `ORCH_MODEL`,
-    /// `ORCH_API_KEY` (fallback `OPENAI_API_KEY`). Empty values count as unset.
-    pub fn resolve(
-        base_url: Option<String>,
-        model: Option<String>,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<ModelSettings, LlmError> {
-        let non_empty =
-            |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
-        let base_url = non_empty(base_url)
-            .or_else(|| non_empty(env("ORCH_BASE_URL")))
-            .ok_or_else(|| {
-                LlmError::Config(
-                    "no model server is set: pass --base-url URL or set ORCH_BASE_URL \
-                 (e.g. https://api.openai.com/v1, or http://localhost:11434/v1 for Ollama)"
-                        .to_owned(),
-                )
-            })?;
-        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(LlmError::Config(format!(
-                "the base URL `{base_url}` (from --base-url or ORCH_BASE_URL) must start with http:// or https://"
-            )));
-        }
-        let model = non_empty(model)
-            .or_else(|| non_empty(env("ORCH_MODEL")))
-            .ok_or_else(|| {
-                LlmError::Config(
-                    "no model name is set: pass --model NAME or set ORCH_MODEL (e.g. gpt-4o-mini)"
-                        .to_owned(),
-                )
-            })?;
-        let api_key = non_empty(env("ORCH_API_KEY")).or_else(|| non_empty(env("OPENAI_API_KEY")));
-        Ok(ModelSettings {
-            api_key,
-            ..ModelSettings::new(base_url, model)
-        })
-    }
-
-    /// The full Chat Completions URL.
-    pub fn endpoint(&self) -> String {
-        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
-    }
-}
 
 /// Builds an HTTP client with `timeout` per request and a connect timeout of
 /// at most [`DEFAULT_CONNECT_TIMEOUT`].
@@ -156,21 +61,31 @@ pub fn http_client_with(
     request_timeout: Duration,
     connect_timeout: Duration,
 ) -> Result<reqwest::Client, LlmError> {
+    build_client(Some(request_timeout), connect_timeout)
+}
+
+/// A client with an optional whole-request timeout (streams have none: they
+/// are bounded by the idle timeout between reads instead).
+fn build_client(
+    request_timeout: Option<Duration>,
+    connect_timeout: Duration,
+) -> Result<reqwest::Client, LlmError> {
     // reqwest is built with `rustls-no-provider`: without a process-wide
     // provider the first client panics, even for plain http://. Installing is
     // idempotent; an `Err` only means one is already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(request_timeout)
+    let mut builder = reqwest::Client::builder()
         .connect_timeout(connect_timeout)
-        .user_agent(concat!("orch/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| {
-            LlmError::Config(format!(
-                "the HTTP client could not be built: {}",
-                error_chain(&e)
-            ))
-        })
+        .user_agent(concat!("orch/", env!("CARGO_PKG_VERSION")));
+    if let Some(timeout) = request_timeout {
+        builder = builder.timeout(timeout);
+    }
+    builder.build().map_err(|e| {
+        LlmError::Config(format!(
+            "the HTTP client could not be built: {}",
+            error_chain(&e)
+        ))
+    })
 }
 
 /// A [`ChatModel`] that calls an OpenAI-compatible Chat Completions endpoint.
@@ -207,7 +122,9 @@ impl OpenAiClient {
                 )));
             }
         }
-        let http = http_client_with(settings.request_timeout, settings.connect_timeout)?;
+        // Timeouts are set per request (see `attempt`), so one client serves
+        // both modes.
+        let http = build_client(None, settings.connect_timeout)?;
         Ok(OpenAiClient {
             settings,
             endpoint,
@@ -220,42 +137,51 @@ impl OpenAiClient {
         &self.settings
     }
 
-    async fn complete_with_retries(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+    async fn complete_with_retries(
+        &self,
+        req: &ChatRequest,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<ChatResponse, LlmError> {
         let body = self.request_body(req)?;
         let headers = self.headers(&req.agent_path)?;
-        let mut attempt: u32 = 0;
+        let policy = self.settings.retry_policy();
+        let started = Instant::now();
+        let mut retry: u32 = 0;
         loop {
-            let failure = match self.attempt(&headers, body.clone()).await {
-                Ok(resp) => return Ok(resp),
+            let failure = match self.attempt(&headers, body.clone(), on_delta).await {
+                Ok(assembled) => return Ok(finalize(req, assembled)),
                 Err(Attempt::Fatal(e)) => return Err(e),
                 Err(Attempt::Transient(f)) => f,
             };
-            if attempt >= self.settings.max_retries {
-                return Err(LlmError::Exhausted {
-                    url: self.endpoint.clone(),
-                    attempts: attempt + 1,
-                    last: failure.reason,
-                });
-            }
-            let delay = match failure.retry_after {
-                Some(after) => after.min(self.settings.retry_max_delay),
-                None => backoff(
-                    attempt,
-                    self.settings.retry_base_delay,
-                    self.settings.retry_max_delay,
-                ),
+            let delay = match policy.next_delay(retry, started.elapsed(), failure.retry_after) {
+                Ok(delay) => delay,
+                Err(why) => {
+                    let mut hint = failure.kind.hint().to_owned();
+                    if why == GiveUp::TotalTime {
+                        hint = format!(
+                            "{hint} (stopped retrying: the next wait would pass retry_max_total of {}s)",
+                            policy.max_total.as_secs()
+                        );
+                    }
+                    return Err(LlmError::Exhausted {
+                        url: self.endpoint.clone(),
+                        attempts: retry + 1,
+                        last: failure.reason,
+                        hint,
+                    });
+                }
             };
             tracing::warn!(
                 url = %self.endpoint,
                 agent = %req.agent_path,
-                attempt = attempt + 1,
-                of = self.settings.max_retries + 1,
+                attempt = retry + 1,
+                of = policy.max_retries + 1,
                 delay_ms = delay.as_millis() as u64,
                 "model request failed, retrying: {}",
                 failure.reason
             );
             tokio::time::sleep(delay).await;
-            attempt += 1;
+            retry += 1;
         }
     }
 
@@ -265,6 +191,10 @@ impl OpenAiClient {
             messages: &req.messages,
             tools: &req.tools,
             tool_choice: (!req.tools.is_empty()).then_some("auto"),
+            stream: self.settings.stream,
+            stream_options: self.settings.stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
         };
         serde_json::to_vec(&wire).map_err(|e| {
             LlmError::Config(format!(
@@ -277,12 +207,17 @@ impl OpenAiClient {
     fn headers(&self, agent_path: &str) -> Result<HeaderMap, LlmError> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if self.settings.stream {
+            headers.insert(
+                ACCEPT,
+                HeaderValue::from_static("text/event-stream, application/json"),
+            );
+        }
         headers.insert(AGENT_HEADER, agent_header_value(agent_path));
         if let Some(key) = &self.settings.api_key {
             let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
                 LlmError::Config(
-                    "the API key (ORCH_API_KEY or OPENAI_API_KEY) contains characters not allowed in an HTTP header"
-                        .to_owned(),
+                    "the API key contains characters not allowed in an HTTP header".to_owned(),
                 )
             })?;
             value.set_sensitive(true);
@@ -291,55 +226,206 @@ impl OpenAiClient {
         Ok(headers)
     }
 
-    async fn attempt(&self, headers: &HeaderMap, body: Vec<u8>) -> Result<ChatResponse, Attempt> {
-        let sent = self
+    /// One request. Non-streamed: bounded by `request_timeout` as a whole.
+    /// Streamed: `request_timeout` bounds the wait for the headers, then
+    /// `stream_idle_timeout` bounds every silence.
+    async fn attempt(
+        &self,
+        headers: &HeaderMap,
+        body: Vec<u8>,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<Assembled, Attempt> {
+        let timeout = self.settings.request_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut builder = self
             .http
             .post(&self.endpoint)
             .headers(headers.clone())
-            .body(body)
-            .send()
-            .await;
-        let resp = match sent {
-            Ok(resp) => resp,
-            Err(e) => return Err(self.transport_failure(e)),
+            .body(body);
+        if !self.settings.stream {
+            builder = builder.timeout(timeout);
+        }
+        let resp = match tokio::time::timeout_at(deadline, builder.send()).await {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(e)) => return Err(self.transport_failure(e, None)),
+            Err(_) => return Err(timed_out(timeout, "waiting for the response")),
         };
         let status = resp.status();
         let retry_after = resp.headers().get(RETRY_AFTER).and_then(parse_retry_after);
-        let bytes = match resp.bytes().await {
-            Ok(bytes) => bytes,
-            Err(e) => return Err(self.transport_failure(e)),
+        let is_sse = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+        if status.is_success() && is_sse {
+            return self.read_stream(resp, on_delta).await;
+        }
+        // Error bodies, and plain completions (also when a server ignored
+        // `stream: true`), are read whole within the request's time.
+        let bytes = match tokio::time::timeout_at(deadline, resp.bytes()).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e)) => return Err(self.transport_failure(e, None)),
+            Err(_) => return Err(timed_out(timeout, "reading the response")),
         };
         if status.is_success() {
-            return self.parse_completion(&bytes).map_err(Attempt::Fatal);
+            return self.parse_completion(&bytes);
         }
-        let body = self.redact(&snippet(&bytes));
-        let url = self.endpoint.clone();
-        Err(match status {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Attempt::Fatal(LlmError::Auth {
-                url,
-                status: status.as_u16(),
-                body,
-            }),
-            StatusCode::NOT_FOUND => Attempt::Fatal(LlmError::NotFound { url, body }),
-            StatusCode::REQUEST_TIMEOUT | StatusCode::CONFLICT | StatusCode::TOO_MANY_REQUESTS => {
-                Attempt::Transient(Transient {
-                    reason: format!("HTTP {}: {body}", status.as_u16()),
-                    retry_after,
-                })
+        Err(self.classify_status(status, retry_after, &bytes))
+    }
+
+    /// Reads an SSE response to its end (`[DONE]` or the end of the body).
+    async fn read_stream(
+        &self,
+        resp: reqwest::Response,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<Assembled, Attempt> {
+        let idle = self.settings.stream_idle_timeout;
+        // Bytes count as life even when they complete no event (keep-alive
+        // comments), so the idle timer watches bytes, not events.
+        let received = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&received);
+        let mut events = resp
+            .bytes_stream()
+            .inspect(move |chunk| {
+                if let Ok(bytes) = chunk {
+                    counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                }
+            })
+            .eventsource();
+        let mut assembler = StreamAssembler::new();
+        loop {
+            let seen = received.load(Ordering::Relaxed);
+            // `next()` only borrows the stream: dropping it on timeout loses nothing.
+            let next = match tokio::time::timeout(idle, events.next()).await {
+                Ok(next) => next,
+                Err(_) if received.load(Ordering::Relaxed) != seen => continue,
+                Err(_) => {
+                    return Err(Attempt::Transient(Transient {
+                        reason: format!(
+                            "the stream stalled: nothing received for {} after {} chunks",
+                            human_duration(idle),
+                            assembler.chunks()
+                        ),
+                        retry_after: None,
+                        kind: Kind::Stall,
+                    }));
+                }
+            };
+            let event = match next {
+                None => break,
+                Some(Ok(event)) => event,
+                Some(Err(EventStreamError::Transport(e))) => {
+                    return Err(self.transport_failure(e, Some(assembler.chunks())));
+                }
+                Some(Err(EventStreamError::Utf8(e))) => {
+                    return Err(Attempt::Fatal(
+                        self.bad(format!("the stream is not valid UTF-8 ({e})")),
+                    ));
+                }
+                Some(Err(EventStreamError::Parser(e))) => {
+                    return Err(Attempt::Fatal(
+                        self.bad(format!("the stream is not valid server-sent events ({e})")),
+                    ));
+                }
+            };
+            let data = event.data.trim();
+            if data == "[DONE]" {
+                break;
             }
-            s if s.is_server_error() => Attempt::Transient(Transient {
-                reason: format!("HTTP {}: {body}", status.as_u16()),
-                retry_after,
-            }),
-            s => Attempt::Fatal(LlmError::Rejected {
-                url,
-                status: s.as_u16(),
-                body,
-            }),
+            match assembler.push(data) {
+                Ok(true) => {
+                    if let Some(on_delta) = on_delta {
+                        on_delta(assembler.chars());
+                    }
+                }
+                Ok(false) => {}
+                Err(ChunkError::Malformed(what)) => {
+                    return Err(Attempt::Fatal(self.bad(format!(
+                        "{what}; it starts with: {}",
+                        self.redact(&snippet(data.as_bytes()))
+                    ))));
+                }
+                Err(ChunkError::Server(err)) => return Err(self.stream_error(&err)),
+            }
+        }
+        if assembler.chunks() == 0 {
+            return Err(Attempt::Fatal(
+                self.bad("the stream ended before any chunk".to_owned()),
+            ));
+        }
+        Ok(assembler.finish())
+    }
+
+    /// An `{"error": …}` chunk inside a 200 stream.
+    fn stream_error(&self, err: &serde_json::Value) -> Attempt {
+        let text = self.redact(&compact(err));
+        if is_context_length_message(&err.to_string()) {
+            return Attempt::Fatal(LlmError::ContextLength {
+                url: self.endpoint.clone(),
+                status: 200,
+                body: text,
+            });
+        }
+        // Mid-stream errors are overloads and internal errors in practice.
+        Attempt::Transient(Transient {
+            reason: format!("the server reported an error mid-stream: {text}"),
+            retry_after: None,
+            kind: Kind::Server,
         })
     }
 
-    fn transport_failure(&self, e: reqwest::Error) -> Attempt {
+    fn classify_status(
+        &self,
+        status: StatusCode,
+        retry_after: Option<Duration>,
+        bytes: &[u8],
+    ) -> Attempt {
+        let body = self.redact(&snippet(bytes));
+        let url = self.endpoint.clone();
+        let code = status.as_u16();
+        match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Attempt::Fatal(LlmError::Auth {
+                url,
+                status: code,
+                body,
+            }),
+            StatusCode::NOT_FOUND => Attempt::Fatal(LlmError::NotFound { url, body }),
+            StatusCode::TOO_MANY_REQUESTS => Attempt::Transient(Transient {
+                reason: format!("HTTP 429: {body}"),
+                retry_after,
+                kind: Kind::RateLimit,
+            }),
+            StatusCode::REQUEST_TIMEOUT | StatusCode::CONFLICT => Attempt::Transient(Transient {
+                reason: format!("HTTP {code}: {body}"),
+                retry_after,
+                kind: Kind::Server,
+            }),
+            s if s.is_server_error() => Attempt::Transient(Transient {
+                reason: format!("HTTP {code}: {body}"),
+                retry_after,
+                kind: Kind::Server,
+            }),
+            StatusCode::BAD_REQUEST
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::UNPROCESSABLE_ENTITY
+                if is_context_length_message(&String::from_utf8_lossy(bytes)) =>
+            {
+                Attempt::Fatal(LlmError::ContextLength {
+                    url,
+                    status: code,
+                    body,
+                })
+            }
+            _ => Attempt::Fatal(LlmError::Rejected {
+                url,
+                status: code,
+                body,
+            }),
+        }
+    }
+
+    /// A reqwest failure; `chunks` is set when it happened inside a stream.
+    fn transport_failure(&self, e: reqwest::Error, chunks: Option<usize>) -> Attempt {
         let (builder, timeout, connect) = (e.is_builder(), e.is_timeout(), e.is_connect());
         let reason = self.redact(&error_chain(&e.without_url()));
         if builder {
@@ -348,36 +434,52 @@ impl OpenAiClient {
                 self.endpoint
             )));
         }
-        let reason = if timeout {
-            format!("timed out ({reason})")
+        let (reason, kind) = if let Some(chunks) = chunks {
+            (
+                format!("the stream was cut after {chunks} chunks ({reason})"),
+                Kind::Network,
+            )
+        } else if timeout {
+            (format!("timed out ({reason})"), Kind::Timeout)
         } else if connect {
-            format!("could not connect ({reason})")
+            (format!("could not connect ({reason})"), Kind::Connect)
         } else {
-            reason
+            (reason, Kind::Network)
         };
         Attempt::Transient(Transient {
             reason,
             retry_after: None,
+            kind,
         })
     }
 
-    fn parse_completion(&self, bytes: &[u8]) -> Result<ChatResponse, LlmError> {
-        let bad = |what: &str| LlmError::BadResponse {
+    fn bad(&self, reason: String) -> LlmError {
+        LlmError::BadResponse {
             url: self.endpoint.clone(),
-            reason: format!(
+            reason,
+        }
+    }
+
+    fn parse_completion(&self, bytes: &[u8]) -> Result<Assembled, Attempt> {
+        let bad = |what: &str| {
+            Attempt::Fatal(self.bad(format!(
                 "{what}; the body starts with: {}",
                 self.redact(&snippet(bytes))
-            ),
+            )))
         };
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(LlmError::BadResponse {
-                url: self.endpoint.clone(),
-                reason: "the body is empty".to_owned(),
-            });
+            return Err(Attempt::Fatal(self.bad("the body is empty".to_owned())));
         }
         let wire: WireResponse = serde_json::from_slice(bytes)
             .map_err(|e| bad(&format!("not a chat completion ({e})")))?;
         if let Some(err) = wire.error {
+            if is_context_length_message(&err.to_string()) {
+                return Err(Attempt::Fatal(LlmError::ContextLength {
+                    url: self.endpoint.clone(),
+                    status: 200,
+                    body: self.redact(&compact(&err)),
+                }));
+            }
             return Err(bad(&format!(
                 "the server reported an error: {}",
                 self.redact(&compact(&err))
@@ -425,16 +527,15 @@ impl OpenAiClient {
                 },
             })
             .collect();
-        let usage = wire.usage.map(WireUsage::into_usage).unwrap_or_default();
-        Ok(ChatResponse {
+        Ok(Assembled {
             message: ChatMessage {
                 role: MessageRole::Assistant,
                 content,
                 tool_calls,
                 tool_call_id: None,
             },
-            usage,
             finish_reason: choice.finish_reason,
+            usage: wire.usage.filter(|u| u.is_object()).map(|u| usage_of(&u)),
         })
     }
 
@@ -449,12 +550,53 @@ impl OpenAiClient {
     }
 }
 
+/// The response for the agent loop; usage estimated when the server sent none.
+fn finalize(req: &ChatRequest, assembled: Assembled) -> ChatResponse {
+    let usage = match assembled.usage {
+        Some(usage) => usage,
+        None => estimate_usage(req, &assembled.message),
+    };
+    ChatResponse {
+        message: assembled.message,
+        usage,
+        finish_reason: assembled.finish_reason,
+    }
+}
+
+fn timed_out(limit: Duration, what: &str) -> Attempt {
+    Attempt::Transient(Transient {
+        reason: format!(
+            "timed out after {} {what} (request_timeout)",
+            human_duration(limit)
+        ),
+        retry_after: None,
+        kind: Kind::Timeout,
+    })
+}
+
+/// `1.5s`, `250ms`.
+fn human_duration(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{}s", d.as_secs_f64())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
 impl ChatModel for OpenAiClient {
     fn complete<'a>(
         &'a self,
         req: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
-        Box::pin(self.complete_with_retries(req))
+        Box::pin(self.complete_with_retries(req, None))
+    }
+
+    fn complete_with_progress<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        on_delta: &'a DeltaFn<'a>,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        Box::pin(self.complete_with_retries(req, Some(on_delta)))
     }
 
     fn label(&self) -> String {
@@ -467,6 +609,14 @@ impl ChatModel for OpenAiClient {
 
     fn is_replay(&self) -> bool {
         false
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        Some(self.settings.context_window)
+    }
+
+    fn cost_usd(&self, usage: &Usage) -> Option<f64> {
+        cost_usd(&self.settings.model, usage, &self.settings.prices)
     }
 }
 
@@ -481,6 +631,39 @@ enum Attempt {
 struct Transient {
     reason: String,
     retry_after: Option<Duration>,
+    kind: Kind,
+}
+
+/// What kind of transient failure, for the advice when retries run out.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    RateLimit,
+    Server,
+    Connect,
+    Timeout,
+    Stall,
+    Network,
+}
+
+impl Kind {
+    fn hint(self) -> &'static str {
+        match self {
+            Kind::RateLimit => {
+                "; the server is rate-limiting: wait and run again, or raise your quota"
+            }
+            Kind::Server => "; the server is failing: try again later or use another provider",
+            Kind::Connect => {
+                "; check --base-url (or the profile's base_url) and that the server is up"
+            }
+            Kind::Timeout => {
+                "; the server is too slow: raise request_timeout in orch.toml, or try again later"
+            }
+            Kind::Stall => {
+                "; the stream stalled: raise stream_idle_timeout in orch.toml for slow models, or try --no-stream"
+            }
+            Kind::Network => "; the connection broke: check the network, or try --no-stream",
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -491,6 +674,15 @@ struct WireRequest<'a> {
     tools: &'a [ToolDef],
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<&'static str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }
 
 /// A completion as servers actually send it: lenient about nulls and omissions.
@@ -499,7 +691,7 @@ struct WireResponse {
     #[serde(default)]
     choices: Option<Vec<WireChoice>>,
     #[serde(default)]
-    usage: Option<WireUsage>,
+    usage: Option<serde_json::Value>,
     #[serde(default)]
     error: Option<serde_json::Value>,
 }
@@ -532,70 +724,6 @@ struct WireFunction {
     name: String,
     #[serde(default)]
     arguments: serde_json::Value,
-}
-
-#[derive(Deserialize)]
-struct WireUsage {
-    #[serde(default)]
-    prompt_tokens: Option<u64>,
-    #[serde(default)]
-    completion_tokens: Option<u64>,
-    #[serde(default)]
-    total_tokens: Option<u64>,
-}
-
-impl WireUsage {
-    fn into_usage(self) -> Usage {
-        let prompt_tokens = self.prompt_tokens.unwrap_or(0);
-        let completion_tokens = self.completion_tokens.unwrap_or(0);
-        Usage {
-            prompt_tokens,
-            completion_tokens,
-            total_tokens: self
-                .total_tokens
-                .unwrap_or(prompt_tokens + completion_tokens),
-        }
-    }
-}
-
-/// Backoff before retry number `attempt + 1`: equal jitter over
-/// `min(max, base * 2^attempt)`, i.e. between half and all of it.
-fn backoff(attempt: u32, base: Duration, max: Duration) -> Duration {
-    let ceiling = base
-        .saturating_mul(2u32.saturating_pow(attempt.min(30)))
-        .min(max);
-    let half = ceiling / 2;
-    let span = (ceiling - half).as_nanos() as u64;
-    let jitter = if span == 0 {
-        0
-    } else {
-        random_u64() % (span + 1)
-    };
-    half + Duration::from_nanos(jitter)
-}
-
-/// Cheap randomness without a dependency: `RandomState` is seeded per process
-/// and advanced per instance, which is plenty for spreading retries.
-fn random_u64() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish()
-}
-
-/// `Retry-After` in seconds (the HTTP-date form is not used by model servers).
-fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
-    let text = value.to_str().ok()?.trim();
-    if let Ok(secs) = text.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    text.parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s.min(86_400.0)))
 }
 
 /// The agent path as a header value; characters a header cannot carry become `_`.
@@ -654,91 +782,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| (*v).to_owned())
-        }
-    }
-
-    #[test]
-    fn flags_win_over_env_and_key_falls_back() {
-        let env = env_of(&[
-            ("ORCH_BASE_URL", "http://env/v1"),
-            ("ORCH_MODEL", "env-model"),
-            ("OPENAI_API_KEY", "sk-openai"),
-        ]);
-        let s = ModelSettings::resolve(Some("http://flag/v1/".into()), None, &env).unwrap();
-        assert_eq!(s.base_url, "http://flag/v1/");
-        assert_eq!(s.model, "env-model");
-        assert_eq!(s.api_key.as_deref(), Some("sk-openai"));
-        assert_eq!(s.endpoint(), "http://flag/v1/chat/completions");
-        assert!(!format!("{s:?}").contains("sk-openai"));
-
-        let env = env_of(&[("ORCH_API_KEY", "sk-orch"), ("OPENAI_API_KEY", "sk-openai")]);
-        let s =
-            ModelSettings::resolve(Some("https://x/v1".into()), Some("m".into()), &env).unwrap();
-        assert_eq!(s.api_key.as_deref(), Some("sk-orch"));
-        assert_eq!(s.max_retries, DEFAULT_MAX_RETRIES);
-    }
-
-    #[test]
-    fn missing_settings_name_flag_and_env() {
-        let none = |_: &str| None;
-        let err = ModelSettings::resolve(None, Some("m".into()), &none)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("--base-url") && err.contains("ORCH_BASE_URL"),
-            "{err}"
-        );
-        let err = ModelSettings::resolve(Some("http://x/v1".into()), Some("  ".into()), &none)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("--model") && err.contains("ORCH_MODEL"),
-            "{err}"
-        );
-        let err = ModelSettings::resolve(Some("localhost:8080".into()), Some("m".into()), &none)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("http://"), "{err}");
-    }
-
-    #[test]
-    fn backoff_grows_is_capped_and_jittered() {
-        let base = Duration::from_millis(100);
-        let max = Duration::from_secs(1);
-        for attempt in 0..12 {
-            let ceiling = (base * 2u32.pow(attempt.min(20))).min(max);
-            let d = backoff(attempt, base, max);
-            assert!(
-                d >= ceiling / 2 && d <= ceiling,
-                "attempt {attempt}: {d:?} vs {ceiling:?}"
-            );
-        }
-        assert_eq!(backoff(3, Duration::ZERO, max), Duration::ZERO);
-        assert!(backoff(u32::MAX, base, max) <= max);
-    }
-
-    #[test]
-    fn retry_after_parses_seconds() {
-        assert_eq!(
-            parse_retry_after(&HeaderValue::from_static("2")),
-            Some(Duration::from_secs(2))
-        );
-        assert_eq!(
-            parse_retry_after(&HeaderValue::from_static(" 0.5 ")),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(
-            parse_retry_after(&HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT")),
-            None
-        );
-    }
-
     #[test]
     fn snippet_is_short_and_collapsed() {
         let long = "x".repeat(500);
@@ -763,12 +806,20 @@ mod tests {
         OpenAiClient::new(s).unwrap()
     }
 
+    fn parse(c: &OpenAiClient, bytes: &[u8]) -> Result<Assembled, LlmError> {
+        match c.parse_completion(bytes) {
+            Ok(a) => Ok(a),
+            Err(Attempt::Fatal(e)) => Err(e),
+            Err(Attempt::Transient(t)) => panic!("transient: {}", t.reason),
+        }
+    }
+
     #[test]
     fn parses_lenient_completions() {
         let c = client();
-        let r = c
-            .parse_completion(
-                br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
+        let r = parse(
+            &c,
+            br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
                 {"id":"a","type":"function","function":{"name":"bash","arguments":"{\"command\":\"ls\"}"}},
                 {"function":{"name":"finish","arguments":{"summary":"ok"}}}]},"finish_reason":"tool_calls"}],
                 "usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
@@ -787,19 +838,22 @@ mod tests {
         );
         assert_eq!(
             r.usage,
-            Usage {
+            Some(Usage {
                 prompt_tokens: 3,
                 completion_tokens: 4,
-                total_tokens: 7
-            }
+                total_tokens: 7,
+                estimated: false,
+            })
         );
         assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
 
-        let r = c
-            .parse_completion(br#"{"choices":[{"message":{"content":"hi","tool_calls":null}}]}"#)
-            .unwrap();
+        let r = parse(
+            &c,
+            br#"{"choices":[{"message":{"content":"hi","tool_calls":null}}]}"#,
+        )
+        .unwrap();
         assert_eq!(r.message.content.as_deref(), Some("hi"));
-        assert_eq!(r.usage, Usage::default());
+        assert_eq!(r.usage, None);
     }
 
     #[test]
@@ -813,7 +867,7 @@ mod tests {
             b"[1,2]",
             b"{\"error\":{\"message\":\"bad key sk-secret\"}}",
         ] {
-            let err = c.parse_completion(body).unwrap_err();
+            let err = parse(&c, body).unwrap_err();
             assert!(matches!(err, LlmError::BadResponse { .. }), "{err}");
             assert!(!err.to_string().contains("sk-secret"), "{err}");
         }

@@ -33,7 +33,7 @@
 
 use super::{
     BoxFuture, ChatMessage, ChatModel, ChatRequest, ChatResponse, FunctionCall, LlmError,
-    MessageRole, ToolCall, Usage,
+    MessageRole, ToolCall, Usage, estimate_usage,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -205,6 +205,7 @@ impl ReplayModel {
                 total_tokens: u
                     .total_tokens
                     .unwrap_or(u.prompt_tokens + u.completion_tokens),
+                estimated: false,
             },
             None => estimate_usage(req, &message),
         };
@@ -237,20 +238,6 @@ impl ChatModel for ReplayModel {
 
     fn is_replay(&self) -> bool {
         true
-    }
-}
-
-/// Rough token counts (4 bytes per token) for turns recorded without usage.
-fn estimate_usage(req: &ChatRequest, reply: &ChatMessage) -> Usage {
-    let request_bytes = serde_json::to_vec(&req.messages).map_or(0, |v| v.len())
-        + serde_json::to_vec(&req.tools).map_or(0, |v| v.len());
-    let reply_bytes = serde_json::to_vec(reply).map_or(0, |v| v.len());
-    let prompt_tokens = (request_bytes / 4) as u64;
-    let completion_tokens = (reply_bytes / 4) as u64;
-    Usage {
-        prompt_tokens,
-        completion_tokens,
-        total_tokens: prompt_tokens + completion_tokens,
     }
 }
 
@@ -337,10 +324,12 @@ mod tests {
             Usage {
                 prompt_tokens: 10,
                 completion_tokens: 2,
-                total_tokens: 12
+                total_tokens: 12,
+                estimated: false,
             }
         );
         let estimated = complete(&m, "code").unwrap().usage;
+        assert!(estimated.estimated);
         let r = req("code");
         let request_bytes = serde_json::to_vec(&r.messages).unwrap().len()
             + serde_json::to_vec(&r.tools).unwrap().len();

@@ -98,8 +98,13 @@ async fn llm_tool_call_reply_is_parsed() {
     let args: serde_json::Value =
         serde_json::from_str(&resp.message.tool_calls[0].function.arguments).unwrap();
     assert_eq!(args, json!({"path": "src/main.rs"}));
-    // Absent usage reads as zeros.
-    assert_eq!(resp.usage.total_tokens, 0);
+    // Absent usage is estimated (bytes / 4) and says so.
+    assert!(resp.usage.estimated);
+    assert!(resp.usage.prompt_tokens > 0 && resp.usage.completion_tokens > 0);
+    assert_eq!(
+        resp.usage.total_tokens,
+        resp.usage.prompt_tokens + resp.usage.completion_tokens
+    );
 }
 
 #[tokio::test]
@@ -266,7 +271,7 @@ async fn llm_not_found_and_rejected_are_not_retried() {
             ),
             Reply::Status(
                 400,
-                r#"{"error":{"message":"context length exceeded"}}"#.into(),
+                r#"{"error":{"message":"temperature must be at most 2"}}"#.into(),
             ),
         ],
     ));
@@ -280,7 +285,8 @@ async fn llm_not_found_and_rejected_are_not_retried() {
         matches!(err, LlmError::Rejected { status: 400, .. }),
         "{err:?}"
     );
-    assert!(err.to_string().contains("context length exceeded"), "{err}");
+    assert!(err.to_string().contains("temperature must be"), "{err}");
+    assert!(!err.is_context_length());
     assert_eq!(server.requests().len(), 2);
 }
 
@@ -466,4 +472,79 @@ fn llm_pairing_checker_cases() {
         "{problems:?}"
     );
     assert_eq!(check(&json!({"messages": "nope"})).len(), 1);
+}
+
+#[tokio::test]
+async fn llm_context_length_errors_are_classified_and_not_retried() {
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::Status(
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#.into(),
+            ),
+            Reply::Status(413, "Request has too many tokens for this model".into()),
+        ],
+    ));
+    let client = client(&server);
+    for expected_status in [400, 413] {
+        let err = complete(&client, &request("code")).await.unwrap_err();
+        assert!(err.is_context_length(), "{err:?}");
+        let LlmError::ContextLength { status, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(*status, expected_status);
+        assert!(err.to_string().contains("context window"), "{err}");
+    }
+    assert_eq!(server.requests().len(), 2, "one request each: no retries");
+}
+
+#[tokio::test]
+async fn llm_retry_after_past_the_total_time_bound_gives_up() {
+    // Retry-After 2 s, but retries must start within 1 s of the first attempt.
+    let server = FakeServer::start(
+        Script::new().agent("code", vec![Reply::RetryAfter(429, 2), Reply::text("ok")]),
+    );
+    let mut s = settings(&server);
+    s.retry_max_total = Duration::from_secs(1);
+    let err = complete(&OpenAiClient::new(s).unwrap(), &request("code"))
+        .await
+        .unwrap_err();
+    let LlmError::Exhausted {
+        attempts: 1, last, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(last.contains("HTTP 429"), "{last}");
+    let text = err.to_string();
+    assert!(
+        text.contains("rate-limiting") && text.contains("retry_max_total"),
+        "{text}"
+    );
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(server.remaining("code"), 1);
+}
+
+#[tokio::test]
+async fn llm_rate_limits_then_server_errors_are_spaced_by_backoff() {
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::Status(429, r#"{"error":{"message":"slow down"}}"#.into()),
+            Reply::Status(503, "unavailable".into()),
+            Reply::text("ok"),
+        ],
+    ));
+    let mut s = settings(&server);
+    s.retry_base_delay = Duration::from_millis(200);
+    let resp = complete(&OpenAiClient::new(s).unwrap(), &request("code"))
+        .await
+        .unwrap();
+    assert_eq!(resp.message.content.as_deref(), Some("ok"));
+    let sent = server.requests();
+    assert_eq!(sent.len(), 3);
+    // Equal jitter: retry n waits at least half of base * 2^n.
+    assert!(sent[1].at.duration_since(sent[0].at) >= Duration::from_millis(100));
+    assert!(sent[2].at.duration_since(sent[1].at) >= Duration::from_millis(200));
 }

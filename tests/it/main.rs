@@ -4,6 +4,7 @@
 mod support;
 
 mod cli;
+mod config;
 mod dag;
 mod fuzz;
 mod harness;
@@ -11,3 +12,4 @@ mod llm_client;
 mod review_cmds;
 mod run_e2e;
 mod safety;
+mod sse;

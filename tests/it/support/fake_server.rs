@@ -15,6 +15,14 @@
 //! reply. Tests should assert `server.violations()` is empty. A request to any
 //! path other than `…/chat/completions` is recorded and answered 404.
 //!
+//! Streaming: a request whose body has `"stream": true` gets a
+//! [`Reply::Message`] as server-sent events (`Transfer-Encoding: chunked`,
+//! one HTTP chunk per event, each flushed): a role delta, the content in
+//! pieces of a few characters, each tool call as a first delta with id and
+//! name followed by its arguments in several pieces, a finish chunk, a usage
+//! chunk (only when the reply has usage) and `data: [DONE]`. See the SSE
+//! variants of [`Reply`] for raw chunks, stalls and cut streams.
+//!
 //! Threads: one accept thread plus one per connection. Drop stops the accept
 //! loop (flag + a connection to itself) and joins every thread; connection
 //! threads are bounded by a read timeout and their scripted delays.
@@ -32,6 +40,8 @@ use std::time::{Duration, Instant};
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest request body accepted (a runaway client should fail, not eat memory).
 const MAX_BODY_BYTES: usize = 64 << 20;
+/// Longest a [`Reply::StallAfter`] holds a connection whose client stays.
+pub const STALL_LIMIT: Duration = Duration::from_secs(20);
 
 /// One scripted answer.
 #[derive(Debug, Clone)]
@@ -73,6 +83,22 @@ pub enum Reply {
         /// e.g. `libc::SIGKILL`.
         signal: i32,
     },
+    // --- Streaming (SSE) replies (issue #6, model client) ---
+    /// 200 `text/event-stream` whatever the request asked: each element is
+    /// written verbatim (give the `data: ` prefix and the blank line yourself)
+    /// as its own HTTP chunk and flushed; then the body ends properly.
+    RawSse(Vec<String>),
+    /// [`Reply::RawSse`] with raw bytes, to split a multi-byte character
+    /// between two writes.
+    RawSseBytes(Vec<Vec<u8>>),
+    /// The inner reply's SSE chunks ([`Reply::Message`] streamed, or a raw SSE
+    /// reply), but after the first `n` chunks the server goes silent and holds
+    /// the connection open until the client leaves; a client still there
+    /// after [`STALL_LIMIT`] gets the rest of the stream.
+    StallAfter(usize, Box<Reply>),
+    /// The inner reply's SSE chunks, but after the first `n` chunks the
+    /// connection is closed without ending the chunked body (a cut stream).
+    CutAfter(usize, Box<Reply>),
 }
 
 impl Reply {
@@ -150,6 +176,16 @@ impl Reply {
     /// The same reply, given after `delay`.
     pub fn after(self, delay: Duration) -> Reply {
         Reply::Delayed(delay, Box::new(self))
+    }
+
+    /// The same reply streamed, going silent after `n` chunks.
+    pub fn stall_after(self, n: usize) -> Reply {
+        Reply::StallAfter(n, Box::new(self))
+    }
+
+    /// The same reply streamed, cut after `n` chunks.
+    pub fn cut_after(self, n: usize) -> Reply {
+        Reply::CutAfter(n, Box::new(self))
     }
 }
 
@@ -368,6 +404,21 @@ enum Answer {
         body: String,
     },
     Close,
+    Sse {
+        chunks: Vec<Vec<u8>>,
+        end: SseEnd,
+    },
+}
+
+/// How an SSE answer ends.
+#[derive(Clone, Copy)]
+enum SseEnd {
+    /// The terminating chunk, then close.
+    Finish,
+    /// After this many chunks, silence until the client leaves.
+    Stall(usize),
+    /// After this many chunks, close without the terminating chunk.
+    Cut(usize),
 }
 
 fn handle_connection(stream: TcpStream, shared: &Shared) {
@@ -383,12 +434,12 @@ fn handle_connection(stream: TcpStream, shared: &Shared) {
         Ok(None) => return,
         Err(e) => {
             let answer = plain(400, format!("fake server: unreadable request: {e}"));
-            write_answer(stream, answer);
+            write_answer(stream, answer, shared);
             return;
         }
     };
     let answer = answer_for(request, shared);
-    write_answer(stream, answer);
+    write_answer(stream, answer, shared);
 }
 
 fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
@@ -532,6 +583,10 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
 
 fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
     match reply {
+        Reply::Message { message, usage } if request["stream"] == json!(true) => Answer::Sse {
+            chunks: sse_chunks(&message, usage.as_ref(), request),
+            end: SseEnd::Finish,
+        },
         Reply::Message { message, usage } => {
             let has_calls = message["tool_calls"].as_array().is_some_and(|c| !c.is_empty());
             let mut completion = json!({
@@ -608,7 +663,86 @@ fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
             }
             Answer::Close
         }
+        Reply::RawSse(chunks) => Answer::Sse {
+            chunks: chunks.into_iter().map(String::into_bytes).collect(),
+            end: SseEnd::Finish,
+        },
+        Reply::RawSseBytes(chunks) => Answer::Sse {
+            chunks,
+            end: SseEnd::Finish,
+        },
+        Reply::StallAfter(n, inner) => with_sse_end(*inner, request, SseEnd::Stall(n), shared),
+        Reply::CutAfter(n, inner) => with_sse_end(*inner, request, SseEnd::Cut(n), shared),
     }
+}
+
+/// The inner reply rendered as SSE (streamed even if the request did not ask), ending `end`.
+fn with_sse_end(inner: Reply, request: &Value, end: SseEnd, shared: &Shared) -> Answer {
+    let mut streaming = request.clone();
+    streaming["stream"] = json!(true);
+    match render(inner, &streaming, shared) {
+        Answer::Sse { chunks, .. } => Answer::Sse { chunks, end },
+        other => other,
+    }
+}
+
+/// A message as OpenAI streams it: see the module docs.
+fn sse_chunks(message: &Value, usage: Option<&Value>, request: &Value) -> Vec<Vec<u8>> {
+    let model = request["model"].clone();
+    let chunk = |choices: Value| {
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+               "model": model, "choices": choices})
+    };
+    let delta = |d: Value| chunk(json!([{"index": 0, "delta": d, "finish_reason": null}]));
+    let mut events = vec![delta(json!({"role": "assistant", "content": ""}))];
+    if let Some(content) = message["content"].as_str() {
+        for piece in pieces(content, 3) {
+            events.push(delta(json!({"content": piece})));
+        }
+    }
+    let calls = message["tool_calls"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for (index, call) in calls.iter().enumerate() {
+        events.push(delta(json!({"tool_calls": [{
+            "index": index, "id": call["id"], "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""}}]})));
+        let arguments = call["function"]["arguments"].as_str().unwrap_or("");
+        let size = arguments.chars().count().div_ceil(3).max(1);
+        for piece in pieces(arguments, size) {
+            events.push(delta(json!({"tool_calls": [{
+                "index": index, "function": {"arguments": piece}}]})));
+        }
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    events.push(chunk(
+        json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
+    ));
+    if let Some(usage) = usage {
+        let mut last = chunk(json!([]));
+        last["usage"] = usage.clone();
+        events.push(last);
+    }
+    let mut out: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| format!("data: {e}\n\n").into_bytes())
+        .collect();
+    out.push(b"data: [DONE]\n\n".to_vec());
+    out
+}
+
+/// `text` in pieces of `size` characters.
+fn pieces(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .chunks(size.max(1))
+        .map(|c| c.iter().collect())
+        .collect()
 }
 
 fn plain(status: u16, body: String) -> Answer {
@@ -620,11 +754,12 @@ fn plain(status: u16, body: String) -> Answer {
     }
 }
 
-fn write_answer(mut stream: TcpStream, answer: Answer) {
+fn write_answer(mut stream: TcpStream, answer: Answer, shared: &Shared) {
     match answer {
         Answer::Close => {
             let _ = stream.shutdown(Shutdown::Both);
         }
+        Answer::Sse { chunks, end } => write_sse(stream, chunks, end, shared),
         Answer::Send {
             status,
             content_type,
@@ -644,6 +779,81 @@ fn write_answer(mut stream: TcpStream, answer: Answer) {
             let _ = stream.write_all(body.as_bytes());
             let _ = stream.flush();
             let _ = stream.shutdown(Shutdown::Write);
+        }
+    }
+}
+
+/// Writes the head of an SSE answer, then its chunks.
+fn write_sse(mut stream: TcpStream, chunks: Vec<Vec<u8>>, end: SseEnd, shared: &Shared) {
+    // Small writes must leave at once, not wait to be coalesced.
+    let _ = stream.set_nodelay(true);
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    if stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.flush())
+        .is_err()
+    {
+        return;
+    }
+    write_sse_body(stream, chunks, end, shared);
+}
+
+/// Writes SSE chunks as HTTP chunks, one write and flush each, then ends as `end` says.
+fn write_sse_body(mut stream: TcpStream, chunks: Vec<Vec<u8>>, end: SseEnd, shared: &Shared) {
+    let limit = match end {
+        SseEnd::Finish => chunks.len(),
+        SseEnd::Stall(n) | SseEnd::Cut(n) => n.min(chunks.len()),
+    };
+    for chunk in &chunks[..limit] {
+        let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+        framed.extend_from_slice(chunk);
+        framed.extend_from_slice(b"\r\n");
+        if stream
+            .write_all(&framed)
+            .and_then(|()| stream.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+    match end {
+        SseEnd::Finish => {
+            let _ = stream.write_all(b"0\r\n\r\n");
+            let _ = stream.flush();
+            let _ = stream.shutdown(Shutdown::Write);
+        }
+        SseEnd::Cut(_) => {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        SseEnd::Stall(n) => {
+            // Silent until the client hangs up (read sees EOF or an error) or
+            // the server stops. A client still there after STALL_LIMIT gets
+            // the rest of the stream, so a client without an idle timeout
+            // ends up with the stalled answer and its test fails.
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+            let started = Instant::now();
+            let mut buf = [0u8; 256];
+            loop {
+                if shared.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                if started.elapsed() >= STALL_LIMIT {
+                    let rest = chunks[n.min(chunks.len())..].to_vec();
+                    write_sse_body(stream, rest, SseEnd::Finish, shared);
+                    return;
+                }
+                match stream.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = stream.shutdown(Shutdown::Both);
         }
     }
 }

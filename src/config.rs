@@ -1,0 +1,663 @@
+//! `orch.toml`: provider profiles and prices, resolved with flags and the
+//! environment into [`ModelSettings`], remembering where each value came from.
+//!
+//! Files (both optional): `<repo>/.orch/orch.toml` and
+//! `<user config dir>/orch.toml` ([`crate::catalog::user_config_dir`]).
+//!
+//! ```toml
+//! default_profile = "openai"
+//!
+//! [profiles.openai]
+//! base_url = "https://api.openai.com/v1"
+//! model = "gpt-4o-mini"
+//! api_key_env = "OPENAI_API_KEY"   # the NAME of the env var holding the key
+//! context_window = 128000
+//! stream = true
+//! prices = { prompt = 0.15, completion = 0.6 }   # USD per 1M tokens
+//!
+//! [prices."qwen2.5-coder"]
+//! prompt = 0
+//! completion = 0
+//! ```
+//!
+//! Precedence, per setting: flag > environment > repo file > user file >
+//! default. The profile is chosen by `--profile`, else `ORCH_PROFILE`, else
+//! `default_profile` (repo file, then user file); a profile defined in both
+//! files is merged key by key, the repo's keys winning. The API key is read
+//! from `ORCH_API_KEY`, else from the variable the profile's `api_key_env`
+//! names, else (only when the profile names none) from `OPENAI_API_KEY`;
+//! keys are never written in the file. Unknown keys and wrong types are errors
+//! naming `file:line:column`.
+//!
+//! The resolver reads nothing implicitly: the caller passes the directories
+//! and an environment lookup, so tests need no `set_var`.
+
+use crate::llm::openai::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_RETRY_MAX_TOTAL, DEFAULT_STREAM_IDLE_TIMEOUT, ModelSettings,
+};
+use crate::llm::price::{BUILTIN_PRICES_DATE, Price, PriceTable};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+/// The config file's name, in `<repo>/.orch/` and the user config dir.
+pub const CONFIG_FILE: &str = "orch.toml";
+
+/// Errors reading or applying `orch.toml`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Bad TOML, an unknown key or a wrong type.
+    #[error("read {path}:{line}:{column}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value is well-typed but unusable.
+    #[error("use {at}: {message}")]
+    Invalid {
+        /// Where the value came from.
+        at: Source,
+        /// What is wrong.
+        message: String,
+    },
+    /// The selected profile is defined in no file.
+    #[error("select profile `{name}` (from {at}): no orch.toml defines it{known}")]
+    UnknownProfile {
+        /// The profile asked for.
+        name: String,
+        /// Where it was asked for.
+        at: Source,
+        /// `; defined: a, b` or `` when none is.
+        known: String,
+    },
+}
+
+/// Where a resolved value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A command-line flag, e.g. `--model`.
+    Flag(&'static str),
+    /// An environment variable.
+    Env(String),
+    /// A config file, at a 1-based line.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+    },
+    /// The built-in default.
+    Default,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Flag(flag) => write!(f, "flag {flag}"),
+            Source::Env(var) => write!(f, "env {var}"),
+            Source::File { path, line } => write!(f, "{}:{line}", path.display()),
+            Source::Default => f.write_str("default"),
+        }
+    }
+}
+
+/// A value and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setting<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// What the command line asks for (the environment is passed separately).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--base-url`.
+    pub base_url: Option<String>,
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--profile`.
+    pub profile: Option<String>,
+    /// `--no-stream`.
+    pub no_stream: bool,
+}
+
+/// Everything about the model connection, resolved, with sources.
+#[derive(Clone)]
+pub struct ResolvedConfig {
+    /// The config files looked at, and whether each exists.
+    pub files: Vec<(PathBuf, bool)>,
+    /// The selected profile, if any.
+    pub profile: Option<Setting<String>>,
+    /// The API root.
+    pub base_url: Option<Setting<String>>,
+    /// The model name.
+    pub model: Option<Setting<String>>,
+    /// The API key (secret: print it with [`mask_secret`]); its source is the env var.
+    pub api_key: Option<Setting<String>>,
+    /// The env var the profile names for the key, if it names one.
+    pub api_key_env: Option<Setting<String>>,
+    /// Streaming on or off.
+    pub stream: Setting<bool>,
+    /// Context window in tokens.
+    pub context_window: Setting<u64>,
+    /// Longest silence inside a stream.
+    pub stream_idle_timeout: Setting<Duration>,
+    /// Limit on one request (on the headers of a stream).
+    pub request_timeout: Setting<Duration>,
+    /// Limit on connecting.
+    pub connect_timeout: Setting<Duration>,
+    /// Retries after the first attempt.
+    pub max_retries: Setting<u32>,
+    /// Cap on the time spent retrying.
+    pub retry_max_total: Setting<Duration>,
+    /// Prices by model, built-in ones overridden by the files.
+    pub prices: PriceTable,
+    /// Where each price in `prices` came from.
+    pub price_sources: BTreeMap<String, Source>,
+}
+
+impl fmt::Debug for ResolvedConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResolvedConfig")
+            .field("profile", &self.profile)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field(
+                "api_key",
+                &self.api_key.as_ref().map(|k| mask_secret(&k.value)),
+            )
+            .field("stream", &self.stream)
+            .field("context_window", &self.context_window)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResolvedConfig {
+    /// Settings for the HTTP client; fails (naming flag, env and profile key)
+    /// when no base URL or model is set.
+    pub fn model_settings(&self) -> Result<ModelSettings, crate::llm::LlmError> {
+        use crate::llm::LlmError;
+        let base_url = self.base_url.as_ref().ok_or_else(|| {
+            LlmError::Config(
+                "no model server is set: pass --base-url URL, set ORCH_BASE_URL, or select a \
+                 profile with base_url in orch.toml (e.g. https://api.openai.com/v1, or \
+                 http://localhost:11434/v1 for Ollama)"
+                    .to_owned(),
+            )
+        })?;
+        if !(base_url.value.starts_with("http://") || base_url.value.starts_with("https://")) {
+            return Err(LlmError::Config(format!(
+                "the base URL `{}` (from {}) must start with http:// or https://",
+                base_url.value, base_url.source
+            )));
+        }
+        let model = self.model.as_ref().ok_or_else(|| {
+            LlmError::Config(
+                "no model name is set: pass --model NAME, set ORCH_MODEL, or select a profile \
+                 with model in orch.toml (e.g. gpt-4o-mini)"
+                    .to_owned(),
+            )
+        })?;
+        let mut s = ModelSettings::new(base_url.value.clone(), model.value.clone());
+        s.api_key = self.api_key.as_ref().map(|k| k.value.clone());
+        s.stream = self.stream.value;
+        s.context_window = self.context_window.value;
+        s.stream_idle_timeout = self.stream_idle_timeout.value;
+        s.request_timeout = self.request_timeout.value;
+        s.connect_timeout = self.connect_timeout.value;
+        s.max_retries = self.max_retries.value;
+        s.retry_max_total = self.retry_max_total.value;
+        s.prices = self.prices.clone();
+        Ok(s)
+    }
+}
+
+/// `sk-proj-abcdef123456` → `sk-****3456`; short values → `****`.
+pub fn mask_secret(secret: &str) -> String {
+    let chars: Vec<char> = secret.chars().collect();
+    if chars.len() < 12 {
+        return "****".to_owned();
+    }
+    let prefix: String = match secret.find('-') {
+        Some(i) if i <= 4 => secret[..=i].to_owned(),
+        _ => String::new(),
+    };
+    let tail: String = chars[chars.len() - 4..].iter().collect();
+    format!("{prefix}****{tail}")
+}
+
+// ---- the file format ----
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    #[serde(default)]
+    default_profile: Option<Spanned<String>>,
+    #[serde(default)]
+    profiles: BTreeMap<String, Spanned<ProfileSpec>>,
+    #[serde(default)]
+    prices: BTreeMap<String, Spanned<Price>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileSpec {
+    #[serde(default)]
+    base_url: Option<Spanned<String>>,
+    #[serde(default)]
+    model: Option<Spanned<String>>,
+    #[serde(default)]
+    api_key_env: Option<Spanned<String>>,
+    #[serde(default)]
+    context_window: Option<Spanned<u64>>,
+    #[serde(default)]
+    stream: Option<Spanned<bool>>,
+    /// Seconds.
+    #[serde(default)]
+    stream_idle_timeout: Option<Spanned<f64>>,
+    /// Seconds.
+    #[serde(default)]
+    request_timeout: Option<Spanned<f64>>,
+    /// Seconds.
+    #[serde(default)]
+    connect_timeout: Option<Spanned<f64>>,
+    #[serde(default)]
+    max_retries: Option<Spanned<u32>>,
+    /// Seconds.
+    #[serde(default)]
+    retry_max_total: Option<Spanned<f64>>,
+    #[serde(default)]
+    prices: Option<Spanned<Price>>,
+}
+
+/// One parsed file, with its text for turning spans into lines.
+struct LoadedFile {
+    path: PathBuf,
+    text: String,
+    spec: FileSpec,
+}
+
+impl LoadedFile {
+    fn at(&self, span: std::ops::Range<usize>) -> Source {
+        Source::File {
+            path: self.path.clone(),
+            line: line_col(&self.text, span.start).0,
+        }
+    }
+
+    fn setting<T: Clone>(&self, v: &Spanned<T>) -> Setting<T> {
+        Setting {
+            value: v.get_ref().clone(),
+            source: self.at(v.span()),
+        }
+    }
+}
+
+/// Reads and parses `path`; `Ok(None)` when it does not exist.
+fn load(path: &Path) -> Result<Option<LoadedFile>, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(ConfigError::Read {
+                path: path.to_owned(),
+                source: e,
+            });
+        }
+    };
+    let spec = parse(&text, path)?;
+    Ok(Some(LoadedFile {
+        path: path.to_owned(),
+        text,
+        spec,
+    }))
+}
+
+fn parse(text: &str, path: &Path) -> Result<FileSpec, ConfigError> {
+    toml::from_str::<FileSpec>(text).map_err(|e| {
+        let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+        ConfigError::Parse {
+            path: path.to_owned(),
+            line,
+            column,
+            message: e.message().trim().to_owned(),
+        }
+    })
+}
+
+/// 1-based line and column (in characters) of byte `offset`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// Resolves the model configuration from `overrides` (flags), `env`, the repo
+/// file (`<repo>/.orch/orch.toml`) and the user file (`<user_dir>/orch.toml`).
+pub fn resolve(
+    overrides: &Overrides,
+    repo: Option<&Path>,
+    user_dir: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ResolvedConfig, ConfigError> {
+    let env = |k: &str| {
+        env(k)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let paths: Vec<PathBuf> = repo
+        .map(|r| r.join(".orch").join(CONFIG_FILE))
+        .into_iter()
+        .chain(user_dir.map(|d| d.join(CONFIG_FILE)))
+        .collect();
+    // Highest precedence first: repo, then user.
+    let mut loaded: Vec<LoadedFile> = Vec::new();
+    let mut files = Vec::new();
+    for path in &paths {
+        let file = load(path)?;
+        files.push((path.clone(), file.is_some()));
+        loaded.extend(file);
+    }
+
+    let flag = |v: &Option<String>, name: &'static str| {
+        v.as_ref()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .map(|value| Setting {
+                value,
+                source: Source::Flag(name),
+            })
+    };
+    let from_env = |var: &str| {
+        env(var).map(|value| Setting {
+            value,
+            source: Source::Env(var.to_owned()),
+        })
+    };
+
+    // The profile.
+    let profile = flag(&overrides.profile, "--profile")
+        .or_else(|| from_env("ORCH_PROFILE"))
+        .or_else(|| {
+            loaded.iter().find_map(|f| {
+                f.spec
+                    .default_profile
+                    .as_ref()
+                    .map(|p| f.setting(p))
+                    .filter(|s| !s.value.trim().is_empty())
+            })
+        });
+    // The selected profile's sections, repo first.
+    let sections: Vec<(&LoadedFile, &ProfileSpec)> = match &profile {
+        None => Vec::new(),
+        Some(p) => {
+            let found: Vec<_> = loaded
+                .iter()
+                .filter_map(|f| f.spec.profiles.get(&p.value).map(|s| (f, s.get_ref())))
+                .collect();
+            if found.is_empty() {
+                let mut names: Vec<&str> = loaded
+                    .iter()
+                    .flat_map(|f| f.spec.profiles.keys().map(String::as_str))
+                    .collect();
+                names.sort_unstable();
+                names.dedup();
+                return Err(ConfigError::UnknownProfile {
+                    name: p.value.clone(),
+                    at: p.source.clone(),
+                    known: if names.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; defined: {}", names.join(", "))
+                    },
+                });
+            }
+            found
+        }
+    };
+    // The first section (repo before user) that sets a key.
+    macro_rules! from_profile {
+        ($field:ident) => {
+            sections
+                .iter()
+                .find_map(|(f, s)| s.$field.as_ref().map(|v| f.setting(v)))
+        };
+    }
+
+    let base_url = flag(&overrides.base_url, "--base-url")
+        .or_else(|| from_env("ORCH_BASE_URL"))
+        .or_else(|| from_profile!(base_url));
+    let model = flag(&overrides.model, "--model")
+        .or_else(|| from_env("ORCH_MODEL"))
+        .or_else(|| from_profile!(model));
+    let api_key_env: Option<Setting<String>> = from_profile!(api_key_env);
+    if let Some(var) = &api_key_env
+        && (var.value.is_empty()
+            || !var
+                .value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    {
+        return Err(ConfigError::Invalid {
+            at: var.source.clone(),
+            message: format!(
+                "api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not `{}`",
+                if var.value.len() > 8 {
+                    mask_secret(&var.value)
+                } else {
+                    var.value.clone()
+                }
+            ),
+        });
+    }
+    let api_key = from_env("ORCH_API_KEY").or_else(|| match &api_key_env {
+        Some(var) => from_env(&var.value),
+        None => from_env("OPENAI_API_KEY"),
+    });
+
+    let stream = if overrides.no_stream {
+        Setting {
+            value: false,
+            source: Source::Flag("--no-stream"),
+        }
+    } else {
+        from_profile!(stream).unwrap_or_else(|| default(true))
+    };
+    let context_window =
+        from_profile!(context_window).unwrap_or_else(|| default(DEFAULT_CONTEXT_WINDOW));
+    if context_window.value == 0 {
+        return Err(ConfigError::Invalid {
+            at: context_window.source,
+            message: "context_window must be a positive number of tokens".to_owned(),
+        });
+    }
+    let secs = |s: Option<Setting<f64>>,
+                dflt: Duration|
+     -> Result<Setting<Duration>, ConfigError> {
+        match s {
+            None => Ok(default(dflt)),
+            Some(s) if s.value.is_finite() && s.value > 0.0 && s.value <= 86_400.0 => Ok(Setting {
+                value: Duration::from_secs_f64(s.value),
+                source: s.source,
+            }),
+            Some(s) => Err(ConfigError::Invalid {
+                at: s.source,
+                message: format!(
+                    "a timeout is a number of seconds above 0 and at most 86400, not {}",
+                    s.value
+                ),
+            }),
+        }
+    };
+    let stream_idle_timeout = secs(
+        from_profile!(stream_idle_timeout),
+        DEFAULT_STREAM_IDLE_TIMEOUT,
+    )?;
+    let request_timeout = secs(from_profile!(request_timeout), DEFAULT_REQUEST_TIMEOUT)?;
+    let connect_timeout = secs(from_profile!(connect_timeout), DEFAULT_CONNECT_TIMEOUT)?;
+    let retry_max_total = secs(from_profile!(retry_max_total), DEFAULT_RETRY_MAX_TOTAL)?;
+    let max_retries = from_profile!(max_retries).unwrap_or_else(|| default(DEFAULT_MAX_RETRIES));
+
+    // Prices: built-in, then the user file, then the repo file; in each file
+    // `[prices]` first, then the selected profile's `prices`.
+    let mut prices = PriceTable::builtin();
+    let mut price_sources: BTreeMap<String, Source> = prices
+        .iter()
+        .map(|(m, _)| (m.to_owned(), Source::Default))
+        .collect();
+    let profile_model = from_profile!(model)
+        .map(|m| m.value)
+        .or_else(|| model.as_ref().map(|m| m.value.clone()));
+    for file in loaded.iter().rev() {
+        for (name, price) in &file.spec.prices {
+            check_price(price.get_ref(), || file.at(price.span()))?;
+            prices.set(name, *price.get_ref());
+            price_sources.insert(name.clone(), file.at(price.span()));
+        }
+        let profile_prices = profile
+            .as_ref()
+            .and_then(|p| file.spec.profiles.get(&p.value))
+            .and_then(|s| s.get_ref().prices.as_ref());
+        if let (Some(price), Some(name)) = (profile_prices, &profile_model) {
+            check_price(price.get_ref(), || file.at(price.span()))?;
+            prices.set(name, *price.get_ref());
+            price_sources.insert(name.clone(), file.at(price.span()));
+        }
+    }
+
+    Ok(ResolvedConfig {
+        files,
+        profile,
+        base_url,
+        model,
+        api_key,
+        api_key_env,
+        stream,
+        context_window,
+        stream_idle_timeout,
+        request_timeout,
+        connect_timeout,
+        max_retries,
+        retry_max_total,
+        prices,
+        price_sources,
+    })
+}
+
+/// A default value.
+fn default<T>(value: T) -> Setting<T> {
+    Setting {
+        value,
+        source: Source::Default,
+    }
+}
+
+fn check_price(price: &Price, at: impl Fn() -> Source) -> Result<(), ConfigError> {
+    let ok = |v: f64| v.is_finite() && v >= 0.0;
+    if ok(price.prompt) && ok(price.completion) {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            at: at(),
+            message: "prices are USD per 1M tokens: numbers of at least 0".to_owned(),
+        })
+    }
+}
+
+/// A description of the built-in price table's date, for output.
+pub fn builtin_prices_note() -> String {
+    format!("built-in table ({BUILTIN_PRICES_DATE} list prices)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_types_name_line_and_column() {
+        let text = "default_profile = \"a\"\n[profiles.a]\nmodel = \"m\"\napi_key = \"sk-x\"\n";
+        let err = parse(text, Path::new("/x/orch.toml")).unwrap_err();
+        let ConfigError::Parse {
+            line,
+            column,
+            message,
+            ..
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((*line, *column), (4, 1), "{err}");
+        assert!(message.contains("api_key"), "{message}");
+        assert!(
+            err.to_string().starts_with("read /x/orch.toml:4:1: "),
+            "{err}"
+        );
+
+        let err = parse("[profiles.a]\nstream = \"yes\"\n", Path::new("f")).unwrap_err();
+        assert!(err.to_string().contains("f:2:10"), "{err}");
+        let err = parse(
+            "[prices.m]\nprompt = 1\ncompletion = 2\ncurrency = 3\n",
+            Path::new("f"),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("f:4:1"), "{err}");
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 3), (2, 1));
+    }
+
+    #[test]
+    fn masking_keeps_a_prefix_and_four_chars() {
+        assert_eq!(mask_secret("sk-proj-abcdefgh1234"), "sk-****1234");
+        assert_eq!(mask_secret("abcdefghijklmnop"), "****mnop");
+        assert_eq!(mask_secret("short"), "****");
+    }
+
+    #[test]
+    fn no_files_no_flags_means_defaults_and_nothing_set() {
+        let r = resolve(&Overrides::default(), None, None, &env_of(&[])).unwrap();
+        assert!(r.profile.is_none() && r.base_url.is_none() && r.model.is_none());
+        assert_eq!(
+            r.stream,
+            Setting {
+                value: true,
+                source: Source::Default
+            }
+        );
+        assert_eq!(r.context_window.value, DEFAULT_CONTEXT_WINDOW);
+        assert!(r.model_settings().is_err());
+    }
+}

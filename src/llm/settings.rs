@@ -1,0 +1,219 @@
+//! Where and how to reach a model: [`ModelSettings`] and its defaults.
+//!
+//! Re-exported from [`super::openai`], whose client takes them. The full
+//! resolution from flags, environment and `orch.toml` is in
+//! [`crate::config`]; [`ModelSettings::resolve`] is the flags-and-env-only
+//! shortcut.
+
+use super::LlmError;
+use super::price::PriceTable;
+use super::retry::RetryPolicy;
+use std::fmt;
+use std::time::Duration;
+
+/// Default limit on one non-streamed request (connect, send, wait, read), and
+/// on waiting for the response headers of a streamed one.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default limit on establishing a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default number of retries after the first attempt.
+pub const DEFAULT_MAX_RETRIES: u32 = 4;
+/// Default first backoff delay; doubled on every retry.
+pub const DEFAULT_RETRY_BASE_DELAY: Duration = Duration::from_millis(500);
+/// Default cap on one backoff delay (also caps `Retry-After`).
+pub const DEFAULT_RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
+/// Default cap on the time from the first attempt to the start of the last retry.
+pub const DEFAULT_RETRY_MAX_TOTAL: Duration = Duration::from_secs(120);
+/// Default longest silence between two reads of a streamed response.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default context window, in tokens, when none is configured.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+/// Where and how to reach a model.
+#[derive(Clone)]
+pub struct ModelSettings {
+    /// API root, e.g. `http://127.0.0.1:8080/v1`; requests go to
+    /// `{base_url}/chat/completions` (a trailing slash is tolerated).
+    pub base_url: String,
+    /// Model name sent in every request.
+    pub model: String,
+    /// Bearer token; `None` sends no `Authorization` header (local servers).
+    pub api_key: Option<String>,
+    /// Limit on one non-streamed request; for a streamed one, on the wait for
+    /// the response headers.
+    pub request_timeout: Duration,
+    /// Limit on establishing a connection.
+    pub connect_timeout: Duration,
+    /// Retries after the first attempt for transient failures.
+    pub max_retries: u32,
+    /// First backoff delay; the n-th retry waits up to `base * 2^n`.
+    pub retry_base_delay: Duration,
+    /// Cap on one backoff delay and on an honoured `Retry-After`.
+    pub retry_max_delay: Duration,
+    /// No retry starts later than this after the first attempt started.
+    pub retry_max_total: Duration,
+    /// Stream responses (`stream: true`, SSE); false sends plain requests.
+    pub stream: bool,
+    /// A streamed response that sends nothing for this long is abandoned and retried.
+    pub stream_idle_timeout: Duration,
+    /// The model's context window in tokens (for the agent loop's compaction).
+    pub context_window: u64,
+    /// Prices for [`ChatModel::cost_usd`].
+    pub prices: PriceTable,
+}
+
+impl fmt::Debug for ModelSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelSettings")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_base_delay", &self.retry_base_delay)
+            .field("retry_max_delay", &self.retry_max_delay)
+            .field("retry_max_total", &self.retry_max_total)
+            .field("stream", &self.stream)
+            .field("stream_idle_timeout", &self.stream_idle_timeout)
+            .field("context_window", &self.context_window)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModelSettings {
+    /// Settings for `model` at `base_url` with no key, streaming on, the
+    /// built-in prices and default timeouts and retries.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        ModelSettings {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            retry_base_delay: DEFAULT_RETRY_BASE_DELAY,
+            retry_max_delay: DEFAULT_RETRY_MAX_DELAY,
+            retry_max_total: DEFAULT_RETRY_MAX_TOTAL,
+            stream: true,
+            stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
+            context_window: DEFAULT_CONTEXT_WINDOW,
+            prices: PriceTable::builtin(),
+        }
+    }
+
+    /// Resolves settings from command-line flags and the environment only
+    /// (no config file; see [`crate::config`] for the full resolution).
+    ///
+    /// Flags win over env. The environment is read through `env` so callers
+    /// (and tests) decide where it comes from: `ORCH_BASE_URL`, `ORCH_MODEL`,
+    /// `ORCH_API_KEY` (fallback `OPENAI_API_KEY`). Empty values count as unset.
+    pub fn resolve(
+        base_url: Option<String>,
+        model: Option<String>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ModelSettings, LlmError> {
+        let non_empty =
+            |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+        let base_url = non_empty(base_url)
+            .or_else(|| non_empty(env("ORCH_BASE_URL")))
+            .ok_or_else(|| {
+                LlmError::Config(
+                    "no model server is set: pass --base-url URL or set ORCH_BASE_URL \
+                 (e.g. https://api.openai.com/v1, or http://localhost:11434/v1 for Ollama)"
+                        .to_owned(),
+                )
+            })?;
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(LlmError::Config(format!(
+                "the base URL `{base_url}` (from --base-url or ORCH_BASE_URL) must start with http:// or https://"
+            )));
+        }
+        let model = non_empty(model)
+            .or_else(|| non_empty(env("ORCH_MODEL")))
+            .ok_or_else(|| {
+                LlmError::Config(
+                    "no model name is set: pass --model NAME or set ORCH_MODEL (e.g. gpt-4o-mini)"
+                        .to_owned(),
+                )
+            })?;
+        let api_key = non_empty(env("ORCH_API_KEY")).or_else(|| non_empty(env("OPENAI_API_KEY")));
+        Ok(ModelSettings {
+            api_key,
+            ..ModelSettings::new(base_url, model)
+        })
+    }
+
+    /// The full Chat Completions URL.
+    pub fn endpoint(&self) -> String {
+        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+    }
+
+    /// The retry bounds these settings describe.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            base_delay: self.retry_base_delay,
+            max_delay: self.retry_max_delay,
+            max_total: self.retry_max_total,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn flags_win_over_env_and_key_falls_back() {
+        let env = env_of(&[
+            ("ORCH_BASE_URL", "http://env/v1"),
+            ("ORCH_MODEL", "env-model"),
+            ("OPENAI_API_KEY", "sk-openai"),
+        ]);
+        let s = ModelSettings::resolve(Some("http://flag/v1/".into()), None, &env).unwrap();
+        assert_eq!(s.base_url, "http://flag/v1/");
+        assert_eq!(s.model, "env-model");
+        assert_eq!(s.api_key.as_deref(), Some("sk-openai"));
+        assert_eq!(s.endpoint(), "http://flag/v1/chat/completions");
+        assert!(!format!("{s:?}").contains("sk-openai"));
+
+        let env = env_of(&[("ORCH_API_KEY", "sk-orch"), ("OPENAI_API_KEY", "sk-openai")]);
+        let s =
+            ModelSettings::resolve(Some("https://x/v1".into()), Some("m".into()), &env).unwrap();
+        assert_eq!(s.api_key.as_deref(), Some("sk-orch"));
+        assert_eq!(s.max_retries, DEFAULT_MAX_RETRIES);
+    }
+
+    #[test]
+    fn missing_settings_name_flag_and_env() {
+        let none = |_: &str| None;
+        let err = ModelSettings::resolve(None, Some("m".into()), &none)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--base-url") && err.contains("ORCH_BASE_URL"),
+            "{err}"
+        );
+        let err = ModelSettings::resolve(Some("http://x/v1".into()), Some("  ".into()), &none)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--model") && err.contains("ORCH_MODEL"),
+            "{err}"
+        );
+        let err = ModelSettings::resolve(Some("localhost:8080".into()), Some("m".into()), &none)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("http://"), "{err}");
+    }
+}

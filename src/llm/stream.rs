@@ -1,0 +1,406 @@
+//! Assembling a streamed chat completion from its `chat.completion.chunk`s.
+//!
+//! The HTTP client decodes the SSE framing with `eventsource-stream` (which
+//! also reassembles UTF-8 characters and JSON split across network reads) and
+//! feeds each event's `data` to a [`StreamAssembler`]. This module is pure: no
+//! I/O, so every delta rule is unit-tested here.
+//!
+//! Delta rules (OpenAI's, plus what other servers do):
+//! - `delta.content` pieces are concatenated; a stream with no non-empty
+//!   content piece yields `content: None` (as a non-streamed tool-call
+//!   message does).
+//! - `delta.tool_calls[]` entries are keyed by `index`: the first delta of a
+//!   call usually carries `id`, `type` and `function.name`, later ones only
+//!   `function.arguments` pieces, which are concatenated in arrival order.
+//!   Several calls may interleave. An entry without `index` (some local
+//!   servers) continues the latest call unless it brings a new `id`, which
+//!   starts a new call. A call that never got an id becomes `call_<n>`.
+//! - `finish_reason` is taken from the chunk that has one.
+//! - `usage` is taken from any chunk that carries a non-null one (OpenAI sends
+//!   it in a final chunk with empty `choices` when asked with
+//!   `stream_options.include_usage`).
+//! - An `{"error": …}` chunk is reported as [`ChunkError::Server`].
+//! - `[DONE]` is handled by the caller; the end of the body ends the stream
+//!   just as well.
+
+use super::{ChatMessage, FunctionCall, MessageRole, ToolCall, Usage};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// What is wrong with one chunk.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChunkError {
+    /// The chunk is not JSON or not shaped like a completion chunk.
+    Malformed(String),
+    /// The server sent an error object inside the stream.
+    Server(Value),
+}
+
+/// A completion put together from its chunks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assembled {
+    /// The assistant message.
+    pub message: ChatMessage,
+    /// `stop`, `tool_calls`, `length`, … if the server said.
+    pub finish_reason: Option<String>,
+    /// Usage, if the server reported it.
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// Accumulates chunks of one streamed completion.
+#[derive(Debug, Default)]
+pub struct StreamAssembler {
+    content: Option<String>,
+    calls: BTreeMap<u64, PartialCall>,
+    last_index: Option<u64>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+    chars: usize,
+    chunks: usize,
+}
+
+impl StreamAssembler {
+    /// A fresh assembler.
+    pub fn new() -> Self {
+        StreamAssembler::default()
+    }
+
+    /// Characters of content and tool-call arguments received so far.
+    pub fn chars(&self) -> usize {
+        self.chars
+    }
+
+    /// Chunks accepted so far.
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// Adds one event's `data` (a JSON chunk). Returns whether it carried text
+    /// (content or arguments), i.e. whether progress should be reported.
+    pub fn push(&mut self, data: &str) -> Result<bool, ChunkError> {
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| ChunkError::Malformed(format!("a chunk is not JSON ({e})")))?;
+        if !chunk.is_object() {
+            return Err(ChunkError::Malformed(
+                "a chunk is not a JSON object".to_owned(),
+            ));
+        }
+        if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(ChunkError::Server(err.clone()));
+        }
+        self.chunks += 1;
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage_of(usage));
+        }
+        let before = self.chars;
+        let choices = match chunk.get("choices") {
+            None | Some(Value::Null) => return Ok(false),
+            Some(Value::Array(c)) => c,
+            Some(_) => {
+                return Err(ChunkError::Malformed(
+                    "a chunk's `choices` is not a list".to_owned(),
+                ));
+            }
+        };
+        // Only the first choice is used (orch never asks for n > 1).
+        let Some(choice) = choices
+            .iter()
+            .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
+        else {
+            return Ok(false);
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get("delta").filter(|d| d.is_object()) else {
+            return Ok(false);
+        };
+        match delta.get("content") {
+            Some(Value::String(piece)) => self.add_content(piece),
+            // Content parts (a few servers): keep their text.
+            Some(Value::Array(parts)) => {
+                for part in parts {
+                    if let Some(text) = part.get("text").and_then(Value::as_str) {
+                        self.add_content(text);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for call in calls {
+                self.add_call_delta(call);
+            }
+        }
+        Ok(self.chars > before)
+    }
+
+    fn add_content(&mut self, piece: &str) {
+        // OpenAI opens even tool-call-only streams with `"content": ""`; an
+        // empty piece must not turn "no content" into an empty text.
+        if piece.is_empty() {
+            return;
+        }
+        self.chars += piece.chars().count();
+        self.content.get_or_insert_with(String::new).push_str(piece);
+    }
+
+    fn add_call_delta(&mut self, delta: &Value) {
+        let id = delta
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty());
+        let index = match delta.get("index").and_then(Value::as_u64) {
+            Some(i) => i,
+            None => match (self.last_index, id) {
+                // A new id without an index starts a new call.
+                (Some(last), Some(id))
+                    if self.calls.get(&last).and_then(|c| c.id.as_deref()) != Some(id) =>
+                {
+                    self.calls.keys().next_back().map_or(0, |k| k + 1)
+                }
+                (Some(last), _) => last,
+                (None, _) => 0,
+            },
+        };
+        self.last_index = Some(index);
+        let call = self.calls.entry(index).or_default();
+        if let Some(id) = id {
+            call.id.get_or_insert_with(|| id.to_owned());
+        }
+        let function = delta.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
+            // The name comes whole in one delta; a server that repeats it
+            // must not double it.
+            if call.name.is_empty() {
+                call.name = name.to_owned();
+            } else if call.name != name {
+                call.name.push_str(name);
+            }
+        }
+        match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(piece)) => {
+                self.chars += piece.chars().count();
+                call.arguments.push_str(piece);
+            }
+            Some(Value::Null) | None => {}
+            // Arguments sent as a JSON object (a few servers): its text.
+            Some(other) => {
+                let text = other.to_string();
+                self.chars += text.chars().count();
+                call.arguments.push_str(&text);
+            }
+        }
+    }
+
+    /// The assembled completion.
+    pub fn finish(self) -> Assembled {
+        let tool_calls = self
+            .calls
+            .into_values()
+            .enumerate()
+            .map(|(i, call)| ToolCall {
+                id: call.id.unwrap_or_else(|| format!("call_{i}")),
+                kind: "function".to_owned(),
+                function: FunctionCall {
+                    name: call.name,
+                    arguments: call.arguments,
+                },
+            })
+            .collect();
+        Assembled {
+            message: ChatMessage {
+                role: MessageRole::Assistant,
+                content: self.content,
+                tool_calls,
+                tool_call_id: None,
+            },
+            finish_reason: self.finish_reason,
+            usage: self.usage,
+        }
+    }
+}
+
+/// A `usage` object as servers send it; a missing total is the sum.
+pub(crate) fn usage_of(value: &Value) -> Usage {
+    let get = |k: &str| value.get(k).and_then(Value::as_u64);
+    let prompt_tokens = get("prompt_tokens").unwrap_or(0);
+    let completion_tokens = get("completion_tokens").unwrap_or(0);
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: get("total_tokens").unwrap_or(prompt_tokens + completion_tokens),
+        estimated: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn feed(chunks: &[Value]) -> Assembled {
+        let mut a = StreamAssembler::new();
+        for c in chunks {
+            a.push(&c.to_string()).unwrap();
+        }
+        a.finish()
+    }
+
+    fn delta(d: Value) -> Value {
+        json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d, "finish_reason": null}]})
+    }
+
+    #[test]
+    fn content_pieces_are_joined_and_counted() {
+        let mut a = StreamAssembler::new();
+        assert!(
+            !a.push(&delta(json!({"role": "assistant"})).to_string())
+                .unwrap()
+        );
+        assert!(
+            a.push(&delta(json!({"content": "Hé"})).to_string())
+                .unwrap()
+        );
+        assert!(
+            a.push(&delta(json!({"content": "llo"})).to_string())
+                .unwrap()
+        );
+        assert_eq!(a.chars(), 5);
+        a.push(
+            &json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}).to_string(),
+        )
+        .unwrap();
+        let r = a.finish();
+        assert_eq!(r.message.content.as_deref(), Some("Héllo"));
+        assert_eq!(r.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(r.usage, None);
+    }
+
+    #[test]
+    fn interleaved_tool_calls_are_keyed_by_index() {
+        let r = feed(&[
+            delta(
+                json!({"tool_calls": [{"index": 0, "id": "a", "type": "function", "function": {"name": "read_file", "arguments": ""}}]}),
+            ),
+            delta(
+                json!({"tool_calls": [{"index": 1, "id": "b", "type": "function", "function": {"name": "bash", "arguments": "{\"comm"}}]}),
+            ),
+            delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"path\":"}}]})),
+            delta(
+                json!({"tool_calls": [{"index": 1, "function": {"arguments": "and\":\"ls\"}"}}]}),
+            ),
+            delta(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"a.rs\"}"}}]})),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}),
+        ]);
+        assert_eq!(r.message.content, None);
+        let calls: Vec<(&str, &str, &str)> = r
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| {
+                (
+                    c.id.as_str(),
+                    c.function.name.as_str(),
+                    c.function.arguments.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("a", "read_file", r#"{"path":"a.rs"}"#),
+                ("b", "bash", r#"{"command":"ls"}"#)
+            ]
+        );
+        assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3,
+                total_tokens: 10,
+                estimated: false
+            })
+        );
+    }
+
+    #[test]
+    fn calls_without_index_or_id_still_assemble() {
+        let r = feed(&[
+            delta(
+                json!({"tool_calls": [{"id": "x", "function": {"name": "bash", "arguments": "{}"}}]}),
+            ),
+            delta(json!({"tool_calls": [{"id": "y", "function": {"name": "finish"}}]})),
+            delta(json!({"tool_calls": [{"function": {"arguments": {"summary": "ok"}}}]})),
+            delta(
+                json!({"tool_calls": [{"index": 5, "function": {"name": "grep", "arguments": "{}"}}]}),
+            ),
+        ]);
+        let calls: Vec<(&str, &str, &str)> = r
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| {
+                (
+                    c.id.as_str(),
+                    c.function.name.as_str(),
+                    c.function.arguments.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("x", "bash", "{}"),
+                ("y", "finish", r#"{"summary":"ok"}"#),
+                ("call_2", "grep", "{}")
+            ]
+        );
+    }
+
+    /// The SSE decoder the client uses keeps a character split between two
+    /// network reads whole (the integration test cannot force the split).
+    #[tokio::test]
+    async fn sse_decoder_joins_characters_split_across_reads() {
+        use eventsource_stream::Eventsource;
+        use futures_util::StreamExt;
+        let event = format!("data: {}\n\n", delta(json!({"content": "日本"})));
+        let bytes = event.as_bytes();
+        let cut = bytes.windows(3).position(|w| w == "本".as_bytes()).unwrap() + 1;
+        let reads: Vec<Result<Vec<u8>, std::convert::Infallible>> =
+            vec![Ok(bytes[..cut].to_vec()), Ok(bytes[cut..].to_vec())];
+        let mut events = futures_util::stream::iter(reads).eventsource();
+        let mut a = StreamAssembler::new();
+        while let Some(event) = events.next().await {
+            a.push(&event.unwrap().data).unwrap();
+        }
+        assert_eq!(a.finish().message.content.as_deref(), Some("日本"));
+    }
+
+    #[test]
+    fn errors_and_garbage_are_reported() {
+        let mut a = StreamAssembler::new();
+        assert!(matches!(a.push("{\"choi"), Err(ChunkError::Malformed(_))));
+        assert!(matches!(a.push("[1]"), Err(ChunkError::Malformed(_))));
+        assert!(matches!(
+            a.push(r#"{"choices": 3}"#),
+            Err(ChunkError::Malformed(_))
+        ));
+        assert_eq!(
+            a.push(r#"{"error": {"message": "overloaded"}}"#),
+            Err(ChunkError::Server(json!({"message": "overloaded"})))
+        );
+        // Null usage and null choices are fine (some servers send them on every chunk).
+        assert_eq!(a.push(r#"{"choices": null, "usage": null}"#), Ok(false));
+        assert_eq!(a.finish().usage, None);
+    }
+}

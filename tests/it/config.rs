@@ -1,0 +1,382 @@
+//! `orch.toml`: profile selection, precedence (flag > env > repo file > user
+//! file > default) with explicit dirs and env, located errors, `orch config`
+//! through the real binary, and a profile driving a real agent run.
+
+use crate::support::{FAKE_API_KEY, FakeServer, Reply, Script, TestRepo, orch};
+use orch::config::{ConfigError, Overrides, Source, resolve};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    repo: PathBuf,
+    user: PathBuf,
+}
+
+fn dirs(repo_toml: Option<&str>, user_toml: Option<&str>) -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let user = tmp.path().join("user");
+    std::fs::create_dir_all(repo.join(".orch")).unwrap();
+    std::fs::create_dir_all(&user).unwrap();
+    if let Some(text) = repo_toml {
+        std::fs::write(repo.join(".orch/orch.toml"), text).unwrap();
+    }
+    if let Some(text) = user_toml {
+        std::fs::write(user.join("orch.toml"), text).unwrap();
+    }
+    Dirs {
+        _tmp: tmp,
+        repo,
+        user,
+    }
+}
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+}
+
+fn file(path: &Path, line: usize) -> Source {
+    Source::File {
+        path: path.to_owned(),
+        line,
+    }
+}
+
+const USER: &str = r#"default_profile = "work"
+
+[profiles.work]
+base_url = "http://user.example/v1"
+model = "user-model"
+api_key_env = "WORK_KEY"
+context_window = 32000
+
+[profiles.local]
+base_url = "http://localhost:11434/v1"
+model = "qwen2.5-coder"
+stream = false
+prices = { prompt = 0, completion = 0 }
+"#;
+
+const REPO: &str = r#"[profiles.work]
+model = "repo-model"
+stream_idle_timeout = 5
+
+[prices."repo-model"]
+prompt = 1.5
+completion = 3
+"#;
+
+#[test]
+fn config_precedence_flag_env_repo_user_default() {
+    let d = dirs(Some(REPO), Some(USER));
+    let user_file = d.user.join("orch.toml");
+    let repo_file = d.repo.join(".orch/orch.toml");
+
+    // Files only: the user's default profile, merged key by key with the repo's.
+    let r = resolve(
+        &Overrides::default(),
+        Some(&d.repo),
+        Some(&d.user),
+        &env_of(&[("WORK_KEY", "sk-work-0123456789")]),
+    )
+    .unwrap();
+    let profile = r.profile.as_ref().unwrap();
+    assert_eq!(
+        (profile.value.as_str(), &profile.source),
+        ("work", &file(&user_file, 1))
+    );
+    let model = r.model.as_ref().unwrap();
+    assert_eq!(
+        (model.value.as_str(), &model.source),
+        ("repo-model", &file(&repo_file, 2))
+    );
+    let base = r.base_url.as_ref().unwrap();
+    assert_eq!(
+        (base.value.as_str(), &base.source),
+        ("http://user.example/v1", &file(&user_file, 4))
+    );
+    assert_eq!(r.context_window.value, 32000);
+    assert_eq!(r.context_window.source, file(&user_file, 7));
+    assert_eq!(r.stream_idle_timeout.value.as_secs(), 5);
+    assert_eq!((r.stream.value, &r.stream.source), (true, &Source::Default));
+    let key = r.api_key.as_ref().unwrap();
+    assert_eq!(
+        (key.value.as_str(), &key.source),
+        ("sk-work-0123456789", &Source::Env("WORK_KEY".into()))
+    );
+    let price = r.prices.get("repo-model").unwrap();
+    assert_eq!((price.prompt, price.completion), (1.5, 3.0));
+    let settings = r.model_settings().unwrap();
+    assert_eq!(settings.model, "repo-model");
+    assert_eq!(settings.context_window, 32000);
+
+    // Env beats both files; ORCH_API_KEY beats the profile's key variable.
+    let env = env_of(&[
+        ("ORCH_MODEL", "env-model"),
+        ("ORCH_API_KEY", "sk-orch-0123456789"),
+        ("WORK_KEY", "sk-work-0123456789"),
+    ]);
+    let r = resolve(&Overrides::default(), Some(&d.repo), Some(&d.user), &env).unwrap();
+    let model = r.model.as_ref().unwrap();
+    assert_eq!(
+        (model.value.as_str(), &model.source),
+        ("env-model", &Source::Env("ORCH_MODEL".into()))
+    );
+    assert_eq!(r.api_key.as_ref().unwrap().value, "sk-orch-0123456789");
+
+    // A flag beats env.
+    let flags = Overrides {
+        model: Some("flag-model".into()),
+        no_stream: true,
+        ..Overrides::default()
+    };
+    let r = resolve(&flags, Some(&d.repo), Some(&d.user), &env).unwrap();
+    let model = r.model.as_ref().unwrap();
+    assert_eq!(
+        (model.value.as_str(), &model.source),
+        ("flag-model", &Source::Flag("--model"))
+    );
+    assert_eq!(
+        (r.stream.value, &r.stream.source),
+        (false, &Source::Flag("--no-stream"))
+    );
+
+    // Without the repo file the user file decides; without both, defaults.
+    let r = resolve(&Overrides::default(), None, Some(&d.user), &env_of(&[])).unwrap();
+    assert_eq!(r.model.as_ref().unwrap().value, "user-model");
+    assert!(
+        r.api_key.is_none(),
+        "the profile names WORK_KEY, which is unset"
+    );
+    let r = resolve(&Overrides::default(), None, None, &env_of(&[])).unwrap();
+    assert!(r.model.is_none() && r.profile.is_none());
+    assert_eq!(r.context_window.source, Source::Default);
+}
+
+#[test]
+fn config_profile_selection_by_flag_and_env() {
+    let d = dirs(Some(REPO), Some(USER));
+    let user_file = d.user.join("orch.toml");
+    // ORCH_PROFILE beats default_profile.
+    let r = resolve(
+        &Overrides::default(),
+        Some(&d.repo),
+        Some(&d.user),
+        &env_of(&[
+            ("ORCH_PROFILE", "local"),
+            ("OPENAI_API_KEY", "sk-openai-0123456789"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(r.profile.as_ref().unwrap().value, "local");
+    assert_eq!(r.model.as_ref().unwrap().value, "qwen2.5-coder");
+    assert_eq!(
+        (r.stream.value, &r.stream.source),
+        (false, &file(&user_file, 12))
+    );
+    // A profile without api_key_env falls back to OPENAI_API_KEY.
+    assert_eq!(
+        r.api_key.as_ref().unwrap().source,
+        Source::Env("OPENAI_API_KEY".into())
+    );
+    // The profile's prices price its model: zero is a known (free) price.
+    let price = r.prices.get("qwen2.5-coder").unwrap();
+    assert_eq!((price.prompt, price.completion), (0.0, 0.0));
+
+    // --profile beats ORCH_PROFILE; an unknown one lists the known ones.
+    let flags = Overrides {
+        profile: Some("nope".into()),
+        ..Overrides::default()
+    };
+    let err = resolve(
+        &flags,
+        Some(&d.repo),
+        Some(&d.user),
+        &env_of(&[("ORCH_PROFILE", "local")]),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ConfigError::UnknownProfile { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("`nope`") && text.contains("flag --profile") && text.contains("local, work"),
+        "{text}"
+    );
+}
+
+#[test]
+fn config_unknown_keys_and_bad_values_name_the_place() {
+    let d = dirs(
+        Some("[profiles.work]\nmodel = \"m\"\nbase_urll = \"http://x\"\n"),
+        None,
+    );
+    let err = resolve(&Overrides::default(), Some(&d.repo), None, &env_of(&[])).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("{}:3:1", d.repo.join(".orch/orch.toml").display())),
+        "{text}"
+    );
+    assert!(text.contains("base_urll"), "{text}");
+
+    let d = dirs(
+        None,
+        Some("default_profile = \"p\"\n[profiles.p]\nstream_idle_timeout = -1\n"),
+    );
+    let err = resolve(&Overrides::default(), None, Some(&d.user), &env_of(&[])).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("{}:3", d.user.join("orch.toml").display()))
+            && text.contains("seconds"),
+        "{text}"
+    );
+
+    let d = dirs(
+        None,
+        Some("default_profile = \"p\"\n[profiles.p]\napi_key_env = \"sk-live-0123456789abcdef\"\n"),
+    );
+    let err = resolve(&Overrides::default(), None, Some(&d.user), &env_of(&[])).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("NAME of an environment variable"), "{text}");
+    assert!(
+        !text.contains("0123456789abcdef"),
+        "a pasted key is masked: {text}"
+    );
+}
+
+fn run_config(
+    repo: &TestRepo,
+    extra_env: &[(&str, &str)],
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let mut cmd = orch();
+    cmd.current_dir(&repo.path).arg("config").args(args);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_command_prints_sources_and_masks_the_key() {
+    let repo = TestRepo::new();
+    repo.write(
+        ".orch/orch.toml",
+        "default_profile = \"fake\"\n\n[profiles.fake]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"gpt-4o-mini\"\ncontext_window = 64000\n",
+    );
+    repo.commit_all("init");
+    let before = repo.snapshot();
+
+    let (code, out, err) = run_config(&repo, &[("ORCH_API_KEY", FAKE_API_KEY)], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        !out.contains(FAKE_API_KEY) && !err.contains(FAKE_API_KEY),
+        "{out}{err}"
+    );
+    assert!(out.contains("sk-****leak"), "{out}");
+    assert!(out.contains("env ORCH_API_KEY"), "{out}");
+    assert!(out.contains(".orch/orch.toml:5"), "model's line: {out}");
+    assert!(out.contains("64000"), "{out}");
+    assert!(
+        out.contains("built-in table"),
+        "gpt-4o-mini has a built-in price: {out}"
+    );
+
+    let (code, out, err) = run_config(
+        &repo,
+        &[
+            ("ORCH_API_KEY", FAKE_API_KEY),
+            ("ORCH_MODEL", "my-local-model"),
+        ],
+        &["--json", "--no-stream"],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!out.contains(FAKE_API_KEY), "{out}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        v["model"],
+        json!({"value": "my-local-model", "source": "env ORCH_MODEL"})
+    );
+    assert_eq!(
+        v["stream"],
+        json!({"value": false, "source": "flag --no-stream"})
+    );
+    assert_eq!(v["api_key"]["value"], "sk-****leak");
+    assert_eq!(v["context_window"]["value"], 64000);
+    assert_eq!(v["price"], Value::Null, "unknown model: unknown price");
+    assert!(
+        v["profile"]["source"]
+            .as_str()
+            .unwrap()
+            .ends_with(".orch/orch.toml:1"),
+        "{v}"
+    );
+
+    // A broken file is invalid input: exit 2, file:line:column on stderr.
+    repo.write(".orch/orch.toml", "[profiles.x]\nmodle = \"m\"\n");
+    let (code, _, err) = run_config(&repo, &[], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("orch.toml:2:1"), "{err}");
+    repo.write(
+        ".orch/orch.toml",
+        "default_profile = \"fake\"\n\n[profiles.fake]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"gpt-4o-mini\"\ncontext_window = 64000\n",
+    );
+    before.assert_unchanged(&repo.snapshot());
+}
+
+#[test]
+fn config_profile_drives_a_real_agent_run() {
+    let server = FakeServer::start(
+        Script::new().agent("explore", vec![Reply::finish("f1", "nothing to see", None)]),
+    );
+    let repo = TestRepo::new();
+    repo.write("a.txt", "a\n");
+    repo.write(
+        ".orch/orch.toml",
+        format!(
+            "[profiles.fake]\nbase_url = \"{}\"\nmodel = \"profile-model\"\nstream = false\napi_key_env = \"FAKE_PROVIDER_KEY\"\n",
+            server.base_url
+        ),
+    );
+    repo.commit_all("init");
+    let before = repo.snapshot();
+    let out = orch()
+        .current_dir(&repo.path)
+        .env("FAKE_PROVIDER_KEY", FAKE_API_KEY)
+        .args([
+            "agent",
+            "--role",
+            "explore",
+            "--task",
+            "Look around.",
+            "--profile",
+            "fake",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains(FAKE_API_KEY), "{stderr}");
+    let reqs = server.requests_for("explore");
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].body["model"], "profile-model");
+    assert!(
+        reqs[0].body.get("stream").is_none(),
+        "stream = false: {}",
+        reqs[0].body
+    );
+    assert_eq!(
+        reqs[0].header("authorization"),
+        Some(format!("Bearer {FAKE_API_KEY}").as_str())
+    );
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    before.assert_unchanged(&repo.snapshot());
+}
