@@ -85,6 +85,8 @@ pub struct RunOptions {
     pub assume_yes: bool,
     /// Whether `ask` rules may prompt on a terminal.
     pub interactive: bool,
+    /// The run's budget, compaction policy and price.
+    pub limits: agent::budget::RunLimits,
 }
 
 /// How a run ended.
@@ -181,6 +183,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
                 tokens: TokenCount::default(),
                 duration_ms: 0,
                 reason: None,
+                budget: None,
             })
             .collect(),
     };
@@ -203,6 +206,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
     let mut model_failed = false;
     let mut last_summary = String::new();
     let reviews = review_stage_bases(&opts.pipeline);
+    let mut ledger = agent::budget::RunLedger::new(opts.limits.budget);
 
     for stage in &opts.pipeline.stages {
         let id = stage.id.to_string();
@@ -261,10 +265,13 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
             task: prompt::task_message(&stage.task, &opts.issue, &upstream),
             max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
             require_verdict,
+            budget: ledger.stage_budget(&stage.budget, opts.limits.pricing.clone()),
+            compaction: opts.limits.compaction,
         };
         let on_turn = |turn: u32, tokens: TokenCount| ui.stage_progress(&id, turn, tokens);
         let outcome =
             agent::run_agent(opts.model.as_ref(), &tool_ctx, &cfg, &mut log, &on_turn).await?;
+        ledger.charge(&outcome.budget.used);
         let transcript = serde_json::to_vec_pretty(&outcome.transcript).unwrap_or_default();
         run_dir.write_file(
             &format!("stages/{id}/transcript.json"),
@@ -324,6 +331,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
         rec.tokens = outcome.tokens;
         rec.duration_ms = duration_ms;
         rec.reason = failure.clone();
+        rec.budget = Some(outcome.budget.clone());
         ui.stage_finished(rec);
         touch(&mut state);
         head = commit.clone();

@@ -105,6 +105,7 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
             secrets: chosen.secrets,
             assume_yes: false,
             interactive: false,
+            limits: Default::default(),
         },
         &ui,
     )

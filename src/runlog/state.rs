@@ -111,6 +111,9 @@ pub struct StageRecord {
     pub duration_ms: u64,
     /// Why it failed or was skipped.
     pub reason: Option<String>,
+    /// The stage's budget and what it used (absent before it ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::agent::budget::BudgetReport>,
 }
 
 /// The whole run state, as written to `state.json`.
