@@ -77,7 +77,8 @@ pub struct PerMillionTokens {
 impl Pricing for PerMillionTokens {
     fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64> {
         Some(
-            (prompt_tokens as f64 * self.prompt_usd + completion_tokens as f64 * self.completion_usd)
+            (prompt_tokens as f64 * self.prompt_usd
+                + completion_tokens as f64 * self.completion_usd)
                 / 1e6,
         )
     }
@@ -368,12 +369,11 @@ impl Tracker {
         self.exceeded = Some(what);
         let (used, max, from_run) = match what {
             "tokens" => {
-                let l = self.budget.tokens.map_or((0, false), |l| (l.max, l.from_run));
-                (
-                    format!("{}", self.tokens),
-                    format!("{} tokens", l.0),
-                    l.1,
-                )
+                let l = self
+                    .budget
+                    .tokens
+                    .map_or((0, false), |l| (l.max, l.from_run));
+                (format!("{}", self.tokens), format!("{} tokens", l.0), l.1)
             }
             "cost" => {
                 let l = self
@@ -552,7 +552,10 @@ mod tests {
                 from_run: false
             })
         );
-        assert_eq!(b.time.map(|l| (l.max, l.from_run)), Some((Duration::from_secs(60), false)));
+        assert_eq!(
+            b.time.map(|l| (l.max, l.from_run)),
+            Some((Duration::from_secs(60), false))
+        );
         assert_eq!(
             b.cost_usd,
             Some(Limit {
@@ -587,7 +590,10 @@ mod tests {
             tokens: 5000,
             ..BudgetUse::default()
         });
-        let mut t = Tracker::new(run.stage_budget(&Budget::default(), Arc::new(UnknownPrice)), 5);
+        let mut t = Tracker::new(
+            run.stage_budget(&Budget::default(), Arc::new(UnknownPrice)),
+            5,
+        );
         assert_eq!(
             t.before_turn().as_deref(),
             Some("token budget used up: 0 of 0 tokens (what was left of the run's budget)")

@@ -36,7 +36,9 @@
 //! after, the estimate's method).
 
 use super::budget::Tracker;
-use crate::llm::{ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, MessageRole, ToolCall};
+use crate::llm::{
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, MessageRole, ToolCall,
+};
 use crate::runlog::{ActionLog, RecordError, TokenCount};
 use serde_json::json;
 use std::borrow::Cow;
@@ -59,6 +61,8 @@ const STUB_MIN_BYTES: usize = 256;
 const REQUEST_OVERHEAD_BYTES: usize = 128;
 /// Tokens per byte before any response has reported `prompt_tokens`.
 const DEFAULT_TOKENS_PER_BYTE: f64 = 0.25;
+/// Room kept for the summary message when deciding whether one would help.
+const SUMMARY_RESERVE_BYTES: usize = 2048;
 /// Cap on one message's text in the summary request.
 const SUMMARY_MESSAGE_CAP: usize = 2048;
 /// Appended to the agent path of summary requests (`code/compact`).
@@ -213,8 +217,18 @@ impl Compactor {
         if !self.active() {
             pinned = self.pinned(&full.messages);
         }
-        self.compact(model, full, turn, trigger, &pinned, bytes, tools_bytes, tracker, log)
-            .await?;
+        self.compact(
+            model,
+            full,
+            turn,
+            trigger,
+            &pinned,
+            bytes,
+            tools_bytes,
+            tracker,
+            log,
+        )
+        .await?;
         view = self.view(full, &pinned);
         bytes = json_len(view.messages.as_slice()) + tools_bytes;
         Ok((view, bytes))
@@ -267,7 +281,17 @@ impl Compactor {
             if self.est(bytes) <= goal {
                 break;
             }
-            if summarized.is_none() && summary_error.is_none() && tail > live + 1 {
+            // A summary is a model call and loses detail: ask for one only
+            // when replacing the older part could bring the request under
+            // the trigger (otherwise the kept turns themselves are too big),
+            // or as the last resort.
+            let floor = bytes.saturating_sub(self.older_bytes(msgs, live..tail, pinned))
+                + SUMMARY_RESERVE_BYTES;
+            if summarized.is_none()
+                && summary_error.is_none()
+                && tail > live + 1
+                && (self.est(floor) <= goal || keep == 1)
+            {
                 match self.summarize(model, full, live..tail, tracker).await {
                     Ok(len) => {
                         summarized = Some((live..tail, len));
@@ -338,11 +362,33 @@ impl Compactor {
         Ok(())
     }
 
+    /// Bytes the messages of `range` take in the view, minus referenced
+    /// results (a summary would carry those along).
+    fn older_bytes(
+        &self,
+        msgs: &[ChatMessage],
+        range: Range<usize>,
+        pinned: &HashSet<usize>,
+    ) -> usize {
+        range
+            .filter(|i| !pinned.contains(i))
+            .map(|i| {
+                let m = &msgs[i];
+                if m.role == MessageRole::Tool && self.stubbed.contains(&i) {
+                    json_len(&stub_text(
+                        call_of(msgs, i),
+                        m.content.as_deref().unwrap_or(""),
+                    )) + 40
+                } else {
+                    json_len(m) + 1
+                }
+            })
+            .sum()
+    }
+
     /// Index of the first message after the summary (or after the task).
     fn live_start(&self, msgs: &[ChatMessage]) -> usize {
-        self.summary
-            .as_ref()
-            .map_or(msgs.len().min(2), |s| s.upto)
+        self.summary.as_ref().map_or(msgs.len().min(2), |s| s.upto)
     }
 
     /// Asks the model to summarise `range` of the conversation; on success
@@ -478,7 +524,9 @@ impl Compactor {
                         || m.tool_call_id
                             .as_ref()
                             .is_some_and(|id| later_all.contains(id.as_str()))
-                        || path.as_ref().is_some_and(|p| later_all.contains(p.as_str()));
+                        || path
+                            .as_ref()
+                            .is_some_and(|p| later_all.contains(p.as_str()));
                     if referenced {
                         pinned.insert(i);
                     }
@@ -831,7 +879,14 @@ mod tests {
         let mut c = Compactor::new(CompactConfig::default());
         let full = conversation(3);
         let (req, bytes) = c
-            .prepare(&model, &full, 1, Trigger::Threshold, &mut tracker(), &mut log)
+            .prepare(
+                &model,
+                &full,
+                1,
+                Trigger::Threshold,
+                &mut tracker(),
+                &mut log,
+            )
             .await
             .unwrap();
         assert!(matches!(req, Cow::Borrowed(_)));
@@ -850,7 +905,14 @@ mod tests {
         });
         let full = conversation(10);
         let (req, bytes) = c
-            .prepare(&model, &full, 10, Trigger::Threshold, &mut tracker(), &mut log)
+            .prepare(
+                &model,
+                &full,
+                10,
+                Trigger::Threshold,
+                &mut tracker(),
+                &mut log,
+            )
             .await
             .unwrap();
         assert!(c.est(bytes) <= c.trigger_tokens(), "{bytes}");
@@ -882,7 +944,10 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert!(stubbed.contains(&"c1") && !stubbed.contains(&"c2"), "{stubbed:?}");
+        assert!(
+            stubbed.contains(&"c1") && !stubbed.contains(&"c2"),
+            "{stubbed:?}"
+        );
         assert!(ev["kept"].as_array().unwrap().contains(&json!("c2")));
         assert!(ev["bytes_after"].as_u64() < ev["bytes_before"].as_u64());
         assert_eq!(ev["estimate"], "serialized request bytes / 4");
@@ -916,7 +981,11 @@ mod tests {
         let pairing = serde_json::to_value(&req.messages).unwrap();
         assert!(pairing.as_array().unwrap().len() < full.messages.len());
         assert_eq!(c.summary_tokens().total(), 110);
-        assert_eq!(t.used().tokens, 110, "summary tokens count toward the budget");
+        assert_eq!(
+            t.used().tokens,
+            110,
+            "summary tokens count toward the budget"
+        );
         let ev = &events(&dir, "compaction")[0];
         assert!(ev["method"].as_str().unwrap().contains("summary"));
         assert!(ev["summarized"]["messages"].as_u64().unwrap() > 10);
@@ -935,7 +1004,14 @@ mod tests {
         });
         let full = conversation(60);
         let (req, _) = c
-            .prepare(&model, &full, 60, Trigger::Threshold, &mut tracker(), &mut log)
+            .prepare(
+                &model,
+                &full,
+                60,
+                Trigger::Threshold,
+                &mut tracker(),
+                &mut log,
+            )
             .await
             .unwrap();
         assert_eq!(req.messages.len(), full.messages.len());
@@ -952,20 +1028,44 @@ mod tests {
             ..CompactConfig::default()
         });
         let mut full = conversation(10);
-        c.prepare(&model, &full, 10, Trigger::Threshold, &mut tracker(), &mut log)
-            .await
-            .unwrap();
+        c.prepare(
+            &model,
+            &full,
+            10,
+            Trigger::Threshold,
+            &mut tracker(),
+            &mut log,
+        )
+        .await
+        .unwrap();
         assert!(c.stubbed.contains(&3), "c1's result (index 3) was stubbed");
         full.messages.push(say(
-            call("c11", "edit_file", json!({"path": "f1.txt", "old_string": "a", "new_string": "b"})),
+            call(
+                "c11",
+                "edit_file",
+                json!({"path": "f1.txt", "old_string": "a", "new_string": "b"}),
+            ),
             "",
         ));
         full.messages.push(ChatMessage::tool("c11", "ok"));
         let (req, _) = c
-            .prepare(&model, &full, 11, Trigger::Threshold, &mut tracker(), &mut log)
+            .prepare(
+                &model,
+                &full,
+                11,
+                Trigger::Threshold,
+                &mut tracker(),
+                &mut log,
+            )
             .await
             .unwrap();
-        assert!(req.messages[3].content.as_deref().unwrap().starts_with("line of file 1"));
+        assert!(
+            req.messages[3]
+                .content
+                .as_deref()
+                .unwrap()
+                .starts_with("line of file 1")
+        );
     }
 
     #[test]
@@ -982,7 +1082,10 @@ mod tests {
             ChatMessage::tool("a3", "plain words only"),
             call("a4", "grep", json!({"pattern": "zzz"})),
             ChatMessage::tool("a4", "nothing"),
-            say(call("a5", "bash", json!({"command": "git show 9f3ab21"})), "See a4."),
+            say(
+                call("a5", "bash", json!({"command": "git show 9f3ab21"})),
+                "See a4.",
+            ),
             ChatMessage::tool("a5", "done"),
         ];
         let p = c.pinned(&msgs);
@@ -996,7 +1099,10 @@ mod tests {
         msgs2.push(call("a6", "edit_file", json!({"path": "x.rs"})));
         msgs2.push(ChatMessage::tool("a6", "ok"));
         let p = c.pinned(&msgs2);
-        assert!(p.contains(&5), "the latest read of x.rs is referenced by the edit");
+        assert!(
+            p.contains(&5),
+            "the latest read of x.rs is referenced by the edit"
+        );
     }
 
     #[test]
@@ -1042,6 +1148,10 @@ mod tests {
         assert_eq!(c.est(4000), 1200);
         assert!(c.method().contains("0.300"));
         c.calibrate(4000, 0);
-        assert_eq!(c.est(4000), 1200, "a response without usage keeps the calibration");
+        assert_eq!(
+            c.est(4000),
+            1200,
+            "a response without usage keeps the calibration"
+        );
     }
 }

@@ -162,24 +162,23 @@ pub async fn run_agent(
         let turn = out.turns;
         let started = std::time::Instant::now();
         // Compaction and time-budget hook: sends the (compacted) request.
-        let resp = match compact::send_turn(model, &req, turn, &mut compactor, &mut tracker, log)
-            .await?
-        {
-            compact::Sent::Reply(r) => r,
-            compact::Sent::OutOfBudget(why) => {
-                log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
-                out.end = AgentEnd::Budget(why);
-                break;
-            }
-            compact::Sent::Failed(e) => {
-                log.append(
-                    "model_error",
-                    json!({"turn": turn, "error": format!("failed to {e}")}),
-                )?;
-                out.end = AgentEnd::ModelError(e);
-                break;
-            }
-        };
+        let resp =
+            match compact::send_turn(model, &req, turn, &mut compactor, &mut tracker, log).await? {
+                compact::Sent::Reply(r) => r,
+                compact::Sent::OutOfBudget(why) => {
+                    log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
+                    out.end = AgentEnd::Budget(why);
+                    break;
+                }
+                compact::Sent::Failed(e) => {
+                    log.append(
+                        "model_error",
+                        json!({"turn": turn, "error": format!("failed to {e}")}),
+                    )?;
+                    out.end = AgentEnd::ModelError(e);
+                    break;
+                }
+            };
         let usage = resp.usage;
         tracker.record_turn(usage.prompt_tokens, usage.completion_tokens);
         out.tokens.add(TokenCount {
@@ -240,9 +239,14 @@ pub async fn run_agent(
             let mut outcome = match tracker.bounded(tools::dispatch(tool_ctx, name, args)).await {
                 Ok(outcome) => outcome,
                 Err(why) => {
-                    log.append("budget_exceeded", json!({"turn": turn, "call_id": call.id, "reason": why}))?;
-                    req.messages
-                        .push(ChatMessage::tool(call.id.clone(), format!("error: stopped: {why}")));
+                    log.append(
+                        "budget_exceeded",
+                        json!({"turn": turn, "call_id": call.id, "reason": why}),
+                    )?;
+                    req.messages.push(ChatMessage::tool(
+                        call.id.clone(),
+                        format!("error: stopped: {why}"),
+                    ));
                     answer_remaining(&mut req.messages, &calls);
                     out.end = AgentEnd::Budget(why);
                     break 'turns;

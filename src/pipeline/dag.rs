@@ -6,8 +6,8 @@
 //! breaking ties by file order (a round right after the review it answers).
 
 use super::spec::{BudgetSpec, PipelineSpec, StageSpec};
-use crate::agent::budget::Budget;
 use super::{MAX_REWORK_ROUNDS, SpecError, Stage, is_valid_stage_id};
+use crate::agent::budget::Budget;
 use crate::ids::StageId;
 use petgraph::Direction;
 use petgraph::algo::{has_path_connecting, tarjan_scc};
@@ -179,7 +179,10 @@ fn check_budget(
     if let Some(t) = &b.tokens
         && t.value == 0
     {
-        return Err(err(&t.referenced, "budget tokens must be at least 1".into()));
+        return Err(err(
+            &t.referenced,
+            "budget tokens must be at least 1".into(),
+        ));
     }
     for (key, value) in [("time_secs", &b.time_secs), ("cost_usd", &b.cost_usd)] {
         if let Some(v) = value
@@ -187,7 +190,10 @@ fn check_budget(
         {
             return Err(err(
                 &v.referenced,
-                format!("budget {key} must be a number greater than 0, got {}", v.value),
+                format!(
+                    "budget {key} must be a number greater than 0, got {}",
+                    v.value
+                ),
             ));
         }
     }
@@ -325,7 +331,10 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                 needs,
                 task: spec.task.clone(),
                 max_turns: spec.max_turns.as_ref().map(|t| t.value),
-                budget: spec.budget.as_ref().map_or_else(Budget::default, |b| budget_of(&b.value)),
+                budget: spec
+                    .budget
+                    .as_ref()
+                    .map_or_else(Budget::default, |b| budget_of(&b.value)),
                 round: 1,
                 base_id: StageId(id.value.clone()),
                 run_if_changes_requested_by: None,

@@ -411,12 +411,24 @@ fn stage_budgets_parse_and_carry_into_rework_rounds() {
     let p = parse_pipeline(text, "<t>", &roles()).unwrap();
     let code = p.stage("code").unwrap().budget;
     assert_eq!(code.tokens, Some(20000));
-    assert_eq!(code.time_secs, Some(600.0), "a whole number is a number of seconds");
+    assert_eq!(
+        code.time_secs,
+        Some(600.0),
+        "a whole number is a number of seconds"
+    );
     assert_eq!(code.cost_usd, Some(0.5));
-    assert_eq!(p.stage("code.r2").unwrap().budget, code, "each round has the same budget");
+    assert_eq!(
+        p.stage("code.r2").unwrap().budget,
+        code,
+        "each round has the same budget"
+    );
     let review = p.stage("review").unwrap().budget;
-    assert_eq!((review.tokens, review.time_secs, review.cost_usd), (Some(5000), None, None));
-    let none = parse_pipeline("name: x\nstages:\n  a:\n    role: coder\n", "<t>", &roles()).unwrap();
+    assert_eq!(
+        (review.tokens, review.time_secs, review.cost_usd),
+        (Some(5000), None, None)
+    );
+    let none =
+        parse_pipeline("name: x\nstages:\n  a:\n    role: coder\n", "<t>", &roles()).unwrap();
     assert!(none.stages[0].budget.is_unlimited());
 }
 
@@ -424,12 +436,42 @@ fn stage_budgets_parse_and_carry_into_rework_rounds() {
 fn bad_stage_budgets_are_reported_at_the_right_place() {
     // (text of the budget line(s), line, column, message fragment)
     let cases: &[(&str, u64, u64, &str)] = &[
-        ("    budget: {tokens: lots}\n", 5, 22, "expected a whole number, 0 or more"),
-        ("    budget: {time_secs: soon}\n", 5, 25, "expected a number"),
-        ("    budget:\n      tokens: 0\n", 6, 15, "budget tokens must be at least 1"),
-        ("    budget: {cost_usd: -1}\n", 5, 24, "budget cost_usd must be a number greater than 0, got -1"),
-        ("    budget: {time_secs: 0}\n", 5, 25, "budget time_secs must be a number greater than 0"),
-        ("    budget: {turns: 3}\n", 5, 14, "unknown field `turns`, expected one of tokens, time_secs, cost_usd"),
+        (
+            "    budget: {tokens: lots}\n",
+            5,
+            22,
+            "expected a whole number, 0 or more",
+        ),
+        (
+            "    budget: {time_secs: soon}\n",
+            5,
+            25,
+            "expected a number",
+        ),
+        (
+            "    budget:\n      tokens: 0\n",
+            6,
+            15,
+            "budget tokens must be at least 1",
+        ),
+        (
+            "    budget: {cost_usd: -1}\n",
+            5,
+            24,
+            "budget cost_usd must be a number greater than 0, got -1",
+        ),
+        (
+            "    budget: {time_secs: 0}\n",
+            5,
+            25,
+            "budget time_secs must be a number greater than 0",
+        ),
+        (
+            "    budget: {turns: 3}\n",
+            5,
+            14,
+            "unknown field `turns`, expected one of tokens, time_secs, cost_usd",
+        ),
         ("    budget: 100\n", 5, 13, "expected mapping"),
     ];
     for (lines, line, column, fragment) in cases {
@@ -440,6 +482,9 @@ fn bad_stage_budgets_are_reported_at_the_right_place() {
             "{lines}: {err} (wanted {fragment})"
         );
         assert_eq!((err.line, err.column), (*line, *column), "{lines}: {err}");
-        assert!(err.to_string().starts_with(&format!("p.yaml:{line}:{column}: ")));
+        assert!(
+            err.to_string()
+                .starts_with(&format!("p.yaml:{line}:{column}: "))
+        );
     }
 }
