@@ -508,7 +508,20 @@ fn compaction_keeps_every_request_under_the_window_share_and_keeps_referenced_fa
         .collect();
     let roomy_limit = (0.7 * 32000.0) as usize * 4;
     assert!(roomy_sizes.iter().all(|s| *s <= roomy_limit));
-    let roomy_compactions = events(&repo3, &run3, "work", "compaction").len();
+    let roomy_events = events(&repo3, &run3, "work", "compaction");
+    let turns_of = |evs: &[Value], what: &str| -> Vec<u64> {
+        evs.iter()
+            .filter(|e| e["method"].as_str().unwrap().contains(what))
+            .map(|e| e["turn"].as_u64().unwrap())
+            .collect()
+    };
+    eprintln!(
+        "MEASURE compaction turns: window {window}: {:?}, summaries at {:?}; window 32000: {:?}",
+        turns_of(&compactions, ""),
+        turns_of(&compactions, "summary"),
+        turns_of(&roomy_events, ""),
+    );
+    let roomy_compactions = roomy_events.len();
     let (_repo2, _run2, plain) = fifty_turns("100000000");
     let plain_sizes: Vec<usize> = plain
         .requests_for("work")
