@@ -194,7 +194,7 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
         &pipeline,
         &issue,
         &server,
-        &["--max-tokens", "100000"],
+        &["--max-tokens", "100000", "--max-cost", "0.5"],
     );
     assert_eq!(out.status.code(), Some(1));
     let j = stdout_json(&out);
@@ -207,7 +207,14 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
     let budget = &st["stages"][0]["budget"];
     assert_eq!(budget["limits"]["tokens"], 2500);
     assert_eq!(budget["limits"]["time_secs"], 600.0);
-    assert!(budget.get("from_run").is_none(), "{budget}");
+    // Only the cost limit comes from the run; it cannot be enforced without
+    // a price, and the stage says so (once).
+    assert_eq!(budget["from_run"], json!(["cost"]), "{budget}");
+    let note = "cost budget of $0.5000 not enforced: the model's price is unknown";
+    assert_eq!(budget["notes"], json!([note]));
+    assert_eq!(budget["used"]["cost_usd"], Value::Null);
+    let start = &events(&repo, j["run_id"].as_str().unwrap(), "work", "agent_start")[0];
+    assert_eq!(start["budget_notes"], json!([note]));
     assert_eq!(repo.snapshot(), before);
 }
 
