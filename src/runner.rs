@@ -97,6 +97,8 @@ pub struct Session {
     pub interactive: bool,
     /// Stages that may run at once (at least 1).
     pub max_parallel: usize,
+    /// The run's budget and compaction policy (its price comes from the model).
+    pub limits: agent::budget::RunLimits,
 }
 
 /// Everything a new run needs.
@@ -150,6 +152,8 @@ struct RunCtx {
     session: Session,
     allowlist: Vec<String>,
     base_commit: String,
+    /// What the run's stages used of its budget (stages charge it as they end).
+    ledger: std::sync::Mutex<agent::budget::RunLedger>,
 }
 
 /// What a stage task reports back to the scheduler.
@@ -159,6 +163,7 @@ struct StageDone {
 }
 
 struct StageOutcome {
+    budget: agent::budget::BudgetReport,
     commit: String,
     branch: String,
     failure: Option<String>,
@@ -255,6 +260,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
         run_dir,
         plan,
         issue: opts.issue,
+        ledger: std::sync::Mutex::new(agent::budget::RunLedger::new(session.limits.budget)),
         session,
         base_commit: base_sha,
     });
@@ -342,7 +348,21 @@ pub async fn resume_run(
     run_dir.write_state(&state)?;
     ui.run_started(&state);
     let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
+    // The run's budget counts what its finished stages already used.
+    let mut ledger = agent::budget::RunLedger::new(session.limits.budget);
+    for rec in state
+        .stages
+        .iter()
+        .filter(|r| r.status == StageStatus::Succeeded)
+    {
+        ledger.charge(&agent::budget::BudgetUse {
+            tokens: rec.tokens.total(),
+            cost_usd: rec.budget.as_ref().and_then(|b| b.used.cost_usd),
+            ..Default::default()
+        });
+    }
     let ctx = Arc::new(RunCtx {
+        ledger: std::sync::Mutex::new(ledger),
         run_id: run_id.to_owned(),
         allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
         common,
@@ -446,6 +466,7 @@ async fn drive(ctx: Arc<RunCtx>, mut state: RunState, ui: &Ui) -> Result<RunSumm
                 rec.duration_ms = out.duration_ms;
                 rec.reason = out.failure.clone();
                 rec.digest = out.digest;
+                rec.budget = Some(out.budget);
                 ui.stage_finished(rec);
                 model_failed |= out.model_failed;
                 last_summary = out.summary;
@@ -808,7 +829,14 @@ async fn run_stage(
                 source,
             }
         })?;
+    let budget = ctx
+        .ledger
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .stage_budget(&stage.budget, Arc::new(ModelPrice(Arc::clone(model))));
     let cfg = AgentConfig {
+        budget,
+        compaction: ctx.session.limits.compaction,
         agent_path: id.clone(),
         system_prompt: prompt::system_prompt(&role.prompt, &offered_tools(&role.tools)),
         task: prompt::task_message(&stage.task, &ctx.issue, &upstream),
@@ -817,6 +845,10 @@ async fn run_stage(
     };
     let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
     let mut outcome = agent::run_agent(model.as_ref(), &tool_ctx, &cfg, &mut log, on_turn).await?;
+    ctx.ledger
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .charge(&outcome.budget.used);
     // The summary lands in state.json, pr.md, the commit message and on
     // stdout: a key the model echoed must not.
     outcome.summary = redact(&outcome.summary);
@@ -872,6 +904,7 @@ async fn run_stage(
     )?;
     let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
     Ok(StageOutcome {
+        budget: outcome.budget.clone(),
         commit,
         branch,
         model_failed: matches!(outcome.end, AgentEnd::ModelError(_)),
@@ -883,6 +916,27 @@ async fn run_stage(
         duration_ms,
         digest: outcome.digest[skip..].iter().map(|l| redact(l)).collect(),
     })
+}
+
+/// Cost budgets priced by the model's own price table (`orch.toml` or the
+/// built-in list); unknown models leave cost budgets unenforced.
+struct ModelPrice(Arc<dyn ChatModel>);
+
+impl std::fmt::Debug for ModelPrice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModelPrice({})", self.0.model_name())
+    }
+}
+
+impl agent::budget::Pricing for ModelPrice {
+    fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64> {
+        self.0.cost_usd(&crate::llm::Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            ..Default::default()
+        })
+    }
 }
 
 /// Before a stage runs again (retry, rollback), its old branch is moved to

@@ -7,6 +7,8 @@
 //! Every request, response and tool call is appended to the action log as it
 //! happens, so a killed process loses at most the turn in flight.
 
+pub mod budget;
+pub mod compact;
 pub mod prompt;
 
 use crate::ids::Verdict;
@@ -37,6 +39,10 @@ pub struct AgentConfig {
     pub max_turns: u32,
     /// A reviewer stage: `finish` must carry a verdict.
     pub require_verdict: bool,
+    /// Token, time and cost limits ([`budget`]).
+    pub budget: budget::StageBudget,
+    /// When the conversation is condensed ([`compact`]).
+    pub compaction: compact::CompactConfig,
 }
 
 /// How an agent's loop ended.
@@ -52,6 +58,8 @@ pub enum AgentEnd {
     Stuck(String),
     /// The model backend failed (after its own retries).
     ModelError(LlmError),
+    /// A token, time or cost budget ran out; the reason says which.
+    Budget(String),
 }
 
 impl AgentEnd {
@@ -67,7 +75,7 @@ impl AgentEnd {
             AgentEnd::TurnLimit => Some(format!(
                 "turn limit reached: {max_turns} model turns without `finish`"
             )),
-            AgentEnd::Stuck(why) => Some(why.clone()),
+            AgentEnd::Stuck(why) | AgentEnd::Budget(why) => Some(why.clone()),
             AgentEnd::ModelError(e) => Some(format!("model error: failed to {e}")),
         }
     }
@@ -88,8 +96,10 @@ pub struct AgentOutcome {
     pub tokens: TokenCount,
     /// One line per tool call, for hand-offs and reviews.
     pub digest: Vec<String>,
-    /// The whole conversation.
+    /// The whole conversation (never compacted).
     pub transcript: Vec<ChatMessage>,
+    /// The budget and what was used of it.
+    pub budget: budget::BudgetReport,
 }
 
 /// Runs one agent to its end. `on_turn` is told after each model turn (for
@@ -117,7 +127,12 @@ pub async fn run_agent(
         tokens: TokenCount::default(),
         digest: Vec::new(),
         transcript: Vec::new(),
+        budget: budget::BudgetReport::default(),
     };
+    // Budget and compaction state (src/agent/budget.rs, compact.rs): `req`
+    // keeps the whole conversation; each turn sends a compacted view of it.
+    let mut tracker = budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
+    let mut compactor = compact::Compactor::new(cfg.compaction);
     let mut last_failure: Option<(String, String)> = None;
     let mut identical_failures = 0u32;
     let mut nudged = false;
@@ -130,33 +145,42 @@ pub async fn run_agent(
             "tools": req.tools.iter().map(|t| t.name).collect::<Vec<_>>(),
             "system_prompt_bytes": cfg.system_prompt.len(),
             "task_bytes": cfg.task.len(),
+            "budget": tracker.report().limits,
+            "budget_notes": tracker.notes(),
+            "compact_at_tokens": compactor.trigger_tokens(),
         }),
     )?;
 
     'turns: while out.turns < cfg.max_turns {
+        // Budget hook: no turn starts once a limit is used up.
+        if let Some(why) = tracker.before_turn() {
+            log.append("budget_exceeded", json!({"turn": out.turns, "reason": why}))?;
+            out.end = AgentEnd::Budget(why);
+            break;
+        }
         out.turns += 1;
         let turn = out.turns;
-        log.append(
-            "request",
-            json!({
-                "turn": turn,
-                "messages": req.messages.len(),
-                "approx_bytes": approx_request_bytes(&req),
-            }),
-        )?;
         let started = std::time::Instant::now();
-        let resp = match model.complete(&req).await {
-            Ok(r) => r,
-            Err(e) => {
-                log.append(
-                    "model_error",
-                    json!({"turn": turn, "error": format!("failed to {e}")}),
-                )?;
-                out.end = AgentEnd::ModelError(e);
-                break;
-            }
-        };
+        // Compaction and time-budget hook: sends the (compacted) request.
+        let resp =
+            match compact::send_turn(model, &req, turn, &mut compactor, &mut tracker, log).await? {
+                compact::Sent::Reply(r) => r,
+                compact::Sent::OutOfBudget(why) => {
+                    log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
+                    out.end = AgentEnd::Budget(why);
+                    break;
+                }
+                compact::Sent::Failed(e) => {
+                    log.append(
+                        "model_error",
+                        json!({"turn": turn, "error": format!("failed to {e}")}),
+                    )?;
+                    out.end = AgentEnd::ModelError(e);
+                    break;
+                }
+            };
         let usage = resp.usage;
+        tracker.record_turn(usage.prompt_tokens, usage.completion_tokens);
         out.tokens.add(TokenCount {
             prompt: usage.prompt_tokens,
             completion: usage.completion_tokens,
@@ -181,6 +205,18 @@ pub async fn run_agent(
         let calls = msg.tool_calls.clone();
         req.messages.push(msg.clone());
 
+        // Budget hook: tokens and cost after every turn. A turn that finishes
+        // the stage may still finish it.
+        if let Some(why) = tracker.after_turn()
+            && !calls.is_empty()
+            && !calls.iter().any(|c| c.function.name == "finish")
+        {
+            log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
+            answer_remaining(&mut req.messages, &calls);
+            out.end = AgentEnd::Budget(why);
+            break;
+        }
+
         if calls.is_empty() {
             if cfg.require_verdict && !nudged {
                 // A reviewer that just talks has not given a verdict; ask once.
@@ -199,7 +235,23 @@ pub async fn run_agent(
         for call in &calls {
             let name = call.function.name.as_str();
             let args = call.function.arguments.as_str();
-            let mut outcome = tools::dispatch(tool_ctx, name, args).await;
+            // Time-budget hook: a tool call cannot outlive the budget.
+            let mut outcome = match tracker.bounded(tools::dispatch(tool_ctx, name, args)).await {
+                Ok(outcome) => outcome,
+                Err(why) => {
+                    log.append(
+                        "budget_exceeded",
+                        json!({"turn": turn, "call_id": call.id, "reason": why}),
+                    )?;
+                    req.messages.push(ChatMessage::tool(
+                        call.id.clone(),
+                        format!("error: stopped: {why}"),
+                    ));
+                    answer_remaining(&mut req.messages, &calls);
+                    out.end = AgentEnd::Budget(why);
+                    break 'turns;
+                }
+            };
             if let Some(fin) = outcome.finish.take() {
                 if cfg.require_verdict && fin.verdict.is_none() {
                     outcome.is_error = true;
@@ -260,6 +312,8 @@ pub async fn run_agent(
         }
     }
 
+    out.tokens.add(compactor.summary_tokens());
+    out.budget = tracker.report();
     log.append(
         "agent_end",
         json!({
@@ -269,6 +323,7 @@ pub async fn run_agent(
             "prompt_tokens": out.tokens.prompt,
             "completion_tokens": out.tokens.completion,
             "verdict": out.verdict,
+            "budget": out.budget,
         }),
     )?;
     out.transcript = req.messages;
@@ -301,26 +356,6 @@ fn answer_remaining(messages: &mut Vec<ChatMessage>, calls: &[crate::llm::ToolCa
             ));
         }
     }
-}
-
-/// The size of the request body, without building it: contents plus a fixed
-/// overhead per message. Cheap enough to log every turn.
-fn approx_request_bytes(req: &ChatRequest) -> usize {
-    req.messages
-        .iter()
-        .map(|m| {
-            40 + m.content.as_deref().map_or(0, str::len)
-                + m.tool_calls
-                    .iter()
-                    .map(|c| 60 + c.function.name.len() + c.function.arguments.len())
-                    .sum::<usize>()
-        })
-        .sum::<usize>()
-        + req
-            .tools
-            .iter()
-            .map(|t| 80 + t.description.len() + t.parameters.to_string().len())
-            .sum::<usize>()
 }
 
 /// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.

@@ -35,6 +35,9 @@ pub struct AgentArgs {
     /// Model settings.
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Budget and compaction settings.
+    #[command(flatten)]
+    pub limits: super::run::LimitArgs,
     /// Allow commands that the role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
@@ -60,6 +63,7 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             needs: vec![],
             task: args.task.clone(),
             max_turns: args.max_turns,
+            budget: Default::default(),
             round: 1,
             base_id: id.clone(),
             run_if_changes_requested_by: None,
@@ -77,7 +81,7 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             roles,
             issue: String::new(),
             base: args.base.clone(),
-            session: chosen.session(args.yes, super::interactive(), 1),
+            session: chosen.session(args.yes, super::interactive(), 1, args.limits.to_limits()?),
         },
         &ui,
     )

@@ -101,7 +101,12 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
             roles,
             issue: ISSUE.to_owned(),
             base: "HEAD".to_owned(),
-            session: chosen.session(false, false, crate::runner::DEFAULT_MAX_PARALLEL),
+            session: chosen.session(
+                false,
+                false,
+                crate::runner::DEFAULT_MAX_PARALLEL,
+                Default::default(),
+            ),
         },
         &ui,
     )

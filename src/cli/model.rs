@@ -80,8 +80,15 @@ pub struct Chosen {
 
 impl Chosen {
     /// The runner's session settings for this model.
-    pub fn session(self, assume_yes: bool, interactive: bool, max_parallel: usize) -> Session {
+    pub fn session(
+        self,
+        assume_yes: bool,
+        interactive: bool,
+        max_parallel: usize,
+        limits: crate::agent::budget::RunLimits,
+    ) -> Session {
         Session {
+            limits,
             model: self.model,
             base_url: self.base_url,
             replay_file: self.replay_file,

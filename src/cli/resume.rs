@@ -1,6 +1,6 @@
 //! `orch resume` and `orch rollback`.
 
-use super::model::{ModelArgs, any_given, choose};
+use super::model::{ModelArgs, any_given};
 use super::run::{exit_code_of, parse_parallel, print_summary};
 use super::{CliError, exit};
 use crate::llm::openai::{ModelSettings, OpenAiClient};
@@ -27,6 +27,9 @@ pub struct ResumeArgs {
     /// Model settings (default: the ones the run was started with; the key comes from the environment)
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Budget and compaction settings for what is left of the run.
+    #[command(flatten)]
+    pub limits: super::run::LimitArgs,
     /// Allow commands that a role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
@@ -68,7 +71,12 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let info = crate::git::open_repo(&args.repo)?;
     let (_, state, _) = runner::load_run(&info.common_dir, &run_id)?;
     let session = if any_given(&args.model) {
-        choose(&args.model)?.session(args.yes, super::interactive(), args.max_parallel)
+        super::model::choose_for_repo(&args.model, Some(&args.repo))?.session(
+            args.yes,
+            super::interactive(),
+            args.max_parallel,
+            args.limits.to_limits()?,
+        )
     } else {
         // The recorded model settings; never a recorded secret.
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -92,6 +100,7 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
         let mut secrets = super::model::secrets();
         secrets.extend(env("ORCH_API_KEY").or_else(|| env("OPENAI_API_KEY")));
         Session {
+            limits: args.limits.to_limits()?,
             model,
             base_url,
             replay_file,

@@ -2,6 +2,8 @@
 
 use super::model::{ModelArgs, choose_for_repo};
 use super::{CliError, exit};
+use crate::agent::budget::{Budget, RunLimits};
+use crate::agent::compact::{CompactConfig, DEFAULT_COMPACT_AT, DEFAULT_CONTEXT_WINDOW};
 use crate::catalog::Catalog;
 use crate::pipeline::Pipeline;
 use crate::role::Role;
@@ -28,6 +30,9 @@ pub struct RunArgs {
     /// Model settings.
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Budget and compaction settings.
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// Allow commands that a role's `ask` rules would ask about (non-interactive runs deny them otherwise)
     #[arg(long)]
     pub yes: bool,
@@ -44,6 +49,68 @@ pub(super) fn parse_parallel(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=64).contains(&n) => Ok(n),
         _ => Err(format!("expected a whole number from 1 to 64, got `{s}`")),
+    }
+}
+
+/// Budget and compaction flags shared by `run` and `agent`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LimitArgs {
+    /// Token budget of the whole run: prompt + completion tokens of all stages together
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Wall-time budget of the whole run, in seconds
+    #[arg(long, value_name = "SECS")]
+    pub max_time: Option<f64>,
+    /// Cost budget of the whole run, in US dollars (enforced only when the model's price is known)
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
+    /// Compact the conversation when a request passes this share of the context window
+    #[arg(long, value_name = "SHARE", default_value_t = DEFAULT_COMPACT_AT)]
+    pub compact_at: f64,
+    /// The model's context window, in tokens
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONTEXT_WINDOW)]
+    pub context_window: u64,
+}
+
+impl LimitArgs {
+    /// Checks the flags and turns them into the run's limits.
+    pub fn to_limits(&self) -> Result<RunLimits, CliError> {
+        let positive = |flag: &str, v: Option<f64>| match v {
+            Some(x) if !(x.is_finite() && x > 0.0) => Err(CliError::Invalid(format!(
+                "failed to use {flag} {x}: expected a number greater than 0"
+            ))),
+            _ => Ok(v),
+        };
+        if self.max_tokens == Some(0) {
+            return Err(CliError::Invalid(
+                "failed to use --max-tokens 0: expected at least 1".to_owned(),
+            ));
+        }
+        if !(self.compact_at > 0.0 && self.compact_at <= 1.0) {
+            return Err(CliError::Invalid(format!(
+                "failed to use --compact-at {}: expected a share of the context window, greater than 0 and at most 1",
+                self.compact_at
+            )));
+        }
+        if self.context_window < 1000 {
+            return Err(CliError::Invalid(format!(
+                "failed to use --context-window {}: expected at least 1000 tokens",
+                self.context_window
+            )));
+        }
+        Ok(RunLimits {
+            budget: Budget {
+                tokens: self.max_tokens,
+                time_secs: positive("--max-time", self.max_time)?,
+                cost_usd: positive("--max-cost", self.max_cost)?,
+            },
+            compaction: CompactConfig {
+                context_window: self.context_window,
+                compact_at: self.compact_at,
+                ..CompactConfig::default()
+            },
+            ..RunLimits::default()
+        })
     }
 }
 
@@ -89,6 +156,7 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let pipeline = catalog.pipeline(&args.pipeline)?;
     let roles = roles_for(&catalog, &pipeline)?;
     let issue = read_issue(&args.issue)?;
+    let limits = args.limits.to_limits()?;
     let chosen = choose_for_repo(&args.model, Some(&args.repo))?;
     let ui = Ui::new(false);
     let summary = run_pipeline(
@@ -98,7 +166,7 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
             roles,
             issue,
             base: args.base.clone(),
-            session: chosen.session(args.yes, super::interactive(), args.max_parallel),
+            session: chosen.session(args.yes, super::interactive(), args.max_parallel, limits),
         },
         &ui,
     )

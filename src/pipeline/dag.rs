@@ -5,8 +5,9 @@
 //! loop into `max_rounds` extra rounds and orders the result topologically,
 //! breaking ties by file order (a round right after the review it answers).
 
-use super::spec::{PipelineSpec, StageSpec};
+use super::spec::{BudgetSpec, PipelineSpec, StageSpec};
 use super::{MAX_REWORK_ROUNDS, SpecError, Stage, is_valid_stage_id};
+use crate::agent::budget::Budget;
 use crate::ids::StageId;
 use petgraph::Direction;
 use petgraph::algo::{has_path_connecting, tarjan_scc};
@@ -152,6 +153,9 @@ fn check_stage_fields(
             "max_turns must be at least 1".into(),
         ));
     }
+    if let Some(budget) = &stage.budget {
+        check_budget(&budget.value, err)?;
+    }
     if let Some(rework) = &stage.rework {
         let rounds = &rework.value.max_rounds;
         if !(1..=MAX_REWORK_ROUNDS).contains(&rounds.value) {
@@ -165,6 +169,44 @@ fn check_stage_fields(
         }
     }
     Ok(())
+}
+
+/// Checks that every limit of a `budget:` is positive (and finite).
+fn check_budget(
+    b: &BudgetSpec,
+    err: &dyn Fn(&serde_saphyr::Location, String) -> SpecError,
+) -> Result<(), SpecError> {
+    if let Some(t) = &b.tokens
+        && t.value == 0
+    {
+        return Err(err(
+            &t.referenced,
+            "budget tokens must be at least 1".into(),
+        ));
+    }
+    for (key, value) in [("time_secs", &b.time_secs), ("cost_usd", &b.cost_usd)] {
+        if let Some(v) = value
+            && !(v.value.is_finite() && v.value > 0.0)
+        {
+            return Err(err(
+                &v.referenced,
+                format!(
+                    "budget {key} must be a number greater than 0, got {}",
+                    v.value
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The checked limits of a `budget:`.
+fn budget_of(b: &BudgetSpec) -> Budget {
+    Budget {
+        tokens: b.tokens.as_ref().map(|t| t.value),
+        time_secs: b.time_secs.as_ref().map(|t| t.value),
+        cost_usd: b.cost_usd.as_ref().map(|t| t.value),
+    }
 }
 
 /// A cycle as file indices `[a, b, c, a]` where each stage needs the one
@@ -289,6 +331,10 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                 needs,
                 task: spec.task.clone(),
                 max_turns: spec.max_turns.as_ref().map(|t| t.value),
+                budget: spec
+                    .budget
+                    .as_ref()
+                    .map_or_else(Budget::default, |b| budget_of(&b.value)),
                 round: 1,
                 base_id: StageId(id.value.clone()),
                 run_if_changes_requested_by: None,
@@ -337,6 +383,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     needs,
                     task: original.task.clone(),
                     max_turns: original.max_turns,
+                    budget: original.budget,
                     round: k,
                     base_id: original.base_id.clone(),
                     run_if_changes_requested_by: Some(previous_review.clone()),

@@ -91,7 +91,7 @@ fn describe_scalar(ty: &str) -> String {
     match ty {
         "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number, 0 or more".to_owned(),
         "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number".to_owned(),
-        "f32" | "f64" => "a number".to_owned(),
+        "f32" | "f64" | "floating point" => "a number".to_owned(),
         "bool" => "true or false".to_owned(),
         other => format!("a value of type {other}"),
     }

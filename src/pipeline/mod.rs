@@ -19,6 +19,7 @@ mod tests;
 
 pub use error::SpecError;
 
+use crate::agent::budget::Budget;
 use crate::ids::StageId;
 use serde::{Deserialize, Serialize};
 use spec::PipelineSpec;
@@ -40,6 +41,9 @@ pub struct Stage {
     pub task: String,
     /// A turn limit overriding the role's.
     pub max_turns: Option<u32>,
+    /// Token, time and cost limits of the stage (each round has its own).
+    #[serde(default)]
+    pub budget: Budget,
     /// 1 for a stage as written; k for its k-th rework round.
     pub round: u32,
     /// The id as written (`code` for `code.r2`).

@@ -48,6 +48,24 @@ pub struct StageSpec {
     /// What a failure of this stage does to the run (`stop` by default).
     #[serde(default)]
     pub on_failure: crate::pipeline::OnFailure,
+    /// Token, time and cost limits of the stage.
+    #[serde(default)]
+    pub budget: Option<Spanned<BudgetSpec>>,
+}
+
+/// `budget: { tokens, time_secs, cost_usd }` as written; every key optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSpec {
+    /// Prompt plus completion tokens of the stage.
+    #[serde(default)]
+    pub tokens: Option<Spanned<u64>>,
+    /// Wall time of the stage in seconds.
+    #[serde(default)]
+    pub time_secs: Option<Spanned<f64>>,
+    /// Cost of the stage in US dollars.
+    #[serde(default)]
+    pub cost_usd: Option<Spanned<f64>>,
 }
 
 /// `rework: { stage, max_rounds }` as written.

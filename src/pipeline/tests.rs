@@ -404,3 +404,87 @@ fn stage_id_rule() {
         assert!(!is_valid_stage_id(bad), "{bad}");
     }
 }
+
+#[test]
+fn stage_budgets_parse_and_carry_into_rework_rounds() {
+    let text = "name: x\nstages:\n  code:\n    role: coder\n    budget: {tokens: 20000, time_secs: 600, cost_usd: 0.5}\n  review:\n    role: reviewer\n    needs: code\n    budget:\n      tokens: 5000\n    rework: {stage: code, max_rounds: 1}\n";
+    let p = parse_pipeline(text, "<t>", &roles()).unwrap();
+    let code = p.stage("code").unwrap().budget;
+    assert_eq!(code.tokens, Some(20000));
+    assert_eq!(
+        code.time_secs,
+        Some(600.0),
+        "a whole number is a number of seconds"
+    );
+    assert_eq!(code.cost_usd, Some(0.5));
+    assert_eq!(
+        p.stage("code.r2").unwrap().budget,
+        code,
+        "each round has the same budget"
+    );
+    let review = p.stage("review").unwrap().budget;
+    assert_eq!(
+        (review.tokens, review.time_secs, review.cost_usd),
+        (Some(5000), None, None)
+    );
+    let none =
+        parse_pipeline("name: x\nstages:\n  a:\n    role: coder\n", "<t>", &roles()).unwrap();
+    assert!(none.stages[0].budget.is_unlimited());
+}
+
+#[test]
+fn bad_stage_budgets_are_reported_at_the_right_place() {
+    // (text of the budget line(s), line, column, message fragment)
+    let cases: &[(&str, u64, u64, &str)] = &[
+        (
+            "    budget: {tokens: lots}\n",
+            5,
+            22,
+            "expected a whole number, 0 or more",
+        ),
+        (
+            "    budget: {time_secs: soon}\n",
+            5,
+            25,
+            "expected a number",
+        ),
+        (
+            "    budget:\n      tokens: 0\n",
+            6,
+            15,
+            "budget tokens must be at least 1",
+        ),
+        (
+            "    budget: {cost_usd: -1}\n",
+            5,
+            24,
+            "budget cost_usd must be a number greater than 0, got -1",
+        ),
+        (
+            "    budget: {time_secs: 0}\n",
+            5,
+            25,
+            "budget time_secs must be a number greater than 0",
+        ),
+        (
+            "    budget: {turns: 3}\n",
+            5,
+            14,
+            "unknown field `turns`, expected one of tokens, time_secs, cost_usd",
+        ),
+        ("    budget: 100\n", 5, 13, "expected mapping"),
+    ];
+    for (lines, line, column, fragment) in cases {
+        let text = format!("name: p\nstages:\n  a:\n    role: coder\n{lines}");
+        let err = parse_pipeline(&text, "p.yaml", &roles()).unwrap_err();
+        assert!(
+            err.message.contains(fragment),
+            "{lines}: {err} (wanted {fragment})"
+        );
+        assert_eq!((err.line, err.column), (*line, *column), "{lines}: {err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("p.yaml:{line}:{column}: "))
+        );
+    }
+}

@@ -123,6 +123,9 @@ pub struct StageRecord {
     /// One line per tool call (the last [`DIGEST_LINES`]), for hand-offs and reviews.
     #[serde(default)]
     pub digest: Vec<String>,
+    /// The stage's budget and what it used (absent before it ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::agent::budget::BudgetReport>,
 }
 
 /// How many action-digest lines a stage record keeps.
@@ -145,6 +148,7 @@ impl StageRecord {
             duration_ms: 0,
             reason: None,
             digest: Vec::new(),
+            budget: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod budget;
 mod cli;
 mod config;
 mod dag;

@@ -1,0 +1,764 @@
+//! Compaction: keeping a long conversation inside the model's context window.
+//!
+//! The agent loop keeps the whole conversation (`full`, saved as the stage's
+//! transcript); what is sent each turn is a *view* of it built here. While
+//! the view's estimated size stays under `compact_at × context_window` the
+//! view is the conversation itself. When it passes that share, older tool
+//! results are condensed, in two steps, down to a low-water mark
+//! ([`LOW_WATER`] of the trigger) so compaction does not run every turn:
+//!
+//! 1. **Stubs.** Old tool results are replaced by a one-line stub such as
+//!    `[compacted: read_file src/x.rs, 230 lines, 9.1 KB — re-run the tool if
+//!    needed]`. The tool message stays, so every tool call is still answered.
+//! 2. **Summary.** If that is not enough, the model is asked (no tools, agent
+//!    path `<agent>/compact`) to summarise the older part of the
+//!    conversation, which is replaced by one user message holding the summary.
+//!
+//! Always kept: the system prompt, the task (first user message), the last
+//! [`DEFAULT_KEEP_TURNS`] assistant turns and their results (fewer only when
+//! those alone do not fit, down to the latest turn), and every result still
+//! *referenced*: its call id, its file path, or a distinctive token of it (a
+//! word of 5+ characters with letters and digits, like `FACT-7731` or a SHA)
+//! appears in a later assistant message's text or tool arguments. A result
+//! superseded by a later call of the same tool on the same path is not
+//! protected by references. Protection is recomputed every turn, so a stubbed
+//! result that becomes referenced is shown whole again; referenced results
+//! inside a summarised range are carried verbatim in the summary message.
+//!
+//! Size estimate: the bytes of the serialized request (messages and tool
+//! definitions, as JSON, plus a fixed overhead) × tokens per byte — 1/4 until
+//! a response reports `prompt_tokens`, then calibrated on the last one.
+//!
+//! A context-length error from the model lowers the assumed window to the
+//! refused request's size, compacts, and retries once ([`send_turn`]).
+//! Every compaction is an action-log event `compaction` (stubbed call ids,
+//! summarised messages, protected ids, bytes and estimated tokens before and
+//! after, the estimate's method).
+
+use super::budget::Tracker;
+use crate::llm::{
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, MessageRole, ToolCall,
+};
+use crate::runlog::{ActionLog, RecordError, TokenCount};
+use serde_json::json;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+
+/// The context window assumed when none is configured, in tokens.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+/// The share of the context window at which compaction starts.
+pub const DEFAULT_COMPACT_AT: f64 = 0.7;
+/// Assistant turns (with their results) always kept whole when they fit.
+pub const DEFAULT_KEEP_TURNS: usize = 4;
+/// Compaction condenses down to this share of the trigger size, so the
+/// next one is some turns away.
+pub const LOW_WATER: f64 = 0.75;
+/// Results smaller than this are not worth a stub.
+const STUB_MIN_BYTES: usize = 256;
+/// Bytes of a request body outside `messages` and `tools` (model name,
+/// `tool_choice`, braces), counted generously.
+const REQUEST_OVERHEAD_BYTES: usize = 256;
+/// Tokens per byte before any response has reported `prompt_tokens`.
+const DEFAULT_TOKENS_PER_BYTE: f64 = 0.25;
+/// Room kept for the summary message when deciding whether one would help.
+const SUMMARY_RESERVE_BYTES: usize = 2048;
+/// Cap on one message's text in the summary request.
+const SUMMARY_MESSAGE_CAP: usize = 2048;
+/// Appended to the agent path of summary requests (`code/compact`).
+pub const SUMMARY_AGENT_SUFFIX: &str = "/compact";
+
+const SUMMARY_PROMPT: &str = "You condense the history of a coding agent's session so it can continue with less context. Summarise the conversation you are given for the agent itself: what it was asked, what it did, what it found (files, functions, facts, numbers, error messages), what it changed, and what is still open. Be specific and brief (at most 300 words). Do not call tools; answer with the summary only.";
+
+/// When and how to compact.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactConfig {
+    /// The model's context window in tokens.
+    pub context_window: u64,
+    /// Compact when the request passes this share of the window (0 < x ≤ 1).
+    pub compact_at: f64,
+    /// Assistant turns always kept whole when they fit.
+    pub keep_turns: usize,
+}
+
+impl Default for CompactConfig {
+    fn default() -> Self {
+        CompactConfig {
+            context_window: DEFAULT_CONTEXT_WINDOW,
+            compact_at: DEFAULT_COMPACT_AT,
+            keep_turns: DEFAULT_KEEP_TURNS,
+        }
+    }
+}
+
+/// The older part of the conversation, replaced by a summary.
+#[derive(Debug)]
+struct Summary {
+    /// Index in the full conversation of the first message not summarised
+    /// (always an assistant message).
+    upto: usize,
+    /// The model's summary.
+    text: String,
+}
+
+/// Builds the request sent each turn from the full conversation.
+#[derive(Debug)]
+pub struct Compactor {
+    cfg: CompactConfig,
+    /// Indices (in the full conversation) of tool results shown as stubs.
+    stubbed: HashSet<usize>,
+    summary: Option<Summary>,
+    tokens_per_byte: Option<f64>,
+    /// A window below the configured one, learned from a context-length error.
+    window_cap: Option<u64>,
+    /// Distinctive tokens of each tool result, by index (results never change).
+    result_tokens: HashMap<usize, Vec<String>>,
+    summary_tokens: TokenCount,
+}
+
+/// What sending one turn came to.
+#[derive(Debug)]
+pub enum Sent {
+    /// The model answered.
+    Reply(ChatResponse),
+    /// The model failed (after its own retries, and after one compaction
+    /// retry for a context-length error).
+    Failed(LlmError),
+    /// The time budget ran out while waiting.
+    OutOfBudget(String),
+}
+
+/// Why compaction runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    Threshold,
+    ContextLengthError,
+}
+
+impl Compactor {
+    /// A compactor with nothing condensed yet.
+    pub fn new(cfg: CompactConfig) -> Self {
+        Compactor {
+            cfg,
+            stubbed: HashSet::new(),
+            summary: None,
+            tokens_per_byte: None,
+            window_cap: None,
+            result_tokens: HashMap::new(),
+            summary_tokens: TokenCount::default(),
+        }
+    }
+
+    /// Tokens spent on summary requests (not counted as turns).
+    pub fn summary_tokens(&self) -> TokenCount {
+        self.summary_tokens
+    }
+
+    fn active(&self) -> bool {
+        !self.stubbed.is_empty() || self.summary.is_some()
+    }
+
+    fn tpb(&self) -> f64 {
+        self.tokens_per_byte.unwrap_or(DEFAULT_TOKENS_PER_BYTE)
+    }
+
+    fn est(&self, bytes: usize) -> u64 {
+        (bytes as f64 * self.tpb()).ceil() as u64
+    }
+
+    fn window(&self) -> u64 {
+        self.window_cap
+            .map_or(self.cfg.context_window, |c| c.min(self.cfg.context_window))
+    }
+
+    /// The size at which compaction starts, in estimated tokens.
+    pub fn trigger_tokens(&self) -> u64 {
+        (self.window() as f64 * self.cfg.compact_at) as u64
+    }
+
+    fn method(&self) -> String {
+        match self.tokens_per_byte {
+            None => "serialized request bytes / 4".to_owned(),
+            Some(t) => format!(
+                "serialized request bytes × {t:.3} tokens/byte (calibrated on the last response's prompt_tokens)"
+            ),
+        }
+    }
+
+    /// Learns tokens per byte from a response to a request of `bytes`.
+    pub fn calibrate(&mut self, bytes: usize, prompt_tokens: u64) {
+        if prompt_tokens > 0 && bytes > 0 {
+            self.tokens_per_byte = Some((prompt_tokens as f64 / bytes as f64).clamp(0.05, 1.0));
+        }
+    }
+
+    /// The request to send for `full`, compacting first when it is too large
+    /// (or when `trigger` says so). Returns the request and its size in bytes.
+    async fn prepare<'a>(
+        &mut self,
+        model: &dyn ChatModel,
+        full: &'a ChatRequest,
+        turn: u32,
+        trigger: Trigger,
+        tracker: &mut Tracker,
+        log: &mut ActionLog,
+    ) -> Result<(Cow<'a, ChatRequest>, usize), RecordError> {
+        let tools_bytes = json_len(&full.tools) + REQUEST_OVERHEAD_BYTES;
+        let mut pinned = if self.active() {
+            self.pinned(&full.messages)
+        } else {
+            HashSet::new()
+        };
+        let mut view = self.view(full, &pinned);
+        let mut bytes = json_len(view.messages.as_slice()) + tools_bytes;
+        if trigger == Trigger::Threshold && self.est(bytes) <= self.trigger_tokens() {
+            return Ok((view, bytes));
+        }
+        if !self.active() {
+            pinned = self.pinned(&full.messages);
+        }
+        self.compact(
+            model,
+            full,
+            turn,
+            trigger,
+            &pinned,
+            bytes,
+            tools_bytes,
+            tracker,
+            log,
+        )
+        .await?;
+        view = self.view(full, &pinned);
+        bytes = json_len(view.messages.as_slice()) + tools_bytes;
+        Ok((view, bytes))
+    }
+
+    /// Condenses older results (stubs, then a summary) down to the low-water
+    /// mark, and logs what was done.
+    #[allow(clippy::too_many_arguments)]
+    async fn compact(
+        &mut self,
+        model: &dyn ChatModel,
+        full: &ChatRequest,
+        turn: u32,
+        trigger: Trigger,
+        pinned: &HashSet<usize>,
+        bytes_before: usize,
+        tools_bytes: usize,
+        tracker: &mut Tracker,
+        log: &mut ActionLog,
+    ) -> Result<(), RecordError> {
+        let msgs = &full.messages;
+        let goal = self.trigger_tokens();
+        let low = (goal as f64 * LOW_WATER) as u64;
+        let mut bytes = bytes_before;
+        let mut stubbed_now: Vec<usize> = Vec::new();
+        let mut summarized: Option<(Range<usize>, usize)> = None;
+        let mut summary_error: Option<String> = None;
+        let mut keep = self.cfg.keep_turns.max(1);
+        loop {
+            let live = self.live_start(msgs);
+            let tail = tail_start(msgs, live, keep);
+            for i in live..tail {
+                if self.est(bytes) <= low {
+                    break;
+                }
+                let m = &msgs[i];
+                let content = m.content.as_deref().unwrap_or("");
+                if m.role != MessageRole::Tool
+                    || self.stubbed.contains(&i)
+                    || pinned.contains(&i)
+                    || content.len() < STUB_MIN_BYTES
+                {
+                    continue;
+                }
+                let stub = stub_text(call_of(msgs, i), content);
+                bytes = bytes + json_len(&stub) - json_len(content);
+                self.stubbed.insert(i);
+                stubbed_now.push(i);
+            }
+            if self.est(bytes) <= goal {
+                break;
+            }
+            // A summary is a model call and loses detail: ask for one only
+            // when replacing the older part could bring the request under
+            // the trigger (otherwise the kept turns themselves are too big),
+            // or as the last resort.
+            let floor = bytes.saturating_sub(self.older_bytes(msgs, live..tail, pinned))
+                + SUMMARY_RESERVE_BYTES;
+            if summarized.is_none()
+                && summary_error.is_none()
+                && tail > live + 1
+                && (self.est(floor) <= goal || keep == 1)
+            {
+                match self.summarize(model, full, live..tail, tracker).await {
+                    Ok(len) => {
+                        summarized = Some((live..tail, len));
+                        let view = self.view(full, pinned);
+                        bytes = json_len(view.messages.as_slice()) + tools_bytes;
+                        if self.est(bytes) <= goal {
+                            break;
+                        }
+                    }
+                    Err(e) => summary_error = Some(e),
+                }
+            }
+            if keep == 1 {
+                break;
+            }
+            keep -= 1;
+        }
+
+        let method = match (stubbed_now.is_empty(), summarized.is_some()) {
+            (false, false) => "stub",
+            (true, true) => "summary",
+            (false, true) => "stub+summary",
+            (true, false) => "none",
+        };
+        let ids = |idx: &mut dyn Iterator<Item = usize>| -> Vec<String> {
+            idx.filter_map(|i| msgs[i].tool_call_id.clone()).collect()
+        };
+        let live = self.live_start(msgs);
+        let mut pinned_sorted: Vec<usize> = pinned.iter().copied().collect();
+        pinned_sorted.sort_unstable();
+        log.append(
+            "compaction",
+            json!({
+                "turn": turn,
+                "trigger": match trigger {
+                    Trigger::Threshold => "threshold",
+                    Trigger::ContextLengthError => "context_length_error",
+                },
+                "method": method,
+                "stubbed": ids(&mut stubbed_now.iter().copied()),
+                "summarized": summarized.as_ref().map(|(r, len)| json!({
+                    "messages": r.len(),
+                    "call_ids": ids(&mut r.clone().filter(|&i| msgs[i].role == MessageRole::Tool)),
+                    "summary_bytes": len,
+                })),
+                "summary_error": summary_error,
+                "kept": ids(&mut pinned_sorted.into_iter()),
+                "kept_turns": keep,
+                "live_from": live,
+                "bytes_before": bytes_before,
+                "bytes_after": bytes,
+                "est_tokens_before": self.est(bytes_before),
+                "est_tokens_after": self.est(bytes),
+                "trigger_tokens": goal,
+                "context_window": self.window(),
+                "estimate": self.method(),
+                "under_trigger": self.est(bytes) <= goal,
+            }),
+        )?;
+        if self.est(bytes) > goal {
+            tracing::warn!(
+                turn,
+                est_tokens = self.est(bytes),
+                trigger_tokens = goal,
+                "compaction could not bring the request under the trigger size"
+            );
+        }
+        Ok(())
+    }
+
+    /// Bytes the messages of `range` take in the view, minus referenced
+    /// results (a summary would carry those along).
+    fn older_bytes(
+        &self,
+        msgs: &[ChatMessage],
+        range: Range<usize>,
+        pinned: &HashSet<usize>,
+    ) -> usize {
+        range
+            .filter(|i| !pinned.contains(i))
+            .map(|i| {
+                let m = &msgs[i];
+                if m.role == MessageRole::Tool && self.stubbed.contains(&i) {
+                    json_len(&stub_text(
+                        call_of(msgs, i),
+                        m.content.as_deref().unwrap_or(""),
+                    )) + 40
+                } else {
+                    json_len(m) + 1
+                }
+            })
+            .sum()
+    }
+
+    /// Index of the first message after the summary (or after the task).
+    fn live_start(&self, msgs: &[ChatMessage]) -> usize {
+        self.summary.as_ref().map_or(msgs.len().min(2), |s| s.upto)
+    }
+
+    /// Asks the model to summarise `range` of the conversation; on success
+    /// the range is replaced by the summary. Returns the summary's length.
+    async fn summarize(
+        &mut self,
+        model: &dyn ChatModel,
+        full: &ChatRequest,
+        range: Range<usize>,
+        tracker: &mut Tracker,
+    ) -> Result<usize, String> {
+        let msgs = &full.messages;
+        // The summary request must itself fit: share the trigger size out
+        // among the messages to summarise.
+        let budget_bytes = (self.trigger_tokens() as f64 / self.tpb() * 0.8) as usize;
+        let per_message = (budget_bytes / range.len().max(1)).clamp(160, SUMMARY_MESSAGE_CAP);
+        let mut text = String::new();
+        if let Some(s) = &self.summary {
+            text.push_str("Summary of what came before:\n");
+            text.push_str(&s.text);
+            text.push_str("\n\n");
+        }
+        text.push_str("The conversation to summarise:\n");
+        for i in range.clone() {
+            text.push_str(&render_for_summary(msgs, i, per_message));
+            text.push('\n');
+        }
+        let req = ChatRequest {
+            messages: vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(text)],
+            tools: Vec::new(),
+            agent_path: format!("{}{SUMMARY_AGENT_SUFFIX}", full.agent_path),
+        };
+        let resp = match tracker.bounded(model.complete(&req)).await {
+            Err(why) => return Err(why),
+            Ok(Err(e)) => return Err(format!("failed to {e}")),
+            Ok(Ok(r)) => r,
+        };
+        tracker.record_usage(resp.usage.prompt_tokens, resp.usage.completion_tokens);
+        self.summary_tokens.add(TokenCount {
+            prompt: resp.usage.prompt_tokens,
+            completion: resp.usage.completion_tokens,
+        });
+        let summary = resp.message.content.unwrap_or_default().trim().to_owned();
+        if summary.is_empty() {
+            return Err("the model answered the summary request without text".to_owned());
+        }
+        let len = summary.len();
+        self.summary = Some(Summary {
+            upto: range.end,
+            text: summary,
+        });
+        Ok(len)
+    }
+
+    /// The conversation as sent: head, summary message, then the live part
+    /// with stubs for condensed results that are not referenced.
+    fn view<'a>(&self, full: &'a ChatRequest, pinned: &HashSet<usize>) -> Cow<'a, ChatRequest> {
+        if !self.active() {
+            return Cow::Borrowed(full);
+        }
+        let msgs = &full.messages;
+        let head = msgs.len().min(2);
+        let mut out: Vec<ChatMessage> = Vec::with_capacity(msgs.len());
+        out.extend_from_slice(&msgs[..head]);
+        let mut start = head;
+        if let Some(s) = &self.summary {
+            out.push(ChatMessage::user(summary_message(s, msgs, pinned)));
+            start = s.upto;
+        }
+        for (i, m) in msgs.iter().enumerate().skip(start) {
+            match &m.tool_call_id {
+                Some(id)
+                    if m.role == MessageRole::Tool
+                        && self.stubbed.contains(&i)
+                        && !pinned.contains(&i) =>
+                {
+                    let content = m.content.as_deref().unwrap_or("");
+                    out.push(ChatMessage::tool(
+                        id.clone(),
+                        stub_text(call_of(msgs, i), content),
+                    ));
+                }
+                _ => out.push(m.clone()),
+            }
+        }
+        Cow::Owned(ChatRequest {
+            messages: out,
+            tools: full.tools.clone(),
+            agent_path: full.agent_path.clone(),
+        })
+    }
+
+    /// Indices of the tool results a later assistant message refers to (see
+    /// the module docs).
+    fn pinned(&mut self, msgs: &[ChatMessage]) -> HashSet<usize> {
+        let mut later_distinct: HashSet<String> = HashSet::new();
+        let mut later_all: HashSet<String> = HashSet::new();
+        let mut later_calls: HashSet<(String, String)> = HashSet::new();
+        let mut pinned = HashSet::new();
+        for i in (msgs.len().min(2)..msgs.len()).rev() {
+            let m = &msgs[i];
+            match m.role {
+                MessageRole::Assistant => {
+                    let texts = m
+                        .content
+                        .iter()
+                        .map(String::as_str)
+                        .chain(m.tool_calls.iter().map(|c| c.function.arguments.as_str()));
+                    for text in texts {
+                        for t in tokens(text) {
+                            if is_distinctive(t) {
+                                later_distinct.insert(t.to_owned());
+                            }
+                            later_all.insert(normalize_path(t).to_owned());
+                        }
+                    }
+                }
+                MessageRole::Tool => {
+                    let call = call_of(msgs, i);
+                    let name = call.map_or("", |c| c.function.name.as_str());
+                    let path = call.and_then(path_arg);
+                    let key = path.as_ref().map(|p| (name.to_owned(), p.clone()));
+                    if key.as_ref().is_some_and(|k| later_calls.contains(k)) {
+                        // Superseded by a later call of the same tool on the same path.
+                        continue;
+                    }
+                    let content = m.content.as_deref().unwrap_or("");
+                    let own = self
+                        .result_tokens
+                        .entry(i)
+                        .or_insert_with(|| distinctive_tokens(content));
+                    let referenced = own.iter().any(|t| later_distinct.contains(t))
+                        || m.tool_call_id
+                            .as_ref()
+                            .is_some_and(|id| later_all.contains(id.as_str()))
+                        || path
+                            .as_ref()
+                            .is_some_and(|p| later_all.contains(p.as_str()));
+                    if referenced {
+                        pinned.insert(i);
+                    }
+                    if let Some(k) = key {
+                        later_calls.insert(k);
+                    }
+                }
+                _ => {}
+            }
+        }
+        pinned
+    }
+}
+
+/// Sends one turn: builds the request from `full` (compacting when needed),
+/// waits for the model within the time budget, and on a context-length
+/// error compacts harder and retries once. Logs the `request` event.
+pub async fn send_turn(
+    model: &dyn ChatModel,
+    full: &ChatRequest,
+    turn: u32,
+    compactor: &mut Compactor,
+    tracker: &mut Tracker,
+    log: &mut ActionLog,
+) -> Result<Sent, RecordError> {
+    let mut trigger = Trigger::Threshold;
+    loop {
+        let (req, bytes) = compactor
+            .prepare(model, full, turn, trigger, tracker, log)
+            .await?;
+        log.append(
+            "request",
+            json!({"turn": turn, "messages": req.messages.len(), "approx_bytes": bytes}),
+        )?;
+        match tracker.bounded(model.complete(&req)).await {
+            Err(why) => return Ok(Sent::OutOfBudget(why)),
+            Ok(Ok(resp)) => {
+                // An estimated usage is bytes / 4 of the client's own body:
+                // calibrating on it would only measure our own guess.
+                if !resp.usage.estimated {
+                    compactor.calibrate(bytes, resp.usage.prompt_tokens);
+                }
+                return Ok(Sent::Reply(resp));
+            }
+            Ok(Err(e)) if trigger == Trigger::Threshold && is_context_length(&e) => {
+                log.append(
+                    "model_error",
+                    json!({"turn": turn, "error": format!("failed to {e}"), "retry": "compacting the conversation and retrying once"}),
+                )?;
+                // The server refused this size: the real window is smaller.
+                compactor.window_cap = Some(compactor.est(bytes).max(1));
+                trigger = Trigger::ContextLengthError;
+            }
+            Ok(Err(e)) => return Ok(Sent::Failed(e)),
+        }
+    }
+}
+
+/// Whether a model error says the request was longer than the context window.
+///
+/// The model client does not classify this yet; until it does
+/// (`LlmError::is_context_length()`), this matches the servers' wording
+/// (OpenAI and vLLM: "maximum context length", `context_length_exceeded`;
+/// llama.cpp: "context size"; others: "context window").
+pub fn is_context_length(e: &LlmError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    text.contains("context")
+        && (text.contains("length")
+            || text.contains("maximum context")
+            || text.contains("context size")
+            || text.contains("context window"))
+}
+
+/// Bytes of `v` serialized as JSON.
+fn json_len<T: serde::Serialize + ?Sized>(v: &T) -> usize {
+    serde_json::to_vec(v).map_or(0, |b| b.len())
+}
+
+/// Index of the `keep`-th last assistant message at or after `live`, or
+/// `live` when there are fewer (nothing before it may be condensed).
+fn tail_start(msgs: &[ChatMessage], live: usize, keep: usize) -> usize {
+    let mut seen = 0;
+    for i in (live..msgs.len()).rev() {
+        if msgs[i].role == MessageRole::Assistant {
+            seen += 1;
+            if seen == keep {
+                return i;
+            }
+        }
+    }
+    live
+}
+
+/// The tool call that the tool result at `i` answers.
+fn call_of(msgs: &[ChatMessage], i: usize) -> Option<&ToolCall> {
+    let id = msgs[i].tool_call_id.as_deref()?;
+    msgs[..i]
+        .iter()
+        .rev()
+        .find(|m| m.role == MessageRole::Assistant)?
+        .tool_calls
+        .iter()
+        .find(|c| c.id == id)
+}
+
+/// The `path` argument of a call, normalised (`./a.py` → `a.py`).
+fn path_arg(call: &ToolCall) -> Option<String> {
+    let args: serde_json::Value = serde_json::from_str(&call.function.arguments).ok()?;
+    let p = args.get("path")?.as_str()?;
+    let p = normalize_path(p);
+    (!p.is_empty() && p != ".").then(|| p.to_owned())
+}
+
+fn normalize_path(p: &str) -> &str {
+    p.trim_start_matches("./")
+}
+
+/// Words for reference matching: runs of letters, digits and `_-./`.
+fn tokens(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || "_-./".contains(c)))
+        .map(|t| t.trim_matches(|c: char| c == '.' || c == '-'))
+        .filter(|t| !t.is_empty())
+}
+
+/// A word specific enough that mentioning it means referring to the result
+/// holding it: 5+ characters with both letters and digits (ids, SHAs,
+/// error codes, `FACT-7731`), but not plain words or numbers.
+fn is_distinctive(t: &str) -> bool {
+    (5..=128).contains(&t.len())
+        && t.bytes().any(|b| b.is_ascii_digit())
+        && t.bytes().any(|b| b.is_ascii_alphabetic())
+}
+
+fn distinctive_tokens(text: &str) -> Vec<String> {
+    let set: HashSet<&str> = tokens(text).filter(|t| is_distinctive(t)).collect();
+    set.into_iter().map(str::to_owned).collect()
+}
+
+/// `read_file src/x.rs`, `bash \`cargo test\``, …: a call in a few words.
+fn describe(call: Option<&ToolCall>) -> String {
+    let Some(call) = call else {
+        return "a tool call".to_owned();
+    };
+    let name = call.function.name.as_str();
+    let args: serde_json::Value =
+        serde_json::from_str(&call.function.arguments).unwrap_or_default();
+    let arg = |k: &str| args.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+    let detail = match name {
+        "bash" => arg("command").map(|c| {
+            let c = c.replace('\n', " ");
+            format!("`{}`", super::cap(&c, 60))
+        }),
+        "grep" => arg("pattern").map(|p| {
+            let at = arg("path").map_or(String::new(), |p| format!(" in {p}"));
+            format!("`{}`{at}", super::cap(&p, 40))
+        }),
+        "list_files" => arg("path").or_else(|| arg("pattern")),
+        _ => arg("path"),
+    };
+    match detail {
+        Some(d) => format!("{name} {d}"),
+        None => name.to_owned(),
+    }
+}
+
+fn size(bytes: usize) -> String {
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else {
+        format!("{:.1} KB", bytes as f64 / 1024.0)
+    }
+}
+
+/// The one-line stand-in for a condensed tool result.
+fn stub_text(call: Option<&ToolCall>, content: &str) -> String {
+    format!(
+        "[compacted: {}, {} lines, {} — re-run the tool if needed]",
+        describe(call),
+        content.lines().count(),
+        size(content.len())
+    )
+}
+
+/// The user message standing for a summarised range: the summary, then the
+/// referenced results from that range, verbatim.
+fn summary_message(s: &Summary, msgs: &[ChatMessage], pinned: &HashSet<usize>) -> String {
+    let mut text = format!(
+        "[Summary of the earlier conversation, condensed to save context; the full transcript is kept on disk. Earlier tool results are gone unless kept below: re-run a tool if you need its output again.]\n\n{}",
+        s.text
+    );
+    let mut kept: Vec<usize> = pinned
+        .iter()
+        .copied()
+        .filter(|&i| i < s.upto && msgs[i].role == MessageRole::Tool)
+        .collect();
+    kept.sort_unstable();
+    for i in kept {
+        text.push_str(&format!(
+            "\n\n[kept: result of {} (call {})]\n{}",
+            describe(call_of(msgs, i)),
+            msgs[i].tool_call_id.as_deref().unwrap_or("?"),
+            msgs[i].content.as_deref().unwrap_or("")
+        ));
+    }
+    text
+}
+
+/// One message of the range to summarise, as plain text.
+fn render_for_summary(msgs: &[ChatMessage], i: usize, cap: usize) -> String {
+    let m = &msgs[i];
+    let content = m.content.as_deref().unwrap_or("");
+    match m.role {
+        MessageRole::Assistant => {
+            let mut s = format!("assistant: {}", super::cap(content, cap));
+            for c in &m.tool_calls {
+                s.push_str(&format!(
+                    "\n  calls {}({})",
+                    c.function.name,
+                    super::cap(&c.function.arguments, 300)
+                ));
+            }
+            s
+        }
+        MessageRole::Tool => format!(
+            "result of {}: {}",
+            describe(call_of(msgs, i)),
+            super::cap(content, cap)
+        ),
+        MessageRole::User => format!("user: {}", super::cap(content, cap)),
+        MessageRole::System => format!("system: {}", super::cap(content, cap)),
+    }
+}
+
+#[cfg(test)]
+mod tests;
