@@ -247,17 +247,26 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
             assume_yes: opts.assume_yes,
             interactive: opts.interactive,
         };
-        let tool_ctx =
-            ToolContext::new(&worktree, &role.tools, role.read_only, policy).map_err(|source| {
-                RunError::Tools {
-                    stage: id.clone(),
-                    path: worktree.clone(),
-                    source,
-                }
+        let mut tool_ctx = ToolContext::new(&worktree, &role.tools, role.read_only, policy)
+            .map_err(|source| RunError::Tools {
+                stage: id.clone(),
+                path: worktree.clone(),
+                source,
             })?;
+        tool_ctx.spawn = crate::subagent::SpawnContext::for_stage(
+            &info.workdir,
+            &tool_ctx.root,
+            &run_dir.root,
+            &id,
+            opts.model.as_ref(),
+            opts.assume_yes,
+        );
         let cfg = AgentConfig {
             agent_path: id.clone(),
-            system_prompt: prompt::system_prompt(&role.prompt, &offered_tools(&role.tools)),
+            system_prompt: prompt::system_prompt(
+                &role.prompt,
+                &crate::tools::offered_names(&tool_ctx),
+            ),
             task: prompt::task_message(&stage.task, &opts.issue, &upstream),
             max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
             require_verdict,
@@ -376,14 +385,6 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
 
 fn touch(state: &mut RunState) {
     state.updated = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-}
-
-/// Tools the model is actually offered (`spawn_agent` is not available yet).
-fn offered_tools(tools: &[String]) -> Vec<String> {
-    crate::tools::definitions(tools)
-        .iter()
-        .map(|d| d.name.to_owned())
-        .collect()
 }
 
 /// Base ids of the stages whose verdict gates a rework round: those stages

@@ -164,7 +164,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A chat model backend: the OpenAI-compatible HTTP client or the replay model.
 pub trait ChatModel: Send + Sync {
     /// One completion for `req`.
-    fn complete<'a>(&'a self, req: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
 
     /// A human label, e.g. `gpt-4o-mini at https://api.openai.com/v1` or
     /// `replay of fixtures/demo/replay.json (recorded responses, no model is called)`.
@@ -175,13 +178,55 @@ pub trait ChatModel: Send + Sync {
 
     /// True for the offline replay model.
     fn is_replay(&self) -> bool;
+
+    /// How a child `orch agent` process reaches this same model (for
+    /// `spawn_agent`); `None` when it cannot.
+    fn spawn_settings(&self) -> Option<ModelSpawn> {
+        None
+    }
+}
+
+/// The model settings a subagent process is started with.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ModelSpawn {
+    /// An OpenAI-compatible server; the key goes to the child as `ORCH_API_KEY`.
+    Http {
+        /// API root.
+        base_url: String,
+        /// Model name.
+        model: String,
+        /// Bearer token, if any.
+        api_key: Option<String>,
+    },
+    /// The replay model, from this (absolute) file.
+    Replay(std::path::PathBuf),
+}
+
+impl std::fmt::Debug for ModelSpawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelSpawn::Http {
+                base_url,
+                model,
+                api_key,
+            } => f
+                .debug_struct("Http")
+                .field("base_url", base_url)
+                .field("model", model)
+                .field("api_key", &api_key.as_ref().map(|_| "<redacted>"))
+                .finish(),
+            ModelSpawn::Replay(p) => f.debug_tuple("Replay").field(p).finish(),
+        }
+    }
 }
 
 /// Errors from a model backend.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
     /// 401/403: the key is missing or wrong.
-    #[error("authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY)")]
+    #[error(
+        "authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY)"
+    )]
     Auth {
         /// Endpoint URL.
         url: String,
@@ -227,7 +272,9 @@ pub enum LlmError {
         reason: String,
     },
     /// The replay file has no more responses for this agent.
-    #[error("replay the next response for agent `{agent}`: the replay file {file} has only {available} for it")]
+    #[error(
+        "replay the next response for agent `{agent}`: the replay file {file} has only {available} for it"
+    )]
     ReplayExhausted {
         /// Agent path.
         agent: String,
@@ -247,4 +294,7 @@ pub enum LlmError {
     /// No base URL / model was configured.
     #[error("configure a model: {0}")]
     Config(String),
+    /// The agent's token or time budget is used up; no request was sent.
+    #[error("stay within the budget: {0}")]
+    Budget(String),
 }

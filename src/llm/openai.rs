@@ -42,6 +42,9 @@ pub const DEFAULT_RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
 const SNIPPET_CHARS: usize = 200;
 /// Header naming the agent that sends a request (used by fake servers and proxies).
 pub const AGENT_HEADER: &str = "x-orch-agent";
+/// Header carrying the sending process's id (subagents are processes; handy
+/// for debugging and for test servers that simulate a crash).
+pub const PID_HEADER: &str = "x-orch-pid";
 
 /// Where and how to reach a model.
 #[derive(Clone)]
@@ -278,6 +281,7 @@ impl OpenAiClient {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(AGENT_HEADER, agent_header_value(agent_path));
+        headers.insert(PID_HEADER, HeaderValue::from(std::process::id()));
         if let Some(key) = &self.settings.api_key {
             let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
                 LlmError::Config(
@@ -467,6 +471,14 @@ impl ChatModel for OpenAiClient {
 
     fn is_replay(&self) -> bool {
         false
+    }
+
+    fn spawn_settings(&self) -> Option<super::ModelSpawn> {
+        Some(super::ModelSpawn::Http {
+            base_url: self.settings.base_url.clone(),
+            model: self.settings.model.clone(),
+            api_key: self.settings.api_key.clone(),
+        })
     }
 }
 
