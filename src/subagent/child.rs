@@ -124,8 +124,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         opts.model.as_ref(),
         opts.assume_yes,
         Arc::clone(&budget),
-    )
-    .filter(SpawnContext::can_spawn);
+    );
     if role.read_only {
         ctx.read_only_guard = Some(Arc::new(ReadOnlyGuard::new(&ctx.root)));
     }

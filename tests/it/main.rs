@@ -7,3 +7,4 @@ mod cli;
 mod harness;
 mod llm_client;
 mod run_e2e;
+mod subagents;

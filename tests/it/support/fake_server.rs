@@ -24,9 +24,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long a connection may stay silent before the server gives up on it.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,6 +54,23 @@ pub enum Reply {
     Close,
     /// Wait, then give the inner reply (for latency and timeout tests).
     Delayed(Duration, Box<Reply>),
+    /// Hold this request until `n` requests holding a barrier of the same
+    /// `group` are in flight at once, then give `then`. When they are not
+    /// all there within `timeout`, record a violation and answer 400: a test
+    /// that expects concurrency fails if the requests come one by one.
+    Barrier {
+        /// Requests meet per group name.
+        group: String,
+        /// How many must be in flight together.
+        n: usize,
+        /// How long to wait for them.
+        timeout: Duration,
+        /// The answer once they are.
+        then: Box<Reply>,
+    },
+    /// Send SIGKILL to the process named by the request's `X-Orch-Pid`
+    /// header (a crashing client), then close the connection.
+    KillSender,
 }
 
 impl Reply {
@@ -114,6 +131,17 @@ impl Reply {
                 d,
                 Box::new(inner.with_usage(prompt_tokens, completion_tokens)),
             ),
+            Reply::Barrier {
+                group,
+                n,
+                timeout,
+                then,
+            } => Reply::Barrier {
+                group,
+                n,
+                timeout,
+                then: Box::new(then.with_usage(prompt_tokens, completion_tokens)),
+            },
             other => other,
         }
     }
@@ -121,6 +149,17 @@ impl Reply {
     /// The same reply, given after `delay`.
     pub fn after(self, delay: Duration) -> Reply {
         Reply::Delayed(delay, Box::new(self))
+    }
+
+    /// The same reply, held until `n` requests of barrier `group` are in
+    /// flight together (see [`Reply::Barrier`]).
+    pub fn when_in_flight(self, group: &str, n: usize, timeout: Duration) -> Reply {
+        Reply::Barrier {
+            group: group.to_owned(),
+            n,
+            timeout,
+            then: Box::new(self),
+        }
     }
 }
 
@@ -163,6 +202,8 @@ pub struct Recorded {
     pub body: Value,
     /// When the request had been read completely.
     pub at: Instant,
+    /// The same moment as wall-clock time (to compare with other processes).
+    pub received: SystemTime,
 }
 
 impl Recorded {
@@ -194,6 +235,9 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     stop: AtomicBool,
+    /// Arrivals per barrier group, and the condvar barrier waiters sleep on.
+    barriers: Mutex<HashMap<String, usize>>,
+    barrier_cv: Condvar,
 }
 
 impl Shared {
@@ -224,6 +268,8 @@ impl FakeServer {
                 ..State::default()
             }),
             stop: AtomicBool::new(false),
+            barriers: Mutex::new(HashMap::new()),
+            barrier_cv: Condvar::new(),
         });
         let workers: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let accept = {
@@ -443,6 +489,11 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
         .find(|(n, _)| n == "x-orch-agent")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
+    let pid = request
+        .headers
+        .iter()
+        .find(|(n, _)| n == "x-orch-pid")
+        .and_then(|(_, v)| v.parse::<i32>().ok());
     let parsed = serde_json::from_slice::<Value>(&request.body);
     let body = parsed.as_ref().cloned().unwrap_or(Value::Null);
     let reply = {
@@ -454,6 +505,7 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
             headers: request.headers,
             body: body.clone(),
             at: Instant::now(),
+            received: SystemTime::now(),
         });
         if !request.path.ends_with("/chat/completions") {
             return plain(404, format!("fake server: no route for {}", request.path));
@@ -479,11 +531,57 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
         state.script.get_mut(&agent).and_then(VecDeque::pop_front)
     };
     match reply {
-        Some(reply) => render(reply, &body),
+        Some(reply) => special(reply, shared, &agent, pid).unwrap_or_else(|r| render(r, &body)),
         None => plain(
             500,
             format!("fake server: script exhausted for agent {agent:?}"),
         ),
+    }
+}
+
+/// Handles the replies that need the server's shared state or the request's
+/// headers; any other reply comes back as `Err` for [`render`].
+fn special(reply: Reply, shared: &Shared, agent: &str, pid: Option<i32>) -> Result<Answer, Reply> {
+    match reply {
+        Reply::Barrier {
+            group,
+            n,
+            timeout,
+            then,
+        } => {
+            let mut arrivals = shared.barriers.lock().unwrap_or_else(|e| e.into_inner());
+            *arrivals.entry(group.clone()).or_insert(0) += 1;
+            shared.barrier_cv.notify_all();
+            let (arrivals, waited) = shared
+                .barrier_cv
+                .wait_timeout_while(arrivals, timeout, |a| a.get(&group).copied().unwrap_or(0) < n)
+                .unwrap_or_else(|e| e.into_inner());
+            if waited.timed_out() {
+                let seen = arrivals.get(&group).copied().unwrap_or(0);
+                drop(arrivals);
+                let message = format!(
+                    "barrier {group:?} (agent {agent:?}): only {seen} of {n} requests were in flight together within {timeout:?}"
+                );
+                shared.state().violations.push(message.clone());
+                return Ok(plain(400, format!("fake server: {message}")));
+            }
+            drop(arrivals);
+            special(*then, shared, agent, pid)
+        }
+        Reply::KillSender => {
+            match pid {
+                // SAFETY: plain syscall; the pid comes from the client's own header.
+                Some(pid) if pid > 0 => unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                },
+                _ => shared
+                    .state()
+                    .violations
+                    .push(format!("KillSender: agent {agent:?} sent no X-Orch-Pid header")),
+            }
+            Ok(Answer::Close)
+        }
+        other => Err(other),
     }
 }
 
@@ -532,6 +630,8 @@ fn render(reply: Reply, request: &Value) -> Answer {
             std::thread::sleep(delay);
             render(*inner, request)
         }
+        Reply::Barrier { then, .. } => render(*then, request),
+        Reply::KillSender => Answer::Close,
     }
 }
 
