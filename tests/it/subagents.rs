@@ -2,7 +2,9 @@
 //! calls `spawn_agent`; children are real `orch agent` processes talking to
 //! the same fake model server, told apart by their `X-Orch-Agent` path.
 
-use crate::support::{FAKE_API_KEY, FakeServer, Recorded, Reply, Script, TestRepo, orch_with_model};
+use crate::support::{
+    FAKE_API_KEY, FakeServer, Recorded, Reply, Script, TestRepo, orch_with_model,
+};
 use orch::subagent::{AgentStatus, agent_tree};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -173,7 +175,11 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
             ),
     );
     let (out, json) = run_stage(&repo, &server, &[]);
-    assert_eq!(server.violations(), Vec::<String>::new(), "children ran one by one?");
+    assert_eq!(
+        server.violations(),
+        Vec::<String>::new(),
+        "children ran one by one?"
+    );
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(json["status"], "succeeded");
 
@@ -183,9 +189,21 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
     assert!(offered(&parent[0]).contains(&"spawn_agent".to_owned()));
     let results = tool_results(&parent[1]);
     assert_eq!(results.len(), 2);
-    assert!(results[0].contains("add is defined in calc.py:1."), "{}", results[0]);
-    assert!(results[0].contains("code/explore-1 (explore) succeeded"), "{}", results[0]);
-    assert!(results[1].contains("README.md says: # calc."), "{}", results[1]);
+    assert!(
+        results[0].contains("add is defined in calc.py:1."),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[0].contains("code/explore-1 (explore) succeeded"),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[1].contains("README.md says: # calc."),
+        "{}",
+        results[1]
+    );
 
     // Each child starts from its system prompt and its task only, in a
     // process of its own, with the tools of its role only.
@@ -201,12 +219,22 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
         assert_eq!(m[0]["role"], "system");
         assert_eq!(m[1]["role"], "user");
         assert!(m[1]["content"].as_str().unwrap().contains(task));
-        assert!(!m[1]["content"].as_str().unwrap().contains("Look around"), "no parent history");
+        assert!(
+            !m[1]["content"].as_str().unwrap().contains("Look around"),
+            "no parent history"
+        );
         let tools = offered(&reqs[0]);
         for t in ["write_file", "edit_file", "spawn_agent"] {
-            assert!(!tools.contains(&t.to_owned()), "{path} offered {t}: {tools:?}");
+            assert!(
+                !tools.contains(&t.to_owned()),
+                "{path} offered {t}: {tools:?}"
+            );
         }
-        assert!(reqs[0].header("authorization").is_some_and(|a| a.ends_with(FAKE_API_KEY)));
+        assert!(
+            reqs[0]
+                .header("authorization")
+                .is_some_and(|a| a.ends_with(FAKE_API_KEY))
+        );
         pids.push(pid_of(&reqs[0]));
     }
     assert_ne!(pids[0], pids[1]);
@@ -277,15 +305,31 @@ fn depth_is_bounded_and_the_deepest_agent_is_not_offered_spawn_agent() {
     assert_eq!(out.status.code(), Some(0));
 
     let middle = server.requests_for("code/coder-1");
-    assert!(offered(&middle[0]).contains(&"spawn_agent".to_owned()), "depth 1 of 2 may spawn");
+    assert!(
+        offered(&middle[0]).contains(&"spawn_agent".to_owned()),
+        "depth 1 of 2 may spawn"
+    );
     let leaf = server.requests_for("code/coder-1/coder-1");
     assert_eq!(leaf.len(), 2);
     let tools = offered(&leaf[0]);
-    assert!(!tools.contains(&"spawn_agent".to_owned()), "depth 2 of 2: {tools:?}");
-    assert!(tools.contains(&"write_file".to_owned()), "a coder keeps its other tools");
+    assert!(
+        !tools.contains(&"spawn_agent".to_owned()),
+        "depth 2 of 2: {tools:?}"
+    );
+    assert!(
+        tools.contains(&"write_file".to_owned()),
+        "a coder keeps its other tools"
+    );
     let refused = &tool_results(&leaf[1])[0];
-    assert!(refused.starts_with("error: spawn_agent: depth limit reached"), "{refused}");
-    assert!(server.requests_for("code/coder-1/coder-1/explore-1").is_empty());
+    assert!(
+        refused.starts_with("error: spawn_agent: depth limit reached"),
+        "{refused}"
+    );
+    assert!(
+        server
+            .requests_for("code/coder-1/coder-1/explore-1")
+            .is_empty()
+    );
     assert!(tool_results(&middle[1])[0].contains("leaf done"));
 
     let tree = agent_tree(&PathBuf::from(json["record"].as_str().unwrap()));
@@ -333,9 +377,18 @@ fn a_child_past_its_time_limit_is_killed_with_its_tool_processes() {
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(out.status.code(), Some(0), "the parent carries on");
     let err = &tool_results(&server.requests_for("code")[1])[0];
-    assert!(err.starts_with("error: spawn_agent: agent code/explore-1 (explore) timed_out"), "{err}");
-    assert!(err.contains("time limit hit; killed at its time limit of 4s"), "{err}");
-    assert!(err.contains("partial report: (no report yet) tool calls so far: bash"), "{err}");
+    assert!(
+        err.starts_with("error: spawn_agent: agent code/explore-1 (explore) timed_out"),
+        "{err}"
+    );
+    assert!(
+        err.contains("time limit hit; killed at its time limit of 4s"),
+        "{err}"
+    );
+    assert!(
+        err.contains("partial report: (no report yet) tool calls so far: bash"),
+        "{err}"
+    );
 
     let child = pid_of(&server.requests_for("code/explore-1")[0]);
     assert!(group_gone(child), "the child's group {child} is alive");
@@ -349,7 +402,11 @@ fn a_child_past_its_time_limit_is_killed_with_its_tool_processes() {
     let tree = agent_tree(&PathBuf::from(json["record"].as_str().unwrap()));
     assert_eq!(tree[0].status, AgentStatus::TimedOut);
     assert_eq!(tree[0].limit.as_deref(), Some("time"));
-    assert_eq!(tree[0].tokens.total(), 20, "the partial result counted its turn");
+    assert_eq!(
+        tree[0].tokens.total(),
+        20,
+        "the partial result counted its turn"
+    );
     before.assert_unchanged(&repo.snapshot());
 }
 
@@ -399,8 +456,14 @@ fn a_child_killed_by_sigkill_is_a_tool_error_and_the_run_completes() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(json["status"], "succeeded");
     let err = &tool_results(&server.requests_for("code")[1])[0];
-    assert!(err.starts_with("error: spawn_agent: agent code/explore-1 (explore) crashed"), "{err}");
-    assert!(err.contains("exited without a result (killed by SIGKILL)"), "{err}");
+    assert!(
+        err.starts_with("error: spawn_agent: agent code/explore-1 (explore) crashed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("exited without a result (killed by SIGKILL)"),
+        "{err}"
+    );
     assert!(err.contains("partial report: (none)"), "{err}");
     let tree = agent_tree(&PathBuf::from(json["record"].as_str().unwrap()));
     assert_eq!(tree[0].status, AgentStatus::Crashed);
@@ -464,8 +527,14 @@ fn orch_agent_json_has_report_status_turns_tokens_and_transcript() {
         vec![Reply::finish("e1", "calc.py has add.", None).with_usage(20, 2)],
     ));
     let mut cmd = orch_with_model(&server.base_url);
-    cmd.current_dir(&repo.path)
-        .args(["agent", "--role", "explore", "--task", "Where is add?", "--json"]);
+    cmd.current_dir(&repo.path).args([
+        "agent",
+        "--role",
+        "explore",
+        "--task",
+        "Where is add?",
+        "--json",
+    ]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0));
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -554,7 +554,9 @@ fn special(reply: Reply, shared: &Shared, agent: &str, pid: Option<i32>) -> Resu
             shared.barrier_cv.notify_all();
             let (arrivals, waited) = shared
                 .barrier_cv
-                .wait_timeout_while(arrivals, timeout, |a| a.get(&group).copied().unwrap_or(0) < n)
+                .wait_timeout_while(arrivals, timeout, |a| {
+                    a.get(&group).copied().unwrap_or(0) < n
+                })
                 .unwrap_or_else(|e| e.into_inner());
             if waited.timed_out() {
                 let seen = arrivals.get(&group).copied().unwrap_or(0);
@@ -574,10 +576,9 @@ fn special(reply: Reply, shared: &Shared, agent: &str, pid: Option<i32>) -> Resu
                 Some(pid) if pid > 0 => unsafe {
                     libc::kill(pid, libc::SIGKILL);
                 },
-                _ => shared
-                    .state()
-                    .violations
-                    .push(format!("KillSender: agent {agent:?} sent no X-Orch-Pid header")),
+                _ => shared.state().violations.push(format!(
+                    "KillSender: agent {agent:?} sent no X-Orch-Pid header"
+                )),
             }
             Ok(Answer::Close)
         }
