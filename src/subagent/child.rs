@@ -343,3 +343,58 @@ impl ChatModel for BudgetedModel {
         self.inner.spawn_settings()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::replay::ReplayModel;
+
+    fn model(record: &std::path::Path, budget: Budget) -> BudgetedModel {
+        let replay = r#"{"format": "orch-replay/1", "agents": {"p/explore-1": [
+            {"content": "looking", "usage": {"prompt_tokens": 40, "completion_tokens": 10}},
+            {"content": "more", "usage": {"prompt_tokens": 40, "completion_tokens": 10}}]}}"#;
+        BudgetedModel {
+            inner: Arc::new(ReplayModel::from_str(replay, "test").unwrap()),
+            budget: Arc::new(budget),
+            progress: Mutex::new(Progress::default()),
+            record_dir: record.to_path_buf(),
+            base: AgentResult::running("p/explore-1", "explore", "t", 1),
+            started: Instant::now(),
+        }
+    }
+
+    fn request() -> ChatRequest {
+        ChatRequest {
+            messages: vec![ChatMessage::system("s"), ChatMessage::user("t")],
+            tools: vec![],
+            agent_path: "p/explore-1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn stops_itself_at_its_token_budget_and_keeps_a_partial_result() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = model(tmp.path(), Budget::new(Some(30), None));
+        m.complete(&request())
+            .await
+            .expect("first turn is within budget");
+        let partial = super::super::read_result(tmp.path(), "p/explore-1").unwrap();
+        assert_eq!(partial.status, AgentStatus::Running);
+        assert_eq!(partial.turns, 1);
+        assert_eq!(partial.tokens.total(), 50);
+        assert_eq!(partial.report, "looking");
+        let err = m.complete(&request()).await.unwrap_err();
+        assert!(matches!(err, LlmError::Budget(_)), "{err}");
+        assert!(err.to_string().contains("50 tokens used of 30"), "{err}");
+        assert!(!m.take_progress().out_of_time);
+    }
+
+    #[tokio::test]
+    async fn stops_itself_when_its_time_is_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = model(tmp.path(), Budget::new(None, Some(Instant::now())));
+        let err = m.complete(&request()).await.unwrap_err();
+        assert!(err.to_string().contains("time budget"), "{err}");
+        assert!(m.take_progress().out_of_time);
+    }
+}

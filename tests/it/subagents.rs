@@ -343,6 +343,59 @@ fn depth_is_bounded_and_the_deepest_agent_is_not_offered_spawn_agent() {
     before.assert_unchanged(&repo.snapshot());
 }
 
+#[test]
+fn extra_children_wait_for_a_slot() {
+    let repo = repo();
+    let before = repo.snapshot();
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    calls(&[
+                        spawn("s1", "explore", "First."),
+                        spawn("s2", "explore", "Second."),
+                    ]),
+                    Reply::finish("c2", "done", None),
+                ],
+            )
+            // Slow enough that, without the limit, the second would start first.
+            .agent(
+                "code/explore-1",
+                vec![Reply::finish("e1", "one", None).after(Duration::from_millis(300))],
+            )
+            .agent("code/explore-2", vec![Reply::finish("e2", "two", None)]),
+    );
+    let (out, json) = run_stage(&repo, &server, &[("ORCH_SUBAGENT_MAX_CHILDREN", "1")]);
+    assert_eq!(out.status.code(), Some(0));
+    let results = tool_results(&server.requests_for("code")[1]);
+    assert!(
+        results[0].contains("one") && results[1].contains("two"),
+        "{results:?}"
+    );
+    let record = PathBuf::from(json["record"].as_str().unwrap());
+    let events: Vec<Value> = std::fs::read_to_string(record.join("agents.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ev = |p: &str| {
+        events
+            .iter()
+            .find(|e| e["agent_path"] == p)
+            .unwrap()
+            .clone()
+    };
+    let (first, second) = (ev("code/explore-1"), ev("code/explore-2"));
+    let first_end =
+        first["spawned_at_us"].as_u64().unwrap() + first["duration_ms"].as_u64().unwrap() * 1000;
+    assert!(
+        second["spawned_at_us"].as_u64().unwrap() >= first_end,
+        "the second child started before the first ended: {first} {second}"
+    );
+    before.assert_unchanged(&repo.snapshot());
+}
+
 /// A child that sleeps in `bash` forever, writing its shell's pid first.
 fn sleeping_child(pidfile: &Path, prompt_tokens: u64) -> Vec<Reply> {
     vec![
