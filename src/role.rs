@@ -63,7 +63,7 @@ pub struct BashRules {
 }
 
 /// A validated role.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Role {
     /// The role name; equals the file stem.
     pub name: String,

@@ -1,34 +1,48 @@
-//! The runner: owns a run's state from start to end. It creates the run's
-//! worktree, runs each stage's agent in plan order, commits every stage on
-//! its own branch, hands summaries/diffs/digests downstream, and writes the
-//! run record and the PR text.
+//! The runner: owns a run's state from start to end. It plans the run,
+//! schedules stages whose dependencies are done (up to `max_parallel` at
+//! once, each in a lane worktree of its own), merges the commits of a fan-in
+//! stage's parents, commits every stage on its own branch, hands summaries,
+//! diffs and digests downstream, and writes the run record and the PR text.
 //!
 //! Invariants: the user's working tree, index and branch are never touched
-//! (all work happens in the run's linked worktree); `state.json` is rewritten
-//! after every stage transition; a stage's partial work is committed on its
-//! branch even when the stage fails, so nothing is lost.
+//! (all work happens in the run's linked worktrees); only the scheduler
+//! mutates the run state, and it rewrites `state.json` after every stage
+//! transition; a stage is done only when its commit, its branch and its
+//! record all exist; a stage's partial work is committed on its branch even
+//! when the stage fails, and re-running a stage first moves its old branch
+//! aside (`<stage>.v1`, …), so nothing is ever lost.
+
+mod lanes;
+mod pr;
+
+pub use pr::pr_text;
 
 use crate::agent::{self, AgentConfig, AgentEnd, prompt};
-use crate::git::{self, GitError};
+use crate::git::{self, GitError, MergeOutcome};
 use crate::ids::Verdict;
 use crate::llm::ChatModel;
-use crate::pipeline::{Pipeline, Stage};
+use crate::pipeline::{OnFailure, Pipeline, Stage};
 use crate::policy::BashPolicy;
 use crate::role::Role;
 use crate::runlog::{
-    ActionLog, RUN_FORMAT, RecordError, RunDir, RunState, RunStatus, StageRecord, StageStatus,
-    TokenCount,
+    ActionLog, DIGEST_LINES, RUN_FORMAT, RecordError, RunDir, RunState, RunStatus, StageRecord,
+    StageStatus, TokenCount,
 };
 use crate::tools::ToolContext;
 use crate::ui::Ui;
+use lanes::{Lane, Lanes};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::task::JoinSet;
 
 /// Bytes of the whole-run diff put into the PR body's diffstat section.
 const PR_DIFF_BUDGET: usize = 64 * 1024;
+/// Default number of stages that may run at once.
+pub const DEFAULT_MAX_PARALLEL: usize = 4;
 
 /// Errors that stop a run before or between stages (a failing stage is not
 /// one of them: it is recorded in the run state).
@@ -58,12 +72,34 @@ pub enum RunError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The run cannot be resumed or rolled back as asked.
+    #[error("{0}")]
+    Refused(String),
     /// A blocking task panicked or was cancelled.
-    #[error("finish a background git task: {0}")]
+    #[error("finish a background task: {0}")]
     Join(String),
 }
 
-/// Everything a run needs.
+/// Settings shared by starting and resuming a run.
+#[derive(Clone)]
+pub struct Session {
+    /// The model backend.
+    pub model: Arc<dyn ChatModel>,
+    /// The model base URL, for the record (never a key).
+    pub base_url: Option<String>,
+    /// The replay file, for the record, when replaying.
+    pub replay_file: Option<String>,
+    /// Values to redact from every record (API keys).
+    pub secrets: Vec<String>,
+    /// `--yes`: allow commands a role's `ask` rules would ask about.
+    pub assume_yes: bool,
+    /// Whether `ask` rules may prompt on a terminal.
+    pub interactive: bool,
+    /// Stages that may run at once (at least 1).
+    pub max_parallel: usize,
+}
+
+/// Everything a new run needs.
 pub struct RunOptions {
     /// Any path inside the user's repository.
     pub repo: PathBuf,
@@ -75,16 +111,8 @@ pub struct RunOptions {
     pub issue: String,
     /// The base revision (`HEAD` by default).
     pub base: String,
-    /// The model backend.
-    pub model: Arc<dyn ChatModel>,
-    /// The model base URL, for the record (never a key).
-    pub base_url: Option<String>,
-    /// Values to redact from every record (API keys).
-    pub secrets: Vec<String>,
-    /// Bash policy inputs shared by all stages (`--yes`, TTY).
-    pub assume_yes: bool,
-    /// Whether `ask` rules may prompt on a terminal.
-    pub interactive: bool,
+    /// Model, policy and parallelism.
+    pub session: Session,
 }
 
 /// How a run ended.
@@ -94,17 +122,53 @@ pub struct RunSummary {
     pub state: RunState,
     /// The run's record directory.
     pub record_dir: PathBuf,
-    /// The PR title and body (`None` when a stage failed).
+    /// The PR title and body (`None` unless the run succeeded).
     pub pr: Option<(String, String)>,
-    /// True when the run failed because the model backend failed.
+    /// True when a stage failed because the model backend failed.
     pub model_failed: bool,
-    /// The last agent's report (what `orch agent` prints).
+    /// The last finished agent's report (what `orch agent` prints).
     pub last_summary: String,
 }
 
-/// What the runner remembers of a finished stage for hand-offs.
-struct Done {
+/// The frozen plan of a run (`plan.json`): what `resume` runs, whatever the
+/// pipeline and role files say by then.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Plan {
+    /// The unrolled pipeline.
+    pub pipeline: Pipeline,
+    /// The roles its stages name.
+    pub roles: HashMap<String, Role>,
+}
+
+/// Immutable facts of a run, shared with stage tasks.
+struct RunCtx {
+    run_id: String,
+    common: PathBuf,
+    run_dir: RunDir,
+    plan: Plan,
+    issue: String,
+    session: Session,
+    allowlist: Vec<String>,
+    base_commit: String,
+}
+
+/// What a stage task reports back to the scheduler.
+struct StageDone {
+    id: String,
+    lane: Lane,
+    result: Result<StageOutcome, RunError>,
+}
+
+struct StageOutcome {
     commit: String,
+    branch: String,
+    failure: Option<String>,
+    model_failed: bool,
+    verdict: Option<Verdict>,
+    summary: String,
+    turns: u32,
+    tokens: TokenCount,
+    duration_ms: u64,
     digest: Vec<String>,
 }
 
@@ -122,7 +186,7 @@ pub fn new_run_id() -> String {
     )
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, GitError> + Send + 'static,
 ) -> Result<T, RunError> {
     tokio::task::spawn_blocking(f)
@@ -131,272 +195,432 @@ async fn blocking<T: Send + 'static>(
         .map_err(RunError::Git)
 }
 
-/// Runs a whole pipeline and returns its summary. Stage failures are recorded
-/// in the returned state, not returned as errors.
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Starts a new run of a pipeline and drives it to its end. Stage failures
+/// are recorded in the returned state, not returned as errors.
 pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunError> {
     let repo_path = opts.repo.clone();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();
-    let base = opts.base.clone();
-    let c = common.clone();
+    let (c, base) = (common.clone(), opts.base.clone());
     let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
 
     let run_id = new_run_id();
     let run_dir = RunDir::create(&common, &run_id)?;
-    run_dir.write_file("issue.md", opts.issue.as_bytes())?;
-    let worktree = common.join("orch").join("worktrees").join(&run_id);
-    let final_branch = format!("orch/{run_id}/pr");
+    let secrets = &opts.session.secrets;
+    run_dir.write_file(
+        "issue.md",
+        crate::runlog::redact(&opts.issue, secrets).as_bytes(),
+    )?;
+    let plan = Plan {
+        pipeline: opts.pipeline,
+        roles: opts.roles,
+    };
+    let plan_json = serde_json::to_vec_pretty(&plan).unwrap_or_default();
+    run_dir.write_file("plan.json", &plan_json)?;
 
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let mut state = RunState {
+    let session = opts.session;
+    let state = RunState {
         format: RUN_FORMAT.to_owned(),
         run_id: run_id.clone(),
-        pipeline: opts.pipeline.name.clone(),
-        pipeline_origin: opts.pipeline.origin.clone(),
+        pipeline: plan.pipeline.name.clone(),
+        pipeline_origin: plan.pipeline.origin.clone(),
         status: RunStatus::Running,
-        created: now.clone(),
-        updated: now,
+        created: now(),
+        updated: now(),
         repo: info.workdir.display().to_string(),
         base_commit: base_sha.clone(),
-        worktree: worktree.display().to_string(),
-        final_branch: final_branch.clone(),
-        model: opts.model.model_name(),
-        model_label: opts.model.label(),
-        base_url: opts.base_url.clone(),
+        worktree: lanes::lanes_dir(&common, &run_id).display().to_string(),
+        final_branch: format!("orch/{run_id}/pr"),
+        model: session.model.model_name(),
+        model_label: session.model.label(),
+        base_url: session.base_url.clone(),
+        replay_file: session.replay_file.clone(),
         pr_title: None,
-        stages: opts
+        stages: plan
             .pipeline
             .stages
             .iter()
-            .map(|s| StageRecord {
-                id: s.id.to_string(),
-                role: s.role.clone(),
-                status: StageStatus::Pending,
-                branch: None,
-                commit: None,
-                parent_commit: None,
-                verdict: None,
-                summary: None,
-                turns: 0,
-                tokens: TokenCount::default(),
-                duration_ms: 0,
-                reason: None,
-            })
+            .map(|s| StageRecord::pending(s.id.as_str(), &s.role))
             .collect(),
     };
     run_dir.write_state(&state)?;
     ui.run_started(&state);
+    let ctx = Arc::new(RunCtx {
+        run_id,
+        allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
+        common,
+        run_dir,
+        plan,
+        issue: opts.issue,
+        session,
+        base_commit: base_sha,
+    });
+    drive(ctx, state, ui).await
+}
 
-    {
-        let (c, wt, br, b) = (
-            common.clone(),
-            worktree.clone(),
-            final_branch.clone(),
-            base_sha.clone(),
-        );
-        let name = format!("orch-{run_id}");
-        blocking(move || git::create_worktree(&c, &name, &wt, &br, &b)).await?;
+/// What `resume` may do with failed stages.
+#[derive(Debug, Clone, Copy)]
+pub struct ResumeOptions {
+    /// Re-run failed stages too (otherwise a run with failed stages is refused).
+    pub retry_failed: bool,
+}
+
+/// Loads a run's state and plan.
+pub fn load_run(common: &Path, run_id: &str) -> Result<(RunDir, RunState, Plan), RunError> {
+    let run_dir = RunDir::open(common, run_id)?;
+    let state = run_dir.read_state()?;
+    let plan_path = run_dir.root.join("plan.json");
+    let plan: Plan = std::fs::read_to_string(&plan_path)
+        .map_err(|source| RecordError::Io {
+            path: plan_path.clone(),
+            source,
+        })
+        .and_then(|t| {
+            serde_json::from_str(&t).map_err(|e| RecordError::Corrupt {
+                path: plan_path.clone(),
+                reason: e.to_string(),
+            })
+        })?;
+    Ok((run_dir, state, plan))
+}
+
+/// Resumes a run after an interruption, a kill, a failure (`retry_failed`)
+/// or a rollback: finished stages are kept; every other stage runs again from
+/// its start commit, in DAG order.
+pub async fn resume_run(
+    repo: &Path,
+    run_id: &str,
+    session: Session,
+    opts: ResumeOptions,
+    ui: &Ui,
+) -> Result<RunSummary, RunError> {
+    let repo_path = repo.to_path_buf();
+    let info = blocking(move || git::open_repo(&repo_path)).await?;
+    let common = info.common_dir.clone();
+    let (run_dir, mut state, plan) = load_run(&common, run_id)?;
+    let failed: Vec<&str> = state
+        .stages
+        .iter()
+        .filter(|s| s.status == StageStatus::Failed)
+        .map(|s| s.id.as_str())
+        .collect();
+    if !failed.is_empty() && !opts.retry_failed {
+        return Err(RunError::Refused(format!(
+            "resume run `{run_id}`: stage(s) {} failed; pass --retry to run them again",
+            failed.join(", ")
+        )));
     }
+    if state.status == RunStatus::Succeeded {
+        return Err(RunError::Refused(format!(
+            "resume run `{run_id}`: it already succeeded (roll it back first to redo stages)"
+        )));
+    }
+    // A stage counts as done only if its branch still points at its commit.
+    for rec in &mut state.stages {
+        let done = match (rec.status, &rec.branch, &rec.commit) {
+            (StageStatus::Succeeded, Some(b), Some(c)) => {
+                let (cd, b) = (common.clone(), b.clone());
+                blocking(move || git::branch_sha(&cd, &b)).await? == Some(c.clone())
+            }
+            _ => false,
+        };
+        if !done {
+            rec.status = StageStatus::Pending;
+            rec.reason = None;
+        }
+    }
+    lanes::clear_stale(&common, run_id).await?;
+    state.status = RunStatus::Running;
+    state.model = session.model.model_name();
+    state.model_label = session.model.label();
+    state.base_url = session.base_url.clone();
+    state.replay_file = session.replay_file.clone();
+    state.updated = now();
+    run_dir.write_state(&state)?;
+    ui.run_started(&state);
+    let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
+    let ctx = Arc::new(RunCtx {
+        run_id: run_id.to_owned(),
+        allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
+        common,
+        base_commit: state.base_commit.clone(),
+        run_dir,
+        plan,
+        issue,
+        session,
+    });
+    drive(ctx, state, ui).await
+}
 
-    let mut done: HashMap<String, Done> = HashMap::new();
-    let mut head = base_sha.clone();
+/// Rolls a run back to `stage`: the final branch moves to that stage's
+/// commit and every stage that depends on it (transitively) is marked
+/// rolled back; their branches stay. Returns the ids rolled back.
+pub async fn rollback_run(repo: &Path, run_id: &str, stage: &str) -> Result<Vec<String>, RunError> {
+    let repo_path = repo.to_path_buf();
+    let info = blocking(move || git::open_repo(&repo_path)).await?;
+    let common = info.common_dir.clone();
+    let (run_dir, mut state, plan) = load_run(&common, run_id)?;
+    let Some(target) = state.stage(stage).cloned() else {
+        let known: Vec<&str> = state.stages.iter().map(|s| s.id.as_str()).collect();
+        return Err(RunError::Refused(format!(
+            "roll back run `{run_id}`: no stage `{stage}` (stages: {})",
+            known.join(", ")
+        )));
+    };
+    let (StageStatus::Succeeded, Some(commit)) = (target.status, target.commit.clone()) else {
+        return Err(RunError::Refused(format!(
+            "roll back run `{run_id}` to `{stage}`: that stage has not succeeded (it is {})",
+            target.status.as_str()
+        )));
+    };
+    let later = descendants(&plan.pipeline, stage);
+    let mut rolled = Vec::new();
+    for rec in &mut state.stages {
+        if later.contains(&rec.id) && rec.status != StageStatus::Pending {
+            rec.status = StageStatus::RolledBack;
+            rec.reason = Some(format!("rolled back to `{stage}`"));
+            rolled.push(rec.id.clone());
+        }
+    }
+    let (c, b, s) = (common.clone(), state.final_branch.clone(), commit);
+    blocking(move || git::set_branch(&c, &b, &s)).await?;
+    state.status = RunStatus::RolledBack;
+    state.updated = now();
+    run_dir.write_state(&state)?;
+    Ok(rolled)
+}
+
+/// Every stage that depends on `id`, directly or not.
+fn descendants(p: &Pipeline, id: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in &p.stages {
+        let depends = s
+            .needs
+            .iter()
+            .any(|n| n.as_str() == id || out.iter().any(|o| o == n.as_str()));
+        if depends {
+            out.push(s.id.to_string());
+        }
+    }
+    out
+}
+
+/// The scheduler: starts stages whose dependencies are done, up to
+/// `max_parallel` at once, and applies their results as they arrive.
+async fn drive(ctx: Arc<RunCtx>, mut state: RunState, ui: &Ui) -> Result<RunSummary, RunError> {
+    let mut lanes = Lanes::new(&ctx.common, &ctx.run_id);
+    let mut running: JoinSet<StageDone> = JoinSet::new();
+    let mut stopping = false;
+    let mut interrupted = false;
     let mut model_failed = false;
     let mut last_summary = String::new();
-    let reviews = review_stage_bases(&opts.pipeline);
+    let max_parallel = ctx.session.max_parallel.max(1);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
 
-    for stage in &opts.pipeline.stages {
-        let id = stage.id.to_string();
-        if let Some(reason) = skip_reason(stage, &state) {
-            let rec = state.stage_mut(&id).expect("stage records mirror the plan");
-            rec.status = StageStatus::Skipped;
-            rec.reason = Some(reason);
-            ui.stage_skipped(rec);
-            touch(&mut state);
-            run_dir.write_state(&state)?;
-            continue;
+    loop {
+        if !stopping {
+            let failed_now =
+                schedule(&ctx, &mut state, &mut lanes, &mut running, max_parallel, ui).await?;
+            stopping |= failed_now;
         }
-        let role = opts
-            .roles
-            .get(&stage.role)
-            .ok_or_else(|| RunError::MissingRole {
-                stage: id.clone(),
-                role: stage.role.clone(),
-            })?;
-        let require_verdict = reviews.contains(stage.base_id.as_str());
-        let upstream = handoff(&opts.pipeline, stage, &state, &done, &common).await?;
-
-        let rec = state.stage_mut(&id).expect("stage records mirror the plan");
-        rec.status = StageStatus::Running;
-        rec.parent_commit = Some(head.clone());
-        touch(&mut state);
-        run_dir.write_state(&state)?;
-        ui.stage_started(&id, &role.name);
-
-        let started = Instant::now();
-        let stage_dir = run_dir.stage_dir(&id)?;
-        let mut log = ActionLog::open(&stage_dir.join("actions.jsonl"), opts.secrets.clone())?;
-        log.append(
-            "stage_start",
-            json!({"run": run_id, "stage": id, "role": role.name, "parent": head, "model": opts.model.model_name()}),
-        )?;
-        let policy = BashPolicy {
-            allow: role.bash.allow.clone(),
-            ask: role.bash.ask.clone(),
-            deny: role.bash.deny.clone(),
-            allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
-            assume_yes: opts.assume_yes,
-            interactive: opts.interactive,
-        };
-        let mut tool_ctx = ToolContext::new(&worktree, &role.tools, role.read_only, policy)
-            .map_err(|source| RunError::Tools {
-                stage: id.clone(),
-                path: worktree.clone(),
-                source,
-            })?;
-        tool_ctx.spawn = crate::subagent::SpawnContext::for_stage(
-            &info.workdir,
-            &tool_ctx.root,
-            &run_dir.root,
-            &id,
-            opts.model.as_ref(),
-            opts.assume_yes,
-        );
-        let cfg = AgentConfig {
-            agent_path: id.clone(),
-            system_prompt: prompt::system_prompt(
-                &role.prompt,
-                &crate::tools::offered_names(&tool_ctx),
-            ),
-            task: prompt::task_message(&stage.task, &opts.issue, &upstream),
-            max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
-            require_verdict,
-        };
-        let on_turn = |turn: u32, tokens: TokenCount| ui.stage_progress(&id, turn, tokens);
-        let outcome =
-            agent::run_agent(opts.model.as_ref(), &tool_ctx, &cfg, &mut log, &on_turn).await?;
-        let transcript = serde_json::to_vec_pretty(&outcome.transcript).unwrap_or_default();
-        run_dir.write_file(
-            &format!("stages/{id}/transcript.json"),
-            crate::runlog::redact(&String::from_utf8_lossy(&transcript), &opts.secrets).as_bytes(),
-        )?;
-
-        if role.read_only {
-            discard_changes_of_read_only_role(&worktree, &head, &common, &mut log).await?;
-        }
-        let failure = outcome.end.failure_reason(cfg.max_turns);
-        if matches!(outcome.end, AgentEnd::ModelError(_)) {
-            model_failed = true;
-        }
-        let duration_ms = started.elapsed().as_millis() as u64;
-        let message = commit_message(&CommitInfo {
-            run_id: &run_id,
-            stage: &id,
-            role: &role.name,
-            model: &opts.model.model_name(),
-            summary: failure.as_deref().unwrap_or(&outcome.summary),
-            verdict: outcome.verdict,
-            turns: outcome.turns,
-            tokens: outcome.tokens,
-            duration_ms,
-            failed: failure.is_some(),
-        });
-        let (wt, parent) = (worktree.clone(), head.clone());
-        let commit = blocking(move || git::commit_all(&wt, &message, &parent)).await?;
-        let branch = format!("orch/{run_id}/{id}");
-        let (c, b, s) = (common.clone(), branch.clone(), commit.clone());
-        blocking(move || git::set_branch(&c, &b, &s)).await?;
-        let (c, from, to) = (common.clone(), head.clone(), commit.clone());
-        let diff = blocking(move || git::diff(&c, &from, &to, usize::MAX)).await?;
-        run_dir.write_file(&format!("stages/{id}/diff.patch"), diff.patch.as_bytes())?;
-        log.append(
-            "stage_end",
-            json!({
-                "status": if failure.is_some() { "failed" } else { "succeeded" },
-                "commit": commit, "branch": branch, "reason": failure,
-                "files_changed": diff.stat.files_changed,
-                "insertions": diff.stat.insertions, "deletions": diff.stat.deletions,
-                "ms": duration_ms,
-            }),
-        )?;
-
-        let rec = state.stage_mut(&id).expect("stage records mirror the plan");
-        rec.status = if failure.is_some() {
-            StageStatus::Failed
-        } else {
-            StageStatus::Succeeded
-        };
-        rec.branch = Some(branch);
-        rec.commit = Some(commit.clone());
-        rec.verdict = outcome.verdict;
-        rec.summary = Some(outcome.summary.clone());
-        rec.turns = outcome.turns;
-        rec.tokens = outcome.tokens;
-        rec.duration_ms = duration_ms;
-        rec.reason = failure.clone();
-        ui.stage_finished(rec);
-        touch(&mut state);
-        head = commit.clone();
-        last_summary = outcome.summary;
-        done.insert(
-            id.clone(),
-            Done {
-                commit,
-                digest: outcome.digest,
-            },
-        );
-        if failure.is_some() {
-            state.status = RunStatus::Failed;
-            run_dir.write_state(&state)?;
+        if running.is_empty() {
             break;
         }
-        run_dir.write_state(&state)?;
+        tokio::select! {
+            joined = running.join_next() => {
+                let Some(joined) = joined else { continue };
+                let done = joined.map_err(|e| RunError::Join(e.to_string()))?;
+                lanes.release(done.lane);
+                let out = done.result?;
+                let rec = state.stage_mut(&done.id).expect("stage records mirror the plan");
+                rec.status = if out.failure.is_some() { StageStatus::Failed } else { StageStatus::Succeeded };
+                rec.branch = Some(out.branch);
+                rec.commit = Some(out.commit);
+                rec.verdict = out.verdict;
+                rec.summary = Some(out.summary.clone());
+                rec.turns = out.turns;
+                rec.tokens = out.tokens;
+                rec.duration_ms = out.duration_ms;
+                rec.reason = out.failure.clone();
+                rec.digest = out.digest;
+                ui.stage_finished(rec);
+                model_failed |= out.model_failed;
+                last_summary = out.summary;
+                if out.failure.is_some() {
+                    let stage = ctx.plan.pipeline.stage(&done.id);
+                    if stage.is_none_or(|s| s.on_failure == OnFailure::Stop) {
+                        stopping = true;
+                    }
+                }
+                state.updated = now();
+                ctx.run_dir.write_state(&state)?;
+            }
+            _ = &mut ctrl_c => {
+                interrupted = true;
+                ui.line("orch: interrupted; stopping the running stages (resume with `orch resume`)");
+                running.abort_all();
+                while running.join_next().await.is_some() {}
+                for rec in &mut state.stages {
+                    if rec.status == StageStatus::Running {
+                        rec.status = StageStatus::Pending;
+                        rec.reason = Some("interrupted; restarts from its start commit on resume".into());
+                    }
+                }
+                break;
+            }
+        }
     }
 
+    let any_failed = state
+        .stages
+        .iter()
+        .any(|s| matches!(s.status, StageStatus::Failed | StageStatus::Blocked));
     let mut pr = None;
-    if state.status == RunStatus::Running {
-        let (c, from, to) = (common.clone(), base_sha.clone(), head.clone());
-        let total = blocking(move || git::diff(&c, &from, &to, PR_DIFF_BUDGET)).await?;
-        let (title, body) = pr_text(
-            &opts.issue,
-            &state,
-            &total.stat.render(),
-            &total.stat.summary(),
-        );
-        run_dir.write_file("pr.md", format!("{title}\n\n{body}").as_bytes())?;
-        state.pr_title = Some(title.clone());
-        state.status = RunStatus::Succeeded;
-        pr = Some((title, body));
-        touch(&mut state);
-        run_dir.write_state(&state)?;
-        // The branches hold every result; the checkout itself is only needed
-        // to resume a run that did not finish.
-        let (c, wt, name) = (common.clone(), worktree.clone(), format!("orch-{run_id}"));
-        blocking(move || git::remove_worktree(&c, &name, &wt)).await?;
-    }
+    state.status = if interrupted {
+        RunStatus::Interrupted
+    } else if any_failed || stopping {
+        RunStatus::Failed
+    } else {
+        match finish_run(&ctx, &mut state).await? {
+            Ok(text) => {
+                pr = Some(text);
+                lanes.remove_all().await?;
+                RunStatus::Succeeded
+            }
+            Err(reason) => {
+                ui.line(&format!("orch: {reason}"));
+                RunStatus::Failed
+            }
+        }
+    };
+    state.updated = now();
+    ctx.run_dir.write_state(&state)?;
     ui.run_finished(&state);
     Ok(RunSummary {
         state,
-        record_dir: run_dir.root.clone(),
+        record_dir: ctx.run_dir.root.clone(),
         pr,
         model_failed,
         last_summary,
     })
 }
 
-fn touch(state: &mut RunState) {
-    state.updated = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+/// Starts every stage that is ready, marks skipped and blocked ones.
+/// Returns true when a stage failed before it could start (a fan-in
+/// conflict) under the `stop` policy.
+async fn schedule(
+    ctx: &Arc<RunCtx>,
+    state: &mut RunState,
+    lanes: &mut Lanes,
+    running: &mut JoinSet<StageDone>,
+    max_parallel: usize,
+    ui: &Ui,
+) -> Result<bool, RunError> {
+    let mut stop = false;
+    loop {
+        let mut progressed = false;
+        for stage in &ctx.plan.pipeline.stages {
+            if running.len() >= max_parallel || stop {
+                return Ok(stop);
+            }
+            let id = stage.id.as_str();
+            if state.stage(id).map(|r| r.status) != Some(StageStatus::Pending) {
+                continue;
+            }
+            let needs: Vec<StageStatus> = stage
+                .needs
+                .iter()
+                .filter_map(|n| state.stage(n.as_str()).map(|r| r.status))
+                .collect();
+            if needs.iter().any(|s| {
+                matches!(
+                    s,
+                    StageStatus::Pending | StageStatus::Running | StageStatus::RolledBack
+                )
+            }) {
+                continue;
+            }
+            progressed = true;
+            if let Some(bad) = stage.needs.iter().find(|n| {
+                matches!(
+                    state.stage(n.as_str()).map(|r| r.status),
+                    Some(StageStatus::Failed | StageStatus::Blocked)
+                )
+            }) {
+                set_not_run(
+                    state,
+                    id,
+                    StageStatus::Blocked,
+                    format!("upstream stage `{bad}` did not succeed"),
+                    ui,
+                );
+                continue;
+            }
+            if let Some(reason) = skip_reason(stage, state) {
+                set_not_run(state, id, StageStatus::Skipped, reason, ui);
+                continue;
+            }
+            let start = match start_commit(ctx, stage, state).await? {
+                Ok(sha) => sha,
+                Err(conflict) => {
+                    let rec = state.stage_mut(id).expect("stage records mirror the plan");
+                    rec.status = StageStatus::Failed;
+                    rec.reason = Some(conflict);
+                    ui.stage_finished(rec);
+                    if stage.on_failure == OnFailure::Stop {
+                        stop = true;
+                    }
+                    continue;
+                }
+            };
+            let role = ctx
+                .plan
+                .roles
+                .get(&stage.role)
+                .ok_or_else(|| RunError::MissingRole {
+                    stage: id.to_owned(),
+                    role: stage.role.clone(),
+                })?
+                .clone();
+            let upstream = handoff(ctx, stage, state).await?;
+            let lane = lanes.acquire(&start).await?;
+            let rec = state.stage_mut(id).expect("stage records mirror the plan");
+            rec.status = StageStatus::Running;
+            rec.parent_commit = Some(start.clone());
+            rec.reason = None;
+            state.updated = now();
+            ctx.run_dir.write_state(state)?;
+            ui.stage_started(id, &role.name);
+            let (ctx2, stage2, ui_id) = (Arc::clone(ctx), stage.clone(), id.to_owned());
+            let progress = ui.progress_handle();
+            running.spawn(async move {
+                let on_turn =
+                    move |turn: u32, tokens: TokenCount| progress.turn(&ui_id, turn, tokens);
+                let result =
+                    run_stage(&ctx2, &stage2, &role, &lane, &start, upstream, &on_turn).await;
+                StageDone {
+                    id: stage2.id.to_string(),
+                    lane,
+                    result,
+                }
+            });
+        }
+        if !progressed {
+            return Ok(stop);
+        }
+    }
 }
 
-/// Base ids of the stages whose verdict gates a rework round: those stages
-/// (and their later rounds) must give a verdict.
-fn review_stage_bases(p: &Pipeline) -> std::collections::HashSet<String> {
-    let by_id: HashMap<&str, &Stage> = p.stages.iter().map(|s| (s.id.as_str(), s)).collect();
-    p.stages
-        .iter()
-        .filter_map(|s| s.run_if_changes_requested_by.as_ref())
-        .filter_map(|r| by_id.get(r.as_str()))
-        .map(|s| s.base_id.to_string())
-        .collect()
+fn set_not_run(state: &mut RunState, id: &str, status: StageStatus, reason: String, ui: &Ui) {
+    let rec = state.stage_mut(id).expect("stage records mirror the plan");
+    rec.status = status;
+    rec.reason = Some(reason);
+    ui.stage_skipped(rec);
 }
 
 /// Why a conditional rework stage does not run, if it does not.
@@ -413,17 +637,68 @@ fn skip_reason(stage: &Stage, state: &RunState) -> Option<String> {
     }
 }
 
+/// The commits a stage starts from, labelled with their branches: each
+/// need's commit, looking through skipped stages (they pass their input on);
+/// the base commit for a stage without needs.
+fn inputs(ctx: &RunCtx, stage: &Stage, state: &RunState) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for need in &stage.needs {
+        let Some(rec) = state.stage(need.as_str()) else {
+            continue;
+        };
+        match (rec.status, &rec.commit) {
+            (StageStatus::Skipped, _) => {
+                if let Some(s) = ctx.plan.pipeline.stage(need.as_str()) {
+                    out.extend(inputs(ctx, s, state));
+                }
+            }
+            (_, Some(commit)) => out.push((format!("orch/{}/{need}", ctx.run_id), commit.clone())),
+            _ => {}
+        }
+    }
+    if out.is_empty() {
+        out.push(("base".to_owned(), ctx.base_commit.clone()));
+    }
+    out
+}
+
+/// A stage's start commit: its single input, or a merge of several. A merge
+/// conflict is an `Ok(Err(reason))`: the stage fails, nothing is lost.
+async fn start_commit(
+    ctx: &RunCtx,
+    stage: &Stage,
+    state: &RunState,
+) -> Result<Result<String, String>, RunError> {
+    let inputs = inputs(ctx, stage, state);
+    let (c, msg) = (
+        ctx.common.clone(),
+        format!(
+            "orch: merge for stage {}\n\nOrch-Run: {}\nOrch-Stage: {}",
+            stage.id, ctx.run_id, stage.id
+        ),
+    );
+    let outcome = blocking(move || git::merge_commits(&c, &inputs, &msg)).await?;
+    Ok(match outcome {
+        MergeOutcome::Merged(sha) => Ok(sha),
+        MergeOutcome::Conflict { between, paths } => Err(format!(
+            "merge conflict between {} and {} in: {}",
+            between.0,
+            between.1,
+            paths.join(", ")
+        )),
+    })
+}
+
 /// The hand-off of a stage: for each upstream stage that ran (looking through
 /// skipped ones), its summary, verdict, digest and diff. A rework round's
 /// diff is shown cumulatively from the start of its first round, so a
 /// reviewer always sees the whole change it reviews.
 async fn handoff(
-    p: &Pipeline,
+    ctx: &RunCtx,
     stage: &Stage,
     state: &RunState,
-    done: &HashMap<String, Done>,
-    common: &Path,
 ) -> Result<Vec<prompt::Upstream>, RunError> {
+    let p = &ctx.plan.pipeline;
     let mut ids: Vec<String> = Vec::new();
     let mut queue: Vec<String> = stage.needs.iter().map(|n| n.to_string()).collect();
     while let Some(n) = queue.pop() {
@@ -444,7 +719,10 @@ async fn handoff(
     let share = prompt::HANDOFF_DIFF_BUDGET / ids.len().max(1);
     let mut out = Vec::new();
     for id in ids {
-        let (Some(rec), Some(d)) = (state.stage(&id), done.get(&id)) else {
+        let Some(rec) = state.stage(&id) else {
+            continue;
+        };
+        let Some(to) = rec.commit.clone() else {
             continue;
         };
         let first = p
@@ -455,7 +733,7 @@ async fn handoff(
         let from = first
             .or_else(|| rec.parent_commit.clone())
             .unwrap_or_default();
-        let (c, to) = (common.to_path_buf(), d.commit.clone());
+        let c = ctx.common.clone();
         let diff = blocking(move || git::diff(&c, &from, &to, share)).await?;
         out.push(prompt::Upstream {
             id: id.clone(),
@@ -464,10 +742,157 @@ async fn handoff(
             verdict: rec.verdict,
             diffstat: diff.stat.render(),
             patch: diff.patch,
-            digest: d.digest.clone(),
+            digest: rec.digest.clone(),
         });
     }
     Ok(out)
+}
+
+/// Base ids of the stages whose verdict gates a rework round: those stages
+/// (and their later rounds) must give a verdict.
+fn requires_verdict(p: &Pipeline, stage: &Stage) -> bool {
+    p.stages
+        .iter()
+        .filter_map(|s| s.run_if_changes_requested_by.as_ref())
+        .filter_map(|r| p.stage(r.as_str()))
+        .any(|s| s.base_id == stage.base_id)
+}
+
+/// Runs one stage in its lane: the agent, then the commit on the stage's
+/// branch, its diff and transcript. Runs as its own task; reports back.
+async fn run_stage(
+    ctx: &RunCtx,
+    stage: &Stage,
+    role: &Role,
+    lane: &Lane,
+    start: &str,
+    upstream: Vec<prompt::Upstream>,
+    on_turn: &(dyn Fn(u32, TokenCount) + Sync),
+) -> Result<StageOutcome, RunError> {
+    let id = stage.id.to_string();
+    let started = Instant::now();
+    let stage_dir = ctx.run_dir.stage_dir(&id)?;
+    let mut log = ActionLog::open(
+        &stage_dir.join("actions.jsonl"),
+        ctx.session.secrets.clone(),
+    )?;
+    let model = &ctx.session.model;
+    log.append(
+        "stage_start",
+        json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "model": model.model_name()}),
+    )?;
+    let policy = BashPolicy {
+        allow: role.bash.allow.clone(),
+        ask: role.bash.ask.clone(),
+        deny: role.bash.deny.clone(),
+        allowlist: ctx.allowlist.clone(),
+        assume_yes: ctx.session.assume_yes,
+        interactive: ctx.session.interactive,
+    };
+    let mut tool_ctx =
+        ToolContext::new(&lane.path, &role.tools, role.read_only, policy).map_err(|source| {
+            RunError::Tools {
+                stage: id.clone(),
+                path: lane.path.clone(),
+                source,
+            }
+        })?;
+    tool_ctx.spawn = crate::subagent::SpawnContext::for_stage(
+        &ctx.common,
+        &tool_ctx.root,
+        &ctx.run_dir.root,
+        &id,
+        model.as_ref(),
+        ctx.session.assume_yes,
+    );
+    let cfg = AgentConfig {
+        agent_path: id.clone(),
+        system_prompt: prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
+        task: prompt::task_message(&stage.task, &ctx.issue, &upstream),
+        max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
+        require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
+    };
+    let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
+    let mut outcome = agent::run_agent(model.as_ref(), &tool_ctx, &cfg, &mut log, on_turn).await?;
+    // The summary lands in state.json, pr.md, the commit message and on
+    // stdout: a key the model echoed must not.
+    outcome.summary = redact(&outcome.summary);
+    let transcript = serde_json::to_string_pretty(&outcome.transcript).unwrap_or_default();
+    ctx.run_dir.write_file(
+        &format!("stages/{id}/transcript.json"),
+        redact(&transcript).as_bytes(),
+    )?;
+    if role.read_only {
+        discard_changes_of_read_only_role(&lane.path, start, &ctx.common, &mut log).await?;
+    }
+    let failure = outcome
+        .end
+        .failure_reason(cfg.max_turns)
+        .map(|f| redact(&f));
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let message = pr::commit_message(&pr::CommitInfo {
+        run_id: &ctx.run_id,
+        stage: &id,
+        role: &role.name,
+        model: &model.model_name(),
+        summary: failure.as_deref().unwrap_or(&outcome.summary),
+        verdict: outcome.verdict,
+        turns: outcome.turns,
+        tokens: outcome.tokens,
+        duration_ms,
+        failed: failure.is_some(),
+    });
+    let (wt, parent) = (lane.path.clone(), start.to_owned());
+    let commit = blocking(move || git::commit_all(&wt, &message, &parent)).await?;
+    let branch = format!("orch/{}/{id}", ctx.run_id);
+    let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
+    blocking(move || {
+        keep_old_branch(&c, &b)?;
+        git::set_branch(&c, &b, &s)
+    })
+    .await?;
+    let (c, from, to) = (ctx.common.clone(), start.to_owned(), commit.clone());
+    let diff = blocking(move || git::diff(&c, &from, &to, usize::MAX)).await?;
+    ctx.run_dir.write_file(
+        &format!("stages/{id}/diff.patch"),
+        redact(&diff.patch).as_bytes(),
+    )?;
+    log.append(
+        "stage_end",
+        json!({
+            "status": if failure.is_some() { "failed" } else { "succeeded" },
+            "commit": commit, "branch": branch, "reason": failure,
+            "files_changed": diff.stat.files_changed,
+            "insertions": diff.stat.insertions, "deletions": diff.stat.deletions,
+            "duration_ms": duration_ms,
+        }),
+    )?;
+    let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
+    Ok(StageOutcome {
+        commit,
+        branch,
+        model_failed: matches!(outcome.end, AgentEnd::ModelError(_)),
+        failure,
+        verdict: outcome.verdict,
+        summary: outcome.summary,
+        turns: outcome.turns,
+        tokens: outcome.tokens,
+        duration_ms,
+        digest: outcome.digest[skip..].iter().map(|l| redact(l)).collect(),
+    })
+}
+
+/// Before a stage runs again (retry, rollback), its old branch is moved to
+/// the first free `<branch>.vN`, so every attempt stays reviewable.
+fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
+    if git::branch_sha(common, branch)?.is_none() {
+        return Ok(());
+    }
+    let mut n = 1;
+    while git::branch_sha(common, &format!("{branch}.v{n}"))?.is_some() {
+        n += 1;
+    }
+    git::rename_branch(common, branch, &format!("{branch}.v{n}"))
 }
 
 /// A read-only role must not change the tree; if its shell commands did,
@@ -479,10 +904,9 @@ async fn discard_changes_of_read_only_role(
     log: &mut ActionLog,
 ) -> Result<(), RunError> {
     let (wt, h) = (worktree.to_path_buf(), head.to_owned());
-    let probe_msg = "orch: probe".to_owned();
     // Commit to a throwaway object to learn whether anything changed; the
     // branch is reset right after, so the probe commit is unreachable.
-    let probe = blocking(move || git::commit_all(&wt, &probe_msg, &h)).await?;
+    let probe = blocking(move || git::commit_all(&wt, "orch: probe", &h)).await?;
     let (c, h, p) = (common.to_path_buf(), head.to_owned(), probe.clone());
     let diff = blocking(move || git::diff(&c, &h, &p, 4096)).await?;
     let (wt, h) = (worktree.to_path_buf(), head.to_owned());
@@ -497,117 +921,60 @@ async fn discard_changes_of_read_only_role(
     Ok(())
 }
 
-struct CommitInfo<'a> {
-    run_id: &'a str,
-    stage: &'a str,
-    role: &'a str,
-    model: &'a str,
-    summary: &'a str,
-    verdict: Option<Verdict>,
-    turns: u32,
-    tokens: TokenCount,
-    duration_ms: u64,
-    failed: bool,
-}
-
-/// The stage commit's message: a subject, the summary, and trailers.
-fn commit_message(c: &CommitInfo<'_>) -> String {
-    let first = c
-        .summary
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
-    let first = agent::cap(first.trim(), 60);
-    let status = if c.failed { " [failed]" } else { "" };
-    let mut m = format!("orch({}){status}: {first}\n\n", c.stage);
-    if !c.summary.trim().is_empty() {
-        m.push_str(c.summary.trim());
-        m.push_str("\n\n");
-    }
-    m.push_str(&format!(
-        "Orch-Run: {}\nOrch-Stage: {}\nOrch-Role: {}\nOrch-Model: {}\nOrch-Turns: {}\nOrch-Tokens: {} (prompt {}, completion {})\nOrch-Duration: {:.1}s\n",
-        c.run_id,
-        c.stage,
-        c.role,
-        c.model,
-        c.turns,
-        c.tokens.total(),
-        c.tokens.prompt,
-        c.tokens.completion,
-        c.duration_ms as f64 / 1000.0,
-    ));
-    if let Some(v) = c.verdict {
-        m.push_str(&format!("Orch-Verdict: {v}\n"));
-    }
-    m
-}
-
-/// The PR title and body, from the issue, the stages' summaries, the review
-/// verdict and the diffstat.
-pub fn pr_text(
-    issue: &str,
-    state: &RunState,
-    diffstat: &str,
-    stat_summary: &str,
-) -> (String, String) {
-    let issue_title = issue
-        .lines()
-        .map(|l| l.trim().trim_start_matches('#').trim())
-        .find(|l| !l.is_empty())
-        .unwrap_or("Changes by orch");
-    let title = agent::cap(issue_title, 72);
-    let ran: Vec<&StageRecord> = state
+/// The end of a successful run: the final commit (a merge of the sinks'
+/// results when there are several), the final branch, and the PR text.
+/// `Ok(Err(reason))` when the sinks' results conflict.
+async fn finish_run(
+    ctx: &RunCtx,
+    state: &mut RunState,
+) -> Result<Result<(String, String), String>, RunError> {
+    let p = &ctx.plan.pipeline;
+    let sinks: Vec<&Stage> = p
         .stages
         .iter()
-        .filter(|s| s.status == StageStatus::Succeeded)
+        .filter(|s| !p.stages.iter().any(|o| o.needs.contains(&s.id)))
         .collect();
-    let mut body = String::new();
-    body.push_str("## Summary\n\n");
-    for s in ran.iter().filter(|s| s.verdict.is_none()) {
-        let summary = s.summary.as_deref().unwrap_or("").trim();
-        if !summary.is_empty() {
-            body.push_str(&format!(
-                "- **{}** ({}): {}\n",
-                s.id,
-                s.role,
-                summary.replace('\n', " ")
-            ));
+    let mut tips = Vec::new();
+    for s in sinks {
+        match state.stage(s.id.as_str()) {
+            Some(r) if r.status == StageStatus::Succeeded => {
+                if let Some(c) = &r.commit {
+                    tips.push((format!("orch/{}/{}", ctx.run_id, s.id), c.clone()));
+                }
+            }
+            _ => tips.extend(inputs(ctx, s, state)),
         }
     }
-    if let Some(r) = ran.iter().rev().find(|s| s.verdict.is_some()) {
-        body.push_str(&format!(
-            "\n## Review\n\nFinal verdict: **{}** (`{}`). {}\n",
-            r.verdict.map_or("none", Verdict::as_str),
-            r.id,
-            r.summary.as_deref().unwrap_or("").trim().replace('\n', " ")
-        ));
-        let rounds = ran.iter().filter(|s| s.verdict.is_some()).count();
-        if rounds > 1 {
-            body.push_str(&format!("Review rounds: {rounds}.\n"));
-        }
-    }
-    body.push_str(&format!(
-        "\n## Changes\n\n```\n{}{}\n```\n",
-        diffstat, stat_summary
-    ));
-    body.push_str(
-        "\n## Stages\n\n| stage | role | status | verdict | commit |\n|---|---|---|---|---|\n",
+    let (c, msg) = (
+        ctx.common.clone(),
+        format!("orch: merge the final stages\n\nOrch-Run: {}", ctx.run_id),
     );
-    for s in &state.stages {
-        body.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
-            s.id,
-            s.role,
-            s.status.as_str(),
-            s.verdict.map_or("", Verdict::as_str),
-            s.commit.as_deref().map_or("", |c| &c[..c.len().min(12)]),
-        ));
-    }
-    body.push_str(&format!(
-        "\nGenerated by orch run `{}` (pipeline `{}`, model: {}). Per-stage branches: `orch/{}/<stage>`.\n",
-        state.run_id, state.pipeline, state.model_label, state.run_id
-    ));
-    (title, body)
+    let final_commit = match blocking(move || git::merge_commits(&c, &tips, &msg)).await? {
+        MergeOutcome::Merged(sha) => sha,
+        MergeOutcome::Conflict { between, paths } => {
+            return Ok(Err(format!(
+                "merge the final stages: conflict between {} and {} in: {}",
+                between.0,
+                between.1,
+                paths.join(", ")
+            )));
+        }
+    };
+    let (c, b, s) = (
+        ctx.common.clone(),
+        state.final_branch.clone(),
+        final_commit.clone(),
+    );
+    blocking(move || git::set_branch(&c, &b, &s)).await?;
+    let (c, from, to) = (ctx.common.clone(), ctx.base_commit.clone(), final_commit);
+    let total = blocking(move || git::diff(&c, &from, &to, PR_DIFF_BUDGET)).await?;
+    let (title, body) = pr_text(&ctx.issue, state, &total.stat.render());
+    ctx.run_dir.write_file(
+        "pr.md",
+        crate::runlog::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),
+    )?;
+    state.pr_title = Some(title.clone());
+    Ok(Ok((title, body)))
 }
 
 #[cfg(test)]
@@ -619,37 +986,5 @@ mod tests {
         let a = new_run_id();
         assert_eq!(a.len(), "20260101-000000-abcd".len());
         assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
-    }
-
-    #[test]
-    fn commit_message_has_trailers() {
-        let m = commit_message(&CommitInfo {
-            run_id: "r1",
-            stage: "review",
-            role: "reviewer",
-            model: "replay",
-            summary: "Looks good.\nMore.",
-            verdict: Some(Verdict::Approve),
-            turns: 3,
-            tokens: TokenCount {
-                prompt: 10,
-                completion: 5,
-            },
-            duration_ms: 1500,
-            failed: false,
-        });
-        assert!(m.starts_with("orch(review): Looks good.\n\n"));
-        for t in [
-            "Orch-Run: r1",
-            "Orch-Stage: review",
-            "Orch-Role: reviewer",
-            "Orch-Model: replay",
-            "Orch-Turns: 3",
-            "Orch-Tokens: 15",
-            "Orch-Duration: 1.5s",
-            "Orch-Verdict: approve",
-        ] {
-            assert!(m.contains(t), "{t} missing in {m}");
-        }
     }
 }

@@ -246,7 +246,9 @@ impl SpawnContext {
     }
 
     /// The context of a pipeline stage (depth 0, limits from the
-    /// environment, no budget of its own).
+    /// environment, no budget of its own). `repo` is any path of the user's
+    /// repository (its common git dir will do): children load their roles
+    /// from its working tree's catalog, like the run did.
     pub fn for_stage(
         repo: &Path,
         worktree: &Path,
@@ -255,8 +257,10 @@ impl SpawnContext {
         model: &dyn ChatModel,
         assume_yes: bool,
     ) -> Option<SpawnContext> {
+        let workdir =
+            crate::git::open_repo(repo).map_or_else(|_| repo.to_path_buf(), |i| i.workdir);
         Self::new(
-            repo,
+            &workdir,
             worktree,
             record_dir,
             stage,

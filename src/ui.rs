@@ -6,13 +6,13 @@ use crate::runlog::{RunState, StageRecord, TokenCount};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The progress reporter of one command.
 pub struct Ui {
     bars: Option<MultiProgress>,
-    running: Mutex<HashMap<String, ProgressBar>>,
+    running: Arc<Mutex<HashMap<String, ProgressBar>>>,
     quiet: bool,
 }
 
@@ -22,7 +22,7 @@ impl Ui {
         let bars = (!quiet && std::io::stderr().is_terminal()).then(MultiProgress::new);
         Ui {
             bars,
-            running: Mutex::new(HashMap::new()),
+            running: Arc::new(Mutex::new(HashMap::new())),
             quiet,
         }
     }
@@ -68,12 +68,10 @@ impl Ui {
         }
     }
 
-    /// A model turn of a stage completed.
-    pub fn stage_progress(&self, id: &str, turn: u32, tokens: TokenCount) {
-        if let Ok(r) = self.running.lock()
-            && let Some(bar) = r.get(id)
-        {
-            bar.set_message(format!("turn {turn}, {} tokens", tokens.total()));
+    /// A handle stage tasks use to report their turns.
+    pub fn progress_handle(&self) -> ProgressHandle {
+        ProgressHandle {
+            running: Arc::clone(&self.running),
         }
     }
 
@@ -120,5 +118,23 @@ impl Ui {
             state.run_id,
             state.status.as_str()
         ));
+    }
+}
+
+/// Reports a running stage's turns to its progress line (cheap to clone,
+/// usable from stage tasks).
+#[derive(Clone)]
+pub struct ProgressHandle {
+    running: Arc<Mutex<HashMap<String, ProgressBar>>>,
+}
+
+impl ProgressHandle {
+    /// A model turn of a stage completed.
+    pub fn turn(&self, id: &str, turn: u32, tokens: TokenCount) {
+        if let Ok(r) = self.running.lock()
+            && let Some(bar) = r.get(id)
+        {
+            bar.set_message(format!("turn {turn}, {} tokens", tokens.total()));
+        }
     }
 }

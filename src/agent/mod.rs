@@ -166,7 +166,7 @@ pub async fn run_agent(
             "response",
             json!({
                 "turn": turn,
-                "ms": started.elapsed().as_millis() as u64,
+                "latency_ms": started.elapsed().as_millis() as u64,
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
                 "finish_reason": resp.finish_reason,
@@ -228,7 +228,7 @@ pub async fn run_agent(
                     "is_error": outcome.is_error,
                     "summary": outcome.summary,
                     "exit_code": outcome.exit_code,
-                    "ms": outcome.duration_ms,
+                    "duration_ms": outcome.duration_ms,
                     "policy": outcome.policy,
                     "changed_path": outcome.changed_path,
                     "result_bytes": outcome.content.len(),

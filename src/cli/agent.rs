@@ -103,6 +103,7 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             round: 1,
             base_id: id.clone(),
             run_if_changes_requested_by: None,
+            on_failure: Default::default(),
         }],
         origin: "orch agent".to_owned(),
     };
@@ -116,11 +117,7 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             roles,
             issue: String::new(),
             base: args.base.clone(),
-            model: chosen.model,
-            base_url: chosen.base_url,
-            secrets: chosen.secrets,
-            assume_yes: args.yes,
-            interactive: super::interactive(),
+            session: chosen.session(args.yes, super::interactive(), 1),
         },
         &ui,
     )

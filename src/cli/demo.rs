@@ -100,11 +100,7 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
             roles,
             issue: ISSUE.to_owned(),
             base: "HEAD".to_owned(),
-            model: chosen.model,
-            base_url: None,
-            secrets: chosen.secrets,
-            assume_yes: false,
-            interactive: false,
+            session: chosen.session(false, false, crate::runner::DEFAULT_MAX_PARALLEL),
         },
         &ui,
     )

@@ -4,7 +4,9 @@
 
 mod agent;
 mod demo;
+mod inspect;
 mod model;
+mod resume;
 mod run;
 mod validate;
 
@@ -29,6 +31,8 @@ pub mod exit {
     pub const GIT: i32 = 4;
     /// An internal error: I/O on the run record, a bug.
     pub const INTERNAL: i32 = 5;
+    /// Interrupted (Ctrl-C); the run is resumable.
+    pub const INTERRUPTED: i32 = 130;
 }
 
 const EXAMPLES: &str = "\
@@ -39,6 +43,8 @@ Examples:
   orch agent --role explore --task \"Where is the config parsed?\"
   orch validate                                      check every pipeline and role orch can see
   orch graph issue-to-pr                             the DAG as a Mermaid flowchart
+  orch runs; orch show last; orch review last        inspect runs, stage by stage
+  orch rollback last --to review; orch resume last   undo later stages and run them again
 
 Model: --base-url/--model or ORCH_BASE_URL/ORCH_MODEL; key in ORCH_API_KEY (or OPENAI_API_KEY).
 Offline: --replay FILE (or --model replay:FILE) replays recorded responses; no model is called.
@@ -58,6 +64,20 @@ pub struct Cli {
 pub enum Command {
     /// Run a pipeline on an issue: stages, commits, a PR branch and PR text.
     Run(run::RunArgs),
+    /// Re-run what is missing, interrupted or rolled back in a run (`--retry`: failed stages too).
+    Resume(resume::ResumeArgs),
+    /// Move a run's final branch back to a stage; later stages are marked rolled back (branches kept).
+    Rollback(resume::RollbackArgs),
+    /// List recent runs, newest first.
+    Runs(inspect::RunsArgs),
+    /// Show a run: stages with status, role, verdict, duration, turns, tokens, commit, branch.
+    Show(inspect::ShowArgs),
+    /// Review a run stage by stage: commit, diffstat, diff, verdict, summary, actions.
+    Review(inspect::ReviewArgs),
+    /// Print one stage's diff.
+    Diff(inspect::DiffArgs),
+    /// Print a run's action log (readable, or raw JSONL with --json).
+    Log(inspect::LogArgs),
     /// Run one agent with a fresh history and print its report.
     Agent(agent::AgentArgs),
     /// Check every pipeline and role orch can see (repo .orch/, user config, built-ins).
@@ -99,7 +119,9 @@ impl From<RunError> for CliError {
         match e {
             RunError::Git(g) => CliError::Git(g),
             RunError::Record(r) => CliError::Record(r),
-            RunError::MissingRole { .. } => CliError::Invalid(format!("failed to {e}")),
+            RunError::MissingRole { .. } | RunError::Refused(_) => {
+                CliError::Invalid(format!("failed to {e}"))
+            }
             other => CliError::Run(other),
         }
     }
@@ -113,6 +135,7 @@ impl CliError {
             CliError::Model(LlmError::Config(_)) => exit::INVALID,
             CliError::Model(_) => exit::MODEL,
             CliError::Git(_) => exit::GIT,
+            CliError::Record(crate::runlog::RecordError::UnknownRun { .. }) => exit::INVALID,
             CliError::Record(_) | CliError::Run(_) | CliError::Internal(_) => exit::INTERNAL,
         }
     }
@@ -123,6 +146,13 @@ pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {
     match cli.command {
         Command::Run(a) => run::cmd_run(a).await,
         Command::Agent(a) => agent::cmd_agent(a).await,
+        Command::Resume(a) => resume::cmd_resume(a).await,
+        Command::Rollback(a) => resume::cmd_rollback(a).await,
+        Command::Runs(a) => inspect::cmd_runs(a),
+        Command::Show(a) => inspect::cmd_show(a),
+        Command::Review(a) => inspect::cmd_review(a),
+        Command::Diff(a) => inspect::cmd_diff(a),
+        Command::Log(a) => inspect::cmd_log(a),
         Command::Validate(a) => validate::cmd_validate(a),
         Command::Graph(a) => validate::cmd_graph(a),
         Command::Demo(a) => demo::cmd_demo(a).await,

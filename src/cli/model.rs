@@ -5,6 +5,7 @@ use super::CliError;
 use crate::llm::ChatModel;
 use crate::llm::openai::{ModelSettings, OpenAiClient};
 use crate::llm::replay::ReplayModel;
+use crate::runner::Session;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -30,6 +31,28 @@ pub struct Chosen {
     pub base_url: Option<String>,
     /// API keys to redact from records.
     pub secrets: Vec<String>,
+    /// The replay file, when replaying.
+    pub replay_file: Option<String>,
+}
+
+impl Chosen {
+    /// The runner's session settings for this model.
+    pub fn session(self, assume_yes: bool, interactive: bool, max_parallel: usize) -> Session {
+        Session {
+            model: self.model,
+            base_url: self.base_url,
+            replay_file: self.replay_file,
+            secrets: self.secrets,
+            assume_yes,
+            interactive,
+            max_parallel,
+        }
+    }
+}
+
+/// Whether any model flag was given (so `resume` overrides the recorded model).
+pub fn any_given(args: &ModelArgs) -> bool {
+    args.base_url.is_some() || args.model.is_some() || args.replay.is_some()
 }
 
 /// Resolves flags and environment into a model backend.
@@ -46,10 +69,15 @@ pub fn choose(args: &ModelArgs) -> Result<Chosen, CliError> {
             model: Arc::new(model),
             base_url: None,
             secrets: secrets(),
+            replay_file: Some(file.display().to_string()),
         });
     }
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let settings = ModelSettings::resolve(args.base_url.clone(), args.model.clone(), &env)?;
+    let settings = with_knobs(ModelSettings::resolve(
+        args.base_url.clone(),
+        args.model.clone(),
+        &env,
+    )?);
     let base_url = Some(settings.base_url.clone());
     let mut secrets = secrets();
     if let Some(k) = &settings.api_key {
@@ -59,20 +87,99 @@ pub fn choose(args: &ModelArgs) -> Result<Chosen, CliError> {
         model: Arc::new(OpenAiClient::new(settings)?),
         base_url,
         secrets,
+        replay_file: None,
     })
 }
 
+/// Applies the hidden environment knobs to resolved settings.
+pub(super) fn with_knobs(mut settings: ModelSettings) -> ModelSettings {
+    if let Some(ms) = std::env::var(RETRY_BASE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        settings.retry_base_delay = std::time::Duration::from_millis(ms);
+    }
+    settings
+}
+
+/// Hidden knob: the first retry delay in milliseconds (default 500). Tests set
+/// it low so exhausting the retries against a broken server stays fast.
+pub const RETRY_BASE_ENV: &str = "ORCH_RETRY_BASE_MS";
+
+/// Endings (of upper-cased names) that mark an environment variable as secret.
+const SECRET_NAME_ENDINGS: &[&str] = &[
+    "_KEY",
+    "APIKEY",
+    "_TOKEN",
+    "_SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "_PASS",
+    "_CREDENTIALS",
+    "_PAT",
+];
+
+/// Shortest value treated as a secret: shorter ones are not keys, and
+/// redacting them would mangle ordinary text.
+const MIN_SECRET_LEN: usize = 8;
+
 /// Values of secret-looking environment variables, to redact from records.
-fn secrets() -> Vec<String> {
-    std::env::vars()
-        .filter(|(k, v)| {
-            let k = k.to_ascii_uppercase();
-            v.len() >= 8
-                && (k.ends_with("_KEY")
-                    || k.ends_with("_TOKEN")
-                    || k.ends_with("_SECRET")
-                    || k.contains("PASSWORD"))
-        })
-        .map(|(_, v)| v)
-        .collect()
+pub(super) fn secrets() -> Vec<String> {
+    secret_values(std::env::vars_os().map(|(k, v)| {
+        (
+            k.to_string_lossy().into_owned(),
+            v.to_string_lossy().into_owned(),
+        )
+    }))
+}
+
+/// The values of `vars` whose names look secret (see [`SECRET_NAME_ENDINGS`];
+/// `…SECRET…` and `…PASSWORD…` anywhere in the name count too).
+fn secret_values(vars: impl Iterator<Item = (String, String)>) -> Vec<String> {
+    vars.filter(|(k, v)| {
+        let k = k.to_ascii_uppercase();
+        v.len() >= MIN_SECRET_LEN
+            && (SECRET_NAME_ENDINGS.iter().any(|e| k.ends_with(e))
+                || k.contains("SECRET")
+                || k.contains("PASSWORD"))
+    })
+    .map(|(_, v)| v)
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_looking_variables_are_collected() {
+        let vars = [
+            ("ORCH_API_KEY", "sk-orch-1234"),
+            ("OPENAI_API_KEY", "sk-openai-1234"),
+            ("GITHUB_TOKEN", "ghp_abcdefgh"),
+            ("MY_SERVICE_SECRET", "service-secret"),
+            ("AWS_SECRET_ACCESS_KEY", "aws-secret-1"),
+            ("DB_PASSWORD", "hunter2hunter2"),
+            ("SECRET_SAUCE_VALUE", "saucy-value"),
+            ("GITLAB_PAT", "glpat-12345678"),
+            ("SHORT_TOKEN", "abc"),
+            ("PATH", "/usr/bin:/bin"),
+            ("KEYBOARD", "us-international"),
+            ("TOKENIZER", "tiktoken-v1"),
+        ];
+        let found = secret_values(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        assert_eq!(
+            found,
+            [
+                "sk-orch-1234",
+                "sk-openai-1234",
+                "ghp_abcdefgh",
+                "service-secret",
+                "aws-secret-1",
+                "hunter2hunter2",
+                "saucy-value",
+                "glpat-12345678"
+            ]
+        );
+    }
 }

@@ -31,9 +31,20 @@ pub struct RunArgs {
     /// Allow commands that a role's `ask` rules would ask about (non-interactive runs deny them otherwise)
     #[arg(long)]
     pub yes: bool,
+    /// How many stages may run at once
+    #[arg(long, default_value_t = crate::runner::DEFAULT_MAX_PARALLEL, value_parser = parse_parallel)]
+    pub max_parallel: usize,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--max-parallel`: 1 to 64.
+pub(super) fn parse_parallel(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to 64, got `{s}`")),
+    }
 }
 
 /// Reads the issue file (or stdin for `-`).
@@ -87,11 +98,7 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
             roles,
             issue,
             base: args.base.clone(),
-            model: chosen.model,
-            base_url: chosen.base_url,
-            secrets: chosen.secrets,
-            assume_yes: args.yes,
-            interactive: super::interactive(),
+            session: chosen.session(args.yes, super::interactive(), args.max_parallel),
         },
         &ui,
     )
@@ -104,6 +111,7 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
 pub(super) fn exit_code_of(summary: &RunSummary) -> i32 {
     match summary.state.status {
         RunStatus::Succeeded => exit::OK,
+        RunStatus::Interrupted => exit::INTERRUPTED,
         _ if summary.model_failed => exit::MODEL,
         _ => exit::STAGE_FAILED,
     }

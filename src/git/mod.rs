@@ -15,6 +15,7 @@
 
 mod commit;
 mod diff;
+mod merge;
 mod worktree;
 
 #[cfg(test)]
@@ -26,6 +27,7 @@ use git2::{ErrorCode, Oid, Repository};
 
 pub use commit::commit_all;
 pub use diff::{Diff, DiffStat, FileStat, diff};
+pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
 pub use worktree::{create_worktree, remove_worktree, reset_worktree};
 
 /// An error of the git layer; its message reads after "failed to …".

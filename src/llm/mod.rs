@@ -164,7 +164,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A chat model backend: the OpenAI-compatible HTTP client or the replay model.
 pub trait ChatModel: Send + Sync {
     /// One completion for `req`.
-    fn complete<'a>(&'a self, req: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
 
     /// A human label, e.g. `gpt-4o-mini at https://api.openai.com/v1` or
     /// `replay of fixtures/demo/replay.json (recorded responses, no model is called)`.

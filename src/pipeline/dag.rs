@@ -292,6 +292,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                 round: 1,
                 base_id: StageId(id.value.clone()),
                 run_if_changes_requested_by: None,
+                on_failure: spec.on_failure,
             }
         })
         .collect();
@@ -339,6 +340,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     round: k,
                     base_id: original.base_id.clone(),
                     run_if_changes_requested_by: Some(previous_review.clone()),
+                    on_failure: original.on_failure,
                 });
             }
             previous_review = round_id(lp.review, k);

@@ -48,6 +48,20 @@ pub struct Stage {
     /// this round answers. The runtime skips the stage unless that review
     /// requested changes (and skips stages that depend on a skipped round).
     pub run_if_changes_requested_by: Option<StageId>,
+    /// What a failure of this stage does to the rest of the run.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+/// A stage's failure policy (`on_failure:` in the pipeline file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum OnFailure {
+    /// Start nothing new; stages already running finish; the run fails.
+    #[default]
+    Stop,
+    /// Skip only the stages that depend on this one; the others go on.
+    Continue,
 }
 
 /// A validated, planned pipeline.

@@ -45,6 +45,9 @@ pub struct StageSpec {
     /// A bounded rework loop back to an upstream stage.
     #[serde(default)]
     pub rework: Option<Spanned<ReworkSpec>>,
+    /// What a failure of this stage does to the run (`stop` by default).
+    #[serde(default)]
+    pub on_failure: crate::pipeline::OnFailure,
 }
 
 /// `rework: { stage, max_rounds }` as written.

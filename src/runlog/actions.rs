@@ -46,11 +46,11 @@ impl ActionLog {
         &self.path
     }
 
-    /// Appends one event: `{"ts", "ms", "event", …fields}`.
+    /// Appends one event: `{"ts", "elapsed_ms", "event", …fields}`.
     pub fn append(&mut self, event: &str, fields: Value) -> Result<(), RecordError> {
         let mut obj = json!({
             "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            "ms": self.started.elapsed().as_millis() as u64,
+            "elapsed_ms": self.started.elapsed().as_millis() as u64,
             "event": event,
         });
         if let (Some(o), Value::Object(extra)) = (obj.as_object_mut(), fields) {
@@ -67,12 +67,57 @@ impl ActionLog {
     }
 }
 
+/// The marker [`crate::agent::cap`] puts where it cut a long field.
+const CAP_MARKER: &str = "[… ";
+
+/// Shortest prefix of a secret that is still redacted when a field cap cut
+/// the secret in half; shorter stubs reveal too little to matter.
+const MIN_CUT_PREFIX: usize = 4;
+
 /// Replaces every occurrence of each secret in `text` with `[REDACTED]`.
+///
+/// Three spellings are caught: the secret as is, its JSON-escaped form (the
+/// log and the transcript are JSON, and a secret with a quote, a backslash or
+/// a control character is escaped there), and a prefix of it left just before
+/// a `[… N more bytes …]` cap marker when capping cut through the secret.
 pub fn redact(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_owned();
     for s in secrets.iter().filter(|s| !s.is_empty()) {
-        if out.contains(s.as_str()) {
-            out = out.replace(s.as_str(), "[REDACTED]");
+        let escaped = json_escaped(s);
+        for form in [s.as_str(), escaped.as_str()] {
+            if out.contains(form) {
+                out = out.replace(form, "[REDACTED]");
+            }
+        }
+        if out.contains(CAP_MARKER) {
+            out = redact_cut_prefixes(&out, s);
+        }
+    }
+    out
+}
+
+/// `s` as it appears inside a JSON string literal.
+fn json_escaped(s: &str) -> String {
+    let quoted = serde_json::to_string(s).unwrap_or_default();
+    quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Redacts a prefix of `secret` that ends right at a cap marker.
+fn redact_cut_prefixes(text: &str, secret: &str) -> String {
+    let mut out = text.to_owned();
+    let cuts: Vec<usize> = secret
+        .char_indices()
+        .map(|(i, _)| i)
+        .filter(|&i| i >= MIN_CUT_PREFIX)
+        .collect();
+    for end in cuts.into_iter().rev() {
+        let stub = format!("{}{CAP_MARKER}", &secret[..end]);
+        if out.contains(&stub) {
+            out = out.replace(&stub, &format!("[REDACTED]{CAP_MARKER}"));
         }
     }
     out
@@ -103,5 +148,29 @@ mod tests {
         assert_eq!(lines[0]["n"], 1);
         assert!(!text.contains("sk-secret-123"));
         assert!(text.contains("[REDACTED]"));
+    }
+
+    #[test]
+    fn redacts_escaped_and_cut_secrets() {
+        let secrets = vec!["pa\"ss\\word-1".to_owned(), "sk-abcdefgh".to_owned()];
+        let json = serde_json::to_string(&json!({"x": "pa\"ss\\word-1"})).unwrap();
+        assert!(
+            !json.contains(secrets[0].as_str()),
+            "escaped in JSON: {json}"
+        );
+        let red = redact(&json, &secrets);
+        assert_eq!(red, r#"{"x":"[REDACTED]"}"#);
+
+        let capped = crate::agent::cap(&format!("{}sk-abcdefgh", "x".repeat(10)), 16);
+        assert!(capped.contains("sk-abc[… "), "{capped}");
+        let red = redact(&capped, &secrets);
+        assert!(!red.contains("sk-abc"), "{red}");
+        assert!(red.contains("[REDACTED][… "), "{red}");
+        // A short stub is left alone, and so is text without a marker.
+        assert_eq!(
+            redact("sk-[… 3 more bytes …]", &secrets),
+            "sk-[… 3 more bytes …]"
+        );
+        assert_eq!(redact("sk-abcdefg", &secrets), "sk-abcdefg");
     }
 }

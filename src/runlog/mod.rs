@@ -20,7 +20,9 @@ mod actions;
 mod state;
 
 pub use actions::{ActionLog, redact};
-pub use state::{RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount};
+pub use state::{
+    DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
+};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

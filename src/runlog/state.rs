@@ -17,8 +17,10 @@ pub enum RunStatus {
     Succeeded,
     /// A stage failed; the run stopped.
     Failed,
-    /// Stopped by the user (Ctrl-C); resumable.
+    /// Stopped by the user (Ctrl-C) or killed; resumable.
     Interrupted,
+    /// Rolled back to an earlier stage; `orch resume` re-runs what follows.
+    RolledBack,
 }
 
 /// Where a stage stands.
@@ -33,8 +35,12 @@ pub enum StageStatus {
     Succeeded,
     /// Failed; its partial work is committed on its branch when there was any.
     Failed,
-    /// Not run: its rework condition did not hold.
+    /// Not run: its rework condition did not hold (its input passes through).
     Skipped,
+    /// Not run: a stage it depends on failed.
+    Blocked,
+    /// Rolled back by `orch rollback`; its branch is kept, `resume` re-runs it.
+    RolledBack,
 }
 
 impl StageStatus {
@@ -46,6 +52,8 @@ impl StageStatus {
             StageStatus::Succeeded => "succeeded",
             StageStatus::Failed => "failed",
             StageStatus::Skipped => "skipped",
+            StageStatus::Blocked => "blocked",
+            StageStatus::RolledBack => "rolled_back",
         }
     }
 }
@@ -58,6 +66,7 @@ impl RunStatus {
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::RolledBack => "rolled_back",
         }
     }
 }
@@ -111,6 +120,33 @@ pub struct StageRecord {
     pub duration_ms: u64,
     /// Why it failed or was skipped.
     pub reason: Option<String>,
+    /// One line per tool call (the last [`DIGEST_LINES`]), for hand-offs and reviews.
+    #[serde(default)]
+    pub digest: Vec<String>,
+}
+
+/// How many action-digest lines a stage record keeps.
+pub const DIGEST_LINES: usize = 50;
+
+impl StageRecord {
+    /// A pending record for a planned stage.
+    pub fn pending(id: &str, role: &str) -> StageRecord {
+        StageRecord {
+            id: id.to_owned(),
+            role: role.to_owned(),
+            status: StageStatus::Pending,
+            branch: None,
+            commit: None,
+            parent_commit: None,
+            verdict: None,
+            summary: None,
+            turns: 0,
+            tokens: TokenCount::default(),
+            duration_ms: 0,
+            reason: None,
+            digest: Vec::new(),
+        }
+    }
 }
 
 /// The whole run state, as written to `state.json`.
@@ -144,6 +180,9 @@ pub struct RunState {
     pub model_label: String,
     /// The model base URL, when one was used (never a key).
     pub base_url: Option<String>,
+    /// The replay file, when the replay model was used.
+    #[serde(default)]
+    pub replay_file: Option<String>,
     /// The PR title, once written.
     pub pr_title: Option<String>,
     /// Stages in plan order.
@@ -187,6 +226,7 @@ impl RunState {
             model: "m".into(),
             model_label: "m".into(),
             base_url: None,
+            replay_file: None,
             pr_title: None,
             stages: vec![],
         }

@@ -97,6 +97,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         record_dir: opts.record_dir.clone(),
         base: base.clone(),
         started,
+        secrets: opts.secrets.clone(),
     };
 
     let role = &opts.role;
@@ -201,6 +202,8 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
             progress.transcript
         }
     };
+    base.report = redact(&base.report, &opts.secrets);
+    base.reason = base.reason.map(|r| redact(&r, &opts.secrets));
     let text = serde_json::to_string_pretty(&transcript).unwrap_or_default();
     let path = dir.join("transcript.json");
     crate::runlog::write_atomic(&path, redact(&text, &opts.secrets).as_bytes())?;
@@ -244,6 +247,7 @@ struct BudgetedModel {
     record_dir: PathBuf,
     base: AgentResult,
     started: Instant,
+    secrets: Vec<String>,
 }
 
 impl BudgetedModel {
@@ -304,7 +308,8 @@ impl BudgetedModel {
             r.turns = p.turns;
             // Finished children's tokens are in the budget too.
             r.tokens = self.budget.counts();
-            r.report = p.partial_report();
+            // A key the model echoed must not reach the record.
+            r.report = redact(&p.partial_report(), &self.secrets);
             r.duration_ms = self.started.elapsed().as_millis() as u64;
             r
         };
@@ -360,6 +365,7 @@ mod tests {
             record_dir: record.to_path_buf(),
             base: AgentResult::running("p/explore-1", "explore", "t", 1),
             started: Instant::now(),
+            secrets: vec!["sk-secret-value".into()],
         }
     }
 

@@ -26,6 +26,11 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
         }
         Err(e) => return Err(io_message(&path, &e)),
     };
+    if bytes.contains(&0) {
+        return Err(format!(
+            "{path} looks binary (it contains NUL bytes) and cannot be edited; change binary files with bash"
+        ));
+    }
     let Ok(text) = String::from_utf8(bytes) else {
         return Err(format!(
             "{path} is not valid UTF-8 text and cannot be edited"
@@ -154,6 +159,33 @@ mod tests {
             "{}",
             out.content
         );
+    }
+
+    #[tokio::test]
+    async fn binary_and_non_utf8_files_are_refused_unchanged() {
+        let (dir, ctx) = ctx();
+        let files: [(&str, &[u8], &str); 2] = [
+            ("bin.dat", b"abc\0def abc", "contains NUL bytes"),
+            ("latin1.txt", b"caf\xe9 abc\n", "not valid UTF-8"),
+        ];
+        for (name, bytes, why) in files {
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+            let out = call(
+                &ctx,
+                "edit_file",
+                json!({"path": name, "old_string": "abc", "new_string": "xyz"}),
+            )
+            .await;
+            assert!(out.is_error, "{name}");
+            assert!(
+                out.content
+                    .starts_with(&format!("error: edit_file: {name} "))
+                    && out.content.contains(why),
+                "{}",
+                out.content
+            );
+            assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), bytes);
+        }
     }
 
     #[tokio::test]

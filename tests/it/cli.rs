@@ -17,6 +17,7 @@ fn validate_sees_the_built_ins_and_graph_prints_mermaid() {
     let repo = TestRepo::new();
     repo.write("a.txt", "a\n");
     repo.commit_all("init");
+    let before = repo.snapshot();
     let (code, out, err) = run(&["validate"], &repo.path);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("issue-to-pr"), "{out}");
@@ -27,6 +28,7 @@ fn validate_sees_the_built_ins_and_graph_prints_mermaid() {
     assert_eq!(code, Some(0));
     assert!(out.starts_with("flowchart"), "{out}");
     assert!(out.contains("code.r2") || out.contains("code_r2"), "{out}");
+    before.assert_unchanged(&repo.snapshot());
 }
 
 #[test]
@@ -37,6 +39,7 @@ fn a_broken_repo_pipeline_is_reported_with_file_line_and_column() {
         "name: broken\ndescription: x\nstages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [cod]\n",
     );
     repo.commit_all("init");
+    let before = repo.snapshot();
     let (code, out, err) = run(&["validate"], &repo.path);
     assert_eq!(code, Some(2), "{out}{err}");
     assert!(err.contains("broken.yaml:8:"), "{err}");
@@ -44,6 +47,7 @@ fn a_broken_repo_pipeline_is_reported_with_file_line_and_column() {
     let (code, _, err) = run(&["graph", "broken"], &repo.path);
     assert_eq!(code, Some(2));
     assert!(err.contains("broken.yaml:8:"), "{err}");
+    before.assert_unchanged(&repo.snapshot());
 }
 
 #[test]
@@ -51,6 +55,7 @@ fn usage_errors_have_their_exit_codes() {
     let repo = TestRepo::new();
     repo.write("a.txt", "a\n");
     repo.commit_all("init");
+    let before = repo.snapshot();
     let (code, _, err) = run(
         &[
             "run",
@@ -79,7 +84,9 @@ fn usage_errors_have_their_exit_codes() {
     );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("missing.md"), "{err}");
+    before.assert_unchanged(&repo.snapshot());
     std::fs::write(repo.path.join("ISSUE.md"), "# x\n").unwrap();
+    let before = repo.snapshot();
     let (code, _, err) = run(&["run", "issue-to-pr", "--issue", "ISSUE.md"], &repo.path);
     assert_eq!(code, Some(2), "no model configured: {err}");
     assert!(
@@ -88,6 +95,7 @@ fn usage_errors_have_their_exit_codes() {
     );
     let (code, _, _) = run(&["run"], &repo.path);
     assert_eq!(code, Some(2), "clap usage error");
+    before.assert_unchanged(&repo.snapshot());
 
     let not_repo = tempfile::tempdir().unwrap();
     std::fs::write(not_repo.path().join("ISSUE.md"), "# x\n").unwrap();

@@ -4,7 +4,11 @@
 mod support;
 
 mod cli;
+mod dag;
+mod fuzz;
 mod harness;
 mod llm_client;
+mod review_cmds;
 mod run_e2e;
+mod safety;
 mod subagents;

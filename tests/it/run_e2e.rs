@@ -356,7 +356,8 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
     assert_eq!(kinds.iter().filter(|k| **k == "tool").count(), 4);
     let bash = events.iter().find(|e| e["name"] == "bash").unwrap();
     assert_eq!(bash["exit_code"], 0);
-    assert!(bash["ms"].is_u64());
+    assert!(bash["duration_ms"].is_u64());
+    assert!(bash["elapsed_ms"].is_u64());
     assert!(kinds.contains(&"stage_end"));
     let pr = std::fs::read_to_string(record.join("pr.md")).unwrap();
     assert!(pr.starts_with("add() subtracts\n"));
@@ -487,6 +488,7 @@ fn a_stage_that_hits_its_turn_limit_fails_and_keeps_its_work() {
 #[test]
 fn an_unauthorized_model_fails_with_the_model_exit_code() {
     let repo = buggy_repo();
+    let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
     let issue = write_issue(scratch.path());
     let server = FakeServer::start(Script::new().agent(
@@ -533,6 +535,7 @@ fn an_unauthorized_model_fails_with_the_model_exit_code() {
             entry.display()
         );
     }
+    assert_eq!(repo.snapshot(), before);
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -617,7 +620,7 @@ fn demo_runs_offline_and_the_fix_passes_the_fixture_tests() {
     assert!(stdout.contains("model: replay of"), "{stdout}");
     assert!(stdout.contains("final branch: orch/"), "{stdout}");
     assert!(
-        stdout.contains("PR title: word_count miscounts"),
+        stdout.contains("PR title: word_count miscounts words"),
         "{stdout}"
     );
     assert!(stdout.contains("before 3 1 → after 2 2"), "{stdout}");

@@ -162,24 +162,28 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
                 vec![
                     Reply::finish("e1", "add is defined in calc.py:1.", None)
                         .with_usage(100, 10)
-                        .when_in_flight("explore", 2, BARRIER),
+                        .await_peers(2, BARRIER),
                 ],
             )
             .agent(
                 "code/explore-2",
                 vec![
-                    Reply::finish("e2", "README.md says: # calc.", None)
-                        .with_usage(100, 10)
-                        .when_in_flight("explore", 2, BARRIER),
+                    Reply::finish(
+                        "e2",
+                        &format!("README.md says: # calc. The key is {FAKE_API_KEY}."),
+                        None,
+                    )
+                    .with_usage(100, 10)
+                    .await_peers(2, BARRIER),
                 ],
             ),
     );
     let (out, json) = run_stage(&repo, &server, &[]);
-    assert_eq!(
-        server.violations(),
-        Vec::<String>::new(),
-        "children ran one by one?"
+    assert!(
+        server.peers_met(),
+        "the two children were never in flight together"
     );
+    assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(json["status"], "succeeded");
 
@@ -200,10 +204,11 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
         results[0]
     );
     assert!(
-        results[1].contains("README.md says: # calc."),
-        "{}",
+        results[1].contains("README.md says: # calc. The key is [REDACTED]."),
+        "a key the child's model echoed is redacted: {}",
         results[1]
     );
+    assert!(!results[1].contains(FAKE_API_KEY));
 
     // Each child starts from its system prompt and its task only, in a
     // process of its own, with the tools of its role only.
@@ -264,8 +269,8 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
     .unwrap();
     assert_eq!(result["format"], "orch-agent-result/1");
     assert_eq!(result["status"], "succeeded");
-    for f in ["actions.jsonl", "transcript.json"] {
-        let text = std::fs::read_to_string(record.join("agents/code__explore-1").join(f)).unwrap();
+    for f in ["actions.jsonl", "transcript.json", "result.json"] {
+        let text = std::fs::read_to_string(record.join("agents/code__explore-2").join(f)).unwrap();
         assert!(!text.contains(FAKE_API_KEY), "{f} leaks the key");
     }
     before.assert_unchanged(&repo.snapshot());

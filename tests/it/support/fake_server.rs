@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -54,23 +54,28 @@ pub enum Reply {
     Close,
     /// Wait, then give the inner reply (for latency and timeout tests).
     Delayed(Duration, Box<Reply>),
-    /// Hold this request until `n` requests holding a barrier of the same
-    /// `group` are in flight at once, then give `then`. When they are not
-    /// all there within `timeout`, record a violation and answer 400: a test
-    /// that expects concurrency fails if the requests come one by one.
-    Barrier {
-        /// Requests meet per group name.
-        group: String,
-        /// How many must be in flight together.
-        n: usize,
-        /// How long to wait for them.
-        timeout: Duration,
-        /// The answer once they are.
-        then: Box<Reply>,
-    },
     /// Send SIGKILL to the process named by the request's `X-Orch-Pid`
     /// header (a crashing client), then close the connection.
     KillSender,
+    /// Hold this request until `n` requests are held at once (or `timeout`
+    /// passes), then give the inner reply. [`FakeServer::peers_met`] tells
+    /// whether `n` were ever in flight together: the proof of concurrency.
+    AwaitPeers {
+        /// How many requests must be held at the same time.
+        n: usize,
+        /// The bounded wait.
+        timeout: Duration,
+        /// What to answer afterwards.
+        then: Box<Reply>,
+    },
+    /// Send `signal` to the process whose pid is in `pid` (set by the test
+    /// after spawning it), then close the connection without answering.
+    Signal {
+        /// The target process id (0 = not set yet: nothing is sent).
+        pid: Arc<std::sync::atomic::AtomicU32>,
+        /// e.g. `libc::SIGKILL`.
+        signal: i32,
+    },
 }
 
 impl Reply {
@@ -131,35 +136,23 @@ impl Reply {
                 d,
                 Box::new(inner.with_usage(prompt_tokens, completion_tokens)),
             ),
-            Reply::Barrier {
-                group,
-                n,
-                timeout,
-                then,
-            } => Reply::Barrier {
-                group,
-                n,
-                timeout,
-                then: Box::new(then.with_usage(prompt_tokens, completion_tokens)),
-            },
             other => other,
+        }
+    }
+
+    /// The same reply, held until `n` requests are in flight together
+    /// (bounded by `timeout`).
+    pub fn await_peers(self, n: usize, timeout: Duration) -> Reply {
+        Reply::AwaitPeers {
+            n,
+            timeout,
+            then: Box::new(self),
         }
     }
 
     /// The same reply, given after `delay`.
     pub fn after(self, delay: Duration) -> Reply {
         Reply::Delayed(delay, Box::new(self))
-    }
-
-    /// The same reply, held until `n` requests of barrier `group` are in
-    /// flight together (see [`Reply::Barrier`]).
-    pub fn when_in_flight(self, group: &str, n: usize, timeout: Duration) -> Reply {
-        Reply::Barrier {
-            group: group.to_owned(),
-            n,
-            timeout,
-            then: Box::new(self),
-        }
     }
 }
 
@@ -235,9 +228,9 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     stop: AtomicBool,
-    /// Arrivals per barrier group, and the condvar barrier waiters sleep on.
-    barriers: Mutex<HashMap<String, usize>>,
-    barrier_cv: Condvar,
+    /// (requests held right now, whether `n` were ever held together)
+    peers: Mutex<(usize, bool)>,
+    peers_cv: std::sync::Condvar,
 }
 
 impl Shared {
@@ -268,8 +261,8 @@ impl FakeServer {
                 ..State::default()
             }),
             stop: AtomicBool::new(false),
-            barriers: Mutex::new(HashMap::new()),
-            barrier_cv: Condvar::new(),
+            peers: Mutex::new((0, false)),
+            peers_cv: std::sync::Condvar::new(),
         });
         let workers: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let accept = {
@@ -308,6 +301,15 @@ impl FakeServer {
     /// Protocol breaches seen so far (tool results without a matching call, …).
     pub fn violations(&self) -> Vec<String> {
         self.shared.state().violations.clone()
+    }
+
+    /// Whether some [`Reply::AwaitPeers`] saw its `n` requests in flight at once.
+    pub fn peers_met(&self) -> bool {
+        self.shared
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
     }
 
     /// How many scripted replies are still queued for `agent`.
@@ -531,7 +533,9 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
         state.script.get_mut(&agent).and_then(VecDeque::pop_front)
     };
     match reply {
-        Some(reply) => special(reply, shared, &agent, pid).unwrap_or_else(|r| render(r, &body)),
+        Some(reply) => {
+            special(reply, shared, &agent, pid).unwrap_or_else(|r| render(r, &body, shared))
+        }
         None => plain(
             500,
             format!("fake server: script exhausted for agent {agent:?}"),
@@ -539,37 +543,10 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
     }
 }
 
-/// Handles the replies that need the server's shared state or the request's
-/// headers; any other reply comes back as `Err` for [`render`].
+/// Handles the replies that need the request's headers; any other reply
+/// comes back as `Err` for [`render`].
 fn special(reply: Reply, shared: &Shared, agent: &str, pid: Option<i32>) -> Result<Answer, Reply> {
     match reply {
-        Reply::Barrier {
-            group,
-            n,
-            timeout,
-            then,
-        } => {
-            let mut arrivals = shared.barriers.lock().unwrap_or_else(|e| e.into_inner());
-            *arrivals.entry(group.clone()).or_insert(0) += 1;
-            shared.barrier_cv.notify_all();
-            let (arrivals, waited) = shared
-                .barrier_cv
-                .wait_timeout_while(arrivals, timeout, |a| {
-                    a.get(&group).copied().unwrap_or(0) < n
-                })
-                .unwrap_or_else(|e| e.into_inner());
-            if waited.timed_out() {
-                let seen = arrivals.get(&group).copied().unwrap_or(0);
-                drop(arrivals);
-                let message = format!(
-                    "barrier {group:?} (agent {agent:?}): only {seen} of {n} requests were in flight together within {timeout:?}"
-                );
-                shared.state().violations.push(message.clone());
-                return Ok(plain(400, format!("fake server: {message}")));
-            }
-            drop(arrivals);
-            special(*then, shared, agent, pid)
-        }
         Reply::KillSender => {
             match pid {
                 // SAFETY: plain syscall; the pid comes from the client's own header.
@@ -586,7 +563,7 @@ fn special(reply: Reply, shared: &Shared, agent: &str, pid: Option<i32>) -> Resu
     }
 }
 
-fn render(reply: Reply, request: &Value) -> Answer {
+fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
     match reply {
         Reply::Message { message, usage } => {
             let has_calls = message["tool_calls"].as_array().is_some_and(|c| !c.is_empty());
@@ -629,9 +606,41 @@ fn render(reply: Reply, request: &Value) -> Answer {
         Reply::Close => Answer::Close,
         Reply::Delayed(delay, inner) => {
             std::thread::sleep(delay);
-            render(*inner, request)
+            render(*inner, request, shared)
         }
-        Reply::Barrier { then, .. } => render(*then, request),
+        Reply::AwaitPeers { n, timeout, then } => {
+            let deadline = Instant::now() + timeout;
+            let mut peers = shared.peers.lock().unwrap_or_else(|e| e.into_inner());
+            peers.0 += 1;
+            if peers.0 >= n {
+                peers.1 = true;
+                shared.peers_cv.notify_all();
+            }
+            while !peers.1 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                peers = shared
+                    .peers_cv
+                    .wait_timeout(peers, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            peers.0 -= 1;
+            drop(peers);
+            render(*then, request, shared)
+        }
+        Reply::Signal { pid, signal } => {
+            let pid = pid.load(Ordering::SeqCst);
+            if pid != 0 {
+                // SAFETY: kill(2) with a pid the test owns; no memory is touched.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, signal);
+                }
+            }
+            Answer::Close
+        }
         Reply::KillSender => Answer::Close,
     }
 }

@@ -15,3 +15,14 @@ pub use repo::{RepoSnapshot, TestRepo};
 /// A generous bound for any single await in a test: long enough for a loaded
 /// 2-core machine, short enough that a hang fails instead of stalling CI.
 pub const AWAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The id of the only run recorded in the repository at `repo`.
+pub fn only_run_id(repo: &std::path::Path) -> String {
+    let mut ids: Vec<String> = std::fs::read_dir(repo.join(".git/orch/runs"))
+        .expect("runs dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(ids.len(), 1, "exactly one run: {ids:?}");
+    ids.pop().unwrap()
+}

@@ -1,0 +1,398 @@
+//! Reviewing runs: `orch runs`, `show`, `review`, `diff`, `log`. All read the
+//! run record and git; none changes anything.
+
+use super::resume::resolve_run_id;
+use super::{CliError, exit};
+use crate::git;
+use crate::runlog::{self, RunState, StageRecord};
+use std::path::{Path, PathBuf};
+
+/// Arguments of `orch runs`.
+#[derive(Debug, clap::Args)]
+pub struct RunsArgs {
+    /// The repository
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// At most this many runs
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// A JSON array, newest first
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `orch show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The run id (`last` is the newest)
+    pub run: String,
+    /// The repository
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The run state as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `orch review`.
+#[derive(Debug, clap::Args)]
+pub struct ReviewArgs {
+    /// The run id (`last` is the newest)
+    pub run: String,
+    /// Only this stage
+    pub stage: Option<String>,
+    /// The repository
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+}
+
+/// Arguments of `orch diff`.
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The run id (`last` is the newest)
+    pub run: String,
+    /// The stage
+    pub stage: String,
+    /// The repository
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+}
+
+/// Arguments of `orch log`.
+#[derive(Debug, clap::Args)]
+pub struct LogArgs {
+    /// The run id (`last` is the newest)
+    pub run: String,
+    /// Only this stage
+    pub stage: Option<String>,
+    /// The repository
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The raw JSONL events
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn open(repo: &Path, run: &str) -> Result<(PathBuf, PathBuf, RunState), CliError> {
+    let info = git::open_repo(repo)?;
+    let run_id = resolve_run_id(repo, run)?;
+    let dir = runlog::RunDir::open(&info.common_dir, &run_id)?;
+    let state = dir.read_state()?;
+    Ok((info.common_dir, dir.root, state))
+}
+
+fn stage<'a>(state: &'a RunState, id: &str) -> Result<&'a StageRecord, CliError> {
+    state.stage(id).ok_or_else(|| {
+        let known: Vec<&str> = state.stages.iter().map(|s| s.id.as_str()).collect();
+        CliError::Invalid(format!(
+            "failed to find stage `{id}` in run {} (stages: {})",
+            state.run_id,
+            known.join(", ")
+        ))
+    })
+}
+
+fn short(sha: Option<&str>) -> &str {
+    sha.map_or("-", |c| &c[..c.len().min(10)])
+}
+
+/// A compact age like `3m`, `5h`, `2d`.
+fn age(created: &str) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(created) else {
+        return "?".into();
+    };
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// `orch runs`.
+pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
+    let info = git::open_repo(&args.repo)?;
+    let mut rows = Vec::new();
+    for id in runlog::list_run_ids(&info.common_dir)
+        .into_iter()
+        .take(args.limit)
+    {
+        let Ok(dir) = runlog::RunDir::open(&info.common_dir, &id) else {
+            continue;
+        };
+        match dir.read_state() {
+            Ok(s) => rows.push(s),
+            Err(e) => eprintln!("warning: failed to {e}"),
+        }
+    }
+    if args.json {
+        let arr: Vec<_> = rows
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "run_id": s.run_id, "pipeline": s.pipeline, "status": s.status.as_str(),
+                    "created": s.created, "tokens": s.tokens().total(), "model": s.model,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(arr));
+        return Ok(exit::OK);
+    }
+    if rows.is_empty() {
+        println!("no runs in {}", info.workdir.display());
+        return Ok(exit::OK);
+    }
+    println!(
+        "{:<22} {:<14} {:<12} {:>5} {:>9}  model",
+        "run", "pipeline", "status", "age", "tokens"
+    );
+    for s in rows {
+        println!(
+            "{:<22} {:<14} {:<12} {:>5} {:>9}  {}",
+            s.run_id,
+            s.pipeline,
+            s.status.as_str(),
+            age(&s.created),
+            s.tokens().total(),
+            s.model
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// `orch show`.
+pub fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
+    let (_, root, state) = open(&args.repo, &args.run)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&state).unwrap_or_default()
+        );
+        return Ok(exit::OK);
+    }
+    print!("{}", render_show(&state, &root));
+    Ok(exit::OK)
+}
+
+/// The text of `orch show`.
+pub fn render_show(s: &RunState, root: &Path) -> String {
+    let mut o = String::new();
+    let t = s.tokens();
+    o.push_str(&format!(
+        "run {} ({}): {}\n",
+        s.run_id,
+        s.pipeline,
+        s.status.as_str()
+    ));
+    o.push_str(&format!(
+        "created {}  base {}  model {}\n",
+        s.created,
+        short(Some(&s.base_commit)),
+        s.model_label
+    ));
+    o.push_str(&format!(
+        "tokens {} (prompt {}, completion {})\n",
+        t.total(),
+        t.prompt,
+        t.completion
+    ));
+    if let Some(title) = &s.pr_title {
+        o.push_str(&format!("PR: {title} ({})\n", s.final_branch));
+    }
+    o.push_str(&format!(
+        "\n{:<11} {:<12} {:<9} {:<16} {:>7} {:>5} {:>8}  {:<10} branch\n",
+        "stage", "status", "role", "verdict", "time", "turns", "tokens", "commit"
+    ));
+    for st in &s.stages {
+        o.push_str(&format!(
+            "{:<11} {:<12} {:<9} {:<16} {:>6.1}s {:>5} {:>8}  {:<10} {}\n",
+            st.id,
+            st.status.as_str(),
+            st.role,
+            st.verdict.map_or("-", |v| v.as_str()),
+            st.duration_ms as f64 / 1000.0,
+            st.turns,
+            st.tokens.total(),
+            short(st.commit.as_deref()),
+            st.branch.as_deref().unwrap_or("-"),
+        ));
+        if let Some(r) = &st.reason {
+            o.push_str(&format!("            ↳ {r}\n"));
+        }
+    }
+    o.push_str(&format!("\nrecord: {}\n", root.display()));
+    o
+}
+
+/// `orch review`.
+pub fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
+    let (common, _, state) = open(&args.repo, &args.run)?;
+    let stages: Vec<&StageRecord> = match &args.stage {
+        Some(id) => vec![stage(&state, id)?],
+        None => state.stages.iter().collect(),
+    };
+    for st in stages {
+        print!("{}", render_review(&common, st)?);
+    }
+    Ok(exit::OK)
+}
+
+/// The text of `orch review` for one stage.
+pub fn render_review(common: &Path, st: &StageRecord) -> Result<String, CliError> {
+    let mut o = format!("=== stage {} ({}) — {}", st.id, st.role, st.status.as_str());
+    if let Some(v) = st.verdict {
+        o.push_str(&format!(", verdict {v}"));
+    }
+    o.push('\n');
+    if let Some(r) = &st.reason {
+        o.push_str(&format!("reason: {r}\n"));
+    }
+    let (Some(commit), Some(parent)) = (&st.commit, &st.parent_commit) else {
+        o.push_str("(no commit)\n\n");
+        return Ok(o);
+    };
+    o.push_str(&format!(
+        "commit {commit} on {}\n",
+        st.branch.as_deref().unwrap_or("-")
+    ));
+    o.push_str(&format!(
+        "turns {}, tokens {}, {:.1}s\n",
+        st.turns,
+        st.tokens.total(),
+        st.duration_ms as f64 / 1000.0
+    ));
+    if let Some(sum) = st.summary.as_deref().filter(|s| !s.trim().is_empty()) {
+        o.push_str(&format!(
+            "\nsummary:\n  {}\n",
+            sum.trim().replace('\n', "\n  ")
+        ));
+    }
+    if !st.digest.is_empty() {
+        o.push_str("\nactions:\n");
+        for line in &st.digest {
+            o.push_str(&format!("  - {line}\n"));
+        }
+    }
+    let d = git::diff(common, parent, commit, 256 * 1024)?;
+    o.push_str(&format!("\n{}", d.stat.render()));
+    if !d.patch.is_empty() {
+        o.push('\n');
+        o.push_str(&d.patch);
+        if !d.patch.ends_with('\n') {
+            o.push('\n');
+        }
+    }
+    o.push('\n');
+    Ok(o)
+}
+
+/// `orch diff`.
+pub fn cmd_diff(args: DiffArgs) -> Result<i32, CliError> {
+    let (common, _, state) = open(&args.repo, &args.run)?;
+    let st = stage(&state, &args.stage)?;
+    let (Some(commit), Some(parent)) = (&st.commit, &st.parent_commit) else {
+        return Err(CliError::Invalid(format!(
+            "failed to show the diff of stage `{}`: it has no commit (it is {})",
+            st.id,
+            st.status.as_str()
+        )));
+    };
+    print!("{}", git::diff(&common, parent, commit, usize::MAX)?.patch);
+    Ok(exit::OK)
+}
+
+/// `orch log`.
+pub fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
+    let (_, root, state) = open(&args.repo, &args.run)?;
+    let stages: Vec<&StageRecord> = match &args.stage {
+        Some(id) => vec![stage(&state, id)?],
+        None => state.stages.iter().collect(),
+    };
+    for st in stages {
+        let path = root.join("stages").join(&st.id).join("actions.jsonl");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if args.json {
+            print!("{text}");
+            continue;
+        }
+        println!("=== {} ({})", st.id, st.role);
+        for line in text.lines() {
+            match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(ev) => println!("{}", render_event(&ev)),
+                Err(_) => println!("  [unreadable line: {}]", crate::agent::cap(line, 80)),
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// One action-log event as a readable line.
+pub fn render_event(ev: &serde_json::Value) -> String {
+    let ms = ev["elapsed_ms"].as_u64().unwrap_or(0);
+    let t = format!("{:>7.2}s", ms as f64 / 1000.0);
+    let s = |k: &str| ev[k].as_str().unwrap_or("").to_owned();
+    let n = |k: &str| ev[k].as_u64().unwrap_or(0);
+    match ev["event"].as_str().unwrap_or("?") {
+        "stage_start" => format!(
+            "{t} start {} ({}) from {}",
+            s("stage"),
+            s("role"),
+            short(ev["parent"].as_str())
+        ),
+        "request" => format!(
+            "{t} → model turn {} ({} messages, ~{} bytes)",
+            n("turn"),
+            n("messages"),
+            n("approx_bytes")
+        ),
+        "response" => {
+            let calls: Vec<String> = ev["tool_calls"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|c| c["name"].as_str().unwrap_or("?").to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let text = ev["content"]
+                .as_str()
+                .map(|c| format!(" \"{}\"", crate::agent::cap(&c.replace('\n', " "), 60)))
+                .unwrap_or_default();
+            format!(
+                "{t} ← model turn {} in {}ms, {}+{} tokens{text}{}",
+                n("turn"),
+                n("latency_ms"),
+                n("prompt_tokens"),
+                n("completion_tokens"),
+                if calls.is_empty() {
+                    String::new()
+                } else {
+                    format!(" calls: {}", calls.join(", "))
+                }
+            )
+        }
+        "tool" => format!(
+            "{t}   {}{}",
+            s("summary"),
+            ev["policy"]
+                .as_str()
+                .filter(|p| *p != "allow")
+                .map(|p| format!(" [policy: {p}]"))
+                .unwrap_or_default()
+        ),
+        "stage_end" => format!(
+            "{t} end: {} {} ({} files, +{} -{})",
+            s("status"),
+            short(ev["commit"].as_str()),
+            n("files_changed"),
+            n("insertions"),
+            n("deletions")
+        ),
+        other => format!("{t} {other} {}", crate::agent::cap(&ev.to_string(), 160)),
+    }
+}

@@ -1,0 +1,529 @@
+//! The DAG runtime end to end: concurrency, isolation, fan-in merges and
+//! conflicts, kill -9 and resume, Ctrl-C, rollback and resume, and the
+//! review commands.
+
+use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Bounded wait for the concurrency barrier.
+const PEERS_WAIT: Duration = Duration::from_secs(30);
+
+fn repo_with(files: &[(&str, &str)]) -> TestRepo {
+    let repo = TestRepo::new();
+    for (p, c) in files {
+        repo.write(p, c);
+    }
+    repo.commit_all("base");
+    repo
+}
+
+fn write_pipeline(dir: &Path, yaml: &str) -> PathBuf {
+    let p = dir.join("p.yaml");
+    std::fs::write(&p, yaml).unwrap();
+    p
+}
+
+fn run(
+    repo: &TestRepo,
+    pipeline: &Path,
+    issue_dir: &Path,
+    server: &FakeServer,
+    extra: &[&str],
+) -> Output {
+    let issue = issue_dir.join("ISSUE.md");
+    std::fs::write(&issue, "# do the thing\n").unwrap();
+    let mut args: Vec<String> = [
+        "run",
+        pipeline.to_str().unwrap(),
+        "--repo",
+        repo.path.to_str().unwrap(),
+        "--issue",
+        issue.to_str().unwrap(),
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "m",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let out = orch().args(&args).output().unwrap();
+    eprintln!("stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn write(id: &str, path: &str, content: &str) -> Reply {
+    Reply::tool_call(id, "write_file", json!({"path": path, "content": content}))
+}
+
+fn tool_results(req: &Value) -> Vec<String> {
+    req["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+const WIDE: &str = "name: p\nstages:\n  a:\n    role: coder\n  b:\n    role: coder\n  c:\n    role: coder\n  join:\n    role: coder\n    needs: [a, b, c]\n";
+
+#[test]
+fn independent_stages_run_concurrently_in_isolated_lanes_and_merge_at_the_fan_in() {
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let before = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(tmp.path(), WIDE);
+    let lane = |x: &str| {
+        vec![
+            write("w", &format!("{x}.txt"), &format!("from {x}\n")),
+            // Every lane lists its tree while all three are in flight.
+            Reply::tool_call("l", "bash", json!({"command": "ls"})).await_peers(3, PEERS_WAIT),
+            Reply::finish("f", &format!("{x} done"), None),
+        ]
+    };
+    let server = FakeServer::start(
+        Script::new()
+            .agent("a", lane("a"))
+            .agent("b", lane("b"))
+            .agent("c", lane("c"))
+            .agent(
+                "join",
+                vec![
+                    Reply::tool_call("l", "bash", json!({"command": "ls"})),
+                    Reply::finish("f", "joined", None),
+                ],
+            ),
+    );
+    let out = run(
+        &repo,
+        &pipeline,
+        tmp.path(),
+        &server,
+        &["--max-parallel", "4"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        server.peers_met(),
+        "the three stages were never in flight together"
+    );
+    // Isolation: no lane saw another lane's uncommitted file.
+    for (x, others) in [
+        ("a", ["b.txt", "c.txt"]),
+        ("b", ["a.txt", "c.txt"]),
+        ("c", ["a.txt", "b.txt"]),
+    ] {
+        let ls = &tool_results(&server.requests_for(x)[2].body)[1];
+        assert!(
+            ls.contains(&format!("{x}.txt")),
+            "{x} sees its own file: {ls}"
+        );
+        for o in others {
+            assert!(!ls.contains(o), "{x} saw {o}: {ls}");
+        }
+    }
+    // The fan-in stage starts from a merge of all three.
+    let ls = &tool_results(&server.requests_for("join")[1].body)[0];
+    for f in ["a.txt", "b.txt", "c.txt", "README.md"] {
+        assert!(ls.contains(f), "join sees {f}: {ls}");
+    }
+    let j = json_of(&out);
+    let run_id = j["run_id"].as_str().unwrap();
+    let files = repo.git(&["ls-tree", "--name-only", &format!("orch/{run_id}/pr")]);
+    assert_eq!(
+        files.lines().collect::<Vec<_>>(),
+        ["README.md", "a.txt", "b.txt", "c.txt"]
+    );
+    // join's parent is a merge commit that has the stage commits among its ancestors.
+    for x in ["a", "b", "c"] {
+        let ok = repo
+            .git_command()
+            .args([
+                "merge-base",
+                "--is-ancestor",
+                &format!("orch/{run_id}/{x}"),
+                &format!("orch/{run_id}/join"),
+            ])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "{x} is in join's history");
+    }
+    let parents = repo.git(&[
+        "rev-list",
+        "--parents",
+        "-n1",
+        &format!("orch/{run_id}/join^"),
+    ]);
+    assert_eq!(
+        parents.split_whitespace().count(),
+        3,
+        "join starts from a two-parent merge: {parents}"
+    );
+    // Lanes are cleaned up after success; the user's repo is untouched.
+    assert!(
+        repo.git(&["branch", "--list", "orch-lanes/*"])
+            .trim()
+            .is_empty()
+    );
+    assert!(!repo.path.join(".git/orch/worktrees").join(run_id).exists());
+    assert_eq!(repo.snapshot(), before);
+    assert!(server.violations().is_empty());
+}
+
+#[test]
+fn a_fan_in_conflict_fails_the_stage_naming_paths_and_branches() {
+    let repo = repo_with(&[("shared.txt", "one\ntwo\nthree\n")]);
+    let before = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "name: p\nstages:\n  left:\n    role: coder\n  right:\n    role: coder\n  join:\n    role: coder\n    needs: [left, right]\n",
+    );
+    let edit = |to: &str| {
+        vec![
+            Reply::tool_call(
+                "e",
+                "edit_file",
+                json!({"path": "shared.txt", "old_string": "two", "new_string": to}),
+            ),
+            Reply::finish("f", "edited", None),
+        ]
+    };
+    let server = FakeServer::start(
+        Script::new()
+            .agent("left", edit("TWO (left)"))
+            .agent("right", edit("TWO (right)")),
+    );
+    let out = run(&repo, &pipeline, tmp.path(), &server, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let j = json_of(&out);
+    let run_id = j["run_id"].as_str().unwrap();
+    assert_eq!(j["status"], "failed");
+    let join = &j["stages"][2];
+    assert_eq!(join["id"], "join");
+    assert_eq!(join["status"], "failed");
+    let reason = join["reason"].as_str().unwrap();
+    assert!(reason.contains("shared.txt"), "{reason}");
+    assert!(
+        reason.contains(&format!("orch/{run_id}/left"))
+            && reason.contains(&format!("orch/{run_id}/right")),
+        "{reason}"
+    );
+    assert!(
+        server.requests_for("join").is_empty(),
+        "a conflicted stage never calls the model"
+    );
+    // Both sides are kept.
+    for side in ["left", "right"] {
+        let text = repo.git(&["show", &format!("orch/{run_id}/{side}:shared.txt")]);
+        assert!(text.contains(&format!("TWO ({side})")), "{text}");
+    }
+    assert_eq!(repo.snapshot(), before);
+}
+
+const LINEAR: &str = "name: p\nstages:\n  one:\n    role: coder\n  two:\n    role: coder\n    needs: [one]\n  three:\n    role: coder\n    needs: [two]\n";
+
+fn stage_script(x: &str) -> Vec<Reply> {
+    vec![
+        write("w", &format!("{x}.txt"), &format!("written by {x}\n")),
+        Reply::finish("f", &format!("{x} done"), None),
+    ]
+}
+
+fn full_script() -> Script {
+    Script::new()
+        .agent("one", stage_script("one"))
+        .agent("two", stage_script("two"))
+        .agent("three", stage_script("three"))
+}
+
+fn state_of(repo: &TestRepo, run_id: &str) -> Value {
+    let p = repo
+        .path
+        .join(".git/orch/runs")
+        .join(run_id)
+        .join("state.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn resume(repo: &TestRepo, run_id: &str, server: &FakeServer, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "resume",
+        run_id,
+        "--repo",
+        repo.path.to_str().unwrap(),
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "m",
+        "--json",
+    ];
+    args.extend(extra);
+    let out = orch().args(&args).output().unwrap();
+    eprintln!("resume stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn pr_tree(repo: &TestRepo, run_id: &str) -> String {
+    repo.git(&["rev-parse", &format!("orch/{run_id}/pr^{{tree}}")])
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn kill_9_mid_stage_then_resume_finishes_without_rerunning_finished_stages() {
+    // The reference: the same pipeline and script, uninterrupted.
+    let reference = repo_with(&[("README.md", "base\n")]);
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(tmp.path(), LINEAR);
+    let server = FakeServer::start(full_script());
+    let out = run(&reference, &pipeline, tmp.path(), &server, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let reference_tree = pr_tree(&reference, json_of(&out)["run_id"].as_str().unwrap());
+
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let before = repo.snapshot();
+    let pid = Arc::new(AtomicU32::new(0));
+    let kill = Reply::Signal {
+        pid: Arc::clone(&pid),
+        signal: libc::SIGKILL,
+    };
+    // Stage two is killed on its second request: mid-turn, after a write.
+    let server = FakeServer::start(
+        Script::new()
+            .agent("one", stage_script("one"))
+            .agent("two", vec![write("w", "two.txt", "half-written\n"), kill]),
+    );
+    let issue = tmp.path().join("ISSUE.md");
+    std::fs::write(&issue, "# do the thing\n").unwrap();
+    let mut child = orch()
+        .args([
+            "run",
+            pipeline.to_str().unwrap(),
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--issue",
+            issue.to_str().unwrap(),
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    pid.store(child.id(), Ordering::SeqCst);
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "orch was killed: {status:?}"
+    );
+    let run_id = crate::support::only_run_id(&repo.path);
+    let state = state_of(&repo, &run_id);
+    assert_eq!(
+        state["status"], "running",
+        "the killed run's state is as it was"
+    );
+    assert_eq!(state["stages"][0]["status"], "succeeded");
+    assert_eq!(state["stages"][1]["status"], "running");
+
+    let server2 = FakeServer::start(
+        Script::new()
+            .agent("two", stage_script("two"))
+            .agent("three", stage_script("three")),
+    );
+    let out = resume(&repo, &run_id, &server2, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let j = json_of(&out);
+    assert_eq!(j["status"], "succeeded");
+    assert!(
+        server2.requests_for("one").is_empty(),
+        "the finished stage did not run again"
+    );
+    assert_eq!(
+        server2.requests_for("two").len(),
+        2,
+        "the interrupted stage restarted from its start"
+    );
+    assert_eq!(
+        pr_tree(&repo, &run_id),
+        reference_tree,
+        "same final tree as the uninterrupted run"
+    );
+    assert_eq!(
+        repo.git(&["show", &format!("orch/{run_id}/pr:two.txt")]),
+        "written by two\n"
+    );
+    assert_eq!(repo.snapshot(), before);
+}
+
+#[test]
+fn ctrl_c_interrupts_cleanly_and_the_run_resumes() {
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let before = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(tmp.path(), LINEAR);
+    let pid = Arc::new(AtomicU32::new(0));
+    let sigint = Reply::Signal {
+        pid: Arc::clone(&pid),
+        signal: libc::SIGINT,
+    };
+    let server = FakeServer::start(Script::new().agent("one", stage_script("one")).agent(
+        "two",
+        vec![
+            Reply::tool_call("s", "bash", json!({"command": "sleep 30 & echo started"})),
+            sigint,
+        ],
+    ));
+    let issue = tmp.path().join("ISSUE.md");
+    std::fs::write(&issue, "# do the thing\n").unwrap();
+    let mut child = orch()
+        .args([
+            "run",
+            pipeline.to_str().unwrap(),
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--issue",
+            issue.to_str().unwrap(),
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    pid.store(child.id(), Ordering::SeqCst);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "interrupted exit code");
+    let run_id = crate::support::only_run_id(&repo.path);
+    let state = state_of(&repo, &run_id);
+    assert_eq!(state["status"], "interrupted");
+    assert_eq!(state["stages"][1]["status"], "pending");
+    let server2 = FakeServer::start(
+        Script::new()
+            .agent("two", stage_script("two"))
+            .agent("three", stage_script("three")),
+    );
+    let out = resume(&repo, &run_id, &server2, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(server2.requests_for("one").is_empty());
+    assert_eq!(repo.snapshot(), before);
+}
+
+#[test]
+fn rollback_then_resume_reruns_only_the_later_stages_and_keeps_old_branches() {
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let before = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(tmp.path(), LINEAR);
+    let server = FakeServer::start(full_script());
+    let out = run(&repo, &pipeline, tmp.path(), &server, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let sha = |b: &str| {
+        repo.git(&["rev-parse", &format!("orch/{run_id}/{b}")])
+            .trim()
+            .to_owned()
+    };
+    let (one, two_old, three_old) = (sha("one"), sha("two"), sha("three"));
+    assert_eq!(sha("pr"), three_old);
+
+    let out = orch()
+        .args([
+            "rollback",
+            &run_id,
+            "--to",
+            "one",
+            "--repo",
+            repo.path.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("two, three"));
+    assert_eq!(sha("pr"), one, "the final branch moved back");
+    let state = state_of(&repo, &run_id);
+    assert_eq!(state["status"], "rolled_back");
+    assert_eq!(state["stages"][1]["status"], "rolled_back");
+    assert_eq!(state["stages"][2]["status"], "rolled_back");
+
+    let redo = |x: &str| {
+        vec![
+            write("w", &format!("{x}.txt"), &format!("redone by {x}\n")),
+            Reply::finish("f", "redone", None),
+        ]
+    };
+    let server2 = FakeServer::start(
+        Script::new()
+            .agent("two", redo("two"))
+            .agent("three", redo("three")),
+    );
+    let out = resume(&repo, &run_id, &server2, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        server2.requests_for("one").is_empty(),
+        "stage one is not run again"
+    );
+    assert_eq!(server2.requests_for("two").len(), 2);
+    assert_eq!(server2.requests_for("three").len(), 2);
+    assert_eq!(sha("one"), one);
+    assert_ne!(sha("two"), two_old);
+    assert_eq!(
+        sha("pr"),
+        sha("three"),
+        "the final branch moved to the new end"
+    );
+    assert_eq!(
+        repo.git(&["show", &format!("orch/{run_id}/pr:three.txt")]),
+        "redone by three\n"
+    );
+    // The old attempts are still there.
+    assert_eq!(sha("two.v1"), two_old);
+    assert_eq!(sha("three.v1"), three_old);
+    assert_eq!(repo.snapshot(), before);
+}
+
+#[test]
+fn resume_refuses_failed_stages_without_retry() {
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(tmp.path(), LINEAR);
+    let server =
+        FakeServer::start(Script::new().agent("one", vec![Reply::Status(401, "no".into())]));
+    let out = run(&repo, &pipeline, tmp.path(), &server, &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let server2 = FakeServer::start(full_script());
+    let out = resume(&repo, &run_id, &server2, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--retry"));
+    let out = resume(&repo, &run_id, &server2, &["--retry"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json_of(&out)["status"], "succeeded");
+}

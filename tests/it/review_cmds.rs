@@ -1,0 +1,214 @@
+//! Snapshot tests of the review commands (`runs`, `show`, `review`, `diff`,
+//! `log`), with SHAs, run ids, times and paths redacted.
+
+use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use serde_json::{Value, json};
+
+fn redact(text: &str, run_id: &str, repo: &std::path::Path) -> String {
+    let mut s = text.replace(run_id, "RUN");
+    s = s.replace(&repo.display().to_string(), "REPO");
+    let re = |p: &str| regex::Regex::new(p).unwrap();
+    s = re(r"\b[0-9a-f]{40}\b")
+        .replace_all(&s, "SHA40")
+        .into_owned();
+    s = re(r"\b[0-9a-f]{10}\b")
+        .replace_all(&s, "SHA10")
+        .into_owned();
+    s = re(r"index [0-9a-f]{7}\.\.[0-9a-f]{7}")
+        .replace_all(&s, "index X..Y")
+        .into_owned();
+    s = re(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+        .replace_all(&s, "DATE")
+        .into_owned();
+    s = re(r"\d+\.\d+s\b").replace_all(&s, "T").into_owned();
+    s = re(r"in \d+ms").replace_all(&s, "in Nms").into_owned();
+    s = re(r"\(\d+\.\ds\)").replace_all(&s, "(T)").into_owned();
+    s
+}
+
+fn stdout(args: &[&str], repo: &TestRepo) -> (Option<i32>, String, String) {
+    let out = orch().current_dir(&repo.path).args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn show_review_log_diff_and_runs_read_the_record() {
+    let repo = TestRepo::new();
+    repo.write("calc.py", "def add(a, b):\n    return a - b\n");
+    repo.commit_all("base");
+    let before = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = tmp.path().join("p.yaml");
+    std::fs::write(
+        &pipeline,
+        "name: p\nstages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n",
+    )
+    .unwrap();
+    let issue = tmp.path().join("ISSUE.md");
+    std::fs::write(&issue, "# add subtracts\n").unwrap();
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call(
+                        "e",
+                        "edit_file",
+                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+                    )
+                    .with_usage(100, 20),
+                    Reply::finish("f", "add() adds now.", None).with_usage(150, 10),
+                ],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("f", "Correct.", Some("approve")).with_usage(200, 5)],
+            ),
+    );
+    let out = orch()
+        .args([
+            "run",
+            pipeline.to_str().unwrap(),
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--issue",
+            issue.to_str().unwrap(),
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = |t: &str| redact(t, &run_id, &repo.path);
+
+    let (code, show, _) = stdout(&["show", &run_id], &repo);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        r(&show),
+        "run RUN (p): succeeded
+created DATE  base SHA10  model m at BASE_URL
+tokens 485 (prompt 450, completion 35)
+PR: add subtracts (orch/RUN/pr)
+
+stage       status       role      verdict             time turns   tokens  commit     branch
+code        succeeded    coder     -                   T     2      280  SHA10 orch/RUN/code
+review      succeeded    reviewer  approve             T     1      205  SHA10 orch/RUN/review
+
+record: REPO/.git/orch/runs/RUN
+"
+        .replace("BASE_URL", &server.base_url)
+    );
+    // `last` names the newest run.
+    let (_, show_last, _) = stdout(&["show", "last"], &repo);
+    assert_eq!(show_last, show);
+
+    let (code, review, _) = stdout(&["review", &run_id, "code"], &repo);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        r(&review),
+        "=== stage code (coder) — succeeded
+commit SHA40 on orch/RUN/code
+turns 2, tokens 280, T
+
+summary:
+  add() adds now.
+
+actions:
+  - edit_file calc.py (+1 −1)
+
+ calc.py | 2 +-
+ 1 file changed, 1 insertion(+), 1 deletion(-)
+
+diff --git a/calc.py b/calc.py
+index X..Y 100644
+--- a/calc.py
++++ b/calc.py
+@@ -1,2 +1,2 @@
+ def add(a, b):
+-    return a - b
++    return a + b
+
+"
+    );
+    let (_, diff, _) = stdout(&["diff", &run_id, "code"], &repo);
+    assert!(
+        review.contains(&diff),
+        "orch diff prints the patch review shows"
+    );
+
+    let (code, log, _) = stdout(&["log", &run_id, "code"], &repo);
+    assert_eq!(code, Some(0));
+    let log = r(&log);
+    let lines: Vec<String> = log
+        .lines()
+        .map(|l| {
+            regex::Regex::new(r"^ *T ")
+                .unwrap()
+                .replace(l, "T ")
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(lines[0], "=== code (coder)");
+    assert_eq!(lines[1], "T start code (coder) from SHA10");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "T ← model turn 1 in Nms, 100+20 tokens calls: edit_file"),
+        "{log}"
+    );
+    assert!(
+        lines.iter().any(|l| l == "T   edit_file calc.py (+1 −1)"),
+        "{log}"
+    );
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("T end: succeeded SHA10 (1 files, +1 -1)"),
+        "{log}"
+    );
+    let (_, raw, _) = stdout(&["log", &run_id, "code", "--json"], &repo);
+    assert!(
+        raw.lines()
+            .all(|l| serde_json::from_str::<Value>(l).is_ok())
+    );
+
+    let (code, runs, _) = stdout(&["runs", "--json"], &repo);
+    assert_eq!(code, Some(0));
+    let runs: Value = serde_json::from_str(&runs).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    assert_eq!(runs[0]["run_id"], run_id.as_str());
+    assert_eq!(runs[0]["pipeline"], "p");
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert!(runs[0]["created"].as_str().unwrap().ends_with('Z'));
+    let (_, table, _) = stdout(&["runs"], &repo);
+    assert!(
+        r(&table).contains("RUN   p              succeeded"),
+        "{table}"
+    );
+
+    // Unknown names list what exists.
+    let (code, _, err) = stdout(&["show", "nope"], &repo);
+    assert_eq!(code, Some(2));
+    assert!(err.contains(&run_id), "{err}");
+    let (code, _, err) = stdout(&["review", &run_id, "nope"], &repo);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("stages: code, review"), "{err}");
+    assert_eq!(repo.snapshot(), before);
+}
