@@ -17,5 +17,6 @@ pub mod policy;
 pub mod role;
 pub mod runlog;
 pub mod runner;
+pub mod subagent;
 pub mod tools;
 pub mod ui;

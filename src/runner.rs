@@ -782,14 +782,6 @@ fn requires_verdict(p: &Pipeline, stage: &Stage) -> bool {
         .any(|s| s.base_id == stage.base_id)
 }
 
-/// Tools the model is actually offered.
-fn offered_tools(tools: &[String]) -> Vec<String> {
-    crate::tools::definitions(tools)
-        .iter()
-        .map(|d| d.name.to_owned())
-        .collect()
-}
-
 /// Runs one stage in its lane: the agent, then the commit on the stage's
 /// branch, its diff and transcript. Runs as its own task; reports back.
 async fn run_stage(
@@ -821,7 +813,7 @@ async fn run_stage(
         assume_yes: ctx.session.assume_yes,
         interactive: ctx.session.interactive,
     };
-    let tool_ctx =
+    let mut tool_ctx =
         ToolContext::new(&lane.path, &role.tools, role.read_only, policy).map_err(|source| {
             RunError::Tools {
                 stage: id.clone(),
@@ -829,6 +821,14 @@ async fn run_stage(
                 source,
             }
         })?;
+    tool_ctx.spawn = crate::subagent::SpawnContext::for_stage(
+        &ctx.common,
+        &tool_ctx.root,
+        &ctx.run_dir.root,
+        &id,
+        model.as_ref(),
+        ctx.session.assume_yes,
+    );
     let budget = ctx
         .ledger
         .lock()
@@ -838,7 +838,7 @@ async fn run_stage(
         budget,
         compaction: ctx.session.limits.compaction,
         agent_path: id.clone(),
-        system_prompt: prompt::system_prompt(&role.prompt, &offered_tools(&role.tools)),
+        system_prompt: prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
         task: prompt::task_message(&stage.task, &ctx.issue, &upstream),
         max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: requires_verdict(&ctx.plan.pipeline, stage),

@@ -116,7 +116,7 @@ pub async fn run_agent(
             ChatMessage::system(cfg.system_prompt.clone()),
             ChatMessage::user(cfg.task.clone()),
         ],
-        tools: tools::definitions(&tool_ctx.allowed),
+        tools: tools::offered(tool_ctx),
         agent_path: cfg.agent_path.clone(),
     };
     let mut out = AgentOutcome {
@@ -232,26 +232,36 @@ pub async fn run_agent(
         }
 
         let mut finished = false;
-        for call in &calls {
+        // The subagents of one turn run concurrently; results keep call order.
+        let mut spawned = spawn_concurrently(tool_ctx, &calls).await;
+        for (i, call) in calls.iter().enumerate() {
             let name = call.function.name.as_str();
             let args = call.function.arguments.as_str();
-            // Time-budget hook: a tool call cannot outlive the budget.
-            let mut outcome = match tracker.bounded(tools::dispatch(tool_ctx, name, args)).await {
-                Ok(outcome) => outcome,
-                Err(why) => {
-                    log.append(
-                        "budget_exceeded",
-                        json!({"turn": turn, "call_id": call.id, "reason": why}),
-                    )?;
-                    req.messages.push(ChatMessage::tool(
-                        call.id.clone(),
-                        format!("error: stopped: {why}"),
-                    ));
-                    answer_remaining(&mut req.messages, &calls);
-                    out.end = AgentEnd::Budget(why);
-                    break 'turns;
-                }
+            let mut outcome = match spawned[i].take() {
+                Some(o) => o,
+                // Time-budget hook: a tool call cannot outlive the budget.
+                None => match tracker.bounded(tools::dispatch(tool_ctx, name, args)).await {
+                    Ok(outcome) => outcome,
+                    Err(why) => {
+                        log.append(
+                            "budget_exceeded",
+                            json!({"turn": turn, "call_id": call.id, "reason": why}),
+                        )?;
+                        req.messages.push(ChatMessage::tool(
+                            call.id.clone(),
+                            format!("error: stopped: {why}"),
+                        ));
+                        answer_remaining(&mut req.messages, &calls);
+                        out.end = AgentEnd::Budget(why);
+                        break 'turns;
+                    }
+                },
             };
+            if let Some(t) = outcome.child_tokens {
+                // Subagents spend the stage's budget too.
+                out.tokens.add(t);
+                tracker.record_usage(t.prompt, t.completion);
+            }
             if let Some(fin) = outcome.finish.take() {
                 if cfg.require_verdict && fin.verdict.is_none() {
                     outcome.is_error = true;
@@ -301,6 +311,14 @@ pub async fn run_agent(
                     "stopped: the model made the same failing `{name}` call {MAX_IDENTICAL_FAILURES} times in a row"
                 );
                 log.append("stuck", json!({"turn": turn, "reason": why}))?;
+                // Subagents that already ran still count and report.
+                for (c, o) in calls.iter().zip(spawned.iter_mut()).skip(i + 1) {
+                    if let Some(o) = o.take() {
+                        out.tokens.add(o.child_tokens.unwrap_or_default());
+                        req.messages
+                            .push(ChatMessage::tool(c.id.clone(), o.content));
+                    }
+                }
                 answer_remaining(&mut req.messages, &calls);
                 out.end = AgentEnd::Stuck(why);
                 break 'turns;
@@ -328,6 +346,30 @@ pub async fn run_agent(
     )?;
     out.transcript = req.messages;
     Ok(out)
+}
+
+/// Runs the `spawn_agent` calls of a turn together when there are several;
+/// slot `i` holds the outcome of call `i` (`None`: run it in order).
+async fn spawn_concurrently(
+    tool_ctx: &ToolContext,
+    calls: &[crate::llm::ToolCall],
+) -> Vec<Option<tools::ToolOutcome>> {
+    let mut slots: Vec<Option<tools::ToolOutcome>> = calls.iter().map(|_| None).collect();
+    let idx: Vec<usize> = (0..calls.len())
+        .filter(|&i| calls[i].function.name == "spawn_agent")
+        .collect();
+    if idx.len() < 2 {
+        return slots;
+    }
+    let batch: Vec<(&str, &str)> = idx
+        .iter()
+        .map(|&i| ("spawn_agent", calls[i].function.arguments.as_str()))
+        .collect();
+    let outs = tools::dispatch_concurrently(tool_ctx, &batch).await;
+    for (i, o) in idx.into_iter().zip(outs) {
+        slots[i] = Some(o);
+    }
+    slots
 }
 
 /// Gives every tool call of an assistant message an id (some servers omit

@@ -3,6 +3,11 @@
 //! It is a one-stage run: the agent works in a worktree of its own (so even
 //! a writing role never touches the user's tree), its work is committed on
 //! `orch/<run>/<role>` and recorded like any run.
+//!
+//! Child mode (`--worktree`, set by `spawn_agent`; hidden flags): the agent
+//! works directly in its parent's worktree, writes its result under the
+//! parent run's record and leaves committing to the parent stage; see
+//! [`crate::subagent`].
 
 use super::CliError;
 use super::model::{ModelArgs, choose_for_repo};
@@ -11,8 +16,10 @@ use crate::catalog::Catalog;
 use crate::ids::StageId;
 use crate::pipeline::{Pipeline, Stage};
 use crate::runner::{RunOptions, run_pipeline};
+use crate::subagent::{self, AgentStatus, SpawnLimits, child};
 use crate::ui::Ui;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Arguments of `orch agent`.
 #[derive(Debug, clap::Args)]
@@ -44,10 +51,43 @@ pub struct AgentArgs {
     /// Print a JSON object (report, status, turns, tokens, transcript) instead of the report
     #[arg(long)]
     pub json: bool,
+    /// Child mode: work directly in this worktree (set by `spawn_agent`)
+    #[arg(long, hide = true, requires_all = ["record_dir", "agent_path"])]
+    pub worktree: Option<PathBuf>,
+    /// Child mode: the run's record directory
+    #[arg(long, hide = true)]
+    pub record_dir: Option<PathBuf>,
+    /// Child mode: this agent's path, e.g. code/explore-1
+    #[arg(long, hide = true)]
+    pub agent_path: Option<String>,
+    /// Child mode: this agent's depth
+    #[arg(long, hide = true, default_value_t = 1)]
+    pub depth: u32,
+    /// Child mode: the deepest agent allowed
+    #[arg(long, hide = true, default_value_t = subagent::DEFAULT_MAX_DEPTH)]
+    pub max_depth: u32,
+    /// Child mode: children of this agent running at once
+    #[arg(long, hide = true, default_value_t = subagent::DEFAULT_MAX_CHILDREN)]
+    pub max_children: u32,
+    /// Child mode: wall time of each child of this agent
+    #[arg(long, hide = true, default_value_t = subagent::DEFAULT_CHILD_TIME.as_secs())]
+    pub child_time_secs: u64,
+    /// Child mode: token budget of each child of this agent
+    #[arg(long, hide = true, default_value_t = subagent::DEFAULT_CHILD_TOKENS)]
+    pub child_tokens: u64,
+    /// Child mode: this agent's token budget
+    #[arg(long, hide = true)]
+    pub token_budget: Option<u64>,
+    /// Child mode: this agent's wall time
+    #[arg(long, hide = true)]
+    pub time_budget_secs: Option<u64>,
 }
 
 /// `orch agent`.
 pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
+    if args.worktree.is_some() {
+        return cmd_child(args).await;
+    }
     let catalog = Catalog::load(Some(&args.repo))?;
     let role = catalog.role(&args.role)?;
     let id = StageId(role.name.to_ascii_lowercase().replace(
@@ -110,4 +150,71 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         }
     }
     Ok(exit_code_of(&summary))
+}
+
+/// `orch agent` in child mode: started by `spawn_agent`.
+async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
+    let (Some(worktree), Some(record_dir), Some(agent_path)) = (
+        args.worktree.clone(),
+        args.record_dir.clone(),
+        args.agent_path.clone(),
+    ) else {
+        return Err(CliError::Invalid(
+            "--worktree needs --record-dir and --agent-path".to_owned(),
+        ));
+    };
+    let fail = |e: CliError| {
+        child::record_failure(
+            &record_dir,
+            &agent_path,
+            &args.role,
+            &args.task,
+            args.depth,
+            &e.to_string(),
+        );
+        e
+    };
+    // The child loads its role itself: it gets the tools its role grants,
+    // whatever the parent asked for.
+    let catalog = Catalog::load(Some(&args.repo)).map_err(|e| fail(e.into()))?;
+    let role = catalog
+        .role(&args.role)
+        .map_err(|e| fail(e.into()))?
+        .clone();
+    let chosen = choose_for_repo(&args.model, Some(&args.repo)).map_err(fail)?;
+    let result = child::run_child(child::ChildOptions {
+        repo: args.repo.clone(),
+        worktree,
+        record_dir: record_dir.clone(),
+        agent_path,
+        role,
+        task: args.task.clone(),
+        depth: args.depth,
+        limits: SpawnLimits {
+            max_depth: args.max_depth,
+            max_children: args.max_children,
+            child_time: Duration::from_secs(args.child_time_secs),
+            child_tokens: args.child_tokens,
+        },
+        token_budget: args.token_budget,
+        time_budget: args.time_budget_secs.map(Duration::from_secs),
+        max_turns: args.max_turns,
+        model: chosen.model,
+        secrets: chosen.secrets,
+        assume_yes: args.yes,
+    })
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&result).unwrap_or_default());
+    } else {
+        println!("{}", result.report.trim_end());
+        if let Some(r) = &result.reason {
+            eprintln!("orch: agent {}: {r}", result.status.as_str());
+        }
+    }
+    Ok(match result.status {
+        AgentStatus::Succeeded => super::exit::OK,
+        AgentStatus::ModelError => super::exit::MODEL,
+        _ => super::exit::STAGE_FAILED,
+    })
 }

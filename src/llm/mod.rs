@@ -243,6 +243,46 @@ pub trait ChatModel: Send + Sync {
         let _ = usage;
         None
     }
+
+    /// How a child `orch agent` process reaches this same model (for
+    /// `spawn_agent`); `None` when it cannot.
+    fn spawn_settings(&self) -> Option<ModelSpawn> {
+        None
+    }
+}
+
+/// The model settings a subagent process is started with.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ModelSpawn {
+    /// An OpenAI-compatible server; the key goes to the child as `ORCH_API_KEY`.
+    Http {
+        /// API root.
+        base_url: String,
+        /// Model name.
+        model: String,
+        /// Bearer token, if any.
+        api_key: Option<String>,
+    },
+    /// The replay model, from this (absolute) file.
+    Replay(std::path::PathBuf),
+}
+
+impl std::fmt::Debug for ModelSpawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelSpawn::Http {
+                base_url,
+                model,
+                api_key,
+            } => f
+                .debug_struct("Http")
+                .field("base_url", base_url)
+                .field("model", model)
+                .field("api_key", &api_key.as_ref().map(|_| "<redacted>"))
+                .finish(),
+            ModelSpawn::Replay(p) => f.debug_tuple("Replay").field(p).finish(),
+        }
+    }
 }
 
 /// Errors from a model backend.
@@ -334,6 +374,9 @@ pub enum LlmError {
     /// No base URL / model was configured.
     #[error("configure a model: {0}")]
     Config(String),
+    /// The agent's token or time budget is used up; no request was sent.
+    #[error("stay within the budget: {0}")]
+    Budget(String),
 }
 
 impl LlmError {

@@ -46,6 +46,9 @@ use std::time::{Duration, Instant};
 const SNIPPET_CHARS: usize = 200;
 /// Header naming the agent that sends a request (used by fake servers and proxies).
 pub const AGENT_HEADER: &str = "x-orch-agent";
+/// Header carrying the sending process's id (subagents are processes; handy
+/// for debugging and for test servers that simulate a crash).
+pub const PID_HEADER: &str = "x-orch-pid";
 
 /// Builds an HTTP client with `timeout` per request and a connect timeout of
 /// at most [`DEFAULT_CONNECT_TIMEOUT`].
@@ -214,6 +217,7 @@ impl OpenAiClient {
             );
         }
         headers.insert(AGENT_HEADER, agent_header_value(agent_path));
+        headers.insert(PID_HEADER, HeaderValue::from(std::process::id()));
         if let Some(key) = &self.settings.api_key {
             let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
                 LlmError::Config(
@@ -617,6 +621,14 @@ impl ChatModel for OpenAiClient {
 
     fn cost_usd(&self, usage: &Usage) -> Option<f64> {
         cost_usd(&self.settings.model, usage, &self.settings.prices)
+    }
+
+    fn spawn_settings(&self) -> Option<super::ModelSpawn> {
+        Some(super::ModelSpawn::Http {
+            base_url: self.settings.base_url.clone(),
+            model: self.settings.model.clone(),
+            api_key: self.settings.api_key.clone(),
+        })
     }
 }
 

@@ -47,6 +47,8 @@ pub const REPLAY_FORMAT: &str = "orch-replay/1";
 #[derive(Debug)]
 pub struct ReplayModel {
     origin: String,
+    /// The file, absolute, when loaded from one (a subagent reloads it).
+    source: Option<std::path::PathBuf>,
     note: Option<String>,
     scripts: BTreeMap<String, Vec<TurnSpec>>,
     cursors: Mutex<HashMap<String, usize>>,
@@ -107,7 +109,9 @@ impl ReplayModel {
             file: origin.clone(),
             reason: e.to_string(),
         })?;
-        Self::from_str(&text, &origin)
+        let mut model = Self::from_str(&text, &origin)?;
+        model.source = std::path::absolute(path).ok();
+        Ok(model)
     }
 
     /// Parses a replay from `text`; `origin` names it in labels and errors.
@@ -132,6 +136,7 @@ impl ReplayModel {
         }
         Ok(ReplayModel {
             origin: origin.to_owned(),
+            source: None,
             note: spec.note,
             scripts: spec.agents,
             cursors: Mutex::new(HashMap::new()),
@@ -238,6 +243,10 @@ impl ChatModel for ReplayModel {
 
     fn is_replay(&self) -> bool {
         true
+    }
+
+    fn spawn_settings(&self) -> Option<super::ModelSpawn> {
+        self.source.clone().map(super::ModelSpawn::Replay)
     }
 }
 

@@ -22,6 +22,7 @@ mod finish;
 mod grep;
 mod list_files;
 mod read_file;
+mod spawn_agent;
 mod write_file;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,11 @@ use crate::exec::ExecLimits;
 use crate::ids::Verdict;
 use crate::llm::ToolDef;
 use crate::policy::BashPolicy;
+use crate::runlog::TokenCount;
+use crate::subagent::{ReadOnlyGuard, SpawnContext};
+use std::sync::Arc;
+
+pub use spawn_agent::dispatch_concurrently;
 
 /// Every tool name orch knows, in the order they are offered.
 pub const ALL_TOOLS: &[&str] = &[
@@ -70,6 +76,10 @@ pub struct ToolContext {
     pub env: Vec<(String, String)>,
     /// Child-process limits.
     pub limits: ExecLimits,
+    /// What `spawn_agent` needs; `None` where subagents are not available.
+    pub spawn: Option<SpawnContext>,
+    /// For a read-only subagent: undoes what its `bash` commands change.
+    pub read_only_guard: Option<Arc<ReadOnlyGuard>>,
 }
 
 impl ToolContext {
@@ -88,6 +98,8 @@ impl ToolContext {
             policy,
             env: crate::exec::scrubbed_env(),
             limits: ExecLimits::default(),
+            spawn: None,
+            read_only_guard: None,
         })
     }
 }
@@ -120,6 +132,9 @@ pub struct ToolOutcome {
     pub policy: Option<String>,
     /// `write_file`/`edit_file`: the path written, relative to the root.
     pub changed_path: Option<String>,
+    /// `spawn_agent`: tokens the subagent (and its own subagents) used; they
+    /// count towards the caller's tokens.
+    pub child_tokens: Option<TokenCount>,
 }
 
 impl ToolOutcome {
@@ -155,8 +170,28 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     format!("{cut}…")
 }
 
-/// JSON schemas of the allowed tools, in [`ALL_TOOLS`] order. `spawn_agent`
-/// is not offered yet, even when allowed.
+/// The tools offered to the model in `ctx`: [`definitions`] plus
+/// `spawn_agent` when the role allows it and `ctx` can spawn (a spawn context
+/// below the depth limit).
+pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
+    let can_spawn = ctx.spawn.as_ref().is_some_and(SpawnContext::can_spawn);
+    ALL_TOOLS
+        .iter()
+        .filter(|t| ctx.allowed.iter().any(|a| a == *t))
+        .filter_map(|t| match *t {
+            "spawn_agent" => can_spawn.then(spawn_agent::definition),
+            other => definition(other),
+        })
+        .collect()
+}
+
+/// Names of the tools offered in `ctx` (for the system prompt).
+pub fn offered_names(ctx: &ToolContext) -> Vec<String> {
+    offered(ctx).iter().map(|d| d.name.to_owned()).collect()
+}
+
+/// JSON schemas of the allowed tools, in [`ALL_TOOLS`] order, without
+/// `spawn_agent` (which needs a [`ToolContext`]; see [`offered`]).
 pub fn definitions(allowed: &[String]) -> Vec<ToolDef> {
     ALL_TOOLS
         .iter()
@@ -256,7 +291,7 @@ pub async fn dispatch(ctx: &ToolContext, name: &str, arguments: &str) -> ToolOut
 /// and the message.
 fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (String, String)> {
     let offered = || {
-        let names: Vec<&str> = definitions(&ctx.allowed).iter().map(|d| d.name).collect();
+        let names: Vec<&str> = offered(ctx).iter().map(|d| d.name).collect();
         names.join(", ")
     };
     if !ALL_TOOLS.contains(&name) {
@@ -286,17 +321,22 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
 async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutcome, String> {
     let root = ctx.root.clone();
     match name {
-        "bash" => bash::run(ctx, &args).await,
+        "bash" => match ctx.read_only_guard.clone() {
+            None => bash::run(ctx, &args).await,
+            Some(guard) => {
+                let before = guard.snapshot().await;
+                let out = bash::run(ctx, &args).await;
+                guard.discard_changes(before, out).await
+            }
+        },
+        "spawn_agent" => spawn_agent::run(ctx, &args).await,
         "finish" => finish::run(&args),
         "read_file" => blocking(move || read_file::run(&root, &args)).await,
         "write_file" => blocking(move || write_file::run(&root, &args)).await,
         "edit_file" => blocking(move || edit_file::run(&root, &args)).await,
         "list_files" => blocking(move || list_files::run(&root, &args)).await,
         "grep" => blocking(move || grep::run(&root, &args)).await,
-        _ => Err(
-            "not available in this version of orch; do the work yourself with the other tools"
-                .to_owned(),
-        ),
+        _ => Err("not available in this version of orch".to_owned()),
     }
 }
 

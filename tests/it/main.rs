@@ -14,3 +14,4 @@ mod review_cmds;
 mod run_e2e;
 mod safety;
 mod sse;
+mod subagents;

@@ -34,7 +34,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long a connection may stay silent before the server gives up on it.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,6 +64,9 @@ pub enum Reply {
     Close,
     /// Wait, then give the inner reply (for latency and timeout tests).
     Delayed(Duration, Box<Reply>),
+    /// Send SIGKILL to the process named by the request's `X-Orch-Pid`
+    /// header (a crashing client), then close the connection.
+    KillSender,
     /// Hold this request until `n` requests are held at once (or `timeout`
     /// passes), then give the inner reply. [`FakeServer::peers_met`] tells
     /// whether `n` were ever in flight together: the proof of concurrency.
@@ -228,6 +231,8 @@ pub struct Recorded {
     pub body: Value,
     /// When the request had been read completely.
     pub at: Instant,
+    /// The same moment as wall-clock time (to compare with other processes).
+    pub received: SystemTime,
 }
 
 impl Recorded {
@@ -537,6 +542,11 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
         .find(|(n, _)| n == "x-orch-agent")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
+    let pid = request
+        .headers
+        .iter()
+        .find(|(n, _)| n == "x-orch-pid")
+        .and_then(|(_, v)| v.parse::<i32>().ok());
     let parsed = serde_json::from_slice::<Value>(&request.body);
     let body = parsed.as_ref().cloned().unwrap_or(Value::Null);
     let reply = {
@@ -548,6 +558,7 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
             headers: request.headers,
             body: body.clone(),
             at: Instant::now(),
+            received: SystemTime::now(),
         });
         if !request.path.ends_with("/chat/completions") {
             return plain(404, format!("fake server: no route for {}", request.path));
@@ -573,11 +584,33 @@ fn answer_for(request: Request, shared: &Shared) -> Answer {
         state.script.get_mut(&agent).and_then(VecDeque::pop_front)
     };
     match reply {
-        Some(reply) => render(reply, &body, shared),
+        Some(reply) => {
+            special(reply, shared, &agent, pid).unwrap_or_else(|r| render(r, &body, shared))
+        }
         None => plain(
             500,
             format!("fake server: script exhausted for agent {agent:?}"),
         ),
+    }
+}
+
+/// Handles the replies that need the request's headers; any other reply
+/// comes back as `Err` for [`render`].
+fn special(reply: Reply, shared: &Shared, agent: &str, pid: Option<i32>) -> Result<Answer, Reply> {
+    match reply {
+        Reply::KillSender => {
+            match pid {
+                // SAFETY: plain syscall; the pid comes from the client's own header.
+                Some(pid) if pid > 0 => unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                },
+                _ => shared.state().violations.push(format!(
+                    "KillSender: agent {agent:?} sent no X-Orch-Pid header"
+                )),
+            }
+            Ok(Answer::Close)
+        }
+        other => Err(other),
     }
 }
 
@@ -673,6 +706,7 @@ fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
         },
         Reply::StallAfter(n, inner) => with_sse_end(*inner, request, SseEnd::Stall(n), shared),
         Reply::CutAfter(n, inner) => with_sse_end(*inner, request, SseEnd::Cut(n), shared),
+        Reply::KillSender => Answer::Close,
     }
 }
 

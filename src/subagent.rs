@@ -1,0 +1,672 @@
+//! Subagents: `spawn_agent` runs `orch agent` as a child process with a clean
+//! history, bounded depth, fan-out, time and tokens, and gets back only its
+//! report.
+//!
+//! The parent side is [`spawn`]: it numbers the child in call order
+//! (`code/explore-1`, `code/explore-2`, …), waits for one of
+//! [`SpawnLimits::max_children`] slots, starts the current executable in its
+//! own process group (stdin closed, scrubbed environment, cwd = the
+//! worktree), polls the child's result file, and kills the child's group
+//! (SIGTERM, grace, SIGKILL) when it passes its time or token limit. The
+//! child side is [`child::run_child`].
+//!
+//! Record layout under the run's record directory:
+//!
+//! ```text
+//! agents.jsonl                       one line per finished child (append-only)
+//! agents/<path, / → __>/result.json  the child's result (orch-agent-result/1), atomic,
+//!                                    rewritten after every turn while it runs
+//! agents/<path, / → __>/actions.jsonl, transcript.json, stderr.log
+//! ```
+//!
+//! Invariants: the parent reads results from disk, never from the child's
+//! stdout; whatever happens to the child (crash, kill, timeout) the parent
+//! gets a tool outcome and a final `result.json`, never a hang; when
+//! [`spawn`] returns (or its future is dropped) the child's process group is
+//! gone.
+
+pub mod child;
+mod readonly;
+mod record;
+
+pub use readonly::{ReadOnlyGuard, Snapshot};
+use record::append_event;
+pub use record::{
+    AgentEvent, AgentNode, AgentResult, AgentStatus, agent_dir, agent_tree, parent_path,
+    read_result, write_result,
+};
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::llm::{ChatModel, ModelSpawn};
+use crate::runlog::TokenCount;
+use crate::tools::ToolOutcome;
+
+/// Schema of `result.json`.
+pub const RESULT_FORMAT: &str = "orch-agent-result/1";
+/// Default depth limit: a stage's children are depth 1, theirs depth 2.
+pub const DEFAULT_MAX_DEPTH: u32 = 2;
+/// Default number of children of one agent running at once.
+pub const DEFAULT_MAX_CHILDREN: u32 = 3;
+/// Default wall time of one child.
+pub const DEFAULT_CHILD_TIME: Duration = Duration::from_secs(600);
+/// Default token budget of one child (including its own children).
+pub const DEFAULT_CHILD_TOKENS: u64 = 200_000;
+/// How often the parent reads a running child's result file.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// SIGTERM → SIGKILL delay when a child is stopped.
+pub const GRACE: Duration = Duration::from_secs(2);
+/// Bytes of a child's stderr quoted when it crashed.
+const STDERR_TAIL_BYTES: usize = 1500;
+/// Bytes of a partial report quoted in a tool error.
+const PARTIAL_REPORT_BYTES: usize = 4000;
+/// Environment variables a child `orch` needs beyond the tool allowlist.
+const CHILD_VARS: &[&str] = &["ORCH_CONFIG_DIR", "XDG_CONFIG_HOME", "ORCH_LOG"];
+
+/// Limits the parent enforces on its children.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnLimits {
+    /// Deepest child allowed (a stage is depth 0).
+    pub max_depth: u32,
+    /// Children of one agent running at once; more calls wait.
+    pub max_children: u32,
+    /// Wall time of one child (capped by the parent's remaining time).
+    pub child_time: Duration,
+    /// Tokens of one child (capped by the parent's remaining tokens).
+    pub child_tokens: u64,
+}
+
+impl Default for SpawnLimits {
+    fn default() -> Self {
+        SpawnLimits {
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_children: DEFAULT_MAX_CHILDREN,
+            child_time: DEFAULT_CHILD_TIME,
+            child_tokens: DEFAULT_CHILD_TOKENS,
+        }
+    }
+}
+
+impl SpawnLimits {
+    /// The defaults, overridden by `ORCH_SUBAGENT_MAX_DEPTH`,
+    /// `ORCH_SUBAGENT_MAX_CHILDREN`, `ORCH_SUBAGENT_TIME_SECS` and
+    /// `ORCH_SUBAGENT_TOKENS` (invalid values are ignored with a warning).
+    pub fn from_env() -> Self {
+        Self::from_lookup(&|k| std::env::var(k).ok())
+    }
+
+    fn from_lookup(env: &dyn Fn(&str) -> Option<String>) -> Self {
+        let num = |k: &str| -> Option<u64> {
+            let v = env(k)?;
+            match v.trim().parse::<u64>() {
+                Ok(n) if n > 0 || k == "ORCH_SUBAGENT_MAX_DEPTH" => Some(n),
+                _ => {
+                    tracing::warn!("ignoring {k}={v:?}: expected a positive integer");
+                    None
+                }
+            }
+        };
+        let d = SpawnLimits::default();
+        SpawnLimits {
+            max_depth: num("ORCH_SUBAGENT_MAX_DEPTH").map_or(d.max_depth, |n| n as u32),
+            max_children: num("ORCH_SUBAGENT_MAX_CHILDREN").map_or(d.max_children, |n| n as u32),
+            child_time: num("ORCH_SUBAGENT_TIME_SECS").map_or(d.child_time, Duration::from_secs),
+            child_tokens: num("ORCH_SUBAGENT_TOKENS").unwrap_or(d.child_tokens),
+        }
+    }
+}
+
+/// An agent's own budget: tokens used so far (its model turns and its
+/// finished children), and optional caps.
+#[derive(Debug)]
+pub struct Budget {
+    /// Token cap, `None` for none.
+    pub tokens: Option<u64>,
+    /// Wall-clock cap.
+    pub deadline: Option<Instant>,
+    prompt: AtomicU64,
+    completion: AtomicU64,
+}
+
+impl Budget {
+    /// A budget with these caps and nothing used.
+    pub fn new(tokens: Option<u64>, deadline: Option<Instant>) -> Self {
+        Budget {
+            tokens,
+            deadline,
+            prompt: AtomicU64::new(0),
+            completion: AtomicU64::new(0),
+        }
+    }
+
+    /// Tokens used so far, both kinds together.
+    pub fn used(&self) -> u64 {
+        self.counts().total()
+    }
+
+    /// Tokens used so far.
+    pub fn counts(&self) -> TokenCount {
+        TokenCount {
+            prompt: self.prompt.load(Ordering::SeqCst),
+            completion: self.completion.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Counts more tokens.
+    pub fn add(&self, t: TokenCount) {
+        self.prompt.fetch_add(t.prompt, Ordering::SeqCst);
+        self.completion.fetch_add(t.completion, Ordering::SeqCst);
+    }
+
+    /// Tokens left, `None` when uncapped.
+    pub fn remaining_tokens(&self) -> Option<u64> {
+        self.tokens.map(|t| t.saturating_sub(self.used()))
+    }
+
+    /// Time left, `None` when uncapped.
+    pub fn remaining_time(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// Shared by all `spawn_agent` calls of one agent.
+#[derive(Debug)]
+struct SpawnState {
+    next_index: Mutex<HashMap<String, u32>>,
+    slots: tokio::sync::Semaphore,
+    children: Mutex<Vec<String>>,
+}
+
+/// What `spawn_agent` needs to start children of one agent.
+#[derive(Debug, Clone)]
+pub struct SpawnContext {
+    /// The `orch` executable.
+    pub exe: PathBuf,
+    /// The user's repository (children load roles from its catalog).
+    pub repo: PathBuf,
+    /// The worktree children work in.
+    pub worktree: PathBuf,
+    /// The run's record directory.
+    pub record_dir: PathBuf,
+    /// The spawning agent's path (`code`, `code/explore-1`, …).
+    pub agent_path: String,
+    /// The spawning agent's depth (a stage is 0).
+    pub depth: u32,
+    /// Limits on children.
+    pub limits: SpawnLimits,
+    /// How children reach the model.
+    pub model: ModelSpawn,
+    /// `--yes`: `ask` rules of children's bash policy allow.
+    pub assume_yes: bool,
+    /// The spawning agent's budget; children's tokens are added to it.
+    pub budget: Arc<Budget>,
+    state: Arc<SpawnState>,
+}
+
+impl SpawnContext {
+    /// A context for an agent; `None` when the model cannot be handed to a
+    /// child process or the executable cannot be found.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        repo: &Path,
+        worktree: &Path,
+        record_dir: &Path,
+        agent_path: &str,
+        depth: u32,
+        limits: SpawnLimits,
+        model: &dyn ChatModel,
+        assume_yes: bool,
+        budget: Arc<Budget>,
+    ) -> Option<SpawnContext> {
+        let model = model.spawn_settings()?;
+        let exe = std::env::current_exe().ok()?;
+        Some(SpawnContext {
+            exe,
+            repo: repo.to_path_buf(),
+            worktree: worktree.to_path_buf(),
+            record_dir: record_dir.to_path_buf(),
+            agent_path: agent_path.to_owned(),
+            depth,
+            limits,
+            model,
+            assume_yes,
+            budget,
+            state: Arc::new(SpawnState {
+                next_index: Mutex::new(HashMap::new()),
+                slots: tokio::sync::Semaphore::new(limits.max_children.max(1) as usize),
+                children: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The context of a pipeline stage (depth 0, limits from the
+    /// environment, no budget of its own). `repo` is any path of the user's
+    /// repository (its common git dir will do): children load their roles
+    /// from its working tree's catalog, like the run did.
+    pub fn for_stage(
+        repo: &Path,
+        worktree: &Path,
+        record_dir: &Path,
+        stage: &str,
+        model: &dyn ChatModel,
+        assume_yes: bool,
+    ) -> Option<SpawnContext> {
+        let workdir =
+            crate::git::open_repo(repo).map_or_else(|_| repo.to_path_buf(), |i| i.workdir);
+        Self::new(
+            &workdir,
+            worktree,
+            record_dir,
+            stage,
+            0,
+            SpawnLimits::from_env(),
+            model,
+            assume_yes,
+            Arc::new(Budget::new(None, None)),
+        )
+    }
+
+    /// True when this agent may still spawn (it is above the depth limit).
+    pub fn can_spawn(&self) -> bool {
+        self.depth < self.limits.max_depth
+    }
+
+    /// Paths of the children spawned so far, in call order.
+    pub fn children(&self) -> Vec<String> {
+        lock(&self.state.children).clone()
+    }
+
+    fn next_path(&self, role: &str) -> String {
+        let mut map = lock(&self.state.next_index);
+        let n = map.entry(role.to_owned()).or_insert(0);
+        *n += 1;
+        format!("{}/{role}-{n}", self.agent_path)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain data: still consistent after a panic elsewhere.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A role name as an agent-path segment: `[a-z0-9_-]`, other characters `-`.
+pub fn path_segment(role: &str) -> String {
+    role.to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// Which limit the parent enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    Time(Duration),
+    Tokens(u64, u64),
+}
+
+/// Runs one child `orch agent` for `spawn_agent` and turns what happened
+/// into a tool outcome. `Err` is a tool error before the child started.
+pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOutcome, String> {
+    let segment = path_segment(role);
+    if segment.is_empty() {
+        return Err("argument `role` is empty; name a role, e.g. explore".to_owned());
+    }
+    if !ctx.can_spawn() {
+        return Err(format!(
+            "depth limit reached: this agent is at depth {} of at most {}; do the work yourself",
+            ctx.depth, ctx.limits.max_depth
+        ));
+    }
+    // Numbered before waiting for a slot, so numbers follow call order.
+    let path = ctx.next_path(&segment);
+    let _slot = ctx
+        .state
+        .slots
+        .acquire()
+        .await
+        .map_err(|_| "the subagent slots were closed".to_owned())?;
+
+    let time = ctx
+        .budget
+        .remaining_time()
+        .map_or(ctx.limits.child_time, |r| r.min(ctx.limits.child_time));
+    if time < Duration::from_secs(1) {
+        return Err("no time left in this agent's budget for a subagent".to_owned());
+    }
+    let tokens = ctx
+        .budget
+        .remaining_tokens()
+        .map_or(ctx.limits.child_tokens, |r| r.min(ctx.limits.child_tokens));
+    if tokens == 0 {
+        return Err("no tokens left in this agent's budget for a subagent".to_owned());
+    }
+
+    let dir = agent_dir(&ctx.record_dir, &path);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+    let stderr = std::fs::File::create(dir.join("stderr.log"))
+        .map_err(|e| format!("could not create {}: {e}", dir.join("stderr.log").display()))?;
+    lock(&ctx.state.children).push(path.clone());
+
+    let mut cmd = tokio::process::Command::new(&ctx.exe);
+    cmd.args(child_args(ctx, &path, role, task, tokens, time))
+        .current_dir(&ctx.worktree)
+        .env_clear()
+        .envs(child_env(&ctx.model))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(stderr))
+        .process_group(0)
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let spawned_at_us = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {}: {e}", ctx.exe.display()))?;
+    let pid = child.id().unwrap_or(0);
+    let mut guard = GroupGuard(Some(pid as libc::pid_t));
+    tracing::debug!(agent = %path, pid, "subagent started");
+
+    let deadline = started + time;
+    let mut limit = None;
+    let status = loop {
+        tokio::select! {
+            st = child.wait() => break st.ok(),
+            _ = tokio::time::sleep(POLL_INTERVAL) => {
+                if Instant::now() >= deadline {
+                    limit = Some(Limit::Time(time));
+                } else if let Some(r) = read_result(&ctx.record_dir, &path)
+                    && r.tokens.total() > tokens
+                {
+                    limit = Some(Limit::Tokens(tokens, r.tokens.total()));
+                }
+                if limit.is_some() {
+                    break stop(&mut child, pid as libc::pid_t).await;
+                }
+            }
+        }
+    };
+    // Leftovers of the child's group must not outlive it.
+    signal_group(pid as libc::pid_t, libc::SIGKILL);
+    guard.0 = None;
+    let duration_ms = started.elapsed().as_millis() as u64;
+
+    let mut result = read_result(&ctx.record_dir, &path)
+        .unwrap_or_else(|| AgentResult::running(&path, role, task, ctx.depth + 1));
+    result.pid = pid;
+    match limit {
+        Some(Limit::Time(t)) => {
+            result.status = AgentStatus::TimedOut;
+            result.reason = Some(format!("killed at its time limit of {}s", t.as_secs()));
+        }
+        Some(Limit::Tokens(budget, used)) => {
+            result.status = AgentStatus::BudgetExceeded;
+            result.reason = Some(format!(
+                "killed at its token budget: {used} tokens used of {budget}"
+            ));
+        }
+        None if result.status == AgentStatus::Running => {
+            result.status = AgentStatus::Crashed;
+            result.reason = Some(format!(
+                "exited without a result ({}){}",
+                describe_exit(status),
+                stderr_tail(&dir.join("stderr.log"))
+            ));
+        }
+        None => {}
+    }
+    if result.duration_ms == 0 {
+        result.duration_ms = duration_ms;
+    }
+    // The record must show the final status even when the child could not write it.
+    if let Err(e) = write_result(&ctx.record_dir, &result) {
+        tracing::warn!("failed to {e}");
+    }
+    let event = AgentEvent {
+        agent_path: path.clone(),
+        parent: ctx.agent_path.clone(),
+        role: result.role.clone(),
+        task: task.to_owned(),
+        status: result.status,
+        limit: limit.map(|l| match l {
+            Limit::Time(_) => "time".to_owned(),
+            Limit::Tokens(..) => "tokens".to_owned(),
+        }),
+        reason: result.reason.clone(),
+        turns: result.turns,
+        tokens: result.tokens,
+        duration_ms,
+        pid,
+        spawned_at_us,
+    };
+    append_event(&ctx.record_dir, &event);
+    ctx.budget.add(result.tokens);
+    Ok(outcome(&result, limit))
+}
+
+/// The hidden child-mode flags of `orch agent`.
+fn child_args(
+    ctx: &SpawnContext,
+    path: &str,
+    role: &str,
+    task: &str,
+    tokens: u64,
+    time: Duration,
+) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "agent".into(),
+        "--role".into(),
+        role.into(),
+        "--task".into(),
+        task.into(),
+        "--repo".into(),
+        ctx.repo.display().to_string(),
+        "--worktree".into(),
+        ctx.worktree.display().to_string(),
+        "--record-dir".into(),
+        ctx.record_dir.display().to_string(),
+        "--agent-path".into(),
+        path.into(),
+        "--depth".into(),
+        (ctx.depth + 1).to_string(),
+        "--max-depth".into(),
+        ctx.limits.max_depth.to_string(),
+        "--max-children".into(),
+        ctx.limits.max_children.to_string(),
+        "--child-time-secs".into(),
+        ctx.limits.child_time.as_secs().to_string(),
+        "--child-tokens".into(),
+        ctx.limits.child_tokens.to_string(),
+        "--token-budget".into(),
+        tokens.to_string(),
+        "--time-budget-secs".into(),
+        time.as_secs().max(1).to_string(),
+    ];
+    match &ctx.model {
+        ModelSpawn::Http {
+            base_url, model, ..
+        } => {
+            a.extend([
+                "--base-url".into(),
+                base_url.clone(),
+                "--model".into(),
+                model.clone(),
+            ]);
+        }
+        ModelSpawn::Replay(file) => a.extend(["--replay".into(), file.display().to_string()]),
+    }
+    if ctx.assume_yes {
+        a.push("--yes".into());
+    }
+    a
+}
+
+/// The child's environment: the tool allowlist, what orch itself needs, and
+/// the model key (the child's own tool processes get the scrubbed set only).
+fn child_env(model: &ModelSpawn) -> Vec<(String, String)> {
+    let mut env = crate::exec::scrubbed_env();
+    for k in CHILD_VARS {
+        if let Ok(v) = std::env::var(k) {
+            env.push(((*k).to_owned(), v));
+        }
+    }
+    if let ModelSpawn::Http {
+        api_key: Some(key), ..
+    } = model
+    {
+        env.push(("ORCH_API_KEY".to_owned(), key.clone()));
+    }
+    env
+}
+
+/// SIGTERM to the group, a grace period, then SIGKILL; returns the exit status.
+async fn stop(child: &mut tokio::process::Child, pgid: libc::pid_t) -> Option<ExitStatus> {
+    signal_group(pgid, libc::SIGTERM);
+    match tokio::time::timeout(GRACE, child.wait()).await {
+        Ok(st) => st.ok(),
+        Err(_) => {
+            signal_group(pgid, libc::SIGKILL);
+            child.wait().await.ok()
+        }
+    }
+}
+
+fn describe_exit(status: Option<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) if s.signal() == Some(libc::SIGKILL) => "killed by SIGKILL".to_owned(),
+        Some(s) if s.signal().is_some() => format!("killed by signal {}", s.signal().unwrap_or(0)),
+        Some(s) => format!("exit code {}", s.code().unwrap_or(-1)),
+        None => "exit status unknown".to_owned(),
+    }
+}
+
+fn stderr_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = text.trim();
+    if text.is_empty() {
+        return String::new();
+    }
+    let mut start = text.len().saturating_sub(STDERR_TAIL_BYTES);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("; its stderr ends with:\n{}", &text[start..])
+}
+
+/// The tool outcome of a finished child.
+fn outcome(r: &AgentResult, limit: Option<Limit>) -> ToolOutcome {
+    let head = format!(
+        "agent {} ({}) {}: {} turns, {} tokens",
+        r.agent_path,
+        r.role,
+        r.status.as_str(),
+        r.turns,
+        r.tokens.total()
+    );
+    let task = crate::tools::one_line(&r.task, 40);
+    let mut out = if r.status == AgentStatus::Succeeded {
+        ToolOutcome::ok(
+            format!("[{head}]\n{}", r.report.trim()),
+            format!(
+                "spawn_agent {} `{task}` → {} ({} tokens)",
+                r.role,
+                r.status.as_str(),
+                r.tokens.total()
+            ),
+        )
+    } else {
+        let which = match limit {
+            Some(Limit::Time(_)) => "time limit hit; ",
+            Some(Limit::Tokens(..)) => "token limit hit; ",
+            None => "",
+        };
+        let partial = r.report.trim();
+        let partial = if partial.is_empty() {
+            "(none)".to_owned()
+        } else {
+            crate::agent::cap(partial, PARTIAL_REPORT_BYTES)
+        };
+        let mut o = ToolOutcome::error(
+            "spawn_agent",
+            &format!(
+                "{head}; {which}{}\npartial report: {partial}",
+                r.reason.as_deref().unwrap_or("it did not finish")
+            ),
+        );
+        o.summary = crate::tools::one_line(
+            &format!(
+                "spawn_agent {} `{task}` → {} ({which}{} tokens)",
+                r.role,
+                r.status.as_str(),
+                r.tokens.total()
+            ),
+            120,
+        );
+        o
+    };
+    out.child_tokens = Some(r.tokens);
+    out
+}
+
+/// Sends `signal` to the process group `pgid`; a gone group is fine.
+pub(crate) fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
+    if pgid > 0 {
+        // SAFETY: plain syscall on a group created for the child with
+        // `process_group(0)`; ESRCH (already gone) is expected and ignored.
+        unsafe {
+            libc::killpg(pgid, signal);
+        }
+    }
+}
+
+/// Kills the child's group when the spawn is abandoned (its future dropped).
+struct GroupGuard(Option<libc::pid_t>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_from_env() {
+        let vars = |k: &str| match k {
+            "ORCH_SUBAGENT_MAX_DEPTH" => Some("0".to_owned()),
+            "ORCH_SUBAGENT_TIME_SECS" => Some("7".to_owned()),
+            "ORCH_SUBAGENT_TOKENS" => Some("lots".to_owned()),
+            _ => None,
+        };
+        let l = SpawnLimits::from_lookup(&vars);
+        assert_eq!(l.max_depth, 0);
+        assert_eq!(l.child_time, Duration::from_secs(7));
+        assert_eq!(l.child_tokens, DEFAULT_CHILD_TOKENS);
+        assert_eq!(l.max_children, DEFAULT_MAX_CHILDREN);
+    }
+
+    #[test]
+    fn segments() {
+        assert_eq!(path_segment("Explore"), "explore");
+        assert_eq!(path_segment("my role"), "my-role");
+    }
+}

@@ -1,0 +1,410 @@
+//! The child side of a subagent: `orch agent` in child mode. It works
+//! directly in its parent's worktree (no worktree, no commit of its own),
+//! starts from its role's system prompt and the task only, and keeps its
+//! `result.json` current after every model turn, so a child killed at any
+//! moment leaves a partial report.
+//!
+//! The child stops itself at its budget: [`BudgetedModel`] refuses a request
+//! once the tokens or the time are used up. SIGTERM (how the parent stops a
+//! child at a limit) cancels the agent loop — dropping it kills running tool
+//! processes and grandchildren — and the result is written as `killed`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{
+    AgentResult, AgentStatus, Budget, ReadOnlyGuard, SpawnContext, SpawnLimits, agent_dir,
+    write_result,
+};
+use crate::agent::{self, AgentConfig, AgentEnd, prompt};
+use crate::llm::{BoxFuture, ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError};
+use crate::policy::BashPolicy;
+use crate::role::Role;
+use crate::runlog::{ActionLog, RecordError, TokenCount, redact};
+use crate::tools::ToolContext;
+
+/// Bytes of a partial report built from the tool calls made so far.
+const PARTIAL_DIGEST_BYTES: usize = 2000;
+
+/// Everything a child agent needs.
+pub struct ChildOptions {
+    /// The user's repository (for the bash allowlist file).
+    pub repo: PathBuf,
+    /// The parent's worktree; the child works in it directly.
+    pub worktree: PathBuf,
+    /// The run's record directory.
+    pub record_dir: PathBuf,
+    /// `code/explore-1`, …
+    pub agent_path: String,
+    /// The role, loaded by the child from the catalog.
+    pub role: Role,
+    /// The task.
+    pub task: String,
+    /// This child's depth.
+    pub depth: u32,
+    /// Limits for this child's own children.
+    pub limits: SpawnLimits,
+    /// This child's token budget.
+    pub token_budget: Option<u64>,
+    /// This child's wall time.
+    pub time_budget: Option<Duration>,
+    /// Model turns allowed (default: the role's).
+    pub max_turns: Option<u32>,
+    /// The model.
+    pub model: Arc<dyn ChatModel>,
+    /// Values to redact from the record.
+    pub secrets: Vec<String>,
+    /// `--yes`.
+    pub assume_yes: bool,
+}
+
+/// Records a child that could not even start its agent (unknown role, no
+/// model): a final `failed` result, so the parent reads why.
+pub fn record_failure(
+    record_dir: &std::path::Path,
+    agent_path: &str,
+    role: &str,
+    task: &str,
+    depth: u32,
+    reason: &str,
+) {
+    let mut r = AgentResult::running(agent_path, role, task, depth);
+    r.status = AgentStatus::Failed;
+    r.reason = Some(reason.to_owned());
+    if let Err(e) = write_result(record_dir, &r) {
+        tracing::warn!("failed to {e}");
+    }
+}
+
+/// Runs the child agent to its end and returns its final result (also in
+/// `result.json`). `Err` only when the record cannot be written.
+pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
+    let started = Instant::now();
+    let dir = agent_dir(&opts.record_dir, &opts.agent_path);
+    let mut base = AgentResult::running(&opts.agent_path, &opts.role.name, &opts.task, opts.depth);
+    write_result(&opts.record_dir, &base)?;
+    let budget = Arc::new(Budget::new(
+        opts.token_budget,
+        opts.time_budget.map(|t| started + t),
+    ));
+    let model = BudgetedModel {
+        inner: Arc::clone(&opts.model),
+        budget: Arc::clone(&budget),
+        progress: Mutex::new(Progress::default()),
+        record_dir: opts.record_dir.clone(),
+        base: base.clone(),
+        started,
+        secrets: opts.secrets.clone(),
+    };
+
+    let role = &opts.role;
+    let policy = BashPolicy {
+        allow: role.bash.allow.clone(),
+        ask: role.bash.ask.clone(),
+        deny: role.bash.deny.clone(),
+        allowlist: BashPolicy::load_allowlist(&opts.repo).unwrap_or_default(),
+        assume_yes: opts.assume_yes,
+        interactive: false,
+    };
+    let mut ctx = ToolContext::new(&opts.worktree, &role.tools, role.read_only, policy).map_err(
+        |source| RecordError::Io {
+            path: opts.worktree.clone(),
+            source,
+        },
+    )?;
+    ctx.spawn = SpawnContext::new(
+        &opts.repo,
+        &ctx.root,
+        &opts.record_dir,
+        &opts.agent_path,
+        opts.depth,
+        opts.limits,
+        opts.model.as_ref(),
+        opts.assume_yes,
+        Arc::clone(&budget),
+    );
+    if role.read_only {
+        ctx.read_only_guard = Some(Arc::new(ReadOnlyGuard::new(&ctx.root)));
+    }
+    let cfg = AgentConfig {
+        agent_path: opts.agent_path.clone(),
+        system_prompt: prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&ctx)),
+        task: prompt::task_message(&opts.task, "", &[]),
+        max_turns: opts.max_turns.unwrap_or(role.max_turns).max(1),
+        require_verdict: false,
+        // The child's token and time budget is enforced by its model wrapper
+        // (and by the parent); compaction uses the defaults.
+        budget: Default::default(),
+        compaction: Default::default(),
+    };
+    let mut log = ActionLog::open(&dir.join("actions.jsonl"), opts.secrets.clone())?;
+    log.append(
+        "child_start",
+        json!({
+            "agent": opts.agent_path, "role": role.name, "depth": opts.depth,
+            "max_depth": opts.limits.max_depth, "pid": std::process::id(),
+            "token_budget": opts.token_budget,
+            "time_budget_secs": opts.time_budget.map(|t| t.as_secs()),
+        }),
+    )?;
+
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let terminated = async {
+        match sigterm.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let on_turn = |_: u32, _: TokenCount| {};
+    let ended = tokio::select! {
+        r = agent::run_agent(&model, &ctx, &cfg, &mut log, &on_turn) => Some(r?),
+        () = terminated => None,
+    };
+
+    let progress = model.take_progress();
+    base.children = ctx
+        .spawn
+        .as_ref()
+        .map(SpawnContext::children)
+        .unwrap_or_default();
+    base.duration_ms = started.elapsed().as_millis() as u64;
+    let transcript = match ended {
+        Some(out) => {
+            base.turns = out.turns;
+            base.tokens = out.tokens;
+            let failure = out.end.failure_reason(cfg.max_turns);
+            base.status = match &out.end {
+                e if e.is_success() => AgentStatus::Succeeded,
+                AgentEnd::ModelError(LlmError::Budget(_)) if progress.out_of_time => {
+                    AgentStatus::TimedOut
+                }
+                AgentEnd::ModelError(LlmError::Budget(_)) => AgentStatus::BudgetExceeded,
+                AgentEnd::ModelError(_) => AgentStatus::ModelError,
+                _ => AgentStatus::Failed,
+            };
+            base.report = if base.status == AgentStatus::Succeeded {
+                out.summary
+            } else {
+                progress.partial_report()
+            };
+            base.reason = failure;
+            out.transcript
+        }
+        None => {
+            log.append("killed", json!({"signal": "SIGTERM"}))?;
+            base.turns = progress.turns;
+            base.tokens = budget.counts();
+            base.status = AgentStatus::Killed;
+            base.reason = Some("stopped by SIGTERM (its parent enforces its limits)".to_owned());
+            base.report = progress.partial_report();
+            progress.transcript
+        }
+    };
+    base.report = redact(&base.report, &opts.secrets);
+    base.reason = base.reason.map(|r| redact(&r, &opts.secrets));
+    let text = serde_json::to_string_pretty(&transcript).unwrap_or_default();
+    let path = dir.join("transcript.json");
+    crate::runlog::write_atomic(&path, redact(&text, &opts.secrets).as_bytes())?;
+    write_result(&opts.record_dir, &base)?;
+    Ok(base)
+}
+
+/// What the child has done so far, for partial results.
+#[derive(Debug, Default)]
+struct Progress {
+    turns: u32,
+    last_text: String,
+    calls: Vec<String>,
+    transcript: Vec<ChatMessage>,
+    out_of_time: bool,
+}
+
+impl Progress {
+    /// The latest text of the model, else the tool calls it made.
+    fn partial_report(&self) -> String {
+        if !self.last_text.trim().is_empty() {
+            return self.last_text.clone();
+        }
+        if self.calls.is_empty() {
+            return String::new();
+        }
+        let text = format!(
+            "(no report yet) tool calls so far: {}",
+            self.calls.join("; ")
+        );
+        agent::cap(&text, PARTIAL_DIGEST_BYTES)
+    }
+}
+
+/// The child's model: refuses requests past the budget, counts tokens into
+/// the shared [`Budget`], and rewrites `result.json` after every turn.
+struct BudgetedModel {
+    inner: Arc<dyn ChatModel>,
+    budget: Arc<Budget>,
+    progress: Mutex<Progress>,
+    record_dir: PathBuf,
+    base: AgentResult,
+    started: Instant,
+    secrets: Vec<String>,
+}
+
+impl BudgetedModel {
+    fn take_progress(&self) -> Progress {
+        std::mem::take(&mut *self.progress.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn check(&self) -> Result<(), LlmError> {
+        if let Some(left) = self.budget.remaining_time()
+            && left.is_zero()
+        {
+            self.progress
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .out_of_time = true;
+            return Err(LlmError::Budget(format!(
+                "the time budget of this agent ({}s) is used up",
+                self.budget
+                    .deadline
+                    .map_or(0, |d| d.saturating_duration_since(self.started).as_secs())
+            )));
+        }
+        if let (Some(cap), Some(0)) = (self.budget.tokens, self.budget.remaining_tokens()) {
+            return Err(LlmError::Budget(format!(
+                "the token budget of this agent is used up: {} tokens used of {cap}",
+                self.budget.used()
+            )));
+        }
+        Ok(())
+    }
+
+    fn record(&self, req: &ChatRequest, resp: &ChatResponse) {
+        self.budget.add(TokenCount {
+            prompt: resp.usage.prompt_tokens,
+            completion: resp.usage.completion_tokens,
+        });
+        let snapshot = {
+            let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+            p.turns += 1;
+            if let Some(text) = resp
+                .message
+                .content
+                .as_deref()
+                .filter(|t| !t.trim().is_empty())
+            {
+                p.last_text = text.to_owned();
+            }
+            for c in &resp.message.tool_calls {
+                p.calls.push(format!(
+                    "{} {}",
+                    c.function.name,
+                    agent::cap(&c.function.arguments, 120)
+                ));
+            }
+            p.transcript = req.messages.clone();
+            p.transcript.push(resp.message.clone());
+            let mut r = self.base.clone();
+            r.turns = p.turns;
+            // Finished children's tokens are in the budget too.
+            r.tokens = self.budget.counts();
+            // A key the model echoed must not reach the record.
+            r.report = redact(&p.partial_report(), &self.secrets);
+            r.duration_ms = self.started.elapsed().as_millis() as u64;
+            r
+        };
+        if let Err(e) = write_result(&self.record_dir, &snapshot) {
+            tracing::warn!("failed to {e}");
+        }
+    }
+}
+
+impl ChatModel for BudgetedModel {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        Box::pin(async move {
+            self.check()?;
+            let resp = self.inner.complete(req).await?;
+            self.record(req, &resp);
+            Ok(resp)
+        })
+    }
+
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+
+    fn model_name(&self) -> String {
+        self.inner.model_name()
+    }
+
+    fn is_replay(&self) -> bool {
+        self.inner.is_replay()
+    }
+
+    fn spawn_settings(&self) -> Option<crate::llm::ModelSpawn> {
+        self.inner.spawn_settings()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::replay::ReplayModel;
+
+    fn model(record: &std::path::Path, budget: Budget) -> BudgetedModel {
+        let replay = r#"{"format": "orch-replay/1", "agents": {"p/explore-1": [
+            {"content": "looking", "usage": {"prompt_tokens": 40, "completion_tokens": 10}},
+            {"content": "more", "usage": {"prompt_tokens": 40, "completion_tokens": 10}}]}}"#;
+        BudgetedModel {
+            inner: Arc::new(ReplayModel::from_str(replay, "test").unwrap()),
+            budget: Arc::new(budget),
+            progress: Mutex::new(Progress::default()),
+            record_dir: record.to_path_buf(),
+            base: AgentResult::running("p/explore-1", "explore", "t", 1),
+            started: Instant::now(),
+            secrets: vec!["sk-secret-value".into()],
+        }
+    }
+
+    fn request() -> ChatRequest {
+        ChatRequest {
+            messages: vec![ChatMessage::system("s"), ChatMessage::user("t")],
+            tools: vec![],
+            agent_path: "p/explore-1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn stops_itself_at_its_token_budget_and_keeps_a_partial_result() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = model(tmp.path(), Budget::new(Some(30), None));
+        m.complete(&request())
+            .await
+            .expect("first turn is within budget");
+        let partial = super::super::read_result(tmp.path(), "p/explore-1").unwrap();
+        assert_eq!(partial.status, AgentStatus::Running);
+        assert_eq!(partial.turns, 1);
+        assert_eq!(partial.tokens.total(), 50);
+        assert_eq!(partial.report, "looking");
+        let err = m.complete(&request()).await.unwrap_err();
+        assert!(matches!(err, LlmError::Budget(_)), "{err}");
+        assert!(err.to_string().contains("50 tokens used of 30"), "{err}");
+        assert!(!m.take_progress().out_of_time);
+    }
+
+    #[tokio::test]
+    async fn stops_itself_when_its_time_is_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = model(tmp.path(), Budget::new(None, Some(Instant::now())));
+        let err = m.complete(&request()).await.unwrap_err();
+        assert!(err.to_string().contains("time budget"), "{err}");
+        assert!(m.take_progress().out_of_time);
+    }
+}
