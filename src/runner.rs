@@ -617,12 +617,12 @@ async fn schedule(
             let (ctx2, stage2, ui_id) = (Arc::clone(ctx), stage.clone(), id.to_owned());
             let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));
             running.spawn(async move {
-                let on_turn =
-                    move |turn: u32, tokens: TokenCount| progress.turn(&ui_id, turn, tokens);
+                let _ = &ui_id;
                 let result = match lanes.acquire(&start).await {
                     Ok(lane) => {
-                        let r = run_stage(&ctx2, &stage2, &role, &lane, &start, upstream, &on_turn)
-                            .await;
+                        let r =
+                            run_stage(&ctx2, &stage2, &role, &lane, &start, upstream, &progress)
+                                .await;
                         lanes.release(lane);
                         r
                     }
@@ -791,8 +791,9 @@ async fn run_stage(
     lane: &Lane,
     start: &str,
     upstream: Vec<prompt::Upstream>,
-    on_turn: &(dyn Fn(u32, TokenCount) + Sync),
+    progress: &crate::ui::ProgressHandle,
 ) -> Result<StageOutcome, RunError> {
+    let on_turn = |turn: u32, tokens: TokenCount| progress.turn(stage.id.as_str(), turn, tokens);
     let id = stage.id.to_string();
     let started = Instant::now();
     let stage_dir = ctx.run_dir.stage_dir(&id)?;
@@ -821,6 +822,11 @@ async fn run_stage(
                 source,
             }
         })?;
+    let budget = ctx
+        .ledger
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .stage_budget(&stage.budget, Arc::new(ModelPrice(Arc::clone(model))));
     tool_ctx.spawn = crate::subagent::SpawnContext::for_stage(
         &ctx.common,
         &tool_ctx.root,
@@ -828,12 +834,16 @@ async fn run_stage(
         &id,
         model.as_ref(),
         ctx.session.assume_yes,
+        budget.tokens.map(|l| l.max),
+        budget.time.map(|l| Instant::now() + l.max),
     );
-    let budget = ctx
-        .ledger
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .stage_budget(&stage.budget, Arc::new(ModelPrice(Arc::clone(model))));
+    // Streamed progress shows on the stage's progress line.
+    let with_progress: Arc<dyn ChatModel> = Arc::new(ProgressModel {
+        inner: Arc::clone(model),
+        progress: progress.clone(),
+        stage: id.clone(),
+    });
+    let model = &with_progress;
     let cfg = AgentConfig {
         budget,
         compaction: ctx.session.limits.compaction,
@@ -844,7 +854,7 @@ async fn run_stage(
         require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
     };
     let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
-    let mut outcome = agent::run_agent(model.as_ref(), &tool_ctx, &cfg, &mut log, on_turn).await?;
+    let mut outcome = agent::run_agent(model.as_ref(), &tool_ctx, &cfg, &mut log, &on_turn).await?;
     ctx.ledger
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -874,6 +884,7 @@ async fn run_stage(
         verdict: outcome.verdict,
         turns: outcome.turns,
         tokens: outcome.tokens,
+        cost_usd: outcome.budget.used.cost_usd,
         duration_ms,
         failed: failure.is_some(),
     });
@@ -916,6 +927,44 @@ async fn run_stage(
         duration_ms,
         digest: outcome.digest[skip..].iter().map(|l| redact(l)).collect(),
     })
+}
+
+/// A model wrapper that reports streamed characters to the stage's progress
+/// line; everything else is the inner model's.
+struct ProgressModel {
+    inner: Arc<dyn ChatModel>,
+    progress: crate::ui::ProgressHandle,
+    stage: String,
+}
+
+impl ChatModel for ProgressModel {
+    fn complete<'a>(
+        &'a self,
+        req: &'a crate::llm::ChatRequest,
+    ) -> crate::llm::BoxFuture<'a, Result<crate::llm::ChatResponse, crate::llm::LlmError>> {
+        Box::pin(async move {
+            let on_delta = |chars: usize| self.progress.streaming(&self.stage, chars);
+            self.inner.complete_with_progress(req, &on_delta).await
+        })
+    }
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+    fn model_name(&self) -> String {
+        self.inner.model_name()
+    }
+    fn is_replay(&self) -> bool {
+        self.inner.is_replay()
+    }
+    fn context_window(&self) -> Option<u64> {
+        self.inner.context_window()
+    }
+    fn cost_usd(&self, usage: &crate::llm::Usage) -> Option<f64> {
+        self.inner.cost_usd(usage)
+    }
+    fn spawn_settings(&self) -> Option<crate::llm::ModelSpawn> {
+        self.inner.spawn_settings()
+    }
 }
 
 /// Cost budgets priced by the model's own price table (`orch.toml` or the

@@ -256,9 +256,13 @@ impl SpawnContext {
         stage: &str,
         model: &dyn ChatModel,
         assume_yes: bool,
+        stage_tokens: Option<u64>,
+        stage_deadline: Option<Instant>,
     ) -> Option<SpawnContext> {
         let workdir =
             crate::git::open_repo(repo).map_or_else(|_| repo.to_path_buf(), |i| i.workdir);
+        // Children's budgets are carved out of the stage's: together they
+        // can never be given more tokens or time than the stage has.
         Self::new(
             &workdir,
             worktree,
@@ -268,7 +272,7 @@ impl SpawnContext {
             SpawnLimits::from_env(),
             model,
             assume_yes,
-            Arc::new(Budget::new(None, None)),
+            Arc::new(Budget::new(stage_tokens, stage_deadline)),
         )
     }
 

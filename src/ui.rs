@@ -129,6 +129,15 @@ pub struct ProgressHandle {
 }
 
 impl ProgressHandle {
+    /// Characters of the model's reply streamed so far in the current turn.
+    pub fn streaming(&self, id: &str, chars: usize) {
+        if let Ok(r) = self.running.lock()
+            && let Some(bar) = r.get(id)
+        {
+            bar.set_message(format!("streaming… {chars} chars"));
+        }
+    }
+
     /// A model turn of a stage completed.
     pub fn turn(&self, id: &str, turn: u32, tokens: TokenCount) {
         if let Ok(r) = self.running.lock()

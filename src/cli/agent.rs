@@ -121,7 +121,10 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             roles,
             issue: String::new(),
             base: args.base.clone(),
-            session: chosen.session(args.yes, super::interactive(), 1, args.limits.to_limits()?),
+            session: {
+                let limits = args.limits.to_limits(chosen.model.context_window())?;
+                chosen.session(args.yes, super::interactive(), 1, limits)
+            },
         },
         &ui,
     )

@@ -194,10 +194,11 @@ pub fn render_show(s: &RunState, root: &Path) -> String {
         s.model_label
     ));
     o.push_str(&format!(
-        "tokens {} (prompt {}, completion {})\n",
+        "tokens {} (prompt {}, completion {}), cost {}\n",
         t.total(),
         t.prompt,
-        t.completion
+        t.completion,
+        run_cost(s)
     ));
     if let Some(title) = &s.pr_title {
         o.push_str(&format!("PR: {title} ({})\n", s.final_branch));
@@ -223,8 +224,47 @@ pub fn render_show(s: &RunState, root: &Path) -> String {
             o.push_str(&format!("            ↳ {r}\n"));
         }
     }
+    let tree = crate::subagent::agent_tree(root);
+    if !tree.is_empty() {
+        o.push_str("\nsubagents (who spawned whom):\n");
+        for node in &tree {
+            render_agent(&mut o, node, 1);
+        }
+    }
     o.push_str(&format!("\nrecord: {}\n", root.display()));
     o
+}
+
+fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
+    let task = crate::agent::cap(&n.task.replace('\n', " "), 60);
+    o.push_str(&format!(
+        "{:indent$}{} ({}) {} — {} turns, {} tokens — \"{task}\"\n",
+        "",
+        n.agent_path,
+        n.role,
+        n.status.as_str(),
+        n.turns,
+        n.tokens.total(),
+        indent = depth * 2
+    ));
+    for c in &n.children {
+        render_agent(o, c, depth + 1);
+    }
+}
+
+/// The run's cost: the sum over stages that ran, "unknown" when any of
+/// them ran on a model without a known price.
+pub(super) fn run_cost(s: &RunState) -> String {
+    run_cost_usd(s).map_or("unknown".to_owned(), |usd| format!("${usd:.4}"))
+}
+
+/// The run's cost in USD, `None` when unknown.
+pub(super) fn run_cost_usd(s: &RunState) -> Option<f64> {
+    s.stages
+        .iter()
+        .filter(|st| st.turns > 0)
+        .map(|st| st.budget.as_ref().and_then(|b| b.used.cost_usd))
+        .sum()
 }
 
 /// `orch review`.

@@ -71,12 +71,11 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let info = crate::git::open_repo(&args.repo)?;
     let (_, state, _) = runner::load_run(&info.common_dir, &run_id)?;
     let session = if any_given(&args.model) {
-        super::model::choose_for_repo(&args.model, Some(&args.repo))?.session(
-            args.yes,
-            super::interactive(),
-            args.max_parallel,
-            args.limits.to_limits()?,
-        )
+        {
+            let chosen = super::model::choose_for_repo(&args.model, Some(&args.repo))?;
+            let limits = args.limits.to_limits(chosen.model.context_window())?;
+            chosen.session(args.yes, super::interactive(), args.max_parallel, limits)
+        }
     } else {
         // The recorded model settings; never a recorded secret.
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -100,7 +99,7 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
         let mut secrets = super::model::secrets();
         secrets.extend(env("ORCH_API_KEY").or_else(|| env("OPENAI_API_KEY")));
         Session {
-            limits: args.limits.to_limits()?,
+            limits: args.limits.to_limits(model.context_window())?,
             model,
             base_url,
             replay_file,

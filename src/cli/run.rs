@@ -67,14 +67,20 @@ pub struct LimitArgs {
     /// Compact the conversation when a request passes this share of the context window
     #[arg(long, value_name = "SHARE", default_value_t = DEFAULT_COMPACT_AT)]
     pub compact_at: f64,
-    /// The model's context window, in tokens
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONTEXT_WINDOW)]
-    pub context_window: u64,
+    /// The model's context window, in tokens (default: the profile's `context_window`, else 128000)
+    #[arg(long, value_name = "N")]
+    pub context_window: Option<u64>,
 }
 
 impl LimitArgs {
     /// Checks the flags and turns them into the run's limits.
-    pub fn to_limits(&self) -> Result<RunLimits, CliError> {
+    /// `model_window` is the model's configured context window, used when
+    /// `--context-window` is not given.
+    pub fn to_limits(&self, model_window: Option<u64>) -> Result<RunLimits, CliError> {
+        let context_window = self
+            .context_window
+            .or(model_window)
+            .unwrap_or(DEFAULT_CONTEXT_WINDOW);
         let positive = |flag: &str, v: Option<f64>| match v {
             Some(x) if !(x.is_finite() && x > 0.0) => Err(CliError::Invalid(format!(
                 "failed to use {flag} {x}: expected a number greater than 0"
@@ -92,10 +98,10 @@ impl LimitArgs {
                 self.compact_at
             )));
         }
-        if self.context_window < 1000 {
+        if context_window < 1000 {
             return Err(CliError::Invalid(format!(
                 "failed to use --context-window {}: expected at least 1000 tokens",
-                self.context_window
+                context_window
             )));
         }
         Ok(RunLimits {
@@ -105,7 +111,7 @@ impl LimitArgs {
                 cost_usd: positive("--max-cost", self.max_cost)?,
             },
             compaction: CompactConfig {
-                context_window: self.context_window,
+                context_window,
                 compact_at: self.compact_at,
                 ..CompactConfig::default()
             },
@@ -156,7 +162,6 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let pipeline = catalog.pipeline(&args.pipeline)?;
     let roles = roles_for(&catalog, &pipeline)?;
     let issue = read_issue(&args.issue)?;
-    let limits = args.limits.to_limits()?;
     let chosen = choose_for_repo(&args.model, Some(&args.repo))?;
     let ui = Ui::new(false);
     let summary = run_pipeline(
@@ -166,7 +171,10 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
             roles,
             issue,
             base: args.base.clone(),
-            session: chosen.session(args.yes, super::interactive(), args.max_parallel, limits),
+            session: {
+                let limits = args.limits.to_limits(chosen.model.context_window())?;
+                chosen.session(args.yes, super::interactive(), args.max_parallel, limits)
+            },
         },
         &ui,
     )
@@ -208,6 +216,8 @@ pub(super) fn summary_json(summary: &RunSummary) -> serde_json::Value {
         "final_branch": (s.status == RunStatus::Succeeded).then_some(&s.final_branch),
         "final_commit": s.stages.iter().rev().find_map(|st| st.commit.clone()),
         "pr_title": s.pr_title,
+        "tokens": {"prompt": s.tokens().prompt, "completion": s.tokens().completion},
+        "cost_usd": super::inspect::run_cost_usd(s),
         "record": summary.record_dir.display().to_string(),
     })
 }
@@ -226,6 +236,14 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) {
         s.pipeline
     );
     println!("model: {}", s.model_label);
+    let t = s.tokens();
+    println!(
+        "tokens: {} (prompt {}, completion {}), cost: {}",
+        t.total(),
+        t.prompt,
+        t.completion,
+        super::inspect::run_cost(s)
+    );
     println!();
     for st in &s.stages {
         let commit = st.commit.as_deref().map_or("-", |c| &c[..c.len().min(10)]);

@@ -14,6 +14,7 @@ pub(super) struct CommitInfo<'a> {
     pub(super) verdict: Option<Verdict>,
     pub(super) turns: u32,
     pub(super) tokens: TokenCount,
+    pub(super) cost_usd: Option<f64>,
     pub(super) duration_ms: u64,
     pub(super) failed: bool,
 }
@@ -43,6 +44,11 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
         c.tokens.prompt,
         c.tokens.completion,
         c.duration_ms as f64 / 1000.0,
+    ));
+    m.push_str(&format!(
+        "Orch-Cost: {}\n",
+        c.cost_usd
+            .map_or("unknown".to_owned(), |usd| format!("${usd:.4}"))
     ));
     if let Some(v) = c.verdict {
         m.push_str(&format!("Orch-Verdict: {v}\n"));
@@ -153,6 +159,7 @@ mod tests {
                 completion: 5,
             },
             duration_ms: 1500,
+            cost_usd: Some(0.0123),
             failed: false,
         });
         assert!(m.starts_with("orch(review): Looks good.\n\n"));
@@ -165,6 +172,7 @@ mod tests {
             "Orch-Tokens: 15",
             "Orch-Duration: 1.5s",
             "Orch-Verdict: approve",
+            "Orch-Cost: $0.0123",
         ] {
             assert!(m.contains(t), "{t} missing in {m}");
         }

@@ -40,6 +40,12 @@ fn show_review_log_diff_and_runs_read_the_record() {
     let repo = TestRepo::new();
     repo.write("calc.py", "def add(a, b):\n    return a - b\n");
     repo.commit_all("base");
+    // A price for the fake model, in the repo's orch.toml (USD per 1M tokens).
+    repo.write(
+        ".orch/orch.toml",
+        "[prices.\"m\"]\nprompt = 1000.0\ncompletion = 2000.0\n",
+    );
+    repo.commit_all("prices");
     let before = repo.snapshot();
     let tmp = tempfile::tempdir().unwrap();
     let pipeline = tmp.path().join("p.yaml");
@@ -103,7 +109,7 @@ fn show_review_log_diff_and_runs_read_the_record() {
         r(&show),
         "run RUN (p): succeeded
 created DATE  base SHA10  model m at BASE_URL
-tokens 485 (prompt 450, completion 35)
+tokens 485 (prompt 450, completion 35), cost $0.5200
 PR: add subtracts (orch/RUN/pr)
 
 stage       status       role      verdict             time turns   tokens  commit     branch
@@ -118,6 +124,9 @@ record: REPO/.git/orch/runs/RUN
     let (_, show_last, _) = stdout(&["show", "last"], &repo);
     assert_eq!(show_last, show);
 
+    // The cost is in the stage commit's trailers too: 250 prompt + 30 completion tokens.
+    let msg = repo.git(&["log", "-1", "--format=%B", &format!("orch/{run_id}/code")]);
+    assert!(msg.contains("Orch-Cost: $0.3100"), "{msg}");
     let (code, review, _) = stdout(&["review", &run_id, "code"], &repo);
     assert_eq!(code, Some(0));
     assert_eq!(

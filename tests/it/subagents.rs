@@ -345,6 +345,26 @@ fn depth_is_bounded_and_the_deepest_agent_is_not_offered_spawn_agent() {
     assert_eq!(tree[0].children[0].tokens.total(), 20);
     // The middle agent's tokens include the leaf's.
     assert_eq!(tree[0].tokens.total(), 20 + 20);
+    // `orch show` draws the same tree, indented by depth.
+    let show = crate::support::orch()
+        .args([
+            "show",
+            json["run_id"].as_str().unwrap(),
+            "--repo",
+            repo.path.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(show.contains("subagents (who spawned whom):"), "{show}");
+    assert!(
+        show.contains("\n  code/coder-1 (coder) succeeded — "),
+        "{show}"
+    );
+    assert!(
+        show.contains("\n    code/coder-1/coder-1 (coder) succeeded — "),
+        "{show}"
+    );
     before.assert_unchanged(&repo.snapshot());
 }
 
