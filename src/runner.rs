@@ -834,8 +834,10 @@ async fn run_stage(
         &id,
         model.as_ref(),
         ctx.session.assume_yes,
-        budget.tokens.map(|l| l.max),
-        budget.time.map(|l| Instant::now() + l.max),
+        crate::subagent::Budget::new(
+            budget.tokens.map(|l| l.max),
+            budget.time.map(|l| Instant::now() + l.max),
+        ),
     );
     // Streamed progress shows on the stage's progress line.
     let with_progress: Arc<dyn ChatModel> = Arc::new(ProgressModel {

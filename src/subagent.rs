@@ -256,8 +256,7 @@ impl SpawnContext {
         stage: &str,
         model: &dyn ChatModel,
         assume_yes: bool,
-        stage_tokens: Option<u64>,
-        stage_deadline: Option<Instant>,
+        stage_budget: Budget,
     ) -> Option<SpawnContext> {
         let workdir =
             crate::git::open_repo(repo).map_or_else(|_| repo.to_path_buf(), |i| i.workdir);
@@ -272,7 +271,7 @@ impl SpawnContext {
             SpawnLimits::from_env(),
             model,
             assume_yes,
-            Arc::new(Budget::new(stage_tokens, stage_deadline)),
+            Arc::new(stage_budget),
         )
     }
 
