@@ -16,20 +16,12 @@ use serde_saphyr::Spanned;
 use std::fmt;
 use std::path::Path;
 
-/// Every tool orch can offer a model, in the order roles list them.
-pub const KNOWN_TOOLS: &[&str] = &[
-    "bash",
-    "read_file",
-    "write_file",
-    "edit_file",
-    "list_files",
-    "grep",
-    "spawn_agent",
-    "finish",
-];
+/// Every tool orch can offer a model, in the order roles list them (the
+/// tool layer's own list: one source of truth).
+pub const KNOWN_TOOLS: &[&str] = crate::tools::ALL_TOOLS;
 
 /// Tools that change files directly; read-only roles may not hold them.
-const WRITE_TOOLS: &[&str] = &["write_file", "edit_file"];
+const WRITE_TOOLS: &[&str] = crate::tools::WRITE_TOOLS;
 
 /// Claude Code tool names and the orch tools they stand for.
 const CLAUDE_CODE_TOOLS: &[(&str, &str)] = &[

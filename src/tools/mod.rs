@@ -53,7 +53,7 @@ pub const ALL_TOOLS: &[&str] = &[
 ];
 
 /// Tools that change files directly; refused for read-only roles.
-const WRITE_TOOLS: &[&str] = &["write_file", "edit_file"];
+pub const WRITE_TOOLS: &[&str] = &["write_file", "edit_file"];
 
 /// Largest `arguments` text accepted from the model.
 pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
