@@ -527,3 +527,92 @@ fn resume_refuses_failed_stages_without_retry() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(json_of(&out)["status"], "succeeded");
 }
+
+#[test]
+fn resume_reuses_the_recorded_model_settings_but_not_secrets() {
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let before = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(tmp.path(), LINEAR);
+    // One server for both processes: stage two fails once (401), then the
+    // resumed run finds the rest of the script there.
+    let server = FakeServer::start(
+        Script::new()
+            .agent("one", stage_script("one"))
+            .agent("two", vec![Reply::Status(401, "bad key".into())])
+            .agent("two", stage_script("two"))
+            .agent("three", stage_script("three")),
+    );
+    let issue = tmp.path().join("ISSUE.md");
+    std::fs::write(&issue, "# do the thing\n").unwrap();
+    let out = orch()
+        .args([
+            "run",
+            pipeline.to_str().unwrap(),
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--issue",
+            issue.to_str().unwrap(),
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "recorded-model",
+            "--json",
+        ])
+        .env("ORCH_API_KEY", "sk-first-key-123456")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let state = std::fs::read_to_string(
+        repo.path
+            .join(".git/orch/runs")
+            .join(&run_id)
+            .join("state.json"),
+    )
+    .unwrap();
+    assert!(
+        !state.contains("sk-first-key-123456"),
+        "no secret in the record"
+    );
+    // No model flags: the recorded base URL and model are used; the key
+    // comes from this process's environment.
+    let out = orch()
+        .args([
+            "resume",
+            &run_id,
+            "--retry",
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--json",
+        ])
+        .env("ORCH_API_KEY", "sk-second-key-654321")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let two = server.requests_for("two");
+    assert_eq!(
+        two.len(),
+        3,
+        "one failed request, then the retried stage's two"
+    );
+    assert_eq!(two[1].body["model"], "recorded-model");
+    assert_eq!(
+        two[1].header("authorization"),
+        Some("Bearer sk-second-key-654321")
+    );
+    assert_eq!(server.requests_for("one").len(), 2, "stage one ran once");
+    // The failed attempt's branch is kept beside the new one.
+    assert!(
+        !repo
+            .git(&["rev-parse", &format!("orch/{run_id}/two.v1")])
+            .trim()
+            .is_empty()
+    );
+    assert_eq!(repo.snapshot(), before);
+}
