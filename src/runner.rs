@@ -152,6 +152,8 @@ struct RunCtx {
     session: Session,
     allowlist: Vec<String>,
     base_commit: String,
+    /// Held while this process drives the run.
+    _lock: crate::runlog::RunLock,
     /// What the run's stages used of its budget (stages charge it as they end).
     ledger: std::sync::Mutex<agent::budget::RunLedger>,
 }
@@ -214,6 +216,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
 
     let run_id = new_run_id();
     let run_dir = RunDir::create(&common, &run_id)?;
+    let lock = crate::runlog::lock_run(&run_dir.root, &run_id)?;
     let secrets = &opts.session.secrets;
     run_dir.write_file(
         "issue.md",
@@ -260,6 +263,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
         run_dir,
         plan,
         issue: opts.issue,
+        _lock: lock,
         ledger: std::sync::Mutex::new(agent::budget::RunLedger::new(session.limits.budget)),
         session,
         base_commit: base_sha,
@@ -306,6 +310,7 @@ pub async fn resume_run(
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();
+    let lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
     let (run_dir, mut state, plan) = load_run(&common, run_id)?;
     let failed: Vec<&str> = state
         .stages
@@ -362,6 +367,7 @@ pub async fn resume_run(
         });
     }
     let ctx = Arc::new(RunCtx {
+        _lock: lock,
         ledger: std::sync::Mutex::new(ledger),
         run_id: run_id.to_owned(),
         allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
@@ -382,6 +388,7 @@ pub async fn rollback_run(repo: &Path, run_id: &str, stage: &str) -> Result<Vec<
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();
+    let _lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
     let (run_dir, mut state, plan) = load_run(&common, run_id)?;
     let Some(target) = state.stage(stage).cloned() else {
         let known: Vec<&str> = state.stages.iter().map(|s| s.id.as_str()).collect();

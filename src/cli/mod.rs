@@ -138,7 +138,10 @@ impl CliError {
             CliError::Model(LlmError::Config(_)) => exit::INVALID,
             CliError::Model(_) => exit::MODEL,
             CliError::Git(_) => exit::GIT,
-            CliError::Record(crate::runlog::RecordError::UnknownRun { .. }) => exit::INVALID,
+            CliError::Record(
+                crate::runlog::RecordError::UnknownRun { .. }
+                | crate::runlog::RecordError::Locked { .. },
+            ) => exit::INVALID,
             CliError::Record(_) | CliError::Run(_) | CliError::Internal(_) => exit::INTERNAL,
         }
     }

@@ -17,9 +17,11 @@
 //! never re-read while a run is going.
 
 mod actions;
+mod lock;
 mod state;
 
 pub use actions::{ActionLog, redact};
+pub use lock::{RunLock, lock_run};
 pub use state::{
     DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
 };
@@ -45,6 +47,16 @@ pub enum RecordError {
         path: PathBuf,
         /// What was wrong.
         reason: String,
+    },
+    /// Another process is working on the run.
+    #[error(
+        "work on run `{run}`: another orch process (pid {holder}) is running it; wait for it or stop it first"
+    )]
+    Locked {
+        /// The run id.
+        run: String,
+        /// The holder's pid, as it wrote it.
+        holder: String,
     },
     /// No run with this id exists.
     #[error("find run `{run}` under {dir} (known runs: {known})")]

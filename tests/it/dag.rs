@@ -616,3 +616,65 @@ fn resume_reuses_the_recorded_model_settings_but_not_secrets() {
     );
     assert_eq!(repo.snapshot(), before);
 }
+
+#[test]
+fn a_run_in_progress_cannot_be_resumed_or_rolled_back_by_another_process() {
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(tmp.path(), LINEAR);
+    let mut slow = stage_script("one");
+    slow[0] = write("w", "one.txt", "written by one\n").after(Duration::from_secs(4));
+    let server = FakeServer::start(
+        Script::new()
+            .agent("one", slow)
+            .agent("two", stage_script("two"))
+            .agent("three", stage_script("three")),
+    );
+    let issue = tmp.path().join("ISSUE.md");
+    std::fs::write(&issue, "# do the thing\n").unwrap();
+    let mut child = orch()
+        .args([
+            "run",
+            pipeline.to_str().unwrap(),
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--issue",
+            issue.to_str().unwrap(),
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until the run exists and its first request is in flight.
+    let mut waited = 0;
+    while server.requests_for("one").is_empty() && waited < 200 {
+        std::thread::sleep(Duration::from_millis(50));
+        waited += 1;
+    }
+    let run_id = crate::support::only_run_id(&repo.path);
+    for args in [
+        vec!["resume", run_id.as_str()],
+        vec!["rollback", run_id.as_str(), "--to", "one"],
+    ] {
+        let out = orch()
+            .args(&args)
+            .args(["--repo", repo.path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("another orch process") && err.contains(&child.id().to_string()),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(0),
+        "the running run was not disturbed"
+    );
+}
