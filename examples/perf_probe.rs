@@ -155,12 +155,12 @@ fn orch(dir: &Path, args: &[&str]) -> Proc {
         .status()
         .expect("the wrapper runs");
     let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-    assert!(status.success(), "orch {args:?} failed ({status}): {stderr}");
+    assert!(
+        status.success(),
+        "orch {args:?} failed ({status}): {stderr}"
+    );
     let out = std::fs::read_to_string(&out_path).expect("wrapper output");
-    let f: Vec<u128> = out
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let f: Vec<u128> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
     Proc {
         started_wall: SystemTime::UNIX_EPOCH + Duration::from_nanos(f[0] as u64),
         wall: Duration::from_nanos(f[1] as u64),
@@ -288,7 +288,10 @@ fn raw_round_trip(base_url: &str, agent: &str, body: &[u8]) -> Duration {
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).unwrap();
     let took = started.elapsed();
-    assert!(answer.starts_with(b"HTTP/1.1 200"), "raw client: {answer:?}");
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "raw client: {answer:?}"
+    );
     took
 }
 
@@ -308,7 +311,8 @@ fn startup(runs: usize) -> f64 {
         let ws = workspace();
         version.push(ms(orch(ws.path(), &["--version"]).wall));
         validate.push(ms(orch(ws.path(), &["validate", "--repo", "repo"]).wall));
-        let server = FakeServer::start(Script::new().agent("s", vec![Reply::finish("f", "done", None)]));
+        let server =
+            FakeServer::start(Script::new().agent("s", vec![Reply::finish("f", "done", None)]));
         let p = orch(ws.path(), &run_args("p.yaml", &server.base_url));
         let reqs = server.requests();
         assert!(server.violations().is_empty(), "{:?}", server.violations());
@@ -325,11 +329,31 @@ fn startup(runs: usize) -> f64 {
     println!("\n### 1. Start → first model request (1-stage pipeline, small repo, {runs} runs)\n");
     println!("| what | median | p90 | n |\n|---|---|---|---|");
     row("`orch --version` (process start + exit)", &version, "ms");
-    row("`orch validate --repo repo` (start + catalog + parse all)", &validate, "ms");
-    row("**spawn → first request received by the server**", &first, "ms");
-    row("  spawn → `stage_start` logged (run record + worktree; ms clock)", &to_stage, "ms");
-    row("  `stage_start` → first request received (prompt, client, connect)", &stage_to_req, "ms");
-    row("whole 1-turn run (to exit: commit, PR branch, worktree removal)", &total, "ms");
+    row(
+        "`orch validate --repo repo` (start + catalog + parse all)",
+        &validate,
+        "ms",
+    );
+    row(
+        "**spawn → first request received by the server**",
+        &first,
+        "ms",
+    );
+    row(
+        "  spawn → `stage_start` logged (run record + worktree; ms clock)",
+        &to_stage,
+        "ms",
+    );
+    row(
+        "  `stage_start` → first request received (prompt, client, connect)",
+        &stage_to_req,
+        "ms",
+    );
+    row(
+        "whole 1-turn run (to exit: commit, PR branch, worktree removal)",
+        &total,
+        "ms",
+    );
     row("CPU (user+sys) of that run", &cpu, "ms");
     row("peak RSS of that run", &rss, "KB");
     stats(&cpu).0
@@ -349,7 +373,11 @@ struct TurnRun {
 fn turn_run(turns: usize, kind: &str) -> TurnRun {
     let ws = workspace();
     let call = |i: usize| match kind {
-        "read_file" => Reply::tool_call(&format!("c{i}"), "read_file", json!({"path": "src/calc/ops.py"})),
+        "read_file" => Reply::tool_call(
+            &format!("c{i}"),
+            "read_file",
+            json!({"path": "src/calc/ops.py"}),
+        ),
         _ => Reply::tool_call(&format!("c{i}"), "bash", json!({"command": "true"})),
     };
     let mut replies: Vec<Reply> = (0..turns).map(call).collect();
@@ -368,11 +396,20 @@ fn turn_run(turns: usize, kind: &str) -> TurnRun {
         .map(|e| e["duration_ms"].as_f64().unwrap())
         .collect();
     assert_eq!(tool_ms.len(), turns);
-    let gaps: Vec<f64> = reqs.windows(2).map(|w| ms(w[1].at.duration_since(w[0].at))).collect();
+    let gaps: Vec<f64> = reqs
+        .windows(2)
+        .map(|w| ms(w[1].at.duration_since(w[0].at)))
+        .collect();
     // The server's part of each gap: the same request bodies, sent raw.
     let server_rt: Vec<f64> = reqs[..turns]
         .iter()
-        .map(|r| ms(raw_round_trip(&server.base_url, "calib", r.body.to_string().as_bytes())))
+        .map(|r| {
+            ms(raw_round_trip(
+                &server.base_url,
+                "calib",
+                r.body.to_string().as_bytes(),
+            ))
+        })
         .collect();
     TurnRun {
         gaps,
@@ -385,7 +422,9 @@ fn turn_run(turns: usize, kind: &str) -> TurnRun {
 }
 
 fn turns(runs: usize, k: usize, one_turn_cpu: f64) {
-    println!("\n### 2. Per tool turn ({k} turns per stage, zero model latency, {runs} runs; every turn of every run is a sample)\n");
+    println!(
+        "\n### 2. Per tool turn ({k} turns per stage, zero model latency, {runs} runs; every turn of every run is a sample)\n"
+    );
     println!("| what | median | p90 | n |\n|---|---|---|---|");
     let mut summary = vec![];
     for kind in ["read_file", "bash"] {
@@ -403,12 +442,36 @@ fn turns(runs: usize, k: usize, one_turn_cpu: f64) {
             rss.push(r.rss);
             wall.push(r.wall);
         }
-        let label = if kind == "bash" { "`bash true`" } else { "`read_file`" };
-        row(&format!("{label}: request → next request at the server"), &gap, "ms");
-        row(&format!("{label}: tool `duration_ms` (action log, whole ms)"), &tool, "ms");
-        row(&format!("{label}: fake server round trip for the same request"), &rt, "ms");
-        row(&format!("**{label}: orch overhead per turn** (gap − tool − server)"), &over, "ms");
-        row(&format!("{label}: CPU (user+sys) per extra turn, vs the 1-turn run"), &cpu, "ms");
+        let label = if kind == "bash" {
+            "`bash true`"
+        } else {
+            "`read_file`"
+        };
+        row(
+            &format!("{label}: request → next request at the server"),
+            &gap,
+            "ms",
+        );
+        row(
+            &format!("{label}: tool `duration_ms` (action log, whole ms)"),
+            &tool,
+            "ms",
+        );
+        row(
+            &format!("{label}: fake server round trip for the same request"),
+            &rt,
+            "ms",
+        );
+        row(
+            &format!("**{label}: orch overhead per turn** (gap − tool − server)"),
+            &over,
+            "ms",
+        );
+        row(
+            &format!("{label}: CPU (user+sys) per extra turn, vs the 1-turn run"),
+            &cpu,
+            "ms",
+        );
         summary.push((kind, rss, wall));
     }
     println!("\n### 3a. Peak memory and wall time of the {k}-turn runs\n");
@@ -471,13 +534,20 @@ fn issue_to_pr(runs: usize) {
             }
         }
     }
-    println!("\n### 3b. Peak memory of a 3-stage `issue-to-pr` run ({runs} runs; code: 4 turns incl. an edit and a bash call; review, docs: 1 turn)\n");
+    println!(
+        "\n### 3b. Peak memory of a 3-stage `issue-to-pr` run ({runs} runs; code: 4 turns incl. an edit and a bash call; review, docs: 1 turn)\n"
+    );
     println!("| what | median | p90 | n |\n|---|---|---|---|");
     row("peak RSS", &rss, "KB");
     row("CPU (user+sys, incl. the bash child)", &cpu, "ms");
     row("whole run", &wall, "ms");
-    println!("\n### 4. First request of each `issue-to-pr` stage (issue of {} bytes)\n", ISSUE.len());
-    println!("| stage | request body | system prompt | first user message (task + hand-off) | tool schemas | tools offered |\n|---|---|---|---|---|---|");
+    println!(
+        "\n### 4. First request of each `issue-to-pr` stage (issue of {} bytes)\n",
+        ISSUE.len()
+    );
+    println!(
+        "| stage | request body | system prompt | first user message (task + hand-off) | tool schemas | tools offered |\n|---|---|---|---|---|---|"
+    );
     for (agent, total, sys, task, tools, n) in sizes {
         println!("| {agent} | {total} B | {sys} B | {task} B | {tools} B | {n} |");
     }
@@ -492,14 +562,21 @@ fn main() {
     let runs = args.next().unwrap_or(15).max(1);
     let k = args.next().unwrap_or(40).max(2);
     let bin = orch_bin();
-    assert!(bin.exists(), "{} missing: cargo build --release first", bin.display());
+    assert!(
+        bin.exists(),
+        "{} missing: cargo build --release first",
+        bin.display()
+    );
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     println!(
         "orch perf probe: {} ({} CPUs, load average {}), {runs} runs, {k} turns",
         bin.display(),
         cpus,
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let one_turn_cpu = startup(runs);
     // PERF_PROBE_ONLY=startup: only section 1 (quick A/B comparisons).
@@ -510,6 +587,9 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "\nload average at the end: {}",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
 }
