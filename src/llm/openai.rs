@@ -64,14 +64,21 @@ pub fn http_client_with(
     request_timeout: Duration,
     connect_timeout: Duration,
 ) -> Result<reqwest::Client, LlmError> {
-    build_client(Some(request_timeout), connect_timeout)
+    build_client(Some(request_timeout), connect_timeout, false)
 }
 
 /// A client with an optional whole-request timeout (streams have none: they
 /// are bounded by the idle timeout between reads instead).
+///
+/// `plain_http`: the client only talks to an `http://` endpoint, so it gets
+/// no TLS trust roots. Loading the system's roots (rustls-platform-verifier
+/// reads and parses every certificate under /etc/ssl/certs) is the largest
+/// single cost of orch's start (several ms); a local model server over plain
+/// HTTP never needs it. Such a client cannot follow a redirect to https.
 fn build_client(
     request_timeout: Option<Duration>,
     connect_timeout: Duration,
+    plain_http: bool,
 ) -> Result<reqwest::Client, LlmError> {
     // reqwest is built with `rustls-no-provider`: without a process-wide
     // provider the first client panics, even for plain http://. Installing is
@@ -82,6 +89,9 @@ fn build_client(
         .user_agent(concat!("orch/", env!("CARGO_PKG_VERSION")));
     if let Some(timeout) = request_timeout {
         builder = builder.timeout(timeout);
+    }
+    if plain_http {
+        builder = builder.tls_certs_only(std::iter::empty::<reqwest::Certificate>());
     }
     builder.build().map_err(|e| {
         LlmError::Config(format!(
@@ -110,8 +120,8 @@ impl OpenAiClient {
     /// A client for `settings`; fails on a malformed base URL.
     pub fn new(settings: ModelSettings) -> Result<Self, LlmError> {
         let endpoint = settings.endpoint();
-        match reqwest::Url::parse(&endpoint) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+        let plain_http = match reqwest::Url::parse(&endpoint) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => url.scheme() == "http",
             Ok(_) => {
                 return Err(LlmError::Config(format!(
                     "the base URL `{}` must start with http:// or https://",
@@ -124,10 +134,10 @@ impl OpenAiClient {
                     settings.base_url
                 )));
             }
-        }
+        };
         // Timeouts are set per request (see `attempt`), so one client serves
         // both modes.
-        let http = build_client(None, settings.connect_timeout)?;
+        let http = build_client(None, settings.connect_timeout, plain_http)?;
         Ok(OpenAiClient {
             settings,
             endpoint,
