@@ -217,6 +217,9 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
     let run_id = new_run_id();
     let run_dir = RunDir::create(&common, &run_id)?;
     let lock = crate::runlog::lock_run(&run_dir.root, &run_id)?;
+    // The first lane's checkout overlaps the writing of the run record.
+    let lanes = Arc::new(Lanes::new(&common, &run_id));
+    lanes.prewarm(&base_sha).await;
     let secrets = &opts.session.secrets;
     run_dir.write_file(
         "issue.md",
@@ -268,7 +271,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
         session,
         base_commit: base_sha,
     });
-    drive(ctx, state, ui).await
+    drive(ctx, state, lanes, ui).await
 }
 
 /// What `resume` may do with failed stages.
@@ -344,6 +347,7 @@ pub async fn resume_run(
         }
     }
     lanes::clear_stale(&common, run_id).await?;
+    let lanes = Arc::new(Lanes::new(&common, run_id));
     state.status = RunStatus::Running;
     state.model = session.model.model_name();
     state.model_label = session.model.label();
@@ -378,7 +382,7 @@ pub async fn resume_run(
         issue,
         session,
     });
-    drive(ctx, state, ui).await
+    drive(ctx, state, lanes, ui).await
 }
 
 /// Rolls a run back to `stage`: the final branch moves to that stage's
@@ -437,8 +441,12 @@ fn descendants(p: &Pipeline, id: &str) -> Vec<String> {
 
 /// The scheduler: starts stages whose dependencies are done, up to
 /// `max_parallel` at once, and applies their results as they arrive.
-async fn drive(ctx: Arc<RunCtx>, mut state: RunState, ui: &Ui) -> Result<RunSummary, RunError> {
-    let lanes = Arc::new(Lanes::new(&ctx.common, &ctx.run_id));
+async fn drive(
+    ctx: Arc<RunCtx>,
+    mut state: RunState,
+    lanes: Arc<Lanes>,
+    ui: &Ui,
+) -> Result<RunSummary, RunError> {
     let mut running: JoinSet<StageDone> = JoinSet::new();
     let mut stopping = false;
     let mut interrupted = false;
@@ -626,10 +634,12 @@ async fn schedule(
             running.spawn(async move {
                 let _ = &ui_id;
                 let result = match lanes.acquire(&start).await {
-                    Ok(lane) => {
+                    Ok(mut lane) => {
                         let r =
                             run_stage(&ctx2, &stage2, &role, &lane, &start, upstream, &progress)
                                 .await;
+                        // The stage committed its whole tree: the lane is clean there.
+                        lane.clean_at = r.as_ref().ok().map(|o| o.commit.clone());
                         lanes.release(lane);
                         r
                     }
@@ -811,7 +821,7 @@ async fn run_stage(
     let model = &ctx.session.model;
     log.append(
         "stage_start",
-        json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "model": model.model_name()}),
+        json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "lane_checkout": lane.checkout, "model": model.model_name()}),
     )?;
     let policy = BashPolicy {
         allow: role.bash.allow.clone(),

@@ -2,7 +2,10 @@
 //! is reset to the stage's start commit, and gives it back when it is done;
 //! sequential stages therefore reuse one checkout, and only stages running
 //! side by side cost an extra worktree each (creating one is a full checkout,
-//! the most expensive git step of a run).
+//! the most expensive git step of a run). A lane that is known to be clean at
+//! the start commit already (the previous stage in it committed exactly that)
+//! is not reset at all, so a chain of stages costs no checkout per stage.
+//! The first lane is created while the run record is being written.
 //!
 //! Lane `k` of run `R` is the worktree `.git/orch/worktrees/R/lane-k` on the
 //! branch `orch-lanes/R/k` (outside `orch/R/`, so it can never collide with a
@@ -23,6 +26,12 @@ pub(crate) struct Lane {
     pub name: String,
     /// The branch it has checked out.
     pub branch: String,
+    /// The commit its tree is known to match exactly (clean, nothing
+    /// untracked but ignored files), if known.
+    pub clean_at: Option<String>,
+    /// How the last `acquire` readied it: `created`, `reset` or `clean`
+    /// (already at the start commit: no git work at all).
+    pub checkout: &'static str,
 }
 
 /// The pool of a run's lanes, shared by the stage tasks: a task takes a lane
@@ -32,6 +41,8 @@ pub(crate) struct Lanes {
     common: PathBuf,
     run_id: String,
     inner: Mutex<Pool>,
+    /// The first lane, being created ahead of need.
+    prewarm: tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<Lane, RunError>>>>,
 }
 
 #[derive(Default)]
@@ -52,7 +63,37 @@ impl Lanes {
             common: common.to_path_buf(),
             run_id: run_id.to_owned(),
             inner: Mutex::new(Pool::default()),
+            prewarm: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Starts creating a lane at `start` in the background, so the first
+    /// stage finds it ready.
+    pub(crate) async fn prewarm(self: &std::sync::Arc<Self>, start: &str) {
+        let k = {
+            let mut pool = self.pool();
+            pool.created += 1;
+            pool.created
+        };
+        let (this, sha) = (std::sync::Arc::clone(self), start.to_owned());
+        *self.prewarm.lock().await = Some(tokio::spawn(async move {
+            let mut lane = this.create(k, &sha).await?;
+            lane.checkout = "prewarmed";
+            Ok(lane)
+        }));
+    }
+
+    async fn create(&self, k: usize, start: &str) -> Result<Lane, RunError> {
+        let lane = Lane {
+            path: lanes_dir(&self.common, &self.run_id).join(format!("lane-{k}")),
+            name: format!("orch-{}-{k}", self.run_id),
+            branch: format!("orch-lanes/{}/{k}", self.run_id),
+            clean_at: Some(start.to_owned()),
+            checkout: "created",
+        };
+        let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
+        blocking(move || git::create_worktree(&c, &l.name, &l.path, &l.branch, &sha)).await?;
+        Ok(lane)
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -61,6 +102,11 @@ impl Lanes {
 
     /// A lane checked out at `start`: a free one reset there, or a new one.
     pub(crate) async fn acquire(&self, start: &str) -> Result<Lane, RunError> {
+        if let Some(handle) = self.prewarm.lock().await.take() {
+            let lane = handle.await.map_err(|e| RunError::Join(e.to_string()))??;
+            self.release(lane);
+        }
+        self.prefer(start);
         let reused = {
             let mut pool = self.pool();
             match pool.free.pop() {
@@ -72,35 +118,55 @@ impl Lanes {
             }
         };
         match reused {
-            Ok(lane) => {
+            Ok(mut lane) if lane.clean_at.as_deref() == Some(start) => {
+                // A lane made ahead of need is still "created" on first use.
+                lane.checkout = if lane.checkout == "prewarmed" {
+                    "created"
+                } else {
+                    "clean"
+                };
+                Ok(lane)
+            }
+            Ok(mut lane) => {
                 let (path, sha) = (lane.path.clone(), start.to_owned());
                 if let Err(e) = blocking(move || git::reset_worktree(&path, &sha)).await {
+                    lane.clean_at = None;
                     self.release(lane);
                     return Err(e);
                 }
+                lane.clean_at = Some(start.to_owned());
+                lane.checkout = "reset";
                 Ok(lane)
             }
-            Err(k) => {
-                let lane = Lane {
-                    path: lanes_dir(&self.common, &self.run_id).join(format!("lane-{k}")),
-                    name: format!("orch-{}-{k}", self.run_id),
-                    branch: format!("orch-lanes/{}/{k}", self.run_id),
-                };
-                let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
-                blocking(move || git::create_worktree(&c, &l.name, &l.path, &l.branch, &sha))
-                    .await?;
-                Ok(lane)
-            }
+            Err(k) => self.create(k, start).await,
         }
     }
 
-    /// Gives a lane back to the pool.
+    /// Gives a lane back to the pool, preferring (for the next stage that
+    /// starts where this one ended) the lanes that need no reset.
     pub(crate) fn release(&self, lane: Lane) {
         self.pool().free.push(lane);
     }
 
+    /// Takes the free lane already clean at `start`, if there is one, to the
+    /// top of the pool.
+    fn prefer(&self, start: &str) {
+        let mut pool = self.pool();
+        if let Some(i) = pool
+            .free
+            .iter()
+            .position(|l| l.clean_at.as_deref() == Some(start))
+        {
+            let lane = pool.free.remove(i);
+            pool.free.push(lane);
+        }
+    }
+
     /// Removes every lane of the run (worktrees and lane branches).
     pub(crate) async fn remove_all(&self) -> Result<(), RunError> {
+        if let Some(handle) = self.prewarm.lock().await.take() {
+            let _ = handle.await;
+        }
         *self.pool() = Pool::default();
         clear_stale(&self.common, &self.run_id).await
     }

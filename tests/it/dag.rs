@@ -448,6 +448,26 @@ fn rollback_then_resume_reruns_only_the_later_stages_and_keeps_old_branches() {
     };
     let (one, two_old, three_old) = (sha("one"), sha("two"), sha("three"));
     assert_eq!(sha("pr"), three_old);
+    // A chain of stages reuses one lane without any checkout between stages.
+    let checkout = |stage: &str| -> Value {
+        let log = repo
+            .path
+            .join(".git/orch/runs")
+            .join(&run_id)
+            .join("stages")
+            .join(stage)
+            .join("actions.jsonl");
+        let first = std::fs::read_to_string(log)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_owned();
+        serde_json::from_str::<Value>(&first).unwrap()["lane_checkout"].clone()
+    };
+    assert_eq!(checkout("one"), "created");
+    assert_eq!(checkout("two"), "clean");
+    assert_eq!(checkout("three"), "clean");
 
     let out = orch()
         .args([
