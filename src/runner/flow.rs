@@ -1,0 +1,207 @@
+//! The run's data flow between stages: which rework rounds are skipped,
+//! where a stage starts (its input commits, merged at a fan-in), what it is
+//! told about its upstream stages, what a rollback touches, and the final
+//! commit and PR text at the end.
+
+use super::{PR_DIFF_BUDGET, RunCtx, RunError, blocking, pr_text};
+use crate::agent::prompt;
+use crate::git::{self, MergeOutcome};
+use crate::ids::Verdict;
+use crate::pipeline::{Pipeline, Stage};
+use crate::runlog::{RunState, StageStatus};
+
+/// Why a conditional rework stage does not run, if it does not.
+pub(super) fn skip_reason(stage: &Stage, state: &RunState) -> Option<String> {
+    let gate = stage.run_if_changes_requested_by.as_ref()?;
+    let rec = state.stage(gate.as_str())?;
+    match (rec.status, rec.verdict) {
+        (StageStatus::Succeeded, Some(Verdict::RequestChanges)) => None,
+        (StageStatus::Succeeded, v) => Some(format!(
+            "`{gate}` gave verdict {}; no rework needed",
+            v.map_or("none", Verdict::as_str)
+        )),
+        _ => Some(format!("`{gate}` did not run")),
+    }
+}
+
+/// The commits a stage starts from, labelled with their branches: each
+/// need's commit, looking through skipped stages (they pass their input on);
+/// the base commit for a stage without needs.
+pub(super) fn inputs(ctx: &RunCtx, stage: &Stage, state: &RunState) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for need in &stage.needs {
+        let Some(rec) = state.stage(need.as_str()) else {
+            continue;
+        };
+        match (rec.status, &rec.commit) {
+            (StageStatus::Skipped, _) => {
+                if let Some(s) = ctx.plan.pipeline.stage(need.as_str()) {
+                    out.extend(inputs(ctx, s, state));
+                }
+            }
+            (_, Some(commit)) => out.push((format!("orch/{}/{need}", ctx.run_id), commit.clone())),
+            _ => {}
+        }
+    }
+    if out.is_empty() {
+        out.push(("base".to_owned(), ctx.base_commit.clone()));
+    }
+    out
+}
+
+/// A stage's start commit: its single input, or a merge of several. A merge
+/// conflict is an `Ok(Err(reason))`: the stage fails, nothing is lost.
+pub(super) async fn start_commit(
+    ctx: &RunCtx,
+    stage: &Stage,
+    state: &RunState,
+) -> Result<Result<String, String>, RunError> {
+    let inputs = inputs(ctx, stage, state);
+    let (c, msg) = (
+        ctx.common.clone(),
+        format!(
+            "orch: merge for stage {}\n\nOrch-Run: {}\nOrch-Stage: {}",
+            stage.id, ctx.run_id, stage.id
+        ),
+    );
+    let outcome = blocking(move || git::merge_commits(&c, &inputs, &msg)).await?;
+    Ok(match outcome {
+        MergeOutcome::Merged(sha) => Ok(sha),
+        MergeOutcome::Conflict { between, paths } => Err(format!(
+            "merge conflict between {} and {} in: {}",
+            between.0,
+            between.1,
+            paths.join(", ")
+        )),
+    })
+}
+
+/// The hand-off of a stage: for each upstream stage that ran (looking through
+/// skipped ones), its summary, verdict, digest and diff. A rework round's
+/// diff is shown cumulatively from the start of its first round, so a
+/// reviewer always sees the whole change it reviews.
+pub(super) async fn handoff(
+    ctx: &RunCtx,
+    stage: &Stage,
+    state: &RunState,
+) -> Result<Vec<prompt::Upstream>, RunError> {
+    let p = &ctx.plan.pipeline;
+    let mut ids: Vec<String> = Vec::new();
+    let mut queue: Vec<String> = stage.needs.iter().map(|n| n.to_string()).collect();
+    while let Some(n) = queue.pop() {
+        if ids.contains(&n) {
+            continue;
+        }
+        match state.stage(&n).map(|r| r.status) {
+            Some(StageStatus::Skipped) => {
+                if let Some(s) = p.stage(&n) {
+                    queue.extend(s.needs.iter().map(|x| x.to_string()));
+                }
+            }
+            Some(_) => ids.push(n),
+            None => {}
+        }
+    }
+    ids.sort_by_key(|id| p.stages.iter().position(|s| s.id.as_str() == id));
+    let share = prompt::HANDOFF_DIFF_BUDGET / ids.len().max(1);
+    let mut out = Vec::new();
+    for id in ids {
+        let Some(rec) = state.stage(&id) else {
+            continue;
+        };
+        let Some(to) = rec.commit.clone() else {
+            continue;
+        };
+        let first = p
+            .stage(&id)
+            .map(|s| s.base_id.to_string())
+            .and_then(|b| state.stage(&b))
+            .and_then(|r| r.parent_commit.clone());
+        let from = first
+            .or_else(|| rec.parent_commit.clone())
+            .unwrap_or_default();
+        let c = ctx.common.clone();
+        let diff = blocking(move || git::diff(&c, &from, &to, share)).await?;
+        out.push(prompt::Upstream {
+            id: id.clone(),
+            role: rec.role.clone(),
+            summary: rec.summary.clone().unwrap_or_default(),
+            verdict: rec.verdict,
+            diffstat: diff.stat.render(),
+            patch: diff.patch,
+            digest: rec.digest.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// Every stage that depends on `id`, directly or not.
+pub(super) fn descendants(p: &Pipeline, id: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in &p.stages {
+        let depends = s
+            .needs
+            .iter()
+            .any(|n| n.as_str() == id || out.iter().any(|o| o == n.as_str()));
+        if depends {
+            out.push(s.id.to_string());
+        }
+    }
+    out
+}
+
+/// The end of a successful run: the final commit (a merge of the sinks'
+/// results when there are several), the final branch, and the PR text.
+/// `Ok(Err(reason))` when the sinks' results conflict.
+pub(super) async fn finish_run(
+    ctx: &RunCtx,
+    state: &mut RunState,
+) -> Result<Result<(String, String), String>, RunError> {
+    let p = &ctx.plan.pipeline;
+    let sinks: Vec<&Stage> = p
+        .stages
+        .iter()
+        .filter(|s| !p.stages.iter().any(|o| o.needs.contains(&s.id)))
+        .collect();
+    let mut tips = Vec::new();
+    for s in sinks {
+        match state.stage(s.id.as_str()) {
+            Some(r) if r.status == StageStatus::Succeeded => {
+                if let Some(c) = &r.commit {
+                    tips.push((format!("orch/{}/{}", ctx.run_id, s.id), c.clone()));
+                }
+            }
+            _ => tips.extend(inputs(ctx, s, state)),
+        }
+    }
+    let (c, msg) = (
+        ctx.common.clone(),
+        format!("orch: merge the final stages\n\nOrch-Run: {}", ctx.run_id),
+    );
+    let final_commit = match blocking(move || git::merge_commits(&c, &tips, &msg)).await? {
+        MergeOutcome::Merged(sha) => sha,
+        MergeOutcome::Conflict { between, paths } => {
+            return Ok(Err(format!(
+                "merge the final stages: conflict between {} and {} in: {}",
+                between.0,
+                between.1,
+                paths.join(", ")
+            )));
+        }
+    };
+    let (c, b, s) = (
+        ctx.common.clone(),
+        state.final_branch.clone(),
+        final_commit.clone(),
+    );
+    blocking(move || git::set_branch(&c, &b, &s)).await?;
+    let (c, from, to) = (ctx.common.clone(), ctx.base_commit.clone(), final_commit);
+    let total = blocking(move || git::diff(&c, &from, &to, PR_DIFF_BUDGET)).await?;
+    let (title, body) = pr_text(&ctx.issue, state, &total.stat.render());
+    ctx.run_dir.write_file(
+        "pr.md",
+        crate::runlog::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),
+    )?;
+    state.pr_title = Some(title.clone());
+    Ok(Ok((title, body)))
+}

@@ -1,0 +1,275 @@
+//! Running one stage in its lane: the agent with its tools and budget, then
+//! the stage commit on its own branch, its diff, transcript and digest.
+
+use super::{RunCtx, RunError, StageOutcome, blocking, pr};
+use crate::agent::{self, AgentConfig, AgentEnd, prompt};
+use crate::git::{self, GitError};
+use crate::llm::ChatModel;
+use crate::pipeline::{Pipeline, Stage};
+use crate::policy::BashPolicy;
+use crate::role::Role;
+use crate::runlog::{ActionLog, DIGEST_LINES, TokenCount};
+use crate::tools::ToolContext;
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::lanes::Lane;
+
+/// Base ids of the stages whose verdict gates a rework round: those stages
+/// (and their later rounds) must give a verdict.
+fn requires_verdict(p: &Pipeline, stage: &Stage) -> bool {
+    p.stages
+        .iter()
+        .filter_map(|s| s.run_if_changes_requested_by.as_ref())
+        .filter_map(|r| p.stage(r.as_str()))
+        .any(|s| s.base_id == stage.base_id)
+}
+
+/// Runs one stage in its lane: the agent, then the commit on the stage's
+/// branch, its diff and transcript. Runs as its own task; reports back.
+pub(super) async fn run_stage(
+    ctx: &RunCtx,
+    stage: &Stage,
+    role: &Role,
+    lane: &Lane,
+    start: &str,
+    upstream: Vec<prompt::Upstream>,
+    progress: &crate::ui::ProgressHandle,
+) -> Result<StageOutcome, RunError> {
+    let on_turn = |turn: u32, tokens: TokenCount| progress.turn(stage.id.as_str(), turn, tokens);
+    let id = stage.id.to_string();
+    let started = Instant::now();
+    let stage_dir = ctx.run_dir.stage_dir(&id)?;
+    let mut log = ActionLog::open(
+        &stage_dir.join("actions.jsonl"),
+        ctx.session.secrets.clone(),
+    )?;
+    let model = &ctx.session.model;
+    log.append(
+        "stage_start",
+        json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "lane_checkout": lane.checkout, "model": model.model_name()}),
+    )?;
+    let policy = BashPolicy {
+        allow: role.bash.allow.clone(),
+        ask: role.bash.ask.clone(),
+        deny: role.bash.deny.clone(),
+        allowlist: ctx.allowlist.clone(),
+        assume_yes: ctx.session.assume_yes,
+        interactive: ctx.session.interactive,
+    };
+    let mut tool_ctx =
+        ToolContext::new(&lane.path, &role.tools, role.read_only, policy).map_err(|source| {
+            RunError::Tools {
+                stage: id.clone(),
+                path: lane.path.clone(),
+                source,
+            }
+        })?;
+    let budget = ctx
+        .ledger
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .stage_budget(&stage.budget, Arc::new(ModelPrice(Arc::clone(model))));
+    tool_ctx.spawn = crate::subagent::SpawnContext::for_stage(
+        &ctx.common,
+        &tool_ctx.root,
+        &ctx.run_dir.root,
+        &id,
+        model.as_ref(),
+        ctx.session.assume_yes,
+        crate::subagent::Budget::new(
+            budget.tokens.map(|l| l.max),
+            budget.time.map(|l| Instant::now() + l.max),
+        ),
+    );
+    // Streamed progress shows on the stage's progress line.
+    let with_progress: Arc<dyn ChatModel> = Arc::new(ProgressModel {
+        inner: Arc::clone(model),
+        progress: progress.clone(),
+        stage: id.clone(),
+    });
+    let model = &with_progress;
+    let cfg = AgentConfig {
+        budget,
+        compaction: ctx.session.limits.compaction,
+        agent_path: id.clone(),
+        system_prompt: prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
+        task: prompt::task_message(&stage.task, &ctx.issue, &upstream),
+        max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
+        require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
+    };
+    let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
+    let mut outcome = agent::run_agent(model.as_ref(), &tool_ctx, &cfg, &mut log, &on_turn).await?;
+    ctx.ledger
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .charge(&outcome.budget.used);
+    // The summary lands in state.json, pr.md, the commit message and on
+    // stdout: a key the model echoed must not.
+    outcome.summary = redact(&outcome.summary);
+    let transcript = serde_json::to_string_pretty(&outcome.transcript).unwrap_or_default();
+    ctx.run_dir.write_file(
+        &format!("stages/{id}/transcript.json"),
+        redact(&transcript).as_bytes(),
+    )?;
+    if role.read_only {
+        discard_changes_of_read_only_role(&lane.path, start, &ctx.common, &mut log).await?;
+    }
+    let failure = outcome
+        .end
+        .failure_reason(cfg.max_turns)
+        .map(|f| redact(&f));
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let message = pr::commit_message(&pr::CommitInfo {
+        run_id: &ctx.run_id,
+        stage: &id,
+        role: &role.name,
+        model: &model.model_name(),
+        summary: failure.as_deref().unwrap_or(&outcome.summary),
+        verdict: outcome.verdict,
+        turns: outcome.turns,
+        tokens: outcome.tokens,
+        cost_usd: outcome.budget.used.cost_usd,
+        duration_ms,
+        failed: failure.is_some(),
+    });
+    let (wt, parent) = (lane.path.clone(), start.to_owned());
+    let commit = blocking(move || git::commit_all(&wt, &message, &parent)).await?;
+    let branch = format!("orch/{}/{id}", ctx.run_id);
+    let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
+    blocking(move || {
+        keep_old_branch(&c, &b)?;
+        git::set_branch(&c, &b, &s)
+    })
+    .await?;
+    let (c, from, to) = (ctx.common.clone(), start.to_owned(), commit.clone());
+    let diff = blocking(move || git::diff(&c, &from, &to, usize::MAX)).await?;
+    ctx.run_dir.write_file(
+        &format!("stages/{id}/diff.patch"),
+        redact(&diff.patch).as_bytes(),
+    )?;
+    log.append(
+        "stage_end",
+        json!({
+            "status": if failure.is_some() { "failed" } else { "succeeded" },
+            "commit": commit, "branch": branch, "reason": failure,
+            "files_changed": diff.stat.files_changed,
+            "insertions": diff.stat.insertions, "deletions": diff.stat.deletions,
+            "duration_ms": duration_ms,
+        }),
+    )?;
+    let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
+    Ok(StageOutcome {
+        budget: outcome.budget.clone(),
+        commit,
+        branch,
+        model_failed: matches!(outcome.end, AgentEnd::ModelError(_)),
+        failure,
+        verdict: outcome.verdict,
+        summary: outcome.summary,
+        turns: outcome.turns,
+        tokens: outcome.tokens,
+        duration_ms,
+        digest: outcome.digest[skip..].iter().map(|l| redact(l)).collect(),
+    })
+}
+
+/// A model wrapper that reports streamed characters to the stage's progress
+/// line; everything else is the inner model's.
+struct ProgressModel {
+    inner: Arc<dyn ChatModel>,
+    progress: crate::ui::ProgressHandle,
+    stage: String,
+}
+
+impl ChatModel for ProgressModel {
+    fn complete<'a>(
+        &'a self,
+        req: &'a crate::llm::ChatRequest,
+    ) -> crate::llm::BoxFuture<'a, Result<crate::llm::ChatResponse, crate::llm::LlmError>> {
+        Box::pin(async move {
+            let on_delta = |chars: usize| self.progress.streaming(&self.stage, chars);
+            self.inner.complete_with_progress(req, &on_delta).await
+        })
+    }
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+    fn model_name(&self) -> String {
+        self.inner.model_name()
+    }
+    fn is_replay(&self) -> bool {
+        self.inner.is_replay()
+    }
+    fn context_window(&self) -> Option<u64> {
+        self.inner.context_window()
+    }
+    fn cost_usd(&self, usage: &crate::llm::Usage) -> Option<f64> {
+        self.inner.cost_usd(usage)
+    }
+    fn spawn_settings(&self) -> Option<crate::llm::ModelSpawn> {
+        self.inner.spawn_settings()
+    }
+}
+
+/// Cost budgets priced by the model's own price table (`orch.toml` or the
+/// built-in list); unknown models leave cost budgets unenforced.
+struct ModelPrice(Arc<dyn ChatModel>);
+
+impl std::fmt::Debug for ModelPrice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModelPrice({})", self.0.model_name())
+    }
+}
+
+impl agent::budget::Pricing for ModelPrice {
+    fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64> {
+        self.0.cost_usd(&crate::llm::Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            ..Default::default()
+        })
+    }
+}
+
+/// Before a stage runs again (retry, rollback), its old branch is moved to
+/// the first free `<branch>.vN`, so every attempt stays reviewable.
+fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
+    if git::branch_sha(common, branch)?.is_none() {
+        return Ok(());
+    }
+    let mut n = 1;
+    while git::branch_sha(common, &format!("{branch}.v{n}"))?.is_some() {
+        n += 1;
+    }
+    git::rename_branch(common, branch, &format!("{branch}.v{n}"))
+}
+
+/// A read-only role must not change the tree; if its shell commands did,
+/// the changes are discarded (and the log says so) before its commit.
+async fn discard_changes_of_read_only_role(
+    worktree: &Path,
+    head: &str,
+    common: &Path,
+    log: &mut ActionLog,
+) -> Result<(), RunError> {
+    let (wt, h) = (worktree.to_path_buf(), head.to_owned());
+    // Commit to a throwaway object to learn whether anything changed; the
+    // branch is reset right after, so the probe commit is unreachable.
+    let probe = blocking(move || git::commit_all(&wt, "orch: probe", &h)).await?;
+    let (c, h, p) = (common.to_path_buf(), head.to_owned(), probe.clone());
+    let diff = blocking(move || git::diff(&c, &h, &p, 4096)).await?;
+    let (wt, h) = (worktree.to_path_buf(), head.to_owned());
+    blocking(move || git::reset_worktree(&wt, &h)).await?;
+    if diff.stat.files_changed > 0 {
+        let files: Vec<&str> = diff.stat.files.iter().map(|f| f.path.as_str()).collect();
+        log.append(
+            "read_only_violation",
+            json!({"discarded": files, "reason": "a read-only role changed the worktree; its changes were discarded"}),
+        )?;
+    }
+    Ok(())
+}
