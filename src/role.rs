@@ -20,6 +20,9 @@ use std::path::Path;
 /// tool layer's own list: one source of truth).
 pub const KNOWN_TOOLS: &[&str] = crate::tools::ALL_TOOLS;
 
+/// `model:` values that mean "the run's model" (Claude Code's aliases).
+pub const CLAUDE_MODEL_ALIASES: &[&str] = &["inherit", "sonnet", "opus", "haiku"];
+
 /// Tools that change files directly; read-only roles may not hold them.
 const WRITE_TOOLS: &[&str] = crate::tools::WRITE_TOOLS;
 
@@ -197,10 +200,12 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         None => DEFAULT_MAX_TURNS,
     };
 
+    // Claude Code's aliases name Anthropic models an OpenAI-compatible server
+    // does not know; like `inherit`, they keep the run's model.
     let model = spec
         .model
         .map(|m| m.trim().to_owned())
-        .filter(|m| !m.is_empty() && m != "inherit");
+        .filter(|m| !m.is_empty() && !CLAUDE_MODEL_ALIASES.contains(&m.as_str()));
 
     Ok(Role {
         name,

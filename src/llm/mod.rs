@@ -244,6 +244,13 @@ pub trait ChatModel: Send + Sync {
         None
     }
 
+    /// The same backend asking for another model name (a role's `model:`),
+    /// or `None` when the backend cannot switch (the replay model).
+    fn with_model(&self, model: &str) -> Option<std::sync::Arc<dyn ChatModel>> {
+        let _ = model;
+        None
+    }
+
     /// How a child `orch agent` process reaches this same model (for
     /// `spawn_agent`); `None` when it cannot.
     fn spawn_settings(&self) -> Option<ModelSpawn> {

@@ -633,6 +633,14 @@ impl ChatModel for OpenAiClient {
         cost_usd(&self.settings.model, usage, &self.settings.prices)
     }
 
+    fn with_model(&self, model: &str) -> Option<std::sync::Arc<dyn ChatModel>> {
+        let mut settings = self.settings.clone();
+        settings.model = model.to_owned();
+        OpenAiClient::new(settings)
+            .ok()
+            .map(|c| std::sync::Arc::new(c) as std::sync::Arc<dyn ChatModel>)
+    }
+
     fn spawn_settings(&self) -> Option<super::ModelSpawn> {
         Some(super::ModelSpawn::Http {
             base_url: self.settings.base_url.clone(),

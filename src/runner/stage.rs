@@ -46,7 +46,12 @@ pub(super) async fn run_stage(
         &stage_dir.join("actions.jsonl"),
         ctx.session.secrets.clone(),
     )?;
-    let model = &ctx.session.model;
+    // A role may name its own model (same server and key).
+    let role_model = role
+        .model
+        .as_deref()
+        .and_then(|m| ctx.session.model.with_model(m));
+    let model = role_model.as_ref().unwrap_or(&ctx.session.model);
     log.append(
         "stage_start",
         json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "lane_checkout": lane.checkout, "model": model.model_name()}),

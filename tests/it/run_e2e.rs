@@ -641,3 +641,38 @@ fn demo_runs_offline_and_the_fix_passes_the_fixture_tests() {
         String::from_utf8_lossy(&head.stdout)
     );
 }
+
+#[test]
+fn a_role_with_its_own_model_asks_the_server_for_that_model() {
+    let repo = buggy_repo();
+    repo.write(
+        ".orch/roles/coder.md",
+        "---\nname: coder\ndescription: a coder on a small model\ntools: [read_file, finish]\nmodel: small-model\n---\nYou fix things.\n",
+    );
+    repo.commit_all("role override");
+    let before = repo.snapshot();
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path());
+    let pipeline = solo_pipeline(scratch.path(), "coder");
+    let server =
+        FakeServer::start(Script::new().agent("work", vec![Reply::finish("f", "done", None)]));
+    let out = run_orch(&[
+        "run",
+        pipeline.to_str().unwrap(),
+        "--repo",
+        repo.path.to_str().unwrap(),
+        "--issue",
+        issue.to_str().unwrap(),
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "run-model",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(server.requests_for("work")[0].body["model"], "small-model");
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let msg = repo.git(&["log", "-1", "--format=%B", &format!("orch/{run_id}/work")]);
+    assert!(msg.contains("Orch-Model: small-model"), "{msg}");
+    assert_eq!(repo.snapshot(), before);
+}
