@@ -1,7 +1,10 @@
 //! Budgets and compaction end to end: the real `orch` binary against the
 //! scripted fake model server, on real git repositories.
 
-use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, record_dir, stage_events, state_json,
+    stdout_json, write_issue, write_pipeline,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -16,22 +19,16 @@ fn small_repo() -> TestRepo {
     repo
 }
 
-fn write_issue(dir: &Path) -> PathBuf {
-    let p = dir.join("ISSUE.md");
-    std::fs::write(&p, ISSUE).unwrap();
-    p
-}
-
 /// A one-stage pipeline `solo` whose stage `work` runs `role`, with extra
 /// stage keys (indented by four spaces) appended.
 fn solo_pipeline(dir: &Path, role: &str, max_turns: u32, extra: &str) -> PathBuf {
-    let p = dir.join("solo.yaml");
-    std::fs::write(
-        &p,
-        format!("name: solo\nstages:\n  work:\n    role: {role}\n    task: \"{{{{ issue }}}}\"\n    max_turns: {max_turns}\n{extra}"),
+    write_pipeline(
+        dir,
+        "solo",
+        &format!(
+            "name: solo\nstages:\n  work:\n    role: {role}\n    task: \"{{{{ issue }}}}\"\n    max_turns: {max_turns}\n{extra}"
+        ),
     )
-    .unwrap();
-    p
 }
 
 fn run_orch(
@@ -41,52 +38,16 @@ fn run_orch(
     server: &FakeServer,
     extra: &[&str],
 ) -> Output {
-    let mut args = vec![
-        "run",
-        pipeline.to_str().unwrap(),
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--issue",
-        issue.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "m",
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    let out = orch().args(&args).output().expect("orch runs");
-    eprintln!(
-        "--- orch {:?} exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        extra,
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
-}
-
-fn record_dir(repo: &TestRepo, run_id: &str) -> PathBuf {
-    repo.path.join(".git/orch/runs").join(run_id)
-}
-
-fn state(repo: &TestRepo, run_id: &str) -> Value {
-    let text = std::fs::read_to_string(record_dir(repo, run_id).join("state.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    OrchRun::new(pipeline, repo)
+        .issue(issue)
+        .model(&server.base_url, "m")
+        .json()
+        .args(extra)
+        .output()
 }
 
 fn events(repo: &TestRepo, run_id: &str, stage: &str, kind: &str) -> Vec<Value> {
-    let path = record_dir(repo, run_id).join(format!("stages/{stage}/actions.jsonl"));
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"] == kind)
-        .collect()
+    stage_events(&record_dir(repo, run_id), stage, kind)
 }
 
 fn transcript(repo: &TestRepo, run_id: &str, stage: &str) -> Vec<Value> {
@@ -115,7 +76,7 @@ fn a_run_token_budget_stops_a_stage_that_never_finishes_and_leaves_it_resumable(
     let before = repo.snapshot();
     let base = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder", 30, "");
     let server = FakeServer::start(Script::new().agent("work", endless_writer(10)));
 
@@ -137,7 +98,7 @@ fn a_run_token_budget_stops_a_stage_that_never_finishes_and_leaves_it_resumable(
     assert_eq!(server.remaining("work"), 6);
 
     let run_id = j["run_id"].as_str().unwrap();
-    let st = state(&repo, run_id);
+    let st = state_json(&repo, run_id);
     assert_eq!(st["status"], "failed");
     let stage = &st["stages"][0];
     assert_eq!(stage["status"], "failed");
@@ -180,7 +141,7 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
     let repo = small_repo();
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(
         scratch.path(),
         "coder",
@@ -203,7 +164,7 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
         "token budget exceeded: 3000 of 2500 tokens"
     );
     assert_eq!(server.requests_for("work").len(), 3);
-    let st = state(&repo, j["run_id"].as_str().unwrap());
+    let st = state_json(&repo, j["run_id"].as_str().unwrap());
     let budget = &st["stages"][0]["budget"];
     assert_eq!(budget["limits"]["tokens"], 2500);
     assert_eq!(budget["limits"]["time_secs"], 600.0);
@@ -222,7 +183,7 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
 fn a_bad_budget_in_the_pipeline_is_a_located_error() {
     let repo = small_repo();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder", 30, "    budget: {tokens: lots}\n");
     let server = FakeServer::start(Script::new());
     let out = run_orch(&repo, &pipeline, &issue, &server, &[]);
@@ -240,7 +201,7 @@ fn a_bad_budget_in_the_pipeline_is_a_located_error() {
 fn bad_budget_flags_are_usage_errors() {
     let repo = small_repo();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder", 30, "");
     let server = FakeServer::start(Script::new());
     for flags in [
@@ -263,7 +224,7 @@ fn a_time_budget_bounds_a_slow_model_reply() {
     let repo = small_repo();
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder", 30, "");
     let server = FakeServer::start(Script::new().agent(
         "work",
@@ -291,7 +252,7 @@ fn a_time_budget_bounds_a_slow_model_reply() {
         files.contains("a.txt"),
         "the first turn's work is committed: {files}"
     );
-    let st = state(&repo, run_id);
+    let st = state_json(&repo, run_id);
     assert_eq!(st["stages"][0]["budget"]["exceeded"], "time");
     assert_eq!(repo.snapshot(), before);
 }
@@ -301,7 +262,7 @@ fn a_time_budget_stops_a_long_command_and_answers_its_call() {
     let repo = small_repo();
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(
         scratch.path(),
         "coder",
@@ -377,7 +338,7 @@ fn fifty_turns(window: &str) -> (TestRepo, String, FakeServer) {
     repo.commit_all("files");
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder", 60, "");
     let mut replies: Vec<Reply> = (1..=TURNS)
         .map(|i| {
@@ -562,7 +523,7 @@ fn a_context_length_error_compacts_and_retries_once() {
     repo.commit_all("files");
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder", 20, "");
     let mut replies: Vec<Reply> = (1..=6)
         .map(|i| {

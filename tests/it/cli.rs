@@ -1,15 +1,10 @@
 //! The command line's contract: exit codes, errors that name the file and
 //! position, `validate`, `graph`, `--help` and `--version`.
 
-use crate::support::{TestRepo, orch};
+use crate::support::{TestRepo, orch, run_text};
 
 fn run(args: &[&str], cwd: &std::path::Path) -> (Option<i32>, String, String) {
-    let out = orch().current_dir(cwd).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_text(orch().current_dir(cwd).args(args))
 }
 
 #[test]

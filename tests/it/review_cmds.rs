@@ -1,7 +1,10 @@
 //! Snapshot tests of the review commands (`runs`, `show`, `review`, `diff`,
 //! `log`), with SHAs, run ids, times and paths redacted.
 
-use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, orch, run_text, stdout_json, write_issue,
+    write_pipeline,
+};
 use serde_json::{Value, json};
 
 fn redact(text: &str, run_id: &str, repo: &std::path::Path) -> String {
@@ -27,12 +30,7 @@ fn redact(text: &str, run_id: &str, repo: &std::path::Path) -> String {
 }
 
 fn stdout(args: &[&str], repo: &TestRepo) -> (Option<i32>, String, String) {
-    let out = orch().current_dir(&repo.path).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_text(orch().current_dir(&repo.path).args(args))
 }
 
 #[test]
@@ -48,14 +46,12 @@ fn show_review_log_diff_and_runs_read_the_record() {
     repo.commit_all("prices");
     let before = repo.snapshot();
     let tmp = tempfile::tempdir().unwrap();
-    let pipeline = tmp.path().join("p.yaml");
-    std::fs::write(
-        &pipeline,
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "p",
         "name: p\nstages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n",
-    )
-    .unwrap();
-    let issue = tmp.path().join("ISSUE.md");
-    std::fs::write(&issue, "# add subtracts\n").unwrap();
+    );
+    let issue = write_issue(tmp.path(), "# add subtracts\n");
     let server = FakeServer::start(
         Script::new()
             .agent(
@@ -75,32 +71,18 @@ fn show_review_log_diff_and_runs_read_the_record() {
                 vec![Reply::finish("f", "Correct.", Some("approve")).with_usage(200, 5)],
             ),
     );
-    let out = orch()
-        .args([
-            "run",
-            pipeline.to_str().unwrap(),
-            "--repo",
-            repo.path.to_str().unwrap(),
-            "--issue",
-            issue.to_str().unwrap(),
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "m",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .output();
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run_id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
     let r = |t: &str| redact(t, &run_id, &repo.path);
 
     let (code, show, _) = stdout(&["show", &run_id], &repo);
