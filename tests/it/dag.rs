@@ -3,8 +3,8 @@
 //! review commands.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, orch, output_logged, read_jsonl, record_dir,
-    signal_reply, state_json, stdout_json, tool_results, write_issue,
+    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, output_logged, read_jsonl,
+    record_dir, signal_reply, state_json, stdout_json, tool_results, write_issue,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -224,6 +224,13 @@ fn full_script() -> Script {
         .agent("three", stage_script("three"))
 }
 
+/// The script of [`LINEAR`] after stage one, for a resumed run.
+fn stages_two_and_three() -> Script {
+    Script::new()
+        .agent("two", stage_script("two"))
+        .agent("three", stage_script("three"))
+}
+
 fn resume(repo: &TestRepo, run_id: &str, server: &FakeServer, extra: &[&str]) -> Output {
     let mut args = vec![
         "resume",
@@ -284,11 +291,7 @@ fn kill_9_mid_stage_then_resume_finishes_without_rerunning_finished_stages() {
     assert_eq!(state["stages"][0]["status"], "succeeded");
     assert_eq!(state["stages"][1]["status"], "running");
 
-    let server2 = FakeServer::start(
-        Script::new()
-            .agent("two", stage_script("two"))
-            .agent("three", stage_script("three")),
-    );
+    let server2 = FakeServer::start(stages_two_and_three());
     let out = resume(&repo, &run_id, &server2, &[]);
     assert_eq!(out.status.code(), Some(0));
     let j = stdout_json(&out);
@@ -336,11 +339,7 @@ fn ctrl_c_interrupts_cleanly_and_the_run_resumes() {
     let state = state_json(&repo, &run_id);
     assert_eq!(state["status"], "interrupted");
     assert_eq!(state["stages"][1]["status"], "pending");
-    let server2 = FakeServer::start(
-        Script::new()
-            .agent("two", stage_script("two"))
-            .agent("three", stage_script("three")),
-    );
+    let server2 = FakeServer::start(stages_two_and_three());
     let out = resume(&repo, &run_id, &server2, &[]);
     assert_eq!(out.status.code(), Some(0));
     assert!(server2.requests_for("one").is_empty());
@@ -384,12 +383,7 @@ fn rollback_then_resume_reruns_only_the_later_stages_and_keeps_old_branches() {
         ])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("two, three"));
     assert_eq!(sha("pr"), one, "the final branch moved back");
     let state = state_json(&repo, &run_id);
@@ -495,12 +489,7 @@ fn resume_reuses_the_recorded_model_settings_but_not_secrets() {
         .env("ORCH_API_KEY", "sk-second-key-654321")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let two = server.requests_for("two");
     assert_eq!(
         two.len(),

@@ -2,8 +2,8 @@
 //! `log`), with SHAs, run ids, times and paths redacted.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, orch, run_text, stdout_json, write_issue,
-    write_pipeline,
+    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, run_text, stdout_json,
+    write_issue, write_pipeline,
 };
 use serde_json::{Value, json};
 
@@ -76,12 +76,7 @@ fn show_review_log_diff_and_runs_read_the_record() {
         .model(&server.base_url, "m")
         .json()
         .output();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
     let r = |t: &str| redact(t, &run_id, &repo.path);
 

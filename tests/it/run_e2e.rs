@@ -2,8 +2,8 @@
 //! on real git repositories in temp dirs.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, offered_tools, orch, output_logged, read_jsonl,
-    record_dir, state_json, stdout_json, tool_results, user_text, walk, write_issue,
+    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, offered_tools, orch, output_logged,
+    read_jsonl, record_dir, state_json, stdout_json, tool_results, user_text, walk, write_issue,
     write_pipeline,
 };
 use serde_json::{Value, json};
@@ -472,12 +472,7 @@ fn orch_agent_runs_one_explore_agent_and_prints_its_report() {
         ])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "add() is defined in calc.py line 1."

@@ -8,6 +8,7 @@
 pub mod cmd;
 pub mod fake_server;
 pub mod inspect;
+pub mod llm;
 pub mod repo;
 pub mod run;
 
@@ -16,9 +17,11 @@ pub use fake_server::{FakeServer, Recorded, Reply, Script, tool_pairing_violatio
 pub use inspect::{
     offered_tools, read_jsonl, record_dir, stage_events, state_json, tool_results, user_text, walk,
 };
+pub use llm::{assert_one_identical_retry, exhausted};
 pub use repo::{RepoSnapshot, TestRepo};
 pub use run::{
-    OrchRun, output_logged, run_text, signal_reply, stdout_json, write_issue, write_pipeline,
+    OrchRun, assert_exit, output_logged, run_text, signal_reply, stdout_json, write_issue,
+    write_pipeline,
 };
 
 /// A generous bound for any single await in a test: long enough for a loaded

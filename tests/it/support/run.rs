@@ -119,6 +119,16 @@ pub fn run_text(cmd: &mut Command) -> (Option<i32>, String, String) {
     )
 }
 
+/// Asserts `out` exited with `code`, showing its stderr if not.
+pub fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The one JSON object `orch … --json` printed on stdout.
 pub fn stdout_json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
