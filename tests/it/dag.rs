@@ -16,12 +16,7 @@ use std::time::Duration;
 const PEERS_WAIT: Duration = Duration::from_secs(30);
 
 fn repo_with(files: &[(&str, &str)]) -> TestRepo {
-    let repo = TestRepo::new();
-    for (p, c) in files {
-        repo.write(p, c);
-    }
-    repo.commit_all("base");
-    repo
+    TestRepo::with_commit(files, "base")
 }
 
 fn write_pipeline(dir: &Path, yaml: &str) -> PathBuf {

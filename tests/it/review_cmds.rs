@@ -10,22 +10,20 @@ use serde_json::{Value, json};
 fn redact(text: &str, run_id: &str, repo: &std::path::Path) -> String {
     let mut s = text.replace(run_id, "RUN");
     s = s.replace(&repo.display().to_string(), "REPO");
-    let re = |p: &str| regex::Regex::new(p).unwrap();
-    s = re(r"\b[0-9a-f]{40}\b")
-        .replace_all(&s, "SHA40")
-        .into_owned();
-    s = re(r"\b[0-9a-f]{10}\b")
-        .replace_all(&s, "SHA10")
-        .into_owned();
-    s = re(r"index [0-9a-f]{7}\.\.[0-9a-f]{7}")
-        .replace_all(&s, "index X..Y")
-        .into_owned();
-    s = re(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
-        .replace_all(&s, "DATE")
-        .into_owned();
-    s = re(r"\d+\.\d+s\b").replace_all(&s, "T").into_owned();
-    s = re(r"in \d+ms").replace_all(&s, "in Nms").into_owned();
-    s = re(r"\(\d+\.\ds\)").replace_all(&s, "(T)").into_owned();
+    for (pattern, with) in [
+        (r"\b[0-9a-f]{40}\b", "SHA40"),
+        (r"\b[0-9a-f]{10}\b", "SHA10"),
+        (r"index [0-9a-f]{7}\.\.[0-9a-f]{7}", "index X..Y"),
+        (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "DATE"),
+        (r"\d+\.\d+s\b", "T"),
+        (r"in \d+ms", "in Nms"),
+        (r"\(\d+\.\ds\)", "(T)"),
+    ] {
+        s = regex::Regex::new(pattern)
+            .unwrap()
+            .replace_all(&s, with)
+            .into_owned();
+    }
     s
 }
 

@@ -12,12 +12,14 @@ use std::path::Path;
 const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should return 5.\n";
 
 fn buggy_repo() -> TestRepo {
-    let repo = TestRepo::new();
-    repo.write("calc.py", "def add(a, b):\n    return a - b\n");
-    repo.write("README.md", "# calc\n");
-    repo.write(".gitignore", "build/\n");
-    repo.commit_all("calc 0.1");
-    repo
+    TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            ("README.md", "# calc\n"),
+            (".gitignore", "build/\n"),
+        ],
+        "calc 0.1",
+    )
 }
 
 /// Leaves the user's tree dirty three ways: a modified tracked file, a staged

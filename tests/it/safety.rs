@@ -22,10 +22,7 @@ const SERVICE_SECRET: &str = "my-service-secret-value-777";
 const SECRETS: [&str; 4] = [API_KEY, OPENAI_KEY, GITHUB_TOKEN, SERVICE_SECRET];
 
 fn repo() -> TestRepo {
-    let repo = TestRepo::new();
-    repo.write("app.py", "print('hi')\n");
-    repo.commit_all("init");
-    repo
+    TestRepo::with_commit(&[("app.py", "print('hi')\n")], "init")
 }
 
 /// A scratch dir with the issue and a one-stage pipeline running `role`.

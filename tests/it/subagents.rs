@@ -17,11 +17,13 @@ use std::time::Duration;
 const BARRIER: Duration = Duration::from_secs(30);
 
 fn repo() -> TestRepo {
-    let repo = TestRepo::new();
-    repo.write("calc.py", "def add(a, b):\n    return a - b\n");
-    repo.write("README.md", "# calc\n");
-    repo.commit_all("calc 0.1");
-    repo
+    TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            ("README.md", "# calc\n"),
+        ],
+        "calc 0.1",
+    )
 }
 
 /// A one-stage pipeline (`code`, role coder) and an issue, in a scratch dir.
