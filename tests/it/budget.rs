@@ -1,7 +1,10 @@
 //! Budgets and compaction end to end: the real `orch` binary against the
 //! scripted fake model server, on real git repositories.
 
-use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, record_dir, stage_events, state_json,
+    stdout_json, write_issue, write_pipeline,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -10,83 +13,49 @@ use std::time::Duration;
 const ISSUE: &str = "# Busy work\n\nKeep reading files.\n";
 
 fn small_repo() -> TestRepo {
-    let repo = TestRepo::new();
-    repo.write("README.md", "# app\n");
-    repo.commit_all("init");
-    repo
+    TestRepo::with_commit(&[("README.md", "# app\n")], "init")
 }
 
-fn write_issue(dir: &Path) -> PathBuf {
-    let p = dir.join("ISSUE.md");
-    std::fs::write(&p, ISSUE).unwrap();
-    p
+/// A scratch dir holding the issue and a one-stage pipeline `solo` whose
+/// stage `work` runs the coder, with extra stage keys (indented by four
+/// spaces) appended.
+struct Solo {
+    _scratch: tempfile::TempDir,
+    issue: PathBuf,
+    pipeline: PathBuf,
 }
 
-/// A one-stage pipeline `solo` whose stage `work` runs `role`, with extra
-/// stage keys (indented by four spaces) appended.
-fn solo_pipeline(dir: &Path, role: &str, max_turns: u32, extra: &str) -> PathBuf {
-    let p = dir.join("solo.yaml");
-    std::fs::write(
-        &p,
-        format!("name: solo\nstages:\n  work:\n    role: {role}\n    task: \"{{{{ issue }}}}\"\n    max_turns: {max_turns}\n{extra}"),
-    )
-    .unwrap();
-    p
-}
+impl Solo {
+    fn new(max_turns: u32, extra: &str) -> Solo {
+        let scratch = tempfile::tempdir().unwrap();
+        let issue = write_issue(scratch.path(), ISSUE);
+        let pipeline = write_pipeline(
+            scratch.path(),
+            "solo",
+            &format!(
+                "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{{{ issue }}}}\"\n    max_turns: {max_turns}\n{extra}"
+            ),
+        );
+        Solo {
+            _scratch: scratch,
+            issue,
+            pipeline,
+        }
+    }
 
-fn run_orch(
-    repo: &TestRepo,
-    pipeline: &Path,
-    issue: &Path,
-    server: &FakeServer,
-    extra: &[&str],
-) -> Output {
-    let mut args = vec![
-        "run",
-        pipeline.to_str().unwrap(),
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--issue",
-        issue.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "m",
-        "--json",
-    ];
-    args.extend_from_slice(extra);
-    let out = orch().args(&args).output().expect("orch runs");
-    eprintln!(
-        "--- orch {:?} exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        extra,
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
-}
-
-fn record_dir(repo: &TestRepo, run_id: &str) -> PathBuf {
-    repo.path.join(".git/orch/runs").join(run_id)
-}
-
-fn state(repo: &TestRepo, run_id: &str) -> Value {
-    let text = std::fs::read_to_string(record_dir(repo, run_id).join("state.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    /// `orch run solo.yaml --json <extra>` on `repo` against `server`.
+    fn run(&self, repo: &TestRepo, server: &FakeServer, extra: &[&str]) -> Output {
+        OrchRun::new(&self.pipeline, repo)
+            .issue(&self.issue)
+            .model(&server.base_url, "m")
+            .json()
+            .args(extra)
+            .output()
+    }
 }
 
 fn events(repo: &TestRepo, run_id: &str, stage: &str, kind: &str) -> Vec<Value> {
-    let path = record_dir(repo, run_id).join(format!("stages/{stage}/actions.jsonl"));
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"] == kind)
-        .collect()
+    stage_events(&record_dir(repo, run_id), stage, kind)
 }
 
 fn transcript(repo: &TestRepo, run_id: &str, stage: &str) -> Vec<Value> {
@@ -114,12 +83,10 @@ fn a_run_token_budget_stops_a_stage_that_never_finishes_and_leaves_it_resumable(
     let repo = small_repo();
     let before = repo.snapshot();
     let base = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
-    let pipeline = solo_pipeline(scratch.path(), "coder", 30, "");
+    let solo = Solo::new(30, "");
     let server = FakeServer::start(Script::new().agent("work", endless_writer(10)));
 
-    let out = run_orch(&repo, &pipeline, &issue, &server, &["--max-tokens", "3500"]);
+    let out = solo.run(&repo, &server, &["--max-tokens", "3500"]);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -137,7 +104,7 @@ fn a_run_token_budget_stops_a_stage_that_never_finishes_and_leaves_it_resumable(
     assert_eq!(server.remaining("work"), 6);
 
     let run_id = j["run_id"].as_str().unwrap();
-    let st = state(&repo, run_id);
+    let st = state_json(&repo, run_id);
     assert_eq!(st["status"], "failed");
     let stage = &st["stages"][0];
     assert_eq!(stage["status"], "failed");
@@ -179,20 +146,11 @@ fn a_run_token_budget_stops_a_stage_that_never_finishes_and_leaves_it_resumable(
 fn a_stage_budget_from_the_pipeline_stops_its_stage() {
     let repo = small_repo();
     let before = repo.snapshot();
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
-    let pipeline = solo_pipeline(
-        scratch.path(),
-        "coder",
-        30,
-        "    budget: {tokens: 2500, time_secs: 600}\n",
-    );
+    let solo = Solo::new(30, "    budget: {tokens: 2500, time_secs: 600}\n");
     let server = FakeServer::start(Script::new().agent("work", endless_writer(10)));
     // A generous run budget: the stage's own is the tighter one.
-    let out = run_orch(
+    let out = solo.run(
         &repo,
-        &pipeline,
-        &issue,
         &server,
         &["--max-tokens", "100000", "--max-cost", "0.5"],
     );
@@ -203,7 +161,7 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
         "token budget exceeded: 3000 of 2500 tokens"
     );
     assert_eq!(server.requests_for("work").len(), 3);
-    let st = state(&repo, j["run_id"].as_str().unwrap());
+    let st = state_json(&repo, j["run_id"].as_str().unwrap());
     let budget = &st["stages"][0]["budget"];
     assert_eq!(budget["limits"]["tokens"], 2500);
     assert_eq!(budget["limits"]["time_secs"], 600.0);
@@ -221,16 +179,14 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
 #[test]
 fn a_bad_budget_in_the_pipeline_is_a_located_error() {
     let repo = small_repo();
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
-    let pipeline = solo_pipeline(scratch.path(), "coder", 30, "    budget: {tokens: lots}\n");
+    let solo = Solo::new(30, "    budget: {tokens: lots}\n");
     let server = FakeServer::start(Script::new());
-    let out = run_orch(&repo, &pipeline, &issue, &server, &[]);
+    let out = solo.run(&repo, &server, &[]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let at = format!(
         "{}:7:22: invalid value: expected a whole number",
-        pipeline.display()
+        solo.pipeline.display()
     );
     assert!(stderr.contains(&at), "{stderr}");
     assert!(server.requests().is_empty());
@@ -239,9 +195,7 @@ fn a_bad_budget_in_the_pipeline_is_a_located_error() {
 #[test]
 fn bad_budget_flags_are_usage_errors() {
     let repo = small_repo();
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
-    let pipeline = solo_pipeline(scratch.path(), "coder", 30, "");
+    let solo = Solo::new(30, "");
     let server = FakeServer::start(Script::new());
     for flags in [
         ["--max-time", "0"],
@@ -250,7 +204,7 @@ fn bad_budget_flags_are_usage_errors() {
         ["--context-window", "10"],
         ["--max-tokens", "0"],
     ] {
-        let out = run_orch(&repo, &pipeline, &issue, &server, &flags);
+        let out = solo.run(&repo, &server, &flags);
         assert_eq!(out.status.code(), Some(2), "{flags:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(flags[0]), "{flags:?}: {stderr}");
@@ -262,9 +216,7 @@ fn bad_budget_flags_are_usage_errors() {
 fn a_time_budget_bounds_a_slow_model_reply() {
     let repo = small_repo();
     let before = repo.snapshot();
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
-    let pipeline = solo_pipeline(scratch.path(), "coder", 30, "");
+    let solo = Solo::new(30, "");
     let server = FakeServer::start(Script::new().agent(
         "work",
         vec![
@@ -276,7 +228,7 @@ fn a_time_budget_bounds_a_slow_model_reply() {
             Reply::finish("c2", "never seen", None).after(Duration::from_secs(6)),
         ],
     ));
-    let out = run_orch(&repo, &pipeline, &issue, &server, &["--max-time", "1.5"]);
+    let out = solo.run(&repo, &server, &["--max-time", "1.5"]);
     assert_eq!(out.status.code(), Some(1));
     let j = stdout_json(&out);
     let reason = j["stages"][0]["reason"].as_str().unwrap();
@@ -291,7 +243,7 @@ fn a_time_budget_bounds_a_slow_model_reply() {
         files.contains("a.txt"),
         "the first turn's work is committed: {files}"
     );
-    let st = state(&repo, run_id);
+    let st = state_json(&repo, run_id);
     assert_eq!(st["stages"][0]["budget"]["exceeded"], "time");
     assert_eq!(repo.snapshot(), before);
 }
@@ -300,14 +252,7 @@ fn a_time_budget_bounds_a_slow_model_reply() {
 fn a_time_budget_stops_a_long_command_and_answers_its_call() {
     let repo = small_repo();
     let before = repo.snapshot();
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
-    let pipeline = solo_pipeline(
-        scratch.path(),
-        "coder",
-        30,
-        "    budget: {time_secs: 1.5}\n",
-    );
+    let solo = Solo::new(30, "    budget: {time_secs: 1.5}\n");
     let server = FakeServer::start(Script::new().agent(
         "work",
         vec![
@@ -319,7 +264,7 @@ fn a_time_budget_stops_a_long_command_and_answers_its_call() {
             Reply::finish("c2", "never reached", None),
         ],
     ));
-    let out = run_orch(&repo, &pipeline, &issue, &server, &[]);
+    let out = solo.run(&repo, &server, &[]);
     assert_eq!(out.status.code(), Some(1));
     let j = stdout_json(&out);
     let reason = j["stages"][0]["reason"].as_str().unwrap();
@@ -376,9 +321,7 @@ fn fifty_turns(window: &str) -> (TestRepo, String, FakeServer) {
     }
     repo.commit_all("files");
     let before = repo.snapshot();
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
-    let pipeline = solo_pipeline(scratch.path(), "coder", 60, "");
+    let solo = Solo::new(60, "");
     let mut replies: Vec<Reply> = (1..=TURNS)
         .map(|i| {
             let path = if i == 2 {
@@ -414,13 +357,7 @@ fn fifty_turns(window: &str) -> (TestRepo, String, FakeServer) {
             .agent("work", replies)
             .agent("work/compact", summaries),
     );
-    let out = run_orch(
-        &repo,
-        &pipeline,
-        &issue,
-        &server,
-        &["--context-window", window],
-    );
+    let out = solo.run(&repo, &server, &["--context-window", window]);
     assert_eq!(out.status.code(), Some(0));
     let j = stdout_json(&out);
     assert_eq!(j["status"], "succeeded");
@@ -561,9 +498,7 @@ fn a_context_length_error_compacts_and_retries_once() {
     }
     repo.commit_all("files");
     let before = repo.snapshot();
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
-    let pipeline = solo_pipeline(scratch.path(), "coder", 20, "");
+    let solo = Solo::new(20, "");
     let mut replies: Vec<Reply> = (1..=6)
         .map(|i| {
             Reply::tool_call(
@@ -579,7 +514,7 @@ fn a_context_length_error_compacts_and_retries_once() {
     ));
     replies.push(Reply::finish("done", "ok", None));
     let server = FakeServer::start(Script::new().agent("work", replies));
-    let out = run_orch(&repo, &pipeline, &issue, &server, &[]);
+    let out = solo.run(&repo, &server, &[]);
     assert_eq!(out.status.code(), Some(0));
     let reqs = server.requests_for("work");
     assert_eq!(reqs.len(), 8);

@@ -1,22 +1,15 @@
 //! The command line's contract: exit codes, errors that name the file and
 //! position, `validate`, `graph`, `--help` and `--version`.
 
-use crate::support::{TestRepo, orch};
+use crate::support::{TestRepo, orch, run_text};
 
 fn run(args: &[&str], cwd: &std::path::Path) -> (Option<i32>, String, String) {
-    let out = orch().current_dir(cwd).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_text(orch().current_dir(cwd).args(args))
 }
 
 #[test]
 fn validate_sees_the_built_ins_and_graph_prints_mermaid() {
-    let repo = TestRepo::new();
-    repo.write("a.txt", "a\n");
-    repo.commit_all("init");
+    let repo = TestRepo::with_commit(&[("a.txt", "a\n")], "init");
     let before = repo.snapshot();
     let (code, out, err) = run(&["validate"], &repo.path);
     assert_eq!(code, Some(0), "{out}{err}");
@@ -52,9 +45,7 @@ fn a_broken_repo_pipeline_is_reported_with_file_line_and_column() {
 
 #[test]
 fn usage_errors_have_their_exit_codes() {
-    let repo = TestRepo::new();
-    repo.write("a.txt", "a\n");
-    repo.commit_all("init");
+    let repo = TestRepo::with_commit(&[("a.txt", "a\n")], "init");
     let before = repo.snapshot();
     let (code, _, err) = run(
         &[

@@ -2,7 +2,7 @@
 //! file > default) with explicit dirs and env, located errors, `orch config`
 //! through the real binary, and a profile driving a real agent run.
 
-use crate::support::{FAKE_API_KEY, FakeServer, Reply, Script, TestRepo, orch};
+use crate::support::{FAKE_API_KEY, FakeServer, Reply, Script, TestRepo, orch, run_text};
 use orch::config::{ConfigError, Overrides, Source, resolve};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -257,12 +257,7 @@ fn run_config(
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_text(&mut cmd)
 }
 
 #[test]

@@ -2,30 +2,33 @@
 //! conflicts, kill -9 and resume, Ctrl-C, rollback and resume, and the
 //! review commands.
 
-use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, output_logged, read_jsonl,
+    record_dir, signal_reply, state_json, stdout_json, tool_results, write_issue,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Bounded wait for the concurrency barrier.
 const PEERS_WAIT: Duration = Duration::from_secs(30);
 
 fn repo_with(files: &[(&str, &str)]) -> TestRepo {
-    let repo = TestRepo::new();
-    for (p, c) in files {
-        repo.write(p, c);
-    }
-    repo.commit_all("base");
-    repo
+    TestRepo::with_commit(files, "base")
 }
 
 fn write_pipeline(dir: &Path, yaml: &str) -> PathBuf {
-    let p = dir.join("p.yaml");
-    std::fs::write(&p, yaml).unwrap();
-    p
+    crate::support::write_pipeline(dir, "p", yaml)
+}
+
+/// `orch run <pipeline> --issue <issue_dir>/ISSUE.md --base-url … --model m`, not yet run.
+fn orch_run(repo: &TestRepo, pipeline: &Path, issue_dir: &Path, server: &FakeServer) -> OrchRun {
+    let issue = write_issue(issue_dir, "# do the thing\n");
+    OrchRun::new(pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
 }
 
 fn run(
@@ -35,51 +38,14 @@ fn run(
     server: &FakeServer,
     extra: &[&str],
 ) -> Output {
-    let issue = issue_dir.join("ISSUE.md");
-    std::fs::write(&issue, "# do the thing\n").unwrap();
-    let mut args: Vec<String> = [
-        "run",
-        pipeline.to_str().unwrap(),
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--issue",
-        issue.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "m",
-        "--json",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let out = orch().args(&args).output().unwrap();
-    eprintln!("stderr:\n{}", String::from_utf8_lossy(&out.stderr));
-    out
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
+    orch_run(repo, pipeline, issue_dir, server)
+        .json()
+        .args(extra)
+        .output()
 }
 
 fn write(id: &str, path: &str, content: &str) -> Reply {
     Reply::tool_call(id, "write_file", json!({"path": path, "content": content}))
-}
-
-fn tool_results(req: &Value) -> Vec<String> {
-    req["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
-        .collect()
 }
 
 const WIDE: &str = "name: p\nstages:\n  a:\n    role: coder\n  b:\n    role: coder\n  c:\n    role: coder\n  join:\n    role: coder\n    needs: [a, b, c]\n";
@@ -129,7 +95,7 @@ fn independent_stages_run_concurrently_in_isolated_lanes_and_merge_at_the_fan_in
         ("b", ["a.txt", "c.txt"]),
         ("c", ["a.txt", "b.txt"]),
     ] {
-        let ls = &tool_results(&server.requests_for(x)[2].body)[1];
+        let ls = &tool_results(&server.requests_for(x)[2])[1];
         assert!(
             ls.contains(&format!("{x}.txt")),
             "{x} sees its own file: {ls}"
@@ -139,11 +105,11 @@ fn independent_stages_run_concurrently_in_isolated_lanes_and_merge_at_the_fan_in
         }
     }
     // The fan-in stage starts from a merge of all three.
-    let ls = &tool_results(&server.requests_for("join")[1].body)[0];
+    let ls = &tool_results(&server.requests_for("join")[1])[0];
     for f in ["a.txt", "b.txt", "c.txt", "README.md"] {
         assert!(ls.contains(f), "join sees {f}: {ls}");
     }
-    let j = json_of(&out);
+    let j = stdout_json(&out);
     let run_id = j["run_id"].as_str().unwrap();
     let files = repo.git(&["ls-tree", "--name-only", &format!("orch/{run_id}/pr")]);
     assert_eq!(
@@ -212,7 +178,7 @@ fn a_fan_in_conflict_fails_the_stage_naming_paths_and_branches() {
     );
     let out = run(&repo, &pipeline, tmp.path(), &server, &[]);
     assert_eq!(out.status.code(), Some(1));
-    let j = json_of(&out);
+    let j = stdout_json(&out);
     let run_id = j["run_id"].as_str().unwrap();
     assert_eq!(j["status"], "failed");
     let join = &j["stages"][2];
@@ -253,13 +219,11 @@ fn full_script() -> Script {
         .agent("three", stage_script("three"))
 }
 
-fn state_of(repo: &TestRepo, run_id: &str) -> Value {
-    let p = repo
-        .path
-        .join(".git/orch/runs")
-        .join(run_id)
-        .join("state.json");
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+/// The script of [`LINEAR`] after stage one, for a resumed run.
+fn stages_two_and_three() -> Script {
+    Script::new()
+        .agent("two", stage_script("two"))
+        .agent("three", stage_script("three"))
 }
 
 fn resume(repo: &TestRepo, run_id: &str, server: &FakeServer, extra: &[&str]) -> Output {
@@ -275,9 +239,7 @@ fn resume(repo: &TestRepo, run_id: &str, server: &FakeServer, extra: &[&str]) ->
         "--json",
     ];
     args.extend(extra);
-    let out = orch().args(&args).output().unwrap();
-    eprintln!("resume stderr:\n{}", String::from_utf8_lossy(&out.stderr));
-    out
+    output_logged(orch().args(&args))
 }
 
 fn pr_tree(repo: &TestRepo, run_id: &str) -> String {
@@ -295,40 +257,18 @@ fn kill_9_mid_stage_then_resume_finishes_without_rerunning_finished_stages() {
     let server = FakeServer::start(full_script());
     let out = run(&reference, &pipeline, tmp.path(), &server, &[]);
     assert_eq!(out.status.code(), Some(0));
-    let reference_tree = pr_tree(&reference, json_of(&out)["run_id"].as_str().unwrap());
+    let reference_tree = pr_tree(&reference, stdout_json(&out)["run_id"].as_str().unwrap());
 
     let repo = repo_with(&[("README.md", "base\n")]);
     let before = repo.snapshot();
-    let pid = Arc::new(AtomicU32::new(0));
-    let kill = Reply::Signal {
-        pid: Arc::clone(&pid),
-        signal: libc::SIGKILL,
-    };
+    let (pid, kill) = signal_reply(libc::SIGKILL);
     // Stage two is killed on its second request: mid-turn, after a write.
     let server = FakeServer::start(
         Script::new()
             .agent("one", stage_script("one"))
             .agent("two", vec![write("w", "two.txt", "half-written\n"), kill]),
     );
-    let issue = tmp.path().join("ISSUE.md");
-    std::fs::write(&issue, "# do the thing\n").unwrap();
-    let mut child = orch()
-        .args([
-            "run",
-            pipeline.to_str().unwrap(),
-            "--repo",
-            repo.path.to_str().unwrap(),
-            "--issue",
-            issue.to_str().unwrap(),
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "m",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = orch_run(&repo, &pipeline, tmp.path(), &server).spawn_quiet();
     pid.store(child.id(), Ordering::SeqCst);
     let status = child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
@@ -338,7 +278,7 @@ fn kill_9_mid_stage_then_resume_finishes_without_rerunning_finished_stages() {
         "orch was killed: {status:?}"
     );
     let run_id = crate::support::only_run_id(&repo.path);
-    let state = state_of(&repo, &run_id);
+    let state = state_json(&repo, &run_id);
     assert_eq!(
         state["status"], "running",
         "the killed run's state is as it was"
@@ -346,14 +286,10 @@ fn kill_9_mid_stage_then_resume_finishes_without_rerunning_finished_stages() {
     assert_eq!(state["stages"][0]["status"], "succeeded");
     assert_eq!(state["stages"][1]["status"], "running");
 
-    let server2 = FakeServer::start(
-        Script::new()
-            .agent("two", stage_script("two"))
-            .agent("three", stage_script("three")),
-    );
+    let server2 = FakeServer::start(stages_two_and_three());
     let out = resume(&repo, &run_id, &server2, &[]);
     assert_eq!(out.status.code(), Some(0));
-    let j = json_of(&out);
+    let j = stdout_json(&out);
     assert_eq!(j["status"], "succeeded");
     assert!(
         server2.requests_for("one").is_empty(),
@@ -382,11 +318,7 @@ fn ctrl_c_interrupts_cleanly_and_the_run_resumes() {
     let before = repo.snapshot();
     let tmp = tempfile::tempdir().unwrap();
     let pipeline = write_pipeline(tmp.path(), LINEAR);
-    let pid = Arc::new(AtomicU32::new(0));
-    let sigint = Reply::Signal {
-        pid: Arc::clone(&pid),
-        signal: libc::SIGINT,
-    };
+    let (pid, sigint) = signal_reply(libc::SIGINT);
     let server = FakeServer::start(Script::new().agent("one", stage_script("one")).agent(
         "two",
         vec![
@@ -394,37 +326,15 @@ fn ctrl_c_interrupts_cleanly_and_the_run_resumes() {
             sigint,
         ],
     ));
-    let issue = tmp.path().join("ISSUE.md");
-    std::fs::write(&issue, "# do the thing\n").unwrap();
-    let mut child = orch()
-        .args([
-            "run",
-            pipeline.to_str().unwrap(),
-            "--repo",
-            repo.path.to_str().unwrap(),
-            "--issue",
-            issue.to_str().unwrap(),
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "m",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = orch_run(&repo, &pipeline, tmp.path(), &server).spawn_quiet();
     pid.store(child.id(), Ordering::SeqCst);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "interrupted exit code");
     let run_id = crate::support::only_run_id(&repo.path);
-    let state = state_of(&repo, &run_id);
+    let state = state_json(&repo, &run_id);
     assert_eq!(state["status"], "interrupted");
     assert_eq!(state["stages"][1]["status"], "pending");
-    let server2 = FakeServer::start(
-        Script::new()
-            .agent("two", stage_script("two"))
-            .agent("three", stage_script("three")),
-    );
+    let server2 = FakeServer::start(stages_two_and_three());
     let out = resume(&repo, &run_id, &server2, &[]);
     assert_eq!(out.status.code(), Some(0));
     assert!(server2.requests_for("one").is_empty());
@@ -440,7 +350,7 @@ fn rollback_then_resume_reruns_only_the_later_stages_and_keeps_old_branches() {
     let server = FakeServer::start(full_script());
     let out = run(&repo, &pipeline, tmp.path(), &server, &[]);
     assert_eq!(out.status.code(), Some(0));
-    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
     let sha = |b: &str| {
         repo.git(&["rev-parse", &format!("orch/{run_id}/{b}")])
             .trim()
@@ -450,20 +360,8 @@ fn rollback_then_resume_reruns_only_the_later_stages_and_keeps_old_branches() {
     assert_eq!(sha("pr"), three_old);
     // A chain of stages reuses one lane without any checkout between stages.
     let checkout = |stage: &str| -> Value {
-        let log = repo
-            .path
-            .join(".git/orch/runs")
-            .join(&run_id)
-            .join("stages")
-            .join(stage)
-            .join("actions.jsonl");
-        let first = std::fs::read_to_string(log)
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap()
-            .to_owned();
-        serde_json::from_str::<Value>(&first).unwrap()["lane_checkout"].clone()
+        let log = record_dir(&repo, &run_id).join(format!("stages/{stage}/actions.jsonl"));
+        read_jsonl(&log)[0]["lane_checkout"].clone()
     };
     assert_eq!(checkout("one"), "created");
     assert_eq!(checkout("two"), "clean");
@@ -480,15 +378,10 @@ fn rollback_then_resume_reruns_only_the_later_stages_and_keeps_old_branches() {
         ])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("two, three"));
     assert_eq!(sha("pr"), one, "the final branch moved back");
-    let state = state_of(&repo, &run_id);
+    let state = state_json(&repo, &run_id);
     assert_eq!(state["status"], "rolled_back");
     assert_eq!(state["stages"][1]["status"], "rolled_back");
     assert_eq!(state["stages"][2]["status"], "rolled_back");
@@ -538,14 +431,14 @@ fn resume_refuses_failed_stages_without_retry() {
         FakeServer::start(Script::new().agent("one", vec![Reply::Status(401, "no".into())]));
     let out = run(&repo, &pipeline, tmp.path(), &server, &[]);
     assert_eq!(out.status.code(), Some(3));
-    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
     let server2 = FakeServer::start(full_script());
     let out = resume(&repo, &run_id, &server2, &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--retry"));
     let out = resume(&repo, &run_id, &server2, &["--retry"]);
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(json_of(&out)["status"], "succeeded");
+    assert_eq!(stdout_json(&out)["status"], "succeeded");
 }
 
 #[test]
@@ -563,34 +456,16 @@ fn resume_reuses_the_recorded_model_settings_but_not_secrets() {
             .agent("two", stage_script("two"))
             .agent("three", stage_script("three")),
     );
-    let issue = tmp.path().join("ISSUE.md");
-    std::fs::write(&issue, "# do the thing\n").unwrap();
-    let out = orch()
-        .args([
-            "run",
-            pipeline.to_str().unwrap(),
-            "--repo",
-            repo.path.to_str().unwrap(),
-            "--issue",
-            issue.to_str().unwrap(),
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "recorded-model",
-            "--json",
-        ])
+    let issue = write_issue(tmp.path(), "# do the thing\n");
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "recorded-model")
+        .json()
         .env("ORCH_API_KEY", "sk-first-key-123456")
-        .output()
-        .unwrap();
+        .output();
     assert_eq!(out.status.code(), Some(3));
-    let run_id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
-    let state = std::fs::read_to_string(
-        repo.path
-            .join(".git/orch/runs")
-            .join(&run_id)
-            .join("state.json"),
-    )
-    .unwrap();
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let state = std::fs::read_to_string(record_dir(&repo, &run_id).join("state.json")).unwrap();
     assert!(
         !state.contains("sk-first-key-123456"),
         "no secret in the record"
@@ -609,12 +484,7 @@ fn resume_reuses_the_recorded_model_settings_but_not_secrets() {
         .env("ORCH_API_KEY", "sk-second-key-654321")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let two = server.requests_for("two");
     assert_eq!(
         two.len(),
@@ -650,25 +520,7 @@ fn a_run_in_progress_cannot_be_resumed_or_rolled_back_by_another_process() {
             .agent("two", stage_script("two"))
             .agent("three", stage_script("three")),
     );
-    let issue = tmp.path().join("ISSUE.md");
-    std::fs::write(&issue, "# do the thing\n").unwrap();
-    let mut child = orch()
-        .args([
-            "run",
-            pipeline.to_str().unwrap(),
-            "--repo",
-            repo.path.to_str().unwrap(),
-            "--issue",
-            issue.to_str().unwrap(),
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "m",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = orch_run(&repo, &pipeline, tmp.path(), &server).spawn_quiet();
     // Wait (bounded) until the run exists and its first request is in flight.
     let mut waited = 0;
     while server.requests_for("one").is_empty() && waited < 200 {

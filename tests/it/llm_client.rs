@@ -1,7 +1,9 @@
 //! `OpenAiClient` against the scripted fake server: parsing, the request it
 //! sends, retry and error classification, and the server's own pairing check.
 
-use crate::support::{AWAIT_LIMIT, FakeServer, Reply, Script};
+use crate::support::{
+    AWAIT_LIMIT, FakeServer, Reply, Script, assert_one_identical_retry, exhausted,
+};
 use orch::llm::openai::{ModelSettings, OpenAiClient};
 use orch::llm::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, MessageRole, ToolCall, ToolDef,
@@ -48,6 +50,13 @@ async fn complete(model: &dyn ChatModel, req: &ChatRequest) -> Result<ChatRespon
     tokio::time::timeout(AWAIT_LIMIT, model.complete(req))
         .await
         .expect("completion timed out")
+}
+
+/// The error of a completion for `agent` with settings `s`, which must fail.
+async fn fail_with(s: ModelSettings, agent: &str) -> LlmError {
+    complete(&OpenAiClient::new(s).unwrap(), &request(agent))
+        .await
+        .unwrap_err()
 }
 
 #[tokio::test]
@@ -214,12 +223,7 @@ async fn llm_server_error_is_retried_then_succeeds() {
     ));
     let resp = complete(&client(&server), &request("code")).await.unwrap();
     assert_eq!(resp.message.content.as_deref(), Some("recovered"));
-    let sent = server.requests();
-    assert_eq!(sent.len(), 2);
-    assert_eq!(
-        sent[0].body, sent[1].body,
-        "a retry resends the same request"
-    );
+    assert_one_identical_retry(&server);
 }
 
 #[tokio::test]
@@ -340,15 +344,9 @@ async fn llm_exhausted_script_reports_the_last_error() {
     let server = FakeServer::start(Script::new());
     let mut s = settings(&server);
     s.max_retries = 1;
-    let err = complete(&OpenAiClient::new(s).unwrap(), &request("nobody"))
-        .await
-        .unwrap_err();
-    let LlmError::Exhausted {
-        attempts: 2, last, ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
+    let err = fail_with(s, "nobody").await;
+    let (attempts, last) = exhausted(&err);
+    assert_eq!(attempts, 2, "{err:?}");
     assert!(
         last.contains("HTTP 500") && last.contains(r#"script exhausted for agent "nobody""#),
         "{last}"
@@ -368,15 +366,9 @@ async fn llm_timeouts_are_retried_then_exhausted() {
     let mut s = settings(&server);
     s.request_timeout = Duration::from_millis(200);
     s.max_retries = 1;
-    let err = complete(&OpenAiClient::new(s).unwrap(), &request("code"))
-        .await
-        .unwrap_err();
-    let LlmError::Exhausted {
-        attempts: 2, last, ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
+    let err = fail_with(s, "code").await;
+    let (attempts, last) = exhausted(&err);
+    assert_eq!(attempts, 2, "{err:?}");
     assert!(last.contains("timed out"), "{last}");
 }
 
@@ -391,15 +383,9 @@ async fn llm_connection_refused_is_exhausted() {
     let mut s = ModelSettings::new(format!("http://127.0.0.1:{port}/v1"), "m");
     s.max_retries = 2;
     s.retry_base_delay = Duration::from_millis(5);
-    let err = complete(&OpenAiClient::new(s).unwrap(), &request("code"))
-        .await
-        .unwrap_err();
-    let LlmError::Exhausted {
-        attempts: 3, last, ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
+    let err = fail_with(s, "code").await;
+    let (attempts, last) = exhausted(&err);
+    assert_eq!(attempts, 3, "{err:?}");
     assert!(last.contains("could not connect"), "{last}");
 }
 
@@ -507,15 +493,9 @@ async fn llm_retry_after_past_the_total_time_bound_gives_up() {
     );
     let mut s = settings(&server);
     s.retry_max_total = Duration::from_secs(1);
-    let err = complete(&OpenAiClient::new(s).unwrap(), &request("code"))
-        .await
-        .unwrap_err();
-    let LlmError::Exhausted {
-        attempts: 1, last, ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
+    let err = fail_with(s, "code").await;
+    let (attempts, last) = exhausted(&err);
+    assert_eq!(attempts, 1, "{err:?}");
     assert!(last.contains("HTTP 429"), "{last}");
     let text = err.to_string();
     assert!(

@@ -1,38 +1,34 @@
 //! Snapshot tests of the review commands (`runs`, `show`, `review`, `diff`,
 //! `log`), with SHAs, run ids, times and paths redacted.
 
-use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, run_text, stdout_json,
+    write_issue, write_pipeline,
+};
 use serde_json::{Value, json};
 
 fn redact(text: &str, run_id: &str, repo: &std::path::Path) -> String {
     let mut s = text.replace(run_id, "RUN");
     s = s.replace(&repo.display().to_string(), "REPO");
-    let re = |p: &str| regex::Regex::new(p).unwrap();
-    s = re(r"\b[0-9a-f]{40}\b")
-        .replace_all(&s, "SHA40")
-        .into_owned();
-    s = re(r"\b[0-9a-f]{10}\b")
-        .replace_all(&s, "SHA10")
-        .into_owned();
-    s = re(r"index [0-9a-f]{7}\.\.[0-9a-f]{7}")
-        .replace_all(&s, "index X..Y")
-        .into_owned();
-    s = re(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
-        .replace_all(&s, "DATE")
-        .into_owned();
-    s = re(r"\d+\.\d+s\b").replace_all(&s, "T").into_owned();
-    s = re(r"in \d+ms").replace_all(&s, "in Nms").into_owned();
-    s = re(r"\(\d+\.\ds\)").replace_all(&s, "(T)").into_owned();
+    for (pattern, with) in [
+        (r"\b[0-9a-f]{40}\b", "SHA40"),
+        (r"\b[0-9a-f]{10}\b", "SHA10"),
+        (r"index [0-9a-f]{7}\.\.[0-9a-f]{7}", "index X..Y"),
+        (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "DATE"),
+        (r"\d+\.\d+s\b", "T"),
+        (r"in \d+ms", "in Nms"),
+        (r"\(\d+\.\ds\)", "(T)"),
+    ] {
+        s = regex::Regex::new(pattern)
+            .unwrap()
+            .replace_all(&s, with)
+            .into_owned();
+    }
     s
 }
 
 fn stdout(args: &[&str], repo: &TestRepo) -> (Option<i32>, String, String) {
-    let out = orch().current_dir(&repo.path).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_text(orch().current_dir(&repo.path).args(args))
 }
 
 #[test]
@@ -48,14 +44,12 @@ fn show_review_log_diff_and_runs_read_the_record() {
     repo.commit_all("prices");
     let before = repo.snapshot();
     let tmp = tempfile::tempdir().unwrap();
-    let pipeline = tmp.path().join("p.yaml");
-    std::fs::write(
-        &pipeline,
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "p",
         "name: p\nstages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n",
-    )
-    .unwrap();
-    let issue = tmp.path().join("ISSUE.md");
-    std::fs::write(&issue, "# add subtracts\n").unwrap();
+    );
+    let issue = write_issue(tmp.path(), "# add subtracts\n");
     let server = FakeServer::start(
         Script::new()
             .agent(
@@ -75,32 +69,13 @@ fn show_review_log_diff_and_runs_read_the_record() {
                 vec![Reply::finish("f", "Correct.", Some("approve")).with_usage(200, 5)],
             ),
     );
-    let out = orch()
-        .args([
-            "run",
-            pipeline.to_str().unwrap(),
-            "--repo",
-            repo.path.to_str().unwrap(),
-            "--issue",
-            issue.to_str().unwrap(),
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "m",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run_id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .output();
+    assert_exit(&out, 0);
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
     let r = |t: &str| redact(t, &run_id, &repo.path);
 
     let (code, show, _) = stdout(&["show", &run_id], &repo);

@@ -1,20 +1,25 @@
 //! End to end: the real `orch` binary against the scripted fake model server,
 //! on real git repositories in temp dirs.
 
-use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, offered_tools, orch, output_logged,
+    read_jsonl, record_dir, state_json, stdout_json, tool_results, user_text, walk, write_issue,
+    write_pipeline,
+};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::Output;
 
 const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should return 5.\n";
 
 fn buggy_repo() -> TestRepo {
-    let repo = TestRepo::new();
-    repo.write("calc.py", "def add(a, b):\n    return a - b\n");
-    repo.write("README.md", "# calc\n");
-    repo.write(".gitignore", "build/\n");
-    repo.commit_all("calc 0.1");
-    repo
+    TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            ("README.md", "# calc\n"),
+            (".gitignore", "build/\n"),
+        ],
+        "calc 0.1",
+    )
 }
 
 /// Leaves the user's tree dirty three ways: a modified tracked file, a staged
@@ -29,67 +34,13 @@ fn make_dirty(repo: &TestRepo) {
     repo.write("notes.txt", "untracked scratch\n");
 }
 
-fn write_issue(dir: &Path) -> std::path::PathBuf {
-    let p = dir.join("ISSUE.md");
-    std::fs::write(&p, ISSUE).unwrap();
-    p
-}
-
-fn run_orch(args: &[&str]) -> Output {
-    let out = orch().args(args).output().expect("orch runs");
-    eprintln!(
-        "--- orch {:?} exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        args,
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
-}
-
-fn tool_messages(req: &Value) -> Vec<String> {
-    req["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
-        .collect()
-}
-
-fn offered_tools(req: &Value) -> Vec<String> {
-    req["tools"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn user_text(req: &Value) -> String {
-    req["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
     let repo = buggy_repo();
     make_dirty(&repo);
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
 
     let server = FakeServer::start(
         Script::new()
@@ -146,19 +97,11 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
             ),
     );
 
-    let out = run_orch(&[
-        "run",
-        "issue-to-pr",
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--issue",
-        issue.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "fake-model",
-        "--json",
-    ]);
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .json()
+        .output();
     assert_eq!(out.status.code(), Some(0));
     let j = stdout_json(&out);
     assert_eq!(j["status"], "succeeded");
@@ -275,12 +218,12 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
     assert!(server.violations().is_empty(), "{:?}", server.violations());
     let code = server.requests_for("code");
     assert_eq!(code.len(), 4);
-    let first_tools = tool_messages(&code[1].body);
+    let first_tools = tool_results(&code[1]);
     assert!(
         first_tools[0].contains("return a - b"),
         "read_file output reaches the model: {first_tools:?}"
     );
-    let third = tool_messages(&code[3].body);
+    let third = tool_results(&code[3]);
     assert!(
         third[2].contains("return a + b"),
         "bash saw the edit: {third:?}"
@@ -289,9 +232,9 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
         third[2].contains("exit"),
         "bash result carries the exit code: {third:?}"
     );
-    assert!(user_text(&code[0].body).contains("add() subtracts"));
+    assert!(user_text(&code[0]).contains("add() subtracts"));
     assert_eq!(code[0].body["model"], "fake-model");
-    let coder_tools = offered_tools(&code[0].body);
+    let coder_tools = offered_tools(&code[0]);
     for t in [
         "bash",
         "read_file",
@@ -307,7 +250,7 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
         );
     }
     let review = server.requests_for("review");
-    let reviewer_tools = offered_tools(&review[0].body);
+    let reviewer_tools = offered_tools(&review[0]);
     assert!(
         !reviewer_tools
             .iter()
@@ -315,7 +258,7 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
         "{reviewer_tools:?}"
     );
     assert!(reviewer_tools.iter().any(|t| t == "finish"));
-    let review_task = user_text(&review[0].body);
+    let review_task = user_text(&review[0]);
     assert!(
         review_task.contains("-    return a - b") && review_task.contains("+    return a + b"),
         "reviewer sees the diff: {review_task}"
@@ -324,13 +267,13 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
         review_task.contains("add() now adds."),
         "reviewer sees the coder's summary"
     );
-    let rework_task = user_text(&server.requests_for("code.r2")[0].body);
+    let rework_task = user_text(&server.requests_for("code.r2")[0]);
     assert!(
         rework_task.contains("Please add a regression test"),
         "{rework_task}"
     );
     assert!(rework_task.contains("request_changes"));
-    let review2 = user_text(&server.requests_for("review.r2")[0].body);
+    let review2 = user_text(&server.requests_for("review.r2")[0]);
     assert!(
         review2.contains("tests/test_calc.py") && review2.contains("return a + b"),
         "second review sees the cumulative diff: {review2}"
@@ -338,16 +281,11 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
     assert!(server.requests_for("code.r3").is_empty());
 
     // The run record.
-    let record = repo.path.join(".git/orch/runs").join(&run_id);
-    let state: Value =
-        serde_json::from_str(&std::fs::read_to_string(record.join("state.json")).unwrap()).unwrap();
+    let record = record_dir(&repo, &run_id);
+    let state = state_json(&repo, &run_id);
     assert_eq!(state["format"], "orch-run/1");
     assert_eq!(state["status"], "succeeded");
-    let log = std::fs::read_to_string(record.join("stages/code/actions.jsonl")).unwrap();
-    let events: Vec<Value> = log
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = read_jsonl(&record.join("stages/code/actions.jsonl"));
     let kinds: Vec<&str> = events
         .iter()
         .map(|e| e["event"].as_str().unwrap())
@@ -370,13 +308,13 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
 
 /// A single-stage pipeline file outside the repository.
 fn solo_pipeline(dir: &Path, role: &str) -> std::path::PathBuf {
-    let p = dir.join("solo.yaml");
-    std::fs::write(
-        &p,
-        format!("name: solo\ndescription: one stage\nstages:\n  work:\n    role: {role}\n    task: \"{{{{ issue }}}}\"\n    max_turns: 6\n"),
+    write_pipeline(
+        dir,
+        "solo",
+        &format!(
+            "name: solo\ndescription: one stage\nstages:\n  work:\n    role: {role}\n    task: \"{{{{ issue }}}}\"\n    max_turns: 6\n"
+        ),
     )
-    .unwrap();
-    p
 }
 
 #[test]
@@ -384,7 +322,7 @@ fn malformed_and_unknown_tool_calls_go_back_to_the_model() {
     let repo = buggy_repo();
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder");
     let server = FakeServer::start(Script::new().agent(
         "work",
@@ -396,22 +334,14 @@ fn malformed_and_unknown_tool_calls_go_back_to_the_model() {
             Reply::finish("c5", "Gave up politely.", None),
         ],
     ));
-    let out = run_orch(&[
-        "run",
-        pipeline.to_str().unwrap(),
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--issue",
-        issue.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "m",
-    ]);
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .output();
     assert_eq!(out.status.code(), Some(0));
     let reqs = server.requests_for("work");
     assert_eq!(reqs.len(), 5);
-    let results = tool_messages(&reqs[4].body);
+    let results = tool_results(&reqs[4]);
     assert_eq!(results.len(), 4);
     assert!(
         results[0].starts_with("error:") && results[0].contains("read_file"),
@@ -444,7 +374,7 @@ fn a_stage_that_hits_its_turn_limit_fails_and_keeps_its_work() {
     let repo = buggy_repo();
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder");
     let replies = (0..6)
         .map(|i| {
@@ -456,19 +386,11 @@ fn a_stage_that_hits_its_turn_limit_fails_and_keeps_its_work() {
         })
         .collect();
     let server = FakeServer::start(Script::new().agent("work", replies));
-    let out = run_orch(&[
-        "run",
-        pipeline.to_str().unwrap(),
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--issue",
-        issue.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "m",
-        "--json",
-    ]);
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .output();
     assert_eq!(out.status.code(), Some(1), "stage failure exit code");
     let j = stdout_json(&out);
     assert_eq!(j["status"], "failed");
@@ -490,27 +412,16 @@ fn an_unauthorized_model_fails_with_the_model_exit_code() {
     let repo = buggy_repo();
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![Reply::Status(401, "{\"error\":\"bad key\"}".into())],
     ));
-    let out = orch()
-        .args([
-            "run",
-            "issue-to-pr",
-            "--repo",
-            repo.path.to_str().unwrap(),
-            "--issue",
-            issue.to_str().unwrap(),
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "m",
-        ])
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
         .env("ORCH_API_KEY", "sk-test-very-secret")
-        .output()
-        .unwrap();
+        .output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
@@ -526,8 +437,7 @@ fn an_unauthorized_model_fails_with_the_model_exit_code() {
         .map(|(_, v)| v.clone());
     assert_eq!(auth.as_deref(), Some("Bearer sk-test-very-secret"));
     // The key never reaches the run record.
-    let runs = repo.path.join(".git/orch/runs");
-    for entry in walk(&runs) {
+    for entry in walk(&repo.path.join(".git/orch/runs")) {
         let text = std::fs::read_to_string(&entry).unwrap_or_default();
         assert!(
             !text.contains("sk-test-very-secret"),
@@ -536,19 +446,6 @@ fn an_unauthorized_model_fails_with_the_model_exit_code() {
         );
     }
     assert_eq!(repo.snapshot(), before);
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]
@@ -577,12 +474,7 @@ fn orch_agent_runs_one_explore_agent_and_prints_its_report() {
         ])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "add() is defined in calc.py line 1."
@@ -594,10 +486,10 @@ fn orch_agent_runs_one_explore_agent_and_prints_its_report() {
         "fresh history: system + task"
     );
     assert!(
-        tool_messages(&reqs[1].body)[0].contains("calc.py:1:"),
+        tool_results(&reqs[1])[0].contains("calc.py:1:"),
         "grep output reaches the model"
     );
-    let tools = offered_tools(&reqs[0].body);
+    let tools = offered_tools(&reqs[0]);
     assert!(
         !tools.iter().any(|t| t == "write_file" || t == "edit_file"),
         "{tools:?}"
@@ -609,7 +501,7 @@ fn orch_agent_runs_one_explore_agent_and_prints_its_report() {
 fn demo_runs_offline_and_the_fix_passes_the_fixture_tests() {
     let dir = tempfile::tempdir().unwrap();
     let demo = dir.path().join("demo");
-    let out = run_orch(&["demo", "--dir", demo.to_str().unwrap()]);
+    let out = output_logged(orch().arg("demo").arg("--dir").arg(&demo));
     assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

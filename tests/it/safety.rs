@@ -3,10 +3,13 @@
 //! model was sent back (the real tool output), the run record, the exit code,
 //! and that the user's tree, index and HEAD are unchanged.
 
-use crate::support::{FakeServer, Reply, Script, TestRepo, orch};
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, orch, output_logged, record_dir, stage_events,
+    state_json, stdout_json, tool_results, walk, write_issue, write_pipeline,
+};
 use serde_json::{Value, json};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 const ISSUE: &str = "# tidy up\n\nMake the code nicer.\n";
 
@@ -19,10 +22,7 @@ const SERVICE_SECRET: &str = "my-service-secret-value-777";
 const SECRETS: [&str; 4] = [API_KEY, OPENAI_KEY, GITHUB_TOKEN, SERVICE_SECRET];
 
 fn repo() -> TestRepo {
-    let repo = TestRepo::new();
-    repo.write("app.py", "print('hi')\n");
-    repo.commit_all("init");
-    repo
+    TestRepo::with_commit(&[("app.py", "print('hi')\n")], "init")
 }
 
 /// A scratch dir with the issue and a one-stage pipeline running `role`.
@@ -33,12 +33,14 @@ struct Scratch {
 impl Scratch {
     fn new(role: &str, max_turns: u32) -> Scratch {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ISSUE.md"), ISSUE).unwrap();
-        std::fs::write(
-            dir.path().join("solo.yaml"),
-            format!("name: solo\ndescription: one stage\nstages:\n  work:\n    role: {role}\n    max_turns: {max_turns}\n"),
-        )
-        .unwrap();
+        write_issue(dir.path(), ISSUE);
+        write_pipeline(
+            dir.path(),
+            "solo",
+            &format!(
+                "name: solo\ndescription: one stage\nstages:\n  work:\n    role: {role}\n    max_turns: {max_turns}\n"
+            ),
+        );
         Scratch { dir }
     }
 
@@ -48,78 +50,26 @@ impl Scratch {
 }
 
 /// `orch run <pipeline> --repo … --issue … --json` against `base_url`.
-fn run_cmd(repo: &TestRepo, scratch: &Scratch, pipeline: &str, base_url: &str) -> Command {
-    let mut cmd = orch();
-    cmd.args([
-        "run",
-        pipeline,
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--issue",
-        scratch.path("ISSUE.md").to_str().unwrap(),
-        "--base-url",
-        base_url,
-        "--model",
-        "fake-model",
-        "--json",
-    ]);
-    cmd
+fn run_cmd(
+    repo: &TestRepo,
+    scratch: &Scratch,
+    pipeline: impl AsRef<OsStr>,
+    base_url: &str,
+) -> OrchRun {
+    OrchRun::new(pipeline, repo)
+        .issue(&scratch.path("ISSUE.md"))
+        .model(base_url, "fake-model")
+        .json()
 }
 
-fn output(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("orch runs");
-    eprintln!(
-        "--- exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+/// [`run_cmd`] of the scratch dir's `solo.yaml` against `server`.
+fn run_solo(repo: &TestRepo, scratch: &Scratch, server: &FakeServer) -> OrchRun {
+    run_cmd(repo, scratch, scratch.path("solo.yaml"), &server.base_url)
 }
 
-fn stdout_json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
-}
-
-/// The contents of the `role: tool` messages of a recorded request.
-fn tool_results(req: &Value) -> Vec<String> {
-    req["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
-        .collect()
-}
-
-/// Every file under `dir`, recursively.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
-fn record_dir(repo: &TestRepo, j: &Value) -> PathBuf {
-    repo.path
-        .join(".git/orch/runs")
-        .join(j["run_id"].as_str().unwrap())
-}
-
-/// The `tool` events of a stage's action log.
-fn tool_events(record: &Path, stage: &str) -> Vec<Value> {
-    std::fs::read_to_string(record.join("stages").join(stage).join("actions.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"] == "tool")
-        .collect()
+/// The record directory of the run `j` (`orch run --json` output) describes.
+fn record_of(repo: &TestRepo, j: &Value) -> PathBuf {
+    record_dir(repo, j["run_id"].as_str().unwrap())
 }
 
 #[test]
@@ -148,16 +98,11 @@ fn a_symlink_planted_by_bash_does_not_leak_files_outside_the_worktree() {
             Reply::finish("c8", "Tried to escape; could not.", None),
         ],
     ));
-    let out = output(&mut run_cmd(
-        &repo,
-        &scratch,
-        scratch.path("solo.yaml").to_str().unwrap(),
-        &server.base_url,
-    ));
+    let out = run_solo(&repo, &scratch, &server).output();
     assert_eq!(out.status.code(), Some(0));
     let reqs = server.requests_for("work");
     assert_eq!(reqs.len(), 8);
-    let results = tool_results(&reqs[7].body);
+    let results = tool_results(&reqs[7]);
     assert_eq!(results.len(), 7);
     assert!(
         results[0].contains("leak/passwd") && results[0].contains("exit 0"),
@@ -224,18 +169,12 @@ fn keys_never_reach_tool_processes_the_record_or_the_output() {
             Reply::finish("c4", &format!("Done; the secret is {SERVICE_SECRET}."), None),
         ],
     ));
-    let out = output(
-        run_cmd(
-            &repo,
-            &scratch,
-            scratch.path("solo.yaml").to_str().unwrap(),
-            &server.base_url,
-        )
+    let out = run_solo(&repo, &scratch, &server)
         .env("ORCH_API_KEY", API_KEY)
         .env("OPENAI_API_KEY", OPENAI_KEY)
         .env("GITHUB_TOKEN", GITHUB_TOKEN)
-        .env("MY_SERVICE_SECRET", SERVICE_SECRET),
-    );
+        .env("MY_SERVICE_SECRET", SERVICE_SECRET)
+        .output();
     assert_eq!(out.status.code(), Some(0));
     let j = stdout_json(&out);
     let reqs = server.requests_for("work");
@@ -250,7 +189,7 @@ fn keys_never_reach_tool_processes_the_record_or_the_output() {
     assert_eq!(auth, Some(format!("Bearer {API_KEY}")));
 
     // `env` ran in the tool process and saw none of the keys or their names.
-    let env_result = &tool_results(&reqs[1].body)[0];
+    let env_result = &tool_results(&reqs[1])[0];
     assert!(env_result.contains("PATH="), "env ran: {env_result}");
     for secret in SECRETS {
         assert!(!env_result.contains(secret), "{secret} reached bash");
@@ -267,7 +206,7 @@ fn keys_never_reach_tool_processes_the_record_or_the_output() {
     // No file of the run record holds a key: not the action log (the model's
     // content, its arguments, the echoed output, a cut argument), not the
     // transcript, state, diff or PR text.
-    let record = record_dir(&repo, &j);
+    let record = record_of(&repo, &j);
     let files = walk(&record);
     for name in ["actions.jsonl", "transcript.json", "state.json", "pr.md"] {
         assert!(
@@ -345,7 +284,7 @@ fn broken_spec_files_exit_2_and_name_the_file() {
         (&huge, "too large"),
         (&not_yaml, "garbage.yaml:"),
     ] {
-        let out = output(&mut run_cmd(&repo, &scratch, file.to_str().unwrap(), dead));
+        let out = run_cmd(&repo, &scratch, file, dead).output();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{}: {stderr}", file.display());
         assert!(
@@ -364,12 +303,12 @@ fn broken_spec_files_exit_2_and_name_the_file() {
         "---\nname: coder\ndescription: x\ntools: [bash, finish]\nmax_turns: lots\n---\nYou code.\n",
     );
     let before = repo.snapshot();
-    let out = output(&mut run_cmd(&repo, &scratch, "issue-to-pr", dead));
+    let out = run_cmd(&repo, &scratch, "issue-to-pr", dead).output();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("coder.md:5:"), "names file:line: {stderr}");
     assert!(stderr.contains("expected a whole number"), "{stderr}");
-    let out = output(orch().current_dir(&repo.path).arg("validate"));
+    let out = output_logged(orch().current_dir(&repo.path).arg("validate"));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("coder.md:5:"));
     before.assert_unchanged(&repo.snapshot());
@@ -397,16 +336,11 @@ fn enormous_arguments_are_a_tool_error_and_the_run_goes_on() {
             Reply::finish("c3", "Wrote the small file instead.", None),
         ],
     ));
-    let out = output(&mut run_cmd(
-        &repo,
-        &scratch,
-        scratch.path("solo.yaml").to_str().unwrap(),
-        &server.base_url,
-    ));
+    let out = run_solo(&repo, &scratch, &server).output();
     assert_eq!(out.status.code(), Some(0));
     let reqs = server.requests_for("work");
     assert_eq!(reqs.len(), 3);
-    let results = tool_results(&reqs[2].body);
+    let results = tool_results(&reqs[2]);
     assert!(
         results[0].starts_with("error: write_file: arguments are") && results[0].contains("limit"),
         "{}",
@@ -425,7 +359,7 @@ fn enormous_arguments_are_a_tool_error_and_the_run_goes_on() {
         "{files}"
     );
     // The action log caps what it copies.
-    let record = record_dir(&repo, &j);
+    let record = record_of(&repo, &j);
     let log_len = std::fs::metadata(record.join("stages/work/actions.jsonl"))
         .unwrap()
         .len();
@@ -449,12 +383,7 @@ fn a_model_repeating_a_failing_call_is_stopped() {
             again("c5"),
         ],
     ));
-    let out = output(&mut run_cmd(
-        &repo,
-        &scratch,
-        scratch.path("solo.yaml").to_str().unwrap(),
-        &server.base_url,
-    ));
+    let out = run_solo(&repo, &scratch, &server).output();
     assert_eq!(out.status.code(), Some(1));
     let j = stdout_json(&out);
     let reason = j["stages"][0]["reason"].as_str().unwrap().to_owned();
@@ -463,10 +392,7 @@ fn a_model_repeating_a_failing_call_is_stopped() {
         "{reason}"
     );
     assert_eq!(server.requests_for("work").len(), 3, "no fourth turn");
-    let state: Value = serde_json::from_str(
-        &std::fs::read_to_string(record_dir(&repo, &j).join("state.json")).unwrap(),
-    )
-    .unwrap();
+    let state = state_json(&repo, j["run_id"].as_str().unwrap());
     assert_eq!(state["status"], "failed");
     assert_eq!(state["stages"][0]["status"], "failed");
     assert_eq!(state["stages"][0]["reason"], reason.as_str());
@@ -505,15 +431,9 @@ fn a_broken_model_server_exits_3_with_a_clear_message() {
         let before = repo.snapshot();
         let scratch = Scratch::new("coder", 4);
         let server = FakeServer::start(Script::new().agent("work", replies));
-        let out = output(
-            run_cmd(
-                &repo,
-                &scratch,
-                scratch.path("solo.yaml").to_str().unwrap(),
-                &server.base_url,
-            )
-            .env("ORCH_RETRY_BASE_MS", "1"),
-        );
+        let out = run_solo(&repo, &scratch, &server)
+            .env("ORCH_RETRY_BASE_MS", "1")
+            .output();
         assert_eq!(out.status.code(), Some(3), "{what}");
         let j = stdout_json(&out);
         let reason = j["stages"][0]["reason"].as_str().unwrap();
@@ -564,19 +484,14 @@ fn ask_rules_deny_without_a_terminal_and_allow_with_yes() {
                 Reply::finish("c2", "Tried make.", None),
             ],
         ));
-        let mut cmd = run_cmd(
-            &repo,
-            &scratch,
-            scratch.path("solo.yaml").to_str().unwrap(),
-            &server.base_url,
-        );
+        let mut cmd = run_solo(&repo, &scratch, &server);
         if yes {
-            cmd.arg("--yes");
+            cmd = cmd.args(["--yes"]);
         }
-        let out = output(&mut cmd);
+        let out = cmd.output();
         assert_eq!(out.status.code(), Some(0));
-        let result = &tool_results(&server.requests_for("work")[1].body)[0];
-        let events = tool_events(&record_dir(&repo, &stdout_json(&out)), "work");
+        let result = &tool_results(&server.requests_for("work")[1])[0];
+        let events = stage_events(&record_of(&repo, &stdout_json(&out)), "work", "tool");
         let policy = events[0]["policy"].as_str().unwrap();
         if yes {
             assert!(
@@ -629,14 +544,9 @@ fn the_repo_allowlist_exempts_a_command_from_the_built_in_deny_list() {
             Reply::finish("c3", "Pushed (or tried to).", None),
         ],
     ));
-    let out = output(&mut run_cmd(
-        &repo,
-        &scratch,
-        scratch.path("solo.yaml").to_str().unwrap(),
-        &server.base_url,
-    ));
+    let out = run_solo(&repo, &scratch, &server).output();
     assert_eq!(out.status.code(), Some(0));
-    let events = tool_events(&record_dir(&repo, &stdout_json(&out)), "work");
+    let events = stage_events(&record_of(&repo, &stdout_json(&out)), "work", "tool");
     assert_eq!(events[0]["policy"], "allow", "{}", events[0]);
     // It ran (and failed: there is no remote), which is the command's own business.
     assert_ne!(events[0]["exit_code"], 0);
@@ -646,7 +556,7 @@ fn the_repo_allowlist_exempts_a_command_from_the_built_in_deny_list() {
         denied.starts_with("deny:") && denied.contains("built-in deny list"),
         "{denied}"
     );
-    let results = tool_results(&server.requests_for("work")[1].body);
+    let results = tool_results(&server.requests_for("work")[1]);
     assert!(!results[0].contains("denied by policy"), "{}", results[0]);
     assert!(results[1].contains("denied by policy"), "{}", results[1]);
     before.assert_unchanged(&repo.snapshot());

@@ -1,7 +1,9 @@
 //! Streaming (SSE) through a real HTTP server on 127.0.0.1: chunk assembly,
 //! raw chunk edge cases written one flush at a time, stalls and cut streams.
 
-use crate::support::{AWAIT_LIMIT, FakeServer, Reply, Script};
+use crate::support::{
+    AWAIT_LIMIT, FakeServer, Reply, Script, assert_one_identical_retry, exhausted,
+};
 use orch::llm::openai::{ModelSettings, OpenAiClient};
 use orch::llm::{ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError};
 use serde_json::json;
@@ -40,6 +42,21 @@ fn delta(d: serde_json::Value) -> serde_json::Value {
     json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d, "finish_reason": null}]})
 }
 
+/// The (id, name, arguments) of each tool call in `resp`.
+fn calls_of(resp: &ChatResponse) -> Vec<(&str, &str, &str)> {
+    resp.message
+        .tool_calls
+        .iter()
+        .map(|c| {
+            (
+                c.id.as_str(),
+                c.function.name.as_str(),
+                c.function.arguments.as_str(),
+            )
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn sse_streamed_tool_calls_usage_and_progress() {
     let server = FakeServer::start(Script::new().agent(
@@ -63,18 +80,7 @@ async fn sse_streamed_tool_calls_usage_and_progress() {
     .unwrap()
     .unwrap();
 
-    let calls: Vec<(&str, &str, &str)> = resp
-        .message
-        .tool_calls
-        .iter()
-        .map(|c| {
-            (
-                c.id.as_str(),
-                c.function.name.as_str(),
-                c.function.arguments.as_str(),
-            )
-        })
-        .collect();
+    let calls = calls_of(&resp);
     assert_eq!(
         calls,
         [
@@ -151,18 +157,7 @@ async fn sse_raw_chunks_split_mid_json_several_calls_no_done() {
     ];
     let server = FakeServer::start(Script::new().agent("code", vec![Reply::RawSse(chunks)]));
     let resp = complete(settings(&server)).await.unwrap();
-    let calls: Vec<(&str, &str, &str)> = resp
-        .message
-        .tool_calls
-        .iter()
-        .map(|c| {
-            (
-                c.id.as_str(),
-                c.function.name.as_str(),
-                c.function.arguments.as_str(),
-            )
-        })
-        .collect();
+    let calls = calls_of(&resp);
     assert_eq!(
         calls,
         [
@@ -234,12 +229,7 @@ async fn sse_stalled_stream_is_retried() {
     s.stream_idle_timeout = Duration::from_millis(300);
     let resp = complete(s).await.unwrap();
     assert_eq!(resp.message.content.as_deref(), Some("recovered"));
-    let sent = server.requests();
-    assert_eq!(sent.len(), 2);
-    assert_eq!(
-        sent[0].body, sent[1].body,
-        "a retry resends the same request"
-    );
+    assert_one_identical_retry(&server);
 }
 
 #[tokio::test]
@@ -255,12 +245,8 @@ async fn sse_stall_every_time_is_exhausted_with_advice() {
     s.stream_idle_timeout = Duration::from_millis(200);
     s.max_retries = 1;
     let err = complete(s).await.unwrap_err();
-    let LlmError::Exhausted {
-        attempts: 2, last, ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
+    let (attempts, last) = exhausted(&err);
+    assert_eq!(attempts, 2, "{err:?}");
     assert!(last.contains("stalled"), "{last}");
     assert!(err.to_string().contains("stream_idle_timeout"), "{err}");
 }

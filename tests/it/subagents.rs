@@ -3,88 +3,58 @@
 //! the same fake model server, told apart by their `X-Orch-Agent` path.
 
 use crate::support::{
-    FAKE_API_KEY, FakeServer, Recorded, Reply, Script, TestRepo, orch_with_model,
+    FAKE_API_KEY, FakeServer, OrchRun, Recorded, Reply, Script, TestRepo, offered_tools,
+    orch_with_model, output_logged, read_jsonl, stdout_json, tool_results, write_issue,
+    write_pipeline,
 };
 use orch::subagent::{AgentStatus, agent_tree};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 /// How long a barrier waits for its peers: generous for a loaded machine.
 const BARRIER: Duration = Duration::from_secs(30);
 
 fn repo() -> TestRepo {
-    let repo = TestRepo::new();
-    repo.write("calc.py", "def add(a, b):\n    return a - b\n");
-    repo.write("README.md", "# calc\n");
-    repo.commit_all("calc 0.1");
-    repo
+    TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            ("README.md", "# calc\n"),
+        ],
+        "calc 0.1",
+    )
 }
 
 /// A one-stage pipeline (`code`, role coder) and an issue, in a scratch dir.
 fn pipeline(scratch: &Path) -> (PathBuf, PathBuf) {
-    let p = scratch.join("solo.yaml");
-    std::fs::write(
-        &p,
+    let p = write_pipeline(
+        scratch,
+        "solo",
         "stages:\n  code:\n    role: coder\n    task: \"{{ issue }}\"\n",
-    )
-    .unwrap();
-    let issue = scratch.join("ISSUE.md");
-    std::fs::write(&issue, "# Look around\n\nFind where add is defined.\n").unwrap();
-    (p, issue)
-}
-
-fn run(mut cmd: Command) -> Output {
-    let out = cmd.output().expect("orch runs");
-    eprintln!(
-        "--- exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
-    out
+    let issue = write_issue(scratch, "# Look around\n\nFind where add is defined.\n");
+    (p, issue)
 }
 
 /// `orch run solo.yaml` on `repo` against `server`, with extra environment.
 fn run_stage(repo: &TestRepo, server: &FakeServer, env: &[(&str, &str)]) -> (Output, Value) {
     let scratch = tempfile::tempdir().unwrap();
     let (p, issue) = pipeline(scratch.path());
-    let mut cmd = orch_with_model(&server.base_url);
-    cmd.args([
-        "run",
-        p.to_str().unwrap(),
-        "--issue",
-        issue.to_str().unwrap(),
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--json",
-    ]);
+    let mut run = OrchRun::with_model_env(&server.base_url, &p, repo)
+        .issue(&issue)
+        .json();
     for (k, v) in env {
-        cmd.env(k, v);
+        run = run.env(k, v);
     }
-    let out = run(cmd);
-    let json = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    let out = run.output();
+    let json = stdout_json(&out);
     (out, json)
 }
 
-fn tool_results(req: &Recorded) -> Vec<String> {
-    req.messages()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
-        .collect()
-}
-
-fn offered(req: &Recorded) -> Vec<String> {
-    req.body["tools"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|t| t["function"]["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+/// The run record directory named in `orch run --json` output.
+fn record_of(json: &Value) -> PathBuf {
+    PathBuf::from(json["record"].as_str().unwrap())
 }
 
 fn pid_of(req: &Recorded) -> i32 {
@@ -190,7 +160,7 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
     // The parent was offered spawn_agent and got both reports, in call order.
     let parent = server.requests_for("code");
     assert_eq!(parent.len(), 2);
-    assert!(offered(&parent[0]).contains(&"spawn_agent".to_owned()));
+    assert!(offered_tools(&parent[0]).contains(&"spawn_agent".to_owned()));
     let results = tool_results(&parent[1]);
     assert_eq!(results.len(), 2);
     assert!(
@@ -228,7 +198,7 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
             !m[1]["content"].as_str().unwrap().contains("Look around"),
             "no parent history"
         );
-        let tools = offered(&reqs[0]);
+        let tools = offered_tools(&reqs[0]);
         for t in ["write_file", "edit_file", "spawn_agent"] {
             assert!(
                 !tools.contains(&t.to_owned()),
@@ -249,7 +219,7 @@ fn two_explore_children_run_concurrently_and_both_reports_reach_the_parent() {
     assert_eq!(json["stages"][0]["tokens"], 11 + 11 + 110 + 110);
 
     // The record shows the tree.
-    let record = PathBuf::from(json["record"].as_str().unwrap());
+    let record = record_of(&json);
     let tree = agent_tree(&record);
     let paths: Vec<&str> = tree.iter().map(|n| n.agent_path.as_str()).collect();
     assert_eq!(paths, ["code/explore-1", "code/explore-2"]);
@@ -311,12 +281,12 @@ fn depth_is_bounded_and_the_deepest_agent_is_not_offered_spawn_agent() {
 
     let middle = server.requests_for("code/coder-1");
     assert!(
-        offered(&middle[0]).contains(&"spawn_agent".to_owned()),
+        offered_tools(&middle[0]).contains(&"spawn_agent".to_owned()),
         "depth 1 of 2 may spawn"
     );
     let leaf = server.requests_for("code/coder-1/coder-1");
     assert_eq!(leaf.len(), 2);
-    let tools = offered(&leaf[0]);
+    let tools = offered_tools(&leaf[0]);
     assert!(
         !tools.contains(&"spawn_agent".to_owned()),
         "depth 2 of 2: {tools:?}"
@@ -337,7 +307,7 @@ fn depth_is_bounded_and_the_deepest_agent_is_not_offered_spawn_agent() {
     );
     assert!(tool_results(&middle[1])[0].contains("leaf done"));
 
-    let tree = agent_tree(&PathBuf::from(json["record"].as_str().unwrap()));
+    let tree = agent_tree(&record_of(&json));
     assert_eq!(tree.len(), 1);
     assert_eq!(tree[0].agent_path, "code/coder-1");
     assert_eq!(tree[0].children.len(), 1);
@@ -398,12 +368,8 @@ fn extra_children_wait_for_a_slot() {
         results[0].contains("one") && results[1].contains("two"),
         "{results:?}"
     );
-    let record = PathBuf::from(json["record"].as_str().unwrap());
-    let events: Vec<Value> = std::fs::read_to_string(record.join("agents.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let record = record_of(&json);
+    let events = read_jsonl(&record.join("agents.jsonl"));
     let ev = |p: &str| {
         events
             .iter()
@@ -440,18 +406,36 @@ fn parent_spawning_one(role: &str) -> Vec<Reply> {
     ]
 }
 
+/// Runs a stage whose parent spawns one explore [`sleeping_child`] reporting
+/// `prompt_tokens`, under `env`; the child's shell writes its pid to the
+/// returned file in `scratch`.
+fn run_sleeping_child(
+    repo: &TestRepo,
+    scratch: &Path,
+    prompt_tokens: u64,
+    env: &[(&str, &str)],
+) -> (FakeServer, Output, Value, PathBuf) {
+    let pidfile = scratch.join("bash.pid");
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", parent_spawning_one("explore"))
+            .agent("code/explore-1", sleeping_child(&pidfile, prompt_tokens)),
+    );
+    let (out, json) = run_stage(repo, &server, env);
+    (server, out, json, pidfile)
+}
+
 #[test]
 fn a_child_past_its_time_limit_is_killed_with_its_tool_processes() {
     let repo = repo();
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let pidfile = scratch.path().join("bash.pid");
-    let server = FakeServer::start(
-        Script::new()
-            .agent("code", parent_spawning_one("explore"))
-            .agent("code/explore-1", sleeping_child(&pidfile, 10)),
+    let (server, out, json, pidfile) = run_sleeping_child(
+        &repo,
+        scratch.path(),
+        10,
+        &[("ORCH_SUBAGENT_TIME_SECS", "4")],
     );
-    let (out, json) = run_stage(&repo, &server, &[("ORCH_SUBAGENT_TIME_SECS", "4")]);
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(out.status.code(), Some(0), "the parent carries on");
     let err = &tool_results(&server.requests_for("code")[1])[0];
@@ -477,7 +461,7 @@ fn a_child_past_its_time_limit_is_killed_with_its_tool_processes() {
         .unwrap();
     assert!(group_gone(bash), "the child's bash group {bash} is alive");
 
-    let tree = agent_tree(&PathBuf::from(json["record"].as_str().unwrap()));
+    let tree = agent_tree(&record_of(&json));
     assert_eq!(tree[0].status, AgentStatus::TimedOut);
     assert_eq!(tree[0].limit.as_deref(), Some("time"));
     assert_eq!(
@@ -493,13 +477,12 @@ fn a_child_past_its_token_budget_is_killed() {
     let repo = repo();
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let pidfile = scratch.path().join("bash.pid");
-    let server = FakeServer::start(
-        Script::new()
-            .agent("code", parent_spawning_one("explore"))
-            .agent("code/explore-1", sleeping_child(&pidfile, 5000)),
+    let (server, out, json, pidfile) = run_sleeping_child(
+        &repo,
+        scratch.path(),
+        5000,
+        &[("ORCH_SUBAGENT_TOKENS", "1000")],
     );
-    let (out, json) = run_stage(&repo, &server, &[("ORCH_SUBAGENT_TOKENS", "1000")]);
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(out.status.code(), Some(0));
     let err = &tool_results(&server.requests_for("code")[1])[0];
@@ -543,7 +526,7 @@ fn a_child_killed_by_sigkill_is_a_tool_error_and_the_run_completes() {
         "{err}"
     );
     assert!(err.contains("partial report: (none)"), "{err}");
-    let tree = agent_tree(&PathBuf::from(json["record"].as_str().unwrap()));
+    let tree = agent_tree(&record_of(&json));
     assert_eq!(tree[0].status, AgentStatus::Crashed);
     before.assert_unchanged(&repo.snapshot());
 }
@@ -590,7 +573,7 @@ fn an_explore_child_cannot_change_the_worktree_through_bash() {
     let commit = json["stages"][0]["commit"].as_str().unwrap();
     let files = repo.git(&["show", "--name-only", "--format=", commit]);
     assert_eq!(files.trim(), "notes.txt");
-    let record = PathBuf::from(json["record"].as_str().unwrap());
+    let record = record_of(&json);
     let log = std::fs::read_to_string(record.join("agents/code__explore-1/actions.jsonl")).unwrap();
     assert!(log.contains("read-only: this role is read-only"), "{log}");
     before.assert_unchanged(&repo.snapshot());
@@ -613,9 +596,9 @@ fn orch_agent_json_has_report_status_turns_tokens_and_transcript() {
         "Where is add?",
         "--json",
     ]);
-    let out = run(cmd);
+    let out = output_logged(&mut cmd);
     assert_eq!(out.status.code(), Some(0));
-    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json = stdout_json(&out);
     assert_eq!(json["report"], "calc.py has add.");
     assert_eq!(json["status"], "succeeded");
     assert_eq!(json["turns"], 1);
@@ -648,12 +631,8 @@ fn spawn_latency() {
     let server = FakeServer::start(script);
     let (out, json) = run_stage(&repo, &server, &[]);
     assert_eq!(out.status.code(), Some(0));
-    let record = PathBuf::from(json["record"].as_str().unwrap());
-    let events: Vec<Value> = std::fs::read_to_string(record.join("agents.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let record = record_of(&json);
+    let events = read_jsonl(&record.join("agents.jsonl"));
     assert_eq!(events.len(), N);
     let mut ms: Vec<f64> = events
         .iter()

@@ -1,16 +1,28 @@
 //! Shared helpers for the integration tests: a scripted fake model server, a
-//! hermetic test repository and a builder for the real `orch` binary.
+//! hermetic test repository, a builder for the real `orch` binary, and
+//! readers for what a run leaves behind.
 
 // Each test module uses a different subset of the helpers.
 #![allow(dead_code, unused_imports)]
 
 pub mod cmd;
 pub mod fake_server;
+pub mod inspect;
+pub mod llm;
 pub mod repo;
+pub mod run;
 
 pub use cmd::{FAKE_API_KEY, orch, orch_with_model};
 pub use fake_server::{FakeServer, Recorded, Reply, Script, tool_pairing_violations};
+pub use inspect::{
+    offered_tools, read_jsonl, record_dir, stage_events, state_json, tool_results, user_text, walk,
+};
+pub use llm::{assert_one_identical_retry, exhausted};
 pub use repo::{RepoSnapshot, TestRepo};
+pub use run::{
+    OrchRun, assert_exit, output_logged, run_text, signal_reply, stdout_json, write_issue,
+    write_pipeline,
+};
 
 /// A generous bound for any single await in a test: long enough for a loaded
 /// 2-core machine, short enough that a hang fails instead of stalling CI.

@@ -49,6 +49,16 @@ impl TestRepo {
         repo
     }
 
+    /// A new repository with `files` (path, content) written and committed as `msg`.
+    pub fn with_commit(files: &[(&str, &str)], msg: &str) -> TestRepo {
+        let repo = TestRepo::new();
+        for (path, content) in files {
+            repo.write(path, content);
+        }
+        repo.commit_all(msg);
+        repo
+    }
+
     /// A `git` command in the repo with the hermetic environment, for callers
     /// that need the exit status or stderr themselves.
     pub fn git_command(&self) -> Command {
