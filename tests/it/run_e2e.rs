@@ -544,23 +544,15 @@ fn a_role_with_its_own_model_asks_the_server_for_that_model() {
     repo.commit_all("role override");
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path());
+    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = solo_pipeline(scratch.path(), "coder");
     let server =
         FakeServer::start(Script::new().agent("work", vec![Reply::finish("f", "done", None)]));
-    let out = run_orch(&[
-        "run",
-        pipeline.to_str().unwrap(),
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--issue",
-        issue.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "run-model",
-        "--json",
-    ]);
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "run-model")
+        .json()
+        .output();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(server.requests_for("work")[0].body["model"], "small-model");
     let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
