@@ -38,7 +38,13 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// Environment variables copied from orch's own environment into tool processes.
 const PASSED_VARS: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    // Not a secret: marks every process of a run (see `reap_run_orphans`).
+    RUN_MARKER,
 ];
+
+/// The environment variable that marks every tool process (and subagent) of
+/// a run with its run id, so a later `orch` can find what a killed one left.
+pub const RUN_MARKER: &str = "ORCH_RUN_ID";
 
 /// Variables forced for tool processes: no colours, pagers or git prompts.
 const FIXED_VARS: &[(&str, &str)] = &[
@@ -646,4 +652,45 @@ pub(crate) mod tests {
         assert!(capped.contains("lines omitted"));
         assert!(capped.len() < 300);
     }
+}
+
+/// Kills every process marked with `run_id` (see [`RUN_MARKER`]) together
+/// with its process group: what an `orch` that was SIGKILLed in the middle
+/// of a tool call or a subagent left running. Returns how many processes
+/// were found. Linux only (reads `/proc`); elsewhere it finds nothing.
+pub fn reap_run_orphans(run_id: &str) -> usize {
+    let marker = format!("{RUN_MARKER}={run_id}");
+    let me = std::process::id();
+    let mut found = 0;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
+            found += 1;
+            let pid = pid as libc::pid_t;
+            // SAFETY: plain signal syscalls on a pid read from /proc.
+            unsafe {
+                let pgid = libc::getpgid(pid);
+                if pgid > 0 {
+                    libc::killpg(pgid, libc::SIGKILL);
+                }
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+    found
 }

@@ -346,6 +346,14 @@ pub async fn resume_run(
             rec.reason = None;
         }
     }
+    // The lock proves the previous orch of this run is gone; whatever it
+    // left running (a tool command, a subagent) goes too.
+    let orphans = crate::exec::reap_run_orphans(run_id);
+    if orphans > 0 {
+        ui.line(&format!(
+            "orch: stopped {orphans} process(es) left running by the interrupted run"
+        ));
+    }
     lanes::clear_stale(&common, run_id).await?;
     let lanes = Arc::new(Lanes::new(&common, run_id));
     state.status = RunStatus::Running;

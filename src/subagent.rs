@@ -368,6 +368,12 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         .current_dir(&ctx.worktree)
         .env_clear()
         .envs(child_env(&ctx.model))
+        .envs(
+            ctx.record_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(|run| (crate::exec::RUN_MARKER, run)),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr))

@@ -72,6 +72,11 @@ pub(super) async fn run_stage(
                 source,
             }
         })?;
+    // Every tool process (and subagent) of the run carries its id, so a
+    // later `resume` can find what a SIGKILLed orch left running.
+    tool_ctx
+        .env
+        .push((crate::exec::RUN_MARKER.to_owned(), ctx.run_id.clone()));
     let budget = ctx
         .ledger
         .lock()

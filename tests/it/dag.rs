@@ -550,3 +550,61 @@ fn a_run_in_progress_cannot_be_resumed_or_rolled_back_by_another_process() {
         "the running run was not disturbed"
     );
 }
+
+/// Whether process `pid` still exists (a zombie counts as gone).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn resume_stops_the_tool_processes_a_killed_orch_left_running() {
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let before = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(tmp.path(), LINEAR);
+    let pidfile = tmp.path().join("sleeper.pid");
+    let server = FakeServer::start(Script::new().agent(
+        "one",
+        vec![Reply::tool_call(
+            "s",
+            "bash",
+            json!({"command": format!("echo $$ > {} && exec sleep 300", pidfile.display()), "timeout_secs": 600}),
+        )],
+    ));
+    let mut child = orch_run(&repo, &pipeline, tmp.path(), &server).spawn_quiet();
+    // Wait (bounded) until the tool command runs, then SIGKILL orch mid-call.
+    let mut waited = 0;
+    while std::fs::read_to_string(&pidfile).map_or(true, |t| t.trim().is_empty()) && waited < 400 {
+        std::thread::sleep(Duration::from_millis(25));
+        waited += 1;
+    }
+    let sleeper: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(alive(sleeper), "the tool command outlives a SIGKILLed orch");
+
+    let run_id = crate::support::only_run_id(&repo.path);
+    let server2 = FakeServer::start(full_script());
+    let out = resume(&repo, &run_id, &server2, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stopped 1 process(es) left running"));
+    let mut waited = 0;
+    while alive(sleeper) && waited < 200 {
+        std::thread::sleep(Duration::from_millis(25));
+        waited += 1;
+    }
+    assert!(!alive(sleeper), "resume stopped the orphaned tool command");
+    assert_eq!(repo.snapshot(), before);
+}
