@@ -366,6 +366,47 @@ pub(crate) fn cap_text(text: &str, max_bytes: usize) -> String {
     capture.finish().0
 }
 
+/// Kills every process marked with `run_id` (see [`RUN_MARKER`]) together
+/// with its process group: what an `orch` that was SIGKILLed in the middle
+/// of a tool call or a subagent left running. Returns how many processes
+/// were found. Linux only (reads `/proc`); elsewhere it finds nothing.
+pub fn reap_run_orphans(run_id: &str) -> usize {
+    let marker = format!("{RUN_MARKER}={run_id}");
+    let me = std::process::id();
+    let mut found = 0;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
+            found += 1;
+            let pid = pid as libc::pid_t;
+            // SAFETY: plain signal syscalls on a pid read from /proc.
+            unsafe {
+                let pgid = libc::getpgid(pid);
+                if pgid > 0 {
+                    libc::killpg(pgid, libc::SIGKILL);
+                }
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -652,45 +693,4 @@ pub(crate) mod tests {
         assert!(capped.contains("lines omitted"));
         assert!(capped.len() < 300);
     }
-}
-
-/// Kills every process marked with `run_id` (see [`RUN_MARKER`]) together
-/// with its process group: what an `orch` that was SIGKILLed in the middle
-/// of a tool call or a subagent left running. Returns how many processes
-/// were found. Linux only (reads `/proc`); elsewhere it finds nothing.
-pub fn reap_run_orphans(run_id: &str) -> usize {
-    let marker = format!("{RUN_MARKER}={run_id}");
-    let me = std::process::id();
-    let mut found = 0;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
-            found += 1;
-            let pid = pid as libc::pid_t;
-            // SAFETY: plain signal syscalls on a pid read from /proc.
-            unsafe {
-                let pgid = libc::getpgid(pid);
-                if pgid > 0 {
-                    libc::killpg(pgid, libc::SIGKILL);
-                }
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-    }
-    found
 }
