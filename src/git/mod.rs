@@ -349,6 +349,29 @@ pub(crate) fn signature(repo: &Repository) -> Result<git2::Signature<'static>, G
 }
 
 /// Opens `path` and checks that it is a linked worktree, never the user's own.
+/// Paths of a linked worktree that differ from its `HEAD` (modified, added,
+/// deleted, untracked — not ignored), sorted: one status walk, as cheap as
+/// `git status`.
+pub fn changed_paths(worktree: &Path) -> Result<Vec<String>, GitError> {
+    let repo = open_linked_worktree(worktree)?;
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = repo.statuses(Some(&mut opts)).map_err(git_err(format!(
+        "read the status of {}",
+        worktree.display()
+    )))?;
+    let mut paths: Vec<String> = statuses
+        .iter()
+        .filter(|e| e.status() != git2::Status::CURRENT && !e.status().is_ignored())
+        .filter_map(|e| e.path().ok().map(str::to_owned))
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
 pub(crate) fn open_linked_worktree(path: &Path) -> Result<Repository, GitError> {
     let repo = open_at(path)?;
     if !repo.is_worktree() {

@@ -125,7 +125,7 @@ pub(super) async fn run_stage(
         redact(&transcript).as_bytes(),
     )?;
     if role.read_only {
-        discard_changes_of_read_only_role(&lane.path, start, &ctx.common, &mut log).await?;
+        discard_changes_of_read_only_role(&lane.path, start, &mut log).await?;
     }
     let failure = outcome
         .end
@@ -263,23 +263,19 @@ fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
 async fn discard_changes_of_read_only_role(
     worktree: &Path,
     head: &str,
-    common: &Path,
     log: &mut ActionLog,
 ) -> Result<(), RunError> {
-    let (wt, h) = (worktree.to_path_buf(), head.to_owned());
-    // Commit to a throwaway object to learn whether anything changed; the
-    // branch is reset right after, so the probe commit is unreachable.
-    let probe = blocking(move || git::commit_all(&wt, "orch: probe", &h)).await?;
-    let (c, h, p) = (common.to_path_buf(), head.to_owned(), probe.clone());
-    let diff = blocking(move || git::diff(&c, &h, &p, 4096)).await?;
+    // One status walk; the reset (a checkout) only when something changed.
+    let wt = worktree.to_path_buf();
+    let changed = blocking(move || git::changed_paths(&wt)).await?;
+    if changed.is_empty() {
+        return Ok(());
+    }
     let (wt, h) = (worktree.to_path_buf(), head.to_owned());
     blocking(move || git::reset_worktree(&wt, &h)).await?;
-    if diff.stat.files_changed > 0 {
-        let files: Vec<&str> = diff.stat.files.iter().map(|f| f.path.as_str()).collect();
-        log.append(
-            "read_only_violation",
-            json!({"discarded": files, "reason": "a read-only role changed the worktree; its changes were discarded"}),
-        )?;
-    }
+    log.append(
+        "read_only_violation",
+        json!({"discarded": changed, "reason": "a read-only role changed the worktree; its changes were discarded"}),
+    )?;
     Ok(())
 }

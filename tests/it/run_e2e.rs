@@ -560,3 +560,50 @@ fn a_role_with_its_own_model_asks_the_server_for_that_model() {
     assert!(msg.contains("Orch-Model: small-model"), "{msg}");
     assert_eq!(repo.snapshot(), before);
 }
+
+#[test]
+fn a_read_only_stage_cannot_change_the_tree_through_bash() {
+    let repo = buggy_repo();
+    let before = repo.snapshot();
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let pipeline = solo_pipeline(scratch.path(), "reviewer");
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            Reply::tool_call(
+                "b",
+                "bash",
+                json!({"command": "echo sneaky > sneaky.txt && rm calc.py && mkdir -p build && echo ignored > build/x"}),
+            ),
+            Reply::finish("f", "looked around", None),
+        ],
+    ));
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    // The stage commit changes nothing: the reviewer is read-only.
+    let changed = repo.git(&[
+        "diff",
+        "--name-only",
+        "main",
+        &format!("orch/{run_id}/work"),
+    ]);
+    assert_eq!(
+        changed.trim(),
+        "",
+        "read-only stage changed files: {changed}"
+    );
+    let events = crate::support::stage_events(
+        &crate::support::record_dir(&repo, &run_id),
+        "work",
+        "read_only_violation",
+    );
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["discarded"], json!(["calc.py", "sneaky.txt"]));
+    assert_eq!(repo.snapshot(), before);
+}
