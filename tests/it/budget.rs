@@ -139,6 +139,39 @@ fn a_run_token_budget_stops_a_stage_that_never_finishes_and_leaves_it_resumable(
     assert_eq!(last["tool_call_id"], "c4");
     assert!(last["content"].as_str().unwrap().contains("not run"));
     assert!(server.violations().is_empty(), "{:?}", server.violations());
+    // And it does resume: `--retry` with a larger budget finishes the stage;
+    // the stopped attempt stays on `work.v1`.
+    let server2 = FakeServer::start(
+        Script::new().agent("work", vec![Reply::finish("f", "done after all", None)]),
+    );
+    let out = crate::support::orch()
+        .args([
+            "resume",
+            run_id,
+            "--retry",
+            "--max-tokens",
+            "100000",
+            "--json",
+        ])
+        .args([
+            "--repo",
+            repo.path.to_str().unwrap(),
+            "--base-url",
+            &server2.base_url,
+            "--model",
+            "m",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout_json(&out)["status"], "succeeded");
+    let old = repo.git(&["ls-tree", "--name-only", &format!("orch/{run_id}/work.v1")]);
+    assert!(old.contains("f3.txt"), "{old}");
     assert_eq!(repo.snapshot(), before);
 }
 
