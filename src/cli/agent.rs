@@ -123,7 +123,7 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             base: args.base.clone(),
             session: {
                 let limits = args.limits.to_limits(chosen.model.context_window())?;
-                chosen.session(args.yes, super::interactive(), 1, limits)
+                chosen.session(args.yes, crate::policy::detect_interactive(), 1, limits)
             },
         },
         &ui,

@@ -165,12 +165,3 @@ pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Config(a) => config::cmd_config(a),
     }
 }
-
-/// Whether `ask` rules may prompt: stdin and stderr are terminals and this
-/// is not CI.
-pub(crate) fn interactive() -> bool {
-    use std::io::IsTerminal;
-    std::io::stdin().is_terminal()
-        && std::io::stderr().is_terminal()
-        && std::env::var("CI").map_or(true, |v| v != "true")
-}

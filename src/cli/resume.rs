@@ -74,7 +74,12 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
         {
             let chosen = super::model::choose_for_repo(&args.model, Some(&args.repo))?;
             let limits = args.limits.to_limits(chosen.model.context_window())?;
-            chosen.session(args.yes, super::interactive(), args.max_parallel, limits)
+            chosen.session(
+                args.yes,
+                crate::policy::detect_interactive(),
+                args.max_parallel,
+                limits,
+            )
         }
     } else {
         // The recorded model settings; never a recorded secret.
@@ -105,7 +110,7 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
             replay_file,
             secrets,
             assume_yes: args.yes,
-            interactive: super::interactive(),
+            interactive: crate::policy::detect_interactive(),
             max_parallel: args.max_parallel,
         }
     };

@@ -173,7 +173,12 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
             base: args.base.clone(),
             session: {
                 let limits = args.limits.to_limits(chosen.model.context_window())?;
-                chosen.session(args.yes, super::interactive(), args.max_parallel, limits)
+                chosen.session(
+                    args.yes,
+                    crate::policy::detect_interactive(),
+                    args.max_parallel,
+                    limits,
+                )
             },
         },
         &ui,
