@@ -116,7 +116,7 @@ pub fn scrubbed_env() -> Vec<(String, String)> {
 /// pattern-like name to it later.
 fn scrub(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vars
-        .filter(|(k, _)| PASSED_VARS.contains(&k.as_str()) && !looks_secret(k))
+        .filter(|(k, _)| PASSED_VARS.contains(&k.as_str()) && !is_secret_name(k))
         .collect();
     env.sort();
     env.dedup_by(|a, b| a.0 == b.0);
@@ -126,11 +126,28 @@ fn scrub(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> 
     env
 }
 
-fn looks_secret(name: &str) -> bool {
+/// Endings (of upper-cased names) that mark an environment variable as secret.
+const SECRET_NAME_ENDINGS: &[&str] = &[
+    "_KEY",
+    "APIKEY",
+    "_TOKEN",
+    "_SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "_PASS",
+    "_CREDENTIALS",
+    "_PAT",
+];
+
+/// Whether an environment variable's name marks it as a secret: one of
+/// [`SECRET_NAME_ENDINGS`], or `SECRET`/`PASSWORD` anywhere in it. The one
+/// rule both for what tool processes never get and for what the run record
+/// redacts.
+pub fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    ["_KEY", "_TOKEN", "_SECRET", "PASSWORD"]
-        .iter()
-        .any(|s| upper.ends_with(s))
+    SECRET_NAME_ENDINGS.iter().any(|e| upper.ends_with(e))
+        || upper.contains("SECRET")
+        || upper.contains("PASSWORD")
 }
 
 /// Runs `bash -c command` in `cwd` with exactly `env`, stdin closed, in its own

@@ -153,19 +153,6 @@ pub(super) fn with_knobs(mut settings: ModelSettings) -> ModelSettings {
 /// it low so exhausting the retries against a broken server stays fast.
 pub const RETRY_BASE_ENV: &str = "ORCH_RETRY_BASE_MS";
 
-/// Endings (of upper-cased names) that mark an environment variable as secret.
-const SECRET_NAME_ENDINGS: &[&str] = &[
-    "_KEY",
-    "APIKEY",
-    "_TOKEN",
-    "_SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "_PASS",
-    "_CREDENTIALS",
-    "_PAT",
-];
-
 /// Shortest value treated as a secret: shorter ones are not keys, and
 /// redacting them would mangle ordinary text.
 const MIN_SECRET_LEN: usize = 8;
@@ -180,18 +167,11 @@ pub(super) fn secrets() -> Vec<String> {
     }))
 }
 
-/// The values of `vars` whose names look secret (see [`SECRET_NAME_ENDINGS`];
-/// `…SECRET…` and `…PASSWORD…` anywhere in the name count too).
+/// The values of `vars` whose names look secret ([`crate::exec::is_secret_name`]).
 fn secret_values(vars: impl Iterator<Item = (String, String)>) -> Vec<String> {
-    vars.filter(|(k, v)| {
-        let k = k.to_ascii_uppercase();
-        v.len() >= MIN_SECRET_LEN
-            && (SECRET_NAME_ENDINGS.iter().any(|e| k.ends_with(e))
-                || k.contains("SECRET")
-                || k.contains("PASSWORD"))
-    })
-    .map(|(_, v)| v)
-    .collect()
+    vars.filter(|(k, v)| v.len() >= MIN_SECRET_LEN && crate::exec::is_secret_name(k))
+        .map(|(_, v)| v)
+        .collect()
 }
 
 #[cfg(test)]
