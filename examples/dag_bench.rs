@@ -16,35 +16,17 @@
 #[path = "../tests/it/support/fake_server.rs"]
 mod fake_server;
 
+#[path = "support/bench.rs"]
+mod bench;
+
 use fake_server::{FakeServer, Reply, Script};
 use serde_json::json;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 const ROUNDS: usize = 3;
 const WIDE: &str = "name: p\nstages:\n  w1:\n    role: coder\n  w2:\n    role: coder\n  w3:\n    role: coder\n  w4:\n    role: coder\n";
 const JOIN: &str = "  join:\n    role: coder\n    needs: [w1, w2, w3, w4]\n";
-
-fn orch_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    dir.join("orch")
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-        .status()
-        .expect("git runs")
-        .success();
-    assert!(ok, "git {args:?}");
-}
 
 fn script(latency: Duration) -> Script {
     let mut s = Script::new();
@@ -74,9 +56,7 @@ fn one_run(max_parallel: usize, latency: Duration, join: bool) -> Duration {
     let repo = tmp.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("README.md"), "bench\n").unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-qm", "base"]);
+    bench::commit_all_as_base(&repo);
     let pipeline = if join {
         format!("{WIDE}{JOIN}")
     } else {
@@ -86,7 +66,7 @@ fn one_run(max_parallel: usize, latency: Duration, join: bool) -> Duration {
     std::fs::write(tmp.path().join("ISSUE.md"), "# bench\n").unwrap();
     let server = FakeServer::start(script(latency));
     let started = Instant::now();
-    let out = Command::new(orch_bin())
+    let out = Command::new(bench::orch_next_to_example())
         .args([
             "run", "p.yaml", "--repo", "repo", "--issue", "ISSUE.md", "--model", "bench",
         ])

@@ -32,6 +32,9 @@
 #[path = "../tests/it/support/fake_server.rs"]
 mod fake_server;
 
+#[path = "support/bench.rs"]
+mod bench;
+
 use fake_server::{FakeServer, Recorded, Reply, Script};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -49,23 +52,7 @@ fn orch_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("PERF_PROBE_ORCH") {
         return PathBuf::from(bin);
     }
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    dir.join("orch")
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-        .status()
-        .expect("git runs")
-        .success();
-    assert!(ok, "git {args:?}");
+    bench::orch_next_to_example()
 }
 
 /// A temp dir with `repo/` (a small Python project: 12 files, one commit),
@@ -97,9 +84,7 @@ fn workspace() -> tempfile::TempDir {
         "from calc.ops import range_sum\n\ndef test():\n    assert range_sum(1, 3) == 6\n",
     )
     .unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-qm", "base"]);
+    bench::commit_all_as_base(&repo);
     std::fs::write(tmp.path().join("p.yaml"), ONE_STAGE).unwrap();
     std::fs::write(tmp.path().join("ISSUE.md"), ISSUE).unwrap();
     std::fs::create_dir_all(tmp.path().join("config")).unwrap();
