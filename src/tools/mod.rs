@@ -175,14 +175,7 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
 /// below the depth limit).
 pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
     let can_spawn = ctx.spawn.as_ref().is_some_and(SpawnContext::can_spawn);
-    ALL_TOOLS
-        .iter()
-        .filter(|t| ctx.allowed.iter().any(|a| a == *t))
-        .filter_map(|t| match *t {
-            "spawn_agent" => can_spawn.then(spawn_agent::definition),
-            other => definition(other),
-        })
-        .collect()
+    schemas(&ctx.allowed, can_spawn)
 }
 
 /// Names of the tools offered in `ctx` (for the system prompt).
@@ -193,10 +186,19 @@ pub fn offered_names(ctx: &ToolContext) -> Vec<String> {
 /// JSON schemas of the allowed tools, in [`ALL_TOOLS`] order, without
 /// `spawn_agent` (which needs a [`ToolContext`]; see [`offered`]).
 pub fn definitions(allowed: &[String]) -> Vec<ToolDef> {
+    schemas(allowed, false)
+}
+
+/// The schemas of the `allowed` tools in [`ALL_TOOLS`] order; `spawn_agent`
+/// only when `can_spawn`.
+fn schemas(allowed: &[String], can_spawn: bool) -> Vec<ToolDef> {
     ALL_TOOLS
         .iter()
         .filter(|t| allowed.iter().any(|a| a == *t))
-        .filter_map(|t| definition(t))
+        .filter_map(|t| match *t {
+            "spawn_agent" => can_spawn.then(spawn_agent::definition),
+            other => definition(other),
+        })
         .collect()
 }
 
