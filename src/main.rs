@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use orch::cli::{Cli, dispatch, exit};
+use orch::ui::status_line;
 
 fn main() {
     let cli = Cli::parse();
@@ -20,14 +21,14 @@ fn main() {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
+            status_line(&format!("error: failed to start the async runtime: {e}"));
             std::process::exit(exit::INTERNAL);
         }
     };
     let code = match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            status_line(&format!("error: {e}"));
             e.exit_code()
         }
     };

@@ -1,11 +1,14 @@
 //! Everything orch shows a person on stderr: progress bars on a terminal,
 //! plain status lines otherwise. Library code never prints elsewhere; stdout
 //! is reserved for results and is written only by the CLI layer.
+//!
+//! Invariant: a closed or failing stderr never ends the program
+//! ([`status_line`]).
 
 use crate::runlog::{RunState, StageRecord, TokenCount};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::collections::HashMap;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,7 +39,7 @@ impl Ui {
             Some(b) => {
                 let _ = b.println(msg);
             }
-            None => eprintln!("{msg}"),
+            None => status_line(msg),
         }
     }
 
@@ -119,6 +122,12 @@ impl Ui {
             state.status.as_str()
         ));
     }
+}
+
+/// Writes one line to stderr. A failed write is dropped: a status line is
+/// never worth a panic (`eprintln!` panics when stderr is a closed pipe).
+pub fn status_line(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{msg}");
 }
 
 /// Reports a running stage's turns to its progress line (cheap to clone,

@@ -11,6 +11,7 @@
 
 use super::CliError;
 use super::model::{ModelArgs, choose_for_repo};
+use super::output::{Out, ignore_closed};
 use super::run::{exit_code_of, roles_for};
 use crate::catalog::Catalog;
 use crate::ids::StageId;
@@ -130,8 +131,10 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
     )
     .await?;
     let st = &summary.state.stages[0];
-    if args.json {
-        println!(
+    let mut out = Out::stdout();
+    let printed = if args.json {
+        writeln!(
+            out,
             "{}",
             serde_json::json!({
                 "run_id": summary.state.run_id,
@@ -145,13 +148,14 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
                 "branch": st.branch,
                 "transcript": summary.record_dir.join("stages").join(&st.id).join("transcript.json").display().to_string(),
             })
-        );
+        )
     } else {
-        println!("{}", summary.last_summary.trim_end());
         if let Some(r) = &st.reason {
-            eprintln!("orch: agent {}: {r}", st.status.as_str());
+            crate::ui::status_line(&format!("orch: agent {}: {r}", st.status.as_str()));
         }
-    }
+        writeln!(out, "{}", summary.last_summary.trim_end())
+    };
+    ignore_closed(printed.and_then(|()| out.finish()))?;
     Ok(exit_code_of(&summary))
 }
 
@@ -207,14 +211,20 @@ async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
         assume_yes: args.yes,
     })
     .await?;
-    if args.json {
-        println!("{}", serde_json::to_string(&result).unwrap_or_default());
+    let mut out = Out::stdout();
+    let printed = if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&result).unwrap_or_default()
+        )
     } else {
-        println!("{}", result.report.trim_end());
         if let Some(r) = &result.reason {
-            eprintln!("orch: agent {}: {r}", result.status.as_str());
+            crate::ui::status_line(&format!("orch: agent {}: {r}", result.status.as_str()));
         }
-    }
+        writeln!(out, "{}", result.report.trim_end())
+    };
+    ignore_closed(printed.and_then(|()| out.finish()))?;
     Ok(match result.status {
         AgentStatus::Succeeded => super::exit::OK,
         AgentStatus::ModelError => super::exit::MODEL,

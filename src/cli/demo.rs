@@ -4,6 +4,7 @@
 //! are replayed), and then runs the fixture's own tests on the PR branch.
 
 use super::model::{ModelArgs, choose};
+use super::output::{Out, ignore_closed};
 use super::run::{exit_code_of, print_summary, roles_for};
 use super::{CliError, exit};
 use crate::catalog::Catalog;
@@ -111,7 +112,7 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
         &ui,
     )
     .await?;
-    print_summary(&summary, args.json);
+    ignore_closed(print_summary(&summary, args.json))?;
     let code = exit_code_of(&summary);
     if code != exit::OK {
         return Ok(code);
@@ -142,34 +143,54 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
         Err(e) => (false, format!("could not run python3: {e}")),
     };
     if !args.json {
-        println!();
-        println!("verification on the PR branch ({}):", result.display());
-        println!(
-            "  word_count(\"hello  world\"), word_count(\"one\\ntwo\"): before {} → after {}",
-            before.trim(),
-            after.trim()
-        );
-        let last = report
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .rev()
-            .take(2)
-            .collect::<Vec<_>>();
-        println!(
-            "  python3 -m unittest: {}",
-            last.into_iter().rev().collect::<Vec<_>>().join(" — ")
-        );
-        println!(
-            "  the demo repo's own branch and working tree are untouched: git -C {} status",
-            repo.display()
-        );
+        ignore_closed(print_verification(
+            &result,
+            &repo,
+            (before.trim(), after.trim()),
+            &report,
+        ))?;
     }
     if ok {
         Ok(exit::OK)
     } else {
-        eprintln!("orch demo: the fixture's tests failed on the PR branch:\n{report}");
+        crate::ui::status_line(&format!(
+            "orch demo: the fixture's tests failed on the PR branch:\n{report}"
+        ));
         Ok(exit::STAGE_FAILED)
     }
+}
+
+/// What the fixture's own tests said on the PR branch, on stdout.
+fn print_verification(
+    result: &Path,
+    repo: &Path,
+    (before, after): (&str, &str),
+    report: &str,
+) -> Result<(), CliError> {
+    let mut out = Out::stdout();
+    writeln!(out)?;
+    writeln!(out, "verification on the PR branch ({}):", result.display())?;
+    writeln!(
+        out,
+        "  word_count(\"hello  world\"), word_count(\"one\\ntwo\"): before {before} → after {after}"
+    )?;
+    let last = report
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .rev()
+        .take(2)
+        .collect::<Vec<_>>();
+    writeln!(
+        out,
+        "  python3 -m unittest: {}",
+        last.into_iter().rev().collect::<Vec<_>>().join(" — ")
+    )?;
+    writeln!(
+        out,
+        "  the demo repo's own branch and working tree are untouched: git -C {} status",
+        repo.display()
+    )?;
+    out.finish()
 }
 
 const REPRO: &str = "import textstats; print(textstats.word_count('hello  world'), textstats.word_count('one\\ntwo'))";

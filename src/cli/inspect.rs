@@ -1,6 +1,7 @@
 //! Reviewing runs: `orch runs`, `show`, `review`, `diff`, `log`. All read the
 //! run record and git; none changes anything.
 
+use super::output::Out;
 use super::resume::resolve_run_id;
 use super::{CliError, exit};
 use crate::git;
@@ -125,9 +126,10 @@ pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
         };
         match dir.read_state() {
             Ok(s) => rows.push(s),
-            Err(e) => eprintln!("warning: failed to {e}"),
+            Err(e) => crate::ui::status_line(&format!("warning: failed to {e}")),
         }
     }
+    let mut out = Out::stdout();
     if args.json {
         let arr: Vec<_> = rows
             .iter()
@@ -138,19 +140,23 @@ pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(arr));
+        writeln!(out, "{}", serde_json::Value::Array(arr))?;
+        out.finish()?;
         return Ok(exit::OK);
     }
     if rows.is_empty() {
-        println!("no runs in {}", info.workdir.display());
+        writeln!(out, "no runs in {}", info.workdir.display())?;
+        out.finish()?;
         return Ok(exit::OK);
     }
-    println!(
+    writeln!(
+        out,
         "{:<22} {:<14} {:<12} {:>5} {:>9}  model",
         "run", "pipeline", "status", "age", "tokens"
-    );
+    )?;
     for s in rows {
-        println!(
+        writeln!(
+            out,
             "{:<22} {:<14} {:<12} {:>5} {:>9}  {}",
             s.run_id,
             s.pipeline,
@@ -158,22 +164,26 @@ pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
             age(&s.created),
             s.tokens().total(),
             s.model
-        );
+        )?;
     }
+    out.finish()?;
     Ok(exit::OK)
 }
 
 /// `orch show`.
 pub fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     let (_, root, state) = open(&args.repo, &args.run)?;
+    let mut out = Out::stdout();
     if args.json {
-        println!(
+        writeln!(
+            out,
             "{}",
             serde_json::to_string_pretty(&state).unwrap_or_default()
-        );
-        return Ok(exit::OK);
+        )?;
+    } else {
+        out.text(&render_show(&state, &root))?;
     }
-    print!("{}", render_show(&state, &root));
+    out.finish()?;
     Ok(exit::OK)
 }
 
@@ -274,9 +284,11 @@ pub fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
         Some(id) => vec![stage(&state, id)?],
         None => state.stages.iter().collect(),
     };
+    let mut out = Out::stdout();
     for st in stages {
-        print!("{}", render_review(&common, st)?);
+        out.text(&render_review(&common, st)?)?;
     }
+    out.finish()?;
     Ok(exit::OK)
 }
 
@@ -340,7 +352,9 @@ pub fn cmd_diff(args: DiffArgs) -> Result<i32, CliError> {
             st.status.as_str()
         )));
     };
-    print!("{}", git::diff(&common, parent, commit, usize::MAX)?.patch);
+    let mut out = Out::stdout();
+    out.text(&git::diff(&common, parent, commit, usize::MAX)?.patch)?;
+    out.finish()?;
     Ok(exit::OK)
 }
 
@@ -351,23 +365,25 @@ pub fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
         Some(id) => vec![stage(&state, id)?],
         None => state.stages.iter().collect(),
     };
+    let mut out = Out::stdout();
     for st in stages {
         let path = root.join("stages").join(&st.id).join("actions.jsonl");
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
         if args.json {
-            print!("{text}");
+            out.text(&text)?;
             continue;
         }
-        println!("=== {} ({})", st.id, st.role);
+        writeln!(out, "=== {} ({})", st.id, st.role)?;
         for line in text.lines() {
             match serde_json::from_str::<serde_json::Value>(line) {
-                Ok(ev) => println!("{}", render_event(&ev)),
-                Err(_) => println!("  [unreadable line: {}]", crate::agent::cap(line, 80)),
+                Ok(ev) => writeln!(out, "{}", render_event(&ev))?,
+                Err(_) => writeln!(out, "  [unreadable line: {}]", crate::agent::cap(line, 80))?,
             }
         }
     }
+    out.finish()?;
     Ok(exit::OK)
 }
 

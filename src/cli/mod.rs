@@ -7,6 +7,7 @@ mod config;
 mod demo;
 mod inspect;
 mod model;
+mod output;
 mod resume;
 mod run;
 mod validate;
@@ -115,6 +116,10 @@ pub enum CliError {
     /// Anything else.
     #[error("{0}")]
     Internal(String),
+    /// Stdout was closed by its reader (`orch log last | head -1`): a normal
+    /// end, exit 0 and no message (see [`output`]).
+    #[error("stop writing: stdout was closed")]
+    StdoutClosed,
 }
 
 impl From<RunError> for CliError {
@@ -143,13 +148,22 @@ impl CliError {
                 | crate::runlog::RecordError::Locked { .. },
             ) => exit::INVALID,
             CliError::Record(_) | CliError::Run(_) | CliError::Internal(_) => exit::INTERNAL,
+            CliError::StdoutClosed => exit::OK,
         }
     }
 }
 
 /// Runs a parsed command line; returns the exit code for a finished command.
+/// A closed stdout ends a command normally: `Ok(exit::OK)`, never an error.
 pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {
-    match cli.command {
+    match run_command(cli.command).await {
+        Err(CliError::StdoutClosed) => Ok(exit::OK),
+        other => other,
+    }
+}
+
+async fn run_command(command: Command) -> Result<i32, CliError> {
+    match command {
         Command::Run(a) => run::cmd_run(a).await,
         Command::Agent(a) => agent::cmd_agent(a).await,
         Command::Resume(a) => resume::cmd_resume(a).await,

@@ -1,6 +1,7 @@
 //! `orch resume` and `orch rollback`.
 
 use super::model::{ModelArgs, any_given};
+use super::output::{Out, ignore_closed};
 use super::run::{exit_code_of, parse_parallel, print_summary};
 use super::{CliError, exit};
 use crate::llm::openai::{ModelSettings, OpenAiClient};
@@ -125,7 +126,7 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
         &ui,
     )
     .await?;
-    print_summary(&summary, args.json);
+    ignore_closed(print_summary(&summary, args.json))?;
     Ok(exit_code_of(&summary))
 }
 
@@ -133,17 +134,21 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
 pub async fn cmd_rollback(args: RollbackArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let rolled = runner::rollback_run(&args.repo, &run_id, &args.to).await?;
-    println!(
+    let mut out = Out::stdout();
+    writeln!(
+        out,
         "run {run_id}: final branch orch/{run_id}/pr now at stage `{}`",
         args.to
-    );
+    )?;
     if rolled.is_empty() {
-        println!("no later stages to roll back");
+        writeln!(out, "no later stages to roll back")?;
     } else {
-        println!(
+        writeln!(
+            out,
             "rolled back (branches kept; `orch resume {run_id}` re-runs them): {}",
             rolled.join(", ")
-        );
+        )?;
     }
+    out.finish()?;
     Ok(exit::OK)
 }

@@ -1,6 +1,7 @@
 //! `orch run <pipeline>`: an issue in, a PR branch and PR text out.
 
 use super::model::{ModelArgs, choose_for_repo};
+use super::output::{Out, ignore_closed};
 use super::{CliError, exit};
 use crate::agent::budget::{Budget, RunLimits};
 use crate::agent::compact::{CompactConfig, DEFAULT_COMPACT_AT, DEFAULT_CONTEXT_WINDOW};
@@ -184,7 +185,7 @@ pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
         &ui,
     )
     .await?;
-    print_summary(&summary, args.json);
+    ignore_closed(print_summary(&summary, args.json))?;
     Ok(exit_code_of(&summary))
 }
 
@@ -228,28 +229,31 @@ pub(super) fn summary_json(summary: &RunSummary) -> serde_json::Value {
 }
 
 /// Prints the human summary or the JSON object on stdout.
-pub(super) fn print_summary(summary: &RunSummary, json: bool) {
+pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliError> {
+    let mut out = Out::stdout();
     if json {
-        println!("{}", summary_json(summary));
-        return;
+        writeln!(out, "{}", summary_json(summary))?;
+        return out.finish();
     }
     let s = &summary.state;
-    println!(
+    writeln!(
+        out,
         "run {}: {} (pipeline {})",
         s.run_id,
         s.status.as_str(),
         s.pipeline
-    );
-    println!("model: {}", s.model_label);
+    )?;
+    writeln!(out, "model: {}", s.model_label)?;
     let t = s.tokens();
-    println!(
+    writeln!(
+        out,
         "tokens: {} (prompt {}, completion {}), cost: {}",
         t.total(),
         t.prompt,
         t.completion,
         super::inspect::run_cost(s)
-    );
-    println!();
+    )?;
+    writeln!(out)?;
     for st in &s.stages {
         let commit = st.commit.as_deref().map_or("-", |c| &c[..c.len().min(10)]);
         let verdict = st
@@ -261,7 +265,8 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) {
             }
             _ => String::new(),
         };
-        println!(
+        writeln!(
+            out,
             "  {:<10} {:<9} {:<9} {:>3} turns {:>7} tokens  {}  {}{verdict}{detail}",
             st.id,
             st.role,
@@ -270,17 +275,22 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) {
             st.tokens.total(),
             commit,
             st.branch.as_deref().unwrap_or("-"),
-        );
+        )?;
     }
-    println!();
+    writeln!(out)?;
     if s.status == RunStatus::Succeeded {
-        println!("final branch: {}", s.final_branch);
+        writeln!(out, "final branch: {}", s.final_branch)?;
     } else {
-        println!("worktree kept for inspection: {}", s.worktree);
+        writeln!(out, "worktree kept for inspection: {}", s.worktree)?;
     }
     if let Some((title, _)) = &summary.pr {
-        println!("PR title: {title}");
-        println!("PR body:  {}", summary.record_dir.join("pr.md").display());
+        writeln!(out, "PR title: {title}")?;
+        writeln!(
+            out,
+            "PR body:  {}",
+            summary.record_dir.join("pr.md").display()
+        )?;
     }
-    println!("record:   {}", summary.record_dir.display());
+    writeln!(out, "record:   {}", summary.record_dir.display())?;
+    out.finish()
 }
