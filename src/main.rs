@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use orch::cli::{Cli, dispatch, exit};
-use orch::ui::status_line;
+use orch::ui::{status_line, stderr_color};
 
 fn main() {
     let cli = Cli::parse();
@@ -13,6 +13,9 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // ANSI colour only on a terminal and without NO_COLOR: a log file or a
+        // pipe gets plain text.
+        .with_ansi(stderr_color())
         .with_target(false)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -1,6 +1,6 @@
-//! What orch writes to its streams when they are not a terminal: a reader
-//! that closes stdout early (`orch log last | head -1`) ends orch quietly
-//! with exit 0.
+//! What orch writes to its two streams when they are not a terminal: a
+//! reader that closes stdout early (`orch log last | head -1`) ends orch
+//! quietly with exit 0, and stderr redirected to a file gets no ANSI colour.
 
 use crate::support::{
     FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, record_dir, stdout_json,
@@ -152,5 +152,56 @@ fn log_and_runs_piped_into_head_end_with_exit_0_and_nothing_on_stderr() {
         &repo.path,
         &["runs", "--limit", &limit],
         table.lines().next().unwrap(),
+    );
+}
+
+#[test]
+fn stderr_redirected_to_a_file_holds_no_escape_byte() {
+    let repo = TestRepo::new();
+    repo.write("notes.txt", "one\n");
+    repo.commit_all("base");
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        tmp.path(),
+        "p",
+        "name: p\nstages:\n  code:\n    role: coder\n",
+    );
+    let issue = write_issue(tmp.path(), "# add a line\n");
+    // A failing first reply makes the client log a retry warning.
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::Status(500, "try again".into()),
+            Reply::tool_call(
+                "e",
+                "edit_file",
+                json!({"path": "notes.txt", "old_string": "one", "new_string": "one\ntwo"}),
+            ),
+            Reply::finish("f", "Added a line.", None),
+        ],
+    ));
+    let log_path = tmp.path().join("stderr.log");
+    let log_file = std::fs::File::create(&log_path).unwrap();
+    let mut cmd = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .env("ORCH_LOG", "debug")
+        .env("ORCH_RETRY_BASE_MS", "1")
+        .command();
+    let status = cmd.stderr(log_file).stdout(Stdio::null()).status().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let bytes = std::fs::read(&log_path).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.contains("WARN") && text.contains("DEBUG"),
+        "the run logged warnings and debug lines: {text}"
+    );
+    assert!(
+        text.contains("orch: stage code (coder) started"),
+        "progress lines: {text}"
+    );
+    assert!(
+        !bytes.contains(&0x1b),
+        "no ESC byte in a redirected stderr: {text:?}"
     );
 }
