@@ -10,9 +10,11 @@
 //! [`crate::subagent`].
 
 use super::CliError;
-use super::model::{ModelArgs, choose_for_repo};
+use super::args::{LimitArgs, ModelArgs};
+use super::model::choose_for_repo;
 use super::output::{Out, ignore_closed};
-use super::run::{exit_code_of, roles_for};
+use super::session::{SessionBuilder, roles_for};
+use super::summary::exit_code_of;
 use crate::catalog::Catalog;
 use crate::ids::StageId;
 use crate::pipeline::{Pipeline, Stage};
@@ -45,7 +47,7 @@ pub struct AgentArgs {
     pub model: ModelArgs,
     /// Budget and compaction settings.
     #[command(flatten)]
-    pub limits: super::run::LimitArgs,
+    pub limits: LimitArgs,
     /// Allow commands that the role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
@@ -113,7 +115,10 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         origin: "orch agent".to_owned(),
     };
     let roles = roles_for(&catalog, &pipeline)?;
-    let chosen = choose_for_repo(&args.model, Some(&args.repo))?;
+    let session = SessionBuilder::new(&args.model, Some(&args.repo))?
+        .assume_yes(args.yes)
+        .max_parallel(1)
+        .build(&args.limits)?;
     let ui = Ui::new(args.json);
     let summary = run_pipeline(
         RunOptions {
@@ -122,10 +127,7 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             roles,
             issue: String::new(),
             base: args.base.clone(),
-            session: {
-                let limits = args.limits.to_limits(chosen.model.context_window())?;
-                chosen.session(args.yes, crate::policy::detect_interactive(), 1, limits)
-            },
+            session,
         },
         &ui,
     )

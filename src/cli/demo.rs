@@ -3,9 +3,10 @@
 //! the recorded replay model (tools run for real; only the model's replies
 //! are replayed), and then runs the fixture's own tests on the PR branch.
 
-use super::model::{ModelArgs, choose};
+use super::args::ModelArgs;
 use super::output::{Out, ignore_closed};
-use super::run::{exit_code_of, print_summary, roles_for};
+use super::session::{SessionBuilder, roles_for};
+use super::summary::{exit_code_of, print_summary};
 use super::{CliError, exit};
 use crate::catalog::Catalog;
 use crate::runner::{RunOptions, run_pipeline};
@@ -89,12 +90,13 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&repo))?;
     let pipeline = catalog.pipeline("issue-to-pr")?;
     let roles = roles_for(&catalog, &pipeline)?;
-    let chosen = choose(&ModelArgs {
-        base_url: None,
-        model: None,
+    let replay = ModelArgs {
         replay: Some(replay_path),
         ..ModelArgs::default()
-    })?;
+    };
+    let session = SessionBuilder::new(&replay, None)?
+        .interactive(false)
+        .build_with(Default::default());
     let summary = run_pipeline(
         RunOptions {
             repo: repo.clone(),
@@ -102,12 +104,7 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
             roles,
             issue: ISSUE.to_owned(),
             base: "HEAD".to_owned(),
-            session: chosen.session(
-                false,
-                false,
-                crate::runner::DEFAULT_MAX_PARALLEL,
-                Default::default(),
-            ),
+            session,
         },
         &ui,
     )

@@ -2,7 +2,7 @@
 //! run record and git; none changes anything.
 
 use super::output::Out;
-use super::resume::resolve_run_id;
+use super::record::{open, run_cost};
 use super::{CliError, exit};
 use crate::git;
 use crate::runlog::{self, RunState, StageRecord};
@@ -72,14 +72,6 @@ pub struct LogArgs {
     /// The raw JSONL events
     #[arg(long)]
     pub json: bool,
-}
-
-fn open(repo: &Path, run: &str) -> Result<(PathBuf, PathBuf, RunState), CliError> {
-    let info = git::open_repo(repo)?;
-    let run_id = resolve_run_id(repo, run)?;
-    let dir = runlog::RunDir::open(&info.common_dir, &run_id)?;
-    let state = dir.read_state()?;
-    Ok((info.common_dir, dir.root, state))
 }
 
 fn stage<'a>(state: &'a RunState, id: &str) -> Result<&'a StageRecord, CliError> {
@@ -260,21 +252,6 @@ fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
     for c in &n.children {
         render_agent(o, c, depth + 1);
     }
-}
-
-/// The run's cost: the sum over stages that ran, "unknown" when any of
-/// them ran on a model without a known price.
-pub(super) fn run_cost(s: &RunState) -> String {
-    run_cost_usd(s).map_or("unknown".to_owned(), |usd| format!("${usd:.4}"))
-}
-
-/// The run's cost in USD, `None` when unknown.
-pub(super) fn run_cost_usd(s: &RunState) -> Option<f64> {
-    s.stages
-        .iter()
-        .filter(|st| st.turns > 0)
-        .map(|st| st.budget.as_ref().and_then(|b| b.used.cost_usd))
-        .sum()
 }
 
 /// `orch review`.

@@ -2,15 +2,22 @@
 //! function). Results go to stdout; everything else goes through [`crate::ui`]
 //! or `tracing` to stderr.
 
+// Subcommands: one file each; none imports another.
 mod agent;
 mod config;
 mod demo;
 mod inspect;
-mod model;
-mod output;
 mod resume;
 mod run;
 mod validate;
+
+// Shared by the subcommands.
+mod args;
+mod model;
+mod output;
+mod record;
+mod session;
+mod summary;
 
 use crate::catalog::CatalogError;
 use crate::git::GitError;
