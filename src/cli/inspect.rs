@@ -141,15 +141,24 @@ pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
         out.finish()?;
         return Ok(exit::OK);
     }
+    // The id column fits the longest id plus two spaces (older records hold
+    // shorter ids than new ones).
+    let id_width = rows
+        .iter()
+        .map(|s| s.run_id.len())
+        .max()
+        .unwrap_or(0)
+        .max(20)
+        + 2;
     writeln!(
         out,
-        "{:<22} {:<14} {:<12} {:>5} {:>9}  model",
+        "{:<id_width$} {:<14} {:<12} {:>5} {:>9}  model",
         "run", "pipeline", "status", "age", "tokens"
     )?;
     for s in rows {
         writeln!(
             out,
-            "{:<22} {:<14} {:<12} {:>5} {:>9}  {}",
+            "{:<id_width$} {:<14} {:<12} {:>5} {:>9}  {}",
             s.run_id,
             s.pipeline,
             s.status.as_str(),

@@ -3,28 +3,36 @@
 
 use super::CliError;
 use crate::git;
+use crate::ids::RunId;
 use crate::runlog::{self, RunState};
 use std::path::{Path, PathBuf};
 
-/// The run id for `last`, or the id as given.
-pub(super) fn resolve_run_id(repo: &std::path::Path, run: &str) -> Result<String, CliError> {
-    if run != "last" {
-        return Ok(run.to_owned());
+/// The run id for `last` (the newest run), or the id as given. A string that
+/// cannot be a run id is an unknown run, reported with the runs that exist.
+pub(super) fn resolve_run_id(repo: &Path, run: &str) -> Result<RunId, CliError> {
+    let info = git::open_repo(repo)?;
+    if run == "last" {
+        return runlog::list_run_ids(&info.common_dir)
+            .into_iter()
+            .find_map(|id| id.parse().ok())
+            .ok_or_else(|| {
+                CliError::Invalid("failed to find the last run: this repository has no runs".into())
+            });
     }
-    let info = crate::git::open_repo(repo)?;
-    crate::runlog::list_run_ids(&info.common_dir)
-        .into_iter()
-        .next()
-        .ok_or_else(|| {
-            CliError::Invalid("failed to find the last run: this repository has no runs".into())
-        })
+    run.parse::<RunId>().map_err(|bad| {
+        match runlog::RunDir::open(&info.common_dir, run) {
+            Err(unknown) => unknown.into(),
+            // A record under a name orch never makes (created by hand).
+            Ok(_) => CliError::Invalid(format!("failed to {bad}")),
+        }
+    })
 }
 
 /// The repository's common git dir, the run's record directory and its state.
 pub(super) fn open(repo: &Path, run: &str) -> Result<(PathBuf, PathBuf, RunState), CliError> {
     let info = git::open_repo(repo)?;
     let run_id = resolve_run_id(repo, run)?;
-    let dir = runlog::RunDir::open(&info.common_dir, &run_id)?;
+    let dir = runlog::RunDir::open(&info.common_dir, run_id.as_str())?;
     let state = dir.read_state()?;
     Ok((info.common_dir, dir.root, state))
 }

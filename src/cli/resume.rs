@@ -55,7 +55,7 @@ pub struct RollbackArgs {
 pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let info = crate::git::open_repo(&args.repo)?;
-    let (_, state, _) = runner::load_run(&info.common_dir, &run_id)?;
+    let (_, state, _) = runner::load_run(&info.common_dir, run_id.as_str())?;
     let session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
@@ -63,7 +63,7 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let ui = Ui::new(false);
     let summary = runner::resume_run(
         &args.repo,
-        &run_id,
+        run_id.as_str(),
         session,
         ResumeOptions {
             retry_failed: args.retry,
@@ -78,7 +78,7 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
 /// `orch rollback`.
 pub async fn cmd_rollback(args: RollbackArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
-    let rolled = runner::rollback_run(&args.repo, &run_id, &args.to).await?;
+    let rolled = runner::rollback_run(&args.repo, run_id.as_str(), &args.to).await?;
     let mut out = Out::stdout();
     writeln!(
         out,
