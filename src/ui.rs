@@ -6,6 +6,9 @@
 //! when the stream is a terminal and `NO_COLOR` is unset ([`color_allowed`]);
 //! a closed or failing stderr never ends the program ([`status_line`]).
 
+// Stderr is written through `status_line`, which cannot panic.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 use crate::runlog::{RunState, StageRecord, TokenCount};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::collections::HashMap;

@@ -1,6 +1,13 @@
 //! The command line: one file per subcommand (an `Args` struct and a `cmd_*`
-//! function). Results go to stdout; everything else goes through [`crate::ui`]
-//! or `tracing` to stderr.
+//! function). Results go to stdout, only through `output::Out`; everything
+//! else goes through [`crate::ui`] or `tracing` to stderr.
+//!
+//! Invariant: no subcommand module imports another; what several share
+//! (flag groups, the session builder, the run summary, run lookup) lives in
+//! its own module below.
+
+// One stdout writer (it knows what a closed pipe means); stderr through `ui`.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 // Subcommands: one file each; none imports another.
 mod agent;
@@ -124,7 +131,7 @@ pub enum CliError {
     #[error("{0}")]
     Internal(String),
     /// Stdout was closed by its reader (`orch log last | head -1`): a normal
-    /// end, exit 0 and no message (see [`output`]).
+    /// end, exit 0 and no message (see `cli/output.rs`).
     #[error("stop writing: stdout was closed")]
     StdoutClosed,
 }

@@ -40,14 +40,8 @@ pub(super) struct Chosen {
     pub replay_file: Option<String>,
 }
 
-/// Resolves flags and environment into a model backend, without config files
-/// from a repository (the user's `orch.toml` still applies).
-pub(super) fn choose(args: &ModelArgs) -> Result<Chosen, CliError> {
-    choose_for_repo(args, None)
-}
-
-/// Resolves flags, environment and the `orch.toml` files of `repo` and the
-/// user config dir into a model backend.
+/// Resolves flags, environment and the `orch.toml` files of `repo` (when
+/// given) and the user config dir into a model backend.
 pub(super) fn choose_for_repo(args: &ModelArgs, repo: Option<&Path>) -> Result<Chosen, CliError> {
     if let Some(file) = args.replay_file() {
         let model = ReplayModel::from_file(&file)?;

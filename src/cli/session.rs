@@ -11,7 +11,7 @@
 
 use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
-use super::model::{Chosen, choose, choose_for_repo};
+use super::model::{Chosen, choose_for_repo};
 use crate::agent::budget::RunLimits;
 use crate::catalog::Catalog;
 use crate::pipeline::Pipeline;
@@ -35,11 +35,7 @@ impl SessionBuilder {
     /// environment and the `orch.toml` files of `repo` (when given) and the
     /// user config dir.
     pub(super) fn new(model: &ModelArgs, repo: Option<&Path>) -> Result<SessionBuilder, CliError> {
-        let chosen = match repo {
-            Some(repo) => choose_for_repo(model, Some(repo))?,
-            None => choose(model)?,
-        };
-        Ok(SessionBuilder::with(chosen))
+        Ok(SessionBuilder::with(choose_for_repo(model, repo)?))
     }
 
     /// A session to go on with a recorded run. Model flags, when any names a
