@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use orch::cli::{Cli, dispatch, exit};
+use orch::ui::{status_line, stderr_color};
 
 fn main() {
     let cli = Cli::parse();
@@ -12,6 +13,9 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // ANSI colour only on a terminal and without NO_COLOR: a log file or a
+        // pipe gets plain text.
+        .with_ansi(stderr_color())
         .with_target(false)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -20,14 +24,14 @@ fn main() {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
+            status_line(&format!("error: failed to start the async runtime: {e}"));
             std::process::exit(exit::INTERNAL);
         }
     };
     let code = match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            status_line(&format!("error: {e}"));
             e.exit_code()
         }
     };

@@ -178,20 +178,6 @@ struct StageOutcome {
     digest: Vec<String>,
 }
 
-/// A new sortable run id: UTC time plus 4 hex digits of randomness.
-pub fn new_run_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let now = chrono::Utc::now();
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(now.timestamp_nanos_opt().unwrap_or_default() as u128);
-    h.write_u32(std::process::id());
-    format!(
-        "{}-{:04x}",
-        now.format("%Y%m%d-%H%M%S"),
-        h.finish() & 0xffff
-    )
-}
-
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, GitError> + Send + 'static,
 ) -> Result<T, RunError> {
@@ -214,8 +200,8 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
     let (c, base) = (common.clone(), opts.base.clone());
     let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
 
-    let run_id = new_run_id();
-    let run_dir = RunDir::create(&common, &run_id)?;
+    let (run_id, run_dir) = RunDir::create_new(&common)?;
+    let run_id = run_id.into_string();
     let lock = crate::runlog::lock_run(&run_dir.root, &run_id)?;
     // The first lane's checkout overlaps the writing of the run record.
     let lanes = Arc::new(Lanes::new(&common, &run_id));
@@ -655,16 +641,4 @@ fn set_not_run(state: &mut RunState, id: &str, status: StageStatus, reason: Stri
     rec.status = status;
     rec.reason = Some(reason);
     ui.stage_skipped(rec);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_ids_sort_by_time_and_are_ref_safe() {
-        let a = new_run_id();
-        assert_eq!(a.len(), "20260101-000000-abcd".len());
-        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
-    }
 }

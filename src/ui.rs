@@ -1,11 +1,19 @@
 //! Everything orch shows a person on stderr: progress bars on a terminal,
 //! plain status lines otherwise. Library code never prints elsewhere; stdout
 //! is reserved for results and is written only by the CLI layer.
+//!
+//! Invariants: styled output (ANSI colour, in the `tracing` logs) is used only
+//! when the stream is a terminal and `NO_COLOR` is unset ([`color_allowed`]);
+//! a closed or failing stderr never ends the program ([`status_line`]).
+
+// Stderr is written through `status_line`, which cannot panic.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 use crate::runlog::{RunState, StageRecord, TokenCount};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::collections::HashMap;
-use std::io::IsTerminal;
+use std::ffi::OsStr;
+use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,7 +44,7 @@ impl Ui {
             Some(b) => {
                 let _ = b.println(msg);
             }
-            None => eprintln!("{msg}"),
+            None => status_line(msg),
         }
     }
 
@@ -121,6 +129,26 @@ impl Ui {
     }
 }
 
+/// Whether styled output may go to a stream: only to a terminal, and never
+/// when `NO_COLOR` is set to a non-empty value (<https://no-color.org>).
+pub fn color_allowed(is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+/// [`color_allowed`] for this process's stderr and environment.
+pub fn stderr_color() -> bool {
+    color_allowed(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
+}
+
+/// Writes one line to stderr. A failed write is dropped: a status line is
+/// never worth a panic (`eprintln!` panics when stderr is a closed pipe).
+pub fn status_line(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+}
+
 /// Reports a running stage's turns to its progress line (cheap to clone,
 /// usable from stage tasks).
 #[derive(Clone)]
@@ -145,5 +173,22 @@ impl ProgressHandle {
         {
             bar.set_message(format!("turn {turn}, {} tokens", tokens.total()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(color_allowed(true, None));
+        assert!(
+            color_allowed(true, Some(OsStr::new(""))),
+            "empty NO_COLOR is unset"
+        );
+        assert!(!color_allowed(true, Some(OsStr::new("1"))));
+        assert!(!color_allowed(false, None));
+        assert!(!color_allowed(false, Some(OsStr::new("1"))));
     }
 }

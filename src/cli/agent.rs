@@ -10,8 +10,11 @@
 //! [`crate::subagent`].
 
 use super::CliError;
-use super::model::{ModelArgs, choose_for_repo};
-use super::run::{exit_code_of, roles_for};
+use super::args::{LimitArgs, ModelArgs};
+use super::model::choose_for_repo;
+use super::output::{Out, ignore_closed};
+use super::session::{SessionBuilder, roles_for};
+use super::summary::exit_code_of;
 use crate::catalog::Catalog;
 use crate::ids::StageId;
 use crate::pipeline::{Pipeline, Stage};
@@ -44,7 +47,7 @@ pub struct AgentArgs {
     pub model: ModelArgs,
     /// Budget and compaction settings.
     #[command(flatten)]
-    pub limits: super::run::LimitArgs,
+    pub limits: LimitArgs,
     /// Allow commands that the role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
@@ -112,7 +115,10 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         origin: "orch agent".to_owned(),
     };
     let roles = roles_for(&catalog, &pipeline)?;
-    let chosen = choose_for_repo(&args.model, Some(&args.repo))?;
+    let session = SessionBuilder::new(&args.model, Some(&args.repo))?
+        .assume_yes(args.yes)
+        .max_parallel(1)
+        .build(&args.limits)?;
     let ui = Ui::new(args.json);
     let summary = run_pipeline(
         RunOptions {
@@ -121,17 +127,16 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             roles,
             issue: String::new(),
             base: args.base.clone(),
-            session: {
-                let limits = args.limits.to_limits(chosen.model.context_window())?;
-                chosen.session(args.yes, crate::policy::detect_interactive(), 1, limits)
-            },
+            session,
         },
         &ui,
     )
     .await?;
     let st = &summary.state.stages[0];
-    if args.json {
-        println!(
+    let mut out = Out::stdout();
+    let printed = if args.json {
+        writeln!(
+            out,
             "{}",
             serde_json::json!({
                 "run_id": summary.state.run_id,
@@ -145,13 +150,14 @@ pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
                 "branch": st.branch,
                 "transcript": summary.record_dir.join("stages").join(&st.id).join("transcript.json").display().to_string(),
             })
-        );
+        )
     } else {
-        println!("{}", summary.last_summary.trim_end());
         if let Some(r) = &st.reason {
-            eprintln!("orch: agent {}: {r}", st.status.as_str());
+            crate::ui::status_line(&format!("orch: agent {}: {r}", st.status.as_str()));
         }
-    }
+        writeln!(out, "{}", summary.last_summary.trim_end())
+    };
+    ignore_closed(printed.and_then(|()| out.finish()))?;
     Ok(exit_code_of(&summary))
 }
 
@@ -207,14 +213,20 @@ async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
         assume_yes: args.yes,
     })
     .await?;
-    if args.json {
-        println!("{}", serde_json::to_string(&result).unwrap_or_default());
+    let mut out = Out::stdout();
+    let printed = if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&result).unwrap_or_default()
+        )
     } else {
-        println!("{}", result.report.trim_end());
         if let Some(r) = &result.reason {
-            eprintln!("orch: agent {}: {r}", result.status.as_str());
+            crate::ui::status_line(&format!("orch: agent {}: {r}", result.status.as_str()));
         }
-    }
+        writeln!(out, "{}", result.report.trim_end())
+    };
+    ignore_closed(printed.and_then(|()| out.finish()))?;
     Ok(match result.status {
         AgentStatus::Succeeded => super::exit::OK,
         AgentStatus::ModelError => super::exit::MODEL,

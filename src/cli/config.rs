@@ -1,7 +1,9 @@
 //! `orch config`: the resolved model settings and where each came from
 //! (flag, env, file:line, default), secrets masked.
 
-use super::model::{ModelArgs, resolve_config};
+use super::args::ModelArgs;
+use super::model::resolve_config;
+use super::output::Out;
 use super::{CliError, exit};
 use crate::config::{ResolvedConfig, Setting, Source, builtin_prices_note, mask_secret};
 use crate::llm::price::Price;
@@ -37,6 +39,7 @@ pub fn cmd_config(args: ConfigArgs) -> Result<i32, CliError> {
     let rows = rows(&resolved);
     let price = price_of(&resolved);
     let replay = args.model.replay_file();
+    let mut stdout = Out::stdout();
     if args.json {
         let mut out = serde_json::Map::new();
         for row in &rows {
@@ -72,18 +75,25 @@ pub fn cmd_config(args: ConfigArgs) -> Result<i32, CliError> {
             "replay".into(),
             json!(replay.as_ref().map(|p| p.display().to_string())),
         );
-        println!("{}", Value::Object(out));
+        writeln!(stdout, "{}", Value::Object(out))?;
+        stdout.finish()?;
         return Ok(exit::OK);
     }
+    let mut out = stdout;
     if let Some(file) = &replay {
-        println!(
+        writeln!(
+            out,
             "replay                {} (recorded responses; no model is called)",
             file.display()
-        );
+        )?;
     }
     let width = rows.iter().map(|r| r.shown.len()).max().unwrap_or(0).max(8);
     for row in &rows {
-        println!("{:<21} {:<width$}  {}", row.name, row.shown, row.source);
+        writeln!(
+            out,
+            "{:<21} {:<width$}  {}",
+            row.name, row.shown, row.source
+        )?;
     }
     let (shown, source) = match &price {
         Some((model, p, source)) => (
@@ -99,11 +109,12 @@ pub fn cmd_config(args: ConfigArgs) -> Result<i32, CliError> {
                 .to_owned(),
         ),
     };
-    println!("{:<21} {shown:<width$}  {source}", "price");
+    writeln!(out, "{:<21} {shown:<width$}  {source}", "price")?;
     for (path, exists) in &resolved.files {
         let state = if *exists { "read" } else { "not found" };
-        println!("{:<21} {}  ({state})", "file", path.display());
+        writeln!(out, "{:<21} {}  ({state})", "file", path.display())?;
     }
+    out.finish()?;
     Ok(exit::OK)
 }
 

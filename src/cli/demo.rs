@@ -3,8 +3,10 @@
 //! the recorded replay model (tools run for real; only the model's replies
 //! are replayed), and then runs the fixture's own tests on the PR branch.
 
-use super::model::{ModelArgs, choose};
-use super::run::{exit_code_of, print_summary, roles_for};
+use super::args::ModelArgs;
+use super::output::{Out, ignore_closed};
+use super::session::{SessionBuilder, roles_for};
+use super::summary::{exit_code_of, print_summary};
 use super::{CliError, exit};
 use crate::catalog::Catalog;
 use crate::runner::{RunOptions, run_pipeline};
@@ -88,12 +90,13 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&repo))?;
     let pipeline = catalog.pipeline("issue-to-pr")?;
     let roles = roles_for(&catalog, &pipeline)?;
-    let chosen = choose(&ModelArgs {
-        base_url: None,
-        model: None,
+    let replay = ModelArgs {
         replay: Some(replay_path),
         ..ModelArgs::default()
-    })?;
+    };
+    let session = SessionBuilder::new(&replay, None)?
+        .interactive(false)
+        .build_with(Default::default());
     let summary = run_pipeline(
         RunOptions {
             repo: repo.clone(),
@@ -101,17 +104,12 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
             roles,
             issue: ISSUE.to_owned(),
             base: "HEAD".to_owned(),
-            session: chosen.session(
-                false,
-                false,
-                crate::runner::DEFAULT_MAX_PARALLEL,
-                Default::default(),
-            ),
+            session,
         },
         &ui,
     )
     .await?;
-    print_summary(&summary, args.json);
+    ignore_closed(print_summary(&summary, args.json))?;
     let code = exit_code_of(&summary);
     if code != exit::OK {
         return Ok(code);
@@ -142,34 +140,54 @@ pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
         Err(e) => (false, format!("could not run python3: {e}")),
     };
     if !args.json {
-        println!();
-        println!("verification on the PR branch ({}):", result.display());
-        println!(
-            "  word_count(\"hello  world\"), word_count(\"one\\ntwo\"): before {} → after {}",
-            before.trim(),
-            after.trim()
-        );
-        let last = report
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .rev()
-            .take(2)
-            .collect::<Vec<_>>();
-        println!(
-            "  python3 -m unittest: {}",
-            last.into_iter().rev().collect::<Vec<_>>().join(" — ")
-        );
-        println!(
-            "  the demo repo's own branch and working tree are untouched: git -C {} status",
-            repo.display()
-        );
+        ignore_closed(print_verification(
+            &result,
+            &repo,
+            (before.trim(), after.trim()),
+            &report,
+        ))?;
     }
     if ok {
         Ok(exit::OK)
     } else {
-        eprintln!("orch demo: the fixture's tests failed on the PR branch:\n{report}");
+        crate::ui::status_line(&format!(
+            "orch demo: the fixture's tests failed on the PR branch:\n{report}"
+        ));
         Ok(exit::STAGE_FAILED)
     }
+}
+
+/// What the fixture's own tests said on the PR branch, on stdout.
+fn print_verification(
+    result: &Path,
+    repo: &Path,
+    (before, after): (&str, &str),
+    report: &str,
+) -> Result<(), CliError> {
+    let mut out = Out::stdout();
+    writeln!(out)?;
+    writeln!(out, "verification on the PR branch ({}):", result.display())?;
+    writeln!(
+        out,
+        "  word_count(\"hello  world\"), word_count(\"one\\ntwo\"): before {before} → after {after}"
+    )?;
+    let last = report
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .rev()
+        .take(2)
+        .collect::<Vec<_>>();
+    writeln!(
+        out,
+        "  python3 -m unittest: {}",
+        last.into_iter().rev().collect::<Vec<_>>().join(" — ")
+    )?;
+    writeln!(
+        out,
+        "  the demo repo's own branch and working tree are untouched: git -C {} status",
+        repo.display()
+    )?;
+    out.finish()
 }
 
 const REPRO: &str = "import textstats; print(textstats.word_count('hello  world'), textstats.word_count('one\\ntwo'))";

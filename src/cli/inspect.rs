@@ -1,7 +1,8 @@
 //! Reviewing runs: `orch runs`, `show`, `review`, `diff`, `log`. All read the
 //! run record and git; none changes anything.
 
-use super::resume::resolve_run_id;
+use super::output::Out;
+use super::record::{open, run_cost};
 use super::{CliError, exit};
 use crate::git;
 use crate::runlog::{self, RunState, StageRecord};
@@ -73,14 +74,6 @@ pub struct LogArgs {
     pub json: bool,
 }
 
-fn open(repo: &Path, run: &str) -> Result<(PathBuf, PathBuf, RunState), CliError> {
-    let info = git::open_repo(repo)?;
-    let run_id = resolve_run_id(repo, run)?;
-    let dir = runlog::RunDir::open(&info.common_dir, &run_id)?;
-    let state = dir.read_state()?;
-    Ok((info.common_dir, dir.root, state))
-}
-
 fn stage<'a>(state: &'a RunState, id: &str) -> Result<&'a StageRecord, CliError> {
     state.stage(id).ok_or_else(|| {
         let known: Vec<&str> = state.stages.iter().map(|s| s.id.as_str()).collect();
@@ -125,9 +118,10 @@ pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
         };
         match dir.read_state() {
             Ok(s) => rows.push(s),
-            Err(e) => eprintln!("warning: failed to {e}"),
+            Err(e) => crate::ui::status_line(&format!("warning: failed to {e}")),
         }
     }
+    let mut out = Out::stdout();
     if args.json {
         let arr: Vec<_> = rows
             .iter()
@@ -138,42 +132,59 @@ pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(arr));
+        writeln!(out, "{}", serde_json::Value::Array(arr))?;
+        out.finish()?;
         return Ok(exit::OK);
     }
     if rows.is_empty() {
-        println!("no runs in {}", info.workdir.display());
+        writeln!(out, "no runs in {}", info.workdir.display())?;
+        out.finish()?;
         return Ok(exit::OK);
     }
-    println!(
-        "{:<22} {:<14} {:<12} {:>5} {:>9}  model",
+    // The id column fits the longest id plus two spaces (older records hold
+    // shorter ids than new ones).
+    let id_width = rows
+        .iter()
+        .map(|s| s.run_id.len())
+        .max()
+        .unwrap_or(0)
+        .max(20)
+        + 2;
+    writeln!(
+        out,
+        "{:<id_width$} {:<14} {:<12} {:>5} {:>9}  model",
         "run", "pipeline", "status", "age", "tokens"
-    );
+    )?;
     for s in rows {
-        println!(
-            "{:<22} {:<14} {:<12} {:>5} {:>9}  {}",
+        writeln!(
+            out,
+            "{:<id_width$} {:<14} {:<12} {:>5} {:>9}  {}",
             s.run_id,
             s.pipeline,
             s.status.as_str(),
             age(&s.created),
             s.tokens().total(),
             s.model
-        );
+        )?;
     }
+    out.finish()?;
     Ok(exit::OK)
 }
 
 /// `orch show`.
 pub fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     let (_, root, state) = open(&args.repo, &args.run)?;
+    let mut out = Out::stdout();
     if args.json {
-        println!(
+        writeln!(
+            out,
             "{}",
             serde_json::to_string_pretty(&state).unwrap_or_default()
-        );
-        return Ok(exit::OK);
+        )?;
+    } else {
+        out.text(&render_show(&state, &root))?;
     }
-    print!("{}", render_show(&state, &root));
+    out.finish()?;
     Ok(exit::OK)
 }
 
@@ -252,21 +263,6 @@ fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
     }
 }
 
-/// The run's cost: the sum over stages that ran, "unknown" when any of
-/// them ran on a model without a known price.
-pub(super) fn run_cost(s: &RunState) -> String {
-    run_cost_usd(s).map_or("unknown".to_owned(), |usd| format!("${usd:.4}"))
-}
-
-/// The run's cost in USD, `None` when unknown.
-pub(super) fn run_cost_usd(s: &RunState) -> Option<f64> {
-    s.stages
-        .iter()
-        .filter(|st| st.turns > 0)
-        .map(|st| st.budget.as_ref().and_then(|b| b.used.cost_usd))
-        .sum()
-}
-
 /// `orch review`.
 pub fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
     let (common, _, state) = open(&args.repo, &args.run)?;
@@ -274,9 +270,11 @@ pub fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
         Some(id) => vec![stage(&state, id)?],
         None => state.stages.iter().collect(),
     };
+    let mut out = Out::stdout();
     for st in stages {
-        print!("{}", render_review(&common, st)?);
+        out.text(&render_review(&common, st)?)?;
     }
+    out.finish()?;
     Ok(exit::OK)
 }
 
@@ -340,7 +338,9 @@ pub fn cmd_diff(args: DiffArgs) -> Result<i32, CliError> {
             st.status.as_str()
         )));
     };
-    print!("{}", git::diff(&common, parent, commit, usize::MAX)?.patch);
+    let mut out = Out::stdout();
+    out.text(&git::diff(&common, parent, commit, usize::MAX)?.patch)?;
+    out.finish()?;
     Ok(exit::OK)
 }
 
@@ -351,23 +351,25 @@ pub fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
         Some(id) => vec![stage(&state, id)?],
         None => state.stages.iter().collect(),
     };
+    let mut out = Out::stdout();
     for st in stages {
         let path = root.join("stages").join(&st.id).join("actions.jsonl");
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
         if args.json {
-            print!("{text}");
+            out.text(&text)?;
             continue;
         }
-        println!("=== {} ({})", st.id, st.role);
+        writeln!(out, "=== {} ({})", st.id, st.role)?;
         for line in text.lines() {
             match serde_json::from_str::<serde_json::Value>(line) {
-                Ok(ev) => println!("{}", render_event(&ev)),
-                Err(_) => println!("  [unreadable line: {}]", crate::agent::cap(line, 80)),
+                Ok(ev) => writeln!(out, "{}", render_event(&ev))?,
+                Err(_) => writeln!(out, "  [unreadable line: {}]", crate::agent::cap(line, 80))?,
             }
         }
     }
+    out.finish()?;
     Ok(exit::OK)
 }
 

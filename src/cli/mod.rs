@@ -1,15 +1,30 @@
 //! The command line: one file per subcommand (an `Args` struct and a `cmd_*`
-//! function). Results go to stdout; everything else goes through [`crate::ui`]
-//! or `tracing` to stderr.
+//! function). Results go to stdout, only through `output::Out`; everything
+//! else goes through [`crate::ui`] or `tracing` to stderr.
+//!
+//! Invariant: no subcommand module imports another; what several share
+//! (flag groups, the session builder, the run summary, run lookup) lives in
+//! its own module below.
 
+// One stdout writer (it knows what a closed pipe means); stderr through `ui`.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+// Subcommands: one file each; none imports another.
 mod agent;
 mod config;
 mod demo;
 mod inspect;
-mod model;
 mod resume;
 mod run;
 mod validate;
+
+// Shared by the subcommands.
+mod args;
+mod model;
+mod output;
+mod record;
+mod session;
+mod summary;
 
 use crate::catalog::CatalogError;
 use crate::git::GitError;
@@ -115,6 +130,10 @@ pub enum CliError {
     /// Anything else.
     #[error("{0}")]
     Internal(String),
+    /// Stdout was closed by its reader (`orch log last | head -1`): a normal
+    /// end, exit 0 and no message (see `cli/output.rs`).
+    #[error("stop writing: stdout was closed")]
+    StdoutClosed,
 }
 
 impl From<RunError> for CliError {
@@ -143,13 +162,22 @@ impl CliError {
                 | crate::runlog::RecordError::Locked { .. },
             ) => exit::INVALID,
             CliError::Record(_) | CliError::Run(_) | CliError::Internal(_) => exit::INTERNAL,
+            CliError::StdoutClosed => exit::OK,
         }
     }
 }
 
 /// Runs a parsed command line; returns the exit code for a finished command.
+/// A closed stdout ends a command normally: `Ok(exit::OK)`, never an error.
 pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {
-    match cli.command {
+    match run_command(cli.command).await {
+        Err(CliError::StdoutClosed) => Ok(exit::OK),
+        other => other,
+    }
+}
+
+async fn run_command(command: Command) -> Result<i32, CliError> {
+    match command {
         Command::Run(a) => run::cmd_run(a).await,
         Command::Agent(a) => agent::cmd_agent(a).await,
         Command::Resume(a) => resume::cmd_resume(a).await,

@@ -1,73 +1,35 @@
-//! Model selection shared by `run`, `agent` and `config`: the
-//! OpenAI-compatible client or the replay model, from flags, environment and
-//! `orch.toml` (see [`crate::config`]).
+//! Choosing the model backend: the OpenAI-compatible client or the replay
+//! model, from flags, environment and `orch.toml` (see [`crate::config`]),
+//! plus the secrets to redact from records. Used by the session builder and
+//! `orch config`.
 
 use super::CliError;
-use crate::config::{self, ConfigError, Overrides, ResolvedConfig};
+use super::args::ModelArgs;
+use crate::config::{self, ConfigError, ResolvedConfig};
 use crate::llm::ChatModel;
 use crate::llm::openai::{ModelSettings, OpenAiClient};
 use crate::llm::replay::ReplayModel;
-use crate::runner::Session;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-
-/// Model flags shared by the commands that run agents.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ModelArgs {
-    /// OpenAI-compatible base URL, e.g. https://api.openai.com/v1 [env: ORCH_BASE_URL]
-    #[arg(long)]
-    pub base_url: Option<String>,
-    /// Model name; `replay:FILE` selects the offline replay model [env: ORCH_MODEL]
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Replay recorded responses from FILE instead of calling a model (offline)
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["base_url"])]
-    pub replay: Option<PathBuf>,
-    /// Provider profile from orch.toml (.orch/orch.toml, then the user config dir) [env: ORCH_PROFILE]
-    #[arg(long, value_name = "NAME")]
-    pub profile: Option<String>,
-    /// Send plain requests instead of streaming (for servers that cannot stream)
-    #[arg(long)]
-    pub no_stream: bool,
-}
-
-impl ModelArgs {
-    /// The flags as config overrides.
-    pub fn overrides(&self) -> Overrides {
-        Overrides {
-            base_url: self.base_url.clone(),
-            model: self.model.clone(),
-            profile: self.profile.clone(),
-            no_stream: self.no_stream,
-        }
-    }
-
-    /// The replay file, from `--replay FILE` or `--model replay:FILE`.
-    pub fn replay_file(&self) -> Option<PathBuf> {
-        self.replay.clone().or_else(|| {
-            self.model
-                .as_deref()
-                .and_then(|m| m.strip_prefix("replay:"))
-                .map(PathBuf::from)
-        })
-    }
-}
 
 /// Resolves flags, the process environment and the config files of `repo`
 /// and the user config dir.
-pub fn resolve_config(args: &ModelArgs, repo: Option<&Path>) -> Result<ResolvedConfig, CliError> {
+pub(super) fn resolve_config(
+    args: &ModelArgs,
+    repo: Option<&Path>,
+) -> Result<ResolvedConfig, CliError> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let user_dir = crate::catalog::user_config_dir();
     config::resolve(&args.overrides(), repo, user_dir.as_deref(), &env).map_err(config_error)
 }
 
 /// A config problem is invalid input (exit 2).
-pub fn config_error(e: ConfigError) -> CliError {
+fn config_error(e: ConfigError) -> CliError {
     CliError::Invalid(format!("failed to {e}"))
 }
 
 /// The chosen backend, the base URL for the record, and secrets to redact.
-pub struct Chosen {
+pub(super) struct Chosen {
     /// The backend.
     pub model: Arc<dyn ChatModel>,
     /// The base URL (not for replays).
@@ -78,42 +40,9 @@ pub struct Chosen {
     pub replay_file: Option<String>,
 }
 
-impl Chosen {
-    /// The runner's session settings for this model.
-    pub fn session(
-        self,
-        assume_yes: bool,
-        interactive: bool,
-        max_parallel: usize,
-        limits: crate::agent::budget::RunLimits,
-    ) -> Session {
-        Session {
-            limits,
-            model: self.model,
-            base_url: self.base_url,
-            replay_file: self.replay_file,
-            secrets: self.secrets,
-            assume_yes,
-            interactive,
-            max_parallel,
-        }
-    }
-}
-
-/// Whether any model flag was given (so `resume` overrides the recorded model).
-pub fn any_given(args: &ModelArgs) -> bool {
-    args.base_url.is_some() || args.model.is_some() || args.replay.is_some()
-}
-
-/// Resolves flags and environment into a model backend, without config files
-/// from a repository (the user's `orch.toml` still applies).
-pub fn choose(args: &ModelArgs) -> Result<Chosen, CliError> {
-    choose_for_repo(args, None)
-}
-
-/// Resolves flags, environment and the `orch.toml` files of `repo` and the
-/// user config dir into a model backend.
-pub fn choose_for_repo(args: &ModelArgs, repo: Option<&Path>) -> Result<Chosen, CliError> {
+/// Resolves flags, environment and the `orch.toml` files of `repo` (when
+/// given) and the user config dir into a model backend.
+pub(super) fn choose_for_repo(args: &ModelArgs, repo: Option<&Path>) -> Result<Chosen, CliError> {
     if let Some(file) = args.replay_file() {
         let model = ReplayModel::from_file(&file)?;
         return Ok(Chosen {
@@ -139,7 +68,7 @@ pub fn choose_for_repo(args: &ModelArgs, repo: Option<&Path>) -> Result<Chosen, 
 }
 
 /// Applies the hidden environment knobs to resolved settings.
-pub(super) fn with_knobs(mut settings: ModelSettings) -> ModelSettings {
+fn with_knobs(mut settings: ModelSettings) -> ModelSettings {
     if let Some(ms) = std::env::var(RETRY_BASE_ENV)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -158,7 +87,7 @@ pub const RETRY_BASE_ENV: &str = "ORCH_RETRY_BASE_MS";
 const MIN_SECRET_LEN: usize = 8;
 
 /// Values of secret-looking environment variables, to redact from records.
-pub(super) fn secrets() -> Vec<String> {
+fn secrets() -> Vec<String> {
     secret_values(std::env::vars_os().map(|(k, v)| {
         (
             k.to_string_lossy().into_owned(),

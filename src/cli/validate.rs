@@ -1,5 +1,6 @@
 //! `orch validate` and `orch graph`.
 
+use super::output::{Out, ignore_closed};
 use super::{CliError, exit};
 use crate::catalog::Catalog;
 use std::path::PathBuf;
@@ -27,27 +28,45 @@ pub fn cmd_validate(args: ValidateArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&args.repo))?;
     let errors = catalog.validate_all();
     for e in &errors {
-        eprintln!("error: {e}");
+        crate::ui::status_line(&format!("error: {e}"));
     }
+    // The exit code is the verdict on the files, whoever reads the list.
+    ignore_closed(print_catalog(&catalog, errors.len()))?;
+    Ok(if errors.is_empty() {
+        exit::OK
+    } else {
+        exit::INVALID
+    })
+}
+
+/// The pipelines, the roles and the count of errors, on stdout.
+fn print_catalog(catalog: &Catalog, errors: usize) -> Result<(), CliError> {
     let pipelines = catalog.pipeline_names();
     let roles = catalog.role_names();
+    let mut out = Out::stdout();
     for (name, origin) in &pipelines {
-        println!("pipeline {name:<16} {origin}");
+        writeln!(out, "pipeline {name:<16} {origin}")?;
     }
-    println!("roles: {}", roles.join(", "));
-    if errors.is_empty() {
-        println!("ok: {} pipelines, {} roles", pipelines.len(), roles.len());
-        Ok(exit::OK)
+    writeln!(out, "roles: {}", roles.join(", "))?;
+    if errors == 0 {
+        writeln!(
+            out,
+            "ok: {} pipelines, {} roles",
+            pipelines.len(),
+            roles.len()
+        )?;
     } else {
-        println!("{} errors", errors.len());
-        Ok(exit::INVALID)
+        writeln!(out, "{errors} errors")?;
     }
+    out.finish()
 }
 
 /// `orch graph`: the unrolled DAG as Mermaid.
 pub fn cmd_graph(args: GraphArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&args.repo))?;
     let pipeline = catalog.pipeline(&args.pipeline)?;
-    print!("{}", pipeline.to_mermaid());
+    let mut out = Out::stdout();
+    out.text(&pipeline.to_mermaid())?;
+    out.finish()?;
     Ok(exit::OK)
 }

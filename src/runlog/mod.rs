@@ -26,8 +26,14 @@ pub use state::{
     DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
 };
 
+use crate::ids::RunId;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// How many fresh run ids [`RunDir::create_new`] tries. With 64 random bits
+/// per id a second try is already a sign of trouble; the bound keeps a broken
+/// random source from looping forever.
+pub const CREATE_ATTEMPTS: usize = 16;
 
 /// Errors while writing or reading a run record.
 #[derive(Debug, thiserror::Error)]
@@ -90,11 +96,54 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// Creates the run directory (and its `stages/`).
+    /// Creates the directory of a new run under a fresh [`RunId`]. The run
+    /// root is made with `create_dir`, so it is never one that exists: should
+    /// the id be taken, another is drawn (up to [`CREATE_ATTEMPTS`] in all).
+    pub fn create_new(common_dir: &Path) -> Result<(RunId, RunDir), RecordError> {
+        RunDir::create_unique(common_dir, RunId::new)
+    }
+
+    /// [`RunDir::create_new`] with the ids drawn from `next_id`.
+    pub(crate) fn create_unique(
+        common_dir: &Path,
+        mut next_id: impl FnMut() -> RunId,
+    ) -> Result<(RunId, RunDir), RecordError> {
+        let runs = runs_dir(common_dir);
+        std::fs::create_dir_all(&runs).map_err(io_err(&runs))?;
+        let mut taken = Vec::new();
+        for _ in 0..CREATE_ATTEMPTS {
+            let id = next_id();
+            match RunDir::create(common_dir, id.as_str()) {
+                Ok(dir) => return Ok((id, dir)),
+                Err(RecordError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists =>
+                {
+                    taken.push(id.into_string());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(RecordError::Io {
+            path: runs,
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!(
+                    "{CREATE_ATTEMPTS} fresh run ids were all taken ({})",
+                    taken.join(", ")
+                ),
+            ),
+        })
+    }
+
+    /// Creates the directory of the run `run_id` (and its `stages/`); fails
+    /// with `AlreadyExists` when that run root exists.
     pub fn create(common_dir: &Path, run_id: &str) -> Result<RunDir, RecordError> {
-        let root = runs_dir(common_dir).join(run_id);
+        let runs = runs_dir(common_dir);
+        std::fs::create_dir_all(&runs).map_err(io_err(&runs))?;
+        let root = runs.join(run_id);
+        std::fs::create_dir(&root).map_err(io_err(&root))?;
         let stages = root.join("stages");
-        std::fs::create_dir_all(&stages).map_err(io_err(&stages))?;
+        std::fs::create_dir(&stages).map_err(io_err(&stages))?;
         Ok(RunDir { root })
     }
 
@@ -208,6 +257,64 @@ mod tests {
         assert!(err.contains("`nope`"), "{err}");
         assert!(err.contains("20260101-000000-abcd"), "{err}");
         assert!(RunDir::open(tmp.path(), "../x").is_err());
+    }
+
+    #[test]
+    fn runs_created_at_once_never_share_a_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Eight threads creating runs at the same time.
+        let per_thread = 50;
+        let made: Vec<(RunId, RunDir)> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..per_thread)
+                            .map(|_| RunDir::create_new(tmp.path()).unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect()
+        });
+        let ids: std::collections::HashSet<&RunId> = made.iter().map(|(id, _)| id).collect();
+        let roots: std::collections::HashSet<&PathBuf> =
+            made.iter().map(|(_, d)| &d.root).collect();
+        assert_eq!(ids.len(), 8 * per_thread);
+        assert_eq!(roots.len(), 8 * per_thread);
+        let on_disk = std::fs::read_dir(runs_dir(tmp.path())).unwrap().count();
+        assert_eq!(on_disk, 8 * per_thread);
+        for (id, dir) in &made {
+            assert_eq!(dir.root, runs_dir(tmp.path()).join(id.as_str()));
+            assert!(dir.root.join("stages").is_dir());
+        }
+    }
+
+    #[test]
+    fn a_taken_run_id_is_never_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = chrono::DateTime::parse_from_rfc3339("2026-11-30T16:05:12Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let (first, dir) = RunDir::create_unique(tmp.path(), || RunId::at(t, 7)).unwrap();
+        std::fs::write(dir.root.join("state.json"), "{}").unwrap();
+        // The same id again (as two runs in the same second with the same
+        // random part would draw): the next id is drawn instead.
+        let mut draws = vec![RunId::at(t, 8), RunId::at(t, 7), RunId::at(t, 7)];
+        let (second, other) = RunDir::create_unique(tmp.path(), || draws.pop().unwrap()).unwrap();
+        assert_eq!(second, RunId::at(t, 8));
+        assert_ne!(other.root, dir.root);
+        assert_eq!(
+            std::fs::read_to_string(dir.root.join("state.json")).unwrap(),
+            "{}"
+        );
+        // Only taken ids: an error, and nothing is reused.
+        let err = RunDir::create_unique(tmp.path(), || first.clone()).unwrap_err();
+        assert!(err.to_string().contains("were all taken"), "{err}");
+        assert!(RunDir::create(tmp.path(), first.as_str()).is_err());
+        assert_eq!(std::fs::read_dir(runs_dir(tmp.path())).unwrap().count(), 2);
     }
 
     #[test]

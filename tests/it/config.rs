@@ -375,3 +375,89 @@ fn config_profile_drives_a_real_agent_run() {
     assert!(server.violations().is_empty(), "{:?}", server.violations());
     before.assert_unchanged(&repo.snapshot());
 }
+
+#[test]
+fn resume_without_model_flags_keeps_the_repo_profile_stream_false_and_prices() {
+    let repo = TestRepo::new();
+    repo.write("README.md", "base\n");
+    // The profile sets no server or model (the run names them by flag), only
+    // how to talk to it; the price table is the file's.
+    repo.write(
+        ".orch/orch.toml",
+        "default_profile = \"plain\"\n\n[profiles.plain]\nstream = false\ncontext_window = 64000\n\n[prices.\"m\"]\nprompt = 1000.0\ncompletion = 2000.0\n",
+    );
+    repo.commit_all("base");
+    let tmp = tempfile::tempdir().unwrap();
+    let pipeline = crate::support::write_pipeline(
+        tmp.path(),
+        "p",
+        "name: p\nstages:\n  one:\n    role: coder\n  two:\n    role: coder\n    needs: [one]\n",
+    );
+    let issue = crate::support::write_issue(tmp.path(), "# do the thing\n");
+    let write = |id: &str, path: &str| {
+        Reply::tool_call(id, "write_file", json!({"path": path, "content": "x\n"}))
+            .with_usage(100, 10)
+    };
+    // One server for both processes: stage two fails once (401), then the
+    // resumed run finds the rest of the script there.
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "one",
+                vec![
+                    write("w", "one.txt"),
+                    Reply::finish("f", "one done", None).with_usage(100, 10),
+                ],
+            )
+            .agent("two", vec![Reply::Status(401, "bad key".into())])
+            .agent(
+                "two",
+                vec![
+                    write("w", "two.txt"),
+                    Reply::finish("f", "two done", None).with_usage(100, 10),
+                ],
+            ),
+    );
+    let out = crate::support::OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .output();
+    assert_eq!(out.status.code(), Some(3));
+    let run_id = crate::support::stdout_json(&out)["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let streamed = |reqs: &[crate::support::Recorded]| {
+        reqs.iter()
+            .filter(|r| r.body.get("stream") == Some(&json!(true)))
+            .count()
+    };
+    let first = server.requests_for("one");
+    assert_eq!(first.len(), 2);
+    assert_eq!(streamed(&first), 0, "the run itself follows stream = false");
+
+    // No model flags: the recorded base URL and model, through orch.toml.
+    let out = crate::support::output_logged(
+        orch()
+            .current_dir(&repo.path)
+            .args(["resume", &run_id, "--retry", "--json"]),
+    );
+    crate::support::assert_exit(&out, 0);
+    let resumed = &server.requests_for("two")[1..];
+    assert_eq!(resumed.len(), 2, "the retried stage's two turns");
+    assert_eq!(resumed[0].body["model"], "m");
+    assert_eq!(
+        streamed(resumed),
+        0,
+        "stream = false survives the resume: stream {}",
+        resumed[0].body["stream"]
+    );
+    let summary = crate::support::stdout_json(&out);
+    assert_eq!(summary["status"], "succeeded");
+    assert!(
+        summary["cost_usd"].as_f64().is_some_and(|c| c > 0.0),
+        "the file's price survives the resume: {summary}"
+    );
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+}

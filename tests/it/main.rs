@@ -14,4 +14,5 @@ mod review_cmds;
 mod run_e2e;
 mod safety;
 mod sse;
+mod streams;
 mod subagents;

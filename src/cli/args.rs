@@ -1,0 +1,141 @@
+//! Flag groups shared by several subcommands, each flattened into their
+//! `Args` (`#[command(flatten)]`), so a subcommand never borrows another's
+//! flags: model selection, budgets and compaction, parallelism.
+
+use super::CliError;
+use crate::agent::budget::{Budget, RunLimits};
+use crate::agent::compact::{CompactConfig, DEFAULT_COMPACT_AT, DEFAULT_CONTEXT_WINDOW};
+use crate::config::Overrides;
+use std::path::PathBuf;
+
+/// Model flags shared by the commands that run agents.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ModelArgs {
+    /// OpenAI-compatible base URL, e.g. https://api.openai.com/v1 [env: ORCH_BASE_URL]
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Model name; `replay:FILE` selects the offline replay model [env: ORCH_MODEL]
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Replay recorded responses from FILE instead of calling a model (offline)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["base_url"])]
+    pub replay: Option<PathBuf>,
+    /// Provider profile from orch.toml (.orch/orch.toml, then the user config dir) [env: ORCH_PROFILE]
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Send plain requests instead of streaming (for servers that cannot stream)
+    #[arg(long)]
+    pub no_stream: bool,
+}
+
+impl ModelArgs {
+    /// The flags as config overrides.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            base_url: self.base_url.clone(),
+            model: self.model.clone(),
+            profile: self.profile.clone(),
+            no_stream: self.no_stream,
+        }
+    }
+
+    /// Whether a flag names the model (`--base-url`, `--model`, `--replay`):
+    /// then `resume` uses the flags, not the model the run recorded.
+    pub fn names_a_model(&self) -> bool {
+        self.base_url.is_some() || self.model.is_some() || self.replay.is_some()
+    }
+
+    /// The replay file, from `--replay FILE` or `--model replay:FILE`.
+    pub fn replay_file(&self) -> Option<PathBuf> {
+        self.replay.clone().or_else(|| {
+            self.model
+                .as_deref()
+                .and_then(|m| m.strip_prefix("replay:"))
+                .map(PathBuf::from)
+        })
+    }
+}
+
+/// How many stages may run at once (`run`, `resume`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ParallelArgs {
+    /// How many stages may run at once
+    #[arg(long, default_value_t = crate::runner::DEFAULT_MAX_PARALLEL, value_parser = parse_parallel)]
+    pub max_parallel: usize,
+}
+
+/// `--max-parallel`: 1 to 64.
+fn parse_parallel(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to 64, got `{s}`")),
+    }
+}
+
+/// Budget and compaction flags shared by `run`, `resume` and `agent`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LimitArgs {
+    /// Token budget of the whole run: prompt + completion tokens of all stages together
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Wall-time budget of the whole run, in seconds
+    #[arg(long, value_name = "SECS")]
+    pub max_time: Option<f64>,
+    /// Cost budget of the whole run, in US dollars (enforced only when the model's price is known)
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
+    /// Compact the conversation when a request passes this share of the context window
+    #[arg(long, value_name = "SHARE", default_value_t = DEFAULT_COMPACT_AT)]
+    pub compact_at: f64,
+    /// The model's context window, in tokens (default: the profile's `context_window`, else 128000)
+    #[arg(long, value_name = "N")]
+    pub context_window: Option<u64>,
+}
+
+impl LimitArgs {
+    /// Checks the flags and turns them into the run's limits.
+    /// `model_window` is the model's configured context window, used when
+    /// `--context-window` is not given.
+    pub fn to_limits(&self, model_window: Option<u64>) -> Result<RunLimits, CliError> {
+        let context_window = self
+            .context_window
+            .or(model_window)
+            .unwrap_or(DEFAULT_CONTEXT_WINDOW);
+        let positive = |flag: &str, v: Option<f64>| match v {
+            Some(x) if !(x.is_finite() && x > 0.0) => Err(CliError::Invalid(format!(
+                "failed to use {flag} {x}: expected a number greater than 0"
+            ))),
+            _ => Ok(v),
+        };
+        if self.max_tokens == Some(0) {
+            return Err(CliError::Invalid(
+                "failed to use --max-tokens 0: expected at least 1".to_owned(),
+            ));
+        }
+        if !(self.compact_at > 0.0 && self.compact_at <= 1.0) {
+            return Err(CliError::Invalid(format!(
+                "failed to use --compact-at {}: expected a share of the context window, greater than 0 and at most 1",
+                self.compact_at
+            )));
+        }
+        if context_window < 1000 {
+            return Err(CliError::Invalid(format!(
+                "failed to use --context-window {}: expected at least 1000 tokens",
+                context_window
+            )));
+        }
+        Ok(RunLimits {
+            budget: Budget {
+                tokens: self.max_tokens,
+                time_secs: positive("--max-time", self.max_time)?,
+                cost_usd: positive("--max-cost", self.max_cost)?,
+            },
+            compaction: CompactConfig {
+                context_window,
+                compact_at: self.compact_at,
+                ..CompactConfig::default()
+            },
+            ..RunLimits::default()
+        })
+    }
+}

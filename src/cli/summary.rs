@@ -1,0 +1,114 @@
+//! A finished run on stdout: the human summary or the `--json` object, and
+//! the exit code its outcome maps to. Shared by `run`, `resume`, `agent` and
+//! `demo`.
+
+use super::output::Out;
+use super::{CliError, exit};
+use crate::runlog::{RunStatus, StageStatus};
+use crate::runner::RunSummary;
+
+/// The exit code of a finished run.
+pub(super) fn exit_code_of(summary: &RunSummary) -> i32 {
+    match summary.state.status {
+        RunStatus::Succeeded => exit::OK,
+        RunStatus::Interrupted => exit::INTERRUPTED,
+        _ if summary.model_failed => exit::MODEL,
+        _ => exit::STAGE_FAILED,
+    }
+}
+
+/// The run result as JSON (the `--json` contract).
+pub(super) fn summary_json(summary: &RunSummary) -> serde_json::Value {
+    let s = &summary.state;
+    serde_json::json!({
+        "run_id": s.run_id,
+        "status": s.status.as_str(),
+        "pipeline": s.pipeline,
+        "model": s.model_label,
+        "base_commit": s.base_commit,
+        "stages": s.stages.iter().map(|st| serde_json::json!({
+            "id": st.id,
+            "role": st.role,
+            "status": st.status.as_str(),
+            "branch": st.branch,
+            "commit": st.commit,
+            "verdict": st.verdict,
+            "turns": st.turns,
+            "tokens": st.tokens.total(),
+            "reason": st.reason,
+        })).collect::<Vec<_>>(),
+        "final_branch": (s.status == RunStatus::Succeeded).then_some(&s.final_branch),
+        "final_commit": s.stages.iter().rev().find_map(|st| st.commit.clone()),
+        "pr_title": s.pr_title,
+        "tokens": {"prompt": s.tokens().prompt, "completion": s.tokens().completion},
+        "cost_usd": super::record::run_cost_usd(s),
+        "record": summary.record_dir.display().to_string(),
+    })
+}
+
+/// Prints the human summary or the JSON object on stdout.
+pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliError> {
+    let mut out = Out::stdout();
+    if json {
+        writeln!(out, "{}", summary_json(summary))?;
+        return out.finish();
+    }
+    let s = &summary.state;
+    writeln!(
+        out,
+        "run {}: {} (pipeline {})",
+        s.run_id,
+        s.status.as_str(),
+        s.pipeline
+    )?;
+    writeln!(out, "model: {}", s.model_label)?;
+    let t = s.tokens();
+    writeln!(
+        out,
+        "tokens: {} (prompt {}, completion {}), cost: {}",
+        t.total(),
+        t.prompt,
+        t.completion,
+        super::record::run_cost(s)
+    )?;
+    writeln!(out)?;
+    for st in &s.stages {
+        let commit = st.commit.as_deref().map_or("-", |c| &c[..c.len().min(10)]);
+        let verdict = st
+            .verdict
+            .map_or(String::new(), |v| format!(" verdict={v}"));
+        let detail = match st.status {
+            StageStatus::Skipped | StageStatus::Failed => {
+                format!("  ({})", st.reason.as_deref().unwrap_or(""))
+            }
+            _ => String::new(),
+        };
+        writeln!(
+            out,
+            "  {:<10} {:<9} {:<9} {:>3} turns {:>7} tokens  {}  {}{verdict}{detail}",
+            st.id,
+            st.role,
+            st.status.as_str(),
+            st.turns,
+            st.tokens.total(),
+            commit,
+            st.branch.as_deref().unwrap_or("-"),
+        )?;
+    }
+    writeln!(out)?;
+    if s.status == RunStatus::Succeeded {
+        writeln!(out, "final branch: {}", s.final_branch)?;
+    } else {
+        writeln!(out, "worktree kept for inspection: {}", s.worktree)?;
+    }
+    if let Some((title, _)) = &summary.pr {
+        writeln!(out, "PR title: {title}")?;
+        writeln!(
+            out,
+            "PR body:  {}",
+            summary.record_dir.join("pr.md").display()
+        )?;
+    }
+    writeln!(out, "record:   {}", summary.record_dir.display())?;
+    out.finish()
+}
