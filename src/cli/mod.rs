@@ -5,6 +5,7 @@
 mod agent;
 mod config;
 mod demo;
+mod eval;
 mod inspect;
 mod model;
 mod resume;
@@ -89,6 +90,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Show the resolved model settings (flags, env, orch.toml) and where each came from.
     Config(config::ConfigArgs),
+    /// Measure a pipeline on a task set: per task, run it and a hidden check (`docs/eval.md`).
+    Eval(eval::EvalArgs),
 }
 
 /// An error of a command, with the exit code it maps to.
@@ -163,5 +166,6 @@ pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Graph(a) => validate::cmd_graph(a),
         Command::Demo(a) => demo::cmd_demo(a).await,
         Command::Config(a) => config::cmd_config(a),
+        Command::Eval(a) => eval::cmd_eval(a).await,
     }
 }
