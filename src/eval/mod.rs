@@ -38,6 +38,10 @@ pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(1800);
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(120);
 /// Bound on each git command eval runs itself (init, commit, clone).
 const GIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long an interrupted `orch run` gets to record the interruption.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
+/// The file in a work directory holding the pid of its running `orch run`.
+const PID_FILE: &str = "orch-run.pid";
 /// Characters of `orch run`'s stderr kept for an error message.
 const STDERR_TAIL_CHARS: usize = 1500;
 /// Author and committer of a task's base commit, and its fixed date, so base
@@ -165,14 +169,37 @@ pub async fn run_eval(opts: &EvalOptions, ui: &Ui) -> Result<EvalReport, EvalErr
     'tasks: for task in &opts.tasks.tasks {
         for run in 1..=opts.runs {
             done += 1;
-            let row = tokio::select! {
-                row = run_task(opts, task, run) => row?,
+            let work = tempfile::Builder::new()
+                .prefix(&format!("orch-eval-{}-", task.name))
+                .tempdir()
+                .map_err(|e| EvalError::Io {
+                    what: "create a work directory".to_owned(),
+                    path: std::env::temp_dir(),
+                    source: e,
+                })?;
+            // Boxed, so it can be dropped (its child killed) before `work` goes.
+            let mut one = Box::pin(run_task(opts, task, run, work.path().to_path_buf()));
+            let mut row = tokio::select! {
+                row = &mut one => row?,
                 _ = &mut ctrl_c => {
                     report.interrupted = true;
-                    ui.line("orch eval: interrupted; the current run was stopped");
+                    ui.line("orch eval: interrupted; stopping the current run");
+                    // `orch run` is in its own process group, out of the
+                    // terminal's reach: pass the Ctrl-C on so it stops its
+                    // tools and records the run as interrupted.
+                    if interrupt_run(work.path()) {
+                        let _ = tokio::time::timeout(INTERRUPT_GRACE, &mut one).await;
+                    }
+                    drop(one);
+                    if opts.keep {
+                        ui.line(&format!("orch eval: kept {}", work.keep().display()));
+                    }
                     break 'tasks;
                 }
             };
+            if opts.keep {
+                row.workdir = Some(work.keep().display().to_string());
+            }
             ui.line(&progress_line(done, total_runs, &row));
             results.append(&row_line(&eval_id, &row))?;
             report.results.push(row);
@@ -196,18 +223,31 @@ fn progress_line(done: u32, total: u32, row: &RunRow) -> String {
     )
 }
 
+/// Sends SIGINT to the process group of the `orch run` working in `work`, if
+/// one is running (its pid file exists only while it does). True when sent.
+fn interrupt_run(work: &Path) -> bool {
+    let pid = std::fs::read_to_string(work.join(PID_FILE))
+        .ok()
+        .and_then(|t| t.trim().parse::<libc::pid_t>().ok())
+        .filter(|p| *p > 0);
+    match pid {
+        // SAFETY: plain syscall on the group `run_shell` created for the
+        // child (`process_group(0)`, so its id is the child's pid); the pid
+        // file is removed as soon as the child is reaped, so the id is not a
+        // recycled one. ESRCH is harmless.
+        Some(pid) => unsafe { libc::killpg(pid, libc::SIGINT) == 0 },
+        None => false,
+    }
+}
+
 /// One run of one task, in its own work directory.
-async fn run_task(opts: &EvalOptions, task: &Task, run: u32) -> Result<RunRow, EvalError> {
+async fn run_task(
+    opts: &EvalOptions,
+    task: &Task,
+    run: u32,
+    work_dir: PathBuf,
+) -> Result<RunRow, EvalError> {
     let start = Instant::now();
-    let work = tempfile::Builder::new()
-        .prefix(&format!("orch-eval-{}-", task.name))
-        .tempdir()
-        .map_err(|e| EvalError::Io {
-            what: "create a work directory".to_owned(),
-            path: std::env::temp_dir(),
-            source: e,
-        })?;
-    let work_dir = work.path().to_path_buf();
     let repo = work_dir.join("repo");
     let base = prepare_repo(task, &repo, &work_dir).await?;
     // The issue goes next to the repository, not into it, and not by its task
@@ -258,9 +298,6 @@ async fn run_task(opts: &EvalOptions, task: &Task, run: u32) -> Result<RunRow, E
         row.check = Some(check);
     }
     row.wall_secs = secs(start.elapsed());
-    if opts.keep {
-        row.workdir = Some(work.keep().display().to_string());
-    }
     Ok(row)
 }
 
@@ -334,6 +371,7 @@ async fn run_orch(
     work: &Path,
 ) -> Result<(ExecResult, Option<RunJson>), EvalError> {
     let stdout = work.join("orch-run.json");
+    let pid_file = work.join(PID_FILE);
     let mut argv: Vec<String> = vec![
         opts.orch_bin.display().to_string(),
         "run".to_owned(),
@@ -349,8 +387,11 @@ async fn run_orch(
         argv.push(replay.display().to_string());
     }
     argv.extend(opts.run_args.iter().cloned());
+    // `exec` keeps the shell's pid, so the pid file names `orch run` (and
+    // its process group) for a Ctrl-C to be passed on.
     let command = format!(
-        "exec {} > {}",
+        "echo $$ > {} && exec {} > {}",
+        shell_quote(&pid_file.display().to_string()),
         argv.iter()
             .map(|a| shell_quote(a))
             .collect::<Vec<_>>()
@@ -379,7 +420,10 @@ async fn run_orch(
         what: "start `orch run`".to_owned(),
         path: opts.orch_bin.clone(),
         source: e,
-    })?;
+    });
+    // The child is reaped: its pid may be reused from now on.
+    let _ = std::fs::remove_file(&pid_file);
+    let exec = exec?;
     let json = std::fs::read_to_string(&stdout)
         .ok()
         .and_then(|text| serde_json::from_str::<RunJson>(text.trim()).ok());

@@ -5,7 +5,7 @@
 
 use crate::support::{
     FAKE_API_KEY, FakeServer, Reply, Script, TestRepo, assert_exit, orch, output_logged,
-    read_jsonl, stdout_json, tool_results,
+    read_jsonl, signal_reply, stdout_json, tool_results,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -461,4 +461,69 @@ fn a_model_behind_base_url_is_measured_the_same_way() {
     let text = std::fs::read_to_string(out.join("evals.jsonl")).unwrap();
     assert!(!text.contains(FAKE_API_KEY));
     assert!(!String::from_utf8_lossy(&run.stdout).contains(FAKE_API_KEY));
+}
+
+/// Ctrl-C reaches `orch run` (in its own process group) through eval: the
+/// run records itself as interrupted, eval writes its total and exits 130.
+#[test]
+fn ctrl_c_is_passed_on_to_the_current_run() {
+    let (pid, sigint) = signal_reply(libc::SIGINT);
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            sigint,
+            // A retry after the dropped connection waits here until the
+            // interruption ends the run.
+            Reply::text("late").after(std::time::Duration::from_secs(20)),
+        ],
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let mut cmd = eval(
+        dir.path(),
+        &fixtures(),
+        &[
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "fake-model",
+            "--no-stream",
+            "--keep",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    cmd.env("ORCH_API_KEY", FAKE_API_KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    pid.store(child.id(), std::sync::atomic::Ordering::SeqCst);
+    let run = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(130), "{stderr}");
+    let report = stdout_json(&run);
+    assert_eq!(report["interrupted"], true);
+    assert!(rows(&report).is_empty());
+    let lines = read_jsonl(&out.join("evals.jsonl"));
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["kind"], "total");
+    assert_eq!(lines[0]["interrupted"], true);
+    // The kept run says it was interrupted (so `orch resume` could go on).
+    let kept = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("orch eval: kept "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let runs = PathBuf::from(kept).join("repo/.git/orch/runs");
+    let run_dir = std::fs::read_dir(&runs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("state.json")).unwrap())
+            .unwrap();
+    assert_eq!(state["status"], "interrupted", "{state:#}");
+    std::fs::remove_dir_all(kept).unwrap();
 }
