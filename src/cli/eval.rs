@@ -263,29 +263,31 @@ fn print_table(r: &EvalReport) {
     );
     println!();
     println!(
-        "  {:<24} {:>3}  {:<6} {:<28} {:>5} {:>8} {:>9} {:>7}",
-        "task", "run", "solved", "stages", "turns", "tokens", "cost", "wall"
+        "  {:<24} {:>3}  {:<6} {:>5} {:>8} {:>9} {:>7}  stages",
+        "task", "run", "solved", "turns", "tokens", "cost", "wall"
     );
     for row in &r.results {
-        let stages = if row.stages.is_empty() {
-            "-".to_owned()
-        } else {
-            row.stages
-                .iter()
-                .map(|s| format!("{}:{}", s.id, s.status))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        // Skipped stages (rework rounds not needed) are in the JSON only.
+        let stages: Vec<String> = row
+            .stages
+            .iter()
+            .filter(|s| s.status != "skipped")
+            .map(|s| format!("{}:{}", s.id, s.status))
+            .collect();
         println!(
-            "  {:<24} {:>3}  {:<6} {:<28} {:>5} {:>8} {:>9} {:>6.1}s",
+            "  {:<24} {:>3}  {:<6} {:>5} {:>8} {:>9} {:>6.1}s  {}",
             row.task,
             row.run,
             if row.solved { "yes" } else { "no" },
-            stages,
             row.turns,
             row.tokens.total,
             cost(row.cost_usd),
-            row.wall_secs
+            row.wall_secs,
+            if stages.is_empty() {
+                "-".to_owned()
+            } else {
+                stages.join(" ")
+            },
         );
         if let Some(reason) = &row.reason {
             let detail = row

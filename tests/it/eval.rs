@@ -527,3 +527,46 @@ fn ctrl_c_is_passed_on_to_the_current_run() {
     assert_eq!(state["status"], "interrupted", "{state:#}");
     std::fs::remove_dir_all(kept).unwrap();
 }
+
+/// The same scripts serve the built-in issue-to-pr pipeline: a reviewer's
+/// approval does not make a broken fix solved.
+#[test]
+fn the_built_in_issue_to_pr_pipeline_is_measured_by_the_same_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    for (script, solved) in [("perfect", true), ("broken", false)] {
+        let run = output_logged(&mut eval(
+            dir.path(),
+            &fixtures(),
+            &[
+                "--scripted",
+                script,
+                "--pipeline",
+                "issue-to-pr",
+                "--task",
+                "04-py-two-files",
+                "--json",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        ));
+        assert_exit(&run, 0);
+        let report = stdout_json(&run);
+        assert_eq!(report["pipeline"], "issue-to-pr");
+        let row = &rows(&report)[0];
+        assert_eq!(row["solved"], solved, "{row:#}");
+        assert_eq!(row["run_status"], "succeeded");
+        let stage = |id: &str| {
+            row["stages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["id"] == id)
+                .cloned()
+                .unwrap_or_else(|| panic!("no stage {id}: {row:#}"))
+        };
+        assert_eq!(stage("review")["verdict"], "approve");
+        assert_eq!(stage("docs")["status"], "succeeded");
+        assert_eq!(stage("code.r2")["status"], "skipped");
+    }
+}
