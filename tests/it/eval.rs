@@ -570,3 +570,51 @@ fn the_built_in_issue_to_pr_pipeline_is_measured_by_the_same_checks() {
         assert_eq!(stage("code.r2")["status"], "skipped");
     }
 }
+
+/// A model that fails makes the run unsolved, without a check, and the eval
+/// goes on to the next task.
+#[test]
+fn a_failing_model_leaves_the_task_unsolved_and_the_eval_goes_on() {
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::Status(401, r#"{"error":{"message":"bad key"}}"#.to_owned()),
+            Reply::Status(401, r#"{"error":{"message":"bad key"}}"#.to_owned()),
+        ],
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = eval(
+        dir.path(),
+        &fixtures(),
+        &[
+            "--task",
+            "01-py-one-line",
+            "--task",
+            "02-py-off-by-one",
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "fake-model",
+            "--no-stream",
+            "--json",
+            "--out",
+            dir.path().join("results").to_str().unwrap(),
+        ],
+    );
+    cmd.env("ORCH_API_KEY", FAKE_API_KEY);
+    let run = output_logged(&mut cmd);
+    assert_exit(&run, 0);
+    let report = stdout_json(&run);
+    assert_eq!(task_names(&report), ["01-py-one-line", "02-py-off-by-one"]);
+    for row in rows(&report) {
+        assert_eq!(row["solved"], false);
+        assert_eq!(row["orch_exit"], 3, "{row:#}");
+        assert!(row["check"].is_null(), "{row:#}");
+        let reason = row["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("the run did not succeed (exit 3)"),
+            "{reason}"
+        );
+    }
+    assert_eq!(report["total"]["solved_pct"], 0.0);
+}
