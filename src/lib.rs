@@ -8,6 +8,7 @@ pub mod agent;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod eval;
 pub mod exec;
 pub mod git;
 pub mod ids;

@@ -13,6 +13,7 @@
 mod agent;
 mod config;
 mod demo;
+mod eval;
 mod inspect;
 mod resume;
 mod run;
@@ -104,6 +105,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Show the resolved model settings (flags, env, orch.toml) and where each came from.
     Config(config::ConfigArgs),
+    /// Measure a pipeline on a task set: per task, run it and a hidden check (`docs/eval.md`).
+    Eval(eval::EvalArgs),
 }
 
 /// An error of a command, with the exit code it maps to.
@@ -191,5 +194,6 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Graph(a) => validate::cmd_graph(a),
         Command::Demo(a) => demo::cmd_demo(a).await,
         Command::Config(a) => config::cmd_config(a),
+        Command::Eval(a) => eval::cmd_eval(a).await,
     }
 }

@@ -7,6 +7,7 @@ mod budget;
 mod cli;
 mod config;
 mod dag;
+mod eval;
 mod fuzz;
 mod harness;
 mod llm_client;
