@@ -1,8 +1,8 @@
 //! `orch eval`: run a pipeline on every task of a task set and report how
 //! many runs its hidden checks call solved (see `docs/eval.md`).
 
-use super::model::ModelArgs;
-use super::run::LimitArgs;
+use super::args::{LimitArgs, ModelArgs};
+use super::output::{Out, ignore_closed};
 use super::{CliError, exit};
 use crate::agent::compact::DEFAULT_COMPACT_AT;
 use crate::catalog::Catalog;
@@ -138,20 +138,20 @@ pub async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
     let report = match run_eval(&opts, &ui).await {
         Ok(r) => r,
         Err(e @ EvalError::Git { .. }) => {
-            eprintln!("error: {e}");
+            ui.line(&format!("error: {e}"));
             return Ok(exit::GIT);
         }
         Err(e) => return Err(eval_error(e)),
     };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report)
-                .map_err(|e| CliError::Internal(format!("failed to encode the report: {e}")))?
-        );
+    let mut out = Out::stdout();
+    let printed = if args.json {
+        serde_json::to_string(&report)
+            .map_err(|e| CliError::Internal(format!("failed to encode the report: {e}")))
+            .and_then(|j| writeln!(out, "{j}"))
     } else {
-        print_table(&report);
-    }
+        print_table(&mut out, &report)
+    };
+    ignore_closed(printed.and_then(|()| out.finish()))?;
     if report.interrupted {
         return Ok(exit::INTERRUPTED);
     }
@@ -254,18 +254,20 @@ fn run_flags(args: &EvalArgs) -> Result<Vec<String>, CliError> {
 
 /// The human summary: one line per task run, per-task sums when a task ran
 /// more than once, and the total.
-fn print_table(r: &EvalReport) {
-    println!(
+fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
+    writeln!(
+        out,
         "eval {}: pipeline {}, model: {}",
         r.eval_id,
         r.pipeline,
         r.model.as_deref().unwrap_or("unknown")
-    );
-    println!();
-    println!(
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
         "  {:<24} {:>3}  {:<6} {:>5} {:>8} {:>9} {:>7}  stages",
         "task", "run", "solved", "turns", "tokens", "cost", "wall"
-    );
+    )?;
     for row in &r.results {
         // Skipped stages (rework rounds not needed) are in the JSON only.
         let stages: Vec<String> = row
@@ -274,7 +276,8 @@ fn print_table(r: &EvalReport) {
             .filter(|s| s.status != "skipped")
             .map(|s| format!("{}:{}", s.id, s.status))
             .collect();
-        println!(
+        writeln!(
+            out,
             "  {:<24} {:>3}  {:<6} {:>5} {:>8} {:>9} {:>6.1}s  {}",
             row.task,
             row.run,
@@ -288,7 +291,7 @@ fn print_table(r: &EvalReport) {
             } else {
                 stages.join(" ")
             },
-        );
+        )?;
         if let Some(reason) = &row.reason {
             let detail = row
                 .check
@@ -296,21 +299,22 @@ fn print_table(r: &EvalReport) {
                 .and_then(|c| c.output.lines().rev().find(|l| !l.trim().is_empty()))
                 .map(|l| format!(": {}", l.trim()))
                 .unwrap_or_default();
-            println!("      {reason}{detail}");
+            writeln!(out, "      {reason}{detail}")?;
         }
         if let Some(dir) = &row.workdir {
-            println!("      kept: {dir}");
+            writeln!(out, "      kept: {dir}")?;
         }
     }
     if r.runs_per_task > 1 {
-        println!();
+        writeln!(out)?;
         for t in &r.tasks {
-            println!("  {:<24} solved {}/{}", t.task, t.solved, t.runs);
+            writeln!(out, "  {:<24} solved {}/{}", t.task, t.solved, t.runs)?;
         }
     }
     let t = &r.total;
-    println!();
-    println!(
+    writeln!(out)?;
+    writeln!(
+        out,
         "total: {}/{} runs solved ({:.1}%) over {} tasks; {} turns, {} tokens, cost {}, {:.1}s{}",
         t.solved,
         t.runs,
@@ -321,8 +325,9 @@ fn print_table(r: &EvalReport) {
         cost(t.cost_usd),
         t.wall_secs,
         if r.interrupted { " (interrupted)" } else { "" }
-    );
-    println!("results appended to {}", r.results_file);
+    )?;
+    writeln!(out, "results appended to {}", r.results_file)?;
+    Ok(())
 }
 
 fn cost(usd: Option<f64>) -> String {

@@ -131,7 +131,7 @@ pub struct EvalOptions {
 /// then says `interrupted` and holds what finished.
 pub async fn run_eval(opts: &EvalOptions, ui: &Ui) -> Result<EvalReport, EvalError> {
     let start = Instant::now();
-    let eval_id = crate::runner::new_run_id();
+    let eval_id = crate::ids::RunId::new().into_string();
     let mut results = ResultsFile::open(&opts.out_dir)?;
     let mut report = EvalReport {
         format: EVAL_FORMAT,
