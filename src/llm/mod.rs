@@ -387,10 +387,16 @@ pub enum LlmError {
 }
 
 impl LlmError {
-    /// True for [`LlmError::ContextLength`]: the conversation must shrink
-    /// before the request can succeed.
+    /// True when the conversation must shrink before the request can
+    /// succeed: [`LlmError::ContextLength`], or a rejection whose body uses
+    /// the servers' context-length wording (the one classifier,
+    /// [`retry::is_context_length_message`]).
     pub fn is_context_length(&self) -> bool {
-        matches!(self, LlmError::ContextLength { .. })
+        match self {
+            LlmError::ContextLength { .. } => true,
+            LlmError::Rejected { body, .. } => retry::is_context_length_message(body),
+            _ => false,
+        }
     }
 
     /// True for errors a retry at a later time might fix (what was left after

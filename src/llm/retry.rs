@@ -108,6 +108,7 @@ const CONTEXT_LENGTH_MARKERS: &[&str] = &[
     "maximum context length",
     "context length",
     "context window",
+    "context size",
     "too many tokens",
     "prompt is too long",
     "input is too long",

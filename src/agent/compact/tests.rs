@@ -1,7 +1,7 @@
 //! Tests of the compaction policy: stubs, references, summaries, estimates.
 
 use super::*;
-use crate::llm::{BoxFuture, FunctionCall, Usage};
+use crate::llm::{BoxFuture, ChatResponse, FunctionCall, LlmError, Usage};
 use std::sync::Mutex;
 
 fn call(id: &str, name: &str, args: serde_json::Value) -> ChatMessage {
@@ -368,19 +368,19 @@ fn context_length_errors_are_recognised_by_their_wording() {
         status: 400,
         body: "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.".into(),
     };
-    assert!(is_context_length(&e));
+    assert!(e.is_context_length());
     let e = LlmError::Rejected {
         url: "u".into(),
         status: 400,
         body: "the request exceeds the available context size".into(),
     };
-    assert!(is_context_length(&e));
+    assert!(e.is_context_length());
     let e = LlmError::Rejected {
         url: "u".into(),
         status: 400,
         body: "invalid tool schema".into(),
     };
-    assert!(!is_context_length(&e));
+    assert!(!e.is_context_length());
 }
 
 #[test]
