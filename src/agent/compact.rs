@@ -29,8 +29,13 @@
 //! definitions, as JSON, plus a fixed overhead) × tokens per byte — 1/4 until
 //! a response reports `prompt_tokens`, then calibrated on the last one.
 //!
-//! A context-length error from the model lowers the assumed window to the
-//! refused request's size, compacts, and retries once ([`send_turn`]).
+//! The window used is the smallest one known: the configured one, the one
+//! the server reports ([`crate::llm::ChatModel::probe_context_window`],
+//! asked on the first turn), and what a context-length error taught — the
+//! window the server named in it, and the refused request's size. After
+//! such an error the conversation is compacted and the turn retried once;
+//! a request compaction could not shrink is not sent again but fails with
+//! the numbers ([`send_turn`]).
 //! Every compaction is an action-log event `compaction` (stubbed call ids,
 //! summarised messages, protected ids, bytes and estimated tokens before and
 //! after, the estimate's method).
@@ -95,6 +100,10 @@ pub struct Compactor {
     tokens_per_byte: Option<f64>,
     /// A window below the configured one, learned from a context-length error.
     window_cap: Option<u64>,
+    /// Whether the server was asked for its window ([`send_turn`]).
+    probed: bool,
+    /// Whether the client's switch away from streaming was logged.
+    stream_fallback_logged: bool,
     /// Distinctive tokens of each tool result, by index (results never change).
     result_tokens: HashMap<usize, Vec<String>>,
     summary_tokens: TokenCount,
@@ -116,6 +125,8 @@ impl Compactor {
             summary: None,
             tokens_per_byte: None,
             window_cap: None,
+            probed: false,
+            stream_fallback_logged: false,
             result_tokens: HashMap::new(),
             summary_tokens: TokenCount::default(),
         }
@@ -141,6 +152,13 @@ impl Compactor {
     fn window(&self) -> u64 {
         self.window_cap
             .map_or(self.cfg.context_window, |c| c.min(self.cfg.context_window))
+    }
+
+    /// Learns a context window (from the server, or from a refused request):
+    /// compaction uses the smallest one known.
+    pub fn learn_window(&mut self, tokens: u64) {
+        let tokens = tokens.max(1);
+        self.window_cap = Some(self.window_cap.map_or(tokens, |c| c.min(tokens)));
     }
 
     /// The size at which compaction starts, in estimated tokens.

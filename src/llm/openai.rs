@@ -33,8 +33,8 @@ use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Header naming the agent that sends a request (used by fake servers and proxies).
@@ -45,6 +45,7 @@ pub const PID_HEADER: &str = "x-orch-pid";
 
 mod classify;
 mod http;
+mod window;
 mod wire;
 
 use classify::{Attempt, Kind, Transient, timed_out};
@@ -58,12 +59,18 @@ pub struct OpenAiClient {
     settings: ModelSettings,
     endpoint: String,
     http: reqwest::Client,
+    /// Set once a stream-only failure was answered by a plain request: why.
+    /// From then on this client does not stream.
+    stream_off: OnceLock<String>,
+    /// The server's context window, once asked ([`window`]).
+    probed_window: tokio::sync::OnceCell<Option<u64>>,
 }
 
 impl fmt::Debug for OpenAiClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiClient")
             .field("settings", &self.settings)
+            .field("stream_off", &self.stream_off.get())
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +101,8 @@ impl OpenAiClient {
             settings,
             endpoint,
             http,
+            stream_off: OnceLock::new(),
+            probed_window: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -102,22 +111,79 @@ impl OpenAiClient {
         &self.settings
     }
 
+    /// Whether the next request is streamed: as configured, until a
+    /// stream-only failure switched streaming off ([`Self::stream_fallback`]).
+    pub fn streaming(&self) -> bool {
+        self.settings.stream && self.stream_off.get().is_none()
+    }
+
+    /// Why this client stopped streaming, if it did (see
+    /// [`ChatModel::stream_fallback`]).
+    pub fn stream_fallback(&self) -> Option<String> {
+        self.stream_off.get().cloned()
+    }
+
     async fn complete_with_retries(
         &self,
         req: &ChatRequest,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<ChatResponse, LlmError> {
-        let body = self.request_body(req)?;
-        let headers = self.headers(&req.agent_path)?;
         let policy = self.settings.retry_policy();
         let started = Instant::now();
         let mut retry: u32 = 0;
+        // Why this turn went on without streaming, once it did.
+        let mut fallback: Option<String> = None;
+        let mut invalid_seen = false;
+        let mut last_was_5xx = false;
         loop {
-            let failure = match self.attempt(&headers, body.clone(), on_delta).await {
-                Ok(assembled) => return Ok(finalize(req, assembled)),
+            let stream = self.streaming() && fallback.is_none();
+            let body = self.request_body(req, stream)?;
+            let headers = self.headers(&req.agent_path, stream)?;
+            let failure = match self.attempt(&headers, body, on_delta, stream).await {
+                Ok(assembled) => {
+                    if let Some(why) = fallback {
+                        self.switch_off_streaming(req, why);
+                    }
+                    return Ok(finalize(req, assembled));
+                }
                 Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::StreamOnly(why)) if stream => {
+                    // Retried at once, and not counted as a retry: the
+                    // server answered; it is the stream that failed.
+                    tracing::warn!(
+                        url = %self.endpoint,
+                        agent = %req.agent_path,
+                        "the streamed request failed ({why}); retrying it once without streaming"
+                    );
+                    fallback = Some(why);
+                    continue;
+                }
+                Err(Attempt::StreamOnly(why)) => return Err(self.bad(why)),
                 Err(Attempt::Transient(f)) => f,
             };
+            if let Some(body) = &failure.invalid_request {
+                if invalid_seen {
+                    return Err(LlmError::Rejected {
+                        url: self.endpoint.clone(),
+                        status: failure.status.unwrap_or(0),
+                        body: format!(
+                            "{body} (the server rejected the request as invalid twice; not retried again)"
+                        ),
+                    });
+                }
+                invalid_seen = true;
+            }
+            let is_5xx = failure.status.is_some_and(|s| s >= 500);
+            // A 5xx to a streamed request may be the stream's fault (LiteLLM
+            // fails only when streaming): the second one in a row, or one
+            // that looks deterministic, is retried without streaming.
+            if stream && is_5xx && (last_was_5xx || failure.invalid_request.is_some()) {
+                fallback = Some(format!(
+                    "the server answered streamed requests with HTTP {}",
+                    failure.status.unwrap_or(500)
+                ));
+            }
+            last_was_5xx = is_5xx;
             let delay = match policy.next_delay(retry, started.elapsed(), failure.retry_after) {
                 Ok(delay) => delay,
                 Err(why) => {
@@ -150,10 +216,21 @@ impl OpenAiClient {
         }
     }
 
-    fn headers(&self, agent_path: &str) -> Result<HeaderMap, LlmError> {
+    /// A plain request succeeded after a stream-only failure: this client
+    /// does not stream any more.
+    fn switch_off_streaming(&self, req: &ChatRequest, why: String) {
+        tracing::warn!(
+            url = %self.endpoint,
+            agent = %req.agent_path,
+            "{why}; the request succeeded without streaming, so this client no longer streams"
+        );
+        let _ = self.stream_off.set(why);
+    }
+
+    fn headers(&self, agent_path: &str, stream: bool) -> Result<HeaderMap, LlmError> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if self.settings.stream {
+        if stream {
             headers.insert(
                 ACCEPT,
                 HeaderValue::from_static("text/event-stream, application/json"),
@@ -181,6 +258,7 @@ impl OpenAiClient {
         headers: &HeaderMap,
         body: Vec<u8>,
         on_delta: Option<&DeltaFn<'_>>,
+        stream: bool,
     ) -> Result<Assembled, Attempt> {
         let timeout = self.settings.request_timeout;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -189,7 +267,7 @@ impl OpenAiClient {
             .post(&self.endpoint)
             .headers(headers.clone())
             .body(body);
-        if !self.settings.stream {
+        if !stream {
             builder = builder.timeout(timeout);
         }
         let resp = match tokio::time::timeout_at(deadline, builder.send()).await {
@@ -205,7 +283,19 @@ impl OpenAiClient {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
         if status.is_success() && is_sse {
-            return self.read_stream(resp, on_delta).await;
+            let assembled = self.read_stream(resp, on_delta).await?;
+            // finish_reason is advisory, but `tool_calls` with none arrived
+            // means the stream lost them (LiteLLM's streaming path).
+            if stream
+                && assembled.message.tool_calls.is_empty()
+                && assembled.finish_reason.as_deref() == Some("tool_calls")
+            {
+                return Err(Attempt::StreamOnly(
+                    "the stream ended with finish_reason `tool_calls` but carried no tool call"
+                        .to_owned(),
+                ));
+            }
+            return Ok(assembled);
         }
         // Error bodies, and plain completions (also when a server ignored
         // `stream: true`), are read whole within the request's time.
@@ -247,15 +337,14 @@ impl OpenAiClient {
                 Ok(next) => next,
                 Err(_) if received.load(Ordering::Relaxed) != seen => continue,
                 Err(_) => {
-                    return Err(Attempt::Transient(Transient {
-                        reason: format!(
+                    return Err(Attempt::Transient(Transient::new(
+                        format!(
                             "the stream stalled: nothing received for {} after {} chunks",
                             human_duration(idle),
                             assembler.chunks()
                         ),
-                        retry_after: None,
-                        kind: Kind::Stall,
-                    }));
+                        Kind::Stall,
+                    )));
                 }
             };
             let event = match next {
@@ -296,8 +385,9 @@ impl OpenAiClient {
             }
         }
         if assembler.chunks() == 0 {
-            return Err(Attempt::Fatal(
-                self.bad("the stream ended before any chunk".to_owned()),
+            // llama-cpp-python answers tools + stream with an empty 200.
+            return Err(Attempt::StreamOnly(
+                "the stream ended before any chunk".to_owned(),
             ));
         }
         Ok(assembler.finish())
@@ -355,6 +445,19 @@ impl ChatModel for OpenAiClient {
         OpenAiClient::new(settings)
             .ok()
             .map(|c| std::sync::Arc::new(c) as std::sync::Arc<dyn ChatModel>)
+    }
+
+    fn probe_context_window(&self) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(async {
+            *self
+                .probed_window
+                .get_or_init(|| self.ask_context_window())
+                .await
+        })
+    }
+
+    fn stream_fallback(&self) -> Option<String> {
+        OpenAiClient::stream_fallback(self)
     }
 
     fn spawn_settings(&self) -> Option<super::ModelSpawn> {

@@ -5,7 +5,9 @@ use super::http::error_chain;
 use super::wire::{compact, snippet};
 use super::{OpenAiClient, human_duration};
 use crate::llm::LlmError;
-use crate::llm::retry::is_context_length_message;
+use crate::llm::retry::{
+    context_window_in_message, is_context_length_message, is_deterministic_message,
+};
 use reqwest::StatusCode;
 use std::time::Duration;
 
@@ -15,12 +17,34 @@ pub(super) enum Attempt {
     Fatal(LlmError),
     /// Worth another try.
     Transient(Transient),
+    /// A streamed request failed in a way a plain one may not (an empty
+    /// stream, tool calls lost in the stream): worth one try without
+    /// streaming. The text says what happened.
+    StreamOnly(String),
 }
 
 pub(super) struct Transient {
     pub(super) reason: String,
     pub(super) retry_after: Option<Duration>,
     pub(super) kind: Kind,
+    /// The HTTP status of an error answer (before any stream chunk).
+    pub(super) status: Option<u16>,
+    /// The quoted body, when it shows the request itself is invalid (a
+    /// validation error): such a failure is retried at most once.
+    pub(super) invalid_request: Option<String>,
+}
+
+impl Transient {
+    /// A failure with no status and no sign of being deterministic.
+    pub(super) fn new(reason: String, kind: Kind) -> Self {
+        Transient {
+            reason,
+            retry_after: None,
+            kind,
+            status: None,
+            invalid_request: None,
+        }
+    }
 }
 
 /// What kind of transient failure, for the advice when retries run out.
@@ -64,14 +88,14 @@ impl OpenAiClient {
                 url: self.endpoint.clone(),
                 status: 200,
                 body: text,
+                window: context_window_in_message(&err.to_string()),
             });
         }
         // Mid-stream errors are overloads and internal errors in practice.
-        Attempt::Transient(Transient {
-            reason: format!("the server reported an error mid-stream: {text}"),
-            retry_after: None,
-            kind: Kind::Server,
-        })
+        Attempt::Transient(Transient::new(
+            format!("the server reported an error mid-stream: {text}"),
+            Kind::Server,
+        ))
     }
 
     pub(super) fn classify_status(
@@ -81,39 +105,45 @@ impl OpenAiClient {
         bytes: &[u8],
     ) -> Attempt {
         let body = self.redact(&snippet(bytes));
+        let full = String::from_utf8_lossy(bytes);
         let url = self.endpoint.clone();
         let code = status.as_u16();
+        let transient = |kind: Kind| {
+            Attempt::Transient(Transient {
+                reason: format!("HTTP {code}: {body}"),
+                retry_after,
+                kind,
+                status: Some(code),
+                invalid_request: is_deterministic_message(&full).then(|| body.clone()),
+            })
+        };
         match status {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Attempt::Fatal(LlmError::Auth {
-                url,
-                status: code,
-                body,
-            }),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                let body = if self.settings.api_key.is_none() {
+                    format!("no API key was sent; the server said: {body}")
+                } else {
+                    body.clone()
+                };
+                Attempt::Fatal(LlmError::Auth {
+                    url,
+                    status: code,
+                    body,
+                })
+            }
             StatusCode::NOT_FOUND => Attempt::Fatal(LlmError::NotFound { url, body }),
-            StatusCode::TOO_MANY_REQUESTS => Attempt::Transient(Transient {
-                reason: format!("HTTP 429: {body}"),
-                retry_after,
-                kind: Kind::RateLimit,
-            }),
-            StatusCode::REQUEST_TIMEOUT | StatusCode::CONFLICT => Attempt::Transient(Transient {
-                reason: format!("HTTP {code}: {body}"),
-                retry_after,
-                kind: Kind::Server,
-            }),
-            s if s.is_server_error() => Attempt::Transient(Transient {
-                reason: format!("HTTP {code}: {body}"),
-                retry_after,
-                kind: Kind::Server,
-            }),
+            StatusCode::TOO_MANY_REQUESTS => transient(Kind::RateLimit),
+            StatusCode::REQUEST_TIMEOUT | StatusCode::CONFLICT => transient(Kind::Server),
+            s if s.is_server_error() => transient(Kind::Server),
             StatusCode::BAD_REQUEST
             | StatusCode::PAYLOAD_TOO_LARGE
             | StatusCode::UNPROCESSABLE_ENTITY
-                if is_context_length_message(&String::from_utf8_lossy(bytes)) =>
+                if is_context_length_message(&full) =>
             {
                 Attempt::Fatal(LlmError::ContextLength {
                     url,
                     status: code,
                     body,
+                    window: context_window_in_message(&full),
                 })
             }
             _ => Attempt::Fatal(LlmError::Rejected {
@@ -146,21 +176,16 @@ impl OpenAiClient {
         } else {
             (reason, Kind::Network)
         };
-        Attempt::Transient(Transient {
-            reason,
-            retry_after: None,
-            kind,
-        })
+        Attempt::Transient(Transient::new(reason, kind))
     }
 }
 
 pub(super) fn timed_out(limit: Duration, what: &str) -> Attempt {
-    Attempt::Transient(Transient {
-        reason: format!(
+    Attempt::Transient(Transient::new(
+        format!(
             "timed out after {} {what} (request_timeout)",
             human_duration(limit)
         ),
-        retry_after: None,
-        kind: Kind::Timeout,
-    })
+        Kind::Timeout,
+    ))
 }

@@ -4,8 +4,9 @@
 
 use super::OpenAiClient;
 use super::classify::Attempt;
-use crate::llm::retry::is_context_length_message;
-use crate::llm::stream::{Assembled, usage_of};
+use crate::llm::retry::{context_window_in_message, is_context_length_message};
+use crate::llm::settings::ToolChoice;
+use crate::llm::stream::{Assembled, unique_call_ids, usage_of};
 use crate::llm::{
     ChatMessage, ChatRequest, ChatResponse, FunctionCall, LlmError, MessageRole, ToolCall, ToolDef,
     estimate_usage,
@@ -17,15 +18,25 @@ use serde::{Deserialize, Serialize};
 pub(super) const SNIPPET_CHARS: usize = 200;
 
 impl OpenAiClient {
-    /// The JSON body of a request for `req`.
-    pub(super) fn request_body(&self, req: &ChatRequest) -> Result<Vec<u8>, LlmError> {
+    /// The JSON body of a request for `req`, streamed or not.
+    pub(super) fn request_body(
+        &self,
+        req: &ChatRequest,
+        stream: bool,
+    ) -> Result<Vec<u8>, LlmError> {
+        let settings = &self.settings;
+        let offers_tools = !req.tools.is_empty();
         let wire = WireRequest {
-            model: &self.settings.model,
-            messages: &req.messages,
+            model: &settings.model,
+            messages: req.messages.iter().map(WireOutMessage).collect(),
             tools: &req.tools,
-            tool_choice: (!req.tools.is_empty()).then_some("auto"),
-            stream: self.settings.stream,
-            stream_options: self.settings.stream.then_some(StreamOptions {
+            tool_choice: offers_tools
+                .then(|| settings.tool_choice.unwrap_or(ToolChoice::Auto).as_str()),
+            temperature: settings.temperature,
+            seed: settings.seed,
+            max_tokens: settings.max_tokens,
+            stream,
+            stream_options: stream.then_some(StreamOptions {
                 include_usage: true,
             }),
         };
@@ -62,6 +73,7 @@ impl OpenAiClient {
                     url: self.endpoint.clone(),
                     status: 200,
                     body: self.redact(&compact(&err)),
+                    window: context_window_in_message(&err.to_string()),
                 }));
             }
             return Err(bad(&format!(
@@ -134,8 +146,10 @@ impl OpenAiClient {
     }
 }
 
-/// The response for the agent loop; usage estimated when the server sent none.
-pub(super) fn finalize(req: &ChatRequest, assembled: Assembled) -> ChatResponse {
+/// The response for the agent loop: call ids unique in the conversation,
+/// usage estimated when the server sent none.
+pub(super) fn finalize(req: &ChatRequest, mut assembled: Assembled) -> ChatResponse {
+    unique_call_ids(&mut assembled.message, &req.messages);
     let usage = match assembled.usage {
         Some(usage) => usage,
         None => estimate_usage(req, &assembled.message),
@@ -150,15 +164,44 @@ pub(super) fn finalize(req: &ChatRequest, assembled: Assembled) -> ChatResponse 
 #[derive(Serialize)]
 pub(super) struct WireRequest<'a> {
     model: &'a str,
-    messages: &'a [ChatMessage],
+    messages: Vec<WireOutMessage<'a>>,
     #[serde(skip_serializing_if = "<[ToolDef]>::is_empty")]
     tools: &'a [ToolDef],
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+}
+
+/// A message as sent: like [`ChatMessage`]'s own form, except that a
+/// missing `content` is sent as `""`, never `null` (llama-cpp-python answers
+/// HTTP 500 to an assistant tool-call turn with `"content": null`; `""` is
+/// accepted everywhere).
+pub(super) struct WireOutMessage<'a>(&'a ChatMessage);
+
+impl Serialize for WireOutMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let m = self.0;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("role", &m.role)?;
+        map.serialize_entry("content", m.content.as_deref().unwrap_or(""))?;
+        if !m.tool_calls.is_empty() {
+            map.serialize_entry("tool_calls", &m.tool_calls)?;
+        }
+        if let Some(id) = &m.tool_call_id {
+            map.serialize_entry("tool_call_id", id)?;
+        }
+        map.end()
+    }
 }
 
 #[derive(Serialize)]
@@ -222,15 +265,102 @@ pub(super) fn agent_header_value(agent_path: &str) -> HeaderValue {
     HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("_"))
 }
 
-/// The first [`SNIPPET_CHARS`] characters of a body, whitespace collapsed.
+/// A body as quoted in an error, whitespace collapsed: whole when it is
+/// short; otherwise the part that names the problem — the JSON error's
+/// `message` (or `detail`), and within a long text the stretch around the
+/// first phrase that names what was rejected — else its first
+/// [`SNIPPET_CHARS`] characters.
 pub(super) fn snippet(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let collapsed = collapse(&text);
     if collapsed.is_empty() {
         return "(empty body)".to_owned();
     }
-    let mut out: String = collapsed.chars().take(SNIPPET_CHARS).collect();
-    if collapsed.chars().count() > SNIPPET_CHARS {
+    if collapsed.chars().count() <= SNIPPET_CHARS {
+        return collapsed;
+    }
+    // The server's own message, when the body is a JSON error.
+    let message = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| error_message(&v))
+        .map(|m| collapse(&m));
+    let focus = message.as_deref().unwrap_or(&collapsed);
+    focused(focus)
+}
+
+/// Whitespace runs become one space.
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `error.message`, `message`, `detail` or `error` (a string) of a JSON body.
+fn error_message(v: &serde_json::Value) -> Option<String> {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
+    };
+    let err = v.get("error");
+    err.and_then(|e| e.get("message"))
+        .and_then(text)
+        .or_else(|| v.get("message").and_then(text))
+        .or_else(|| v.get("detail").and_then(text))
+        .or_else(|| err.filter(|e| e.is_string()).and_then(text))
+}
+
+/// Phrases that name what a server rejected, most telling first in effect:
+/// the earliest one found in a text anchors its quoted stretch.
+const PROBLEM_MARKERS: &[&str] = &[
+    "validation error",
+    "input should be",
+    "field required",
+    "is not a valid",
+    "invalid",
+    "not allowed",
+    "not permitted",
+    "missing",
+    "required",
+    "unexpected",
+    "must be",
+    "error",
+];
+
+/// Characters quoted before the problem's phrase (its context, e.g. the
+/// field name on the line above).
+const FOCUS_BEFORE: usize = 80;
+/// Longest stretch quoted around a problem's phrase.
+const FOCUS_CHARS: usize = 2 * SNIPPET_CHARS;
+
+/// `text` cut to the stretch around its first [`PROBLEM_MARKERS`] phrase
+/// (or its head), marked with `…` where cut.
+fn focused(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let lower = text.to_ascii_lowercase();
+    let anchor = PROBLEM_MARKERS
+        .iter()
+        .filter_map(|m| lower.find(m))
+        .min()
+        // A byte offset of the lowercased text is one of `text` (ASCII case
+        // mapping keeps lengths); count the characters before it.
+        .map(|byte| text[..byte].chars().count());
+    let (start, len) = match anchor {
+        Some(at) if at + FOCUS_CHARS - FOCUS_BEFORE > SNIPPET_CHARS => {
+            (at.saturating_sub(FOCUS_BEFORE), FOCUS_CHARS)
+        }
+        // The phrase is within the head anyway.
+        Some(_) => (0, FOCUS_CHARS.min(chars.len())),
+        None => (0, SNIPPET_CHARS),
+    };
+    if start == 0 && chars.len() <= len {
+        return text.to_owned();
+    }
+    let end = (start + len).min(chars.len());
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    out.extend(&chars[start..end]);
+    if end < chars.len() {
         out.push('…');
     }
     out
@@ -263,6 +393,27 @@ mod tests {
     }
 
     #[test]
+    fn snippet_shows_the_part_that_names_the_problem() {
+        // llama-cpp-python: a 500 whose message names the rejected field late.
+        let message = format!(
+            "{} 1 validation error for ChatCompletionRequestAssistantMessage content Input should be a valid string [type=string_type, input_value=None]",
+            "Traceback (most recent call last): File \"server/app.py\", line 10, in handler "
+                .repeat(4)
+        );
+        let body =
+            serde_json::json!({"error": {"message": message, "type": "internal_server_error"}});
+        let s = snippet(body.to_string().as_bytes());
+        assert!(s.contains("content Input should be a valid string"), "{s}");
+        assert!(s.starts_with('…'), "{s}");
+        // A long text without a JSON wrapper is searched the same way.
+        let text = format!("{} field required: messages.1.content", "x ".repeat(300));
+        let s = snippet(text.as_bytes());
+        assert!(s.contains("field required: messages.1.content"), "{s}");
+        // A short body is quoted whole.
+        assert_eq!(snippet(br#"{"error":"bad"}"#), r#"{"error":"bad"}"#);
+    }
+
+    #[test]
     fn agent_header_survives_odd_paths() {
         assert_eq!(agent_header_value("code/explore-1"), "code/explore-1");
         assert_eq!(agent_header_value("cödé\n"), "c_d__");
@@ -279,6 +430,7 @@ mod tests {
             Ok(a) => Ok(a),
             Err(Attempt::Fatal(e)) => Err(e),
             Err(Attempt::Transient(t)) => panic!("transient: {}", t.reason),
+            Err(Attempt::StreamOnly(why)) => panic!("stream only: {why}"),
         }
     }
 
