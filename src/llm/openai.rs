@@ -33,7 +33,7 @@ use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -64,6 +64,9 @@ pub struct OpenAiClient {
     stream_off: OnceLock<String>,
     /// The server's context window, once asked ([`window`]).
     probed_window: tokio::sync::OnceCell<Option<u64>>,
+    /// Send the reply cap as `max_completion_tokens` (the server refused
+    /// `max_tokens`, as OpenAI's reasoning models do).
+    max_completion_tokens: AtomicBool,
 }
 
 impl fmt::Debug for OpenAiClient {
@@ -103,6 +106,7 @@ impl OpenAiClient {
             http,
             stream_off: OnceLock::new(),
             probed_window: tokio::sync::OnceCell::new(),
+            max_completion_tokens: AtomicBool::new(false),
         })
     }
 
@@ -115,6 +119,12 @@ impl OpenAiClient {
     /// stream-only failure switched streaming off ([`Self::stream_fallback`]).
     pub fn streaming(&self) -> bool {
         self.settings.stream && self.stream_off.get().is_none()
+    }
+
+    /// Whether the reply cap goes out as `max_completion_tokens` (after the
+    /// server refused `max_tokens`).
+    fn wants_max_completion_tokens(&self) -> bool {
+        self.max_completion_tokens.load(Ordering::Relaxed)
     }
 
     /// Why this client stopped streaming, if it did (see
@@ -159,6 +169,18 @@ impl OpenAiClient {
                     continue;
                 }
                 Err(Attempt::StreamOnly(why)) => return Err(self.bad(why)),
+                Err(Attempt::WantsMaxCompletionTokens(e)) => {
+                    if self.settings.max_tokens.is_none()
+                        || self.max_completion_tokens.swap(true, Ordering::Relaxed)
+                    {
+                        return Err(e);
+                    }
+                    tracing::warn!(
+                        url = %self.endpoint,
+                        "the server wants `max_completion_tokens` instead of `max_tokens`; retrying with it"
+                    );
+                    continue;
+                }
                 Err(Attempt::Transient(f)) => f,
             };
             if let Some(body) = &failure.invalid_request {

@@ -322,3 +322,35 @@ async fn wire_props_and_models_give_the_servers_window() {
         "/props, /v1/models, /api/show"
     );
 }
+
+#[tokio::test]
+async fn wire_max_tokens_refused_for_max_completion_tokens_is_resent_once() {
+    // OpenAI's reasoning models refuse `max_tokens`.
+    let refusal = r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens","code":"unsupported_parameter"}}"#;
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::Status(400, refusal.into()),
+            Reply::text("ok"),
+            Reply::text("again"),
+        ],
+    ));
+    let client = OpenAiClient::new(settings(&server)).unwrap();
+    let req = tool_turn_request("code", Vec::new());
+    assert_eq!(
+        complete(&client, &req)
+            .await
+            .unwrap()
+            .message
+            .content
+            .as_deref(),
+        Some("ok")
+    );
+    complete(&client, &req).await.unwrap();
+    let bodies: Vec<serde_json::Value> = server.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(bodies[0]["max_tokens"], DEFAULT_MAX_TOKENS);
+    for b in &bodies[1..] {
+        assert!(b.get("max_tokens").is_none(), "{b}");
+        assert_eq!(b["max_completion_tokens"], DEFAULT_MAX_TOKENS);
+    }
+}

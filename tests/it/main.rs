@@ -10,6 +10,7 @@ mod dag;
 mod fuzz;
 mod harness;
 mod llm_client;
+mod llm_e2e;
 mod llm_wire;
 mod review_cmds;
 mod run_e2e;

@@ -21,6 +21,10 @@ pub(super) enum Attempt {
     /// stream, tool calls lost in the stream): worth one try without
     /// streaming. The text says what happened.
     StreamOnly(String),
+    /// HTTP 400 saying `max_tokens` is not supported and
+    /// `max_completion_tokens` is wanted instead (OpenAI's reasoning models):
+    /// worth one try with the other field.
+    WantsMaxCompletionTokens(LlmError),
 }
 
 pub(super) struct Transient {
@@ -134,6 +138,15 @@ impl OpenAiClient {
             StatusCode::TOO_MANY_REQUESTS => transient(Kind::RateLimit),
             StatusCode::REQUEST_TIMEOUT | StatusCode::CONFLICT => transient(Kind::Server),
             s if s.is_server_error() => transient(Kind::Server),
+            StatusCode::BAD_REQUEST
+                if full.contains("max_completion_tokens") && full.contains("max_tokens") =>
+            {
+                Attempt::WantsMaxCompletionTokens(LlmError::Rejected {
+                    url,
+                    status: code,
+                    body,
+                })
+            }
             StatusCode::BAD_REQUEST
             | StatusCode::PAYLOAD_TOO_LARGE
             | StatusCode::UNPROCESSABLE_ENTITY

@@ -34,7 +34,12 @@ impl OpenAiClient {
                 .then(|| settings.tool_choice.unwrap_or(ToolChoice::Auto).as_str()),
             temperature: settings.temperature,
             seed: settings.seed,
-            max_tokens: settings.max_tokens,
+            max_tokens: settings
+                .max_tokens
+                .filter(|_| !self.wants_max_completion_tokens()),
+            max_completion_tokens: settings
+                .max_tokens
+                .filter(|_| self.wants_max_completion_tokens()),
             stream,
             stream_options: stream.then_some(StreamOptions {
                 include_usage: true,
@@ -175,6 +180,8 @@ pub(super) struct WireRequest<'a> {
     seed: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -431,6 +438,7 @@ mod tests {
             Err(Attempt::Fatal(e)) => Err(e),
             Err(Attempt::Transient(t)) => panic!("transient: {}", t.reason),
             Err(Attempt::StreamOnly(why)) => panic!("stream only: {why}"),
+            Err(Attempt::WantsMaxCompletionTokens(e)) => Err(e),
         }
     }
 
