@@ -19,9 +19,26 @@
 //! - Transient failures (429, 408, 409, 5xx, connection errors, timeouts,
 //!   stalled or cut streams) are retried by the schedule in [`super::retry`];
 //!   everything else fails at once with an error that says what to fix. A
-//!   context-length error is [`LlmError::ContextLength`] and never retried here.
+//!   failure whose body shows the request itself is invalid (a validation
+//!   error, whatever the status) is retried at most once. A context-length
+//!   error is [`LlmError::ContextLength`] (with the window the server named,
+//!   if any) and never retried here.
+//! - Stream-only failures — an empty SSE body, `finish_reason: tool_calls`
+//!   with no call in the stream, a second 5xx in a row (or an invalid-request
+//!   5xx) to a streamed request — re-send the turn once without streaming;
+//!   when that works the client stops streaming for good and says why
+//!   ([`OpenAiClient::stream_fallback`]).
+//! - Sent bodies never carry `"content": null` (see `wire`), carry
+//!   `temperature`, `seed`, `max_tokens` and `tool_choice` only as the
+//!   settings say, and every returned tool call has an id unique in the
+//!   conversation.
 //! - Usage comes from the server when it reports it, else it is estimated
 //!   (bytes / 4) and marked [`Usage::estimated`].
+//!
+//! Split by job: `http` builds `reqwest` clients, `wire` encodes requests
+//! and decodes completions, `classify` turns failures into retry decisions,
+//! `window` asks the server for its context window; the client and its
+//! retry loop are here.
 
 pub use super::settings::*;
 

@@ -10,7 +10,14 @@
 //!   `[c/2, c]` with `c = min(retry_max_delay, retry_base_delay * 2^n)`
 //!   ("equal jitter");
 //! - at most `max_retries` retries, and no retry whose wait would end more than
-//!   `retry_max_total` after the first attempt started.
+//!   `retry_max_total` after the first attempt started;
+//! - a failure whose body shows the request is invalid
+//!   (`is_deterministic_message`) is retried at most once, whatever its
+//!   status.
+//!
+//! Also here, as the one classifier of error bodies: whether a body says the
+//! request did not fit the context window ([`is_context_length_message`]) and
+//! which window it names (`context_window_in_message`).
 
 use reqwest::header::HeaderValue;
 use std::hash::{BuildHasher, Hasher};
@@ -150,7 +157,7 @@ const WINDOW_NUMBER_REACH: usize = 12;
 /// The context window a context-length error names, in tokens: a
 /// [`WINDOW_KEYS`] field of a JSON body, else the number after one of
 /// [`WINDOW_PHRASES`] in its text. `None` when it names none.
-pub fn context_window_in_message(body: &str) -> Option<u64> {
+pub(crate) fn context_window_in_message(body: &str) -> Option<u64> {
     if let Ok(json) = serde_json::from_str::<serde_json::Value>(body)
         && let Some(n) = window_field(&json)
     {
@@ -221,7 +228,7 @@ const DETERMINISTIC_MARKERS: &[&str] = &[
 
 /// True when an error body says the request is invalid in itself (see
 /// [`DETERMINISTIC_MARKERS`]): such a failure is retried at most once.
-pub fn is_deterministic_message(body: &str) -> bool {
+pub(crate) fn is_deterministic_message(body: &str) -> bool {
     let lower = body.to_ascii_lowercase();
     DETERMINISTIC_MARKERS.iter().any(|m| lower.contains(m))
 }

@@ -103,7 +103,7 @@ pub struct ModelSettings {
     pub stream_idle_timeout: Duration,
     /// The model's context window in tokens (for the agent loop's compaction).
     pub context_window: u64,
-    /// Prices for [`ChatModel::cost_usd`].
+    /// Prices for [`super::ChatModel::cost_usd`].
     pub prices: PriceTable,
     /// Sampling temperature (`temperature`); sent only when set.
     pub temperature: Option<f64>,

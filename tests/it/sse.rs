@@ -392,3 +392,32 @@ async fn sse_repeated_server_errors_to_streams_are_retried_without_streaming() {
     assert_eq!(streamed, [true, true, false]);
     assert!(client.stream_fallback().unwrap().contains("HTTP 502"));
 }
+
+#[tokio::test]
+async fn sse_ids_and_names_repeated_in_every_chunk_make_one_call() {
+    // llama.cpp sends index, id, type and the name again with every piece;
+    // its finish_reason may say `stop` although a call came (advisory).
+    let piece = |args: &str| {
+        data(delta(
+            json!({"tool_calls": [{"index": 0, "id": "call_x", "type": "function",
+            "function": {"name": "grep", "arguments": args}}]}),
+        ))
+    };
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![Reply::RawSse(vec![
+            piece("{\"pat"),
+            piece("tern\":"),
+            piece("\"fn main\"}"),
+            data(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})),
+            "data: [DONE]\n\n".to_owned(),
+        ])],
+    ));
+    let resp = complete(settings(&server)).await.unwrap();
+    assert_eq!(
+        calls_of(&resp),
+        [("call_x", "grep", r#"{"pattern":"fn main"}"#)]
+    );
+    assert_eq!(resp.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(server.requests().len(), 1);
+}
