@@ -142,11 +142,18 @@ fn unshrinkable(refused: LlmError, bytes: usize, est_tokens: u64, window: u64) -
         LlmError::Rejected { url, status, body } => (url, status, body, None),
         other => (String::new(), 0, other.to_string(), None),
     };
+    let limit = match named {
+        Some(n) if n != window => {
+            format!("the server's context window of {n} tokens (compaction aimed at {window})")
+        }
+        Some(n) => format!("the server's context window of {n} tokens"),
+        None => format!("the context window of {window} tokens"),
+    };
     LlmError::ContextLength {
         url,
         status,
         body: format!(
-            "{body}; compaction could not shrink the request (still {bytes} bytes, about {est_tokens} tokens) below the context window of {window} tokens, so it was not sent again"
+            "{body}; compaction could not shrink the request (still {bytes} bytes, about {est_tokens} tokens by estimate) below {limit}, so it was not sent again"
         ),
         window: named.or(Some(window)),
     }
