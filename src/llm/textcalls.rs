@@ -19,9 +19,10 @@
 //! properties present, the types of the top-level properties right, no
 //! unknown property when the schema forbids them). Anything else — prose
 //! around a JSON example, an unknown tool, arguments that do not fit — yields
-//! `None`, and the reply stays a text answer.
+//! `None`, and the reply stays a text answer. [`recover_into`] applies it to
+//! a reply message in place.
 
-use super::{FunctionCall, ToolCall, ToolDef};
+use super::{ChatMessage, FunctionCall, ToolCall, ToolDef};
 use serde_json::{Map, Value};
 
 /// The text format tool calls were recovered from (logged as
@@ -109,6 +110,25 @@ pub fn recover_tool_calls(text: &str, tools: &[ToolDef], id_prefix: &str) -> Opt
         })
         .collect();
     Some(Recovered { calls, format })
+}
+
+/// Applies [`recover_tool_calls`] to a reply: when `message` has no native
+/// tool calls and its text is nothing but calls of the offered `tools`, the
+/// calls become its `tool_calls` and its text is dropped (the calls are the
+/// message now; keeping both would show the model its call twice). Returns
+/// the format recovered from, for the `recovered_from: text` log entry.
+pub fn recover_into(
+    message: &mut ChatMessage,
+    tools: &[ToolDef],
+    id_prefix: &str,
+) -> Option<TextCallFormat> {
+    if !message.tool_calls.is_empty() {
+        return None;
+    }
+    let recovered = recover_tool_calls(message.content.as_deref()?, tools, id_prefix)?;
+    message.tool_calls = recovered.calls;
+    message.content = None;
+    Some(recovered.format)
 }
 
 /// The JSON values of `open`…`close` blocks that make up all of `text`. The
@@ -402,6 +422,36 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn recover_into_replaces_the_text_only_when_there_are_no_native_calls() {
+        let text =
+            "<tool_call>{\"name\": \"finish\", \"arguments\": {\"summary\": \"s\"}}</tool_call>";
+        let mut m = ChatMessage {
+            role: super::super::MessageRole::Assistant,
+            content: Some(text.into()),
+            tool_calls: vec![],
+            tool_call_id: None,
+        };
+        assert_eq!(
+            recover_into(&mut m, &tools(), "text2"),
+            Some(TextCallFormat::ToolCallTags)
+        );
+        assert_eq!(m.content, None);
+        assert_eq!(m.tool_calls[0].id, "text2_0");
+        assert_eq!(m.tool_calls[0].function.name, "finish");
+        // Native calls win; a text answer stays one.
+        let before = m.clone();
+        assert_eq!(recover_into(&mut m, &tools(), "text3"), None);
+        assert_eq!(m, before);
+        let mut prose = ChatMessage {
+            content: Some("All done.".into()),
+            tool_calls: vec![],
+            ..before
+        };
+        assert_eq!(recover_into(&mut prose, &tools(), "text4"), None);
+        assert_eq!(prose.content.as_deref(), Some("All done."));
     }
 
     /// A call of `read_file` or `finish` with a generated argument.

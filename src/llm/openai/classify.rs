@@ -118,7 +118,10 @@ impl OpenAiClient {
                 retry_after,
                 kind,
                 status: Some(code),
-                invalid_request: is_deterministic_message(&full).then(|| body.clone()),
+                // A rate limit is transient whatever its body says.
+                invalid_request: (!matches!(kind, Kind::RateLimit)
+                    && is_deterministic_message(&full))
+                .then(|| body.clone()),
             })
         };
         match status {
