@@ -13,7 +13,7 @@
 //! ```
 
 #[allow(dead_code, unused_imports)]
-#[path = "../tests/it/support/fake_server.rs"]
+#[path = "../tests/it/support/fake_server/mod.rs"]
 mod fake_server;
 
 #[path = "support/bench.rs"]

@@ -1,5 +1,5 @@
 //! Benchmark: orch against the performance budget in DESIGN.md, measured
-//! against one fake model (tests/it/support/fake_server.rs, zero latency).
+//! against one fake model (tests/it/support/fake_server/, zero latency).
 //!
 //! Runs the release `orch` binary next to this example and reports, over N
 //! runs, the median and p90 of:
@@ -29,7 +29,7 @@
 //! `PERF_PROBE_ONLY=startup` runs section 1 only.
 
 #[allow(dead_code, unused_imports)]
-#[path = "../tests/it/support/fake_server.rs"]
+#[path = "../tests/it/support/fake_server/mod.rs"]
 mod fake_server;
 
 #[path = "support/bench.rs"]

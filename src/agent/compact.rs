@@ -29,24 +29,27 @@
 //! definitions, as JSON, plus a fixed overhead) × tokens per byte — 1/4 until
 //! a response reports `prompt_tokens`, then calibrated on the last one.
 //!
-//! A context-length error from the model lowers the assumed window to the
-//! refused request's size, compacts, and retries once ([`send_turn`]).
+//! The window used is the smallest one known: the configured one, the one
+//! the server reports ([`crate::llm::ChatModel::probe_context_window`],
+//! asked on the first turn), and what a context-length error taught — the
+//! window the server named in it, and the refused request's size. After
+//! such an error the conversation is compacted and the turn retried once;
+//! a request compaction could not shrink is not sent again but fails with
+//! the numbers ([`send_turn`]).
 //! Every compaction is an action-log event `compaction` (stubbed call ids,
 //! summarised messages, protected ids, bytes and estimated tokens before and
 //! after, the estimate's method).
 
 use super::budget::Tracker;
-use crate::llm::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError, MessageRole, ToolCall,
-};
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, MessageRole, ToolCall};
 use crate::runlog::{ActionLog, RecordError, TokenCount};
 use serde_json::json;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
-/// The context window assumed when none is configured, in tokens.
-pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+/// The context window assumed when none is configured (the model settings' one).
+pub use crate::llm::settings::DEFAULT_CONTEXT_WINDOW;
 /// The share of the context window at which compaction starts.
 pub const DEFAULT_COMPACT_AT: f64 = 0.7;
 /// Assistant turns (with their results) always kept whole when they fit.
@@ -63,12 +66,8 @@ const REQUEST_OVERHEAD_BYTES: usize = 256;
 const DEFAULT_TOKENS_PER_BYTE: f64 = 0.25;
 /// Room kept for the summary message when deciding whether one would help.
 const SUMMARY_RESERVE_BYTES: usize = 2048;
-/// Cap on one message's text in the summary request.
-const SUMMARY_MESSAGE_CAP: usize = 2048;
 /// Appended to the agent path of summary requests (`code/compact`).
 pub const SUMMARY_AGENT_SUFFIX: &str = "/compact";
-
-const SUMMARY_PROMPT: &str = "You condense the history of a coding agent's session so it can continue with less context. Summarise the conversation you are given for the agent itself: what it was asked, what it did, what it found (files, functions, facts, numbers, error messages), what it changed, and what is still open. Be specific and brief (at most 300 words). Do not call tools; answer with the summary only.";
 
 /// When and how to compact.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,16 +90,6 @@ impl Default for CompactConfig {
     }
 }
 
-/// The older part of the conversation, replaced by a summary.
-#[derive(Debug)]
-struct Summary {
-    /// Index in the full conversation of the first message not summarised
-    /// (always an assistant message).
-    upto: usize,
-    /// The model's summary.
-    text: String,
-}
-
 /// Builds the request sent each turn from the full conversation.
 #[derive(Debug)]
 pub struct Compactor {
@@ -111,21 +100,13 @@ pub struct Compactor {
     tokens_per_byte: Option<f64>,
     /// A window below the configured one, learned from a context-length error.
     window_cap: Option<u64>,
+    /// Whether the server was asked for its window ([`send_turn`]).
+    probed: bool,
+    /// Whether the client's switch away from streaming was logged.
+    stream_fallback_logged: bool,
     /// Distinctive tokens of each tool result, by index (results never change).
     result_tokens: HashMap<usize, Vec<String>>,
     summary_tokens: TokenCount,
-}
-
-/// What sending one turn came to.
-#[derive(Debug)]
-pub enum Sent {
-    /// The model answered.
-    Reply(ChatResponse),
-    /// The model failed (after its own retries, and after one compaction
-    /// retry for a context-length error).
-    Failed(LlmError),
-    /// The time budget ran out while waiting.
-    OutOfBudget(String),
 }
 
 /// Why compaction runs.
@@ -144,6 +125,8 @@ impl Compactor {
             summary: None,
             tokens_per_byte: None,
             window_cap: None,
+            probed: false,
+            stream_fallback_logged: false,
             result_tokens: HashMap::new(),
             summary_tokens: TokenCount::default(),
         }
@@ -169,6 +152,13 @@ impl Compactor {
     fn window(&self) -> u64 {
         self.window_cap
             .map_or(self.cfg.context_window, |c| c.min(self.cfg.context_window))
+    }
+
+    /// Learns a context window (from the server, or from a refused request):
+    /// compaction uses the smallest one known.
+    pub fn learn_window(&mut self, tokens: u64) {
+        let tokens = tokens.max(1);
+        self.window_cap = Some(self.window_cap.map_or(tokens, |c| c.min(tokens)));
     }
 
     /// The size at which compaction starts, in estimated tokens.
@@ -391,58 +381,6 @@ impl Compactor {
         self.summary.as_ref().map_or(msgs.len().min(2), |s| s.upto)
     }
 
-    /// Asks the model to summarise `range` of the conversation; on success
-    /// the range is replaced by the summary. Returns the summary's length.
-    async fn summarize(
-        &mut self,
-        model: &dyn ChatModel,
-        full: &ChatRequest,
-        range: Range<usize>,
-        tracker: &mut Tracker,
-    ) -> Result<usize, String> {
-        let msgs = &full.messages;
-        // The summary request must itself fit: share the trigger size out
-        // among the messages to summarise.
-        let budget_bytes = (self.trigger_tokens() as f64 / self.tpb() * 0.8) as usize;
-        let per_message = (budget_bytes / range.len().max(1)).clamp(160, SUMMARY_MESSAGE_CAP);
-        let mut text = String::new();
-        if let Some(s) = &self.summary {
-            text.push_str("Summary of what came before:\n");
-            text.push_str(&s.text);
-            text.push_str("\n\n");
-        }
-        text.push_str("The conversation to summarise:\n");
-        for i in range.clone() {
-            text.push_str(&render_for_summary(msgs, i, per_message));
-            text.push('\n');
-        }
-        let req = ChatRequest {
-            messages: vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(text)],
-            tools: Vec::new(),
-            agent_path: format!("{}{SUMMARY_AGENT_SUFFIX}", full.agent_path),
-        };
-        let resp = match tracker.bounded(model.complete(&req)).await {
-            Err(why) => return Err(why),
-            Ok(Err(e)) => return Err(format!("failed to {e}")),
-            Ok(Ok(r)) => r,
-        };
-        tracker.record_usage(resp.usage.prompt_tokens, resp.usage.completion_tokens);
-        self.summary_tokens.add(TokenCount {
-            prompt: resp.usage.prompt_tokens,
-            completion: resp.usage.completion_tokens,
-        });
-        let summary = resp.message.content.unwrap_or_default().trim().to_owned();
-        if summary.is_empty() {
-            return Err("the model answered the summary request without text".to_owned());
-        }
-        let len = summary.len();
-        self.summary = Some(Summary {
-            upto: range.end,
-            text: summary,
-        });
-        Ok(len)
-    }
-
     /// The conversation as sent: head, summary message, then the live part
     /// with stubs for condensed results that are not referenced.
     fn view<'a>(&self, full: &'a ChatRequest, pinned: &HashSet<usize>) -> Cow<'a, ChatRequest> {
@@ -480,124 +418,6 @@ impl Compactor {
             agent_path: full.agent_path.clone(),
         })
     }
-
-    /// Indices of the tool results a later assistant message refers to (see
-    /// the module docs).
-    fn pinned(&mut self, msgs: &[ChatMessage]) -> HashSet<usize> {
-        let mut later_distinct: HashSet<String> = HashSet::new();
-        let mut later_all: HashSet<String> = HashSet::new();
-        let mut later_calls: HashSet<(String, String)> = HashSet::new();
-        let mut pinned = HashSet::new();
-        for i in (msgs.len().min(2)..msgs.len()).rev() {
-            let m = &msgs[i];
-            match m.role {
-                MessageRole::Assistant => {
-                    let texts = m
-                        .content
-                        .iter()
-                        .map(String::as_str)
-                        .chain(m.tool_calls.iter().map(|c| c.function.arguments.as_str()));
-                    for text in texts {
-                        for t in tokens(text) {
-                            if is_distinctive(t) {
-                                later_distinct.insert(t.to_owned());
-                            }
-                            later_all.insert(normalize_path(t).to_owned());
-                        }
-                    }
-                }
-                MessageRole::Tool => {
-                    let call = call_of(msgs, i);
-                    let name = call.map_or("", |c| c.function.name.as_str());
-                    let path = call.and_then(path_arg);
-                    let key = path.as_ref().map(|p| (name.to_owned(), p.clone()));
-                    if key.as_ref().is_some_and(|k| later_calls.contains(k)) {
-                        // Superseded by a later call of the same tool on the same path.
-                        continue;
-                    }
-                    let content = m.content.as_deref().unwrap_or("");
-                    let own = self
-                        .result_tokens
-                        .entry(i)
-                        .or_insert_with(|| distinctive_tokens(content));
-                    let referenced = own.iter().any(|t| later_distinct.contains(t))
-                        || m.tool_call_id
-                            .as_ref()
-                            .is_some_and(|id| later_all.contains(id.as_str()))
-                        || path
-                            .as_ref()
-                            .is_some_and(|p| later_all.contains(p.as_str()));
-                    if referenced {
-                        pinned.insert(i);
-                    }
-                    if let Some(k) = key {
-                        later_calls.insert(k);
-                    }
-                }
-                _ => {}
-            }
-        }
-        pinned
-    }
-}
-
-/// Sends one turn: builds the request from `full` (compacting when needed),
-/// waits for the model within the time budget, and on a context-length
-/// error compacts harder and retries once. Logs the `request` event.
-pub async fn send_turn(
-    model: &dyn ChatModel,
-    full: &ChatRequest,
-    turn: u32,
-    compactor: &mut Compactor,
-    tracker: &mut Tracker,
-    log: &mut ActionLog,
-) -> Result<Sent, RecordError> {
-    let mut trigger = Trigger::Threshold;
-    loop {
-        let (req, bytes) = compactor
-            .prepare(model, full, turn, trigger, tracker, log)
-            .await?;
-        log.append(
-            "request",
-            json!({"turn": turn, "messages": req.messages.len(), "approx_bytes": bytes}),
-        )?;
-        match tracker.bounded(model.complete(&req)).await {
-            Err(why) => return Ok(Sent::OutOfBudget(why)),
-            Ok(Ok(resp)) => {
-                // An estimated usage is bytes / 4 of the client's own body:
-                // calibrating on it would only measure our own guess.
-                if !resp.usage.estimated {
-                    compactor.calibrate(bytes, resp.usage.prompt_tokens);
-                }
-                return Ok(Sent::Reply(resp));
-            }
-            Ok(Err(e)) if trigger == Trigger::Threshold && is_context_length(&e) => {
-                log.append(
-                    "model_error",
-                    json!({"turn": turn, "error": format!("failed to {e}"), "retry": "compacting the conversation and retrying once"}),
-                )?;
-                // The server refused this size: the real window is smaller.
-                compactor.window_cap = Some(compactor.est(bytes).max(1));
-                trigger = Trigger::ContextLengthError;
-            }
-            Ok(Err(e)) => return Ok(Sent::Failed(e)),
-        }
-    }
-}
-
-/// Whether a model error says the request was longer than the context window.
-///
-/// The model client does not classify this yet; until it does
-/// (`LlmError::is_context_length()`), this matches the servers' wording
-/// (OpenAI and vLLM: "maximum context length", `context_length_exceeded`;
-/// llama.cpp: "context size"; others: "context window").
-pub fn is_context_length(e: &LlmError) -> bool {
-    let text = e.to_string().to_ascii_lowercase();
-    text.contains("context")
-        && (text.contains("length")
-            || text.contains("maximum context")
-            || text.contains("context size")
-            || text.contains("context window"))
 }
 
 /// Bytes of `v` serialized as JSON.
@@ -618,51 +438,6 @@ fn tail_start(msgs: &[ChatMessage], live: usize, keep: usize) -> usize {
         }
     }
     live
-}
-
-/// The tool call that the tool result at `i` answers.
-fn call_of(msgs: &[ChatMessage], i: usize) -> Option<&ToolCall> {
-    let id = msgs[i].tool_call_id.as_deref()?;
-    msgs[..i]
-        .iter()
-        .rev()
-        .find(|m| m.role == MessageRole::Assistant)?
-        .tool_calls
-        .iter()
-        .find(|c| c.id == id)
-}
-
-/// The `path` argument of a call, normalised (`./a.py` → `a.py`).
-fn path_arg(call: &ToolCall) -> Option<String> {
-    let args: serde_json::Value = serde_json::from_str(&call.function.arguments).ok()?;
-    let p = args.get("path")?.as_str()?;
-    let p = normalize_path(p);
-    (!p.is_empty() && p != ".").then(|| p.to_owned())
-}
-
-fn normalize_path(p: &str) -> &str {
-    p.trim_start_matches("./")
-}
-
-/// Words for reference matching: runs of letters, digits and `_-./`.
-fn tokens(text: &str) -> impl Iterator<Item = &str> {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || "_-./".contains(c)))
-        .map(|t| t.trim_matches(|c: char| c == '.' || c == '-'))
-        .filter(|t| !t.is_empty())
-}
-
-/// A word specific enough that mentioning it means referring to the result
-/// holding it: 5+ characters with both letters and digits (ids, SHAs,
-/// error codes, `FACT-7731`), but not plain words or numbers.
-fn is_distinctive(t: &str) -> bool {
-    (5..=128).contains(&t.len())
-        && t.bytes().any(|b| b.is_ascii_digit())
-        && t.bytes().any(|b| b.is_ascii_alphabetic())
-}
-
-fn distinctive_tokens(text: &str) -> Vec<String> {
-    let set: HashSet<&str> = tokens(text).filter(|t| is_distinctive(t)).collect();
-    set.into_iter().map(str::to_owned).collect()
 }
 
 /// `read_file src/x.rs`, `bash \`cargo test\``, …: a call in a few words.
@@ -710,55 +485,13 @@ fn stub_text(call: Option<&ToolCall>, content: &str) -> String {
     )
 }
 
-/// The user message standing for a summarised range: the summary, then the
-/// referenced results from that range, verbatim.
-fn summary_message(s: &Summary, msgs: &[ChatMessage], pinned: &HashSet<usize>) -> String {
-    let mut text = format!(
-        "[Summary of the earlier conversation, condensed to save context; the full transcript is kept on disk. Earlier tool results are gone unless kept below: re-run a tool if you need its output again.]\n\n{}",
-        s.text
-    );
-    let mut kept: Vec<usize> = pinned
-        .iter()
-        .copied()
-        .filter(|&i| i < s.upto && msgs[i].role == MessageRole::Tool)
-        .collect();
-    kept.sort_unstable();
-    for i in kept {
-        text.push_str(&format!(
-            "\n\n[kept: result of {} (call {})]\n{}",
-            describe(call_of(msgs, i)),
-            msgs[i].tool_call_id.as_deref().unwrap_or("?"),
-            msgs[i].content.as_deref().unwrap_or("")
-        ));
-    }
-    text
-}
+mod refs;
+mod summary;
+mod turn;
 
-/// One message of the range to summarise, as plain text.
-fn render_for_summary(msgs: &[ChatMessage], i: usize, cap: usize) -> String {
-    let m = &msgs[i];
-    let content = m.content.as_deref().unwrap_or("");
-    match m.role {
-        MessageRole::Assistant => {
-            let mut s = format!("assistant: {}", super::cap(content, cap));
-            for c in &m.tool_calls {
-                s.push_str(&format!(
-                    "\n  calls {}({})",
-                    c.function.name,
-                    super::cap(&c.function.arguments, 300)
-                ));
-            }
-            s
-        }
-        MessageRole::Tool => format!(
-            "result of {}: {}",
-            describe(call_of(msgs, i)),
-            super::cap(content, cap)
-        ),
-        MessageRole::User => format!("user: {}", super::cap(content, cap)),
-        MessageRole::System => format!("system: {}", super::cap(content, cap)),
-    }
-}
+use refs::call_of;
+use summary::{Summary, summary_message};
+pub use turn::{Sent, send_turn};
 
 #[cfg(test)]
 mod tests;

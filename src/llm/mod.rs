@@ -1,8 +1,9 @@
 //! Model clients: the OpenAI-compatible Chat Completions wire types, the
 //! [`ChatModel`] trait every backend implements, the HTTP client
 //! ([`openai`] with its [`settings`], streaming over SSE via [`stream`],
-//! retries in [`retry`]), the offline replay model ([`replay`]) and token
-//! prices ([`price`]).
+//! retries in [`retry`]), the offline replay model ([`replay`]), token
+//! prices ([`price`]) and the recovery of tool calls written as text
+//! ([`textcalls`]).
 //!
 //! See `docs/model-client.md` for the user-facing behaviour (streaming,
 //! retry schedule, error classes, configuration, prices).
@@ -13,6 +14,7 @@ pub mod replay;
 pub mod retry;
 pub mod settings;
 pub mod stream;
+pub mod textcalls;
 
 pub use price::{Price, PriceTable, cost_usd};
 
@@ -251,6 +253,22 @@ pub trait ChatModel: Send + Sync {
         None
     }
 
+    /// Asks the server for its real context window in tokens (llama.cpp
+    /// `GET /props`, vLLM `GET /v1/models`, Ollama `POST /api/show`);
+    /// `None` when it does not say (or for backends without a server).
+    /// Bounded by a short timeout; never fails.
+    fn probe_context_window(&self) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(async { None })
+    }
+
+    /// Why this backend stopped streaming, once a stream-only failure (an
+    /// empty stream, tool calls lost in a stream, repeated 5xx to streamed
+    /// requests) was answered by a successful request without streaming;
+    /// from then on it does not stream. `None` while it streams as configured.
+    fn stream_fallback(&self) -> Option<String> {
+        None
+    }
+
     /// How a child `orch agent` process reaches this same model (for
     /// `spawn_agent`); `None` when it cannot.
     fn spawn_settings(&self) -> Option<ModelSpawn> {
@@ -326,6 +344,9 @@ pub enum LlmError {
         status: u16,
         /// Server's message (trimmed).
         body: String,
+        /// The context window the server named in its message (llama.cpp's
+        /// `n_ctx`, "maximum context length is N tokens", …), if it did.
+        window: Option<u64>,
     },
     /// Another 4xx that retrying will not fix.
     #[error("get a completion from {url}: HTTP {status}: {body}")]
@@ -387,10 +408,16 @@ pub enum LlmError {
 }
 
 impl LlmError {
-    /// True for [`LlmError::ContextLength`]: the conversation must shrink
-    /// before the request can succeed.
+    /// True when the conversation must shrink before the request can
+    /// succeed: [`LlmError::ContextLength`], or a rejection whose body uses
+    /// the servers' context-length wording (the one classifier,
+    /// [`retry::is_context_length_message`]).
     pub fn is_context_length(&self) -> bool {
-        matches!(self, LlmError::ContextLength { .. })
+        match self {
+            LlmError::ContextLength { .. } => true,
+            LlmError::Rejected { body, .. } => retry::is_context_length_message(body),
+            _ => false,
+        }
     }
 
     /// True for errors a retry at a later time might fix (what was left after

@@ -10,7 +10,14 @@
 //!   `[c/2, c]` with `c = min(retry_max_delay, retry_base_delay * 2^n)`
 //!   ("equal jitter");
 //! - at most `max_retries` retries, and no retry whose wait would end more than
-//!   `retry_max_total` after the first attempt started.
+//!   `retry_max_total` after the first attempt started;
+//! - a failure whose body shows the request is invalid
+//!   (`is_deterministic_message`) is retried at most once, whatever its
+//!   status.
+//!
+//! Also here, as the one classifier of error bodies: whether a body says the
+//! request did not fit the context window ([`is_context_length_message`]) and
+//! which window it names (`context_window_in_message`).
 
 use reqwest::header::HeaderValue;
 use std::hash::{BuildHasher, Hasher};
@@ -108,6 +115,7 @@ const CONTEXT_LENGTH_MARKERS: &[&str] = &[
     "maximum context length",
     "context length",
     "context window",
+    "context size",
     "too many tokens",
     "prompt is too long",
     "input is too long",
@@ -121,6 +129,108 @@ const CONTEXT_LENGTH_MARKERS: &[&str] = &[
 pub fn is_context_length_message(body: &str) -> bool {
     let lower = body.to_ascii_lowercase();
     CONTEXT_LENGTH_MARKERS.iter().any(|m| lower.contains(m))
+}
+
+/// JSON keys under which servers put the window in a context-length error
+/// (llama.cpp: `n_ctx`; vLLM and others: `max_model_len`, …).
+const WINDOW_KEYS: &[&str] = &["n_ctx", "max_model_len", "context_length", "context_window"];
+
+/// Phrases after which a context-length message names the window, each
+/// followed (within a few characters) by the number.
+const WINDOW_PHRASES: &[&str] = &[
+    "maximum context length is",
+    "context length is",
+    "context length of",
+    "context window of",
+    "context window is",
+    "context size of",
+    "context size is",
+    "n_ctx",
+    "max_model_len",
+    "tokens >",
+];
+
+/// How far after a phrase its number may start (`n_ctx` 4096, `n_ctx = 4096`,
+/// `maximum context length is 8192 tokens`).
+const WINDOW_NUMBER_REACH: usize = 12;
+
+/// The context window a context-length error names, in tokens: a
+/// [`WINDOW_KEYS`] field of a JSON body, else the number after one of
+/// [`WINDOW_PHRASES`] in its text. `None` when it names none.
+pub(crate) fn context_window_in_message(body: &str) -> Option<u64> {
+    if let Ok(json) = serde_json::from_str::<serde_json::Value>(body)
+        && let Some(n) = window_field(&json)
+    {
+        return Some(n);
+    }
+    let lower = body.to_ascii_lowercase();
+    WINDOW_PHRASES
+        .iter()
+        .filter_map(|phrase| {
+            let at = lower.find(phrase)? + phrase.len();
+            number_near(&lower[at..]).map(|n| (at, n))
+        })
+        .min_by_key(|(at, _)| *at)
+        .map(|(_, n)| n)
+}
+
+fn window_field(v: &serde_json::Value) -> Option<u64> {
+    match v {
+        serde_json::Value::Object(map) => WINDOW_KEYS
+            .iter()
+            .find_map(|k| map.get(*k).and_then(serde_json::Value::as_u64))
+            .filter(|n| *n > 0)
+            .or_else(|| map.values().find_map(window_field)),
+        serde_json::Value::Array(items) => items.iter().find_map(window_field),
+        // A message string may itself hold the number ("… n_ctx: 4096").
+        serde_json::Value::String(s) if s.len() < 4096 && !s.trim_start().starts_with('{') => {
+            let lower = s.to_ascii_lowercase();
+            WINDOW_PHRASES.iter().find_map(|phrase| {
+                let at = lower.find(phrase)? + phrase.len();
+                number_near(&lower[at..])
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The first positive integer starting within [`WINDOW_NUMBER_REACH`]
+/// bytes of `text`, skipping only separators (`` ` ``, `:`, `=`, `"`, spaces).
+fn number_near(text: &str) -> Option<u64> {
+    let start = text
+        .char_indices()
+        .take_while(|(i, _)| *i <= WINDOW_NUMBER_REACH)
+        .find(|(_, c)| !matches!(c, ' ' | '`' | ':' | '=' | '"' | '\'' | '(' | '\\'))
+        .map(|(i, _)| i)?;
+    let digits: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',' || *c == '_')
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse::<u64>().ok().filter(|n| *n > 0)
+}
+
+/// Phrases of an error body that show the request itself is wrong (a
+/// validation error), so sending it again cannot help — whatever the status
+/// (llama-cpp-python answers a schema violation with HTTP 500).
+const DETERMINISTIC_MARKERS: &[&str] = &[
+    "validation error",
+    "input should be",
+    "field required",
+    "is not a valid",
+    "extra inputs are not permitted",
+    "unexpected keyword argument",
+    "missing required",
+    "invalid_request_error",
+    "must be a string",
+    "is not of type",
+];
+
+/// True when an error body says the request is invalid in itself (see
+/// [`DETERMINISTIC_MARKERS`]): such a failure is retried at most once.
+pub(crate) fn is_deterministic_message(body: &str) -> bool {
+    let lower = body.to_ascii_lowercase();
+    DETERMINISTIC_MARKERS.iter().any(|m| lower.contains(m))
 }
 
 #[cfg(test)]
@@ -202,5 +312,44 @@ mod tests {
             assert!(is_context_length_message(body), "{body}");
         }
         assert!(!is_context_length_message("invalid value for temperature"));
+    }
+
+    #[test]
+    fn context_windows_are_read_from_the_message() {
+        for (body, n) in [
+            (
+                r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#,
+                4096,
+            ),
+            (
+                "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens",
+                8192,
+            ),
+            ("prompt is too long: 210000 tokens > 200000 maximum", 200000),
+            ("request (5000 tokens) exceeds `n_ctx` 4096", 4096),
+            (
+                "Requested tokens (5000) exceed context window of 2048",
+                2048,
+            ),
+            (
+                r#"{"error":{"message":"This model's maximum context length is 32,768 tokens."}}"#,
+                32768,
+            ),
+        ] {
+            assert_eq!(context_window_in_message(body), Some(n), "{body}");
+        }
+        assert_eq!(context_window_in_message("context length exceeded"), None);
+        assert_eq!(context_window_in_message("{\"n_ctx\": 0}"), None);
+    }
+
+    #[test]
+    fn deterministic_failures_are_recognised() {
+        assert!(is_deterministic_message(
+            "1 validation error for ChatCompletionRequestAssistantMessage\ncontent\n  Input should be a valid string"
+        ));
+        assert!(!is_deterministic_message("upstream exploded"));
+        assert!(!is_deterministic_message(
+            "fake server: script exhausted for agent \"code\""
+        ));
     }
 }

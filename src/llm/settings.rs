@@ -8,6 +8,7 @@
 use super::LlmError;
 use super::price::PriceTable;
 use super::retry::RetryPolicy;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
@@ -28,6 +29,50 @@ pub const DEFAULT_RETRY_MAX_TOTAL: Duration = Duration::from_secs(120);
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default context window, in tokens, when none is configured.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+/// Default cap on the tokens one reply may generate (`max_tokens`), so no
+/// turn runs unbounded (llama.cpp generates until its context is full).
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// What the model may do about the offered tools (`tool_choice` on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolChoice {
+    /// The model decides whether to call a tool (the servers' default).
+    Auto,
+    /// The model must call a tool every turn (so `finish` is how it ends);
+    /// llama.cpp then constrains small models to valid calls by grammar.
+    Required,
+}
+
+impl ToolChoice {
+    /// The wire value: `auto` or `required`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolChoice::Auto => "auto",
+            ToolChoice::Required => "required",
+        }
+    }
+}
+
+impl std::str::FromStr for ToolChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(ToolChoice::Auto),
+            "required" => Ok(ToolChoice::Required),
+            other => Err(format!(
+                "unknown tool_choice `{other}`: expected `auto` or `required`"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ToolChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Where and how to reach a model.
 #[derive(Clone)]
@@ -58,8 +103,18 @@ pub struct ModelSettings {
     pub stream_idle_timeout: Duration,
     /// The model's context window in tokens (for the agent loop's compaction).
     pub context_window: u64,
-    /// Prices for [`ChatModel::cost_usd`].
+    /// Prices for [`super::ChatModel::cost_usd`].
     pub prices: PriceTable,
+    /// Sampling temperature (`temperature`); sent only when set.
+    pub temperature: Option<f64>,
+    /// Sampling seed (`seed`); sent only when set.
+    pub seed: Option<u64>,
+    /// Cap on the tokens of one reply (`max_tokens`): [`DEFAULT_MAX_TOKENS`]
+    /// unless configured; `None` sends none (the server's own limit).
+    pub max_tokens: Option<u64>,
+    /// `tool_choice` when tools are offered; `None` sends `auto` (requests
+    /// without tools never carry one).
+    pub tool_choice: Option<ToolChoice>,
 }
 
 impl fmt::Debug for ModelSettings {
@@ -77,13 +132,18 @@ impl fmt::Debug for ModelSettings {
             .field("stream", &self.stream)
             .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("context_window", &self.context_window)
+            .field("temperature", &self.temperature)
+            .field("seed", &self.seed)
+            .field("max_tokens", &self.max_tokens)
+            .field("tool_choice", &self.tool_choice)
             .finish_non_exhaustive()
     }
 }
 
 impl ModelSettings {
     /// Settings for `model` at `base_url` with no key, streaming on, the
-    /// built-in prices and default timeouts and retries.
+    /// built-in prices, default timeouts and retries, `max_tokens`
+    /// [`DEFAULT_MAX_TOKENS`] and no other sampling settings.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         ModelSettings {
             base_url: base_url.into(),
@@ -99,6 +159,10 @@ impl ModelSettings {
             stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
             context_window: DEFAULT_CONTEXT_WINDOW,
             prices: PriceTable::builtin(),
+            temperature: None,
+            seed: None,
+            max_tokens: Some(DEFAULT_MAX_TOKENS),
+            tool_choice: None,
         }
     }
 

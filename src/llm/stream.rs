@@ -15,7 +15,10 @@
 //!   Several calls may interleave. An entry without `index` (some local
 //!   servers) continues the latest call unless it brings a new `id`, which
 //!   starts a new call. A call that never got an id becomes `call_<n>`.
-//! - `finish_reason` is taken from the chunk that has one.
+//! - `finish_reason` is taken from the chunk that has one. It is advisory:
+//!   the reply is what arrived (calls under `stop` are kept); the client
+//!   only uses it to notice tool calls lost in a stream (`tool_calls` with
+//!   none assembled).
 //! - `usage` is taken from any chunk that carries a non-null one (OpenAI sends
 //!   it in a final chunk with empty `choices` when asked with
 //!   `stream_options.include_usage`).
@@ -228,6 +231,33 @@ impl StreamAssembler {
     }
 }
 
+/// Gives every tool call of `reply` an id no other call in `history` or
+/// earlier in `reply` has: a missing or empty id becomes `call_<n>` (`n` its
+/// position), and a taken one gets a `_<k>` suffix. Servers that omit ids, or
+/// number them from 0 every turn, would otherwise make two calls answerable
+/// by the same tool result.
+pub(crate) fn unique_call_ids(reply: &mut ChatMessage, history: &[ChatMessage]) {
+    let mut taken: std::collections::HashSet<String> = history
+        .iter()
+        .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
+        .collect();
+    for (i, call) in reply.tool_calls.iter_mut().enumerate() {
+        let base = if call.id.trim().is_empty() {
+            format!("call_{i}")
+        } else {
+            call.id.clone()
+        };
+        let mut id = base.clone();
+        let mut k = 1;
+        while taken.contains(&id) {
+            id = format!("{base}_{k}");
+            k += 1;
+        }
+        taken.insert(id.clone());
+        call.id = id;
+    }
+}
+
 /// A `usage` object as servers send it; a missing total is the sum.
 pub(crate) fn usage_of(value: &Value) -> Usage {
     let get = |k: &str| value.get(k).and_then(Value::as_u64);
@@ -365,6 +395,48 @@ mod tests {
                 ("call_2", "grep", "{}")
             ]
         );
+    }
+
+    #[test]
+    fn ids_and_names_repeated_in_every_chunk_are_not_doubled() {
+        // llama.cpp repeats index, id, type and name in every delta.
+        let piece = |args: &str| {
+            delta(
+                json!({"tool_calls": [{"index": 0, "id": "call_abc", "type": "function",
+                "function": {"name": "read_file", "arguments": args}}]}),
+            )
+        };
+        let r = feed(&[piece("{\"pa"), piece("th\":"), piece("\"a.rs\"}")]);
+        assert_eq!(r.message.tool_calls.len(), 1);
+        let call = &r.message.tool_calls[0];
+        assert_eq!(call.id, "call_abc");
+        assert_eq!(call.function.name, "read_file");
+        assert_eq!(call.function.arguments, r#"{"path":"a.rs"}"#);
+    }
+
+    #[test]
+    fn call_ids_are_made_unique_in_the_conversation() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: "bash".into(),
+                arguments: "{}".into(),
+            },
+        };
+        let earlier = ChatMessage {
+            role: MessageRole::Assistant,
+            content: None,
+            tool_calls: vec![call("call_0"), call("x")],
+            tool_call_id: None,
+        };
+        let mut reply = ChatMessage {
+            tool_calls: vec![call(""), call("x"), call("y"), call("y"), call(" ")],
+            ..earlier.clone()
+        };
+        unique_call_ids(&mut reply, std::slice::from_ref(&earlier));
+        let ids: Vec<&str> = reply.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["call_0_1", "x_1", "y", "y_1", "call_4"]);
     }
 
     /// The SSE decoder the client uses keeps a character split between two

@@ -11,6 +11,8 @@ mod eval;
 mod fuzz;
 mod harness;
 mod llm_client;
+mod llm_e2e;
+mod llm_wire;
 mod review_cmds;
 mod run_e2e;
 mod safety;

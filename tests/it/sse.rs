@@ -288,17 +288,136 @@ async fn sse_error_chunks_are_classified() {
 }
 
 #[tokio::test]
-async fn sse_garbage_and_empty_streams_are_bad_responses() {
+async fn sse_garbage_streams_are_bad_responses() {
+    // (An empty stream used to be a bad response too; since issue 11 it is a
+    // stream-only failure, retried once without streaming: see
+    // `sse_empty_stream_is_retried_once_without_streaming`.)
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![Reply::RawSse(vec!["data: {not json at all\n\n".to_owned()])],
+    ));
+    let err = complete(settings(&server)).await.unwrap_err();
+    assert!(matches!(err, LlmError::BadResponse { .. }), "{err:?}");
+    assert_eq!(server.requests().len(), 1, "bad responses are not retried");
+}
+
+#[tokio::test]
+async fn sse_empty_stream_is_retried_once_without_streaming() {
+    // llama-cpp-python answers tools + stream with HTTP 200 and an empty body.
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            Reply::RawSse(vec!["data: {not json at all\n\n".to_owned()]),
             Reply::RawSse(Vec::new()),
+            Reply::text("answered without streaming"),
+            Reply::text("still not streamed"),
         ],
     ));
-    for _ in 0..2 {
-        let err = complete(settings(&server)).await.unwrap_err();
-        assert!(matches!(err, LlmError::BadResponse { .. }), "{err:?}");
-    }
-    assert_eq!(server.requests().len(), 2, "bad responses are not retried");
+    let client = OpenAiClient::new(settings(&server)).expect("client");
+    assert!(client.streaming());
+    let ask = || async {
+        tokio::time::timeout(AWAIT_LIMIT, client.complete(&request()))
+            .await
+            .expect("completion timed out")
+    };
+    let resp = ask().await.unwrap();
+    assert_eq!(
+        resp.message.content.as_deref(),
+        Some("answered without streaming")
+    );
+    let why = client.stream_fallback().expect("streaming is off");
+    assert!(why.contains("before any chunk"), "{why}");
+    assert_eq!(ChatModel::stream_fallback(&client), Some(why));
+    assert!(!client.streaming());
+    // The client stays non-streaming for the rest of its life.
+    let resp = ask().await.unwrap();
+    assert_eq!(resp.message.content.as_deref(), Some("still not streamed"));
+    let sent = server.requests();
+    let streamed: Vec<bool> = sent.iter().map(|r| r.body["stream"] == true).collect();
+    assert_eq!(streamed, [true, false, false]);
+    assert!(sent[1].body.get("stream_options").is_none());
+}
+
+#[tokio::test]
+async fn sse_tool_calls_lost_in_the_stream_are_fetched_without_streaming() {
+    // LiteLLM's streaming path: finish_reason `tool_calls`, but no call came.
+    let lost = vec![
+        data(delta(json!({"role": "assistant", "content": ""}))),
+        data(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::RawSse(lost),
+            Reply::tool_call("call_7", "read_file", json!({"path": "a.rs"})),
+        ],
+    ));
+    let client = OpenAiClient::new(settings(&server)).expect("client");
+    let resp = tokio::time::timeout(AWAIT_LIMIT, client.complete(&request()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        calls_of(&resp),
+        [("call_7", "read_file", r#"{"path":"a.rs"}"#)]
+    );
+    assert!(client.stream_fallback().unwrap().contains("tool_calls"));
+    assert_eq!(server.requests().len(), 2);
+    assert_eq!(server.requests()[1].body.get("stream"), None);
+}
+
+#[tokio::test]
+async fn sse_repeated_server_errors_to_streams_are_retried_without_streaming() {
+    // LiteLLM answers 500 only when streaming: the second 5xx in a row is
+    // retried without streaming, which then works and sticks.
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::Status(500, "stream broke upstream".into()),
+            Reply::Status(502, "stream broke upstream".into()),
+            Reply::text("plain works"),
+        ],
+    ));
+    let client = OpenAiClient::new(settings(&server)).expect("client");
+    let resp = tokio::time::timeout(AWAIT_LIMIT, client.complete(&request()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.message.content.as_deref(), Some("plain works"));
+    let streamed: Vec<bool> = server
+        .requests()
+        .iter()
+        .map(|r| r.body["stream"] == true)
+        .collect();
+    assert_eq!(streamed, [true, true, false]);
+    assert!(client.stream_fallback().unwrap().contains("HTTP 502"));
+}
+
+#[tokio::test]
+async fn sse_ids_and_names_repeated_in_every_chunk_make_one_call() {
+    // llama.cpp sends index, id, type and the name again with every piece;
+    // its finish_reason may say `stop` although a call came (advisory).
+    let piece = |args: &str| {
+        data(delta(
+            json!({"tool_calls": [{"index": 0, "id": "call_x", "type": "function",
+            "function": {"name": "grep", "arguments": args}}]}),
+        ))
+    };
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![Reply::RawSse(vec![
+            piece("{\"pat"),
+            piece("tern\":"),
+            piece("\"fn main\"}"),
+            data(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})),
+            "data: [DONE]\n\n".to_owned(),
+        ])],
+    ));
+    let resp = complete(settings(&server)).await.unwrap();
+    assert_eq!(
+        calls_of(&resp),
+        [("call_x", "grep", r#"{"pattern":"fn main"}"#)]
+    );
+    assert_eq!(resp.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(server.requests().len(), 1);
 }

@@ -1,7 +1,7 @@
 //! Tests of the compaction policy: stubs, references, summaries, estimates.
 
 use super::*;
-use crate::llm::{BoxFuture, FunctionCall, Usage};
+use crate::llm::{BoxFuture, ChatResponse, FunctionCall, LlmError, Usage};
 use std::sync::Mutex;
 
 fn call(id: &str, name: &str, args: serde_json::Value) -> ChatMessage {
@@ -368,19 +368,19 @@ fn context_length_errors_are_recognised_by_their_wording() {
         status: 400,
         body: "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.".into(),
     };
-    assert!(is_context_length(&e));
+    assert!(e.is_context_length());
     let e = LlmError::Rejected {
         url: "u".into(),
         status: 400,
         body: "the request exceeds the available context size".into(),
     };
-    assert!(is_context_length(&e));
+    assert!(e.is_context_length());
     let e = LlmError::Rejected {
         url: "u".into(),
         status: 400,
         body: "invalid tool schema".into(),
     };
-    assert!(!is_context_length(&e));
+    assert!(!e.is_context_length());
 }
 
 #[test]
@@ -396,4 +396,201 @@ fn calibration_replaces_the_bytes_over_four_rule() {
         1200,
         "a response without usage keeps the calibration"
     );
+}
+
+/// A model for the turn sender: main requests get the scripted answers in
+/// order, summary requests a fixed summary; it reports `window` when asked
+/// and `fallback` as its stream fallback.
+#[derive(Default)]
+struct Scripted {
+    main: Mutex<std::collections::VecDeque<Result<ChatResponse, LlmError>>>,
+    seen: Mutex<Vec<ChatRequest>>,
+    window: Option<u64>,
+    probes: Mutex<u32>,
+    fallback: Option<String>,
+}
+
+fn text_reply(text: &str) -> ChatResponse {
+    ChatResponse {
+        message: ChatMessage {
+            role: MessageRole::Assistant,
+            content: Some(text.into()),
+            tool_calls: vec![],
+            tool_call_id: None,
+        },
+        usage: Usage::default(),
+        finish_reason: None,
+    }
+}
+
+fn too_long(window: Option<u64>) -> LlmError {
+    LlmError::ContextLength {
+        url: "http://127.0.0.1:1/v1/chat/completions".into(),
+        status: 400,
+        body: "the request exceeds the available context size".into(),
+        window,
+    }
+}
+
+impl Scripted {
+    fn new(main: Vec<Result<ChatResponse, LlmError>>) -> Self {
+        Scripted {
+            main: Mutex::new(main.into()),
+            ..Scripted::default()
+        }
+    }
+
+    fn main_requests(&self) -> Vec<ChatRequest> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| !r.agent_path.ends_with(SUMMARY_AGENT_SUFFIX))
+            .cloned()
+            .collect()
+    }
+}
+
+impl ChatModel for Scripted {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        self.seen.lock().unwrap().push(req.clone());
+        let out = if req.agent_path.ends_with(SUMMARY_AGENT_SUFFIX) {
+            Ok(text_reply("Read the files; nothing changed."))
+        } else {
+            self.main
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Err(LlmError::Config("script exhausted".into())))
+        };
+        Box::pin(std::future::ready(out))
+    }
+    fn label(&self) -> String {
+        "scripted".into()
+    }
+    fn model_name(&self) -> String {
+        "scripted".into()
+    }
+    fn is_replay(&self) -> bool {
+        false
+    }
+    fn probe_context_window(&self) -> BoxFuture<'_, Option<u64>> {
+        *self.probes.lock().unwrap() += 1;
+        Box::pin(std::future::ready(self.window))
+    }
+    fn stream_fallback(&self) -> Option<String> {
+        self.fallback.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_context_length_error_naming_4096_makes_compaction_target_4096() {
+    let model = Scripted::new(vec![Err(too_long(Some(4096))), Ok(text_reply("done"))]);
+    let (dir, mut log) = log();
+    let mut c = Compactor::new(CompactConfig::default());
+    // ~75 KB: far under 70 % of the default 128k window, far over 4096 tokens.
+    let full = conversation(12);
+    let sent = send_turn(&model, &full, 1, &mut c, &mut tracker(), &mut log)
+        .await
+        .unwrap();
+    assert!(matches!(sent, Sent::Reply(_)), "{sent:?}");
+    let compactions = events(&dir, "compaction");
+    assert_eq!(compactions.len(), 1, "{compactions:?}");
+    let e = &compactions[0];
+    assert_eq!(e["trigger"], "context_length_error");
+    assert_eq!(e["context_window"], 4096);
+    assert_eq!(e["trigger_tokens"], (4096.0 * DEFAULT_COMPACT_AT) as u64);
+    let main = model.main_requests();
+    assert_eq!(main.len(), 2);
+    assert!(json_len(&main[1].messages) < json_len(&main[0].messages));
+}
+
+#[tokio::test]
+async fn an_unshrinkable_request_is_not_resent_but_fails_with_the_numbers() {
+    let model = Scripted::new(vec![Err(too_long(Some(4096))), Ok(text_reply("never"))]);
+    let (dir, mut log) = log();
+    let mut c = Compactor::new(CompactConfig::default());
+    // Nothing to condense: the task itself is too long.
+    let full = ChatRequest {
+        messages: vec![
+            ChatMessage::system("sys"),
+            ChatMessage::user("spec line\n".repeat(4000)),
+        ],
+        tools: Vec::new(),
+        agent_path: "code".into(),
+    };
+    let sent = send_turn(&model, &full, 1, &mut c, &mut tracker(), &mut log)
+        .await
+        .unwrap();
+    let Sent::Failed(err) = sent else {
+        panic!("{sent:?}")
+    };
+    let text = err.to_string();
+    assert!(err.is_context_length(), "{err:?}");
+    assert!(
+        text.contains("compaction could not shrink") && text.contains("4096 tokens"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "{} bytes",
+            json_len(&full.messages) + 2 + REQUEST_OVERHEAD_BYTES
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        model.main_requests().len(),
+        1,
+        "the same request is not sent again"
+    );
+    let errors = events(&dir, "model_error");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[1]["retry"].as_str().unwrap().starts_with("none"));
+}
+
+#[tokio::test]
+async fn the_servers_window_is_asked_once_and_used_from_the_first_turn() {
+    let mut model = Scripted::new(vec![Ok(text_reply("one")), Ok(text_reply("two"))]);
+    model.window = Some(4096);
+    let (dir, mut log) = log();
+    let mut c = Compactor::new(CompactConfig::default());
+    let full = conversation(12);
+    let mut t = tracker();
+    for turn in 1..=2 {
+        let sent = send_turn(&model, &full, turn, &mut c, &mut t, &mut log)
+            .await
+            .unwrap();
+        assert!(matches!(sent, Sent::Reply(_)), "{sent:?}");
+    }
+    assert_eq!(*model.probes.lock().unwrap(), 1);
+    let learned = events(&dir, "context_window");
+    assert_eq!(learned.len(), 1);
+    assert_eq!(learned[0]["tokens"], 4096);
+    assert_eq!(learned[0]["used"], 4096);
+    let compactions = events(&dir, "compaction");
+    assert!(!compactions.is_empty());
+    assert_eq!(compactions[0]["trigger"], "threshold");
+    assert_eq!(compactions[0]["context_window"], 4096);
+}
+
+#[tokio::test]
+async fn a_stream_fallback_is_logged_once() {
+    let mut model = Scripted::new(vec![Ok(text_reply("one")), Ok(text_reply("two"))]);
+    model.fallback = Some("the stream ended before any chunk".into());
+    let (dir, mut log) = log();
+    let mut c = Compactor::new(CompactConfig::default());
+    let full = conversation(2);
+    let mut t = tracker();
+    for turn in 1..=2 {
+        send_turn(&model, &full, turn, &mut c, &mut t, &mut log)
+            .await
+            .unwrap();
+    }
+    let fallbacks = events(&dir, "stream_fallback");
+    assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
+    assert_eq!(fallbacks[0]["reason"], "the stream ended before any chunk");
+    assert_eq!(fallbacks[0]["turn"], 1);
 }

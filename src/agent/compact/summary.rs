@@ -1,0 +1,132 @@
+//! Summary requests: asking the model (no tools, agent path
+//! `<agent>/compact`) to condense the older part of the conversation, and the
+//! user message that stands for it in the view.
+
+use super::{Compactor, SUMMARY_AGENT_SUFFIX, call_of, describe};
+use crate::agent::budget::Tracker;
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, MessageRole};
+use crate::runlog::TokenCount;
+use std::collections::HashSet;
+use std::ops::Range;
+
+/// Cap on one message's text in the summary request.
+pub(super) const SUMMARY_MESSAGE_CAP: usize = 2048;
+pub(super) const SUMMARY_PROMPT: &str = "You condense the history of a coding agent's session so it can continue with less context. Summarise the conversation you are given for the agent itself: what it was asked, what it did, what it found (files, functions, facts, numbers, error messages), what it changed, and what is still open. Be specific and brief (at most 300 words). Do not call tools; answer with the summary only.";
+
+/// The older part of the conversation, replaced by a summary.
+#[derive(Debug)]
+pub(super) struct Summary {
+    /// Index in the full conversation of the first message not summarised
+    /// (always an assistant message).
+    pub(super) upto: usize,
+    /// The model's summary.
+    pub(super) text: String,
+}
+
+impl Compactor {
+    /// Asks the model to summarise `range` of the conversation; on success
+    /// the range is replaced by the summary. Returns the summary's length.
+    pub(super) async fn summarize(
+        &mut self,
+        model: &dyn ChatModel,
+        full: &ChatRequest,
+        range: Range<usize>,
+        tracker: &mut Tracker,
+    ) -> Result<usize, String> {
+        let msgs = &full.messages;
+        // The summary request must itself fit: share the trigger size out
+        // among the messages to summarise.
+        let budget_bytes = (self.trigger_tokens() as f64 / self.tpb() * 0.8) as usize;
+        let per_message = (budget_bytes / range.len().max(1)).clamp(160, SUMMARY_MESSAGE_CAP);
+        let mut text = String::new();
+        if let Some(s) = &self.summary {
+            text.push_str("Summary of what came before:\n");
+            text.push_str(&s.text);
+            text.push_str("\n\n");
+        }
+        text.push_str("The conversation to summarise:\n");
+        for i in range.clone() {
+            text.push_str(&render_for_summary(msgs, i, per_message));
+            text.push('\n');
+        }
+        let req = ChatRequest {
+            messages: vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(text)],
+            tools: Vec::new(),
+            agent_path: format!("{}{SUMMARY_AGENT_SUFFIX}", full.agent_path),
+        };
+        let resp = match tracker.bounded(model.complete(&req)).await {
+            Err(why) => return Err(why),
+            Ok(Err(e)) => return Err(format!("failed to {e}")),
+            Ok(Ok(r)) => r,
+        };
+        tracker.record_usage(resp.usage.prompt_tokens, resp.usage.completion_tokens);
+        self.summary_tokens.add(TokenCount {
+            prompt: resp.usage.prompt_tokens,
+            completion: resp.usage.completion_tokens,
+        });
+        let summary = resp.message.content.unwrap_or_default().trim().to_owned();
+        if summary.is_empty() {
+            return Err("the model answered the summary request without text".to_owned());
+        }
+        let len = summary.len();
+        self.summary = Some(Summary {
+            upto: range.end,
+            text: summary,
+        });
+        Ok(len)
+    }
+}
+
+/// The user message standing for a summarised range: the summary, then the
+/// referenced results from that range, verbatim.
+pub(super) fn summary_message(
+    s: &Summary,
+    msgs: &[ChatMessage],
+    pinned: &HashSet<usize>,
+) -> String {
+    let mut text = format!(
+        "[Summary of the earlier conversation, condensed to save context; the full transcript is kept on disk. Earlier tool results are gone unless kept below: re-run a tool if you need its output again.]\n\n{}",
+        s.text
+    );
+    let mut kept: Vec<usize> = pinned
+        .iter()
+        .copied()
+        .filter(|&i| i < s.upto && msgs[i].role == MessageRole::Tool)
+        .collect();
+    kept.sort_unstable();
+    for i in kept {
+        text.push_str(&format!(
+            "\n\n[kept: result of {} (call {})]\n{}",
+            describe(call_of(msgs, i)),
+            msgs[i].tool_call_id.as_deref().unwrap_or("?"),
+            msgs[i].content.as_deref().unwrap_or("")
+        ));
+    }
+    text
+}
+
+/// One message of the range to summarise, as plain text.
+pub(super) fn render_for_summary(msgs: &[ChatMessage], i: usize, cap: usize) -> String {
+    let m = &msgs[i];
+    let content = m.content.as_deref().unwrap_or("");
+    match m.role {
+        MessageRole::Assistant => {
+            let mut s = format!("assistant: {}", crate::agent::cap(content, cap));
+            for c in &m.tool_calls {
+                s.push_str(&format!(
+                    "\n  calls {}({})",
+                    c.function.name,
+                    crate::agent::cap(&c.function.arguments, 300)
+                ));
+            }
+            s
+        }
+        MessageRole::Tool => format!(
+            "result of {}: {}",
+            describe(call_of(msgs, i)),
+            crate::agent::cap(content, cap)
+        ),
+        MessageRole::User => format!("user: {}", crate::agent::cap(content, cap)),
+        MessageRole::System => format!("system: {}", crate::agent::cap(content, cap)),
+    }
+}

@@ -1,0 +1,160 @@
+//! The turn sender: builds each turn's request through the [`Compactor`],
+//! waits for the model within the time budget, and handles a context-length
+//! error by compacting harder and retrying once.
+
+use super::{Compactor, Trigger};
+use crate::agent::budget::Tracker;
+use crate::llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
+use crate::runlog::{ActionLog, RecordError};
+use serde_json::json;
+
+/// What sending one turn came to.
+#[derive(Debug)]
+pub enum Sent {
+    /// The model answered.
+    Reply(ChatResponse),
+    /// The model failed (after its own retries, and after one compaction
+    /// retry for a context-length error).
+    Failed(LlmError),
+    /// The time budget ran out while waiting.
+    OutOfBudget(String),
+}
+
+/// Sends one turn: builds the request from `full` (compacting when needed),
+/// waits for the model within the time budget, and on a context-length
+/// error compacts harder and retries once — unless compaction could not
+/// shrink the refused request, which then fails with the numbers instead of
+/// being sent again. Logs the `request` event.
+///
+/// On its first call it asks the model's server for its real context window
+/// ([`ChatModel::probe_context_window`]; event `context_window`), and the
+/// first time the client stops streaming it logs why (event
+/// `stream_fallback`).
+pub async fn send_turn(
+    model: &dyn ChatModel,
+    full: &ChatRequest,
+    turn: u32,
+    compactor: &mut Compactor,
+    tracker: &mut Tracker,
+    log: &mut ActionLog,
+) -> Result<Sent, RecordError> {
+    if !compactor.probed {
+        compactor.probed = true;
+        match tracker.bounded(model.probe_context_window()).await {
+            Err(why) => return Ok(Sent::OutOfBudget(why)),
+            Ok(Some(tokens)) => {
+                compactor.learn_window(tokens);
+                log.append(
+                    "context_window",
+                    json!({"turn": turn, "source": "server", "tokens": tokens,
+                           "configured": compactor.cfg.context_window, "used": compactor.window()}),
+                )?;
+            }
+            Ok(None) => {}
+        }
+    }
+    let mut trigger = Trigger::Threshold;
+    // The request the server refused as too long: its size, and the error.
+    let mut refused: Option<(usize, LlmError)> = None;
+    loop {
+        let (req, bytes) = compactor
+            .prepare(model, full, turn, trigger, tracker, log)
+            .await?;
+        if let Some((refused_bytes, e)) = refused.take()
+            && bytes >= refused_bytes
+        {
+            let err = unshrinkable(e, bytes, compactor.est(bytes), compactor.window());
+            log.append(
+                "model_error",
+                json!({"turn": turn, "error": format!("failed to {err}"), "retry": "none: compaction could not shrink the request"}),
+            )?;
+            return Ok(Sent::Failed(err));
+        }
+        log.append(
+            "request",
+            json!({"turn": turn, "messages": req.messages.len(), "approx_bytes": bytes}),
+        )?;
+        let result = tracker.bounded(model.complete(&req)).await;
+        log_stream_fallback(model, turn, compactor, log)?;
+        match result {
+            Err(why) => return Ok(Sent::OutOfBudget(why)),
+            Ok(Ok(resp)) => {
+                // An estimated usage is bytes / 4 of the client's own body:
+                // calibrating on it would only measure our own guess.
+                if !resp.usage.estimated {
+                    compactor.calibrate(bytes, resp.usage.prompt_tokens);
+                }
+                return Ok(Sent::Reply(resp));
+            }
+            Ok(Err(e)) if trigger == Trigger::Threshold && e.is_context_length() => {
+                log.append(
+                    "model_error",
+                    json!({"turn": turn, "error": format!("failed to {e}"), "retry": "compacting the conversation and retrying once"}),
+                )?;
+                // The server refused this size: the real window is no larger
+                // than the one it names, nor than this request.
+                if let LlmError::ContextLength {
+                    window: Some(named),
+                    ..
+                } = &e
+                {
+                    compactor.learn_window(*named);
+                }
+                compactor.learn_window(compactor.est(bytes).max(1));
+                refused = Some((bytes, e));
+                trigger = Trigger::ContextLengthError;
+            }
+            Ok(Err(e)) => return Ok(Sent::Failed(e)),
+        }
+    }
+}
+
+/// Logs, once, that the model client stopped streaming, and why.
+fn log_stream_fallback(
+    model: &dyn ChatModel,
+    turn: u32,
+    compactor: &mut Compactor,
+    log: &mut ActionLog,
+) -> Result<(), RecordError> {
+    if compactor.stream_fallback_logged {
+        return Ok(());
+    }
+    if let Some(why) = model.stream_fallback() {
+        compactor.stream_fallback_logged = true;
+        log.append(
+            "stream_fallback",
+            json!({"turn": turn, "reason": why, "streaming": false}),
+        )?;
+    }
+    Ok(())
+}
+
+/// The context-length error `refused`, told that compaction could not bring
+/// the request below the window (so it was not sent again).
+fn unshrinkable(refused: LlmError, bytes: usize, est_tokens: u64, window: u64) -> LlmError {
+    let (url, status, body, named) = match refused {
+        LlmError::ContextLength {
+            url,
+            status,
+            body,
+            window,
+        } => (url, status, body, window),
+        LlmError::Rejected { url, status, body } => (url, status, body, None),
+        other => (String::new(), 0, other.to_string(), None),
+    };
+    let limit = match named {
+        Some(n) if n != window => {
+            format!("the server's context window of {n} tokens (compaction aimed at {window})")
+        }
+        Some(n) => format!("the server's context window of {n} tokens"),
+        None => format!("the context window of {window} tokens"),
+    };
+    LlmError::ContextLength {
+        url,
+        status,
+        body: format!(
+            "{body}; compaction could not shrink the request (still {bytes} bytes, about {est_tokens} tokens by estimate) below {limit}, so it was not sent again"
+        ),
+        window: named.or(Some(window)),
+    }
+}

@@ -1,0 +1,503 @@
+//! The wire format: the request body as sent, the completion as servers
+//! actually send it (lenient about nulls and omissions), and the snippets of
+//! server bodies quoted in errors.
+
+use super::OpenAiClient;
+use super::classify::Attempt;
+use crate::llm::retry::{context_window_in_message, is_context_length_message};
+use crate::llm::settings::ToolChoice;
+use crate::llm::stream::{Assembled, unique_call_ids, usage_of};
+use crate::llm::{
+    ChatMessage, ChatRequest, ChatResponse, FunctionCall, LlmError, MessageRole, ToolCall, ToolDef,
+    estimate_usage,
+};
+use reqwest::header::HeaderValue;
+use serde::{Deserialize, Serialize};
+
+/// Longest snippet of a server body quoted in an error.
+pub(super) const SNIPPET_CHARS: usize = 200;
+
+impl OpenAiClient {
+    /// The JSON body of a request for `req`, streamed or not.
+    pub(super) fn request_body(
+        &self,
+        req: &ChatRequest,
+        stream: bool,
+    ) -> Result<Vec<u8>, LlmError> {
+        let settings = &self.settings;
+        let offers_tools = !req.tools.is_empty();
+        let wire = WireRequest {
+            model: &settings.model,
+            messages: req.messages.iter().map(WireOutMessage).collect(),
+            tools: &req.tools,
+            tool_choice: offers_tools
+                .then(|| settings.tool_choice.unwrap_or(ToolChoice::Auto).as_str()),
+            temperature: settings.temperature,
+            seed: settings.seed,
+            max_tokens: settings
+                .max_tokens
+                .filter(|_| !self.wants_max_completion_tokens()),
+            max_completion_tokens: settings
+                .max_tokens
+                .filter(|_| self.wants_max_completion_tokens()),
+            stream,
+            stream_options: stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
+        };
+        serde_json::to_vec(&wire).map_err(|e| {
+            LlmError::Config(format!(
+                "the request to {} could not be encoded: {e}",
+                self.endpoint
+            ))
+        })
+    }
+
+    pub(super) fn bad(&self, reason: String) -> LlmError {
+        LlmError::BadResponse {
+            url: self.endpoint.clone(),
+            reason,
+        }
+    }
+
+    pub(super) fn parse_completion(&self, bytes: &[u8]) -> Result<Assembled, Attempt> {
+        let bad = |what: &str| {
+            Attempt::Fatal(self.bad(format!(
+                "{what}; the body starts with: {}",
+                self.redact(&snippet(bytes))
+            )))
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(Attempt::Fatal(self.bad("the body is empty".to_owned())));
+        }
+        let wire: WireResponse = serde_json::from_slice(bytes)
+            .map_err(|e| bad(&format!("not a chat completion ({e})")))?;
+        if let Some(err) = wire.error {
+            if is_context_length_message(&err.to_string()) {
+                return Err(Attempt::Fatal(LlmError::ContextLength {
+                    url: self.endpoint.clone(),
+                    status: 200,
+                    body: self.redact(&compact(&err)),
+                    window: context_window_in_message(&err.to_string()),
+                }));
+            }
+            return Err(bad(&format!(
+                "the server reported an error: {}",
+                self.redact(&compact(&err))
+            )));
+        }
+        let choice = wire
+            .choices
+            .and_then(|c| c.into_iter().next())
+            .ok_or_else(|| bad("it has no choices"))?;
+        let message = choice
+            .message
+            .ok_or_else(|| bad("its first choice has no message"))?;
+        let content = match message.content {
+            serde_json::Value::Null => None,
+            serde_json::Value::String(s) => Some(s),
+            // Some servers send content parts; keep their text.
+            serde_json::Value::Array(parts) => Some(
+                parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(""),
+            ),
+            _ => return Err(bad("its message content is neither text nor null")),
+        };
+        let tool_calls = message
+            .tool_calls
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, call)| ToolCall {
+                // A few local servers omit ids; the agent loop still needs one to answer.
+                id: call
+                    .id
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(|| format!("call_{i}")),
+                kind: "function".to_owned(),
+                function: FunctionCall {
+                    name: call.function.name,
+                    arguments: match call.function.arguments {
+                        serde_json::Value::String(s) => s,
+                        serde_json::Value::Null => String::new(),
+                        other => other.to_string(),
+                    },
+                },
+            })
+            .collect();
+        Ok(Assembled {
+            message: ChatMessage {
+                role: MessageRole::Assistant,
+                content,
+                tool_calls,
+                tool_call_id: None,
+            },
+            finish_reason: choice.finish_reason,
+            usage: wire.usage.filter(|u| u.is_object()).map(|u| usage_of(&u)),
+        })
+    }
+
+    /// Masks any echo of the API key (some servers quote the key they rejected).
+    pub(super) fn redact(&self, text: &str) -> String {
+        match &self.settings.api_key {
+            Some(key) if !key.is_empty() && text.contains(key.as_str()) => {
+                text.replace(key.as_str(), "<redacted>")
+            }
+            _ => text.to_owned(),
+        }
+    }
+}
+
+/// The response for the agent loop: call ids unique in the conversation,
+/// usage estimated when the server sent none.
+pub(super) fn finalize(req: &ChatRequest, mut assembled: Assembled) -> ChatResponse {
+    unique_call_ids(&mut assembled.message, &req.messages);
+    let usage = match assembled.usage {
+        Some(usage) => usage,
+        None => estimate_usage(req, &assembled.message),
+    };
+    ChatResponse {
+        message: assembled.message,
+        usage,
+        finish_reason: assembled.finish_reason,
+    }
+}
+
+#[derive(Serialize)]
+pub(super) struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireOutMessage<'a>>,
+    #[serde(skip_serializing_if = "<[ToolDef]>::is_empty")]
+    tools: &'a [ToolDef],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+/// A message as sent: like [`ChatMessage`]'s own form, except that a
+/// missing `content` is sent as `""`, never `null` (llama-cpp-python answers
+/// HTTP 500 to an assistant tool-call turn with `"content": null`; `""` is
+/// accepted everywhere).
+pub(super) struct WireOutMessage<'a>(&'a ChatMessage);
+
+impl Serialize for WireOutMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let m = self.0;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("role", &m.role)?;
+        map.serialize_entry("content", m.content.as_deref().unwrap_or(""))?;
+        if !m.tool_calls.is_empty() {
+            map.serialize_entry("tool_calls", &m.tool_calls)?;
+        }
+        if let Some(id) = &m.tool_call_id {
+            map.serialize_entry("tool_call_id", id)?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+pub(super) struct StreamOptions {
+    include_usage: bool,
+}
+
+/// A completion as servers actually send it: lenient about nulls and omissions.
+#[derive(Deserialize)]
+pub(super) struct WireResponse {
+    #[serde(default)]
+    choices: Option<Vec<WireChoice>>,
+    #[serde(default)]
+    usage: Option<serde_json::Value>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireChoice {
+    #[serde(default)]
+    message: Option<WireMessage>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireMessage {
+    #[serde(default)]
+    content: serde_json::Value,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCall>>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: WireFunction,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireFunction {
+    name: String,
+    #[serde(default)]
+    arguments: serde_json::Value,
+}
+
+/// The agent path as a header value; characters a header cannot carry become `_`.
+pub(super) fn agent_header_value(agent_path: &str) -> HeaderValue {
+    let clean: String = agent_path
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("_"))
+}
+
+/// A body as quoted in an error, whitespace collapsed: whole when it is
+/// short; otherwise the part that names the problem — the JSON error's
+/// `message` (or `detail`), and within a long text the stretch around the
+/// first phrase that names what was rejected — else its first
+/// [`SNIPPET_CHARS`] characters.
+pub(super) fn snippet(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let collapsed = collapse(&text);
+    if collapsed.is_empty() {
+        return "(empty body)".to_owned();
+    }
+    if collapsed.chars().count() <= SNIPPET_CHARS {
+        return collapsed;
+    }
+    // The server's own message, when the body is a JSON error.
+    let message = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| error_message(&v))
+        .map(|m| collapse(&m));
+    let focus = message.as_deref().unwrap_or(&collapsed);
+    focused(focus)
+}
+
+/// Whitespace runs become one space.
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `error.message`, `message`, `detail` or `error` (a string) of a JSON body.
+fn error_message(v: &serde_json::Value) -> Option<String> {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
+    };
+    let err = v.get("error");
+    err.and_then(|e| e.get("message"))
+        .and_then(text)
+        .or_else(|| v.get("message").and_then(text))
+        .or_else(|| v.get("detail").and_then(text))
+        .or_else(|| err.filter(|e| e.is_string()).and_then(text))
+}
+
+/// Phrases that name what a server rejected, most telling first in effect:
+/// the earliest one found in a text anchors its quoted stretch.
+const PROBLEM_MARKERS: &[&str] = &[
+    "validation error",
+    "input should be",
+    "field required",
+    "is not a valid",
+    "invalid",
+    "not allowed",
+    "not permitted",
+    "missing",
+    "required",
+    "unexpected",
+    "must be",
+    "error",
+];
+
+/// Characters quoted before the problem's phrase (its context, e.g. the
+/// field name on the line above).
+const FOCUS_BEFORE: usize = 80;
+/// Longest stretch quoted around a problem's phrase.
+const FOCUS_CHARS: usize = 2 * SNIPPET_CHARS;
+
+/// `text` cut to the stretch around its first [`PROBLEM_MARKERS`] phrase
+/// (or its head), marked with `…` where cut.
+fn focused(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let lower = text.to_ascii_lowercase();
+    let anchor = PROBLEM_MARKERS
+        .iter()
+        .filter_map(|m| lower.find(m))
+        .min()
+        // A byte offset of the lowercased text is one of `text` (ASCII case
+        // mapping keeps lengths); count the characters before it.
+        .map(|byte| text[..byte].chars().count());
+    let (start, len) = match anchor {
+        Some(at) if at + FOCUS_CHARS - FOCUS_BEFORE > SNIPPET_CHARS => {
+            (at.saturating_sub(FOCUS_BEFORE), FOCUS_CHARS)
+        }
+        // The phrase is within the head anyway.
+        Some(_) => (0, FOCUS_CHARS.min(chars.len())),
+        None => (0, SNIPPET_CHARS),
+    };
+    if start == 0 && chars.len() <= len {
+        return text.to_owned();
+    }
+    let end = (start + len).min(chars.len());
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    out.extend(&chars[start..end]);
+    if end < chars.len() {
+        out.push('…');
+    }
+    out
+}
+
+pub(super) fn compact(value: &serde_json::Value) -> String {
+    let text = match value.get("message").and_then(|m| m.as_str()) {
+        Some(message) => message.to_owned(),
+        None => value.to_string(),
+    };
+    snippet(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::Usage;
+    use crate::llm::settings::ModelSettings;
+
+    #[test]
+    fn snippet_is_short_and_collapsed() {
+        let long = "x".repeat(500);
+        let s = snippet(long.as_bytes());
+        assert_eq!(s.chars().count(), SNIPPET_CHARS + 1);
+        assert_eq!(
+            snippet(b"<html>\n  <body>oops</body>\n</html>"),
+            "<html> <body>oops</body> </html>"
+        );
+        assert_eq!(snippet(b"  "), "(empty body)");
+    }
+
+    #[test]
+    fn snippet_shows_the_part_that_names_the_problem() {
+        // llama-cpp-python: a 500 whose message names the rejected field late.
+        let message = format!(
+            "{} 1 validation error for ChatCompletionRequestAssistantMessage content Input should be a valid string [type=string_type, input_value=None]",
+            "Traceback (most recent call last): File \"server/app.py\", line 10, in handler "
+                .repeat(4)
+        );
+        let body =
+            serde_json::json!({"error": {"message": message, "type": "internal_server_error"}});
+        let s = snippet(body.to_string().as_bytes());
+        assert!(s.contains("content Input should be a valid string"), "{s}");
+        assert!(s.starts_with('…'), "{s}");
+        // A long text without a JSON wrapper is searched the same way.
+        let text = format!("{} field required: messages.1.content", "x ".repeat(300));
+        let s = snippet(text.as_bytes());
+        assert!(s.contains("field required: messages.1.content"), "{s}");
+        // A short body is quoted whole.
+        assert_eq!(snippet(br#"{"error":"bad"}"#), r#"{"error":"bad"}"#);
+    }
+
+    #[test]
+    fn agent_header_survives_odd_paths() {
+        assert_eq!(agent_header_value("code/explore-1"), "code/explore-1");
+        assert_eq!(agent_header_value("cödé\n"), "c_d__");
+    }
+
+    fn client() -> OpenAiClient {
+        let mut s = ModelSettings::new("http://127.0.0.1:9/v1", "m");
+        s.api_key = Some("sk-secret".into());
+        OpenAiClient::new(s).unwrap()
+    }
+
+    fn parse(c: &OpenAiClient, bytes: &[u8]) -> Result<Assembled, LlmError> {
+        match c.parse_completion(bytes) {
+            Ok(a) => Ok(a),
+            Err(Attempt::Fatal(e)) => Err(e),
+            Err(Attempt::Transient(t)) => panic!("transient: {}", t.reason),
+            Err(Attempt::StreamOnly(why)) => panic!("stream only: {why}"),
+            Err(Attempt::WantsMaxCompletionTokens(e)) => Err(e),
+        }
+    }
+
+    #[test]
+    fn parses_lenient_completions() {
+        let c = client();
+        let r = parse(
+            &c,
+            br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
+                {"id":"a","type":"function","function":{"name":"bash","arguments":"{\"command\":\"ls\"}"}},
+                {"function":{"name":"finish","arguments":{"summary":"ok"}}}]},"finish_reason":"tool_calls"}],
+                "usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
+            )
+            .unwrap();
+        assert_eq!(r.message.content, None);
+        assert_eq!(r.message.tool_calls.len(), 2);
+        assert_eq!(
+            r.message.tool_calls[0].function.arguments,
+            r#"{"command":"ls"}"#
+        );
+        assert_eq!(r.message.tool_calls[1].id, "call_1");
+        assert_eq!(
+            r.message.tool_calls[1].function.arguments,
+            r#"{"summary":"ok"}"#
+        );
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4,
+                total_tokens: 7,
+                estimated: false,
+            })
+        );
+        assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+
+        let r = parse(
+            &c,
+            br#"{"choices":[{"message":{"content":"hi","tool_calls":null}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.message.content.as_deref(), Some("hi"));
+        assert_eq!(r.usage, None);
+    }
+
+    #[test]
+    fn bad_completions_are_bad_responses_without_the_key() {
+        let c = client();
+        for body in [
+            &b""[..],
+            b"<html><body>502 Bad Gateway</body></html>",
+            b"{}",
+            b"{\"choices\":[]}",
+            b"[1,2]",
+            b"{\"error\":{\"message\":\"bad key sk-secret\"}}",
+        ] {
+            let err = parse(&c, body).unwrap_err();
+            assert!(matches!(err, LlmError::BadResponse { .. }), "{err}");
+            assert!(!err.to_string().contains("sk-secret"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The model client's quirk handling seen through the real `orch` binary:
+//! an agent whose server answers the streamed request with an empty body
+//! still finishes (the turn is re-sent once without streaming, and the
+//! client stays non-streaming), no request carries `"content": null`, and a
+//! context-length 400 naming the server's window makes compaction target it
+//! — or, when nothing can be condensed, fails with the numbers unsent.
+
+use crate::support::{FakeServer, Reply, Script, TestRepo, assert_exit, orch, stage_events};
+use serde_json::json;
+
+#[test]
+fn llm_e2e_empty_stream_is_resent_without_streaming_and_the_run_succeeds() {
+    let repo = TestRepo::with_commit(
+        &[("calc.py", "def add(a, b):\n    return a - b\n")],
+        "calc 0.1",
+    );
+    let server = FakeServer::start(Script::new().agent(
+        "explore",
+        vec![
+            // llama-cpp-python: tools + stream → HTTP 200, empty body.
+            Reply::RawSse(Vec::new()),
+            Reply::tool_call("e1", "grep", json!({"pattern": "def add"})),
+            Reply::finish("e2", "add() is defined in calc.py line 1.", None),
+        ],
+    ));
+    let out = orch()
+        .current_dir(&repo.path)
+        .args([
+            "agent",
+            "--role",
+            "explore",
+            "--task",
+            "Where is add defined?",
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "add() is defined in calc.py line 1."
+    );
+    let reqs = server.requests_for("explore");
+    let streamed: Vec<bool> = reqs.iter().map(|r| r.body["stream"] == true).collect();
+    assert_eq!(
+        streamed,
+        [true, false, false],
+        "one streamed try, then plain for the rest of the client's life"
+    );
+    assert_eq!(
+        reqs[0].body["messages"], reqs[1].body["messages"],
+        "the same turn re-sent"
+    );
+    for r in &reqs {
+        assert!(
+            !r.body.to_string().contains(r#""content":null"#),
+            "{}",
+            r.body
+        );
+        assert_eq!(r.body["max_tokens"], 4096);
+    }
+}
+
+/// llama.cpp's answer to a request longer than its 4096-token slot.
+fn llama_context_400() -> Reply {
+    Reply::Status(
+        400,
+        json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
+               "type": "exceed_context_size_error", "n_prompt_tokens": 9000, "n_ctx": 4096}})
+        .to_string(),
+    )
+}
+
+fn explore(server: &FakeServer, repo: &TestRepo) -> std::process::Output {
+    orch()
+        .current_dir(&repo.path)
+        .args([
+            "agent",
+            "--json",
+            "--role",
+            "explore",
+            "--task",
+            "Summarise the notes.",
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+        ])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn llm_e2e_a_context_length_400_naming_4096_makes_compaction_target_4096() {
+    let files: Vec<(String, String)> = (1..=6)
+        .map(|i| {
+            (
+                format!("notes{i}.txt"),
+                format!("note {i}: a line of plain text to read\n").repeat(160),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let repo = TestRepo::with_commit(&refs, "notes");
+    let mut replies: Vec<Reply> = (1..=6)
+        .map(|i| {
+            Reply::tool_call(
+                &format!("r{i}"),
+                "read_file",
+                json!({"path": format!("notes{i}.txt")}),
+            )
+        })
+        .collect();
+    replies.push(llama_context_400());
+    replies.push(Reply::finish(
+        "f",
+        "The notes are six files of plain text.",
+        None,
+    ));
+    let server = FakeServer::start(Script::new().agent("explore", replies).agent(
+        "explore/compact",
+        vec![Reply::text("Read notes1..6: plain text lines.")],
+    ));
+    let out = explore(&server, &repo);
+    assert_exit(&out, 0);
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let record = std::path::Path::new(result["transcript"].as_str().unwrap())
+        .ancestors()
+        .nth(3)
+        .unwrap()
+        .to_path_buf();
+    let compactions = stage_events(&record, "explore", "compaction");
+    let after_error: Vec<&serde_json::Value> = compactions
+        .iter()
+        .filter(|e| e["trigger"] == "context_length_error")
+        .collect();
+    assert_eq!(after_error.len(), 1, "{compactions:?}");
+    assert_eq!(after_error[0]["context_window"], 4096);
+    assert_eq!(after_error[0]["trigger_tokens"], 2867);
+    let reqs = server.requests_for("explore");
+    assert_eq!(reqs.len(), 8);
+    let size = |i: usize| reqs[i].body["messages"].to_string().len();
+    assert!(size(7) < size(6), "the retried turn is smaller");
+}
+
+#[test]
+fn llm_e2e_an_unshrinkable_request_fails_with_the_numbers_and_is_not_resent() {
+    let repo = TestRepo::with_commit(&[("a.txt", "a\n")], "a");
+    let server = FakeServer::start(Script::new().agent(
+        "explore",
+        vec![llama_context_400(), Reply::finish("f", "never sent", None)],
+    ));
+    let out = explore(&server, &repo);
+    assert_exit(&out, 3); // a model error
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reason = result["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("compaction could not shrink") && reason.contains("4096 tokens"),
+        "{reason}"
+    );
+    assert_eq!(server.requests_for("explore").len(), 1, "not re-sent");
+    assert_eq!(server.remaining("explore"), 1);
+}
