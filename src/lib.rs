@@ -5,6 +5,7 @@
 //! branch. See `README.md` and `docs/` for the user-facing picture.
 
 pub mod agent;
+pub mod budget;
 pub mod catalog;
 pub mod cli;
 pub mod config;

@@ -26,10 +26,8 @@
 //! gone.
 
 pub mod child;
-mod readonly;
 mod record;
 
-pub use readonly::{ReadOnlyGuard, Snapshot};
 use record::append_event;
 pub use record::{
     AgentEvent, AgentNode, AgentResult, AgentStatus, agent_dir, agent_tree, parent_path,
@@ -39,13 +37,13 @@ pub use record::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::agent::compact::CompactConfig;
+use crate::budget::{Budget, Dimension, StageBudget};
 use crate::llm::{ChatModel, ModelSpawn};
-use crate::runlog::TokenCount;
-use crate::tools::ToolOutcome;
+use crate::tools::{SpawnFuture, Spawner, ToolOutcome};
 
 /// Schema of `result.json`.
 pub const RESULT_FORMAT: &str = "orch-agent-result/1";
@@ -75,10 +73,10 @@ pub struct SpawnLimits {
     pub max_depth: u32,
     /// Children of one agent running at once; more calls wait.
     pub max_children: u32,
-    /// Wall time of one child (capped by the parent's remaining time).
-    pub child_time: Duration,
-    /// Tokens of one child (capped by the parent's remaining tokens).
-    pub child_tokens: u64,
+    /// The cap on one child's tokens and wall time (its own children
+    /// included); each child gets the smaller of this and what its parent
+    /// has left ([`StageBudget::carve`]).
+    pub child: Budget,
 }
 
 impl Default for SpawnLimits {
@@ -86,8 +84,11 @@ impl Default for SpawnLimits {
         SpawnLimits {
             max_depth: DEFAULT_MAX_DEPTH,
             max_children: DEFAULT_MAX_CHILDREN,
-            child_time: DEFAULT_CHILD_TIME,
-            child_tokens: DEFAULT_CHILD_TOKENS,
+            child: Budget {
+                tokens: Some(DEFAULT_CHILD_TOKENS),
+                time_secs: Some(DEFAULT_CHILD_TIME.as_secs_f64()),
+                cost_usd: None,
+            },
         }
     }
 }
@@ -115,63 +116,19 @@ impl SpawnLimits {
         SpawnLimits {
             max_depth: num("ORCH_SUBAGENT_MAX_DEPTH").map_or(d.max_depth, |n| n as u32),
             max_children: num("ORCH_SUBAGENT_MAX_CHILDREN").map_or(d.max_children, |n| n as u32),
-            child_time: num("ORCH_SUBAGENT_TIME_SECS").map_or(d.child_time, Duration::from_secs),
-            child_tokens: num("ORCH_SUBAGENT_TOKENS").unwrap_or(d.child_tokens),
-        }
-    }
-}
-
-/// An agent's own budget: tokens used so far (its model turns and its
-/// finished children), and optional caps.
-#[derive(Debug)]
-pub struct Budget {
-    /// Token cap, `None` for none.
-    pub tokens: Option<u64>,
-    /// Wall-clock cap.
-    pub deadline: Option<Instant>,
-    prompt: AtomicU64,
-    completion: AtomicU64,
-}
-
-impl Budget {
-    /// A budget with these caps and nothing used.
-    pub fn new(tokens: Option<u64>, deadline: Option<Instant>) -> Self {
-        Budget {
-            tokens,
-            deadline,
-            prompt: AtomicU64::new(0),
-            completion: AtomicU64::new(0),
+            child: Budget {
+                tokens: num("ORCH_SUBAGENT_TOKENS").or(d.child.tokens),
+                time_secs: num("ORCH_SUBAGENT_TIME_SECS")
+                    .map(|n| n as f64)
+                    .or(d.child.time_secs),
+                cost_usd: None,
+            },
         }
     }
 
-    /// Tokens used so far, both kinds together.
-    pub fn used(&self) -> u64 {
-        self.counts().total()
-    }
-
-    /// Tokens used so far.
-    pub fn counts(&self) -> TokenCount {
-        TokenCount {
-            prompt: self.prompt.load(Ordering::SeqCst),
-            completion: self.completion.load(Ordering::SeqCst),
-        }
-    }
-
-    /// Counts more tokens.
-    pub fn add(&self, t: TokenCount) {
-        self.prompt.fetch_add(t.prompt, Ordering::SeqCst);
-        self.completion.fetch_add(t.completion, Ordering::SeqCst);
-    }
-
-    /// Tokens left, `None` when uncapped.
-    pub fn remaining_tokens(&self) -> Option<u64> {
-        self.tokens.map(|t| t.saturating_sub(self.used()))
-    }
-
-    /// Time left, `None` when uncapped.
-    pub fn remaining_time(&self) -> Option<Duration> {
-        self.deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
+    /// The cap on one child's wall time.
+    pub fn child_time(&self) -> Option<Duration> {
+        self.child.time_secs.map(Duration::from_secs_f64)
     }
 }
 
@@ -204,8 +161,12 @@ pub struct SpawnContext {
     pub model: ModelSpawn,
     /// `--yes`: `ask` rules of children's bash policy allow.
     pub assume_yes: bool,
-    /// The spawning agent's budget; children's tokens are added to it.
-    pub budget: Arc<Budget>,
+    /// The spawning agent's account: children are carved out of what it has
+    /// left, and charged to it when they finish.
+    pub budget: StageBudget,
+    /// The spawning agent's compaction policy; children compact alike (at
+    /// the same context window).
+    pub compaction: CompactConfig,
     state: Arc<SpawnState>,
 }
 
@@ -222,7 +183,8 @@ impl SpawnContext {
         limits: SpawnLimits,
         model: &dyn ChatModel,
         assume_yes: bool,
-        budget: Arc<Budget>,
+        budget: StageBudget,
+        compaction: CompactConfig,
     ) -> Option<SpawnContext> {
         let model = model.spawn_settings()?;
         let exe = std::env::current_exe().ok()?;
@@ -237,6 +199,7 @@ impl SpawnContext {
             model,
             assume_yes,
             budget,
+            compaction,
             state: Arc::new(SpawnState {
                 next_index: Mutex::new(HashMap::new()),
                 slots: tokio::sync::Semaphore::new(limits.max_children.max(1) as usize),
@@ -246,9 +209,10 @@ impl SpawnContext {
     }
 
     /// The context of a pipeline stage (depth 0, limits from the
-    /// environment, no budget of its own). `repo` is any path of the user's
+    /// environment, children carved out of the stage's account). `repo` is any path of the user's
     /// repository (its common git dir will do): children load their roles
     /// from its working tree's catalog, like the run did.
+    #[allow(clippy::too_many_arguments)]
     pub fn for_stage(
         repo: &Path,
         worktree: &Path,
@@ -256,12 +220,13 @@ impl SpawnContext {
         stage: &str,
         model: &dyn ChatModel,
         assume_yes: bool,
-        stage_budget: Budget,
+        stage_budget: StageBudget,
+        compaction: CompactConfig,
     ) -> Option<SpawnContext> {
         let workdir =
             crate::git::open_repo(repo).map_or_else(|_| repo.to_path_buf(), |i| i.workdir);
-        // Children's budgets are carved out of the stage's: together they
-        // can never be given more tokens or time than the stage has.
+        // Each child is carved out of what the stage has left, the stage's
+        // own turns included, so no child is given more than that.
         Self::new(
             &workdir,
             worktree,
@@ -271,7 +236,8 @@ impl SpawnContext {
             SpawnLimits::from_env(),
             model,
             assume_yes,
-            Arc::new(stage_budget),
+            stage_budget,
+            compaction,
         )
     }
 
@@ -312,11 +278,14 @@ pub fn path_segment(role: &str) -> String {
         .collect()
 }
 
-/// Which limit the parent enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Limit {
-    Time(Duration),
-    Tokens(u64, u64),
+impl Spawner for SpawnContext {
+    fn can_spawn(&self) -> bool {
+        SpawnContext::can_spawn(self)
+    }
+
+    fn spawn<'a>(&'a self, role: &'a str, task: &'a str) -> SpawnFuture<'a> {
+        Box::pin(spawn(self, role, task))
+    }
 }
 
 /// Runs one child `orch agent` for `spawn_agent` and turns what happened
@@ -341,18 +310,13 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         .await
         .map_err(|_| "the subagent slots were closed".to_owned())?;
 
-    let time = ctx
-        .budget
-        .remaining_time()
-        .map_or(ctx.limits.child_time, |r| r.min(ctx.limits.child_time));
-    if time < Duration::from_secs(1) {
+    let carved = ctx.budget.carve(&ctx.limits.child);
+    let time = carved.time_secs.map(Duration::from_secs_f64);
+    if time.is_some_and(|t| t < Duration::from_secs(1)) {
         return Err("no time left in this agent's budget for a subagent".to_owned());
     }
-    let tokens = ctx
-        .budget
-        .remaining_tokens()
-        .map_or(ctx.limits.child_tokens, |r| r.min(ctx.limits.child_tokens));
-    if tokens == 0 {
+    let tokens = carved.tokens;
+    if tokens == Some(0) {
         return Err("no tokens left in this agent's budget for a subagent".to_owned());
     }
 
@@ -390,18 +354,30 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
     let mut guard = GroupGuard(Some(pid as libc::pid_t));
     tracing::debug!(agent = %path, pid, "subagent started");
 
-    let deadline = started + time;
-    let mut limit = None;
+    let deadline = time.map(|t| started + t);
+    let mut limit: Option<(Dimension, String)> = None;
     let status = loop {
         tokio::select! {
             st = child.wait() => break st.ok(),
             _ = tokio::time::sleep(POLL_INTERVAL) => {
-                if Instant::now() >= deadline {
-                    limit = Some(Limit::Time(time));
-                } else if let Some(r) = read_result(&ctx.record_dir, &path)
-                    && r.tokens.total() > tokens
+                if let (Some(deadline), Some(t)) = (deadline, time)
+                    && Instant::now() >= deadline
                 {
-                    limit = Some(Limit::Tokens(tokens, r.tokens.total()));
+                    limit = Some((
+                        Dimension::Time,
+                        format!("killed at its time limit of {}s", t.as_secs()),
+                    ));
+                } else if let Some(budget) = tokens
+                    && let Some(r) = read_result(&ctx.record_dir, &path)
+                    && r.tokens.total() > budget
+                {
+                    limit = Some((
+                        Dimension::Tokens,
+                        format!(
+                            "killed at its token budget: {} tokens used of {budget}",
+                            r.tokens.total()
+                        ),
+                    ));
                 }
                 if limit.is_some() {
                     break stop(&mut child, pid as libc::pid_t).await;
@@ -417,16 +393,14 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
     let mut result = read_result(&ctx.record_dir, &path)
         .unwrap_or_else(|| AgentResult::running(&path, role, task, ctx.depth + 1));
     result.pid = pid;
-    match limit {
-        Some(Limit::Time(t)) => {
-            result.status = AgentStatus::TimedOut;
-            result.reason = Some(format!("killed at its time limit of {}s", t.as_secs()));
-        }
-        Some(Limit::Tokens(budget, used)) => {
-            result.status = AgentStatus::BudgetExceeded;
-            result.reason = Some(format!(
-                "killed at its token budget: {used} tokens used of {budget}"
-            ));
+    match &limit {
+        Some((dimension, reason)) => {
+            result.status = if *dimension == Dimension::Time {
+                AgentStatus::TimedOut
+            } else {
+                AgentStatus::BudgetExceeded
+            };
+            result.reason = Some(reason.clone());
         }
         None if result.status == AgentStatus::Running => {
             result.status = AgentStatus::Crashed;
@@ -451,10 +425,7 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         role: result.role.clone(),
         task: task.to_owned(),
         status: result.status,
-        limit: limit.map(|l| match l {
-            Limit::Time(_) => "time".to_owned(),
-            Limit::Tokens(..) => "tokens".to_owned(),
-        }),
+        limit: limit.as_ref().map(|(d, _)| d.as_str().to_owned()),
         reason: result.reason.clone(),
         turns: result.turns,
         tokens: result.tokens,
@@ -463,8 +434,9 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         spawned_at_us,
     };
     append_event(&ctx.record_dir, &event);
-    ctx.budget.add(result.tokens);
-    Ok(outcome(&result, limit))
+    // Charged now, so a sibling that starts next is carved out of the rest.
+    ctx.budget.charge(result.tokens);
+    Ok(outcome(&result, limit.map(|(d, _)| d)))
 }
 
 /// The hidden child-mode flags of `orch agent`.
@@ -473,8 +445,8 @@ fn child_args(
     path: &str,
     role: &str,
     task: &str,
-    tokens: u64,
-    time: Duration,
+    tokens: Option<u64>,
+    time: Option<Duration>,
 ) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "agent".into(),
@@ -496,15 +468,23 @@ fn child_args(
         ctx.limits.max_depth.to_string(),
         "--max-children".into(),
         ctx.limits.max_children.to_string(),
-        "--child-time-secs".into(),
-        ctx.limits.child_time.as_secs().to_string(),
-        "--child-tokens".into(),
-        ctx.limits.child_tokens.to_string(),
-        "--token-budget".into(),
-        tokens.to_string(),
-        "--time-budget-secs".into(),
-        time.as_secs().max(1).to_string(),
+        "--context-window".into(),
+        ctx.compaction.context_window.to_string(),
+        "--compact-at".into(),
+        ctx.compaction.compact_at.to_string(),
     ];
+    if let Some(t) = ctx.limits.child_time() {
+        a.extend(["--child-time-secs".into(), t.as_secs().to_string()]);
+    }
+    if let Some(t) = ctx.limits.child.tokens {
+        a.extend(["--child-tokens".into(), t.to_string()]);
+    }
+    if let Some(t) = tokens {
+        a.extend(["--token-budget".into(), t.to_string()]);
+    }
+    if let Some(t) = time {
+        a.extend(["--time-budget-secs".into(), t.as_secs().max(1).to_string()]);
+    }
     match &ctx.model {
         ModelSpawn::Http {
             base_url, model, ..
@@ -578,7 +558,7 @@ fn stderr_tail(path: &Path) -> String {
 }
 
 /// The tool outcome of a finished child.
-fn outcome(r: &AgentResult, limit: Option<Limit>) -> ToolOutcome {
+fn outcome(r: &AgentResult, limit: Option<Dimension>) -> ToolOutcome {
     let head = format!(
         "agent {} ({}) {}: {} turns, {} tokens",
         r.agent_path,
@@ -600,8 +580,9 @@ fn outcome(r: &AgentResult, limit: Option<Limit>) -> ToolOutcome {
         )
     } else {
         let which = match limit {
-            Some(Limit::Time(_)) => "time limit hit; ",
-            Some(Limit::Tokens(..)) => "token limit hit; ",
+            Some(Dimension::Time) => "time limit hit; ",
+            Some(Dimension::Tokens) => "token limit hit; ",
+            Some(Dimension::Cost) => "cost limit hit; ",
             None => "",
         };
         let partial = r.report.trim();
@@ -668,8 +649,8 @@ mod tests {
         };
         let l = SpawnLimits::from_lookup(&vars);
         assert_eq!(l.max_depth, 0);
-        assert_eq!(l.child_time, Duration::from_secs(7));
-        assert_eq!(l.child_tokens, DEFAULT_CHILD_TOKENS);
+        assert_eq!(l.child_time(), Some(Duration::from_secs(7)));
+        assert_eq!(l.child.tokens, Some(DEFAULT_CHILD_TOKENS));
         assert_eq!(l.max_children, DEFAULT_MAX_CHILDREN);
     }
 

@@ -45,6 +45,16 @@ pub struct AgentConfig {
     pub compaction: compact::CompactConfig,
 }
 
+/// Everything a run is limited by: its budget and the compaction policy.
+/// The price of model calls comes from the model itself (its price table).
+#[derive(Debug, Clone, Default)]
+pub struct RunLimits {
+    /// The run's budget, shared by all stages.
+    pub budget: crate::budget::Budget,
+    /// When and how conversations are compacted.
+    pub compaction: compact::CompactConfig,
+}
+
 /// How an agent's loop ended.
 #[derive(Debug)]
 pub enum AgentEnd {
@@ -258,9 +268,9 @@ pub async fn run_agent(
                 },
             };
             if let Some(t) = outcome.child_tokens {
-                // Subagents spend the stage's budget too.
+                // Subagents spend the stage's tokens too; the spawner has
+                // already charged them to the stage's account.
                 out.tokens.add(t);
-                tracker.record_usage(t.prompt, t.completion);
             }
             if let Some(fin) = outcome.finish.take() {
                 if cfg.require_verdict && fin.verdict.is_none() {

@@ -115,7 +115,6 @@ impl LimitArgs {
                 compact_at: self.compact_at,
                 ..CompactConfig::default()
             },
-            ..RunLimits::default()
         })
     }
 }

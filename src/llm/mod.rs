@@ -381,9 +381,6 @@ pub enum LlmError {
     /// No base URL / model was configured.
     #[error("configure a model: {0}")]
     Config(String),
-    /// The agent's token or time budget is used up; no request was sent.
-    #[error("stay within the budget: {0}")]
-    Budget(String),
 }
 
 impl LlmError {

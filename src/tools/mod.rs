@@ -22,6 +22,7 @@ mod finish;
 mod grep;
 mod list_files;
 mod read_file;
+mod readonly;
 mod spawn_agent;
 mod write_file;
 
@@ -30,13 +31,16 @@ use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
+use crate::budget::TokenCount;
 use crate::exec::ExecLimits;
 use crate::ids::Verdict;
 use crate::llm::ToolDef;
 use crate::policy::BashPolicy;
-use crate::runlog::TokenCount;
-use crate::subagent::{ReadOnlyGuard, SpawnContext};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+
+pub use readonly::{ReadOnlyGuard, Snapshot};
 
 pub use spawn_agent::dispatch_concurrently;
 
@@ -61,6 +65,23 @@ pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
 /// Longest one-line summary.
 const SUMMARY_CHARS: usize = 120;
 
+/// A future a [`Spawner`] returns.
+pub type SpawnFuture<'a> = Pin<Box<dyn Future<Output = Result<ToolOutcome, String>> + Send + 'a>>;
+
+/// What `spawn_agent` needs from the layer that can start subagents (the
+/// tools define the seam; `crate::subagent` implements it).
+pub trait Spawner: Send + Sync + std::fmt::Debug {
+    /// True when this agent may still spawn (it is above the depth limit);
+    /// `spawn_agent` is offered only then.
+    fn can_spawn(&self) -> bool;
+
+    /// Runs one child agent of `role` on `task` to its end and turns what
+    /// happened into a tool outcome; `Err` is a tool error before the child
+    /// started. The child's tokens are charged to the caller's budget by the
+    /// spawner and reported in [`ToolOutcome::child_tokens`].
+    fn spawn<'a>(&'a self, role: &'a str, task: &'a str) -> SpawnFuture<'a>;
+}
+
 /// What tools need to run: where, what is allowed, and with which environment.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
@@ -77,7 +98,7 @@ pub struct ToolContext {
     /// Child-process limits.
     pub limits: ExecLimits,
     /// What `spawn_agent` needs; `None` where subagents are not available.
-    pub spawn: Option<SpawnContext>,
+    pub spawn: Option<Arc<dyn Spawner>>,
     /// For a read-only subagent: undoes what its `bash` commands change.
     pub read_only_guard: Option<Arc<ReadOnlyGuard>>,
 }
@@ -133,7 +154,8 @@ pub struct ToolOutcome {
     /// `write_file`/`edit_file`: the path written, relative to the root.
     pub changed_path: Option<String>,
     /// `spawn_agent`: tokens the subagent (and its own subagents) used; they
-    /// count towards the caller's tokens.
+    /// count towards the caller's tokens (its budget was already charged by
+    /// the [`Spawner`]).
     pub child_tokens: Option<TokenCount>,
 }
 
@@ -174,7 +196,7 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
 /// `spawn_agent` when the role allows it and `ctx` can spawn (a spawn context
 /// below the depth limit).
 pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
-    let can_spawn = ctx.spawn.as_ref().is_some_and(SpawnContext::can_spawn);
+    let can_spawn = ctx.spawn.as_ref().is_some_and(|s| s.can_spawn());
     schemas(&ctx.allowed, can_spawn)
 }
 

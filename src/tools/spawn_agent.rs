@@ -1,5 +1,6 @@
 //! `spawn_agent`: runs `orch agent` as a child process with a fresh history
-//! and returns its report (see [`crate::subagent`] for the process side).
+//! and returns its report through the context's [`super::Spawner`]
+//! (implemented by `crate::subagent`, the process side).
 //!
 //! Several `spawn_agent` calls of one model turn run concurrently
 //! ([`dispatch_concurrently`]); their results keep call order.
@@ -37,7 +38,7 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, S
                 .to_owned(),
         );
     };
-    crate::subagent::spawn(spawn, role.trim(), &task).await
+    spawn.spawn(role.trim(), &task).await
 }
 
 /// Runs the calls `(name, arguments)` concurrently and returns their outcomes

@@ -1,6 +1,6 @@
-//! The read-only guard of a subagent: a read-only role (explore) works in its
-//! parent's worktree, so what its `bash` commands change would end up in the
-//! parent stage's commit. The guard snapshots the worktree's changed files
+//! The read-only guard of `bash` in a subagent: a read-only role (explore)
+//! works in its parent's worktree, so what its `bash` commands change would
+//! end up in the parent stage's commit. The guard snapshots the worktree's changed files
 //! before each command and puts back whatever the command changed.
 //!
 //! A snapshot holds the content of every file `git status` lists (modified,
@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::tools::ToolOutcome;
+use super::ToolOutcome;
 
 /// Files larger than this are compared by size and mtime only, and are not
 /// restored from the snapshot.
@@ -78,7 +78,7 @@ impl ReadOnlyGuard {
         };
         out.is_error = true;
         out.content = format!("error: bash: {note}\n{}", out.content);
-        out.summary = crate::tools::one_line(&format!("bash → discarded: {note}"), 120);
+        out.summary = super::one_line(&format!("bash → discarded: {note}"), 120);
         out.policy = Some(format!("read-only: {note}"));
         Ok(out)
     }
