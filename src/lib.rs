@@ -19,5 +19,7 @@ pub mod role;
 pub mod runlog;
 pub mod runner;
 pub mod subagent;
+pub mod text;
+pub mod toolname;
 pub mod tools;
 pub mod ui;

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::agent::compact::CompactConfig;
 use crate::budget::{Budget, Dimension, StageBudget};
+use crate::exec::ProcessGroup;
 use crate::llm::{ChatModel, ModelSpawn};
 use crate::tools::{SpawnFuture, Spawner, ToolOutcome};
 
@@ -58,7 +59,7 @@ pub const DEFAULT_CHILD_TOKENS: u64 = 200_000;
 /// How often the parent reads a running child's result file.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// SIGTERM → SIGKILL delay when a child is stopped.
-pub const GRACE: Duration = Duration::from_secs(2);
+pub const GRACE: Duration = crate::exec::group::GRACE;
 /// Bytes of a child's stderr quoted when it crashed.
 const STDERR_TAIL_BYTES: usize = 1500;
 /// Bytes of a partial report quoted in a tool error.
@@ -340,25 +341,21 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(stderr))
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::from(stderr));
     let started = Instant::now();
     let spawned_at_us = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
-    let mut child = cmd
-        .spawn()
+    let mut group = ProcessGroup::spawn(&mut cmd, None)
         .map_err(|e| format!("could not start {}: {e}", ctx.exe.display()))?;
-    let pid = child.id().unwrap_or(0);
-    let mut guard = GroupGuard(Some(pid as libc::pid_t));
+    let pid = group.pid();
     tracing::debug!(agent = %path, pid, "subagent started");
 
     let deadline = time.map(|t| started + t);
     let mut limit: Option<(Dimension, String)> = None;
     let status = loop {
         tokio::select! {
-            st = child.wait() => break st.ok(),
+            st = group.wait() => break st.ok(),
             _ = tokio::time::sleep(POLL_INTERVAL) => {
                 if let (Some(deadline), Some(t)) = (deadline, time)
                     && Instant::now() >= deadline
@@ -380,14 +377,13 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
                     ));
                 }
                 if limit.is_some() {
-                    break stop(&mut child, pid as libc::pid_t).await;
+                    break group.stop(GRACE).await.ok();
                 }
             }
         }
     };
     // Leftovers of the child's group must not outlive it.
-    signal_group(pid as libc::pid_t, libc::SIGKILL);
-    guard.0 = None;
+    group.finish();
     let duration_ms = started.elapsed().as_millis() as u64;
 
     let mut result = read_result(&ctx.record_dir, &path)
@@ -522,18 +518,6 @@ fn child_env(model: &ModelSpawn) -> Vec<(String, String)> {
     env
 }
 
-/// SIGTERM to the group, a grace period, then SIGKILL; returns the exit status.
-async fn stop(child: &mut tokio::process::Child, pgid: libc::pid_t) -> Option<ExitStatus> {
-    signal_group(pgid, libc::SIGTERM);
-    match tokio::time::timeout(GRACE, child.wait()).await {
-        Ok(st) => st.ok(),
-        Err(_) => {
-            signal_group(pgid, libc::SIGKILL);
-            child.wait().await.ok()
-        }
-    }
-}
-
 fn describe_exit(status: Option<ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match status {
@@ -550,11 +534,10 @@ fn stderr_tail(path: &Path) -> String {
     if text.is_empty() {
         return String::new();
     }
-    let mut start = text.len().saturating_sub(STDERR_TAIL_BYTES);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("; its stderr ends with:\n{}", &text[start..])
+    format!(
+        "; its stderr ends with:\n{}",
+        crate::text::tail_bytes(text, STDERR_TAIL_BYTES)
+    )
 }
 
 /// The tool outcome of a finished child.
@@ -567,7 +550,7 @@ fn outcome(r: &AgentResult, limit: Option<Dimension>) -> ToolOutcome {
         r.turns,
         r.tokens.total()
     );
-    let task = crate::tools::one_line(&r.task, 40);
+    let task = crate::text::one_line(&r.task, 40);
     let mut out = if r.status == AgentStatus::Succeeded {
         ToolOutcome::ok(
             format!("[{head}]\n{}", r.report.trim()),
@@ -589,7 +572,7 @@ fn outcome(r: &AgentResult, limit: Option<Dimension>) -> ToolOutcome {
         let partial = if partial.is_empty() {
             "(none)".to_owned()
         } else {
-            crate::agent::cap(partial, PARTIAL_REPORT_BYTES)
+            crate::text::cap_bytes(partial, PARTIAL_REPORT_BYTES)
         };
         let mut o = ToolOutcome::error(
             "spawn_agent",
@@ -598,7 +581,7 @@ fn outcome(r: &AgentResult, limit: Option<Dimension>) -> ToolOutcome {
                 r.reason.as_deref().unwrap_or("it did not finish")
             ),
         );
-        o.summary = crate::tools::one_line(
+        o.summary = crate::text::one_line(
             &format!(
                 "spawn_agent {} `{task}` → {} ({which}{} tokens)",
                 r.role,
@@ -611,28 +594,6 @@ fn outcome(r: &AgentResult, limit: Option<Dimension>) -> ToolOutcome {
     };
     out.child_tokens = Some(r.tokens);
     out
-}
-
-/// Sends `signal` to the process group `pgid`; a gone group is fine.
-pub(crate) fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
-    if pgid > 0 {
-        // SAFETY: plain syscall on a group created for the child with
-        // `process_group(0)`; ESRCH (already gone) is expected and ignored.
-        unsafe {
-            libc::killpg(pgid, signal);
-        }
-    }
-}
-
-/// Kills the child's group when the spawn is abandoned (its future dropped).
-struct GroupGuard(Option<libc::pid_t>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            signal_group(pgid, libc::SIGKILL);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,9 @@ pub mod prompt;
 use crate::ids::Verdict;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, MessageRole};
 use crate::runlog::{ActionLog, RecordError, TokenCount};
+use crate::text::cap_bytes;
+// The compaction's field cap (`super::cap` there) is the same policy.
+use crate::text::cap_bytes as cap;
 use crate::tools::{self, ToolContext};
 use serde_json::json;
 
@@ -204,10 +207,10 @@ pub async fn run_agent(
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
                 "finish_reason": resp.finish_reason,
-                "content": msg.content.as_deref().map(|c| cap(c, LOG_FIELD_CAP)),
+                "content": msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
                 "tool_calls": msg.tool_calls.iter().map(|c| json!({
                     "id": c.id, "name": c.function.name,
-                    "arguments": cap(&c.function.arguments, LOG_FIELD_CAP),
+                    "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
                 })).collect::<Vec<_>>(),
             }),
         )?;
@@ -296,7 +299,7 @@ pub async fn run_agent(
                     "policy": outcome.policy,
                     "changed_path": outcome.changed_path,
                     "result_bytes": outcome.content.len(),
-                    "result": cap(&outcome.content, LOG_FIELD_CAP),
+                    "result": cap_bytes(&outcome.content, LOG_FIELD_CAP),
                 }),
             )?;
             if name != "finish" {
@@ -410,30 +413,9 @@ fn answer_remaining(messages: &mut Vec<ChatMessage>, calls: &[crate::llm::ToolCa
     }
 }
 
-/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.
-pub fn cap(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}[… {} more bytes …]", &s[..end], s.len() - end)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cap_respects_char_boundaries() {
-        assert_eq!(cap("abc", 10), "abc");
-        let s = "ééé";
-        let c = cap(s, 3);
-        assert!(c.starts_with('é'));
-        assert!(c.contains("4 more bytes"));
-    }
 
     #[test]
     fn remaining_calls_get_answers() {

@@ -236,7 +236,7 @@ pub fn render_show(s: &RunState, root: &Path) -> String {
 }
 
 fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
-    let task = crate::agent::cap(&n.task.replace('\n', " "), 60);
+    let task = crate::text::cap_bytes(&n.task.replace('\n', " "), 60);
     o.push_str(&format!(
         "{:indent$}{} ({}) {} — {} turns, {} tokens — \"{task}\"\n",
         "",
@@ -364,7 +364,7 @@ pub fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
         for line in text.lines() {
             match serde_json::from_str::<serde_json::Value>(line) {
                 Ok(ev) => println!("{}", render_event(&ev)),
-                Err(_) => println!("  [unreadable line: {}]", crate::agent::cap(line, 80)),
+                Err(_) => println!("  [unreadable line: {}]", crate::text::cap_bytes(line, 80)),
             }
         }
     }
@@ -401,7 +401,7 @@ pub fn render_event(ev: &serde_json::Value) -> String {
                 .unwrap_or_default();
             let text = ev["content"]
                 .as_str()
-                .map(|c| format!(" \"{}\"", crate::agent::cap(&c.replace('\n', " "), 60)))
+                .map(|c| format!(" \"{}\"", crate::text::cap_bytes(&c.replace('\n', " "), 60)))
                 .unwrap_or_default();
             format!(
                 "{t} ← model turn {} in {}ms, {}+{} tokens{text}{}",
@@ -433,6 +433,9 @@ pub fn render_event(ev: &serde_json::Value) -> String {
             n("insertions"),
             n("deletions")
         ),
-        other => format!("{t} {other} {}", crate::agent::cap(&ev.to_string(), 160)),
+        other => format!(
+            "{t} {other} {}",
+            crate::text::cap_bytes(&ev.to_string(), 160)
+        ),
     }
 }

@@ -258,6 +258,76 @@ pub trait ChatModel: Send + Sync {
     }
 }
 
+/// A model that wraps another and changes only how a request is sent
+/// (progress display, recording). Every [`ChatModel`] method comes from the
+/// blanket impl below, which forwards all of them to [`ModelWrapper::inner`]:
+/// a wrapper cannot drop one, and a new `ChatModel` method is forwarded in
+/// one place.
+pub trait ModelWrapper: Send + Sync {
+    /// The wrapped model.
+    fn inner(&self) -> &dyn ChatModel;
+
+    /// Sends one request, with the caller's progress callback when it
+    /// streams. Default: straight to the inner model.
+    fn send<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        on_delta: Option<&'a DeltaFn<'a>>,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        match on_delta {
+            Some(f) => self.inner().complete_with_progress(req, f),
+            None => self.inner().complete(req),
+        }
+    }
+}
+
+impl<W: ModelWrapper> ChatModel for W {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        self.send(req, None)
+    }
+
+    fn label(&self) -> String {
+        self.inner().label()
+    }
+
+    fn model_name(&self) -> String {
+        self.inner().model_name()
+    }
+
+    fn is_replay(&self) -> bool {
+        self.inner().is_replay()
+    }
+
+    fn complete_with_progress<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        on_delta: &'a DeltaFn<'a>,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        self.send(req, Some(on_delta))
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.inner().context_window()
+    }
+
+    fn cost_usd(&self, usage: &Usage) -> Option<f64> {
+        self.inner().cost_usd(usage)
+    }
+
+    /// The inner model asking for another model name, unwrapped: wrappers
+    /// are added after the model is chosen.
+    fn with_model(&self, model: &str) -> Option<std::sync::Arc<dyn ChatModel>> {
+        self.inner().with_model(model)
+    }
+
+    fn spawn_settings(&self) -> Option<ModelSpawn> {
+        self.inner().spawn_settings()
+    }
+}
+
 /// The model settings a subagent process is started with.
 #[derive(Clone, PartialEq, Eq)]
 pub enum ModelSpawn {

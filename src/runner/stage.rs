@@ -196,33 +196,20 @@ struct ProgressModel {
     stage: String,
 }
 
-impl ChatModel for ProgressModel {
-    fn complete<'a>(
+impl crate::llm::ModelWrapper for ProgressModel {
+    fn inner(&self) -> &dyn ChatModel {
+        self.inner.as_ref()
+    }
+
+    fn send<'a>(
         &'a self,
         req: &'a crate::llm::ChatRequest,
+        _on_delta: Option<&'a crate::llm::DeltaFn<'a>>,
     ) -> crate::llm::BoxFuture<'a, Result<crate::llm::ChatResponse, crate::llm::LlmError>> {
         Box::pin(async move {
             let on_delta = |chars: usize| self.progress.streaming(&self.stage, chars);
             self.inner.complete_with_progress(req, &on_delta).await
         })
-    }
-    fn label(&self) -> String {
-        self.inner.label()
-    }
-    fn model_name(&self) -> String {
-        self.inner.model_name()
-    }
-    fn is_replay(&self) -> bool {
-        self.inner.is_replay()
-    }
-    fn context_window(&self) -> Option<u64> {
-        self.inner.context_window()
-    }
-    fn cost_usd(&self, usage: &crate::llm::Usage) -> Option<f64> {
-        self.inner.cost_usd(usage)
-    }
-    fn spawn_settings(&self) -> Option<crate::llm::ModelSpawn> {
-        self.inner.spawn_settings()
     }
 }
 

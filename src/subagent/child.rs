@@ -23,7 +23,9 @@ use crate::agent::budget::ModelPrice;
 use crate::agent::compact::CompactConfig;
 use crate::agent::{self, AgentConfig, AgentEnd, prompt};
 use crate::budget::{Budget, Enforcement, StageBudget, TokenCount};
-use crate::llm::{BoxFuture, ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError};
+use crate::llm::{
+    BoxFuture, ChatMessage, ChatModel, ChatRequest, ChatResponse, DeltaFn, LlmError, ModelWrapper,
+};
 use crate::policy::BashPolicy;
 use crate::role::Role;
 use crate::runlog::{ActionLog, RecordError, redact};
@@ -248,7 +250,7 @@ impl Progress {
             "(no report yet) tool calls so far: {}",
             self.calls.join("; ")
         );
-        agent::cap(&text, PARTIAL_DIGEST_BYTES)
+        crate::text::cap_bytes(&text, PARTIAL_DIGEST_BYTES)
     }
 }
 
@@ -286,7 +288,7 @@ impl RecordingModel {
                 p.calls.push(format!(
                     "{} {}",
                     c.function.name,
-                    agent::cap(&c.function.arguments, 120)
+                    crate::text::cap_bytes(&c.function.arguments, 120)
                 ));
             }
             p.transcript = req.messages.clone();
@@ -311,32 +313,24 @@ impl RecordingModel {
     }
 }
 
-impl ChatModel for RecordingModel {
-    fn complete<'a>(
+impl ModelWrapper for RecordingModel {
+    fn inner(&self) -> &dyn ChatModel {
+        self.inner.as_ref()
+    }
+
+    fn send<'a>(
         &'a self,
         req: &'a ChatRequest,
+        on_delta: Option<&'a DeltaFn<'a>>,
     ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
         Box::pin(async move {
-            let resp = self.inner.complete(req).await?;
+            let resp = match on_delta {
+                Some(f) => self.inner.complete_with_progress(req, f).await?,
+                None => self.inner.complete(req).await?,
+            };
             self.record(req, &resp);
             Ok(resp)
         })
-    }
-
-    fn label(&self) -> String {
-        self.inner.label()
-    }
-
-    fn model_name(&self) -> String {
-        self.inner.model_name()
-    }
-
-    fn is_replay(&self) -> bool {
-        self.inner.is_replay()
-    }
-
-    fn spawn_settings(&self) -> Option<crate::llm::ModelSpawn> {
-        self.inner.spawn_settings()
     }
 }
 
@@ -366,6 +360,17 @@ mod tests {
             tools: vec![],
             agent_path: "p/explore-1".into(),
         }
+    }
+
+    #[test]
+    fn the_wrapper_forwards_what_the_agent_loop_reads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = model(tmp.path(), StageBudget::default());
+        assert_eq!(m.label(), m.inner.label());
+        assert_eq!(m.model_name(), m.inner.model_name());
+        assert_eq!(m.is_replay(), m.inner.is_replay());
+        assert_eq!(m.context_window(), m.inner.context_window());
+        assert_eq!(m.spawn_settings(), m.inner.spawn_settings());
     }
 
     #[tokio::test]

@@ -36,6 +36,8 @@ use crate::exec::ExecLimits;
 use crate::ids::Verdict;
 use crate::llm::ToolDef;
 use crate::policy::BashPolicy;
+use crate::text::one_line;
+use crate::toolname::ToolName;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -44,20 +46,9 @@ pub use readonly::{ReadOnlyGuard, Snapshot};
 
 pub use spawn_agent::dispatch_concurrently;
 
-/// Every tool name orch knows, in the order they are offered.
-pub const ALL_TOOLS: &[&str] = &[
-    "bash",
-    "read_file",
-    "write_file",
-    "edit_file",
-    "list_files",
-    "grep",
-    "spawn_agent",
-    "finish",
-];
-
-/// Tools that change files directly; refused for read-only roles.
-pub const WRITE_TOOLS: &[&str] = &["write_file", "edit_file"];
+/// Every tool name orch knows, in the order they are offered
+/// ([`ToolName::ALL`]).
+pub const ALL_TOOLS: &[&str] = &crate::toolname::NAMES;
 
 /// Largest `arguments` text accepted from the model.
 pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
@@ -101,6 +92,8 @@ pub struct ToolContext {
     pub spawn: Option<Arc<dyn Spawner>>,
     /// For a read-only subagent: undoes what its `bash` commands change.
     pub read_only_guard: Option<Arc<ReadOnlyGuard>>,
+    /// Run in every `bash` child between fork and exec (a sandbox).
+    pub pre_exec: Option<crate::exec::PreExec>,
 }
 
 impl ToolContext {
@@ -121,6 +114,7 @@ impl ToolContext {
             limits: ExecLimits::default(),
             spawn: None,
             read_only_guard: None,
+            pre_exec: None,
         })
     }
 }
@@ -179,17 +173,6 @@ impl ToolOutcome {
             ..Default::default()
         }
     }
-}
-
-/// The first line of `text`, cut to `max` characters with `…`.
-pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let first = text.lines().next().unwrap_or("");
-    let multi = text.trim_end().contains('\n');
-    if first.chars().count() <= max && !multi {
-        return first.to_owned();
-    }
-    let cut: String = first.chars().take(max.saturating_sub(1)).collect();
-    format!("{cut}…")
 }
 
 /// The tools offered to the model in `ctx`: [`definitions`] plus
@@ -333,7 +316,7 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
             ),
         ));
     }
-    if ctx.read_only && WRITE_TOOLS.contains(&name) {
+    if ctx.read_only && ToolName::is_write_name(name) {
         return Err((
             name.to_owned(),
             "this role is read-only and cannot change files".to_owned(),
@@ -634,12 +617,5 @@ mod tests {
         let out = call(&ctx, "spawn_agent", json!({"role": "explore", "task": "x"})).await;
         assert!(out.is_error);
         assert!(out.content.starts_with("error: spawn_agent: "));
-    }
-
-    #[test]
-    fn one_line_caps() {
-        assert_eq!(one_line("short", 10), "short");
-        assert_eq!(one_line("a\nb", 10), "a…");
-        assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
     }
 }

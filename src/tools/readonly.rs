@@ -102,20 +102,9 @@ fn take(root: &Path) -> Snapshot {
     Snapshot { files, ok: true }
 }
 
-/// Paths `git status` lists (workdir or index differ from HEAD, untracked),
-/// ignored files excluded.
-fn changed_paths(root: &Path) -> Result<Vec<String>, git2::Error> {
-    let repo = git2::Repository::open(root)?;
-    let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(false)
-        .exclude_submodules(true);
-    let statuses = repo.statuses(Some(&mut opts))?;
-    Ok(statuses
-        .iter()
-        .filter_map(|e| e.path().ok().map(str::to_owned))
-        .collect())
+/// Paths `git status` lists (the one status walk of [`crate::git`]).
+fn changed_paths(root: &Path) -> Result<Vec<String>, crate::git::GitError> {
+    crate::git::changed_paths_in(root)
 }
 
 /// Restores every path that differs from `before`; returns those paths.
@@ -123,7 +112,7 @@ fn restore(root: &Path, before: &Snapshot) -> Result<Vec<String>, String> {
     if !before.ok {
         return Err("no snapshot could be taken before the command".to_owned());
     }
-    let now = changed_paths(root).map_err(|e| e.message().to_owned())?;
+    let now = changed_paths(root).map_err(|e| e.to_string())?;
     let mut candidates: Vec<String> = now;
     candidates.extend(before.files.keys().cloned());
     candidates.sort();
