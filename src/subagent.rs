@@ -44,7 +44,7 @@ use crate::agent::compact::CompactConfig;
 use crate::budget::{Budget, Dimension, StageBudget};
 use crate::exec::ProcessGroup;
 use crate::llm::{ChatModel, ModelSpawn};
-use crate::tools::{SpawnFuture, Spawner, ToolOutcome};
+use crate::tools::{SpawnFuture, Spawner, ToolError, ToolOutcome};
 
 /// Schema of `result.json`.
 pub const RESULT_FORMAT: &str = "orch-agent-result/1";
@@ -290,17 +290,21 @@ impl Spawner for SpawnContext {
 }
 
 /// Runs one child `orch agent` for `spawn_agent` and turns what happened
-/// into a tool outcome. `Err` is a tool error before the child started.
-pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOutcome, String> {
+/// into a tool outcome. `Err` is a tool error before the child started;
+/// failing to create the child's record is orch's own fault
+/// ([`ToolError::Fatal`]).
+pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOutcome, ToolError> {
     let segment = path_segment(role);
     if segment.is_empty() {
-        return Err("argument `role` is empty; name a role, e.g. explore".to_owned());
+        return Err("argument `role` is empty; name a role, e.g. explore"
+            .to_owned()
+            .into());
     }
     if !ctx.can_spawn() {
-        return Err(format!(
+        return Err(ToolError::RespondToModel(format!(
             "depth limit reached: this agent is at depth {} of at most {}; do the work yourself",
             ctx.depth, ctx.limits.max_depth
-        ));
+        )));
     }
     // Numbered before waiting for a slot, so numbers follow call order.
     let path = ctx.next_path(&segment);
@@ -309,23 +313,32 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         .slots
         .acquire()
         .await
-        .map_err(|_| "the subagent slots were closed".to_owned())?;
+        .map_err(|_| ToolError::Fatal("the subagent slots were closed".to_owned()))?;
 
     let carved = ctx.budget.carve(&ctx.limits.child);
     let time = carved.time_secs.map(Duration::from_secs_f64);
     if time.is_some_and(|t| t < Duration::from_secs(1)) {
-        return Err("no time left in this agent's budget for a subagent".to_owned());
+        return Err("no time left in this agent's budget for a subagent"
+            .to_owned()
+            .into());
     }
     let tokens = carved.tokens;
     if tokens == Some(0) {
-        return Err("no tokens left in this agent's budget for a subagent".to_owned());
+        return Err("no tokens left in this agent's budget for a subagent"
+            .to_owned()
+            .into());
     }
 
     let dir = agent_dir(&ctx.record_dir, &path);
+    // The child's record is orch's own: failing to write it is fatal.
     std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("could not create {}: {e}", dir.display()))?;
-    let stderr = std::fs::File::create(dir.join("stderr.log"))
-        .map_err(|e| format!("could not create {}: {e}", dir.join("stderr.log").display()))?;
+        .map_err(|e| ToolError::Fatal(format!("could not create {}: {e}", dir.display())))?;
+    let stderr = std::fs::File::create(dir.join("stderr.log")).map_err(|e| {
+        ToolError::Fatal(format!(
+            "could not create {}: {e}",
+            dir.join("stderr.log").display()
+        ))
+    })?;
     lock(&ctx.state.children).push(path.clone());
 
     let mut cmd = tokio::process::Command::new(&ctx.exe);

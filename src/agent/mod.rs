@@ -3,7 +3,9 @@
 //!
 //! Tool errors (unknown tool, malformed arguments, missing file, denied
 //! command) go back to the model as tool results and the loop goes on; only
-//! a model/provider error or a failure to write the record ends it early.
+//! a model/provider error, a fatal tool fault (orch's own: a panicked or
+//! cancelled tool task, a record it could not write — never shown to the
+//! model) or a failure to write the record ends it early.
 //! Every request, response and tool call is appended to the action log as it
 //! happens, so a killed process loses at most the turn in flight.
 
@@ -73,6 +75,9 @@ pub enum AgentEnd {
     ModelError(LlmError),
     /// A token, time or cost budget ran out; the reason says which.
     Budget(String),
+    /// A tool fault that is orch's own ([`tools::ToolError::Fatal`]): the
+    /// stage ends as an internal error; the model was not told.
+    ToolFault(tools::FatalToolError),
 }
 
 impl AgentEnd {
@@ -90,6 +95,7 @@ impl AgentEnd {
             )),
             AgentEnd::Stuck(why) | AgentEnd::Budget(why) => Some(why.clone()),
             AgentEnd::ModelError(e) => Some(format!("model error: failed to {e}")),
+            AgentEnd::ToolFault(e) => Some(format!("internal error: failed to {e}")),
         }
     }
 }
@@ -250,11 +256,11 @@ pub async fn run_agent(
         for (i, call) in calls.iter().enumerate() {
             let name = call.function.name.as_str();
             let args = call.function.arguments.as_str();
-            let mut outcome = match spawned[i].take() {
-                Some(o) => o,
+            let result = match spawned[i].take() {
+                Some(r) => r,
                 // Time-budget hook: a tool call cannot outlive the budget.
-                None => match tracker.bounded(tools::dispatch(tool_ctx, name, args)).await {
-                    Ok(outcome) => outcome,
+                None => match tracker.bounded(tools::call(tool_ctx, name, args)).await {
+                    Ok(result) => result,
                     Err(why) => {
                         log.append(
                             "budget_exceeded",
@@ -269,6 +275,23 @@ pub async fn run_agent(
                         break 'turns;
                     }
                 },
+            };
+            let mut outcome = match result {
+                Ok(outcome) => outcome,
+                Err(fault) => {
+                    // orch's own fault: the stage ends here, and the model is
+                    // never sent this call's result (nor any other request).
+                    log.append(
+                        "tool_fault",
+                        json!({
+                            "turn": turn, "call_id": call.id, "name": name,
+                            "reason": fault.reason,
+                        }),
+                    )?;
+                    answer_remaining(&mut req.messages, &calls);
+                    out.end = AgentEnd::ToolFault(fault);
+                    break 'turns;
+                }
             };
             if let Some(t) = outcome.child_tokens {
                 // Subagents spend the stage's tokens too; the spawner has
@@ -326,7 +349,7 @@ pub async fn run_agent(
                 log.append("stuck", json!({"turn": turn, "reason": why}))?;
                 // Subagents that already ran still count and report.
                 for (c, o) in calls.iter().zip(spawned.iter_mut()).skip(i + 1) {
-                    if let Some(o) = o.take() {
+                    if let Some(Ok(o)) = o.take() {
                         out.tokens.add(o.child_tokens.unwrap_or_default());
                         req.messages
                             .push(ChatMessage::tool(c.id.clone(), o.content));
@@ -366,8 +389,9 @@ pub async fn run_agent(
 async fn spawn_concurrently(
     tool_ctx: &ToolContext,
     calls: &[crate::llm::ToolCall],
-) -> Vec<Option<tools::ToolOutcome>> {
-    let mut slots: Vec<Option<tools::ToolOutcome>> = calls.iter().map(|_| None).collect();
+) -> Vec<Option<Result<tools::ToolOutcome, tools::FatalToolError>>> {
+    let mut slots: Vec<Option<Result<tools::ToolOutcome, tools::FatalToolError>>> =
+        calls.iter().map(|_| None).collect();
     let idx: Vec<usize> = (0..calls.len())
         .filter(|&i| calls[i].function.name == "spawn_agent")
         .collect();
@@ -378,7 +402,7 @@ async fn spawn_concurrently(
         .iter()
         .map(|&i| ("spawn_agent", calls[i].function.arguments.as_str()))
         .collect();
-    let outs = tools::dispatch_concurrently(tool_ctx, &batch).await;
+    let outs = tools::call_concurrently(tool_ctx, &batch).await;
     for (i, o) in idx.into_iter().zip(outs) {
         slots[i] = Some(o);
     }

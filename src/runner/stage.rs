@@ -178,6 +178,7 @@ pub(super) async fn run_stage(
         commit,
         branch,
         model_failed: matches!(outcome.end, AgentEnd::ModelError(_)),
+        internal_failed: matches!(outcome.end, AgentEnd::ToolFault(_)),
         failure,
         verdict: outcome.verdict,
         summary: outcome.summary,

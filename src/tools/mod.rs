@@ -13,7 +13,18 @@
 //!   role's tool allowlist and its bash policy (the stage commit records
 //!   whatever a command changed).
 //!
+//! - tool errors come in two kinds ([`ToolError`]): *respond to the model*
+//!   (its call was wrong or the work failed; the loop goes on) and *fatal*
+//!   (orch's own fault — a panicked or cancelled tool task, a run record that
+//!   could not be written): [`call`] returns the fatal ones as an `Err`, and
+//!   the agent loop ends the stage as an internal error without telling the
+//!   model.
+//!
 //! Tool names and argument names are a public contract with the model.
+//!
+//! Test-only trigger (debug builds only): with `ORCH_TEST_PANIC_TOOL=<tool>`
+//! in orch's environment, every call of that tool panics in its task, so the
+//! fatal path can be tested through the real binary.
 
 mod bash;
 mod edit_file;
@@ -44,7 +55,7 @@ use std::sync::Arc;
 
 pub use readonly::{ReadOnlyGuard, Snapshot};
 
-pub use spawn_agent::dispatch_concurrently;
+pub use spawn_agent::{call_concurrently, dispatch_concurrently};
 
 /// Every tool name orch knows, in the order they are offered
 /// ([`ToolName::ALL`]).
@@ -56,8 +67,36 @@ pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
 /// Longest one-line summary.
 const SUMMARY_CHARS: usize = 120;
 
+/// Why a tool call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolError {
+    /// The model's call was wrong, or the work failed in a way the model can
+    /// act on: an `error: <tool>: …` result, and the loop goes on.
+    RespondToModel(String),
+    /// orch's own fault: the stage ends as an internal error and nothing
+    /// reaches the model.
+    Fatal(String),
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        ToolError::RespondToModel(message)
+    }
+}
+
+/// A tool fault that is orch's own (see [`ToolError::Fatal`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("run the tool `{tool}`: {reason}")]
+pub struct FatalToolError {
+    /// The tool.
+    pub tool: String,
+    /// What went wrong.
+    pub reason: String,
+}
+
 /// A future a [`Spawner`] returns.
-pub type SpawnFuture<'a> = Pin<Box<dyn Future<Output = Result<ToolOutcome, String>> + Send + 'a>>;
+pub type SpawnFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ToolOutcome, ToolError>> + Send + 'a>>;
 
 /// What `spawn_agent` needs from the layer that can start subagents (the
 /// tools define the seam; `crate::subagent` implements it).
@@ -68,7 +107,8 @@ pub trait Spawner: Send + Sync + std::fmt::Debug {
 
     /// Runs one child agent of `role` on `task` to its end and turns what
     /// happened into a tool outcome; `Err` is a tool error before the child
-    /// started. The child's tokens are charged to the caller's budget by the
+    /// started ([`ToolError::Fatal`] when orch could not record it). The
+    /// child's tokens are charged to the caller's budget by the
     /// spawner and reported in [`ToolOutcome::child_tokens`].
     fn spawn<'a>(&'a self, role: &'a str, task: &'a str) -> SpawnFuture<'a>;
 }
@@ -281,17 +321,63 @@ fn definition(name: &str) -> Option<ToolDef> {
     })
 }
 
-/// Runs one tool call. Never fails: problems become `is_error` outcomes.
-pub async fn dispatch(ctx: &ToolContext, name: &str, arguments: &str) -> ToolOutcome {
+/// Runs one tool call for the agent loop. Every problem the model can act on
+/// is an `is_error` outcome; `Err` only for orch's own faults
+/// ([`ToolError::Fatal`]), which must end the stage.
+pub async fn call(
+    ctx: &ToolContext,
+    name: &str,
+    arguments: &str,
+) -> Result<ToolOutcome, FatalToolError> {
     let start = Instant::now();
     let mut outcome = match check_call(ctx, name, arguments) {
         Err((tool, msg)) => ToolOutcome::error(&tool, &msg),
-        Ok(args) => run_tool(ctx, name, args)
-            .await
-            .unwrap_or_else(|msg| ToolOutcome::error(name, &msg)),
+        Ok(args) => match catch_panic(run_tool(ctx, name, args)).await {
+            Ok(outcome) => outcome,
+            Err(ToolError::RespondToModel(msg)) => ToolOutcome::error(name, &msg),
+            Err(ToolError::Fatal(reason)) => {
+                return Err(FatalToolError {
+                    tool: name.to_owned(),
+                    reason,
+                });
+            }
+        },
     };
     outcome.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-    outcome
+    Ok(outcome)
+}
+
+/// Runs one tool call where there is no stage to end (tests, fuzzing): like
+/// [`call`], with a fatal fault shown as an `internal error` outcome. The
+/// agent loop uses [`call`].
+pub async fn dispatch(ctx: &ToolContext, name: &str, arguments: &str) -> ToolOutcome {
+    call(ctx, name, arguments)
+        .await
+        .unwrap_or_else(|f| ToolOutcome::error(&f.tool, &format!("internal error: {}", f.reason)))
+}
+
+/// A panic anywhere in a tool's own future is orch's fault, not the model's.
+async fn catch_panic<F>(fut: F) -> Result<ToolOutcome, ToolError>
+where
+    F: Future<Output = Result<ToolOutcome, ToolError>>,
+{
+    use futures_util::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(r) => r,
+        Err(panic) => Err(ToolError::Fatal(format!(
+            "the tool panicked: {}",
+            panic_message(panic.as_ref())
+        ))),
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
 }
 
 /// Checks name, permission and arguments; on failure, the tool label to report
@@ -325,11 +411,16 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
     Args::parse(name, arguments).map_err(|msg| (name.to_owned(), msg))
 }
 
-async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutcome, String> {
+async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutcome, ToolError> {
     let root = ctx.root.clone();
+    #[cfg(debug_assertions)]
+    if test_panic_requested(name) {
+        let name = name.to_owned();
+        return blocking(move || panic!("ORCH_TEST_PANIC_TOOL: `{name}` panics on purpose")).await;
+    }
     match name {
         "bash" => match ctx.read_only_guard.clone() {
-            None => bash::run(ctx, &args).await,
+            None => Ok(bash::run(ctx, &args).await?),
             Some(guard) => {
                 let before = guard.snapshot().await;
                 let out = bash::run(ctx, &args).await;
@@ -337,24 +428,41 @@ async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutco
             }
         },
         "spawn_agent" => spawn_agent::run(ctx, &args).await,
-        "finish" => finish::run(&args),
+        "finish" => Ok(finish::run(&args)?),
         "read_file" => blocking(move || read_file::run(&root, &args)).await,
         "write_file" => blocking(move || write_file::run(&root, &args)).await,
         "edit_file" => blocking(move || edit_file::run(&root, &args)).await,
         "list_files" => blocking(move || list_files::run(&root, &args)).await,
         "grep" => blocking(move || grep::run(&root, &args)).await,
-        _ => Err("not available in this version of orch".to_owned()),
+        _ => Err("not available in this version of orch".to_owned().into()),
     }
 }
 
-/// Runs file-system work off the async workers.
-async fn blocking<F>(f: F) -> Result<ToolOutcome, String>
+/// The debug-build test trigger (see the module docs).
+#[cfg(debug_assertions)]
+fn test_panic_requested(name: &str) -> bool {
+    std::env::var("ORCH_TEST_PANIC_TOOL").is_ok_and(|t| t == name)
+}
+
+/// Runs file-system work off the async workers; a panicked or cancelled
+/// task is fatal.
+async fn blocking<F>(f: F) -> Result<ToolOutcome, ToolError>
 where
     F: FnOnce() -> Result<ToolOutcome, String> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(format!("internal failure while running the tool: {e}")))
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => Ok(r?),
+        Err(e) => Err(ToolError::Fatal(join_failure(&e))),
+    }
+}
+
+/// A failed blocking task, in words.
+pub(crate) fn join_failure(e: &tokio::task::JoinError) -> String {
+    if e.is_panic() {
+        format!("the tool's task panicked: {e}")
+    } else {
+        format!("the tool's task was cancelled: {e}")
+    }
 }
 
 /// A call's arguments: a JSON object, with typed accessors whose errors tell
@@ -617,5 +725,29 @@ mod tests {
         let out = call(&ctx, "spawn_agent", json!({"role": "explore", "task": "x"})).await;
         assert!(out.is_error);
         assert!(out.content.starts_with("error: spawn_agent: "));
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_a_tool_task_or_future_is_fatal_not_a_tool_result() {
+        let joined = blocking(|| panic!("boom in the task")).await;
+        match joined {
+            Err(ToolError::Fatal(why)) => {
+                assert!(why.starts_with("the tool's task panicked"), "{why}")
+            }
+            other => panic!("expected a fatal error, got {other:?}"),
+        }
+        let caught = catch_panic(async { panic!("boom in the future") }).await;
+        assert_eq!(
+            caught,
+            Err(ToolError::Fatal(
+                "the tool panicked: boom in the future".to_owned()
+            ))
+        );
+        // A plain tool error still goes back to the model.
+        let (_d, ctx) = ctx();
+        let out = super::call(&ctx, "read_file", r#"{"path": "missing.txt"}"#)
+            .await
+            .expect("not fatal");
+        assert!(out.is_error);
     }
 }

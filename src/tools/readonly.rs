@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::ToolOutcome;
+use super::{ToolError, ToolOutcome};
 
 /// Files larger than this are compared by size and mtime only, and are not
 /// restored from the snapshot.
@@ -27,6 +27,8 @@ const MAX_SNAPSHOT_FILE: u64 = 8 << 20;
 pub struct Snapshot {
     files: HashMap<String, Option<Vec<u8>>>,
     ok: bool,
+    /// Why the snapshot task itself failed (panicked, cancelled): orch's fault.
+    fault: Option<String>,
 }
 
 /// Undoes the worktree changes of a read-only agent's commands.
@@ -48,22 +50,29 @@ impl ReadOnlyGuard {
         let root = self.root.clone();
         tokio::task::spawn_blocking(move || take(&root))
             .await
-            .unwrap_or_default()
+            .unwrap_or_else(|e| Snapshot {
+                fault: Some(super::join_failure(&e)),
+                ..Snapshot::default()
+            })
     }
 
     /// Puts back what changed since `before`; when anything did, the outcome
-    /// becomes an error that names the discarded paths.
+    /// becomes an error that names the discarded paths. A failed guard task
+    /// is [`ToolError::Fatal`].
     pub async fn discard_changes(
         &self,
         before: Snapshot,
         outcome: Result<ToolOutcome, String>,
-    ) -> Result<ToolOutcome, String> {
+    ) -> Result<ToolOutcome, ToolError> {
+        if let Some(fault) = before.fault {
+            return Err(ToolError::Fatal(fault));
+        }
         let root = self.root.clone();
         let discarded = tokio::task::spawn_blocking(move || restore(&root, &before))
             .await
-            .unwrap_or_else(|e| Err(format!("the check failed: {e}")));
+            .map_err(|e| ToolError::Fatal(super::join_failure(&e)))?;
         let note = match discarded {
-            Ok(paths) if paths.is_empty() => return outcome,
+            Ok(paths) if paths.is_empty() => return Ok(outcome?),
             Ok(paths) => format!(
                 "this role is read-only: the command changed {}; those changes were discarded",
                 paths.join(", ")
@@ -99,7 +108,11 @@ fn take(root: &Path) -> Snapshot {
             (p, content)
         })
         .collect();
-    Snapshot { files, ok: true }
+    Snapshot {
+        files,
+        ok: true,
+        fault: None,
+    }
 }
 
 /// Paths `git status` lists (the one status walk of [`crate::git`]).

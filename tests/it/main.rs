@@ -15,3 +15,4 @@ mod run_e2e;
 mod safety;
 mod sse;
 mod subagents;
+mod tool_faults;
