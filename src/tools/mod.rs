@@ -26,6 +26,7 @@
 //! in orch's environment, every call of that tool panics in its task, so the
 //! fatal path can be tested through the real binary.
 
+mod args;
 mod bash;
 mod edit_file;
 pub mod fence;
@@ -34,18 +35,16 @@ mod grep;
 mod list_files;
 mod read_file;
 mod readonly;
+mod schema;
 mod spawn_agent;
 mod write_file;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use serde_json::{Map, Value, json};
-
 use crate::budget::TokenCount;
 use crate::exec::ExecLimits;
 use crate::ids::Verdict;
-use crate::llm::ToolDef;
 use crate::policy::BashPolicy;
 use crate::text::one_line;
 use crate::toolname::ToolName;
@@ -53,7 +52,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub(crate) use args::{Args, io_message};
 pub use readonly::{ReadOnlyGuard, Snapshot};
+use schema::schema;
+pub use schema::{definitions, offered, offered_names};
 
 pub use spawn_agent::{call_concurrently, dispatch_concurrently};
 
@@ -215,112 +217,6 @@ impl ToolOutcome {
     }
 }
 
-/// The tools offered to the model in `ctx`: [`definitions`] plus
-/// `spawn_agent` when the role allows it and `ctx` can spawn (a spawn context
-/// below the depth limit).
-pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
-    let can_spawn = ctx.spawn.as_ref().is_some_and(|s| s.can_spawn());
-    schemas(&ctx.allowed, can_spawn)
-}
-
-/// Names of the tools offered in `ctx` (for the system prompt).
-pub fn offered_names(ctx: &ToolContext) -> Vec<String> {
-    offered(ctx).iter().map(|d| d.name.to_owned()).collect()
-}
-
-/// JSON schemas of the allowed tools, in [`ALL_TOOLS`] order, without
-/// `spawn_agent` (which needs a [`ToolContext`]; see [`offered`]).
-pub fn definitions(allowed: &[String]) -> Vec<ToolDef> {
-    schemas(allowed, false)
-}
-
-/// The schemas of the `allowed` tools in [`ALL_TOOLS`] order; `spawn_agent`
-/// only when `can_spawn`.
-fn schemas(allowed: &[String], can_spawn: bool) -> Vec<ToolDef> {
-    ALL_TOOLS
-        .iter()
-        .filter(|t| allowed.iter().any(|a| a == *t))
-        .filter_map(|t| match *t {
-            "spawn_agent" => can_spawn.then(spawn_agent::definition),
-            other => definition(other),
-        })
-        .collect()
-}
-
-fn schema(props: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": props, "required": required})
-}
-
-fn definition(name: &str) -> Option<ToolDef> {
-    let s = |d: &str| json!({"type": "string", "description": d});
-    let plain = json!({"type": "string"});
-    let int = |d: &str| json!({"type": "integer", "description": d});
-    let def = |name, description, parameters| ToolDef {
-        name,
-        description,
-        parameters,
-    };
-    Some(match name {
-        "bash" => def(
-            "bash",
-            "Run a bash command in the worktree root (no stdin). Output is capped.",
-            schema(
-                json!({"command": plain, "timeout_secs": int("default 120, max 600")}),
-                &["command"],
-            ),
-        ),
-        "read_file" => def(
-            "read_file",
-            "Read a text file; lines are numbered.",
-            schema(
-                json!({"path": plain, "offset": int("first line, 1-based"), "limit": int("max lines")}),
-                &["path"],
-            ),
-        ),
-        "write_file" => def(
-            "write_file",
-            "Create or overwrite a file (creates parent dirs). Returns a diff.",
-            schema(
-                json!({"path": plain, "content": plain}),
-                &["path", "content"],
-            ),
-        ),
-        "edit_file" => def(
-            "edit_file",
-            "Replace exact text in a file; old_string must match once unless replace_all. Returns a diff.",
-            schema(
-                json!({"path": plain, "old_string": plain, "new_string": plain, "replace_all": {"type": "boolean"}}),
-                &["path", "old_string", "new_string"],
-            ),
-        ),
-        "list_files" => def(
-            "list_files",
-            "List files, skipping gitignored ones.",
-            schema(
-                json!({"path": s("directory, default root"), "pattern": s("gitignore-style glob, e.g. *.rs")}),
-                &[],
-            ),
-        ),
-        "grep" => def(
-            "grep",
-            "Search files for a regex; prints path:line:text.",
-            schema(
-                json!({"pattern": plain, "path": plain, "glob": s("e.g. *.rs")}),
-                &["pattern"],
-            ),
-        ),
-        "finish" => def(
-            "finish",
-            "End your stage with a summary of what you did.",
-            schema(
-                json!({"summary": plain, "verdict": {"type": "string", "enum": ["approve", "request_changes"]}}),
-                &["summary"],
-            ),
-        ),
-        _ => return None,
-    })
-}
-
 /// Runs one tool call for the agent loop. Every problem the model can act on
 /// is an `is_error` outcome; `Err` only for orch's own faults
 /// ([`ToolError::Fatal`]), which must end the stage.
@@ -465,113 +361,10 @@ pub(crate) fn join_failure(e: &tokio::task::JoinError) -> String {
     }
 }
 
-/// A call's arguments: a JSON object, with typed accessors whose errors tell
-/// the model what was expected.
-#[derive(Debug, Clone)]
-pub(crate) struct Args(Map<String, Value>);
-
-impl Args {
-    fn parse(tool: &str, text: &str) -> Result<Args, String> {
-        if text.len() > MAX_ARGUMENT_BYTES {
-            return Err(format!(
-                "arguments are {} bytes, more than the {MAX_ARGUMENT_BYTES}-byte limit; split the work into smaller calls",
-                text.len()
-            ));
-        }
-        let text = if text.trim().is_empty() { "{}" } else { text };
-        match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => Ok(Args(map)),
-            Ok(other) => Err(format!(
-                "arguments must be a JSON object like {{\"…\": …}}, got {}",
-                kind(&other)
-            )),
-            Err(e) => Err(format!(
-                "arguments are not valid JSON ({e}); send a JSON object with the {tool} arguments"
-            )),
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.0.get(key).filter(|v| !v.is_null())
-    }
-
-    /// A required string.
-    pub(crate) fn string(&self, key: &str, expected: &str) -> Result<String, String> {
-        match self.get(key) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(other) => Err(format!(
-                "argument `{key}` must be a string ({expected}), got {}",
-                kind(other)
-            )),
-            None => Err(format!("argument `{key}` is required: {expected}")),
-        }
-    }
-
-    /// An optional string.
-    pub(crate) fn opt_string(&self, key: &str, expected: &str) -> Result<Option<String>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(format!(
-                "argument `{key}` must be a string ({expected}), got {}",
-                kind(other)
-            )),
-        }
-    }
-
-    /// An optional non-negative integer (a numeric string is accepted too).
-    pub(crate) fn opt_u64(&self, key: &str) -> Result<Option<u64>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
-            Some(Value::String(s)) if s.trim().parse::<u64>().is_ok() => Ok(s.trim().parse().ok()),
-            Some(other) => Err(format!(
-                "argument `{key}` must be a non-negative integer, got {}",
-                kind(other)
-            )),
-        }
-    }
-
-    /// An optional boolean (`"true"`/`"false"` accepted too).
-    pub(crate) fn opt_bool(&self, key: &str) -> Result<Option<bool>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(Value::String(s)) if s == "true" || s == "false" => Ok(Some(s == "true")),
-            Some(other) => Err(format!(
-                "argument `{key}` must be true or false, got {}",
-                kind(other)
-            )),
-        }
-    }
-}
-
-/// A short description of a JSON value for error messages.
-fn kind(v: &Value) -> String {
-    let text = v.to_string();
-    let shown = one_line(&text, 40);
-    match v {
-        Value::Null => "null".to_owned(),
-        Value::Bool(_) => format!("the boolean {shown}"),
-        Value::Number(_) => format!("the number {shown}"),
-        Value::String(_) => format!("the string {shown}"),
-        Value::Array(_) => format!("an array {shown}"),
-        Value::Object(_) => format!("an object {shown}"),
-    }
-}
-
-/// An I/O error on `path` as a message for the model.
-pub(crate) fn io_message(path: &str, e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{path}: no such file or directory"),
-        std::io::ErrorKind::PermissionDenied => format!("{path}: permission denied"),
-        _ => format!("{path}: {e}"),
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::*;
+    use serde_json::Value;
 
     /// A context over a fresh temp dir with every tool allowed.
     pub(crate) fn ctx() -> (tempfile::TempDir, ToolContext) {
@@ -596,6 +389,7 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::{call, ctx};
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn definitions_are_lean() {
