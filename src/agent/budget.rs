@@ -1,7 +1,7 @@
 //! The agent loop's side of budgets: the time bound of model and tool calls.
 //! The budget model itself (limits, the run's ledger, a stage's account and
-//! its tracker) lives in the leaf [`crate::budget`]; it is re-exported here
-//! for the loop's users.
+//! its tracker) lives in the leaf [`crate::budget`]; this adds what needs the
+//! runtime and the model: the time bound and the model's price.
 //!
 //! Tokens and cost are checked before and after every model turn; wall time
 //! bounds each model call and each tool call ([`Tracker::bounded`]), so a
@@ -15,11 +15,9 @@ use std::sync::Arc;
 
 use crate::llm::ChatModel;
 
-pub use super::RunLimits;
-pub use crate::budget::{
-    Budget, BudgetReport, BudgetUse, Limit, PerMillionTokens, Pricing, ReportLimits, RunLedger,
-    StageBudget, Tracker, UnknownPrice,
-};
+// The compaction reaches the tracker through here (`super::budget::Tracker`).
+use crate::budget::Pricing;
+pub use crate::budget::{StageBudget, Tracker};
 
 /// Cost budgets priced by the model's own price table (`orch.toml` or the
 /// built-in list); unknown models leave cost budgets unenforced.
@@ -60,6 +58,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::{Budget, UnknownPrice};
     use std::time::Duration;
 
     fn stage(tokens: Option<u64>, secs: Option<f64>, cost: Option<f64>) -> StageBudget {

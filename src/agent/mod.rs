@@ -45,7 +45,7 @@ pub struct AgentConfig {
     /// A reviewer stage: `finish` must carry a verdict.
     pub require_verdict: bool,
     /// Token, time and cost limits ([`budget`]).
-    pub budget: budget::StageBudget,
+    pub budget: crate::budget::StageBudget,
     /// When the conversation is condensed ([`compact`]).
     pub compaction: compact::CompactConfig,
 }
@@ -118,7 +118,7 @@ pub struct AgentOutcome {
     /// The whole conversation (never compacted).
     pub transcript: Vec<ChatMessage>,
     /// The budget and what was used of it.
-    pub budget: budget::BudgetReport,
+    pub budget: crate::budget::BudgetReport,
 }
 
 /// Runs one agent to its end. `on_turn` is told after each model turn (for
@@ -146,11 +146,11 @@ pub async fn run_agent(
         tokens: TokenCount::default(),
         digest: Vec::new(),
         transcript: Vec::new(),
-        budget: budget::BudgetReport::default(),
+        budget: crate::budget::BudgetReport::default(),
     };
     // Budget and compaction state (src/agent/budget.rs, compact.rs): `req`
     // keeps the whole conversation; each turn sends a compacted view of it.
-    let mut tracker = budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
+    let mut tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
     let mut compactor = compact::Compactor::new(cfg.compaction);
     let mut last_failure: Option<(String, String)> = None;
     let mut identical_failures = 0u32;

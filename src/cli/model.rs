@@ -85,7 +85,7 @@ impl Chosen {
         assume_yes: bool,
         interactive: bool,
         max_parallel: usize,
-        limits: crate::agent::budget::RunLimits,
+        limits: crate::agent::RunLimits,
     ) -> Session {
         Session {
             limits,

@@ -2,8 +2,9 @@
 
 use super::model::{ModelArgs, choose_for_repo};
 use super::{CliError, exit};
-use crate::agent::budget::{Budget, RunLimits};
+use crate::agent::RunLimits;
 use crate::agent::compact::{CompactConfig, DEFAULT_COMPACT_AT, DEFAULT_CONTEXT_WINDOW};
+use crate::budget::Budget;
 use crate::catalog::Catalog;
 use crate::pipeline::Pipeline;
 use crate::role::Role;
