@@ -5,6 +5,7 @@
 //! branch. See `README.md` and `docs/` for the user-facing picture.
 
 pub mod agent;
+pub mod budget;
 pub mod catalog;
 pub mod cli;
 pub mod config;
@@ -19,5 +20,7 @@ pub mod role;
 pub mod runlog;
 pub mod runner;
 pub mod subagent;
+pub mod text;
+pub mod toolname;
 pub mod tools;
 pub mod ui;

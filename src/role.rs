@@ -10,21 +10,19 @@
 //! read-only role never holds `write_file` or `edit_file`.
 
 use crate::pipeline::SpecError;
+use crate::toolname::ToolName;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 use std::fmt;
 use std::path::Path;
 
-/// Every tool orch can offer a model, in the order roles list them (the
-/// tool layer's own list: one source of truth).
-pub const KNOWN_TOOLS: &[&str] = crate::tools::ALL_TOOLS;
+/// Every tool orch can offer a model, in the order roles list them (one
+/// source of truth: [`ToolName`]).
+pub const KNOWN_TOOLS: &[&str] = &crate::toolname::NAMES;
 
 /// `model:` values that mean "the run's model" (Claude Code's aliases).
 pub const CLAUDE_MODEL_ALIASES: &[&str] = &["inherit", "sonnet", "opus", "haiku"];
-
-/// Tools that change files directly; read-only roles may not hold them.
-const WRITE_TOOLS: &[&str] = crate::tools::WRITE_TOOLS;
 
 /// Claude Code tool names and the orch tools they stand for.
 const CLAUDE_CODE_TOOLS: &[(&str, &str)] = &[
@@ -187,7 +185,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         Some(tools) => resolve_tools(&tools.0, read_only, &at)?,
         None => KNOWN_TOOLS
             .iter()
-            .filter(|tool| !(read_only && WRITE_TOOLS.contains(tool)))
+            .filter(|tool| !(read_only && ToolName::is_write_name(tool)))
             .map(|tool| (*tool).to_owned())
             .collect(),
     };
@@ -241,7 +239,8 @@ fn resolve_tools(
                 ),
             ));
         };
-        if read_only && WRITE_TOOLS.contains(&tool) {
+        // Tools that change files directly; read-only roles may not hold them.
+        if read_only && ToolName::is_write_name(tool) {
             return Err(at(
                 &item.referenced,
                 format!(

@@ -98,7 +98,7 @@ pub struct Session {
     /// Stages that may run at once (at least 1).
     pub max_parallel: usize,
     /// The run's budget and compaction policy (its price comes from the model).
-    pub limits: agent::budget::RunLimits,
+    pub limits: agent::RunLimits,
 }
 
 /// Everything a new run needs.
@@ -128,6 +128,9 @@ pub struct RunSummary {
     pub pr: Option<(String, String)>,
     /// True when a stage failed because the model backend failed.
     pub model_failed: bool,
+    /// True when a stage failed on a fault of orch's own (a fatal tool
+    /// error): an internal error, whatever else failed.
+    pub internal_failed: bool,
     /// The last finished agent's report (what `orch agent` prints).
     pub last_summary: String,
 }
@@ -155,7 +158,7 @@ struct RunCtx {
     /// Held while this process drives the run.
     _lock: crate::runlog::RunLock,
     /// What the run's stages used of its budget (stages charge it as they end).
-    ledger: std::sync::Mutex<agent::budget::RunLedger>,
+    ledger: std::sync::Mutex<crate::budget::RunLedger>,
 }
 
 /// What a stage task reports back to the scheduler.
@@ -165,11 +168,12 @@ struct StageDone {
 }
 
 struct StageOutcome {
-    budget: agent::budget::BudgetReport,
+    budget: crate::budget::BudgetReport,
     commit: String,
     branch: String,
     failure: Option<String>,
     model_failed: bool,
+    internal_failed: bool,
     verdict: Option<Verdict>,
     summary: String,
     turns: u32,
@@ -253,7 +257,7 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
         plan,
         issue: opts.issue,
         _lock: lock,
-        ledger: std::sync::Mutex::new(agent::budget::RunLedger::new(session.limits.budget)),
+        ledger: std::sync::Mutex::new(crate::budget::RunLedger::new(session.limits.budget)),
         session,
         base_commit: base_sha,
     });
@@ -352,13 +356,13 @@ pub async fn resume_run(
     ui.run_started(&state);
     let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
     // The run's budget counts what its finished stages already used.
-    let mut ledger = agent::budget::RunLedger::new(session.limits.budget);
+    let mut ledger = crate::budget::RunLedger::new(session.limits.budget);
     for rec in state
         .stages
         .iter()
         .filter(|r| r.status == StageStatus::Succeeded)
     {
-        ledger.charge(&agent::budget::BudgetUse {
+        ledger.charge(&crate::budget::BudgetUse {
             tokens: rec.tokens.total(),
             cost_usd: rec.budget.as_ref().and_then(|b| b.used.cost_usd),
             ..Default::default()
@@ -430,6 +434,7 @@ async fn drive(
     let mut stopping = false;
     let mut interrupted = false;
     let mut model_failed = false;
+    let mut internal_failed = false;
     let mut last_summary = String::new();
     let max_parallel = ctx.session.max_parallel.max(1);
     let ctrl_c = tokio::signal::ctrl_c();
@@ -463,6 +468,7 @@ async fn drive(
                 rec.budget = Some(out.budget);
                 ui.stage_finished(rec);
                 model_failed |= out.model_failed;
+                internal_failed |= out.internal_failed;
                 last_summary = out.summary;
                 if out.failure.is_some() {
                     let stage = ctx.plan.pipeline.stage(&done.id);
@@ -519,6 +525,7 @@ async fn drive(
         record_dir: ctx.run_dir.root.clone(),
         pr,
         model_failed,
+        internal_failed,
         last_summary,
     })
 }

@@ -26,10 +26,8 @@
 //! gone.
 
 pub mod child;
-mod readonly;
 mod record;
 
-pub use readonly::{ReadOnlyGuard, Snapshot};
 use record::append_event;
 pub use record::{
     AgentEvent, AgentNode, AgentResult, AgentStatus, agent_dir, agent_tree, parent_path,
@@ -39,13 +37,14 @@ pub use record::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::agent::compact::CompactConfig;
+use crate::budget::{Budget, Dimension, StageBudget};
+use crate::exec::ProcessGroup;
 use crate::llm::{ChatModel, ModelSpawn};
-use crate::runlog::TokenCount;
-use crate::tools::ToolOutcome;
+use crate::tools::{SpawnFuture, Spawner, ToolError, ToolOutcome};
 
 /// Schema of `result.json`.
 pub const RESULT_FORMAT: &str = "orch-agent-result/1";
@@ -60,7 +59,7 @@ pub const DEFAULT_CHILD_TOKENS: u64 = 200_000;
 /// How often the parent reads a running child's result file.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// SIGTERM → SIGKILL delay when a child is stopped.
-pub const GRACE: Duration = Duration::from_secs(2);
+pub const GRACE: Duration = crate::exec::group::GRACE;
 /// Bytes of a child's stderr quoted when it crashed.
 const STDERR_TAIL_BYTES: usize = 1500;
 /// Bytes of a partial report quoted in a tool error.
@@ -75,10 +74,10 @@ pub struct SpawnLimits {
     pub max_depth: u32,
     /// Children of one agent running at once; more calls wait.
     pub max_children: u32,
-    /// Wall time of one child (capped by the parent's remaining time).
-    pub child_time: Duration,
-    /// Tokens of one child (capped by the parent's remaining tokens).
-    pub child_tokens: u64,
+    /// The cap on one child's tokens and wall time (its own children
+    /// included); each child gets the smaller of this and what its parent
+    /// has left ([`StageBudget::carve`]).
+    pub child: Budget,
 }
 
 impl Default for SpawnLimits {
@@ -86,8 +85,11 @@ impl Default for SpawnLimits {
         SpawnLimits {
             max_depth: DEFAULT_MAX_DEPTH,
             max_children: DEFAULT_MAX_CHILDREN,
-            child_time: DEFAULT_CHILD_TIME,
-            child_tokens: DEFAULT_CHILD_TOKENS,
+            child: Budget {
+                tokens: Some(DEFAULT_CHILD_TOKENS),
+                time_secs: Some(DEFAULT_CHILD_TIME.as_secs_f64()),
+                cost_usd: None,
+            },
         }
     }
 }
@@ -115,63 +117,19 @@ impl SpawnLimits {
         SpawnLimits {
             max_depth: num("ORCH_SUBAGENT_MAX_DEPTH").map_or(d.max_depth, |n| n as u32),
             max_children: num("ORCH_SUBAGENT_MAX_CHILDREN").map_or(d.max_children, |n| n as u32),
-            child_time: num("ORCH_SUBAGENT_TIME_SECS").map_or(d.child_time, Duration::from_secs),
-            child_tokens: num("ORCH_SUBAGENT_TOKENS").unwrap_or(d.child_tokens),
-        }
-    }
-}
-
-/// An agent's own budget: tokens used so far (its model turns and its
-/// finished children), and optional caps.
-#[derive(Debug)]
-pub struct Budget {
-    /// Token cap, `None` for none.
-    pub tokens: Option<u64>,
-    /// Wall-clock cap.
-    pub deadline: Option<Instant>,
-    prompt: AtomicU64,
-    completion: AtomicU64,
-}
-
-impl Budget {
-    /// A budget with these caps and nothing used.
-    pub fn new(tokens: Option<u64>, deadline: Option<Instant>) -> Self {
-        Budget {
-            tokens,
-            deadline,
-            prompt: AtomicU64::new(0),
-            completion: AtomicU64::new(0),
+            child: Budget {
+                tokens: num("ORCH_SUBAGENT_TOKENS").or(d.child.tokens),
+                time_secs: num("ORCH_SUBAGENT_TIME_SECS")
+                    .map(|n| n as f64)
+                    .or(d.child.time_secs),
+                cost_usd: None,
+            },
         }
     }
 
-    /// Tokens used so far, both kinds together.
-    pub fn used(&self) -> u64 {
-        self.counts().total()
-    }
-
-    /// Tokens used so far.
-    pub fn counts(&self) -> TokenCount {
-        TokenCount {
-            prompt: self.prompt.load(Ordering::SeqCst),
-            completion: self.completion.load(Ordering::SeqCst),
-        }
-    }
-
-    /// Counts more tokens.
-    pub fn add(&self, t: TokenCount) {
-        self.prompt.fetch_add(t.prompt, Ordering::SeqCst);
-        self.completion.fetch_add(t.completion, Ordering::SeqCst);
-    }
-
-    /// Tokens left, `None` when uncapped.
-    pub fn remaining_tokens(&self) -> Option<u64> {
-        self.tokens.map(|t| t.saturating_sub(self.used()))
-    }
-
-    /// Time left, `None` when uncapped.
-    pub fn remaining_time(&self) -> Option<Duration> {
-        self.deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
+    /// The cap on one child's wall time.
+    pub fn child_time(&self) -> Option<Duration> {
+        self.child.time_secs.map(Duration::from_secs_f64)
     }
 }
 
@@ -204,8 +162,12 @@ pub struct SpawnContext {
     pub model: ModelSpawn,
     /// `--yes`: `ask` rules of children's bash policy allow.
     pub assume_yes: bool,
-    /// The spawning agent's budget; children's tokens are added to it.
-    pub budget: Arc<Budget>,
+    /// The spawning agent's account: children are carved out of what it has
+    /// left, and charged to it when they finish.
+    pub budget: StageBudget,
+    /// The spawning agent's compaction policy; children compact alike (at
+    /// the same context window).
+    pub compaction: CompactConfig,
     state: Arc<SpawnState>,
 }
 
@@ -222,7 +184,8 @@ impl SpawnContext {
         limits: SpawnLimits,
         model: &dyn ChatModel,
         assume_yes: bool,
-        budget: Arc<Budget>,
+        budget: StageBudget,
+        compaction: CompactConfig,
     ) -> Option<SpawnContext> {
         let model = model.spawn_settings()?;
         let exe = std::env::current_exe().ok()?;
@@ -237,6 +200,7 @@ impl SpawnContext {
             model,
             assume_yes,
             budget,
+            compaction,
             state: Arc::new(SpawnState {
                 next_index: Mutex::new(HashMap::new()),
                 slots: tokio::sync::Semaphore::new(limits.max_children.max(1) as usize),
@@ -246,9 +210,10 @@ impl SpawnContext {
     }
 
     /// The context of a pipeline stage (depth 0, limits from the
-    /// environment, no budget of its own). `repo` is any path of the user's
+    /// environment, children carved out of the stage's account). `repo` is any path of the user's
     /// repository (its common git dir will do): children load their roles
     /// from its working tree's catalog, like the run did.
+    #[allow(clippy::too_many_arguments)]
     pub fn for_stage(
         repo: &Path,
         worktree: &Path,
@@ -256,12 +221,13 @@ impl SpawnContext {
         stage: &str,
         model: &dyn ChatModel,
         assume_yes: bool,
-        stage_budget: Budget,
+        stage_budget: StageBudget,
+        compaction: CompactConfig,
     ) -> Option<SpawnContext> {
         let workdir =
             crate::git::open_repo(repo).map_or_else(|_| repo.to_path_buf(), |i| i.workdir);
-        // Children's budgets are carved out of the stage's: together they
-        // can never be given more tokens or time than the stage has.
+        // Each child is carved out of what the stage has left, the stage's
+        // own turns included, so no child is given more than that.
         Self::new(
             &workdir,
             worktree,
@@ -271,7 +237,8 @@ impl SpawnContext {
             SpawnLimits::from_env(),
             model,
             assume_yes,
-            Arc::new(stage_budget),
+            stage_budget,
+            compaction,
         )
     }
 
@@ -312,25 +279,32 @@ pub fn path_segment(role: &str) -> String {
         .collect()
 }
 
-/// Which limit the parent enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Limit {
-    Time(Duration),
-    Tokens(u64, u64),
+impl Spawner for SpawnContext {
+    fn can_spawn(&self) -> bool {
+        SpawnContext::can_spawn(self)
+    }
+
+    fn spawn<'a>(&'a self, role: &'a str, task: &'a str) -> SpawnFuture<'a> {
+        Box::pin(spawn(self, role, task))
+    }
 }
 
 /// Runs one child `orch agent` for `spawn_agent` and turns what happened
-/// into a tool outcome. `Err` is a tool error before the child started.
-pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOutcome, String> {
+/// into a tool outcome. `Err` is a tool error before the child started;
+/// failing to create the child's record is orch's own fault
+/// ([`ToolError::Fatal`]).
+pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOutcome, ToolError> {
     let segment = path_segment(role);
     if segment.is_empty() {
-        return Err("argument `role` is empty; name a role, e.g. explore".to_owned());
+        return Err("argument `role` is empty; name a role, e.g. explore"
+            .to_owned()
+            .into());
     }
     if !ctx.can_spawn() {
-        return Err(format!(
+        return Err(ToolError::RespondToModel(format!(
             "depth limit reached: this agent is at depth {} of at most {}; do the work yourself",
             ctx.depth, ctx.limits.max_depth
-        ));
+        )));
     }
     // Numbered before waiting for a slot, so numbers follow call order.
     let path = ctx.next_path(&segment);
@@ -339,28 +313,32 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         .slots
         .acquire()
         .await
-        .map_err(|_| "the subagent slots were closed".to_owned())?;
+        .map_err(|_| ToolError::Fatal("the subagent slots were closed".to_owned()))?;
 
-    let time = ctx
-        .budget
-        .remaining_time()
-        .map_or(ctx.limits.child_time, |r| r.min(ctx.limits.child_time));
-    if time < Duration::from_secs(1) {
-        return Err("no time left in this agent's budget for a subagent".to_owned());
+    let carved = ctx.budget.carve(&ctx.limits.child);
+    let time = carved.time_secs.map(Duration::from_secs_f64);
+    if time.is_some_and(|t| t < Duration::from_secs(1)) {
+        return Err("no time left in this agent's budget for a subagent"
+            .to_owned()
+            .into());
     }
-    let tokens = ctx
-        .budget
-        .remaining_tokens()
-        .map_or(ctx.limits.child_tokens, |r| r.min(ctx.limits.child_tokens));
-    if tokens == 0 {
-        return Err("no tokens left in this agent's budget for a subagent".to_owned());
+    let tokens = carved.tokens;
+    if tokens == Some(0) {
+        return Err("no tokens left in this agent's budget for a subagent"
+            .to_owned()
+            .into());
     }
 
     let dir = agent_dir(&ctx.record_dir, &path);
+    // The child's record is orch's own: failing to write it is fatal.
     std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("could not create {}: {e}", dir.display()))?;
-    let stderr = std::fs::File::create(dir.join("stderr.log"))
-        .map_err(|e| format!("could not create {}: {e}", dir.join("stderr.log").display()))?;
+        .map_err(|e| ToolError::Fatal(format!("could not create {}: {e}", dir.display())))?;
+    let stderr = std::fs::File::create(dir.join("stderr.log")).map_err(|e| {
+        ToolError::Fatal(format!(
+            "could not create {}: {e}",
+            dir.join("stderr.log").display()
+        ))
+    })?;
     lock(&ctx.state.children).push(path.clone());
 
     let mut cmd = tokio::process::Command::new(&ctx.exe);
@@ -376,57 +354,62 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(stderr))
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::from(stderr));
     let started = Instant::now();
     let spawned_at_us = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
-    let mut child = cmd
-        .spawn()
+    let mut group = ProcessGroup::spawn(&mut cmd, None)
         .map_err(|e| format!("could not start {}: {e}", ctx.exe.display()))?;
-    let pid = child.id().unwrap_or(0);
-    let mut guard = GroupGuard(Some(pid as libc::pid_t));
+    let pid = group.pid();
     tracing::debug!(agent = %path, pid, "subagent started");
 
-    let deadline = started + time;
-    let mut limit = None;
+    let deadline = time.map(|t| started + t);
+    let mut limit: Option<(Dimension, String)> = None;
     let status = loop {
         tokio::select! {
-            st = child.wait() => break st.ok(),
+            st = group.wait() => break st.ok(),
             _ = tokio::time::sleep(POLL_INTERVAL) => {
-                if Instant::now() >= deadline {
-                    limit = Some(Limit::Time(time));
-                } else if let Some(r) = read_result(&ctx.record_dir, &path)
-                    && r.tokens.total() > tokens
+                if let (Some(deadline), Some(t)) = (deadline, time)
+                    && Instant::now() >= deadline
                 {
-                    limit = Some(Limit::Tokens(tokens, r.tokens.total()));
+                    limit = Some((
+                        Dimension::Time,
+                        format!("killed at its time limit of {}s", t.as_secs()),
+                    ));
+                } else if let Some(budget) = tokens
+                    && let Some(r) = read_result(&ctx.record_dir, &path)
+                    && r.tokens.total() > budget
+                {
+                    limit = Some((
+                        Dimension::Tokens,
+                        format!(
+                            "killed at its token budget: {} tokens used of {budget}",
+                            r.tokens.total()
+                        ),
+                    ));
                 }
                 if limit.is_some() {
-                    break stop(&mut child, pid as libc::pid_t).await;
+                    break group.stop(GRACE).await.ok();
                 }
             }
         }
     };
     // Leftovers of the child's group must not outlive it.
-    signal_group(pid as libc::pid_t, libc::SIGKILL);
-    guard.0 = None;
+    group.finish();
     let duration_ms = started.elapsed().as_millis() as u64;
 
     let mut result = read_result(&ctx.record_dir, &path)
         .unwrap_or_else(|| AgentResult::running(&path, role, task, ctx.depth + 1));
     result.pid = pid;
-    match limit {
-        Some(Limit::Time(t)) => {
-            result.status = AgentStatus::TimedOut;
-            result.reason = Some(format!("killed at its time limit of {}s", t.as_secs()));
-        }
-        Some(Limit::Tokens(budget, used)) => {
-            result.status = AgentStatus::BudgetExceeded;
-            result.reason = Some(format!(
-                "killed at its token budget: {used} tokens used of {budget}"
-            ));
+    match &limit {
+        Some((dimension, reason)) => {
+            result.status = if *dimension == Dimension::Time {
+                AgentStatus::TimedOut
+            } else {
+                AgentStatus::BudgetExceeded
+            };
+            result.reason = Some(reason.clone());
         }
         None if result.status == AgentStatus::Running => {
             result.status = AgentStatus::Crashed;
@@ -451,10 +434,7 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         role: result.role.clone(),
         task: task.to_owned(),
         status: result.status,
-        limit: limit.map(|l| match l {
-            Limit::Time(_) => "time".to_owned(),
-            Limit::Tokens(..) => "tokens".to_owned(),
-        }),
+        limit: limit.as_ref().map(|(d, _)| d.as_str().to_owned()),
         reason: result.reason.clone(),
         turns: result.turns,
         tokens: result.tokens,
@@ -463,8 +443,9 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
         spawned_at_us,
     };
     append_event(&ctx.record_dir, &event);
-    ctx.budget.add(result.tokens);
-    Ok(outcome(&result, limit))
+    // Charged now, so a sibling that starts next is carved out of the rest.
+    ctx.budget.charge(result.tokens);
+    Ok(outcome(&result, limit.map(|(d, _)| d)))
 }
 
 /// The hidden child-mode flags of `orch agent`.
@@ -473,8 +454,8 @@ fn child_args(
     path: &str,
     role: &str,
     task: &str,
-    tokens: u64,
-    time: Duration,
+    tokens: Option<u64>,
+    time: Option<Duration>,
 ) -> Vec<String> {
     let mut a: Vec<String> = vec![
         "agent".into(),
@@ -496,15 +477,23 @@ fn child_args(
         ctx.limits.max_depth.to_string(),
         "--max-children".into(),
         ctx.limits.max_children.to_string(),
-        "--child-time-secs".into(),
-        ctx.limits.child_time.as_secs().to_string(),
-        "--child-tokens".into(),
-        ctx.limits.child_tokens.to_string(),
-        "--token-budget".into(),
-        tokens.to_string(),
-        "--time-budget-secs".into(),
-        time.as_secs().max(1).to_string(),
+        "--context-window".into(),
+        ctx.compaction.context_window.to_string(),
+        "--compact-at".into(),
+        ctx.compaction.compact_at.to_string(),
     ];
+    if let Some(t) = ctx.limits.child_time() {
+        a.extend(["--child-time-secs".into(), t.as_secs().to_string()]);
+    }
+    if let Some(t) = ctx.limits.child.tokens {
+        a.extend(["--child-tokens".into(), t.to_string()]);
+    }
+    if let Some(t) = tokens {
+        a.extend(["--token-budget".into(), t.to_string()]);
+    }
+    if let Some(t) = time {
+        a.extend(["--time-budget-secs".into(), t.as_secs().max(1).to_string()]);
+    }
     match &ctx.model {
         ModelSpawn::Http {
             base_url, model, ..
@@ -542,18 +531,6 @@ fn child_env(model: &ModelSpawn) -> Vec<(String, String)> {
     env
 }
 
-/// SIGTERM to the group, a grace period, then SIGKILL; returns the exit status.
-async fn stop(child: &mut tokio::process::Child, pgid: libc::pid_t) -> Option<ExitStatus> {
-    signal_group(pgid, libc::SIGTERM);
-    match tokio::time::timeout(GRACE, child.wait()).await {
-        Ok(st) => st.ok(),
-        Err(_) => {
-            signal_group(pgid, libc::SIGKILL);
-            child.wait().await.ok()
-        }
-    }
-}
-
 fn describe_exit(status: Option<ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt;
     match status {
@@ -570,15 +547,14 @@ fn stderr_tail(path: &Path) -> String {
     if text.is_empty() {
         return String::new();
     }
-    let mut start = text.len().saturating_sub(STDERR_TAIL_BYTES);
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("; its stderr ends with:\n{}", &text[start..])
+    format!(
+        "; its stderr ends with:\n{}",
+        crate::text::tail_bytes(text, STDERR_TAIL_BYTES)
+    )
 }
 
 /// The tool outcome of a finished child.
-fn outcome(r: &AgentResult, limit: Option<Limit>) -> ToolOutcome {
+fn outcome(r: &AgentResult, limit: Option<Dimension>) -> ToolOutcome {
     let head = format!(
         "agent {} ({}) {}: {} turns, {} tokens",
         r.agent_path,
@@ -587,7 +563,7 @@ fn outcome(r: &AgentResult, limit: Option<Limit>) -> ToolOutcome {
         r.turns,
         r.tokens.total()
     );
-    let task = crate::tools::one_line(&r.task, 40);
+    let task = crate::text::one_line(&r.task, 40);
     let mut out = if r.status == AgentStatus::Succeeded {
         ToolOutcome::ok(
             format!("[{head}]\n{}", r.report.trim()),
@@ -600,15 +576,16 @@ fn outcome(r: &AgentResult, limit: Option<Limit>) -> ToolOutcome {
         )
     } else {
         let which = match limit {
-            Some(Limit::Time(_)) => "time limit hit; ",
-            Some(Limit::Tokens(..)) => "token limit hit; ",
+            Some(Dimension::Time) => "time limit hit; ",
+            Some(Dimension::Tokens) => "token limit hit; ",
+            Some(Dimension::Cost) => "cost limit hit; ",
             None => "",
         };
         let partial = r.report.trim();
         let partial = if partial.is_empty() {
             "(none)".to_owned()
         } else {
-            crate::agent::cap(partial, PARTIAL_REPORT_BYTES)
+            crate::text::cap_bytes(partial, PARTIAL_REPORT_BYTES)
         };
         let mut o = ToolOutcome::error(
             "spawn_agent",
@@ -617,7 +594,7 @@ fn outcome(r: &AgentResult, limit: Option<Limit>) -> ToolOutcome {
                 r.reason.as_deref().unwrap_or("it did not finish")
             ),
         );
-        o.summary = crate::tools::one_line(
+        o.summary = crate::text::one_line(
             &format!(
                 "spawn_agent {} `{task}` → {} ({which}{} tokens)",
                 r.role,
@@ -630,28 +607,6 @@ fn outcome(r: &AgentResult, limit: Option<Limit>) -> ToolOutcome {
     };
     out.child_tokens = Some(r.tokens);
     out
-}
-
-/// Sends `signal` to the process group `pgid`; a gone group is fine.
-pub(crate) fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
-    if pgid > 0 {
-        // SAFETY: plain syscall on a group created for the child with
-        // `process_group(0)`; ESRCH (already gone) is expected and ignored.
-        unsafe {
-            libc::killpg(pgid, signal);
-        }
-    }
-}
-
-/// Kills the child's group when the spawn is abandoned (its future dropped).
-struct GroupGuard(Option<libc::pid_t>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0 {
-            signal_group(pgid, libc::SIGKILL);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -668,8 +623,8 @@ mod tests {
         };
         let l = SpawnLimits::from_lookup(&vars);
         assert_eq!(l.max_depth, 0);
-        assert_eq!(l.child_time, Duration::from_secs(7));
-        assert_eq!(l.child_tokens, DEFAULT_CHILD_TOKENS);
+        assert_eq!(l.child_time(), Some(Duration::from_secs(7)));
+        assert_eq!(l.child.tokens, Some(DEFAULT_CHILD_TOKENS));
         assert_eq!(l.max_children, DEFAULT_MAX_CHILDREN);
     }
 

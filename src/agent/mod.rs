@@ -3,7 +3,9 @@
 //!
 //! Tool errors (unknown tool, malformed arguments, missing file, denied
 //! command) go back to the model as tool results and the loop goes on; only
-//! a model/provider error or a failure to write the record ends it early.
+//! a model/provider error, a fatal tool fault (orch's own: a panicked or
+//! cancelled tool task, a record it could not write — never shown to the
+//! model) or a failure to write the record ends it early.
 //! Every request, response and tool call is appended to the action log as it
 //! happens, so a killed process loses at most the turn in flight.
 
@@ -14,6 +16,9 @@ pub mod prompt;
 use crate::ids::Verdict;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, MessageRole};
 use crate::runlog::{ActionLog, RecordError, TokenCount};
+use crate::text::cap_bytes;
+// The compaction's field cap (`super::cap` there) is the same policy.
+use crate::text::cap_bytes as cap;
 use crate::tools::{self, ToolContext};
 use serde_json::json;
 
@@ -40,8 +45,18 @@ pub struct AgentConfig {
     /// A reviewer stage: `finish` must carry a verdict.
     pub require_verdict: bool,
     /// Token, time and cost limits ([`budget`]).
-    pub budget: budget::StageBudget,
+    pub budget: crate::budget::StageBudget,
     /// When the conversation is condensed ([`compact`]).
+    pub compaction: compact::CompactConfig,
+}
+
+/// Everything a run is limited by: its budget and the compaction policy.
+/// The price of model calls comes from the model itself (its price table).
+#[derive(Debug, Clone, Default)]
+pub struct RunLimits {
+    /// The run's budget, shared by all stages.
+    pub budget: crate::budget::Budget,
+    /// When and how conversations are compacted.
     pub compaction: compact::CompactConfig,
 }
 
@@ -60,6 +75,9 @@ pub enum AgentEnd {
     ModelError(LlmError),
     /// A token, time or cost budget ran out; the reason says which.
     Budget(String),
+    /// A tool fault that is orch's own ([`tools::ToolError::Fatal`]): the
+    /// stage ends as an internal error; the model was not told.
+    ToolFault(tools::FatalToolError),
 }
 
 impl AgentEnd {
@@ -77,6 +95,7 @@ impl AgentEnd {
             )),
             AgentEnd::Stuck(why) | AgentEnd::Budget(why) => Some(why.clone()),
             AgentEnd::ModelError(e) => Some(format!("model error: failed to {e}")),
+            AgentEnd::ToolFault(e) => Some(format!("internal error: failed to {e}")),
         }
     }
 }
@@ -99,7 +118,7 @@ pub struct AgentOutcome {
     /// The whole conversation (never compacted).
     pub transcript: Vec<ChatMessage>,
     /// The budget and what was used of it.
-    pub budget: budget::BudgetReport,
+    pub budget: crate::budget::BudgetReport,
 }
 
 /// Runs one agent to its end. `on_turn` is told after each model turn (for
@@ -127,11 +146,11 @@ pub async fn run_agent(
         tokens: TokenCount::default(),
         digest: Vec::new(),
         transcript: Vec::new(),
-        budget: budget::BudgetReport::default(),
+        budget: crate::budget::BudgetReport::default(),
     };
     // Budget and compaction state (src/agent/budget.rs, compact.rs): `req`
     // keeps the whole conversation; each turn sends a compacted view of it.
-    let mut tracker = budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
+    let mut tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
     let mut compactor = compact::Compactor::new(cfg.compaction);
     let mut last_failure: Option<(String, String)> = None;
     let mut identical_failures = 0u32;
@@ -194,10 +213,10 @@ pub async fn run_agent(
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
                 "finish_reason": resp.finish_reason,
-                "content": msg.content.as_deref().map(|c| cap(c, LOG_FIELD_CAP)),
+                "content": msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
                 "tool_calls": msg.tool_calls.iter().map(|c| json!({
                     "id": c.id, "name": c.function.name,
-                    "arguments": cap(&c.function.arguments, LOG_FIELD_CAP),
+                    "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
                 })).collect::<Vec<_>>(),
             }),
         )?;
@@ -237,11 +256,11 @@ pub async fn run_agent(
         for (i, call) in calls.iter().enumerate() {
             let name = call.function.name.as_str();
             let args = call.function.arguments.as_str();
-            let mut outcome = match spawned[i].take() {
-                Some(o) => o,
+            let result = match spawned[i].take() {
+                Some(r) => r,
                 // Time-budget hook: a tool call cannot outlive the budget.
-                None => match tracker.bounded(tools::dispatch(tool_ctx, name, args)).await {
-                    Ok(outcome) => outcome,
+                None => match tracker.bounded(tools::call(tool_ctx, name, args)).await {
+                    Ok(result) => result,
                     Err(why) => {
                         log.append(
                             "budget_exceeded",
@@ -257,10 +276,27 @@ pub async fn run_agent(
                     }
                 },
             };
+            let mut outcome = match result {
+                Ok(outcome) => outcome,
+                Err(fault) => {
+                    // orch's own fault: the stage ends here, and the model is
+                    // never sent this call's result (nor any other request).
+                    log.append(
+                        "tool_fault",
+                        json!({
+                            "turn": turn, "call_id": call.id, "name": name,
+                            "reason": fault.reason,
+                        }),
+                    )?;
+                    answer_remaining(&mut req.messages, &calls);
+                    out.end = AgentEnd::ToolFault(fault);
+                    break 'turns;
+                }
+            };
             if let Some(t) = outcome.child_tokens {
-                // Subagents spend the stage's budget too.
+                // Subagents spend the stage's tokens too; the spawner has
+                // already charged them to the stage's account.
                 out.tokens.add(t);
-                tracker.record_usage(t.prompt, t.completion);
             }
             if let Some(fin) = outcome.finish.take() {
                 if cfg.require_verdict && fin.verdict.is_none() {
@@ -286,7 +322,7 @@ pub async fn run_agent(
                     "policy": outcome.policy,
                     "changed_path": outcome.changed_path,
                     "result_bytes": outcome.content.len(),
-                    "result": cap(&outcome.content, LOG_FIELD_CAP),
+                    "result": cap_bytes(&outcome.content, LOG_FIELD_CAP),
                 }),
             )?;
             if name != "finish" {
@@ -313,7 +349,7 @@ pub async fn run_agent(
                 log.append("stuck", json!({"turn": turn, "reason": why}))?;
                 // Subagents that already ran still count and report.
                 for (c, o) in calls.iter().zip(spawned.iter_mut()).skip(i + 1) {
-                    if let Some(o) = o.take() {
+                    if let Some(Ok(o)) = o.take() {
                         out.tokens.add(o.child_tokens.unwrap_or_default());
                         req.messages
                             .push(ChatMessage::tool(c.id.clone(), o.content));
@@ -353,8 +389,9 @@ pub async fn run_agent(
 async fn spawn_concurrently(
     tool_ctx: &ToolContext,
     calls: &[crate::llm::ToolCall],
-) -> Vec<Option<tools::ToolOutcome>> {
-    let mut slots: Vec<Option<tools::ToolOutcome>> = calls.iter().map(|_| None).collect();
+) -> Vec<Option<Result<tools::ToolOutcome, tools::FatalToolError>>> {
+    let mut slots: Vec<Option<Result<tools::ToolOutcome, tools::FatalToolError>>> =
+        calls.iter().map(|_| None).collect();
     let idx: Vec<usize> = (0..calls.len())
         .filter(|&i| calls[i].function.name == "spawn_agent")
         .collect();
@@ -365,7 +402,7 @@ async fn spawn_concurrently(
         .iter()
         .map(|&i| ("spawn_agent", calls[i].function.arguments.as_str()))
         .collect();
-    let outs = tools::dispatch_concurrently(tool_ctx, &batch).await;
+    let outs = tools::call_concurrently(tool_ctx, &batch).await;
     for (i, o) in idx.into_iter().zip(outs) {
         slots[i] = Some(o);
     }
@@ -400,30 +437,9 @@ fn answer_remaining(messages: &mut Vec<ChatMessage>, calls: &[crate::llm::ToolCa
     }
 }
 
-/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut.
-pub fn cap(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}[… {} more bytes …]", &s[..end], s.len() - end)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cap_respects_char_boundaries() {
-        assert_eq!(cap("abc", 10), "abc");
-        let s = "ééé";
-        let c = cap(s, 3);
-        assert!(c.starts_with('é'));
-        assert!(c.contains("4 more bytes"));
-    }
 
     #[test]
     fn remaining_calls_get_answers() {

@@ -191,6 +191,12 @@ async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
         .map_err(|e| fail(e.into()))?
         .clone();
     let chosen = choose_for_repo(&args.model, Some(&args.repo)).map_err(fail)?;
+    // The parent passes its compaction flags: the child compacts alike.
+    let compaction = args
+        .limits
+        .to_limits(chosen.model.context_window())
+        .map_err(fail)?
+        .compaction;
     let result = child::run_child(child::ChildOptions {
         repo: args.repo.clone(),
         worktree,
@@ -202,9 +208,13 @@ async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
         limits: SpawnLimits {
             max_depth: args.max_depth,
             max_children: args.max_children,
-            child_time: Duration::from_secs(args.child_time_secs),
-            child_tokens: args.child_tokens,
+            child: crate::budget::Budget {
+                tokens: Some(args.child_tokens),
+                time_secs: Some(args.child_time_secs as f64),
+                cost_usd: None,
+            },
         },
+        compaction,
         token_budget: args.token_budget,
         time_budget: args.time_budget_secs.map(Duration::from_secs),
         max_turns: args.max_turns,

@@ -3,8 +3,9 @@
 //! flags: model selection, budgets and compaction, parallelism.
 
 use super::CliError;
-use crate::agent::budget::{Budget, RunLimits};
+use crate::agent::RunLimits;
 use crate::agent::compact::{CompactConfig, DEFAULT_COMPACT_AT, DEFAULT_CONTEXT_WINDOW};
+use crate::budget::Budget;
 use crate::config::Overrides;
 use std::path::PathBuf;
 
@@ -135,7 +136,6 @@ impl LimitArgs {
                 compact_at: self.compact_at,
                 ..CompactConfig::default()
             },
-            ..RunLimits::default()
         })
     }
 }

@@ -247,7 +247,7 @@ pub fn render_show(s: &RunState, root: &Path) -> String {
 }
 
 fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
-    let task = crate::agent::cap(&n.task.replace('\n', " "), 60);
+    let task = crate::text::cap_bytes(&n.task.replace('\n', " "), 60);
     o.push_str(&format!(
         "{:indent$}{} ({}) {} — {} turns, {} tokens — \"{task}\"\n",
         "",
@@ -365,7 +365,11 @@ pub fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
         for line in text.lines() {
             match serde_json::from_str::<serde_json::Value>(line) {
                 Ok(ev) => writeln!(out, "{}", render_event(&ev))?,
-                Err(_) => writeln!(out, "  [unreadable line: {}]", crate::agent::cap(line, 80))?,
+                Err(_) => writeln!(
+                    out,
+                    "  [unreadable line: {}]",
+                    crate::text::cap_bytes(line, 80)
+                )?,
             }
         }
     }
@@ -403,7 +407,7 @@ pub fn render_event(ev: &serde_json::Value) -> String {
                 .unwrap_or_default();
             let text = ev["content"]
                 .as_str()
-                .map(|c| format!(" \"{}\"", crate::agent::cap(&c.replace('\n', " "), 60)))
+                .map(|c| format!(" \"{}\"", crate::text::cap_bytes(&c.replace('\n', " "), 60)))
                 .unwrap_or_default();
             format!(
                 "{t} ← model turn {} in {}ms, {}+{} tokens{text}{}",
@@ -435,6 +439,9 @@ pub fn render_event(ev: &serde_json::Value) -> String {
             n("insertions"),
             n("deletions")
         ),
-        other => format!("{t} {other} {}", crate::agent::cap(&ev.to_string(), 160)),
+        other => format!(
+            "{t} {other} {}",
+            crate::text::cap_bytes(&ev.to_string(), 160)
+        ),
     }
 }

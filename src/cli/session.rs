@@ -12,7 +12,7 @@
 use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
 use super::model::{Chosen, choose_for_repo};
-use crate::agent::budget::RunLimits;
+use crate::agent::RunLimits;
 use crate::catalog::Catalog;
 use crate::pipeline::Pipeline;
 use crate::role::Role;

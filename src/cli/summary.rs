@@ -12,6 +12,7 @@ pub(super) fn exit_code_of(summary: &RunSummary) -> i32 {
     match summary.state.status {
         RunStatus::Succeeded => exit::OK,
         RunStatus::Interrupted => exit::INTERRUPTED,
+        _ if summary.internal_failed => exit::INTERNAL,
         _ if summary.model_failed => exit::MODEL,
         _ => exit::STAGE_FAILED,
     }

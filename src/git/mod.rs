@@ -354,22 +354,42 @@ pub(crate) fn signature(repo: &Repository) -> Result<git2::Signature<'static>, G
 /// `git status`.
 pub fn changed_paths(worktree: &Path) -> Result<Vec<String>, GitError> {
     let repo = open_linked_worktree(worktree)?;
+    changed_paths_of(&repo, worktree)
+}
+
+/// Like [`changed_paths`], for any repository or worktree at `root` (a
+/// subagent's read-only guard checks the worktree it shares).
+pub fn changed_paths_in(root: &Path) -> Result<Vec<String>, GitError> {
+    changed_paths_of(&open_at(root)?, root)
+}
+
+fn changed_paths_of(repo: &Repository, at: &Path) -> Result<Vec<String>, GitError> {
+    let entries =
+        status_walk(repo).map_err(git_err(format!("read the status of {}", at.display())))?;
+    let mut paths: Vec<String> = entries
+        .into_iter()
+        .filter(|(_, status)| *status != git2::Status::CURRENT && !status.is_ignored())
+        .filter_map(|(path, _)| String::from_utf8(path).ok())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// The one status walk, as cheap as `git status`: every path whose index or
+/// working-tree file differs from `HEAD`, untracked files one by one (a
+/// nested repository as one directory path ending in `/`), ignored files and
+/// submodules left out. Paths are raw bytes, as git stores them.
+pub(crate) fn status_walk(repo: &Repository) -> Result<Vec<(Vec<u8>, git2::Status)>, git2::Error> {
     let mut opts = git2::StatusOptions::new();
     opts.include_untracked(true)
         .recurse_untracked_dirs(true)
         .include_ignored(false)
         .exclude_submodules(true);
-    let statuses = repo.statuses(Some(&mut opts)).map_err(git_err(format!(
-        "read the status of {}",
-        worktree.display()
-    )))?;
-    let mut paths: Vec<String> = statuses
+    let statuses = repo.statuses(Some(&mut opts))?;
+    Ok(statuses
         .iter()
-        .filter(|e| e.status() != git2::Status::CURRENT && !e.status().is_ignored())
-        .filter_map(|e| e.path().ok().map(str::to_owned))
-        .collect();
-    paths.sort();
-    Ok(paths)
+        .map(|e| (e.path_bytes().to_vec(), e.status()))
+        .collect())
 }
 
 pub(crate) fn open_linked_worktree(path: &Path) -> Result<Repository, GitError> {

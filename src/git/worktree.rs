@@ -9,9 +9,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use git2::build::CheckoutBuilder;
-use git2::{BranchType, ErrorCode, Repository, ResetType, StatusOptions, WorktreeAddOptions};
+use git2::{BranchType, ErrorCode, Repository, ResetType, WorktreeAddOptions};
 
-use super::{GitError, branch_ref, find_commit, git_err, io_err, open_at, open_linked_worktree};
+use super::{
+    GitError, branch_ref, find_commit, git_err, io_err, open_at, open_linked_worktree, status_walk,
+};
 
 /// Creates branch `branch` at `base_sha` and a linked worktree named `name`
 /// at `path` checked out on it.
@@ -135,16 +137,10 @@ pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
 /// Untracked, not ignored paths, files one by one; a nested repository shows
 /// up as one directory path ending in `/`.
 fn untracked_paths(repo: &Repository) -> Result<Vec<PathBuf>, git2::Error> {
-    let mut opts = StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(false)
-        .exclude_submodules(true);
-    let statuses = repo.statuses(Some(&mut opts))?;
-    Ok(statuses
-        .iter()
-        .filter(|entry| entry.status().is_wt_new())
-        .map(|entry| bytes_to_path(entry.path_bytes()))
+    Ok(status_walk(repo)?
+        .into_iter()
+        .filter(|(_, status)| status.is_wt_new())
+        .map(|(path, _)| bytes_to_path(&path))
         .collect())
 }
 

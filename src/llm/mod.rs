@@ -274,6 +274,86 @@ pub trait ChatModel: Send + Sync {
     fn spawn_settings(&self) -> Option<ModelSpawn> {
         None
     }
+    // A method added here needs its forward in `impl<W: ModelWrapper>
+    // ChatModel for W` below, or every wrapped model falls back to the default.
+}
+
+/// A model that wraps another and changes only how a request is sent
+/// (progress display, recording). Every [`ChatModel`] method comes from the
+/// blanket impl below, which forwards all of them to [`ModelWrapper::inner`]:
+/// a wrapper cannot drop one, and a new `ChatModel` method is forwarded in
+/// one place.
+pub trait ModelWrapper: Send + Sync {
+    /// The wrapped model.
+    fn inner(&self) -> &dyn ChatModel;
+
+    /// Sends one request, with the caller's progress callback when it
+    /// streams. Default: straight to the inner model.
+    fn send<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        on_delta: Option<&'a DeltaFn<'a>>,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        match on_delta {
+            Some(f) => self.inner().complete_with_progress(req, f),
+            None => self.inner().complete(req),
+        }
+    }
+}
+
+impl<W: ModelWrapper> ChatModel for W {
+    fn complete<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        self.send(req, None)
+    }
+
+    fn label(&self) -> String {
+        self.inner().label()
+    }
+
+    fn model_name(&self) -> String {
+        self.inner().model_name()
+    }
+
+    fn is_replay(&self) -> bool {
+        self.inner().is_replay()
+    }
+
+    fn complete_with_progress<'a>(
+        &'a self,
+        req: &'a ChatRequest,
+        on_delta: &'a DeltaFn<'a>,
+    ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        self.send(req, Some(on_delta))
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.inner().context_window()
+    }
+
+    fn cost_usd(&self, usage: &Usage) -> Option<f64> {
+        self.inner().cost_usd(usage)
+    }
+
+    /// The inner model asking for another model name, unwrapped: wrappers
+    /// are added after the model is chosen.
+    fn with_model(&self, model: &str) -> Option<std::sync::Arc<dyn ChatModel>> {
+        self.inner().with_model(model)
+    }
+
+    fn probe_context_window(&self) -> BoxFuture<'_, Option<u64>> {
+        self.inner().probe_context_window()
+    }
+
+    fn stream_fallback(&self) -> Option<String> {
+        self.inner().stream_fallback()
+    }
+
+    fn spawn_settings(&self) -> Option<ModelSpawn> {
+        self.inner().spawn_settings()
+    }
 }
 
 /// The model settings a subagent process is started with.
@@ -402,9 +482,6 @@ pub enum LlmError {
     /// No base URL / model was configured.
     #[error("configure a model: {0}")]
     Config(String),
-    /// The agent's token or time budget is used up; no request was sent.
-    #[error("stay within the budget: {0}")]
-    Budget(String),
 }
 
 impl LlmError {

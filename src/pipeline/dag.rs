@@ -7,7 +7,7 @@
 
 use super::spec::{BudgetSpec, PipelineSpec, StageSpec};
 use super::{MAX_REWORK_ROUNDS, SpecError, Stage, is_valid_stage_id};
-use crate::agent::budget::Budget;
+use crate::budget::Budget;
 use crate::ids::StageId;
 use petgraph::Direction;
 use petgraph::algo::{has_path_connecting, tarjan_scc};
@@ -200,15 +200,6 @@ fn check_budget(
     Ok(())
 }
 
-/// The checked limits of a `budget:`.
-fn budget_of(b: &BudgetSpec) -> Budget {
-    Budget {
-        tokens: b.tokens.as_ref().map(|t| t.value),
-        time_secs: b.time_secs.as_ref().map(|t| t.value),
-        cost_usd: b.cost_usd.as_ref().map(|t| t.value),
-    }
-}
-
 /// A cycle as file indices `[a, b, c, a]` where each stage needs the one
 /// before it, starting at the earliest stage in file order; `None` if acyclic.
 fn find_cycle(graph: &DiGraph<usize, ()>) -> Option<Vec<usize>> {
@@ -334,7 +325,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                 budget: spec
                     .budget
                     .as_ref()
-                    .map_or_else(Budget::default, |b| budget_of(&b.value)),
+                    .map_or_else(Budget::default, |b| Budget::from(&b.value)),
                 round: 1,
                 base_id: StageId(id.value.clone()),
                 run_if_changes_requested_by: None,

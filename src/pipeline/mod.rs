@@ -19,7 +19,7 @@ mod tests;
 
 pub use error::SpecError;
 
-use crate::agent::budget::Budget;
+use crate::budget::Budget;
 use crate::ids::StageId;
 use serde::{Deserialize, Serialize};
 use spec::PipelineSpec;

@@ -68,6 +68,17 @@ pub struct BudgetSpec {
     pub cost_usd: Option<Spanned<f64>>,
 }
 
+impl From<&BudgetSpec> for crate::budget::Budget {
+    /// The limits of a `budget:` (checked by the DAG builder before use).
+    fn from(b: &BudgetSpec) -> Self {
+        crate::budget::Budget {
+            tokens: b.tokens.as_ref().map(|t| t.value),
+            time_secs: b.time_secs.as_ref().map(|t| t.value),
+            cost_usd: b.cost_usd.as_ref().map(|t| t.value),
+        }
+    }
+}
+
 /// `rework: { stage, max_rounds }` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

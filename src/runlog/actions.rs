@@ -67,8 +67,8 @@ impl ActionLog {
     }
 }
 
-/// The marker [`crate::agent::cap`] puts where it cut a long field.
-const CAP_MARKER: &str = "[… ";
+/// How the marker starts that [`crate::text`] puts where it cut a long field.
+const CAP_MARKER: &str = crate::text::CUT_MARKER;
 
 /// Shortest prefix of a secret that is still redacted when a field cap cut
 /// the secret in half; shorter stubs reveal too little to matter.
@@ -161,7 +161,7 @@ mod tests {
         let red = redact(&json, &secrets);
         assert_eq!(red, r#"{"x":"[REDACTED]"}"#);
 
-        let capped = crate::agent::cap(&format!("{}sk-abcdefgh", "x".repeat(10)), 16);
+        let capped = crate::text::cap_bytes(&format!("{}sk-abcdefgh", "x".repeat(10)), 16);
         assert!(capped.contains("sk-abc[… "), "{capped}");
         let red = redact(&capped, &secrets);
         assert!(!red.contains("sk-abc"), "{red}");

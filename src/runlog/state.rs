@@ -71,27 +71,7 @@ impl RunStatus {
     }
 }
 
-/// Prompt and completion tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenCount {
-    /// Tokens sent.
-    pub prompt: u64,
-    /// Tokens generated.
-    pub completion: u64,
-}
-
-impl TokenCount {
-    /// Both together.
-    pub fn total(&self) -> u64 {
-        self.prompt + self.completion
-    }
-
-    /// Adds another count.
-    pub fn add(&mut self, other: TokenCount) {
-        self.prompt += other.prompt;
-        self.completion += other.completion;
-    }
-}
+pub use crate::budget::TokenCount;
 
 /// One stage's record.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -125,7 +105,7 @@ pub struct StageRecord {
     pub digest: Vec<String>,
     /// The stage's budget and what it used (absent before it ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<crate::agent::budget::BudgetReport>,
+    pub budget: Option<crate::budget::BudgetReport>,
 }
 
 /// How many action-digest lines a stage record keeps.

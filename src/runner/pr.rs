@@ -1,7 +1,6 @@
 //! Texts the runner writes: stage commit messages (with trailers) and the
 //! PR title and body.
 
-use crate::agent;
 use crate::ids::Verdict;
 use crate::runlog::{RunState, StageRecord, StageStatus, TokenCount};
 
@@ -26,7 +25,7 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
         .lines()
         .find(|l| !l.trim().is_empty())
         .unwrap_or("");
-    let first = agent::cap(first.trim(), 60);
+    let first = crate::text::cap_bytes(first.trim(), 60);
     let status = if c.failed { " [failed]" } else { "" };
     let mut m = format!("orch({}){status}: {first}\n\n", c.stage);
     if !c.summary.trim().is_empty() {

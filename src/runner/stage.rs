@@ -81,7 +81,10 @@ pub(super) async fn run_stage(
         .ledger
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .stage_budget(&stage.budget, Arc::new(ModelPrice(Arc::clone(model))));
+        .stage_budget(
+            &stage.budget,
+            Arc::new(agent::budget::ModelPrice(Arc::clone(model))),
+        );
     tool_ctx.spawn = crate::subagent::SpawnContext::for_stage(
         &ctx.common,
         &tool_ctx.root,
@@ -89,11 +92,10 @@ pub(super) async fn run_stage(
         &id,
         model.as_ref(),
         ctx.session.assume_yes,
-        crate::subagent::Budget::new(
-            budget.tokens.map(|l| l.max),
-            budget.time.map(|l| Instant::now() + l.max),
-        ),
-    );
+        budget.clone(),
+        ctx.session.limits.compaction,
+    )
+    .map(|s| Arc::new(s) as Arc<dyn crate::tools::Spawner>);
     // Streamed progress shows on the stage's progress line.
     let with_progress: Arc<dyn ChatModel> = Arc::new(ProgressModel {
         inner: Arc::clone(model),
@@ -176,6 +178,7 @@ pub(super) async fn run_stage(
         commit,
         branch,
         model_failed: matches!(outcome.end, AgentEnd::ModelError(_)),
+        internal_failed: matches!(outcome.end, AgentEnd::ToolFault(_)),
         failure,
         verdict: outcome.verdict,
         summary: outcome.summary,
@@ -194,53 +197,19 @@ struct ProgressModel {
     stage: String,
 }
 
-impl ChatModel for ProgressModel {
-    fn complete<'a>(
+impl crate::llm::ModelWrapper for ProgressModel {
+    fn inner(&self) -> &dyn ChatModel {
+        self.inner.as_ref()
+    }
+
+    fn send<'a>(
         &'a self,
         req: &'a crate::llm::ChatRequest,
+        _on_delta: Option<&'a crate::llm::DeltaFn<'a>>,
     ) -> crate::llm::BoxFuture<'a, Result<crate::llm::ChatResponse, crate::llm::LlmError>> {
         Box::pin(async move {
             let on_delta = |chars: usize| self.progress.streaming(&self.stage, chars);
             self.inner.complete_with_progress(req, &on_delta).await
-        })
-    }
-    fn label(&self) -> String {
-        self.inner.label()
-    }
-    fn model_name(&self) -> String {
-        self.inner.model_name()
-    }
-    fn is_replay(&self) -> bool {
-        self.inner.is_replay()
-    }
-    fn context_window(&self) -> Option<u64> {
-        self.inner.context_window()
-    }
-    fn cost_usd(&self, usage: &crate::llm::Usage) -> Option<f64> {
-        self.inner.cost_usd(usage)
-    }
-    fn spawn_settings(&self) -> Option<crate::llm::ModelSpawn> {
-        self.inner.spawn_settings()
-    }
-}
-
-/// Cost budgets priced by the model's own price table (`orch.toml` or the
-/// built-in list); unknown models leave cost budgets unenforced.
-struct ModelPrice(Arc<dyn ChatModel>);
-
-impl std::fmt::Debug for ModelPrice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ModelPrice({})", self.0.model_name())
-    }
-}
-
-impl agent::budget::Pricing for ModelPrice {
-    fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64> {
-        self.0.cost_usd(&crate::llm::Usage {
-            prompt_tokens,
-            completion_tokens,
-            total_tokens: prompt_tokens + completion_tokens,
-            ..Default::default()
         })
     }
 }

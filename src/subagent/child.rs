@@ -4,10 +4,13 @@
 //! `result.json` current after every model turn, so a child killed at any
 //! moment leaves a partial report.
 //!
-//! The child stops itself at its budget: [`BudgetedModel`] refuses a request
-//! once the tokens or the time are used up. SIGTERM (how the parent stops a
-//! child at a limit) cancels the agent loop — dropping it kills running tool
-//! processes and grandchildren — and the result is written as `killed`.
+//! The child's budget is one [`StageBudget`] account, like a stage's: its
+//! agent loop refuses to start a turn once the tokens or the time are used
+//! up, and its own children are carved out of what is left. Mid-turn the
+//! parent enforces the limits ([`Enforcement::TurnStart`]): it kills the
+//! child's process group at its limit. SIGTERM (how the parent stops a
+//! child) cancels the agent loop — dropping it kills running tool processes
+//! and grandchildren — and the result is written as `killed`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,16 +18,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{
-    AgentResult, AgentStatus, Budget, ReadOnlyGuard, SpawnContext, SpawnLimits, agent_dir,
-    write_result,
-};
+use super::{AgentResult, AgentStatus, SpawnContext, SpawnLimits, agent_dir, write_result};
+use crate::agent::budget::ModelPrice;
+use crate::agent::compact::CompactConfig;
 use crate::agent::{self, AgentConfig, AgentEnd, prompt};
-use crate::llm::{BoxFuture, ChatMessage, ChatModel, ChatRequest, ChatResponse, LlmError};
+use crate::budget::{Budget, Enforcement, StageBudget, TokenCount};
+use crate::llm::{
+    BoxFuture, ChatMessage, ChatModel, ChatRequest, ChatResponse, DeltaFn, LlmError, ModelWrapper,
+};
 use crate::policy::BashPolicy;
 use crate::role::Role;
-use crate::runlog::{ActionLog, RecordError, TokenCount, redact};
-use crate::tools::ToolContext;
+use crate::runlog::{ActionLog, RecordError, redact};
+use crate::tools::{ReadOnlyGuard, ToolContext};
 
 /// Bytes of a partial report built from the tool calls made so far.
 const PARTIAL_DIGEST_BYTES: usize = 2000;
@@ -53,6 +58,9 @@ pub struct ChildOptions {
     pub time_budget: Option<Duration>,
     /// Model turns allowed (default: the role's).
     pub max_turns: Option<u32>,
+    /// When the conversation is condensed: the parent's policy, so the
+    /// child compacts at the same context window.
+    pub compaction: CompactConfig,
     /// The model.
     pub model: Arc<dyn ChatModel>,
     /// Values to redact from the record.
@@ -86,13 +94,18 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
     let dir = agent_dir(&opts.record_dir, &opts.agent_path);
     let mut base = AgentResult::running(&opts.agent_path, &opts.role.name, &opts.task, opts.depth);
     write_result(&opts.record_dir, &base)?;
-    let budget = Arc::new(Budget::new(
-        opts.token_budget,
-        opts.time_budget.map(|t| started + t),
-    ));
-    let model = BudgetedModel {
+    let mut budget = StageBudget::own(
+        &Budget {
+            tokens: opts.token_budget,
+            time_secs: opts.time_budget.map(|t| t.as_secs_f64()),
+            cost_usd: None,
+        },
+        Arc::new(ModelPrice(Arc::clone(&opts.model))),
+    );
+    budget.enforcement = Enforcement::TurnStart;
+    let model = RecordingModel {
         inner: Arc::clone(&opts.model),
-        budget: Arc::clone(&budget),
+        budget: budget.clone(),
         progress: Mutex::new(Progress::default()),
         record_dir: opts.record_dir.clone(),
         base: base.clone(),
@@ -115,7 +128,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
             source,
         },
     )?;
-    ctx.spawn = SpawnContext::new(
+    let spawner = SpawnContext::new(
         &opts.repo,
         &ctx.root,
         &opts.record_dir,
@@ -124,8 +137,11 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         opts.limits,
         opts.model.as_ref(),
         opts.assume_yes,
-        Arc::clone(&budget),
-    );
+        budget.clone(),
+        opts.compaction,
+    )
+    .map(Arc::new);
+    ctx.spawn = spawner.clone().map(|s| s as Arc<dyn crate::tools::Spawner>);
     if role.read_only {
         ctx.read_only_guard = Some(Arc::new(ReadOnlyGuard::new(&ctx.root)));
     }
@@ -135,10 +151,8 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         task: prompt::task_message(&opts.task, "", &[]),
         max_turns: opts.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: false,
-        // The child's token and time budget is enforced by its model wrapper
-        // (and by the parent); compaction uses the defaults.
-        budget: Default::default(),
-        compaction: Default::default(),
+        budget: budget.clone(),
+        compaction: opts.compaction,
     };
     let mut log = ActionLog::open(&dir.join("actions.jsonl"), opts.secrets.clone())?;
     log.append(
@@ -168,9 +182,8 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
     };
 
     let progress = model.take_progress();
-    base.children = ctx
-        .spawn
-        .as_ref()
+    base.children = spawner
+        .as_deref()
         .map(SpawnContext::children)
         .unwrap_or_default();
     base.duration_ms = started.elapsed().as_millis() as u64;
@@ -181,10 +194,10 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
             let failure = out.end.failure_reason(cfg.max_turns);
             base.status = match &out.end {
                 e if e.is_success() => AgentStatus::Succeeded,
-                AgentEnd::ModelError(LlmError::Budget(_)) if progress.out_of_time => {
+                AgentEnd::Budget(_) if out.budget.exceeded.as_deref() == Some("time") => {
                     AgentStatus::TimedOut
                 }
-                AgentEnd::ModelError(LlmError::Budget(_)) => AgentStatus::BudgetExceeded,
+                AgentEnd::Budget(_) => AgentStatus::BudgetExceeded,
                 AgentEnd::ModelError(_) => AgentStatus::ModelError,
                 _ => AgentStatus::Failed,
             };
@@ -199,7 +212,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         None => {
             log.append("killed", json!({"signal": "SIGTERM"}))?;
             base.turns = progress.turns;
-            base.tokens = budget.counts();
+            base.tokens = budget.used_tokens();
             base.status = AgentStatus::Killed;
             base.reason = Some("stopped by SIGTERM (its parent enforces its limits)".to_owned());
             base.report = progress.partial_report();
@@ -222,7 +235,6 @@ struct Progress {
     last_text: String,
     calls: Vec<String>,
     transcript: Vec<ChatMessage>,
-    out_of_time: bool,
 }
 
 impl Progress {
@@ -238,15 +250,16 @@ impl Progress {
             "(no report yet) tool calls so far: {}",
             self.calls.join("; ")
         );
-        agent::cap(&text, PARTIAL_DIGEST_BYTES)
+        crate::text::cap_bytes(&text, PARTIAL_DIGEST_BYTES)
     }
 }
 
-/// The child's model: refuses requests past the budget, counts tokens into
-/// the shared [`Budget`], and rewrites `result.json` after every turn.
-struct BudgetedModel {
+/// The child's model: rewrites `result.json` after every turn, so a child
+/// killed at any moment leaves a partial result with its tokens so far.
+struct RecordingModel {
     inner: Arc<dyn ChatModel>,
-    budget: Arc<Budget>,
+    /// The child's account (its turns and its finished children).
+    budget: StageBudget,
     progress: Mutex<Progress>,
     record_dir: PathBuf,
     base: AgentResult,
@@ -254,40 +267,12 @@ struct BudgetedModel {
     secrets: Vec<String>,
 }
 
-impl BudgetedModel {
+impl RecordingModel {
     fn take_progress(&self) -> Progress {
         std::mem::take(&mut *self.progress.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    fn check(&self) -> Result<(), LlmError> {
-        if let Some(left) = self.budget.remaining_time()
-            && left.is_zero()
-        {
-            self.progress
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .out_of_time = true;
-            return Err(LlmError::Budget(format!(
-                "the time budget of this agent ({}s) is used up",
-                self.budget
-                    .deadline
-                    .map_or(0, |d| d.saturating_duration_since(self.started).as_secs())
-            )));
-        }
-        if let (Some(cap), Some(0)) = (self.budget.tokens, self.budget.remaining_tokens()) {
-            return Err(LlmError::Budget(format!(
-                "the token budget of this agent is used up: {} tokens used of {cap}",
-                self.budget.used()
-            )));
-        }
-        Ok(())
-    }
-
     fn record(&self, req: &ChatRequest, resp: &ChatResponse) {
-        self.budget.add(TokenCount {
-            prompt: resp.usage.prompt_tokens,
-            completion: resp.usage.completion_tokens,
-        });
         let snapshot = {
             let mut p = self.progress.lock().unwrap_or_else(|e| e.into_inner());
             p.turns += 1;
@@ -303,15 +288,20 @@ impl BudgetedModel {
                 p.calls.push(format!(
                     "{} {}",
                     c.function.name,
-                    agent::cap(&c.function.arguments, 120)
+                    crate::text::cap_bytes(&c.function.arguments, 120)
                 ));
             }
             p.transcript = req.messages.clone();
             p.transcript.push(resp.message.clone());
             let mut r = self.base.clone();
             r.turns = p.turns;
-            // Finished children's tokens are in the budget too.
-            r.tokens = self.budget.counts();
+            // The account has the earlier calls and the finished children;
+            // the loop charges this call once it returns.
+            r.tokens = self.budget.used_tokens();
+            r.tokens.add(TokenCount {
+                prompt: resp.usage.prompt_tokens,
+                completion: resp.usage.completion_tokens,
+            });
             // A key the model echoed must not reach the record.
             r.report = redact(&p.partial_report(), &self.secrets);
             r.duration_ms = self.started.elapsed().as_millis() as u64;
@@ -323,33 +313,24 @@ impl BudgetedModel {
     }
 }
 
-impl ChatModel for BudgetedModel {
-    fn complete<'a>(
+impl ModelWrapper for RecordingModel {
+    fn inner(&self) -> &dyn ChatModel {
+        self.inner.as_ref()
+    }
+
+    fn send<'a>(
         &'a self,
         req: &'a ChatRequest,
+        on_delta: Option<&'a DeltaFn<'a>>,
     ) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
         Box::pin(async move {
-            self.check()?;
-            let resp = self.inner.complete(req).await?;
+            let resp = match on_delta {
+                Some(f) => self.inner.complete_with_progress(req, f).await?,
+                None => self.inner.complete(req).await?,
+            };
             self.record(req, &resp);
             Ok(resp)
         })
-    }
-
-    fn label(&self) -> String {
-        self.inner.label()
-    }
-
-    fn model_name(&self) -> String {
-        self.inner.model_name()
-    }
-
-    fn is_replay(&self) -> bool {
-        self.inner.is_replay()
-    }
-
-    fn spawn_settings(&self) -> Option<crate::llm::ModelSpawn> {
-        self.inner.spawn_settings()
     }
 }
 
@@ -358,13 +339,13 @@ mod tests {
     use super::*;
     use crate::llm::replay::ReplayModel;
 
-    fn model(record: &std::path::Path, budget: Budget) -> BudgetedModel {
+    fn model(record: &std::path::Path, budget: StageBudget) -> RecordingModel {
         let replay = r#"{"format": "orch-replay/1", "agents": {"p/explore-1": [
             {"content": "looking", "usage": {"prompt_tokens": 40, "completion_tokens": 10}},
             {"content": "more", "usage": {"prompt_tokens": 40, "completion_tokens": 10}}]}}"#;
-        BudgetedModel {
+        RecordingModel {
             inner: Arc::new(ReplayModel::from_str(replay, "test").unwrap()),
-            budget: Arc::new(budget),
+            budget,
             progress: Mutex::new(Progress::default()),
             record_dir: record.to_path_buf(),
             base: AgentResult::running("p/explore-1", "explore", "t", 1),
@@ -381,30 +362,33 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn stops_itself_at_its_token_budget_and_keeps_a_partial_result() {
+    #[test]
+    fn the_wrapper_forwards_what_the_agent_loop_reads() {
         let tmp = tempfile::tempdir().unwrap();
-        let m = model(tmp.path(), Budget::new(Some(30), None));
-        m.complete(&request())
-            .await
-            .expect("first turn is within budget");
-        let partial = super::super::read_result(tmp.path(), "p/explore-1").unwrap();
-        assert_eq!(partial.status, AgentStatus::Running);
-        assert_eq!(partial.turns, 1);
-        assert_eq!(partial.tokens.total(), 50);
-        assert_eq!(partial.report, "looking");
-        let err = m.complete(&request()).await.unwrap_err();
-        assert!(matches!(err, LlmError::Budget(_)), "{err}");
-        assert!(err.to_string().contains("50 tokens used of 30"), "{err}");
-        assert!(!m.take_progress().out_of_time);
+        let m = model(tmp.path(), StageBudget::default());
+        assert_eq!(m.label(), m.inner.label());
+        assert_eq!(m.model_name(), m.inner.model_name());
+        assert_eq!(m.is_replay(), m.inner.is_replay());
+        assert_eq!(m.context_window(), m.inner.context_window());
+        assert_eq!(m.spawn_settings(), m.inner.spawn_settings());
     }
 
     #[tokio::test]
-    async fn stops_itself_when_its_time_is_up() {
+    async fn every_turn_leaves_a_partial_result_with_the_accounts_tokens() {
         let tmp = tempfile::tempdir().unwrap();
-        let m = model(tmp.path(), Budget::new(None, Some(Instant::now())));
-        let err = m.complete(&request()).await.unwrap_err();
-        assert!(err.to_string().contains("time budget"), "{err}");
-        assert!(m.take_progress().out_of_time);
+        let budget = StageBudget::default();
+        // A finished grandchild already charged the account.
+        budget.charge(TokenCount {
+            prompt: 7,
+            completion: 3,
+        });
+        let m = model(tmp.path(), budget);
+        m.complete(&request()).await.unwrap();
+        let partial = super::super::read_result(tmp.path(), "p/explore-1").unwrap();
+        assert_eq!(partial.status, AgentStatus::Running);
+        assert_eq!(partial.turns, 1);
+        assert_eq!(partial.tokens.total(), 10 + 50);
+        assert_eq!(partial.report, "looking");
+        assert_eq!(m.take_progress().turns, 1);
     }
 }

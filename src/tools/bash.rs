@@ -55,9 +55,16 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, S
         }
     };
 
-    let result = exec::run_shell(&command, &ctx.root, &ctx.env, timeout, &ctx.limits)
-        .await
-        .map_err(|e| format!("could not start bash: {e}"))?;
+    let result = exec::run_shell_with(
+        &command,
+        &ctx.root,
+        &ctx.env,
+        timeout,
+        &ctx.limits,
+        ctx.pre_exec.as_ref(),
+    )
+    .await
+    .map_err(|e| format!("could not start bash: {e}"))?;
     let secs = result.duration.as_secs_f64();
     let mut body = result.output;
     if body.is_empty() {
@@ -201,7 +208,7 @@ mod tests {
             .parse()
             .unwrap();
         assert!(
-            crate::exec::tests::group_gone(pgid),
+            crate::exec::group::tests::group_gone(pgid),
             "group {pgid} survived"
         );
     }

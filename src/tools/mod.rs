@@ -13,8 +13,20 @@
 //!   role's tool allowlist and its bash policy (the stage commit records
 //!   whatever a command changed).
 //!
+//! - tool errors come in two kinds ([`ToolError`]): *respond to the model*
+//!   (its call was wrong or the work failed; the loop goes on) and *fatal*
+//!   (orch's own fault — a panicked or cancelled tool task, a run record that
+//!   could not be written): [`call`] returns the fatal ones as an `Err`, and
+//!   the agent loop ends the stage as an internal error without telling the
+//!   model.
+//!
 //! Tool names and argument names are a public contract with the model.
+//!
+//! Test-only trigger (debug builds only): with `ORCH_TEST_PANIC_TOOL=<tool>`
+//! in orch's environment, every call of that tool panics in its task, so the
+//! fatal path can be tested through the real binary.
 
+mod args;
 mod bash;
 mod edit_file;
 pub mod fence;
@@ -22,44 +34,86 @@ mod finish;
 mod grep;
 mod list_files;
 mod read_file;
+mod readonly;
+mod schema;
 mod spawn_agent;
 mod write_file;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use serde_json::{Map, Value, json};
-
+use crate::budget::TokenCount;
 use crate::exec::ExecLimits;
 use crate::ids::Verdict;
-use crate::llm::ToolDef;
 use crate::policy::BashPolicy;
-use crate::runlog::TokenCount;
-use crate::subagent::{ReadOnlyGuard, SpawnContext};
+use crate::text::one_line;
+use crate::toolname::ToolName;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-pub use spawn_agent::dispatch_concurrently;
+pub(crate) use args::{Args, io_message};
+pub use readonly::{ReadOnlyGuard, Snapshot};
+use schema::schema;
+pub use schema::{definitions, offered, offered_names};
 
-/// Every tool name orch knows, in the order they are offered.
-pub const ALL_TOOLS: &[&str] = &[
-    "bash",
-    "read_file",
-    "write_file",
-    "edit_file",
-    "list_files",
-    "grep",
-    "spawn_agent",
-    "finish",
-];
+pub use spawn_agent::{call_concurrently, dispatch_concurrently};
 
-/// Tools that change files directly; refused for read-only roles.
-pub const WRITE_TOOLS: &[&str] = &["write_file", "edit_file"];
+/// Every tool name orch knows, in the order they are offered
+/// ([`ToolName::ALL`]).
+pub const ALL_TOOLS: &[&str] = &crate::toolname::NAMES;
 
 /// Largest `arguments` text accepted from the model.
 pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
 
 /// Longest one-line summary.
 const SUMMARY_CHARS: usize = 120;
+
+/// Why a tool call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolError {
+    /// The model's call was wrong, or the work failed in a way the model can
+    /// act on: an `error: <tool>: …` result, and the loop goes on.
+    RespondToModel(String),
+    /// orch's own fault: the stage ends as an internal error and nothing
+    /// reaches the model.
+    Fatal(String),
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        ToolError::RespondToModel(message)
+    }
+}
+
+/// A tool fault that is orch's own (see [`ToolError::Fatal`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("run the tool `{tool}`: {reason}")]
+pub struct FatalToolError {
+    /// The tool.
+    pub tool: String,
+    /// What went wrong.
+    pub reason: String,
+}
+
+/// A future a [`Spawner`] returns.
+pub type SpawnFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ToolOutcome, ToolError>> + Send + 'a>>;
+
+/// What `spawn_agent` needs from the layer that can start subagents (the
+/// tools define the seam; `crate::subagent` implements it).
+pub trait Spawner: Send + Sync + std::fmt::Debug {
+    /// True when this agent may still spawn (it is above the depth limit);
+    /// `spawn_agent` is offered only then.
+    fn can_spawn(&self) -> bool;
+
+    /// Runs one child agent of `role` on `task` to its end and turns what
+    /// happened into a tool outcome; `Err` is a tool error before the child
+    /// started ([`ToolError::Fatal`] when orch could not record it). The
+    /// child's tokens are charged to the caller's budget by the
+    /// spawner and reported in [`ToolOutcome::child_tokens`].
+    fn spawn<'a>(&'a self, role: &'a str, task: &'a str) -> SpawnFuture<'a>;
+}
 
 /// What tools need to run: where, what is allowed, and with which environment.
 #[derive(Debug, Clone)]
@@ -77,9 +131,11 @@ pub struct ToolContext {
     /// Child-process limits.
     pub limits: ExecLimits,
     /// What `spawn_agent` needs; `None` where subagents are not available.
-    pub spawn: Option<SpawnContext>,
+    pub spawn: Option<Arc<dyn Spawner>>,
     /// For a read-only subagent: undoes what its `bash` commands change.
     pub read_only_guard: Option<Arc<ReadOnlyGuard>>,
+    /// Run in every `bash` child between fork and exec (a sandbox).
+    pub pre_exec: Option<crate::exec::PreExec>,
 }
 
 impl ToolContext {
@@ -100,6 +156,7 @@ impl ToolContext {
             limits: ExecLimits::default(),
             spawn: None,
             read_only_guard: None,
+            pre_exec: None,
         })
     }
 }
@@ -133,7 +190,8 @@ pub struct ToolOutcome {
     /// `write_file`/`edit_file`: the path written, relative to the root.
     pub changed_path: Option<String>,
     /// `spawn_agent`: tokens the subagent (and its own subagents) used; they
-    /// count towards the caller's tokens.
+    /// count towards the caller's tokens (its budget was already charged by
+    /// the [`Spawner`]).
     pub child_tokens: Option<TokenCount>,
 }
 
@@ -159,134 +217,63 @@ impl ToolOutcome {
     }
 }
 
-/// The first line of `text`, cut to `max` characters with `…`.
-pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let first = text.lines().next().unwrap_or("");
-    let multi = text.trim_end().contains('\n');
-    if first.chars().count() <= max && !multi {
-        return first.to_owned();
-    }
-    let cut: String = first.chars().take(max.saturating_sub(1)).collect();
-    format!("{cut}…")
-}
-
-/// The tools offered to the model in `ctx`: [`definitions`] plus
-/// `spawn_agent` when the role allows it and `ctx` can spawn (a spawn context
-/// below the depth limit).
-pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
-    let can_spawn = ctx.spawn.as_ref().is_some_and(SpawnContext::can_spawn);
-    schemas(&ctx.allowed, can_spawn)
-}
-
-/// Names of the tools offered in `ctx` (for the system prompt).
-pub fn offered_names(ctx: &ToolContext) -> Vec<String> {
-    offered(ctx).iter().map(|d| d.name.to_owned()).collect()
-}
-
-/// JSON schemas of the allowed tools, in [`ALL_TOOLS`] order, without
-/// `spawn_agent` (which needs a [`ToolContext`]; see [`offered`]).
-pub fn definitions(allowed: &[String]) -> Vec<ToolDef> {
-    schemas(allowed, false)
-}
-
-/// The schemas of the `allowed` tools in [`ALL_TOOLS`] order; `spawn_agent`
-/// only when `can_spawn`.
-fn schemas(allowed: &[String], can_spawn: bool) -> Vec<ToolDef> {
-    ALL_TOOLS
-        .iter()
-        .filter(|t| allowed.iter().any(|a| a == *t))
-        .filter_map(|t| match *t {
-            "spawn_agent" => can_spawn.then(spawn_agent::definition),
-            other => definition(other),
-        })
-        .collect()
-}
-
-fn schema(props: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": props, "required": required})
-}
-
-fn definition(name: &str) -> Option<ToolDef> {
-    let s = |d: &str| json!({"type": "string", "description": d});
-    let plain = json!({"type": "string"});
-    let int = |d: &str| json!({"type": "integer", "description": d});
-    let def = |name, description, parameters| ToolDef {
-        name,
-        description,
-        parameters,
-    };
-    Some(match name {
-        "bash" => def(
-            "bash",
-            "Run a bash command in the worktree root (no stdin). Output is capped.",
-            schema(
-                json!({"command": plain, "timeout_secs": int("default 120, max 600")}),
-                &["command"],
-            ),
-        ),
-        "read_file" => def(
-            "read_file",
-            "Read a text file; lines are numbered.",
-            schema(
-                json!({"path": plain, "offset": int("first line, 1-based"), "limit": int("max lines")}),
-                &["path"],
-            ),
-        ),
-        "write_file" => def(
-            "write_file",
-            "Create or overwrite a file (creates parent dirs). Returns a diff.",
-            schema(
-                json!({"path": plain, "content": plain}),
-                &["path", "content"],
-            ),
-        ),
-        "edit_file" => def(
-            "edit_file",
-            "Replace exact text in a file; old_string must match once unless replace_all. Returns a diff.",
-            schema(
-                json!({"path": plain, "old_string": plain, "new_string": plain, "replace_all": {"type": "boolean"}}),
-                &["path", "old_string", "new_string"],
-            ),
-        ),
-        "list_files" => def(
-            "list_files",
-            "List files, skipping gitignored ones.",
-            schema(
-                json!({"path": s("directory, default root"), "pattern": s("gitignore-style glob, e.g. *.rs")}),
-                &[],
-            ),
-        ),
-        "grep" => def(
-            "grep",
-            "Search files for a regex; prints path:line:text.",
-            schema(
-                json!({"pattern": plain, "path": plain, "glob": s("e.g. *.rs")}),
-                &["pattern"],
-            ),
-        ),
-        "finish" => def(
-            "finish",
-            "End your stage with a summary of what you did.",
-            schema(
-                json!({"summary": plain, "verdict": {"type": "string", "enum": ["approve", "request_changes"]}}),
-                &["summary"],
-            ),
-        ),
-        _ => return None,
-    })
-}
-
-/// Runs one tool call. Never fails: problems become `is_error` outcomes.
-pub async fn dispatch(ctx: &ToolContext, name: &str, arguments: &str) -> ToolOutcome {
+/// Runs one tool call for the agent loop. Every problem the model can act on
+/// is an `is_error` outcome; `Err` only for orch's own faults
+/// ([`ToolError::Fatal`]), which must end the stage.
+pub async fn call(
+    ctx: &ToolContext,
+    name: &str,
+    arguments: &str,
+) -> Result<ToolOutcome, FatalToolError> {
     let start = Instant::now();
     let mut outcome = match check_call(ctx, name, arguments) {
         Err((tool, msg)) => ToolOutcome::error(&tool, &msg),
-        Ok(args) => run_tool(ctx, name, args)
-            .await
-            .unwrap_or_else(|msg| ToolOutcome::error(name, &msg)),
+        Ok(args) => match catch_panic(run_tool(ctx, name, args)).await {
+            Ok(outcome) => outcome,
+            Err(ToolError::RespondToModel(msg)) => ToolOutcome::error(name, &msg),
+            Err(ToolError::Fatal(reason)) => {
+                return Err(FatalToolError {
+                    tool: name.to_owned(),
+                    reason,
+                });
+            }
+        },
     };
     outcome.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-    outcome
+    Ok(outcome)
+}
+
+/// Runs one tool call where there is no stage to end (tests, fuzzing): like
+/// [`call`], with a fatal fault shown as an `internal error` outcome. The
+/// agent loop uses [`call`].
+pub async fn dispatch(ctx: &ToolContext, name: &str, arguments: &str) -> ToolOutcome {
+    call(ctx, name, arguments)
+        .await
+        .unwrap_or_else(|f| ToolOutcome::error(&f.tool, &format!("internal error: {}", f.reason)))
+}
+
+/// A panic anywhere in a tool's own future is orch's fault, not the model's.
+async fn catch_panic<F>(fut: F) -> Result<ToolOutcome, ToolError>
+where
+    F: Future<Output = Result<ToolOutcome, ToolError>>,
+{
+    use futures_util::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(r) => r,
+        Err(panic) => Err(ToolError::Fatal(format!(
+            "the tool panicked: {}",
+            panic_message(panic.as_ref())
+        ))),
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
 }
 
 /// Checks name, permission and arguments; on failure, the tool label to report
@@ -311,7 +298,7 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
             ),
         ));
     }
-    if ctx.read_only && WRITE_TOOLS.contains(&name) {
+    if ctx.read_only && ToolName::is_write_name(name) {
         return Err((
             name.to_owned(),
             "this role is read-only and cannot change files".to_owned(),
@@ -320,11 +307,16 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
     Args::parse(name, arguments).map_err(|msg| (name.to_owned(), msg))
 }
 
-async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutcome, String> {
+async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutcome, ToolError> {
     let root = ctx.root.clone();
+    #[cfg(debug_assertions)]
+    if test_panic_requested(name) {
+        let name = name.to_owned();
+        return blocking(move || panic!("ORCH_TEST_PANIC_TOOL: `{name}` panics on purpose")).await;
+    }
     match name {
         "bash" => match ctx.read_only_guard.clone() {
-            None => bash::run(ctx, &args).await,
+            None => Ok(bash::run(ctx, &args).await?),
             Some(guard) => {
                 let before = guard.snapshot().await;
                 let out = bash::run(ctx, &args).await;
@@ -332,133 +324,47 @@ async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutco
             }
         },
         "spawn_agent" => spawn_agent::run(ctx, &args).await,
-        "finish" => finish::run(&args),
+        "finish" => Ok(finish::run(&args)?),
         "read_file" => blocking(move || read_file::run(&root, &args)).await,
         "write_file" => blocking(move || write_file::run(&root, &args)).await,
         "edit_file" => blocking(move || edit_file::run(&root, &args)).await,
         "list_files" => blocking(move || list_files::run(&root, &args)).await,
         "grep" => blocking(move || grep::run(&root, &args)).await,
-        _ => Err("not available in this version of orch".to_owned()),
+        _ => Err("not available in this version of orch".to_owned().into()),
     }
 }
 
-/// Runs file-system work off the async workers.
-async fn blocking<F>(f: F) -> Result<ToolOutcome, String>
+/// The debug-build test trigger (see the module docs).
+#[cfg(debug_assertions)]
+fn test_panic_requested(name: &str) -> bool {
+    std::env::var("ORCH_TEST_PANIC_TOOL").is_ok_and(|t| t == name)
+}
+
+/// Runs file-system work off the async workers; a panicked or cancelled
+/// task is fatal.
+async fn blocking<F>(f: F) -> Result<ToolOutcome, ToolError>
 where
     F: FnOnce() -> Result<ToolOutcome, String> + Send + 'static,
 {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(format!("internal failure while running the tool: {e}")))
-}
-
-/// A call's arguments: a JSON object, with typed accessors whose errors tell
-/// the model what was expected.
-#[derive(Debug, Clone)]
-pub(crate) struct Args(Map<String, Value>);
-
-impl Args {
-    fn parse(tool: &str, text: &str) -> Result<Args, String> {
-        if text.len() > MAX_ARGUMENT_BYTES {
-            return Err(format!(
-                "arguments are {} bytes, more than the {MAX_ARGUMENT_BYTES}-byte limit; split the work into smaller calls",
-                text.len()
-            ));
-        }
-        let text = if text.trim().is_empty() { "{}" } else { text };
-        match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => Ok(Args(map)),
-            Ok(other) => Err(format!(
-                "arguments must be a JSON object like {{\"…\": …}}, got {}",
-                kind(&other)
-            )),
-            Err(e) => Err(format!(
-                "arguments are not valid JSON ({e}); send a JSON object with the {tool} arguments"
-            )),
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.0.get(key).filter(|v| !v.is_null())
-    }
-
-    /// A required string.
-    pub(crate) fn string(&self, key: &str, expected: &str) -> Result<String, String> {
-        match self.get(key) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(other) => Err(format!(
-                "argument `{key}` must be a string ({expected}), got {}",
-                kind(other)
-            )),
-            None => Err(format!("argument `{key}` is required: {expected}")),
-        }
-    }
-
-    /// An optional string.
-    pub(crate) fn opt_string(&self, key: &str, expected: &str) -> Result<Option<String>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(format!(
-                "argument `{key}` must be a string ({expected}), got {}",
-                kind(other)
-            )),
-        }
-    }
-
-    /// An optional non-negative integer (a numeric string is accepted too).
-    pub(crate) fn opt_u64(&self, key: &str) -> Result<Option<u64>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
-            Some(Value::String(s)) if s.trim().parse::<u64>().is_ok() => Ok(s.trim().parse().ok()),
-            Some(other) => Err(format!(
-                "argument `{key}` must be a non-negative integer, got {}",
-                kind(other)
-            )),
-        }
-    }
-
-    /// An optional boolean (`"true"`/`"false"` accepted too).
-    pub(crate) fn opt_bool(&self, key: &str) -> Result<Option<bool>, String> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(Value::String(s)) if s == "true" || s == "false" => Ok(Some(s == "true")),
-            Some(other) => Err(format!(
-                "argument `{key}` must be true or false, got {}",
-                kind(other)
-            )),
-        }
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => Ok(r?),
+        Err(e) => Err(ToolError::Fatal(join_failure(&e))),
     }
 }
 
-/// A short description of a JSON value for error messages.
-fn kind(v: &Value) -> String {
-    let text = v.to_string();
-    let shown = one_line(&text, 40);
-    match v {
-        Value::Null => "null".to_owned(),
-        Value::Bool(_) => format!("the boolean {shown}"),
-        Value::Number(_) => format!("the number {shown}"),
-        Value::String(_) => format!("the string {shown}"),
-        Value::Array(_) => format!("an array {shown}"),
-        Value::Object(_) => format!("an object {shown}"),
-    }
-}
-
-/// An I/O error on `path` as a message for the model.
-pub(crate) fn io_message(path: &str, e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{path}: no such file or directory"),
-        std::io::ErrorKind::PermissionDenied => format!("{path}: permission denied"),
-        _ => format!("{path}: {e}"),
+/// A failed blocking task, in words.
+pub(crate) fn join_failure(e: &tokio::task::JoinError) -> String {
+    if e.is_panic() {
+        format!("the tool's task panicked: {e}")
+    } else {
+        format!("the tool's task was cancelled: {e}")
     }
 }
 
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::*;
+    use serde_json::Value;
 
     /// A context over a fresh temp dir with every tool allowed.
     pub(crate) fn ctx() -> (tempfile::TempDir, ToolContext) {
@@ -483,6 +389,7 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::{call, ctx};
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn definitions_are_lean() {
@@ -614,10 +521,27 @@ mod tests {
         assert!(out.content.starts_with("error: spawn_agent: "));
     }
 
-    #[test]
-    fn one_line_caps() {
-        assert_eq!(one_line("short", 10), "short");
-        assert_eq!(one_line("a\nb", 10), "a…");
-        assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
+    #[tokio::test]
+    async fn a_panic_in_a_tool_task_or_future_is_fatal_not_a_tool_result() {
+        let joined = blocking(|| panic!("boom in the task")).await;
+        match joined {
+            Err(ToolError::Fatal(why)) => {
+                assert!(why.starts_with("the tool's task panicked"), "{why}")
+            }
+            other => panic!("expected a fatal error, got {other:?}"),
+        }
+        let caught = catch_panic(async { panic!("boom in the future") }).await;
+        assert_eq!(
+            caught,
+            Err(ToolError::Fatal(
+                "the tool panicked: boom in the future".to_owned()
+            ))
+        );
+        // A plain tool error still goes back to the model.
+        let (_d, ctx) = ctx();
+        let out = super::call(&ctx, "read_file", r#"{"path": "missing.txt"}"#)
+            .await
+            .expect("not fatal");
+        assert!(out.is_error);
     }
 }

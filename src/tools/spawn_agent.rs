@@ -1,5 +1,6 @@
 //! `spawn_agent`: runs `orch agent` as a child process with a fresh history
-//! and returns its report (see [`crate::subagent`] for the process side).
+//! and returns its report through the context's [`super::Spawner`]
+//! (implemented by `crate::subagent`, the process side).
 //!
 //! Several `spawn_agent` calls of one model turn run concurrently
 //! ([`dispatch_concurrently`]); their results keep call order.
@@ -10,7 +11,7 @@ use std::task::Poll;
 
 use serde_json::json;
 
-use super::{Args, ToolContext, ToolOutcome, dispatch, schema};
+use super::{Args, FatalToolError, ToolContext, ToolError, ToolOutcome, call, schema};
 use crate::llm::ToolDef;
 
 /// The schema offered to the model.
@@ -25,37 +26,42 @@ pub(crate) fn definition() -> ToolDef {
     }
 }
 
-pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, String> {
+pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, ToolError> {
     let role = args.string("role", "the subagent's role, e.g. explore")?;
     let task = args.string("task", "what the subagent should do, in plain words")?;
     if task.trim().is_empty() {
-        return Err("argument `task` is empty; say what the subagent should do".to_owned());
+        return Err("argument `task` is empty; say what the subagent should do"
+            .to_owned()
+            .into());
     }
     let Some(spawn) = &ctx.spawn else {
         return Err(
             "not available here: subagents need a run record (use `orch run` or `orch agent`); do the work yourself"
-                .to_owned(),
+                .to_owned()
+                .into(),
         );
     };
-    crate::subagent::spawn(spawn, role.trim(), &task).await
+    spawn.spawn(role.trim(), &task).await
 }
 
-/// Runs the calls `(name, arguments)` concurrently and returns their outcomes
-/// in call order. Used for the `spawn_agent` calls of one model turn; other
-/// tools run one after another.
+/// Runs the calls `(name, arguments)` concurrently and returns their results
+/// in call order (see [`call`]). Used for the `spawn_agent` calls of one
+/// model turn; other tools run one after another.
 ///
 /// The futures are polled in call order on one task (nothing is spawned), so
 /// dropping the returned future cancels every call at once, and each
 /// `spawn_agent` call numbers its subagent in call order.
-pub async fn dispatch_concurrently(ctx: &ToolContext, calls: &[(&str, &str)]) -> Vec<ToolOutcome> {
-    let mut futures: Vec<Pin<Box<dyn Future<Output = ToolOutcome> + Send + '_>>> = calls
+pub async fn call_concurrently(
+    ctx: &ToolContext,
+    calls: &[(&str, &str)],
+) -> Vec<Result<ToolOutcome, FatalToolError>> {
+    type Call<'a> = Pin<Box<dyn Future<Output = Result<ToolOutcome, FatalToolError>> + Send + 'a>>;
+    let mut futures: Vec<Call<'_>> = calls
         .iter()
-        .map(|(name, arguments)| {
-            Box::pin(dispatch(ctx, name, arguments))
-                as Pin<Box<dyn Future<Output = ToolOutcome> + Send + '_>>
-        })
+        .map(|(name, arguments)| Box::pin(call(ctx, name, arguments)) as Call<'_>)
         .collect();
-    let mut done: Vec<Option<ToolOutcome>> = calls.iter().map(|_| None).collect();
+    let mut done: Vec<Option<Result<ToolOutcome, FatalToolError>>> =
+        calls.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
         let mut pending = false;
         for (future, slot) in futures.iter_mut().zip(done.iter_mut()) {
@@ -76,8 +82,23 @@ pub async fn dispatch_concurrently(ctx: &ToolContext, calls: &[(&str, &str)]) ->
     done.into_iter().flatten().collect()
 }
 
+/// [`call_concurrently`] where there is no stage to end (see
+/// [`super::dispatch`]).
+pub async fn dispatch_concurrently(ctx: &ToolContext, calls: &[(&str, &str)]) -> Vec<ToolOutcome> {
+    call_concurrently(ctx, calls)
+        .await
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|f| {
+                ToolOutcome::error(&f.tool, &format!("internal error: {}", f.reason))
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::dispatch;
     use super::super::test_support::ctx;
     use super::*;
 

@@ -105,7 +105,7 @@ pub(crate) fn report(
     } else {
         format!(
             "{headline}\n{}",
-            crate::exec::cap_text(&unified, MAX_DIFF_BYTES)
+            crate::text::head_tail_lines(&unified, MAX_DIFF_BYTES)
         )
     };
     let mut out = ToolOutcome::ok(content, format!("{tool} {rel} {stat}"));

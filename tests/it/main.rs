@@ -19,3 +19,4 @@ mod safety;
 mod sse;
 mod streams;
 mod subagents;
+mod tool_faults;

@@ -657,3 +657,119 @@ fn spawn_latency() {
         ms[N - 1]
     );
 }
+
+#[test]
+fn a_child_is_killed_at_what_its_stage_has_left() {
+    // The stage may use 1000 tokens; its own first turn uses 900 of them and
+    // spawns a child. The child gets the remaining 100 (not the stage's
+    // whole budget) and is killed once it passes them.
+    let repo = repo();
+    let before = repo.snapshot();
+    let scratch = tempfile::tempdir().unwrap();
+    let pidfile = scratch.path().join("bash.pid");
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    calls(&[spawn("s1", "explore", "Never finishes.")]).with_usage(850, 50),
+                    Reply::finish("c2", "carried on", None),
+                ],
+            )
+            .agent("code/explore-1", sleeping_child(&pidfile, 150)),
+    );
+    let p = write_pipeline(
+        scratch.path(),
+        "solo",
+        "stages:\n  code:\n    role: coder\n    task: \"{{ issue }}\"\n    budget: {tokens: 1000}\n",
+    );
+    let issue = write_issue(
+        scratch.path(),
+        "# Look around\n\nFind where add is defined.\n",
+    );
+    let out = OrchRun::with_model_env(&server.base_url, &p, &repo)
+        .issue(&issue)
+        .json()
+        // Before children were carved out of what was left, this child got
+        // all 1000 tokens and ran into its time limit instead.
+        .env("ORCH_SUBAGENT_TIME_SECS", "20")
+        .output();
+    let json = stdout_json(&out);
+    assert_eq!(server.violations(), Vec::<String>::new());
+    let tree = agent_tree(&record_of(&json));
+    assert_eq!(tree.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(tree[0].status, AgentStatus::BudgetExceeded);
+    assert_eq!(tree[0].limit.as_deref(), Some("tokens"));
+    assert_eq!(
+        tree[0].reason.as_deref(),
+        Some("killed at its token budget: 160 tokens used of 100")
+    );
+    let child = pid_of(&server.requests_for("code/explore-1")[0]);
+    assert!(group_gone(child), "the child's group {child} is alive");
+    // The stage is charged the child's tokens: 900 + 160 of 1000 leaves no
+    // turn, so the stage stops at its budget.
+    assert_eq!(json["stages"][0]["tokens"], 900 + 160);
+    before.assert_unchanged(&repo.snapshot());
+}
+
+#[test]
+fn a_child_compacts_at_the_profiles_context_window() {
+    // The repo's profile says the model has a 4000-token window. The child
+    // reads five ~6 KB files: at that window it must compact (at 0.7 × 4000
+    // tokens), where the default 128k window never would.
+    let repo = repo();
+    let filler =
+        |i: usize| format!("alpha beta gamma delta epsilon zeta eta theta {i}\n").repeat(120);
+    for i in 1..=5 {
+        repo.write(&format!("f{i}.txt"), filler(i));
+    }
+    let mut child: Vec<Reply> = (1..=5)
+        .map(|i| {
+            Reply::tool_call(
+                &format!("r{i}"),
+                "read_file",
+                json!({"path": format!("f{i}.txt")}),
+            )
+        })
+        .collect();
+    child.push(Reply::text("Read all five files."));
+    let summaries = (0..10)
+        .map(|k| Reply::text(&format!("Summary {k}: the agent read files one by one.")))
+        .collect();
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", parent_spawning_one("explore"))
+            .agent("code/explore-1", child)
+            .agent("code/explore-1/compact", summaries),
+    );
+    repo.write(
+        ".orch/orch.toml",
+        format!(
+            "default_profile = \"small\"\n\n[profiles.small]\nbase_url = \"{}\"\nmodel = \"m\"\ncontext_window = 4000\n",
+            server.base_url
+        ),
+    );
+    repo.commit_all("files and a profile");
+    let before = repo.snapshot();
+    let scratch = tempfile::tempdir().unwrap();
+    let (p, issue) = pipeline(scratch.path());
+    let out = OrchRun::new(&p, &repo).issue(&issue).json().output();
+    let json = stdout_json(&out);
+    assert_eq!(server.violations(), Vec::<String>::new());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = read_jsonl(&record_of(&json).join("agents/code__explore-1/actions.jsonl"));
+    let start = log.iter().find(|e| e["event"] == "agent_start").unwrap();
+    assert_eq!(start["compact_at_tokens"], 2800, "0.7 × the profile's 4000");
+    assert!(
+        log.iter().any(|e| e["event"] == "compaction"),
+        "the child never compacted"
+    );
+    let tree = agent_tree(&record_of(&json));
+    assert_eq!(tree[0].status, AgentStatus::Succeeded);
+    before.assert_unchanged(&repo.snapshot());
+}

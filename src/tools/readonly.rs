@@ -1,6 +1,6 @@
-//! The read-only guard of a subagent: a read-only role (explore) works in its
-//! parent's worktree, so what its `bash` commands change would end up in the
-//! parent stage's commit. The guard snapshots the worktree's changed files
+//! The read-only guard of `bash` in a subagent: a read-only role (explore)
+//! works in its parent's worktree, so what its `bash` commands change would
+//! end up in the parent stage's commit. The guard snapshots the worktree's changed files
 //! before each command and puts back whatever the command changed.
 //!
 //! A snapshot holds the content of every file `git status` lists (modified,
@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::tools::ToolOutcome;
+use super::{ToolError, ToolOutcome};
 
 /// Files larger than this are compared by size and mtime only, and are not
 /// restored from the snapshot.
@@ -27,6 +27,8 @@ const MAX_SNAPSHOT_FILE: u64 = 8 << 20;
 pub struct Snapshot {
     files: HashMap<String, Option<Vec<u8>>>,
     ok: bool,
+    /// Why the snapshot task itself failed (panicked, cancelled): orch's fault.
+    fault: Option<String>,
 }
 
 /// Undoes the worktree changes of a read-only agent's commands.
@@ -48,22 +50,29 @@ impl ReadOnlyGuard {
         let root = self.root.clone();
         tokio::task::spawn_blocking(move || take(&root))
             .await
-            .unwrap_or_default()
+            .unwrap_or_else(|e| Snapshot {
+                fault: Some(super::join_failure(&e)),
+                ..Snapshot::default()
+            })
     }
 
     /// Puts back what changed since `before`; when anything did, the outcome
-    /// becomes an error that names the discarded paths.
+    /// becomes an error that names the discarded paths. A failed guard task
+    /// is [`ToolError::Fatal`].
     pub async fn discard_changes(
         &self,
         before: Snapshot,
         outcome: Result<ToolOutcome, String>,
-    ) -> Result<ToolOutcome, String> {
+    ) -> Result<ToolOutcome, ToolError> {
+        if let Some(fault) = before.fault {
+            return Err(ToolError::Fatal(fault));
+        }
         let root = self.root.clone();
         let discarded = tokio::task::spawn_blocking(move || restore(&root, &before))
             .await
-            .unwrap_or_else(|e| Err(format!("the check failed: {e}")));
+            .map_err(|e| ToolError::Fatal(super::join_failure(&e)))?;
         let note = match discarded {
-            Ok(paths) if paths.is_empty() => return outcome,
+            Ok(paths) if paths.is_empty() => return Ok(outcome?),
             Ok(paths) => format!(
                 "this role is read-only: the command changed {}; those changes were discarded",
                 paths.join(", ")
@@ -78,7 +87,7 @@ impl ReadOnlyGuard {
         };
         out.is_error = true;
         out.content = format!("error: bash: {note}\n{}", out.content);
-        out.summary = crate::tools::one_line(&format!("bash → discarded: {note}"), 120);
+        out.summary = super::one_line(&format!("bash → discarded: {note}"), 120);
         out.policy = Some(format!("read-only: {note}"));
         Ok(out)
     }
@@ -99,23 +108,16 @@ fn take(root: &Path) -> Snapshot {
             (p, content)
         })
         .collect();
-    Snapshot { files, ok: true }
+    Snapshot {
+        files,
+        ok: true,
+        fault: None,
+    }
 }
 
-/// Paths `git status` lists (workdir or index differ from HEAD, untracked),
-/// ignored files excluded.
-fn changed_paths(root: &Path) -> Result<Vec<String>, git2::Error> {
-    let repo = git2::Repository::open(root)?;
-    let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(false)
-        .exclude_submodules(true);
-    let statuses = repo.statuses(Some(&mut opts))?;
-    Ok(statuses
-        .iter()
-        .filter_map(|e| e.path().ok().map(str::to_owned))
-        .collect())
+/// Paths `git status` lists (the one status walk of [`crate::git`]).
+fn changed_paths(root: &Path) -> Result<Vec<String>, crate::git::GitError> {
+    crate::git::changed_paths_in(root)
 }
 
 /// Restores every path that differs from `before`; returns those paths.
@@ -123,7 +125,7 @@ fn restore(root: &Path, before: &Snapshot) -> Result<Vec<String>, String> {
     if !before.ok {
         return Err("no snapshot could be taken before the command".to_owned());
     }
-    let now = changed_paths(root).map_err(|e| e.message().to_owned())?;
+    let now = changed_paths(root).map_err(|e| e.to_string())?;
     let mut candidates: Vec<String> = now;
     candidates.extend(before.files.keys().cloned());
     candidates.sort();

@@ -1,0 +1,605 @@
+//! Budgets: the one model of limits on tokens, wall time and cost, for a
+//! run, its stages and their subagents alike. A leaf: it depends on `std`
+//! and `serde` only, so the parser, the runner, the agent loop, the tools and
+//! the subagent layer can all speak it without importing each other.
+//!
+//! - [`Budget`] is a limit as a user writes it (a stage's `budget:` key, the
+//!   run's `--max-*` flags, a subagent's cap); `None` means no limit.
+//! - [`RunLedger`] is the run's budget and what its finished stages used of
+//!   it. Each stage gets, per dimension, the smaller of its own limit and
+//!   what is left of the run's ([`RunLedger::stage_budget`]).
+//! - [`StageBudget`] is one agent's account: its effective limits and what
+//!   has been used of them so far. Clones share the use: the agent loop's
+//!   [`Tracker`] charges every model call into it, the spawner charges every
+//!   finished child, and a child's budget is carved out of what is *left*
+//!   ([`StageBudget::carve`]) — the stage's own turns included.
+//! - [`Tracker`] is the agent loop's view of the account: it counts turns and
+//!   says when a limit is reached (`token budget exceeded: 4000 of 3500
+//!   tokens`).
+//!
+//! Cost comes from a [`Pricing`] supplied by the caller (the model's price
+//! table). When the price is unknown, a cost limit cannot be enforced: the
+//! stage says so once (a note in its budget report and action log) and runs
+//! on without it.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Limits as a user writes them (a stage's `budget:` key, the run's flags, a
+/// subagent's cap); `None` means no limit. Parsing guarantees the numbers are
+/// finite and positive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Prompt plus completion tokens, summed over every model call.
+    pub tokens: Option<u64>,
+    /// Wall time in seconds.
+    pub time_secs: Option<f64>,
+    /// Cost in US dollars.
+    pub cost_usd: Option<f64>,
+}
+
+// The floats are never NaN: the pipeline parser and the CLI reject
+// non-finite values, so equality is an equivalence relation here.
+impl Eq for Budget {}
+
+impl Budget {
+    /// True when no dimension is limited.
+    pub fn is_unlimited(&self) -> bool {
+        self.tokens.is_none() && self.time_secs.is_none() && self.cost_usd.is_none()
+    }
+}
+
+/// Prompt and completion tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCount {
+    /// Tokens sent.
+    pub prompt: u64,
+    /// Tokens generated.
+    pub completion: u64,
+}
+
+impl TokenCount {
+    /// Both together.
+    pub fn total(&self) -> u64 {
+        self.prompt + self.completion
+    }
+
+    /// Adds another count.
+    pub fn add(&mut self, other: TokenCount) {
+        self.prompt += other.prompt;
+        self.completion += other.completion;
+    }
+}
+
+/// What model calls cost (the model client's price table, or
+/// [`UnknownPrice`]).
+pub trait Pricing: Send + Sync + fmt::Debug {
+    /// The cost in US dollars of one call, `None` when unknown.
+    fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64>;
+}
+
+/// A model whose price is unknown: cost limits cannot be enforced.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnknownPrice;
+
+impl Pricing for UnknownPrice {
+    fn cost(&self, _: u64, _: u64) -> Option<f64> {
+        None
+    }
+}
+
+/// A flat price in US dollars per million prompt and completion tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PerMillionTokens {
+    /// Dollars per million prompt tokens.
+    pub prompt_usd: f64,
+    /// Dollars per million completion tokens.
+    pub completion_usd: f64,
+}
+
+impl Pricing for PerMillionTokens {
+    fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64> {
+        Some(
+            (prompt_tokens as f64 * self.prompt_usd
+                + completion_tokens as f64 * self.completion_usd)
+                / 1e6,
+        )
+    }
+}
+
+/// One dimension of a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dimension {
+    /// Prompt plus completion tokens.
+    Tokens,
+    /// Wall time.
+    Time,
+    /// Cost in US dollars.
+    Cost,
+}
+
+impl Dimension {
+    /// The name in reports and records: `tokens`, `time`, `cost`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dimension::Tokens => "tokens",
+            Dimension::Time => "time",
+            Dimension::Cost => "cost",
+        }
+    }
+
+    /// The word before "budget" in a reason: `token`, `time`, `cost`.
+    fn noun(self) -> &'static str {
+        match self {
+            Dimension::Tokens => "token",
+            Dimension::Time => "time",
+            Dimension::Cost => "cost",
+        }
+    }
+}
+
+/// One effective limit and whether it is what was left of the run's budget
+/// (rather than the stage's own).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit<T> {
+    /// The limit.
+    pub max: T,
+    /// True when the run's remainder was the smaller limit.
+    pub from_run: bool,
+}
+
+impl<T> Limit<T> {
+    /// A limit of the agent's own (not the run's remainder).
+    pub fn own(max: T) -> Self {
+        Limit {
+            max,
+            from_run: false,
+        }
+    }
+}
+
+/// Who stops an agent in the middle of a turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Enforcement {
+    /// The agent loop itself: after a turn that passed a limit, and when the
+    /// time runs out during a model or tool call (a stage).
+    #[default]
+    InLoop,
+    /// Someone outside (a subagent's parent, which kills the child's process
+    /// group at its limit); the loop only refuses to start a turn once a
+    /// limit is used up.
+    TurnStart,
+}
+
+/// What an account has used so far.
+#[derive(Debug, Default)]
+struct Used {
+    tokens: TokenCount,
+    cost_usd: f64,
+    cost_known: bool,
+}
+
+/// One agent's account: its effective limits and what has been used of them.
+/// Clones share the use (see the module docs); the clock starts when the
+/// account is made.
+#[derive(Debug, Clone)]
+pub struct StageBudget {
+    /// Tokens.
+    pub tokens: Option<Limit<u64>>,
+    /// Wall time.
+    pub time: Option<Limit<Duration>>,
+    /// Cost in US dollars.
+    pub cost_usd: Option<Limit<f64>>,
+    /// What model calls cost.
+    pub pricing: Arc<dyn Pricing>,
+    /// Who stops the agent mid-turn.
+    pub enforcement: Enforcement,
+    started: Instant,
+    used: Arc<Mutex<Used>>,
+}
+
+impl Default for StageBudget {
+    fn default() -> Self {
+        StageBudget::with_limits(None, None, None, Arc::new(UnknownPrice))
+    }
+}
+
+impl StageBudget {
+    /// An account with these limits and nothing used; its clock starts now.
+    pub fn with_limits(
+        tokens: Option<Limit<u64>>,
+        time: Option<Limit<Duration>>,
+        cost_usd: Option<Limit<f64>>,
+        pricing: Arc<dyn Pricing>,
+    ) -> Self {
+        let cost_known = pricing.cost(1, 1).is_some();
+        StageBudget {
+            tokens,
+            time,
+            cost_usd,
+            pricing,
+            enforcement: Enforcement::InLoop,
+            started: Instant::now(),
+            used: Arc::new(Mutex::new(Used {
+                cost_known,
+                ..Used::default()
+            })),
+        }
+    }
+
+    /// An account whose limits are all the agent's own.
+    pub fn own(limits: &Budget, pricing: Arc<dyn Pricing>) -> Self {
+        StageBudget::with_limits(
+            limits.tokens.map(Limit::own),
+            limits
+                .time_secs
+                .map(|s| Limit::own(Duration::from_secs_f64(s))),
+            limits.cost_usd.map(Limit::own),
+            pricing,
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Used> {
+        // Plain counters: still consistent after a panic elsewhere.
+        self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Charges one model call (a turn, a summary, or a finished child's
+    /// calls) to the account, priced by its [`Pricing`].
+    pub fn charge(&self, tokens: TokenCount) {
+        let cost = self.pricing.cost(tokens.prompt, tokens.completion);
+        let mut u = self.lock();
+        u.tokens.add(tokens);
+        match cost {
+            Some(c) => u.cost_usd += c,
+            None => u.cost_known = false,
+        }
+    }
+
+    /// Tokens used so far.
+    pub fn used_tokens(&self) -> TokenCount {
+        self.lock().tokens
+    }
+
+    /// Cost so far; `None` when some call's price was unknown.
+    pub fn used_cost(&self) -> Option<f64> {
+        let u = self.lock();
+        u.cost_known.then_some(u.cost_usd)
+    }
+
+    /// Wall time since the account was made.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Tokens left, `None` without a token limit.
+    pub fn tokens_left(&self) -> Option<u64> {
+        self.tokens
+            .map(|l| l.max.saturating_sub(self.used_tokens().total()))
+    }
+
+    /// Time left, `None` without a time limit.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.time.map(|t| t.max.saturating_sub(self.elapsed()))
+    }
+
+    /// A child's budget: per dimension the smaller of the child's `cap` and
+    /// what this account has left now (its own turns and its finished
+    /// children included). Cost is not carved: a child's calls are priced
+    /// into this account when it finishes.
+    pub fn carve(&self, cap: &Budget) -> Budget {
+        fn min<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(if b < a { b } else { a }),
+                (a, None) => a,
+                (None, b) => b,
+            }
+        }
+        Budget {
+            tokens: min(cap.tokens, self.tokens_left()),
+            time_secs: min(cap.time_secs, self.time_left().map(|d| d.as_secs_f64())),
+            cost_usd: cap.cost_usd,
+        }
+    }
+}
+
+/// The smaller of a stage's own limit and the run's remainder.
+fn tighter<T: PartialOrd + Copy>(stage: Option<T>, run: Option<T>) -> Option<Limit<T>> {
+    match (stage, run) {
+        (None, None) => None,
+        (Some(s), None) => Some(Limit::own(s)),
+        (None, Some(r)) => Some(Limit {
+            max: r,
+            from_run: true,
+        }),
+        (Some(s), Some(r)) if r < s => Some(Limit {
+            max: r,
+            from_run: true,
+        }),
+        (Some(s), Some(_)) => Some(Limit::own(s)),
+    }
+}
+
+/// A run's budget and what its stages used of it. Owned by the runner.
+#[derive(Debug)]
+pub struct RunLedger {
+    limits: Budget,
+    started: Instant,
+    tokens: u64,
+    cost_usd: f64,
+}
+
+impl RunLedger {
+    /// Starts the run's clock.
+    pub fn new(limits: Budget) -> Self {
+        RunLedger {
+            limits,
+            started: Instant::now(),
+            tokens: 0,
+            cost_usd: 0.0,
+        }
+    }
+
+    /// The account of a stage whose own budget is `stage`: per dimension the
+    /// smaller of that and what is left of the run's budget.
+    pub fn stage_budget(&self, stage: &Budget, pricing: Arc<dyn Pricing>) -> StageBudget {
+        let left_tokens = self.limits.tokens.map(|t| t.saturating_sub(self.tokens));
+        let left_time = self
+            .limits
+            .time_secs
+            .map(|t| Duration::from_secs_f64(t).saturating_sub(self.started.elapsed()));
+        let left_cost = self.limits.cost_usd.map(|c| (c - self.cost_usd).max(0.0));
+        StageBudget::with_limits(
+            tighter(stage.tokens, left_tokens),
+            tighter(stage.time_secs.map(Duration::from_secs_f64), left_time),
+            tighter(stage.cost_usd, left_cost),
+            pricing,
+        )
+    }
+
+    /// Charges what a stage used to the run.
+    pub fn charge(&mut self, used: &BudgetUse) {
+        self.tokens += used.tokens;
+        self.cost_usd += used.cost_usd.unwrap_or(0.0);
+    }
+}
+
+/// What a stage used.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetUse {
+    /// Model turns (summary calls of the compaction are not turns).
+    pub turns: u32,
+    /// Prompt plus completion tokens of every model call, summaries and
+    /// subagents included.
+    pub tokens: u64,
+    /// Wall time of the agent loop, in seconds.
+    pub time_secs: f64,
+    /// Cost in US dollars; `None` when the price is unknown.
+    pub cost_usd: Option<f64>,
+}
+
+/// A stage's budget and its use: the `budget` field of `agent_end` and of
+/// the stage record in `state.json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetReport {
+    /// The effective limits (turns included).
+    pub limits: ReportLimits,
+    /// The limits that were what was left of the run's budget
+    /// (`tokens`, `time`, `cost`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_run: Vec<String>,
+    /// What was used.
+    pub used: BudgetUse,
+    /// The limit that ended the stage (`tokens`, `time`, `cost`), if any.
+    #[serde(default)]
+    pub exceeded: Option<String>,
+    /// Things the user should know (e.g. a cost limit that could not be enforced).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// The effective limits in a [`BudgetReport`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReportLimits {
+    /// Model turns.
+    pub turns: u32,
+    /// Tokens.
+    pub tokens: Option<u64>,
+    /// Wall time in seconds.
+    pub time_secs: Option<f64>,
+    /// Cost in US dollars.
+    pub cost_usd: Option<f64>,
+}
+
+/// The agent loop's view of its account: counts turns, charges model calls
+/// and says when a limit is reached.
+#[derive(Debug)]
+pub struct Tracker {
+    budget: StageBudget,
+    max_turns: u32,
+    turns: u32,
+    exceeded: Option<Dimension>,
+    notes: Vec<String>,
+}
+
+impl Tracker {
+    /// A tracker over `budget` (the account's clock is already running).
+    pub fn new(budget: StageBudget, max_turns: u32) -> Self {
+        let mut notes = Vec::new();
+        if let Some(limit) = budget.cost_usd
+            && budget.pricing.cost(1, 1).is_none()
+        {
+            notes.push(format!(
+                "cost budget of ${:.4} not enforced: the model's price is unknown",
+                limit.max
+            ));
+        }
+        Tracker {
+            budget,
+            max_turns,
+            turns: 0,
+            exceeded: None,
+            notes,
+        }
+    }
+
+    /// Notes for the user (logged once, at the start of the agent).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The account this tracker charges.
+    pub fn account(&self) -> &StageBudget {
+        &self.budget
+    }
+
+    /// Time left to bound a model or tool call with; `None` without a time
+    /// limit, or when someone outside enforces it ([`Enforcement::TurnStart`]).
+    pub fn time_left(&self) -> Option<Duration> {
+        match self.budget.enforcement {
+            Enforcement::InLoop => self.budget.time_left(),
+            Enforcement::TurnStart => None,
+        }
+    }
+
+    /// Counts one model turn and its usage.
+    pub fn record_turn(&mut self, prompt_tokens: u64, completion_tokens: u64) {
+        self.turns += 1;
+        self.record_usage(prompt_tokens, completion_tokens);
+    }
+
+    /// Counts the usage of a model call that is not a turn (a summary).
+    pub fn record_usage(&mut self, prompt_tokens: u64, completion_tokens: u64) {
+        self.budget.charge(TokenCount {
+            prompt: prompt_tokens,
+            completion: completion_tokens,
+        });
+    }
+
+    /// Before a model turn: why no turn may start (a limit used up), if so.
+    pub fn before_turn(&mut self) -> Option<String> {
+        if let Some(t) = self.budget.time
+            && self.budget.elapsed() >= t.max
+        {
+            return Some(self.stop(Dimension::Time, "used up"));
+        }
+        self.check(|used, max| used >= max, "used up")
+    }
+
+    /// After a model turn: why the stage must stop (a limit passed), if so.
+    pub fn after_turn(&mut self) -> Option<String> {
+        match self.budget.enforcement {
+            Enforcement::InLoop => self.check(|used, max| used > max, "exceeded"),
+            Enforcement::TurnStart => None,
+        }
+    }
+
+    fn check(&mut self, over: impl Fn(f64, f64) -> bool, verb: &str) -> Option<String> {
+        let used = self.budget.used_tokens().total();
+        if let Some(t) = self.budget.tokens
+            && over(used as f64, t.max as f64)
+        {
+            return Some(self.stop(Dimension::Tokens, verb));
+        }
+        if let Some(c) = self.budget.cost_usd
+            && let Some(cost) = self.budget.used_cost()
+            && over(cost, c.max)
+        {
+            return Some(self.stop(Dimension::Cost, verb));
+        }
+        None
+    }
+
+    /// The time limit ran out during a call: marks it as what ended the
+    /// stage and words the reason.
+    pub fn time_exceeded(&mut self) -> String {
+        self.stop(Dimension::Time, "exceeded")
+    }
+
+    /// Marks `what` as the limit that ended the stage and words the reason.
+    fn stop(&mut self, what: Dimension, verb: &str) -> String {
+        self.exceeded = Some(what);
+        let b = &self.budget;
+        let (used, max, from_run) = match what {
+            Dimension::Tokens => {
+                let l = b.tokens.map_or((0, false), |l| (l.max, l.from_run));
+                (
+                    format!("{}", b.used_tokens().total()),
+                    format!("{} tokens", l.0),
+                    l.1,
+                )
+            }
+            Dimension::Cost => {
+                let l = b.cost_usd.map_or((0.0, false), |l| (l.max, l.from_run));
+                (
+                    format!("${:.4}", b.used_cost().unwrap_or(0.0)),
+                    format!("${:.4}", l.0),
+                    l.1,
+                )
+            }
+            Dimension::Time => {
+                let l = b
+                    .time
+                    .map_or((Duration::ZERO, false), |l| (l.max, l.from_run));
+                (
+                    format!("{:.1} s", b.elapsed().as_secs_f64()),
+                    format!("{:.1} s", l.0.as_secs_f64()),
+                    l.1,
+                )
+            }
+        };
+        let scope = if from_run {
+            " (what was left of the run's budget)"
+        } else {
+            ""
+        };
+        format!("{} budget {verb}: {used} of {max}{scope}", what.noun())
+    }
+
+    /// The limit that ended the stage, if any.
+    pub fn exceeded(&self) -> Option<Dimension> {
+        self.exceeded
+    }
+
+    /// What was used so far.
+    pub fn used(&self) -> BudgetUse {
+        BudgetUse {
+            turns: self.turns,
+            tokens: self.budget.used_tokens().total(),
+            time_secs: (self.budget.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+            cost_usd: self.budget.used_cost(),
+        }
+    }
+
+    /// The limits and their use, for `agent_end` and the stage record.
+    pub fn report(&self) -> BudgetReport {
+        let b = &self.budget;
+        let mut from_run = Vec::new();
+        for (d, yes) in [
+            (Dimension::Tokens, b.tokens.is_some_and(|l| l.from_run)),
+            (Dimension::Time, b.time.is_some_and(|l| l.from_run)),
+            (Dimension::Cost, b.cost_usd.is_some_and(|l| l.from_run)),
+        ] {
+            if yes {
+                from_run.push(d.as_str().to_owned());
+            }
+        }
+        BudgetReport {
+            limits: ReportLimits {
+                turns: self.max_turns,
+                tokens: b.tokens.map(|l| l.max),
+                time_secs: b.time.map(|l| l.max.as_secs_f64()),
+                cost_usd: b.cost_usd.map(|l| l.max),
+            },
+            from_run,
+            used: self.used(),
+            exceeded: self.exceeded.map(|d| d.as_str().to_owned()),
+            notes: self.notes.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

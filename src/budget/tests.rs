@@ -1,0 +1,211 @@
+//! Unit tests of the budget model.
+
+use super::*;
+
+fn stage(tokens: Option<u64>, secs: Option<f64>, cost: Option<f64>) -> StageBudget {
+    RunLedger::new(Budget::default()).stage_budget(
+        &Budget {
+            tokens,
+            time_secs: secs,
+            cost_usd: cost,
+        },
+        Arc::new(PerMillionTokens {
+            prompt_usd: 1.0,
+            completion_usd: 4.0,
+        }),
+    )
+}
+
+#[test]
+fn tokens_stop_after_the_turn_that_passes_the_limit() {
+    let mut t = Tracker::new(stage(Some(3500), None, None), 30);
+    for _ in 0..3 {
+        assert_eq!(t.before_turn(), None);
+        t.record_turn(900, 100);
+        assert_eq!(t.after_turn(), None);
+    }
+    assert_eq!(t.before_turn(), None);
+    t.record_turn(900, 100);
+    assert_eq!(
+        t.after_turn().as_deref(),
+        Some("token budget exceeded: 4000 of 3500 tokens")
+    );
+    let r = t.report();
+    assert_eq!(r.exceeded.as_deref(), Some("tokens"));
+    assert_eq!(r.used.turns, 4);
+    assert_eq!(r.used.tokens, 4000);
+    assert_eq!(r.limits.tokens, Some(3500));
+    assert!(r.from_run.is_empty());
+}
+
+#[test]
+fn a_budget_used_up_exactly_allows_no_further_turn() {
+    let mut t = Tracker::new(stage(Some(2000), None, None), 30);
+    t.record_turn(1500, 500);
+    assert_eq!(t.after_turn(), None);
+    assert_eq!(
+        t.before_turn().as_deref(),
+        Some("token budget used up: 2000 of 2000 tokens")
+    );
+}
+
+#[test]
+fn cost_is_priced_per_call_and_enforced() {
+    // 1 $/M prompt, 4 $/M completion: 1000 + 4 * 250 = 2000 µ$ per call.
+    let mut t = Tracker::new(stage(None, None, Some(0.005)), 30);
+    assert!(t.notes().is_empty());
+    for _ in 0..2 {
+        t.record_turn(1000, 250);
+        assert_eq!(t.after_turn(), None);
+    }
+    t.record_turn(1000, 250);
+    assert_eq!(
+        t.after_turn().as_deref(),
+        Some("cost budget exceeded: $0.0060 of $0.0050")
+    );
+    let used = t.used();
+    assert!((used.cost_usd.unwrap() - 0.006).abs() < 1e-12);
+}
+
+#[test]
+fn an_unknown_price_cannot_enforce_a_cost_budget_and_says_so() {
+    let mut b = stage(None, None, Some(0.01));
+    b.pricing = Arc::new(UnknownPrice);
+    let mut t = Tracker::new(b, 30);
+    assert_eq!(
+        t.notes(),
+        ["cost budget of $0.0100 not enforced: the model's price is unknown"]
+    );
+    t.record_turn(1_000_000, 1_000_000);
+    assert_eq!(t.after_turn(), None);
+    assert_eq!(t.used().cost_usd, None);
+    assert_eq!(t.report().notes.len(), 1);
+}
+
+#[test]
+fn stage_gets_the_smaller_of_its_own_and_the_runs_remainder() {
+    let mut run = RunLedger::new(Budget {
+        tokens: Some(10_000),
+        time_secs: None,
+        cost_usd: Some(1.0),
+    });
+    let own = Budget {
+        tokens: Some(4000),
+        time_secs: Some(60.0),
+        cost_usd: None,
+    };
+    let b = run.stage_budget(&own, Arc::new(UnknownPrice));
+    assert_eq!(
+        b.tokens,
+        Some(Limit {
+            max: 4000,
+            from_run: false
+        })
+    );
+    assert_eq!(
+        b.time.map(|l| (l.max, l.from_run)),
+        Some((Duration::from_secs(60), false))
+    );
+    assert_eq!(
+        b.cost_usd,
+        Some(Limit {
+            max: 1.0,
+            from_run: true
+        })
+    );
+    run.charge(&BudgetUse {
+        turns: 3,
+        tokens: 7000,
+        time_secs: 1.0,
+        cost_usd: Some(0.25),
+    });
+    let b = run.stage_budget(&own, Arc::new(UnknownPrice));
+    assert_eq!(
+        b.tokens,
+        Some(Limit {
+            max: 3000,
+            from_run: true
+        })
+    );
+    assert_eq!(b.cost_usd.map(|l| l.max), Some(0.75));
+    let mut t = Tracker::new(b, 5);
+    t.record_turn(3000, 1);
+    assert_eq!(
+        t.after_turn().as_deref(),
+        Some("token budget exceeded: 3001 of 3000 tokens (what was left of the run's budget)")
+    );
+    assert_eq!(t.report().from_run, ["tokens", "cost"]);
+    // A spent run leaves nothing: no turn may start.
+    run.charge(&BudgetUse {
+        tokens: 5000,
+        ..BudgetUse::default()
+    });
+    let mut t = Tracker::new(
+        run.stage_budget(&Budget::default(), Arc::new(UnknownPrice)),
+        5,
+    );
+    assert_eq!(
+        t.before_turn().as_deref(),
+        Some("token budget used up: 0 of 0 tokens (what was left of the run's budget)")
+    );
+}
+
+#[test]
+fn unlimited_is_unlimited() {
+    assert!(Budget::default().is_unlimited());
+    let mut t = Tracker::new(StageBudget::default(), 3);
+    t.record_turn(u32::MAX as u64, 1);
+    assert_eq!(t.after_turn(), None);
+    assert_eq!(t.before_turn(), None);
+    assert_eq!(t.time_left(), None);
+}
+
+#[test]
+fn a_child_is_carved_out_of_what_is_left_including_the_stages_own_turns() {
+    let stage = stage(Some(1000), Some(600.0), None);
+    let mut t = Tracker::new(stage.clone(), 30);
+    t.record_turn(850, 50);
+    let cap = Budget {
+        tokens: Some(200_000),
+        time_secs: Some(60.0),
+        cost_usd: None,
+    };
+    let child = stage.carve(&cap);
+    assert_eq!(child.tokens, Some(100), "the stage's own 900 tokens count");
+    assert_eq!(child.time_secs, Some(60.0), "the cap is the smaller");
+    // A finished child charges the same account.
+    stage.charge(TokenCount {
+        prompt: 60,
+        completion: 40,
+    });
+    assert_eq!(stage.carve(&cap).tokens, Some(0));
+    assert_eq!(t.used().tokens, 1000);
+    assert_eq!(
+        t.before_turn().as_deref(),
+        Some("token budget used up: 1000 of 1000 tokens")
+    );
+    // Without a limit of its own, the cap is the child's budget.
+    assert_eq!(StageBudget::default().carve(&cap), cap);
+}
+
+#[test]
+fn an_externally_enforced_budget_only_refuses_to_start_a_turn() {
+    let mut b = StageBudget::own(
+        &Budget {
+            tokens: Some(100),
+            time_secs: Some(3600.0),
+            cost_usd: None,
+        },
+        Arc::new(UnknownPrice),
+    );
+    b.enforcement = Enforcement::TurnStart;
+    let mut t = Tracker::new(b, 30);
+    assert_eq!(t.time_left(), None, "calls are not time-bounded");
+    t.record_turn(140, 10);
+    assert_eq!(t.after_turn(), None, "the parent kills mid-turn");
+    assert_eq!(
+        t.before_turn().as_deref(),
+        Some("token budget used up: 150 of 100 tokens")
+    );
+    assert_eq!(t.exceeded(), Some(Dimension::Tokens));
+}

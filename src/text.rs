@@ -1,0 +1,238 @@
+//! Cutting text down to size, by named policy. One module, so every cut in
+//! orch is marked the same way and the run record's redaction knows the
+//! markers ([`CUT_MARKER`]).
+//!
+//! - [`cap_bytes`]: the first `max` bytes and a `[… N more bytes …]` marker
+//!   (log fields, partial reports);
+//! - [`head_tail_lines`] and its streaming form [`HeadTail`]: whole lines from
+//!   the head and the tail around a `[… N lines omitted …]` marker (command
+//!   output, diffs);
+//! - [`one_line`]: the first line, cut to a number of characters with `…`
+//!   (summaries, labels);
+//! - [`squash`]: whitespace collapsed to single spaces, cut to a number of
+//!   characters with `…` (an HTTP error body quoted in a message);
+//! - [`tail_bytes`]: the last `max` bytes (the end of a crashed child's
+//!   stderr).
+//!
+//! Every cut lands on a `char` boundary; nothing here allocates more than
+//! its result (the streaming buffer holds at most head + 2 × tail bytes).
+
+/// How every marker of a cut starts; redaction looks for it to catch a
+/// secret cut in half.
+pub const CUT_MARKER: &str = "[… ";
+
+/// The largest index `<= i` that is a char boundary of `s`.
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    if i >= s.len() {
+        return s.len();
+    }
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Cuts `s` to at most `max` bytes on a char boundary, marking the cut with
+/// `[… N more bytes …]`.
+pub fn cap_bytes(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let end = floor_boundary(s, max);
+    format!("{}{CUT_MARKER}{} more bytes …]", &s[..end], s.len() - end)
+}
+
+/// Caps `text` to about `max_bytes`, keeping head and tail lines with the
+/// same `[… N lines omitted …]` marker as command output.
+pub fn head_tail_lines(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_owned();
+    }
+    let mut buf = HeadTail::new(max_bytes);
+    buf.push(text.as_bytes());
+    buf.finish().0
+}
+
+/// The first line of `text`, cut to `max` characters with `…` (also marked
+/// when more lines follow).
+pub fn one_line(text: &str, max: usize) -> String {
+    let first = text.lines().next().unwrap_or("");
+    let multi = text.trim_end().contains('\n');
+    if first.chars().count() <= max && !multi {
+        return first.to_owned();
+    }
+    let cut: String = first.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+/// `text` with every run of whitespace collapsed to one space, cut to `max`
+/// characters with `…` after them; empty when `text` is blank.
+pub fn squash(text: &str, max: usize) -> String {
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out: String = collapsed.chars().take(max).collect();
+    if collapsed.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
+
+/// The last (at most) `max` bytes of `text`, starting on a char boundary.
+pub fn tail_bytes(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+/// A bounded buffer for a stream of bytes: the first `head_cap` bytes and
+/// the last `tail_cap` bytes (holding at most 2 × `tail_cap` between
+/// compactions), counting the lines that fall in between.
+#[derive(Debug)]
+pub struct HeadTail {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    dropped_bytes: usize,
+    dropped_newlines: usize,
+}
+
+impl HeadTail {
+    /// A buffer keeping about `max_bytes` in total.
+    pub fn new(max_bytes: usize) -> Self {
+        let head_cap = max_bytes / 2;
+        HeadTail {
+            head: Vec::new(),
+            tail: Vec::new(),
+            head_cap,
+            tail_cap: max_bytes - head_cap,
+            dropped_bytes: 0,
+            dropped_newlines: 0,
+        }
+    }
+
+    /// Appends bytes.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        if self.head.len() < self.head_cap {
+            let take = bytes.len().min(self.head_cap - self.head.len());
+            self.head.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+        if bytes.is_empty() {
+            return;
+        }
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 2 * self.tail_cap {
+            let cut = self.tail.len() - self.tail_cap;
+            self.drop_tail_front(cut);
+        }
+    }
+
+    fn drop_tail_front(&mut self, n: usize) {
+        self.dropped_bytes += n;
+        self.dropped_newlines += count_newlines(&self.tail[..n]);
+        self.tail.drain(..n);
+    }
+
+    /// The text (lossy UTF-8) and the number of omitted lines. When bytes were
+    /// dropped, the head is cut back to its last newline and the tail forward
+    /// past its first, so only whole lines are shown around the marker.
+    pub fn finish(mut self) -> (String, usize) {
+        if self.tail.len() > self.tail_cap {
+            let cut = self.tail.len() - self.tail_cap;
+            self.drop_tail_front(cut);
+        }
+        if self.dropped_bytes == 0 {
+            let mut all = self.head;
+            all.extend_from_slice(&self.tail);
+            return (String::from_utf8_lossy(&all).into_owned(), 0);
+        }
+        if let Some(pos) = self.head.iter().rposition(|b| *b == b'\n') {
+            self.dropped_bytes += self.head.len() - (pos + 1);
+            self.head.truncate(pos + 1);
+        }
+        if let Some(pos) = self.tail.iter().position(|b| *b == b'\n')
+            && pos + 1 < self.tail.len()
+        {
+            self.drop_tail_front(pos + 1);
+        }
+        let lines = self.dropped_newlines.max(1);
+        let mut text = String::from_utf8_lossy(&self.head).into_owned();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("{CUT_MARKER}{lines} lines omitted …]\n"));
+        text.push_str(&String::from_utf8_lossy(&self.tail));
+        (text, lines)
+    }
+}
+
+fn count_newlines(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|b| **b == b'\n').count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_bytes_respects_char_boundaries() {
+        assert_eq!(cap_bytes("abc", 10), "abc");
+        let s = "ééé";
+        let c = cap_bytes(s, 3);
+        assert!(c.starts_with('é'));
+        assert!(c.contains("4 more bytes"));
+        assert!(c.contains(CUT_MARKER));
+    }
+
+    #[test]
+    fn head_tail_counts_exactly_and_bounds_memory() {
+        let mut c = HeadTail::new(100);
+        let mut max_held = 0;
+        for i in 0..10_000 {
+            c.push(format!("line {i}\n").as_bytes());
+            max_held = max_held.max(c.head.len() + c.tail.len());
+        }
+        assert!(max_held <= 150 + 16, "held {max_held}");
+        let (text, omitted) = c.finish();
+        let shown = text.lines().count() - 1;
+        assert_eq!(shown + omitted, 10_000);
+        assert!(text.starts_with("line 0\n"));
+        assert!(text.ends_with("line 9999\n"));
+    }
+
+    #[test]
+    fn head_tail_lines_short_is_unchanged() {
+        assert_eq!(head_tail_lines("abc\n", 100), "abc\n");
+        let long: String = (0..1000).map(|i| format!("{i}\n")).collect();
+        let capped = head_tail_lines(&long, 200);
+        assert!(capped.contains("lines omitted"));
+        assert!(capped.len() < 300);
+    }
+
+    #[test]
+    fn one_line_caps() {
+        assert_eq!(one_line("short", 10), "short");
+        assert_eq!(one_line("a\nb", 10), "a…");
+        assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
+    }
+
+    #[test]
+    fn squash_collapses_and_cuts() {
+        assert_eq!(
+            squash("<html>\n  <body>oops</body>\n</html>", 100),
+            "<html> <body>oops</body> </html>"
+        );
+        assert_eq!(squash(&"x".repeat(500), 200).chars().count(), 201);
+        assert_eq!(squash("  ", 10), "");
+    }
+
+    #[test]
+    fn tail_bytes_starts_on_a_boundary() {
+        assert_eq!(tail_bytes("abc", 10), "abc");
+        assert_eq!(tail_bytes("abcdef", 2), "ef");
+        assert_eq!(tail_bytes("aé", 1), "");
+        assert_eq!(tail_bytes("aéb", 2), "b");
+    }
+}

@@ -1,0 +1,115 @@
+//! The tools' JSON schemas as offered to the model: lean descriptions, in
+//! [`ALL_TOOLS`] order, `spawn_agent` only where a [`Spawner`] can spawn.
+//!
+//! [`Spawner`]: super::Spawner
+
+use serde_json::{Value, json};
+
+use super::{ALL_TOOLS, ToolContext, spawn_agent};
+use crate::llm::ToolDef;
+
+/// The tools offered to the model in `ctx`: [`definitions`] plus
+/// `spawn_agent` when the role allows it and `ctx` can spawn (a spawn context
+/// below the depth limit).
+pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
+    let can_spawn = ctx.spawn.as_ref().is_some_and(|s| s.can_spawn());
+    schemas(&ctx.allowed, can_spawn)
+}
+
+/// Names of the tools offered in `ctx` (for the system prompt).
+pub fn offered_names(ctx: &ToolContext) -> Vec<String> {
+    offered(ctx).iter().map(|d| d.name.to_owned()).collect()
+}
+
+/// JSON schemas of the allowed tools, in [`ALL_TOOLS`] order, without
+/// `spawn_agent` (which needs a [`ToolContext`]; see [`offered`]).
+pub fn definitions(allowed: &[String]) -> Vec<ToolDef> {
+    schemas(allowed, false)
+}
+
+/// The schemas of the `allowed` tools in [`ALL_TOOLS`] order; `spawn_agent`
+/// only when `can_spawn`.
+fn schemas(allowed: &[String], can_spawn: bool) -> Vec<ToolDef> {
+    ALL_TOOLS
+        .iter()
+        .filter(|t| allowed.iter().any(|a| a == *t))
+        .filter_map(|t| match *t {
+            "spawn_agent" => can_spawn.then(spawn_agent::definition),
+            other => definition(other),
+        })
+        .collect()
+}
+
+pub(super) fn schema(props: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": props, "required": required})
+}
+
+fn definition(name: &str) -> Option<ToolDef> {
+    let s = |d: &str| json!({"type": "string", "description": d});
+    let plain = json!({"type": "string"});
+    let int = |d: &str| json!({"type": "integer", "description": d});
+    let def = |name, description, parameters| ToolDef {
+        name,
+        description,
+        parameters,
+    };
+    Some(match name {
+        "bash" => def(
+            "bash",
+            "Run a bash command in the worktree root (no stdin). Output is capped.",
+            schema(
+                json!({"command": plain, "timeout_secs": int("default 120, max 600")}),
+                &["command"],
+            ),
+        ),
+        "read_file" => def(
+            "read_file",
+            "Read a text file; lines are numbered.",
+            schema(
+                json!({"path": plain, "offset": int("first line, 1-based"), "limit": int("max lines")}),
+                &["path"],
+            ),
+        ),
+        "write_file" => def(
+            "write_file",
+            "Create or overwrite a file (creates parent dirs). Returns a diff.",
+            schema(
+                json!({"path": plain, "content": plain}),
+                &["path", "content"],
+            ),
+        ),
+        "edit_file" => def(
+            "edit_file",
+            "Replace exact text in a file; old_string must match once unless replace_all. Returns a diff.",
+            schema(
+                json!({"path": plain, "old_string": plain, "new_string": plain, "replace_all": {"type": "boolean"}}),
+                &["path", "old_string", "new_string"],
+            ),
+        ),
+        "list_files" => def(
+            "list_files",
+            "List files, skipping gitignored ones.",
+            schema(
+                json!({"path": s("directory, default root"), "pattern": s("gitignore-style glob, e.g. *.rs")}),
+                &[],
+            ),
+        ),
+        "grep" => def(
+            "grep",
+            "Search files for a regex; prints path:line:text.",
+            schema(
+                json!({"pattern": plain, "path": plain, "glob": s("e.g. *.rs")}),
+                &["pattern"],
+            ),
+        ),
+        "finish" => def(
+            "finish",
+            "End your stage with a summary of what you did.",
+            schema(
+                json!({"summary": plain, "verdict": {"type": "string", "enum": ["approve", "request_changes"]}}),
+                &["summary"],
+            ),
+        ),
+        _ => return None,
+    })
+}
