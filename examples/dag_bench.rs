@@ -12,6 +12,14 @@
 //! cargo build --release && cargo run --release --example dag_bench [LATENCY_MS ...]
 //! ```
 
+// Test and benchmark code: a failed unwrap is a failed run, and printing is its output.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/it/support/fake_server/mod.rs"]
 mod fake_server;

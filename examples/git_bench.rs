@@ -13,6 +13,14 @@
 //! processes, as a script would), and `git branch -f` for the stage branch.
 //! Worktrees are removed (untimed) after each round.
 
+// Test and benchmark code: a failed unwrap is a failed run, and printing is its output.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -28,6 +28,14 @@
 //! `PERF_PROBE_ORCH=/path/to/orch` measures another build;
 //! `PERF_PROBE_ONLY=startup` runs section 1 only.
 
+// Test and benchmark code: a failed unwrap is a failed run, and printing is its output.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/it/support/fake_server/mod.rs"]
 mod fake_server;

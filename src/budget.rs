@@ -82,7 +82,7 @@ pub trait Pricing: Send + Sync + fmt::Debug {
 
 /// A model whose price is unknown: cost limits cannot be enforced.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct UnknownPrice;
+pub(crate) struct UnknownPrice;
 
 impl Pricing for UnknownPrice {
     fn cost(&self, _: u64, _: u64) -> Option<f64> {
@@ -90,15 +90,18 @@ impl Pricing for UnknownPrice {
     }
 }
 
-/// A flat price in US dollars per million prompt and completion tokens.
+/// A flat price in US dollars per million prompt and completion tokens (the
+/// tests' price; the real table is `llm::price`).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PerMillionTokens {
+pub(crate) struct PerMillionTokens {
     /// Dollars per million prompt tokens.
     pub prompt_usd: f64,
     /// Dollars per million completion tokens.
     pub completion_usd: f64,
 }
 
+#[cfg(test)]
 impl Pricing for PerMillionTokens {
     fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64> {
         Some(
@@ -111,7 +114,7 @@ impl Pricing for PerMillionTokens {
 
 /// One dimension of a budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dimension {
+pub(crate) enum Dimension {
     /// Prompt plus completion tokens.
     Tokens,
     /// Wall time.
@@ -122,7 +125,7 @@ pub enum Dimension {
 
 impl Dimension {
     /// The name in reports and records: `tokens`, `time`, `cost`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Dimension::Tokens => "tokens",
             Dimension::Time => "time",
@@ -186,7 +189,6 @@ struct Used {
 /// account is made.
 #[derive(Debug, Clone)]
 pub struct StageBudget {
-    /// Tokens.
     pub tokens: Option<Limit<u64>>,
     /// Wall time.
     pub time: Option<Limit<Duration>>,
@@ -324,7 +326,7 @@ fn tighter<T: PartialOrd + Copy>(stage: Option<T>, run: Option<T>) -> Option<Lim
 
 /// A run's budget and what its stages used of it. Owned by the runner.
 #[derive(Debug)]
-pub struct RunLedger {
+pub(crate) struct RunLedger {
     limits: Budget,
     started: Instant,
     tokens: u64,
@@ -333,7 +335,7 @@ pub struct RunLedger {
 
 impl RunLedger {
     /// Starts the run's clock.
-    pub fn new(limits: Budget) -> Self {
+    pub(crate) fn new(limits: Budget) -> Self {
         RunLedger {
             limits,
             started: Instant::now(),
@@ -344,7 +346,7 @@ impl RunLedger {
 
     /// The account of a stage whose own budget is `stage`: per dimension the
     /// smaller of that and what is left of the run's budget.
-    pub fn stage_budget(&self, stage: &Budget, pricing: Arc<dyn Pricing>) -> StageBudget {
+    pub(crate) fn stage_budget(&self, stage: &Budget, pricing: Arc<dyn Pricing>) -> StageBudget {
         let left_tokens = self.limits.tokens.map(|t| t.saturating_sub(self.tokens));
         let left_time = self
             .limits
@@ -360,7 +362,7 @@ impl RunLedger {
     }
 
     /// Charges what a stage used to the run.
-    pub fn charge(&mut self, used: &BudgetUse) {
+    pub(crate) fn charge(&mut self, used: &BudgetUse) {
         self.tokens += used.tokens;
         self.cost_usd += used.cost_usd.unwrap_or(0.0);
     }
@@ -405,7 +407,6 @@ pub struct BudgetReport {
 pub struct ReportLimits {
     /// Model turns.
     pub turns: u32,
-    /// Tokens.
     pub tokens: Option<u64>,
     /// Wall time in seconds.
     pub time_secs: Option<f64>,
@@ -416,7 +417,7 @@ pub struct ReportLimits {
 /// The agent loop's view of its account: counts turns, charges model calls
 /// and says when a limit is reached.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     budget: StageBudget,
     max_turns: u32,
     turns: u32,
@@ -426,7 +427,7 @@ pub struct Tracker {
 
 impl Tracker {
     /// A tracker over `budget` (the account's clock is already running).
-    pub fn new(budget: StageBudget, max_turns: u32) -> Self {
+    pub(crate) fn new(budget: StageBudget, max_turns: u32) -> Self {
         let mut notes = Vec::new();
         if let Some(limit) = budget.cost_usd
             && budget.pricing.cost(1, 1).is_none()
@@ -446,18 +447,13 @@ impl Tracker {
     }
 
     /// Notes for the user (logged once, at the start of the agent).
-    pub fn notes(&self) -> &[String] {
+    pub(crate) fn notes(&self) -> &[String] {
         &self.notes
-    }
-
-    /// The account this tracker charges.
-    pub fn account(&self) -> &StageBudget {
-        &self.budget
     }
 
     /// Time left to bound a model or tool call with; `None` without a time
     /// limit, or when someone outside enforces it ([`Enforcement::TurnStart`]).
-    pub fn time_left(&self) -> Option<Duration> {
+    pub(crate) fn time_left(&self) -> Option<Duration> {
         match self.budget.enforcement {
             Enforcement::InLoop => self.budget.time_left(),
             Enforcement::TurnStart => None,
@@ -465,13 +461,13 @@ impl Tracker {
     }
 
     /// Counts one model turn and its usage.
-    pub fn record_turn(&mut self, prompt_tokens: u64, completion_tokens: u64) {
+    pub(crate) fn record_turn(&mut self, prompt_tokens: u64, completion_tokens: u64) {
         self.turns += 1;
         self.record_usage(prompt_tokens, completion_tokens);
     }
 
     /// Counts the usage of a model call that is not a turn (a summary).
-    pub fn record_usage(&mut self, prompt_tokens: u64, completion_tokens: u64) {
+    pub(crate) fn record_usage(&mut self, prompt_tokens: u64, completion_tokens: u64) {
         self.budget.charge(TokenCount {
             prompt: prompt_tokens,
             completion: completion_tokens,
@@ -479,7 +475,7 @@ impl Tracker {
     }
 
     /// Before a model turn: why no turn may start (a limit used up), if so.
-    pub fn before_turn(&mut self) -> Option<String> {
+    pub(crate) fn before_turn(&mut self) -> Option<String> {
         if let Some(t) = self.budget.time
             && self.budget.elapsed() >= t.max
         {
@@ -489,7 +485,7 @@ impl Tracker {
     }
 
     /// After a model turn: why the stage must stop (a limit passed), if so.
-    pub fn after_turn(&mut self) -> Option<String> {
+    pub(crate) fn after_turn(&mut self) -> Option<String> {
         match self.budget.enforcement {
             Enforcement::InLoop => self.check(|used, max| used > max, "exceeded"),
             Enforcement::TurnStart => None,
@@ -514,7 +510,7 @@ impl Tracker {
 
     /// The time limit ran out during a call: marks it as what ended the
     /// stage and words the reason.
-    pub fn time_exceeded(&mut self) -> String {
+    pub(crate) fn time_exceeded(&mut self) -> String {
         self.stop(Dimension::Time, "exceeded")
     }
 
@@ -559,12 +555,13 @@ impl Tracker {
     }
 
     /// The limit that ended the stage, if any.
-    pub fn exceeded(&self) -> Option<Dimension> {
+    #[cfg(test)]
+    pub(crate) fn exceeded(&self) -> Option<Dimension> {
         self.exceeded
     }
 
     /// What was used so far.
-    pub fn used(&self) -> BudgetUse {
+    pub(crate) fn used(&self) -> BudgetUse {
         BudgetUse {
             turns: self.turns,
             tokens: self.budget.used_tokens().total(),
@@ -574,7 +571,7 @@ impl Tracker {
     }
 
     /// The limits and their use, for `agent_end` and the stage record.
-    pub fn report(&self) -> BudgetReport {
+    pub(crate) fn report(&self) -> BudgetReport {
         let b = &self.budget;
         let mut from_run = Vec::new();
         for (d, yes) in [

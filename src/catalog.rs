@@ -14,7 +14,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Files larger than this are refused: specs are small, and a huge file is a mistake.
-pub const MAX_SPEC_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_SPEC_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Pipelines compiled into the binary: (name, text).
 const BUILTIN_PIPELINES: &[(&str, &str)] =
@@ -94,20 +94,20 @@ struct PipelineSource {
 
 /// Every pipeline and role visible from one repository.
 #[derive(Debug, Clone)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     roles: BTreeMap<String, Role>,
     pipelines: BTreeMap<String, PipelineSource>,
 }
 
 impl Catalog {
     /// Loads the catalog for `repo` (if any), with the user config dir from the environment.
-    pub fn load(repo: Option<&Path>) -> Result<Catalog, CatalogError> {
+    pub(crate) fn load(repo: Option<&Path>) -> Result<Catalog, CatalogError> {
         let user_dir = user_config_dir();
         Self::load_from(repo, user_dir.as_deref())
     }
 
     /// Loads the catalog from explicit places, without reading the environment.
-    pub fn load_from(
+    pub(crate) fn load_from(
         repo: Option<&Path>,
         user_dir: Option<&Path>,
     ) -> Result<Catalog, CatalogError> {
@@ -162,7 +162,7 @@ impl Catalog {
     }
 
     /// The role called `name`.
-    pub fn role(&self, name: &str) -> Result<&Role, CatalogError> {
+    pub(crate) fn role(&self, name: &str) -> Result<&Role, CatalogError> {
         self.roles
             .get(name)
             .ok_or_else(|| CatalogError::UnknownRole {
@@ -173,7 +173,7 @@ impl Catalog {
 
     /// The pipeline called `name_or_path`, or read from that path when it
     /// names an existing `.yaml`/`.yml` file or contains a path separator.
-    pub fn pipeline(&self, name_or_path: &str) -> Result<Pipeline, CatalogError> {
+    pub(crate) fn pipeline(&self, name_or_path: &str) -> Result<Pipeline, CatalogError> {
         let known_roles = self.role_names();
         if let Some(source) = self.pipelines.get(name_or_path) {
             return Ok(parse_pipeline(&source.text, &source.origin, &known_roles)?);
@@ -195,12 +195,12 @@ impl Catalog {
     }
 
     /// Every role name, sorted.
-    pub fn role_names(&self) -> Vec<String> {
+    pub(crate) fn role_names(&self) -> Vec<String> {
         self.roles.keys().cloned().collect()
     }
 
     /// Every pipeline name with where it comes from, sorted by name.
-    pub fn pipeline_names(&self) -> Vec<(String, String)> {
+    pub(crate) fn pipeline_names(&self) -> Vec<(String, String)> {
         self.pipelines
             .iter()
             .map(|(name, source)| (name.clone(), source.origin.clone()))
@@ -209,7 +209,7 @@ impl Catalog {
 
     /// Checks every visible pipeline (roles were checked when loading) and
     /// returns every problem found, in name order.
-    pub fn validate_all(&self) -> Vec<SpecError> {
+    pub(crate) fn validate_all(&self) -> Vec<SpecError> {
         let known_roles = self.role_names();
         self.pipelines
             .values()
@@ -221,7 +221,7 @@ impl Catalog {
 /// The user config dir: `$ORCH_CONFIG_DIR`, else `$XDG_CONFIG_HOME/orch`,
 /// else `$HOME/.config/orch`. Empty or relative XDG values are ignored, as
 /// the XDG spec asks.
-pub fn user_config_dir() -> Option<PathBuf> {
+pub(crate) fn user_config_dir() -> Option<PathBuf> {
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     if let Some(dir) = var("ORCH_CONFIG_DIR") {
         return Some(PathBuf::from(dir));

@@ -4,23 +4,25 @@
 //! over a git worktree of the user's repository and is committed on its own
 //! branch. See `README.md` and `docs/` for the user-facing picture.
 
-pub mod agent;
-pub mod budget;
-pub mod catalog;
+#![warn(unreachable_pub)]
+
+pub(crate) mod agent;
+pub(crate) mod budget;
+pub(crate) mod catalog;
 pub mod cli;
 pub mod config;
-pub mod eval;
-pub mod exec;
+pub(crate) mod eval;
+pub(crate) mod exec;
 pub mod git;
 pub mod ids;
 pub mod llm;
 pub mod pipeline;
 pub mod policy;
 pub mod role;
-pub mod runlog;
-pub mod runner;
+pub(crate) mod runlog;
+pub(crate) mod runner;
 pub mod subagent;
-pub mod text;
-pub mod toolname;
+pub(crate) mod text;
+pub(crate) mod toolname;
 pub mod tools;
 pub mod ui;

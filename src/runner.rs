@@ -17,7 +17,7 @@ mod lanes;
 mod pr;
 mod stage;
 
-pub use pr::pr_text;
+pub(crate) use pr::pr_text;
 
 use crate::agent;
 use crate::git::{self, GitError};
@@ -42,7 +42,7 @@ use tokio::task::JoinSet;
 /// Bytes of the whole-run diff put into the PR body's diffstat section.
 const PR_DIFF_BUDGET: usize = 64 * 1024;
 /// Default number of stages that may run at once.
-pub const DEFAULT_MAX_PARALLEL: usize = 4;
+pub(crate) const DEFAULT_MAX_PARALLEL: usize = 4;
 
 /// Errors that stop a run before or between stages (a failing stage is not
 /// one of them: it is recorded in the run state).
@@ -82,7 +82,7 @@ pub enum RunError {
 
 /// Settings shared by starting and resuming a run.
 #[derive(Clone)]
-pub struct Session {
+pub(crate) struct Session {
     /// The model backend.
     pub model: Arc<dyn ChatModel>,
     /// The model base URL, for the record (never a key).
@@ -102,7 +102,7 @@ pub struct Session {
 }
 
 /// Everything a new run needs.
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// Any path inside the user's repository.
     pub repo: PathBuf,
     /// The validated, unrolled pipeline.
@@ -119,7 +119,7 @@ pub struct RunOptions {
 
 /// How a run ended.
 #[derive(Debug)]
-pub struct RunSummary {
+pub(crate) struct RunSummary {
     /// The final state (also in `state.json`).
     pub state: RunState,
     /// The run's record directory.
@@ -138,7 +138,7 @@ pub struct RunSummary {
 /// The frozen plan of a run (`plan.json`): what `resume` runs, whatever the
 /// pipeline and role files say by then.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The unrolled pipeline.
     pub pipeline: Pipeline,
     /// The roles its stages name.
@@ -197,7 +197,7 @@ fn now() -> String {
 
 /// Starts a new run of a pipeline and drives it to its end. Stage failures
 /// are recorded in the returned state, not returned as errors.
-pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunError> {
+pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunError> {
     let repo_path = opts.repo.clone();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();
@@ -266,13 +266,13 @@ pub async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunEr
 
 /// What `resume` may do with failed stages.
 #[derive(Debug, Clone, Copy)]
-pub struct ResumeOptions {
+pub(crate) struct ResumeOptions {
     /// Re-run failed stages too (otherwise a run with failed stages is refused).
     pub retry_failed: bool,
 }
 
 /// Loads a run's state and plan.
-pub fn load_run(common: &Path, run_id: &str) -> Result<(RunDir, RunState, Plan), RunError> {
+pub(crate) fn load_run(common: &Path, run_id: &str) -> Result<(RunDir, RunState, Plan), RunError> {
     let run_dir = RunDir::open(common, run_id)?;
     let state = run_dir.read_state()?;
     let plan_path = run_dir.root.join("plan.json");
@@ -293,7 +293,7 @@ pub fn load_run(common: &Path, run_id: &str) -> Result<(RunDir, RunState, Plan),
 /// Resumes a run after an interruption, a kill, a failure (`retry_failed`)
 /// or a rollback: finished stages are kept; every other stage runs again from
 /// its start commit, in DAG order.
-pub async fn resume_run(
+pub(crate) async fn resume_run(
     repo: &Path,
     run_id: &str,
     session: Session,
@@ -386,7 +386,11 @@ pub async fn resume_run(
 /// Rolls a run back to `stage`: the final branch moves to that stage's
 /// commit and every stage that depends on it (transitively) is marked
 /// rolled back; their branches stay. Returns the ids rolled back.
-pub async fn rollback_run(repo: &Path, run_id: &str, stage: &str) -> Result<Vec<String>, RunError> {
+pub(crate) async fn rollback_run(
+    repo: &Path,
+    run_id: &str,
+    stage: &str,
+) -> Result<Vec<String>, RunError> {
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();
@@ -454,7 +458,7 @@ async fn drive(
                 let Some(joined) = joined else { continue };
                 let done = joined.map_err(|e| RunError::Join(e.to_string()))?;
                 let out = done.result?;
-                let rec = state.stage_mut(&done.id).expect("stage records mirror the plan");
+                let rec = planned(&mut state, &done.id);
                 rec.status = if out.failure.is_some() { StageStatus::Failed } else { StageStatus::Succeeded };
                 rec.branch = Some(out.branch);
                 rec.commit = Some(out.commit);
@@ -588,7 +592,7 @@ async fn schedule(
             let start = match start_commit(ctx, stage, state).await? {
                 Ok(sha) => sha,
                 Err(conflict) => {
-                    let rec = state.stage_mut(id).expect("stage records mirror the plan");
+                    let rec = planned(state, id);
                     rec.status = StageStatus::Failed;
                     rec.reason = Some(conflict);
                     ui.stage_finished(rec);
@@ -608,7 +612,7 @@ async fn schedule(
                 })?
                 .clone();
             let upstream = handoff(ctx, stage, state).await?;
-            let rec = state.stage_mut(id).expect("stage records mirror the plan");
+            let rec = planned(state, id);
             rec.status = StageStatus::Running;
             rec.parent_commit = Some(start.clone());
             rec.reason = None;
@@ -643,8 +647,15 @@ async fn schedule(
     }
 }
 
+/// The record of a planned stage. Invariant: the run state's stage records
+/// are made from the frozen plan, so every stage id the scheduler holds has one.
+#[allow(clippy::expect_used)]
+fn planned<'a>(state: &'a mut RunState, id: &str) -> &'a mut crate::runlog::StageRecord {
+    state.stage_mut(id).expect("stage records mirror the plan")
+}
+
 fn set_not_run(state: &mut RunState, id: &str, status: StageStatus, reason: String, ui: &Ui) {
-    let rec = state.stage_mut(id).expect("stage records mirror the plan");
+    let rec = planned(state, id);
     rec.status = status;
     rec.reason = Some(reason);
     ui.stage_skipped(rec);

@@ -19,7 +19,7 @@
 
 /// How every marker of a cut starts; redaction looks for it to catch a
 /// secret cut in half.
-pub const CUT_MARKER: &str = "[… ";
+pub(crate) const CUT_MARKER: &str = "[… ";
 
 /// The largest index `<= i` that is a char boundary of `s`.
 fn floor_boundary(s: &str, mut i: usize) -> usize {
@@ -34,7 +34,7 @@ fn floor_boundary(s: &str, mut i: usize) -> usize {
 
 /// Cuts `s` to at most `max` bytes on a char boundary, marking the cut with
 /// `[… N more bytes …]`.
-pub fn cap_bytes(s: &str, max: usize) -> String {
+pub(crate) fn cap_bytes(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }
@@ -44,7 +44,7 @@ pub fn cap_bytes(s: &str, max: usize) -> String {
 
 /// Caps `text` to about `max_bytes`, keeping head and tail lines with the
 /// same `[… N lines omitted …]` marker as command output.
-pub fn head_tail_lines(text: &str, max_bytes: usize) -> String {
+pub(crate) fn head_tail_lines(text: &str, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text.to_owned();
     }
@@ -55,7 +55,7 @@ pub fn head_tail_lines(text: &str, max_bytes: usize) -> String {
 
 /// The first line of `text`, cut to `max` characters with `…` (also marked
 /// when more lines follow).
-pub fn one_line(text: &str, max: usize) -> String {
+pub(crate) fn one_line(text: &str, max: usize) -> String {
     let first = text.lines().next().unwrap_or("");
     let multi = text.trim_end().contains('\n');
     if first.chars().count() <= max && !multi {
@@ -65,19 +65,8 @@ pub fn one_line(text: &str, max: usize) -> String {
     format!("{cut}…")
 }
 
-/// `text` with every run of whitespace collapsed to one space, cut to `max`
-/// characters with `…` after them; empty when `text` is blank.
-pub fn squash(text: &str, max: usize) -> String {
-    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut out: String = collapsed.chars().take(max).collect();
-    if collapsed.chars().count() > max {
-        out.push('…');
-    }
-    out
-}
-
 /// The last (at most) `max` bytes of `text`, starting on a char boundary.
-pub fn tail_bytes(text: &str, max: usize) -> &str {
+pub(crate) fn tail_bytes(text: &str, max: usize) -> &str {
     let mut start = text.len().saturating_sub(max);
     while !text.is_char_boundary(start) {
         start += 1;
@@ -89,7 +78,7 @@ pub fn tail_bytes(text: &str, max: usize) -> &str {
 /// the last `tail_cap` bytes (holding at most 2 × `tail_cap` between
 /// compactions), counting the lines that fall in between.
 #[derive(Debug)]
-pub struct HeadTail {
+pub(crate) struct HeadTail {
     head: Vec<u8>,
     tail: Vec<u8>,
     head_cap: usize,
@@ -100,7 +89,7 @@ pub struct HeadTail {
 
 impl HeadTail {
     /// A buffer keeping about `max_bytes` in total.
-    pub fn new(max_bytes: usize) -> Self {
+    pub(crate) fn new(max_bytes: usize) -> Self {
         let head_cap = max_bytes / 2;
         HeadTail {
             head: Vec::new(),
@@ -113,7 +102,7 @@ impl HeadTail {
     }
 
     /// Appends bytes.
-    pub fn push(&mut self, mut bytes: &[u8]) {
+    pub(crate) fn push(&mut self, mut bytes: &[u8]) {
         if self.head.len() < self.head_cap {
             let take = bytes.len().min(self.head_cap - self.head.len());
             self.head.extend_from_slice(&bytes[..take]);
@@ -138,7 +127,7 @@ impl HeadTail {
     /// The text (lossy UTF-8) and the number of omitted lines. When bytes were
     /// dropped, the head is cut back to its last newline and the tail forward
     /// past its first, so only whole lines are shown around the marker.
-    pub fn finish(mut self) -> (String, usize) {
+    pub(crate) fn finish(mut self) -> (String, usize) {
         if self.tail.len() > self.tail_cap {
             let cut = self.tail.len() - self.tail_cap;
             self.drop_tail_front(cut);
@@ -216,16 +205,6 @@ mod tests {
         assert_eq!(one_line("short", 10), "short");
         assert_eq!(one_line("a\nb", 10), "a…");
         assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
-    }
-
-    #[test]
-    fn squash_collapses_and_cuts() {
-        assert_eq!(
-            squash("<html>\n  <body>oops</body>\n</html>", 100),
-            "<html> <body>oops</body> </html>"
-        );
-        assert_eq!(squash(&"x".repeat(500), 200).chars().count(), 201);
-        assert_eq!(squash("  ", 10), "");
     }
 
     #[test]

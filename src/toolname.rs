@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 /// One orch tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ToolName {
+pub(crate) enum ToolName {
     /// `bash`: a shell command in the worktree.
     Bash,
     /// `read_file`.
@@ -29,7 +29,7 @@ pub enum ToolName {
 
 impl ToolName {
     /// Every tool, in the order they are offered and roles list them.
-    pub const ALL: [ToolName; 8] = [
+    pub(crate) const ALL: [ToolName; 8] = [
         ToolName::Bash,
         ToolName::ReadFile,
         ToolName::WriteFile,
@@ -41,7 +41,7 @@ impl ToolName {
     ];
 
     /// The name the model calls it by.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             ToolName::Bash => "bash",
             ToolName::ReadFile => "read_file",
@@ -56,18 +56,18 @@ impl ToolName {
 
     /// True for tools that change files directly (refused for read-only
     /// roles); `bash` is governed by its policy instead.
-    pub const fn is_write(self) -> bool {
+    pub(crate) const fn is_write(self) -> bool {
         matches!(self, ToolName::WriteFile | ToolName::EditFile)
     }
 
     /// True when `name` is a tool that changes files directly.
-    pub fn is_write_name(name: &str) -> bool {
+    pub(crate) fn is_write_name(name: &str) -> bool {
         name.parse::<ToolName>().is_ok_and(ToolName::is_write)
     }
 }
 
 /// Every tool name as text, in [`ToolName::ALL`] order.
-pub const NAMES: [&str; 8] = {
+pub(crate) const NAMES: [&str; 8] = {
     let mut names = [""; 8];
     let mut i = 0;
     while i < names.len() {
@@ -85,7 +85,7 @@ impl fmt::Display for ToolName {
 
 /// A name that is not an orch tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownTool(pub String);
+pub(crate) struct UnknownTool(pub String);
 
 impl fmt::Display for UnknownTool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -17,11 +17,11 @@ use crate::llm::ChatModel;
 
 // The compaction reaches the tracker through here (`super::budget::Tracker`).
 use crate::budget::Pricing;
-pub use crate::budget::{StageBudget, Tracker};
+pub(crate) use crate::budget::Tracker;
 
 /// Cost budgets priced by the model's own price table (`orch.toml` or the
 /// built-in list); unknown models leave cost budgets unenforced.
-pub struct ModelPrice(pub Arc<dyn ChatModel>);
+pub(crate) struct ModelPrice(pub Arc<dyn ChatModel>);
 
 impl std::fmt::Debug for ModelPrice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -44,7 +44,7 @@ impl Tracker {
     /// Runs `fut` within the time left; `Err(reason)` when the time budget
     /// runs out first (the future is dropped: a running command's process
     /// group is killed by its guard).
-    pub async fn bounded<F: Future>(&mut self, fut: F) -> Result<F::Output, String> {
+    pub(crate) async fn bounded<F: Future>(&mut self, fut: F) -> Result<F::Output, String> {
         match self.time_left() {
             None => Ok(fut.await),
             Some(left) => match tokio::time::timeout(left, fut).await {
@@ -58,7 +58,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{Budget, UnknownPrice};
+    use crate::budget::{Budget, StageBudget, UnknownPrice};
     use std::time::Duration;
 
     fn stage(tokens: Option<u64>, secs: Option<f64>, cost: Option<f64>) -> StageBudget {

@@ -49,14 +49,14 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 /// The context window assumed when none is configured (the model settings' one).
-pub use crate::llm::settings::DEFAULT_CONTEXT_WINDOW;
+pub(crate) use crate::llm::settings::DEFAULT_CONTEXT_WINDOW;
 /// The share of the context window at which compaction starts.
-pub const DEFAULT_COMPACT_AT: f64 = 0.7;
+pub(crate) const DEFAULT_COMPACT_AT: f64 = 0.7;
 /// Assistant turns (with their results) always kept whole when they fit.
-pub const DEFAULT_KEEP_TURNS: usize = 4;
+pub(crate) const DEFAULT_KEEP_TURNS: usize = 4;
 /// Compaction condenses down to this share of the trigger size, so the
 /// next one is some turns away.
-pub const LOW_WATER: f64 = 0.75;
+pub(crate) const LOW_WATER: f64 = 0.75;
 /// Results smaller than this are not worth a stub.
 const STUB_MIN_BYTES: usize = 256;
 /// Bytes of a request body outside `messages` and `tools` (model name,
@@ -67,7 +67,7 @@ const DEFAULT_TOKENS_PER_BYTE: f64 = 0.25;
 /// Room kept for the summary message when deciding whether one would help.
 const SUMMARY_RESERVE_BYTES: usize = 2048;
 /// Appended to the agent path of summary requests (`code/compact`).
-pub const SUMMARY_AGENT_SUFFIX: &str = "/compact";
+pub(crate) const SUMMARY_AGENT_SUFFIX: &str = "/compact";
 
 /// When and how to compact.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -92,7 +92,7 @@ impl Default for CompactConfig {
 
 /// Builds the request sent each turn from the full conversation.
 #[derive(Debug)]
-pub struct Compactor {
+pub(crate) struct Compactor {
     cfg: CompactConfig,
     /// Indices (in the full conversation) of tool results shown as stubs.
     stubbed: HashSet<usize>,
@@ -118,7 +118,7 @@ enum Trigger {
 
 impl Compactor {
     /// A compactor with nothing condensed yet.
-    pub fn new(cfg: CompactConfig) -> Self {
+    pub(crate) fn new(cfg: CompactConfig) -> Self {
         Compactor {
             cfg,
             stubbed: HashSet::new(),
@@ -133,7 +133,7 @@ impl Compactor {
     }
 
     /// Tokens spent on summary requests (not counted as turns).
-    pub fn summary_tokens(&self) -> TokenCount {
+    pub(crate) fn summary_tokens(&self) -> TokenCount {
         self.summary_tokens
     }
 
@@ -156,13 +156,13 @@ impl Compactor {
 
     /// Learns a context window (from the server, or from a refused request):
     /// compaction uses the smallest one known.
-    pub fn learn_window(&mut self, tokens: u64) {
+    pub(crate) fn learn_window(&mut self, tokens: u64) {
         let tokens = tokens.max(1);
         self.window_cap = Some(self.window_cap.map_or(tokens, |c| c.min(tokens)));
     }
 
     /// The size at which compaction starts, in estimated tokens.
-    pub fn trigger_tokens(&self) -> u64 {
+    pub(crate) fn trigger_tokens(&self) -> u64 {
         (self.window() as f64 * self.cfg.compact_at) as u64
     }
 
@@ -176,7 +176,7 @@ impl Compactor {
     }
 
     /// Learns tokens per byte from a response to a request of `bytes`.
-    pub fn calibrate(&mut self, bytes: usize, prompt_tokens: u64) {
+    pub(crate) fn calibrate(&mut self, bytes: usize, prompt_tokens: u64) {
         if prompt_tokens > 0 && bytes > 0 {
             self.tokens_per_byte = Some((prompt_tokens as f64 / bytes as f64).clamp(0.05, 1.0));
         }
@@ -491,7 +491,7 @@ mod turn;
 
 use refs::call_of;
 use summary::{Summary, summary_message};
-pub use turn::{Sent, send_turn};
+pub(crate) use turn::{Sent, send_turn};
 
 #[cfg(test)]
 mod tests;

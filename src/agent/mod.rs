@@ -9,9 +9,9 @@
 //! Every request, response and tool call is appended to the action log as it
 //! happens, so a killed process loses at most the turn in flight.
 
-pub mod budget;
-pub mod compact;
-pub mod prompt;
+pub(crate) mod budget;
+pub(crate) mod compact;
+pub(crate) mod prompt;
 
 use crate::ids::Verdict;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, MessageRole};
@@ -24,7 +24,7 @@ use serde_json::json;
 
 /// After this many identical failing tool calls in a row the stage stops:
 /// the model is stuck and further turns only burn tokens.
-pub const MAX_IDENTICAL_FAILURES: u32 = 3;
+pub(crate) const MAX_IDENTICAL_FAILURES: u32 = 3;
 
 /// Cap on tool arguments and results copied into the action log; the
 /// transcript keeps everything.
@@ -32,7 +32,7 @@ const LOG_FIELD_CAP: usize = 4096;
 
 /// What one agent is asked to do.
 #[derive(Debug, Clone)]
-pub struct AgentConfig {
+pub(crate) struct AgentConfig {
     /// Where the agent sits in the run (`code`, `review.r2`, …); the model
     /// server sees it as the `X-Orch-Agent` header.
     pub agent_path: String,
@@ -62,7 +62,7 @@ pub struct RunLimits {
 
 /// How an agent's loop ended.
 #[derive(Debug)]
-pub enum AgentEnd {
+pub(crate) enum AgentEnd {
     /// The model called `finish`.
     Finished,
     /// The model answered without tool calls.
@@ -82,12 +82,12 @@ pub enum AgentEnd {
 
 impl AgentEnd {
     /// True when the agent ended on its own terms.
-    pub fn is_success(&self) -> bool {
+    pub(crate) fn is_success(&self) -> bool {
         matches!(self, AgentEnd::Finished | AgentEnd::Answered)
     }
 
     /// Why the agent did not finish, for the record; `None` on success.
-    pub fn failure_reason(&self, max_turns: u32) -> Option<String> {
+    pub(crate) fn failure_reason(&self, max_turns: u32) -> Option<String> {
         match self {
             AgentEnd::Finished | AgentEnd::Answered => None,
             AgentEnd::TurnLimit => Some(format!(
@@ -102,7 +102,7 @@ impl AgentEnd {
 
 /// The result of one agent loop.
 #[derive(Debug)]
-pub struct AgentOutcome {
+pub(crate) struct AgentOutcome {
     /// How it ended.
     pub end: AgentEnd,
     /// The `finish` summary, or the final answer text.
@@ -123,7 +123,7 @@ pub struct AgentOutcome {
 
 /// Runs one agent to its end. `on_turn` is told after each model turn (for
 /// progress display). Only a failure to write the action log is an `Err`.
-pub async fn run_agent(
+pub(crate) async fn run_agent(
     model: &dyn ChatModel,
     tool_ctx: &ToolContext,
     cfg: &AgentConfig,

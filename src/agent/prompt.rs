@@ -8,13 +8,13 @@
 use crate::ids::Verdict;
 
 /// Bytes of diff a stage is shown from all its upstream stages together.
-pub const HANDOFF_DIFF_BUDGET: usize = 24 * 1024;
+pub(crate) const HANDOFF_DIFF_BUDGET: usize = 24 * 1024;
 /// Action-digest lines shown per upstream stage (the last ones are kept).
-pub const HANDOFF_DIGEST_LINES: usize = 20;
+pub(crate) const HANDOFF_DIGEST_LINES: usize = 20;
 
 /// What a downstream stage is told about one upstream stage.
 #[derive(Debug, Clone)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// Stage id.
     pub id: String,
     /// Role name.
@@ -33,7 +33,7 @@ pub struct Upstream {
 
 /// Replaces `{{ name }}` (inner spaces optional) with its value; unknown
 /// names are left as written so a typo stays visible.
-pub fn render(template: &str, vars: &[(&str, &str)]) -> String {
+pub(crate) fn render(template: &str, vars: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(start) = rest.find("{{") {
@@ -59,7 +59,7 @@ pub fn render(template: &str, vars: &[(&str, &str)]) -> String {
 }
 
 /// The system prompt: the role's prompt plus the few facts every agent needs.
-pub fn system_prompt(role_prompt: &str, tools: &[String]) -> String {
+pub(crate) fn system_prompt(role_prompt: &str, tools: &[String]) -> String {
     let mut s = role_prompt.trim().to_owned();
     s.push_str("\n\nYou work in a git worktree of the user's repository; paths are relative to its root. Tools: ");
     s.push_str(&tools.join(", "));
@@ -68,7 +68,7 @@ pub fn system_prompt(role_prompt: &str, tools: &[String]) -> String {
 }
 
 /// The first user message of a stage: its task, the issue, and the hand-off.
-pub fn task_message(task_template: &str, issue: &str, upstream: &[Upstream]) -> String {
+pub(crate) fn task_message(task_template: &str, issue: &str, upstream: &[Upstream]) -> String {
     let task = render(task_template, &[("issue", issue)]);
     let mut s = String::with_capacity(task.len() + issue.len() + 1024);
     s.push_str("# Task\n\n");

@@ -87,7 +87,7 @@ pub struct AgentArgs {
 }
 
 /// `orch agent`.
-pub async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
+pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
     if args.worktree.is_some() {
         return cmd_child(args).await;
     }

@@ -34,7 +34,7 @@ struct Row {
 }
 
 /// `orch config`.
-pub fn cmd_config(args: ConfigArgs) -> Result<i32, CliError> {
+pub(super) fn cmd_config(args: ConfigArgs) -> Result<i32, CliError> {
     let resolved = resolve_config(&args.model, Some(&args.repo))?;
     let rows = rows(&resolved);
     let price = price_of(&resolved);

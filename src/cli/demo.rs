@@ -51,7 +51,7 @@ pub struct DemoArgs {
 }
 
 /// `orch demo`.
-pub async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
+pub(super) async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
     let dir = match args.dir {
         Some(d) => {
             if d.exists() && std::fs::read_dir(&d).map_or(true, |mut e| e.next().is_some()) {

@@ -67,7 +67,7 @@ pub struct EvalArgs {
 }
 
 /// `orch eval`.
-pub async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
+pub(super) async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
     if let Some(p) = args.fail_under
         && !(0.0..=100.0).contains(&p)
     {

@@ -106,7 +106,7 @@ fn age(created: &str) -> String {
 }
 
 /// `orch runs`.
-pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
+pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
     let info = git::open_repo(&args.repo)?;
     let mut rows = Vec::new();
     for id in runlog::list_run_ids(&info.common_dir)
@@ -172,7 +172,7 @@ pub fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
 }
 
 /// `orch show`.
-pub fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
+pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     let (_, root, state) = open(&args.repo, &args.run)?;
     let mut out = Out::stdout();
     if args.json {
@@ -189,7 +189,7 @@ pub fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
 }
 
 /// The text of `orch show`.
-pub fn render_show(s: &RunState, root: &Path) -> String {
+pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     let mut o = String::new();
     let t = s.tokens();
     o.push_str(&format!(
@@ -264,7 +264,7 @@ fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
 }
 
 /// `orch review`.
-pub fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
+pub(super) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
     let (common, _, state) = open(&args.repo, &args.run)?;
     let stages: Vec<&StageRecord> = match &args.stage {
         Some(id) => vec![stage(&state, id)?],
@@ -279,7 +279,7 @@ pub fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
 }
 
 /// The text of `orch review` for one stage.
-pub fn render_review(common: &Path, st: &StageRecord) -> Result<String, CliError> {
+pub(super) fn render_review(common: &Path, st: &StageRecord) -> Result<String, CliError> {
     let mut o = format!("=== stage {} ({}) — {}", st.id, st.role, st.status.as_str());
     if let Some(v) = st.verdict {
         o.push_str(&format!(", verdict {v}"));
@@ -328,7 +328,7 @@ pub fn render_review(common: &Path, st: &StageRecord) -> Result<String, CliError
 }
 
 /// `orch diff`.
-pub fn cmd_diff(args: DiffArgs) -> Result<i32, CliError> {
+pub(super) fn cmd_diff(args: DiffArgs) -> Result<i32, CliError> {
     let (common, _, state) = open(&args.repo, &args.run)?;
     let st = stage(&state, &args.stage)?;
     let (Some(commit), Some(parent)) = (&st.commit, &st.parent_commit) else {
@@ -345,7 +345,7 @@ pub fn cmd_diff(args: DiffArgs) -> Result<i32, CliError> {
 }
 
 /// `orch log`.
-pub fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
+pub(super) fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
     let (_, root, state) = open(&args.repo, &args.run)?;
     let stages: Vec<&StageRecord> = match &args.stage {
         Some(id) => vec![stage(&state, id)?],
@@ -378,7 +378,7 @@ pub fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
 }
 
 /// One action-log event as a readable line.
-pub fn render_event(ev: &serde_json::Value) -> String {
+pub(super) fn render_event(ev: &serde_json::Value) -> String {
     let ms = ev["elapsed_ms"].as_u64().unwrap_or(0);
     let t = format!("{:>7.2}s", ms as f64 / 1000.0);
     let s = |k: &str| ev[k].as_str().unwrap_or("").to_owned();

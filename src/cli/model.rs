@@ -80,7 +80,7 @@ fn with_knobs(mut settings: ModelSettings) -> ModelSettings {
 
 /// Hidden knob: the first retry delay in milliseconds (default 500). Tests set
 /// it low so exhausting the retries against a broken server stays fast.
-pub const RETRY_BASE_ENV: &str = "ORCH_RETRY_BASE_MS";
+pub(super) const RETRY_BASE_ENV: &str = "ORCH_RETRY_BASE_MS";
 
 /// Shortest value treated as a secret: shorter ones are not keys, and
 /// redacting them would mangle ordinary text.

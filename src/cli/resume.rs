@@ -52,7 +52,7 @@ pub struct RollbackArgs {
 }
 
 /// `orch resume`.
-pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
+pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let info = crate::git::open_repo(&args.repo)?;
     let (_, state, _) = runner::load_run(&info.common_dir, run_id.as_str())?;
@@ -76,7 +76,7 @@ pub async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
 }
 
 /// `orch rollback`.
-pub async fn cmd_rollback(args: RollbackArgs) -> Result<i32, CliError> {
+pub(super) async fn cmd_rollback(args: RollbackArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let rolled = runner::rollback_run(&args.repo, run_id.as_str(), &args.to).await?;
     let mut out = Out::stdout();

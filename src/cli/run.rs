@@ -64,7 +64,7 @@ fn read_issue(path: &PathBuf) -> Result<String, CliError> {
 }
 
 /// `orch run`.
-pub async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
+pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&args.repo))?;
     let pipeline = catalog.pipeline(&args.pipeline)?;
     let roles = roles_for(&catalog, &pipeline)?;

@@ -24,7 +24,7 @@ pub struct GraphArgs {
 }
 
 /// `orch validate`: every error on stderr, a summary on stdout.
-pub fn cmd_validate(args: ValidateArgs) -> Result<i32, CliError> {
+pub(super) fn cmd_validate(args: ValidateArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&args.repo))?;
     let errors = catalog.validate_all();
     for e in &errors {
@@ -62,7 +62,7 @@ fn print_catalog(catalog: &Catalog, errors: usize) -> Result<(), CliError> {
 }
 
 /// `orch graph`: the unrolled DAG as Mermaid.
-pub fn cmd_graph(args: GraphArgs) -> Result<i32, CliError> {
+pub(super) fn cmd_graph(args: GraphArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&args.repo))?;
     let pipeline = catalog.pipeline(&args.pipeline)?;
     let mut out = Out::stdout();

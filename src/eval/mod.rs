@@ -18,11 +18,10 @@
 mod report;
 mod task;
 
-pub use report::{
-    CheckRow, EVAL_FORMAT, EvalReport, RESULTS_FILE, RunRow, StageRow, TaskSummary, Tokens, Total,
-    default_out_dir,
+pub(crate) use report::{
+    CheckRow, EVAL_FORMAT, EvalReport, RunRow, StageRow, Tokens, default_out_dir,
 };
-pub use task::{Task, TaskRepo, TaskSet};
+pub(crate) use task::{Task, TaskRepo, TaskSet};
 
 use crate::exec::{ExecLimits, ExecResult, run_shell};
 use crate::ui::Ui;
@@ -33,9 +32,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Default bound on one `orch run` of one task.
-pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(1800);
+pub(crate) const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Default bound on one hidden check.
-pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(120);
 /// Bound on each git command eval runs itself (init, commit, clone).
 const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long an interrupted `orch run` gets to record the interruption.
@@ -51,7 +50,7 @@ const BASE_DATE: &str = "1767225600 +0000";
 
 /// An error that stops an eval (a task that merely is not solved is not one).
 #[derive(Debug, thiserror::Error)]
-pub enum EvalError {
+pub(crate) enum EvalError {
     /// A task directory is malformed; `path` names the offending file.
     #[error("failed to use the eval task {}: {reason}", path.display())]
     BadTask {
@@ -103,7 +102,7 @@ pub enum EvalError {
 
 /// How to run an eval.
 #[derive(Debug, Clone)]
-pub struct EvalOptions {
+pub(crate) struct EvalOptions {
     /// The tasks.
     pub tasks: TaskSet,
     /// The `orch` binary to run (normally the running one).
@@ -129,7 +128,7 @@ pub struct EvalOptions {
 /// Runs every task `runs` times, appending each result to the results file
 /// as it finishes. Ctrl-C stops after killing the current run; the report
 /// then says `interrupted` and holds what finished.
-pub async fn run_eval(opts: &EvalOptions, ui: &Ui) -> Result<EvalReport, EvalError> {
+pub(crate) async fn run_eval(opts: &EvalOptions, ui: &Ui) -> Result<EvalReport, EvalError> {
     let start = Instant::now();
     let eval_id = crate::ids::RunId::new().into_string();
     let mut results = ResultsFile::open(&opts.out_dir)?;

@@ -10,10 +10,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The schema version of `--json` output and of each results line.
-pub const EVAL_FORMAT: &str = "orch-eval/1";
+pub(crate) const EVAL_FORMAT: &str = "orch-eval/1";
 
 /// The file, inside the results directory, that every eval appends to.
-pub const RESULTS_FILE: &str = "evals.jsonl";
+pub(crate) const RESULTS_FILE: &str = "evals.jsonl";
 
 /// Characters of check output kept in a row (the tail: that is where test
 /// runners print the failure summary).
@@ -21,7 +21,7 @@ pub(crate) const CHECK_OUTPUT_CHARS: usize = 2000;
 
 /// Prompt, completion and total tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     /// Prompt tokens.
     pub prompt: u64,
     /// Completion tokens.
@@ -40,7 +40,7 @@ impl Tokens {
 
 /// One stage of a measured run, as `orch run --json` reported it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StageRow {
+pub(crate) struct StageRow {
     /// Stage id, e.g. `code`.
     pub id: String,
     /// Role name.
@@ -57,7 +57,7 @@ pub struct StageRow {
 
 /// What the hidden check did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CheckRow {
+pub(crate) struct CheckRow {
     /// Exit code (`None` when killed by a signal or the timeout).
     pub exit_code: Option<i32>,
     /// Whether the check timeout fired.
@@ -70,7 +70,7 @@ pub struct CheckRow {
 
 /// One run of one task.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunRow {
+pub(crate) struct RunRow {
     /// Task name.
     pub task: String,
     /// Run number, from 1.
@@ -111,7 +111,7 @@ pub struct RunRow {
 
 /// Per-task sums over its runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TaskSummary {
+pub(crate) struct TaskSummary {
     /// Task name.
     pub task: String,
     /// Runs made.
@@ -122,7 +122,7 @@ pub struct TaskSummary {
 
 /// Sums over every run of an eval.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Total {
+pub(crate) struct Total {
     /// Tasks measured.
     pub tasks: usize,
     /// Runs made (tasks × runs, fewer when interrupted).
@@ -133,7 +133,6 @@ pub struct Total {
     pub solved_pct: f64,
     /// Model turns.
     pub turns: u64,
-    /// Tokens.
     pub tokens: Tokens,
     /// Cost of the runs whose cost is known; `None` when no run's cost is known.
     pub cost_usd: Option<f64>,
@@ -143,7 +142,7 @@ pub struct Total {
 
 /// The result of one `orch eval`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EvalReport {
+pub(crate) struct EvalReport {
     /// Always [`EVAL_FORMAT`].
     pub format: &'static str,
     /// The eval's id (sortable by start time).
@@ -240,7 +239,7 @@ pub(crate) fn row_line(eval_id: &str, row: &RunRow) -> serde_json::Value {
 /// repository containing `cwd` (the common dir, for a linked worktree), else
 /// `$XDG_STATE_HOME/orch/evals` (absolute values only), else
 /// `$HOME/.local/state/orch/evals`.
-pub fn default_out_dir(cwd: &Path, env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+pub(crate) fn default_out_dir(cwd: &Path, env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     if let Ok(repo) = git2::Repository::discover(cwd) {
         return Some(repo.commondir().join("orch").join("evals"));
     }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Where a task's starting repository comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TaskRepo {
+pub(crate) enum TaskRepo {
     /// Plain files, committed as one commit on `main` in a fresh repository.
     Files(PathBuf),
     /// A git bundle, cloned; the run starts from the bundle's `HEAD`.
@@ -22,7 +22,7 @@ pub enum TaskRepo {
 
 /// One validated eval task (all paths absolute).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Task {
+pub(crate) struct Task {
     /// The directory name, e.g. `01-py-one-line`.
     pub name: String,
     /// The task directory.
@@ -39,7 +39,7 @@ pub struct Task {
 
 /// The tasks of one task-set directory, in name order.
 #[derive(Debug, Clone)]
-pub struct TaskSet {
+pub(crate) struct TaskSet {
     /// The directory given (absolute).
     pub dir: PathBuf,
     /// The tasks to run.
@@ -50,7 +50,11 @@ impl TaskSet {
     /// Loads and validates the tasks under `dir`. `scripted` names the replay
     /// every task must carry (`replay.<scripted>.json`); `only`, when not
     /// empty, keeps just the tasks with those names (each must exist).
-    pub fn load(dir: &Path, scripted: Option<&str>, only: &[String]) -> Result<TaskSet, EvalError> {
+    pub(crate) fn load(
+        dir: &Path,
+        scripted: Option<&str>,
+        only: &[String],
+    ) -> Result<TaskSet, EvalError> {
         let dir = std::path::absolute(dir).map_err(|e| bad(dir, e.to_string()))?;
         if !dir.is_dir() {
             return Err(bad(&dir, "it is not a directory".to_owned()));

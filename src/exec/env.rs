@@ -11,7 +11,7 @@ const PASSED_VARS: &[&str] = &[
 
 /// The environment variable that marks every tool process (and subagent) of
 /// a run with its run id, so a later `orch` can find what a killed one left.
-pub const RUN_MARKER: &str = "ORCH_RUN_ID";
+pub(crate) const RUN_MARKER: &str = "ORCH_RUN_ID";
 
 /// Variables forced for tool processes: no colours, pagers or git prompts.
 const FIXED_VARS: &[(&str, &str)] = &[
@@ -24,7 +24,7 @@ const FIXED_VARS: &[(&str, &str)] = &[
 
 /// The environment for tool processes, built from orch's own environment
 /// through an allowlist (see [`PASSED_VARS`] and [`FIXED_VARS`]).
-pub fn scrubbed_env() -> Vec<(String, String)> {
+pub(crate) fn scrubbed_env() -> Vec<(String, String)> {
     scrub(std::env::vars_os().map(|(k, v)| {
         (
             k.to_string_lossy().into_owned(),
@@ -65,7 +65,7 @@ const SECRET_NAME_ENDINGS: &[&str] = &[
 /// [`SECRET_NAME_ENDINGS`], or `SECRET`/`PASSWORD` anywhere in it. The one
 /// rule both for what tool processes never get and for what the run record
 /// redacts.
-pub fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     SECRET_NAME_ENDINGS.iter().any(|e| upper.ends_with(e))
         || upper.contains("SECRET")

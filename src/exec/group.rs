@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::RUN_MARKER;
 
 /// Time between SIGTERM and SIGKILL when a process group is stopped.
-pub const GRACE: Duration = Duration::from_secs(2);
+pub(crate) const GRACE: Duration = Duration::from_secs(2);
 
 /// A hook run in the child after fork and before exec (e.g. applying a
 /// sandbox). It runs in a forked copy of a multi-threaded process: it must
@@ -46,7 +46,7 @@ impl std::fmt::Debug for PreExec {
 
 /// A started child leading its own process group.
 #[derive(Debug)]
-pub struct ProcessGroup {
+pub(crate) struct ProcessGroup {
     child: tokio::process::Child,
     /// The group id (the child's pid) while the guard is armed.
     pgid: Option<libc::pid_t>,
@@ -56,7 +56,7 @@ impl ProcessGroup {
     /// Starts `cmd` as the leader of a new process group, with `pre_exec`
     /// run in the child before exec. The caller sets program, arguments,
     /// environment and stdio; this sets the group and `kill_on_drop`.
-    pub fn spawn(
+    pub(crate) fn spawn(
         cmd: &mut tokio::process::Command,
         pre_exec: Option<&PreExec>,
     ) -> std::io::Result<ProcessGroup> {
@@ -75,17 +75,17 @@ impl ProcessGroup {
     }
 
     /// The leader's pid (0 when unknown).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id().unwrap_or(0)
     }
 
     /// Waits for the leader to exit.
-    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+    pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         self.child.wait().await
     }
 
     /// Sends `signal` to the whole group (nothing once released).
-    pub fn signal(&self, signal: libc::c_int) {
+    pub(crate) fn signal(&self, signal: libc::c_int) {
         if let Some(pgid) = self.pgid {
             signal_group(pgid, signal);
         }
@@ -93,7 +93,7 @@ impl ProcessGroup {
 
     /// SIGTERM to the group, up to `grace` for the leader to exit, then
     /// SIGKILL; returns the leader's exit status.
-    pub async fn stop(&mut self, grace: Duration) -> std::io::Result<ExitStatus> {
+    pub(crate) async fn stop(&mut self, grace: Duration) -> std::io::Result<ExitStatus> {
         self.signal(libc::SIGTERM);
         match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(status) => status,
@@ -107,14 +107,14 @@ impl ProcessGroup {
     /// After the leader exited: SIGKILLs what is left of the group
     /// (background jobs must not outlive their command) and disarms the
     /// guard.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.signal(libc::SIGKILL);
         self.release();
     }
 
     /// Disarms the drop guard: the group is done with, and a later kill
     /// could hit a recycled process id.
-    pub fn release(&mut self) {
+    pub(crate) fn release(&mut self) {
         self.pgid = None;
     }
 }
@@ -141,7 +141,7 @@ fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
 /// with its process group: what an `orch` that was SIGKILLed in the middle
 /// of a tool call or a subagent left running. Returns how many processes
 /// were found. Linux only (reads `/proc`); elsewhere it finds nothing.
-pub fn reap_run_orphans(run_id: &str) -> usize {
+pub(crate) fn reap_run_orphans(run_id: &str) -> usize {
     let marker = format!("{RUN_MARKER}={run_id}");
     let me = std::process::id();
     let mut found = 0;

@@ -22,27 +22,27 @@
 //!   `drain_timeout`.
 
 mod capture;
-pub mod env;
-pub mod group;
-pub mod shell;
+pub(crate) mod env;
+pub(crate) mod group;
+pub(crate) mod shell;
 
 use std::time::Duration;
 
-pub use env::{RUN_MARKER, is_secret_name, scrubbed_env};
-pub use group::{PreExec, ProcessGroup, reap_run_orphans};
-pub use shell::{run_shell, run_shell_with};
+pub(crate) use env::{RUN_MARKER, is_secret_name, scrubbed_env};
+pub(crate) use group::{PreExec, ProcessGroup, reap_run_orphans};
+pub(crate) use shell::{run_shell, run_shell_with};
 
 /// Default time a `bash` call may run when the model gives no `timeout_secs`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Upper bound for a model-requested timeout.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 /// Time between SIGTERM and SIGKILL of a timed-out process group.
-pub const GRACE: Duration = group::GRACE;
+pub(crate) const GRACE: Duration = group::GRACE;
 /// Output bytes sent back to the model (head + tail).
-pub const MAX_OUTPUT_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_OUTPUT_BYTES: usize = 16 * 1024;
 /// How long to keep reading the pipe after the child exited and its group was
 /// killed; bounds the wait on a grandchild that left the group with the pipe.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Limits for one child process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Default for ExecLimits {
 
 /// What a finished child process did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecResult {
+pub(crate) struct ExecResult {
     /// Exit code, when the child exited normally.
     pub exit_code: Option<i32>,
     /// The signal that ended the child, when it was killed.

@@ -14,7 +14,7 @@ use super::{ExecLimits, ExecResult};
 /// Runs `bash -c command` in `cwd` with exactly `env`, stdin closed, in its own
 /// process group, and waits at most `timeout` (then SIGTERM, `grace`, SIGKILL to
 /// the group). Returns `Err` only when the process cannot be started.
-pub async fn run_shell(
+pub(crate) async fn run_shell(
     command: &str,
     cwd: &Path,
     env: &[(String, String)],
@@ -25,7 +25,7 @@ pub async fn run_shell(
 }
 
 /// [`run_shell`] with a hook run in the child before exec (a sandbox).
-pub async fn run_shell_with(
+pub(crate) async fn run_shell_with(
     command: &str,
     cwd: &Path,
     env: &[(String, String)],

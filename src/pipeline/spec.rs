@@ -12,7 +12,7 @@ use std::fmt;
 /// A pipeline file as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PipelineSpec {
+pub(super) struct PipelineSpec {
     /// The pipeline name; defaults to the file stem and must equal it when given.
     #[serde(default)]
     pub name: Option<Spanned<String>>,
@@ -25,12 +25,12 @@ pub struct PipelineSpec {
 
 /// The `stages:` mapping, in file order.
 #[derive(Debug, Default)]
-pub struct StagesSpec(pub Vec<(Spanned<String>, StageSpec)>);
+pub(super) struct StagesSpec(pub Vec<(Spanned<String>, StageSpec)>);
 
 /// One stage as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StageSpec {
+pub(super) struct StageSpec {
     /// The role name.
     pub role: Spanned<String>,
     /// Upstream stage ids.
@@ -82,7 +82,7 @@ impl From<&BudgetSpec> for crate::budget::Budget {
 /// `rework: { stage, max_rounds }` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ReworkSpec {
+pub(super) struct ReworkSpec {
     /// The upstream stage to run again when this stage requests changes.
     pub stage: Spanned<String>,
     /// How many extra rounds at most (1..=5).
@@ -92,7 +92,7 @@ pub struct ReworkSpec {
 /// `needs:` as written: a list of stage ids, or one id as a plain string
 /// (GitHub Actions accepts both).
 #[derive(Debug, Default)]
-pub struct NeedsSpec(pub Vec<Spanned<String>>);
+pub(super) struct NeedsSpec(pub Vec<Spanned<String>>);
 
 impl<'de> Deserialize<'de> for StagesSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 /// An open action log.
 #[derive(Debug)]
-pub struct ActionLog {
+pub(crate) struct ActionLog {
     file: File,
     path: PathBuf,
     started: Instant,
@@ -24,7 +24,7 @@ pub struct ActionLog {
 impl ActionLog {
     /// Opens (creating or appending to) the log at `path`. Values in `secrets`
     /// are replaced by `[REDACTED]` in every event.
-    pub fn open(path: &Path, secrets: Vec<String>) -> Result<ActionLog, RecordError> {
+    pub(crate) fn open(path: &Path, secrets: Vec<String>) -> Result<ActionLog, RecordError> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -41,13 +41,8 @@ impl ActionLog {
         })
     }
 
-    /// The log file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Appends one event: `{"ts", "elapsed_ms", "event", …fields}`.
-    pub fn append(&mut self, event: &str, fields: Value) -> Result<(), RecordError> {
+    pub(crate) fn append(&mut self, event: &str, fields: Value) -> Result<(), RecordError> {
         let mut obj = json!({
             "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "elapsed_ms": self.started.elapsed().as_millis() as u64,
@@ -80,7 +75,7 @@ const MIN_CUT_PREFIX: usize = 4;
 /// log and the transcript are JSON, and a secret with a quote, a backslash or
 /// a control character is escaped there), and a prefix of it left just before
 /// a `[… N more bytes …]` cap marker when capping cut through the secret.
-pub fn redact(text: &str, secrets: &[String]) -> String {
+pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_owned();
     for s in secrets.iter().filter(|s| !s.is_empty()) {
         let escaped = json_escaped(s);

@@ -11,12 +11,12 @@ use std::path::Path;
 
 /// A held run lock; released on drop.
 #[derive(Debug)]
-pub struct RunLock {
+pub(crate) struct RunLock {
     _file: File,
 }
 
 /// Takes the lock of the run at `run_root`, or says which process holds it.
-pub fn lock_run(run_root: &Path, run_id: &str) -> Result<RunLock, RecordError> {
+pub(crate) fn lock_run(run_root: &Path, run_id: &str) -> Result<RunLock, RecordError> {
     let path = run_root.join("lock");
     let io = |source| RecordError::Io {
         path: path.clone(),

@@ -20,9 +20,9 @@ mod actions;
 mod lock;
 mod state;
 
-pub use actions::{ActionLog, redact};
-pub use lock::{RunLock, lock_run};
-pub use state::{
+pub(crate) use actions::{ActionLog, redact};
+pub(crate) use lock::{RunLock, lock_run};
+pub(crate) use state::{
     DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
 };
 
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 /// How many fresh run ids [`RunDir::create_new`] tries. With 64 random bits
 /// per id a second try is already a sign of trouble; the bound keeps a broken
 /// random source from looping forever.
-pub const CREATE_ATTEMPTS: usize = 16;
+pub(crate) const CREATE_ATTEMPTS: usize = 16;
 
 /// Errors while writing or reading a run record.
 #[derive(Debug, thiserror::Error)]
@@ -84,13 +84,13 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
 }
 
 /// The directory holding all runs of a repository: `<common-git-dir>/orch/runs`.
-pub fn runs_dir(common_dir: &Path) -> PathBuf {
+pub(crate) fn runs_dir(common_dir: &Path) -> PathBuf {
     common_dir.join("orch").join("runs")
 }
 
 /// Paths of one run's record.
 #[derive(Debug, Clone)]
-pub struct RunDir {
+pub(crate) struct RunDir {
     /// `<common-git-dir>/orch/runs/<run-id>`.
     pub root: PathBuf,
 }
@@ -99,7 +99,7 @@ impl RunDir {
     /// Creates the directory of a new run under a fresh [`RunId`]. The run
     /// root is made with `create_dir`, so it is never one that exists: should
     /// the id be taken, another is drawn (up to [`CREATE_ATTEMPTS`] in all).
-    pub fn create_new(common_dir: &Path) -> Result<(RunId, RunDir), RecordError> {
+    pub(crate) fn create_new(common_dir: &Path) -> Result<(RunId, RunDir), RecordError> {
         RunDir::create_unique(common_dir, RunId::new)
     }
 
@@ -137,7 +137,7 @@ impl RunDir {
 
     /// Creates the directory of the run `run_id` (and its `stages/`); fails
     /// with `AlreadyExists` when that run root exists.
-    pub fn create(common_dir: &Path, run_id: &str) -> Result<RunDir, RecordError> {
+    pub(crate) fn create(common_dir: &Path, run_id: &str) -> Result<RunDir, RecordError> {
         let runs = runs_dir(common_dir);
         std::fs::create_dir_all(&runs).map_err(io_err(&runs))?;
         let root = runs.join(run_id);
@@ -148,7 +148,7 @@ impl RunDir {
     }
 
     /// Opens an existing run's directory, or lists the runs that exist.
-    pub fn open(common_dir: &Path, run_id: &str) -> Result<RunDir, RecordError> {
+    pub(crate) fn open(common_dir: &Path, run_id: &str) -> Result<RunDir, RecordError> {
         let dir = runs_dir(common_dir);
         let root = dir.join(run_id);
         if run_id.is_empty() || run_id.contains(['/', '\\']) || !root.join("state.json").is_file() {
@@ -169,19 +169,19 @@ impl RunDir {
     }
 
     /// The state file.
-    pub fn state_path(&self) -> PathBuf {
+    pub(crate) fn state_path(&self) -> PathBuf {
         self.root.join("state.json")
     }
 
     /// The directory of one stage's files (created on demand).
-    pub fn stage_dir(&self, stage: &str) -> Result<PathBuf, RecordError> {
+    pub(crate) fn stage_dir(&self, stage: &str) -> Result<PathBuf, RecordError> {
         let dir = self.root.join("stages").join(stage);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         Ok(dir)
     }
 
     /// Writes the run state atomically.
-    pub fn write_state(&self, state: &RunState) -> Result<(), RecordError> {
+    pub(crate) fn write_state(&self, state: &RunState) -> Result<(), RecordError> {
         let mut bytes = serde_json::to_vec_pretty(state).map_err(|e| RecordError::Corrupt {
             path: self.state_path(),
             reason: e.to_string(),
@@ -191,7 +191,7 @@ impl RunDir {
     }
 
     /// Reads the run state.
-    pub fn read_state(&self) -> Result<RunState, RecordError> {
+    pub(crate) fn read_state(&self) -> Result<RunState, RecordError> {
         let path = self.state_path();
         let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
         serde_json::from_str(&text).map_err(|e| RecordError::Corrupt {
@@ -202,7 +202,7 @@ impl RunDir {
 
     /// Writes a whole file of the record atomically (issue text, PR text,
     /// transcripts, diffs).
-    pub fn write_file(&self, rel: &str, bytes: &[u8]) -> Result<PathBuf, RecordError> {
+    pub(crate) fn write_file(&self, rel: &str, bytes: &[u8]) -> Result<PathBuf, RecordError> {
         let path = self.root.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io_err(parent))?;
@@ -213,7 +213,7 @@ impl RunDir {
 }
 
 /// Ids of the runs recorded in a repository, newest first.
-pub fn list_run_ids(common_dir: &Path) -> Vec<String> {
+pub(crate) fn list_run_ids(common_dir: &Path) -> Vec<String> {
     let mut ids: Vec<String> = std::fs::read_dir(runs_dir(common_dir))
         .into_iter()
         .flatten()
@@ -227,7 +227,7 @@ pub fn list_run_ids(common_dir: &Path) -> Vec<String> {
 
 /// Writes `bytes` to `path` so that readers see either the old or the new
 /// content: a temp file in the same directory, fsync, then rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err(dir))?;
     tmp.write_all(bytes).map_err(io_err(path))?;

@@ -5,7 +5,7 @@ use crate::ids::Verdict;
 use serde::{Deserialize, Serialize};
 
 /// The version tag written into every `state.json`.
-pub const RUN_FORMAT: &str = "orch-run/1";
+pub(crate) const RUN_FORMAT: &str = "orch-run/1";
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +71,7 @@ impl RunStatus {
     }
 }
 
-pub use crate::budget::TokenCount;
+pub(crate) use crate::budget::TokenCount;
 
 /// One stage's record.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -109,7 +109,7 @@ pub struct StageRecord {
 }
 
 /// How many action-digest lines a stage record keeps.
-pub const DIGEST_LINES: usize = 50;
+pub(crate) const DIGEST_LINES: usize = 50;
 
 impl StageRecord {
     /// A pending record for a planned stage.

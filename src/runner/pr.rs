@@ -67,7 +67,7 @@ pub(super) fn shorten(s: &str, max: usize) -> String {
 
 /// The PR title and body, from the issue, the stages' summaries, the review
 /// verdict and the diffstat.
-pub fn pr_text(issue: &str, state: &RunState, diffstat: &str) -> (String, String) {
+pub(crate) fn pr_text(issue: &str, state: &RunState, diffstat: &str) -> (String, String) {
     let issue_title = issue
         .lines()
         .map(|l| l.trim().trim_start_matches('#').trim())

@@ -138,9 +138,7 @@ pub struct AgentEvent {
     pub agent_path: String,
     /// Who spawned it.
     pub parent: String,
-    /// Role.
     pub role: String,
-    /// Task.
     pub task: String,
     /// Final status.
     pub status: AgentStatus,
@@ -150,7 +148,6 @@ pub struct AgentEvent {
     /// Why it did not succeed.
     #[serde(default)]
     pub reason: Option<String>,
-    /// Turns.
     pub turns: u32,
     /// Tokens, its own children's included.
     pub tokens: TokenCount,
@@ -169,9 +166,7 @@ pub struct AgentNode {
     pub agent_path: String,
     /// The spawning agent's path (a stage id for the top level).
     pub parent: String,
-    /// Role.
     pub role: String,
-    /// Task.
     pub task: String,
     /// Status (from the parent's record when it has one, else the result file).
     pub status: AgentStatus,
@@ -181,7 +176,6 @@ pub struct AgentNode {
     pub reason: Option<String>,
     /// Its report (or partial report).
     pub report: String,
-    /// Turns.
     pub turns: u32,
     /// Tokens, its children's included.
     pub tokens: TokenCount,

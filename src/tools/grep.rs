@@ -11,13 +11,13 @@ use super::list_files::walk_files;
 use super::{Args, ToolOutcome, one_line};
 
 /// Matching lines returned at most.
-pub const MAX_MATCHES: usize = 200;
+pub(super) const MAX_MATCHES: usize = 200;
 /// Bytes of output returned at most.
-pub const MAX_BYTES: usize = 16 * 1024;
+pub(super) const MAX_BYTES: usize = 16 * 1024;
 /// Characters shown of one matching line.
-pub const MAX_LINE_CHARS: usize = 300;
+pub(super) const MAX_LINE_CHARS: usize = 300;
 /// Larger files are not searched.
-pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+pub(super) const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let pattern = args.string("pattern", "a regular expression (Rust regex syntax)")?;

@@ -18,7 +18,7 @@ use super::fence::{self, Access, Fenced};
 use super::{Args, ToolOutcome};
 
 /// Paths listed at most per call.
-pub const MAX_ENTRIES: usize = 500;
+pub(super) const MAX_ENTRIES: usize = 500;
 
 pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let path = args

@@ -8,11 +8,11 @@ use super::fence::{self, Access};
 use super::{Args, ToolOutcome, io_message};
 
 /// Lines returned when the model gives no `limit`.
-pub const DEFAULT_LIMIT: u64 = 2000;
+pub(super) const DEFAULT_LIMIT: u64 = 2000;
 /// Characters of numbered text returned at most per call.
-pub const MAX_CHARS: usize = 32 * 1024;
+pub(super) const MAX_CHARS: usize = 32 * 1024;
 /// Characters shown of one very long line.
-pub const MAX_LINE_CHARS: usize = 2000;
+pub(super) const MAX_LINE_CHARS: usize = 2000;
 
 pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let path = args.string("path", "a file path relative to the worktree root")?;

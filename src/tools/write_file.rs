@@ -15,7 +15,7 @@ use super::fence::{self, Access, Fenced};
 use super::{Args, ToolOutcome, io_message};
 
 /// Bytes of diff shown to the model (head + tail beyond this).
-pub const MAX_DIFF_BYTES: usize = 8 * 1024;
+pub(super) const MAX_DIFF_BYTES: usize = 8 * 1024;
 
 pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let path = args.string("path", "a file path relative to the worktree root")?;

@@ -1,6 +1,14 @@
 //! The one integration test binary: shared helpers in `support`, one module
 //! per area, each tested end to end.
 
+// Test and benchmark code: a failed unwrap is a failed run, and printing is its output.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
 mod support;
 
 mod budget;

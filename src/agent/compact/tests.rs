@@ -112,7 +112,7 @@ fn events(dir: &tempfile::TempDir, kind: &str) -> Vec<serde_json::Value> {
 }
 
 fn tracker() -> Tracker {
-    Tracker::new(super::super::budget::StageBudget::default(), 100)
+    Tracker::new(crate::budget::StageBudget::default(), 100)
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use serde_json::json;
 
 /// What sending one turn came to.
 #[derive(Debug)]
-pub enum Sent {
+pub(crate) enum Sent {
     /// The model answered.
     Reply(ChatResponse),
     /// The model failed (after its own retries, and after one compaction
@@ -30,7 +30,7 @@ pub enum Sent {
 /// ([`ChatModel::probe_context_window`]; event `context_window`), and the
 /// first time the client stops streaming it logs why (event
 /// `stream_fallback`).
-pub async fn send_turn(
+pub(crate) async fn send_turn(
     model: &dyn ChatModel,
     full: &ChatRequest,
     turn: u32,
