@@ -41,8 +41,9 @@ pub const RUN_ID_MAX_LEN: usize = 64;
 pub struct StageId(pub String);
 
 impl fmt::Display for RunId {
+    /// Honours width and alignment (`{:<36}`), as tables of runs use them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 

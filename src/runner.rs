@@ -21,7 +21,7 @@ pub(crate) use pr::pr_text;
 
 use crate::agent;
 use crate::git::{self, GitError};
-use crate::ids::Verdict;
+use crate::ids::{RunId, Verdict};
 use crate::llm::ChatModel;
 use crate::pipeline::{OnFailure, Pipeline};
 use crate::policy::BashPolicy;
@@ -147,7 +147,7 @@ pub(crate) struct Plan {
 
 /// Immutable facts of a run, shared with stage tasks.
 struct RunCtx {
-    run_id: String,
+    run_id: crate::ids::RunId,
     common: PathBuf,
     run_dir: RunDir,
     plan: Plan,
@@ -205,8 +205,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
 
     let (run_id, run_dir) = RunDir::create_new(&common)?;
-    let run_id = run_id.into_string();
-    let lock = crate::runlog::lock_run(&run_dir.root, &run_id)?;
+    let lock = crate::runlog::lock_run(&run_dir.root, run_id.as_str())?;
     // The first lane's checkout overlaps the writing of the run record.
     let lanes = Arc::new(Lanes::new(&common, &run_id));
     lanes.prewarm(&base_sha).await;
@@ -233,7 +232,9 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         updated: now(),
         repo: info.workdir.display().to_string(),
         base_commit: base_sha.clone(),
-        worktree: lanes::lanes_dir(&common, &run_id).display().to_string(),
+        worktree: lanes::lanes_dir(&common, run_id.as_str())
+            .display()
+            .to_string(),
         final_branch: format!("orch/{run_id}/pr"),
         model: session.model.model_name(),
         model_label: session.model.label(),
@@ -295,11 +296,13 @@ pub(crate) fn load_run(common: &Path, run_id: &str) -> Result<(RunDir, RunState,
 /// its start commit, in DAG order.
 pub(crate) async fn resume_run(
     repo: &Path,
-    run_id: &str,
+    run_id: &RunId,
     session: Session,
     opts: ResumeOptions,
     ui: &Ui,
 ) -> Result<RunSummary, RunError> {
+    let id = run_id;
+    let run_id = id.as_str();
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();
@@ -345,7 +348,7 @@ pub(crate) async fn resume_run(
         ));
     }
     lanes::clear_stale(&common, run_id).await?;
-    let lanes = Arc::new(Lanes::new(&common, run_id));
+    let lanes = Arc::new(Lanes::new(&common, id));
     state.status = RunStatus::Running;
     state.model = session.model.model_name();
     state.model_label = session.model.label();
@@ -371,7 +374,7 @@ pub(crate) async fn resume_run(
     let ctx = Arc::new(RunCtx {
         _lock: lock,
         ledger: std::sync::Mutex::new(ledger),
-        run_id: run_id.to_owned(),
+        run_id: id.clone(),
         allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
         common,
         base_commit: state.base_commit.clone(),
@@ -388,9 +391,10 @@ pub(crate) async fn resume_run(
 /// rolled back; their branches stay. Returns the ids rolled back.
 pub(crate) async fn rollback_run(
     repo: &Path,
-    run_id: &str,
+    run_id: &RunId,
     stage: &str,
 ) -> Result<Vec<String>, RunError> {
+    let run_id = run_id.as_str();
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();

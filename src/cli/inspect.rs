@@ -145,7 +145,7 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
     // shorter ids than new ones).
     let id_width = rows
         .iter()
-        .map(|s| s.run_id.len())
+        .map(|s| s.run_id.as_str().len())
         .max()
         .unwrap_or(0)
         .max(20)

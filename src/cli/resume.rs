@@ -63,7 +63,7 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let ui = Ui::new(false);
     let summary = runner::resume_run(
         &args.repo,
-        run_id.as_str(),
+        &run_id,
         session,
         ResumeOptions {
             retry_failed: args.retry,
@@ -78,7 +78,7 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
 /// `orch rollback`.
 pub(super) async fn cmd_rollback(args: RollbackArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
-    let rolled = runner::rollback_run(&args.repo, run_id.as_str(), &args.to).await?;
+    let rolled = runner::rollback_run(&args.repo, &run_id, &args.to).await?;
     let mut out = Out::stdout();
     writeln!(
         out,

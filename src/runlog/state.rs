@@ -139,7 +139,7 @@ pub struct RunState {
     /// Always [`RUN_FORMAT`].
     pub format: String,
     /// The run id.
-    pub run_id: String,
+    pub run_id: crate::ids::RunId,
     /// Pipeline name.
     pub pipeline: String,
     /// Where the pipeline came from (file or built-in).
@@ -197,7 +197,7 @@ impl RunState {
     pub(crate) fn new_for_test(run_id: &str) -> RunState {
         RunState {
             format: RUN_FORMAT.to_owned(),
-            run_id: run_id.to_owned(),
+            run_id: run_id.parse().expect("a test run id"),
             pipeline: "p".into(),
             pipeline_origin: "built-in".into(),
             status: RunStatus::Running,

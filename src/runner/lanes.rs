@@ -14,6 +14,7 @@
 
 use super::{RunError, blocking};
 use crate::git;
+use crate::ids::RunId;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -39,7 +40,7 @@ pub(crate) struct Lane {
 /// parallel stages check out their worktrees at the same time).
 pub(crate) struct Lanes {
     common: PathBuf,
-    run_id: String,
+    run_id: RunId,
     inner: Mutex<Pool>,
     /// The first lane, being created ahead of need.
     prewarm: tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<Lane, RunError>>>>,
@@ -58,10 +59,10 @@ pub(crate) fn lanes_dir(common: &Path, run_id: &str) -> PathBuf {
 
 impl Lanes {
     /// An empty pool.
-    pub(crate) fn new(common: &Path, run_id: &str) -> Lanes {
+    pub(crate) fn new(common: &Path, run_id: &RunId) -> Lanes {
         Lanes {
             common: common.to_path_buf(),
-            run_id: run_id.to_owned(),
+            run_id: run_id.clone(),
             inner: Mutex::new(Pool::default()),
             prewarm: tokio::sync::Mutex::new(None),
         }
@@ -85,7 +86,7 @@ impl Lanes {
 
     async fn create(&self, k: usize, start: &str) -> Result<Lane, RunError> {
         let lane = Lane {
-            path: lanes_dir(&self.common, &self.run_id).join(format!("lane-{k}")),
+            path: lanes_dir(&self.common, self.run_id.as_str()).join(format!("lane-{k}")),
             name: format!("orch-{}-{k}", self.run_id),
             branch: format!("orch-lanes/{}/{k}", self.run_id),
             clean_at: Some(start.to_owned()),
@@ -168,7 +169,7 @@ impl Lanes {
             let _ = handle.await;
         }
         *self.pool() = Pool::default();
-        clear_stale(&self.common, &self.run_id).await
+        clear_stale(&self.common, self.run_id.as_str()).await
     }
 }
 

@@ -76,7 +76,7 @@ pub(super) async fn run_stage(
     // later `resume` can find what a SIGKILLed orch left running.
     tool_ctx
         .env
-        .push((crate::exec::RUN_MARKER.to_owned(), ctx.run_id.clone()));
+        .push((crate::exec::RUN_MARKER.to_owned(), ctx.run_id.to_string()));
     let budget = ctx
         .ledger
         .lock()
@@ -135,7 +135,7 @@ pub(super) async fn run_stage(
         .map(|f| redact(&f));
     let duration_ms = started.elapsed().as_millis() as u64;
     let message = pr::commit_message(&pr::CommitInfo {
-        run_id: &ctx.run_id,
+        run_id: ctx.run_id.as_str(),
         stage: &id,
         role: &role.name,
         model: &model.model_name(),
