@@ -2,8 +2,9 @@
 //!
 //! [`BashPolicy::decide`] checks, in order:
 //! 1. the built-in deny list (destructive commands no agent should run), unless
-//!    the offending simple command starts with an entry of the repo allowlist
-//!    (`<repo>/.orch/allowlist`);
+//!    the offending simple command (or pipeline, or the whole line) equals an
+//!    entry of the repo allowlist (`<repo>/.orch/allowlist`) word for word,
+//!    after quotes and spacing are normalised — never a mere prefix;
 //! 2. the role's `deny` patterns, 3. its `ask` patterns, 4. its `allow`
 //!    patterns; 5. anything else is allowed.
 //!
@@ -12,23 +13,35 @@
 //! `$(…)`, backticks, process substitution, here-documents) into simple
 //! commands; wrappers (`sudo`, `env VAR=x`, `nohup`, `time`, `command`,
 //! `exec`, `nice`, `timeout`, `xargs`, `find -exec`, `eval`, `bash -c '…'`,
-//! `su -c`, …) are unwrapped recursively up to [`MAX_DEPTH`] levels (deeper
-//! nesting is denied). The rules then look at the program and its arguments,
-//! so spacing, flag order, quoting and wrapping do not matter, while a quoted
-//! argument (`echo "rm -rf /"`) is never mistaken for a command.
+//! `su -c`, aliases, scripts fed to a shell's stdin, …) are unwrapped
+//! recursively up to [`MAX_DEPTH`] levels (deeper nesting is denied), and
+//! variables assigned on the line are substituted. The rules then look at the
+//! program and its arguments, so spacing, flag order, quoting and wrapping do
+//! not matter, while a quoted argument (`echo "rm -rf /"`,
+//! `echo ':(){ :|:& };:'`) is never mistaken for a command.
+//!
+//! The built-in list is the approval layer, not the boundary: the kernel
+//! sandbox decides what a tool process can touch at all. The list still
+//! names what would be destructive inside the lane (`rm -rf .`, `.git`
+//! internals) or outside the run's own branches (the user's refs, stash,
+//! reflog, config), so the model gets a clear refusal with what to do
+//! instead rather than a permission error halfway through.
 //!
 //! Role patterns ([`pattern_matches`]) are command prefixes with `*` as a
 //! wildcard, matched on whole words against the command with its whitespace
 //! collapsed and against each simple command in it.
 
 mod builtin;
+mod expand;
+mod git;
 mod shell;
+#[cfg(test)]
+mod table_tests;
 mod unwrap;
 
 use std::path::Path;
 
-use builtin::builtin_deny;
-use shell::first_words;
+use builtin::{Entry, builtin_deny};
 use unwrap::analyze;
 
 /// Deepest nesting of `bash -c`, `$(…)`, `eval`, … that is analysed; deeper
@@ -46,6 +59,27 @@ pub enum Decision {
     Deny(String),
 }
 
+/// A [`Decision`] with what the caller should log beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    /// The answer, as [`BashPolicy::decide`] gives it.
+    pub decision: Decision,
+    /// Set when the command passed the built-in deny list only because it
+    /// equals a repo allowlist entry: `(entry, the built-in rule it lifted)`.
+    pub allowlisted: Option<(String, String)>,
+}
+
+impl Evaluation {
+    /// How the action log names an allowed decision: `allow`, or
+    /// `allow (repo allowlist: `ENTRY` lifts: RULE)`.
+    pub fn allow_label(&self) -> String {
+        match &self.allowlisted {
+            Some((entry, rule)) => format!("allow (repo allowlist: `{entry}` lifts: {rule})"),
+            None => "allow".to_owned(),
+        }
+    }
+}
+
 /// A role's bash policy plus the repo allowlist and how to resolve `Ask`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BashPolicy {
@@ -55,7 +89,8 @@ pub struct BashPolicy {
     pub ask: Vec<String>,
     /// Patterns that are denied.
     pub deny: Vec<String>,
-    /// Command prefixes exempt from the built-in deny list, from
+    /// Commands exempt from the built-in deny list when a command line (or
+    /// one simple command or pipeline in it) equals one exactly, from
     /// `<repo>/.orch/allowlist`.
     pub allowlist: Vec<String>,
     /// `--yes`: `Ask` counts as allowed.
@@ -67,15 +102,26 @@ pub struct BashPolicy {
 impl BashPolicy {
     /// Decides whether `command` may run (see the module docs for the order).
     pub fn decide(&self, command: &str) -> Decision {
+        self.evaluate(command).decision
+    }
+
+    /// [`Self::decide`], also saying whether the repo allowlist let the
+    /// command through, so the caller can log it.
+    pub fn evaluate(&self, command: &str) -> Evaluation {
         let analysis = analyze(command);
-        let allowlist: Vec<Vec<String>> = self
+        let allowlist: Vec<Entry> = self
             .allowlist
             .iter()
-            .map(|e| first_words(e))
-            .filter(|w| !w.is_empty())
+            .map(|e| Entry::new(e))
+            .filter(|e| !e.is_empty())
             .collect();
-        if let Some(reason) = builtin_deny(command, &analysis, &allowlist) {
-            return Decision::Deny(format!("{reason} (built-in deny list)"));
+        let builtin = builtin_deny(command, &analysis, &allowlist);
+        let with = |decision| Evaluation {
+            decision,
+            allowlisted: builtin.lifted.clone(),
+        };
+        if let Some(reason) = &builtin.deny {
+            return with(Decision::Deny(format!("{reason} (built-in deny list)")));
         }
         let mut candidates = vec![collapse_ws(command)];
         for unit in &analysis.units {
@@ -89,15 +135,15 @@ impl BashPolicy {
                 .cloned()
         };
         if let Some(p) = hit(&self.deny) {
-            return Decision::Deny(format!("role deny rule `{p}`"));
+            return with(Decision::Deny(format!("role deny rule `{p}`")));
         }
         if let Some(p) = hit(&self.ask) {
-            return Decision::Ask(format!("role ask rule `{p}`"));
+            return with(Decision::Ask(format!("role ask rule `{p}`")));
         }
-        Decision::Allow
+        with(Decision::Allow)
     }
 
-    /// Reads `<repo_root>/.orch/allowlist`: one command prefix per line, blank
+    /// Reads `<repo_root>/.orch/allowlist`: one command per line, blank
     /// lines and `#` comments ignored. A missing file is an empty list.
     pub fn load_allowlist(repo_root: &Path) -> std::io::Result<Vec<String>> {
         match std::fs::read_to_string(repo_root.join(".orch").join("allowlist")) {

@@ -1,20 +1,32 @@
 //! Finds every simple command of a command line, at every nesting level,
 //! with wrappers removed: `sudo`, `env`, assignments, `nohup`, `time`,
 //! `command`, `exec`, `nice`, `timeout`, `stdbuf`, and the commands hidden in
-//! `xargs`, `find -exec`, `eval`, `bash -c`, `su -c`, `env -S` and command
-//! substitutions. Nesting beyond [`MAX_DEPTH`] is flagged, not followed.
+//! `xargs`, `find -exec`, `eval`, `bash -c`, `su -c`, `env -S`, command
+//! substitutions, aliases defined on the line, and scripts fed to a shell's
+//! stdin (here-documents, here-strings, `echo … | sh`). Variables assigned on
+//! the line are substituted first (see [`super::expand`]). Nesting beyond
+//! [`MAX_DEPTH`] is flagged, not followed.
+//!
+//! Arguments that only exist when the command runs are given their worst
+//! evident value: what `xargs` appends is what the previous pipeline stage
+//! prints (`/` when that cannot be told), and `find`'s `{}` is the starting
+//! point itself when no test narrows the match.
 
 use super::MAX_DEPTH;
-use super::shell::parse;
+use super::expand::{Scope, produced_items};
+use super::shell::{Simple, parse};
 
 /// One simple command found anywhere in the command line.
 #[derive(Debug)]
 pub(super) struct Unit {
-    /// Its words as written.
+    /// Its words as written (after variable substitution).
     pub(super) raw: Vec<String>,
     /// The words after unwrapping `sudo`, `env`, assignments, … (program first).
     pub(super) argv: Vec<String>,
     pub(super) redirects: Vec<(String, String)>,
+    /// How its words were derived when they differ from what was written,
+    /// e.g. "`$x` is `/`", for the denial message.
+    pub(super) note: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -23,72 +35,198 @@ pub(super) struct Analysis {
     /// Pipelines with two or more stages, as indices into `units`.
     pub(super) pipelines: Vec<Vec<usize>>,
     pub(super) too_deep: bool,
+    /// More than [`MAX_WALKS`] texts were analysed (variables with many
+    /// values feeding nested scripts multiply them).
+    pub(super) too_large: bool,
     pub(super) fork_bomb: bool,
+    walks: usize,
 }
+
+/// Most texts (the line, substitutions, `bash -c` strings, here-documents,
+/// alias expansions, …) analysed for one command line.
+pub(super) const MAX_WALKS: usize = 2000;
 
 pub(super) fn analyze(command: &str) -> Analysis {
     let mut an = Analysis::default();
-    walk(command, 0, &mut an);
+    walk(command, 0, &mut an, &mut Scope::default());
     an
 }
 
-fn walk(text: &str, depth: usize, an: &mut Analysis) {
+/// What a simple command reads: the previous pipeline stage and any script
+/// text that reaches its stdin from the line itself.
+#[derive(Default)]
+struct Input {
+    /// The argv of the previous stage of the pipeline.
+    producer: Option<Vec<String>>,
+    /// Here-document bodies, here-strings and `echo`/`printf` text piped in.
+    texts: Vec<String>,
+}
+
+fn walk(text: &str, depth: usize, an: &mut Analysis, scope: &mut Scope) {
     if depth > MAX_DEPTH {
         an.too_deep = true;
         return;
     }
-    if is_fork_bomb(text) {
-        an.fork_bomb = true;
+    an.walks += 1;
+    if an.walks > MAX_WALKS {
+        an.too_large = true;
+        return;
     }
     let parsed = parse(text);
+    if is_fork_bomb(&parsed.code) {
+        an.fork_bomb = true;
+    }
     for sub in &parsed.substitutions {
-        walk(sub, depth + 1, an);
+        walk(sub, depth + 1, an, scope);
     }
     for pipeline in parsed.pipelines {
-        let ids: Vec<usize> = pipeline
-            .into_iter()
-            .map(|s| add_unit(s.words, s.redirects, depth, an))
-            .collect();
+        let mut ids = Vec::new();
+        let mut input = Input::default();
+        for Simple {
+            words,
+            redirects,
+            stdin_texts,
+        } in pipeline
+        {
+            scope.record(&words);
+            let mut texts = input.texts.clone();
+            texts.extend(stdin_texts.iter().cloned());
+            let mut first = None;
+            for variant in scope.expand(&words) {
+                let note = (!variant.notes.is_empty()).then(|| variant.notes.join(", "));
+                let unit_input = Input {
+                    producer: input.producer.clone(),
+                    texts: texts.clone(),
+                };
+                let id = add_unit(
+                    variant.words,
+                    redirects.clone(),
+                    note,
+                    &unit_input,
+                    depth,
+                    an,
+                    scope,
+                );
+                first.get_or_insert(id);
+            }
+            let Some(id) = first else { continue };
+            ids.push(id);
+            let argv = an.units[id].argv.clone();
+            input.texts.extend(printed_text(&argv, &stdin_texts));
+            input.producer = Some(argv);
+        }
         if ids.len() > 1 {
             an.pipelines.push(ids);
         }
     }
 }
 
+/// Text a command writes to its stdout that is visible on the line:
+/// `echo`/`printf` arguments, or what `cat` reads from a here-document.
+fn printed_text(argv: &[String], stdin_texts: &[String]) -> Vec<String> {
+    match argv.first().map(|p| basename(p)) {
+        Some("echo") => vec![argv[1..].join(" ")],
+        Some("printf") => argv
+            .get(1)
+            .map(|f| f.replace("\\n", "\n"))
+            .into_iter()
+            .collect(),
+        Some("cat") if argv.len() == 1 => stdin_texts.to_vec(),
+        _ => Vec::new(),
+    }
+}
+
 fn add_unit(
     raw: Vec<String>,
     redirects: Vec<(String, String)>,
+    note: Option<String>,
+    input: &Input,
     depth: usize,
     an: &mut Analysis,
+    scope: &mut Scope,
 ) -> usize {
     let (argv, split_string) = strip_wrappers(&raw);
     let argv = argv.to_vec();
     if let Some(s) = split_string {
-        walk(&s, depth + 1, an);
+        walk(&s, depth + 1, an, scope);
     }
     let prog = argv.first().map(|p| basename(p)).unwrap_or_default();
     let args = argv.get(1..).unwrap_or_default();
+    if let Some(alias) = argv.first().and_then(|p| scope.aliases.remove(p.as_str())) {
+        // Bash never re-expands the alias being expanded.
+        let expanded = std::iter::once(alias.clone())
+            .chain(args.iter().map(|a| shell_quote(a)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        walk(&expanded, depth + 1, an, scope);
+        scope.aliases.insert(argv[0].clone(), alias);
+    }
     match prog {
-        p if SHELLS.contains(&p) => {
+        p if SHELLS.contains(&p) || is_unknown_program(&argv) => {
             if let Some(script) = shell_c_string(args) {
-                walk(&script, depth + 1, an);
+                walk(&script, depth + 1, an, scope);
+            } else if SHELLS.contains(&p) && reads_script_from_stdin(&argv) {
+                for script in &input.texts {
+                    walk(script, depth + 1, an, scope);
+                }
             }
         }
         "su" => {
             if let Some(script) = su_command(args) {
-                walk(&script, depth + 1, an);
+                walk(&script, depth + 1, an, scope);
             }
         }
-        "eval" => walk(&args.join(" "), depth + 1, an),
+        "eval" => walk(&args.join(" "), depth + 1, an, scope),
         "xargs" => {
-            let rest = skip_xargs_options(args);
-            if !rest.is_empty() {
-                add_unit(rest.to_vec(), Vec::new(), depth + 1, an);
+            let inner = skip_xargs_options(args);
+            if !inner.is_empty() {
+                let (variants, how) = xargs_variants(args, inner, input.producer.as_deref());
+                for v in variants {
+                    add_unit(
+                        v,
+                        Vec::new(),
+                        Some(how.clone()),
+                        &Input::default(),
+                        depth + 1,
+                        an,
+                        scope,
+                    );
+                }
             }
         }
         "find" => {
+            let parts = find_parts(args);
             for group in find_exec_groups(args) {
-                add_unit(group, Vec::new(), depth + 1, an);
+                if parts.selective {
+                    add_unit(
+                        group,
+                        Vec::new(),
+                        None,
+                        &Input::default(),
+                        depth + 1,
+                        an,
+                        scope,
+                    );
+                    continue;
+                }
+                for start in &parts.starts {
+                    let words = group
+                        .iter()
+                        .map(|w| w.replace("{}", start))
+                        .collect::<Vec<_>>();
+                    let how = format!(
+                        "`find` runs it on `{start}` itself, as no test such as `-name` narrows what it matches"
+                    );
+                    add_unit(
+                        words,
+                        Vec::new(),
+                        Some(how),
+                        &Input::default(),
+                        depth + 1,
+                        an,
+                        scope,
+                    );
+                }
             }
         }
         _ => {}
@@ -97,8 +235,183 @@ fn add_unit(
         raw,
         argv,
         redirects,
+        note,
     });
     an.units.len() - 1
+}
+
+/// The commands `xargs` runs: its command with the items of its input
+/// appended (or put in place of the `-I` string), and how that was read.
+fn xargs_variants(
+    args: &[String],
+    inner: &[String],
+    producer: Option<&[String]>,
+) -> (Vec<Vec<String>>, String) {
+    let from_file = args
+        .iter()
+        .any(|a| a == "-a" || a.starts_with("--arg-file") || (a.starts_with("-a") && a.len() > 2));
+    let produced = producer.filter(|_| !from_file).and_then(produced_items);
+    let (items, how) = match produced {
+        Some(p) => {
+            let how = format!(
+                "`xargs` gives it what {} prints: `{}`",
+                p.source,
+                p.items.join(" ")
+            );
+            (p.items, how)
+        }
+        None => (
+            vec!["/".to_owned()],
+            "`xargs` gives it arguments read from its input, which may be any path (`/` included); \
+             name the paths in the command instead"
+                .to_owned(),
+        ),
+    };
+    let replace = args.iter().enumerate().find_map(|(i, a)| {
+        if a == "-I" {
+            args.get(i + 1).cloned()
+        } else if let Some(r) = a.strip_prefix("-I").filter(|r| !r.is_empty()) {
+            Some(r.to_owned())
+        } else if a == "-i" || a == "--replace" {
+            Some("{}".to_owned())
+        } else {
+            a.strip_prefix("-i")
+                .or_else(|| a.strip_prefix("--replace="))
+                .map(str::to_owned)
+        }
+    });
+    let variants = match replace {
+        Some(r) => items
+            .iter()
+            .take(8)
+            .map(|item| inner.iter().map(|w| w.replace(&r, item)).collect())
+            .collect(),
+        None => vec![inner.iter().cloned().chain(items).collect()],
+    };
+    (variants, how)
+}
+
+/// A program that is only known when the shell runs it: `$(…)`, backticks
+/// or a variable not assigned on the line.
+pub(super) fn is_unknown_program(argv: &[String]) -> bool {
+    argv.first()
+        .is_some_and(|p| p.starts_with('$') || p.contains("$(") || p.contains('`'))
+}
+
+/// Whether a shell invocation runs the script it reads on stdin (no `-c`,
+/// no script file, or an explicit `-s` / `-` / `/dev/stdin`).
+pub(super) fn reads_script_from_stdin(argv: &[String]) -> bool {
+    let Some(prog) = argv.first().map(|p| basename(p)) else {
+        return false;
+    };
+    if !SHELLS.contains(&prog) {
+        return false;
+    }
+    let args = &argv[1..];
+    shell_c_string(args).is_none()
+        && args
+            .iter()
+            .all(|a| a.starts_with('-') || a.starts_with('+'))
+        || args
+            .iter()
+            .any(|a| a == "-s" || a == "/dev/stdin" || a == "-")
+}
+
+/// How a script interpreter (not a shell) is given its program.
+struct Family {
+    /// Short options (letters, bundled or not) that give the program inline.
+    inline: &'static str,
+    /// Short options whose argument follows (attached or as the next word).
+    with_arg: &'static str,
+    /// Long options that give the program inline.
+    inline_long: &'static [&'static str],
+    /// Long options taking the next word as their argument.
+    long_with_arg: &'static [&'static str],
+}
+
+fn interpreter_family(prog: &str) -> Option<Family> {
+    let version = |p: &str| p.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let family = |inline, with_arg, inline_long, long_with_arg| Family {
+        inline,
+        with_arg,
+        inline_long,
+        long_with_arg,
+    };
+    if ["python", "pypy"]
+        .iter()
+        .any(|p| prog.strip_prefix(p).is_some_and(version))
+    {
+        return Some(family("cm", "WXQ", &[], &[]));
+    }
+    match prog {
+        "perl" | "ruby" => Some(family("eE", "IMCmrx", &[], &[])),
+        "node" | "nodejs" | "bun" => Some(family(
+            "ep",
+            "r",
+            &["--eval", "--print"],
+            &["--require", "--import", "--loader"],
+        )),
+        "php" => Some(family("rfBRFE", "dc", &[], &[])),
+        "lua" | "luajit" | "tclsh" | "Rscript" | "julia" | "osascript" => {
+            Some(family("e", "l", &[], &[]))
+        }
+        _ => None,
+    }
+}
+
+/// A script interpreter other than a shell (`python3`, `perl`, `node`, …).
+pub(super) fn is_interpreter(prog: &str) -> bool {
+    interpreter_family(prog).is_some()
+}
+
+/// The interpreter (not a shell) that runs a program it reads on stdin: no
+/// inline program, no script file, or an explicit `-` / `/dev/stdin`.
+pub(super) fn interpreter_reading_stdin(argv: &[String]) -> Option<&str> {
+    let prog = basename(argv.first()?);
+    let fam = interpreter_family(prog)?;
+    let mut args = argv[1..].iter();
+    while let Some(a) = args.next() {
+        if a == "-" || a == "/dev/stdin" {
+            return Some(prog);
+        }
+        if a == "--" {
+            return args.next().is_none().then_some(prog).or_else(|| {
+                argv.iter()
+                    .any(|a| a == "-" || a == "/dev/stdin")
+                    .then_some(prog)
+            });
+        }
+        if let Some(long) = a.strip_prefix("--") {
+            let name = long.split('=').next().unwrap_or(long);
+            let name = format!("--{name}");
+            if fam.inline_long.contains(&name.as_str()) {
+                return None;
+            }
+            if fam.long_with_arg.contains(&name.as_str()) && !long.contains('=') {
+                args.next();
+            }
+        } else if let Some(short) = a.strip_prefix('-') {
+            for (k, c) in short.char_indices() {
+                if fam.inline.contains(c) {
+                    return None;
+                }
+                if fam.with_arg.contains(c) {
+                    if k + c.len_utf8() == short.len() {
+                        args.next();
+                    }
+                    break;
+                }
+            }
+        } else {
+            // A script file.
+            return None;
+        }
+    }
+    Some(prog)
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 pub(super) const SHELLS: &[&str] = &[
@@ -109,7 +422,7 @@ pub(super) fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
-fn is_assignment(w: &str) -> bool {
+pub(super) fn is_assignment(w: &str) -> bool {
     match w.find('=') {
         Some(eq) if eq > 0 => {
             let name = w[..eq].trim_end_matches('+');
@@ -145,7 +458,7 @@ fn skip_opts(args: &[String], with_arg: &[&str]) -> usize {
 /// Removes keywords, assignments and wrapper programs from the front of a
 /// simple command. Returns the remaining words and, for `env -S STRING`, the
 /// string to analyse as a command of its own.
-fn strip_wrappers(words: &[String]) -> (&[String], Option<String>) {
+pub(super) fn strip_wrappers(words: &[String]) -> (&[String], Option<String>) {
     let mut w = words;
     let mut split = None;
     loop {
@@ -309,6 +622,119 @@ fn skip_xargs_options(args: &[String]) -> &[String] {
         "--eof",
     ];
     &args[skip_opts(args, &with_arg)..]
+}
+
+/// A `find` command line split into what it searches and how.
+pub(super) struct FindParts {
+    /// The starting points (`.` when none is given).
+    pub(super) starts: Vec<String>,
+    /// Some test (`-name`, `-type f`, `-newer`, …) narrows what it matches,
+    /// so a starting point is not itself a match.
+    pub(super) selective: bool,
+    /// It deletes what it matches (`-delete`, or `-exec rm`/`rmdir`/`unlink`/`shred`).
+    pub(super) deletes: bool,
+}
+
+/// Primaries that select nothing by themselves (options, actions, operators).
+const FIND_NON_TESTS: &[&str] = &[
+    "-maxdepth",
+    "-mindepth",
+    "-depth",
+    "-d",
+    "-xdev",
+    "-mount",
+    "-follow",
+    "-noleaf",
+    "-ignore_readdir_race",
+    "-noignore_readdir_race",
+    "-regextype",
+    "-warn",
+    "-nowarn",
+    "-daystart",
+    "-print",
+    "-print0",
+    "-printf",
+    "-fprint",
+    "-fprint0",
+    "-fprintf",
+    "-ls",
+    "-fls",
+    "-delete",
+    "-prune",
+    "-true",
+    "-quit",
+    "-o",
+    "-or",
+    "-a",
+    "-and",
+    "-not",
+    "!",
+    "(",
+    ")",
+    ",",
+    "-help",
+    "-version",
+];
+
+pub(super) fn find_parts(args: &[String]) -> FindParts {
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "-H" | "-L" | "-P" => i += 1,
+            "-D" => i += 2,
+            a if a.starts_with("-O") => i += 1,
+            _ => break,
+        }
+    }
+    let mut starts = Vec::new();
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a.starts_with('-') || a == "(" || a == "!" || a == "," {
+            break;
+        }
+        starts.push(a.to_owned());
+        i += 1;
+    }
+    if starts.is_empty() {
+        starts.push(".".to_owned());
+    }
+    let mut selective = false;
+    let mut deletes = false;
+    let expr = &args[i.min(args.len())..];
+    let mut j = 0;
+    while j < expr.len() {
+        let a = expr[j].as_str();
+        let next = expr.get(j + 1).map(String::as_str).unwrap_or("");
+        match a {
+            "-delete" => deletes = true,
+            "-exec" | "-execdir" | "-ok" | "-okdir" => {
+                deletes |= ["rm", "rmdir", "unlink", "shred"].contains(&basename(next));
+                while j < expr.len() && expr[j] != ";" && expr[j] != "+" {
+                    j += 1;
+                }
+            }
+            "-type" | "-xtype" => {
+                selective |= next != "d";
+                j += 1;
+            }
+            "-name" | "-iname" | "-path" | "-ipath" | "-wholename" | "-iwholename" | "-regex"
+            | "-iregex" | "-lname" | "-ilname" => {
+                selective |= !next.chars().all(|c| matches!(c, '*' | '.'));
+                j += 1;
+            }
+            "-maxdepth" | "-mindepth" | "-regextype" | "-fprint" | "-fprint0" | "-fls"
+            | "-printf" => j += 1,
+            "-fprintf" => j += 2,
+            a if a.starts_with('-') && !FIND_NON_TESTS.contains(&a) => selective = true,
+            _ => {}
+        }
+        j += 1;
+    }
+    FindParts {
+        starts,
+        selective,
+        deletes,
+    }
 }
 
 /// The commands of `find … -exec CMD … ;` (also `-execdir`, `-ok`, `-okdir`).
