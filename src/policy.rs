@@ -34,6 +34,7 @@
 mod builtin;
 mod expand;
 mod git;
+mod scripts;
 mod shell;
 #[cfg(test)]
 mod table_tests;

@@ -114,6 +114,13 @@ fn check(command: &str, an: &Analysis, allowlist: &[Entry]) -> Option<String> {
     if an.fork_bomb && !whole_exempt {
         return Some("fork bomb".to_owned());
     }
+    if let Some((file, by)) = an.ran_downloads.first()
+        && !whole_exempt
+    {
+        return Some(format!(
+            "running `{file}`, which {by} downloads on the same command line: it cannot be read before it runs; download it in one call, read it, then run it"
+        ));
+    }
     for unit in &an.units {
         let exempt = whole_exempt || allowlist.iter().any(|e| unit_matches(unit, e));
         let found = redirect_rule(unit).or_else(|| {
@@ -356,13 +363,14 @@ fn download_into_shell_arg(prog: &str, args: &[String]) -> Option<String> {
         })
     });
     fetched.then(|| {
-        if shell {
-            "download executed by a shell".to_owned()
+        let by = if shell {
+            "a shell".to_owned()
         } else {
-            format!(
-                "download executed by `{prog}`; download it to a file, read it, then run the file"
-            )
-        }
+            format!("`{prog}`")
+        };
+        format!(
+            "download or decoded data executed by {by}: it cannot be read before it runs; save it to a file, read it, then run the file"
+        )
     })
 }
 

@@ -23,6 +23,17 @@ const MAX_VARIANTS: usize = 16;
 pub(super) struct Scope {
     vars: HashMap<String, Vec<String>>,
     pub(super) aliases: HashMap<String, String>,
+    /// Files written earlier on the line (keyed by [`super::scripts::file_key`]).
+    pub(super) files: HashMap<String, Written>,
+}
+
+/// What the line wrote into a file.
+#[derive(Debug, Clone)]
+pub(super) enum Written {
+    /// Text visible on the line (a here-document, `echo` arguments).
+    Script(String),
+    /// A download, by the command that made it (e.g. "`curl`").
+    Download(String),
 }
 
 /// One reading of a simple command: its words and what was substituted.
@@ -70,6 +81,11 @@ impl Scope {
         }
     }
 
+    /// Sets a variable (e.g. a positional parameter) to one value.
+    pub(super) fn set(&mut self, name: &str, value: &str) {
+        self.vars.insert(name.to_owned(), vec![value.to_owned()]);
+    }
+
     fn assign(&mut self, word: &str) {
         let Some((name, value)) = word.split_once('=') else {
             return;
@@ -101,7 +117,16 @@ impl Scope {
                             None => value.clone(),
                         };
                         notes.push(format!("`{shown}` prints `{}`", out.join(" ")));
+                        // Quoted, the output is one word; unquoted, several.
+                        if out.len() > 1 {
+                            readings.push((vec![out.join(" ")], notes.clone()));
+                        }
                         readings.push((out, notes));
+                    }
+                    None if value != *word && value.contains(char::is_whitespace) => {
+                        let split = value.split_whitespace().map(str::to_owned).collect();
+                        readings.push((vec![value], notes.clone()));
+                        readings.push((split, notes));
                     }
                     None => readings.push((vec![value], notes)),
                 }
@@ -276,10 +301,11 @@ pub(super) fn produced_items(argv: &[String]) -> Option<Produced> {
                 .collect()
         }
         "ls" | "grep" | "rg" | "fd" => {
+            // Listing outside the worktree can print anything there.
             let outside: Vec<String> = args
                 .iter()
                 .filter(|a| a.starts_with('/') || a.starts_with('~') || a.starts_with(".."))
-                .map(|a| format!("{}/x", a.trim_end_matches('/')))
+                .cloned()
                 .collect();
             if outside.is_empty() {
                 vec!["x".to_owned()]
@@ -314,6 +340,9 @@ mod tests {
         assert_eq!(v[1].words, w(&["rm", "-rf", "/", "/", "$unknown"]));
         assert_eq!(v[0].notes, ["`${x}` is `/`", "`$d` is `a`"]);
         let v = scope.expand(&w(&["$(echo rm)", "-rf", "`echo / x`", "$(cat f)"]));
-        assert_eq!(v[0].words, w(&["rm", "-rf", "/", "x", "$(cat f)"]));
+        // Quoted and unquoted readings of a substitution printing two words.
+        assert_eq!(v[0].words, w(&["rm", "-rf", "/ x", "$(cat f)"]));
+        assert_eq!(v[1].words, w(&["rm", "-rf", "/", "x", "$(cat f)"]));
+        assert_eq!(v.len(), 2);
     }
 }

@@ -147,18 +147,7 @@ pub(super) fn git_rule(args: &[String]) -> Option<String> {
         "push" => push_rule(rest),
         "update-ref" => update_ref_rule(rest),
         "branch" => branch_rule(rest),
-        "checkout" | "switch" => {
-            let forced = rest
-                .iter()
-                .position(|a| a == "-B" || a == "-C" || a == "--force-create")?;
-            let name = rest.get(forced + 1)?;
-            (!is_run_branch(name)).then(|| {
-                format!(
-                    "`git {sub} {} {name}` resets the branch `{name}`, which is not one of this run's branches (`orch/…`, `orch-lanes/…`); create a new branch name with `-b`/`-c` instead",
-                    rest[forced]
-                )
-            })
-        }
+        "checkout" | "switch" => switch_rule(sub, rest),
         "tag" if has_flag(rest, "df", &["delete", "force"]) => Some(
             "`git tag -d`/`-f` deletes or moves a tag, and tags are shared with the user's repository; create a tag with a new name instead".to_owned(),
         ),
@@ -213,6 +202,17 @@ pub(super) fn git_rule(args: &[String]) -> Option<String> {
             ))
         }
         "config" => config_rule(rest),
+        "fetch" | "pull" => fetch_rule(sub, rest),
+        "symbolic-ref" => {
+            let ops = operands(rest, &["-m"]);
+            match ops.as_slice() {
+                [_, target] if !is_run_branch(target) => Some(format!(
+                    "`git symbolic-ref {} {target}` points a ref at a branch that is not one of this run's (`orch/…`, `orch-lanes/…`); stay on the current branch",
+                    ops[0]
+                )),
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
@@ -266,6 +266,64 @@ fn push_rule(rest: &[String]) -> Option<String> {
         );
     }
     None
+}
+
+/// `git checkout -B NAME` / `git switch -C NAME` reset a branch; `git
+/// switch NAME` moves this worktree onto it. Either is refused for branches
+/// that are not the run's. (`git checkout NAME` is not checked: whether NAME
+/// is a branch or a path is only known to the repository.)
+fn switch_rule(sub: &str, rest: &[String]) -> Option<String> {
+    if let Some(forced) = rest
+        .iter()
+        .position(|a| a == "-B" || a == "-C" || a == "--force-create")
+    {
+        let name = rest.get(forced + 1)?;
+        return (!is_run_branch(name)).then(|| {
+            format!(
+                "`git {sub} {} {name}` resets the branch `{name}`, which is not one of this run's branches (`orch/…`, `orch-lanes/…`); create a new branch name with `-b`/`-c` instead",
+                rest[forced]
+            )
+        });
+    }
+    if sub != "switch" {
+        return None;
+    }
+    let creates = has_flag(rest, "cd", &["create", "detach", "orphan"]);
+    let ops = operands(rest, &["--conflict"]);
+    let name = ops.first()?;
+    (!creates && *name != "-" && !is_run_branch(name)).then(|| {
+        format!(
+            "`git switch {name}` puts this worktree on the branch `{name}`, so commits would land on a branch that is not one of this run's (`orch/…`, `orch-lanes/…`); stay on the current branch, or create one with `git switch -c NAME`"
+        )
+    })
+}
+
+/// `git fetch origin main:main` writes the local branch `main`.
+fn fetch_rule(sub: &str, rest: &[String]) -> Option<String> {
+    let ops = operands(
+        rest,
+        &[
+            "--depth",
+            "--deepen",
+            "--shallow-since",
+            "--shallow-exclude",
+            "-j",
+            "--jobs",
+            "--refmap",
+            "-o",
+            "--server-option",
+            "--upload-pack",
+        ],
+    );
+    ops.iter().skip(1).find_map(|spec| {
+        let (_, dst) = spec.trim_start_matches('+').split_once(':')?;
+        let branch = dst.starts_with("refs/heads/") || !dst.starts_with("refs/");
+        (branch && !dst.is_empty() && !is_run_branch(dst)).then(|| {
+            format!(
+                "`git {sub} … {spec}` writes the local branch `{dst}`, which is not one of this run's (`orch/…`, `orch-lanes/…`); fetch without a destination (`git fetch origin`) and use `origin/…`"
+            )
+        })
+    })
 }
 
 fn update_ref_rule(rest: &[String]) -> Option<String> {

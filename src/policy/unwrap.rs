@@ -13,7 +13,8 @@
 //! point itself when no test narrows the match.
 
 use super::MAX_DEPTH;
-use super::expand::{Scope, produced_items};
+use super::expand::{Scope, Written, produced_items};
+use super::scripts::{download_outputs, file_key, inline_code, scan_inline, script_operand};
 use super::shell::{Simple, parse};
 
 /// One simple command found anywhere in the command line.
@@ -39,6 +40,8 @@ pub(super) struct Analysis {
     /// values feeding nested scripts multiply them).
     pub(super) too_large: bool,
     pub(super) fork_bomb: bool,
+    /// Files downloaded earlier on the line and then run: `(file, by what)`.
+    pub(super) ran_downloads: Vec<(String, String)>,
     walks: usize,
 }
 
@@ -112,11 +115,57 @@ fn walk(text: &str, depth: usize, an: &mut Analysis, scope: &mut Scope) {
             let Some(id) = first else { continue };
             ids.push(id);
             let argv = an.units[id].argv.clone();
-            input.texts.extend(printed_text(&argv, &stdin_texts));
+            let printed = printed_text(&argv, &stdin_texts);
+            record_writes(
+                &argv,
+                &an.units[id].redirects,
+                &printed,
+                &input.texts,
+                scope,
+            );
+            input.texts.extend(printed);
             input.producer = Some(argv);
         }
         if ids.len() > 1 {
             an.pipelines.push(ids);
+        }
+    }
+}
+
+/// Remembers the files a command writes whose content is evident: a
+/// redirect of visible text or of a download, `tee` of piped-in text, and
+/// `curl -o` / `wget -O`.
+fn record_writes(
+    argv: &[String],
+    redirects: &[(String, String)],
+    printed: &[String],
+    piped_in: &[String],
+    scope: &mut Scope,
+) {
+    let prog = argv.first().map(|p| basename(p)).unwrap_or_default();
+    let downloaded = ["curl", "wget", "fetch", "aria2c"].contains(&prog);
+    let targets = redirects
+        .iter()
+        .filter(|(op, _)| [">", ">>", ">|", "&>", "&>>"].contains(&op.as_str()))
+        .map(|(_, t)| t.clone());
+    if downloaded {
+        for t in targets.chain(download_outputs(argv)) {
+            scope
+                .files
+                .insert(file_key(&t), Written::Download(format!("`{prog}`")));
+        }
+    } else if !printed.is_empty() {
+        for t in targets {
+            scope
+                .files
+                .insert(file_key(&t), Written::Script(printed.join("\n")));
+        }
+    }
+    if prog == "tee" && !piped_in.is_empty() {
+        for t in argv[1..].iter().filter(|a| !a.starts_with('-')) {
+            scope
+                .files
+                .insert(file_key(t), Written::Script(piped_in.join("\n")));
         }
     }
 }
@@ -161,9 +210,36 @@ fn add_unit(
         walk(&expanded, depth + 1, an, scope);
         scope.aliases.insert(argv[0].clone(), alias);
     }
+    let interpreter = is_interpreter(prog);
+    if let Some(file) = script_operand(&argv, interpreter) {
+        match scope.files.get(&file_key(file)).cloned() {
+            Some(Written::Script(text)) if !interpreter => walk(&text, depth + 1, an, scope),
+            Some(Written::Download(by)) => an.ran_downloads.push((file.to_owned(), by)),
+            _ => {}
+        }
+    }
+    // `sudo -s` / `sudo -i` with no command run a shell on stdin.
+    let sudo_shell = argv.is_empty()
+        && raw
+            .first()
+            .is_some_and(|p| ["sudo", "doas"].contains(&basename(p)))
+        && raw
+            .iter()
+            .any(|a| ["-s", "-i", "--shell", "--login"].contains(&a.as_str()));
+    if sudo_shell {
+        for script in &input.texts {
+            walk(script, depth + 1, an, scope);
+        }
+    }
     match prog {
         p if SHELLS.contains(&p) || is_unknown_program(&argv) => {
             if let Some(script) = shell_c_string(args) {
+                // `bash -c SCRIPT NAME ARGS…`: NAME is `$0`, ARGS are `$1`….
+                if let Some(at) = args.iter().position(|a| *a == script) {
+                    for (k, value) in args[at + 1..].iter().enumerate().take(10) {
+                        scope.set(&k.to_string(), value);
+                    }
+                }
                 walk(&script, depth + 1, an, scope);
             } else if SHELLS.contains(&p) && reads_script_from_stdin(&argv) {
                 for script in &input.texts {
@@ -171,9 +247,44 @@ fn add_unit(
                 }
             }
         }
-        "su" => {
-            if let Some(script) = su_command(args) {
-                walk(&script, depth + 1, an, scope);
+        p if interpreter => {
+            if let Some(code) = inline_code(args) {
+                let found = scan_inline(code);
+                for command in &found.commands {
+                    walk(command, depth + 1, an, scope);
+                }
+                for (path, call) in found.deletes {
+                    let how = format!("`{p}` code calls `{call}`");
+                    let words = vec!["rm".to_owned(), "-r".to_owned(), path];
+                    add_unit(
+                        words,
+                        Vec::new(),
+                        Some(how),
+                        &Input::default(),
+                        depth + 1,
+                        an,
+                        scope,
+                    );
+                }
+            }
+        }
+        "su" => match su_command(args) {
+            Some(script) => walk(&script, depth + 1, an, scope),
+            None => {
+                for script in &input.texts {
+                    walk(script, depth + 1, an, scope);
+                }
+            }
+        },
+        "git" => {
+            // `git -c alias.x='!cmd' x` runs `cmd` in a shell.
+            for pair in args.windows(2).filter(|w| w[0] == "-c") {
+                if let Some((key, value)) = pair[1].split_once('=')
+                    && key.starts_with("alias.")
+                    && let Some(cmd) = value.strip_prefix('!')
+                {
+                    walk(cmd, depth + 1, an, scope);
+                }
             }
         }
         "eval" => walk(&args.join(" "), depth + 1, an, scope),
@@ -475,6 +586,8 @@ pub(super) fn strip_wrappers(words: &[String]) -> (&[String], Option<String>) {
             | "nohup" | "builtin" => {
                 w = rest;
             }
+            // `function NAME { …`: the body follows the name.
+            "function" => w = rest.get(1..).unwrap_or_default(),
             "sudo" | "doas" => {
                 w = &rest[skip_opts(
                     rest,
