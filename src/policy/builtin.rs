@@ -12,8 +12,9 @@ use super::expand::whole_substitution;
 use super::git::{git_env_rule, git_rule};
 use super::shell::parse;
 use super::unwrap::{
-    Analysis, MAX_WALKS, SHELLS, Unit, basename, find_parts, interpreter_reading_stdin,
-    is_interpreter, is_unknown_program, reads_script_from_stdin, strip_wrappers,
+    Analysis, MAX_WALKED_BYTES, MAX_WALKS, SHELLS, Unit, basename, find_parts,
+    interpreter_reading_stdin, is_interpreter, is_unknown_program, reads_script_from_stdin,
+    strip_wrappers,
 };
 
 /// One line of the repo allowlist, parsed like a command.
@@ -105,7 +106,8 @@ fn check(command: &str, an: &Analysis, allowlist: &[Entry]) -> Option<String> {
     }
     if an.too_large {
         return Some(format!(
-            "command too large to check (more than {MAX_WALKS} nested scripts after expanding variables); split it into smaller calls"
+            "command too large to check (more than {MAX_WALKS} nested scripts or {} MiB of them after expanding variables); split it into smaller calls",
+            MAX_WALKED_BYTES >> 20
         ));
     }
     let whole = words_of(command);

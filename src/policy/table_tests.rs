@@ -642,3 +642,31 @@ fn new_rules_explain_what_to_do_instead() {
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn too_much_to_analyse_is_denied() {
+    let many = format!("echo {}", "$(true) ".repeat(2100));
+    let Decision::Deny(r) = policy().decide(&many) else {
+        panic!("allowed")
+    };
+    assert!(r.contains("command too large to check"), "{r}");
+    let fine = format!("echo {}", "$(true) ".repeat(100));
+    assert_eq!(policy().decide(&fine), Decision::Allow);
+}
+
+#[test]
+fn truncated_wrapper_options_do_not_panic() {
+    for cmd in [
+        "bash -c 'sudo<<<git -C \\",
+        "sudo -u",
+        "time -o",
+        "nice -n",
+        "timeout -s",
+        "xargs -I",
+        "env -u",
+        "git -C",
+        "find -D",
+    ] {
+        let _ = policy().decide(cmd);
+    }
+}

@@ -36,18 +36,23 @@ pub(super) struct Analysis {
     /// Pipelines with two or more stages, as indices into `units`.
     pub(super) pipelines: Vec<Vec<usize>>,
     pub(super) too_deep: bool,
-    /// More than [`MAX_WALKS`] texts were analysed (variables with many
-    /// values feeding nested scripts multiply them).
+    /// More than [`MAX_WALKS`] texts or [`MAX_WALKED_BYTES`] bytes were
+    /// analysed (variables with many values feeding nested scripts multiply
+    /// them).
     pub(super) too_large: bool,
     pub(super) fork_bomb: bool,
     /// Files downloaded earlier on the line and then run: `(file, by what)`.
     pub(super) ran_downloads: Vec<(String, String)>,
     walks: usize,
+    walked_bytes: usize,
 }
 
 /// Most texts (the line, substitutions, `bash -c` strings, here-documents,
 /// alias expansions, …) analysed for one command line.
 pub(super) const MAX_WALKS: usize = 2000;
+
+/// Most bytes of text analysed for one command line, all walks together.
+pub(super) const MAX_WALKED_BYTES: usize = 16 << 20;
 
 pub(super) fn analyze(command: &str) -> Analysis {
     let mut an = Analysis::default();
@@ -71,7 +76,8 @@ fn walk(text: &str, depth: usize, an: &mut Analysis, scope: &mut Scope) {
         return;
     }
     an.walks += 1;
-    if an.walks > MAX_WALKS {
+    an.walked_bytes += text.len();
+    if an.walks > MAX_WALKS || an.walked_bytes > MAX_WALKED_BYTES {
         an.too_large = true;
         return;
     }
@@ -563,7 +569,8 @@ fn skip_opts(args: &[String], with_arg: &[&str]) -> usize {
         }
         i += 1;
     }
-    i
+    // An option that takes an argument may be the last word.
+    i.min(args.len())
 }
 
 /// Removes keywords, assignments and wrapper programs from the front of a
@@ -893,6 +900,8 @@ fn is_fork_bomb(text: &str) -> bool {
             names.push(name.trim_end_matches("()").trim_end_matches('{').to_owned());
         }
     }
+    names.sort();
+    names.dedup();
     names
         .iter()
         .filter(|n| !n.is_empty())
