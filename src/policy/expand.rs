@@ -25,6 +25,10 @@ pub(super) struct Scope {
     pub(super) aliases: HashMap<String, String>,
     /// Files written earlier on the line (keyed by [`super::scripts::file_key`]).
     pub(super) files: HashMap<String, Written>,
+    /// Set after a `cd`/`pushd` that leaves the worktree: where the line now is.
+    pub(super) outside_dir: Option<String>,
+    /// Where the line is inside the worktree, relative to its root (`""`).
+    pub(super) inside_dir: String,
 }
 
 /// What the line wrote into a file.

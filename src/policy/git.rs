@@ -42,7 +42,7 @@ pub(super) fn git_env_rule(u: &Unit) -> Option<String> {
 
 /// A path that stays inside the worktree: relative, no `..` above it, no
 /// variable or substitution whose value is unknown.
-fn stays_inside(path: &str) -> bool {
+pub(super) fn stays_inside(path: &str) -> bool {
     if path.starts_with('/') || path.starts_with('~') || path.contains('$') || path.contains('`') {
         return false;
     }

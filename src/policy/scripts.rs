@@ -74,8 +74,9 @@ pub(super) fn inline_code(args: &[String]) -> Option<&str> {
     None
 }
 
-/// Reads the shell commands and tree deletions in `code`.
-pub(super) fn scan_inline(code: &str) -> Inline {
+/// Reads the shell commands and tree deletions in `code`; `backticks`:
+/// the language runs `` `…` `` as a shell command (Perl, Ruby).
+pub(super) fn scan_inline(code: &str, backticks: bool) -> Inline {
     let mut found = Inline::default();
     for call in SHELL_CALLS {
         for (pos, _) in code.match_indices(call) {
@@ -85,7 +86,8 @@ pub(super) fn scan_inline(code: &str) -> Inline {
         }
     }
     // Backticks run a shell command in Perl and Ruby.
-    for inner in code.split('`').skip(1).step_by(2) {
+    let quoted = if backticks { code } else { "" };
+    for inner in quoted.split('`').skip(1).step_by(2) {
         if !inner.trim().is_empty() {
             found.commands.push(inner.to_owned());
         }
@@ -212,14 +214,20 @@ mod tests {
     fn inline_code_is_scanned() {
         let found = scan_inline(
             "import os, shutil, subprocess; os.system('rm -rf /'); subprocess.run([\"git\", \"push\", \"-f\"]); shutil.rmtree(r'/etc')",
+            false,
         );
         assert_eq!(found.commands, ["rm -rf /", "git push -f"]);
         assert_eq!(
             found.deletes,
             [("/etc".to_owned(), "rmtree(r'/etc')".to_owned())]
         );
-        assert_eq!(scan_inline("print `ls -la`").commands, ["ls -la"]);
-        assert_eq!(scan_inline("print(1)"), Inline::default());
+        assert_eq!(scan_inline("print `ls -la`", true).commands, ["ls -la"]);
+        assert!(
+            scan_inline("console.log(`rm -rf /`)", false)
+                .commands
+                .is_empty()
+        );
+        assert_eq!(scan_inline("print(1)", false), Inline::default());
         let args: Vec<String> = ["-ne", "print", "f"]
             .iter()
             .map(|s| s.to_string())

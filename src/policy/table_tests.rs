@@ -389,6 +389,13 @@ const DENIED_MORE: &[&str] = &[
     "python3 -c 'import subprocess; subprocess.run([\"git\", \"update-ref\", \"refs/heads/main\", \"HEAD\"])'",
     "node -e \"require('fs').rmSync('/', {recursive: true})\"",
     "ruby -e '`rm -rf ~`'",
+    // A `cd` out of the worktree, then a command acting where it landed.
+    "cd /repo && git reset --hard",
+    "cd ../.. && git update-ref -d refs/heads/main",
+    "cd / && rm -rf etc",
+    "cd .. && rm -rf *",
+    "cd && git config user.name x",
+    "(cd /home/alice && find . -delete)",
 ];
 
 /// Commands that look like a rule but are harmless (or only touch the run's
@@ -489,6 +496,11 @@ const BENIGN: &[&str] = &[
     "python3 -c \"import shutil; shutil.rmtree('build')\"",
     "bash -c 'rm -rf \"$1\"' _ build",
     "function greet { echo hi; }; greet",
+    "node -e 'console.log(`rm -rf / is a bad idea`)'",
+    "cd src && git status",
+    "cd sub/dir && rm -rf build && cd ../.. && git add -A",
+    "cd /tmp && ls",
+    "cd \"$(git rev-parse --show-toplevel)\" && git status",
 ];
 
 #[test]

@@ -14,6 +14,7 @@
 
 use super::MAX_DEPTH;
 use super::expand::{Scope, Written, produced_items};
+use super::git::stays_inside;
 use super::scripts::{download_outputs, file_key, inline_code, scan_inline, script_operand};
 use super::shell::{Simple, parse};
 
@@ -138,6 +139,75 @@ fn walk(text: &str, depth: usize, an: &mut Analysis, scope: &mut Scope) {
     }
 }
 
+/// Follows `cd`/`pushd` out of the worktree (and further moves from there).
+fn track_cd(argv: &[String], scope: &mut Scope) {
+    let Some(prog) = argv.first().map(|p| basename(p)) else {
+        return;
+    };
+    if prog != "cd" && prog != "pushd" {
+        return;
+    }
+    let target = argv[1..]
+        .iter()
+        .find(|a| !a.starts_with('-') || *a == "-")
+        .map(String::as_str);
+    let join = |dir: &str, t: &str| {
+        if dir.is_empty() {
+            t.to_owned()
+        } else {
+            format!("{}/{t}", dir.trim_end_matches('/'))
+        }
+    };
+    scope.outside_dir = match (target, scope.outside_dir.take()) {
+        (None, _) => Some("~".to_owned()),
+        (Some("-"), _) => Some("$OLDPWD".to_owned()),
+        (Some(t), _) if t.starts_with('/') || t.starts_with('~') || t.starts_with('$') => {
+            Some(t.to_owned())
+        }
+        (Some(t), Some(dir)) => Some(join(&dir, t)),
+        (Some(t), None) => {
+            let there = join(&scope.inside_dir, t);
+            if stays_inside(&there) {
+                scope.inside_dir = there;
+                None
+            } else {
+                Some(there)
+            }
+        }
+    };
+}
+
+/// Rewrites a command that runs after a `cd` out of the worktree so the
+/// rules see where it acts: `git` gets `-C DIR`; relative operands of `rm`,
+/// `chmod`, `chown` and `find` are put under DIR. Returns whether anything
+/// changed.
+fn relocate(argv: &mut Vec<String>, dir: &str) -> bool {
+    let Some(prog) = argv.first().map(|p| basename(p).to_owned()) else {
+        return false;
+    };
+    match prog.as_str() {
+        "git" => {
+            argv.splice(1..1, ["-C".to_owned(), dir.to_owned()]);
+            true
+        }
+        "rm" | "chmod" | "chown" | "find" => {
+            let mut changed = false;
+            for a in argv[1..].iter_mut() {
+                if !a.starts_with('-')
+                    && !a.starts_with('/')
+                    && !a.starts_with('~')
+                    && !a.starts_with('$')
+                {
+                    *a = format!("{}/{a}", dir.trim_end_matches('/'));
+                    changed = true;
+                }
+            }
+            changed
+        }
+        _ => false,
+    }
+}
+
 /// Remembers the files a command writes whose content is evident: a
 /// redirect of visible text or of a download, `tee` of piped-in text, and
 /// `curl -o` / `wget -O`.
@@ -201,10 +271,21 @@ fn add_unit(
     scope: &mut Scope,
 ) -> usize {
     let (argv, split_string) = strip_wrappers(&raw);
-    let argv = argv.to_vec();
+    let mut argv = argv.to_vec();
     if let Some(s) = split_string {
         walk(&s, depth + 1, an, scope);
     }
+    let mut note = note;
+    if let Some(dir) = scope.outside_dir.clone()
+        && relocate(&mut argv, &dir)
+    {
+        let after = format!("it runs after `cd {dir}`");
+        note = Some(match note {
+            Some(n) => format!("{n}, {after}"),
+            None => after,
+        });
+    }
+    track_cd(&argv, scope);
     let prog = argv.first().map(|p| basename(p)).unwrap_or_default();
     let args = argv.get(1..).unwrap_or_default();
     if let Some(alias) = argv.first().and_then(|p| scope.aliases.remove(p.as_str())) {
@@ -255,7 +336,7 @@ fn add_unit(
         }
         p if interpreter => {
             if let Some(code) = inline_code(args) {
-                let found = scan_inline(code);
+                let found = scan_inline(code, matches!(p, "perl" | "ruby"));
                 for command in &found.commands {
                     walk(command, depth + 1, an, scope);
                 }
