@@ -20,12 +20,30 @@
 //! not matter, while a quoted argument (`echo "rm -rf /"`,
 //! `echo ':(){ :|:& };:'`) is never mistaken for a command.
 //!
+//! Arguments that only exist at run time get their worst evident value:
+//! `xargs` appends what the previous stage prints (`/` when that cannot be
+//! told), `find`'s `{}` is its starting point when no test narrows the
+//! match, `$(echo rm)` is `rm`, and a program that stays unknown (`$(…)`,
+//! an unset `$VAR`) is tried as `rm`, `chmod`, `git`, …. A file the line
+//! writes from visible text and then runs is read as a script; one it
+//! downloads and then runs is refused. Interpreter inline code (`python3
+//! -c`, `perl -e`, …) is scanned for shell calls and tree deletions with
+//! literal arguments. A `cd` out of the worktree moves the `git`, `rm`,
+//! `chmod` and `find` that follow it.
+//!
 //! The built-in list is the approval layer, not the boundary: the kernel
 //! sandbox decides what a tool process can touch at all. The list still
-//! names what would be destructive inside the lane (`rm -rf .`, `.git`
-//! internals) or outside the run's own branches (the user's refs, stash,
-//! reflog, config), so the model gets a clear refusal with what to do
-//! instead rather than a permission error halfway through.
+//! names what would be destructive inside the lane (`rm -rf .`, `find .
+//! -delete`, `.git` internals) or outside the run's own branches (the
+//! user's refs, tags, stash, reflog, objects and config; the run's branches
+//! are `orch/…` and `orch-lanes/…`), so the model gets a clear refusal with
+//! what to do instead rather than a permission error halfway through.
+//! Allowed on purpose, as they only touch the lane's own files or branch:
+//! `git clean -fdx`, `git reset --hard`, `git stash pop`, `chmod -R … .`.
+//! Not checked: code that builds its commands at run time (a script file
+//! not written on the line, `python3 x.py`), `git checkout NAME` (branch or
+//! path is only known to the repository), commands sent elsewhere (`ssh`,
+//! `docker run`).
 //!
 //! Role patterns ([`pattern_matches`]) are command prefixes with `*` as a
 //! wildcard, matched on whole words against the command with its whitespace
