@@ -37,7 +37,11 @@
 //! -delete`, `.git` internals) or outside the run's own branches (the
 //! user's refs, tags, stash, reflog, objects and config; the run's branches
 //! are `orch/…` and `orch-lanes/…`), so the model gets a clear refusal with
-//! what to do instead rather than a permission error halfway through.
+//! what to do instead rather than a permission error halfway through. Where
+//! the sandbox is unavailable the list is all there is, so it also refuses
+//! what lies outside the lane: writes to the user's startup files, keys and
+//! system files, reads of keys, credentials and other processes'
+//! `/proc/PID/environ`, `crontab` changes, and signals to orch.
 //! Allowed on purpose, as they only touch the lane's own files or branch:
 //! `git clean -fdx`, `git reset --hard`, `git stash pop`, `chmod -R … .`.
 //! Not checked: code that builds its commands at run time (a script file
@@ -52,6 +56,7 @@
 mod builtin;
 mod expand;
 mod git;
+mod outside;
 mod scripts;
 mod shell;
 #[cfg(test)]

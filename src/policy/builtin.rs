@@ -10,6 +10,7 @@
 use super::MAX_DEPTH;
 use super::expand::whole_substitution;
 use super::git::{git_env_rule, git_rule};
+use super::outside::{outside_rule, protected_write};
 use super::shell::parse;
 use super::unwrap::{
     Analysis, MAX_WALKED_BYTES, MAX_WALKS, SHELLS, Unit, basename, find_parts,
@@ -129,7 +130,9 @@ fn check(command: &str, an: &Analysis, allowlist: &[Entry]) -> Option<String> {
             if exempt {
                 None
             } else {
-                git_env_rule(unit).or_else(|| argv_rule(&unit.argv))
+                git_env_rule(unit)
+                    .or_else(|| outside_rule(unit))
+                    .or_else(|| argv_rule(&unit.argv))
             }
         });
         if let Some(reason) = found {
@@ -434,10 +437,18 @@ fn rm_rule(args: &[String]) -> Option<String> {
     git_write("rm", ops.into_iter())
 }
 
+/// A write into `.git` internals, the user's home configuration and keys,
+/// or system files.
 fn git_write<'a>(prog: &str, mut paths: impl Iterator<Item = &'a str>) -> Option<String> {
-    paths
-        .find(|p| is_git_internal(p))
-        .map(|p| format!("write into .git internals (`{prog} {p}`)"))
+    paths.find_map(|p| {
+        if is_git_internal(p) {
+            Some(format!("write into .git internals (`{prog} {p}`)"))
+        } else {
+            protected_write(p).map(|what| {
+                format!("write to {what} (`{prog} {p}`); keep changes inside the worktree")
+            })
+        }
+    })
 }
 
 /// Top-level directories whose recursive deletion or chmod breaks the system.
@@ -583,9 +594,23 @@ fn split_base(t: &str) -> (Base<'_>, &str) {
     }
 }
 
-/// A path with a `.git` component (the repository's internals).
+/// A path with a `.git` component (the repository's internals), or one
+/// built from where git keeps them (`$(git rev-parse --git-common-dir)/…`,
+/// `$GIT_DIR/…`).
 fn is_git_internal(path: &str) -> bool {
     path.split('/').any(|c| c == ".git")
+        || [
+            "rev-parse --git-dir",
+            "rev-parse --git-common-dir",
+            "rev-parse --absolute-git-dir",
+            "rev-parse --git-path",
+            "$GIT_DIR",
+            "${GIT_DIR}",
+            "$GIT_COMMON_DIR",
+            "${GIT_COMMON_DIR}",
+        ]
+        .iter()
+        .any(|s| path.contains(s))
 }
 
 fn is_block_device(path: &str) -> bool {
@@ -600,12 +625,13 @@ fn is_block_device(path: &str) -> bool {
     .any(|p| dev.starts_with(p))
 }
 
-fn write_target_problem(target: &str) -> Option<&'static str> {
+fn write_target_problem(target: &str) -> Option<String> {
     if is_block_device(target) {
-        Some("write to a block device")
+        Some("write to a block device".to_owned())
     } else if is_git_internal(target) {
-        Some("write into .git internals")
+        Some("write into .git internals".to_owned())
     } else {
-        None
+        protected_write(target)
+            .map(|what| format!("write to {what}; keep changes inside the worktree"))
     }
 }

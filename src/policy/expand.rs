@@ -153,6 +153,15 @@ impl Scope {
         variants
     }
 
+    /// The first reading of one word (for redirect targets), as one word.
+    pub(super) fn expand_one(&self, word: &str) -> String {
+        self.expand(std::slice::from_ref(&word.to_owned()))
+            .into_iter()
+            .next()
+            .map(|v| v.words.join(" "))
+            .unwrap_or_else(|| word.to_owned())
+    }
+
     /// `word` with `$NAME` / `${NAME}` of known variables replaced, once per
     /// combination of their values.
     fn substitute_vars(&self, word: &str) -> Vec<(String, Vec<String>)> {

@@ -99,6 +99,17 @@ fn walk(text: &str, depth: usize, an: &mut Analysis, scope: &mut Scope) {
         } in pipeline
         {
             scope.record(&words);
+            let redirects: Vec<(String, String)> = redirects
+                .into_iter()
+                .map(|(op, target)| {
+                    let target = if op.starts_with("<<") {
+                        target
+                    } else {
+                        scope.expand_one(&target)
+                    };
+                    (op, target)
+                })
+                .collect();
             let mut texts = input.texts.clone();
             texts.extend(stdin_texts.iter().cloned());
             let mut first = None;
