@@ -593,6 +593,7 @@ fn the_allowlist_matches_whole_commands_never_a_prefix() {
         "git push --force origin",
         "git push --force origin scratch && git push -f origin main",
         "git push --force origin scratch > .git/HEAD",
+        "cd /elsewhere && git push --force origin scratch",
     ] {
         let ev = p.evaluate(denied);
         assert!(matches!(ev.decision, Decision::Deny(_)), "{denied:?}");

@@ -287,9 +287,13 @@ fn add_unit(
         walk(&s, depth + 1, an, scope);
     }
     let mut note = note;
+    let mut raw = raw;
     if let Some(dir) = scope.outside_dir.clone()
         && relocate(&mut argv, &dir)
     {
+        // What was written no longer says where it acts, so an allowlist
+        // entry must match the relocated words.
+        raw = argv.clone();
         let after = format!("it runs after `cd {dir}`");
         note = Some(match note {
             Some(n) => format!("{n}, {after}"),
@@ -584,11 +588,10 @@ pub(super) fn interpreter_reading_stdin(argv: &[String]) -> Option<&str> {
             return Some(prog);
         }
         if a == "--" {
-            return args.next().is_none().then_some(prog).or_else(|| {
-                argv.iter()
-                    .any(|a| a == "-" || a == "/dev/stdin")
-                    .then_some(prog)
-            });
+            return match args.next().map(String::as_str) {
+                None | Some("-" | "/dev/stdin") => Some(prog),
+                Some(_) => None,
+            };
         }
         if let Some(long) = a.strip_prefix("--") {
             let name = long.split('=').next().unwrap_or(long);
