@@ -57,6 +57,7 @@ mod builtin;
 mod expand;
 mod git;
 mod outside;
+mod programs;
 mod scripts;
 mod shell;
 #[cfg(test)]

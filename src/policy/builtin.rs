@@ -11,12 +11,12 @@ use super::MAX_DEPTH;
 use super::expand::whole_substitution;
 use super::git::{git_env_rule, git_rule};
 use super::outside::{outside_rule, protected_write};
-use super::shell::parse;
-use super::unwrap::{
-    Analysis, MAX_WALKED_BYTES, MAX_WALKS, SHELLS, Unit, basename, find_parts,
-    interpreter_reading_stdin, is_interpreter, is_unknown_program, reads_script_from_stdin,
-    strip_wrappers,
+use super::programs::{
+    SHELLS, basename, find_parts, interpreter_reading_stdin, is_interpreter, is_unknown_program,
+    reads_script_from_stdin,
 };
+use super::shell::parse;
+use super::unwrap::{Analysis, MAX_WALKED_BYTES, MAX_WALKS, Unit, strip_wrappers};
 
 /// One line of the repo allowlist, parsed like a command.
 #[derive(Debug)]

@@ -11,8 +11,9 @@
 
 use std::collections::HashMap;
 
+use super::programs::basename;
 use super::shell::parse;
-use super::unwrap::{basename, is_assignment, strip_wrappers};
+use super::unwrap::{is_assignment, strip_wrappers};
 
 /// Most variants of one simple command that are analysed (each variable with
 /// several values multiplies them).
@@ -298,7 +299,7 @@ pub(super) fn produced_items(argv: &[String]) -> Option<Produced> {
             vec!["x".to_owned()]
         }
         "find" => {
-            let parts = super::unwrap::find_parts(args);
+            let parts = super::programs::find_parts(args);
             parts
                 .starts
                 .iter()

@@ -6,7 +6,8 @@
 //! give the model a clear reason instead of a permission error, and they
 //! are what remains where the sandbox is unavailable.
 
-use super::unwrap::{Unit, basename};
+use super::programs::basename;
+use super::unwrap::Unit;
 
 /// Files under the home directory that hold keys or credentials.
 const HOME_SECRETS: &[&str] = &[

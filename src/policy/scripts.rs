@@ -9,7 +9,7 @@
 //! the kernel sandbox is what bounds code that builds its commands at run
 //! time.
 
-use super::unwrap::basename;
+use super::programs::{SHELLS, basename};
 
 /// Calls whose string argument is a shell command (or, for `subprocess`, an
 /// argv list read as one).
@@ -150,7 +150,7 @@ pub(super) fn script_operand(argv: &[String], interpreter: bool) -> Option<&str>
     if prog == "source" || prog == "." {
         return args.first().map(String::as_str);
     }
-    if super::unwrap::SHELLS.contains(&prog) || interpreter {
+    if SHELLS.contains(&prog) || interpreter {
         let mut i = 0;
         while i < args.len() {
             let a = args[i].as_str();
