@@ -2,8 +2,9 @@
 //!
 //! [`BashPolicy::decide`] checks, in order:
 //! 1. the built-in deny list (destructive commands no agent should run), unless
-//!    the offending simple command starts with an entry of the repo allowlist
-//!    (`<repo>/.orch/allowlist`);
+//!    the offending simple command (or pipeline, or the whole line) equals an
+//!    entry of the repo allowlist (`<repo>/.orch/allowlist`) word for word,
+//!    after quotes and spacing are normalised — never a mere prefix;
 //! 2. the role's `deny` patterns, 3. its `ask` patterns, 4. its `allow`
 //!    patterns; 5. anything else is allowed.
 //!
@@ -12,23 +13,60 @@
 //! `$(…)`, backticks, process substitution, here-documents) into simple
 //! commands; wrappers (`sudo`, `env VAR=x`, `nohup`, `time`, `command`,
 //! `exec`, `nice`, `timeout`, `xargs`, `find -exec`, `eval`, `bash -c '…'`,
-//! `su -c`, …) are unwrapped recursively up to [`MAX_DEPTH`] levels (deeper
-//! nesting is denied). The rules then look at the program and its arguments,
-//! so spacing, flag order, quoting and wrapping do not matter, while a quoted
-//! argument (`echo "rm -rf /"`) is never mistaken for a command.
+//! `su -c`, aliases, scripts fed to a shell's stdin, …) are unwrapped
+//! recursively up to [`MAX_DEPTH`] levels (deeper nesting is denied), and
+//! variables assigned on the line are substituted. The rules then look at the
+//! program and its arguments, so spacing, flag order, quoting and wrapping do
+//! not matter, while a quoted argument (`echo "rm -rf /"`,
+//! `echo ':(){ :|:& };:'`) is never mistaken for a command.
+//!
+//! Arguments that only exist at run time get their worst evident value:
+//! `xargs` appends what the previous stage prints (`/` when that cannot be
+//! told), `find`'s `{}` is its starting point when no test narrows the
+//! match, `$(echo rm)` is `rm`, and a program that stays unknown (`$(…)`,
+//! an unset `$VAR`) is tried as `rm`, `chmod`, `git`, …. A file the line
+//! writes from visible text and then runs is read as a script; one it
+//! downloads and then runs is refused. Interpreter inline code (`python3
+//! -c`, `perl -e`, …) is scanned for shell calls and tree deletions with
+//! literal arguments. A `cd` out of the worktree moves the `git`, `rm`,
+//! `chmod` and `find` that follow it.
+//!
+//! The built-in list is the approval layer, not the boundary: the kernel
+//! sandbox decides what a tool process can touch at all. The list still
+//! names what would be destructive inside the lane (`rm -rf .`, `find .
+//! -delete`, `.git` internals) or outside the run's own branches (the
+//! user's refs, tags, stash, reflog, objects and config; the run's branches
+//! are `orch/…` and `orch-lanes/…`), so the model gets a clear refusal with
+//! what to do instead rather than a permission error halfway through. Where
+//! the sandbox is unavailable the list is all there is, so it also refuses
+//! what lies outside the lane: writes to the user's startup files, keys and
+//! system files, reads of keys, credentials and other processes'
+//! `/proc/PID/environ`, `crontab` changes, and signals to orch.
+//! Allowed on purpose, as they only touch the lane's own files or branch:
+//! `git clean -fdx`, `git reset --hard`, `git stash pop`, `chmod -R … .`.
+//! Not checked: code that builds its commands at run time (a script file
+//! not written on the line, `python3 x.py`), `git checkout NAME` (branch or
+//! path is only known to the repository), commands sent elsewhere (`ssh`,
+//! `docker run`).
 //!
 //! Role patterns ([`pattern_matches`]) are command prefixes with `*` as a
 //! wildcard, matched on whole words against the command with its whitespace
 //! collapsed and against each simple command in it.
 
 mod builtin;
+mod expand;
+mod git;
+mod outside;
+mod programs;
+mod scripts;
 mod shell;
+#[cfg(test)]
+mod table_tests;
 mod unwrap;
 
 use std::path::Path;
 
-use builtin::builtin_deny;
-use shell::first_words;
+use builtin::{Entry, builtin_deny};
 use unwrap::analyze;
 
 /// Deepest nesting of `bash -c`, `$(…)`, `eval`, … that is analysed; deeper
@@ -46,6 +84,27 @@ pub enum Decision {
     Deny(String),
 }
 
+/// A [`Decision`] with what the caller should log beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    /// The answer, as [`BashPolicy::decide`] gives it.
+    pub decision: Decision,
+    /// Set when the command passed the built-in deny list only because it
+    /// equals a repo allowlist entry: `(entry, the built-in rule it lifted)`.
+    pub allowlisted: Option<(String, String)>,
+}
+
+impl Evaluation {
+    /// How the action log names an allowed decision: `allow`, or
+    /// `allow (repo allowlist: `ENTRY` lifts: RULE)`.
+    pub fn allow_label(&self) -> String {
+        match &self.allowlisted {
+            Some((entry, rule)) => format!("allow (repo allowlist: `{entry}` lifts: {rule})"),
+            None => "allow".to_owned(),
+        }
+    }
+}
+
 /// A role's bash policy plus the repo allowlist and how to resolve `Ask`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BashPolicy {
@@ -55,7 +114,8 @@ pub struct BashPolicy {
     pub ask: Vec<String>,
     /// Patterns that are denied.
     pub deny: Vec<String>,
-    /// Command prefixes exempt from the built-in deny list, from
+    /// Commands exempt from the built-in deny list when a command line (or
+    /// one simple command or pipeline in it) equals one exactly, from
     /// `<repo>/.orch/allowlist`.
     pub allowlist: Vec<String>,
     /// `--yes`: `Ask` counts as allowed.
@@ -67,15 +127,26 @@ pub struct BashPolicy {
 impl BashPolicy {
     /// Decides whether `command` may run (see the module docs for the order).
     pub fn decide(&self, command: &str) -> Decision {
+        self.evaluate(command).decision
+    }
+
+    /// [`Self::decide`], also saying whether the repo allowlist let the
+    /// command through, so the caller can log it.
+    pub fn evaluate(&self, command: &str) -> Evaluation {
         let analysis = analyze(command);
-        let allowlist: Vec<Vec<String>> = self
+        let allowlist: Vec<Entry> = self
             .allowlist
             .iter()
-            .map(|e| first_words(e))
-            .filter(|w| !w.is_empty())
+            .map(|e| Entry::new(e))
+            .filter(|e| !e.is_empty())
             .collect();
-        if let Some(reason) = builtin_deny(command, &analysis, &allowlist) {
-            return Decision::Deny(format!("{reason} (built-in deny list)"));
+        let builtin = builtin_deny(command, &analysis, &allowlist);
+        let with = |decision| Evaluation {
+            decision,
+            allowlisted: builtin.lifted.clone(),
+        };
+        if let Some(reason) = &builtin.deny {
+            return with(Decision::Deny(format!("{reason} (built-in deny list)")));
         }
         let mut candidates = vec![collapse_ws(command)];
         for unit in &analysis.units {
@@ -89,15 +160,15 @@ impl BashPolicy {
                 .cloned()
         };
         if let Some(p) = hit(&self.deny) {
-            return Decision::Deny(format!("role deny rule `{p}`"));
+            return with(Decision::Deny(format!("role deny rule `{p}`")));
         }
         if let Some(p) = hit(&self.ask) {
-            return Decision::Ask(format!("role ask rule `{p}`"));
+            return with(Decision::Ask(format!("role ask rule `{p}`")));
         }
-        Decision::Allow
+        with(Decision::Allow)
     }
 
-    /// Reads `<repo_root>/.orch/allowlist`: one command prefix per line, blank
+    /// Reads `<repo_root>/.orch/allowlist`: one command per line, blank
     /// lines and `#` comments ignored. A missing file is an empty list.
     pub fn load_allowlist(repo_root: &Path) -> std::io::Result<Vec<String>> {
         match std::fs::read_to_string(repo_root.join(".orch").join("allowlist")) {

@@ -2,8 +2,9 @@
 //! bash command line: quotes and escapes removed, `;` `&&` `||` `|` `&`
 //! newlines and subshell parentheses split, `$(…)`, backticks and process
 //! substitutions collected as commands of their own, here-document bodies
-//! skipped (they are data). It never fails: unterminated quotes run to the
-//! end, as the safest reading for a policy check.
+//! and here-strings attached to their command (data, unless that command is a
+//! shell reading its script from stdin). It never fails: unterminated quotes
+//! run to the end, as the safest reading for a policy check.
 
 /// One simple command as the shell would see it: words with quotes removed,
 /// and its redirections (`(operator, target)`).
@@ -11,6 +12,9 @@
 pub(super) struct Simple {
     pub(super) words: Vec<String>,
     pub(super) redirects: Vec<(String, String)>,
+    /// What the command reads on stdin from the line itself: here-document
+    /// bodies (`<<EOF`) and here-strings (`<<<word`), in order.
+    pub(super) stdin_texts: Vec<String>,
 }
 
 /// A parsed command line: pipelines of simple commands, plus the texts of
@@ -19,6 +23,9 @@ pub(super) struct Simple {
 pub(super) struct Parsed {
     pub(super) pipelines: Vec<Vec<Simple>>,
     pub(super) substitutions: Vec<String>,
+    /// The text with every quoted string and here-document body blanked out:
+    /// what the shell reads as code at this level (for the fork-bomb check).
+    pub(super) code: String,
 }
 
 #[derive(Debug)]
@@ -41,6 +48,9 @@ struct Lexer {
     heredocs: Vec<(String, bool)>,
     /// The next word is a here-document delimiter (`true`: `<<-`).
     want_delim: Option<bool>,
+    /// Here-document bodies in the order their delimiters appeared.
+    bodies: Vec<String>,
+    code: String,
 }
 
 impl Lexer {
@@ -209,6 +219,7 @@ impl Lexer {
 
     fn skip_heredoc_bodies(&mut self) {
         for (delim, strip_tabs) in std::mem::take(&mut self.heredocs) {
+            let mut body = String::new();
             while self.i < self.c.len() {
                 let start = self.i;
                 while self.i < self.c.len() && self.c[self.i] != '\n' {
@@ -224,150 +235,179 @@ impl Lexer {
                 if line == delim {
                     break;
                 }
+                body.push_str(line);
+                body.push('\n');
             }
+            self.bodies.push(body);
         }
     }
 
-    fn run(mut self) -> (Vec<Tok>, Vec<String>) {
+    fn run(mut self) -> Lexed {
         while let Some(ch) = self.peek(0) {
-            match ch {
-                ' ' | '\t' | '\r' => {
-                    self.flush();
+            let start = self.i;
+            let quoted = matches!(ch, '\'' | '"') || (ch == '$' && self.peek(1) == Some('\''));
+            self.step(ch);
+            if quoted {
+                self.code.push(' ');
+            } else if ch == '\n' {
+                self.code.push('\n');
+            } else {
+                let raw = self.text(start, self.i);
+                self.code.push_str(&raw);
+            }
+        }
+        self.flush();
+        Lexed {
+            toks: self.toks,
+            subs: self.subs,
+            bodies: self.bodies,
+            code: self.code,
+        }
+    }
+
+    fn step(&mut self, ch: char) {
+        match ch {
+            ' ' | '\t' | '\r' => {
+                self.flush();
+                self.i += 1;
+            }
+            '\n' => {
+                self.flush();
+                self.toks.push(Tok::Sep);
+                self.i += 1;
+                self.skip_heredoc_bodies();
+            }
+            '#' if self.word.is_none() => {
+                while self.peek(0).is_some_and(|c| c != '\n') {
                     self.i += 1;
                 }
-                '\n' => {
-                    self.flush();
-                    self.toks.push(Tok::Sep);
-                    self.i += 1;
-                    self.skip_heredoc_bodies();
+            }
+            '\\' => {
+                match self.peek(1) {
+                    Some('\n') => {}
+                    Some(n) => self.push(n),
+                    None => {}
                 }
-                '#' if self.word.is_none() => {
-                    while self.peek(0).is_some_and(|c| c != '\n') {
-                        self.i += 1;
+                self.i += 2;
+            }
+            '\'' => {
+                self.push_str("");
+                self.i += 1;
+                while let Some(c) = self.peek(0) {
+                    self.i += 1;
+                    if c == '\'' {
+                        break;
                     }
+                    self.push(c);
                 }
-                '\\' => {
-                    match self.peek(1) {
-                        Some('\n') => {}
-                        Some(n) => self.push(n),
-                        None => {}
-                    }
-                    self.i += 2;
-                }
-                '\'' => {
-                    self.push_str("");
-                    self.i += 1;
-                    while let Some(c) = self.peek(0) {
-                        self.i += 1;
-                        if c == '\'' {
+            }
+            '"' => {
+                self.push_str("");
+                self.i += 1;
+                while let Some(c) = self.peek(0) {
+                    match c {
+                        '"' => {
+                            self.i += 1;
                             break;
                         }
-                        self.push(c);
-                    }
-                }
-                '"' => {
-                    self.push_str("");
-                    self.i += 1;
-                    while let Some(c) = self.peek(0) {
-                        match c {
-                            '"' => {
-                                self.i += 1;
-                                break;
-                            }
-                            '\\' => {
-                                match self.peek(1) {
-                                    Some(n @ ('$' | '`' | '"' | '\\')) => self.push(n),
-                                    Some('\n') => {}
-                                    Some(n) => {
-                                        self.push('\\');
-                                        self.push(n);
-                                    }
-                                    None => {}
+                        '\\' => {
+                            match self.peek(1) {
+                                Some(n @ ('$' | '`' | '"' | '\\')) => self.push(n),
+                                Some('\n') => {}
+                                Some(n) => {
+                                    self.push('\\');
+                                    self.push(n);
                                 }
-                                self.i += 2;
+                                None => {}
                             }
-                            '$' => self.dollar(true),
-                            '`' => self.backtick(),
-                            _ => {
-                                self.push(c);
-                                self.i += 1;
-                            }
-                        }
-                    }
-                }
-                '$' => self.dollar(false),
-                '`' => self.backtick(),
-                '|' => {
-                    self.flush();
-                    match self.peek(1) {
-                        Some('|') => {
-                            self.toks.push(Tok::Sep);
                             self.i += 2;
                         }
-                        Some('&') => {
-                            self.toks.push(Tok::Pipe);
-                            self.i += 2;
-                        }
+                        '$' => self.dollar(true),
+                        '`' => self.backtick(),
                         _ => {
-                            self.toks.push(Tok::Pipe);
+                            self.push(c);
                             self.i += 1;
                         }
                     }
                 }
-                '&' => {
-                    self.flush();
-                    if self.peek(1) == Some('>') {
-                        let op = if self.peek(2) == Some('>') {
-                            "&>>"
-                        } else {
-                            "&>"
-                        };
-                        self.i += op.len();
-                        self.toks.push(Tok::Redir(op.to_owned()));
-                    } else {
-                        self.i += if self.peek(1) == Some('&') { 2 } else { 1 };
+            }
+            '$' => self.dollar(false),
+            '`' => self.backtick(),
+            '|' => {
+                self.flush();
+                match self.peek(1) {
+                    Some('|') => {
                         self.toks.push(Tok::Sep);
+                        self.i += 2;
                     }
-                }
-                ';' | '(' | ')' => {
-                    self.flush();
-                    self.toks.push(Tok::Sep);
-                    self.i += 1;
-                }
-                '<' | '>' if self.peek(1) == Some('(') => {
-                    self.i += 1;
-                    self.substitution(if ch == '<' { "<" } else { ">" });
-                }
-                '<' | '>' => {
-                    // `2>file`: a word of digits right before is the fd number.
-                    if self
-                        .word
-                        .as_deref()
-                        .is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()))
-                    {
-                        self.word = None;
+                    Some('&') => {
+                        self.toks.push(Tok::Pipe);
+                        self.i += 2;
                     }
-                    self.flush();
-                    let rest: String = self.text(self.i, self.i + 3);
-                    let op = ["<<<", "<<-", ">>", ">|", ">&", "<<", "<&", "<>", ">", "<"]
-                        .into_iter()
-                        .find(|op| rest.starts_with(op))
-                        .unwrap_or(">");
-                    self.i += op.len();
-                    if op == "<<" || op == "<<-" {
-                        self.want_delim = Some(op == "<<-");
+                    _ => {
+                        self.toks.push(Tok::Pipe);
+                        self.i += 1;
                     }
-                    self.toks.push(Tok::Redir(op.to_owned()));
-                }
-                _ => {
-                    self.push(ch);
-                    self.i += 1;
                 }
             }
+            '&' => {
+                self.flush();
+                if self.peek(1) == Some('>') {
+                    let op = if self.peek(2) == Some('>') {
+                        "&>>"
+                    } else {
+                        "&>"
+                    };
+                    self.i += op.len();
+                    self.toks.push(Tok::Redir(op.to_owned()));
+                } else {
+                    self.i += if self.peek(1) == Some('&') { 2 } else { 1 };
+                    self.toks.push(Tok::Sep);
+                }
+            }
+            ';' | '(' | ')' => {
+                self.flush();
+                self.toks.push(Tok::Sep);
+                self.i += 1;
+            }
+            '<' | '>' if self.peek(1) == Some('(') => {
+                self.i += 1;
+                self.substitution(if ch == '<' { "<" } else { ">" });
+            }
+            '<' | '>' => {
+                // `2>file`: a word of digits right before is the fd number.
+                if self
+                    .word
+                    .as_deref()
+                    .is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()))
+                {
+                    self.word = None;
+                }
+                self.flush();
+                let rest: String = self.text(self.i, self.i + 3);
+                let op = ["<<<", "<<-", ">>", ">|", ">&", "<<", "<&", "<>", ">", "<"]
+                    .into_iter()
+                    .find(|op| rest.starts_with(op))
+                    .unwrap_or(">");
+                self.i += op.len();
+                if op == "<<" || op == "<<-" {
+                    self.want_delim = Some(op == "<<-");
+                }
+                self.toks.push(Tok::Redir(op.to_owned()));
+            }
+            _ => {
+                self.push(ch);
+                self.i += 1;
+            }
         }
-        self.flush();
-        (self.toks, self.subs)
     }
+}
+
+struct Lexed {
+    toks: Vec<Tok>,
+    subs: Vec<String>,
+    bodies: Vec<String>,
+    code: String,
 }
 
 pub(super) fn parse(text: &str) -> Parsed {
@@ -379,11 +419,20 @@ pub(super) fn parse(text: &str) -> Parsed {
         subs: Vec::new(),
         heredocs: Vec::new(),
         want_delim: None,
+        bodies: Vec::new(),
+        code: String::new(),
     };
-    let (toks, substitutions) = lexer.run();
+    let Lexed {
+        toks,
+        subs: substitutions,
+        bodies,
+        code,
+    } = lexer.run();
+    let mut bodies = bodies.into_iter();
     let mut parsed = Parsed {
         pipelines: Vec::new(),
         substitutions,
+        code,
     };
     let mut pipeline: Vec<Simple> = Vec::new();
     let mut simple = Simple::default();
@@ -397,7 +446,14 @@ pub(super) fn parse(text: &str) -> Parsed {
     for tok in toks {
         match tok {
             Tok::Word(w) => match redir.take() {
-                Some(op) => simple.redirects.push((op, w)),
+                Some(op) => {
+                    if op == "<<" || op == "<<-" {
+                        simple.stdin_texts.extend(bodies.next());
+                    } else if op == "<<<" {
+                        simple.stdin_texts.push(w.clone());
+                    }
+                    simple.redirects.push((op, w));
+                }
                 None => simple.words.push(w),
             },
             Tok::Redir(op) => redir = Some(op),
@@ -415,17 +471,6 @@ pub(super) fn parse(text: &str) -> Parsed {
         parsed.pipelines.push(pipeline);
     }
     parsed
-}
-
-/// The words of the first simple command of `text` (for allowlist entries).
-pub(super) fn first_words(text: &str) -> Vec<String> {
-    parse(text)
-        .pipelines
-        .into_iter()
-        .flatten()
-        .next()
-        .map(|s| s.words)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,0 +1,188 @@
+//! Built-in rules for what lies outside the lane: the user's keys,
+//! credentials and startup files, system files, other processes'
+//! environments, the user's crontab, and orch itself.
+//!
+//! The kernel sandbox refuses all of these where it is active; the rules
+//! give the model a clear reason instead of a permission error, and they
+//! are what remains where the sandbox is unavailable.
+
+use super::programs::basename;
+use super::unwrap::Unit;
+
+/// Files under the home directory that hold keys or credentials.
+const HOME_SECRETS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".netrc",
+    ".git-credentials",
+    ".config/gh",
+    ".docker/config.json",
+    ".kube/config",
+    ".pgpass",
+];
+
+/// Files under the home directory that run or configure programs for the
+/// user: writing one plants code or settings outside the run.
+const HOME_STARTUP: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".config/fish",
+    ".gitconfig",
+    ".config/git",
+    ".config/autostart",
+    ".config/systemd",
+];
+
+/// System directories whose files no agent should write.
+const SYSTEM_WRITES: &[&str] = &[
+    "/etc/",
+    "/usr/",
+    "/bin/",
+    "/sbin/",
+    "/boot/",
+    "/lib/",
+    "/lib64/",
+    "/var/spool/cron",
+];
+
+/// `path` relative to the home directory, when it is written from `~`/`$HOME`.
+fn in_home(path: &str) -> Option<&str> {
+    ["~/", "$HOME/", "${HOME}/"]
+        .iter()
+        .find_map(|h| path.strip_prefix(h))
+        .map(|rest| rest.trim_start_matches("./"))
+}
+
+fn under(rel: &str, entries: &[&str]) -> Option<String> {
+    entries
+        .iter()
+        .find(|e| rel == **e || rel.strip_prefix(**e).is_some_and(|r| r.starts_with('/')))
+        .map(|e| (*e).to_owned())
+}
+
+/// Why writing (or deleting) `path` is refused, if it is.
+pub(super) fn protected_write(path: &str) -> Option<String> {
+    if let Some(rel) = in_home(path) {
+        if under(rel, HOME_SECRETS).is_some() {
+            return Some(format!("the user's keys or credentials (`{path}`)"));
+        }
+        if under(rel, HOME_STARTUP).is_some() {
+            return Some(format!(
+                "the user's shell or git startup configuration (`{path}`)"
+            ));
+        }
+    }
+    SYSTEM_WRITES
+        .iter()
+        .any(|d| path.starts_with(d))
+        .then(|| format!("the system file `{path}`"))
+}
+
+/// Why reading `path` is refused, if it is: a key or credentials file, or
+/// another process's environment or memory (orch's keys live there).
+pub(super) fn secret_read(path: &str) -> Option<String> {
+    if let Some(rel) = in_home(path)
+        && under(rel, HOME_SECRETS).is_some()
+    {
+        let public = rel.ends_with(".pub")
+            || rel.ends_with("known_hosts")
+            || rel == ".ssh/config"
+            || rel == ".aws/config";
+        return (!public).then(|| format!("`{path}` holds the user's keys or credentials"));
+    }
+    if let Some(rest) = path.strip_prefix("/proc/") {
+        let (pid, file) = rest.split_once('/')?;
+        let own = pid == "self" || pid == "$$" || pid == "thread-self";
+        if !own && ["environ", "mem"].contains(&file) {
+            return Some(format!(
+                "`{path}` is another process's {} (orch's keys are in its environment)",
+                if file == "mem" {
+                    "memory"
+                } else {
+                    "environment"
+                }
+            ));
+        }
+    }
+    (path == "/etc/shadow" || path == "/etc/gshadow")
+        .then(|| format!("`{path}` holds the system's password hashes"))
+}
+
+/// Reads of secrets, crontab changes and signals to orch.
+pub(super) fn outside_rule(u: &Unit) -> Option<String> {
+    for (op, source) in &u.redirects {
+        if op.starts_with('<')
+            && op != "<<"
+            && op != "<<-"
+            && op != "<<<"
+            && let Some(why) = secret_read(source)
+        {
+            return Some(format!("reading a secret: {why}; leave it alone"));
+        }
+    }
+    let prog = basename(u.argv.first()?);
+    let args = &u.argv[1..];
+    if !["echo", "printf"].contains(&prog)
+        && let Some(why) = args.iter().find_map(|a| {
+            // `--file=PATH`, `curl -d @PATH`.
+            let path = a.split_once('=').map(|(_, v)| v).unwrap_or(a);
+            secret_read(path.trim_start_matches('@'))
+        })
+    {
+        return Some(format!("reading a secret: {why}; leave it alone"));
+    }
+    match prog {
+        "crontab" if !args.iter().all(|a| a == "-l" || a.starts_with("-u")) => Some(
+            "`crontab` changes the user's scheduled jobs, which outlive the run; schedule nothing"
+                .to_owned(),
+        ),
+        "kill" => {
+            let orch = ["$PPID", "${PPID}", "1"];
+            let all = args.iter().skip(1).any(|a| a == "-1")
+                || args.first().is_some_and(|a| a == "--") && args.iter().any(|a| a == "-1");
+            args.iter()
+                .find(|a| orch.contains(&a.as_str()) || a.contains("orch"))
+                .map(|a| format!("`kill {a}` signals orch or init, not a process this command started; stop only processes you started (by the PID `$!` gives)"))
+                .or_else(|| all.then(|| "`kill -1` signals every process of the user, orch included; stop only processes you started".to_owned()))
+        }
+        "pkill" | "killall"
+            if args
+                .iter()
+                .any(|a| !a.starts_with('-') && a.contains("orch")) =>
+        {
+            Some(format!(
+                "`{prog}` matching `orch` signals orch itself; stop only processes you started"
+            ))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_and_system_paths() {
+        assert!(protected_write("~/.bashrc").is_some());
+        assert!(protected_write("$HOME/.ssh/authorized_keys").is_some());
+        assert!(protected_write("/etc/passwd").is_some());
+        assert_eq!(protected_write("~/.cache/pip/x"), None);
+        assert_eq!(protected_write("~/.bashrc.d-notes/../x"), None);
+        assert!(secret_read("~/.ssh/id_rsa").is_some());
+        assert_eq!(secret_read("~/.ssh/id_rsa.pub"), None);
+        assert_eq!(secret_read("~/.sshx"), None);
+        assert!(secret_read("/proc/$PPID/environ").is_some());
+        assert!(secret_read("/proc/1/mem").is_some());
+        assert_eq!(secret_read("/proc/self/environ"), None);
+        assert_eq!(secret_read("/proc/cpuinfo"), None);
+    }
+}
