@@ -24,8 +24,9 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, S
     };
     let shown = one_line(&command, 60);
 
-    let policy = match ctx.policy.decide(&command) {
-        Decision::Allow => Ok("allow".to_owned()),
+    let evaluation = ctx.policy.evaluate(&command);
+    let policy = match evaluation.decision {
+        Decision::Allow => Ok(evaluation.allow_label()),
         Decision::Deny(reason) => Err(reason),
         Decision::Ask(why) if ctx.policy.assume_yes => Ok(format!("allow (--yes): {why}")),
         Decision::Ask(why) if ctx.policy.interactive => {

@@ -547,7 +547,12 @@ fn the_repo_allowlist_exempts_a_command_from_the_built_in_deny_list() {
     let out = run_solo(&repo, &scratch, &server).output();
     assert_eq!(out.status.code(), Some(0));
     let events = stage_events(&record_of(&repo, &stdout_json(&out)), "work", "tool");
-    assert_eq!(events[0]["policy"], "allow", "{}", events[0]);
+    assert_eq!(
+        events[0]["policy"],
+        "allow (repo allowlist: `git push --force origin scratch` lifts: force push (`git push --force`))",
+        "{}",
+        events[0]
+    );
     // It ran (and failed: there is no remote), which is the command's own business.
     assert_ne!(events[0]["exit_code"], 0);
     assert!(events[0]["exit_code"].is_i64(), "{}", events[0]);
