@@ -17,6 +17,7 @@ pub mod policy;
 pub mod role;
 pub mod runlog;
 pub mod runner;
+pub mod sandbox;
 pub mod subagent;
 pub mod tools;
 pub mod ui;

@@ -13,5 +13,6 @@ mod llm_client;
 mod review_cmds;
 mod run_e2e;
 mod safety;
+mod sandbox;
 mod sse;
 mod subagents;
