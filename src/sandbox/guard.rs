@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A change whose timestamp is this close to the snapshot is re-read: kernel
@@ -83,7 +84,9 @@ impl Stat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FileState {
     stat: Stat,
-    content: Vec<u8>,
+    /// Shared with the previous fingerprint when the file was not re-read,
+    /// so an unchanged file costs one `lstat` and a pointer copy.
+    content: Arc<[u8]>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,8 +176,13 @@ impl RepoFingerprint {
                 source,
             })?
         };
-        self.files
-            .insert(rel.to_owned(), FileState { stat, content });
+        self.files.insert(
+            rel.to_owned(),
+            FileState {
+                stat,
+                content: content.into(),
+            },
+        );
         Ok(())
     }
 
@@ -279,9 +287,26 @@ impl RepoFingerprint {
             .collect()
     }
 
+    /// Whether every tracked file has the same bytes (and mode) in both.
+    fn same_files(&self, other: &RepoFingerprint) -> bool {
+        self.files.len() == other.files.len()
+            && self
+                .files
+                .iter()
+                .zip(&other.files)
+                .all(|((ka, a), (kb, b))| {
+                    ka == kb
+                        && a.stat.mode == b.stat.mode
+                        && (Arc::ptr_eq(&a.content, &b.content) || a.content == b.content)
+                })
+    }
+
     /// What differs from `before` to `self`, in a stable order.
     fn changes_since(&self, before: &RepoFingerprint) -> Vec<RepoChange> {
         let mut out = Vec::new();
+        if self.same_files(before) {
+            return out;
+        }
         let (old_head, new_head) = (before.text("HEAD"), self.text("HEAD"));
         if old_head != new_head {
             out.push(RepoChange::Head {
@@ -528,12 +553,9 @@ impl RepoGuard {
                 continue;
             }
             let content = if rel == "packed-refs" {
-                merge_packed(
-                    &old.content,
-                    now.files.get(rel).map(|f| f.content.as_slice()),
-                )
+                merge_packed(&old.content, now.files.get(rel).map(|f| &f.content[..]))
             } else {
-                old.content.clone()
+                old.content.to_vec()
             };
             if rel.starts_with("refs/") {
                 let sha = String::from_utf8_lossy(&old.content).trim().to_owned();
