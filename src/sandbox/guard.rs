@@ -1,7 +1,8 @@
 //! The repository guard: a cheap fingerprint of what in the user's common git
 //! dir a tool process must never change — `HEAD`, `config`, the refs (loose
 //! and `packed-refs`, except orch's own `refs/heads/orch/`,
-//! `refs/heads/orch-lanes/` and `refs/orch/`) and `hooks/` — taken before a
+//! `refs/heads/orch-lanes/` and `refs/orch/`) and `hooks/` (but `*.sample`)
+//! — taken before a
 //! `bash` call and compared after it.
 //!
 //! Cost: one `lstat` per tracked file and directory; a directory is re-listed
@@ -14,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -154,7 +155,68 @@ impl RepoFingerprint {
         if meta.is_dir() {
             return self.visit_dir(common, rel, prev);
         }
-        let stat = Stat::of(&meta);
+        self.record_file(common, rel, Stat::of(&meta), prev)
+    }
+
+    /// [`visit_file`](Self::visit_file) for an entry `name` of the open
+    /// directory `dir`: `fstatat` on one component instead of resolving the
+    /// whole path again, which is most of the cost of an unchanged file.
+    fn visit_entry(
+        &mut self,
+        common: &Path,
+        rel: &str,
+        dir: &std::fs::File,
+        name: &str,
+        prev: Option<&RepoFingerprint>,
+    ) -> Result<(), GuardError> {
+        use std::os::fd::AsRawFd;
+        let Ok(cname) = std::ffi::CString::new(name) else {
+            return self.visit_file(common, rel, prev);
+        };
+        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid dirfd, NUL-terminated name, a writable stat buffer.
+        let rc = unsafe {
+            libc::fstatat(
+                dir.as_raw_fd(),
+                cname.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return Ok(());
+            }
+            return Err(GuardError::Io {
+                action: "stat",
+                path: common.join(rel),
+                source: e,
+            });
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            return self.visit_dir(common, rel, prev);
+        }
+        let stat = Stat {
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+            ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+            mode: st.st_mode,
+        };
+        self.record_file(common, rel, stat, prev)
+    }
+
+    /// Keeps `prev`'s content for `rel` when `stat` matches and is not racy;
+    /// reads the file (or symlink target) otherwise.
+    fn record_file(
+        &mut self,
+        common: &Path,
+        rel: &str,
+        stat: Stat,
+        prev: Option<&RepoFingerprint>,
+    ) -> Result<(), GuardError> {
         if let Some(old) = prev.and_then(|p| p.files.get(rel))
             && old.stat == stat
             && !stat.racy(prev.map_or(0, |p| p.taken_ns))
@@ -162,7 +224,8 @@ impl RepoFingerprint {
             self.files.insert(rel.to_owned(), old.clone());
             return Ok(());
         }
-        let content = if meta.file_type().is_symlink() {
+        let path = common.join(rel);
+        let content = if stat.mode & libc::S_IFMT == libc::S_IFLNK {
             let target = std::fs::read_link(&path).map_err(|source| GuardError::Io {
                 action: "read",
                 path: path.clone(),
@@ -232,6 +295,11 @@ impl RepoFingerprint {
                 entries
             }
         };
+        let dir_fd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&path)
+            .ok();
         for (name, is_dir) in &entries {
             let child = format!("{rel}/{name}");
             let as_ref = if *is_dir {
@@ -239,13 +307,15 @@ impl RepoFingerprint {
             } else {
                 child.clone()
             };
-            if is_orch_ref(&as_ref) {
+            // git never runs `*.sample` hooks; renaming one shows up as a
+            // new hook, so skipping them saves a stat each and hides nothing.
+            if is_orch_ref(&as_ref) || (rel == "hooks" && name.ends_with(".sample")) {
                 continue;
             }
-            if *is_dir {
-                self.visit_dir(common, &child, prev)?;
-            } else {
-                self.visit_file(common, &child, prev)?;
+            match (&dir_fd, *is_dir) {
+                (_, true) => self.visit_dir(common, &child, prev)?,
+                (Some(fd), false) => self.visit_entry(common, &child, fd, name, prev)?,
+                (None, false) => self.visit_file(common, &child, prev)?,
             }
         }
         self.dirs.insert(rel.to_owned(), DirState { stat, entries });
