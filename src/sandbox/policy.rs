@@ -181,6 +181,23 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// The policy for an `orch agent` child instead of a tool process: the
+    /// network on (it talks to the model server), the run's `agents/` record
+    /// dir writable (its own record and its children's), and orch's config
+    /// dir readable (it loads roles and model settings). Its own tool
+    /// processes build their own, stricter policy, and Landlock stacks: they
+    /// can never get more than the subagent has.
+    pub fn for_subagent(mut self, agents_dir: &Path, orch_config_dir: Option<&Path>) -> Self {
+        self.network = true;
+        self.writable.push(agents_dir.to_path_buf());
+        if let Some(cfg) = orch_config_dir {
+            self.secret_paths.retain(|p| p != cfg);
+        }
+        self
+    }
+}
+
 /// The secret paths hidden by default: under `home`, `.ssh`, `.aws`,
 /// `.netrc`, `.config/gh`, `.docker/config.json`, `.git-credentials`,
 /// `.gnupg`, `.kube/config`, and orch's own config dir (API keys in
@@ -232,6 +249,20 @@ mod tests {
                 "{want} missing from {s:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_subagent_gets_the_network_its_record_and_the_config() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = t.path().join("cfg");
+        let mut p = Policy::new(Profile::ReadOnly, t.path(), t.path()).unwrap();
+        p.network = false;
+        p.secret_paths = default_secret_paths(Some(t.path()), Some(&cfg));
+        let p = p.for_subagent(&t.path().join("agents"), Some(&cfg));
+        assert!(p.network);
+        assert_eq!(p.writable, [t.path().join("agents")]);
+        assert!(!p.secret_paths.contains(&cfg));
+        assert!(p.secret_paths.contains(&t.path().join(".ssh")));
     }
 
     #[test]

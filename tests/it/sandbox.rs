@@ -86,11 +86,25 @@ impl Fixture {
         self.run_with(policy, sandbox::prepare(policy).unwrap(), script)
     }
 
+    fn run_in(&self, policy: &Policy, cwd: &Path, script: &str) -> Output {
+        self.spawn(policy, sandbox::prepare(policy).unwrap(), cwd, script)
+    }
+
     fn run_with(&self, policy: &Policy, prepared: sandbox::Prepared, script: &str) -> Output {
+        self.spawn(policy, prepared, &self.lane, script)
+    }
+
+    fn spawn(
+        &self,
+        policy: &Policy,
+        prepared: sandbox::Prepared,
+        cwd: &Path,
+        script: &str,
+    ) -> Output {
         let mut cmd = Command::new("bash");
         cmd.arg("-c")
             .arg(script)
-            .current_dir(&self.lane)
+            .current_dir(cwd)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap())
             .env("HOME", &self.home)
@@ -584,4 +598,25 @@ fn the_repo_guard_sees_packed_ref_rewrites_and_head_moves() {
     assert_eq!(guard.after_call().unwrap(), []);
     assert_eq!(f.repo.git(&["rev-parse", "v1"]).trim(), first);
     assert_eq!(f.repo.git(&["rev-parse", "main"]).trim(), first);
+}
+
+#[test]
+fn a_main_worktree_as_lane_keeps_its_git_dir_read_only() {
+    let f = Fixture::new();
+    let p = Policy::new(Profile::WorkspaceWrite, &f.repo.path, &f.tmp).unwrap();
+    assert_eq!(p.git, None);
+    let o = f.run_in(
+        &p,
+        &f.repo.path,
+        "echo more >> README.md && git status --short",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(f.repo.read("README.md"), "hello\nmore\n");
+    for script in [
+        "git config core.hooksPath x",
+        "echo x > .git/hooks/pre-commit",
+    ] {
+        assert_denied(&f.run_in(&p, &f.repo.path, script), script);
+    }
+    assert!(!f.repo.path.join(".git/hooks/pre-commit").exists());
 }
