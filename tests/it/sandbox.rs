@@ -176,6 +176,25 @@ fn workspace_write_allows_the_lane_and_tmpdir_and_nothing_else() {
     assert_denied(&o, "touch in /etc");
     assert!(!Path::new(&etc).exists());
 
+    // A configured extra root (`sandbox.writable`, e.g. a package cache).
+    let cache = f.home.join(".cache/pip");
+    std::fs::create_dir_all(&cache).unwrap();
+    let mut with_cache = p.clone();
+    with_cache.writable.push(cache.clone());
+    let o = f.run(
+        &with_cache,
+        "echo pkg > ~/.cache/pip/wheel && echo x > ~/.bashrc-new || echo home-denied",
+    );
+    assert!(text(&o).contains("home-denied"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(cache.join("wheel")).unwrap(),
+        "pkg\n"
+    );
+    assert_denied(
+        &f.run(&p, "echo pkg > ~/.cache/pip/other"),
+        "cache without the extra root",
+    );
+
     // The user's main worktree is outside the lane too.
     let o = f.run(
         &p,
@@ -619,4 +638,88 @@ fn a_main_worktree_as_lane_keeps_its_git_dir_read_only() {
         assert_denied(&f.run_in(&p, &f.repo.path, script), script);
     }
     assert!(!f.repo.path.join(".git/hooks/pre-commit").exists());
+}
+
+const NESTED: &str = "ORCH_SANDBOX_NESTED_PROBE";
+
+/// Child mode of the test below, run inside a subagent sandbox: prepares a
+/// tool sandbox itself (as a sandboxed `orch agent` would) and runs two
+/// writes under it. A no-op in a normal test run.
+#[test]
+fn nested_child_mode() {
+    if std::env::var(NESTED).as_deref() != Ok("1") {
+        return;
+    }
+    let var = |k: &str| PathBuf::from(std::env::var_os(k).unwrap());
+    let (lane, tmp, home, agents) = (
+        var("NESTED_LANE"),
+        var("NESTED_TMP"),
+        var("NESTED_HOME"),
+        var("NESTED_AGENTS"),
+    );
+    let mut p = Policy::new(Profile::WorkspaceWrite, &lane, &tmp).unwrap();
+    p.secret_paths = default_secret_paths(Some(&home), Some(&home.join(".config/orch")));
+    let prepared = sandbox::prepare(&p).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(format!(
+            "echo tool > nested.txt && echo lane-ok; echo x > {}/tool.txt || echo agents-denied; \
+             cat ~/.config/orch/models.toml || echo config-denied",
+            agents.display()
+        ))
+        .current_dir(&lane)
+        .stdin(Stdio::null());
+    // SAFETY: the hook only makes async-signal-safe system calls.
+    unsafe { cmd.pre_exec(prepared.into_pre_exec()) };
+    let o = cmd.output().unwrap();
+    println!("NESTED-RESULT {}", text(&o).replace('\n', " | "));
+    // The subagent itself may write its record and read the config.
+    std::fs::write(agents.join("child.json"), "{}").unwrap();
+    let cfg = std::fs::read_to_string(home.join(".config/orch/models.toml")).unwrap();
+    println!("NESTED-SELF config={}", cfg.contains("sk-canary"));
+}
+
+#[test]
+fn a_sandboxed_subagent_can_sandbox_its_own_tools_more_tightly() {
+    let f = Fixture::new();
+    let agents = f.repo.path.join(".git/orch/runs/r/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let p = f
+        .policy(Profile::WorkspaceWrite)
+        .for_subagent(&agents, Some(&f.home.join(".config/orch")));
+    let prepared = sandbox::prepare(&p).unwrap();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["sandbox::nested_child_mode", "--exact", "--nocapture"])
+        .current_dir(&f.lane)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", &f.home)
+        .env("TMPDIR", &f.tmp)
+        .env(NESTED, "1")
+        .env("NESTED_LANE", &f.lane)
+        .env("NESTED_TMP", &f.tmp)
+        .env("NESTED_HOME", &f.home)
+        .env("NESTED_AGENTS", &agents)
+        .stdin(Stdio::null());
+    // SAFETY: the hook only makes async-signal-safe system calls.
+    unsafe { cmd.pre_exec(prepared.into_pre_exec()) };
+    let o = cmd.output().unwrap();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let result = out
+        .lines()
+        .find_map(|l| l.split_once("NESTED-RESULT ").map(|(_, r)| r.to_owned()))
+        .unwrap_or_else(|| panic!("no result: {out}"));
+    assert!(result.contains("lane-ok"), "{result}");
+    assert!(result.contains("agents-denied"), "{result}");
+    assert!(
+        result.contains("config-denied") && !result.contains("sk-canary"),
+        "{result}"
+    );
+    assert!(out.contains("NESTED-SELF config=true"), "{out}");
+    assert!(agents.join("child.json").exists() && !agents.join("tool.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.lane.join("nested.txt")).unwrap(),
+        "tool\n"
+    );
 }
