@@ -637,7 +637,26 @@ impl RepoGuard {
                     continue;
                 }
             }
-            write_back(&self.common_dir.join(rel), &content, old.stat.mode)?;
+            let path = self.common_dir.join(rel);
+            if old.stat.mode & libc::S_IFMT == libc::S_IFLNK {
+                // A symlinked hook (`hooks/pre-commit -> ../../scripts/…`).
+                let target = String::from_utf8_lossy(&old.content);
+                let target = target.strip_prefix("symlink -> ").unwrap_or(&target);
+                let io = |action, source| GuardError::Io {
+                    action,
+                    path: path.clone(),
+                    source,
+                };
+                match std::fs::symlink_metadata(&path) {
+                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
+                    Ok(_) => std::fs::remove_file(&path),
+                    Err(_) => Ok(()),
+                }
+                .map_err(|e| io("remove", e))?;
+                std::os::unix::fs::symlink(target, &path).map_err(|e| io("restore", e))?;
+                continue;
+            }
+            write_back(&path, &content, old.stat.mode)?;
         }
         for rel in now.files.keys() {
             if !self.snapshot.files.contains_key(rel) {

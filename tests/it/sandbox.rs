@@ -723,3 +723,28 @@ fn a_sandboxed_subagent_can_sandbox_its_own_tools_more_tightly() {
         "tool\n"
     );
 }
+
+#[test]
+fn the_repo_guard_restores_a_symlinked_hook_as_a_symlink() {
+    let f = Fixture::new();
+    let common = f.repo.path.join(".git");
+    std::os::unix::fs::symlink("../../scripts/pre-commit", common.join("hooks/pre-commit"))
+        .unwrap();
+    let mut guard = RepoGuard::new(&common).unwrap();
+    guard.before_call().unwrap();
+    std::fs::remove_file(common.join("hooks/pre-commit")).unwrap();
+    std::fs::write(common.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+    let described: Vec<String> = guard
+        .after_call()
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(described, ["hook pre-commit changed"]);
+    guard.restore().unwrap();
+    assert_eq!(
+        std::fs::read_link(common.join("hooks/pre-commit")).unwrap(),
+        Path::new("../../scripts/pre-commit")
+    );
+    assert_eq!(guard.after_call().unwrap(), []);
+}
