@@ -433,7 +433,7 @@ impl RepoFingerprint {
             }
         }
         for (rel, old) in &before.files {
-            if !rel.starts_with("worktrees/") {
+            if !rel.starts_with("worktrees/") && !rel.starts_with('/') {
                 continue;
             }
             let new = self.text(rel);
@@ -496,12 +496,14 @@ pub enum RepoChange {
         /// How.
         what: HookChange,
     },
-    /// A watched file of a lane's admin dir (`HEAD`, `commondir`, `gitdir`)
-    /// changed: orch's own later git work in the lane would follow it (a
-    /// lane HEAD pointed at `refs/heads/main` makes orch's stage commit move
-    /// the user's branch).
+    /// A watched lane file changed — its admin dir's `HEAD`, `commondir`,
+    /// `gitdir`, or the lane's own `.git` file: orch's own later git work in
+    /// the lane would follow it (a lane HEAD pointed at `refs/heads/main`, or
+    /// a `.git` file pointed at the user's `.git`, makes orch's stage commit
+    /// move the user's branch).
     LaneFile {
-        /// Path under the common dir, `worktrees/<lane>/HEAD`.
+        /// Path under the common dir (`worktrees/<lane>/HEAD`), or the
+        /// absolute path of the lane's `.git` file.
         file: String,
         /// Before.
         from: String,
@@ -572,8 +574,9 @@ impl RepoGuard {
     }
 
     /// Also watches the lane's `HEAD`, `commondir` and `gitdir` in its admin
-    /// dir (which the sandbox leaves writable, as git needs the directory):
-    /// a change there would redirect orch's own git work in the lane.
+    /// dir and the lane's `.git` file (all writable under the sandbox, as git
+    /// needs those directories): a change there would redirect orch's own
+    /// git work in the lane.
     pub fn watch_lane(&mut self, git: &super::LaneGit) -> Result<(), GuardError> {
         let common = self
             .common_dir
@@ -582,6 +585,15 @@ impl RepoGuard {
         if let Ok(rel) = git.admin_dir.strip_prefix(&common) {
             for file in ["HEAD", "commondir", "gitdir"] {
                 self.lane_files.push(format!("{}/{file}", rel.display()));
+            }
+        }
+        // The lane's own `.git` file (named by the admin dir's `gitdir`):
+        // pointed at the user's `.git`, orch's stage commit in the lane
+        // would land on the user's branch. An absolute path joins as itself.
+        if let Ok(dot_git) = std::fs::read_to_string(git.admin_dir.join("gitdir")) {
+            let dot_git = dot_git.trim_end();
+            if Path::new(dot_git).is_absolute() {
+                self.lane_files.push(dot_git.to_owned());
             }
         }
         self.before_call()

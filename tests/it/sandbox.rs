@@ -556,6 +556,21 @@ fn the_repo_guard_names_what_moved_and_restores_it() {
         std::fs::read_to_string(&admin_head).unwrap(),
         "ref: refs/heads/orch-lanes/r/0\n"
     );
+    // So is the lane's own `.git` file.
+    let dot_git = f.lane.join(".git");
+    let lane_link = std::fs::read_to_string(&dot_git).unwrap();
+    std::fs::write(&dot_git, format!("gitdir: {}\n", common.display())).unwrap();
+    let described: Vec<String> = guard
+        .after_call()
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(described.len(), 1, "{described:?}");
+    let want = format!("lane file {} changed", dot_git.display());
+    assert!(described[0].starts_with(&want), "{described:?}");
+    guard.restore().unwrap();
+    assert_eq!(std::fs::read_to_string(&dot_git).unwrap(), lane_link);
     assert_eq!(std::fs::read(common.join("config")).unwrap(), config_before);
     assert!(!common.join("hooks/post-commit").exists());
     assert!(
