@@ -99,7 +99,7 @@ struct DirState {
 
 /// One fingerprint of the guarded part of a common git dir.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepoFingerprint {
+struct RepoFingerprint {
     files: BTreeMap<String, FileState>,
     dirs: BTreeMap<String, DirState>,
     taken_ns: i128,
@@ -681,11 +681,6 @@ impl RepoGuard {
             }
         }
         unrestorable.map_or(Ok(()), Err)
-    }
-
-    /// A fresh fingerprint, for benchmarks and callers that keep their own.
-    pub fn fingerprint(&self) -> Result<RepoFingerprint, GuardError> {
-        RepoFingerprint::take(&self.common_dir, &self.lane_files, Some(&self.snapshot))
     }
 }
 

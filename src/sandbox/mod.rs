@@ -38,7 +38,7 @@ mod objects;
 mod policy;
 
 pub use environ::{SecretVars, take_secrets_from_environ};
-pub use guard::{GuardError, HookChange, RACY_WINDOW, RepoChange, RepoFingerprint, RepoGuard};
+pub use guard::{GuardError, HookChange, RACY_WINDOW, RepoChange, RepoGuard};
 pub use objects::{MigrateError, migrate_objects};
 pub use policy::{LaneGit, Policy, Profile, default_secret_paths};
 
