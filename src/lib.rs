@@ -21,6 +21,7 @@ pub mod policy;
 pub mod role;
 pub(crate) mod runlog;
 pub(crate) mod runner;
+pub mod sandbox;
 pub mod subagent;
 pub(crate) mod text;
 pub(crate) mod toolname;

@@ -24,6 +24,7 @@ mod llm_wire;
 mod review_cmds;
 mod run_e2e;
 mod safety;
+mod sandbox;
 mod sse;
 mod streams;
 mod subagents;

@@ -1,0 +1,374 @@
+//! Landlock on Linux: the ABI query, building the ruleset in the parent, and
+//! the two raw calls the child makes.
+//!
+//! Landlock only grants (the union of rules over a path's ancestors), so a
+//! secret path inside a readable tree is hidden by granting its *siblings*
+//! instead of its parent, recursively up to `/` ([`grant_excluding`]).
+//! Listing directories stays allowed everywhere (`ReadDir` on `/`), so
+//! `ls ~` works and shows that `~/.ssh` exists, but its files cannot be opened.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
+};
+
+use super::{Policy, Profile, SandboxError};
+
+/// Device files every shell needs to write (`> /dev/null`, terminals).
+const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+/// The kernel's Landlock ABI version, or the errno of the query.
+pub(crate) fn query_abi() -> Result<i32, i32> {
+    // SAFETY: a NULL attribute with size 0 and the VERSION flag is the
+    // documented ABI query; it touches no memory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if rc < 0 {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOSYS))
+    } else {
+        Ok(rc as i32)
+    }
+}
+
+/// `prctl(PR_SET_NO_NEW_PRIVS)`: setuid binaries and file capabilities no
+/// longer raise privileges, and Landlock may be entered without
+/// `CAP_SYS_ADMIN`. Async-signal-safe.
+pub(crate) fn set_no_new_privs() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `landlock_restrict_self(fd, 0)` as a raw system call. The `landlock`
+/// crate's `restrict_self` consumes the ruleset and builds a status value on
+/// the way; this touches nothing but the descriptor. Async-signal-safe.
+pub(crate) fn restrict_self(fd: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: a plain syscall on an fd number; no memory is passed.
+    let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// One rule before it is handed to the kernel.
+struct Grant {
+    path: PathBuf,
+    access: BitFlags<AccessFs>,
+    /// A sibling found by listing a directory: it may vanish before it is
+    /// opened (another process's temp dir), and is then skipped.
+    optional: bool,
+}
+
+/// Builds the ruleset for `policy` at `abi` and returns its descriptor and a
+/// one-line summary.
+pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<(OwnedFd, String), SandboxError> {
+    let abi_l = ABI::from(abi);
+    let all = AccessFs::from_all(abi_l);
+    let read = AccessFs::from_read(abi_l);
+    let rs = |e: landlock::RulesetError| SandboxError::Ruleset(e.to_string());
+
+    let mut ruleset = Ruleset::default().handle_access(all).map_err(rs)?;
+    let net_enforced = !policy.network && abi >= 4;
+    if net_enforced {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi_l))
+            .map_err(rs)?;
+    }
+    let scoped = abi >= 6;
+    if scoped {
+        ruleset = ruleset
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .map_err(rs)?;
+    }
+    let mut created = ruleset.create().map_err(rs)?;
+
+    let mut grants = Vec::new();
+    // Listing is allowed everywhere; reading and executing everywhere but
+    // the secrets.
+    grants.push(Grant {
+        path: PathBuf::from("/"),
+        access: AccessFs::ReadDir.into(),
+        optional: false,
+    });
+    let secrets: Vec<PathBuf> = policy
+        .secret_paths
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let secret_refs: Vec<&Path> = secrets.iter().map(PathBuf::as_path).collect();
+    grant_excluding(
+        &mut grants,
+        Path::new("/"),
+        &secret_refs,
+        read & !AccessFs::ReadDir,
+    )?;
+
+    let mut written = Vec::new();
+    if policy.profile == Profile::WorkspaceWrite {
+        let lane = canon(&policy.lane)?;
+        let dot_git = lane.join(".git");
+        if dot_git.is_dir() {
+            // A main worktree as lane: its own .git stays read-only.
+            grant_excluding(&mut grants, &lane, &[&dot_git], all)?;
+        } else {
+            grants.push(Grant {
+                path: lane,
+                access: all,
+                optional: false,
+            });
+        }
+        written.push("lane");
+        if let Some(git) = &policy.git {
+            grants.push(Grant {
+                path: git.admin_dir.clone(),
+                access: all,
+                optional: false,
+            });
+            written.push("lane git admin dir");
+            if let Some(branch) = &git.branch {
+                for dir in lane_ref_dirs(git, branch) {
+                    create_dir(&dir)?;
+                    grants.push(Grant {
+                        path: dir,
+                        access: all,
+                        optional: false,
+                    });
+                }
+                create_dir(&git.quarantine())?;
+                written.push("lane branch ref");
+            }
+        }
+    }
+    grants.push(Grant {
+        path: canon(&policy.tmp_dir)?,
+        access: all,
+        optional: false,
+    });
+    written.push("temp dir");
+    let mut extra = 0;
+    for root in &policy.writable {
+        if let Ok(root) = root.canonicalize() {
+            grants.push(Grant {
+                path: root,
+                access: all,
+                optional: true,
+            });
+            extra += 1;
+        }
+    }
+    for dev in WRITABLE_DEVICES {
+        if Path::new(dev).exists() {
+            grants.push(Grant {
+                path: PathBuf::from(dev),
+                access: AccessFs::ReadFile
+                    | AccessFs::WriteFile
+                    | AccessFs::Truncate
+                    | AccessFs::IoctlDev,
+                optional: true,
+            });
+        }
+    }
+
+    for g in grants {
+        let fd = match open_path(&g.path) {
+            Ok(fd) => fd,
+            Err(SandboxError::Path { source, .. })
+                if g.optional && source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let is_dir = fd
+            .metadata()
+            .map_err(|source| SandboxError::Path {
+                path: g.path.clone(),
+                source,
+            })?
+            .is_dir();
+        let access = if is_dir {
+            g.access
+        } else {
+            g.access & AccessFs::from_file(abi_l)
+        };
+        if access.is_empty() {
+            continue;
+        }
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| SandboxError::Ruleset(format!("rule for {}: {e}", g.path.display())))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    let fd = fd.ok_or_else(|| SandboxError::Ruleset("the kernel returned no ruleset".into()))?;
+    debug_assert!(fd.as_raw_fd() >= 0);
+
+    let mut summary = format!(
+        "landlock ABI {abi}: writable {}{}; {} secret path(s) unreadable; network {}",
+        written.join(", "),
+        if extra > 0 {
+            format!(", {extra} extra root(s)")
+        } else {
+            String::new()
+        },
+        secrets.len(),
+        match (policy.network, net_enforced) {
+            (true, _) => "on",
+            (false, true) => "off",
+            (false, false) => "on (off needs ABI 4)",
+        },
+    );
+    if scoped {
+        summary.push_str("; signals and abstract sockets scoped");
+    }
+    Ok((fd, summary))
+}
+
+/// Grants `access` on `root` minus the `excluded` paths under it: `root`
+/// itself when nothing is excluded beneath it, else each entry of `root`
+/// (recursively for entries that lead to an excluded path). Symlinks are
+/// skipped: their targets are granted through their own real paths.
+fn grant_excluding(
+    out: &mut Vec<Grant>,
+    root: &Path,
+    excluded: &[&Path],
+    access: BitFlags<AccessFs>,
+) -> Result<(), SandboxError> {
+    let inside: Vec<&Path> = excluded
+        .iter()
+        .copied()
+        .filter(|e| e.starts_with(root))
+        .collect();
+    if inside.is_empty() {
+        out.push(Grant {
+            path: root.to_path_buf(),
+            access,
+            optional: true,
+        });
+        return Ok(());
+    }
+    if inside.contains(&root) {
+        return Ok(());
+    }
+    let entries = match std::fs::read_dir(root) {
+        Ok(entries) => entries,
+        // Vanished since its parent was listed: nothing left to grant.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(SandboxError::Path {
+                path: root.to_path_buf(),
+                source,
+            });
+        }
+    };
+    for entry in entries {
+        let entry = entry.map_err(|source| SandboxError::Path {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let is_symlink = entry.file_type().is_ok_and(|t| t.is_symlink());
+        if is_symlink {
+            continue;
+        }
+        grant_excluding(out, &entry.path(), &inside, access)?;
+    }
+    Ok(())
+}
+
+/// Opens `path` as an `O_PATH` descriptor without following a final symlink.
+fn open_path(path: &Path) -> Result<File, SandboxError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|source| SandboxError::Path {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// The directories holding the lane branch's ref file and reflog in the
+/// common dir: git replaces a ref by `<ref>.lock` + rename in the same
+/// directory, so the directory (shared with the run's other lane refs, all
+/// orch's own) is the narrowest writable unit.
+fn lane_ref_dirs(git: &super::LaneGit, branch: &str) -> Vec<PathBuf> {
+    let parent = Path::new(branch)
+        .parent()
+        .unwrap_or(Path::new("refs/heads"));
+    vec![
+        git.common_dir.join(parent),
+        git.common_dir.join("logs").join(parent),
+    ]
+}
+
+fn create_dir(dir: &Path) -> Result<(), SandboxError> {
+    std::fs::create_dir_all(dir).map_err(|source| SandboxError::Path {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+fn canon(path: &Path) -> Result<PathBuf, SandboxError> {
+    path.canonicalize().map_err(|source| SandboxError::Path {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_abi_query_answers_on_this_kernel() {
+        // Either a version or an errno; never a panic.
+        match query_abi() {
+            Ok(v) => assert!(v >= 1),
+            Err(e) => assert!(e > 0),
+        }
+    }
+
+    #[test]
+    fn excluding_a_path_grants_its_siblings_up_the_tree() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        for d in ["a/secret/x", "a/keep", "b"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("a/file"), "f").unwrap();
+        std::os::unix::fs::symlink(root.join("a/secret"), root.join("a/link")).unwrap();
+        let mut out = Vec::new();
+        let secret = root.join("a/secret");
+        grant_excluding(&mut out, &root, &[&secret], AccessFs::ReadFile.into()).unwrap();
+        let mut got: Vec<String> = out
+            .iter()
+            .map(|g| g.path.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        got.sort();
+        assert_eq!(got, ["a/file", "a/keep", "b"]);
+    }
+}
