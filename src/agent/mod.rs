@@ -450,7 +450,10 @@ impl<'c> Agent<'c> {
                 let result = match spawned[i].take() {
                     Some(r) => r,
                     None if seen == repeat::Repeat::SameTurn => {
-                        let mut o = tools::ToolOutcome::error(name, &repeat::same_turn(name));
+                        let mut o = tools::ToolOutcome::error(
+                            name,
+                            "not run: the same call was already made in this turn",
+                        );
                         o.content = repeat::same_turn(name);
                         Ok(o)
                     }

@@ -128,7 +128,11 @@ pub(crate) async fn run_gate(
             agent.fail(AgentEnd::VerifyFailed(why));
             return Ok(Some(report));
         }
-        agent.tell(text);
+        let left = gate.rounds + 1 - round;
+        agent.tell(format!(
+            "{text} {left} more verify round{} allowed.",
+            if left == 1 { " is" } else { "s are" }
+        ));
         agent.run(model, tool_ctx, log, on_turn).await?;
     }
 }
