@@ -102,9 +102,14 @@ pub(crate) fn pr_text(issue: &str, state: &RunState, diffstat: &str) -> (String,
     }
     if let Some(r) = ran.iter().rev().find(|s| s.verdict.is_some()) {
         body.push_str(&format!(
-            "\n## Review\n\nFinal verdict: **{}** (`{}`). {}\n",
+            "\n## Review\n\nFinal verdict: **{}** (`{}`{}). {}\n",
             r.verdict.map_or("none", Verdict::as_str),
             r.id,
+            if r.verdict_from_text {
+                ", read from the reviewer's text"
+            } else {
+                ""
+            },
             r.summary.as_deref().unwrap_or("").trim().replace('\n', " ")
         ));
         let rounds = ran.iter().filter(|s| s.verdict.is_some()).count();

@@ -225,6 +225,7 @@ fn a_verdict_in_the_reviewers_text_is_accepted_and_recorded_as_from_text() {
     assert_eq!(ev[0]["verdict"], "approve");
     let pr = std::fs::read_to_string(record.join("pr.md")).unwrap();
     assert!(pr.contains("No verify command was set"), "{pr}");
+    assert!(pr.contains("read from the reviewer's text"), "{pr}");
 }
 
 /// The `read_file`/`bash` results of the tool messages in a request.
