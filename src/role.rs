@@ -72,6 +72,10 @@ pub struct Role {
     pub max_turns: u32,
     /// The role's shell policy.
     pub bash: BashRules,
+    /// A text answer is the role's result (`result: text`); otherwise only
+    /// `finish` ends its stage as a success.
+    #[serde(default)]
+    pub text_result: bool,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -99,6 +103,20 @@ struct RoleSpec {
     max_turns: Option<Spanned<u32>>,
     #[serde(default)]
     bash: BashRules,
+    /// `result: finish` (the default) or `result: text`.
+    #[serde(default)]
+    result: ResultSpec,
+}
+
+/// What ends a role's stage as a success.
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum ResultSpec {
+    /// Only a `finish` call.
+    #[default]
+    Finish,
+    /// `finish`, or a non-empty text answer.
+    Text,
 }
 
 /// `tools:` as written: a list, or a comma-separated string (Claude Code style).
@@ -213,6 +231,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         read_only,
         max_turns,
         bash: spec.bash,
+        text_result: spec.result == ResultSpec::Text,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })

@@ -175,6 +175,8 @@ struct StageOutcome {
     model_failed: bool,
     internal_failed: bool,
     verdict: Option<Verdict>,
+    verdict_from_text: bool,
+    verify: Option<crate::agent::verify::VerifyReport>,
     summary: String,
     turns: u32,
     tokens: TokenCount,
@@ -467,6 +469,7 @@ async fn drive(
                 rec.branch = Some(out.branch);
                 rec.commit = Some(out.commit);
                 rec.verdict = out.verdict;
+                (rec.verdict_from_text, rec.verify) = (out.verdict_from_text, out.verify);
                 rec.summary = Some(out.summary.clone());
                 rec.turns = out.turns;
                 rec.tokens = out.tokens;

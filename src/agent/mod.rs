@@ -1,5 +1,10 @@
 //! The agent loop: request → model → tool calls → results → repeat, until the
-//! model calls `finish`, answers without tool calls, or a limit is hit.
+//! model calls `finish`, gives the text answer its role allows, or a limit
+//! is hit ([`outcome`] says what a reply without tool calls means). Tool
+//! calls written as text are recovered ([`crate::llm::textcalls`]) and run
+//! like native ones; the same call made again and again is caught
+//! ([`repeat`]). An [`Agent`] can be told more after it finished (a failed
+//! verify gate, [`verify`]) and goes on with the same conversation.
 //!
 //! Tool errors (unknown tool, malformed arguments, missing file, denied
 //! command) go back to the model as tool results and the loop goes on; only
@@ -11,7 +16,10 @@
 
 pub(crate) mod budget;
 pub(crate) mod compact;
+pub(crate) mod outcome;
 pub(crate) mod prompt;
+pub(crate) mod repeat;
+pub(crate) mod verify;
 
 use crate::ids::Verdict;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, MessageRole};
@@ -44,6 +52,12 @@ pub(crate) struct AgentConfig {
     pub max_turns: u32,
     /// A reviewer stage: `finish` must carry a verdict.
     pub require_verdict: bool,
+    /// A non-empty text answer is the role's result (`result: text` roles,
+    /// `orch agent`); otherwise only `finish` ends the agent as a success.
+    pub text_result: bool,
+    /// Recover tool calls the model wrote as text (on unless a stage sets
+    /// `text_tool_calls: false`).
+    pub text_tool_calls: bool,
     /// Token, time and cost limits ([`budget`]).
     pub budget: crate::budget::StageBudget,
     /// When the conversation is condensed ([`compact`]).
@@ -69,8 +83,14 @@ pub(crate) enum AgentEnd {
     Answered,
     /// `max_turns` model turns were used without finishing.
     TurnLimit,
-    /// The model repeated the same failing call [`MAX_IDENTICAL_FAILURES`] times.
+    /// The model repeated the same failing call [`MAX_IDENTICAL_FAILURES`]
+    /// times, or the same call after it was told it repeats itself.
     Stuck(String),
+    /// The model's replies gave no result (empty, cut off, text from a role
+    /// whose result is `finish`, a review without a verdict), after a nudge.
+    NoResult(String),
+    /// The agent finished but its verify gate did not pass.
+    VerifyFailed(String),
     /// The model backend failed (after its own retries).
     ModelError(LlmError),
     /// A token, time or cost budget ran out; the reason says which.
@@ -93,7 +113,10 @@ impl AgentEnd {
             AgentEnd::TurnLimit => Some(format!(
                 "turn limit reached: {max_turns} model turns without `finish`"
             )),
-            AgentEnd::Stuck(why) | AgentEnd::Budget(why) => Some(why.clone()),
+            AgentEnd::Stuck(why)
+            | AgentEnd::Budget(why)
+            | AgentEnd::NoResult(why)
+            | AgentEnd::VerifyFailed(why) => Some(why.clone()),
             AgentEnd::ModelError(e) => Some(format!("model error: failed to {e}")),
             AgentEnd::ToolFault(e) => Some(format!("internal error: failed to {e}")),
         }
@@ -109,6 +132,8 @@ pub(crate) struct AgentOutcome {
     pub summary: String,
     /// A reviewer's verdict.
     pub verdict: Option<Verdict>,
+    /// The verdict was read from the reviewer's text, not from `finish`.
+    pub verdict_from_text: bool,
     /// Model turns used.
     pub turns: u32,
     /// Tokens used.
@@ -130,59 +155,163 @@ pub(crate) async fn run_agent(
     log: &mut ActionLog,
     on_turn: &(dyn Fn(u32, TokenCount) + Sync),
 ) -> Result<AgentOutcome, RecordError> {
-    let mut req = ChatRequest {
-        messages: vec![
-            ChatMessage::system(cfg.system_prompt.clone()),
-            ChatMessage::user(cfg.task.clone()),
-        ],
-        tools: tools::offered(tool_ctx),
-        agent_path: cfg.agent_path.clone(),
-    };
-    let mut out = AgentOutcome {
-        end: AgentEnd::TurnLimit,
-        summary: String::new(),
-        verdict: None,
-        turns: 0,
-        tokens: TokenCount::default(),
-        digest: Vec::new(),
-        transcript: Vec::new(),
-        budget: crate::budget::BudgetReport::default(),
-    };
-    // Budget and compaction state (src/agent/budget.rs, compact.rs): `req`
-    // keeps the whole conversation; each turn sends a compacted view of it.
-    let mut tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
-    let mut compactor = compact::Compactor::new(cfg.compaction);
-    let mut last_failure: Option<(String, String)> = None;
-    let mut identical_failures = 0u32;
-    let mut nudged = false;
+    let mut agent = Agent::start(tool_ctx, cfg, log)?;
+    agent.run(model, tool_ctx, log, on_turn).await?;
+    agent.finish(log)
+}
 
-    log.append(
-        "agent_start",
-        json!({
-            "agent": cfg.agent_path,
-            "max_turns": cfg.max_turns,
-            "tools": req.tools.iter().map(|t| t.name).collect::<Vec<_>>(),
-            "system_prompt_bytes": cfg.system_prompt.len(),
-            "task_bytes": cfg.task.len(),
-            "budget": tracker.report().limits,
-            "budget_notes": tracker.notes(),
-            "compact_at_tokens": compactor.trigger_tokens(),
-        }),
-    )?;
+/// One agent's conversation and loop state, kept between [`Agent::run`]s so
+/// it can be told more after it ended (see [`Agent::tell`]).
+pub(crate) struct Agent<'c> {
+    cfg: &'c AgentConfig,
+    req: ChatRequest,
+    out: AgentOutcome,
+    tracker: crate::budget::Tracker,
+    compactor: compact::Compactor,
+    last_failure: Option<(String, String)>,
+    identical_failures: u32,
+    repeats: repeat::RepeatGuard,
+    /// Nudged since the last tool call (one nudge, then the stage fails).
+    nudged: bool,
+}
 
-    'turns: while out.turns < cfg.max_turns {
-        // Budget hook: no turn starts once a limit is used up.
-        if let Some(why) = tracker.before_turn() {
-            log.append("budget_exceeded", json!({"turn": out.turns, "reason": why}))?;
-            out.end = AgentEnd::Budget(why);
-            break;
-        }
-        out.turns += 1;
-        let turn = out.turns;
-        let started = std::time::Instant::now();
-        // Compaction and time-budget hook: sends the (compacted) request.
-        let resp =
-            match compact::send_turn(model, &req, turn, &mut compactor, &mut tracker, log).await? {
+impl<'c> Agent<'c> {
+    /// The conversation's start: system prompt, task, the offered tools.
+    pub(crate) fn start(
+        tool_ctx: &ToolContext,
+        cfg: &'c AgentConfig,
+        log: &mut ActionLog,
+    ) -> Result<Agent<'c>, RecordError> {
+        let req = ChatRequest {
+            messages: vec![
+                ChatMessage::system(cfg.system_prompt.clone()),
+                ChatMessage::user(cfg.task.clone()),
+            ],
+            tools: tools::offered(tool_ctx),
+            agent_path: cfg.agent_path.clone(),
+        };
+        // Budget and compaction state (src/agent/budget.rs, compact.rs): `req`
+        // keeps the whole conversation; each turn sends a compacted view of it.
+        let tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
+        let compactor = compact::Compactor::new(cfg.compaction);
+        log.append(
+            "agent_start",
+            json!({
+                "agent": cfg.agent_path,
+                "max_turns": cfg.max_turns,
+                "tools": req.tools.iter().map(|t| t.name).collect::<Vec<_>>(),
+                "system_prompt_bytes": cfg.system_prompt.len(),
+                "task_bytes": cfg.task.len(),
+                "budget": tracker.report().limits,
+                "budget_notes": tracker.notes(),
+                "compact_at_tokens": compactor.trigger_tokens(),
+                "text_result": cfg.text_result,
+                "text_tool_calls": cfg.text_tool_calls,
+            }),
+        )?;
+        Ok(Agent {
+            cfg,
+            req,
+            out: AgentOutcome {
+                end: AgentEnd::TurnLimit,
+                summary: String::new(),
+                verdict: None,
+                verdict_from_text: false,
+                turns: 0,
+                tokens: TokenCount::default(),
+                digest: Vec::new(),
+                transcript: Vec::new(),
+                budget: crate::budget::BudgetReport::default(),
+            },
+            tracker,
+            compactor,
+            last_failure: None,
+            identical_failures: 0,
+            repeats: repeat::RepeatGuard::default(),
+            nudged: false,
+        })
+    }
+
+    /// How the last [`Agent::run`] ended.
+    pub(crate) fn end(&self) -> &AgentEnd {
+        &self.out.end
+    }
+
+    /// Ends the agent as failed for a reason found after its loop (a verify
+    /// gate that did not pass).
+    pub(crate) fn fail(&mut self, end: AgentEnd) {
+        self.out.end = end;
+    }
+
+    /// Tells an agent that ended on its own terms something new (a new user
+    /// message); the next [`Agent::run`] goes on from there, within the same
+    /// turn limit and budget.
+    pub(crate) fn tell(&mut self, text: String) {
+        self.req.messages.push(ChatMessage::user(text));
+        self.out.end = AgentEnd::TurnLimit;
+        self.nudged = false;
+    }
+
+    /// The agent's outcome; writes `agent_end` to the log.
+    pub(crate) fn finish(mut self, log: &mut ActionLog) -> Result<AgentOutcome, RecordError> {
+        let mut out = self.out;
+        out.tokens.add(self.compactor.summary_tokens());
+        out.budget = self.tracker.report();
+        log.append(
+            "agent_end",
+            json!({
+                "agent": self.cfg.agent_path,
+                "end": format!("{:?}", out.end).split('(').next().unwrap_or_default(),
+                "turns": out.turns,
+                "prompt_tokens": out.tokens.prompt,
+                "completion_tokens": out.tokens.completion,
+                "verdict": out.verdict,
+                "verdict_from_text": out.verdict_from_text,
+                "budget": out.budget,
+            }),
+        )?;
+        out.transcript = std::mem::take(&mut self.req.messages);
+        Ok(out)
+    }
+
+    /// Runs the loop until the agent ends (see [`AgentEnd`]).
+    pub(crate) async fn run(
+        &mut self,
+        model: &dyn ChatModel,
+        tool_ctx: &ToolContext,
+        log: &mut ActionLog,
+        on_turn: &(dyn Fn(u32, TokenCount) + Sync),
+    ) -> Result<(), RecordError> {
+        let cfg = self.cfg;
+        let rules = outcome::ReplyRules {
+            text_result: cfg.text_result,
+            require_verdict: cfg.require_verdict,
+        };
+        let Agent {
+            req,
+            out,
+            tracker,
+            compactor,
+            last_failure,
+            identical_failures,
+            repeats,
+            nudged,
+            ..
+        } = self;
+        out.end = AgentEnd::TurnLimit;
+
+        'turns: while out.turns < cfg.max_turns {
+            // Budget hook: no turn starts once a limit is used up.
+            if let Some(why) = tracker.before_turn() {
+                log.append("budget_exceeded", json!({"turn": out.turns, "reason": why}))?;
+                out.end = AgentEnd::Budget(why);
+                break;
+            }
+            out.turns += 1;
+            let turn = out.turns;
+            let started = std::time::Instant::now();
+            // Compaction and time-budget hook: sends the (compacted) request.
+            let resp = match compact::send_turn(model, req, turn, compactor, tracker, log).await? {
                 compact::Sent::Reply(r) => r,
                 compact::Sent::OutOfBudget(why) => {
                     log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
@@ -198,190 +327,259 @@ pub(crate) async fn run_agent(
                     break;
                 }
             };
-        let usage = resp.usage;
-        tracker.record_turn(usage.prompt_tokens, usage.completion_tokens);
-        out.tokens.add(TokenCount {
-            prompt: usage.prompt_tokens,
-            completion: usage.completion_tokens,
-        });
-        let msg = normalize_assistant(resp.message);
-        log.append(
-            "response",
-            json!({
-                "turn": turn,
-                "latency_ms": started.elapsed().as_millis() as u64,
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "finish_reason": resp.finish_reason,
-                "content": msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
-                "tool_calls": msg.tool_calls.iter().map(|c| json!({
-                    "id": c.id, "name": c.function.name,
-                    "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
-                })).collect::<Vec<_>>(),
-            }),
-        )?;
-        on_turn(turn, out.tokens);
-        let calls = msg.tool_calls.clone();
-        req.messages.push(msg.clone());
-
-        // Budget hook: tokens and cost after every turn. A turn that finishes
-        // the stage may still finish it.
-        if let Some(why) = tracker.after_turn()
-            && !calls.is_empty()
-            && !calls.iter().any(|c| c.function.name == "finish")
-        {
-            log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
-            answer_remaining(&mut req.messages, &calls);
-            out.end = AgentEnd::Budget(why);
-            break;
-        }
-
-        if calls.is_empty() {
-            if cfg.require_verdict && !nudged {
-                // A reviewer that just talks has not given a verdict; ask once.
-                nudged = true;
-                req.messages.push(ChatMessage::user(
-                    "Call the `finish` tool with your summary and a verdict: `approve` or `request_changes`.",
-                ));
-                continue;
-            }
-            out.summary = msg.content.unwrap_or_default();
-            out.end = AgentEnd::Answered;
-            break;
-        }
-
-        let mut finished = false;
-        // The subagents of one turn run concurrently; results keep call order.
-        let mut spawned = spawn_concurrently(tool_ctx, &calls).await;
-        for (i, call) in calls.iter().enumerate() {
-            let name = call.function.name.as_str();
-            let args = call.function.arguments.as_str();
-            let result = match spawned[i].take() {
-                Some(r) => r,
-                // Time-budget hook: a tool call cannot outlive the budget.
-                None => match tracker.bounded(tools::call(tool_ctx, name, args)).await {
-                    Ok(result) => result,
-                    Err(why) => {
-                        log.append(
-                            "budget_exceeded",
-                            json!({"turn": turn, "call_id": call.id, "reason": why}),
-                        )?;
-                        req.messages.push(ChatMessage::tool(
-                            call.id.clone(),
-                            format!("error: stopped: {why}"),
-                        ));
-                        answer_remaining(&mut req.messages, &calls);
-                        out.end = AgentEnd::Budget(why);
-                        break 'turns;
-                    }
-                },
-            };
-            let mut outcome = match result {
-                Ok(outcome) => outcome,
-                Err(fault) => {
-                    // orch's own fault: the stage ends here, and the model is
-                    // never sent this call's result (nor any other request).
-                    log.append(
-                        "tool_fault",
-                        json!({
-                            "turn": turn, "call_id": call.id, "name": name,
-                            "reason": fault.reason,
-                        }),
-                    )?;
-                    answer_remaining(&mut req.messages, &calls);
-                    out.end = AgentEnd::ToolFault(fault);
-                    break 'turns;
-                }
-            };
-            if let Some(t) = outcome.child_tokens {
-                // Subagents spend the stage's tokens too; the spawner has
-                // already charged them to the stage's account.
-                out.tokens.add(t);
-            }
-            if let Some(fin) = outcome.finish.take() {
-                if cfg.require_verdict && fin.verdict.is_none() {
-                    outcome.is_error = true;
-                    outcome.content = "error: finish: this stage is a review; call `finish` again with `verdict`: `approve` or `request_changes`".to_owned();
-                    outcome.summary = "error: finish without verdict".to_owned();
-                } else {
-                    out.summary = fin.summary;
-                    out.verdict = fin.verdict;
-                    finished = true;
-                }
-            }
+            let usage = resp.usage;
+            tracker.record_turn(usage.prompt_tokens, usage.completion_tokens);
+            out.tokens.add(TokenCount {
+                prompt: usage.prompt_tokens,
+                completion: usage.completion_tokens,
+            });
+            let mut msg = normalize_assistant(resp.message);
             log.append(
-                "tool",
+                "response",
                 json!({
                     "turn": turn,
-                    "call_id": call.id,
-                    "name": name,
-                    "is_error": outcome.is_error,
-                    "summary": outcome.summary,
-                    "exit_code": outcome.exit_code,
-                    "duration_ms": outcome.duration_ms,
-                    "policy": outcome.policy,
-                    "changed_path": outcome.changed_path,
-                    "result_bytes": outcome.content.len(),
-                    "result": cap_bytes(&outcome.content, LOG_FIELD_CAP),
+                    "latency_ms": started.elapsed().as_millis() as u64,
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "finish_reason": resp.finish_reason,
+                    "content": msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
+                    "tool_calls": msg.tool_calls.iter().map(|c| json!({
+                        "id": c.id, "name": c.function.name,
+                        "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
+                    })).collect::<Vec<_>>(),
                 }),
             )?;
-            if name != "finish" {
-                out.digest.push(outcome.summary.clone());
+            on_turn(turn, out.tokens);
+            // Tool calls written as text run like native ones.
+            if cfg.text_tool_calls
+                && let Some(format) = crate::llm::textcalls::recover_into(
+                    &mut msg,
+                    &req.tools,
+                    &format!("text{turn}"),
+                )
+            {
+                log.append(
+                    "tool_calls_recovered",
+                    json!({
+                        "turn": turn,
+                        "recovered_from": "text",
+                        "format": format.as_str(),
+                        "tool_calls": msg.tool_calls.iter().map(|c| json!({
+                            "id": c.id, "name": c.function.name,
+                            "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
+                        })).collect::<Vec<_>>(),
+                    }),
+                )?;
             }
-            if outcome.is_error {
-                let key = (name.to_owned(), args.to_owned());
-                if last_failure.as_ref() == Some(&key) {
-                    identical_failures += 1;
-                } else {
-                    last_failure = Some(key);
-                    identical_failures = 1;
-                }
-            } else {
-                last_failure = None;
-                identical_failures = 0;
+            let calls = msg.tool_calls.clone();
+            let content = msg.content.clone();
+            req.messages.push(msg);
+
+            // Budget hook: tokens and cost after every turn. A turn that finishes
+            // the stage may still finish it.
+            if let Some(why) = tracker.after_turn()
+                && !calls.is_empty()
+                && !calls.iter().any(|c| c.function.name == "finish")
+            {
+                log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
+                answer_remaining(&mut req.messages, &calls);
+                out.end = AgentEnd::Budget(why);
+                break;
             }
-            req.messages
-                .push(ChatMessage::tool(call.id.clone(), outcome.content));
-            if identical_failures >= MAX_IDENTICAL_FAILURES {
-                let why = format!(
-                    "stopped: the model made the same failing `{name}` call {MAX_IDENTICAL_FAILURES} times in a row"
-                );
-                log.append("stuck", json!({"turn": turn, "reason": why}))?;
-                // Subagents that already ran still count and report.
-                for (c, o) in calls.iter().zip(spawned.iter_mut()).skip(i + 1) {
-                    if let Some(Ok(o)) = o.take() {
-                        out.tokens.add(o.child_tokens.unwrap_or_default());
-                        req.messages
-                            .push(ChatMessage::tool(c.id.clone(), o.content));
+
+            if calls.is_empty() {
+                match outcome::judge(
+                    rules,
+                    content.as_deref(),
+                    resp.finish_reason.as_deref(),
+                    *nudged,
+                ) {
+                    outcome::TextReply::Accept { summary, verdict } => {
+                        if verdict.is_some() {
+                            out.verdict_from_text = true;
+                            log.append(
+                                "verdict_from_text",
+                                json!({"turn": turn, "verdict": verdict}),
+                            )?;
+                        }
+                        out.summary = summary;
+                        out.verdict = verdict;
+                        out.end = AgentEnd::Answered;
+                        break;
+                    }
+                    outcome::TextReply::Nudge(text) => {
+                        *nudged = true;
+                        log.append("nudge", json!({"turn": turn, "message": text}))?;
+                        req.messages.push(ChatMessage::user(text));
+                        continue;
+                    }
+                    outcome::TextReply::Fail(why) => {
+                        log.append("no_result", json!({"turn": turn, "reason": why}))?;
+                        out.summary = content.unwrap_or_default();
+                        out.end = AgentEnd::NoResult(why);
+                        break;
                     }
                 }
-                answer_remaining(&mut req.messages, &calls);
-                out.end = AgentEnd::Stuck(why);
-                break 'turns;
+            }
+            *nudged = false;
+            repeats.new_turn();
+
+            let mut finished = false;
+            // The subagents of one turn run concurrently; results keep call order.
+            let mut spawned = spawn_concurrently(tool_ctx, &calls).await;
+            for (i, call) in calls.iter().enumerate() {
+                let name = call.function.name.as_str();
+                let args = call.function.arguments.as_str();
+                let seen = if name == "finish" || spawned[i].is_some() {
+                    repeat::Repeat::Fresh
+                } else {
+                    repeats.observe(name, args)
+                };
+                if let repeat::Repeat::Stuck(times) = seen {
+                    let why = format!(
+                        "stopped: the model made the same `{name}` call {times} times in a row after it was told it was repeating itself"
+                    );
+                    log.append(
+                        "stuck",
+                        json!({"turn": turn, "call_id": call.id, "reason": why}),
+                    )?;
+                    answer_remaining(&mut req.messages, &calls);
+                    out.end = AgentEnd::Stuck(why);
+                    break 'turns;
+                }
+                let result = match spawned[i].take() {
+                    Some(r) => r,
+                    None if seen == repeat::Repeat::SameTurn => {
+                        let mut o = tools::ToolOutcome::error(
+                            name,
+                            "not run: the same call was already made in this turn",
+                        );
+                        o.content = repeat::same_turn(name);
+                        Ok(o)
+                    }
+                    // Time-budget hook: a tool call cannot outlive the budget.
+                    None => match tracker.bounded(tools::call(tool_ctx, name, args)).await {
+                        Ok(result) => result,
+                        Err(why) => {
+                            log.append(
+                                "budget_exceeded",
+                                json!({"turn": turn, "call_id": call.id, "reason": why}),
+                            )?;
+                            req.messages.push(ChatMessage::tool(
+                                call.id.clone(),
+                                format!("error: stopped: {why}"),
+                            ));
+                            answer_remaining(&mut req.messages, &calls);
+                            out.end = AgentEnd::Budget(why);
+                            break 'turns;
+                        }
+                    },
+                };
+                let mut outcome = match result {
+                    Ok(outcome) => outcome,
+                    Err(fault) => {
+                        // orch's own fault: the stage ends here, and the model is
+                        // never sent this call's result (nor any other request).
+                        log.append(
+                            "tool_fault",
+                            json!({
+                                "turn": turn, "call_id": call.id, "name": name,
+                                "reason": fault.reason,
+                            }),
+                        )?;
+                        answer_remaining(&mut req.messages, &calls);
+                        out.end = AgentEnd::ToolFault(fault);
+                        break 'turns;
+                    }
+                };
+                if let Some(t) = outcome.child_tokens {
+                    // Subagents spend the stage's tokens too; the spawner has
+                    // already charged them to the stage's account.
+                    out.tokens.add(t);
+                }
+                if let Some(fin) = outcome.finish.take() {
+                    if cfg.require_verdict && fin.verdict.is_none() {
+                        outcome.is_error = true;
+                        outcome.content = "error: finish: this stage is a review; call `finish` again with `verdict`: `approve` or `request_changes`".to_owned();
+                        outcome.summary = "error: finish without verdict".to_owned();
+                    } else {
+                        out.summary = fin.summary;
+                        out.verdict = fin.verdict;
+                        out.verdict_from_text = false;
+                        finished = true;
+                    }
+                }
+                if seen == repeat::Repeat::Warn {
+                    outcome.content.push_str(&repeat::warning(name));
+                }
+                log.append(
+                    "tool",
+                    json!({
+                        "turn": turn,
+                        "call_id": call.id,
+                        "name": name,
+                        "is_error": outcome.is_error,
+                        "summary": outcome.summary,
+                        "exit_code": outcome.exit_code,
+                        "duration_ms": outcome.duration_ms,
+                        "policy": outcome.policy,
+                        "changed_path": outcome.changed_path,
+                        "repeat": match seen {
+                            repeat::Repeat::Warn => Some("warned"),
+                            repeat::Repeat::SameTurn => Some("same_turn"),
+                            _ => None,
+                        },
+                        "result_bytes": outcome.content.len(),
+                        "result": cap_bytes(&outcome.content, LOG_FIELD_CAP),
+                    }),
+                )?;
+                if name != "finish" {
+                    out.digest.push(outcome.summary.clone());
+                }
+                // A command that ran and exited non-zero failed too.
+                let failed = outcome.is_error
+                    || (name == "bash" && outcome.exit_code.is_some_and(|c| c != 0));
+                if seen == repeat::Repeat::SameTurn {
+                    // Not run: neither a new failure nor a success.
+                } else if failed {
+                    let key = (name.to_owned(), args.to_owned());
+                    if last_failure.as_ref() == Some(&key) {
+                        *identical_failures += 1;
+                    } else {
+                        *last_failure = Some(key);
+                        *identical_failures = 1;
+                    }
+                } else {
+                    *last_failure = None;
+                    *identical_failures = 0;
+                }
+                req.messages
+                    .push(ChatMessage::tool(call.id.clone(), outcome.content));
+                if *identical_failures >= MAX_IDENTICAL_FAILURES {
+                    let why = format!(
+                        "stopped: the model made the same failing `{name}` call {MAX_IDENTICAL_FAILURES} times in a row"
+                    );
+                    log.append("stuck", json!({"turn": turn, "reason": why}))?;
+                    // Subagents that already ran still count and report.
+                    for (c, o) in calls.iter().zip(spawned.iter_mut()).skip(i + 1) {
+                        if let Some(Ok(o)) = o.take() {
+                            out.tokens.add(o.child_tokens.unwrap_or_default());
+                            req.messages
+                                .push(ChatMessage::tool(c.id.clone(), o.content));
+                        }
+                    }
+                    answer_remaining(&mut req.messages, &calls);
+                    out.end = AgentEnd::Stuck(why);
+                    break 'turns;
+                }
+            }
+            if finished {
+                out.end = AgentEnd::Finished;
+                break;
             }
         }
-        if finished {
-            out.end = AgentEnd::Finished;
-            break;
-        }
+        Ok(())
     }
-
-    out.tokens.add(compactor.summary_tokens());
-    out.budget = tracker.report();
-    log.append(
-        "agent_end",
-        json!({
-            "agent": cfg.agent_path,
-            "end": format!("{:?}", out.end).split('(').next().unwrap_or_default(),
-            "turns": out.turns,
-            "prompt_tokens": out.tokens.prompt,
-            "completion_tokens": out.tokens.completion,
-            "verdict": out.verdict,
-            "budget": out.budget,
-        }),
-    )?;
-    out.transcript = req.messages;
-    Ok(out)
 }
 
 /// Runs the `spawn_agent` calls of a turn together when there are several;

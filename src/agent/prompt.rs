@@ -29,6 +29,8 @@ pub(crate) struct Upstream {
     pub patch: String,
     /// One line per tool call.
     pub digest: Vec<String>,
+    /// The stage's verify gate, one line (`None`: it has none).
+    pub verify: Option<String>,
 }
 
 /// Replaces `{{ name }}` (inner spaces optional) with its value; unknown
@@ -94,6 +96,14 @@ pub(crate) fn task_message(task_template: &str, issue: &str, upstream: &[Upstrea
             u.summary.trim()
         };
         s.push_str(&format!("Summary: {summary}\n"));
+        match &u.verify {
+            Some(line) => s.push_str(&format!("Verify: {line}\n")),
+            // A reviewer's own stage runs no tests; a writer's may.
+            None if u.verdict.is_none() => {
+                s.push_str("Verify: none set (orch ran no tests for this stage)\n");
+            }
+            None => {}
+        }
         if !u.digest.is_empty() {
             s.push_str("Actions:\n");
             let skip = u.digest.len().saturating_sub(HANDOFF_DIGEST_LINES);
@@ -139,6 +149,7 @@ mod tests {
             role: "coder".into(),
             summary: "fixed the split".into(),
             verdict: None,
+            verify: None,
             diffstat: " a.py | 2 +-".into(),
             patch: "--- a/a.py\n+++ b/a.py\n-x\n+y".into(),
             digest: (0..25).map(|i| format!("bash step {i}")).collect(),
@@ -148,6 +159,7 @@ mod tests {
             role: "reviewer".into(),
             summary: "add a test".into(),
             verdict: Some(Verdict::RequestChanges),
+            verify: None,
             diffstat: String::new(),
             patch: String::new(),
             digest: vec![],

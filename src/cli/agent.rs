@@ -111,6 +111,11 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             base_id: id.clone(),
             run_if_changes_requested_by: None,
             on_failure: Default::default(),
+            verify: vec![],
+            verify_rounds: 0,
+            text_tool_calls: true,
+            // An `orch agent` question is answered in text or by `finish`.
+            text_result: true,
         }],
         origin: "orch agent".to_owned(),
     };

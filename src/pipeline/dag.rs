@@ -156,6 +156,38 @@ fn check_stage_fields(
     if let Some(budget) = &stage.budget {
         check_budget(&budget.value, err)?;
     }
+    if let Some(verify) = &stage.verify {
+        if verify.value.0.is_empty() {
+            return Err(err(
+                &verify.referenced,
+                "verify is an empty list; give a command line or leave verify out".into(),
+            ));
+        }
+        if let Some(i) = verify.value.0.iter().position(|c| c.trim().is_empty()) {
+            return Err(err(
+                &verify.referenced,
+                format!("verify command {} is empty", i + 1),
+            ));
+        }
+    }
+    if let Some(rounds) = &stage.verify_rounds {
+        if stage.verify.is_none() {
+            return Err(err(
+                &rounds.referenced,
+                "verify_rounds needs a verify command on the same stage".into(),
+            ));
+        }
+        if rounds.value > crate::pipeline::MAX_VERIFY_ROUNDS {
+            return Err(err(
+                &rounds.referenced,
+                format!(
+                    "verify_rounds must be at most {}, got {}",
+                    crate::pipeline::MAX_VERIFY_ROUNDS,
+                    rounds.value
+                ),
+            ));
+        }
+    }
     if let Some(rework) = &stage.rework {
         let rounds = &rework.value.max_rounds;
         if !(1..=MAX_REWORK_ROUNDS).contains(&rounds.value) {
@@ -330,6 +362,17 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                 base_id: StageId(id.value.clone()),
                 run_if_changes_requested_by: None,
                 on_failure: spec.on_failure,
+                verify: spec
+                    .verify
+                    .as_ref()
+                    .map(|v| v.value.0.clone())
+                    .unwrap_or_default(),
+                verify_rounds: spec
+                    .verify_rounds
+                    .as_ref()
+                    .map_or(crate::agent::verify::DEFAULT_VERIFY_ROUNDS, |r| r.value),
+                text_tool_calls: spec.text_tool_calls.unwrap_or(true),
+                text_result: false,
             }
         })
         .collect();
@@ -379,6 +422,10 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     base_id: original.base_id.clone(),
                     run_if_changes_requested_by: Some(previous_review.clone()),
                     on_failure: original.on_failure,
+                    verify: original.verify.clone(),
+                    verify_rounds: original.verify_rounds,
+                    text_tool_calls: original.text_tool_calls,
+                    text_result: original.text_result,
                 });
             }
             previous_review = round_id(lp.review, k);

@@ -55,7 +55,32 @@ pub struct Stage {
     /// What a failure of this stage does to the rest of the run.
     #[serde(default)]
     pub on_failure: OnFailure,
+    /// Commands that must pass after the agent finishes (`verify:`); the
+    /// stage succeeds only when they do.
+    #[serde(default)]
+    pub verify: Vec<String>,
+    /// Extra rounds the agent gets to make verify pass (`verify_rounds:`).
+    #[serde(default = "default_verify_rounds")]
+    pub verify_rounds: u32,
+    /// Recover tool calls the model wrote as text (`text_tool_calls:`).
+    #[serde(default = "default_true")]
+    pub text_tool_calls: bool,
+    /// A text answer is this stage's result whatever its role says (set for
+    /// `orch agent`; pipeline files use the role's `result:`).
+    #[serde(default)]
+    pub text_result: bool,
 }
+
+fn default_verify_rounds() -> u32 {
+    crate::agent::verify::DEFAULT_VERIFY_ROUNDS
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The most extra rounds `verify_rounds` may ask for.
+pub const MAX_VERIFY_ROUNDS: u32 = 10;
 
 /// A stage's failure policy (`on_failure:` in the pipeline file).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

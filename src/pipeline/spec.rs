@@ -51,6 +51,38 @@ pub(super) struct StageSpec {
     /// Token, time and cost limits of the stage.
     #[serde(default)]
     pub budget: Option<Spanned<BudgetSpec>>,
+    /// Commands that must pass after the agent finishes (one or a list).
+    #[serde(default)]
+    pub verify: Option<Spanned<CommandsSpec>>,
+    /// Extra rounds the agent gets to make verify pass (default 2).
+    #[serde(default)]
+    pub verify_rounds: Option<Spanned<u32>>,
+    /// Recover tool calls written as text (default true).
+    #[serde(default)]
+    pub text_tool_calls: Option<bool>,
+}
+
+/// `verify:` as written: one command line, or a list of them.
+#[derive(Debug)]
+pub(super) struct CommandsSpec(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for CommandsSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Inner {
+            One(String),
+            Many(Vec<String>),
+        }
+        Ok(
+            match Inner::deserialize(deserializer).map_err(|_| {
+                de::Error::custom("verify must be a command line or a list of command lines")
+            })? {
+                Inner::One(c) => CommandsSpec(vec![c]),
+                Inner::Many(cs) => CommandsSpec(cs),
+            },
+        )
+    }
 }
 
 /// `budget: { tokens, time_secs, cost_usd }` as written; every key optional.

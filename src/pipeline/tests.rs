@@ -490,3 +490,86 @@ fn bad_stage_budgets_are_reported_at_the_right_place() {
         );
     }
 }
+
+#[test]
+fn verify_keys_parse_and_carry_into_rework_rounds() {
+    let text = "name: x\nstages:\n  code:\n    role: coder\n    verify: cargo test\n    verify_rounds: 4\n  review:\n    role: reviewer\n    needs: code\n    verify: [\"make lint\", \"make test\"]\n    text_tool_calls: false\n    rework: {stage: code, max_rounds: 1}\n";
+    let p = parse_pipeline(text, "<t>", &roles()).unwrap();
+    let code = p.stage("code").unwrap();
+    assert_eq!(code.verify, ["cargo test"]);
+    assert_eq!(code.verify_rounds, 4);
+    assert!(code.text_tool_calls);
+    let review = p.stage("review").unwrap();
+    assert_eq!(review.verify, ["make lint", "make test"]);
+    assert_eq!(review.verify_rounds, 2, "the default");
+    assert!(!review.text_tool_calls);
+    let r2 = p.stage("code.r2").unwrap();
+    assert_eq!(
+        (r2.verify.clone(), r2.verify_rounds),
+        (code.verify.clone(), 4)
+    );
+    let none =
+        parse_pipeline("name: x\nstages:\n  a:\n    role: coder\n", "<t>", &roles()).unwrap();
+    assert!(none.stages[0].verify.is_empty());
+    assert!(none.stages[0].text_tool_calls);
+}
+
+#[test]
+fn bad_verify_keys_are_reported_at_the_right_place() {
+    // (the stage's extra lines, line, column, message fragment)
+    let cases: &[(&str, u64, u64, &str)] = &[
+        ("    verify: []\n", 5, 13, "verify is an empty list"),
+        (
+            "    verify: [\"make\", \" \"]\n",
+            5,
+            13,
+            "verify command 2 is empty",
+        ),
+        (
+            "    verify: {cmd: x}\n",
+            5,
+            13,
+            "verify must be a command line or a list",
+        ),
+        (
+            "    verify_rounds: 1\n",
+            5,
+            20,
+            "verify_rounds needs a verify command",
+        ),
+        (
+            "    verify: make\n    verify_rounds: 11\n",
+            6,
+            20,
+            "verify_rounds must be at most 10, got 11",
+        ),
+    ];
+    for (lines, line, column, fragment) in cases {
+        let text = format!("name: p\nstages:\n  a:\n    role: coder\n{lines}");
+        let err = parse_pipeline(&text, "p.yaml", &roles()).unwrap_err();
+        assert!(
+            err.message.contains(fragment),
+            "{lines}: {err} (wanted {fragment})"
+        );
+        assert_eq!((err.line, err.column), (*line, *column), "{lines}: {err}");
+    }
+}
+
+#[test]
+fn a_role_says_whether_text_is_its_result() {
+    let explore = parse_role(
+        include_str!("../../roles/explore.md"),
+        "built-in roles/explore.md",
+    )
+    .unwrap();
+    assert!(explore.text_result);
+    let coder = parse_role(
+        include_str!("../../roles/coder.md"),
+        "built-in roles/coder.md",
+    )
+    .unwrap();
+    assert!(!coder.text_result);
+    let bad = "---\nname: x\nresult: maybe\n---\nbody\n";
+    let err = parse_role(bad, "x.md").unwrap_err();
+    assert!(err.message.contains("unknown variant `maybe`"), "{err}");
+}

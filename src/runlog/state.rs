@@ -106,6 +106,12 @@ pub struct StageRecord {
     /// The stage's budget and what it used (absent before it ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::BudgetReport>,
+    /// The verdict was read from the reviewer's text, not from `finish`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verdict_from_text: bool,
+    /// The stage's verify gate (absent when it has no `verify:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<crate::agent::verify::VerifyReport>,
 }
 
 /// How many action-digest lines a stage record keeps.
@@ -129,6 +135,8 @@ impl StageRecord {
             reason: None,
             digest: Vec::new(),
             budget: None,
+            verdict_from_text: false,
+            verify: None,
         }
     }
 }

@@ -130,6 +130,7 @@ pub(super) async fn handoff(
             diffstat: diff.stat.render(),
             patch: diff.patch,
             digest: rec.digest.clone(),
+            verify: rec.verify.as_ref().map(|v| v.line()),
         });
     }
     Ok(out)

@@ -16,6 +16,8 @@ pub(super) struct CommitInfo<'a> {
     pub(super) cost_usd: Option<f64>,
     pub(super) duration_ms: u64,
     pub(super) failed: bool,
+    /// The verify gate's result (`None`: the stage has none).
+    pub(super) verify: Option<bool>,
 }
 
 /// The stage commit's message: a subject, the summary, and trailers.
@@ -51,6 +53,12 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
     ));
     if let Some(v) = c.verdict {
         m.push_str(&format!("Orch-Verdict: {v}\n"));
+    }
+    if let Some(passed) = c.verify {
+        m.push_str(&format!(
+            "Orch-Verify: {}\n",
+            if passed { "pass" } else { "fail" }
+        ));
     }
     m
 }
@@ -94,14 +102,29 @@ pub(crate) fn pr_text(issue: &str, state: &RunState, diffstat: &str) -> (String,
     }
     if let Some(r) = ran.iter().rev().find(|s| s.verdict.is_some()) {
         body.push_str(&format!(
-            "\n## Review\n\nFinal verdict: **{}** (`{}`). {}\n",
+            "\n## Review\n\nFinal verdict: **{}** (`{}`{}). {}\n",
             r.verdict.map_or("none", Verdict::as_str),
             r.id,
+            if r.verdict_from_text {
+                ", read from the reviewer's text"
+            } else {
+                ""
+            },
             r.summary.as_deref().unwrap_or("").trim().replace('\n', " ")
         ));
         let rounds = ran.iter().filter(|s| s.verdict.is_some()).count();
         if rounds > 1 {
             body.push_str(&format!("Review rounds: {rounds}.\n"));
+        }
+    }
+    body.push_str("\n## Verify\n\n");
+    let verified: Vec<&StageRecord> = state.stages.iter().filter(|s| s.verify.is_some()).collect();
+    if verified.is_empty() {
+        body.push_str("No verify command was set, so orch ran no tests. A repository sets one with `verify:` on a stage of its pipeline override (e.g. `.orch/pipelines/issue-to-pr.yaml`).\n");
+    }
+    for s in verified {
+        if let Some(v) = &s.verify {
+            body.push_str(&format!("- **{}**: {}\n", s.id, v.line()));
         }
     }
     body.push_str(&format!("\n## Changes\n\n```\n{diffstat}```\n"));
@@ -160,6 +183,7 @@ mod tests {
             duration_ms: 1500,
             cost_usd: Some(0.0123),
             failed: false,
+            verify: Some(true),
         });
         assert!(m.starts_with("orch(review): Looks good.\n\n"));
         for t in [
@@ -172,6 +196,7 @@ mod tests {
             "Orch-Duration: 1.5s",
             "Orch-Verdict: approve",
             "Orch-Cost: $0.0123",
+            "Orch-Verify: pass",
         ] {
             assert!(m.contains(t), "{t} missing in {m}");
         }

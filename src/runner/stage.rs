@@ -111,9 +111,29 @@ pub(super) async fn run_stage(
         task: prompt::task_message(&stage.task, &ctx.issue, &upstream),
         max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
+        text_result: role.text_result || stage.text_result,
+        text_tool_calls: stage.text_tool_calls,
     };
     let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
-    let mut outcome = agent::run_agent(model.as_ref(), &tool_ctx, &cfg, &mut log, &on_turn).await?;
+    // The agent, then its verify gate (which may send it back to work).
+    let mut agent = agent::Agent::start(&tool_ctx, &cfg, &mut log)?;
+    agent
+        .run(model.as_ref(), &tool_ctx, &mut log, &on_turn)
+        .await?;
+    let gate = agent::verify::Gate {
+        commands: &stage.verify,
+        rounds: stage.verify_rounds,
+    };
+    let verify = agent::verify::run_gate(
+        &gate,
+        &mut agent,
+        model.as_ref(),
+        &tool_ctx,
+        &mut log,
+        &on_turn,
+    )
+    .await?;
+    let mut outcome = agent.finish(&mut log)?;
     ctx.ledger
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -146,6 +166,7 @@ pub(super) async fn run_stage(
         cost_usd: outcome.budget.used.cost_usd,
         duration_ms,
         failed: failure.is_some(),
+        verify: verify.as_ref().map(|v| v.passed),
     });
     let (wt, parent) = (lane.path.clone(), start.to_owned());
     let commit = blocking(move || git::commit_all(&wt, &message, &parent)).await?;
@@ -170,6 +191,8 @@ pub(super) async fn run_stage(
             "files_changed": diff.stat.files_changed,
             "insertions": diff.stat.insertions, "deletions": diff.stat.deletions,
             "duration_ms": duration_ms,
+            "verify": verify.as_ref().map(|v| if v.passed { "pass" } else { "fail" }),
+            "verdict_from_text": outcome.verdict_from_text,
         }),
     )?;
     let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
@@ -181,6 +204,8 @@ pub(super) async fn run_stage(
         internal_failed: matches!(outcome.end, AgentEnd::ToolFault(_)),
         failure,
         verdict: outcome.verdict,
+        verdict_from_text: outcome.verdict_from_text,
+        verify,
         summary: outcome.summary,
         turns: outcome.turns,
         tokens: outcome.tokens,

@@ -151,6 +151,9 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         task: prompt::task_message(&opts.task, "", &[]),
         max_turns: opts.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: false,
+        // `orch agent` and subagents answer whoever asked: text is a result.
+        text_result: true,
+        text_tool_calls: true,
         budget: budget.clone(),
         compaction: opts.compaction,
     };

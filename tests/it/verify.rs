@@ -1,0 +1,147 @@
+//! Verify gates end to end: `verify:` commands run in the lane after the
+//! agent finishes; a failure goes back to the same agent with its output;
+//! the stage succeeds only when verify passes, and says so in its record,
+//! action log, commit trailers, the reviewer's hand-off and the PR body.
+
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, only_run_id, record_dir, stage_events,
+    state_json, user_text, write_issue, write_pipeline,
+};
+use serde_json::{Value, json};
+
+const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should return 5.\n";
+const CHECK: &str =
+    "grep -q 'a + b' calc.py || { echo 'FAIL: add(2, 3) still returns -1'; exit 1; }";
+
+fn buggy_repo() -> TestRepo {
+    TestRepo::with_commit(
+        &[("calc.py", "def add(a, b):\n    return a - b\n")],
+        "calc 0.1",
+    )
+}
+
+fn run(repo: &TestRepo, yaml: &str, server: &FakeServer) -> (i32, String) {
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let pipeline = write_pipeline(scratch.path(), "gated", yaml);
+    let out = OrchRun::new(&pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .output();
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    (out.status.code().unwrap_or(-1), only_run_id(&repo.path))
+}
+
+fn code_stage(state: &Value) -> &Value {
+    &state["stages"][0]
+}
+
+#[test]
+fn a_failed_verify_goes_back_to_the_agent_and_the_second_finish_passes() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::finish("c1", "Looked at it; all good.", None),
+                    Reply::tool_call(
+                        "c2",
+                        "edit_file",
+                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+                    ),
+                    Reply::finish("c3", "add() now adds.", None),
+                ],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("r1", "Tests pass; fine.", Some("approve"))],
+            ),
+    );
+    let yaml = format!(
+        "stages:\n  code:\n    role: coder\n    verify: \"{CHECK}\"\n  review:\n    role: reviewer\n    needs: [code]\n"
+    );
+    let (code, run_id) = run(&repo, &yaml, &server);
+    assert_eq!(code, 0);
+
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 3);
+    // The request after the first finish carries the failing output.
+    let told = user_text(&reqs[1]);
+    assert!(told.contains("FAIL: add(2, 3) still returns -1"), "{told}");
+    assert!(told.contains("exited 1"), "{told}");
+
+    let state = state_json(&repo, &run_id);
+    let code = code_stage(&state);
+    assert_eq!(code["status"], "succeeded");
+    assert_eq!(code["summary"], "add() now adds.");
+    let verify = &code["verify"];
+    assert_eq!(verify["passed"], true);
+    assert_eq!(verify["commands"], json!([CHECK]));
+    let exits: Vec<Value> = verify["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0]["exit_code"].clone())
+        .collect();
+    assert_eq!(exits, [json!(1), json!(0)]);
+
+    let record = record_dir(&repo, &run_id);
+    let events = stage_events(&record, "code", "verify");
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["passed"], false);
+    assert_eq!(events[1]["passed"], true);
+
+    let msg = repo.git(&["log", "-1", "--format=%B", &format!("orch/{run_id}/code")]);
+    assert!(msg.contains("Orch-Verify: pass"), "{msg}");
+    // The reviewer is told the tests pass.
+    let review_task = user_text(&server.requests_for("review")[0]);
+    assert!(review_task.contains("Verify: pass"), "{review_task}");
+    let pr = std::fs::read_to_string(record.join("pr.md")).unwrap();
+    assert!(pr.contains("- **code**: pass"), "{pr}");
+}
+
+#[test]
+fn a_verify_that_never_passes_fails_the_stage_and_keeps_its_work() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call(
+                "c1",
+                "write_file",
+                json!({"path": "NOTES.md", "content": "tried something\n"}),
+            ),
+            Reply::finish("c2", "Done.", None),
+            Reply::finish("c3", "Still done.", None),
+            Reply::finish("c4", "never served", None),
+        ],
+    ));
+    let yaml = format!(
+        "stages:\n  code:\n    role: coder\n    verify:\n      - \"true\"\n      - \"{CHECK}\"\n    verify_rounds: 1\n"
+    );
+    let (code, run_id) = run(&repo, &yaml, &server);
+    assert_eq!(code, 1);
+    assert_eq!(server.requests_for("code").len(), 3);
+    assert_eq!(server.remaining("code"), 1);
+
+    let state = state_json(&repo, &run_id);
+    let code = code_stage(&state);
+    assert_eq!(code["status"], "failed");
+    let reason = code["reason"].as_str().unwrap();
+    assert!(reason.contains("verify failed"), "{reason}");
+    assert_eq!(code["verify"]["passed"], false);
+    assert_eq!(code["verify"]["rounds"].as_array().unwrap().len(), 2);
+    // Both commands ran each round; the first passed.
+    assert_eq!(code["verify"]["rounds"][1][0]["exit_code"], 0);
+    assert_eq!(code["verify"]["rounds"][1][1]["exit_code"], 1);
+
+    let branch = format!("orch/{run_id}/code");
+    assert_eq!(
+        repo.git(&["show", &format!("{branch}:NOTES.md")]),
+        "tried something\n"
+    );
+    let msg = repo.git(&["log", "-1", "--format=%B", &branch]);
+    assert!(msg.contains("Orch-Verify: fail"), "{msg}");
+    assert!(msg.contains("[failed]"), "{msg}");
+}
