@@ -1,7 +1,7 @@
 //! `orch eval`: run a pipeline on every task of a task set and report how
 //! many runs its hidden checks call solved (see `docs/eval.md`).
 
-use super::args::{LimitArgs, ModelArgs};
+use super::args::{LimitArgs, ModelArgs, SamplingArgs};
 use super::output::{Out, ignore_closed};
 use super::{CliError, exit};
 use crate::agent::compact::DEFAULT_COMPACT_AT;
@@ -208,7 +208,14 @@ fn run_flags(args: &EvalArgs) -> Result<Vec<String>, CliError> {
         replay,
         profile,
         no_stream,
+        sampling,
     } = &args.model;
+    let SamplingArgs {
+        temperature,
+        seed,
+        max_output_tokens,
+        tool_choice,
+    } = sampling;
     let LimitArgs {
         max_tokens,
         max_time,
@@ -234,6 +241,13 @@ fn run_flags(args: &EvalArgs) -> Result<Vec<String>, CliError> {
             .map(|p| p.display().to_string()),
     );
     pair("--profile", profile.clone());
+    pair("--temperature", temperature.map(|v| v.to_string()));
+    pair("--seed", seed.map(|v| v.to_string()));
+    pair(
+        "--max-output-tokens",
+        max_output_tokens.map(|v| v.to_string()),
+    );
+    pair("--tool-choice", tool_choice.map(|v| v.to_string()));
     pair("--max-tokens", max_tokens.map(|v| v.to_string()));
     pair("--max-time", max_time.map(|v| v.to_string()));
     pair("--max-cost", max_cost.map(|v| v.to_string()));

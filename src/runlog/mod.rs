@@ -23,7 +23,8 @@ mod state;
 pub use actions::{ActionLog, redact};
 pub use lock::{RunLock, lock_run};
 pub use state::{
-    DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
+    DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, StageRecord, StageStatus,
+    TokenCount,
 };
 
 use crate::ids::RunId;

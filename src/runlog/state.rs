@@ -2,6 +2,7 @@
 //! atomically, after every stage transition.
 
 use crate::ids::Verdict;
+use crate::llm::settings::ToolChoice;
 use serde::{Deserialize, Serialize};
 
 /// The version tag written into every `state.json`.
@@ -128,6 +129,25 @@ pub struct StageRecord {
     pub budget: Option<crate::agent::budget::BudgetReport>,
 }
 
+/// The sampling settings every request of a run carried, so `orch resume`
+/// sends the same ones (a flag given to `resume` overrides its field). Each
+/// field is written even when unset (`null`: not sent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplingRecord {
+    /// `temperature`; `null`: none was sent.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// `seed`; `null`: none was sent.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// `max_tokens` (or `max_completion_tokens`); `null`: no cap was sent.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// `tool_choice`; `null`: `auto` was sent with tools.
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoice>,
+}
+
 /// How many action-digest lines a stage record keeps.
 pub const DIGEST_LINES: usize = 50;
 
@@ -187,6 +207,10 @@ pub struct RunState {
     /// The replay file, when the replay model was used.
     #[serde(default)]
     pub replay_file: Option<String>,
+    /// The sampling settings sent to the model server (absent for replays
+    /// and in records written before orch recorded them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingRecord>,
     /// The PR title, once written.
     pub pr_title: Option<String>,
     /// Stages in plan order.
@@ -231,6 +255,7 @@ impl RunState {
             model_label: "m".into(),
             base_url: None,
             replay_file: None,
+            sampling: None,
             pr_title: None,
             stages: vec![],
         }
