@@ -347,3 +347,45 @@ fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
 fn cost(usd: Option<f64>) -> String {
     usd.map_or("unknown".to_owned(), |c| format!("${c:.4}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn eval_args(flags: &[&str]) -> EvalArgs {
+        let argv = ["orch", "eval", "--tasks", "t"].iter().chain(flags);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Eval(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sampling_flags_are_forwarded_to_every_run() {
+        let args = eval_args(&[
+            "--temperature",
+            "0",
+            "--seed",
+            "5",
+            "--max-output-tokens",
+            "0",
+            "--tool-choice",
+            "required",
+        ]);
+        assert_eq!(
+            run_flags(&args).unwrap(),
+            [
+                "--temperature",
+                "0",
+                "--seed",
+                "5",
+                "--max-output-tokens",
+                "0",
+                "--tool-choice",
+                "required"
+            ]
+        );
+        assert!(run_flags(&eval_args(&[])).unwrap().is_empty());
+    }
+}

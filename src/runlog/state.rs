@@ -261,3 +261,32 @@ impl RunState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_without_sampling_still_load_and_unset_fields_are_written_as_null() {
+        let mut state = RunState::new_for_test("r1");
+        let mut old = serde_json::to_value(&state).unwrap();
+        assert!(old.get("sampling").is_none(), "absent when not known");
+        old.as_object_mut().unwrap().remove("replay_file");
+        let loaded: RunState = serde_json::from_value(old).unwrap();
+        assert_eq!(loaded.sampling, None);
+
+        state.sampling = Some(SamplingRecord {
+            temperature: Some(0.0),
+            max_tokens: None,
+            seed: Some(3),
+            tool_choice: Some(ToolChoice::Required),
+        });
+        let v = serde_json::to_value(&state).unwrap();
+        assert_eq!(
+            v["sampling"],
+            serde_json::json!({"temperature": 0.0, "seed": 3, "max_tokens": null, "tool_choice": "required"})
+        );
+        let back: RunState = serde_json::from_value(v).unwrap();
+        assert_eq!(back.sampling, state.sampling);
+    }
+}

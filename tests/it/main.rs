@@ -16,6 +16,7 @@ mod llm_wire;
 mod review_cmds;
 mod run_e2e;
 mod safety;
+mod sampling;
 mod sse;
 mod streams;
 mod subagents;
