@@ -1,6 +1,6 @@
 """Start llama.cpp's own HTTP server (the xllamacpp wheel) on 127.0.0.1.
 
-Usage: serve.py MODEL.gguf PORT N_CTX
+Usage: serve.py MODEL.gguf PORT N_CTX [TEMPLATE.jinja]
 
 Prints one line `listening <address>` once the server object exists, then
 sleeps until SIGTERM/SIGINT. run.sh polls /health itself; this script only
@@ -27,6 +27,10 @@ def main() -> int:
     params.use_jinja = True
     params.endpoint_props = True
     params.model_alias = {"smollm2"}
+    if len(sys.argv) > 4:
+        # A chat template of our own (the GGUF's may leave tools out).
+        with open(sys.argv[4], encoding="utf-8") as f:
+            params.chat_template = f.read()
     params.cpuparams.n_threads = 2
     params.cpuparams_batch.n_threads = 2
     server = xlc.Server(params)
