@@ -14,6 +14,10 @@
 //! context_window = 128000
 //! stream = true
 //! prices = { prompt = 0.15, completion = 0.6 }   # USD per 1M tokens
+//! temperature = 0.2          # sampling; each sent only when set
+//! seed = 7
+//! max_tokens = 2048          # cap on one reply; default 4096, 0 sends none
+//! tool_choice = "required"   # or "auto" (what is sent when unset)
 //!
 //! [prices."qwen2.5-coder"]
 //! prompt = 0
@@ -21,7 +25,9 @@
 //! ```
 //!
 //! Precedence, per setting: flag > environment > repo file > user file >
-//! default. The profile is chosen by `--profile`, else `ORCH_PROFILE`, else
+//! default. The sampling keys (`temperature`, `seed`, `max_tokens`,
+//! `tool_choice`) have flags but no environment variables: they belong to a
+//! profile or to one command, not to a shell session. The profile is chosen by `--profile`, else `ORCH_PROFILE`, else
 //! `default_profile` (repo file, then user file); a profile defined in both
 //! files is merged key by key, the repo's keys winning. The API key is read
 //! from `ORCH_API_KEY`, else from the variable the profile's `api_key_env`
@@ -37,6 +43,7 @@ use crate::llm::openai::{
     DEFAULT_RETRY_MAX_TOTAL, DEFAULT_STREAM_IDLE_TIMEOUT, ModelSettings,
 };
 use crate::llm::price::{BUILTIN_PRICES_DATE, Price, PriceTable};
+use crate::llm::settings::{DEFAULT_MAX_TOKENS, ToolChoice};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -139,7 +146,19 @@ pub struct Overrides {
     pub profile: Option<String>,
     /// `--no-stream`.
     pub no_stream: bool,
+    /// `--temperature`.
+    pub temperature: Option<f64>,
+    /// `--seed`.
+    pub seed: Option<u64>,
+    /// `--max-output-tokens` (0: send no cap).
+    pub max_output_tokens: Option<u64>,
+    /// `--tool-choice`.
+    pub tool_choice: Option<ToolChoice>,
 }
+
+/// Highest `temperature` accepted (OpenAI's documented range is 0 to 2, and
+/// the local servers orch is used with share it).
+pub const MAX_TEMPERATURE: f64 = 2.0;
 
 /// Everything about the model connection, resolved, with sources.
 #[derive(Clone)]
@@ -170,6 +189,15 @@ pub struct ResolvedConfig {
     pub max_retries: Setting<u32>,
     /// Cap on the time spent retrying.
     pub retry_max_total: Setting<Duration>,
+    /// Sampling temperature; `None`: none is sent.
+    pub temperature: Option<Setting<f64>>,
+    /// Sampling seed; `None`: none is sent.
+    pub seed: Option<Setting<u64>>,
+    /// Cap on the tokens of one reply; a value of `None` sends no cap
+    /// (configured as 0), the default is [`DEFAULT_MAX_TOKENS`].
+    pub max_tokens: Setting<Option<u64>>,
+    /// `tool_choice`; `None`: `auto` is sent when tools are offered.
+    pub tool_choice: Option<Setting<ToolChoice>>,
     /// Prices by model, built-in ones overridden by the files.
     pub prices: PriceTable,
     /// Where each price in `prices` came from.
@@ -188,6 +216,10 @@ impl fmt::Debug for ResolvedConfig {
             )
             .field("stream", &self.stream)
             .field("context_window", &self.context_window)
+            .field("temperature", &self.temperature)
+            .field("seed", &self.seed)
+            .field("max_tokens", &self.max_tokens)
+            .field("tool_choice", &self.tool_choice)
             .finish_non_exhaustive()
     }
 }
@@ -228,6 +260,10 @@ impl ResolvedConfig {
         s.max_retries = self.max_retries.value;
         s.retry_max_total = self.retry_max_total.value;
         s.prices = self.prices.clone();
+        s.temperature = self.temperature.as_ref().map(|t| t.value);
+        s.seed = self.seed.as_ref().map(|t| t.value);
+        s.max_tokens = self.max_tokens.value;
+        s.tool_choice = self.tool_choice.as_ref().map(|t| t.value);
         Ok(s)
     }
 }
@@ -288,6 +324,15 @@ struct ProfileSpec {
     retry_max_total: Option<Spanned<f64>>,
     #[serde(default)]
     prices: Option<Spanned<Price>>,
+    #[serde(default)]
+    temperature: Option<Spanned<f64>>,
+    #[serde(default)]
+    seed: Option<Spanned<u64>>,
+    /// 0: send no cap.
+    #[serde(default)]
+    max_tokens: Option<Spanned<u64>>,
+    #[serde(default)]
+    tool_choice: Option<Spanned<ToolChoice>>,
 }
 
 /// One parsed file, with its text for turning spans into lines.
@@ -519,6 +564,46 @@ pub fn resolve(
     let retry_max_total = secs(from_profile!(retry_max_total), DEFAULT_RETRY_MAX_TOTAL)?;
     let max_retries = from_profile!(max_retries).unwrap_or_else(|| default(DEFAULT_MAX_RETRIES));
 
+    // Sampling: flag > profile > default (no environment variables).
+    fn by_flag<T>(name: &'static str) -> impl Fn(T) -> Setting<T> {
+        move |value| Setting {
+            value,
+            source: Source::Flag(name),
+        }
+    }
+    let temperature = overrides
+        .temperature
+        .map(by_flag("--temperature"))
+        .or_else(|| from_profile!(temperature));
+    if let Some(t) = &temperature
+        && !(t.value.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&t.value))
+    {
+        return Err(ConfigError::Invalid {
+            at: t.source.clone(),
+            message: format!(
+                "temperature must be a number from 0 to {MAX_TEMPERATURE}, not {}",
+                t.value
+            ),
+        });
+    }
+    let seed = overrides
+        .seed
+        .map(by_flag("--seed"))
+        .or_else(|| from_profile!(seed));
+    let max_tokens = overrides
+        .max_output_tokens
+        .map(by_flag("--max-output-tokens"))
+        .or_else(|| from_profile!(max_tokens))
+        .map(|s| Setting {
+            value: Some(s.value).filter(|&n| n > 0),
+            source: s.source,
+        })
+        .unwrap_or_else(|| default(Some(DEFAULT_MAX_TOKENS)));
+    let tool_choice = overrides
+        .tool_choice
+        .map(by_flag("--tool-choice"))
+        .or_else(|| from_profile!(tool_choice));
+
     // Prices: built-in, then the user file, then the repo file; in each file
     // `[prices]` first, then the selected profile's `prices`.
     let mut prices = PriceTable::builtin();
@@ -560,6 +645,10 @@ pub fn resolve(
         connect_timeout,
         max_retries,
         retry_max_total,
+        temperature,
+        seed,
+        max_tokens,
+        tool_choice,
         prices,
         price_sources,
     })

@@ -89,6 +89,8 @@ pub(crate) struct Session {
     pub base_url: Option<String>,
     /// The replay file, for the record, when replaying.
     pub replay_file: Option<String>,
+    /// The sampling settings the model sends, for the record.
+    pub sampling: Option<crate::runlog::SamplingRecord>,
     /// Values to redact from every record (API keys).
     pub secrets: Vec<String>,
     /// `--yes`: allow commands a role's `ask` rules would ask about.
@@ -242,6 +244,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         model_label: session.model.label(),
         base_url: session.base_url.clone(),
         replay_file: session.replay_file.clone(),
+        sampling: session.sampling,
         pr_title: None,
         stages: plan
             .pipeline
@@ -356,6 +359,7 @@ pub(crate) async fn resume_run(
     state.model_label = session.model.label();
     state.base_url = session.base_url.clone();
     state.replay_file = session.replay_file.clone();
+    state.sampling = session.sampling;
     state.updated = now();
     run_dir.write_state(&state)?;
     ui.run_started(&state);

@@ -1,12 +1,13 @@
 //! Flag groups shared by several subcommands, each flattened into their
 //! `Args` (`#[command(flatten)]`), so a subcommand never borrows another's
-//! flags: model selection, budgets and compaction, parallelism.
+//! flags: model selection and sampling, budgets and compaction, parallelism.
 
 use super::CliError;
 use crate::agent::RunLimits;
 use crate::agent::compact::{CompactConfig, DEFAULT_COMPACT_AT, DEFAULT_CONTEXT_WINDOW};
 use crate::budget::Budget;
 use crate::config::Overrides;
+use crate::llm::settings::ToolChoice;
 use std::path::PathBuf;
 
 /// Model flags shared by the commands that run agents.
@@ -27,6 +28,28 @@ pub struct ModelArgs {
     /// Send plain requests instead of streaming (for servers that cannot stream)
     #[arg(long)]
     pub no_stream: bool,
+    /// Sampling and tool-choice settings sent with every request.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// Sampling flags, part of [`ModelArgs`]. Each wins over the profile's key of
+/// the same meaning; `orch resume` reuses the run's recorded values for the
+/// ones not given. There are no environment variables for them.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct SamplingArgs {
+    /// Sampling temperature, 0 to 2 (default: the profile's `temperature`, else none is sent)
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// Sampling seed (default: the profile's `seed`, else none is sent)
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Cap on the tokens of one model reply (`max_tokens`); 0 sends no cap (default: the profile's `max_tokens`, else 4096)
+    #[arg(long, value_name = "N")]
+    pub max_output_tokens: Option<u64>,
+    /// `auto` or `required` (the model must call a tool every turn, so `finish` ends it); default: the profile's `tool_choice`, else `auto`
+    #[arg(long, value_name = "CHOICE")]
+    pub tool_choice: Option<ToolChoice>,
 }
 
 impl ModelArgs {
@@ -37,6 +60,10 @@ impl ModelArgs {
             model: self.model.clone(),
             profile: self.profile.clone(),
             no_stream: self.no_stream,
+            temperature: self.sampling.temperature,
+            seed: self.sampling.seed,
+            max_output_tokens: self.sampling.max_output_tokens,
+            tool_choice: self.sampling.tool_choice,
         }
     }
 

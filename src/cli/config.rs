@@ -172,6 +172,29 @@ fn rows(r: &ResolvedConfig) -> Vec<Row> {
             source: key_hint,
         },
     };
+    let sampling = |name: &'static str, s: Option<(Value, String, String)>, unset: &str| match s {
+        Some((value, shown, source)) => Row {
+            name,
+            value: Some(value),
+            shown,
+            source,
+        },
+        None => Row {
+            name,
+            value: None,
+            shown: "(not set)".to_owned(),
+            source: unset.to_owned(),
+        },
+    };
+    let max_tokens = Row {
+        name: "max_tokens",
+        value: Some(json!(r.max_tokens.value)),
+        shown: match r.max_tokens.value {
+            Some(n) => n.to_string(),
+            None => "none (no cap is sent)".to_owned(),
+        },
+        source: r.max_tokens.source.to_string(),
+    };
     vec![
         text(
             "profile",
@@ -197,6 +220,28 @@ fn rows(r: &ResolvedConfig) -> Vec<Row> {
         secs("connect_timeout", &r.connect_timeout),
         plain("max_retries", &r.max_retries),
         secs("retry_max_total", &r.retry_max_total),
+        sampling(
+            "temperature",
+            r.temperature
+                .as_ref()
+                .map(|t| (json!(t.value), t.value.to_string(), t.source.to_string())),
+            "not sent (the server's default): set --temperature or a profile's temperature",
+        ),
+        sampling(
+            "seed",
+            r.seed
+                .as_ref()
+                .map(|t| (json!(t.value), t.value.to_string(), t.source.to_string())),
+            "not sent: set --seed or a profile's seed",
+        ),
+        max_tokens,
+        sampling(
+            "tool_choice",
+            r.tool_choice
+                .as_ref()
+                .map(|t| (json!(t.value), t.value.to_string(), t.source.to_string())),
+            "`auto` is sent with tools: set --tool-choice or a profile's tool_choice",
+        ),
     ]
 }
 

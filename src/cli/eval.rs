@@ -1,7 +1,7 @@
 //! `orch eval`: run a pipeline on every task of a task set and report how
 //! many runs its hidden checks call solved (see `docs/eval.md`).
 
-use super::args::{LimitArgs, ModelArgs};
+use super::args::{LimitArgs, ModelArgs, SamplingArgs};
 use super::output::{Out, ignore_closed};
 use super::{CliError, exit};
 use crate::agent::compact::DEFAULT_COMPACT_AT;
@@ -208,7 +208,14 @@ fn run_flags(args: &EvalArgs) -> Result<Vec<String>, CliError> {
         replay,
         profile,
         no_stream,
+        sampling,
     } = &args.model;
+    let SamplingArgs {
+        temperature,
+        seed,
+        max_output_tokens,
+        tool_choice,
+    } = sampling;
     let LimitArgs {
         max_tokens,
         max_time,
@@ -234,6 +241,13 @@ fn run_flags(args: &EvalArgs) -> Result<Vec<String>, CliError> {
             .map(|p| p.display().to_string()),
     );
     pair("--profile", profile.clone());
+    pair("--temperature", temperature.map(|v| v.to_string()));
+    pair("--seed", seed.map(|v| v.to_string()));
+    pair(
+        "--max-output-tokens",
+        max_output_tokens.map(|v| v.to_string()),
+    );
+    pair("--tool-choice", tool_choice.map(|v| v.to_string()));
     pair("--max-tokens", max_tokens.map(|v| v.to_string()));
     pair("--max-time", max_time.map(|v| v.to_string()));
     pair("--max-cost", max_cost.map(|v| v.to_string()));
@@ -332,4 +346,46 @@ fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
 
 fn cost(usd: Option<f64>) -> String {
     usd.map_or("unknown".to_owned(), |c| format!("${c:.4}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn eval_args(flags: &[&str]) -> EvalArgs {
+        let argv = ["orch", "eval", "--tasks", "t"].iter().chain(flags);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Eval(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sampling_flags_are_forwarded_to_every_run() {
+        let args = eval_args(&[
+            "--temperature",
+            "0",
+            "--seed",
+            "5",
+            "--max-output-tokens",
+            "0",
+            "--tool-choice",
+            "required",
+        ]);
+        assert_eq!(
+            run_flags(&args).unwrap(),
+            [
+                "--temperature",
+                "0",
+                "--seed",
+                "5",
+                "--max-output-tokens",
+                "0",
+                "--tool-choice",
+                "required"
+            ]
+        );
+        assert!(run_flags(&eval_args(&[])).unwrap().is_empty());
+    }
 }

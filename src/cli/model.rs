@@ -1,14 +1,15 @@
 //! Choosing the model backend: the OpenAI-compatible client or the replay
 //! model, from flags, environment and `orch.toml` (see [`crate::config`]),
-//! plus the secrets to redact from records. Used by the session builder and
-//! `orch config`.
+//! plus the secrets to redact from records and the sampling settings to
+//! record. Used by the session builder and `orch config`.
 
 use super::CliError;
-use super::args::ModelArgs;
+use super::args::{ModelArgs, SamplingArgs};
 use crate::config::{self, ConfigError, ResolvedConfig};
 use crate::llm::ChatModel;
 use crate::llm::openai::{ModelSettings, OpenAiClient};
 use crate::llm::replay::ReplayModel;
+use crate::runlog::SamplingRecord;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -38,11 +39,24 @@ pub(super) struct Chosen {
     pub secrets: Vec<String>,
     /// The replay file, when replaying.
     pub replay_file: Option<String>,
+    /// The sampling settings every request carries (not for replays).
+    pub sampling: Option<SamplingRecord>,
 }
 
 /// Resolves flags, environment and the `orch.toml` files of `repo` (when
 /// given) and the user config dir into a model backend.
 pub(super) fn choose_for_repo(args: &ModelArgs, repo: Option<&Path>) -> Result<Chosen, CliError> {
+    choose_with_record(args, repo, None)
+}
+
+/// [`choose_for_repo`] for a resumed run: each sampling setting that no flag
+/// of `args` gives is taken from `recorded` (the run's record) instead of
+/// the profile, so the resumed stages send what the first ones sent.
+pub(super) fn choose_with_record(
+    args: &ModelArgs,
+    repo: Option<&Path>,
+    recorded: Option<&SamplingRecord>,
+) -> Result<Chosen, CliError> {
     if let Some(file) = args.replay_file() {
         let model = ReplayModel::from_file(&file)?;
         return Ok(Chosen {
@@ -50,10 +64,15 @@ pub(super) fn choose_for_repo(args: &ModelArgs, repo: Option<&Path>) -> Result<C
             base_url: None,
             secrets: secrets(),
             replay_file: Some(file.display().to_string()),
+            sampling: None,
         });
     }
     let resolved = resolve_config(args, repo)?;
-    let settings = with_knobs(resolved.model_settings()?);
+    let mut settings = with_knobs(resolved.model_settings()?);
+    if let Some(recorded) = recorded {
+        apply_recorded(&mut settings, &args.sampling, recorded);
+    }
+    let sampling = Some(sampling_of(&settings));
     let base_url = Some(settings.base_url.clone());
     let mut secrets = secrets();
     if let Some(k) = &settings.api_key {
@@ -64,7 +83,47 @@ pub(super) fn choose_for_repo(args: &ModelArgs, repo: Option<&Path>) -> Result<C
         base_url,
         secrets,
         replay_file: None,
+        sampling,
     })
+}
+
+/// The recorded value of every sampling setting no flag in `flags` gives.
+/// The fields are taken apart one by one so a new one cannot be forgotten.
+fn apply_recorded(settings: &mut ModelSettings, flags: &SamplingArgs, recorded: &SamplingRecord) {
+    let SamplingArgs {
+        temperature,
+        seed,
+        max_output_tokens,
+        tool_choice,
+    } = *flags;
+    let SamplingRecord {
+        temperature: rec_temperature,
+        seed: rec_seed,
+        max_tokens: rec_max_tokens,
+        tool_choice: rec_tool_choice,
+    } = *recorded;
+    if temperature.is_none() {
+        settings.temperature = rec_temperature;
+    }
+    if seed.is_none() {
+        settings.seed = rec_seed;
+    }
+    if max_output_tokens.is_none() {
+        settings.max_tokens = rec_max_tokens;
+    }
+    if tool_choice.is_none() {
+        settings.tool_choice = rec_tool_choice;
+    }
+}
+
+/// What requests with `settings` carry, for the run record.
+fn sampling_of(settings: &ModelSettings) -> SamplingRecord {
+    SamplingRecord {
+        temperature: settings.temperature,
+        seed: settings.seed,
+        max_tokens: settings.max_tokens,
+        tool_choice: settings.tool_choice,
+    }
 }
 
 /// Applies the hidden environment knobs to resolved settings.

@@ -6,12 +6,14 @@
 //! resumed run does the same, with the model it recorded (base URL and model
 //! name) standing in for the flags when none names a model, so the profile's
 //! `stream`, timeouts, prices and `context_window` apply after a resume too.
+//! Its recorded sampling settings are sent again, field by field, unless a
+//! sampling flag of `resume` gives that field.
 //! The API key always comes from this process's environment; the record never
 //! holds one.
 
 use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
-use super::model::{Chosen, choose_for_repo};
+use super::model::{Chosen, choose_for_repo, choose_with_record};
 use crate::agent::RunLimits;
 use crate::catalog::Catalog;
 use crate::pipeline::Pipeline;
@@ -47,8 +49,13 @@ impl SessionBuilder {
         model: &ModelArgs,
         repo: &Path,
     ) -> Result<SessionBuilder, CliError> {
+        let recorded_sampling = state.sampling.as_ref();
         if model.names_a_model() {
-            return SessionBuilder::new(model, Some(repo));
+            return Ok(SessionBuilder::with(choose_with_record(
+                model,
+                Some(repo),
+                recorded_sampling,
+            )?));
         }
         let recorded = match &state.replay_file {
             Some(file) => ModelArgs {
@@ -61,9 +68,14 @@ impl SessionBuilder {
                 replay: None,
                 profile: model.profile.clone(),
                 no_stream: model.no_stream,
+                sampling: model.sampling,
             },
         };
-        SessionBuilder::new(&recorded, Some(repo))
+        Ok(SessionBuilder::with(choose_with_record(
+            &recorded,
+            Some(repo),
+            recorded_sampling,
+        )?))
     }
 
     fn with(chosen: Chosen) -> SessionBuilder {
@@ -107,12 +119,14 @@ impl SessionBuilder {
             base_url,
             secrets,
             replay_file,
+            sampling,
         } = self.chosen;
         Session {
             limits,
             model,
             base_url,
             replay_file,
+            sampling,
             secrets,
             assume_yes: self.assume_yes,
             interactive: self.interactive,

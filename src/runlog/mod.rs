@@ -23,7 +23,8 @@ mod state;
 pub(crate) use actions::{ActionLog, redact};
 pub(crate) use lock::{RunLock, lock_run};
 pub(crate) use state::{
-    DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
+    DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, StageRecord, StageStatus,
+    TokenCount,
 };
 
 use crate::ids::RunId;

@@ -2,6 +2,7 @@
 //! atomically, after every stage transition.
 
 use crate::ids::Verdict;
+use crate::llm::settings::ToolChoice;
 use serde::{Deserialize, Serialize};
 
 /// The version tag written into every `state.json`.
@@ -114,6 +115,25 @@ pub struct StageRecord {
     pub verify: Option<crate::agent::verify::VerifyReport>,
 }
 
+/// The sampling settings every request of a run carried, so `orch resume`
+/// sends the same ones (a flag given to `resume` overrides its field). Each
+/// field is written even when unset (`null`: not sent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplingRecord {
+    /// `temperature`; `null`: none was sent.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// `seed`; `null`: none was sent.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// `max_tokens` (or `max_completion_tokens`); `null`: no cap was sent.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// `tool_choice`; `null`: `auto` was sent with tools.
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoice>,
+}
+
 /// How many action-digest lines a stage record keeps.
 pub(crate) const DIGEST_LINES: usize = 50;
 
@@ -175,6 +195,10 @@ pub struct RunState {
     /// The replay file, when the replay model was used.
     #[serde(default)]
     pub replay_file: Option<String>,
+    /// The sampling settings sent to the model server (absent for replays
+    /// and in records written before orch recorded them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingRecord>,
     /// The PR title, once written.
     pub pr_title: Option<String>,
     /// Stages in plan order.
@@ -219,8 +243,38 @@ impl RunState {
             model_label: "m".into(),
             base_url: None,
             replay_file: None,
+            sampling: None,
             pr_title: None,
             stages: vec![],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_without_sampling_still_load_and_unset_fields_are_written_as_null() {
+        let mut state = RunState::new_for_test("r1");
+        let mut old = serde_json::to_value(&state).unwrap();
+        assert!(old.get("sampling").is_none(), "absent when not known");
+        old.as_object_mut().unwrap().remove("replay_file");
+        let loaded: RunState = serde_json::from_value(old).unwrap();
+        assert_eq!(loaded.sampling, None);
+
+        state.sampling = Some(SamplingRecord {
+            temperature: Some(0.0),
+            max_tokens: None,
+            seed: Some(3),
+            tool_choice: Some(ToolChoice::Required),
+        });
+        let v = serde_json::to_value(&state).unwrap();
+        assert_eq!(
+            v["sampling"],
+            serde_json::json!({"temperature": 0.0, "seed": 3, "max_tokens": null, "tool_choice": "required"})
+        );
+        let back: RunState = serde_json::from_value(v).unwrap();
+        assert_eq!(back.sampling, state.sampling);
     }
 }

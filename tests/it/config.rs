@@ -461,3 +461,143 @@ fn resume_without_model_flags_keeps_the_repo_profile_stream_false_and_prices() {
     );
     assert!(server.violations().is_empty(), "{:?}", server.violations());
 }
+
+#[test]
+fn config_sampling_keys_flag_over_repo_over_user_over_default() {
+    let d = dirs(
+        Some("[profiles.work]\ntemperature = 0.2\nmax_tokens = 0\n"),
+        Some(
+            "default_profile = \"work\"\n\n[profiles.work]\ntemperature = 0.7\nseed = 4\ntool_choice = \"required\"\n",
+        ),
+    );
+    let user_file = d.user.join("orch.toml");
+    let repo_file = d.repo.join(".orch/orch.toml");
+    let r = resolve(
+        &Overrides::default(),
+        Some(&d.repo),
+        Some(&d.user),
+        &env_of(&[]),
+    )
+    .unwrap();
+    let t = r.temperature.as_ref().unwrap();
+    assert_eq!((t.value, &t.source), (0.2, &file(&repo_file, 2)));
+    let s = r.seed.as_ref().unwrap();
+    assert_eq!((s.value, &s.source), (4, &file(&user_file, 5)));
+    assert_eq!(r.max_tokens.value, None, "0 sends no cap");
+    assert_eq!(r.max_tokens.source, file(&repo_file, 3));
+    let c = r.tool_choice.as_ref().unwrap();
+    assert_eq!(c.value.as_str(), "required");
+    assert_eq!(c.source, file(&user_file, 6));
+
+    let flags = Overrides {
+        temperature: Some(0.0),
+        seed: Some(8),
+        max_output_tokens: Some(128),
+        tool_choice: Some("auto".parse().unwrap()),
+        base_url: Some("http://127.0.0.1:9/v1".into()),
+        model: Some("m".into()),
+        ..Overrides::default()
+    };
+    let r = resolve(&flags, Some(&d.repo), Some(&d.user), &env_of(&[])).unwrap();
+    assert_eq!(
+        r.temperature.as_ref().unwrap().source,
+        Source::Flag("--temperature")
+    );
+    assert_eq!(r.seed.as_ref().unwrap().value, 8);
+    assert_eq!(r.max_tokens.value, Some(128));
+    assert_eq!(r.max_tokens.source, Source::Flag("--max-output-tokens"));
+    assert_eq!(
+        r.tool_choice.as_ref().unwrap().source,
+        Source::Flag("--tool-choice")
+    );
+    let s = r.model_settings().unwrap();
+    assert_eq!(
+        (
+            s.temperature,
+            s.seed,
+            s.max_tokens,
+            s.tool_choice.map(|c| c.as_str())
+        ),
+        (Some(0.0), Some(8), Some(128), Some("auto"))
+    );
+
+    // No files: nothing sent but the default cap.
+    let r = resolve(&Overrides::default(), None, None, &env_of(&[])).unwrap();
+    assert!(r.temperature.is_none() && r.seed.is_none() && r.tool_choice.is_none());
+    assert_eq!(r.max_tokens.value, Some(4096));
+    assert_eq!(r.max_tokens.source, Source::Default);
+
+    // A bad value names its line; an unknown tool_choice its line and column.
+    let d = dirs(Some("[profiles.x]\ntemperature = 2.1\n"), None);
+    let flags = Overrides {
+        profile: Some("x".into()),
+        ..Overrides::default()
+    };
+    let err = resolve(&flags, Some(&d.repo), None, &env_of(&[])).unwrap_err();
+    assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
+    assert!(err.to_string().contains("orch.toml:2"), "{err}");
+    let d = dirs(Some("[profiles.x]\ntool_choice = \"none\"\n"), None);
+    let err = resolve(&flags, Some(&d.repo), None, &env_of(&[])).unwrap_err();
+    assert!(
+        err.to_string().contains("orch.toml:2:15") && err.to_string().contains("`required`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_command_shows_sampling_settings_and_their_sources() {
+    let repo = TestRepo::new();
+    repo.write(
+        ".orch/orch.toml",
+        "default_profile = \"p\"\n\n[profiles.p]\ntemperature = 0.4\nmax_tokens = 0\n",
+    );
+    repo.commit_all("init");
+    let (code, out, err) = run_config(&repo, &[], &["--seed", "12"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} line: {out}"))
+            .to_owned()
+    };
+    assert!(
+        line("temperature").contains("0.4") && line("temperature").contains(".orch/orch.toml:4"),
+        "{out}"
+    );
+    assert!(
+        line("seed").contains("12") && line("seed").contains("flag --seed"),
+        "{out}"
+    );
+    assert!(
+        line("max_tokens").contains("no cap") && line("max_tokens").contains(".orch/orch.toml:5"),
+        "{out}"
+    );
+    assert!(
+        line("tool_choice").contains("(not set)") && line("tool_choice").contains("`auto`"),
+        "{out}"
+    );
+
+    let (code, out, err) = run_config(
+        &repo,
+        &[],
+        &[
+            "--json",
+            "--tool-choice",
+            "required",
+            "--max-output-tokens",
+            "256",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        v["tool_choice"],
+        json!({"value": "required", "source": "flag --tool-choice"})
+    );
+    assert_eq!(
+        v["max_tokens"],
+        json!({"value": 256, "source": "flag --max-output-tokens"})
+    );
+    assert_eq!(v["seed"], Value::Null);
+    assert_eq!(v["temperature"]["value"], 0.4);
+}

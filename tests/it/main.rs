@@ -25,6 +25,7 @@ mod outcomes;
 mod review_cmds;
 mod run_e2e;
 mod safety;
+mod sampling;
 mod sandbox;
 mod sse;
 mod streams;
