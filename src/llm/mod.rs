@@ -13,6 +13,7 @@ pub mod price;
 pub mod replay;
 pub mod retry;
 pub mod settings;
+pub mod sse;
 pub mod stream;
 pub mod textcalls;
 
