@@ -10,6 +10,7 @@ mod dag;
 mod eval;
 mod fuzz;
 mod harness;
+mod hostile;
 mod llm_client;
 mod llm_e2e;
 mod llm_wire;
