@@ -14,8 +14,15 @@
 //!   panics without one.
 //! - The API key only ever travels in the `Authorization` header (marked
 //!   sensitive). Error messages carry the endpoint URL and a trimmed snippet of
-//!   the server's body with any echo of the key masked; `Debug` of
+//!   the server's body with any echo of the key masked and no control
+//!   characters (see `wire::snippet`); `Debug` of
 //!   [`ModelSettings`] hides it.
+//! - Bounded in time: only `data` lines of a stream reset the idle timer
+//!   (keep-alive comments do not), a timeout or a stall is retried once, and
+//!   `request_deadline` ends the whole completion — attempts and waits.
+//! - Bounded in memory: bodies are read in chunks and refused at
+//!   `max_reply_bytes` (streamed) or [`ModelSettings::max_body_bytes`]
+//!   (plain), never held whole; error bodies are read up to 64 KiB.
 //! - Transient failures (429, 408, 409, 5xx, connection errors, timeouts,
 //!   stalled or cut streams) are retried by the schedule in [`super::retry`];
 //!   everything else fails at once with an error that says what to fix. A

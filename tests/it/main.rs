@@ -11,6 +11,7 @@ mod eval;
 mod fuzz;
 mod harness;
 mod hostile;
+mod llm_bounds;
 mod llm_client;
 mod llm_e2e;
 mod llm_wire;

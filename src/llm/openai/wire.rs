@@ -428,6 +428,20 @@ mod tests {
     }
 
     #[test]
+    fn snippet_has_no_control_characters() {
+        let s = snippet(b"\x00bad\x1b[31m body\n\twith\x07 \xff\xfe bytes\x7f");
+        assert_eq!(
+            s,
+            "\u{fffd}bad\u{fffd}[31m body with\u{fffd} \u{fffd}\u{fffd} bytes\u{fffd}"
+        );
+        // A long body is looked at only in its head.
+        let mut long = vec![b'a'; 200 << 10];
+        long[0] = 0;
+        let s = snippet(&long);
+        assert!(s.starts_with('\u{fffd}') && s.chars().count() <= SNIPPET_CHARS + 1);
+    }
+
+    #[test]
     fn snippet_shows_the_part_that_names_the_problem() {
         // llama-cpp-python: a 500 whose message names the rejected field late.
         let message = format!(
