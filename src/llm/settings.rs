@@ -32,9 +32,11 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// wait, streamed or not.
 pub const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(600);
 /// Default cap on the text of one reply (content plus tool-call ids, names
-/// and arguments), in bytes: 1 MiB, some 250,000 tokens, far beyond any
-/// `max_tokens` a turn asks for.
-pub const DEFAULT_MAX_REPLY_BYTES: usize = 1 << 20;
+/// and arguments), in bytes: 2 MiB, some 500,000 tokens, far beyond any
+/// `max_tokens` a turn asks for. Twice the tools' own 1 MiB limit on one
+/// call's arguments, so an over-long call is still answered by the tool
+/// layer (the model can split the work) rather than failing the stage.
+pub const DEFAULT_MAX_REPLY_BYTES: usize = 2 << 20;
 /// Default context window, in tokens, when none is configured.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// Default cap on the tokens one reply may generate (`max_tokens`), so no

@@ -3,7 +3,15 @@
 //! noise with HTTP 200, a stream that stalls and a server that never
 //! answers. Each ends as a model error (exit 3) with the stage `failed` and
 //! resumable, within the configured time, and within a memory bound
-//! measured from outside: the child's peak RSS as `wait4(2)` reports it.
+//! measured from outside: the child's peak RSS, `VmHWM` of
+//! `/proc/<pid>/status`, polled while it runs.
+//!
+//! Why not `ru_maxrss` of `wait4(2)`: the child is spawned with `vfork`
+//! semantics, and at `exec` Linux folds the high-water mark of the memory
+//! it left — the test binary's, with every other test's data in it — into
+//! the child's `maxrss`. `VmHWM` belongs to the new image alone. The peak of
+//! a refused reply comes while it is read, long before the exit (the record
+//! and the commit follow), so a 5 ms poll sees it.
 //!
 //! Times are printed, not asserted, except a generous bound on the
 //! keep-alive flood and the stalls (the "within 10 s" for a 5 s idle
@@ -108,8 +116,10 @@ impl Setup {
 struct Measured {
     code: Option<i32>,
     secs: f64,
-    /// Peak resident set size, KiB (`ru_maxrss` of the reaped child).
+    /// Peak resident set size, KiB (the last `VmHWM` read before the exit).
     peak_rss_kib: i64,
+    /// How many times `VmHWM` was read.
+    samples: usize,
     stdout: String,
     stderr: String,
 }
@@ -122,52 +132,58 @@ impl Measured {
 
     fn report(&self, mode: &str) {
         println!(
-            "hostile {mode}: exit {:?} after {:.1} s, peak RSS {:.1} MiB",
+            "hostile {mode}: exit {:?} after {:.1} s, peak RSS {:.1} MiB ({} samples)",
             self.code,
             self.secs,
-            self.peak_rss_kib as f64 / 1024.0
+            self.peak_rss_kib as f64 / 1024.0,
+            self.samples
         );
     }
 }
 
-/// Runs `cmd` with stdout and stderr in files, reaps it with `wait4` for its
-/// own peak RSS (the test binary's other children do not blur it, as they
-/// would `RUSAGE_CHILDREN`), and kills it after [`KILL_AFTER`].
+/// Runs `cmd` with stdout and stderr in files, polling its `VmHWM` every
+/// 5 ms until it exits; kills it after [`KILL_AFTER`].
 fn measure(mut cmd: Command) -> Measured {
     let dir = tempfile::tempdir().unwrap();
     let (out_path, err_path) = (dir.path().join("stdout"), dir.path().join("stderr"));
     cmd.stdout(Stdio::from(std::fs::File::create(&out_path).unwrap()))
         .stderr(Stdio::from(std::fs::File::create(&err_path).unwrap()));
     let started = Instant::now();
-    // Reaped by `wait4` below, which `Child::wait` cannot do: it has no rusage.
-    #[allow(clippy::zombie_processes)]
-    let child = cmd.spawn().expect("spawn orch");
-    let pid = child.id() as libc::pid_t;
-    let mut status: libc::c_int = 0;
-    // SAFETY: a zeroed rusage is a valid value of this plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: wait4 on our own child, writing into locals we own.
-        let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        assert!(reaped >= 0, "wait4: {}", std::io::Error::last_os_error());
-        if reaped == pid {
-            break;
+    let mut child = cmd.spawn().expect("spawn orch");
+    let status_file = format!("/proc/{}/status", child.id());
+    let (mut peak_rss_kib, mut samples) = (0, 0);
+    let status = loop {
+        // Read before try_wait: once it has exited the file has no VmHWM.
+        if let Some(kib) = std::fs::read_to_string(&status_file)
+            .ok()
+            .as_deref()
+            .and_then(vm_hwm_kib)
+        {
+            peak_rss_kib = peak_rss_kib.max(kib);
+            samples += 1;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
         if started.elapsed() > KILL_AFTER {
-            // SAFETY: kill(2) of our own, not yet reaped, child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = child.kill();
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let secs = started.elapsed().as_secs_f64();
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        std::thread::sleep(Duration::from_millis(5));
+    };
     Measured {
-        code,
-        secs,
-        peak_rss_kib: usage.ru_maxrss,
+        code: status.code(),
+        secs: started.elapsed().as_secs_f64(),
+        peak_rss_kib,
+        samples,
         stdout: std::fs::read_to_string(out_path).unwrap(),
         stderr: std::fs::read_to_string(err_path).unwrap(),
     }
+}
+
+/// `VmHWM` of a `/proc/<pid>/status` text, in KiB.
+fn vm_hwm_kib(status: &str) -> Option<i64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The run failed as a model error: exit 3, run and stage `failed`, the
@@ -253,6 +269,13 @@ fn huge_reply_is_refused(sse: bool, extra: &[&str]) {
     });
     let run_id = assert_model_error(&setup, &out, "max_reply_bytes");
     assert_eq!(server.requests_for("work").len(), 1, "not retried");
+    // Sampled at all, and while the reply was being read (the run lasts far
+    // longer than one poll).
+    assert!(
+        out.samples >= 3 && out.peak_rss_kib > 0,
+        "{} samples",
+        out.samples
+    );
     assert!(
         out.peak_rss_kib < RSS_LIMIT_KIB,
         "peak RSS {} KiB",

@@ -156,7 +156,7 @@ async fn bounds_a_huge_chunked_body_is_refused_after_the_cap() {
     let err = complete(s).await.unwrap_err();
     let reason = bad_response(&err);
     assert!(
-        reason.contains("larger than the cap of 2162688 bytes")
+        reason.contains("larger than the cap of 4259840 bytes")
             && reason.contains("refused after reading"),
         "{reason}"
     );
