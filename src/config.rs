@@ -43,7 +43,9 @@ use crate::llm::openai::{
     DEFAULT_RETRY_MAX_TOTAL, DEFAULT_STREAM_IDLE_TIMEOUT, ModelSettings,
 };
 use crate::llm::price::{BUILTIN_PRICES_DATE, Price, PriceTable};
-use crate::llm::settings::{DEFAULT_MAX_TOKENS, ToolChoice};
+use crate::llm::settings::{
+    DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS, DEFAULT_REQUEST_DEADLINE, ToolChoice,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -189,6 +191,10 @@ pub struct ResolvedConfig {
     pub max_retries: Setting<u32>,
     /// Cap on the time spent retrying.
     pub retry_max_total: Setting<Duration>,
+    /// Bound on one whole completion: every attempt and wait.
+    pub request_deadline: Setting<Duration>,
+    /// Cap on the bytes of one reply (content and tool calls).
+    pub max_reply_bytes: Setting<usize>,
     /// Sampling temperature; `None`: none is sent.
     pub temperature: Option<Setting<f64>>,
     /// Sampling seed; `None`: none is sent.
@@ -259,6 +265,8 @@ impl ResolvedConfig {
         s.connect_timeout = self.connect_timeout.value;
         s.max_retries = self.max_retries.value;
         s.retry_max_total = self.retry_max_total.value;
+        s.request_deadline = self.request_deadline.value;
+        s.max_reply_bytes = self.max_reply_bytes.value;
         s.prices = self.prices.clone();
         s.temperature = self.temperature.as_ref().map(|t| t.value);
         s.seed = self.seed.as_ref().map(|t| t.value);
@@ -322,6 +330,11 @@ struct ProfileSpec {
     /// Seconds.
     #[serde(default)]
     retry_max_total: Option<Spanned<f64>>,
+    /// Seconds.
+    #[serde(default)]
+    request_deadline: Option<Spanned<f64>>,
+    #[serde(default)]
+    max_reply_bytes: Option<Spanned<u64>>,
     #[serde(default)]
     prices: Option<Spanned<Price>>,
     #[serde(default)]
@@ -562,6 +575,23 @@ pub fn resolve(
     let request_timeout = secs(from_profile!(request_timeout), DEFAULT_REQUEST_TIMEOUT)?;
     let connect_timeout = secs(from_profile!(connect_timeout), DEFAULT_CONNECT_TIMEOUT)?;
     let retry_max_total = secs(from_profile!(retry_max_total), DEFAULT_RETRY_MAX_TOTAL)?;
+    let request_deadline = secs(from_profile!(request_deadline), DEFAULT_REQUEST_DEADLINE)?;
+    let max_reply_bytes = match from_profile!(max_reply_bytes) {
+        None => default(DEFAULT_MAX_REPLY_BYTES),
+        Some(s) if (1024..=(1u64 << 30)).contains(&s.value) => Setting {
+            value: s.value as usize,
+            source: s.source,
+        },
+        Some(s) => {
+            return Err(ConfigError::Invalid {
+                at: s.source,
+                message: format!(
+                    "max_reply_bytes is a number of bytes from 1024 to 1073741824, not {}",
+                    s.value
+                ),
+            });
+        }
+    };
     let max_retries = from_profile!(max_retries).unwrap_or_else(|| default(DEFAULT_MAX_RETRIES));
 
     // Sampling: flag > profile > default (no environment variables).
@@ -645,6 +675,8 @@ pub fn resolve(
         connect_timeout,
         max_retries,
         retry_max_total,
+        request_deadline,
+        max_reply_bytes,
         temperature,
         seed,
         max_tokens,
@@ -748,5 +780,33 @@ mod tests {
         );
         assert_eq!(r.context_window.value, DEFAULT_CONTEXT_WINDOW);
         assert!(r.model_settings().is_err());
+    }
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::*;
+
+    fn resolve_text(text: &str) -> Result<ResolvedConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
+        resolve(&Overrides::default(), None, Some(dir.path()), &|_| None)
+    }
+
+    #[test]
+    fn request_deadline_and_max_reply_bytes_are_profile_keys() {
+        let r = resolve_text(
+            "default_profile = \"p\"\n[profiles.p]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nrequest_deadline = 30\nmax_reply_bytes = 4096\n",
+        )
+        .unwrap();
+        let s = r.model_settings().unwrap();
+        assert_eq!(s.request_deadline, Duration::from_secs(30));
+        assert_eq!(s.max_reply_bytes, 4096);
+        let d = resolve_text("").unwrap();
+        assert_eq!(d.request_deadline.value, DEFAULT_REQUEST_DEADLINE);
+        assert_eq!(d.max_reply_bytes.value, DEFAULT_MAX_REPLY_BYTES);
+        let err = resolve_text("default_profile = \"p\"\n[profiles.p]\nmax_reply_bytes = 10\n")
+            .unwrap_err();
+        assert!(err.to_string().contains("max_reply_bytes"), "{err}");
     }
 }

@@ -1,7 +1,7 @@
 //! Model clients: the OpenAI-compatible Chat Completions wire types, the
 //! [`ChatModel`] trait every backend implements, the HTTP client
-//! ([`openai`] with its [`settings`], streaming over SSE via [`stream`],
-//! retries in [`retry`]), the offline replay model ([`replay`]), token
+//! ([`openai`] with its [`settings`], streaming over SSE decoded by [`sse`]
+//! and assembled by [`stream`], retries in [`retry`]), the offline replay model ([`replay`]), token
 //! prices ([`price`]) and the recovery of tool calls written as text
 //! ([`textcalls`]).
 //!
@@ -13,6 +13,7 @@ pub mod price;
 pub mod replay;
 pub mod retry;
 pub mod settings;
+pub mod sse;
 pub mod stream;
 pub mod textcalls;
 

@@ -14,8 +14,15 @@
 //!   panics without one.
 //! - The API key only ever travels in the `Authorization` header (marked
 //!   sensitive). Error messages carry the endpoint URL and a trimmed snippet of
-//!   the server's body with any echo of the key masked; `Debug` of
+//!   the server's body with any echo of the key masked and no control
+//!   characters (see `wire::snippet`); `Debug` of
 //!   [`ModelSettings`] hides it.
+//! - Bounded in time: only `data` lines of a stream reset the idle timer
+//!   (keep-alive comments do not), a timeout or a stall is retried once, and
+//!   `request_deadline` ends the whole completion — attempts and waits.
+//! - Bounded in memory: bodies are read in chunks and refused at
+//!   `max_reply_bytes` (streamed) or [`ModelSettings::max_body_bytes`]
+//!   (plain), never held whole; error bodies are read up to 64 KiB.
 //! - Transient failures (429, 408, 409, 5xx, connection errors, timeouts,
 //!   stalled or cut streams) are retried by the schedule in [`super::retry`];
 //!   everything else fails at once with an error that says what to fix. A
@@ -44,15 +51,14 @@ pub use super::settings::*;
 
 use super::price::cost_usd;
 use super::retry::{GiveUp, parse_retry_after};
+use super::sse::SseDecoder;
 use super::stream::{Assembled, ChunkError, StreamAssembler};
 use super::{BoxFuture, ChatModel, ChatRequest, ChatResponse, DeltaFn, LlmError, Usage};
-use eventsource_stream::{EventStreamError, Eventsource};
-use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::time::{Duration, Instant};
 
 /// Header naming the agent that sends a request (used by fake servers and proxies).
 pub const AGENT_HEADER: &str = "x-orch-agent";
@@ -66,7 +72,7 @@ mod window;
 mod wire;
 
 use classify::{Attempt, Kind, Transient, timed_out};
-use http::build_client;
+use http::{BodyError, build_client, read_capped};
 use wire::{agent_header_value, finalize, snippet};
 
 pub use http::{http_client, http_client_with};
@@ -157,16 +163,22 @@ impl OpenAiClient {
     ) -> Result<ChatResponse, LlmError> {
         let policy = self.settings.retry_policy();
         let started = Instant::now();
+        // The whole completion, every attempt and wait, ends by this.
+        let deadline = started + self.settings.request_deadline;
         let mut retry: u32 = 0;
         // Why this turn went on without streaming, once it did.
         let mut fallback: Option<String> = None;
         let mut invalid_seen = false;
+        let mut slow_seen = false;
         let mut last_was_5xx = false;
         loop {
             let stream = self.streaming() && fallback.is_none();
             let body = self.request_body(req, stream)?;
             let headers = self.headers(&req.agent_path, stream)?;
-            let failure = match self.attempt(&headers, body, on_delta, stream).await {
+            let failure = match self
+                .attempt(&headers, body, on_delta, stream, deadline)
+                .await
+            {
                 Ok(assembled) => {
                     if let Some(why) = fallback {
                         self.switch_off_streaming(req, why);
@@ -200,6 +212,12 @@ impl OpenAiClient {
                 }
                 Err(Attempt::Transient(f)) => f,
             };
+            let exhausted = |hint: String| LlmError::Exhausted {
+                url: self.endpoint.clone(),
+                attempts: retry + 1,
+                last: failure.reason.clone(),
+                hint,
+            };
             if let Some(body) = &failure.invalid_request {
                 if invalid_seen {
                     return Err(LlmError::Rejected {
@@ -211,6 +229,18 @@ impl OpenAiClient {
                     });
                 }
                 invalid_seen = true;
+            }
+            // A timeout or a stall costs a whole timeout each time: the
+            // second one ends the request, so the configured value bounds
+            // the wait (twice it, plus one backoff), not 5 times it.
+            if matches!(failure.kind, Kind::Timeout | Kind::Stall) {
+                if slow_seen {
+                    return Err(exhausted(format!(
+                        "{} (stopped retrying: the server timed out twice)",
+                        failure.kind.hint()
+                    )));
+                }
+                slow_seen = true;
             }
             let is_5xx = failure.status.is_some_and(|s| s >= 500);
             // A 5xx to a streamed request may be the stream's fault (LiteLLM
@@ -224,7 +254,14 @@ impl OpenAiClient {
             }
             last_was_5xx = is_5xx;
             let delay = match policy.next_delay(retry, started.elapsed(), failure.retry_after) {
-                Ok(delay) => delay,
+                Ok(delay) if Instant::now() + delay < deadline => delay,
+                Ok(_) => {
+                    return Err(exhausted(format!(
+                        "{} (stopped retrying: the request_deadline of {} has passed or would pass during the next wait)",
+                        failure.kind.hint(),
+                        human_duration(self.settings.request_deadline)
+                    )));
+                }
                 Err(why) => {
                     let mut hint = failure.kind.hint().to_owned();
                     if why == GiveUp::TotalTime {
@@ -233,12 +270,7 @@ impl OpenAiClient {
                             policy.max_total.as_secs()
                         );
                     }
-                    return Err(LlmError::Exhausted {
-                        url: self.endpoint.clone(),
-                        attempts: retry + 1,
-                        last: failure.reason,
-                        hint,
-                    });
+                    return Err(exhausted(hint));
                 }
             };
             tracing::warn!(
@@ -289,30 +321,36 @@ impl OpenAiClient {
         Ok(headers)
     }
 
-    /// One request. Non-streamed: bounded by `request_timeout` as a whole.
-    /// Streamed: `request_timeout` bounds the wait for the headers, then
-    /// `stream_idle_timeout` bounds every silence.
+    /// One request, ending by `call_deadline` at the latest. Non-streamed:
+    /// bounded by `request_timeout` as a whole. Streamed: `request_timeout`
+    /// bounds the wait for the headers, then `stream_idle_timeout` every
+    /// stretch without a `data` line. Bodies are read in chunks and refused
+    /// past [`ModelSettings::max_body_bytes`].
     async fn attempt(
         &self,
         headers: &HeaderMap,
         body: Vec<u8>,
         on_delta: Option<&DeltaFn<'_>>,
         stream: bool,
+        call_deadline: Instant,
     ) -> Result<Assembled, Attempt> {
-        let timeout = self.settings.request_timeout;
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut builder = self
+        let limit = Limit::earlier(
+            Limit {
+                at: Instant::now() + self.settings.request_timeout,
+                after: self.settings.request_timeout,
+                setting: "request_timeout",
+            },
+            self.call_limit(call_deadline),
+        );
+        let builder = self
             .http
             .post(&self.endpoint)
             .headers(headers.clone())
             .body(body);
-        if !stream {
-            builder = builder.timeout(timeout);
-        }
-        let resp = match tokio::time::timeout_at(deadline, builder.send()).await {
+        let mut resp = match tokio::time::timeout_at(limit.at, builder.send()).await {
             Ok(Ok(resp)) => resp,
             Ok(Err(e)) => return Err(self.transport_failure(e, None)),
-            Err(_) => return Err(timed_out(timeout, "waiting for the response")),
+            Err(_) => return Err(limit.timed_out("waiting for the response")),
         };
         let status = resp.status();
         let retry_after = resp.headers().get(RETRY_AFTER).and_then(parse_retry_after);
@@ -322,7 +360,7 @@ impl OpenAiClient {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
         if status.is_success() && is_sse {
-            let assembled = self.read_stream(resp, on_delta).await?;
+            let assembled = self.read_stream(resp, on_delta, call_deadline).await?;
             // finish_reason is advisory, but `tool_calls` with none arrived
             // means the stream lost them (LiteLLM's streaming path).
             if stream
@@ -337,11 +375,32 @@ impl OpenAiClient {
             return Ok(assembled);
         }
         // Error bodies, and plain completions (also when a server ignored
-        // `stream: true`), are read whole within the request's time.
-        let bytes = match tokio::time::timeout_at(deadline, resp.bytes()).await {
-            Ok(Ok(bytes)) => bytes,
-            Ok(Err(e)) => return Err(self.transport_failure(e, None)),
-            Err(_) => return Err(timed_out(timeout, "reading the response")),
+        // `stream: true`), are read within the request's time: a completion
+        // up to the body cap, an error body only as far as it is quoted.
+        let cap = self.settings.max_body_bytes();
+        if status.is_success()
+            && let Some(len) = resp.content_length().filter(|len| *len > cap as u64)
+        {
+            return Err(Attempt::Fatal(self.bad(format!(
+                "the body is {len} bytes, more than the cap of {cap} (twice max_reply_bytes of {} plus 64 KiB); not read",
+                self.settings.max_reply_bytes
+            ))));
+        }
+        let (cap, truncate) = if status.is_success() {
+            (cap, false)
+        } else {
+            (ERROR_BODY_BYTES, true)
+        };
+        let bytes = match read_capped(&mut resp, cap, limit.at, truncate).await {
+            Ok(bytes) => bytes,
+            Err(BodyError::Transport(e)) => return Err(self.transport_failure(e, None)),
+            Err(BodyError::TimedOut) => return Err(limit.timed_out("reading the response")),
+            Err(BodyError::TooLarge { read }) => {
+                return Err(Attempt::Fatal(self.bad(format!(
+                    "the body is larger than the cap of {cap} bytes (twice max_reply_bytes of {} plus 64 KiB): refused after reading {read} bytes",
+                    self.settings.max_reply_bytes
+                ))));
+            }
         };
         if status.is_success() {
             return self.parse_completion(&bytes);
@@ -349,36 +408,46 @@ impl OpenAiClient {
         Err(self.classify_status(status, retry_after, &bytes))
     }
 
+    /// The completion's own deadline as a [`Limit`].
+    fn call_limit(&self, call_deadline: Instant) -> Limit {
+        Limit {
+            at: call_deadline,
+            after: self.settings.request_deadline,
+            setting: "request_deadline",
+        }
+    }
+
     /// Reads an SSE response to its end (`[DONE]` or the end of the body).
     async fn read_stream(
         &self,
-        resp: reqwest::Response,
+        mut resp: reqwest::Response,
         on_delta: Option<&DeltaFn<'_>>,
+        call_deadline: Instant,
     ) -> Result<Assembled, Attempt> {
         let idle = self.settings.stream_idle_timeout;
-        // Bytes count as life even when they complete no event (keep-alive
-        // comments), so the idle timer watches bytes, not events.
-        let received = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&received);
-        let mut events = resp
-            .bytes_stream()
-            .inspect(move |chunk| {
-                if let Ok(bytes) = chunk {
-                    counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                }
-            })
-            .eventsource();
-        let mut assembler = StreamAssembler::new();
+        let call = self.call_limit(call_deadline);
+        let mut decoder = SseDecoder::new(self.settings.max_body_bytes());
+        let mut assembler = StreamAssembler::with_limit(self.settings.max_reply_bytes);
+        // Only `data` lines are life: a server that sends nothing but
+        // keep-alive comments is silent as far as this timer goes.
+        let mut last_data = Instant::now();
+        let mut comments = 0usize;
         loop {
-            let seen = received.load(Ordering::Relaxed);
-            // `next()` only borrows the stream: dropping it on timeout loses nothing.
-            let next = match tokio::time::timeout(idle, events.next()).await {
-                Ok(next) => next,
-                Err(_) if received.load(Ordering::Relaxed) != seen => continue,
+            let idle_at = last_data + idle;
+            let chunk = match tokio::time::timeout_at(idle_at.min(call.at), resp.chunk()).await {
+                Ok(Ok(Some(chunk))) => chunk,
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => return Err(self.transport_failure(e, Some(assembler.chunks()))),
+                Err(_) if call.at < idle_at => return Err(call.timed_out("reading the stream")),
                 Err(_) => {
+                    let keep_alives = if comments > 0 {
+                        format!(" ({comments} keep-alive comments do not count)")
+                    } else {
+                        String::new()
+                    };
                     return Err(Attempt::Transient(Transient::new(
                         format!(
-                            "the stream stalled: nothing received for {} after {} chunks",
+                            "the stream stalled: no data for {} after {} chunks{keep_alives}",
                             human_duration(idle),
                             assembler.chunks()
                         ),
@@ -386,43 +455,58 @@ impl OpenAiClient {
                     )));
                 }
             };
-            let event = match next {
-                None => break,
-                Some(Ok(event)) => event,
-                Some(Err(EventStreamError::Transport(e))) => {
-                    return Err(self.transport_failure(e, Some(assembler.chunks())));
-                }
-                Some(Err(EventStreamError::Utf8(e))) => {
-                    return Err(Attempt::Fatal(
-                        self.bad(format!("the stream is not valid UTF-8 ({e})")),
-                    ));
-                }
-                Some(Err(EventStreamError::Parser(e))) => {
-                    return Err(Attempt::Fatal(
-                        self.bad(format!("the stream is not valid server-sent events ({e})")),
-                    ));
-                }
-            };
-            let data = event.data.trim();
-            if data == "[DONE]" {
-                break;
+            let fed = decoder
+                .feed(&chunk)
+                .map_err(|e| Attempt::Fatal(self.bad(e.to_string())))?;
+            if fed.data {
+                last_data = Instant::now();
+                comments = 0;
             }
-            match assembler.push(data) {
-                Ok(true) => {
-                    if let Some(on_delta) = on_delta {
-                        on_delta(assembler.chars());
-                    }
+            comments += fed.comments;
+            for data in &fed.events {
+                if self.take_event(&mut assembler, data, on_delta)? {
+                    return self.stream_end(assembler);
                 }
-                Ok(false) => {}
-                Err(ChunkError::Malformed(what)) => {
-                    return Err(Attempt::Fatal(self.bad(format!(
-                        "{what}; it starts with: {}",
-                        self.redact(&snippet(data.as_bytes()))
-                    ))));
-                }
-                Err(ChunkError::Server(err)) => return Err(self.stream_error(&err)),
             }
         }
+        let last = decoder
+            .finish()
+            .map_err(|e| Attempt::Fatal(self.bad(e.to_string())))?;
+        if let Some(data) = last {
+            self.take_event(&mut assembler, &data, on_delta)?;
+        }
+        self.stream_end(assembler)
+    }
+
+    /// Adds one event's data to `assembler`; true at `[DONE]`.
+    fn take_event(
+        &self,
+        assembler: &mut StreamAssembler,
+        data: &str,
+        on_delta: Option<&DeltaFn<'_>>,
+    ) -> Result<bool, Attempt> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Ok(true);
+        }
+        match assembler.push(data) {
+            Ok(true) => {
+                if let Some(on_delta) = on_delta {
+                    on_delta(assembler.chars());
+                }
+                Ok(false)
+            }
+            Ok(false) => Ok(false),
+            Err(ChunkError::Malformed(what)) => Err(Attempt::Fatal(self.bad(format!(
+                "{what}; it starts with: {}",
+                self.redact(&snippet(data.as_bytes()))
+            )))),
+            Err(ChunkError::Server(err)) => Err(self.stream_error(&err)),
+            Err(ChunkError::TooLarge(why)) => Err(Attempt::Fatal(self.bad(why))),
+        }
+    }
+
+    fn stream_end(&self, assembler: StreamAssembler) -> Result<Assembled, Attempt> {
         if assembler.chunks() == 0 {
             // llama-cpp-python answers tools + stream with an empty 200.
             return Err(Attempt::StreamOnly(
@@ -433,6 +517,28 @@ impl OpenAiClient {
     }
 }
 
+/// Most bytes of an error body read (it is only quoted in part).
+const ERROR_BODY_BYTES: usize = 64 << 10;
+
+/// A point in time some setting puts a limit at.
+#[derive(Clone, Copy)]
+struct Limit {
+    at: Instant,
+    /// The setting's value.
+    after: Duration,
+    /// Its name, for the message.
+    setting: &'static str,
+}
+
+impl Limit {
+    fn earlier(a: Limit, b: Limit) -> Limit {
+        if b.at < a.at { b } else { a }
+    }
+
+    fn timed_out(&self, what: &str) -> Attempt {
+        timed_out(self.after, what, self.setting)
+    }
+}
 /// `1.5s`, `250ms`.
 fn human_duration(d: Duration) -> String {
     if d >= Duration::from_secs(1) {

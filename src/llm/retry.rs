@@ -2,7 +2,7 @@
 //!
 //! The schedule (documented in `docs/model-client.md`):
 //! - only transient failures are retried: HTTP 408, 409, 429 and 5xx,
-//!   connection failures, timeouts, a stream that stalls (no byte for
+//!   connection failures, timeouts, a stream that stalls (no `data` line for
 //!   `stream_idle_timeout`) or is cut before it ends, and an error object sent
 //!   inside a stream;
 //! - retry `n` (0-based) waits `Retry-After` when the server sent one, capped
@@ -10,7 +10,8 @@
 //!   `[c/2, c]` with `c = min(retry_max_delay, retry_base_delay * 2^n)`
 //!   ("equal jitter");
 //! - at most `max_retries` retries, and no retry whose wait would end more than
-//!   `retry_max_total` after the first attempt started;
+//!   `retry_max_total` after the first attempt started; the client also
+//!   retries a timeout or a stall only once and stops at `request_deadline`;
 //! - a failure whose body shows the request is invalid
 //!   (`is_deterministic_message`) is retried at most once, whatever its
 //!   status.

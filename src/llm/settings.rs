@@ -25,8 +25,18 @@ pub const DEFAULT_RETRY_BASE_DELAY: Duration = Duration::from_millis(500);
 pub const DEFAULT_RETRY_MAX_DELAY: Duration = Duration::from_secs(30);
 /// Default cap on the time from the first attempt to the start of the last retry.
 pub const DEFAULT_RETRY_MAX_TOTAL: Duration = Duration::from_secs(120);
-/// Default longest silence between two reads of a streamed response.
+/// Default longest silence of a streamed response: no `data` line for this
+/// long (keep-alive comments do not count) abandons it.
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default bound on one completion as a whole: every attempt, every retry
+/// wait, streamed or not.
+pub const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(600);
+/// Default cap on the text of one reply (content plus tool-call ids, names
+/// and arguments), in bytes: 2 MiB, some 500,000 tokens, far beyond any
+/// `max_tokens` a turn asks for. Twice the tools' own 1 MiB limit on one
+/// call's arguments, so an over-long call is still answered by the tool
+/// layer (the model can split the work) rather than failing the stage.
+pub const DEFAULT_MAX_REPLY_BYTES: usize = 2 << 20;
 /// Default context window, in tokens, when none is configured.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// Default cap on the tokens one reply may generate (`max_tokens`), so no
@@ -99,8 +109,19 @@ pub struct ModelSettings {
     pub retry_max_total: Duration,
     /// Stream responses (`stream: true`, SSE); false sends plain requests.
     pub stream: bool,
-    /// A streamed response that sends nothing for this long is abandoned and retried.
+    /// A streamed response that sends no `data` line for this long (comment
+    /// keep-alives do not count) is abandoned; it is retried once.
     pub stream_idle_timeout: Duration,
+    /// Bound on one completion as a whole (all attempts and the waits
+    /// between them): when it passes, the request ends with
+    /// [`super::LlmError::Exhausted`], whatever the other timeouts allow.
+    pub request_deadline: Duration,
+    /// Cap on one reply's text in bytes ([`super::stream::reply_bytes`]),
+    /// enforced while reading: a longer reply is refused with
+    /// [`super::LlmError::BadResponse`] and never held whole. The body of a
+    /// non-streamed reply, and one event of a stream, may take twice this
+    /// plus 64 KiB (the JSON around the text and its escapes).
+    pub max_reply_bytes: usize,
     /// The model's context window in tokens (for the agent loop's compaction).
     pub context_window: u64,
     /// Prices for [`super::ChatModel::cost_usd`].
@@ -131,6 +152,8 @@ impl fmt::Debug for ModelSettings {
             .field("retry_max_total", &self.retry_max_total)
             .field("stream", &self.stream)
             .field("stream_idle_timeout", &self.stream_idle_timeout)
+            .field("request_deadline", &self.request_deadline)
+            .field("max_reply_bytes", &self.max_reply_bytes)
             .field("context_window", &self.context_window)
             .field("temperature", &self.temperature)
             .field("seed", &self.seed)
@@ -157,6 +180,8 @@ impl ModelSettings {
             retry_max_total: DEFAULT_RETRY_MAX_TOTAL,
             stream: true,
             stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
+            request_deadline: DEFAULT_REQUEST_DEADLINE,
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             context_window: DEFAULT_CONTEXT_WINDOW,
             prices: PriceTable::builtin(),
             temperature: None,
@@ -211,6 +236,15 @@ impl ModelSettings {
     /// The full Chat Completions URL.
     pub fn endpoint(&self) -> String {
         format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+    }
+
+    /// Most bytes read of a non-streamed body, or held of one SSE event:
+    /// twice [`Self::max_reply_bytes`] plus 64 KiB (JSON escapes can double
+    /// text; the envelope is small).
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_reply_bytes
+            .saturating_mul(2)
+            .saturating_add(64 << 10)
     }
 
     /// The retry bounds these settings describe.

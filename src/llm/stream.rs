@@ -1,7 +1,7 @@
 //! Assembling a streamed chat completion from its `chat.completion.chunk`s.
 //!
-//! The HTTP client decodes the SSE framing with `eventsource-stream` (which
-//! also reassembles UTF-8 characters and JSON split across network reads) and
+//! The HTTP client decodes the SSE framing with [`super::sse`] (which also
+//! reassembles UTF-8 characters and JSON split across network reads) and
 //! feeds each event's `data` to a [`StreamAssembler`]. This module is pure: no
 //! I/O, so every delta rule is unit-tested here.
 //!
@@ -25,6 +25,11 @@
 //! - An `{"error": …}` chunk is reported as [`ChunkError::Server`].
 //! - `[DONE]` is handled by the caller; the end of the body ends the stream
 //!   just as well.
+//!
+//! Bound: a reply holds at most `limit` bytes of text (content, tool-call
+//! ids, names and arguments: [`reply_bytes`]) and [`MAX_TOOL_CALLS`] calls;
+//! the chunk that passes either is refused ([`ChunkError::TooLarge`]), so a
+//! hostile server cannot make the assembler hold more.
 
 use super::{ChatMessage, FunctionCall, MessageRole, ToolCall, Usage};
 use serde_json::Value;
@@ -37,6 +42,38 @@ pub enum ChunkError {
     Malformed(String),
     /// The server sent an error object inside the stream.
     Server(Value),
+    /// The reply passed its size bound; the text says which and where.
+    TooLarge(String),
+}
+
+/// Most tool calls one reply may hold (a model makes a handful per turn).
+pub const MAX_TOOL_CALLS: usize = 256;
+
+/// Bytes of text a reply holds: content, and every tool call's id, name and
+/// arguments (what the agent loop keeps, records and sends back).
+pub fn reply_bytes(message: &ChatMessage) -> usize {
+    message.content.as_ref().map_or(0, String::len)
+        + message
+            .tool_calls
+            .iter()
+            .map(|c| c.id.len() + c.function.name.len() + c.function.arguments.len())
+            .sum::<usize>()
+}
+
+/// Why a reply of `bytes` bytes of text and `calls` tool calls passes
+/// `limit`, if it does.
+pub fn oversize(bytes: usize, calls: usize, limit: usize) -> Option<String> {
+    if bytes > limit {
+        Some(format!(
+            "the reply is larger than the cap of {limit} bytes (max_reply_bytes): refused at {bytes} bytes of content and tool calls"
+        ))
+    } else if calls > MAX_TOOL_CALLS {
+        Some(format!(
+            "the reply holds more than {MAX_TOOL_CALLS} tool calls"
+        ))
+    } else {
+        None
+    }
 }
 
 /// A completion put together from its chunks.
@@ -58,8 +95,11 @@ struct PartialCall {
 }
 
 /// Accumulates chunks of one streamed completion.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StreamAssembler {
+    limit: usize,
+    /// [`reply_bytes`] of what is held.
+    bytes: usize,
     content: Option<String>,
     calls: BTreeMap<u64, PartialCall>,
     last_index: Option<u64>,
@@ -69,10 +109,32 @@ pub struct StreamAssembler {
     chunks: usize,
 }
 
+impl Default for StreamAssembler {
+    fn default() -> Self {
+        StreamAssembler::new()
+    }
+}
+
 impl StreamAssembler {
-    /// A fresh assembler.
+    /// A fresh assembler without a size bound.
     pub fn new() -> Self {
-        StreamAssembler::default()
+        StreamAssembler::with_limit(usize::MAX)
+    }
+
+    /// A fresh assembler that refuses a reply of more than `limit` bytes of
+    /// text (see the module docs).
+    pub fn with_limit(limit: usize) -> Self {
+        StreamAssembler {
+            limit,
+            bytes: 0,
+            content: None,
+            calls: BTreeMap::new(),
+            last_index: None,
+            finish_reason: None,
+            usage: None,
+            chars: 0,
+            chunks: 0,
+        }
     }
 
     /// Characters of content and tool-call arguments received so far.
@@ -142,6 +204,9 @@ impl StreamAssembler {
                 self.add_call_delta(call);
             }
         }
+        if let Some(why) = oversize(self.bytes, self.calls.len(), self.limit) {
+            return Err(ChunkError::TooLarge(why));
+        }
         Ok(self.chars > before)
     }
 
@@ -152,6 +217,7 @@ impl StreamAssembler {
             return;
         }
         self.chars += piece.chars().count();
+        self.bytes += piece.len();
         self.content.get_or_insert_with(String::new).push_str(piece);
     }
 
@@ -175,22 +241,28 @@ impl StreamAssembler {
         };
         self.last_index = Some(index);
         let call = self.calls.entry(index).or_default();
-        if let Some(id) = id {
-            call.id.get_or_insert_with(|| id.to_owned());
+        if let Some(id) = id
+            && call.id.is_none()
+        {
+            self.bytes += id.len();
+            call.id = Some(id.to_owned());
         }
         let function = delta.get("function");
         if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
             // The name comes whole in one delta; a server that repeats it
             // must not double it.
             if call.name.is_empty() {
+                self.bytes += name.len();
                 call.name = name.to_owned();
             } else if call.name != name {
+                self.bytes += name.len();
                 call.name.push_str(name);
             }
         }
         match function.and_then(|f| f.get("arguments")) {
             Some(Value::String(piece)) => {
                 self.chars += piece.chars().count();
+                self.bytes += piece.len();
                 call.arguments.push_str(piece);
             }
             Some(Value::Null) | None => {}
@@ -198,6 +270,7 @@ impl StreamAssembler {
             Some(other) => {
                 let text = other.to_string();
                 self.chars += text.chars().count();
+                self.bytes += text.len();
                 call.arguments.push_str(&text);
             }
         }
@@ -441,21 +514,74 @@ mod tests {
 
     /// The SSE decoder the client uses keeps a character split between two
     /// network reads whole (the integration test cannot force the split).
-    #[tokio::test]
-    async fn sse_decoder_joins_characters_split_across_reads() {
-        use eventsource_stream::Eventsource;
-        use futures_util::StreamExt;
+    #[test]
+    fn sse_decoder_joins_characters_split_across_reads() {
         let event = format!("data: {}\n\n", delta(json!({"content": "日本"})));
         let bytes = event.as_bytes();
         let cut = bytes.windows(3).position(|w| w == "本".as_bytes()).unwrap() + 1;
-        let reads: Vec<Result<Vec<u8>, std::convert::Infallible>> =
-            vec![Ok(bytes[..cut].to_vec()), Ok(bytes[cut..].to_vec())];
-        let mut events = futures_util::stream::iter(reads).eventsource();
+        let mut decoder = crate::llm::sse::SseDecoder::new(1 << 16);
         let mut a = StreamAssembler::new();
-        while let Some(event) = events.next().await {
-            a.push(&event.unwrap().data).unwrap();
+        for read in [&bytes[..cut], &bytes[cut..]] {
+            for data in decoder.feed(read).unwrap().events {
+                a.push(&data).unwrap();
+            }
         }
         assert_eq!(a.finish().message.content.as_deref(), Some("日本"));
+    }
+
+    #[test]
+    fn replies_past_the_limit_are_refused() {
+        let mut a = StreamAssembler::with_limit(10);
+        assert!(
+            a.push(&delta(json!({"content": "12345"})).to_string())
+                .unwrap()
+        );
+        assert!(
+            a.push(&delta(json!({"content": "67890"})).to_string())
+                .unwrap()
+        );
+        let err = a
+            .push(&delta(json!({"content": "x"})).to_string())
+            .unwrap_err();
+        let ChunkError::TooLarge(why) = err else {
+            panic!("{err:?}")
+        };
+        assert!(
+            why.contains("cap of 10 bytes") && why.contains("max_reply_bytes"),
+            "{why}"
+        );
+        // Tool-call ids, names and arguments count as well.
+        let mut a = StreamAssembler::with_limit(10);
+        let call = json!({"tool_calls": [{"index": 0, "id": "abc", "function": {"name": "bash", "arguments": "{}"}}]});
+        a.push(&delta(call).to_string()).unwrap();
+        let more = json!({"tool_calls": [{"index": 0, "function": {"arguments": "xy"}}]});
+        assert!(matches!(
+            a.push(&delta(more).to_string()),
+            Err(ChunkError::TooLarge(_))
+        ));
+        // So does the number of calls.
+        let mut a = StreamAssembler::new();
+        let calls: Vec<Value> = (0..=MAX_TOOL_CALLS)
+            .map(|i| json!({"index": i, "function": {"name": "f"}}))
+            .collect();
+        assert!(matches!(
+            a.push(&delta(json!({"tool_calls": calls})).to_string()),
+            Err(ChunkError::TooLarge(_))
+        ));
+        let message = ChatMessage {
+            role: MessageRole::Assistant,
+            content: Some("héllo".into()),
+            tool_calls: vec![ToolCall {
+                id: "a".into(),
+                kind: "function".into(),
+                function: FunctionCall {
+                    name: "bash".into(),
+                    arguments: "{}".into(),
+                },
+            }],
+            tool_call_id: None,
+        };
+        assert_eq!(reply_bytes(&message), 6 + 1 + 4 + 2);
     }
 
     #[test]

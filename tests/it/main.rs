@@ -18,6 +18,8 @@ mod dag;
 mod eval;
 mod fuzz;
 mod harness;
+mod hostile;
+mod llm_bounds;
 mod llm_client;
 mod llm_e2e;
 mod llm_wire;

@@ -73,7 +73,7 @@ impl Kind {
                 "; check --base-url (or the profile's base_url) and that the server is up"
             }
             Kind::Timeout => {
-                "; the server is too slow: raise request_timeout in orch.toml, or try again later"
+                "; the server is too slow: raise request_timeout (or request_deadline) in orch.toml, or try again later"
             }
             Kind::Stall => {
                 "; the stream stalled: raise stream_idle_timeout in orch.toml for slow models, or try --no-stream"
@@ -196,10 +196,12 @@ impl OpenAiClient {
     }
 }
 
-pub(super) fn timed_out(limit: Duration, what: &str) -> Attempt {
+/// A timeout of `setting` (`request_timeout`, `request_deadline`) after
+/// `limit` while doing `what`.
+pub(super) fn timed_out(limit: Duration, what: &str, setting: &str) -> Attempt {
     Attempt::Transient(Transient::new(
         format!(
-            "timed out after {} {what} (request_timeout)",
+            "timed out after {} {what} ({setting})",
             human_duration(limit)
         ),
         Kind::Timeout,

@@ -70,3 +70,46 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     }
     out
 }
+
+/// Why [`read_capped`] stopped short of the body's end.
+pub(super) enum BodyError {
+    /// More than the cap arrived; `read` bytes were seen when it stopped.
+    TooLarge { read: usize },
+    /// The connection failed.
+    Transport(reqwest::Error),
+    /// `deadline` passed.
+    TimedOut,
+}
+
+/// Reads a body chunk by chunk until its end, `deadline` or `cap` bytes,
+/// never holding more than `cap` (a hostile server's 100 MB answer is
+/// refused after the cap, not buffered). With `truncate` the first `cap`
+/// bytes are the answer (error bodies, quoted only in part); without, more
+/// than `cap` is [`BodyError::TooLarge`].
+pub(super) async fn read_capped(
+    resp: &mut reqwest::Response,
+    cap: usize,
+    deadline: tokio::time::Instant,
+    truncate: bool,
+) -> Result<Vec<u8>, BodyError> {
+    let mut body = Vec::new();
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(chunk))) => chunk,
+            Ok(Ok(None)) => return Ok(body),
+            Ok(Err(e)) => return Err(BodyError::Transport(e)),
+            Err(_) => return Err(BodyError::TimedOut),
+        };
+        let room = cap - body.len();
+        if chunk.len() > room {
+            if truncate {
+                body.extend_from_slice(&chunk[..room]);
+                return Ok(body);
+            }
+            return Err(BodyError::TooLarge {
+                read: body.len() + chunk.len(),
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+}

@@ -13,6 +13,7 @@
 //! here is retried.
 
 use super::OpenAiClient;
+use super::http::read_capped;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde_json::Value;
 use std::time::Duration;
@@ -77,13 +78,14 @@ impl OpenAiClient {
             value.set_sensitive(true);
             builder = builder.header(AUTHORIZATION, value);
         }
-        let resp = builder.send().await.ok()?;
+        let mut resp = builder.send().await.ok()?;
         if !resp.status().is_success() {
             return None;
         }
-        let bytes = tokio::time::timeout(PROBE_TIMEOUT, resp.bytes())
+        // A model list can be long (OpenRouter's is ~1 MB), never unbounded.
+        let deadline = tokio::time::Instant::now() + PROBE_TIMEOUT;
+        let bytes = read_capped(&mut resp, self.settings.max_body_bytes(), deadline, false)
             .await
-            .ok()?
             .ok()?;
         serde_json::from_slice(&bytes).ok()
     }

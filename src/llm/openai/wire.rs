@@ -6,7 +6,9 @@ use super::OpenAiClient;
 use super::classify::Attempt;
 use crate::llm::retry::{context_window_in_message, is_context_length_message};
 use crate::llm::settings::ToolChoice;
-use crate::llm::stream::{Assembled, unique_call_ids, usage_of};
+use crate::llm::stream::{
+    Assembled, MAX_TOOL_CALLS, oversize, reply_bytes, unique_call_ids, usage_of,
+};
 use crate::llm::{
     ChatMessage, ChatRequest, ChatResponse, FunctionCall, LlmError, MessageRole, ToolCall, ToolDef,
     estimate_usage,
@@ -106,9 +108,14 @@ impl OpenAiClient {
             ),
             _ => return Err(bad("its message content is neither text nor null")),
         };
-        let tool_calls = message
-            .tool_calls
-            .unwrap_or_default()
+        let calls = message.tool_calls.unwrap_or_default();
+        if calls.len() > MAX_TOOL_CALLS {
+            return Err(Attempt::Fatal(self.bad(format!(
+                "the reply holds {} tool calls, more than {MAX_TOOL_CALLS}",
+                calls.len()
+            ))));
+        }
+        let tool_calls = calls
             .into_iter()
             .enumerate()
             .map(|(i, call)| ToolCall {
@@ -128,13 +135,18 @@ impl OpenAiClient {
                 },
             })
             .collect();
+        let message = ChatMessage {
+            role: MessageRole::Assistant,
+            content,
+            tool_calls,
+            tool_call_id: None,
+        };
+        let limit = self.settings.max_reply_bytes;
+        if let Some(why) = oversize(reply_bytes(&message), message.tool_calls.len(), limit) {
+            return Err(Attempt::Fatal(self.bad(why)));
+        }
         Ok(Assembled {
-            message: ChatMessage {
-                role: MessageRole::Assistant,
-                content,
-                tool_calls,
-                tool_call_id: None,
-            },
+            message,
             finish_reason: choice.finish_reason,
             usage: wire.usage.filter(|u| u.is_object()).map(|u| usage_of(&u)),
         })
@@ -272,12 +284,18 @@ pub(super) fn agent_header_value(agent_path: &str) -> HeaderValue {
     HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("_"))
 }
 
-/// A body as quoted in an error, whitespace collapsed: whole when it is
+/// A body as quoted in an error, whitespace collapsed and control
+/// characters (NUL, ESC, …, and any byte that is not UTF-8) shown as `�`,
+/// so the quote is safe in a terminal, a one-line reason and a commit
+/// message: whole when it is
 /// short; otherwise the part that names the problem — the JSON error's
 /// `message` (or `detail`), and within a long text the stretch around the
 /// first phrase that names what was rejected — else its first
 /// [`SNIPPET_CHARS`] characters.
 pub(super) fn snippet(bytes: &[u8]) -> String {
+    // Only the head can be quoted, and a JSON error's message is only looked
+    // for in a body small enough to parse cheaply.
+    let bytes = &bytes[..bytes.len().min(SNIPPET_SCAN_BYTES)];
     let text = String::from_utf8_lossy(bytes);
     let collapsed = collapse(&text);
     if collapsed.is_empty() {
@@ -295,9 +313,19 @@ pub(super) fn snippet(bytes: &[u8]) -> String {
     focused(focus)
 }
 
-/// Whitespace runs become one space.
+/// Most bytes of a body [`snippet`] looks at.
+const SNIPPET_SCAN_BYTES: usize = 64 << 10;
+
+/// Whitespace runs become one space; other control characters become `�`.
 fn collapse(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.split_whitespace()
+        .map(|word| {
+            word.chars()
+                .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `error.message`, `message`, `detail` or `error` (a string) of a JSON body.
@@ -397,6 +425,20 @@ mod tests {
             "<html> <body>oops</body> </html>"
         );
         assert_eq!(snippet(b"  "), "(empty body)");
+    }
+
+    #[test]
+    fn snippet_has_no_control_characters() {
+        let s = snippet(b"\x00bad\x1b[31m body\n\twith\x07 \xff\xfe bytes\x7f");
+        assert_eq!(
+            s,
+            "\u{fffd}bad\u{fffd}[31m body with\u{fffd} \u{fffd}\u{fffd} bytes\u{fffd}"
+        );
+        // A long body is looked at only in its head.
+        let mut long = vec![b'a'; 200 << 10];
+        long[0] = 0;
+        let s = snippet(&long);
+        assert!(s.starts_with('\u{fffd}') && s.chars().count() <= SNIPPET_CHARS + 1);
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub(super) enum Answer {
         chunks: Vec<Vec<u8>>,
         end: SseEnd,
     },
+    Hostile(super::hostile::Hostile),
 }
 
 /// How an SSE answer ends.
@@ -146,6 +147,7 @@ pub(super) fn write_answer(mut stream: TcpStream, answer: Answer, shared: &Share
             let _ = stream.shutdown(Shutdown::Both);
         }
         Answer::Sse { chunks, end } => write_sse(stream, chunks, end, shared),
+        Answer::Hostile(hostile) => super::hostile::write_hostile(stream, hostile, shared),
         Answer::Send {
             status,
             content_type,

@@ -23,18 +23,22 @@
 //! pieces of a few characters, each tool call as a first delta with id and
 //! name followed by its arguments in several pieces, a finish chunk, a usage
 //! chunk (only when the reply has usage) and `data: [DONE]`. See the SSE
-//! variants of [`Reply`] for raw chunks, stalls and cut streams.
+//! variants of [`Reply`] for raw chunks, stalls and cut streams, and its
+//! hostile variants (a keep-alive flood, a reply of any size, noise, silence)
+//! for a client's bounds.
 //!
 //! Threads: one accept thread plus one per connection. Drop stops the accept
 //! loop (flag + a connection to itself) and joins every thread; connection
 //! threads are bounded by a read timeout and their scripted delays.
 
 mod checks;
+mod hostile;
 mod http;
 mod script;
 mod server;
 
 pub use checks::tool_pairing_violations;
+pub use hostile::{HOSTILE_LIMIT, noise};
 pub use http::STALL_LIMIT;
 pub use script::{Reply, Script};
 pub use server::{FakeServer, Recorded};

@@ -1,6 +1,7 @@
 //! The script: [`Reply`]s queued per agent, and how each becomes an answer
 //! on the wire (a completion, an error status, SSE chunks, a stall, a cut).
 
+use super::hostile::Hostile;
 use super::http::{Answer, SseEnd};
 use super::server::Shared;
 use serde_json::{Value, json};
@@ -68,6 +69,27 @@ pub enum Reply {
     /// The inner reply's SSE chunks, but after the first `n` chunks the
     /// connection is closed without ending the chunked body (a cut stream).
     CutAfter(usize, Box<Reply>),
+    // --- Hostile servers (issue 12): each ends when the client hangs up,
+    // or after `HOSTILE_LIMIT` ---
+    /// 200 `text/event-stream`, then a `: keep-alive` comment every 100 ms
+    /// and never any data.
+    KeepAliveFlood,
+    /// 200 with a text reply of `bytes` bytes of content, generated while it
+    /// is written: as SSE events of 64 KiB of text each when `sse`, else as
+    /// one JSON completion in a chunked body (no `Content-Length`, so the
+    /// client cannot refuse it before reading).
+    Huge {
+        /// Bytes of content.
+        bytes: usize,
+        /// Streamed as server-sent events.
+        sse: bool,
+    },
+    /// 200 `application/json` with these bytes as the body (noise: see
+    /// [`super::noise`]).
+    RawBytes(Vec<u8>),
+    /// The connection is accepted, the request read, and nothing is ever
+    /// answered (a stall before the headers).
+    Silent,
 }
 
 impl Reply {
@@ -286,6 +308,10 @@ pub(super) fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
         Reply::StallAfter(n, inner) => with_sse_end(*inner, request, SseEnd::Stall(n), shared),
         Reply::CutAfter(n, inner) => with_sse_end(*inner, request, SseEnd::Cut(n), shared),
         Reply::KillSender => Answer::Close,
+        Reply::KeepAliveFlood => Answer::Hostile(Hostile::KeepAlives),
+        Reply::Huge { bytes, sse } => Answer::Hostile(Hostile::Huge { bytes, sse }),
+        Reply::RawBytes(body) => Answer::Hostile(Hostile::Bytes(body)),
+        Reply::Silent => Answer::Hostile(Hostile::Silent),
     }
 }
 
