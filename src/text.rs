@@ -9,8 +9,10 @@
 //!   output, diffs);
 //! - [`one_line`]: the first line, cut to a number of characters with `…`
 //!   (summaries, labels);
-//! - [`squash`]: whitespace collapsed to single spaces, cut to a number of
-//!   characters with `…` (an HTTP error body quoted in a message);
+//! - [`model_text`]: text a model wrote, made safe for the record, a commit
+//!   message and the terminal: control bytes (NUL, ESC, …) dropped except
+//!   newline and tab, cut to `max` bytes with the [`cap_bytes`] marker
+//!   (stage summaries and failure reasons);
 //! - [`tail_bytes`]: the last `max` bytes (the end of a crashed child's
 //!   stderr).
 //!
@@ -63,6 +65,27 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
     }
     let cut: String = first.chars().take(max.saturating_sub(1)).collect();
     format!("{cut}…")
+}
+
+/// Text a model wrote, safe to store and show: every control character but
+/// `\n` and `\t` is dropped (a NUL cannot go into a commit message; an ESC
+/// would drive the user's terminal), then the rest is cut to `max` bytes.
+pub(crate) fn model_text(text: &str, max: usize) -> String {
+    let clean: String = if text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        text.chars()
+            .filter(|&c| !c.is_control() || c == '\n' || c == '\t')
+            .collect()
+    } else {
+        text.to_owned()
+    };
+    if clean.len() <= max {
+        clean
+    } else {
+        cap_bytes(&clean, max)
+    }
 }
 
 /// The last (at most) `max` bytes of `text`, starting on a char boundary.
@@ -205,6 +228,16 @@ mod tests {
         assert_eq!(one_line("short", 10), "short");
         assert_eq!(one_line("a\nb", 10), "a…");
         assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
+    }
+
+    #[test]
+    fn model_text_drops_control_bytes_and_caps() {
+        assert_eq!(model_text("a\0b\x1b[31mc\r\nd\te", 100), "ab[31mc\nd\te");
+        let long = "é".repeat(20_000);
+        let cut = model_text(&long, 16 * 1024);
+        assert!(cut.len() < 16 * 1024 + 64, "{}", cut.len());
+        assert!(cut.contains(CUT_MARKER));
+        assert_eq!(model_text("plain", 10), "plain");
     }
 
     #[test]

@@ -17,6 +17,10 @@ use std::time::Instant;
 
 use super::lanes::Lane;
 
+/// Most of a stage summary or failure reason kept in `state.json`, `pr.md`
+/// and the commit message; the transcript keeps the whole reply.
+const MAX_SUMMARY_BYTES: usize = 16 * 1024;
+
 /// Base ids of the stages whose verdict gates a rework round: those stages
 /// (and their later rounds) must give a verdict.
 fn requires_verdict(p: &Pipeline, stage: &Stage) -> bool {
@@ -139,8 +143,12 @@ pub(super) async fn run_stage(
         .unwrap_or_else(|e| e.into_inner())
         .charge(&outcome.budget.used);
     // The summary lands in state.json, pr.md, the commit message and on
-    // stdout: a key the model echoed must not.
-    outcome.summary = redact(&outcome.summary);
+    // stdout: a key the model echoed must not, nor a NUL or an escape
+    // sequence, nor 100 MB of it (the transcript keeps the whole text).
+    outcome.summary = redact(&crate::text::model_text(
+        &outcome.summary,
+        MAX_SUMMARY_BYTES,
+    ));
     let transcript = serde_json::to_string_pretty(&outcome.transcript).unwrap_or_default();
     ctx.run_dir.write_file(
         &format!("stages/{id}/transcript.json"),
@@ -152,7 +160,7 @@ pub(super) async fn run_stage(
     let failure = outcome
         .end
         .failure_reason(cfg.max_turns)
-        .map(|f| redact(&f));
+        .map(|f| redact(&crate::text::model_text(&f, MAX_SUMMARY_BYTES)));
     let duration_ms = started.elapsed().as_millis() as u64;
     let message = pr::commit_message(&pr::CommitInfo {
         run_id: ctx.run_id.as_str(),

@@ -340,3 +340,45 @@ fn hostile_noise_with_200_is_a_model_error_with_a_clean_reason() {
     assert!(clean(&message), "{message:?}");
     setup.assert_resumes(&run_id);
 }
+
+#[test]
+fn hostile_summary_with_control_bytes_and_1_mib_is_capped_and_cleaned() {
+    // A reply under the reply cap, but a summary no record, commit or PR
+    // should hold whole: 1 MiB of text with a NUL and an escape sequence.
+    let setup = Setup::new("");
+    let summary = format!("done\u{0}\u{1b}[31m red {}", "word ".repeat(200_000));
+    let server =
+        FakeServer::start(Script::new().agent("work", vec![Reply::finish("f", &summary, None)]));
+    let out = setup.run(&server, &[]);
+    out.report("1 MiB summary");
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let (run_id, state, files) = setup.record(&out);
+    let kept = state["stages"][0]["summary"].as_str().unwrap();
+    assert!(
+        kept.len() <= 17 * 1024,
+        "summary kept: {} bytes",
+        kept.len()
+    );
+    assert!(kept.starts_with("done[31m red word"), "{}", &kept[..40]);
+    assert!(
+        !kept
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t')
+    );
+    let message = setup
+        .repo
+        .git(&["log", "-1", "--format=%B", &format!("orch/{run_id}/work")]);
+    assert!(
+        message.len() < 20 * 1024,
+        "commit message: {} bytes",
+        message.len()
+    );
+    assert!(!message.contains('\u{0}') && !message.contains('\u{1b}'));
+    // The transcript keeps the whole reply; nothing else comes near it.
+    for f in files {
+        let size = std::fs::metadata(&f).unwrap().len();
+        if !f.ends_with("transcript.json") && !f.ends_with("actions.jsonl") {
+            assert!(size < 64 * 1024, "{}: {size} bytes", f.display());
+        }
+    }
+}
