@@ -29,6 +29,7 @@ mod output;
 mod preflight;
 mod record;
 mod session;
+mod stage_json;
 mod summary;
 
 use crate::catalog::CatalogError;

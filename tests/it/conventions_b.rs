@@ -452,3 +452,56 @@ fn conv_an_agent_question_leaves_no_branches_unless_kept() {
     );
     assert!(server.requests().is_empty() && server.side_requests().is_empty());
 }
+
+#[test]
+fn conv_review_diff_and_rollback_print_json() {
+    let repo = TestRepo::with_commit(&[("a.txt", "a\n")], "base");
+    let tmp = tempfile::tempdir().unwrap();
+    let issue = write_issue(tmp.path(), "# do it\n");
+    let two = crate::support::write_pipeline(
+        tmp.path(),
+        "two",
+        "name: two\nstages:\n  one:\n    role: coder\n  two:\n    role: coder\n    needs: [one]\n",
+    );
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "one",
+                vec![
+                    write("w", "one.txt", "1\n"),
+                    Reply::finish("f", "one done", None),
+                ],
+            )
+            .agent(
+                "two",
+                vec![
+                    write("w", "two.txt", "2\n"),
+                    Reply::finish("f", "two done", None),
+                ],
+            ),
+    );
+    let out = OrchRun::new(&two, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .output();
+    assert_exit(&out, 0);
+    let inspect = |args: &[&str]| {
+        let mut cmd = orch();
+        cmd.current_dir(&repo.path).args(args);
+        let out = output_logged(&mut cmd);
+        assert_exit(&out, 0);
+        stdout_json(&out)
+    };
+    let review = inspect(&["review", "last", "--json"]);
+    assert_eq!(review["stages"][0]["summary"], "one done");
+    assert_eq!(
+        review["stages"][1]["diffstat"]["files"][0]["path"],
+        "two.txt"
+    );
+    let diff = inspect(&["diff", "last", "one", "--json"]);
+    assert!(diff["patch"].as_str().unwrap().contains("+1"), "{diff}");
+    let rolled = inspect(&["rollback", "last", "--to", "one", "--json"]);
+    assert_eq!(rolled["rolled_back"], json!(["two"]));
+    assert_eq!(rolled["to"], "one");
+}
