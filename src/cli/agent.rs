@@ -134,7 +134,7 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         let (repo, base) = (&args.repo, &args.base);
         return super::dryrun::dry_run(repo, &pipeline, &roles, "", &session, base, args.json);
     }
-    super::preflight::check(session.model.as_ref()).await?;
+    super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
     let read_only = role.read_only;
     let ui = Ui::new(false);
     let summary = run_pipeline(

@@ -25,6 +25,21 @@ pub(crate) struct Served {
     pub served_models: Option<Vec<String>>,
 }
 
+/// The preflight of a run on `repo` from `base`: the local checks first (a
+/// repository with commits, a base that resolves; exit 4 like the run would
+/// give), then the server behind `model`.
+pub(crate) async fn check_run(
+    repo: &std::path::Path,
+    base: &str,
+    model: &dyn ChatModel,
+) -> Result<Served, CliError> {
+    let info = crate::git::open_repo(repo)?;
+    if base != super::session::WORKTREE_BASE {
+        crate::git::resolve_commit(&info.common_dir, base)?;
+    }
+    check(model).await
+}
+
 /// Checks the server behind `model` (see the module docs); a warning for a
 /// slow server goes to stderr.
 pub(crate) async fn check(model: &dyn ChatModel) -> Result<Served, CliError> {

@@ -83,7 +83,8 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
         return dry_run(repo, &pipeline, &roles, &issue, &session, base, args.json);
     }
     // Nothing exists yet: a wrong server or key fails here, leaving nothing.
-    let served = super::preflight::check(session.model.as_ref()).await?;
+    let served =
+        super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
     tracing::debug!(served_models = ?served.served_models, "preflight passed");
     let base = start_base(&args.repo, &args.base)?;
     let ui = Ui::new(false);

@@ -152,6 +152,10 @@ pub(super) fn start_base(repo: &Path, base: &str) -> Result<String, CliError> {
             dirt.submodules.join(", ")
         ));
     }
+    if base == WORKTREE_BASE && !dirt.is_dirty() {
+        crate::ui::status_line("orch: the working tree is clean: starting from HEAD");
+        return Ok("HEAD".to_owned());
+    }
     if base == WORKTREE_BASE {
         let sha = crate::git::snapshot::snapshot_worktree(&info.workdir)?;
         crate::ui::status_line(&format!(
