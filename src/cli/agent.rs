@@ -151,6 +151,8 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
     .await?;
     if read_only && !args.keep {
         super::summary::clear_question(&args.repo, summary.state.run_id.as_str());
+    } else if summary.state.status == crate::runlog::RunStatus::Failed {
+        super::summary::clear_failed_run(&args.repo, summary.state.run_id.as_str());
     }
     let st = &summary.state.stages[0];
     let mut out = Out::stdout();

@@ -221,6 +221,26 @@ mod tests {
     }
 
     #[test]
+    fn a_checked_out_submodule_is_found() {
+        let sub = TestRepo::new();
+        let repo = TestRepo::new();
+        let url = sub.path.display().to_string();
+        repo.git(&[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "vendor/sub",
+        ]);
+        repo.git(&["commit", "-q", "-m", "add a submodule"]);
+        let dirt = working_tree_dirt(&repo.path).unwrap();
+        assert_eq!(dirt.submodules, ["vendor/sub"]);
+        assert!(!dirt.is_dirty(), "{dirt:?}");
+    }
+
+    #[test]
     fn a_clean_tree_is_not_dirty() {
         let repo = TestRepo::new();
         assert!(!working_tree_dirt(&repo.path).unwrap().is_dirty());
