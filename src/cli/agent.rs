@@ -54,6 +54,12 @@ pub struct AgentArgs {
     /// Print a JSON object (report, status, turns, tokens, transcript) instead of the report
     #[arg(long)]
     pub json: bool,
+    /// Resolve and print the plan (prompt, tools, settings); call no model and create nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Keep the branches of a read-only role's run (by default a question leaves none)
+    #[arg(long)]
+    pub keep: bool,
     /// Child mode: work directly in this worktree (set by `spawn_agent`)
     #[arg(long, hide = true, requires_all = ["record_dir", "agent_path"])]
     pub worktree: Option<PathBuf>,
@@ -124,7 +130,13 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         .assume_yes(args.yes)
         .max_parallel(1)
         .build(&args.limits)?;
-    let ui = Ui::new(args.json);
+    if args.dry_run {
+        let (repo, base) = (&args.repo, &args.base);
+        return super::dryrun::dry_run(repo, &pipeline, &roles, "", &session, base, args.json);
+    }
+    super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
+    let read_only = role.read_only;
+    let ui = Ui::new(false);
     let summary = run_pipeline(
         RunOptions {
             repo: args.repo.clone(),
@@ -137,6 +149,11 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         &ui,
     )
     .await?;
+    if read_only && !args.keep {
+        super::summary::clear_question(&args.repo, summary.state.run_id.as_str());
+    } else if summary.state.status == crate::runlog::RunStatus::Failed {
+        super::summary::clear_failed_run(&args.repo, summary.state.run_id.as_str());
+    }
     let st = &summary.state.stages[0];
     let mut out = Out::stdout();
     let printed = if args.json {

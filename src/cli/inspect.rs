@@ -45,6 +45,9 @@ pub struct ReviewArgs {
     /// The repository
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `orch diff`.
@@ -57,6 +60,9 @@ pub struct DiffArgs {
     /// The repository
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `orch log`.
@@ -270,6 +276,9 @@ pub(super) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
         Some(id) => vec![stage(&state, id)?],
         None => state.stages.iter().collect(),
     };
+    if args.json {
+        return super::stage_json::print_review(&common, &state, &stages);
+    }
     let mut out = Out::stdout();
     for st in stages {
         out.text(&render_review(&common, st)?)?;
@@ -331,6 +340,9 @@ pub(super) fn render_review(common: &Path, st: &StageRecord) -> Result<String, C
 pub(super) fn cmd_diff(args: DiffArgs) -> Result<i32, CliError> {
     let (common, _, state) = open(&args.repo, &args.run)?;
     let st = stage(&state, &args.stage)?;
+    if args.json {
+        return super::stage_json::print_diff(&common, &state, st);
+    }
     let (Some(commit), Some(parent)) = (&st.commit, &st.parent_commit) else {
         return Err(CliError::Invalid(format!(
             "failed to show the diff of stage `{}`: it has no commit (it is {})",

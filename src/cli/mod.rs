@@ -11,9 +11,11 @@
 
 // Subcommands: one file each; none imports another.
 mod agent;
+mod completions;
 mod config;
 mod demo;
 mod eval;
+mod gc;
 mod inspect;
 mod resume;
 mod run;
@@ -21,10 +23,13 @@ mod validate;
 
 // Shared by the subcommands.
 mod args;
+mod dryrun;
 mod model;
 mod output;
+mod preflight;
 mod record;
 mod session;
+mod stage_json;
 mod summary;
 
 use crate::catalog::CatalogError;
@@ -62,6 +67,8 @@ Examples:
   orch graph issue-to-pr                             the DAG as a Mermaid flowchart
   orch runs; orch show last; orch review last        inspect runs, stage by stage
   orch rollback last --to review; orch resume last   undo later stages and run them again
+  orch run issue-to-pr --issue ISSUE.md --dry-run    the plan and prompts; no model called, nothing created
+  orch gc --older-than 7d                            remove old runs' worktrees, records and stage branches
 
 Model: --base-url/--model or ORCH_BASE_URL/ORCH_MODEL; key in ORCH_API_KEY (or OPENAI_API_KEY).
 Offline: --replay FILE (or --model replay:FILE) replays recorded responses; no model is called.
@@ -107,6 +114,10 @@ pub enum Command {
     Config(config::ConfigArgs),
     /// Measure a pipeline on a task set: per task, run it and a hidden check (`docs/eval.md`).
     Eval(eval::EvalArgs),
+    /// Remove the worktrees of runs that are not running; with --older-than, whole old runs.
+    Gc(gc::GcArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
 }
 
 /// An error of a command, with the exit code it maps to.
@@ -130,6 +141,10 @@ pub enum CliError {
     /// A run that could not proceed.
     #[error("failed to {0}")]
     Run(RunError),
+    /// The model server failed the preflight (unreachable, key refused,
+    /// model not served): exit 3, nothing created.
+    #[error("{0}")]
+    Preflight(String),
     /// Anything else.
     #[error("{0}")]
     Internal(String),
@@ -158,7 +173,7 @@ impl CliError {
         match self {
             CliError::Invalid(_) | CliError::Catalog(_) => exit::INVALID,
             CliError::Model(LlmError::Config(_)) => exit::INVALID,
-            CliError::Model(_) => exit::MODEL,
+            CliError::Model(_) | CliError::Preflight(_) => exit::MODEL,
             CliError::Git(_) => exit::GIT,
             CliError::Record(
                 crate::runlog::RecordError::UnknownRun { .. }
@@ -195,5 +210,7 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Demo(a) => demo::cmd_demo(a).await,
         Command::Config(a) => config::cmd_config(a),
         Command::Eval(a) => eval::cmd_eval(a).await,
+        Command::Gc(a) => gc::cmd_gc(a),
+        Command::Completions(a) => completions::cmd_completions(a),
     }
 }

@@ -49,6 +49,9 @@ pub struct RollbackArgs {
     /// The repository the run belongs to
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `orch resume`.
@@ -79,6 +82,9 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
 pub(super) async fn cmd_rollback(args: RollbackArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let rolled = runner::rollback_run(&args.repo, &run_id, &args.to).await?;
+    if args.json {
+        return super::stage_json::print_rollback(run_id.as_str(), &args.to, &rolled);
+    }
     let mut out = Out::stdout();
     writeln!(
         out,

@@ -2,10 +2,12 @@
 
 use super::CliError;
 use super::args::{LimitArgs, ModelArgs, ParallelArgs};
+use super::dryrun::dry_run;
 use super::output::ignore_closed;
-use super::session::{SessionBuilder, roles_for};
-use super::summary::{exit_code_of, print_summary};
+use super::session::{SessionBuilder, roles_for, start_base};
+use super::summary::{clear_failed_run, exit_code_of, print_summary};
 use crate::catalog::Catalog;
+use crate::runlog::RunStatus;
 use crate::runner::{RunOptions, run_pipeline};
 use crate::ui::Ui;
 use std::path::PathBuf;
@@ -21,9 +23,12 @@ pub struct RunArgs {
     /// The issue text, a Markdown file (`-` reads stdin)
     #[arg(long, value_name = "FILE")]
     pub issue: PathBuf,
-    /// The revision the run starts from
+    /// The revision the run starts from; `worktree` snapshots the working tree (uncommitted and untracked files included, ignored ones not) into a commit and starts from that, leaving your index, HEAD and branch alone
     #[arg(long, default_value = "HEAD")]
     pub base: String,
+    /// Resolve and print the plan (stages, prompts, tools, settings); call no model and create nothing
+    #[arg(long)]
+    pub dry_run: bool,
     /// Model settings.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -73,6 +78,15 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
         .build(&args.limits)?;
+    if args.dry_run {
+        let (repo, base) = (&args.repo, &args.base);
+        return dry_run(repo, &pipeline, &roles, &issue, &session, base, args.json);
+    }
+    // Nothing exists yet: a wrong server or key fails here, leaving nothing.
+    let served =
+        super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
+    tracing::debug!(served_models = ?served.served_models, "preflight passed");
+    let base = start_base(&args.repo, &args.base)?;
     let ui = Ui::new(false);
     let summary = run_pipeline(
         RunOptions {
@@ -80,12 +94,15 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
             pipeline,
             roles,
             issue,
-            base: args.base.clone(),
+            base,
             session,
         },
         &ui,
     )
     .await?;
+    if summary.state.status == RunStatus::Failed {
+        clear_failed_run(&args.repo, summary.state.run_id.as_str());
+    }
     ignore_closed(print_summary(&summary, args.json))?;
     Ok(exit_code_of(&summary))
 }

@@ -148,3 +148,43 @@ pub(super) fn roles_for(
     }
     Ok(roles)
 }
+
+/// The `--base` value that snapshots the user's working tree.
+pub(super) const WORKTREE_BASE: &str = "worktree";
+
+/// The base a new run starts from, as given by `--base`: `worktree` writes a
+/// snapshot commit of the user's working tree (their index, HEAD and branch
+/// untouched) and returns its SHA. From `HEAD`, uncommitted changes are left
+/// out, which stderr says. Checked-out submodules are not checked out in
+/// lanes, which stderr says too.
+pub(super) fn start_base(repo: &Path, base: &str) -> Result<String, CliError> {
+    let info = crate::git::open_repo(repo)?;
+    let dirt = crate::git::snapshot::working_tree_dirt(&info.workdir)?;
+    if !dirt.submodules.is_empty() {
+        crate::ui::status_line(&format!(
+            "orch: warning: the run's worktrees do not check out submodules ({}); stages see them as empty directories",
+            dirt.submodules.join(", ")
+        ));
+    }
+    if base == WORKTREE_BASE && !dirt.is_dirty() {
+        crate::ui::status_line("orch: the working tree is clean: starting from HEAD");
+        return Ok("HEAD".to_owned());
+    }
+    if base == WORKTREE_BASE {
+        let sha = crate::git::snapshot::snapshot_worktree(&info.workdir)?;
+        crate::ui::status_line(&format!(
+            "orch: starting from a snapshot of the working tree ({} uncommitted path(s) included): commit {}",
+            dirt.paths.len(),
+            &sha[..sha.len().min(12)]
+        ));
+        return Ok(sha);
+    }
+    if base == "HEAD" && dirt.is_dirty() {
+        crate::ui::status_line(&format!(
+            "orch: note: the working tree has {} uncommitted change(s) (e.g. {}); the run starts from HEAD without them (pass --base worktree to include them)",
+            dirt.paths.len(),
+            dirt.paths[0]
+        ));
+    }
+    Ok(base.to_owned())
+}

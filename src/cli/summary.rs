@@ -6,6 +6,7 @@ use super::output::Out;
 use super::{CliError, exit};
 use crate::runlog::{RunStatus, StageStatus};
 use crate::runner::RunSummary;
+use std::path::Path;
 
 /// The exit code of a finished run.
 pub(super) fn exit_code_of(summary: &RunSummary) -> i32 {
@@ -100,7 +101,11 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliE
     if s.status == RunStatus::Succeeded {
         writeln!(out, "final branch: {}", s.final_branch)?;
     } else {
-        writeln!(out, "worktree kept for inspection: {}", s.worktree)?;
+        writeln!(
+            out,
+            "partial work is on the stage branches: orch review {}",
+            s.run_id
+        )?;
     }
     if let Some((title, _)) = &summary.pr {
         writeln!(out, "PR title: {title}")?;
@@ -112,4 +117,30 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliE
     }
     writeln!(out, "record:   {}", summary.record_dir.display())?;
     out.finish()
+}
+
+/// After a failed run: its lanes go (the stage branches keep its work; see
+/// `orch review`). Failing to clear them is said, not fatal.
+pub(super) fn clear_failed_run(repo: &Path, run_id: &str) {
+    let cleared = crate::git::open_repo(repo)
+        .and_then(|info| crate::git::gc::remove_lanes(&info.common_dir, run_id, false));
+    if let Err(e) = cleared {
+        crate::ui::status_line(&format!(
+            "orch: warning: failed to remove the worktrees of run {run_id}: {e} (`orch gc` retries)"
+        ));
+    }
+}
+
+/// After a read-only `orch agent` question: its lanes and all its branches
+/// go (nothing was written worth keeping); the record stays.
+pub(super) fn clear_question(repo: &Path, run_id: &str) {
+    let cleared = crate::git::open_repo(repo).and_then(|info| {
+        crate::git::gc::remove_lanes(&info.common_dir, run_id, false)?;
+        crate::git::gc::remove_run_branches(&info.common_dir, run_id, true, false)
+    });
+    if let Err(e) = cleared {
+        crate::ui::status_line(&format!(
+            "orch: warning: failed to remove the branches of run {run_id}: {e} (`orch gc` retries)"
+        ));
+    }
 }

@@ -15,7 +15,9 @@
 
 mod commit;
 mod diff;
+pub mod gc;
 mod merge;
+pub mod snapshot;
 mod worktree;
 
 #[cfg(test)]

@@ -110,10 +110,12 @@ fn a_run_token_budget_stops_a_stage_that_never_finishes_and_leaves_it_resumable(
     assert_eq!(stage["status"], "failed");
     assert_eq!(stage["reason"], reason);
     // Resumable: the stage's start commit is recorded, its partial work is
-    // committed on its branch, and the worktree is kept.
+    // committed on its branch; the failed run's worktree is cleared (issue
+    // 13: a failed run leaves no clutter; `resume --retry` checks out anew).
     assert_eq!(stage["parent_commit"], base.as_str());
     assert!(stage["commit"].is_string());
-    assert!(Path::new(st["worktree"].as_str().unwrap()).is_dir());
+    assert!(!Path::new(st["worktree"].as_str().unwrap()).exists());
+    assert_eq!(repo.git(&["worktree", "list"]).lines().count(), 1);
     let files = repo.git(&["ls-tree", "--name-only", &format!("orch/{run_id}/work")]);
     assert!(files.contains("f3.txt"), "turns 1-3 ran: {files}");
     assert!(

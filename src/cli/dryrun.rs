@@ -1,0 +1,267 @@
+//! `--dry-run` of `orch run` and `orch agent`: the plan a run would follow,
+//! resolved as the run would resolve it (pipeline, roles, model settings,
+//! sandbox, budgets), with each first-wave stage's system prompt and first
+//! message rendered by the same functions a stage uses
+//! ([`crate::agent::prompt`]), its offered tools, and for every later stage
+//! what it will receive from the stages it needs. Nothing is created: no
+//! model request, no run record, branch, ref, object or worktree.
+
+use super::CliError;
+use super::output::Out;
+use crate::agent::prompt;
+use crate::pipeline::{Pipeline, Stage};
+use crate::role::Role;
+use crate::runner::Session;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Where the run would start.
+pub(super) struct DryBase {
+    /// The revision as given (`HEAD`, a SHA, `worktree`).
+    pub rev: String,
+    /// The commit it resolves to now, when it names one.
+    pub commit: Option<String>,
+    /// Paths that differ from `HEAD` in the user's working tree.
+    pub dirty: Vec<String>,
+}
+
+/// What a dry run needs.
+pub(super) struct DryRun<'a> {
+    /// The repository.
+    pub repo: &'a Path,
+    /// The unrolled pipeline.
+    pub pipeline: &'a Pipeline,
+    /// Its roles.
+    pub roles: &'a HashMap<String, Role>,
+    /// The issue text.
+    pub issue: &'a str,
+    /// The session the run would use.
+    pub session: &'a Session,
+    /// The base.
+    pub base: DryBase,
+}
+
+/// The tools a stage of `role` is offered, in the order a stage offers them
+/// (`spawn_agent` only when the model can be handed to a child process).
+fn offered_tools(role: &Role, session: &Session) -> Vec<String> {
+    let mut names: Vec<String> = crate::tools::definitions(&role.tools)
+        .iter()
+        .map(|d| d.name.to_owned())
+        .collect();
+    if role.tools.iter().any(|t| t == "spawn_agent") && session.model.spawn_settings().is_some() {
+        names.push("spawn_agent".to_owned());
+    }
+    names
+}
+
+/// The plan as one JSON object.
+pub(super) fn plan_json(d: &DryRun<'_>) -> Value {
+    let s = d.session;
+    let stages: Vec<Value> = d
+        .pipeline
+        .stages
+        .iter()
+        .map(|stage| stage_json(d, stage))
+        .collect();
+    json!({
+        "dry_run": true,
+        "repo": d.repo.display().to_string(),
+        "pipeline": {
+            "name": d.pipeline.name,
+            "origin": d.pipeline.origin,
+            "description": d.pipeline.description,
+        },
+        "base": {
+            "rev": d.base.rev,
+            "commit": d.base.commit,
+            "uncommitted_paths": d.base.dirty,
+        },
+        "model": {
+            "label": s.model.label(),
+            "name": s.model.model_name(),
+            "base_url": s.base_url,
+            "replay_file": s.replay_file,
+        },
+        "settings": {
+            "max_parallel": s.max_parallel,
+            "assume_yes": s.assume_yes,
+            "interactive": s.interactive,
+            "context_window": s.limits.compaction.context_window,
+            "compact_at": s.limits.compaction.compact_at,
+        },
+        "budget": s.limits.budget,
+        "sandbox": crate::sandbox::availability().describe(),
+        "mermaid": d.pipeline.to_mermaid(),
+        "stages": stages,
+    })
+}
+
+fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
+    let role = d.roles.get(&stage.role);
+    let mut v = json!({
+        "id": stage.id,
+        "role": stage.role,
+        "needs": stage.needs,
+        "round": stage.round,
+        "runs_if_changes_requested_by": stage.run_if_changes_requested_by,
+        "max_turns": stage.max_turns.or(role.map(|r| r.max_turns)),
+        "budget": stage.budget,
+        "verify": stage.verify,
+        "read_only": role.map(|r| r.read_only),
+        "model": role.and_then(|r| r.model.clone()).unwrap_or_else(|| d.session.model.model_name()),
+        "tools": role.map(|r| offered_tools(r, d.session)).unwrap_or_default(),
+        "first_wave": stage.needs.is_empty(),
+    });
+    if let Some(role) = role.filter(|_| stage.needs.is_empty()) {
+        let tools = offered_tools(role, d.session);
+        v["system_prompt"] = json!(prompt::system_prompt(&role.prompt, &tools));
+        v["first_message"] = json!(prompt::task_message(&stage.task, d.issue, &[]));
+    } else {
+        v["receives"] = json!(receives(stage));
+    }
+    v
+}
+
+/// What a later stage is handed, one line per stage it needs.
+fn receives(stage: &Stage) -> Vec<String> {
+    stage
+        .needs
+        .iter()
+        .map(|n| {
+            format!(
+                "from `{n}`: its summary, verdict, diffstat, patch (up to {} KiB), action digest (up to {} lines) and verify result; plus the issue and this stage's task",
+                prompt::HANDOFF_DIFF_BUDGET / 1024,
+                prompt::HANDOFF_DIGEST_LINES
+            )
+        })
+        .collect()
+}
+
+/// Prints the plan, readable or as one JSON object.
+pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError> {
+    let plan = plan_json(d);
+    let mut out = Out::stdout();
+    if json_out {
+        writeln!(out, "{plan}")?;
+        return out.finish();
+    }
+    let s = d.session;
+    writeln!(
+        out,
+        "dry run: pipeline {} ({}); nothing is created and no model is called",
+        d.pipeline.name, d.pipeline.origin
+    )?;
+    writeln!(
+        out,
+        "base:     {} = {}",
+        d.base.rev,
+        d.base
+            .commit
+            .as_deref()
+            .unwrap_or("(a snapshot, written when the run starts)")
+    )?;
+    if !d.base.dirty.is_empty() {
+        writeln!(
+            out,
+            "          {} uncommitted path(s) in the working tree{}",
+            d.base.dirty.len(),
+            if d.base.rev == "worktree" {
+                " are included"
+            } else {
+                " are NOT included (use --base worktree)"
+            }
+        )?;
+    }
+    writeln!(out, "model:    {}", s.model.label())?;
+    writeln!(
+        out,
+        "settings: max_parallel {}, context window {} (compact at {}), --yes {}",
+        s.max_parallel,
+        s.limits.compaction.context_window,
+        s.limits.compaction.compact_at,
+        s.assume_yes
+    )?;
+    writeln!(out, "budget:   {}", plan["budget"])?;
+    writeln!(out, "{}", crate::sandbox::availability().describe())?;
+    writeln!(out)?;
+    writeln!(out, "DAG (unrolled):")?;
+    out.text(&d.pipeline.to_mermaid())?;
+    writeln!(out)?;
+    for st in plan["stages"].as_array().into_iter().flatten() {
+        let tools: Vec<&str> = st["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        writeln!(
+            out,
+            "== stage {} (role {}, model {}, max turns {})",
+            text(&st["id"]),
+            text(&st["role"]),
+            text(&st["model"]),
+            st["max_turns"]
+        )?;
+        writeln!(out, "tools: {}", tools.join(", "))?;
+        if let Some(by) = st["runs_if_changes_requested_by"].as_str() {
+            writeln!(out, "runs only if `{by}` requests changes")?;
+        }
+        if let Some(system) = st["system_prompt"].as_str() {
+            writeln!(out, "--- system prompt")?;
+            out.text(system)?;
+            writeln!(out)?;
+            writeln!(out, "--- first message")?;
+            out.text(text(&st["first_message"]))?;
+            writeln!(out)?;
+        } else {
+            for line in st["receives"].as_array().into_iter().flatten() {
+                writeln!(out, "receives {}", text(line))?;
+            }
+        }
+        writeln!(out)?;
+    }
+    out.finish()
+}
+
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+/// The base of a dry run: resolved, never snapshotted (that writes objects).
+pub(super) fn dry_base(repo: &Path, rev: &str) -> Result<DryBase, CliError> {
+    let info = crate::git::open_repo(repo)?;
+    let dirty = crate::git::snapshot::working_tree_dirt(&info.workdir)?.paths;
+    let commit = if rev == super::session::WORKTREE_BASE {
+        None
+    } else {
+        Some(crate::git::resolve_commit(&info.common_dir, rev)?)
+    };
+    Ok(DryBase {
+        rev: rev.to_owned(),
+        commit,
+        dirty,
+    })
+}
+
+/// The whole `--dry-run` of a command: resolve the base, print the plan.
+pub(super) fn dry_run(
+    repo: &Path,
+    pipeline: &Pipeline,
+    roles: &HashMap<String, Role>,
+    issue: &str,
+    session: &Session,
+    base: &str,
+    json_out: bool,
+) -> Result<i32, CliError> {
+    let plan = DryRun {
+        repo,
+        pipeline,
+        roles,
+        issue,
+        session,
+        base: dry_base(repo, base)?,
+    };
+    super::output::ignore_closed(print_plan(&plan, json_out))?;
+    Ok(super::exit::OK)
+}

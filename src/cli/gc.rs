@@ -1,0 +1,214 @@
+//! `orch gc`: clears what runs leave in the repository. Always: the lanes
+//! (linked worktrees and their branches) of every run that is not running.
+//! With `--older-than`: whole runs whose last update is older — the record
+//! directory and the stage branches, the PR branch `orch/<run>/pr` only with
+//! `--include-pr`. A run is running while its run lock is held (by a live
+//! process: the kernel drops it on exit); such runs are left alone.
+//!
+//! The same lane clean-up runs at the end of a failed run, and after a
+//! read-only `orch agent` question (see `summary.rs`).
+
+use super::output::{Out, ignore_closed};
+use super::{CliError, exit};
+use crate::git::gc::{self, Removed};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Arguments of `orch gc`.
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// The repository to clean
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// Also remove whole runs (record and stage branches) last updated longer ago than this: `7d`, `12h`, `30m`, `2w`
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+    /// With --older-than: remove the runs' PR branches `orch/<run>/pr` too
+    #[arg(long, requires = "older_than")]
+    pub include_pr: bool,
+    /// List what would be removed; remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--older-than`: a whole number and a unit (`s`, `m`, `h`, `d`, `w`).
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("expected a number and a unit like `7d` or `12h`, got `{s}`"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => {
+            return Err(format!(
+                "expected a unit s, m, h, d or w after the number (`7d`, `12h`), got `{s}`"
+            ));
+        }
+    };
+    Ok(Duration::from_secs(n.saturating_mul(secs)))
+}
+
+/// What one `gc` removed (or would).
+#[derive(Debug, Default)]
+struct Report {
+    worktrees: Vec<String>,
+    branches: Vec<String>,
+    records: Vec<String>,
+    running: Vec<String>,
+}
+
+impl Report {
+    fn add(&mut self, items: Vec<Removed>) {
+        for item in items {
+            match item {
+                Removed::Worktree(p) => self.worktrees.push(p.display().to_string()),
+                Removed::Branch(b) => self.branches.push(b),
+            }
+        }
+    }
+}
+
+/// `orch gc`.
+pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
+    let info = crate::git::open_repo(&args.repo)?;
+    let common = info.common_dir;
+    let mut report = Report::default();
+    let mut ids = crate::runlog::list_run_ids(&common);
+    for id in gc::runs_with_lanes(&common) {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    ids.sort();
+    let now = std::time::SystemTime::now();
+    for id in ids {
+        let root = crate::runlog::runs_dir(&common).join(&id);
+        if is_running(&root) {
+            report.running.push(id);
+            continue;
+        }
+        report.add(gc::remove_lanes(&common, &id, args.dry_run)?);
+        let Some(limit) = args.older_than else {
+            continue;
+        };
+        let old =
+            last_update(&root).is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > limit));
+        if !old {
+            continue;
+        }
+        report.add(gc::remove_run_branches(
+            &common,
+            &id,
+            args.include_pr,
+            args.dry_run,
+        )?);
+        if root.is_dir() {
+            if !args.dry_run {
+                std::fs::remove_dir_all(&root).map_err(|e| {
+                    CliError::Internal(format!(
+                        "failed to remove the run record {}: {e}",
+                        root.display()
+                    ))
+                })?;
+            }
+            report.records.push(root.display().to_string());
+        }
+    }
+    ignore_closed(print_report(&report, args.dry_run, args.json))?;
+    Ok(exit::OK)
+}
+
+fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
+    let mut out = Out::stdout();
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({
+                "dry_run": dry_run,
+                "worktrees": r.worktrees,
+                "branches": r.branches,
+                "records": r.records,
+                "running": r.running,
+            })
+        )?;
+        return out.finish();
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for w in &r.worktrees {
+        writeln!(out, "{verb} worktree {w}")?;
+    }
+    for b in &r.branches {
+        writeln!(out, "{verb} branch {b}")?;
+    }
+    for d in &r.records {
+        writeln!(out, "{verb} run record {d}")?;
+    }
+    for id in &r.running {
+        writeln!(out, "kept run {id}: it is running")?;
+    }
+    writeln!(
+        out,
+        "{verb}: {} worktrees, {} branches, {} run records",
+        r.worktrees.len(),
+        r.branches.len(),
+        r.records.len()
+    )?;
+    out.finish()
+}
+
+/// Whether a live process holds the run lock of the run at `root` (tested
+/// with a lock taken and dropped at once on a read-only handle: nothing is
+/// written).
+fn is_running(root: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(root.join("lock")) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor this function owns; no memory is shared.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return true;
+    }
+    // SAFETY: as above; dropping `file` would release it too.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+    false
+}
+
+/// When the run at `root` was last updated: `state.json`'s `updated`, else
+/// the record's modification time.
+fn last_update(root: &Path) -> Option<std::time::SystemTime> {
+    let state = std::fs::read_to_string(root.join("state.json")).ok();
+    let updated = state
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["updated"].as_str().map(str::to_owned))
+        .and_then(|u| chrono::DateTime::parse_from_rfc3339(&u).ok());
+    match updated {
+        Some(t) => Some(t.with_timezone(&chrono::Utc).into()),
+        None => std::fs::metadata(root).and_then(|m| m.modified()).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_number_and_a_unit() {
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_duration("7").unwrap_err().contains("unit"));
+        assert!(parse_duration("d").unwrap_err().contains("`d`"));
+        assert!(parse_duration("3y").is_err());
+    }
+}
