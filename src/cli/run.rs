@@ -1,9 +1,9 @@
 //! `orch run <pipeline>`: an issue in, a PR branch and PR text out.
 
 use super::CliError;
-use super::args::{LimitArgs, ModelArgs, ParallelArgs};
+use super::args::{InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::output::ignore_closed;
-use super::session::{SessionBuilder, roles_for};
+use super::session::{SessionBuilder, roles_for, route_role_models};
 use super::summary::{exit_code_of, print_summary};
 use crate::catalog::Catalog;
 use crate::runner::{RunOptions, run_pipeline};
@@ -30,6 +30,9 @@ pub struct RunArgs {
     /// Budget and compaction settings.
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Project instructions.
+    #[command(flatten)]
+    pub instructions: InstructionArgs,
     /// Allow commands that a role's `ask` rules would ask about (non-interactive runs deny them otherwise)
     #[arg(long)]
     pub yes: bool,
@@ -66,8 +69,10 @@ fn read_issue(path: &PathBuf) -> Result<String, CliError> {
 /// `orch run`.
 pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&args.repo))?;
-    let pipeline = catalog.pipeline(&args.pipeline)?;
-    let roles = roles_for(&catalog, &pipeline)?;
+    let mut pipeline = catalog.pipeline(&args.pipeline)?;
+    pipeline.project_instructions &= !args.instructions.no_project_instructions;
+    let mut roles = roles_for(&catalog, &pipeline)?;
+    route_role_models(&mut roles, &args.model, &args.repo, None)?;
     let issue = read_issue(&args.issue)?;
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)

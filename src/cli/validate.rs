@@ -30,6 +30,9 @@ pub(super) fn cmd_validate(args: ValidateArgs) -> Result<i32, CliError> {
     for e in &errors {
         crate::ui::status_line(&format!("error: {e}"));
     }
+    for (name, origin, warning) in catalog.role_warnings() {
+        crate::ui::status_line(&format!("warning: {origin}: role `{name}`: {warning}"));
+    }
     // The exit code is the verdict on the files, whoever reads the list.
     ignore_closed(print_catalog(&catalog, errors.len()))?;
     Ok(if errors.is_empty() {
