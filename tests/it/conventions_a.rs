@@ -404,3 +404,75 @@ fn a_role_temperature_is_sent_by_its_stages_only() {
     assert!(plain.get("seed").is_none(), "{plain}");
     assert_eq!(plain["tool_choice"], "auto");
 }
+
+#[test]
+fn pr_text_has_word_cut_subjects_git_binary_stats_no_skipped_rounds_and_no_machine_details() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let long = "Fixed add() so that it adds its two arguments instead of subtracting the second from the first one";
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call(
+                        "c1",
+                        "edit_file",
+                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+                    ),
+                    Reply::tool_call(
+                        "c2",
+                        "bash",
+                        json!({"command": "head -c 302 /dev/zero > blob.bin && printf 'x\\0y' >> blob.bin && wc -c < blob.bin"}),
+                    ),
+                    Reply::finish("c3", long, None),
+                ],
+            )
+            .agent("review", vec![Reply::finish("r1", "Good.", Some("approve"))])
+            .agent("docs", vec![Reply::finish("d1", "No docs needed.", None)]),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# add() subtracts\n\nFix it.\n");
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .output();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_id = crate::support::only_run_id(&repo.path);
+    let subject = repo.git(&["log", "-1", "--format=%s", &format!("orch/{run_id}/code")]);
+    assert_eq!(
+        subject.trim(),
+        "orch(code): Fixed add() so that it adds its two arguments instead of…"
+    );
+    assert!(!subject.contains("more bytes"), "{subject}");
+
+    let pr = std::fs::read_to_string(record_dir(&repo, &run_id).join("pr.md")).unwrap();
+    // The diffstat as git prints it.
+    let git_stat = repo.git(&["diff", "--stat", "main", &format!("orch/{run_id}/pr")]);
+    let bin_line = git_stat.lines().find(|l| l.contains("blob.bin")).unwrap();
+    assert!(bin_line.contains("Bin 0 -> 305 bytes"), "{git_stat}");
+    assert!(pr.contains("blob.bin | Bin 0 -> 305 bytes"), "{pr}");
+    // Skipped rework rounds are left out; no local URL or path.
+    assert!(!pr.contains("code.r2") && !pr.contains("review.r3"), "{pr}");
+    assert!(!pr.contains("127.0.0.1") && !pr.contains("http://"), "{pr}");
+    assert!(!pr.contains(&repo.path.display().to_string()), "{pr}");
+    // The provenance table: stage, role, model, verdict, verify, tokens, cost.
+    assert!(
+        pr.contains("| stage | role | model | verdict | verify | tokens | cost |"),
+        "{pr}"
+    );
+    let row = pr.lines().find(|l| l.starts_with("| review |")).unwrap();
+    assert!(
+        row.starts_with("| review | reviewer | fake-model | approve | none | "),
+        "{row}"
+    );
+    assert_eq!(
+        pr.lines().filter(|l| l.starts_with("| code")).count(),
+        1,
+        "{pr}"
+    );
+}
