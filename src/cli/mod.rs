@@ -15,6 +15,7 @@ mod config;
 mod demo;
 mod eval;
 mod inspect;
+mod replay;
 mod resume;
 mod run;
 mod validate;
@@ -105,6 +106,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Show the resolved model settings (flags, env, orch.toml) and where each came from.
     Config(config::ConfigArgs),
+    /// Replay a recorded run offline (same plan, same base, recorded model turns); report divergences.
+    Replay(replay::ReplayArgs),
     /// Measure a pipeline on a task set: per task, run it and a hidden check (`docs/eval.md`).
     Eval(eval::EvalArgs),
 }
@@ -195,5 +198,6 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Demo(a) => demo::cmd_demo(a).await,
         Command::Config(a) => config::cmd_config(a),
         Command::Eval(a) => eval::cmd_eval(a).await,
+        Command::Replay(a) => replay::cmd_replay(a).await,
     }
 }

@@ -476,3 +476,130 @@ fn pr_text_has_word_cut_subjects_git_binary_stats_no_skipped_rounds_and_no_machi
         "{pr}"
     );
 }
+
+/// A recorded run whose bash call reads a file outside the repository
+/// (`ext`), so a replay from the same base can see a different tool result.
+fn recorded_run(ext: &Path) -> (TestRepo, FakeServer, String) {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let cmd = format!("cat {} > seen.txt && cat seen.txt", ext.display());
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call(
+                "c1",
+                "edit_file",
+                json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+            ),
+            Reply::tool_call("c2", "bash", json!({"command": cmd})),
+            Reply::finish("c3", "add() adds.", None),
+        ],
+    ));
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# add() subtracts\n\nFix it.\n");
+    let pipeline = write_pipeline(scratch.path(), "one", "stages:\n  code:\n    role: coder\n");
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let run_id = crate::support::only_run_id(&repo.path);
+    (repo, server, run_id)
+}
+
+fn replay(repo: &TestRepo, args: &[&str]) -> (i32, Value) {
+    let out = output_logged(
+        orch()
+            .arg("replay")
+            .args(args)
+            .arg("--repo")
+            .arg(&repo.path)
+            .arg("--json"),
+    );
+    let code = out.status.code().unwrap_or(-1);
+    let j = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (code, j)
+}
+
+#[test]
+fn orch_replay_reproduces_a_recorded_run_offline_with_zero_requests() {
+    let ext_dir = tempfile::tempdir().unwrap();
+    let ext = ext_dir.path().join("input.txt");
+    std::fs::write(&ext, "outside value 1\n").unwrap();
+    let (repo, server, run_id) = recorded_run(&ext);
+    let requests = server.requests().len();
+    let (code, j) = replay(&repo, &[&run_id]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(server.requests().len(), requests, "a replay calls no model");
+    assert_eq!(j["replay_of"], run_id.as_str());
+    assert_eq!(j["reproduced"], true);
+    assert_eq!(j["divergences"], json!([]));
+    assert_eq!(j["final_tree"]["equal"], true);
+    assert!(j["model"].as_str().unwrap().starts_with("replay of"), "{j}");
+    let new_run = j["run_id"].as_str().unwrap();
+    assert_ne!(new_run, run_id);
+    let tree = |run: &str| repo.git(&["rev-parse", &format!("orch/{run}/pr^{{tree}}")]);
+    assert_eq!(tree(&run_id), tree(new_run));
+}
+
+#[test]
+fn orch_replay_reports_where_a_tool_result_diverged_and_that_the_tree_differs() {
+    let ext_dir = tempfile::tempdir().unwrap();
+    let ext = ext_dir.path().join("input.txt");
+    std::fs::write(&ext, "outside value 1\n").unwrap();
+    let (repo, server, run_id) = recorded_run(&ext);
+    std::fs::write(&ext, "outside value 2\n").unwrap();
+    let requests = server.requests().len();
+    let (code, j) = replay(&repo, &[&run_id]);
+    assert_eq!(code, 1, "{j}");
+    assert_eq!(server.requests().len(), requests);
+    assert_eq!(j["reproduced"], false);
+    assert_eq!(
+        j["divergences"],
+        json!([{"agent": "code", "call_id": "c2", "tool": "bash", "recorded": "outside value 1", "replayed": "outside value 2"}])
+    );
+    assert_eq!(j["final_tree"]["equal"], false);
+}
+
+#[test]
+fn orch_replay_export_writes_a_file_that_run_replay_plays() {
+    let ext_dir = tempfile::tempdir().unwrap();
+    let ext = ext_dir.path().join("input.txt");
+    std::fs::write(&ext, "outside value 1\n").unwrap();
+    let (repo, server, run_id) = recorded_run(&ext);
+    let file = ext_dir.path().join("run.replay.json");
+    let out = output_logged(
+        orch()
+            .args(["replay", &run_id, "--export"])
+            .arg(&file)
+            .arg("--repo")
+            .arg(&repo.path),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let exported: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(exported["format"], "orch-replay/1");
+    assert_eq!(exported["agents"]["code"].as_array().unwrap().len(), 3);
+    assert_eq!(exported["agents"]["code"][1]["tool_calls"][0]["id"], "c2");
+
+    let requests = server.requests().len();
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# add() subtracts\n\nFix it.\n");
+    let pipeline = write_pipeline(scratch.path(), "one", "stages:\n  code:\n    role: coder\n");
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .args([std::ffi::OsStr::new("--replay"), file.as_os_str()])
+        .json()
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(server.requests().len(), requests);
+    let runs = repo.git(&[
+        "for-each-ref",
+        "--format=%(refname:short)",
+        "refs/heads/orch/*/pr",
+    ]);
+    let trees: Vec<String> = runs
+        .lines()
+        .map(|b| repo.git(&["rev-parse", &format!("{b}^{{tree}}")]))
+        .collect();
+    assert_eq!(trees.len(), 2, "{runs}");
+    assert_eq!(trees[0], trees[1]);
+}
