@@ -369,6 +369,17 @@ fn a_broken_role_file_in_orch_roles_does_not_stop_issue_to_pr() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(".orch/roles/broken.md:3:12"), "{stderr}");
+    // A command that uses the broken role reports it, and starts nothing.
+    let out = output_logged(
+        orch()
+            .args(["agent", "--role", "broken", "--task", "hi", "--base-url"])
+            .arg(&server.base_url)
+            .args(["--model", "fake-model", "--repo"])
+            .arg(&repo.path),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(".orch/roles/broken.md:3:12"), "{stderr}");
 }
 
 #[test]
