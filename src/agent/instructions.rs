@@ -293,4 +293,28 @@ mod tests {
         let order = |s: &str| out.text.find(s).unwrap();
         assert!(order("## AGENTS.md") < order("## a/AGENTS.md"));
     }
+
+    #[test]
+    fn override_replaces_agents_md_and_a_claude_md_copy_is_read_once() {
+        let repo = crate::git::testutil::TestRepo::empty();
+        repo.write("AGENTS.md", "root agents\n");
+        repo.write("CLAUDE.md", "root agents\n");
+        repo.write("pkg/AGENTS.md", "pkg agents\n");
+        repo.write("pkg/AGENTS.override.md", "pkg override\n");
+        repo.write("pkg/CLAUDE.md", "pkg claude\n");
+        repo.write("pkg/mod.py", "x = 1\n");
+        repo.write("empty/AGENTS.md", "  \n");
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-q", "-m", "c"]);
+        let head = repo.rev("HEAD");
+        let found = load(&repo.git_dir(), &head, &["Edit pkg/mod.py and empty/x."]).unwrap();
+        let paths: Vec<&str> = found.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["AGENTS.md", "pkg/AGENTS.override.md", "pkg/CLAUDE.md"]
+        );
+        assert_eq!(found.files[0].blob, repo.rev("HEAD:AGENTS.md"));
+        assert!(!found.text.contains("pkg agents"), "{}", found.text);
+        assert!(!found.cut);
+    }
 }
