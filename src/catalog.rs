@@ -1,11 +1,15 @@
 //! The catalog: where pipelines and roles are found.
 //!
-//! Lookup order, first match wins: `<repo>/.orch/{pipelines,roles}`, then the
-//! user config dir (`$ORCH_CONFIG_DIR`, else `$XDG_CONFIG_HOME/orch`, else
-//! `$HOME/.config/orch`), then the built-ins compiled into the binary from this
-//! repository's `pipelines/` and `roles/`. Roles are parsed when the catalog is
-//! loaded (so a broken role file is reported at once); pipelines are parsed on
-//! use, against the roles the catalog holds.
+//! Lookup order, first match wins: `<repo>/.orch/{pipelines,roles}`, then
+//! Claude Code's `<repo>/.claude/agents/` (roles only), then the user config
+//! dir (`$ORCH_CONFIG_DIR`, else `$XDG_CONFIG_HOME/orch`, else
+//! `$HOME/.config/orch`), then `$HOME/.claude/agents/`, then the built-ins
+//! compiled into the binary from this repository's `pipelines/` and `roles/`.
+//!
+//! Every role file is parsed when the catalog loads, but a broken one is
+//! kept as its error: it is reported by [`Catalog::validate_all`] and by any
+//! command that uses that role, and breaks nothing else. Pipelines are parsed
+//! on use, against the role names the catalog holds.
 
 use crate::pipeline::{Pipeline, SpecError, parse_pipeline};
 use crate::role::{Role, parse_role};
@@ -95,43 +99,67 @@ struct PipelineSource {
 /// Every pipeline and role visible from one repository.
 #[derive(Debug, Clone)]
 pub(crate) struct Catalog {
-    roles: BTreeMap<String, Role>,
+    /// Each role, or why its file could not be used.
+    roles: BTreeMap<String, Result<Role, SpecError>>,
     pipelines: BTreeMap<String, PipelineSource>,
 }
 
 impl Catalog {
-    /// Loads the catalog for `repo` (if any), with the user config dir from the environment.
+    /// Loads the catalog for `repo` (if any), with the user config dir and
+    /// `$HOME/.claude/agents` from the environment.
     pub(crate) fn load(repo: Option<&Path>) -> Result<Catalog, CatalogError> {
         let user_dir = user_config_dir();
-        Self::load_from(repo, user_dir.as_deref())
+        let claude_user = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|h| PathBuf::from(h).join(".claude").join("agents"));
+        Self::load_from_places(repo, user_dir.as_deref(), claude_user.as_deref())
     }
 
     /// Loads the catalog from explicit places, without reading the environment.
+    #[cfg(test)]
     pub(crate) fn load_from(
         repo: Option<&Path>,
         user_dir: Option<&Path>,
     ) -> Result<Catalog, CatalogError> {
-        let mut dirs: Vec<PathBuf> = Vec::new();
+        Self::load_from_places(repo, user_dir, None)
+    }
+
+    /// Loads the catalog from explicit places: the repo, the user config
+    /// dir and the user's Claude Code agents dir.
+    pub(crate) fn load_from_places(
+        repo: Option<&Path>,
+        user_dir: Option<&Path>,
+        claude_user_agents: Option<&Path>,
+    ) -> Result<Catalog, CatalogError> {
+        // (config dir, its roles dir), in lookup order.
+        let mut dirs: Vec<(Option<PathBuf>, PathBuf)> = Vec::new();
         if let Some(repo) = repo {
-            dirs.push(repo.join(".orch"));
+            dirs.push((Some(repo.join(".orch")), repo.join(".orch").join("roles")));
+            dirs.push((None, repo.join(".claude").join("agents")));
         }
         if let Some(user_dir) = user_dir {
-            dirs.push(user_dir.to_path_buf());
+            dirs.push((Some(user_dir.to_path_buf()), user_dir.join("roles")));
+        }
+        if let Some(agents) = claude_user_agents {
+            dirs.push((None, agents.to_path_buf()));
         }
 
         let mut catalog = Catalog {
             roles: BTreeMap::new(),
             pipelines: BTreeMap::new(),
         };
-        for dir in &dirs {
-            for (name, path) in list_dir(&dir.join("roles"), &["md"])? {
+        for (dir, roles_dir) in &dirs {
+            for (name, path) in list_dir(roles_dir, &["md"])? {
                 if catalog.roles.contains_key(&name) {
                     continue;
                 }
-                let text = read_spec_file(&path)?;
-                let role = parse_role(&text, &path.display().to_string())?;
+                let origin = path.display().to_string();
+                let role = read_spec_file(&path)
+                    .map_err(|err| SpecError::new(&origin, 1, 1, file_problem(&err)))
+                    .and_then(|text| parse_role(&text, &origin));
                 catalog.roles.insert(name, role);
             }
+            let Some(dir) = dir else { continue };
             for (name, path) in list_dir(&dir.join("pipelines"), &["yaml", "yml"])? {
                 if catalog.pipelines.contains_key(&name) {
                     continue;
@@ -146,7 +174,7 @@ impl Catalog {
         for (name, text) in BUILTIN_ROLES {
             if !catalog.roles.contains_key(*name) {
                 let role = parse_role(text, &format!("built-in roles/{name}.md"))?;
-                catalog.roles.insert((*name).to_owned(), role);
+                catalog.roles.insert((*name).to_owned(), Ok(role));
             }
         }
         for (name, text) in BUILTIN_PIPELINES {
@@ -161,14 +189,30 @@ impl Catalog {
         Ok(catalog)
     }
 
-    /// The role called `name`.
+    /// The role called `name`; a broken file's error when it is broken.
     pub(crate) fn role(&self, name: &str) -> Result<&Role, CatalogError> {
-        self.roles
-            .get(name)
-            .ok_or_else(|| CatalogError::UnknownRole {
+        match self.roles.get(name) {
+            Some(Ok(role)) => Ok(role),
+            Some(Err(err)) => Err(CatalogError::Spec(err.clone())),
+            None => Err(CatalogError::UnknownRole {
                 name: name.to_owned(),
                 known: self.role_names(),
+            }),
+        }
+    }
+
+    /// Every usable role's warnings (tools not offered, keys ignored), as
+    /// (role name, origin, warning), in name order.
+    pub(crate) fn role_warnings(&self) -> Vec<(String, String, String)> {
+        self.roles
+            .iter()
+            .filter_map(|(name, role)| role.as_ref().ok().map(|r| (name, r)))
+            .flat_map(|(name, role)| {
+                role.warnings
+                    .iter()
+                    .map(|w| (name.clone(), role.origin.clone(), w.clone()))
             })
+            .collect()
     }
 
     /// The pipeline called `name_or_path`, or read from that path when it
@@ -207,13 +251,18 @@ impl Catalog {
             .collect()
     }
 
-    /// Checks every visible pipeline (roles were checked when loading) and
-    /// returns every problem found, in name order.
+    /// Checks every visible role file and pipeline and returns every
+    /// problem found: broken roles first, then pipelines, each in name order.
     pub(crate) fn validate_all(&self) -> Vec<SpecError> {
         let known_roles = self.role_names();
-        self.pipelines
+        let broken = self
+            .roles
             .values()
-            .filter_map(|source| parse_pipeline(&source.text, &source.origin, &known_roles).err())
+            .filter_map(|r| r.as_ref().err().cloned());
+        broken
+            .chain(self.pipelines.values().filter_map(|source| {
+                parse_pipeline(&source.text, &source.origin, &known_roles).err()
+            }))
             .collect()
     }
 }
@@ -274,6 +323,19 @@ fn list_dir(dir: &Path, extensions: &[&str]) -> Result<Vec<(String, PathBuf)>, C
         found.insert(stem.to_owned(), path);
     }
     Ok(found.into_iter().collect())
+}
+
+/// A file that could not be read, as a spec problem's message (the path is
+/// the problem's file).
+fn file_problem(err: &CatalogError) -> String {
+    match err {
+        CatalogError::Io { source, .. } => format!("cannot be read: {source}"),
+        CatalogError::TooLarge { size, .. } => {
+            format!("is too large ({size} bytes; at most {MAX_SPEC_FILE_BYTES} bytes)")
+        }
+        CatalogError::NotUtf8 { .. } => "is not UTF-8 text".to_owned(),
+        other => other.to_string(),
+    }
 }
 
 /// Reads a spec file, refusing ones over [`MAX_SPEC_FILE_BYTES`] or not UTF-8.
@@ -450,12 +512,53 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join(".orch/roles/coder.md");
         write(&path, "---\nname: coder\nmax_turns: many\n---\nPrompt\n");
-        let err = Catalog::load_from(Some(tmp.path()), None).unwrap_err();
+        // The catalog loads; the broken role is reported where it is used.
+        let catalog = Catalog::load_from(Some(tmp.path()), None).unwrap();
+        let err = catalog.role("coder").unwrap_err();
         let CatalogError::Spec(err) = err else {
             panic!("expected a spec error, got {err}");
         };
         assert_eq!(err.file, path.display().to_string());
         assert_eq!((err.line, err.column), (3, 12));
+        assert_eq!(catalog.validate_all(), vec![err]);
+        // Other roles and pipelines are unaffected.
+        assert!(catalog.role("reviewer").is_ok());
+        assert!(catalog.pipeline("issue-to-pr").is_ok());
+    }
+
+    #[test]
+    fn claude_agents_dirs_come_after_orch_roles_and_user_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        let user = tmp.path().join("user");
+        let home_agents = tmp.path().join("home/.claude/agents");
+        write(&repo.join(".orch/roles/a.md"), &role_file("a", "orch"));
+        write(&repo.join(".claude/agents/a.md"), &role_file("a", "claude"));
+        write(&repo.join(".claude/agents/b.md"), &role_file("b", "claude"));
+        write(&user.join("roles/b.md"), &role_file("b", "user"));
+        write(&user.join("roles/c.md"), &role_file("c", "user"));
+        write(&home_agents.join("c.md"), &role_file("c", "home"));
+        write(
+            &home_agents.join("d.md"),
+            "---\nname: d\ntools: Read, WebFetch, mcp__x__y\npermissionMode: ask\n---\nP\n",
+        );
+        let catalog =
+            Catalog::load_from_places(Some(&repo), Some(&user), Some(&home_agents)).unwrap();
+        let desc = |n: &str| catalog.role(n).unwrap().description.clone();
+        assert_eq!(
+            [desc("a"), desc("b"), desc("c")],
+            ["orch", "claude", "user"]
+        );
+        let d = catalog.role("d").unwrap();
+        assert_eq!(d.tools, ["read_file", "finish"]);
+        let warnings: Vec<String> = catalog
+            .role_warnings()
+            .into_iter()
+            .map(|(_, _, w)| w)
+            .collect();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("permissionMode"), "{warnings:?}");
+        assert!(warnings[1].contains("WebFetch, mcp__x__y"), "{warnings:?}");
     }
 
     #[test]
@@ -463,9 +566,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let big = tmp.path().join(".orch/roles/big.md");
         write(&big, &"x".repeat(MAX_SPEC_FILE_BYTES as usize + 1));
-        let err = Catalog::load_from(Some(tmp.path()), None).unwrap_err();
+        let catalog = Catalog::load_from(Some(tmp.path()), None).unwrap();
+        let err = catalog.role("big").unwrap_err();
         assert!(
-            matches!(err, CatalogError::TooLarge { size, .. } if size == MAX_SPEC_FILE_BYTES + 1)
+            err.to_string().ends_with(&format!(
+                "big.md:1:1: is too large ({} bytes; at most {MAX_SPEC_FILE_BYTES} bytes)",
+                MAX_SPEC_FILE_BYTES + 1
+            )),
+            "{err}"
         );
 
         let tmp = tempfile::tempdir().unwrap();

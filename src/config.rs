@@ -22,7 +22,13 @@
 //! [prices."qwen2.5-coder"]
 //! prompt = 0
 //! completion = 0
+//!
+//! [models]
+//! aliases = { sonnet = "qwen2.5-coder", "claude-sonnet-4-5-20250929" = "qwen2.5-coder" }
 //! ```
+//!
+//! `[models] aliases` maps a role's `model:` (a Claude Code agent file's
+//! `sonnet` or full Claude id) to a model the server serves.
 //!
 //! Precedence, per setting: flag > environment > repo file > user file >
 //! default. The sampling keys (`temperature`, `seed`, `max_tokens`,
@@ -208,6 +214,9 @@ pub struct ResolvedConfig {
     pub prices: PriceTable,
     /// Where each price in `prices` came from.
     pub price_sources: BTreeMap<String, Source>,
+    /// `[models] aliases`: a role's `model:` → the model to ask for (the
+    /// repo file's entries win over the user file's).
+    pub model_aliases: BTreeMap<String, String>,
 }
 
 impl fmt::Debug for ResolvedConfig {
@@ -301,6 +310,17 @@ struct FileSpec {
     profiles: BTreeMap<String, Spanned<ProfileSpec>>,
     #[serde(default)]
     prices: BTreeMap<String, Spanned<Price>>,
+    /// `[models] aliases = { sonnet = "qwen2.5-coder" }`: what a role's
+    /// `model:` is sent as.
+    #[serde(default)]
+    models: ModelsSpec,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelsSpec {
+    #[serde(default)]
+    aliases: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -683,6 +703,11 @@ pub fn resolve(
         tool_choice,
         prices,
         price_sources,
+        model_aliases: loaded
+            .iter()
+            .rev()
+            .flat_map(|f| f.spec.models.aliases.clone())
+            .collect(),
     })
 }
 

@@ -2,8 +2,15 @@
 //!
 //! The format is compatible with Claude Code agent files (`name`,
 //! `description`, `tools`, `model`, `color`) plus orch's own keys
-//! (`read_only`, `max_turns`, `bash`). The body after the front matter is the
+//! (`read_only`, `max_turns`, `bash`, `result`) and sampling keys
+//! (`temperature`, `seed`, `max_tokens`, `tool_choice`) that override the
+//! profile for this role's stages. The body after the front matter is the
 //! system prompt template, kept verbatim apart from surrounding blank lines.
+//!
+//! Claude Code files load unchanged: a tool orch does not have (`WebFetch`,
+//! `WebSearch`, `TodoWrite`, `NotebookEdit`, `mcp__*`, …) is not offered and
+//! a front-matter key orch does not know (`permissionMode`, `memory`, …) is
+//! ignored; each becomes one line in [`Role::warnings`], not an error.
 //!
 //! Invariants of a parsed [`Role`]: `tools` holds orch tool names only, in
 //! [`KNOWN_TOOLS`] order, without duplicates, always including `finish`; a
@@ -21,8 +28,26 @@ use std::path::Path;
 /// source of truth: [`ToolName`]).
 pub const KNOWN_TOOLS: &[&str] = &crate::toolname::NAMES;
 
-/// `model:` values that mean "the run's model" (Claude Code's aliases).
+/// `model:` values that mean "the run's model" (Claude Code's aliases)
+/// unless the profile maps them (`[models] aliases`).
 pub const CLAUDE_MODEL_ALIASES: &[&str] = &["inherit", "sonnet", "opus", "haiku"];
+
+/// Front-matter keys orch reads; any other key is ignored with a warning.
+const KNOWN_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "tools",
+    "model",
+    "color",
+    "read_only",
+    "max_turns",
+    "bash",
+    "result",
+    "temperature",
+    "seed",
+    "max_tokens",
+    "tool_choice",
+];
 
 /// Claude Code tool names and the orch tools they stand for.
 const CLAUDE_CODE_TOOLS: &[(&str, &str)] = &[
@@ -56,7 +81,7 @@ pub struct BashRules {
 }
 
 /// A validated role.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Role {
     /// The role name; equals the file stem.
     pub name: String,
@@ -64,8 +89,17 @@ pub struct Role {
     pub description: String,
     /// The orch tools the role may call, in [`KNOWN_TOOLS`] order; always has `finish`.
     pub tools: Vec<String>,
-    /// The model to use instead of the run's default; `None` also for Claude Code's `inherit`.
+    /// The model the file names (`None` for none and for Claude Code's
+    /// aliases); used only as [`resolve_model`] decides.
     pub model: Option<String>,
+    /// A Claude Code alias the file names (`sonnet`, `opus`, `haiku`): the
+    /// run's model unless `[models] aliases` maps it.
+    #[serde(default)]
+    pub model_alias: Option<String>,
+    /// Why the role's stages use the model they use, when it is not the
+    /// one the file names (set when the plan is made).
+    #[serde(default)]
+    pub model_note: Option<String>,
     /// Whether the role may not change the tree (no `write_file`/`edit_file`).
     pub read_only: bool,
     /// The turn limit of one agent run of this role.
@@ -76,15 +110,100 @@ pub struct Role {
     /// `finish` ends its stage as a success.
     #[serde(default)]
     pub text_result: bool,
+    /// Sampling settings that override the profile for this role's stages.
+    #[serde(default)]
+    pub sampling: crate::llm::Sampling,
+    /// What was not taken from the file: tools orch does not have (not
+    /// offered) and keys it does not know (ignored), one line each.
+    #[serde(default)]
+    pub warnings: Vec<String>,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
     pub origin: String,
 }
 
-/// The front matter as written.
+/// Which model a role's stages use, and why (for the record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelChoice {
+    /// The model to ask for instead of the run's; `None` keeps the run's.
+    pub model: Option<String>,
+    /// Why, when the role names a model: one line for the record.
+    pub note: Option<String>,
+}
+
+/// How a role's `model:` is resolved against the run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelRouting<'a> {
+    /// `[models] aliases` of the profile: role model name → served model.
+    pub aliases: Option<&'a std::collections::BTreeMap<String, String>>,
+    /// The models the server lists (the preflight's `GET /models`); `None`
+    /// when unknown, which keeps the run's model unless an alias maps it.
+    pub served: Option<&'a [String]>,
+    /// `--model` was given on the command line: it overrides every role.
+    pub cli_model: bool,
+}
+
+/// The model a role's stages use: an alias mapping wins, then a model the
+/// server serves; otherwise (and always under `--model`) the run's model,
+/// with a note saying so.
+pub fn resolve_model(role: &Role, routing: ModelRouting<'_>) -> ModelChoice {
+    let Some(wanted) = role.model.as_deref().or(role.model_alias.as_deref()) else {
+        return ModelChoice {
+            model: None,
+            note: None,
+        };
+    };
+    if routing.cli_model {
+        return ModelChoice {
+            model: None,
+            note: Some(format!(
+                "role `{}` names model `{wanted}`; --model overrides it",
+                role.name
+            )),
+        };
+    }
+    if let Some(mapped) = routing.aliases.and_then(|a| a.get(wanted)) {
+        return ModelChoice {
+            model: Some(mapped.clone()),
+            note: Some(format!(
+                "role `{}` names model `{wanted}`; [models] aliases maps it to `{mapped}`",
+                role.name
+            )),
+        };
+    }
+    if routing
+        .served
+        .is_some_and(|served| served.iter().any(|m| m == wanted))
+    {
+        return ModelChoice {
+            model: Some(wanted.to_owned()),
+            note: None,
+        };
+    }
+    if role.model.is_none() {
+        // An unmapped Claude alias: the run's model, as `inherit` would.
+        return ModelChoice {
+            model: None,
+            note: None,
+        };
+    }
+    let why = if routing.served.is_some() {
+        "the server does not serve it"
+    } else {
+        "no [models] alias maps it and the server's models are unknown"
+    };
+    ModelChoice {
+        model: None,
+        note: Some(format!(
+            "role `{}` names model `{wanted}`; {why}, so the run's model is used",
+            role.name
+        )),
+    }
+}
+
+/// The front matter as written (keys outside [`KNOWN_KEYS`] are ignored).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RoleSpec {
     name: Spanned<String>,
     #[serde(default)]
@@ -106,6 +225,14 @@ struct RoleSpec {
     /// `result: finish` (the default) or `result: text`.
     #[serde(default)]
     result: ResultSpec,
+    #[serde(default)]
+    temperature: Option<Spanned<f64>>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    max_tokens: Option<Spanned<u64>>,
+    #[serde(default)]
+    tool_choice: Option<crate::llm::ToolChoice>,
 }
 
 /// What ends a role's stage as a success.
@@ -179,8 +306,38 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
     let (yaml, body) = split_front_matter(text, origin)?;
     // The front matter starts on line 2, after the opening `---`.
     const LINE_OFFSET: u64 = 1;
-    let spec: RoleSpec = serde_saphyr::from_str(yaml)
-        .map_err(|err| SpecError::from_yaml(origin, &err, LINE_OFFSET))?;
+    let mut warnings = Vec::new();
+    let strict: Result<RoleSpec, _> = serde_saphyr::from_str(yaml);
+    let requoted;
+    let (spec, yaml) = match strict {
+        Ok(spec) => (spec, yaml),
+        Err(err) => {
+            // Claude Code reads `description: … Context: …` (a plain value
+            // holding `: `), which strict YAML refuses; so does orch, by
+            // quoting such values, and says so.
+            let strict_err = SpecError::from_yaml(origin, &err, LINE_OFFSET);
+            let Some((text, lines)) = requote_plain_values(yaml) else {
+                return Err(strict_err);
+            };
+            requoted = text;
+            let spec = serde_saphyr::from_str(&requoted).map_err(|_| strict_err)?;
+            let lines: Vec<String> = lines
+                .iter()
+                .map(|l| (l + LINE_OFFSET as usize).to_string())
+                .collect();
+            warnings.push(format!(
+                "front matter is not strict YAML (line {}: an unquoted value holding `: `); read as plain text, as Claude Code does",
+                lines.join(", ")
+            ));
+            (spec, requoted.as_str())
+        }
+    };
+    // The keys as written, to name the ones orch ignores.
+    let keys: std::collections::BTreeMap<String, IgnoredAny> =
+        serde_saphyr::from_str(yaml).unwrap_or_default();
+    for key in keys.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+        warnings.push(format!("key `{key}` is not used by orch (ignored)"));
+    }
     let at = |location: &serde_saphyr::Location, message: String| {
         SpecError::at(origin, location, LINE_OFFSET, message)
     };
@@ -200,7 +357,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
 
     let read_only = spec.read_only;
     let tools = match &spec.tools {
-        Some(tools) => resolve_tools(&tools.0, read_only, &at)?,
+        Some(tools) => resolve_tools(&tools.0, read_only, &at, &mut warnings)?,
         None => KNOWN_TOOLS
             .iter()
             .filter(|tool| !(read_only && ToolName::is_write_name(tool)))
@@ -218,45 +375,70 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
 
     // Claude Code's aliases name Anthropic models an OpenAI-compatible server
     // does not know; like `inherit`, they keep the run's model.
-    let model = spec
+    let written = spec
         .model
         .map(|m| m.trim().to_owned())
-        .filter(|m| !m.is_empty() && !CLAUDE_MODEL_ALIASES.contains(&m.as_str()));
+        .filter(|m| !m.is_empty() && m != "inherit");
+    let (model, model_alias) = match written {
+        Some(m) if CLAUDE_MODEL_ALIASES.contains(&m.as_str()) => (None, Some(m)),
+        other => (other, None),
+    };
+    if let Some(t) = &spec.temperature
+        && !(t.value.is_finite() && (0.0..=2.0).contains(&t.value))
+    {
+        return Err(at(
+            &t.referenced,
+            format!("temperature {} is out of range: expected 0 to 2", t.value),
+        ));
+    }
+    if let Some(m) = &spec.max_tokens
+        && m.value == 0
+    {
+        return Err(at(&m.referenced, "max_tokens must be at least 1".into()));
+    }
+    let sampling = crate::llm::Sampling {
+        temperature: spec.temperature.map(|t| t.value),
+        seed: spec.seed,
+        max_tokens: spec.max_tokens.map(|m| m.value),
+        tool_choice: spec.tool_choice,
+    };
 
     Ok(Role {
         name,
         description: spec.description.trim().to_owned(),
         tools,
         model,
+        model_alias,
+        model_note: None,
         read_only,
         max_turns,
         bash: spec.bash,
         text_result: spec.result == ResultSpec::Text,
+        sampling,
+        warnings,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })
 }
 
 /// Maps written tool names to orch names, checks them against `read_only`,
-/// and returns them in [`KNOWN_TOOLS`] order with `finish` added.
+/// and returns them in [`KNOWN_TOOLS`] order with `finish` added. A name
+/// orch has no tool for is not offered; `warnings` says so.
 fn resolve_tools(
     written: &[Spanned<String>],
     read_only: bool,
     at: &dyn Fn(&serde_saphyr::Location, String) -> SpecError,
+    warnings: &mut Vec<String>,
 ) -> Result<Vec<String>, SpecError> {
     let mut granted = vec![false; KNOWN_TOOLS.len()];
+    let mut missing: Vec<&str> = Vec::new();
     for item in written {
         let Some(tool) = orch_tool_name(item.value.trim()) else {
-            let claude: Vec<&str> = CLAUDE_CODE_TOOLS.iter().map(|(c, _)| *c).collect();
-            return Err(at(
-                &item.referenced,
-                format!(
-                    "unknown tool \"{}\" (known: {}; Claude Code names: {})",
-                    item.value.trim(),
-                    KNOWN_TOOLS.join(", "),
-                    claude.join(", ")
-                ),
-            ));
+            let name = item.value.trim();
+            if !missing.contains(&name) {
+                missing.push(name);
+            }
+            continue;
         };
         // Tools that change files directly; read-only roles may not hold them.
         if read_only && ToolName::is_write_name(tool) {
@@ -271,6 +453,13 @@ fn resolve_tools(
             granted[index] = true;
         }
     }
+    if !missing.is_empty() {
+        warnings.push(format!(
+            "tool(s) {} not offered: orch has no such tool (it has: {})",
+            missing.join(", "),
+            KNOWN_TOOLS.join(", ")
+        ));
+    }
     // `finish` is how every agent ends its stage, so it is always granted.
     if let Some(last) = granted.last_mut() {
         *last = true;
@@ -281,6 +470,39 @@ fn resolve_tools(
         .filter(|(_, on)| *on)
         .map(|(tool, _)| (*tool).to_owned())
         .collect())
+}
+
+/// Quotes the top-level `key: value` lines whose plain value holds `: ` (or
+/// ` #`), as Claude Code's reader takes them; the value is kept byte for
+/// byte (backslashes stay backslashes). Returns the new text and the
+/// 1-based lines changed, or `None` when no line needed it.
+fn requote_plain_values(yaml: &str) -> Option<(String, Vec<usize>)> {
+    let mut out = String::with_capacity(yaml.len() + 64);
+    let mut changed = Vec::new();
+    for (n, line) in yaml.split_inclusive('\n').enumerate() {
+        let body = line.trim_end_matches(['\r', '\n']);
+        let ending = &line[body.len()..];
+        let key_len = body.find(':').filter(|&i| {
+            i > 0
+                && body[..i]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        });
+        let value = key_len.map(|i| body[i + 1..].trim());
+        match (key_len, value) {
+            (Some(i), Some(v))
+                if !v.is_empty()
+                    && !v.starts_with(['"', '\'', '[', '{', '|', '>', '&', '*', '!'])
+                    && (v.contains(": ") || v.contains(" #")) =>
+            {
+                let escaped = v.replace('\\', "\\\\").replace('"', "\\\"");
+                out.push_str(&format!("{}: \"{escaped}\"{ending}", &body[..i]));
+                changed.push(n + 1);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    (!changed.is_empty()).then_some((out, changed))
 }
 
 /// The orch name of a tool written as an orch or Claude Code name.
@@ -432,5 +654,90 @@ mod tests {
         let err = parse_role("---\nname: a\nmax_turns: 0\n---\n", "<t>").unwrap_err();
         assert_eq!((err.line, err.column), (3, 12));
         assert!(err.message.contains("at least 1"));
+    }
+
+    #[test]
+    fn claude_code_extras_are_warnings_not_errors() {
+        let text = "---\nname: web\ndescription: Use this agent when X.\\n\\nExamples:\\n<example>\\nuser: \"hi\"\\n</example>\ntools: Read, WebFetch, WebSearch, TodoWrite, mcp__github__get_issue\npermissionMode: ask\nmemory: project\ncolor: red\nmodel: claude-sonnet-4-5-20250929\ntemperature: 0.2\nseed: 3\nmax_tokens: 512\ntool_choice: required\n---\nBody\n";
+        let role = parse_role(text, "x/web.md").unwrap();
+        assert_eq!(role.tools, ["read_file", "finish"]);
+        assert_eq!(role.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+        assert!(
+            role.description.contains("user: \"hi\""),
+            "{}",
+            role.description
+        );
+        assert_eq!(role.warnings.len(), 4, "{:?}", role.warnings);
+        assert!(
+            role.warnings[0].contains("not strict YAML (line 3:"),
+            "{:?}",
+            role.warnings
+        );
+        assert!(role.warnings[1].contains("`memory`"));
+        assert!(role.warnings[2].contains("`permissionMode`"));
+        assert!(
+            role.warnings[3]
+                .contains("WebFetch, WebSearch, TodoWrite, mcp__github__get_issue not offered")
+        );
+        assert_eq!(role.sampling.temperature, Some(0.2));
+        assert_eq!(role.sampling.seed, Some(3));
+        assert_eq!(role.sampling.max_tokens, Some(512));
+        assert_eq!(
+            role.sampling.tool_choice,
+            Some(crate::llm::ToolChoice::Required)
+        );
+    }
+
+    #[test]
+    fn bad_sampling_values_are_located_errors() {
+        let err = parse_role("---\nname: a\ntemperature: 3\n---\n", "<t>").unwrap_err();
+        assert_eq!((err.line, err.column), (3, 14));
+        assert!(err.message.contains("expected 0 to 2"), "{err}");
+        assert!(parse_role("---\nname: a\ntool_choice: sometimes\n---\n", "<t>").is_err());
+    }
+
+    #[test]
+    fn role_models_route_by_alias_then_served_list_and_cli_model_wins() {
+        let role =
+            |m: &str| parse_role(&format!("---\nname: r\nmodel: {m}\n---\n"), "<t>").unwrap();
+        let aliases: std::collections::BTreeMap<String, String> =
+            [("sonnet".to_owned(), "qwen".to_owned())].into();
+        let served = ["gpt-x".to_owned()];
+        let routing = ModelRouting {
+            aliases: Some(&aliases),
+            served: Some(&served),
+            cli_model: false,
+        };
+        assert_eq!(
+            resolve_model(&role("sonnet"), routing).model.as_deref(),
+            Some("qwen")
+        );
+        assert_eq!(
+            resolve_model(&role("gpt-x"), routing).model.as_deref(),
+            Some("gpt-x")
+        );
+        let missing = resolve_model(&role("claude-opus-4"), routing);
+        assert_eq!(missing.model, None);
+        assert!(
+            missing
+                .note
+                .unwrap()
+                .contains("the server does not serve it")
+        );
+        let unknown = resolve_model(&role("gpt-x"), ModelRouting::default());
+        assert_eq!(unknown.model, None);
+        assert!(unknown.note.unwrap().contains("models are unknown"));
+        assert_eq!(
+            resolve_model(&role("haiku"), ModelRouting::default()),
+            ModelChoice {
+                model: None,
+                note: None
+            }
+        );
+        let cli = ModelRouting {
+            cli_model: true,
+            ..routing
+        };
+        assert_eq!(resolve_model(&role("sonnet"), cli).model, None);
     }
 }

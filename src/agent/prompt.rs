@@ -69,6 +69,16 @@ pub(crate) fn system_prompt(role_prompt: &str, tools: &[String]) -> String {
     s
 }
 
+/// `system` followed by the project-instructions section (unchanged when
+/// `instructions` is empty).
+pub(crate) fn with_instructions(mut system: String, instructions: &str) -> String {
+    if !instructions.trim().is_empty() {
+        system.push_str("\n\n");
+        system.push_str(instructions.trim_end());
+    }
+    system
+}
+
 /// The first user message of a stage: its task, the issue, and the hand-off.
 pub(crate) fn task_message(task_template: &str, issue: &str, upstream: &[Upstream]) -> String {
     let task = render(task_template, &[("issue", issue)]);

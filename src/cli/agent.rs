@@ -10,10 +10,10 @@
 //! [`crate::subagent`].
 
 use super::CliError;
-use super::args::{LimitArgs, ModelArgs};
+use super::args::{InstructionArgs, LimitArgs, ModelArgs};
 use super::model::choose_for_repo;
 use super::output::{Out, ignore_closed};
-use super::session::{SessionBuilder, roles_for};
+use super::session::{SessionBuilder, roles_for, route_role_models};
 use super::summary::exit_code_of;
 use crate::catalog::Catalog;
 use crate::ids::StageId;
@@ -48,6 +48,9 @@ pub struct AgentArgs {
     /// Budget and compaction settings.
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Project instructions.
+    #[command(flatten)]
+    pub instructions: InstructionArgs,
     /// Allow commands that the role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
@@ -124,8 +127,10 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             text_result: true,
         }],
         origin: "orch agent".to_owned(),
+        project_instructions: !args.instructions.no_project_instructions,
     };
-    let roles = roles_for(&catalog, &pipeline)?;
+    let mut roles = roles_for(&catalog, &pipeline)?;
+    route_role_models(&mut roles, &args.model, &args.repo, None)?;
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(1)

@@ -84,6 +84,14 @@ impl ModelArgs {
     }
 }
 
+/// Project-instruction flags shared by `run` and `agent`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct InstructionArgs {
+    /// Do not put the repository's AGENTS.md / CLAUDE.md files into the agents' system prompts
+    #[arg(long)]
+    pub no_project_instructions: bool,
+}
+
 /// How many stages may run at once (`run`, `resume`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ParallelArgs {

@@ -24,6 +24,8 @@ pub(super) struct DryBase {
     pub commit: Option<String>,
     /// Paths that differ from `HEAD` in the user's working tree.
     pub dirty: Vec<String>,
+    /// The repository's common git dir (project instructions are read there).
+    pub common: std::path::PathBuf,
 }
 
 /// What a dry run needs.
@@ -115,7 +117,8 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
     });
     if let Some(role) = role.filter(|_| stage.needs.is_empty()) {
         let tools = offered_tools(role, d.session);
-        v["system_prompt"] = json!(prompt::system_prompt(&role.prompt, &tools));
+        let system = prompt::system_prompt(&role.prompt, &tools);
+        v["system_prompt"] = json!(prompt::with_instructions(system, &instructions(d, stage)));
         v["first_message"] = json!(prompt::task_message(&stage.task, d.issue, &[]));
     } else {
         v["receives"] = json!(receives(stage));
@@ -224,6 +227,26 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
     out.finish()
 }
 
+/// The project-instruction section the stage would get, read from the base
+/// commit as the run would (HEAD for `--base worktree`, whose snapshot a dry
+/// run does not write); empty when off or unreadable.
+fn instructions(d: &DryRun<'_>, stage: &Stage) -> String {
+    if !d.pipeline.project_instructions {
+        return String::new();
+    }
+    let commit = match &d.base.commit {
+        Some(c) => c.clone(),
+        None => match crate::git::resolve_commit(&d.base.common, "HEAD") {
+            Ok(c) => c,
+            Err(_) => return String::new(),
+        },
+    };
+    let hints = [stage.task.as_str(), d.issue];
+    crate::agent::instructions::load(&d.base.common, &commit, &hints)
+        .map(|found| found.text)
+        .unwrap_or_default()
+}
+
 fn text(v: &Value) -> &str {
     v.as_str().unwrap_or("")
 }
@@ -241,6 +264,7 @@ pub(super) fn dry_base(repo: &Path, rev: &str) -> Result<DryBase, CliError> {
         rev: rev.to_owned(),
         commit,
         dirty,
+        common: info.common_dir,
     })
 }
 

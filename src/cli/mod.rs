@@ -17,6 +17,7 @@ mod demo;
 mod eval;
 mod gc;
 mod inspect;
+mod replay;
 mod resume;
 mod run;
 mod validate;
@@ -112,6 +113,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Show the resolved model settings (flags, env, orch.toml) and where each came from.
     Config(config::ConfigArgs),
+    /// Replay a recorded run offline (same plan, same base, recorded model turns); report divergences.
+    Replay(replay::ReplayArgs),
     /// Measure a pipeline on a task set: per task, run it and a hidden check (`docs/eval.md`).
     Eval(eval::EvalArgs),
     /// Remove the worktrees of runs that are not running; with --older-than, whole old runs.
@@ -212,5 +215,6 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Eval(a) => eval::cmd_eval(a).await,
         Command::Gc(a) => gc::cmd_gc(a),
         Command::Completions(a) => completions::cmd_completions(a),
+        Command::Replay(a) => replay::cmd_replay(a).await,
     }
 }

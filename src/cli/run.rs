@@ -1,10 +1,10 @@
 //! `orch run <pipeline>`: an issue in, a PR branch and PR text out.
 
 use super::CliError;
-use super::args::{LimitArgs, ModelArgs, ParallelArgs};
+use super::args::{InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::dryrun::dry_run;
 use super::output::ignore_closed;
-use super::session::{SessionBuilder, roles_for, start_base};
+use super::session::{SessionBuilder, roles_for, route_role_models, start_base};
 use super::summary::{clear_failed_run, exit_code_of, print_summary};
 use crate::catalog::Catalog;
 use crate::runlog::RunStatus;
@@ -35,6 +35,9 @@ pub struct RunArgs {
     /// Budget and compaction settings.
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Project instructions.
+    #[command(flatten)]
+    pub instructions: InstructionArgs,
     /// Allow commands that a role's `ask` rules would ask about (non-interactive runs deny them otherwise)
     #[arg(long)]
     pub yes: bool,
@@ -71,14 +74,17 @@ fn read_issue(path: &PathBuf) -> Result<String, CliError> {
 /// `orch run`.
 pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(Some(&args.repo))?;
-    let pipeline = catalog.pipeline(&args.pipeline)?;
-    let roles = roles_for(&catalog, &pipeline)?;
+    let mut pipeline = catalog.pipeline(&args.pipeline)?;
+    pipeline.project_instructions &= !args.instructions.no_project_instructions;
+    let mut roles = roles_for(&catalog, &pipeline)?;
     let issue = read_issue(&args.issue)?;
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
         .build(&args.limits)?;
     if args.dry_run {
+        // No request at all: a role's own model is kept only when mapped.
+        route_role_models(&mut roles, &args.model, &args.repo, None)?;
         let (repo, base) = (&args.repo, &args.base);
         return dry_run(repo, &pipeline, &roles, &issue, &session, base, args.json);
     }
@@ -86,6 +92,12 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let served =
         super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
     tracing::debug!(served_models = ?served.served_models, "preflight passed");
+    route_role_models(
+        &mut roles,
+        &args.model,
+        &args.repo,
+        served.served_models.as_deref(),
+    )?;
     let base = start_base(&args.repo, &args.base)?;
     let ui = Ui::new(false);
     let summary = run_pipeline(

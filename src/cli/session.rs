@@ -188,3 +188,48 @@ pub(super) fn start_base(repo: &Path, base: &str) -> Result<String, CliError> {
     }
     Ok(base.to_owned())
 }
+
+/// Decides each role's model once, before the plan is frozen (see
+/// [`crate::role::resolve_model`]): `--model` on the command line overrides
+/// every role; else `[models] aliases` maps it; else a model the server
+/// serves (`served`, from a preflight; `None` when unknown) is kept; else
+/// the run's model is used. The reason lands in the role's `model_note`,
+/// which the stage logs.
+pub(super) fn route_role_models(
+    roles: &mut HashMap<String, Role>,
+    model: &ModelArgs,
+    repo: &Path,
+    served: Option<&[String]>,
+) -> Result<(), CliError> {
+    let aliases = if model.replay_file().is_some() {
+        Default::default()
+    } else {
+        super::model::resolve_config(model, Some(repo))?.model_aliases
+    };
+    let routing = crate::role::ModelRouting {
+        aliases: Some(&aliases),
+        served,
+        cli_model: model.model.is_some(),
+    };
+    let mut names: Vec<&String> = roles.keys().collect();
+    names.sort();
+    for name in names {
+        let role = &roles[name];
+        for warning in &role.warnings {
+            crate::ui::status_line(&format!(
+                "warning: {}: role `{name}`: {warning}",
+                role.origin
+            ));
+        }
+    }
+    for role in roles.values_mut() {
+        let choice = crate::role::resolve_model(role, routing);
+        if let Some(note) = &choice.note {
+            crate::ui::status_line(&format!("orch: {note}"));
+        }
+        role.model = choice.model;
+        role.model_alias = None;
+        role.model_note = choice.note;
+    }
+    Ok(())
+}

@@ -36,6 +36,9 @@ pub(super) fn cmd_validate(args: ValidateArgs) -> Result<i32, CliError> {
     for e in &errors {
         crate::ui::status_line(&format!("error: {e}"));
     }
+    for (name, origin, warning) in catalog.role_warnings() {
+        crate::ui::status_line(&format!("warning: {origin}: role `{name}`: {warning}"));
+    }
     // The exit code is the verdict on the files, whoever reads the list.
     if args.json {
         let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();

@@ -21,6 +21,9 @@ pub struct FileStat {
     pub path: String,
     pub insertions: usize,
     pub deletions: usize,
+    /// A binary file's sizes in bytes, before and after (git's `Bin A -> B bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<(u64, u64)>,
 }
 
 /// What `git diff --stat` counts.
@@ -91,19 +94,34 @@ pub fn diff(
             (_, Some(old), None) => old,
             (_, None, None) => String::new(),
         };
+        let size = |id: git2::Oid| {
+            if id.is_zero() {
+                0
+            } else {
+                repo.find_blob(id).map_or(0, |b| b.size() as u64)
+            }
+        };
+        let sizes = (size(delta.old_file().id()), size(delta.new_file().id()));
+        let mut binary = delta.flags().is_binary().then_some(sizes);
         let (insertions, deletions, text) =
             match Patch::from_diff(&diff, idx).map_err(git_err(op()))? {
                 Some(mut patch) => {
+                    if patch.delta().flags().is_binary() {
+                        binary = Some(sizes);
+                    }
                     let (_, ins, del) = patch.line_stats().map_err(git_err(op()))?;
                     let buf = patch.to_buf().map_err(git_err(op()))?;
                     (ins, del, String::from_utf8_lossy(&buf).into_owned())
                 }
                 // libgit2 makes no patch for some binary deltas; say what git says.
-                None => (
-                    0,
-                    0,
-                    format!("diff --git a/{path} b/{path}\nBinary files differ\n"),
-                ),
+                None => {
+                    binary = Some(sizes);
+                    (
+                        0,
+                        0,
+                        format!("diff --git a/{path} b/{path}\nBinary files differ\n"),
+                    )
+                }
             };
         stat.insertions += insertions;
         stat.deletions += deletions;
@@ -111,6 +129,7 @@ pub fn diff(
             path,
             insertions,
             deletions,
+            binary,
         });
         chunks.push(text);
     }
@@ -267,6 +286,14 @@ impl DiffStat {
             };
             let graph = format!("{}{}", "+".repeat(plus), "-".repeat(minus));
             let pad = name_width - name.chars().count();
+            if let Some((before, after)) = file.binary {
+                let _ = writeln!(
+                    out,
+                    " {name}{} | Bin {before} -> {after} bytes",
+                    " ".repeat(pad)
+                );
+                continue;
+            }
             let _ = write!(out, " {name}{} | {change:>count_width$}", " ".repeat(pad));
             if !graph.is_empty() {
                 let _ = write!(out, " {graph}");
@@ -424,16 +451,19 @@ mod tests {
                     path: "a.txt".into(),
                     insertions: 3,
                     deletions: 2,
+                    binary: None,
                 },
                 FileStat {
                     path: "dir/long_name.rs".into(),
                     insertions: 1000,
                     deletions: 0,
+                    binary: None,
                 },
                 FileStat {
                     path: "img.png".into(),
                     insertions: 0,
                     deletions: 0,
+                    binary: None,
                 },
             ],
         };

@@ -18,6 +18,7 @@ pub mod stream;
 pub mod textcalls;
 
 pub use price::{Price, PriceTable, cost_usd};
+pub use settings::{Sampling, ToolChoice};
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -254,6 +255,13 @@ pub trait ChatModel: Send + Sync {
         None
     }
 
+    /// The same backend with `sampling`'s set fields overriding its own (a
+    /// role's `temperature:`, …), or `None` when it has no such settings.
+    fn with_sampling(&self, sampling: &Sampling) -> Option<std::sync::Arc<dyn ChatModel>> {
+        let _ = sampling;
+        None
+    }
+
     /// Asks the server for its real context window in tokens (llama.cpp
     /// `GET /props`, vLLM `GET /v1/models`, Ollama `POST /api/show`);
     /// `None` when it does not say (or for backends without a server).
@@ -342,6 +350,10 @@ impl<W: ModelWrapper> ChatModel for W {
     /// are added after the model is chosen.
     fn with_model(&self, model: &str) -> Option<std::sync::Arc<dyn ChatModel>> {
         self.inner().with_model(model)
+    }
+
+    fn with_sampling(&self, sampling: &Sampling) -> Option<std::sync::Arc<dyn ChatModel>> {
+        self.inner().with_sampling(sampling)
     }
 
     fn probe_context_window(&self) -> BoxFuture<'_, Option<u64>> {

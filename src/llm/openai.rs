@@ -592,6 +592,14 @@ impl ChatModel for OpenAiClient {
             .map(|c| std::sync::Arc::new(c) as std::sync::Arc<dyn ChatModel>)
     }
 
+    fn with_sampling(&self, sampling: &super::Sampling) -> Option<std::sync::Arc<dyn ChatModel>> {
+        let mut settings = self.settings.clone();
+        sampling.apply(&mut settings);
+        OpenAiClient::new(settings)
+            .ok()
+            .map(|c| std::sync::Arc::new(c) as std::sync::Arc<dyn ChatModel>)
+    }
+
     fn probe_context_window(&self) -> BoxFuture<'_, Option<u64>> {
         Box::pin(async {
             *self

@@ -250,6 +250,51 @@ impl ChatModel for ReplayModel {
     }
 }
 
+/// An `orch-replay/1` file answering each agent (path → its transcript) with
+/// the assistant turns it recorded: call ids and arguments as written, so a
+/// replay's tool results can be compared call by call with the original's.
+/// Usage is not in a transcript, so a replay estimates it.
+pub fn from_transcripts(
+    note: &str,
+    agents: &BTreeMap<String, Vec<ChatMessage>>,
+) -> serde_json::Value {
+    let agents: serde_json::Map<String, serde_json::Value> = agents
+        .iter()
+        .map(|(path, messages)| {
+            let turns: Vec<serde_json::Value> = messages
+                .iter()
+                .filter(|m| m.role == MessageRole::Assistant)
+                .map(|m| {
+                    let mut turn = serde_json::Map::new();
+                    if let Some(content) = m.content.as_deref().filter(|c| !c.is_empty()) {
+                        turn.insert("content".into(), content.into());
+                    }
+                    if !m.tool_calls.is_empty() {
+                        let calls: Vec<serde_json::Value> = m
+                            .tool_calls
+                            .iter()
+                            .map(|c| {
+                                // A JSON object as an object; anything else verbatim.
+                                let arguments = serde_json::from_str::<serde_json::Value>(
+                                    &c.function.arguments,
+                                )
+                                .ok()
+                                .filter(|v| v.is_object())
+                                .unwrap_or_else(|| c.function.arguments.clone().into());
+                                serde_json::json!({"id": c.id, "name": c.function.name, "arguments": arguments})
+                            })
+                            .collect();
+                        turn.insert("tool_calls".into(), calls.into());
+                    }
+                    serde_json::Value::Object(turn)
+                })
+                .collect();
+            (path.clone(), turns.into())
+        })
+        .collect();
+    serde_json::json!({"format": REPLAY_FORMAT, "note": note, "agents": agents})
+}
+
 /// serde_json appends " at line L column C"; the message already leads with it.
 fn strip_position(message: &str) -> &str {
     match message.rfind(" at line ") {

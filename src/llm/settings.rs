@@ -43,6 +43,47 @@ pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// turn runs unbounded (llama.cpp generates until its context is full).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
+/// Sampling settings that override a profile's where set (a role's
+/// front matter); unset fields keep the profile's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// `temperature`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// `seed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// `max_tokens` of one reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// `tool_choice`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+impl Sampling {
+    /// Whether no field is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Sampling::default()
+    }
+
+    /// Writes the set fields over `settings`.
+    pub fn apply(&self, settings: &mut ModelSettings) {
+        if let Some(t) = self.temperature {
+            settings.temperature = Some(t);
+        }
+        if let Some(s) = self.seed {
+            settings.seed = Some(s);
+        }
+        if let Some(m) = self.max_tokens {
+            settings.max_tokens = Some(m);
+        }
+        if let Some(c) = self.tool_choice {
+            settings.tool_choice = Some(c);
+        }
+    }
+}
+
 /// What the model may do about the offered tools (`tool_choice` on the wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

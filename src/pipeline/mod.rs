@@ -104,6 +104,14 @@ pub struct Pipeline {
     pub stages: Vec<Stage>,
     /// Where the pipeline came from: a file path, or `built-in pipelines/<name>.yaml`.
     pub origin: String,
+    /// Whether stages get the repository's AGENTS.md/CLAUDE.md in their
+    /// system prompt (`project_instructions:`, `--no-project-instructions`).
+    #[serde(default = "yes")]
+    pub project_instructions: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Pipeline {
@@ -172,6 +180,7 @@ pub fn parse_pipeline(
         description: spec.description.trim().to_owned(),
         stages,
         origin: origin.to_owned(),
+        project_instructions: spec.project_instructions.unwrap_or(true),
     })
 }
 

@@ -21,6 +21,9 @@ pub(super) struct PipelineSpec {
     pub description: String,
     /// The stages, in file order.
     pub stages: Spanned<StagesSpec>,
+    /// Put the repository's AGENTS.md/CLAUDE.md into system prompts (default true).
+    #[serde(default)]
+    pub project_instructions: Option<bool>,
 }
 
 /// The `stages:` mapping, in file order.

@@ -198,7 +198,22 @@ pub(super) async fn finish_run(
     blocking(move || git::set_branch(&c, &b, &s)).await?;
     let (c, from, to) = (ctx.common.clone(), ctx.base_commit.clone(), final_commit);
     let total = blocking(move || git::diff(&c, &from, &to, PR_DIFF_BUDGET)).await?;
-    let (title, body) = pr_text(&ctx.issue, state, &total.stat.render());
+    // Each stage's model, from its commit's `Orch-Model` trailer.
+    let (c, stages) = (ctx.common.clone(), state.stages.clone());
+    let models = blocking(move || {
+        let mut models = std::collections::BTreeMap::new();
+        for s in stages {
+            if let Some(commit) = &s.commit {
+                let trailers = git::commit_message_trailers(&c, commit)?;
+                if let Some((_, m)) = trailers.into_iter().find(|(k, _)| k == "Orch-Model") {
+                    models.insert(s.id.clone(), m);
+                }
+            }
+        }
+        Ok(models)
+    })
+    .await?;
+    let (title, body) = pr_text(&ctx.issue, state, &total.stat.render(), &models);
     ctx.run_dir.write_file(
         "pr.md",
         crate::runlog::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),

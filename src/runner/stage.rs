@@ -56,10 +56,22 @@ pub(super) async fn run_stage(
         .as_deref()
         .and_then(|m| ctx.session.model.with_model(m));
     let model = role_model.as_ref().unwrap_or(&ctx.session.model);
+    // A role's sampling keys override the profile's for its stages.
+    let sampled = (!role.sampling.is_empty())
+        .then(|| model.with_sampling(&role.sampling))
+        .flatten();
+    let model = sampled.as_ref().unwrap_or(model);
     log.append(
         "stage_start",
         json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "lane_checkout": lane.checkout, "model": model.model_name()}),
     )?;
+    if !role.warnings.is_empty() || role.model_note.is_some() || !role.sampling.is_empty() {
+        log.append(
+            "role_notes",
+            json!({"role": role.name, "origin": role.origin, "warnings": role.warnings, "model_note": role.model_note, "sampling": role.sampling}),
+        )?;
+    }
+    let instructions = project_instructions(ctx, stage, &mut log).await?;
     let policy = BashPolicy {
         allow: role.bash.allow.clone(),
         ask: role.bash.ask.clone(),
@@ -111,7 +123,10 @@ pub(super) async fn run_stage(
         budget,
         compaction: ctx.session.limits.compaction,
         agent_path: id.clone(),
-        system_prompt: prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
+        system_prompt: prompt::with_instructions(
+            prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
+            &instructions,
+        ),
         task: prompt::task_message(&stage.task, &ctx.issue, &upstream),
         max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
@@ -220,6 +235,35 @@ pub(super) async fn run_stage(
         duration_ms,
         digest: outcome.digest[skip..].iter().map(|l| redact(l)).collect(),
     })
+}
+
+/// The repository's instruction files for this stage, read from the run's
+/// base commit, logged as a `project_instructions` event (path and blob id
+/// of each file); the prompt section, empty when off or none was found.
+async fn project_instructions(
+    ctx: &RunCtx,
+    stage: &Stage,
+    log: &mut ActionLog,
+) -> Result<String, RunError> {
+    if !ctx.plan.pipeline.project_instructions {
+        log.append(
+            "project_instructions",
+            json!({"enabled": false, "files": []}),
+        )?;
+        return Ok(String::new());
+    }
+    let (common, base) = (ctx.common.clone(), ctx.base_commit.clone());
+    let hints = [stage.task.clone(), ctx.issue.clone()];
+    let found = blocking(move || {
+        let hints: Vec<&str> = hints.iter().map(String::as_str).collect();
+        agent::instructions::load(&common, &base, &hints)
+    })
+    .await?;
+    log.append(
+        "project_instructions",
+        json!({"enabled": true, "commit": ctx.base_commit, "files": found.files, "cut": found.cut, "limit_bytes": agent::instructions::INSTRUCTIONS_BUDGET}),
+    )?;
+    Ok(found.text)
 }
 
 /// A model wrapper that reports streamed characters to the stage's progress

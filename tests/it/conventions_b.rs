@@ -59,7 +59,13 @@ fn closed_port_url() -> String {
 
 #[test]
 fn conv_dry_run_calls_no_model_and_creates_nothing() {
-    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "base");
+    let repo = TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            ("AGENTS.md", "MARKER-AGENTS-MD: run the tests with pytest\n"),
+        ],
+        "base",
+    );
     let tmp = tempfile::tempdir().unwrap();
     let issue = write_issue(tmp.path(), "# add() subtracts\nMARKER-ISSUE-TEXT\n");
     let server = FakeServer::start(Script::new());
@@ -81,6 +87,10 @@ fn conv_dry_run_calls_no_model_and_creates_nothing() {
     assert!(
         stdout.contains("MARKER-ISSUE-TEXT"),
         "the first message: {stdout}"
+    );
+    assert!(
+        stdout.contains("MARKER-AGENTS-MD"),
+        "the project instructions, as the run would send them: {stdout}"
     );
     assert!(stdout.contains("receives from `code`"), "{stdout}");
     assert!(stdout.contains("flowchart TD"), "{stdout}");

@@ -14,6 +14,7 @@ mod support;
 mod budget;
 mod cli;
 mod config;
+mod conventions_a;
 mod conventions_b;
 mod dag;
 mod eval;

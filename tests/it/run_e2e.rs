@@ -541,6 +541,12 @@ fn a_role_with_its_own_model_asks_the_server_for_that_model() {
         ".orch/roles/coder.md",
         "---\nname: coder\ndescription: a coder on a small model\ntools: [read_file, finish]\nmodel: small-model\n---\nYou fix things.\n",
     );
+    // A role's model is used when the profile maps it (or the server lists
+    // it); `--model` on the command line would override it.
+    repo.write(
+        ".orch/orch.toml",
+        "[models]\naliases = { small-model = \"small-model\" }\n",
+    );
     repo.commit_all("role override");
     let before = repo.snapshot();
     let scratch = tempfile::tempdir().unwrap();
@@ -548,9 +554,8 @@ fn a_role_with_its_own_model_asks_the_server_for_that_model() {
     let pipeline = solo_pipeline(scratch.path(), "coder");
     let server =
         FakeServer::start(Script::new().agent("work", vec![Reply::finish("f", "done", None)]));
-    let out = OrchRun::new(&pipeline, &repo)
+    let out = OrchRun::with_model_env(&server.base_url, &pipeline, &repo)
         .issue(&issue)
-        .model(&server.base_url, "run-model")
         .json()
         .output();
     assert_eq!(out.status.code(), Some(0));
