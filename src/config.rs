@@ -257,6 +257,10 @@ struct FileSpec {
     profiles: BTreeMap<String, Spanned<ProfileSpec>>,
     #[serde(default)]
     prices: BTreeMap<String, Spanned<Price>>,
+    /// `[sandbox]`: read by [`crate::sandbox::SandboxSettings`].
+    #[serde(default)]
+    #[allow(dead_code)]
+    sandbox: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -72,6 +72,14 @@ pub struct Role {
     pub max_turns: u32,
     /// The role's shell policy.
     pub bash: BashRules,
+    /// `sandbox:` — the kernel sandbox profile of its tool processes
+    /// (default: `read-only` for read-only roles, else `workspace-write`).
+    #[serde(default)]
+    pub sandbox: Option<crate::sandbox::Profile>,
+    /// `network: on | off` — TCP for its tool processes (default: on for
+    /// writing roles, off for read-only ones).
+    #[serde(default)]
+    pub network: Option<bool>,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -99,6 +107,18 @@ struct RoleSpec {
     max_turns: Option<Spanned<u32>>,
     #[serde(default)]
     bash: BashRules,
+    #[serde(default)]
+    sandbox: Option<Spanned<String>>,
+    #[serde(default)]
+    network: Option<Spanned<OnOff>>,
+}
+
+/// `network:` as written: `on`/`off` or a YAML boolean.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OnOff {
+    Bool(bool),
+    Word(String),
 }
 
 /// `tools:` as written: a list, or a comma-separated string (Claude Code style).
@@ -205,6 +225,35 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         .map(|m| m.trim().to_owned())
         .filter(|m| !m.is_empty() && !CLAUDE_MODEL_ALIASES.contains(&m.as_str()));
 
+    let sandbox = match &spec.sandbox {
+        None => None,
+        Some(p) => Some(
+            crate::sandbox::Profile::parse(p.value.trim()).ok_or_else(|| {
+                at(
+                    &p.referenced,
+                    format!(
+                        "sandbox: {:?} is not a profile; use workspace-write, read-only or off",
+                        p.value
+                    ),
+                )
+            })?,
+        ),
+    };
+    let network = match &spec.network {
+        None => None,
+        Some(n) => Some(match &n.value {
+            OnOff::Bool(b) => *b,
+            OnOff::Word(w) if w == "on" => true,
+            OnOff::Word(w) if w == "off" => false,
+            OnOff::Word(w) => {
+                return Err(at(
+                    &n.referenced,
+                    format!("network: {w:?} must be on or off"),
+                ));
+            }
+        }),
+    };
+
     Ok(Role {
         name,
         description: spec.description.trim().to_owned(),
@@ -213,6 +262,8 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         read_only,
         max_turns,
         bash: spec.bash,
+        sandbox,
+        network,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })

@@ -320,6 +320,7 @@ pub(crate) async fn run_agent(
                     "exit_code": outcome.exit_code,
                     "duration_ms": outcome.duration_ms,
                     "policy": outcome.policy,
+                    "sandbox": outcome.sandbox,
                     "changed_path": outcome.changed_path,
                     "result_bytes": outcome.content.len(),
                     "result": cap_bytes(&outcome.content, LOG_FIELD_CAP),
