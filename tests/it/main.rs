@@ -25,6 +25,7 @@ mod review_cmds;
 mod run_e2e;
 mod safety;
 mod sandbox;
+mod sandbox_e2e;
 mod sse;
 mod streams;
 mod subagents;
