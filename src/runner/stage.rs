@@ -151,11 +151,11 @@ pub(super) async fn run_stage(
             path: lane.path.clone(),
             source,
         })?;
-    let failure = outcome
-        .end
-        .failure_reason(cfg.max_turns)
-        .or(leaked)
-        .map(|f| redact(&f));
+    let failure = match (outcome.end.failure_reason(cfg.max_turns), leaked) {
+        (Some(f), Some(l)) => Some(format!("{f}; {l}")),
+        (f, l) => f.or(l),
+    }
+    .map(|f| redact(&f));
     let duration_ms = started.elapsed().as_millis() as u64;
     let message = pr::commit_message(&pr::CommitInfo {
         run_id: ctx.run_id.as_str(),

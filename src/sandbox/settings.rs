@@ -173,6 +173,33 @@ mod tests {
     }
 
     #[test]
+    fn role_keys_parse_and_win_over_the_files() {
+        let r =
+            crate::role::parse_role("---\nname: a\nsandbox: off\nnetwork: off\n---\n", "<test>")
+                .unwrap();
+        assert_eq!((r.sandbox, r.network), (Some(Profile::Off), Some(false)));
+        let on = crate::role::parse_role("---\nname: a\nnetwork: on\n---\n", "<test>").unwrap();
+        assert_eq!(on.network, Some(true));
+        let files = SandboxSettings {
+            profile: Some(Profile::ReadOnly),
+            network: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(
+            files.for_role(r.sandbox, r.network, false).label(),
+            "off, network off"
+        );
+        let e = crate::role::parse_role("---\nname: a\nsandbox: loose\n---\n", "<test>")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use workspace-write, read-only or off"), "{e}");
+        let e = crate::role::parse_role("---\nname: a\nnetwork: maybe\n---\n", "<test>")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("network: \"maybe\" must be on or off"), "{e}");
+    }
+
+    #[test]
     fn bad_entries_name_the_file_and_key() {
         let t = tempfile::tempdir().unwrap();
         std::fs::write(
