@@ -593,3 +593,59 @@ fn a_file_holding_a_known_secret_is_never_committed() {
     assert_eq!(files.trim(), "", "nothing of the stage was committed");
     assert_no_secret_anywhere(&fx, &server, &out, &record_of(&json));
 }
+
+#[test]
+fn a_read_only_stage_is_read_only_for_the_kernel() {
+    if orch::sandbox::availability().abi().is_none() {
+        eprintln!("skipped: no Landlock ({})", orch::sandbox::availability());
+        return;
+    }
+    let fx = Fixture::new();
+    write_pipeline(
+        fx.scratch.path(),
+        "solo",
+        "name: solo\ndescription: one stage\nstages:\n  work:\n    role: reviewer\n    max_turns: 5\n",
+    );
+    let user_before = fx.repo.snapshot();
+    // The network is off for a read-only role: a TCP connect to a port that
+    // is really listening (this test's own) is refused by the kernel.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = FakeServer::start(
+        Script::new().agent(
+            "work",
+            vec![
+                bash(
+                    "b",
+                    &format!("echo sneaky > sneaky.txt; rm app.py; echo hi > /dev/tcp/127.0.0.1/{port}; echo done"),
+                ),
+                Reply::finish("f", "Looked around.", Some("approve")),
+            ],
+        ),
+    );
+    let out = fx.run(&server, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let said = &tool_results(&server.requests_for("work")[1])[0];
+    assert!(said.contains("sneaky.txt: Permission denied"), "{said}");
+    assert!(
+        said.contains("cannot remove 'app.py': Permission denied"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("/dev/tcp/127.0.0.1/{port}: Permission denied")),
+        "{said}"
+    );
+    let json = stdout_json(&out);
+    let record = record_of(&json);
+    let actions = std::fs::read_to_string(record.join("stages/work/actions.jsonl")).unwrap();
+    assert!(
+        actions.contains(r#""sandbox":"read-only, network off: landlock ABI"#),
+        "{actions}"
+    );
+    // Nothing changed, so nothing had to be discarded.
+    assert!(!actions.contains("read_only_violation"), "{actions}");
+    let commit = json["stages"][0]["commit"].as_str().unwrap();
+    let files = fx.repo.git(&["show", "--name-only", "--format=", commit]);
+    assert_eq!(files.trim(), "");
+    user_before.assert_unchanged(&fx.repo.snapshot());
+}
