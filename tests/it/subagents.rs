@@ -804,3 +804,56 @@ fn a_child_compacts_at_the_profiles_context_window() {
     assert_eq!(tree[0].status, AgentStatus::Succeeded);
     before.assert_unchanged(&repo.snapshot());
 }
+
+#[test]
+fn a_child_gets_the_model_key_through_its_secret_pipe_not_its_environment() {
+    let repo = repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", parent_spawning_one("explore"))
+            .agent(
+                "code/explore-1",
+                vec![Reply::finish("e1", "done", None).after(Duration::from_secs(2))],
+            ),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let (p, issue) = pipeline(scratch.path());
+    let mut cmd = OrchRun::with_model_env(&server.base_url, &p, &repo)
+        .issue(&issue)
+        .json()
+        .command();
+    let mut orch = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The child's request is held for 2 s: read its environment block then.
+    let mut child_pid = None;
+    for _ in 0..400 {
+        if let Some(r) = server.requests_for("code/explore-1").first() {
+            child_pid = Some(pid_of(r));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let child_pid = child_pid.expect("the child asked the model");
+    let environ = std::fs::read(format!("/proc/{child_pid}/environ"));
+    assert!(orch.wait().unwrap().success());
+    // The child authenticated with the key it read from the pipe.
+    let auth = server.requests_for("code/explore-1")[0]
+        .header("authorization")
+        .map(str::to_owned);
+    assert_eq!(auth, Some(format!("Bearer {FAKE_API_KEY}")));
+    match environ {
+        Ok(block) => {
+            let text = String::from_utf8_lossy(&block);
+            assert!(
+                !text.contains(FAKE_API_KEY),
+                "key in the child's environ: {text}"
+            );
+            assert!(!text.contains("ORCH_API_KEY"), "{text}");
+        }
+        // Not root: the child's block is closed to us (PR_SET_DUMPABLE 0).
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}"),
+    }
+}
