@@ -45,8 +45,10 @@ fn main() -> anyhow::Result<()> {
     let loose: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(20);
     println!("{}", sandbox::availability());
     println!("rounds: {rounds}; times in µs (median / p90)\n");
-    println!("| repository | plain spawn | prepare | prepare + spawn | overhead | guard check |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| repository | plain spawn | prepare | prepare + spawn | overhead | guard check | wired call (begin + finish) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     let small = tempfile::tempdir()?;
     row("small (10 files, 3 refs)", small.path(), 10, 0, 0, rounds)?;
     let large = tempfile::tempdir()?;
@@ -145,12 +147,37 @@ fn row(
         check.push(t.elapsed());
         anyhow::ensure!(changes.is_empty(), "unexpected changes: {changes:?}");
     }
+    // What orch pays per `bash` call besides the spawn, as wired: the
+    // policy (lane git layout discovered), the ruleset, the guard's
+    // before/after pair and the (empty) object quarantine scan.
+    let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    let wired_sb = sandbox::ToolSandbox::new(sandbox::SandboxChoice {
+        profile: Profile::WorkspaceWrite,
+        network: true,
+        writable: Vec::new(),
+        deny_read: Vec::new(),
+    })?;
+    drop(
+        rt.block_on(wired_sb.begin(&lane))
+            .map_err(anyhow::Error::msg)?,
+    );
+    std::thread::sleep(sandbox_racy_wait());
+    let mut wired = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let call = rt
+            .block_on(wired_sb.begin(&lane))
+            .map_err(anyhow::Error::msg)?;
+        wired_sb.finish(call).map_err(anyhow::Error::msg)?;
+        wired.push(t.elapsed());
+    }
+    let (wm, w9) = stats(&mut wired);
     let (pm, p9) = stats(&mut plain);
     let (sm, s9) = stats(&mut sandboxed);
     let (rm, r9) = stats(&mut prep);
     let (gm, g9) = stats(&mut check);
     println!(
-        "| {label} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} |",
+        "| {label} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} | {} / {} |",
         us(pm),
         us(p9),
         us(rm),
@@ -161,6 +188,8 @@ fn row(
         us(s9.saturating_sub(p9)),
         us(gm),
         us(g9),
+        us(wm),
+        us(w9),
     );
     Ok(())
 }

@@ -310,6 +310,10 @@ struct FileSpec {
     profiles: BTreeMap<String, Spanned<ProfileSpec>>,
     #[serde(default)]
     prices: BTreeMap<String, Spanned<Price>>,
+    /// `[sandbox]`: read by [`crate::sandbox::SandboxSettings`].
+    #[serde(default)]
+    #[allow(dead_code)]
+    sandbox: Option<toml::Value>,
     /// `[models] aliases = { sonnet = "qwen2.5-coder" }`: what a role's
     /// `model:` is sent as.
     #[serde(default)]

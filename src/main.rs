@@ -2,11 +2,38 @@
 //! command, map its error to an exit code. Everything else is in the library.
 
 use clap::Parser;
-use orch::cli::{Cli, dispatch, exit};
+use orch::cli::{Cli, Command, dispatch, exit};
 use orch::ui::{status_line, stderr_color};
 
 fn main() {
+    // First, while single-threaded: secret values out of the environment
+    // block that /proc/<orch>/environ shows.
+    // SAFETY: nothing else runs yet.
+    let secrets = unsafe { orch::sandbox::take_secrets_from_environ() };
     let cli = Cli::parse();
+    let inherited = match &cli.command {
+        // SAFETY: still single-threaded; called once.
+        Command::Agent(a) => unsafe { a.take_inherited_secrets() },
+        _ => Ok(Vec::new()),
+    };
+    let inherited = match inherited {
+        Ok(v) => v,
+        Err(e) => {
+            status_line(&format!("error: {e}"));
+            std::process::exit(exit::INTERNAL);
+        }
+    };
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    orch::sandbox::register_secrets(
+        secrets
+            .values()
+            .map(|v| v.to_string_lossy().into_owned())
+            .chain(inherited)
+            .chain(
+                home.map(|h| orch::sandbox::home_secrets(&h))
+                    .unwrap_or_default(),
+            ),
+    );
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ORCH_LOG")

@@ -117,6 +117,14 @@ pub struct Role {
     /// offered) and keys it does not know (ignored), one line each.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// `sandbox:` — the kernel sandbox profile of its tool processes
+    /// (default: `read-only` for read-only roles, else `workspace-write`).
+    #[serde(default)]
+    pub sandbox: Option<crate::sandbox::Profile>,
+    /// `network: on | off` — TCP for its tool processes (default: on for
+    /// writing roles, off for read-only ones).
+    #[serde(default)]
+    pub network: Option<bool>,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -233,6 +241,10 @@ struct RoleSpec {
     max_tokens: Option<Spanned<u64>>,
     #[serde(default)]
     tool_choice: Option<crate::llm::ToolChoice>,
+    #[serde(default)]
+    sandbox: Option<Spanned<String>>,
+    #[serde(default)]
+    network: Option<Spanned<OnOff>>,
 }
 
 /// What ends a role's stage as a success.
@@ -244,6 +256,14 @@ enum ResultSpec {
     Finish,
     /// `finish`, or a non-empty text answer.
     Text,
+}
+
+/// `network:` as written: `on`/`off` or a YAML boolean.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OnOff {
+    Bool(bool),
+    Word(String),
 }
 
 /// `tools:` as written: a list, or a comma-separated string (Claude Code style).
@@ -403,6 +423,35 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         tool_choice: spec.tool_choice,
     };
 
+    let sandbox = match &spec.sandbox {
+        None => None,
+        Some(p) => Some(
+            crate::sandbox::Profile::parse(p.value.trim()).ok_or_else(|| {
+                at(
+                    &p.referenced,
+                    format!(
+                        "sandbox: {:?} is not a profile; use workspace-write, read-only or off",
+                        p.value
+                    ),
+                )
+            })?,
+        ),
+    };
+    let network = match &spec.network {
+        None => None,
+        Some(n) => Some(match &n.value {
+            OnOff::Bool(b) => *b,
+            OnOff::Word(w) if w == "on" => true,
+            OnOff::Word(w) if w == "off" => false,
+            OnOff::Word(w) => {
+                return Err(at(
+                    &n.referenced,
+                    format!("network: {w:?} must be on or off"),
+                ));
+            }
+        }),
+    };
+
     Ok(Role {
         name,
         description: spec.description.trim().to_owned(),
@@ -416,6 +465,8 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         text_result: spec.result == ResultSpec::Text,
         sampling,
         warnings,
+        sandbox,
+        network,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })

@@ -255,6 +255,10 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     };
     run_dir.write_state(&state)?;
     ui.run_started(&state);
+    // What the kernel enforces for tool processes: said once per run.
+    let sandbox_line = crate::sandbox::availability().describe();
+    crate::ui::status_line(&format!("orch: {sandbox_line}"));
+    run_dir.write_file("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
     let ctx = Arc::new(RunCtx {
         run_id,
         allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),

@@ -65,7 +65,17 @@ const STDERR_TAIL_BYTES: usize = 1500;
 /// Bytes of a partial report quoted in a tool error.
 const PARTIAL_REPORT_BYTES: usize = 4000;
 /// Environment variables a child `orch` needs beyond the tool allowlist.
-const CHILD_VARS: &[&str] = &["ORCH_CONFIG_DIR", "XDG_CONFIG_HOME", "ORCH_LOG"];
+const CHILD_VARS: &[&str] = &[
+    "ORCH_CONFIG_DIR",
+    "XDG_CONFIG_HOME",
+    "ORCH_LOG",
+    crate::sandbox::DISABLE_VAR,
+];
+
+/// The descriptor number the secret pipe has in an `orch agent` child
+/// (`--secrets-fd`): the model key and every value to redact travel there,
+/// never in the child's environment.
+pub const SECRET_FD: i32 = 3;
 
 /// Limits the parent enforces on its children.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +178,9 @@ pub struct SpawnContext {
     /// The spawning agent's compaction policy; children compact alike (at
     /// the same context window).
     pub compaction: CompactConfig,
+    /// The spawning agent's sandbox: each child process runs inside it
+    /// (widened for a subagent: network, its record dir, orch's config).
+    pub sandbox: Option<Arc<crate::sandbox::ToolSandbox>>,
     state: Arc<SpawnState>,
 }
 
@@ -201,6 +214,7 @@ impl SpawnContext {
             assume_yes,
             budget,
             compaction,
+            sandbox: None,
             state: Arc::new(SpawnState {
                 next_index: Mutex::new(HashMap::new()),
                 slots: tokio::sync::Semaphore::new(limits.max_children.max(1) as usize),
@@ -240,6 +254,12 @@ impl SpawnContext {
             stage_budget,
             compaction,
         )
+    }
+
+    /// The same context with children sandboxed by `sandbox`.
+    pub fn with_sandbox(mut self, sandbox: Option<Arc<crate::sandbox::ToolSandbox>>) -> Self {
+        self.sandbox = sandbox;
+        self
     }
 
     /// True when this agent may still spawn (it is above the depth limit).
@@ -345,12 +365,19 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
     cmd.args(child_args(ctx, &path, role, task, tokens, time))
         .current_dir(&ctx.worktree)
         .env_clear()
-        .envs(child_env(&ctx.model))
+        .envs(child_env())
         .envs(
             ctx.record_dir
                 .file_name()
                 .and_then(|n| n.to_str())
                 .map(|run| (crate::exec::RUN_MARKER, run)),
+        )
+        // Inside the sandbox the spawning agent's temp dir is the one
+        // writable place for the child's own temp dirs.
+        .envs(
+            ctx.sandbox
+                .as_ref()
+                .map(|sb| ("TMPDIR", sb.tmp_dir().as_os_str().to_owned())),
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -359,8 +386,10 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
     let spawned_at_us = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64);
-    let mut group = ProcessGroup::spawn(&mut cmd, None)
-        .map_err(|e| format!("could not start {}: {e}", ctx.exe.display()))?;
+    let hook = child_hook(ctx)?;
+    let spawned = ProcessGroup::spawn(&mut cmd, Some(&hook));
+    drop(hook);
+    let mut group = spawned.map_err(|e| format!("could not start {}: {e}", ctx.exe.display()))?;
     let pid = group.pid();
     tracing::debug!(agent = %path, pid, "subagent started");
 
@@ -397,6 +426,14 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
     };
     // Leftovers of the child's group must not outlive it.
     group.finish();
+    // The child's tool processes wrote new git objects into the lane's
+    // quarantine; move them where orch's own git work finds them. Inside a
+    // sandboxed child the store is read-only: the top agent migrates.
+    if let Ok(Some(git)) = crate::sandbox::LaneGit::discover(&ctx.worktree)
+        && let Err(e) = crate::sandbox::migrate_objects(&git)
+    {
+        tracing::debug!("objects stay in the lane quarantine: {e}");
+    }
     let duration_ms = started.elapsed().as_millis() as u64;
 
     let mut result = read_result(&ctx.record_dir, &path)
@@ -510,24 +547,77 @@ fn child_args(
     if ctx.assume_yes {
         a.push("--yes".into());
     }
+    a.extend(["--secrets-fd".into(), SECRET_FD.to_string()]);
     a
 }
 
-/// The child's environment: the tool allowlist, what orch itself needs, and
-/// the model key (the child's own tool processes get the scrubbed set only).
-fn child_env(model: &ModelSpawn) -> Vec<(String, String)> {
+/// The child's `pre_exec` hook: the secret pipe (model key and values to
+/// redact) put on [`SECRET_FD`], then the spawning agent's sandbox widened
+/// for a subagent. Everything is prepared here, in the parent.
+fn child_hook(ctx: &SpawnContext) -> Result<crate::exec::PreExec, ToolError> {
+    use std::os::fd::AsRawFd;
+    let mut secrets = crate::sandbox::ChildSecrets {
+        env: Vec::new(),
+        redact: crate::sandbox::known_secrets().to_vec(),
+    };
+    if let ModelSpawn::Http {
+        api_key: Some(key), ..
+    } = &ctx.model
+    {
+        secrets.env.push(("ORCH_API_KEY".to_owned(), key.clone()));
+        secrets.redact.push(key.clone());
+    }
+    let pipe = crate::sandbox::write_secret_pipe(&secrets)
+        .map_err(|e| ToolError::Fatal(format!("could not create the secret pipe: {e}")))?;
+    let prepared = match &ctx.sandbox {
+        Some(sb) => {
+            let policy = sb
+                .policy(&ctx.worktree)
+                .map_err(|e| ToolError::Fatal(format!("failed to set up the sandbox: {e}")))?
+                .for_subagent(
+                    &ctx.record_dir.join("agents"),
+                    crate::catalog::user_config_dir().as_deref(),
+                );
+            Some(
+                crate::sandbox::prepare(&policy)
+                    .map_err(|e| ToolError::Fatal(format!("failed to set up the sandbox: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    Ok(crate::exec::PreExec::new(move || {
+        let fd = pipe.as_raw_fd();
+        // SAFETY: dup2/fcntl on descriptors this process owns; both are
+        // async-signal-safe. dup2 clears close-on-exec on the new number;
+        // when the pipe already is that number, clear it by hand.
+        let rc = unsafe {
+            if fd == SECRET_FD {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, SECRET_FD)
+            }
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        match &prepared {
+            Some(p) => p.apply_in_child(),
+            None => Ok(()),
+        }
+    }))
+}
+
+/// The child's environment: the tool allowlist and what orch itself needs
+/// (the child's own tool processes get the scrubbed set only).
+fn child_env() -> Vec<(String, String)> {
     let mut env = crate::exec::scrubbed_env();
     for k in CHILD_VARS {
         if let Ok(v) = std::env::var(k) {
             env.push(((*k).to_owned(), v));
         }
     }
-    if let ModelSpawn::Http {
-        api_key: Some(key), ..
-    } = model
-    {
-        env.push(("ORCH_API_KEY".to_owned(), key.clone()));
-    }
+    // The model key goes through the secret pipe (`child_hook`), not here:
+    // a child's environment block is readable in /proc.
     env
 }
 

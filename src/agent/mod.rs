@@ -524,6 +524,7 @@ impl<'c> Agent<'c> {
                         "exit_code": outcome.exit_code,
                         "duration_ms": outcome.duration_ms,
                         "policy": outcome.policy,
+                        "sandbox": outcome.sandbox,
                         "changed_path": outcome.changed_path,
                         "repeat": match seen {
                             repeat::Repeat::Warn => Some("warned"),

@@ -93,6 +93,36 @@ pub struct AgentArgs {
     /// Child mode: this agent's wall time
     #[arg(long, hide = true)]
     pub time_budget_secs: Option<u64>,
+    /// Child mode: the inherited descriptor carrying the model key and the
+    /// values to redact (never the environment)
+    #[arg(long, hide = true)]
+    pub secrets_fd: Option<i32>,
+}
+
+impl AgentArgs {
+    /// Child mode: reads the secret pipe the parent passed (`--secrets-fd`),
+    /// sets its variables (`ORCH_API_KEY`) in this process's environment and
+    /// returns the values to redact. Outside child mode: nothing.
+    ///
+    /// The variables are set with `setenv`, which copies them to the heap:
+    /// `/proc/<pid>/environ` (the original block) never shows them.
+    ///
+    /// # Safety
+    /// Call from `main` while the process is single-threaded (`setenv`), at
+    /// most once (the descriptor is consumed).
+    pub unsafe fn take_inherited_secrets(&self) -> Result<Vec<String>, String> {
+        let Some(fd) = self.secrets_fd.filter(|_| self.worktree.is_some()) else {
+            return Ok(Vec::new());
+        };
+        // SAFETY: the parent put the pipe on this descriptor for us alone.
+        let secrets = unsafe { crate::sandbox::read_secret_fd(fd) }
+            .map_err(|e| format!("failed to read the secret pipe (fd {fd}): {e}"))?;
+        for (k, v) in &secrets.env {
+            // SAFETY: single-threaded, per this function's contract.
+            unsafe { std::env::set_var(k, v) };
+        }
+        Ok(secrets.redact)
+    }
 }
 
 /// `orch agent`.

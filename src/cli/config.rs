@@ -114,6 +114,12 @@ pub(super) fn cmd_config(args: ConfigArgs) -> Result<i32, CliError> {
         let state = if *exists { "read" } else { "not found" };
         writeln!(out, "{:<21} {}  ({state})", "file", path.display())?;
     }
+    writeln!(
+        out,
+        "{:<21} {}",
+        "sandbox",
+        crate::sandbox::availability().describe()
+    )?;
     out.finish()?;
     Ok(exit::OK)
 }

@@ -36,6 +36,11 @@ impl PreExec {
     pub fn new(hook: impl Fn() -> std::io::Result<()> + Send + Sync + 'static) -> Self {
         PreExec(Arc::new(hook))
     }
+
+    /// Runs the hook (in the child: from another hook that wraps this one).
+    pub fn run(&self) -> std::io::Result<()> {
+        (self.0)()
+    }
 }
 
 impl std::fmt::Debug for PreExec {

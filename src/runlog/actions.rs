@@ -69,7 +69,8 @@ const CAP_MARKER: &str = crate::text::CUT_MARKER;
 /// the secret in half; shorter stubs reveal too little to matter.
 const MIN_CUT_PREFIX: usize = 4;
 
-/// Replaces every occurrence of each secret in `text` with `[REDACTED]`.
+/// Replaces every occurrence of each secret in `text`, and of every value
+/// registered at start ([`crate::sandbox::known_secrets`]), with `[REDACTED]`.
 ///
 /// Three spellings are caught: the secret as is, its JSON-escaped form (the
 /// log and the transcript are JSON, and a secret with a quote, a backslash or
@@ -77,7 +78,8 @@ const MIN_CUT_PREFIX: usize = 4;
 /// a `[… N more bytes …]` cap marker when capping cut through the secret.
 pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_owned();
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
+    let known = crate::sandbox::known_secrets();
+    for s in secrets.iter().chain(known).filter(|s| !s.is_empty()) {
         let escaped = json_escaped(s);
         for form in [s.as_str(), escaped.as_str()] {
             if out.contains(form) {

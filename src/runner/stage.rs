@@ -93,6 +93,18 @@ pub(super) async fn run_stage(
     tool_ctx
         .env
         .push((crate::exec::RUN_MARKER.to_owned(), ctx.run_id.to_string()));
+    let sandbox = crate::sandbox::ToolSandbox::for_role(&ctx.common, role).map_err(|source| {
+        RunError::Tools {
+            stage: id.clone(),
+            path: lane.path.clone(),
+            source,
+        }
+    })?;
+    log.append(
+        "sandbox",
+        json!({"profile": sandbox.choice().label(), "kernel": crate::sandbox::availability().describe()}),
+    )?;
+    tool_ctx.sandbox = Some(Arc::new(sandbox));
     let budget = ctx
         .ledger
         .lock()
@@ -111,6 +123,7 @@ pub(super) async fn run_stage(
         budget.clone(),
         ctx.session.limits.compaction,
     )
+    .map(|s| s.with_sandbox(tool_ctx.sandbox.clone()))
     .map(|s| Arc::new(s) as Arc<dyn crate::tools::Spawner>);
     // Streamed progress shows on the stage's progress line.
     let with_progress: Arc<dyn ChatModel> = Arc::new(ProgressModel {
@@ -172,10 +185,20 @@ pub(super) async fn run_stage(
     if role.read_only {
         discard_changes_of_read_only_role(&lane.path, start, &mut log).await?;
     }
-    let failure = outcome
-        .end
-        .failure_reason(cfg.max_turns)
-        .map(|f| redact(&crate::text::model_text(&f, MAX_SUMMARY_BYTES)));
+    // A known secret value in a changed file is never committed: the
+    // stage fails, its changes are discarded.
+    let leaked = crate::sandbox::refuse_secrets(&lane.path, start, &ctx.session.secrets)
+        .await
+        .map_err(|source| RunError::Tools {
+            stage: id.clone(),
+            path: lane.path.clone(),
+            source,
+        })?;
+    let failure = match (outcome.end.failure_reason(cfg.max_turns), leaked) {
+        (Some(f), Some(l)) => Some(format!("{f}; {l}")),
+        (f, l) => f.or(l),
+    }
+    .map(|f| redact(&crate::text::model_text(&f, MAX_SUMMARY_BYTES)));
     let duration_ms = started.elapsed().as_millis() as u64;
     let message = pr::commit_message(&pr::CommitInfo {
         run_id: ctx.run_id.as_str(),

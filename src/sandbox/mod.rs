@@ -36,11 +36,20 @@ mod guard;
 mod linux;
 mod objects;
 mod policy;
+mod secrets;
+mod settings;
+mod tool;
 
 pub use environ::{SecretVars, take_secrets_from_environ};
 pub use guard::{GuardError, HookChange, RACY_WINDOW, RepoChange, RepoGuard};
 pub use objects::{MigrateError, migrate_objects};
 pub use policy::{LaneGit, Policy, Profile, default_secret_paths};
+pub use secrets::{
+    ChildSecrets, MIN_SECRET_LEN, SecretInFile, home_secrets, known_secrets, mask, read_secret_fd,
+    register_secrets, scan_files, write_secret_pipe,
+};
+pub use settings::SandboxSettings;
+pub use tool::{SandboxCall, SandboxChoice, ToolSandbox, refuse_secrets};
 
 use std::fmt;
 use std::path::PathBuf;

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use super::SandboxError;
 
 /// How much a tool process may change (`sandbox:` in a role or `orch.toml`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Profile {
     /// The lane worktree, its git admin dir, the private temp dir and the
     /// configured extra roots are writable; everything else is read-only.

@@ -128,6 +128,15 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
             source,
         },
     )?;
+    // The child's own tool processes get its own role's sandbox, inside the
+    // one the parent put this process in (Landlock stacks: never more).
+    let sandbox = crate::sandbox::ToolSandbox::for_role(&opts.repo.join(".git"), role)
+        .map_err(|source| RecordError::Io {
+            path: opts.repo.clone(),
+            source,
+        })?
+        .in_subagent();
+    ctx.sandbox = Some(Arc::new(sandbox));
     let spawner = SpawnContext::new(
         &opts.repo,
         &ctx.root,
@@ -140,9 +149,11 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         budget.clone(),
         opts.compaction,
     )
+    .map(|s| s.with_sandbox(ctx.sandbox.clone()))
     .map(Arc::new);
     ctx.spawn = spawner.clone().map(|s| s as Arc<dyn crate::tools::Spawner>);
     if role.read_only {
+        // Unused where the kernel enforces the read-only profile.
         ctx.read_only_guard = Some(Arc::new(ReadOnlyGuard::new(&ctx.root)));
     }
     let cfg = AgentConfig {

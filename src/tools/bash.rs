@@ -1,20 +1,30 @@
-//! `bash`: runs a command through the bash policy and [`crate::exec::run_shell`].
+//! `bash`: runs a command through the bash policy (the approval layer) and
+//! [`crate::exec::run_shell`], inside the kernel sandbox of
+//! [`ToolContext::sandbox`] with the user's repository fingerprinted around
+//! the call.
+//!
+//! A command that changed the user's repository (refs, HEAD, hooks, config,
+//! the lane's own git files) is a fatal tool error: the change is restored
+//! and the stage ends as an internal error (exit 5), naming what changed —
+//! the model is not told, since nothing it does next can be trusted.
 
 use std::io::{BufRead, Write};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Args, ToolContext, ToolOutcome, one_line};
+use super::{Args, ToolContext, ToolError, ToolOutcome, one_line};
 use crate::exec;
 use crate::policy::Decision;
 
 /// One prompt at a time: concurrent stages must not interleave questions.
 static PROMPT: Mutex<()> = Mutex::new(());
 
-pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, String> {
+pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, ToolError> {
     let command = args.string("command", "a bash command line")?;
     if command.trim().is_empty() {
-        return Err("argument `command` is empty; give a bash command line".to_owned());
+        return Err("argument `command` is empty; give a bash command line"
+            .to_owned()
+            .into());
     }
     let timeout = match args.opt_u64("timeout_secs")? {
         Some(secs) => {
@@ -52,20 +62,43 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, S
                 super::SUMMARY_CHARS,
             );
             out.policy = Some(format!("deny: {reason}"));
+            out.sandbox = ctx.sandbox.as_ref().map(|s| s.choice().label());
             return Ok(out);
         }
     };
 
+    let call = match &ctx.sandbox {
+        Some(sb) => Some(sb.begin(&ctx.root).await.map_err(ToolError::Fatal)?),
+        None => None,
+    };
+    let mut env = ctx.env.clone();
+    let mut hook = ctx.pre_exec.clone();
+    if let Some(call) = &call {
+        env.retain(|(k, _)| !call.env.iter().any(|(ck, _)| ck == k));
+        env.extend(call.env.iter().cloned());
+        let prepared = Arc::clone(&call.prepared);
+        let outer = ctx.pre_exec.clone();
+        hook = Some(exec::PreExec::new(move || {
+            if let Some(outer) = &outer {
+                outer.run()?;
+            }
+            prepared.apply_in_child()
+        }));
+    }
+    let sandbox = call.as_ref().map(|c| c.summary.clone());
     let result = exec::run_shell_with(
         &command,
         &ctx.root,
-        &ctx.env,
+        &env,
         timeout,
         &ctx.limits,
-        ctx.pre_exec.as_ref(),
+        hook.as_ref(),
     )
-    .await
-    .map_err(|e| format!("could not start bash: {e}"))?;
+    .await;
+    if let (Some(sb), Some(call)) = (&ctx.sandbox, call) {
+        sb.finish(call).map_err(ToolError::Fatal)?;
+    }
+    let result = result.map_err(|e| format!("could not start bash: {e}"))?;
     let secs = result.duration.as_secs_f64();
     let mut body = result.output;
     if body.is_empty() {
@@ -98,6 +131,7 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, S
     };
     out.exit_code = result.exit_code;
     out.policy = Some(policy);
+    out.sandbox = sandbox;
     Ok(out)
 }
 

@@ -134,8 +134,11 @@ pub struct ToolContext {
     pub spawn: Option<Arc<dyn Spawner>>,
     /// For a read-only subagent: undoes what its `bash` commands change.
     pub read_only_guard: Option<Arc<ReadOnlyGuard>>,
-    /// Run in every `bash` child between fork and exec (a sandbox).
+    /// Run in every `bash` child between fork and exec (besides the sandbox).
     pub pre_exec: Option<crate::exec::PreExec>,
+    /// The kernel sandbox and repository guard of every `bash` call; `None`
+    /// runs commands unsandboxed (unit tests of the tools themselves).
+    pub sandbox: Option<Arc<crate::sandbox::ToolSandbox>>,
 }
 
 impl ToolContext {
@@ -157,6 +160,7 @@ impl ToolContext {
             spawn: None,
             read_only_guard: None,
             pre_exec: None,
+            sandbox: None,
         })
     }
 }
@@ -193,6 +197,10 @@ pub struct ToolOutcome {
     /// count towards the caller's tokens (its budget was already charged by
     /// the [`Spawner`]).
     pub child_tokens: Option<TokenCount>,
+    /// `bash`: what the sandbox enforced for this call, e.g.
+    /// `workspace-write, network on: landlock ABI 7: writable …` or
+    /// `off, network on: sandbox off`.
+    pub sandbox: Option<String>,
 }
 
 impl ToolOutcome {
@@ -240,6 +248,12 @@ pub async fn call(
         },
     };
     outcome.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    // Known secret values (orch's keys, `~/.netrc`, credential URLs) never
+    // reach the model, whichever tool printed them.
+    if !crate::sandbox::known_secrets().is_empty() {
+        outcome.content = crate::runlog::redact(&outcome.content, &[]);
+        outcome.summary = crate::runlog::redact(&outcome.summary, &[]);
+    }
     Ok(outcome)
 }
 
@@ -315,8 +329,14 @@ async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutco
         return blocking(move || panic!("ORCH_TEST_PANIC_TOOL: `{name}` panics on purpose")).await;
     }
     match name {
-        "bash" => match ctx.read_only_guard.clone() {
-            None => Ok(bash::run(ctx, &args).await?),
+        // The kernel's read-only profile, where enforced, replaces the
+        // snapshot/restore guard.
+        "bash" => match ctx
+            .read_only_guard
+            .clone()
+            .filter(|_| !ctx.sandbox.as_ref().is_some_and(|s| s.enforces_read_only()))
+        {
+            None => bash::run(ctx, &args).await,
             Some(guard) => {
                 let before = guard.snapshot().await;
                 let out = bash::run(ctx, &args).await;

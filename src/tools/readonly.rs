@@ -8,6 +8,11 @@
 //! not listed equals `HEAD`, so it is restored from there. Cost: one status
 //! walk before and one after each command, plus reading the changed files.
 //!
+//! Where Landlock is available the read-only sandbox profile makes the lane
+//! unwritable for the command itself, and this guard is not used
+//! ([`crate::sandbox::ToolSandbox::enforces_read_only`]); it stays the
+//! fallback without Landlock.
+//!
 //! Limit: a writing sibling agent changing the same worktree while the
 //! command runs would have its changes undone too; parents should not mix a
 //! writing child with others in one turn.
@@ -62,7 +67,7 @@ impl ReadOnlyGuard {
     pub async fn discard_changes(
         &self,
         before: Snapshot,
-        outcome: Result<ToolOutcome, String>,
+        outcome: Result<ToolOutcome, ToolError>,
     ) -> Result<ToolOutcome, ToolError> {
         if let Some(fault) = before.fault {
             return Err(ToolError::Fatal(fault));
@@ -72,7 +77,7 @@ impl ReadOnlyGuard {
             .await
             .map_err(|e| ToolError::Fatal(super::join_failure(&e)))?;
         let note = match discarded {
-            Ok(paths) if paths.is_empty() => return Ok(outcome?),
+            Ok(paths) if paths.is_empty() => return outcome,
             Ok(paths) => format!(
                 "this role is read-only: the command changed {}; those changes were discarded",
                 paths.join(", ")
@@ -83,7 +88,8 @@ impl ReadOnlyGuard {
         };
         let mut out = match outcome {
             Ok(o) => o,
-            Err(msg) => ToolOutcome::error("bash", &msg),
+            Err(ToolError::RespondToModel(msg)) => ToolOutcome::error("bash", &msg),
+            Err(fatal) => return Err(fatal),
         };
         out.is_error = true;
         out.content = format!("error: bash: {note}\n{}", out.content);

@@ -579,7 +579,11 @@ fn resume_stops_the_tool_processes_a_killed_orch_left_running() {
             json!({"command": format!("echo $$ > {} && exec sleep 300", pidfile.display()), "timeout_secs": 600}),
         )],
     ));
-    let mut child = orch_run(&repo, &pipeline, tmp.path(), &server).spawn_quiet();
+    // The pid file is outside the lane, which the kernel sandbox keeps
+    // read-only; this test is about process clean-up, not the sandbox.
+    let mut child = orch_run(&repo, &pipeline, tmp.path(), &server)
+        .env("ORCH_SANDBOX_DISABLE", "1")
+        .spawn_quiet();
     // Wait (bounded) until the tool command runs, then SIGKILL orch mid-call.
     let mut waited = 0;
     while std::fs::read_to_string(&pidfile).map_or(true, |t| t.trim().is_empty()) && waited < 400 {

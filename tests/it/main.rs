@@ -31,6 +31,7 @@ mod run_e2e;
 mod safety;
 mod sampling;
 mod sandbox;
+mod sandbox_e2e;
 mod sse;
 mod streams;
 mod subagents;

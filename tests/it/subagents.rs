@@ -388,6 +388,23 @@ fn extra_children_wait_for_a_slot() {
 }
 
 /// A child that sleeps in `bash` forever, writing its shell's pid first.
+/// An orch config dir under `scratch` whose `orch.toml` makes `scratch`
+/// writable for tool processes (the sandbox keeps everything else outside
+/// the lane read-only, and a read-only child's lane too).
+fn sandbox_writable_config(scratch: &Path) -> PathBuf {
+    let config = scratch.join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("orch.toml"),
+        format!(
+            "[sandbox]\nwritable = [{:?}]\n",
+            scratch.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 fn sleeping_child(pidfile: &Path, prompt_tokens: u64) -> Vec<Reply> {
     vec![
         Reply::tool_call(
@@ -421,7 +438,10 @@ fn run_sleeping_child(
             .agent("code", parent_spawning_one("explore"))
             .agent("code/explore-1", sleeping_child(&pidfile, prompt_tokens)),
     );
-    let (out, json) = run_stage(repo, &server, env);
+    let config = sandbox_writable_config(scratch);
+    let mut env = env.to_vec();
+    env.push(("ORCH_CONFIG_DIR", config.to_str().unwrap()));
+    let (out, json) = run_stage(repo, &server, &env);
     (server, out, json, pidfile)
 }
 
@@ -568,17 +588,27 @@ fn an_explore_child_cannot_change_the_worktree_through_bash() {
     assert_eq!(server.violations(), Vec::<String>::new());
     assert_eq!(out.status.code(), Some(0));
     let said = &tool_results(&server.requests_for("code/explore-1")[1])[0];
-    assert!(
-        said.starts_with("error: bash: this role is read-only: the command changed calc.py, child.txt, notes.txt; those changes were discarded"),
-        "{said}"
-    );
+    // Where Landlock is available the kernel's read-only profile refuses
+    // the writes themselves; elsewhere the snapshot guard undoes them.
+    let kernel = said.contains("calc.py: Permission denied")
+        && said.contains("child.txt: Permission denied")
+        && said.contains("cannot remove 'notes.txt': Permission denied");
+    let guard = said.starts_with("error: bash: this role is read-only: the command changed calc.py, child.txt, notes.txt; those changes were discarded");
+    assert!(kernel || guard, "{said}");
     // The stage commit has the parent's file and nothing of the child's.
     let commit = json["stages"][0]["commit"].as_str().unwrap();
     let files = repo.git(&["show", "--name-only", "--format=", commit]);
     assert_eq!(files.trim(), "notes.txt");
     let record = record_of(&json);
     let log = std::fs::read_to_string(record.join("agents/code__explore-1/actions.jsonl")).unwrap();
-    assert!(log.contains("read-only: this role is read-only"), "{log}");
+    if kernel {
+        assert!(
+            log.contains(r#""sandbox":"read-only, network off: landlock"#),
+            "{log}"
+        );
+    } else {
+        assert!(log.contains("read-only: this role is read-only"), "{log}");
+    }
     before.assert_unchanged(&repo.snapshot());
 }
 
@@ -696,6 +726,7 @@ fn a_child_is_killed_at_what_its_stage_has_left() {
         // Before children were carved out of what was left, this child got
         // all 1000 tokens and ran into its time limit instead.
         .env("ORCH_SUBAGENT_TIME_SECS", "20")
+        .env("ORCH_CONFIG_DIR", sandbox_writable_config(scratch.path()))
         .output();
     let json = stdout_json(&out);
     assert_eq!(server.violations(), Vec::<String>::new());
@@ -775,4 +806,57 @@ fn a_child_compacts_at_the_profiles_context_window() {
     let tree = agent_tree(&record_of(&json));
     assert_eq!(tree[0].status, AgentStatus::Succeeded);
     before.assert_unchanged(&repo.snapshot());
+}
+
+#[test]
+fn a_child_gets_the_model_key_through_its_secret_pipe_not_its_environment() {
+    let repo = repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", parent_spawning_one("explore"))
+            .agent(
+                "code/explore-1",
+                vec![Reply::finish("e1", "done", None).after(Duration::from_secs(2))],
+            ),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let (p, issue) = pipeline(scratch.path());
+    let mut cmd = OrchRun::with_model_env(&server.base_url, &p, &repo)
+        .issue(&issue)
+        .json()
+        .command();
+    let mut orch = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The child's request is held for 2 s: read its environment block then.
+    let mut child_pid = None;
+    for _ in 0..400 {
+        if let Some(r) = server.requests_for("code/explore-1").first() {
+            child_pid = Some(pid_of(r));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let child_pid = child_pid.expect("the child asked the model");
+    let environ = std::fs::read(format!("/proc/{child_pid}/environ"));
+    assert!(orch.wait().unwrap().success());
+    // The child authenticated with the key it read from the pipe.
+    let auth = server.requests_for("code/explore-1")[0]
+        .header("authorization")
+        .map(str::to_owned);
+    assert_eq!(auth, Some(format!("Bearer {FAKE_API_KEY}")));
+    match environ {
+        Ok(block) => {
+            let text = String::from_utf8_lossy(&block);
+            assert!(
+                !text.contains(FAKE_API_KEY),
+                "key in the child's environ: {text}"
+            );
+            assert!(!text.contains("ORCH_API_KEY"), "{text}");
+        }
+        // Not root: the child's block is closed to us (PR_SET_DUMPABLE 0).
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}"),
+    }
 }

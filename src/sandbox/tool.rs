@@ -1,0 +1,233 @@
+//! The sandbox of one agent's tool processes, as the `bash` tool uses it:
+//! the chosen profile and network, the configured extra roots and secret
+//! paths, the agent's private temp dir, and the [`RepoGuard`] of the user's
+//! repository, taken around every call.
+//!
+//! Per call ([`ToolSandbox::begin`] → spawn → [`ToolSandbox::finish`]): the
+//! policy is built for the lane, the ruleset prepared, the guard's
+//! fingerprint re-taken; after the child is gone the lane's quarantined git
+//! objects are moved into the user's store and the fingerprint compared. A
+//! change is restored and reported as an error: the caller ends the stage.
+//!
+//! Invariant: calls of one `ToolSandbox` are serialised (the guard's
+//! before/after pair must bracket exactly one command), so two `bash` calls
+//! of one agent never overlap.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{Policy, Prepared, Profile, RepoGuard, SandboxError};
+
+/// The resolved sandbox choice of a role: profile, network, extra roots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxChoice {
+    /// The profile.
+    pub profile: Profile,
+    /// TCP connect/bind allowed.
+    pub network: bool,
+    /// Extra writable roots (`sandbox.writable`).
+    pub writable: Vec<PathBuf>,
+    /// Extra unreadable paths (`sandbox.deny_read`), on top of the defaults.
+    pub deny_read: Vec<PathBuf>,
+}
+
+impl SandboxChoice {
+    /// One word per setting, for the tool event and the start message:
+    /// `workspace-write, network on`.
+    pub fn label(&self) -> String {
+        format!(
+            "{}, network {}",
+            self.profile.as_str(),
+            if self.network { "on" } else { "off" }
+        )
+    }
+}
+
+/// The sandbox of one agent's tool calls (see the module docs).
+#[derive(Debug)]
+pub struct ToolSandbox {
+    choice: SandboxChoice,
+    /// Whether [`finish`](Self::finish) moves quarantined objects into the
+    /// user's store (not inside a sandboxed subagent: the store is
+    /// read-only there; its parent migrates when it ends).
+    migrate: bool,
+    tmp: tempfile::TempDir,
+    guard: tokio::sync::Mutex<Option<RepoGuard>>,
+}
+
+/// One call in progress: holds the agent's call lock until
+/// [`ToolSandbox::finish`].
+#[derive(Debug)]
+pub struct SandboxCall<'a> {
+    lock: tokio::sync::MutexGuard<'a, Option<RepoGuard>>,
+    policy: Policy,
+    /// The prepared sandbox, to enter in the child (`pre_exec`).
+    pub prepared: Arc<Prepared>,
+    /// Variables to add to the child's environment (`TMPDIR`, the git object
+    /// quarantine).
+    pub env: Vec<(String, String)>,
+    /// What this call enforces, for the tool event.
+    pub summary: String,
+}
+
+impl ToolSandbox {
+    /// A sandbox for `choice`, with a fresh private temp dir.
+    pub fn new(choice: SandboxChoice) -> std::io::Result<Self> {
+        let tmp = tempfile::Builder::new().prefix("orch-tmp-").tempdir()?;
+        Ok(Self {
+            choice,
+            migrate: true,
+            tmp,
+            guard: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The same sandbox for the tools of an `orch agent` child: quarantined
+    /// git objects are left for the parent to migrate.
+    pub fn in_subagent(mut self) -> Self {
+        self.migrate = false;
+        self
+    }
+
+    /// The choice this sandbox enforces.
+    pub fn choice(&self) -> &SandboxChoice {
+        &self.choice
+    }
+
+    /// The private temp dir (`TMPDIR` of every call).
+    pub fn tmp_dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// Whether the kernel enforces the read-only profile here (then the
+    /// snapshot/restore guard of read-only subagents is not needed).
+    pub fn enforces_read_only(&self) -> bool {
+        self.choice.profile == Profile::ReadOnly && super::availability().abi().is_some()
+    }
+
+    /// The policy of a child working in `lane`.
+    pub fn policy(&self, lane: &Path) -> Result<Policy, SandboxError> {
+        let mut p = Policy::new(self.choice.profile, lane, self.tmp.path())?;
+        p.network = self.choice.network;
+        p.writable.extend(self.choice.writable.iter().cloned());
+        p.secret_paths.extend(self.choice.deny_read.iter().cloned());
+        Ok(p)
+    }
+
+    /// Starts one call in `lane`: waits for the previous call of this agent,
+    /// prepares the sandbox and fingerprints the user's repository. An `Err`
+    /// is orch's own failure (the stage must end).
+    pub async fn begin(&self, lane: &Path) -> Result<SandboxCall<'_>, String> {
+        let mut lock = self.guard.lock().await;
+        let policy = self
+            .policy(lane)
+            .map_err(|e| format!("failed to set up the sandbox: {e}"))?;
+        let prepared =
+            super::prepare(&policy).map_err(|e| format!("failed to set up the sandbox: {e}"))?;
+        if let Some(git) = &policy.git {
+            match lock.as_mut() {
+                Some(guard) => guard.before_call(),
+                None => RepoGuard::new(&git.common_dir).and_then(|mut g| {
+                    g.watch_lane(git)?;
+                    *lock = Some(g);
+                    Ok(())
+                }),
+            }
+            .map_err(|e| format!("failed to fingerprint the user's repository: {e}"))?;
+        }
+        let mut env = vec![("TMPDIR".to_owned(), self.tmp.path().display().to_string())];
+        if let Some(git) = &policy.git
+            && self.choice.profile != Profile::Off
+        {
+            env.extend(git.child_env());
+        }
+        let summary = format!("{}: {}", self.choice.label(), prepared.summary());
+        Ok(SandboxCall {
+            lock,
+            policy,
+            prepared: Arc::new(prepared),
+            env,
+            summary,
+        })
+    }
+
+    /// Ends a call whose child is gone: migrates the lane's new git objects
+    /// and compares the user's repository with the fingerprint. A change is
+    /// restored and returned as the error text (the stage must fail).
+    pub fn finish(&self, call: SandboxCall<'_>) -> Result<(), String> {
+        let SandboxCall { lock, policy, .. } = call;
+        let Some(git) = &policy.git else {
+            return Ok(());
+        };
+        if self.migrate && self.choice.profile != Profile::Off {
+            super::migrate_objects(git).map_err(|e| format!("failed to {e}"))?;
+        }
+        let Some(guard) = lock.as_ref() else {
+            return Ok(());
+        };
+        let changes = guard
+            .after_call()
+            .map_err(|e| format!("failed to fingerprint the user's repository: {e}"))?;
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let what: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        let restored = match guard.restore() {
+            Ok(()) => "restored".to_owned(),
+            Err(e) => format!("restore incomplete: {e}"),
+        };
+        Err(format!(
+            "the command changed the user's repository ({}): {}; {restored}",
+            git.common_dir.display(),
+            what.join("; ")
+        ))
+    }
+}
+
+impl ToolSandbox {
+    /// The sandbox of `role`'s tool processes in a run on the repository
+    /// whose common git dir is `common` (its parent is the working tree
+    /// holding `.orch/`): `[sandbox]` of its
+    /// `.orch/orch.toml` and the user's `orch.toml`, then the role's keys.
+    pub fn for_role(common: &Path, role: &crate::role::Role) -> std::io::Result<Self> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let settings = super::SandboxSettings::load(
+            common.parent(),
+            crate::catalog::user_config_dir().as_deref(),
+            home.as_deref(),
+        )
+        .map_err(std::io::Error::other)?;
+        Self::new(settings.for_role(role.sandbox, role.network, role.read_only))
+    }
+}
+
+/// Before a stage commit: scans the files changed in `lane` for known secret
+/// values (`secrets` and [`super::known_secrets`]). When one holds a value,
+/// every change of the lane is discarded (reset to `start`) and the stage's
+/// failure reason is returned, naming the files with the values masked.
+pub async fn refuse_secrets(
+    lane: &Path,
+    start: &str,
+    secrets: &[String],
+) -> std::io::Result<Option<String>> {
+    let (lane, start, secrets) = (lane.to_path_buf(), start.to_owned(), secrets.to_vec());
+    let work = move || -> Result<Option<String>, crate::git::GitError> {
+        let changed = crate::git::changed_paths(&lane)?;
+        let hits = super::scan_files(&lane, &changed, &secrets);
+        if hits.is_empty() {
+            return Ok(None);
+        }
+        crate::git::reset_worktree(&lane, &start)?;
+        let named: Vec<String> = hits.iter().map(ToString::to_string).collect();
+        Ok(Some(format!(
+            "refused to commit: {}; the stage's changes were discarded",
+            named.join(", ")
+        )))
+    };
+    match tokio::task::spawn_blocking(work).await {
+        Ok(r) => r.map_err(|e| std::io::Error::other(format!("failed to {e}"))),
+        Err(e) => Err(std::io::Error::other(format!(
+            "the secret scan task failed: {e}"
+        ))),
+    }
+}
