@@ -117,7 +117,9 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
             continue;
         };
         match dir.read_state() {
-            Ok(s) => rows.push(s),
+            // A `running` run whose lock no live process holds is shown as
+            // the interrupted run it is.
+            Ok(s) => rows.push(runlog::as_shown(&dir, s)),
             Err(e) => crate::ui::status_line(&format!("warning: failed to {e}")),
         }
     }
@@ -174,6 +176,7 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
 /// `orch show`.
 pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     let (_, root, state) = open(&args.repo, &args.run)?;
+    let state = runlog::as_shown(&runlog::RunDir { root: root.clone() }, state);
     let mut out = Out::stdout();
     if args.json {
         writeln!(
@@ -234,6 +237,24 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
         if let Some(r) = &st.reason {
             o.push_str(&format!("            ↳ {r}\n"));
         }
+        for (n, a) in st.attempts.iter().enumerate() {
+            o.push_str(&format!(
+                "            ↳ attempt {} ({}): {}, {} tokens, cost {}\n",
+                n + 1,
+                a.status,
+                plural(u64::from(a.turns), "turn", "turns"),
+                a.tokens.total(),
+                a.cost_usd.map_or("unknown".to_owned(), usd),
+            ));
+        }
+        if !st.attempts.is_empty() && st.turns > 0 {
+            o.push_str(&format!(
+                "            ↳ attempt {} (this one): {}, {} tokens\n",
+                st.attempts.len() + 1,
+                plural(u64::from(st.turns), "turn", "turns"),
+                st.tokens.total(),
+            ));
+        }
     }
     let tree = crate::subagent::agent_tree(root);
     if !tree.is_empty() {
@@ -244,6 +265,16 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     }
     o.push_str(&format!("\nrecord: {}\n", root.display()));
     o
+}
+
+/// `n` with the singular or plural noun: `1 turn`, `2 turns`.
+pub(super) fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Dollars to four places, never `-0.0000` (a float sum of nothing is -0.0).
+pub(super) fn usd(v: f64) -> String {
+    format!("${:.4}", v + 0.0)
 }
 
 fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {

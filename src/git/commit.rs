@@ -47,6 +47,7 @@ pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<St
     let oid = repo
         .commit(None, &sig, &sig, &message, &tree, &[&parent])
         .map_err(git_err(format!("commit in {at}")))?;
+    crate::killpoint::reached("stage-committed");
 
     let head = repo
         .find_reference("HEAD")

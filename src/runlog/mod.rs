@@ -18,12 +18,14 @@
 
 mod actions;
 mod lock;
+mod recover;
 mod state;
 
 pub(crate) use actions::{ActionLog, redact};
 pub(crate) use lock::{RunLock, lock_run};
+pub(crate) use recover::{as_shown, attempts_from_log, sweep_dead_starts};
 pub(crate) use state::{
-    DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
+    Attempt, DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
 };
 
 use crate::ids::RunId;

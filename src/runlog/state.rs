@@ -11,6 +11,9 @@ pub(crate) const RUN_FORMAT: &str = "orch-run/1";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// The run record exists; lanes, refs and worktrees are being made (a
+    /// run killed now is listed and resumable like any other).
+    Starting,
     /// Stages are being run (or the process died while they were).
     Running,
     /// Every stage succeeded or was skipped.
@@ -62,6 +65,7 @@ impl RunStatus {
     /// The wire name (`succeeded`, …).
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Starting => "starting",
             RunStatus::Running => "running",
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
@@ -106,6 +110,26 @@ pub struct StageRecord {
     /// The stage's budget and what it used (absent before it ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::BudgetReport>,
+    /// Earlier attempts of this stage (interrupted, failed or rolled back
+    /// ones), oldest first, with what each used: the run's totals count
+    /// them too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
+}
+
+/// One earlier attempt of a stage, as its action log tells it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// How it ended: `succeeded`, `failed` (it logged its end) or
+    /// `interrupted` (it never did: killed or stopped).
+    pub status: String,
+    /// Model turns it used.
+    pub turns: u32,
+    /// Tokens it used.
+    pub tokens: TokenCount,
+    /// What it cost, when the price is known.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
 }
 
 /// How many action-digest lines a stage record keeps.
@@ -129,6 +153,7 @@ impl StageRecord {
             reason: None,
             digest: Vec::new(),
             budget: None,
+            attempts: Vec::new(),
         }
     }
 }
@@ -184,11 +209,14 @@ impl RunState {
         self.stages.iter_mut().find(|s| s.id == id)
     }
 
-    /// Total tokens of all stages.
+    /// Total tokens of all stages, every attempt included.
     pub fn tokens(&self) -> TokenCount {
         let mut t = TokenCount::default();
         for s in &self.stages {
             t.add(s.tokens);
+            for a in &s.attempts {
+                t.add(a.tokens);
+            }
         }
         t
     }
