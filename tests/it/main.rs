@@ -16,6 +16,7 @@ mod cli;
 mod config;
 mod dag;
 mod eval;
+mod faults;
 mod fuzz;
 mod harness;
 mod llm_client;
