@@ -19,6 +19,7 @@ mod eval;
 mod faults;
 mod fuzz;
 mod harness;
+mod kills;
 mod llm_client;
 mod llm_e2e;
 mod llm_wire;
