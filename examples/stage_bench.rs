@@ -143,7 +143,10 @@ fn main() {
     println!("| stages | validate (parse + check + plan) |");
     println!("|---|---|");
     for &n in &sizes {
-        println!("| {n} | {:.1} ms |", validate_time(n).as_secs_f64() * 1000.0);
+        println!(
+            "| {n} | {:.1} ms |",
+            validate_time(n).as_secs_f64() * 1000.0
+        );
     }
     println!();
     println!("| chain of | stages finished (cap {seconds} s) | per stage boundary |");

@@ -27,7 +27,8 @@ use crate::pipeline::{OnFailure, Pipeline};
 use crate::policy::BashPolicy;
 use crate::role::Role;
 use crate::runlog::{
-    RUN_FORMAT, RecordError, RunDir, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
+    RUN_FORMAT, RecordError, RunDir, RunState, RunStatus, StageRecord, StageStatus, StateWriter,
+    TokenCount,
 };
 use crate::ui::Ui;
 use flow::{descendants, finish_run, handoff, skip_reason, start_commit};
@@ -475,32 +476,51 @@ pub(crate) async fn rollback_run(
 }
 
 /// Stage records by id: the scheduler's O(1) way into the run state, whose
-/// records are made from the frozen plan and never added or removed.
-struct Index(HashMap<String, usize>);
+/// records are made from the frozen plan and never added or removed. It
+/// remembers which records were handed out for change since the last state
+/// write, so a write re-serialises only those (see [`StateWriter`]).
+struct Index {
+    by_id: HashMap<String, usize>,
+    dirty: std::sync::Mutex<Vec<usize>>,
+    writer: std::sync::Mutex<StateWriter>,
+}
 
 impl Index {
     fn of(state: &RunState) -> Index {
-        Index(
-            state
+        Index {
+            by_id: state
                 .stages
                 .iter()
                 .enumerate()
                 .map(|(i, r)| (r.id.clone(), i))
                 .collect(),
-        )
+            dirty: std::sync::Mutex::new(Vec::new()),
+            writer: std::sync::Mutex::new(StateWriter::default()),
+        }
     }
 
     fn status(&self, state: &RunState, id: &str) -> Option<StageStatus> {
-        self.0.get(id).map(|&i| state.stages[i].status)
+        self.by_id.get(id).map(|&i| state.stages[i].status)
     }
 
-    /// The record of a planned stage. Invariant: the run state's stage
-    /// records are made from the frozen plan, so every stage id the
-    /// scheduler holds has one.
+    /// The record of a planned stage, marked as changed. Invariant: the run
+    /// state's stage records are made from the frozen plan, so every stage
+    /// id the scheduler holds has one.
     #[allow(clippy::expect_used)]
     fn rec<'a>(&self, state: &'a mut RunState, id: &str) -> &'a mut StageRecord {
-        let i = *self.0.get(id).expect("stage records mirror the plan");
+        let i = *self.by_id.get(id).expect("stage records mirror the plan");
+        self.dirty.lock().unwrap_or_else(|e| e.into_inner()).push(i);
         &mut state.stages[i]
+    }
+
+    /// Writes the state; only records handed out by [`Index::rec`] since the
+    /// last write are serialised again.
+    fn write(&self, run_dir: &RunDir, state: &mut RunState) -> Result<(), RecordError> {
+        let dirty = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()));
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .write(run_dir, state, dirty)
     }
 }
 
@@ -666,7 +686,7 @@ async fn drive_stages(
                     }
                 }
                 state.updated = now();
-                ctx.run_dir.write_state(state)?;
+                index.write(&ctx.run_dir, state)?;
                 crate::killpoint::reached("stage-recorded");
                 continue;
             }
@@ -777,7 +797,7 @@ async fn schedule(
             rec.parent_commit = Some(start.clone());
             rec.reason = None;
             state.updated = now();
-            ctx.run_dir.write_state(state)?;
+            index.write(&ctx.run_dir, state)?;
             ui.stage_started(id, &role.name);
             let (ctx2, stage2, ui_id) = (Arc::clone(ctx), stage.clone(), id.to_owned());
             let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));
