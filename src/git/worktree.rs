@@ -236,9 +236,10 @@ pub fn remove_worktree(common_dir: &Path, name: &str, path: &Path) -> Result<(),
 }
 
 /// The file whose lock serialises worktree admin-dir changes across
-/// processes: `<common>/orch/worktrees.lock`.
+/// processes: `<common>/orch/worktree-admin-lock` (no `.lock` suffix: git
+/// tools treat `*.lock` files as debris).
 pub fn admin_lock_path(common_dir: &Path) -> PathBuf {
-    common_dir.join("orch").join("worktrees.lock")
+    common_dir.join("orch").join("worktree-admin-lock")
 }
 
 /// A held repository admin lock; released on drop (and by the kernel when the

@@ -102,15 +102,14 @@ fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// What a finished run must not leave behind: `.lock` files under the refs
-/// or the worktree admin dirs, `.git/worktrees/orch-*` entries, `orch-lanes/*`
+/// What a finished run must not leave behind: `.lock` files anywhere in
+/// `.git`, `.git/worktrees/orch-*` entries, `orch-lanes/*`
 /// refs, lane directories. Empty when clean.
 pub(crate) fn leftovers(repo: &TestRepo) -> Vec<String> {
     let git = repo.path.join(".git");
     let mut found = Vec::new();
     let mut files = Vec::new();
-    walk_files(&git.join("refs"), &mut files);
-    walk_files(&git.join("worktrees"), &mut files);
+    walk_files(&git, &mut files);
     found.extend(
         files
             .iter()
