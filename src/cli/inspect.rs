@@ -476,3 +476,19 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_singular_or_plural_and_costs_never_negative_zero() {
+        assert_eq!(plural(1, "error", "errors"), "1 error");
+        assert_eq!(plural(0, "error", "errors"), "0 errors");
+        assert_eq!(plural(2, "turn", "turns"), "2 turns");
+        let nothing: f64 = std::iter::empty::<f64>().sum();
+        assert_eq!(usd(nothing), "$0.0000");
+        assert_eq!(usd(-0.0), "$0.0000");
+        assert_eq!(usd(0.01234), "$0.0123");
+    }
+}

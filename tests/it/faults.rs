@@ -352,6 +352,81 @@ fn a_running_run_whose_lock_is_free_shows_as_interrupted_and_resumes() {
     assert_eq!(leftovers(&repo), Vec::<String>::new());
 }
 
+#[test]
+fn an_internal_error_mid_run_leaves_the_run_failed_not_running() {
+    let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
+    let tmp = tempfile::tempdir().unwrap();
+    let p = pipeline(tmp.path(), LINEAR);
+    let out = orch_run(
+        &repo,
+        &p,
+        &FakeServer::start(script_for(&["one", "two", "three"])),
+    )
+    .env("ORCH_TEST_KILL_AT", "stage-recorded")
+    .output();
+    assert!(killed(&out), "{:?}", out.status);
+    let run_id = crate::support::only_run_id(&repo.path);
+    // Stage two's record directory cannot be made: a file is in the way.
+    let blocker = crate::support::record_dir(&repo, &run_id).join("stages/two");
+    std::fs::write(&blocker, "in the way\n").unwrap();
+    let out = resume(
+        &repo,
+        &run_id,
+        &FakeServer::start(script_for(&["two", "three"])),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(5), "orch's own fault");
+    let state = state_json(&repo, &run_id);
+    assert_eq!(state["status"], "failed", "a terminal state, not `running`");
+    assert_eq!(state["stages"][1]["status"], "failed");
+    let reason = state["stages"][1]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("orch stopped on an error") && reason.contains("stages/two"),
+        "{reason}"
+    );
+    std::fs::remove_file(&blocker).unwrap();
+    let out = resume(
+        &repo,
+        &run_id,
+        &FakeServer::start(script_for(&["two", "three"])),
+        &["--retry"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(leftovers(&repo), Vec::<String>::new());
+}
+
+#[test]
+fn sigterm_interrupts_like_ctrl_c_and_the_run_resumes() {
+    let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
+    let tmp = tempfile::tempdir().unwrap();
+    let p = pipeline(tmp.path(), LINEAR);
+    let (pid, term) = signal_reply(libc::SIGTERM);
+    let server = FakeServer::start(
+        Script::new()
+            .agent("one", stage_script("one"))
+            .agent("two", vec![write("w", "two.txt", "half\n"), term]),
+    );
+    let mut child = orch_run(&repo, &p, &server).spawn_quiet();
+    pid.store(child.id(), Ordering::SeqCst);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let run_id = crate::support::only_run_id(&repo.path);
+    let state = state_json(&repo, &run_id);
+    assert_eq!(state["status"], "interrupted");
+    assert_eq!(state["stages"][1]["status"], "pending");
+    assert_eq!(
+        state["stages"][1]["turns"], 1,
+        "the stopped attempt keeps its turn"
+    );
+    let out = resume(
+        &repo,
+        &run_id,
+        &FakeServer::start(script_for(&["two", "three"])),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
+
 // ---------------------------------------------------------------- failure 4
 
 #[test]
