@@ -264,8 +264,12 @@ fn branch_ref(branch: &str) -> Result<String, GitError> {
 pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitError> {
     let name = branch_ref(branch)?;
     // Looking for the worktrees that have the branch checked out must not
-    // meet another process's half-made worktree.
-    let _admin = admin_lock(common_dir, false)?;
+    // meet another process's half-made worktree; and libgit2's loose-ref
+    // writes race each other on the shared directories (two stages of one
+    // run setting `orch/<run>/a` and `orch/<run>/b` at once failed with
+    // "failed to make directory …: No such file or directory"), so ref
+    // updates are serialised too.
+    let _admin = admin_lock(common_dir, true)?;
     let repo = open_at(common_dir)?;
     let commit = find_commit(&repo, sha)?;
     if checked_out_by_user(&repo, &name) {

@@ -249,11 +249,13 @@ pub struct AdminLock {
     _file: fs::File,
 }
 
-/// Takes the repository's admin lock, waiting for it: exclusive around the
-/// creation and removal of worktrees (while libgit2 adds a worktree, its
-/// half-made admin dir makes every other process see every branch as checked
-/// out), shared around branch deletions and renames, which libgit2 refuses
-/// while such a half-made admin dir exists.
+/// Takes the repository's admin lock, waiting for it. Held exclusively
+/// around the creation and removal of worktrees (while libgit2 adds a
+/// worktree, its half-made admin dir makes every other process see every
+/// branch as checked out) and around every branch write, deletion and rename
+/// (libgit2 refuses those while such an admin dir exists, and its loose-ref
+/// writes race each other on shared directories). `exclusive: false` takes
+/// a shared lock, for readers that only need no admin dir to be half-made.
 pub fn admin_lock(common_dir: &Path, exclusive: bool) -> Result<AdminLock, GitError> {
     use std::os::fd::AsRawFd;
     let path = admin_lock_path(common_dir);
@@ -292,13 +294,15 @@ fn is_lane_name(name: &str, run: &str) -> bool {
 }
 
 /// Removes the admin dirs of run `run`'s lanes (`worktrees/orch-<run>-<k>`)
-/// that a kill left broken: no `gitdir` file (killed mid-`worktree add`), or
-/// a `gitdir` naming a worktree that is gone. Other runs' and the user's
+/// that a kill left broken: no `gitdir`, `commondir` or `HEAD` file (killed
+/// mid-`worktree add`), a `gitdir` naming a worktree that is gone, or
+/// anything else libgit2 cannot open and validate. Other runs' and the user's
 /// worktrees are never touched. Returns the names removed.
 pub fn prune_broken_lanes(common_dir: &Path, run: &str) -> Result<Vec<String>, GitError> {
     let _admin = admin_lock(common_dir, true)?;
     let dir = common_dir.join("worktrees");
     let mut pruned = Vec::new();
+    let repo = open_at(common_dir).ok();
     let Ok(entries) = fs::read_dir(&dir) else {
         return Ok(pruned);
     };
@@ -312,7 +316,13 @@ pub fn prune_broken_lanes(common_dir: &Path, run: &str) -> Result<Vec<String>, G
             Err(_) => true,
             // `gitdir` holds `<worktree>/.git`.
             Ok(text) => !Path::new(text.trim()).exists(),
-        };
+        } || !admin.join("commondir").is_file()
+            || !admin.join("HEAD").is_file()
+            // Whatever else a kill mid-`worktree add` can leave half-written:
+            // what libgit2 cannot open or validate is broken too.
+            || repo
+                .as_ref()
+                .is_some_and(|r| r.find_worktree(&name).and_then(|w| w.validate()).is_err());
         if broken {
             fs::remove_dir_all(&admin)
                 .map_err(io_err("remove the broken worktree admin directory", &admin))?;

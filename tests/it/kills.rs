@@ -193,9 +193,11 @@ fn randomised_kills_during_run_and_resume_always_resume_to_the_uninterrupted_tre
                     resume_cmd(&repo, id, &server)
                 }
             };
+            let err_path = tmp.path().join(format!("stderr-{processes}.log"));
+            let err_file = std::fs::File::create(&err_path).unwrap();
             let mut child = cmd
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(Stdio::from(err_file))
                 .spawn()
                 .unwrap();
             processes += 1;
@@ -228,12 +230,17 @@ fn randomised_kills_during_run_and_resume_always_resume_to_the_uninterrupted_tre
             if run_id.is_none() {
                 run_id = run_id_of(&repo);
             }
-            if status.code() == Some(0) {
+            // Killed after its last state write: the run is finished.
+            let finished = run_id
+                .as_ref()
+                .is_some_and(|id| state_json(&repo, id)["status"] == "succeeded");
+            if status.code() == Some(0) || finished {
                 break;
             }
             assert!(
                 status.code().is_none(),
-                "run {run}: only a kill stops a process here: {status:?}"
+                "run {run}: only a kill stops a process here: {status:?}\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
             );
             if run_id.is_none() {
                 // Killed before its first state write: start again.
