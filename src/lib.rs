@@ -15,6 +15,7 @@ pub(crate) mod eval;
 pub(crate) mod exec;
 pub mod git;
 pub mod ids;
+pub mod killpoint;
 pub mod llm;
 pub mod pipeline;
 pub mod policy;

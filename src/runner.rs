@@ -27,7 +27,8 @@ use crate::pipeline::{OnFailure, Pipeline};
 use crate::policy::BashPolicy;
 use crate::role::Role;
 use crate::runlog::{
-    RUN_FORMAT, RecordError, RunDir, RunState, RunStatus, StageRecord, StageStatus, TokenCount,
+    RUN_FORMAT, RecordError, RunDir, RunState, RunStatus, StageRecord, StageStatus, StateWriter,
+    TokenCount,
 };
 use crate::ui::Ui;
 use flow::{descendants, finish_run, handoff, skip_reason, start_commit};
@@ -43,6 +44,10 @@ use tokio::task::JoinSet;
 const PR_DIFF_BUDGET: usize = 64 * 1024;
 /// Default number of stages that may run at once.
 pub(crate) const DEFAULT_MAX_PARALLEL: usize = 4;
+/// How old a run directory without a state file must be before a new run
+/// removes it as the debris of a run killed in its first instants (a younger
+/// one may be a run between its `mkdir` and its lock).
+const DEAD_START_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Errors that stop a run before or between stages (a failing stage is not
 /// one of them: it is recorded in the run state).
@@ -210,9 +215,9 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
 
     let (run_id, run_dir) = RunDir::create_new(&common)?;
     let lock = crate::runlog::lock_run(&run_dir.root, run_id.as_str())?;
-    // The first lane's checkout overlaps the writing of the run record.
-    let lanes = Arc::new(Lanes::new(&common, &run_id));
-    lanes.prewarm(&base_sha).await;
+    crate::killpoint::reached("run-dir-created");
+    // Runs killed before their first state write left only a directory.
+    crate::runlog::sweep_dead_starts(&common, DEAD_START_AGE);
     let secrets = &opts.session.secrets;
     run_dir.write_file(
         "issue.md",
@@ -226,12 +231,12 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     run_dir.write_file("plan.json", &plan_json)?;
 
     let session = opts.session;
-    let state = RunState {
+    let mut state = RunState {
         format: RUN_FORMAT.to_owned(),
         run_id: run_id.clone(),
         pipeline: plan.pipeline.name.clone(),
         pipeline_origin: plan.pipeline.origin.clone(),
-        status: RunStatus::Running,
+        status: RunStatus::Starting,
         created: now(),
         updated: now(),
         repo: info.workdir.display().to_string(),
@@ -253,12 +258,22 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
             .map(|s| StageRecord::pending(s.id.as_str(), &s.role))
             .collect(),
     };
+    // The state exists before any lane, ref or worktree: a run killed from
+    // here on is listed, and `resume` finishes (or cleans) it.
     run_dir.write_state(&state)?;
+    crate::killpoint::reached("state-starting");
     ui.run_started(&state);
     // What the kernel enforces for tool processes: said once per run.
     let sandbox_line = crate::sandbox::availability().describe();
     crate::ui::status_line(&format!("orch: {sandbox_line}"));
     run_dir.write_file("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
+    // The first lane's checkout overlaps the rest of the start-up.
+    let lanes = Arc::new(Lanes::new(&common, &run_id));
+    lanes.prewarm(&base_sha).await;
+    state.status = RunStatus::Running;
+    state.updated = now();
+    run_dir.write_state(&state)?;
+    crate::killpoint::reached("state-running");
     let ctx = Arc::new(RunCtx {
         run_id,
         allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
@@ -346,6 +361,15 @@ pub(crate) async fn resume_run(
         if !done {
             rec.status = StageStatus::Pending;
             rec.reason = None;
+            // What its earlier attempts used stays counted, per attempt.
+            let log = run_dir
+                .root
+                .join("stages")
+                .join(&rec.id)
+                .join("actions.jsonl");
+            rec.attempts = priced(crate::runlog::attempts_from_log(&log), &session);
+            rec.tokens = TokenCount::default();
+            rec.turns = 0;
         }
     }
     // The lock proves the previous orch of this run is gone; whatever it
@@ -370,16 +394,21 @@ pub(crate) async fn resume_run(
     let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
     // The run's budget counts what its finished stages already used.
     let mut ledger = crate::budget::RunLedger::new(session.limits.budget);
-    for rec in state
-        .stages
-        .iter()
-        .filter(|r| r.status == StageStatus::Succeeded)
-    {
-        ledger.charge(&crate::budget::BudgetUse {
-            tokens: rec.tokens.total(),
-            cost_usd: rec.budget.as_ref().and_then(|b| b.used.cost_usd),
-            ..Default::default()
-        });
+    for rec in &state.stages {
+        if rec.status == StageStatus::Succeeded {
+            ledger.charge(&crate::budget::BudgetUse {
+                tokens: rec.tokens.total(),
+                cost_usd: rec.budget.as_ref().and_then(|b| b.used.cost_usd),
+                ..Default::default()
+            });
+        }
+        for a in &rec.attempts {
+            ledger.charge(&crate::budget::BudgetUse {
+                tokens: a.tokens.total(),
+                cost_usd: a.cost_usd,
+                ..Default::default()
+            });
+        }
     }
     let ctx = Arc::new(RunCtx {
         _lock: lock,
@@ -394,6 +423,22 @@ pub(crate) async fn resume_run(
         session,
     });
     drive(ctx, state, lanes, ui).await
+}
+
+/// Attempts read from a stage's action log, priced by the session's model.
+fn priced(attempts: Vec<crate::runlog::Attempt>, session: &Session) -> Vec<crate::runlog::Attempt> {
+    attempts
+        .into_iter()
+        .map(|mut a| {
+            a.cost_usd = session.model.cost_usd(&crate::llm::Usage {
+                prompt_tokens: a.tokens.prompt,
+                completion_tokens: a.tokens.completion,
+                total_tokens: a.tokens.total(),
+                ..Default::default()
+            });
+            a
+        })
+        .collect()
 }
 
 /// Rolls a run back to `stage`: the final branch moves to that stage's
@@ -440,39 +485,195 @@ pub(crate) async fn rollback_run(
     Ok(rolled)
 }
 
+/// Stage records by id: the scheduler's O(1) way into the run state, whose
+/// records are made from the frozen plan and never added or removed. It
+/// remembers which records were handed out for change since the last state
+/// write, so a write re-serialises only those (see [`StateWriter`]).
+struct Index {
+    by_id: HashMap<String, usize>,
+    dirty: std::sync::Mutex<Vec<usize>>,
+    writer: std::sync::Mutex<StateWriter>,
+}
+
+impl Index {
+    fn of(state: &RunState) -> Index {
+        Index {
+            by_id: state
+                .stages
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.id.clone(), i))
+                .collect(),
+            dirty: std::sync::Mutex::new(Vec::new()),
+            writer: std::sync::Mutex::new(StateWriter::default()),
+        }
+    }
+
+    fn status(&self, state: &RunState, id: &str) -> Option<StageStatus> {
+        self.by_id.get(id).map(|&i| state.stages[i].status)
+    }
+
+    /// The record of a planned stage, marked as changed. Invariant: the run
+    /// state's stage records are made from the frozen plan, so every stage
+    /// id the scheduler holds has one.
+    #[allow(clippy::expect_used)]
+    fn rec<'a>(&self, state: &'a mut RunState, id: &str) -> &'a mut StageRecord {
+        let i = *self.by_id.get(id).expect("stage records mirror the plan");
+        self.dirty.lock().unwrap_or_else(|e| e.into_inner()).push(i);
+        &mut state.stages[i]
+    }
+
+    /// Writes the state; only records handed out by [`Index::rec`] since the
+    /// last write are serialised again.
+    fn write(&self, run_dir: &RunDir, state: &mut RunState) -> Result<(), RecordError> {
+        let dirty = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()));
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .write(run_dir, state, dirty)
+    }
+}
+
+/// What the scheduler learnt while it drove the stages.
+#[derive(Default)]
+struct Drove {
+    stopping: bool,
+    interrupted: bool,
+    model_failed: bool,
+    internal_failed: bool,
+    last_summary: String,
+}
+
 /// The scheduler: starts stages whose dependencies are done, up to
-/// `max_parallel` at once, and applies their results as they arrive.
+/// `max_parallel` at once, and applies their results as they arrive. Any
+/// error after the run started marks the stages that were running `failed`
+/// and the run `failed` before it is returned (if the state can still be
+/// written; if not, the dead lock tells the next command).
 async fn drive(
     ctx: Arc<RunCtx>,
     mut state: RunState,
     lanes: Arc<Lanes>,
     ui: &Ui,
 ) -> Result<RunSummary, RunError> {
+    let index = Index::of(&state);
+    let mut drove = Drove::default();
+    let mut pr = None;
+    let result = async {
+        drive_stages(&ctx, &mut state, &index, &lanes, ui, &mut drove).await?;
+        let any_failed = state
+            .stages
+            .iter()
+            .any(|s| matches!(s.status, StageStatus::Failed | StageStatus::Blocked));
+        state.status = if drove.interrupted {
+            RunStatus::Interrupted
+        } else if any_failed || drove.stopping {
+            RunStatus::Failed
+        } else {
+            crate::killpoint::reached("run-finishing");
+            match finish_run(&ctx, &mut state).await? {
+                Ok(text) => {
+                    pr = Some(text);
+                    lanes.remove_all().await?;
+                    crate::killpoint::reached("lanes-removed");
+                    RunStatus::Succeeded
+                }
+                Err(reason) => {
+                    ui.line(&format!("orch: {reason}"));
+                    RunStatus::Failed
+                }
+            }
+        };
+        state.updated = now();
+        ctx.run_dir.write_state(&state)?;
+        Ok::<(), RunError>(())
+    }
+    .await;
+    if let Err(e) = result {
+        fail_on_error(&ctx, &mut state, &e);
+        return Err(e);
+    }
+    ui.run_finished(&state);
+    Ok(RunSummary {
+        state,
+        record_dir: ctx.run_dir.root.clone(),
+        pr,
+        model_failed: drove.model_failed,
+        internal_failed: drove.internal_failed,
+        last_summary: drove.last_summary,
+    })
+}
+
+/// Marks the stages that were running `failed` (keeping the tokens their
+/// action logs show) and the run `failed`, because of `e`; best effort: when
+/// the state cannot be written, the dead run lock says the run is over.
+fn fail_on_error(ctx: &RunCtx, state: &mut RunState, e: &RunError) {
+    let why = format!("orch stopped on an error: failed to {e}");
+    for rec in &mut state.stages {
+        if rec.status == StageStatus::Running {
+            rec.status = StageStatus::Failed;
+            keep_logged_use(&ctx.run_dir, rec);
+            rec.reason = Some(why.clone());
+        }
+    }
+    state.status = RunStatus::Failed;
+    state.updated = now();
+    let _ = ctx.run_dir.write_state(state);
+}
+
+/// Fills a stage record that never got its outcome (interrupted, or ended
+/// by an error) with the turns and tokens its last attempt logged.
+fn keep_logged_use(run_dir: &RunDir, rec: &mut StageRecord) {
+    let log = run_dir
+        .root
+        .join("stages")
+        .join(&rec.id)
+        .join("actions.jsonl");
+    if let Some(last) = crate::runlog::attempts_from_log(&log).pop() {
+        rec.turns = last.turns;
+        rec.tokens = last.tokens;
+    }
+}
+
+/// The scheduling loop, up to the moment no stage runs and none can start.
+async fn drive_stages(
+    ctx: &Arc<RunCtx>,
+    state: &mut RunState,
+    index: &Index,
+    lanes: &Arc<Lanes>,
+    ui: &Ui,
+    drove: &mut Drove,
+) -> Result<(), RunError> {
     let mut running: JoinSet<StageDone> = JoinSet::new();
-    let mut stopping = false;
-    let mut interrupted = false;
-    let mut model_failed = false;
-    let mut internal_failed = false;
-    let mut last_summary = String::new();
     let max_parallel = ctx.session.max_parallel.max(1);
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    // SIGTERM (a supervisor, `timeout`, `kill`) interrupts like Ctrl-C.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let terminated = async move {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(terminated);
 
     loop {
-        if !stopping {
+        if !drove.stopping {
             let failed_now =
-                schedule(&ctx, &mut state, &lanes, &mut running, max_parallel, ui).await?;
-            stopping |= failed_now;
+                schedule(ctx, state, index, lanes, &mut running, max_parallel, ui).await?;
+            drove.stopping |= failed_now;
         }
         if running.is_empty() {
-            break;
+            return Ok(());
         }
-        tokio::select! {
+        let signal = tokio::select! {
             joined = running.join_next() => {
                 let Some(joined) = joined else { continue };
                 let done = joined.map_err(|e| RunError::Join(e.to_string()))?;
                 let out = done.result?;
-                let rec = planned(&mut state, &done.id);
+                let rec = index.rec(state, &done.id);
                 rec.status = if out.failure.is_some() { StageStatus::Failed } else { StageStatus::Succeeded };
                 rec.branch = Some(out.branch);
                 rec.commit = Some(out.commit);
@@ -486,67 +687,40 @@ async fn drive(
                 rec.digest = out.digest;
                 rec.budget = Some(out.budget);
                 ui.stage_finished(rec);
-                model_failed |= out.model_failed;
-                internal_failed |= out.internal_failed;
-                last_summary = out.summary;
+                drove.model_failed |= out.model_failed;
+                drove.internal_failed |= out.internal_failed;
+                drove.last_summary = out.summary;
                 if out.failure.is_some() {
                     let stage = ctx.plan.pipeline.stage(&done.id);
                     if stage.is_none_or(|s| s.on_failure == OnFailure::Stop) {
-                        stopping = true;
+                        drove.stopping = true;
                     }
                 }
                 state.updated = now();
-                ctx.run_dir.write_state(&state)?;
+                index.write(&ctx.run_dir, state)?;
+                crate::killpoint::reached("stage-recorded");
+                continue;
             }
-            _ = &mut ctrl_c => {
-                interrupted = true;
-                ui.line("orch: interrupted; stopping the running stages (resume with `orch resume`)");
-                running.abort_all();
-                while running.join_next().await.is_some() {}
-                for rec in &mut state.stages {
-                    if rec.status == StageStatus::Running {
-                        rec.status = StageStatus::Pending;
-                        rec.reason = Some("interrupted; restarts from its start commit on resume".into());
-                    }
-                }
-                break;
+            _ = &mut ctrl_c => "interrupted",
+            _ = &mut terminated => "terminated (SIGTERM)",
+        };
+        drove.interrupted = true;
+        ui.line(&format!(
+            "orch: {signal}; stopping the running stages (resume with `orch resume`)"
+        ));
+        running.abort_all();
+        while running.join_next().await.is_some() {}
+        for rec in &mut state.stages {
+            if rec.status == StageStatus::Running {
+                rec.status = StageStatus::Pending;
+                keep_logged_use(&ctx.run_dir, rec);
+                rec.reason = Some(format!(
+                    "{signal}; restarts from its start commit on resume"
+                ));
             }
         }
+        return Ok(());
     }
-
-    let any_failed = state
-        .stages
-        .iter()
-        .any(|s| matches!(s.status, StageStatus::Failed | StageStatus::Blocked));
-    let mut pr = None;
-    state.status = if interrupted {
-        RunStatus::Interrupted
-    } else if any_failed || stopping {
-        RunStatus::Failed
-    } else {
-        match finish_run(&ctx, &mut state).await? {
-            Ok(text) => {
-                pr = Some(text);
-                lanes.remove_all().await?;
-                RunStatus::Succeeded
-            }
-            Err(reason) => {
-                ui.line(&format!("orch: {reason}"));
-                RunStatus::Failed
-            }
-        }
-    };
-    state.updated = now();
-    ctx.run_dir.write_state(&state)?;
-    ui.run_finished(&state);
-    Ok(RunSummary {
-        state,
-        record_dir: ctx.run_dir.root.clone(),
-        pr,
-        model_failed,
-        internal_failed,
-        last_summary,
-    })
 }
 
 /// Starts every stage that is ready, marks skipped and blocked ones.
@@ -555,6 +729,7 @@ async fn drive(
 async fn schedule(
     ctx: &Arc<RunCtx>,
     state: &mut RunState,
+    index: &Index,
     lanes: &Arc<Lanes>,
     running: &mut JoinSet<StageDone>,
     max_parallel: usize,
@@ -568,13 +743,13 @@ async fn schedule(
                 return Ok(stop);
             }
             let id = stage.id.as_str();
-            if state.stage(id).map(|r| r.status) != Some(StageStatus::Pending) {
+            if index.status(state, id) != Some(StageStatus::Pending) {
                 continue;
             }
             let needs: Vec<StageStatus> = stage
                 .needs
                 .iter()
-                .filter_map(|n| state.stage(n.as_str()).map(|r| r.status))
+                .filter_map(|n| index.status(state, n.as_str()))
                 .collect();
             if needs.iter().any(|s| {
                 matches!(
@@ -587,12 +762,13 @@ async fn schedule(
             progressed = true;
             if let Some(bad) = stage.needs.iter().find(|n| {
                 matches!(
-                    state.stage(n.as_str()).map(|r| r.status),
+                    index.status(state, n.as_str()),
                     Some(StageStatus::Failed | StageStatus::Blocked)
                 )
             }) {
                 set_not_run(
                     state,
+                    index,
                     id,
                     StageStatus::Blocked,
                     format!("upstream stage `{bad}` did not succeed"),
@@ -601,13 +777,13 @@ async fn schedule(
                 continue;
             }
             if let Some(reason) = skip_reason(stage, state) {
-                set_not_run(state, id, StageStatus::Skipped, reason, ui);
+                set_not_run(state, index, id, StageStatus::Skipped, reason, ui);
                 continue;
             }
             let start = match start_commit(ctx, stage, state).await? {
                 Ok(sha) => sha,
                 Err(conflict) => {
-                    let rec = planned(state, id);
+                    let rec = index.rec(state, id);
                     rec.status = StageStatus::Failed;
                     rec.reason = Some(conflict);
                     ui.stage_finished(rec);
@@ -627,12 +803,12 @@ async fn schedule(
                 })?
                 .clone();
             let upstream = handoff(ctx, stage, state).await?;
-            let rec = planned(state, id);
+            let rec = index.rec(state, id);
             rec.status = StageStatus::Running;
             rec.parent_commit = Some(start.clone());
             rec.reason = None;
             state.updated = now();
-            ctx.run_dir.write_state(state)?;
+            index.write(&ctx.run_dir, state)?;
             ui.stage_started(id, &role.name);
             let (ctx2, stage2, ui_id) = (Arc::clone(ctx), stage.clone(), id.to_owned());
             let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));
@@ -662,15 +838,15 @@ async fn schedule(
     }
 }
 
-/// The record of a planned stage. Invariant: the run state's stage records
-/// are made from the frozen plan, so every stage id the scheduler holds has one.
-#[allow(clippy::expect_used)]
-fn planned<'a>(state: &'a mut RunState, id: &str) -> &'a mut crate::runlog::StageRecord {
-    state.stage_mut(id).expect("stage records mirror the plan")
-}
-
-fn set_not_run(state: &mut RunState, id: &str, status: StageStatus, reason: String, ui: &Ui) {
-    let rec = planned(state, id);
+fn set_not_run(
+    state: &mut RunState,
+    index: &Index,
+    id: &str,
+    status: StageStatus,
+    reason: String,
+    ui: &Ui,
+) {
+    let rec = index.rec(state, id);
     rec.status = status;
     rec.reason = Some(reason);
     ui.stage_skipped(rec);

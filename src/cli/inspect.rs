@@ -123,7 +123,9 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
             continue;
         };
         match dir.read_state() {
-            Ok(s) => rows.push(s),
+            // A `running` run whose lock no live process holds is shown as
+            // the interrupted run it is.
+            Ok(s) => rows.push(runlog::as_shown(&dir, s)),
             Err(e) => crate::ui::status_line(&format!("warning: failed to {e}")),
         }
     }
@@ -180,6 +182,7 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
 /// `orch show`.
 pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     let (_, root, state) = open(&args.repo, &args.run)?;
+    let state = runlog::as_shown(&runlog::RunDir { root: root.clone() }, state);
     let mut out = Out::stdout();
     if args.json {
         writeln!(
@@ -240,6 +243,24 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
         if let Some(r) = &st.reason {
             o.push_str(&format!("            ↳ {r}\n"));
         }
+        for (n, a) in st.attempts.iter().enumerate() {
+            o.push_str(&format!(
+                "            ↳ attempt {} ({}): {}, {} tokens, cost {}\n",
+                n + 1,
+                a.status,
+                plural(u64::from(a.turns), "turn", "turns"),
+                a.tokens.total(),
+                a.cost_usd.map_or("unknown".to_owned(), usd),
+            ));
+        }
+        if !st.attempts.is_empty() && st.turns > 0 {
+            o.push_str(&format!(
+                "            ↳ attempt {} (this one): {}, {} tokens\n",
+                st.attempts.len() + 1,
+                plural(u64::from(st.turns), "turn", "turns"),
+                st.tokens.total(),
+            ));
+        }
     }
     let tree = crate::subagent::agent_tree(root);
     if !tree.is_empty() {
@@ -250,6 +271,16 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     }
     o.push_str(&format!("\nrecord: {}\n", root.display()));
     o
+}
+
+/// `n` with the singular or plural noun: `1 turn`, `2 turns`.
+pub(super) fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Dollars to four places, never `-0.0000` (a float sum of nothing is -0.0).
+pub(super) fn usd(v: f64) -> String {
+    format!("${:.4}", v + 0.0)
 }
 
 fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
@@ -455,5 +486,21 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
             "{t} {other} {}",
             crate::text::cap_bytes(&ev.to_string(), 160)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_singular_or_plural_and_costs_never_negative_zero() {
+        assert_eq!(plural(1, "error", "errors"), "1 error");
+        assert_eq!(plural(0, "error", "errors"), "0 errors");
+        assert_eq!(plural(2, "turn", "turns"), "2 turns");
+        let nothing: f64 = std::iter::empty::<f64>().sum();
+        assert_eq!(usd(nothing), "$0.0000");
+        assert_eq!(usd(-0.0), "$0.0000");
+        assert_eq!(usd(0.01234), "$0.0123");
     }
 }

@@ -40,14 +40,24 @@ pub(super) fn open(repo: &Path, run: &str) -> Result<(PathBuf, PathBuf, RunState
 /// The run's cost: the sum over stages that ran, "unknown" when any of
 /// them ran on a model without a known price.
 pub(super) fn run_cost(s: &RunState) -> String {
-    run_cost_usd(s).map_or("unknown".to_owned(), |usd| format!("${usd:.4}"))
+    run_cost_usd(s).map_or("unknown".to_owned(), super::inspect::usd)
 }
 
-/// The run's cost in USD, `None` when unknown.
+/// The run's cost in USD (earlier attempts included), `None` when unknown.
+/// Never `-0.0`: the float sum of nothing is negative zero.
 pub(super) fn run_cost_usd(s: &RunState) -> Option<f64> {
-    s.stages
+    let stages: Option<f64> = s
+        .stages
         .iter()
         .filter(|st| st.turns > 0)
         .map(|st| st.budget.as_ref().and_then(|b| b.used.cost_usd))
-        .sum()
+        .sum();
+    let attempts: Option<f64> = s
+        .stages
+        .iter()
+        .flat_map(|st| &st.attempts)
+        .filter(|a| a.turns > 0)
+        .map(|a| a.cost_usd)
+        .sum();
+    Some(stages? + attempts? + 0.0)
 }

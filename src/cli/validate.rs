@@ -70,7 +70,11 @@ fn print_catalog(catalog: &Catalog, errors: usize) -> Result<(), CliError> {
             roles.len()
         )?;
     } else {
-        writeln!(out, "{errors} errors")?;
+        writeln!(
+            out,
+            "{}",
+            super::inspect::plural(errors as u64, "error", "errors")
+        )?;
     }
     out.finish()
 }

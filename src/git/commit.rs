@@ -47,6 +47,7 @@ pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<St
     let oid = repo
         .commit(None, &sig, &sig, &message, &tree, &[&parent])
         .map_err(git_err(format!("commit in {at}")))?;
+    crate::killpoint::reached("stage-committed");
 
     let head = repo
         .find_reference("HEAD")
@@ -54,6 +55,9 @@ pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<St
     match head.symbolic_target_bytes() {
         Some(branch) => {
             let branch = String::from_utf8_lossy(branch).into_owned();
+            // Ref writes are serialised across threads and processes (see
+            // `set_branch`).
+            let _admin = super::admin_lock(repo.commondir(), true)?;
             repo.reference(&branch, oid, true, "orch: commit stage")
                 .map_err(git_err(format!("move `{branch}` to {oid}")))?;
         }

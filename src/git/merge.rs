@@ -97,6 +97,7 @@ pub fn merge_commits(
 
 /// Renames `refs/heads/<from>` to `<to>` (refusing to overwrite `to`).
 pub fn rename_branch(common_dir: &Path, from: &str, to: &str) -> Result<(), GitError> {
+    let _admin = super::admin_lock(common_dir, true)?;
     let repo = open_at(common_dir)?;
     let mut branch = repo
         .find_branch(from, git2::BranchType::Local)
@@ -109,6 +110,7 @@ pub fn rename_branch(common_dir: &Path, from: &str, to: &str) -> Result<(), GitE
 
 /// Deletes `refs/heads/<branch>` if it exists.
 pub fn delete_branch(common_dir: &Path, branch: &str) -> Result<(), GitError> {
+    let _admin = super::admin_lock(common_dir, true)?;
     let repo = open_at(common_dir)?;
     match repo.find_branch(branch, git2::BranchType::Local) {
         Ok(mut b) => b

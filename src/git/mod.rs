@@ -30,7 +30,10 @@ use git2::{ErrorCode, Oid, Repository};
 pub use commit::commit_all;
 pub use diff::{Diff, DiffStat, FileStat, diff};
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
-pub use worktree::{create_worktree, remove_worktree, reset_worktree};
+pub use worktree::{
+    AdminLock, admin_lock, admin_lock_path, create_worktree, prune_broken_lanes,
+    remove_stale_ref_locks, remove_worktree, reset_worktree,
+};
 
 /// An error of the git layer; its message reads after "failed to …".
 #[derive(Debug, thiserror::Error)]
@@ -48,14 +51,14 @@ pub enum GitError {
     #[error("use the repository at {}: it has no commits yet; commit something first", .path.display())]
     NoCommits { path: PathBuf },
     /// libgit2 could not open the repository.
-    #[error("open the git repository at {}: {}", .path.display(), .source.message())]
+    #[error("open the git repository at {}: {}", .path.display(), describe(.source))]
     Open {
         path: PathBuf,
         #[source]
         source: git2::Error,
     },
     /// A revision does not name a commit.
-    #[error("resolve `{rev}` to a commit: {}", .source.message())]
+    #[error("resolve `{rev}` to a commit: {}", describe(.source))]
     Resolve {
         rev: String,
         #[source]
@@ -96,7 +99,7 @@ pub enum GitError {
         reason: String,
     },
     /// Any other libgit2 failure; `op` names what and where.
-    #[error("{op}: {}", .source.message())]
+    #[error("{op}: {}", describe(.source))]
     Git {
         op: String,
         #[source]
@@ -110,6 +113,28 @@ pub enum GitError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The whole of a libgit2 error: its message, completed with its class and
+/// code when the message alone does not say what went wrong (libgit2 ends
+/// some messages with a bare `:` when the OS gave no reason), and with what a
+/// lock conflict means.
+pub(crate) fn describe(e: &git2::Error) -> String {
+    let msg = e.message().trim().trim_end_matches(':').trim_end();
+    let msg = if msg.is_empty() {
+        "libgit2 gave no message"
+    } else {
+        msg
+    };
+    if e.code() == ErrorCode::Locked {
+        return format!(
+            "{msg} (the lock file exists: another git process is updating it, or one was killed mid-update and left it behind)"
+        );
+    }
+    if e.message().trim_end().ends_with(':') || e.message().trim().is_empty() {
+        return format!("{msg} (libgit2 {:?} error, code {:?})", e.class(), e.code());
+    }
+    msg.to_owned()
 }
 
 /// Wraps a libgit2 error with a description of the operation.
@@ -240,6 +265,13 @@ fn branch_ref(branch: &str) -> Result<String, GitError> {
 /// own) may be moved.
 pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitError> {
     let name = branch_ref(branch)?;
+    // Looking for the worktrees that have the branch checked out must not
+    // meet another process's half-made worktree; and libgit2's loose-ref
+    // writes race each other on the shared directories (two stages of one
+    // run setting `orch/<run>/a` and `orch/<run>/b` at once failed with
+    // "failed to make directory …: No such file or directory"), so ref
+    // updates are serialised too.
+    let _admin = admin_lock(common_dir, true)?;
     let repo = open_at(common_dir)?;
     let commit = find_commit(&repo, sha)?;
     if checked_out_by_user(&repo, &name) {
@@ -249,6 +281,7 @@ pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitE
     }
     repo.reference(&name, commit.id(), true, "orch: set branch")
         .map_err(git_err(format!("set branch `{branch}` to {sha}")))?;
+    crate::killpoint::reached("stage-branch-set");
     Ok(())
 }
 

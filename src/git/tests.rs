@@ -714,3 +714,69 @@ fn errors_read_after_failed_to() {
         "failed to create a worktree at /x/wt: the path already exists"
     );
 }
+
+// ------------------------------------------------------------ crash debris
+
+#[test]
+fn a_lock_conflict_is_reported_whole_and_a_run_heals_its_own_ref_locks() {
+    let repo = TestRepo::new();
+    let common = repo.git_dir();
+    let head = resolve_commit(&common, "HEAD").unwrap();
+    set_branch(&common, "orch-lanes/r1/1", &head).unwrap();
+    set_branch(&common, "orch-lanes/r2/1", &head).unwrap();
+    let ours = common.join("refs/heads/orch-lanes/r1/1.lock");
+    let theirs = common.join("refs/heads/orch-lanes/r2/1.lock");
+    fs::write(&ours, "").unwrap();
+    fs::write(&theirs, "").unwrap();
+    let err = delete_branch(&common, "orch-lanes/r1/1")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !err.trim_end().ends_with(':') && err.contains("the lock file exists"),
+        "{err}"
+    );
+    let removed =
+        remove_stale_ref_locks(&common, &["orch/r1".into(), "orch-lanes/r1".into()]).unwrap();
+    assert_eq!(removed, vec![ours.clone()]);
+    assert!(theirs.is_file(), "another run's lock is not ours to remove");
+    delete_branch(&common, "orch-lanes/r1/1").unwrap();
+}
+
+#[test]
+fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
+    let repo = TestRepo::new();
+    let common = repo.git_dir();
+    let head = resolve_commit(&common, "HEAD").unwrap();
+    // A healthy lane of run r1, and a half-made one (no `gitdir`).
+    let lane = common.join("orch/worktrees/r1/lane-1");
+    create_worktree(&common, "orch-r1-1", &lane, "orch-lanes/r1/1", &head).unwrap();
+    // A lane whose worktree directory is gone.
+    let gone = common.join("orch/worktrees/r1/lane-2");
+    create_worktree(&common, "orch-r1-2", &gone, "orch-lanes/r1/2", &head).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
+    let half = common.join("worktrees/orch-r1-3");
+    fs::create_dir_all(&half).unwrap();
+    fs::write(half.join("HEAD"), "ref: refs/heads/orch-lanes/r1/3\n").unwrap();
+    // Another run's and the user's broken admin dirs.
+    for other in ["orch-r10-1", "orch-r1-x", "mine"] {
+        let d = common.join("worktrees").join(other);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("HEAD"), "ref: refs/heads/x\n").unwrap();
+    }
+
+    let mut pruned = prune_broken_lanes(&common, "r1").unwrap();
+    pruned.sort();
+    assert_eq!(pruned, vec!["orch-r1-2", "orch-r1-3"]);
+    assert!(common.join("worktrees/orch-r1-1/gitdir").is_file());
+    for other in ["orch-r10-1", "orch-r1-x", "mine"] {
+        assert!(common.join("worktrees").join(other).is_dir(), "{other}");
+    }
+    // With the debris gone, branches can be deleted and worktrees added
+    // again (once the others' debris is gone too: libgit2 sees any admin dir
+    // without `gitdir` as having every branch checked out).
+    for other in ["orch-r10-1", "orch-r1-x", "mine"] {
+        fs::remove_dir_all(common.join("worktrees").join(other)).unwrap();
+    }
+    delete_branch(&common, "orch-lanes/r1/2").unwrap();
+    create_worktree(&common, "orch-r1-2", &gone, "orch-lanes/r1/2", &head).unwrap();
+}

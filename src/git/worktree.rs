@@ -33,8 +33,11 @@ pub fn create_worktree(
     // as checked out (and both race to mkdir `.git/worktrees`). Adds within
     // this process are therefore serialized; checkouts of existing
     // worktrees (resets) still run in parallel.
+    // Other orch processes on the same repository take the repository's
+    // admin lock too ([`admin_lock`]).
     static ADDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _adding = ADDING.lock().unwrap_or_else(|e| e.into_inner());
+    let _admin = admin_lock(common_dir, true)?;
     if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
         return Err(GitError::InvalidWorktreeName {
             name: name.to_string(),
@@ -73,6 +76,7 @@ pub fn create_worktree(
             .branch(branch, &base, false)
             .map_err(git_err(format!("create branch `{branch}` at {base_sha}")))?;
         created_branch = true;
+        crate::killpoint::reached("lane-branch-created");
         let mut opts = WorktreeAddOptions::new();
         opts.reference(Some(new_branch.get()));
         repo.worktree(name, &path, Some(&opts))
@@ -80,6 +84,7 @@ pub fn create_worktree(
                 "add worktree `{name}` at {}",
                 path.display()
             )))?;
+        crate::killpoint::reached("worktree-added");
         Ok(())
     })();
     if result.is_err() {
@@ -178,6 +183,7 @@ fn remove_untracked(workdir: &Path, rel: &Path) -> Result<(), GitError> {
 /// Refuses when `path` is not where worktree `name` lives. Removing a worktree
 /// that is already gone is not an error.
 pub fn remove_worktree(common_dir: &Path, name: &str, path: &Path) -> Result<(), GitError> {
+    let _admin = admin_lock(common_dir, true)?;
     let repo = open_at(common_dir)?;
     let worktree = match repo.find_worktree(name) {
         Ok(worktree) => worktree,
@@ -227,6 +233,146 @@ pub fn remove_worktree(common_dir: &Path, name: &str, path: &Path) -> Result<(),
             .map_err(io_err("remove the worktree admin directory", &admin))?;
     }
     Ok(())
+}
+
+/// The file whose lock serialises worktree admin-dir changes across
+/// processes: `<common>/orch/worktree-admin-lock` (no `.lock` suffix: git
+/// tools treat `*.lock` files as debris).
+pub fn admin_lock_path(common_dir: &Path) -> PathBuf {
+    common_dir.join("orch").join("worktree-admin-lock")
+}
+
+/// A held repository admin lock; released on drop (and by the kernel when the
+/// process dies, also on `kill -9`).
+#[derive(Debug)]
+pub struct AdminLock {
+    _file: fs::File,
+}
+
+/// Takes the repository's admin lock, waiting for it. Held exclusively
+/// around the creation and removal of worktrees (while libgit2 adds a
+/// worktree, its half-made admin dir makes every other process see every
+/// branch as checked out) and around every branch write, deletion and rename
+/// (libgit2 refuses those while such an admin dir exists, and its loose-ref
+/// writes race each other on shared directories). `exclusive: false` takes
+/// a shared lock, for readers that only need no admin dir to be half-made.
+pub fn admin_lock(common_dir: &Path, exclusive: bool) -> Result<AdminLock, GitError> {
+    use std::os::fd::AsRawFd;
+    let path = admin_lock_path(common_dir);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
+    }
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err("open the worktree admin lock", &path))?;
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
+    loop {
+        // SAFETY: flock on a descriptor `file` owns; no memory is shared.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(AdminLock { _file: file });
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(io_err("lock the worktree admin lock", &path)(err));
+        }
+    }
+}
+
+/// Whether `name` is the admin name of a lane of run `run`: `orch-<run>-<k>`.
+fn is_lane_name(name: &str, run: &str) -> bool {
+    name.strip_prefix("orch-")
+        .and_then(|n| n.strip_prefix(run))
+        .and_then(|n| n.strip_prefix('-'))
+        .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Removes the admin dirs of run `run`'s lanes (`worktrees/orch-<run>-<k>`)
+/// that a kill left broken: no `gitdir`, `commondir` or `HEAD` file (killed
+/// mid-`worktree add`), a `gitdir` naming a worktree that is gone, or
+/// anything else libgit2 cannot open and validate. Other runs' and the user's
+/// worktrees are never touched. Returns the names removed.
+pub fn prune_broken_lanes(common_dir: &Path, run: &str) -> Result<Vec<String>, GitError> {
+    let _admin = admin_lock(common_dir, true)?;
+    let dir = common_dir.join("worktrees");
+    let mut pruned = Vec::new();
+    let repo = open_at(common_dir).ok();
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(pruned);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !is_lane_name(&name, run) {
+            continue;
+        }
+        let admin = entry.path();
+        let broken = match fs::read_to_string(admin.join("gitdir")) {
+            Err(_) => true,
+            // `gitdir` holds `<worktree>/.git`.
+            Ok(text) => !Path::new(text.trim()).exists(),
+        } || !admin.join("commondir").is_file()
+            || !admin.join("HEAD").is_file()
+            // Whatever else a kill mid-`worktree add` can leave half-written:
+            // what libgit2 cannot open or validate is broken too.
+            || repo
+                .as_ref()
+                .is_some_and(|r| r.find_worktree(&name).and_then(|w| w.validate()).is_err());
+        if broken {
+            fs::remove_dir_all(&admin)
+                .map_err(io_err("remove the broken worktree admin directory", &admin))?;
+            pruned.push(name);
+        }
+    }
+    Ok(pruned)
+}
+
+/// Removes lock files (`*.lock`) a killed git update left under
+/// `refs/heads/<prefix>` for each prefix (e.g. `orch/<run>` and
+/// `orch-lanes/<run>`). Only call it while holding the run's lock: a lock file
+/// there then belongs to a dead process. Returns the files removed.
+pub fn remove_stale_ref_locks(
+    common_dir: &Path,
+    prefixes: &[String],
+) -> Result<Vec<PathBuf>, GitError> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), GitError> {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                walk(&path, out)?;
+            } else if path.extension().is_some_and(|e| e == "lock") {
+                fs::remove_file(&path).map_err(io_err("remove the stale ref lock", &path))?;
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut removed = Vec::new();
+    for prefix in prefixes {
+        let dir = common_dir.join("refs").join("heads").join(prefix);
+        // `refs/heads/orch-lanes/<run>.lock` sits next to the directory.
+        let beside = dir.with_extension(match dir.extension() {
+            Some(e) => format!("{}.lock", e.to_string_lossy()),
+            None => "lock".to_owned(),
+        });
+        if beside.is_file() {
+            fs::remove_file(&beside).map_err(io_err("remove the stale ref lock", &beside))?;
+            removed.push(beside);
+        }
+        walk(&dir, &mut removed)?;
+    }
+    Ok(removed)
 }
 
 /// A path from libgit2 (raw bytes, `/`-separated) as a native path.

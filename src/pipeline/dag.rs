@@ -61,6 +61,16 @@ pub(super) fn plan(
     let nodes: Vec<NodeIndex> = (0..written.len()).map(|i| graph.add_node(i)).collect();
 
     for (i, (id, stage)) in written.iter().enumerate() {
+        if id.value.len() > MAX_STAGE_ID_BYTES {
+            return Err(err(
+                &id.referenced,
+                format!(
+                    "stage id \"{}\" is {} bytes long; the limit is {MAX_STAGE_ID_BYTES} bytes (a stage id names a branch component and a directory)",
+                    id.value,
+                    id.value.len()
+                ),
+            ));
+        }
         if !is_valid_stage_id(&id.value) {
             return Err(err(
                 &id.referenced,
@@ -337,6 +347,7 @@ fn check_rework(
 fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]) -> Vec<Stage> {
     let stage_id = |i: usize| StageId(written[i].0.value.clone());
     let round_id = |i: usize, k: u32| StageId(format!("{}.r{k}", written[i].0.value));
+    let positions = positions(written);
 
     let mut stages: Vec<Stage> = written
         .iter()
@@ -382,7 +393,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
         let last_review = round_id(lp.review, lp.rounds + 1);
         // Outside the loop, whoever waited for the review waits for its last round.
         for stage in &mut stages {
-            if lp.body.contains(&stage_index(written, &stage.base_id)) {
+            if lp.body.contains(&stage_index(&positions, &stage.base_id)) {
                 continue;
             }
             for need in &mut stage.needs {
@@ -402,7 +413,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                         .needs
                         .iter()
                         .map(|need| {
-                            let j = stage_index(written, need);
+                            let j = stage_index(&positions, need);
                             if lp.body.contains(&j) {
                                 round_id(j, k)
                             } else {
@@ -434,13 +445,25 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
     stages
 }
 
+/// The longest stage id, in bytes: ids name a branch component
+/// (`orch/<run>/<id>`, with `.rN` and `.vN` suffixes) and the directory of
+/// the stage's record, both of which the file system caps at 255 bytes.
+pub(crate) const MAX_STAGE_ID_BYTES: usize = 100;
+
 /// The file index of a stage as written; `usize::MAX` for none (only reached
 /// for ids that are not written stages, which no loop body contains).
-fn stage_index(written: &[(serde_saphyr::Spanned<String>, StageSpec)], id: &StageId) -> usize {
+fn stage_index(positions: &HashMap<&str, usize>, id: &StageId) -> usize {
+    positions.get(id.0.as_str()).copied().unwrap_or(usize::MAX)
+}
+
+/// The file index of every stage as written, so finding one is O(1) (a
+/// scan per stage made planning quadratic in the number of stages).
+fn positions(written: &[(serde_saphyr::Spanned<String>, StageSpec)]) -> HashMap<&str, usize> {
     written
         .iter()
-        .position(|(written_id, _)| written_id.value == id.0)
-        .unwrap_or(usize::MAX)
+        .enumerate()
+        .map(|(i, (id, _))| (id.value.as_str(), i))
+        .collect()
 }
 
 /// Tie-breaking key of a stage in the plan: (anchor file index, round, own file index).
@@ -453,8 +476,9 @@ fn topological_order(
     written: &[(serde_saphyr::Spanned<String>, StageSpec)],
     loops: &[Loop],
 ) -> Option<Vec<Stage>> {
+    let positions = positions(written);
     let key = |stage: &Stage| -> OrderKey {
-        let own = stage_index(written, &stage.base_id);
+        let own = stage_index(&positions, &stage.base_id);
         if stage.round == 1 {
             return (own, 0, own);
         }

@@ -1,7 +1,12 @@
 //! The run lock: one process at a time may drive or change a run. The
-//! running process holds an exclusive `flock` on `<run>/lock` for as long as
-//! it works on the run; the kernel drops it when the process exits, also on
-//! `kill -9`, so a dead run never stays locked.
+//! running process holds an exclusive open-file-description lock
+//! (`F_OFD_SETLK`) on `<run>/lock` for as long as it works on the run; the
+//! kernel drops it when the process exits, also on `kill -9`, so a dead run
+//! never stays locked.
+//!
+//! OFD locks rather than `flock`: [`lock_holder`] can ask whether a live
+//! process holds the lock (`F_OFD_GETLK`) without taking it, so `orch runs`
+//! looking at a run never makes a `resume` starting at that moment fail.
 
 use super::RecordError;
 use std::fs::File;
@@ -13,6 +18,41 @@ use std::path::Path;
 #[derive(Debug)]
 pub(crate) struct RunLock {
     _file: File,
+}
+
+/// Whether a live process holds a lock file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockHolder {
+    /// A live process holds it: the run is being worked on.
+    Live,
+    /// Nobody holds it (or it does not exist): whatever state the run
+    /// claims, no process is driving it.
+    Free,
+}
+
+fn whole_file(kind: libc::c_short) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 0;
+    fl
+}
+
+/// Takes an exclusive OFD lock on `file` without waiting; false when held.
+fn try_lock(file: &File) -> std::io::Result<bool> {
+    let mut fl = whole_file(libc::F_WRLCK as libc::c_short);
+    // SAFETY: fcntl on a descriptor `file` owns, with a valid `flock` struct.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+        _ => Err(err),
+    }
 }
 
 /// Takes the lock of the run at `run_root`, or says which process holds it.
@@ -29,9 +69,7 @@ pub(crate) fn lock_run(run_root: &Path, run_id: &str) -> Result<RunLock, RecordE
         .write(true)
         .open(&path)
         .map_err(io)?;
-    // SAFETY: flock on a file descriptor this function owns; no memory is shared.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    if !try_lock(&file).map_err(io)? {
         let mut holder = String::new();
         let _ = file.read_to_string(&mut holder);
         return Err(RecordError::Locked {
@@ -45,6 +83,24 @@ pub(crate) fn lock_run(run_root: &Path, run_id: &str) -> Result<RunLock, RecordE
     Ok(RunLock { _file: file })
 }
 
+/// Whether a live process holds the lock of the run at `run_root`, asked
+/// without taking it. A lock file that cannot be opened is free: no process
+/// can hold what does not exist.
+pub(crate) fn lock_holder(run_root: &Path) -> LockHolder {
+    let Ok(file) = File::open(run_root.join("lock")) else {
+        return LockHolder::Free;
+    };
+    let mut fl = whole_file(libc::F_WRLCK as libc::c_short);
+    // SAFETY: fcntl on a descriptor `file` owns, with a valid `flock` struct.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+    if rc == 0 && fl.l_type == libc::F_UNLCK as libc::c_short {
+        LockHolder::Free
+    } else {
+        // An error asking is treated as held: never call a live run dead.
+        LockHolder::Live
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,13 +108,19 @@ mod tests {
     #[test]
     fn a_second_lock_is_refused_until_the_first_is_dropped() {
         let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(lock_holder(tmp.path()), LockHolder::Free);
         let first = lock_run(tmp.path(), "r1").unwrap();
+        assert_eq!(lock_holder(tmp.path()), LockHolder::Live);
         let err = lock_run(tmp.path(), "r1").unwrap_err().to_string();
         assert!(
             err.contains("r1") && err.contains(&std::process::id().to_string()),
             "{err}"
         );
+        // Asking does not take it.
+        assert_eq!(lock_holder(tmp.path()), LockHolder::Live);
         drop(first);
-        lock_run(tmp.path(), "r1").unwrap();
+        assert_eq!(lock_holder(tmp.path()), LockHolder::Free);
+        let _again = lock_run(tmp.path(), "r1").unwrap();
+        assert_eq!(lock_holder(tmp.path()), LockHolder::Live);
     }
 }

@@ -18,13 +18,15 @@
 
 mod actions;
 mod lock;
+mod recover;
 mod state;
 
 pub(crate) use actions::{ActionLog, redact};
 pub(crate) use lock::{RunLock, lock_run};
+pub(crate) use recover::{as_shown, attempts_from_log, sweep_dead_starts};
 pub(crate) use state::{
-    DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, StageRecord, StageStatus,
-    TokenCount,
+    Attempt, DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, StageRecord,
+    StageStatus, TokenCount,
 };
 
 use crate::ids::RunId;
@@ -213,6 +215,82 @@ impl RunDir {
     }
 }
 
+/// Writes `state.json` for one scheduler, re-serialising only the stage
+/// records that changed since its last write: a long pipeline's state is
+/// mostly stages that are done or not started, and serialising all of them
+/// at every stage boundary made each boundary cost O(stages). The bytes are
+/// exactly those of [`RunDir::write_state`] (the same pretty JSON).
+#[derive(Debug, Default)]
+pub(crate) struct StateWriter {
+    /// Each stage record's pretty JSON, indented for its place in the file.
+    cache: Vec<Option<Vec<u8>>>,
+}
+
+/// Where the header's empty stage list is, to splice the records into.
+const EMPTY_STAGES: &[u8] = b"\n  \"stages\": []";
+
+impl StateWriter {
+    /// Writes `state` atomically; `dirty` are the indexes of the stage
+    /// records changed since the last write (all of them the first time).
+    pub(crate) fn write(
+        &mut self,
+        dir: &RunDir,
+        state: &mut RunState,
+        dirty: impl IntoIterator<Item = usize>,
+    ) -> Result<(), RecordError> {
+        let corrupt = |e: serde_json::Error| RecordError::Corrupt {
+            path: dir.state_path(),
+            reason: e.to_string(),
+        };
+        if self.cache.len() != state.stages.len() {
+            self.cache = vec![None; state.stages.len()];
+        }
+        for i in dirty {
+            if let Some(slot) = self.cache.get_mut(i) {
+                *slot = None;
+            }
+        }
+        for (slot, rec) in self.cache.iter_mut().zip(&state.stages) {
+            if slot.is_none() {
+                let one = serde_json::to_vec_pretty(rec).map_err(corrupt)?;
+                let mut indented = Vec::with_capacity(one.len() + one.len() / 8);
+                for &b in &one {
+                    indented.push(b);
+                    // JSON strings hold no raw newlines: every one is layout.
+                    if b == b'\n' {
+                        indented.extend_from_slice(b"    ");
+                    }
+                }
+                *slot = Some(indented);
+            }
+        }
+        let stages = std::mem::take(&mut state.stages);
+        let header = serde_json::to_vec_pretty(&*state);
+        state.stages = stages;
+        let header = header.map_err(corrupt)?;
+        let Some(at) = header
+            .windows(EMPTY_STAGES.len())
+            .position(|w| w == EMPTY_STAGES)
+        else {
+            return dir.write_state(state);
+        };
+        let split = at + EMPTY_STAGES.len() - 1; // before the `]`
+        let body: usize = self.cache.iter().flatten().map(|c| c.len() + 6).sum();
+        let mut bytes = Vec::with_capacity(header.len() + body + 8);
+        bytes.extend_from_slice(&header[..split]);
+        for (i, rec) in self.cache.iter().flatten().enumerate() {
+            bytes.extend_from_slice(if i == 0 { b"\n    " } else { b",\n    " });
+            bytes.extend_from_slice(rec);
+        }
+        if !self.cache.is_empty() {
+            bytes.extend_from_slice(b"\n  ");
+        }
+        bytes.extend_from_slice(&header[split..]);
+        bytes.push(b'\n');
+        write_atomic(&dir.state_path(), &bytes)
+    }
+}
+
 /// Ids of the runs recorded in a repository, newest first.
 pub(crate) fn list_run_ids(common_dir: &Path) -> Vec<String> {
     let mut ids: Vec<String> = std::fs::read_dir(runs_dir(common_dir))
@@ -316,6 +394,38 @@ mod tests {
         assert!(err.to_string().contains("were all taken"), "{err}");
         assert!(RunDir::create(tmp.path(), first.as_str()).is_err());
         assert_eq!(std::fs::read_dir(runs_dir(tmp.path())).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn the_state_writer_writes_exactly_what_write_state_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::create(tmp.path(), "20260101-000000-abcd").unwrap();
+        let mut state = RunState::new_for_test("20260101-000000-abcd");
+        let mut writer = StateWriter::default();
+        let full = |state: &RunState| {
+            let mut b = serde_json::to_vec_pretty(state).unwrap();
+            b.push(b'\n');
+            b
+        };
+        writer.write(&dir, &mut state, []).unwrap();
+        assert_eq!(std::fs::read(dir.state_path()).unwrap(), full(&state));
+        for i in 0..3 {
+            state
+                .stages
+                .push(StageRecord::pending(&format!("s{i}"), "coder"));
+        }
+        state.stages[1].summary = Some("line one\nline \"two\"\n  \"stages\": []".into());
+        writer.write(&dir, &mut state, []).unwrap();
+        assert_eq!(std::fs::read(dir.state_path()).unwrap(), full(&state));
+        // A change is written once its index is named dirty.
+        state.stages[2].status = StageStatus::Succeeded;
+        state.status = RunStatus::Succeeded;
+        writer.write(&dir, &mut state, [2]).unwrap();
+        assert_eq!(std::fs::read(dir.state_path()).unwrap(), full(&state));
+        assert_eq!(
+            dir.read_state().unwrap().stages[2].status,
+            StageStatus::Succeeded
+        );
     }
 
     #[test]

@@ -12,6 +12,9 @@ pub(crate) const RUN_FORMAT: &str = "orch-run/1";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// The run record exists; lanes, refs and worktrees are being made (a
+    /// run killed now is listed and resumable like any other).
+    Starting,
     /// Stages are being run (or the process died while they were).
     Running,
     /// Every stage succeeded or was skipped.
@@ -63,6 +66,7 @@ impl RunStatus {
     /// The wire name (`succeeded`, …).
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Starting => "starting",
             RunStatus::Running => "running",
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
@@ -113,6 +117,11 @@ pub struct StageRecord {
     /// The stage's verify gate (absent when it has no `verify:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<crate::agent::verify::VerifyReport>,
+    /// Earlier attempts of this stage (interrupted, failed or rolled back
+    /// ones), oldest first, with what each used: the run's totals count
+    /// them too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
 }
 
 /// The sampling settings every request of a run carried, so `orch resume`
@@ -132,6 +141,21 @@ pub struct SamplingRecord {
     /// `tool_choice`; `null`: `auto` was sent with tools.
     #[serde(default)]
     pub tool_choice: Option<ToolChoice>,
+}
+
+/// One earlier attempt of a stage, as its action log tells it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// How it ended: `succeeded`, `failed` (it logged its end) or
+    /// `interrupted` (it never did: killed or stopped).
+    pub status: String,
+    /// Model turns it used.
+    pub turns: u32,
+    /// Tokens it used.
+    pub tokens: TokenCount,
+    /// What it cost, when the price is known.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
 }
 
 /// How many action-digest lines a stage record keeps.
@@ -157,6 +181,7 @@ impl StageRecord {
             budget: None,
             verdict_from_text: false,
             verify: None,
+            attempts: Vec::new(),
         }
     }
 }
@@ -216,11 +241,14 @@ impl RunState {
         self.stages.iter_mut().find(|s| s.id == id)
     }
 
-    /// Total tokens of all stages.
+    /// Total tokens of all stages, every attempt included.
     pub fn tokens(&self) -> TokenCount {
         let mut t = TokenCount::default();
         for s in &self.stages {
             t.add(s.tokens);
+            for a in &s.attempts {
+                t.add(a.tokens);
+            }
         }
         t
     }

@@ -13,7 +13,7 @@
 //! interrupted run keeps them for inspection, and `resume` clears them.
 
 use super::{RunError, blocking};
-use crate::git;
+use crate::git::{self, GitError};
 use crate::ids::RunId;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -174,10 +174,18 @@ impl Lanes {
 }
 
 /// Removes whatever lanes of `run_id` exist on disk or as branches (after a
-/// crash, or at the end of a successful run).
+/// crash, or at the end of a successful run), healing first what a kill
+/// left half-done: stale `*.lock` files under the run's own refs
+/// (`orch/<run>/…`, `orch-lanes/<run>/…`), admin dirs of the run's lanes
+/// that lack `gitdir` or whose worktree is gone, and lane directories no
+/// admin dir claims. Only call it while holding the run's lock (so whatever
+/// it finds belongs to a dead process); other runs' and the user's
+/// worktrees and refs are never touched.
 pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunError> {
     let (c, run) = (common.to_path_buf(), run_id.to_owned());
     blocking(move || {
+        git::remove_stale_ref_locks(&c, &[format!("orch/{run}"), format!("orch-lanes/{run}")])?;
+        git::prune_broken_lanes(&c, &run)?;
         let dir = lanes_dir(&c, &run);
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for entry in entries.flatten() {
@@ -185,7 +193,20 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
                 let Some(k) = file.to_str().and_then(|n| n.strip_prefix("lane-")) else {
                     continue;
                 };
-                git::remove_worktree(&c, &format!("orch-{run}-{k}"), &entry.path())?;
+                let name = format!("orch-{run}-{k}");
+                if c.join("worktrees").join(&name).exists() {
+                    git::remove_worktree(&c, &name, &entry.path())?;
+                } else {
+                    // A lane directory without an admin dir (a kill between
+                    // the checkout and the registration, or a pruned admin
+                    // dir): it lies inside the run's own lanes directory.
+                    let path = entry.path();
+                    std::fs::remove_dir_all(&path).map_err(|source| GitError::Io {
+                        op: "remove the orphaned lane directory",
+                        path,
+                        source,
+                    })?;
+                }
             }
         }
         // Admin entries whose directory is already gone.

@@ -1,0 +1,173 @@
+//! Reading a run as it really stands after a crash: a `running` (or
+//! `starting`) state whose lock no live process holds is an interrupted run;
+//! the tokens of an attempt that never reported its end are in its action
+//! log; a run directory killed before its first state write is debris.
+
+use super::lock::{LockHolder, lock_holder};
+use super::state::{Attempt, RunState, RunStatus, StageStatus, TokenCount};
+use super::{RunDir, runs_dir};
+use std::path::Path;
+
+/// The status to show for a run: what `state.json` says, except that a run
+/// claiming to be `starting` or `running` while no live process holds its
+/// lock was killed (or crashed) and is `interrupted`, and resumable.
+pub(crate) fn shown_status(dir: &RunDir, state: &RunState) -> RunStatus {
+    match state.status {
+        RunStatus::Starting | RunStatus::Running if lock_holder(&dir.root) == LockHolder::Free => {
+            RunStatus::Interrupted
+        }
+        s => s,
+    }
+}
+
+/// The run as it stands, for display: [`shown_status`], and when no live
+/// process drives it, its `running` stages are shown as interrupted (pending
+/// with a reason, as Ctrl-C leaves them) with the turns and tokens their last
+/// attempt logged.
+pub(crate) fn as_shown(dir: &RunDir, mut state: RunState) -> RunState {
+    let shown = shown_status(dir, &state);
+    if shown == state.status {
+        return state;
+    }
+    state.status = shown;
+    for rec in &mut state.stages {
+        if rec.status == StageStatus::Running {
+            let log = dir.root.join("stages").join(&rec.id).join("actions.jsonl");
+            if let Some(last) = attempts_from_log(&log).pop() {
+                rec.turns = last.turns;
+                rec.tokens = last.tokens;
+            }
+            rec.status = StageStatus::Pending;
+            rec.reason = Some(
+                "interrupted: no live orch process drives the run (killed or crashed); `orch resume` restarts it from its start commit"
+                    .into(),
+            );
+        }
+    }
+    state
+}
+
+/// The attempts recorded in a stage's action log, oldest first: each
+/// `stage_start` opens one; its `response` events give its turns and tokens;
+/// its `stage_end` (if any) its status. An attempt without a `stage_end` was
+/// interrupted. A torn last line (a kill mid-write) is skipped.
+pub(crate) fn attempts_from_log(path: &Path) -> Vec<Attempt> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Attempt> = Vec::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let kind = event["event"].as_str().unwrap_or_default();
+        if kind == "stage_start" {
+            out.push(Attempt {
+                status: "interrupted".into(),
+                ..Attempt::default()
+            });
+            continue;
+        }
+        let Some(current) = out.last_mut() else {
+            continue;
+        };
+        match kind {
+            "response" => {
+                current.turns += 1;
+                current.tokens.add(TokenCount {
+                    prompt: event["prompt_tokens"].as_u64().unwrap_or(0),
+                    completion: event["completion_tokens"].as_u64().unwrap_or(0),
+                });
+            }
+            "stage_end" => {
+                current.status = event["status"].as_str().unwrap_or("failed").to_owned();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Removes run directories that were killed before their first state write:
+/// no `state.json`, and a lock file no live process holds. Nothing else of
+/// such a run exists (lanes, refs and worktrees come after the state), so
+/// nothing is lost. A directory without a lock file may be a run being
+/// created this instant and is left alone, as is any directory younger than
+/// `min_age` (a run between its `mkdir` and its lock). Returns how many were
+/// removed.
+pub(crate) fn sweep_dead_starts(common_dir: &Path, min_age: std::time::Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(runs_dir(common_dir)) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let root = entry.path();
+        if root.join("state.json").exists() || !root.join("lock").is_file() {
+            continue;
+        }
+        let age = std::fs::metadata(&root)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        if age.is_none_or(|a| a < min_age) {
+            continue;
+        }
+        // Take the lock while removing, so a run starting under this id
+        // this instant (impossible with fresh ids, but cheap to rule out)
+        // is never removed under it.
+        let Ok(_held) = super::lock_run(&root, "") else {
+            continue;
+        };
+        if !root.join("state.json").exists() && std::fs::remove_dir_all(&root).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_are_split_at_stage_start_and_a_missing_end_is_an_interruption() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("actions.jsonl");
+        let lines = [
+            r#"{"event":"stage_start"}"#,
+            r#"{"event":"response","prompt_tokens":10,"completion_tokens":2}"#,
+            r#"{"event":"stage_end","status":"failed"}"#,
+            r#"{"event":"stage_start"}"#,
+            r#"{"event":"response","prompt_tokens":7,"completion_tokens":1}"#,
+            r#"{"event":"response","prompt_tokens":8,"completion_tokens":1}"#,
+            r#"{"event":"resp"#,
+        ];
+        std::fs::write(&log, lines.join("\n")).unwrap();
+        let got = attempts_from_log(&log);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].status, "failed");
+        assert_eq!(got[0].tokens.total(), 12);
+        assert_eq!(got[1].status, "interrupted");
+        assert_eq!(got[1].turns, 2);
+        assert_eq!(got[1].tokens.total(), 17);
+        assert!(attempts_from_log(&tmp.path().join("none")).is_empty());
+    }
+
+    #[test]
+    fn a_dead_start_is_swept_but_a_live_or_complete_run_is_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dead = RunDir::create(tmp.path(), "dead").unwrap();
+        drop(super::super::lock_run(&dead.root, "dead").unwrap());
+        let live = RunDir::create(tmp.path(), "live").unwrap();
+        let _held = super::super::lock_run(&live.root, "live").unwrap();
+        let done = RunDir::create(tmp.path(), "done").unwrap();
+        std::fs::write(done.state_path(), "{}").unwrap();
+        assert_eq!(
+            sweep_dead_starts(tmp.path(), std::time::Duration::from_secs(3600)),
+            0
+        );
+        assert_eq!(sweep_dead_starts(tmp.path(), std::time::Duration::ZERO), 1);
+        assert!(!dead.root.exists());
+        assert!(live.root.exists() && done.root.exists());
+    }
+}
