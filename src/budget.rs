@@ -143,14 +143,34 @@ impl Dimension {
     }
 }
 
-/// One effective limit and whether it is what was left of the run's budget
-/// (rather than the stage's own).
+/// One effective limit and whose budget it is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limit<T> {
     /// The limit.
     pub max: T,
-    /// True when the run's remainder was the smaller limit.
-    pub from_run: bool,
+    /// Whose budget set it.
+    pub source: Source<T>,
+}
+
+/// Whose budget an effective [`Limit`] is, so that a reason can say which
+/// budget was spent by whom.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Source<T> {
+    /// The agent's own (e.g. a subagent's cap).
+    Own,
+    /// The stage's own `budget:` key (smaller than what the run had left).
+    Stage,
+    /// What earlier stages left of the run's budget.
+    Run {
+        /// The run's whole budget (`--max-*`).
+        total: T,
+        /// What earlier stages had used of it when the stage started (for
+        /// time: the run's wall time so far).
+        earlier: T,
+        /// How many stage runs (attempts included) had been charged to the
+        /// run by then.
+        stages: u32,
+    },
 }
 
 impl<T> Limit<T> {
@@ -158,8 +178,13 @@ impl<T> Limit<T> {
     pub fn own(max: T) -> Self {
         Limit {
             max,
-            from_run: false,
+            source: Source::Own,
         }
+    }
+
+    /// True when the run's remainder was the smaller limit.
+    pub fn is_from_run(&self) -> bool {
+        matches!(self.source, Source::Run { .. })
     }
 }
 
@@ -307,20 +332,31 @@ impl StageBudget {
     }
 }
 
-/// The smaller of a stage's own limit and the run's remainder.
-fn tighter<T: PartialOrd + Copy>(stage: Option<T>, run: Option<T>) -> Option<Limit<T>> {
+/// The smaller of a stage's own limit and the run's remainder; `run` is the
+/// run's (remainder, whole budget, used by earlier stages).
+fn tighter<T: PartialOrd + Copy>(
+    stage: Option<T>,
+    run: Option<(T, T, T)>,
+    stages: u32,
+) -> Option<Limit<T>> {
+    let from_run = |(left, total, earlier)| Limit {
+        max: left,
+        source: Source::Run {
+            total,
+            earlier,
+            stages,
+        },
+    };
+    let stage_own = |max| Limit {
+        max,
+        source: Source::Stage,
+    };
     match (stage, run) {
         (None, None) => None,
-        (Some(s), None) => Some(Limit::own(s)),
-        (None, Some(r)) => Some(Limit {
-            max: r,
-            from_run: true,
-        }),
-        (Some(s), Some(r)) if r < s => Some(Limit {
-            max: r,
-            from_run: true,
-        }),
-        (Some(s), Some(_)) => Some(Limit::own(s)),
+        (Some(s), None) => Some(stage_own(s)),
+        (None, Some(r)) => Some(from_run(r)),
+        (Some(s), Some(r)) if r.0 < s => Some(from_run(r)),
+        (Some(s), Some(_)) => Some(stage_own(s)),
     }
 }
 
@@ -331,6 +367,8 @@ pub(crate) struct RunLedger {
     started: Instant,
     tokens: u64,
     cost_usd: f64,
+    /// Stage runs charged so far.
+    stages: u32,
 }
 
 impl RunLedger {
@@ -341,22 +379,34 @@ impl RunLedger {
             started: Instant::now(),
             tokens: 0,
             cost_usd: 0.0,
+            stages: 0,
         }
     }
 
     /// The account of a stage whose own budget is `stage`: per dimension the
     /// smaller of that and what is left of the run's budget.
     pub(crate) fn stage_budget(&self, stage: &Budget, pricing: Arc<dyn Pricing>) -> StageBudget {
-        let left_tokens = self.limits.tokens.map(|t| t.saturating_sub(self.tokens));
-        let left_time = self
+        let left_tokens = self
             .limits
-            .time_secs
-            .map(|t| Duration::from_secs_f64(t).saturating_sub(self.started.elapsed()));
-        let left_cost = self.limits.cost_usd.map(|c| (c - self.cost_usd).max(0.0));
+            .tokens
+            .map(|t| (t.saturating_sub(self.tokens), t, self.tokens));
+        let elapsed = self.started.elapsed();
+        let left_time = self.limits.time_secs.map(|t| {
+            let t = Duration::from_secs_f64(t);
+            (t.saturating_sub(elapsed), t, elapsed)
+        });
+        let left_cost = self
+            .limits
+            .cost_usd
+            .map(|c| ((c - self.cost_usd).max(0.0), c, self.cost_usd));
         StageBudget::with_limits(
-            tighter(stage.tokens, left_tokens),
-            tighter(stage.time_secs.map(Duration::from_secs_f64), left_time),
-            tighter(stage.cost_usd, left_cost),
+            tighter(stage.tokens, left_tokens, self.stages),
+            tighter(
+                stage.time_secs.map(Duration::from_secs_f64),
+                left_time,
+                self.stages,
+            ),
+            tighter(stage.cost_usd, left_cost, self.stages),
             pricing,
         )
     }
@@ -365,6 +415,7 @@ impl RunLedger {
     pub(crate) fn charge(&mut self, used: &BudgetUse) {
         self.tokens += used.tokens;
         self.cost_usd += used.cost_usd.unwrap_or(0.0);
+        self.stages += 1;
     }
 }
 
@@ -514,44 +565,98 @@ impl Tracker {
         self.stop(Dimension::Time, "exceeded")
     }
 
-    /// Marks `what` as the limit that ended the stage and words the reason.
+    /// Marks `what` as the limit that ended the stage and words the reason:
+    /// whose budget it was (the stage's own, what earlier stages left of the
+    /// run's, or an agent's own) and, when earlier stages had used it all,
+    /// that they did (never `0 of 0 tokens`).
     fn stop(&mut self, what: Dimension, verb: &str) -> String {
         self.exceeded = Some(what);
         let b = &self.budget;
-        let (used, max, from_run) = match what {
+        match what {
             Dimension::Tokens => {
-                let l = b.tokens.map_or((0, false), |l| (l.max, l.from_run));
-                (
-                    format!("{}", b.used_tokens().total()),
-                    format!("{} tokens", l.0),
-                    l.1,
+                let l = b.tokens.unwrap_or(Limit::own(0));
+                let source = match l.source {
+                    Source::Run {
+                        total,
+                        earlier,
+                        stages,
+                    } => Whose::Run {
+                        total: total.to_string(),
+                        phrase: format!("{total}-token budget"),
+                        earlier: earlier.to_string(),
+                        first: stages == 0,
+                        all_left: l.max == total,
+                        none_left: l.max == 0,
+                    },
+                    Source::Own => Whose::Own,
+                    Source::Stage => Whose::Stage,
+                };
+                word(
+                    what,
+                    verb,
+                    b.used_tokens().total().to_string(),
+                    l.max.to_string(),
+                    " tokens",
+                    source,
                 )
             }
             Dimension::Cost => {
-                let l = b.cost_usd.map_or((0.0, false), |l| (l.max, l.from_run));
-                (
-                    format!("${:.4}", b.used_cost().unwrap_or(0.0)),
-                    format!("${:.4}", l.0),
-                    l.1,
+                let l = b.cost_usd.unwrap_or(Limit::own(0.0));
+                let usd = |c: f64| format!("${c:.4}");
+                let source = match l.source {
+                    Source::Run {
+                        total,
+                        earlier,
+                        stages,
+                    } => Whose::Run {
+                        total: usd(total),
+                        phrase: format!("{} cost budget", usd(total)),
+                        earlier: usd(earlier),
+                        first: stages == 0,
+                        all_left: total - l.max < 0.00005,
+                        none_left: l.max < 0.00005,
+                    },
+                    Source::Own => Whose::Own,
+                    Source::Stage => Whose::Stage,
+                };
+                word(
+                    what,
+                    verb,
+                    usd(b.used_cost().unwrap_or(0.0)),
+                    usd(l.max),
+                    "",
+                    source,
                 )
             }
             Dimension::Time => {
-                let l = b
-                    .time
-                    .map_or((Duration::ZERO, false), |l| (l.max, l.from_run));
-                (
-                    format!("{:.1} s", b.elapsed().as_secs_f64()),
-                    format!("{:.1} s", l.0.as_secs_f64()),
-                    l.1,
+                let l = b.time.unwrap_or(Limit::own(Duration::ZERO));
+                let secs = |d: Duration| format!("{:.1}", d.as_secs_f64());
+                let source = match l.source {
+                    Source::Run {
+                        total,
+                        earlier,
+                        stages,
+                    } => Whose::Run {
+                        total: format!("{} s", total.as_secs_f64()),
+                        phrase: format!("{} s time budget", total.as_secs_f64()),
+                        earlier: format!("{} s", secs(earlier)),
+                        first: stages == 0,
+                        all_left: total.saturating_sub(l.max) < Duration::from_millis(50),
+                        none_left: l.max < Duration::from_millis(50),
+                    },
+                    Source::Own => Whose::Own,
+                    Source::Stage => Whose::Stage,
+                };
+                word(
+                    what,
+                    verb,
+                    format!("{} s", secs(b.elapsed())),
+                    secs(l.max),
+                    " s",
+                    source,
                 )
             }
-        };
-        let scope = if from_run {
-            " (what was left of the run's budget)"
-        } else {
-            ""
-        };
-        format!("{} budget {verb}: {used} of {max}{scope}", what.noun())
+        }
     }
 
     /// The limit that ended the stage, if any.
@@ -575,9 +680,9 @@ impl Tracker {
         let b = &self.budget;
         let mut from_run = Vec::new();
         for (d, yes) in [
-            (Dimension::Tokens, b.tokens.is_some_and(|l| l.from_run)),
-            (Dimension::Time, b.time.is_some_and(|l| l.from_run)),
-            (Dimension::Cost, b.cost_usd.is_some_and(|l| l.from_run)),
+            (Dimension::Tokens, b.tokens.is_some_and(|l| l.is_from_run())),
+            (Dimension::Time, b.time.is_some_and(|l| l.is_from_run())),
+            (Dimension::Cost, b.cost_usd.is_some_and(|l| l.is_from_run())),
         ] {
             if yes {
                 from_run.push(d.as_str().to_owned());
@@ -595,6 +700,75 @@ impl Tracker {
             exceeded: self.exceeded.map(|d| d.as_str().to_owned()),
             notes: self.notes.clone(),
         }
+    }
+}
+
+/// Whose budget a reason is about, in words.
+enum Whose {
+    Own,
+    Stage,
+    /// What earlier stages left of the run's budget.
+    Run {
+        /// The run's budget (`1000`, `3 s`, `$0.0100`).
+        total: String,
+        /// Its name (`1000-token budget`).
+        phrase: String,
+        /// What earlier stages used.
+        earlier: String,
+        /// No stage ran before this one.
+        first: bool,
+        /// The stage got the whole budget (at the shown precision).
+        all_left: bool,
+        /// Earlier stages left nothing (at the shown precision).
+        none_left: bool,
+    },
+}
+
+/// A reason in words: `used` of `max` (`unit` after the number), and whose
+/// budget it was.
+fn word(
+    what: Dimension,
+    verb: &str,
+    used: String,
+    max: String,
+    unit: &str,
+    whose: Whose,
+) -> String {
+    let noun = what.noun();
+    match whose {
+        Whose::Own => format!("{noun} budget {verb}: {used} of {max}{unit}"),
+        Whose::Stage => format!("{noun} budget {verb}: {used} of the stage's {max}{unit}"),
+        Whose::Run {
+            total,
+            phrase,
+            earlier,
+            first: false,
+            none_left: true,
+            ..
+        } => {
+            let by = if what == Dimension::Time {
+                "used"
+            } else {
+                "used up"
+            };
+            let unit = if what == Dimension::Tokens {
+                " tokens"
+            } else {
+                ""
+            };
+            format!("the run's {phrase} was {by} by earlier stages ({earlier} of {total}{unit})")
+        }
+        Whose::Run {
+            first: true,
+            all_left: true,
+            ..
+        } => format!("{noun} budget {verb}: {used} of the run's {max}{unit}"),
+        Whose::Run {
+            total, first: true, ..
+        } => format!("{noun} budget {verb}: {used} of the {max}{unit} left of the run's {total}"),
+        Whose::Run { total, .. } => format!(
+            "{noun} budget {verb}: {used} of the {max}{unit} earlier stages left of the run's {total}"
+        ),
     }
 }
 

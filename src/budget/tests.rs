@@ -28,7 +28,7 @@ fn tokens_stop_after_the_turn_that_passes_the_limit() {
     t.record_turn(900, 100);
     assert_eq!(
         t.after_turn().as_deref(),
-        Some("token budget exceeded: 4000 of 3500 tokens")
+        Some("token budget exceeded: 4000 of the stage's 3500 tokens")
     );
     let r = t.report();
     assert_eq!(r.exceeded.as_deref(), Some("tokens"));
@@ -45,7 +45,7 @@ fn a_budget_used_up_exactly_allows_no_further_turn() {
     assert_eq!(t.after_turn(), None);
     assert_eq!(
         t.before_turn().as_deref(),
-        Some("token budget used up: 2000 of 2000 tokens")
+        Some("token budget used up: 2000 of the stage's 2000 tokens")
     );
 }
 
@@ -61,7 +61,7 @@ fn cost_is_priced_per_call_and_enforced() {
     t.record_turn(1000, 250);
     assert_eq!(
         t.after_turn().as_deref(),
-        Some("cost budget exceeded: $0.0060 of $0.0050")
+        Some("cost budget exceeded: $0.0060 of the stage's $0.0050")
     );
     let used = t.used();
     assert!((used.cost_usd.unwrap() - 0.006).abs() < 1e-12);
@@ -99,18 +99,22 @@ fn stage_gets_the_smaller_of_its_own_and_the_runs_remainder() {
         b.tokens,
         Some(Limit {
             max: 4000,
-            from_run: false
+            source: Source::Stage
         })
     );
     assert_eq!(
-        b.time.map(|l| (l.max, l.from_run)),
-        Some((Duration::from_secs(60), false))
+        b.time.map(|l| (l.max, l.source)),
+        Some((Duration::from_secs(60), Source::Stage))
     );
     assert_eq!(
         b.cost_usd,
         Some(Limit {
             max: 1.0,
-            from_run: true
+            source: Source::Run {
+                total: 1.0,
+                earlier: 0.0,
+                stages: 0
+            }
         })
     );
     run.charge(&BudgetUse {
@@ -124,7 +128,11 @@ fn stage_gets_the_smaller_of_its_own_and_the_runs_remainder() {
         b.tokens,
         Some(Limit {
             max: 3000,
-            from_run: true
+            source: Source::Run {
+                total: 10_000,
+                earlier: 7000,
+                stages: 1
+            }
         })
     );
     assert_eq!(b.cost_usd.map(|l| l.max), Some(0.75));
@@ -132,7 +140,9 @@ fn stage_gets_the_smaller_of_its_own_and_the_runs_remainder() {
     t.record_turn(3000, 1);
     assert_eq!(
         t.after_turn().as_deref(),
-        Some("token budget exceeded: 3001 of 3000 tokens (what was left of the run's budget)")
+        Some(
+            "token budget exceeded: 3001 of the 3000 tokens earlier stages left of the run's 10000"
+        )
     );
     assert_eq!(t.report().from_run, ["tokens", "cost"]);
     // A spent run leaves nothing: no turn may start.
@@ -146,7 +156,7 @@ fn stage_gets_the_smaller_of_its_own_and_the_runs_remainder() {
     );
     assert_eq!(
         t.before_turn().as_deref(),
-        Some("token budget used up: 0 of 0 tokens (what was left of the run's budget)")
+        Some("the run's 10000-token budget was used up by earlier stages (12000 of 10000 tokens)")
     );
 }
 
@@ -182,7 +192,7 @@ fn a_child_is_carved_out_of_what_is_left_including_the_stages_own_turns() {
     assert_eq!(t.used().tokens, 1000);
     assert_eq!(
         t.before_turn().as_deref(),
-        Some("token budget used up: 1000 of 1000 tokens")
+        Some("token budget used up: 1000 of the stage's 1000 tokens")
     );
     // Without a limit of its own, the cap is the child's budget.
     assert_eq!(StageBudget::default().carve(&cap), cap);
@@ -208,4 +218,68 @@ fn an_externally_enforced_budget_only_refuses_to_start_a_turn() {
         Some("token budget used up: 150 of 100 tokens")
     );
     assert_eq!(t.exceeded(), Some(Dimension::Tokens));
+}
+
+#[test]
+fn reasons_say_whose_budget_and_never_nothing_of_nothing() {
+    // The run's budget alone limits the first stage: it is the run's.
+    let run = RunLedger::new(Budget {
+        tokens: Some(3500),
+        time_secs: None,
+        cost_usd: None,
+    });
+    let mut t = Tracker::new(
+        run.stage_budget(&Budget::default(), Arc::new(UnknownPrice)),
+        5,
+    );
+    t.record_turn(3900, 100);
+    assert_eq!(
+        t.after_turn().as_deref(),
+        Some("token budget exceeded: 4000 of the run's 3500 tokens")
+    );
+    // Earlier stages spent the whole run's time and cost.
+    let mut run = RunLedger::new(Budget {
+        tokens: None,
+        time_secs: Some(3.0),
+        cost_usd: Some(0.01),
+    });
+    run.charge(&BudgetUse::default());
+    run.started -= Duration::from_millis(3200);
+    let pricing = Arc::new(PerMillionTokens {
+        prompt_usd: 1.0,
+        completion_usd: 4.0,
+    });
+    let mut t = Tracker::new(run.stage_budget(&Budget::default(), pricing.clone()), 5);
+    let why = t.before_turn().unwrap();
+    assert_eq!(
+        why,
+        "the run's 3 s time budget was used by earlier stages (3.2 s of 3 s)"
+    );
+    assert!(!why.contains("0.0 s of 0.0 s"), "{why}");
+    run.limits.time_secs = None;
+    run.charge(&BudgetUse {
+        cost_usd: Some(0.01),
+        ..BudgetUse::default()
+    });
+    let mut t = Tracker::new(run.stage_budget(&Budget::default(), pricing), 5);
+    assert_eq!(
+        t.before_turn().as_deref(),
+        Some("the run's $0.0100 cost budget was used up by earlier stages ($0.0100 of $0.0100)")
+    );
+    // A subagent's own cap is neither the stage's nor the run's.
+    let mut t = Tracker::new(
+        StageBudget::own(
+            &Budget {
+                tokens: Some(10),
+                ..Budget::default()
+            },
+            Arc::new(UnknownPrice),
+        ),
+        5,
+    );
+    t.record_turn(10, 1);
+    assert_eq!(
+        t.after_turn().as_deref(),
+        Some("token budget exceeded: 11 of 10 tokens")
+    );
 }

@@ -18,7 +18,8 @@
 //!   characters (see `wire::snippet`); `Debug` of
 //!   [`ModelSettings`] hides it.
 //! - Bounded in time: only `data` lines of a stream reset the idle timer
-//!   (keep-alive comments do not), a timeout or a stall is retried once, and
+//!   (keep-alive comments do not), a timeout or a stall is retried once (not
+//!   a stream of nothing but keep-alives: that server is busy), and
 //!   `request_deadline` ends the whole completion — attempts and waits.
 //! - Bounded in memory: bodies are read in chunks and refused at
 //!   `max_reply_bytes` (streamed) or [`ModelSettings::max_body_bytes`]
@@ -233,6 +234,10 @@ impl OpenAiClient {
             // A timeout or a stall costs a whole timeout each time: the
             // second one ends the request, so the configured value bounds
             // the wait (twice it, plus one backoff), not 5 times it.
+            if matches!(failure.kind, Kind::KeepAlivesOnly) {
+                tracing::warn!(url = %self.endpoint, agent = %req.agent_path, "{}; not retried", failure.reason);
+                return Err(exhausted(failure.kind.hint().to_owned()));
+            }
             if matches!(failure.kind, Kind::Timeout | Kind::Stall) {
                 if slow_seen {
                     return Err(exhausted(format!(
@@ -432,6 +437,7 @@ impl OpenAiClient {
         // keep-alive comments is silent as far as this timer goes.
         let mut last_data = Instant::now();
         let mut comments = 0usize;
+        let mut seen_data = false;
         loop {
             let idle_at = last_data + idle;
             let chunk = match tokio::time::timeout_at(idle_at.min(call.at), resp.chunk()).await {
@@ -445,13 +451,20 @@ impl OpenAiClient {
                     } else {
                         String::new()
                     };
+                    // Only keep-alives, never a data line: the server is
+                    // busy, not gone; a retry would queue the same work.
+                    let kind = if comments > 0 && !seen_data {
+                        Kind::KeepAlivesOnly
+                    } else {
+                        Kind::Stall
+                    };
                     return Err(Attempt::Transient(Transient::new(
                         format!(
                             "the stream stalled: no data for {} after {} chunks{keep_alives}",
                             human_duration(idle),
                             assembler.chunks()
                         ),
-                        Kind::Stall,
+                        kind,
                     )));
                 }
             };
@@ -459,6 +472,7 @@ impl OpenAiClient {
                 .feed(&chunk)
                 .map_err(|e| Attempt::Fatal(self.bad(e.to_string())))?;
             if fed.data {
+                seen_data = true;
                 last_data = Instant::now();
                 comments = 0;
             }

@@ -94,7 +94,8 @@ fn a_run_token_budget_stops_a_stage_that_never_finishes_and_leaves_it_resumable(
     );
     let j = stdout_json(&out);
     assert_eq!(j["status"], "failed");
-    let reason = "token budget exceeded: 4000 of 3500 tokens (what was left of the run's budget)";
+    // The first stage: the run's budget, all of it, was its limit.
+    let reason = "token budget exceeded: 4000 of the run's 3500 tokens";
     assert_eq!(j["stages"][0]["reason"], reason);
     assert_eq!(
         server.requests_for("work").len(),
@@ -193,7 +194,7 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
     let j = stdout_json(&out);
     assert_eq!(
         j["stages"][0]["reason"],
-        "token budget exceeded: 3000 of 2500 tokens"
+        "token budget exceeded: 3000 of the stage's 2500 tokens"
     );
     assert_eq!(server.requests_for("work").len(), 3);
     let st = state_json(&repo, j["run_id"].as_str().unwrap());
@@ -209,6 +210,62 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
     let start = &events(&repo, j["run_id"].as_str().unwrap(), "work", "agent_start")[0];
     assert_eq!(start["budget_notes"], json!([note]));
     assert_eq!(repo.snapshot(), before);
+}
+
+#[test]
+fn a_run_budget_spent_by_an_earlier_stage_says_so_in_the_next_stage() {
+    let repo = small_repo();
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let pipeline = write_pipeline(
+        scratch.path(),
+        "two",
+        "name: two\nstages:\n  first:\n    role: coder\n    task: \"{{ issue }}\"\n  second:\n    role: coder\n    task: \"{{ issue }}\"\n    needs: [first]\n",
+    );
+    // Stage one uses the run's 2000 tokens exactly and finishes (the
+    // finishing turn may reach the limit).
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "first",
+                vec![
+                    Reply::tool_call(
+                        "c1",
+                        "write_file",
+                        json!({"path": "a.txt", "content": "a\n"}),
+                    )
+                    .with_usage(900, 100),
+                    Reply::finish("c2", "wrote a.txt", None).with_usage(900, 100),
+                ],
+            )
+            .agent("second", vec![Reply::finish("c3", "never asked", None)]),
+    );
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .args(["--max-tokens", "2000"])
+        .output();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let j = stdout_json(&out);
+    assert_eq!(j["stages"][0]["status"], "succeeded", "{j}");
+    let reason = j["stages"][1]["reason"].as_str().unwrap();
+    eprintln!("second stage: {reason}");
+    assert_eq!(
+        reason,
+        "the run's 2000-token budget was used up by earlier stages (2000 of 2000 tokens)"
+    );
+    assert!(!reason.contains("0 of 0"), "{reason}");
+    assert!(
+        server.requests_for("second").is_empty(),
+        "no turn may start"
+    );
+    let st = state_json(&repo, j["run_id"].as_str().unwrap());
+    let second = &st["stages"][1];
+    assert_eq!(second["status"], "failed");
+    assert_eq!(second["reason"], reason);
+    assert_eq!(second["budget"]["from_run"], json!(["tokens"]));
+    assert_eq!(second["budget"]["exceeded"], "tokens");
 }
 
 #[test]
@@ -269,7 +326,8 @@ fn a_time_budget_bounds_a_slow_model_reply() {
     let reason = j["stages"][0]["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("time budget exceeded: ")
-            && reason.ends_with(" of 1.5 s (what was left of the run's budget)"),
+            && (reason.ends_with(" of the run's 1.5 s")
+                || reason.ends_with(" left of the run's 1.5 s")),
         "{reason}"
     );
     let run_id = j["run_id"].as_str().unwrap();
@@ -304,7 +362,7 @@ fn a_time_budget_stops_a_long_command_and_answers_its_call() {
     let j = stdout_json(&out);
     let reason = j["stages"][0]["reason"].as_str().unwrap();
     assert!(
-        reason.starts_with("time budget exceeded: ") && reason.ends_with(" of 1.5 s"),
+        reason.starts_with("time budget exceeded: ") && reason.ends_with(" of the stage's 1.5 s"),
         "{reason}"
     );
     assert_eq!(server.requests_for("work").len(), 1);

@@ -213,16 +213,15 @@ fn hostile_keep_alive_flood_gives_up_on_the_idle_timeout() {
         "{}",
         out.stderr
     );
-    // One retry, then it gives up: a second stall ends the request.
-    assert_eq!(server.requests_for("work").len(), 2);
-    assert!(
-        out.secs < GIVE_UP_LIMIT.as_secs_f64(),
-        "gave up only after {:.1} s",
-        out.secs
-    );
-    // The idle timer really waited 5 s per attempt (keep-alives every
-    // 100 ms did not cut it short either).
-    assert!(out.secs >= 10.0, "gave up after {:.1} s", out.secs);
+    // Not retried: the server is alive (it keeps sending keep-alives) and a
+    // retry would only queue the same work again; the error says so.
+    assert!(out.stderr.contains("not retried"), "{}", out.stderr);
+    assert_eq!(server.requests_for("work").len(), 1);
+    eprintln!("keep-alive flood: gave up after {:.1} s", out.secs);
+    assert!(out.secs < 10.0, "gave up only after {:.1} s", out.secs);
+    // The idle timer really waited 5 s (keep-alives every 100 ms did not
+    // cut it short either).
+    assert!(out.secs >= 5.0, "gave up after {:.1} s", out.secs);
     setup.assert_resumes(&run_id);
 }
 

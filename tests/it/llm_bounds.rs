@@ -62,6 +62,42 @@ async fn bounds_request_deadline_ends_a_stream_that_only_keeps_alive() {
 }
 
 #[tokio::test]
+async fn bounds_an_idle_stream_of_only_keep_alives_is_not_retried() {
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![Reply::KeepAliveFlood, Reply::text("never asked for")],
+    ));
+    let mut s = settings(&server);
+    s.stream_idle_timeout = Duration::from_millis(400);
+    let err = complete(s).await.unwrap_err();
+    let (attempts, last) = exhausted(&err);
+    assert_eq!(attempts, 1, "{err}");
+    assert!(last.contains("keep-alive comments do not count"), "{last}");
+    assert!(
+        err.to_string()
+            .contains("sent only keep-alive comments, no data: not retried"),
+        "{err}"
+    );
+    assert_eq!(server.remaining("code"), 1, "the server is busy: no retry");
+}
+
+#[tokio::test]
+async fn bounds_a_stream_silent_from_its_first_byte_is_retried_once() {
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text("lost").stall_after(0),
+            Reply::text("second try"),
+        ],
+    ));
+    let mut s = settings(&server);
+    s.stream_idle_timeout = Duration::from_millis(400);
+    let resp = complete(s).await.expect("the retry answers");
+    assert_eq!(resp.message.content.as_deref(), Some("second try"));
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test]
 async fn bounds_no_retry_starts_past_the_request_deadline() {
     let overloaded = || Reply::Status(503, "overloaded".into());
     let server =

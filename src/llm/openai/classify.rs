@@ -59,6 +59,10 @@ pub(super) enum Kind {
     Connect,
     Timeout,
     Stall,
+    /// The idle timeout passed on a stream that sent keep-alive comments but
+    /// never a `data` line: the server is alive and busy, so a retry would
+    /// only queue the same work again. Not retried.
+    KeepAlivesOnly,
     Network,
 }
 
@@ -77,6 +81,9 @@ impl Kind {
             }
             Kind::Stall => {
                 "; the stream stalled: raise stream_idle_timeout in orch.toml for slow models, or try --no-stream"
+            }
+            Kind::KeepAlivesOnly => {
+                "; the server is alive but sent only keep-alive comments, no data: not retried (a retry would queue the same work again); raise stream_idle_timeout in orch.toml for slow models, or try --no-stream"
             }
             Kind::Network => "; the connection broke: check the network, or try --no-stream",
         }
