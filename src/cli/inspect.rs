@@ -607,7 +607,12 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
             n("approx_bytes")
         ),
         "retry" => format!(
-            "{turn}retry: attempt {}/{} failed{} ({}); waiting {}",
+            "{turn}retry{}: attempt {}/{} failed{} ({}); waiting {}",
+            if ev["request"] == "summary" {
+                " of a compaction summary"
+            } else {
+                ""
+            },
             n("attempt"),
             n("of"),
             ev["status"]

@@ -96,8 +96,10 @@ fn log_shows_a_retry_a_compaction_and_a_subagent_readably() {
             )
             .agent(
                 "code/compact",
-                (0..4)
-                    .map(|k| Reply::text(&format!("Summary {k}: two files were read.")))
+                std::iter::once(Reply::Status(503, "summarizer busy".into()))
+                    .chain(
+                        (0..4).map(|k| Reply::text(&format!("Summary {k}: two files were read."))),
+                    )
                     .collect(),
             )
             .agent(
@@ -124,19 +126,23 @@ fn log_shows_a_retry_a_compaction_and_a_subagent_readably() {
     let run_id = j["run_id"].as_str().unwrap().to_owned();
     let record = PathBuf::from(j["record"].as_str().unwrap());
 
-    // The retry is in the stage's action log, without the server's URL.
+    // Both retries (a turn's, a compaction summary's) are in the stage's
+    // action log, without the server's URL.
     let events = read_jsonl(&record.join("stages/code/actions.jsonl"));
     let retries: Vec<_> = events.iter().filter(|e| e["event"] == "retry").collect();
-    assert_eq!(retries.len(), 1, "{events:?}");
+    assert_eq!(retries.len(), 2, "{events:?}");
+    assert_eq!(retries[0]["request"], "turn");
     assert_eq!(retries[0]["attempt"], 1);
     assert_eq!(retries[0]["status"], 500);
+    assert_eq!(retries[1]["request"], "summary");
+    assert_eq!(retries[1]["status"], 503);
     assert!(
         retries[0]["reason"]
             .as_str()
             .unwrap()
             .contains("upstream exploded")
     );
-    assert!(!retries[0].to_string().contains("127.0.0.1"));
+    assert!(!retries.iter().any(|r| r.to_string().contains("127.0.0.1")));
     assert!(
         events.iter().any(|e| e["event"] == "compaction"),
         "{events:?}"
@@ -151,6 +157,11 @@ fn log_shows_a_retry_a_compaction_and_a_subagent_readably() {
     assert!(
         has(&log, "retry: attempt 1/")
             && has(&log, "failed with HTTP 500 (HTTP 500: upstream exploded"),
+        "{log}"
+    );
+    assert!(
+        has(&log, "retry of a compaction summary: attempt 1/")
+            && has(&log, "failed with HTTP 503 (HTTP 503: summarizer busy"),
         "{log}"
     );
     assert!(has(&log, "compaction (threshold, "), "{log}");

@@ -112,20 +112,25 @@ pub(crate) async fn send_turn(
     }
 }
 
-/// Logs each retry the model client made for this agent since the last
-/// look (event `retry`: attempt, of, wait_ms, status, reason; no URL).
+/// Logs each retry the model client made for this agent's requests, and
+/// for its compaction summaries (`<agent>/compact`, `"request": "summary"`),
+/// since the last look (event `retry`: attempt, of, wait_ms, status,
+/// reason; no URL).
 fn log_retries(
     model: &dyn ChatModel,
     agent_path: &str,
     turn: u32,
     log: &mut ActionLog,
 ) -> Result<(), RecordError> {
-    for note in model.take_retries(agent_path) {
-        log.append(
-            "retry",
-            json!({"turn": turn, "attempt": note.attempt, "of": note.of,
-                   "wait_ms": note.wait_ms, "status": note.status, "reason": note.reason}),
-        )?;
+    let summary_path = format!("{agent_path}{}", super::SUMMARY_AGENT_SUFFIX);
+    for (path, request) in [(agent_path, "turn"), (summary_path.as_str(), "summary")] {
+        for note in model.take_retries(path) {
+            log.append(
+                "retry",
+                json!({"turn": turn, "request": request, "attempt": note.attempt, "of": note.of,
+                       "wait_ms": note.wait_ms, "status": note.status, "reason": note.reason}),
+            )?;
+        }
     }
     Ok(())
 }
