@@ -556,7 +556,11 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
             s("origin"),
             opt_fields(ev, &["warnings", "model_note", "sampling"])
         ),
-        "sandbox" => format!("sandbox {} — {}", s("profile"), s("kernel")),
+        "sandbox" => format!(
+            "sandbox {} — {}",
+            s("profile"),
+            s("kernel").trim_start_matches("sandbox: ")
+        ),
         "project_instructions" => match ev["enabled"].as_bool() {
             Some(false) => "project instructions: off".to_owned(),
             _ => {
@@ -577,11 +581,19 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
             }
         },
         "agent_start" => format!(
-            "agent {} starts: max {} turns, tools {}, compacts at {} tokens{}",
+            "agent {} starts: max {} turns, tools {}, compacts at {} tokens, system prompt {} bytes, task {} bytes{}{}{}",
             s("agent"),
             n("max_turns"),
             call_names_or_list(&ev["tools"]),
             n("compact_at_tokens"),
+            n("system_prompt_bytes"),
+            n("task_bytes"),
+            budget_text(", budget", &ev["budget"]),
+            if ev["text_tool_calls"].as_bool() == Some(true) {
+                ", tool calls written as text accepted"
+            } else {
+                ""
+            },
             opt_fields(ev, &["budget_notes"])
         ),
         "child_start" => format!(
@@ -744,13 +756,18 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
         ),
         "killed" => format!("killed by {}", s("signal")),
         "agent_end" => format!(
-            "agent {} ends: {} after {} turns, {}+{} tokens{}",
+            "agent {} ends: {} after {} turns, {}+{} tokens{}{}{}",
             s("agent"),
             s("end"),
             n("turns"),
             n("prompt_tokens"),
             n("completion_tokens"),
-            opt_fields(ev, &["verdict"])
+            budget_text(", used", &ev["budget"]["used"]),
+            opt_fields(ev, &["verdict"]),
+            ev["budget"]["exceeded"]
+                .as_str()
+                .map(|x| format!(", exceeded {x}"))
+                .unwrap_or_default()
         ),
         "stage_end" => format!(
             "end: {} {} ({} files, +{} -{}){}",
@@ -775,6 +792,36 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
         }
     };
     format!("{t} {body}")
+}
+
+/// The set fields of a budget object (`{"turns": 40, "tokens": null, …}`)
+/// after `label`: `, budget turns 40, time 60s`; empty when none is set.
+fn budget_text(label: &str, v: &serde_json::Value) -> String {
+    let parts: Vec<String> = [
+        ("turns", ""),
+        ("tokens", ""),
+        ("time_secs", "s"),
+        ("cost_usd", ""),
+    ]
+    .iter()
+    .filter_map(|(k, unit)| {
+        let x = &v[*k];
+        let shown = match *k {
+            "cost_usd" => usd(x.as_f64()?),
+            "time_secs" => format!("{:.1}", x.as_f64()?),
+            _ => x.as_u64()?.to_string(),
+        };
+        Some(format!(
+            "{} {shown}{unit}",
+            k.trim_end_matches("_secs").trim_end_matches("_usd")
+        ))
+    })
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{label} {}", parts.join(", "))
+    }
 }
 
 /// A JSON array of strings (or of anything) as `a, b, c`.
