@@ -206,6 +206,21 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// starts counting from zero again.
 pub type DeltaFn<'a> = dyn Fn(usize) + Send + Sync + 'a;
 
+/// One retry of a model request, as the client made it (no URL, no key).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RetryNote {
+    /// The attempt that failed, 1-based.
+    pub attempt: u32,
+    /// The most attempts the retry policy allows.
+    pub of: u32,
+    /// The wait before the next attempt, in milliseconds.
+    pub wait_ms: u64,
+    /// The HTTP status of the failed attempt, when it had one.
+    pub status: Option<u16>,
+    /// Why the attempt failed (`HTTP 500: …`, `timed out (…)`).
+    pub reason: String,
+}
+
 /// A chat model backend: the OpenAI-compatible HTTP client or the replay model.
 pub trait ChatModel: Send + Sync {
     /// One completion for `req`.
@@ -276,6 +291,14 @@ pub trait ChatModel: Send + Sync {
     /// from then on it does not stream. `None` while it streams as configured.
     fn stream_fallback(&self) -> Option<String> {
         None
+    }
+
+    /// The retries this backend made for `agent_path`'s requests since the
+    /// last call, oldest first, and forgets them: the agent loop logs each
+    /// as a `retry` event after every request. Default: none.
+    fn take_retries(&self, agent_path: &str) -> Vec<RetryNote> {
+        let _ = agent_path;
+        Vec::new()
     }
 
     /// How a child `orch agent` process reaches this same model (for
@@ -362,6 +385,10 @@ impl<W: ModelWrapper> ChatModel for W {
 
     fn stream_fallback(&self) -> Option<String> {
         self.inner().stream_fallback()
+    }
+
+    fn take_retries(&self, agent_path: &str) -> Vec<RetryNote> {
+        self.inner().take_retries(agent_path)
     }
 
     fn spawn_settings(&self) -> Option<ModelSpawn> {

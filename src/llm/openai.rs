@@ -91,6 +91,9 @@ pub struct OpenAiClient {
     /// Send the reply cap as `max_completion_tokens` (the server refused
     /// `max_tokens`, as OpenAI's reasoning models do).
     max_completion_tokens: AtomicBool,
+    /// Retries made and not yet taken ([`ChatModel::take_retries`]), by
+    /// agent path: stages running at once share one client.
+    retries: std::sync::Mutex<Vec<(String, super::RetryNote)>>,
 }
 
 impl fmt::Debug for OpenAiClient {
@@ -131,6 +134,7 @@ impl OpenAiClient {
             stream_off: OnceLock::new(),
             probed_window: tokio::sync::OnceCell::new(),
             max_completion_tokens: AtomicBool::new(false),
+            retries: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -287,9 +291,38 @@ impl OpenAiClient {
                 "model request failed, retrying: {}",
                 failure.reason
             );
+            self.note_retry(
+                req,
+                super::RetryNote {
+                    attempt: retry + 1,
+                    of: policy.max_retries + 1,
+                    wait_ms: delay.as_millis() as u64,
+                    status: failure.status,
+                    reason: failure.reason.clone(),
+                },
+            );
             tokio::time::sleep(delay).await;
             retry += 1;
         }
+    }
+
+    /// Keeps a retry for [`ChatModel::take_retries`] (a poisoned lock only
+    /// loses the note: the retry itself goes on).
+    fn note_retry(&self, req: &ChatRequest, note: super::RetryNote) {
+        if let Ok(mut all) = self.retries.lock() {
+            all.push((req.agent_path.clone(), note));
+        }
+    }
+
+    /// The retries made for `agent_path`'s requests and not yet taken.
+    pub fn take_retries(&self, agent_path: &str) -> Vec<super::RetryNote> {
+        let Ok(mut all) = self.retries.lock() else {
+            return Vec::new();
+        };
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            all.drain(..).partition(|(path, _)| path == agent_path);
+        *all = rest;
+        mine.into_iter().map(|(_, note)| note).collect()
     }
 
     /// A plain request succeeded after a stream-only failure: this client
@@ -625,6 +658,10 @@ impl ChatModel for OpenAiClient {
 
     fn stream_fallback(&self) -> Option<String> {
         OpenAiClient::stream_fallback(self)
+    }
+
+    fn take_retries(&self, agent_path: &str) -> Vec<super::RetryNote> {
+        OpenAiClient::take_retries(self, agent_path)
     }
 
     fn spawn_settings(&self) -> Option<super::ModelSpawn> {

@@ -27,6 +27,7 @@ mod llm_bounds;
 mod llm_client;
 mod llm_e2e;
 mod llm_wire;
+mod logview;
 mod outcomes;
 mod review_cmds;
 mod run_e2e;

@@ -29,7 +29,7 @@ pub(crate) enum Sent {
 /// On its first call it asks the model's server for its real context window
 /// ([`ChatModel::probe_context_window`]; event `context_window`), and the
 /// first time the client stops streaming it logs why (event
-/// `stream_fallback`).
+/// `stream_fallback`). Each retry the client made is logged (event `retry`).
 pub(crate) async fn send_turn(
     model: &dyn ChatModel,
     full: &ChatRequest,
@@ -70,11 +70,14 @@ pub(crate) async fn send_turn(
             )?;
             return Ok(Sent::Failed(err));
         }
+        // Retries of a compaction summary, made while preparing.
+        log_retries(model, &full.agent_path, turn, log)?;
         log.append(
             "request",
             json!({"turn": turn, "messages": req.messages.len(), "approx_bytes": bytes}),
         )?;
         let result = tracker.bounded(model.complete(&req)).await;
+        log_retries(model, &full.agent_path, turn, log)?;
         log_stream_fallback(model, turn, compactor, log)?;
         match result {
             Err(why) => return Ok(Sent::OutOfBudget(why)),
@@ -107,6 +110,29 @@ pub(crate) async fn send_turn(
             Ok(Err(e)) => return Ok(Sent::Failed(e)),
         }
     }
+}
+
+/// Logs each retry the model client made for this agent's requests, and
+/// for its compaction summaries (`<agent>/compact`, `"request": "summary"`),
+/// since the last look (event `retry`: attempt, of, wait_ms, status,
+/// reason; no URL).
+fn log_retries(
+    model: &dyn ChatModel,
+    agent_path: &str,
+    turn: u32,
+    log: &mut ActionLog,
+) -> Result<(), RecordError> {
+    let summary_path = format!("{agent_path}{}", super::SUMMARY_AGENT_SUFFIX);
+    for (path, request) in [(agent_path, "turn"), (summary_path.as_str(), "summary")] {
+        for note in model.take_retries(path) {
+            log.append(
+                "retry",
+                json!({"turn": turn, "request": request, "attempt": note.attempt, "of": note.of,
+                       "wait_ms": note.wait_ms, "status": note.status, "reason": note.reason}),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Logs, once, that the model client stopped streaming, and why.
