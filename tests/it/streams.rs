@@ -109,7 +109,9 @@ fn log_and_runs_piped_into_head_end_with_exit_0_and_nothing_on_stderr() {
         .output()
         .unwrap();
     assert_exit(&full, 0);
-    assert!(full.stdout.len() > LONG_OUTPUT / 4, "the log is long");
+    // Well past a pipe's 64 KiB buffer, so `head -1` really closes it early
+    // (the readable form is shorter than the raw events it renders).
+    assert!(full.stdout.len() > LONG_OUTPUT / 8, "the log is long");
     assert_quiet_end_every_time(&repo.path, &["log", "last"], "=== code (coder)");
     // The raw events too (written as one block, not line by line).
     assert_quiet_end_every_time(
