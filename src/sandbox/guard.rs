@@ -141,16 +141,8 @@ impl RepoFingerprint {
         prev: Option<&RepoFingerprint>,
     ) -> Result<(), GuardError> {
         let path = common.join(rel);
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => {
-                return Err(GuardError::Io {
-                    action: "stat",
-                    path,
-                    source,
-                });
-            }
+        let Some(meta) = stat_if_present(&path)? else {
+            return Ok(());
         };
         if meta.is_dir() {
             return self.visit_dir(common, rel, prev);
@@ -256,16 +248,8 @@ impl RepoFingerprint {
         prev: Option<&RepoFingerprint>,
     ) -> Result<(), GuardError> {
         let path = common.join(rel);
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => {
-                return Err(GuardError::Io {
-                    action: "stat",
-                    path,
-                    source,
-                });
-            }
+        let Some(meta) = stat_if_present(&path)? else {
+            return Ok(());
         };
         if !meta.is_dir() {
             return self.visit_file(common, rel, prev);
@@ -771,6 +755,19 @@ fn line_diff(old: &str, new: &str) -> Vec<String> {
         .filter(|l| !old.lines().any(|o| o == *l))
         .map(|l| format!("+ {}", l.trim()));
     gone.chain(came).take(6).collect()
+}
+
+/// `lstat` of `path`; `None` when it does not exist (nothing to fingerprint).
+fn stat_if_present(path: &Path) -> Result<Option<std::fs::Metadata>, GuardError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(GuardError::Io {
+            action: "stat",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 #[cfg(test)]
