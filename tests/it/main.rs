@@ -29,6 +29,7 @@ mod llm_e2e;
 mod llm_wire;
 mod logview;
 mod outcomes;
+mod request_size;
 mod review_cmds;
 mod run_e2e;
 mod safety;
