@@ -23,6 +23,7 @@ mod fuzz;
 mod harness;
 mod hostile;
 mod kills;
+mod lane_checkout;
 mod llm_bounds;
 mod llm_client;
 mod llm_e2e;
