@@ -11,7 +11,9 @@
 //! then one stage that changed nothing (an empty commit). The `git` side runs
 //! `git worktree add -b`, `git add -A` + `git commit -q [--allow-empty]` (two
 //! processes, as a script would), and `git branch -f` for the stage branch.
-//! Worktrees are removed (untimed) after each round.
+//! Worktrees are removed (untimed) after each round. A third, create-only
+//! column times libgit2's own checkout on worktree add (filters on), the way
+//! lanes were created before issue 14.
 
 // Test and benchmark code: a failed unwrap is a failed run, and printing is its output.
 #![allow(
@@ -54,6 +56,7 @@ fn main() -> anyhow::Result<()> {
 
     let mut orch_times = Times::default();
     let mut cli_times = Times::default();
+    let mut old_adds = vec![];
     for round in 0..rounds {
         // Alternate who goes first so page-cache warmth does not favour one side.
         let order = if round % 2 == 0 {
@@ -74,6 +77,12 @@ fn main() -> anyhow::Result<()> {
             orch::git::remove_worktree(&info.common_dir, &name, &path)?;
             git.run(&repo, &["gc", "--auto", "--quiet"])?;
         }
+        // Before issue 14: libgit2's own checkout on worktree add, with
+        // filters and per-file attribute lookups.
+        let name = format!("old-{round}");
+        let path = info.common_dir.join("orch/worktrees").join(&name);
+        old_adds.push(old_add(&info.common_dir, &name, &path, &base)?);
+        orch::git::remove_worktree(&info.common_dir, &name, &path)?;
     }
 
     println!(
@@ -94,7 +103,26 @@ fn main() -> anyhow::Result<()> {
             cli_times.describe(pick)
         );
     }
+    let old = Times(old_adds.into_iter().map(|d| [d; 2 + STAGES]).collect());
+    println!(
+        "| create worktree, libgit2's checkout on add (before issue 14) | {} | - |",
+        old.describe(0)
+    );
     Ok(())
+}
+
+/// A worktree added the way lanes were before issue 14: a branch at `base`
+/// and `Repository::worktree`, whose checkout runs the filters.
+fn old_add(common: &Path, name: &str, path: &Path, base: &str) -> anyhow::Result<Duration> {
+    let repo = git2::Repository::open(common)?;
+    let commit = repo.find_commit(git2::Oid::from_str(base)?)?;
+    fs::create_dir_all(path.parent().expect("lane parent"))?;
+    let t = Instant::now();
+    let branch = repo.branch(&format!("orch/{name}/pr"), &commit, false)?;
+    let mut opts = git2::WorktreeAddOptions::new();
+    opts.reference(Some(branch.get()));
+    repo.worktree(name, path, Some(&opts))?;
+    Ok(t.elapsed())
 }
 
 /// One round's timings: create, the stages, the empty stage.

@@ -365,13 +365,19 @@ struct TurnRun {
 
 fn turn_run(turns: usize, kind: &str) -> TurnRun {
     let ws = workspace();
+    // Each call differs (a larger `limit`, an ignored argument) so the
+    // repetition guard does not stop the stage; the work is the same.
     let call = |i: usize| match kind {
         "read_file" => Reply::tool_call(
             &format!("c{i}"),
             "read_file",
-            json!({"path": "src/calc/ops.py"}),
+            json!({"path": "src/calc/ops.py", "limit": 1000 + i}),
         ),
-        _ => Reply::tool_call(&format!("c{i}"), "bash", json!({"command": "true"})),
+        _ => Reply::tool_call(
+            &format!("c{i}"),
+            "bash",
+            json!({"command": format!("true {i}")}),
+        ),
     };
     let mut replies: Vec<Reply> = (0..turns).map(call).collect();
     replies.push(Reply::finish("f", "done", None));

@@ -77,6 +77,19 @@ pub fn create_worktree(
             .map_err(git_err(format!("create branch `{branch}` at {base_sha}")))?;
         created_branch = true;
         crate::killpoint::reached("lane-branch-created");
+        // libgit2's own checkout on add reads `.gitattributes` only from
+        // files already written (so `.gitattributes` itself is never
+        // converted) and, with filters on, runs several `realpath`s per
+        // file. So the add checks out an empty tree and the base is checked
+        // out below, without filters when none can apply.
+        let filters = needs_checkout_filters(&repo, &base)?;
+        let empty = empty_commit(&repo)?;
+        repo.find_reference(&refname)
+            .and_then(|mut r| {
+                r.set_target(empty, "orch: lane checkout starts empty")
+                    .map(drop)
+            })
+            .map_err(git_err(format!("point `{refname}` at the empty commit")))?;
         let mut opts = WorktreeAddOptions::new();
         opts.reference(Some(new_branch.get()));
         repo.worktree(name, &path, Some(&opts))
@@ -84,6 +97,7 @@ pub fn create_worktree(
                 "add worktree `{name}` at {}",
                 path.display()
             )))?;
+        checkout_base(&path, &refname, &base, filters)?;
         crate::killpoint::reached("worktree-added");
         Ok(())
     })();
@@ -96,6 +110,110 @@ pub fn create_worktree(
         );
     }
     result
+}
+
+/// Whether checking out `base` could run a filter: an attribute file (a
+/// `.gitattributes` anywhere in its tree, `info/attributes`, the global or
+/// system one) or configuration that converts content (`core.autocrlf` other
+/// than false, `core.eol`, `core.attributesfile`, any `filter.*`). Only when
+/// none of these exists is a checkout without filters byte-identical to
+/// git's, so any doubt answers `true`.
+pub(crate) fn needs_checkout_filters(
+    repo: &Repository,
+    base: &git2::Commit<'_>,
+) -> Result<bool, GitError> {
+    let config = repo
+        .config()
+        .map_err(git_err("read the repository configuration"))?;
+    let set = |key: &str| config.get_entry(key).is_ok();
+    if config.get_bool("core.autocrlf").ok() != Some(false) && set("core.autocrlf")
+        || set("core.eol")
+        || set("core.attributesfile")
+    {
+        return Ok(true);
+    }
+    let mut filters = config
+        .entries(Some("filter\\..*"))
+        .map_err(git_err("read the `filter.*` configuration"))?;
+    if filters.next().is_some() {
+        return Ok(true);
+    }
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .map(|d| d.join("git/attributes"));
+    let attribute_files = [
+        Some(repo.commondir().join("info/attributes")),
+        xdg,
+        Some(PathBuf::from("/etc/gitattributes")),
+    ];
+    if attribute_files.iter().flatten().any(|f| f.exists()) {
+        return Ok(true);
+    }
+    let tree = base
+        .tree()
+        .map_err(git_err(format!("read the tree of {}", base.id())))?;
+    let mut found = false;
+    tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+        if entry.name_bytes() == b".gitattributes" {
+            found = true;
+            return git2::TreeWalkResult::Abort;
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .or_else(|e| if found { Ok(()) } else { Err(e) })
+    .map_err(git_err(format!("walk the tree of {}", base.id())))?;
+    Ok(found)
+}
+
+/// A commit of the empty tree with a fixed author and time (so always the
+/// same object), for a worktree add that checks out nothing.
+fn empty_commit(repo: &Repository) -> Result<git2::Oid, GitError> {
+    let what = "write the empty lane-start commit";
+    let tree_id = repo
+        .treebuilder(None)
+        .and_then(|b| b.write())
+        .map_err(git_err(what))?;
+    let tree = repo.find_tree(tree_id).map_err(git_err(what))?;
+    let sig = git2::Signature::new("orch", "orch@localhost", &git2::Time::new(0, 0))
+        .map_err(git_err(what))?;
+    repo.commit(None, &sig, &sig, "orch: empty lane start", &tree, &[])
+        .map_err(git_err(what))
+}
+
+/// Checks out `base` into the fresh worktree at `path` (whose branch
+/// `refname` is at the empty commit), with or without `filters`, then moves
+/// the branch to `base`: files, index and branch end as `git worktree add`
+/// leaves them. The index holds `base` before the files are written, so
+/// attributes are read from it as git does (a `.gitattributes` applies to
+/// itself and to files that sort before it).
+fn checkout_base(
+    path: &Path,
+    refname: &str,
+    base: &git2::Commit<'_>,
+    filters: bool,
+) -> Result<(), GitError> {
+    let what = format!("check out {} into {}", base.id(), path.display());
+    let wt = open_at(path)?;
+    let commit = wt.find_commit(base.id()).map_err(git_err(&what))?;
+    let tree = commit.tree().map_err(git_err(&what))?;
+    if filters {
+        let mut index = wt.index().map_err(git_err(&what))?;
+        index.read_tree(&tree).map_err(git_err(&what))?;
+    }
+    let mut checkout = CheckoutBuilder::new();
+    checkout.force().disable_filters(!filters);
+    wt.checkout_tree(commit.as_object(), Some(&mut checkout))
+        .map_err(git_err(&what))?;
+    let message = if filters {
+        "orch: lane at its base (filtered checkout)"
+    } else {
+        "orch: lane at its base (unfiltered checkout)"
+    };
+    wt.find_reference(refname)
+        .and_then(|mut r| r.set_target(base.id(), message).map(drop))
+        .map_err(git_err(format!("point `{refname}` at {}", base.id())))
 }
 
 /// Best-effort removal of what a failed `create_worktree` made. The admin

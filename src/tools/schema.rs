@@ -40,7 +40,12 @@ fn schemas(allowed: &[String], can_spawn: bool) -> Vec<ToolDef> {
         .collect()
 }
 
+/// An object schema; `required` is left out when empty (it is optional in
+/// JSON Schema, and every byte is sent on every request).
 pub(super) fn schema(props: Value, required: &[&str]) -> Value {
+    if required.is_empty() {
+        return json!({"type": "object", "properties": props});
+    }
     json!({"type": "object", "properties": props, "required": required})
 }
 
@@ -56,7 +61,7 @@ fn definition(name: &str) -> Option<ToolDef> {
     Some(match name {
         "bash" => def(
             "bash",
-            "Run a bash command in the worktree root (no stdin). Output is capped.",
+            "Run bash in the worktree root; no stdin, output capped.",
             schema(
                 json!({"command": plain, "timeout_secs": int("default 120, max 600")}),
                 &["command"],
@@ -64,15 +69,15 @@ fn definition(name: &str) -> Option<ToolDef> {
         ),
         "read_file" => def(
             "read_file",
-            "Read a text file; lines are numbered.",
+            "Read a text file, lines numbered.",
             schema(
-                json!({"path": plain, "offset": int("first line, 1-based"), "limit": int("max lines")}),
+                json!({"path": plain, "offset": int("1-based first line"), "limit": int("max lines")}),
                 &["path"],
             ),
         ),
         "write_file" => def(
             "write_file",
-            "Create or overwrite a file (creates parent dirs). Returns a diff.",
+            "Create or overwrite a file and its dirs; returns a diff.",
             schema(
                 json!({"path": plain, "content": plain}),
                 &["path", "content"],
@@ -80,7 +85,7 @@ fn definition(name: &str) -> Option<ToolDef> {
         ),
         "edit_file" => def(
             "edit_file",
-            "Replace exact text in a file; old_string must match once unless replace_all. Returns a diff.",
+            "Replace old_string (exactly once unless replace_all); returns a diff.",
             schema(
                 json!({"path": plain, "old_string": plain, "new_string": plain, "replace_all": {"type": "boolean"}}),
                 &["path", "old_string", "new_string"],
@@ -88,23 +93,23 @@ fn definition(name: &str) -> Option<ToolDef> {
         ),
         "list_files" => def(
             "list_files",
-            "List files, skipping gitignored ones.",
+            "List files that are not gitignored.",
             schema(
-                json!({"path": s("directory, default root"), "pattern": s("gitignore-style glob, e.g. *.rs")}),
+                json!({"path": s("dir, default root"), "pattern": s("gitignore glob")}),
                 &[],
             ),
         ),
         "grep" => def(
             "grep",
-            "Search files for a regex; prints path:line:text.",
+            "Regex search; prints path:line:text.",
             schema(
-                json!({"pattern": plain, "path": plain, "glob": s("e.g. *.rs")}),
+                json!({"pattern": plain, "path": plain, "glob": plain}),
                 &["pattern"],
             ),
         ),
         "finish" => def(
             "finish",
-            "End your stage with a summary of what you did.",
+            "End the stage.",
             schema(
                 json!({"summary": plain, "verdict": {"type": "string", "enum": ["approve", "request_changes"]}}),
                 &["summary"],

@@ -18,9 +18,9 @@ use crate::llm::ToolDef;
 pub(crate) fn definition() -> ToolDef {
     ToolDef {
         name: "spawn_agent",
-        description: "Start a subagent with a fresh history on a subtask (e.g. role explore: read-only search); returns its report.",
+        description: "Run a subagent (fresh history) on a subtask; returns its report.",
         parameters: schema(
-            json!({"role": {"type": "string", "description": "e.g. explore"}, "task": {"type": "string"}}),
+            json!({"role": {"type": "string", "description": "e.g. explore (read-only)"}, "task": {"type": "string"}}),
             &["role", "task"],
         ),
     }
