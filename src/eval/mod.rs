@@ -143,16 +143,7 @@ pub(crate) async fn run_eval(opts: &EvalOptions, ui: &Ui) -> Result<EvalReport, 
         interrupted: false,
         results: Vec::new(),
         tasks: Vec::new(),
-        total: report::Total {
-            tasks: 0,
-            runs: 0,
-            solved: 0,
-            solved_pct: 0.0,
-            turns: 0,
-            tokens: Tokens::default(),
-            cost_usd: None,
-            wall_secs: 0.0,
-        },
+        total: report::Total::default(),
         results_file: results.path().display().to_string(),
     };
     let total_runs = opts.tasks.tasks.len() as u32 * opts.runs;

@@ -120,8 +120,8 @@ pub(crate) struct TaskSummary {
     pub solved: u32,
 }
 
-/// Sums over every run of an eval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Sums over every run of an eval (all zero before the first run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct Total {
     /// Tasks measured.
     pub tasks: usize,
@@ -351,16 +351,7 @@ mod tests {
             interrupted: false,
             results,
             tasks: vec![],
-            total: Total {
-                tasks: 0,
-                runs: 0,
-                solved: 0,
-                solved_pct: 0.0,
-                turns: 0,
-                tokens: Tokens::default(),
-                cost_usd: None,
-                wall_secs: 0.0,
-            },
+            total: Total::default(),
             results_file: "f".to_owned(),
         }
     }
