@@ -3,8 +3,8 @@
 //! review commands.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, output_logged, read_jsonl,
-    record_dir, signal_reply, state_json, stdout_json, tool_results, write_issue,
+    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, read_jsonl, record_dir,
+    resume, signal_reply, state_json, stdout_json, tool_results, write_issue,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -224,22 +224,6 @@ fn stages_two_and_three() -> Script {
     Script::new()
         .agent("two", stage_script("two"))
         .agent("three", stage_script("three"))
-}
-
-fn resume(repo: &TestRepo, run_id: &str, server: &FakeServer, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "resume",
-        run_id,
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "m",
-        "--json",
-    ];
-    args.extend(extra);
-    output_logged(orch().args(&args))
 }
 
 fn pr_tree(repo: &TestRepo, run_id: &str) -> String {

@@ -9,8 +9,8 @@
 //! only), never by timing.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, orch, output_logged, signal_reply, state_json,
-    stdout_json, write_issue,
+    FakeServer, OrchRun, Reply, Script, TestRepo, orch, output_logged, resume, signal_reply,
+    state_json, stdout_json, write_issue,
 };
 use serde_json::{Value, json};
 use std::os::unix::process::ExitStatusExt;
@@ -49,23 +49,6 @@ pub(crate) fn orch_run(repo: &TestRepo, pipeline: &Path, server: &FakeServer) ->
         .issue(&issue)
         .model(&server.base_url, "m")
         .json()
-}
-
-/// `orch resume <run> --json [extra…]` against `server`.
-pub(crate) fn resume(repo: &TestRepo, run_id: &str, server: &FakeServer, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "resume",
-        run_id,
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "m",
-        "--json",
-    ];
-    args.extend(extra);
-    output_logged(orch().args(&args))
 }
 
 /// `orch <cmd> <args…> --repo <repo> --json`, parsed.

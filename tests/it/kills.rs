@@ -9,10 +9,11 @@
 //! `.git/worktrees/orch-*`, no `orch-lanes/*` refs, `git fsck` clean.
 
 use crate::faults::{
-    assert_fsck_clean, killed, leftovers, orch_run, pipeline, pr_tree, reference_tree, resume,
-    write,
+    assert_fsck_clean, killed, leftovers, orch_run, pipeline, pr_tree, reference_tree, write,
 };
-use crate::support::{FakeServer, Reply, Script, TestRepo, orch, state_json, stdout_json};
+use crate::support::{
+    FakeServer, Reply, Script, TestRepo, resume, resume_command, state_json, stdout_json,
+};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -72,22 +73,6 @@ fn run_id_of(repo: &TestRepo) -> Option<String> {
         .flatten()
         .find(|e| e.path().join("state.json").is_file())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-}
-
-fn resume_cmd(repo: &TestRepo, run_id: &str, server: &FakeServer) -> std::process::Command {
-    let mut cmd = orch();
-    cmd.args([
-        "resume",
-        run_id,
-        "--repo",
-        repo.path.to_str().unwrap(),
-        "--base-url",
-        &server.base_url,
-        "--model",
-        "m",
-        "--json",
-    ]);
-    cmd
 }
 
 #[test]
@@ -190,7 +175,7 @@ fn randomised_kills_during_run_and_resume_always_resume_to_the_uninterrupted_tre
                 None => orch_run(&repo, &p, &server).command(),
                 Some(id) => {
                     resumed += 1;
-                    resume_cmd(&repo, id, &server)
+                    resume_command(&repo, id, &server.base_url)
                 }
             };
             let err_path = tmp.path().join(format!("stderr-{processes}.log"));

@@ -148,3 +148,16 @@ pub fn signal_reply(signal: i32) -> (Arc<AtomicU32>, Reply) {
     };
     (pid, reply)
 }
+
+/// `orch resume <run> --repo … --base-url <server> --model m --json`, not yet run.
+pub fn resume_command(repo: &TestRepo, run_id: &str, base_url: &str) -> Command {
+    let mut cmd = orch();
+    cmd.args(["resume", run_id, "--repo", repo.path.to_str().unwrap()])
+        .args(["--base-url", base_url, "--model", "m", "--json"]);
+    cmd
+}
+
+/// [`resume_command`] with `extra` arguments, run to the end ([`output_logged`]).
+pub fn resume(repo: &TestRepo, run_id: &str, server: &super::FakeServer, extra: &[&str]) -> Output {
+    output_logged(resume_command(repo, run_id, &server.base_url).args(extra))
+}
