@@ -113,31 +113,9 @@ impl Events {
         }
         // Under the lock: lines are whole, and their times never go back.
         let mut out = std::io::stdout().lock();
-        // The header first, in a fixed order, then the type's own fields.
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let mut line = format!(
-            "{{\"v\":{EVENTS_VERSION},\"type\":{},\"run_id\":{},\"ts\":{}",
-            json!(kind),
-            json!(inner.run_id.get()),
-            json!(ts)
-        );
-        if let Value::Object(map) = fields {
-            for (k, v) in map {
-                line.push_str(&format!(",{}:{v}", json!(k)));
-            }
-        }
-        line.push('}');
-        let secrets: Vec<String> = inner
-            .secrets
-            .get()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .chain(extra_secrets)
-            .cloned()
-            .collect();
-        let mut line = crate::runlog::redact(&line, &secrets);
-        line.push('\n');
+        let own = inner.secrets.get().map(Vec::as_slice).unwrap_or_default();
+        let line = render(kind, inner.run_id.get(), &ts, fields, own, extra_secrets);
         if out
             .write_all(line.as_bytes())
             .and_then(|()| out.flush())
@@ -267,6 +245,34 @@ impl Events {
     }
 }
 
+/// One event line (with its newline): the common fields first, in a fixed
+/// order, then the type's own `fields`; redacted.
+fn render(
+    kind: &str,
+    run_id: Option<&String>,
+    ts: &str,
+    fields: Value,
+    secrets: &[String],
+    more_secrets: &[String],
+) -> String {
+    let mut line = format!(
+        "{{\"v\":{EVENTS_VERSION},\"type\":{},\"run_id\":{},\"ts\":{}",
+        json!(kind),
+        json!(run_id),
+        json!(ts)
+    );
+    if let Value::Object(map) = fields {
+        for (k, v) in map {
+            line.push_str(&format!(",{}:{v}", json!(k)));
+        }
+    }
+    line.push('}');
+    let all: Vec<String> = secrets.iter().chain(more_secrets).cloned().collect();
+    let mut line = crate::runlog::redact(&line, &all);
+    line.push('\n');
+    line
+}
+
 /// The event stream seen from one stage's action log: turns, tool calls,
 /// verify, budget and policy events are derived from the log's own events.
 #[derive(Clone, Debug)]
@@ -280,9 +286,23 @@ impl StageEvents {
     /// its whole object); most log events have none. `secrets` are the
     /// log's.
     pub(crate) fn action(&self, event: &str, log: &Value, secrets: &[String]) {
-        let get = |k: &str| log.get(k).cloned().unwrap_or(Value::Null);
-        let mut out: Vec<(&str, Value)> = Vec::new();
-        match event {
+        for (kind, fields) in derive(event, log) {
+            let mut map = Map::new();
+            map.insert("stage".to_owned(), json!(self.stage));
+            if let Value::Object(f) = fields {
+                map.extend(f);
+            }
+            self.events.emit(kind, Value::Object(map), secrets);
+        }
+    }
+}
+
+/// The stream's events (type and fields, without `stage`) for one
+/// action-log event; none for most.
+fn derive(event: &str, log: &Value) -> Vec<(&'static str, Value)> {
+    let get = |k: &str| log.get(k).cloned().unwrap_or(Value::Null);
+    let mut out: Vec<(&'static str, Value)> = Vec::new();
+    match event {
             "response" => {
                 let calls: Vec<Value> = log
                     .get("tool_calls")
@@ -370,17 +390,9 @@ impl StageEvents {
                 "budget",
                 json!({"kind": "report", "turn": get("turns"), "reason": null, "budget": get("budget")}),
             )),
-            _ => return,
+            _ => {}
         }
-        for (kind, fields) in out {
-            let mut map = Map::new();
-            map.insert("stage".to_owned(), json!(self.stage));
-            if let Value::Object(f) = fields {
-                map.extend(f);
-            }
-            self.events.emit(kind, Value::Object(map), secrets);
-        }
-    }
+    out
 }
 
 #[cfg(test)]
@@ -394,5 +406,64 @@ mod tests {
         assert!(off.for_stage("code").is_none());
         let on = Events::new(Some(EventFormat::Jsonl));
         assert!(on.for_stage("code").is_some());
+    }
+
+    #[test]
+    fn policy_decisions_other_than_a_plain_allow_are_events() {
+        let tool = |policy: &str| {
+            derive(
+                "tool",
+                &json!({"turn": 1, "call_id": "c", "name": "bash", "policy": policy, "result": "x"}),
+            )
+        };
+        assert_eq!(
+            tool("allow").len(),
+            1,
+            "a plain allow is only the tool call"
+        );
+        let yes = tool("allow (--yes): `git push` needs approval");
+        assert_eq!(yes[1].0, "policy");
+        assert_eq!(yes[1].1["decision"], "allow");
+        assert_eq!(yes[1].1["reason"], "(--yes): `git push` needs approval");
+        let deny = tool("deny: fork bomb");
+        assert_eq!(deny[1].1["decision"], "deny");
+        assert_eq!(deny[1].1["reason"], "fork bomb");
+        let long = derive("tool", &json!({"result": "y".repeat(10_000)}));
+        assert!(
+            long[0].1["preview"].as_str().unwrap().len() < 400,
+            "bounded"
+        );
+        assert!(derive("request", &json!({})).is_empty());
+        let gate = derive("stage_end", &json!({"verify": "pass"}));
+        assert_eq!(gate[0].1["passed"], true);
+        assert!(derive("stage_end", &json!({"verify": "fail"})).is_empty());
+    }
+
+    #[test]
+    fn a_line_is_one_redacted_object_with_the_common_fields_first() {
+        let id = "r1".to_owned();
+        let line = render(
+            "tool_call",
+            Some(&id),
+            "2026-01-01T00:00:00.000Z",
+            json!({"stage": "code", "summary": "echo sk-secret-1 and tok-2222"}),
+            &["sk-secret-1".to_owned()],
+            &["tok-2222".to_owned()],
+        );
+        assert!(line.ends_with("}\n") && !line[..line.len() - 1].contains('\n'));
+        assert!(
+            line.starts_with(
+                r#"{"v":1,"type":"tool_call","run_id":"r1","ts":"2026-01-01T00:00:00.000Z","#
+            ),
+            "{line}"
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["summary"], "echo [REDACTED] and [REDACTED]");
+        assert_eq!(v["stage"], "code");
+        let none = render("run_finished", None, "t", json!({}), &[], &[]);
+        assert_eq!(
+            none,
+            "{\"v\":1,\"type\":\"run_finished\",\"run_id\":null,\"ts\":\"t\"}\n"
+        );
     }
 }
