@@ -552,3 +552,111 @@ fn the_test_validator_accepts_and_rejects_what_the_schema_says() {
         assert!(!validate(&schema, &e).is_empty(), "{e} must fail");
     }
 }
+
+#[test]
+fn each_event_is_on_the_pipe_while_the_run_is_still_going() {
+    // The second model request stops orch (SIGSTOP): what it printed before
+    // can only be read if each line was flushed as it was written.
+    let repo = buggy_repo();
+    let (pid, stop) = signal_reply(libc::SIGSTOP);
+    let server = FakeServer::start(Script::new().agent(
+        "explore",
+        vec![
+            Reply::tool_call("e1", "grep", json!({"pattern": "def add"})),
+            stop,
+            Reply::finish("e2", "add() is in calc.py.", None),
+        ],
+    ));
+    let mut cmd = orch_with_model(&server.base_url);
+    cmd.args([
+        "agent",
+        "--role",
+        "explore",
+        "--task",
+        "Where is add?",
+        "--repo",
+    ])
+    .arg(&repo.path)
+    .args(["--events", "jsonl"])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    pid.store(child.id(), Ordering::SeqCst);
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    // Wait until orch is stopped (not reaped: WUNTRACED reports the stop).
+    let mut wstatus = 0;
+    // SAFETY: waits for the child this test started.
+    let waited = unsafe { libc::waitpid(child.id() as i32, &mut wstatus, libc::WUNTRACED) };
+    assert_eq!(waited, child.id() as i32);
+    assert!(libc::WIFSTOPPED(wstatus), "orch is stopped, not gone");
+    let mut seen = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(crate::support::AWAIT_LIMIT)
+            .expect("the tool_call event arrives while orch is stopped");
+        let ev: Value = serde_json::from_str(&line).unwrap();
+        seen.push(ev["type"].as_str().unwrap().to_owned());
+        if ev["type"] == "tool_call" {
+            break;
+        }
+    }
+    assert_eq!(seen[0], "run_started");
+    // SAFETY: a plain signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<Value> = rx
+        .try_iter()
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect();
+    assert_eq!(status.code(), Some(0));
+    let last = rest.last().unwrap();
+    assert_eq!(last["type"], "run_finished");
+    assert_eq!(last["exit_code"], 0);
+}
+
+#[test]
+fn a_spent_token_budget_is_a_budget_event() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "explore",
+        vec![
+            Reply::tool_call("e1", "grep", json!({"pattern": "def add"})).with_usage(900, 20),
+            Reply::finish("e2", "add() is in calc.py.", None),
+        ],
+    ));
+    let mut cmd = orch_with_model(&server.base_url);
+    cmd.args([
+        "agent",
+        "--role",
+        "explore",
+        "--task",
+        "Where is add?",
+        "--repo",
+    ])
+    .arg(&repo.path)
+    .args(["--max-tokens", "500", "--events", "jsonl"]);
+    let out = output_logged(&mut cmd);
+    let events = events_of(&out);
+    assert_eq!(out.status.code(), Some(1), "the stage failed on its budget");
+    let exceeded: Vec<&Value> = of_type(&events, "budget")
+        .into_iter()
+        .filter(|e| e["kind"] == "exceeded")
+        .collect();
+    assert_eq!(exceeded.len(), 1, "{events:#?}");
+    assert!(
+        exceeded[0]["reason"].as_str().unwrap().contains("token"),
+        "{}",
+        exceeded[0]
+    );
+    assert_eq!(exceeded[0]["turn"], 1);
+}
