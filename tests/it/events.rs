@@ -422,28 +422,34 @@ fn a_stage_without_finish_and_a_command_error_end_with_run_finished() {
     );
 }
 
+/// `orch agent --role explore --task … --events jsonl [extra…]` on `repo`.
+fn explore(server: &FakeServer, repo: &TestRepo, extra: &[&str]) -> std::process::Command {
+    let mut cmd = orch_with_model(&server.base_url);
+    cmd.args(["agent", "--role", "explore", "--task", "Where is add?"])
+        .arg("--repo")
+        .arg(&repo.path)
+        .args(["--events", "jsonl"])
+        .args(extra);
+    cmd
+}
+
+fn grep() -> Reply {
+    Reply::tool_call("e1", "grep", json!({"pattern": "def add"}))
+}
+
+/// The explorer's script: `first`, then `middle`, then its finish.
+fn explore_script(first: Reply, middle: Vec<Reply>) -> Script {
+    let mut replies = vec![first];
+    replies.extend(middle);
+    replies.push(Reply::finish("e2", "add() is in calc.py.", None));
+    Script::new().agent("explore", replies)
+}
+
 #[test]
 fn orch_agent_streams_its_events_and_its_report_in_the_last() {
     let repo = buggy_repo();
-    let server = FakeServer::start(Script::new().agent(
-        "explore",
-        vec![
-            Reply::tool_call("e1", "grep", json!({"pattern": "def add"})),
-            Reply::finish("e2", "add() is in calc.py.", None),
-        ],
-    ));
-    let mut cmd = orch_with_model(&server.base_url);
-    cmd.args([
-        "agent",
-        "--role",
-        "explore",
-        "--task",
-        "Where is add?",
-        "--repo",
-    ])
-    .arg(&repo.path)
-    .args(["--events", "jsonl"]);
-    let out = output_logged(&mut cmd);
+    let server = FakeServer::start(explore_script(grep(), vec![]));
+    let out = output_logged(&mut explore(&server, &repo, &[]));
     assert_eq!(out.status.code(), Some(0));
     let events = events_of(&out);
     assert_eq!(of_type(&events, "stage_started").len(), 1);
@@ -559,28 +565,12 @@ fn each_event_is_on_the_pipe_while_the_run_is_still_going() {
     // can only be read if each line was flushed as it was written.
     let repo = buggy_repo();
     let (pid, stop) = signal_reply(libc::SIGSTOP);
-    let server = FakeServer::start(Script::new().agent(
-        "explore",
-        vec![
-            Reply::tool_call("e1", "grep", json!({"pattern": "def add"})),
-            stop,
-            Reply::finish("e2", "add() is in calc.py.", None),
-        ],
-    ));
-    let mut cmd = orch_with_model(&server.base_url);
-    cmd.args([
-        "agent",
-        "--role",
-        "explore",
-        "--task",
-        "Where is add?",
-        "--repo",
-    ])
-    .arg(&repo.path)
-    .args(["--events", "jsonl"])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
-    let mut child = cmd.spawn().unwrap();
+    let server = FakeServer::start(explore_script(grep(), vec![stop]));
+    let mut child = explore(&server, &repo, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     pid.store(child.id(), Ordering::SeqCst);
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -627,25 +617,8 @@ fn each_event_is_on_the_pipe_while_the_run_is_still_going() {
 #[test]
 fn a_spent_token_budget_is_a_budget_event() {
     let repo = buggy_repo();
-    let server = FakeServer::start(Script::new().agent(
-        "explore",
-        vec![
-            Reply::tool_call("e1", "grep", json!({"pattern": "def add"})).with_usage(900, 20),
-            Reply::finish("e2", "add() is in calc.py.", None),
-        ],
-    ));
-    let mut cmd = orch_with_model(&server.base_url);
-    cmd.args([
-        "agent",
-        "--role",
-        "explore",
-        "--task",
-        "Where is add?",
-        "--repo",
-    ])
-    .arg(&repo.path)
-    .args(["--max-tokens", "500", "--events", "jsonl"]);
-    let out = output_logged(&mut cmd);
+    let server = FakeServer::start(explore_script(grep().with_usage(900, 20), vec![]));
+    let out = output_logged(&mut explore(&server, &repo, &["--max-tokens", "500"]));
     let events = events_of(&out);
     assert_eq!(out.status.code(), Some(1), "the stage failed on its budget");
     let exceeded: Vec<&Value> = of_type(&events, "budget")
