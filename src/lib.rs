@@ -12,6 +12,7 @@ pub(crate) mod catalog;
 pub mod cli;
 pub mod config;
 pub(crate) mod eval;
+pub mod events;
 pub(crate) mod exec;
 pub mod git;
 pub mod ids;

@@ -1,12 +1,13 @@
 //! `orch run <pipeline>`: an issue in, a PR branch and PR text out.
 
 use super::CliError;
-use super::args::{InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
+use super::args::{EventArgs, InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::dryrun::dry_run;
 use super::output::ignore_closed;
 use super::session::{SessionBuilder, roles_for, route_role_models, start_base};
-use super::summary::{clear_failed_run, exit_code_of, print_summary};
+use super::summary::{check_events, clear_failed_run, end_events, exit_code_of, report_summary};
 use crate::catalog::Catalog;
+use crate::events::Events;
 use crate::runlog::RunStatus;
 use crate::runner::{RunOptions, run_pipeline};
 use crate::ui::Ui;
@@ -47,6 +48,9 @@ pub struct RunArgs {
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
+    /// The event stream.
+    #[command(flatten)]
+    pub events: EventArgs,
 }
 
 /// Reads the issue file (or stdin for `-`).
@@ -73,6 +77,12 @@ fn read_issue(path: &PathBuf) -> Result<String, CliError> {
 
 /// `orch run`.
 pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
+    let events = args.events.open();
+    end_events(&events, run(args, &events).await)
+}
+
+async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
+    check_events(events, args.json, args.dry_run)?;
     let catalog = Catalog::load(Some(&args.repo))?;
     let mut pipeline = catalog.pipeline(&args.pipeline)?;
     pipeline.project_instructions &= !args.instructions.no_project_instructions;
@@ -82,6 +92,7 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
         .build(&args.limits)?;
+    events.redacting(&session.secrets);
     if args.dry_run {
         // No request at all: a role's own model is kept only when mapped.
         route_role_models(&mut roles, &args.model, &args.repo, None)?;
@@ -99,7 +110,7 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
         served.served_models.as_deref(),
     )?;
     let base = start_base(&args.repo, &args.base)?;
-    let ui = Ui::new(false);
+    let ui = Ui::new(false).with_events(events.clone());
     let summary = run_pipeline(
         RunOptions {
             repo: args.repo.clone(),
@@ -115,6 +126,6 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     if summary.state.status == RunStatus::Failed {
         clear_failed_run(&args.repo, summary.state.run_id.as_str());
     }
-    ignore_closed(print_summary(&summary, args.json))?;
+    ignore_closed(report_summary(&summary, args.json, events))?;
     Ok(exit_code_of(&summary))
 }

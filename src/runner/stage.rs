@@ -49,7 +49,8 @@ pub(super) async fn run_stage(
     let mut log = ActionLog::open(
         &stage_dir.join("actions.jsonl"),
         ctx.session.secrets.clone(),
-    )?;
+    )?
+    .with_events(progress.stage_events(&id));
     // A role may name its own model (same server and key).
     let role_model = role
         .model

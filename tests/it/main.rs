@@ -18,6 +18,7 @@ mod conventions_a;
 mod conventions_b;
 mod dag;
 mod eval;
+mod events;
 mod faults;
 mod fuzz;
 mod harness;

@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod llm;
 pub mod repo;
 pub mod run;
+pub mod schema;
 
 pub use cmd::{FAKE_API_KEY, orch, orch_with_model};
 pub use fake_server::{FakeServer, Recorded, Reply, Script, tool_pairing_violations};
