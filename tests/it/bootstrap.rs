@@ -83,6 +83,7 @@ fn included_ignored_files_reach_the_lane_but_never_a_commit() {
             .agent(
                 "review",
                 vec![
+                    Reply::tool_call("r0", "list_files", json!({})),
                     Reply::tool_call("r1", "bash", json!({"command": "cat .env"})),
                     Reply::finish("r2", "Fine.", Some("approve")),
                 ],
@@ -100,8 +101,14 @@ fn included_ignored_files_reach_the_lane_but_never_a_commit() {
     assert!(!seen.contains(FAKE_API_KEY), "{seen}");
     // Ignored but not included: not copied.
     assert!(seen.contains("no-local-secret"), "{seen}");
+    // Not shown unless read: the gitignore-aware listing leaves it out.
+    let listed = tool_results(&server.requests_for("review")[1]).join("\n");
+    assert!(
+        listed.contains("app.py") && !listed.contains(".env"),
+        "{listed}"
+    );
     // The next stage's lane gets the user's file back, not the agent's edit.
-    let seen = tool_results(&server.requests_for("review")[1]).join("\n");
+    let seen = tool_results(&server.requests_for("review")[2]).join("\n");
     assert!(seen.contains("APP_MODE=local-dev"), "{seen}");
     assert!(!seen.contains("changed-by-agent"), "{seen}");
 
