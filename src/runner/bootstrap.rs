@@ -446,6 +446,9 @@ async fn run_setup(
         Err(fatal) => (String::new(), Some(fatal)),
         Ok((Err(e), _)) => (String::new(), Some(format!("could not start bash: {e}"))),
         Ok((Ok(r), sandbox)) => {
+            // Tracked files a setup changed end up in the stage's commit: say so.
+            let l = lane.clone();
+            let changed = blocking(move || git::changed_paths(&l)).await?;
             record.exit_code = r.exit_code;
             record.timed_out = r.timed_out;
             record.duration_ms = r.duration.as_millis() as u64;
@@ -461,7 +464,7 @@ async fn run_setup(
                     "command": setup.command, "origin": origin, "key": key,
                     "lockfiles": lockfiles, "ran": true, "exit_code": r.exit_code,
                     "timed_out": r.timed_out, "duration_ms": record.duration_ms,
-                    "sandbox": sandbox, "passed": status.is_none(),
+                    "sandbox": sandbox, "passed": status.is_none(), "changed": changed,
                     "output": crate::text::head_tail_lines(&r.output, 4096),
                 }),
             )?;

@@ -150,7 +150,10 @@ pub(super) async fn run_stage(
             prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
             &instructions,
         ),
-        task: prompt::task_message(&stage.task, &ctx.issue, &upstream),
+        task: with_baseline(
+            prompt::task_message(&stage.task, &ctx.issue, &upstream),
+            baseline.as_ref(),
+        ),
         max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
         text_result: role.text_result || stage.text_result,
@@ -278,6 +281,17 @@ pub(super) async fn run_stage(
         duration_ms,
         digest: outcome.digest[skip..].iter().map(|l| redact(l)).collect(),
     })
+}
+
+/// The task message, told (only when one failed) what the verify commands
+/// did before the agent's change, so it does not chase a failure it did not
+/// cause; a passing baseline adds nothing to the first request.
+fn with_baseline(mut task: String, baseline: Option<&agent::verify::BaselineReport>) -> String {
+    if let Some(b) = baseline.filter(|b| !b.passed()) {
+        task.push_str("\n# Baseline\n\n");
+        task.push_str(&b.handoff());
+    }
+    task
 }
 
 /// The repository's instruction files for this stage, read from the run's

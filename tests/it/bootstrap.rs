@@ -369,6 +369,11 @@ fn the_baseline_tells_the_reviewer_which_failures_were_already_there() {
     let at = |k: &str| events.iter().position(|e| e == k).unwrap();
     assert!(at("baseline") < at("agent_start"), "{events:?}");
 
+    // The coder is told too, before its first turn.
+    let told = user_text(&server.requests_for("code")[0]);
+    assert!(told.contains("# Baseline"), "{told}");
+    assert!(told.contains("already failing before the change"), "{told}");
+
     let first = user_text(&server.requests_for("review")[0]);
     assert!(first.contains("Verify: pass"), "{first}");
     assert!(first.contains("Baseline"), "{first}");
