@@ -173,6 +173,30 @@ async fn run_one(command: &str, ctx: &ToolContext) -> (VerifyRun, String) {
     }
 }
 
+/// [`run_one`], logged as a `kind` event (with one more field, `extra`).
+async fn run_logged(
+    command: &str,
+    ctx: &ToolContext,
+    log: &mut ActionLog,
+    kind: &str,
+    extra: (&str, serde_json::Value),
+) -> Result<(VerifyRun, String), RecordError> {
+    let (run, output) = run_one(command, ctx).await;
+    log.append(
+        kind,
+        json!({
+            extra.0: extra.1,
+            "command": run.command,
+            "exit_code": run.exit_code,
+            "timed_out": run.timed_out,
+            "duration_ms": run.duration_ms,
+            "passed": run.passed(),
+            "output": crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
+        }),
+    )?;
+    Ok((run, output))
+}
+
 /// Bytes of a failing baseline command's output kept for the hand-off (its tail).
 const BASELINE_TAIL_BYTES: usize = 1024;
 
@@ -249,20 +273,9 @@ pub(crate) async fn run_baseline(
 ) -> Result<BaselineReport, RecordError> {
     let mut runs = Vec::new();
     for command in commands {
-        let (run, output) = run_one(command, ctx).await;
+        let (run, output) =
+            run_logged(command, ctx, log, "baseline", ("commit", json!(commit))).await?;
         let passed = run.passed();
-        log.append(
-            "baseline",
-            json!({
-                "commit": commit,
-                "command": run.command,
-                "exit_code": run.exit_code,
-                "timed_out": run.timed_out,
-                "duration_ms": run.duration_ms,
-                "passed": passed,
-                "output": crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
-            }),
-        )?;
         let output_tail = if passed {
             String::new()
         } else {
@@ -289,20 +302,9 @@ async fn run_commands(
 ) -> Result<(Vec<VerifyRun>, Option<(String, String)>), RecordError> {
     let mut runs = Vec::new();
     for command in commands {
-        let (run, output) = run_one(command, ctx).await;
+        let (run, output) =
+            run_logged(command, ctx, log, "verify", ("round", json!(round))).await?;
         let passed = run.passed();
-        log.append(
-            "verify",
-            json!({
-                "round": round,
-                "command": run.command,
-                "exit_code": run.exit_code,
-                "timed_out": run.timed_out,
-                "duration_ms": run.duration_ms,
-                "passed": passed,
-                "output": crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
-            }),
-        )?;
         let status = match (run.timed_out, run.exit_code) {
             (true, _) => format!("timed out after {}s", ctx.limits.max_timeout.as_secs()),
             (false, Some(c)) => format!("exited {c}"),

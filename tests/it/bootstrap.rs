@@ -361,7 +361,11 @@ fn the_baseline_tells_the_reviewer_which_failures_were_already_there() {
     assert_eq!(rec["verify"]["passed"], true);
     // It ran once, before the agent started (so before its first request).
     let record = record_dir(&repo, &run_id);
-    assert_eq!(stage_events(&record, "code", "baseline").len(), 1);
+    let events = stage_events(&record, "code", "baseline");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["commit"], rec["parent_commit"]);
+    assert_eq!(events[0]["passed"], false);
+    assert_eq!(stage_events(&record, "code", "verify")[0]["round"], 1);
     let events: Vec<String> = read_jsonl(&record.join("stages/code/actions.jsonl"))
         .iter()
         .map(|e| e["event"].as_str().unwrap_or("").to_owned())
