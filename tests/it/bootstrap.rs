@@ -7,7 +7,8 @@
 
 use crate::support::{
     FAKE_API_KEY, FakeServer, OrchRun, Reply, Script, TestRepo, only_run_id, read_jsonl,
-    record_dir, stage_events, state_json, tool_results, user_text, write_issue, write_pipeline,
+    record_dir, stage_events, stage_record, state_json, tool_results, user_text, write_issue,
+    write_pipeline,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -17,14 +18,19 @@ const ISSUE: &str = "# Tidy up\n\nMake the change the task asks for.\n";
 /// Runs `yaml` on `repo` with the model given by environment (so the fake
 /// API key is a known secret); the exit code and the run id.
 fn run(repo: &TestRepo, yaml: &str, server: &FakeServer) -> (i32, String) {
+    let out = run_output(repo, yaml, server);
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    (out.status.code().unwrap_or(-1), only_run_id(&repo.path))
+}
+
+/// `orch run` of `yaml` on `repo`, to its end.
+fn run_output(repo: &TestRepo, yaml: &str, server: &FakeServer) -> std::process::Output {
     let scratch = tempfile::tempdir().unwrap();
     let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = write_pipeline(scratch.path(), "boot", yaml);
-    let out = OrchRun::with_model_env(&server.base_url, &pipeline, repo)
+    OrchRun::with_model_env(&server.base_url, &pipeline, repo)
         .issue(&issue)
-        .output();
-    assert!(server.violations().is_empty(), "{:?}", server.violations());
-    (out.status.code().unwrap_or(-1), only_run_id(&repo.path))
+        .output()
 }
 
 /// Every path in every commit reachable from an `orch/` or `orch-lanes/` branch.
@@ -37,15 +43,6 @@ fn paths_in_orch_commits(repo: &TestRepo) -> Vec<String> {
         paths.extend(tree.lines().map(str::to_owned));
     }
     paths
-}
-
-fn stage<'a>(state: &'a Value, id: &str) -> &'a Value {
-    state["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"] == id)
-        .unwrap()
 }
 
 #[test]
@@ -230,17 +227,17 @@ fn setup_runs_once_per_lane_and_again_only_after_the_lockfile_changes() {
     let state = state_json(&repo, &run_id);
     let ran: Vec<Value> = ["first", "second", "third"]
         .iter()
-        .map(|s| stage(&state, s)["setup"]["ran"].clone())
+        .map(|s| stage_record(&state, s)["setup"]["ran"].clone())
         .collect();
     assert_eq!(ran, [json!(true), json!(false), json!(true)]);
     let keys: Vec<Value> = ["first", "second", "third"]
         .iter()
-        .map(|s| stage(&state, s)["setup"]["key"].clone())
+        .map(|s| stage_record(&state, s)["setup"]["key"].clone())
         .collect();
     assert_eq!(keys[0], keys[1]);
     assert_ne!(keys[1], keys[2]);
     assert_eq!(
-        stage(&state, "first")["setup"]["lockfiles"],
+        stage_record(&state, "first")["setup"]["lockfiles"],
         json!(["package-lock.json"])
     );
     // The setup prepared the lane before the agent's first command.
@@ -277,7 +274,7 @@ fn a_failing_setup_fails_the_stage_before_any_model_request() {
     assert_eq!(server.remaining("code"), 1);
 
     let state = state_json(&repo, &run_id);
-    let rec = stage(&state, "code");
+    let rec = stage_record(&state, "code");
     assert_eq!(rec["status"], "failed");
     let reason = rec["reason"].as_str().unwrap();
     assert!(reason.contains("lane setup failed"), "{reason}");
@@ -300,16 +297,7 @@ fn a_bad_setup_key_is_an_input_error_naming_the_file_and_line() {
         "[setup]\ncommand = \"true\"\ntimeout = 3\n",
     );
     let server = FakeServer::start(Script::new());
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), ISSUE);
-    let pipeline = write_pipeline(
-        scratch.path(),
-        "boot",
-        "stages:\n  code:\n    role: coder\n",
-    );
-    let out = OrchRun::with_model_env(&server.base_url, &pipeline, &repo)
-        .issue(&issue)
-        .output();
+    let out = run_output(&repo, "stages:\n  code:\n    role: coder\n", &server);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("orch.toml:3:"), "{err}");
@@ -353,7 +341,7 @@ fn the_baseline_tells_the_reviewer_which_failures_were_already_there() {
     assert_eq!(code, 0);
 
     let state = state_json(&repo, &run_id);
-    let rec = stage(&state, "code");
+    let rec = stage_record(&state, "code");
     let base = &rec["baseline"];
     assert_eq!(base["commit"], rec["parent_commit"]);
     assert_eq!(base["runs"][0]["exit_code"], 1);
