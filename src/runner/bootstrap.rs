@@ -264,18 +264,26 @@ fn copy_one(src: &Path, lane: &Path, rel: &str, cloner: &mut Cloner) -> std::io:
         return Ok(Copied::Unchanged);
     }
     let parent = dst.parent().unwrap_or(lane);
-    std::fs::create_dir_all(parent)?;
-    if !parent.canonicalize()?.starts_with(lane) {
-        return Err(std::io::Error::other(format!(
-            "{} leads outside the lane",
-            parent.display()
-        )));
+    // Neither the directories made nor the file written may lead outside
+    // the lane through a symlink in it: check the deepest existing
+    // directory before creating any, and the result after.
+    let mut existing = parent;
+    while !existing.exists() {
+        existing = existing.parent().unwrap_or(lane);
     }
+    inside(existing, lane)?;
+    std::fs::create_dir_all(parent)?;
+    inside(parent, lane)?;
     let name = dst
         .file_name()
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
     let tmp = parent.join(format!(".{name}.orch-copy"));
+    // A leftover (or planted symlink) of that name is removed, not followed.
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let method = cloner.clone_file(src, &tmp)?;
     let file = std::fs::OpenOptions::new().write(true).open(&tmp)?;
     file.set_permissions(meta.permissions())?;
@@ -283,6 +291,18 @@ fn copy_one(src: &Path, lane: &Path, rel: &str, cloner: &mut Cloner) -> std::io:
     drop(file);
     std::fs::rename(&tmp, &dst)?;
     Ok(Copied::Done(method))
+}
+
+/// Fails unless `dir` resolves to a place inside `lane` (canonical).
+fn inside(dir: &Path, lane: &Path) -> std::io::Result<()> {
+    if dir.canonicalize()?.starts_with(lane) {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "{} leads outside the lane",
+            dir.display()
+        )))
+    }
 }
 
 /// Clones files with `ioctl(FICLONE)` until the filesystem says it cannot,
@@ -294,7 +314,11 @@ struct Cloner {
 impl Cloner {
     fn clone_file(&mut self, src: &Path, dst: &Path) -> std::io::Result<&'static str> {
         let mut from = std::fs::File::open(src)?;
-        let mut to = std::fs::File::create(dst)?;
+        // `create_new`: never through a symlink, never into an existing file.
+        let mut to = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dst)?;
         #[cfg(target_os = "linux")]
         if self.reflink {
             use std::os::fd::AsRawFd;
@@ -630,6 +654,36 @@ mod tests {
         assert_eq!(literal_dir("**/.env"), None);
         assert_eq!(literal_dir("# a/b/c"), None);
         assert_eq!(literal_dir("secrets/"), None);
+    }
+
+    #[test]
+    fn copies_skip_unchanged_files_and_never_leave_the_lane() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let (user, lane, outside) = (root.join("user"), root.join("lane"), root.join("outside"));
+        for d in [&user, &lane, &outside] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::create_dir_all(user.join("config")).unwrap();
+        std::fs::write(user.join(".env"), "A=1\n").unwrap();
+        std::fs::write(user.join("config/a.yml"), "x: 1\n").unwrap();
+        let mut c = Cloner { reflink: true };
+        let copy = |rel: &str, c: &mut Cloner| copy_one(&user.join(rel), &lane, rel, c);
+        assert!(matches!(copy(".env", &mut c).unwrap(), Copied::Done(_)));
+        assert_eq!(std::fs::read_to_string(lane.join(".env")).unwrap(), "A=1\n");
+        assert!(matches!(copy(".env", &mut c).unwrap(), Copied::Unchanged));
+        // A planted symlink at the temp name is replaced, not followed.
+        std::fs::write(lane.join(".env"), "edited by the agent\n").unwrap();
+        std::os::unix::fs::symlink(outside.join("victim"), lane.join("..env.orch-copy")).unwrap();
+        assert!(matches!(copy(".env", &mut c).unwrap(), Copied::Done(_)));
+        assert_eq!(std::fs::read_to_string(lane.join(".env")).unwrap(), "A=1\n");
+        assert!(!outside.join("victim").exists());
+        // A lane directory that is a symlink out of the lane is refused.
+        std::os::unix::fs::symlink(&outside, lane.join("config")).unwrap();
+        let err = copy("config/a.yml", &mut c).err().unwrap();
+        assert!(err.to_string().contains("leads outside the lane"), "{err}");
+        assert!(!outside.join("a.yml").exists());
+        assert!(matches!(copy("gone", &mut c).unwrap(), Copied::Missing));
     }
 
     #[test]
