@@ -12,6 +12,7 @@
 //! when the stage fails, and re-running a stage first moves its old branch
 //! aside (`<stage>.v1`, …), so nothing is ever lost.
 
+mod bootstrap;
 mod flow;
 mod lanes;
 mod pr;
@@ -80,6 +81,10 @@ pub enum RunError {
     /// The run cannot be resumed or rolled back as asked.
     #[error("{0}")]
     Refused(String),
+    /// The lane bootstrap's files are invalid (`.worktreeinclude`, the
+    /// `[setup]` of `orch.toml`): nothing was created.
+    #[error("{0}")]
+    Config(String),
     /// A blocking task panicked or was cancelled.
     #[error("finish a background task: {0}")]
     Join(String),
@@ -162,6 +167,8 @@ struct RunCtx {
     session: Session,
     allowlist: Vec<String>,
     base_commit: String,
+    /// What every stage's lane gets before its agent starts.
+    bootstrap: bootstrap::Bootstrap,
     /// Held while this process drives the run.
     _lock: crate::runlog::RunLock,
     /// What the run's stages used of its budget (stages charge it as they end).
@@ -184,6 +191,8 @@ struct StageOutcome {
     verdict: Option<Verdict>,
     verdict_from_text: bool,
     verify: Option<crate::agent::verify::VerifyReport>,
+    setup: Option<crate::runlog::SetupRecord>,
+    baseline: Option<crate::agent::verify::BaselineReport>,
     summary: String,
     turns: u32,
     tokens: TokenCount,
@@ -212,6 +221,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     let common = info.common_dir.clone();
     let (c, base) = (common.clone(), opts.base.clone());
     let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
+    let boot = load_bootstrap(&info.workdir, &opts.pipeline).await?;
 
     let (run_id, run_dir) = RunDir::create_new(&common)?;
     let lock = crate::runlog::lock_run(&run_dir.root, run_id.as_str())?;
@@ -285,8 +295,22 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         ledger: std::sync::Mutex::new(crate::budget::RunLedger::new(session.limits.budget)),
         session,
         base_commit: base_sha,
+        bootstrap: boot,
     });
     drive(ctx, state, lanes, ui).await
+}
+
+/// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
+/// off the async threads; a bad file is an input error.
+async fn load_bootstrap(
+    workdir: &Path,
+    pipeline: &Pipeline,
+) -> Result<bootstrap::Bootstrap, RunError> {
+    let (w, p) = (workdir.to_path_buf(), pipeline.clone());
+    tokio::task::spawn_blocking(move || bootstrap::Bootstrap::load(&w, &p))
+        .await
+        .map_err(|e| RunError::Join(e.to_string()))?
+        .map_err(RunError::Config)
 }
 
 /// What `resume` may do with failed stages.
@@ -332,6 +356,7 @@ pub(crate) async fn resume_run(
     let common = info.common_dir.clone();
     let lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
     let (run_dir, mut state, plan) = load_run(&common, run_id)?;
+    let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
     let failed: Vec<&str> = state
         .stages
         .iter()
@@ -421,6 +446,7 @@ pub(crate) async fn resume_run(
         plan,
         issue,
         session,
+        bootstrap: boot,
     });
     drive(ctx, state, lanes, ui).await
 }
@@ -679,6 +705,7 @@ async fn drive_stages(
                 rec.commit = Some(out.commit);
                 rec.verdict = out.verdict;
                 (rec.verdict_from_text, rec.verify) = (out.verdict_from_text, out.verify);
+                (rec.setup, rec.baseline) = (out.setup, out.baseline);
                 rec.summary = Some(out.summary.clone());
                 rec.turns = out.turns;
                 rec.tokens = out.tokens;

@@ -168,6 +168,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         }],
         origin: "orch agent".to_owned(),
         project_instructions: !args.instructions.no_project_instructions,
+        setup: None,
     };
     let mut roles = roles_for(&catalog, &pipeline)?;
     route_role_models(&mut roles, &args.model, &args.repo, None)?;

@@ -162,7 +162,7 @@ impl From<RunError> for CliError {
         match e {
             RunError::Git(g) => CliError::Git(g),
             RunError::Record(r) => CliError::Record(r),
-            RunError::MissingRole { .. } | RunError::Refused(_) => {
+            RunError::MissingRole { .. } | RunError::Refused(_) | RunError::Config(_) => {
                 CliError::Invalid(format!("failed to {e}"))
             }
             other => CliError::Run(other),

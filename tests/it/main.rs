@@ -11,6 +11,7 @@
 
 mod support;
 
+mod bootstrap;
 mod budget;
 mod cli;
 mod config;
