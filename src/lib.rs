@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub(crate) mod eval;
 pub(crate) mod exec;
+pub mod forge;
 pub mod git;
 pub mod ids;
 pub mod killpoint;

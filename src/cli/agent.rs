@@ -178,6 +178,7 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
             pipeline,
             roles,
             issue: String::new(),
+            issue_json: None,
             base: args.base.clone(),
             session,
         },

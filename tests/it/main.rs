@@ -19,6 +19,7 @@ mod conventions_b;
 mod dag;
 mod eval;
 mod faults;
+mod forge;
 mod fuzz;
 mod harness;
 mod hostile;

@@ -1,0 +1,422 @@
+//! Forges end to end: `--issue github:o/r#7` / `gitlab:grp/sub/proj#3`
+//! read through a scripted forge API (`support::forge_server`) and frozen
+//! into the run; `orch publish` pushing to a bare `origin` and opening, then
+//! updating, the pull / merge request; the forge token never leaving orch.
+
+use crate::support::forge_server::{
+    ForgeServer, GH_COMMENT, GH_ISSUE_BODY, GH_ISSUE_TITLE, GL_ISSUE_TITLE, GL_NOTE,
+};
+use crate::support::{
+    FakeServer, Reply, Script, TestRepo, assert_exit, orch, output_logged, record_dir, resume,
+    state_json, stdout_json, tool_results, user_text, walk, write_pipeline,
+};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const GH_TOKEN: &str = "ghp_forgeTestTokenMustNotLeak0123";
+const GL_TOKEN: &str = "glpat-forgeTestTokenMustNotLeak45";
+const PIPELINE: &str =
+    "stages:\n  code:\n    role: coder\n  docs:\n    role: coder\n    needs: [code]\n";
+
+/// A repository with a bare `origin`, a config dir pointing both forges at
+/// `forge`, and every piece of output orch printed (for the leak checks).
+struct Setup {
+    repo: TestRepo,
+    scratch: tempfile::TempDir,
+    config: PathBuf,
+    origin: PathBuf,
+    forge: ForgeServer,
+    outputs: Vec<String>,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let repo = TestRepo::with_commit(
+            &[("calc.py", "def add(a, b):\n    return a - b\n")],
+            "calc 0.1",
+        );
+        let scratch = tempfile::tempdir().unwrap();
+        let forge = ForgeServer::start();
+        let config = scratch.path().join("config");
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::write(config.join("orch.toml"), forge.orch_toml()).unwrap();
+        let origin = scratch.path().join("origin.git");
+        let st = Command::new("git")
+            .args(["init", "-q", "--bare", "-b", "main"])
+            .arg(&origin)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        repo.git(&["remote", "add", "origin", origin.to_str().unwrap()]);
+        repo.git(&["push", "-q", "origin", "main"]);
+        Setup {
+            repo,
+            scratch,
+            config,
+            origin,
+            forge,
+            outputs: Vec::new(),
+        }
+    }
+
+    /// `orch <args>` with both forge tokens in its environment.
+    fn orch(&mut self, args: &[&str]) -> Output {
+        let mut cmd = orch();
+        cmd.env("ORCH_CONFIG_DIR", &self.config)
+            .env("GH_TOKEN", GH_TOKEN)
+            .env("GITLAB_TOKEN", GL_TOKEN)
+            .args(args);
+        self.keep(output_logged(&mut cmd))
+    }
+
+    fn keep(&mut self, out: Output) -> Output {
+        self.outputs
+            .push(String::from_utf8_lossy(&out.stdout).into_owned());
+        self.outputs
+            .push(String::from_utf8_lossy(&out.stderr).into_owned());
+        out
+    }
+
+    fn run(&mut self, issue: &str, model: &FakeServer) -> (Output, String) {
+        let pipeline = write_pipeline(self.scratch.path(), "fix", PIPELINE);
+        let repo = self.repo.path.to_str().unwrap().to_owned();
+        let out = self.orch(&[
+            "run",
+            pipeline.to_str().unwrap(),
+            "--repo",
+            &repo,
+            "--issue",
+            issue,
+            "--base-url",
+            &model.base_url,
+            "--model",
+            "fake-model",
+            "--json",
+        ]);
+        let id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+        (out, id)
+    }
+
+    fn publish(&mut self, run: &str, extra: &[&str]) -> Output {
+        let repo = self.repo.path.to_str().unwrap().to_owned();
+        let mut args = vec!["publish", run, "--repo", &repo];
+        args.extend_from_slice(extra);
+        self.orch(&args)
+    }
+
+    /// The branches of the bare origin, `refs/heads/…` → sha.
+    fn remote_branches(&self) -> Vec<(String, String)> {
+        let out = Command::new("git")
+            .arg("ls-remote")
+            .arg(&self.origin)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(sha, r)| (r.to_owned(), sha.to_owned()))
+            .collect()
+    }
+
+    /// Asserts `token` is in no output, record file, commit, or model request.
+    fn assert_no_leak(&self, token: &str, models: &[&FakeServer]) {
+        for o in &self.outputs {
+            assert!(!o.contains(token), "the token was printed: {o}");
+        }
+        for f in walk(&self.repo.path.join(".git/orch")) {
+            let bytes = std::fs::read(&f).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(token),
+                "the token is in {}",
+                f.display()
+            );
+        }
+        let log = self.repo.git(&["log", "--all", "-p", "--format=%H%n%B"]);
+        assert!(!log.contains(token), "the token is in a commit");
+        let remote = Command::new("git")
+            .arg("--git-dir")
+            .arg(&self.origin)
+            .args(["log", "--all", "-p"])
+            .output()
+            .unwrap();
+        assert!(!String::from_utf8_lossy(&remote.stdout).contains(token));
+        for m in models {
+            for r in m.requests() {
+                let seen = format!("{:?} {}", r.headers, r.body);
+                assert!(!seen.contains(token), "the model server saw the token");
+            }
+        }
+    }
+}
+
+fn write_call(id: &str) -> Reply {
+    Reply::tool_call(
+        id,
+        "edit_file",
+        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+    )
+}
+
+/// A bash call that shows what a tool process sees of the forge tokens.
+fn env_probe(id: &str) -> Reply {
+    Reply::tool_call(
+        id,
+        "bash",
+        json!({"command": "echo \"gh=[${GH_TOKEN:-}${GITHUB_TOKEN:-}] gl=[${GITLAB_TOKEN:-}] n=$(env | grep -ci token)\""}),
+    )
+}
+
+fn code_script() -> Script {
+    Script::new()
+        .agent(
+            "code",
+            vec![
+                env_probe("c1"),
+                write_call("c2"),
+                Reply::finish("c3", "add() now adds.", None),
+            ],
+        )
+        .agent("docs", vec![Reply::finish("d1", "No docs needed.", None)])
+}
+
+fn request_titles(forge: &ForgeServer, method: &str, path_part: &str) -> Vec<Value> {
+    forge
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == method && r.target.contains(path_part))
+        .map(|r| r.body)
+        .collect()
+}
+
+#[test]
+fn a_github_issue_is_frozen_resumed_offline_and_published_idempotently() {
+    let mut s = Setup::new();
+    let model = FakeServer::start(code_script());
+    let (out, run_id) = s.run("github:o/r#7", &model);
+    assert_exit(&out, 0);
+
+    // The agents read the issue, its labels and its comment.
+    let first = &model.requests_for("code")[0];
+    let task = user_text(first);
+    for want in [
+        GH_ISSUE_TITLE,
+        GH_ISSUE_BODY,
+        GH_COMMENT,
+        "Labels: bug, orch",
+    ] {
+        assert!(task.contains(want), "{want} missing from the task: {task}");
+    }
+    // The tool process had no forge token.
+    let probe = tool_results(&model.requests_for("code")[1]).join("\n");
+    assert!(probe.contains("gh=[] gl=[] n=0"), "{probe}");
+    // The forge saw the token, as a bearer token, on the issue requests.
+    let reqs = s.forge.requests();
+    assert_eq!(reqs.len(), 2, "issue + one page of comments: {reqs:?}");
+    for r in &reqs {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {GH_TOKEN}").as_str())
+        );
+    }
+    // Frozen into the record.
+    let dir = record_dir(&s.repo, &run_id);
+    let md = std::fs::read_to_string(dir.join("issue.md")).unwrap();
+    assert!(md.starts_with(&format!("# {GH_ISSUE_TITLE}\n")), "{md}");
+    let frozen: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("issue.json")).unwrap()).unwrap();
+    assert_eq!(frozen["number"], 7);
+    assert_eq!(frozen["project"], json!({"forge": "github", "path": "o/r"}));
+    assert_eq!(frozen["labels"], json!(["bug", "orch"]));
+    assert_eq!(frozen["comments"][0]["author"], "bob");
+    assert_eq!(frozen["url"], "https://github.com/o/r/issues/7");
+
+    // Resume with the forge gone: rolled back to `code`, `docs` runs again
+    // from the frozen issue.
+    let mut forge_off = orch();
+    forge_off.args(["rollback", &run_id, "--to", "code", "--repo"]);
+    forge_off.arg(&s.repo.path);
+    let out = output_logged(&mut forge_off);
+    assert_exit(&out, 0);
+    s.forge.stop();
+    let before = s.forge.requests().len();
+    let model2 = FakeServer::start(
+        Script::new().agent("docs", vec![Reply::finish("d1", "Still no docs.", None)]),
+    );
+    let out = resume(&s.repo, &run_id, &model2, &[]);
+    let out = s.keep(out);
+    assert_exit(&out, 0);
+    assert!(user_text(&model2.requests_for("docs")[0]).contains(GH_COMMENT));
+    assert_eq!(
+        s.forge.requests().len(),
+        before,
+        "resume asked the forge nothing"
+    );
+    s.forge = ForgeServer::start();
+    std::fs::write(s.config.join("orch.toml"), s.forge.orch_toml()).unwrap();
+
+    // Publish: the branch is pushed, one draft pull request with the PR text.
+    let out = s.publish(&run_id, &["--draft", "--json"]);
+    assert_exit(&out, 0);
+    let published = stdout_json(&out);
+    assert_eq!(published["action"], "created");
+    let branch = "orch/7-add-subtracts-instead-of-adding";
+    assert_eq!(published["branch"], branch);
+    let final_sha = s
+        .repo
+        .git(&["rev-parse", &format!("orch/{run_id}/pr")])
+        .trim()
+        .to_owned();
+    let remote = s.remote_branches();
+    assert!(
+        remote.contains(&(format!("refs/heads/{branch}"), final_sha.clone())),
+        "{remote:?}"
+    );
+    let pr_md = std::fs::read_to_string(record_dir(&s.repo, &run_id).join("pr.md")).unwrap();
+    let (title, body) = pr_md.split_once("\n\n").unwrap();
+    let created = request_titles(&s.forge, "POST", "/pulls");
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0]["draft"], true);
+    assert_eq!(created[0]["head"], branch);
+    assert_eq!(created[0]["base"], "main");
+    assert_eq!(created[0]["title"], title);
+    let sent_body = created[0]["body"].as_str().unwrap();
+    assert!(sent_body.starts_with(body.trim_end()), "{sent_body}");
+    assert!(
+        sent_body.contains("| stage | role | model |"),
+        "provenance table"
+    );
+    assert!(sent_body.trim_end().ends_with("Closes #7"));
+    let url = published["url"].as_str().unwrap().to_owned();
+    assert_eq!(url, format!("{}/o/r/pull/1", s.forge.github_url));
+
+    // A second publish (with the stage branches) updates the same request.
+    let out = s.publish(&run_id, &["--stages"]);
+    assert_exit(&out, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("updated pull request #1: {url}")
+    );
+    assert_eq!(s.forge.pulls().len(), 1, "no second pull request");
+    assert_eq!(request_titles(&s.forge, "POST", "/pulls").len(), 1);
+    assert_eq!(request_titles(&s.forge, "PATCH", "/pulls/1").len(), 1);
+    let remote = s.remote_branches();
+    for stage in ["code", "docs"] {
+        let b = format!("refs/heads/orch/{run_id}/{stage}");
+        assert!(
+            remote.iter().any(|(r, _)| *r == b),
+            "{b} not pushed: {remote:?}"
+        );
+    }
+    for r in s.forge.requests() {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {GH_TOKEN}").as_str())
+        );
+    }
+
+    // The URL is in the run: state.json and `orch show`.
+    assert_eq!(state_json(&s.repo, &run_id)["pr_url"], url);
+    let repo = s.repo.path.to_str().unwrap().to_owned();
+    let out = s.orch(&["show", &run_id, "--repo", &repo]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("published: {url}")));
+
+    s.assert_no_leak(GH_TOKEN, &[&model, &model2]);
+    s.assert_no_leak(GL_TOKEN, &[&model, &model2]);
+}
+
+#[test]
+fn a_gitlab_issue_becomes_a_draft_merge_request_updated_in_place() {
+    let mut s = Setup::new();
+    let model = FakeServer::start(code_script());
+    let (out, run_id) = s.run("gitlab:grp/sub/proj#3", &model);
+    assert_exit(&out, 0);
+    let task = user_text(&model.requests_for("code")[0]);
+    assert!(
+        task.contains(GL_ISSUE_TITLE) && task.contains(GL_NOTE),
+        "{task}"
+    );
+    assert!(
+        !task.contains("added ~bug label"),
+        "system notes are left out"
+    );
+    for r in s.forge.requests() {
+        assert_eq!(r.header("private-token"), Some(GL_TOKEN));
+        assert!(
+            r.target
+                .starts_with("/api/v4/projects/grp%2Fsub%2Fproj/issues/3"),
+            "{}",
+            r.target
+        );
+    }
+
+    let out = s.publish(&run_id, &["--draft"]);
+    assert_exit(&out, 0);
+    let mrs = s.forge.merge_requests();
+    assert_eq!(mrs.len(), 1);
+    let pr_md = std::fs::read_to_string(record_dir(&s.repo, &run_id).join("pr.md")).unwrap();
+    let title = pr_md.lines().next().unwrap();
+    assert_eq!(mrs[0]["title"], format!("Draft: {title}"));
+    assert_eq!(mrs[0]["target_branch"], "main");
+    let branch = mrs[0]["source_branch"].as_str().unwrap().to_owned();
+    assert!(branch.starts_with("orch/3-"), "{branch}");
+    assert!(
+        s.remote_branches()
+            .iter()
+            .any(|(r, _)| *r == format!("refs/heads/{branch}"))
+    );
+
+    let out = s.publish(&run_id, &[]);
+    assert_exit(&out, 0);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("updated merge request #1: "));
+    let mrs = s.forge.merge_requests();
+    assert_eq!(mrs.len(), 1, "no second merge request");
+    assert_eq!(mrs[0]["title"], format!("Draft: {title}"), "still a draft");
+    assert_eq!(
+        request_titles(&s.forge, "PUT", "/merge_requests/1").len(),
+        1
+    );
+    s.assert_no_leak(GL_TOKEN, &[&model]);
+    s.assert_no_leak(GH_TOKEN, &[&model]);
+}
+
+#[test]
+fn bad_issue_specs_and_unreachable_forges_fail_before_anything_is_created() {
+    let mut s = Setup::new();
+    let model = FakeServer::start(Script::new());
+    let repo = s.repo.path.to_str().unwrap().to_owned();
+    let base = [
+        "run",
+        "issue-to-pr",
+        "--repo",
+        repo.as_str(),
+        "--base-url",
+        model.base_url.as_str(),
+    ];
+    let out = s.orch(&[&base[..], &["--issue", "github:o/r#x"]].concat());
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`x` is not an issue number"));
+    // An issue the forge does not have: exit 6, the HTTP status named.
+    let out = s.orch(&[&base[..], &["--issue", "github:o/r#8"]].concat());
+    assert_exit(&out, 6);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/repos/o/r/issues/8: HTTP 404"), "{err}");
+    assert!(
+        !s.repo.path.join(".git/orch/runs").exists(),
+        "no run was created"
+    );
+    assert!(model.requests().is_empty(), "no model was asked");
+
+    // Publishing a run with a file issue to a plain path remote needs --forge.
+    let issue = s.scratch.path().join("ISSUE.md");
+    std::fs::write(&issue, "# add() subtracts\n\nFix it.\n").unwrap();
+    let model = FakeServer::start(code_script());
+    let (out, run_id) = s.run(issue.to_str().unwrap(), &model);
+    assert_exit(&out, 0);
+    let out = s.publish(&run_id, &[]);
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pass --forge github:OWNER/REPO"));
+    let out = s.publish(&run_id, &["--forge", "github:o/r", "--branch", "fix/add"]);
+    assert_exit(&out, 0);
+    assert_eq!(s.forge.pulls()[0]["head"]["ref"], "fix/add");
+}
