@@ -581,3 +581,214 @@ fn the_action_and_the_example_workflow_pass_actionlint() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("input \"drafty\" is not defined"));
 }
+
+/// Runs the `run:` script of the step `id` of action.yml with bash in `cwd`,
+/// as the runner would: `env` gives every variable the step's `env:` block
+/// declares (the test plays GitHub evaluating the expressions) plus the
+/// runner's own (`RUNNER_TEMP`, …); `GITHUB_OUTPUT` is a fresh file whose
+/// `key=value` lines are returned.
+fn action_step(
+    id: &str,
+    cwd: &Path,
+    env: &[(&str, &str)],
+) -> (Output, std::collections::BTreeMap<String, String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let action: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(root.join("action.yml")).unwrap()).unwrap();
+    let step = action["runs"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no step {id}"));
+    for declared in step["env"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k)
+    {
+        assert!(
+            env.iter().any(|(k, _)| k == declared),
+            "step {id} declares {declared}: the test must give it"
+        );
+    }
+    let outputs = tempfile::NamedTempFile::new().unwrap();
+    let orch_dir = Path::new(env!("CARGO_BIN_EXE_orch")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        orch_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("bash");
+    cmd.arg("-e")
+        .arg("-c")
+        .arg(step["run"].as_str().unwrap())
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", path)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GITHUB_OUTPUT", outputs.path())
+        .envs(env.iter().copied());
+    let out = output_logged(&mut cmd);
+    let text = std::fs::read_to_string(outputs.path()).unwrap();
+    let map = text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    (out, map)
+}
+
+#[test]
+fn the_action_scripts_carry_a_run_from_the_agent_job_to_the_publish_job() {
+    if Command::new("jq").arg("--version").output().is_err() {
+        eprintln!(
+            "SKIPPED the_action_scripts_…: the action's scripts need jq, which is not installed"
+        );
+        return;
+    }
+    let s = Setup::new();
+    let home = s.scratch.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let (home, config) = (home.to_str().unwrap(), s.config.to_str().unwrap());
+    let trigger = |event: &str, comment: &str, association: &str| {
+        let env = [
+            ("MODE", "run"),
+            ("EVENT", event),
+            (
+                "ACTION",
+                if event == "issues" {
+                    "labeled"
+                } else {
+                    "created"
+                },
+            ),
+            ("LABEL", "orch"),
+            ("COMMENT", comment),
+            ("ASSOCIATION", association),
+            ("ON_PR", ""),
+            ("ISSUE_NUMBER", "7"),
+            ("ISSUE", ""),
+            ("TRIGGER_LABEL", "orch"),
+            ("TRIGGER_COMMAND", "/orch"),
+            ("GITHUB_REPOSITORY", "o/r"),
+        ];
+        let (out, outputs) = action_step("trigger", s.scratch.path(), &env);
+        assert_exit(&out, 0);
+        outputs
+    };
+    let go = trigger("issue_comment", "/orch please fix", "MEMBER");
+    assert_eq!(go["triggered"], "true");
+    assert_eq!(go["issue"], "github:o/r#7");
+    // A stranger's `/orch` runs nothing; comment text is data, never code.
+    assert_eq!(
+        trigger("issue_comment", "/orch", "NONE")["triggered"],
+        "false"
+    );
+    assert_eq!(
+        trigger(
+            "issue_comment",
+            "/orch $(touch pwned) `touch pwned`",
+            "OWNER"
+        )["triggered"],
+        "true"
+    );
+    assert!(!s.scratch.path().join("pwned").exists());
+    assert_eq!(trigger("issues", "", "")["triggered"], "true");
+
+    // The agent job: a fresh checkout, the run, the artifact.
+    let clone = |name: &str| {
+        let dir = s.scratch.path().join(name);
+        let st = Command::new("git")
+            .args(["clone", "-q"])
+            .arg(&s.origin)
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        dir
+    };
+    let agent = clone("agent");
+    let agent_tmp = s.scratch.path().join("agent-runner");
+    std::fs::create_dir_all(&agent_tmp).unwrap();
+    let pipeline = write_pipeline(s.scratch.path(), "fix", PIPELINE);
+    let model = FakeServer::start(code_script());
+    let (out, outputs) = action_step(
+        "run",
+        &agent,
+        &[
+            ("PIPELINE", pipeline.to_str().unwrap()),
+            ("ISSUE", "github:o/r#7"),
+            ("ORCH_BASE_URL", &model.base_url),
+            ("ORCH_MODEL", "fake-model"),
+            ("ORCH_API_KEY", crate::support::FAKE_API_KEY),
+            ("GH_TOKEN", GH_TOKEN),
+            ("EXTRA_ARGS", ""),
+            ("RUNNER_TEMP", agent_tmp.to_str().unwrap()),
+            ("HOME", home),
+            ("ORCH_CONFIG_DIR", config),
+        ],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(outputs["status"], "succeeded");
+    let run_id = outputs["run-id"].clone();
+    let artifact = agent_tmp.join("orch-artifact");
+    assert!(artifact.join("run.bundle").is_file());
+    assert!(artifact.join(format!("record/{run_id}/pr.md")).is_file());
+    assert!(
+        artifact
+            .join(format!("record/{run_id}/issue.json"))
+            .is_file()
+    );
+
+    // The publish job, on "another machine": a fresh checkout and the
+    // artifact (as download-artifact leaves it), no run record of its own.
+    let publish = clone("publish");
+    let publish_tmp = s.scratch.path().join("publish-runner");
+    std::fs::create_dir_all(&publish_tmp).unwrap();
+    let st = Command::new("cp")
+        .arg("-R")
+        .arg(&artifact)
+        .arg(publish_tmp.join("orch-artifact"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (out, outputs) = action_step(
+        "publish",
+        &publish,
+        &[
+            ("GH_TOKEN", GH_TOKEN),
+            ("DRAFT", "true"),
+            ("STAGES", "false"),
+            ("RUNNER_TEMP", publish_tmp.to_str().unwrap()),
+            ("HOME", home),
+            ("ORCH_CONFIG_DIR", config),
+        ],
+    );
+    assert_exit(&out, 0);
+    let url = format!("{}/o/r/pull/1", s.forge.github_url);
+    assert_eq!(outputs["pr-url"], url);
+    assert_eq!(outputs["run-id"], run_id);
+    let pulls = s.forge.pulls();
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(pulls[0]["draft"], true);
+    let head = pulls[0]["head"]["ref"].as_str().unwrap();
+    let final_sha = String::from_utf8(
+        Command::new("git")
+            .arg("-C")
+            .arg(&agent)
+            .args(["rev-parse", &format!("orch/{run_id}/pr")])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        s.remote_branches()
+            .contains(&(format!("refs/heads/{head}"), final_sha.trim().to_owned())),
+        "the agent job's final commit is on the remote"
+    );
+    for text in [&out.stdout, &out.stderr] {
+        assert!(!String::from_utf8_lossy(text).contains(GH_TOKEN));
+    }
+}
