@@ -143,7 +143,12 @@ impl Setup {
         assert!(!String::from_utf8_lossy(&remote.stdout).contains(token));
         for m in models {
             for r in m.requests() {
-                let seen = format!("{:?} {}", r.headers, r.body);
+                // What orch sent, not the model's own words echoed back.
+                let mut body = r.body.clone();
+                if let Some(msgs) = body["messages"].as_array_mut() {
+                    msgs.retain(|msg| msg["role"] != "assistant");
+                }
+                let seen = format!("{:?} {body}", r.headers);
                 assert!(!seen.contains(token), "the model server saw the token");
             }
         }
@@ -791,4 +796,59 @@ fn the_action_scripts_carry_a_run_from_the_agent_job_to_the_publish_job() {
     for text in [&out.stdout, &out.stderr] {
         assert!(!String::from_utf8_lossy(text).contains(GH_TOKEN));
     }
+}
+
+#[test]
+fn without_a_token_variable_gh_auth_token_is_used_and_treated_as_a_secret() {
+    let mut s = Setup::new();
+    let gh_token = "gho_fromTheGhCliMustNotLeak6789";
+    let bin = s.scratch.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let gh = bin.join("gh");
+    std::fs::write(
+        &gh,
+        format!("#!/bin/sh\n[ \"$1 $2\" = \"auth token\" ] && echo {gh_token} && exit 0\nexit 1\n"),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&gh).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&gh, perms).unwrap();
+    // The model writes the token into a command: orch knows it as a secret,
+    // so the tool result it sends back is redacted.
+    let model = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call("c1", "bash", json!({"command": format!("echo {gh_token}")})),
+                    Reply::finish("c2", "Nothing to do.", None),
+                ],
+            )
+            .agent("docs", vec![Reply::finish("d1", "No docs.", None)]),
+    );
+    let pipeline = write_pipeline(s.scratch.path(), "fix", PIPELINE);
+    let mut cmd = orch();
+    cmd.env("ORCH_CONFIG_DIR", &s.config)
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .arg("run")
+        .arg(&pipeline)
+        .arg("--repo")
+        .arg(&s.repo.path)
+        .args(["--issue", "github:o/r#7", "--base-url", &model.base_url])
+        .args(["--model", "fake-model"]);
+    let out = output_logged(&mut cmd);
+    assert_exit(&out, 0);
+    for r in s.forge.requests() {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {gh_token}").as_str())
+        );
+    }
+    let result = tool_results(&model.requests_for("code")[1]).join("\n");
+    assert!(result.contains("[REDACTED]"), "{result}");
+    s.keep(out);
+    s.assert_no_leak(gh_token, &[&model]);
 }
