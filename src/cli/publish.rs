@@ -8,7 +8,7 @@ use super::output::Out;
 use super::record::open;
 use crate::forge::{
     ForgeApi, ForgeSettings, FrozenIssue, Project, PullRequest, project_of_url, push_refs,
-    remote_url, upsert_pull,
+    remote_url, upsert_pull, without_userinfo,
 };
 use crate::runlog::{self, RunState, RunStatus};
 use std::path::{Path, PathBuf};
@@ -181,7 +181,7 @@ fn target_project(args: &PublishArgs, issue: Option<&FrozenIssue>) -> Result<Pro
         CliError::Invalid(format!(
             "failed to tell which forge to open the request on: the run's issue was a file and the remote {} ({}) is not on github.com or a gitlab host; pass --forge github:OWNER/REPO or gitlab:GROUP/PROJECT",
             args.remote,
-            runlog::redact(&url, &[])
+            without_userinfo(&runlog::redact(&url, &[]))
         ))
     })
 }

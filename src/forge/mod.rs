@@ -19,7 +19,7 @@ mod settings;
 pub(crate) use api::ForgeApi;
 pub(crate) use issue::{FrozenIssue, fetch_issue};
 pub(crate) use pull::{PullRequest, upsert_pull};
-pub(crate) use push::{project_of_url, push_refs, remote_url};
+pub(crate) use push::{project_of_url, push_refs, remote_url, without_userinfo};
 pub(crate) use settings::ForgeSettings;
 
 use std::path::Path;

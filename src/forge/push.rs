@@ -38,12 +38,35 @@ pub(crate) async fn push_refs(
         } else {
             ""
         };
-        return Err(ForgeError::Push(crate::runlog::redact(
+        return Err(ForgeError::Push(without_userinfo(&crate::runlog::redact(
             &format!("failed to push to {remote}:\n{}{hint}", text.trim()),
             &[],
-        )));
+        ))));
     }
     Ok(())
+}
+
+/// `text` with the `user:password@` part of every URL in it replaced by
+/// `***@` (a remote URL may carry a credential that no registry knows).
+pub(crate) fn without_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '\'' | '"'))
+            .unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(i) => {
+                out.push_str("***");
+                rest = &tail[i..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The URL of the remote `name` of the repository at `repo` (`name` itself
@@ -88,6 +111,16 @@ pub(crate) fn project_of_url(url: &str) -> Option<Project> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_urls_are_masked() {
+        assert_eq!(
+            without_userinfo(
+                "fatal: 'https://bot:s3cret@github.com/o/r' and ssh://git@h/x, /plain/path"
+            ),
+            "fatal: 'https://***@github.com/o/r' and ssh://***@h/x, /plain/path"
+        );
+    }
 
     #[test]
     fn remote_urls_name_their_project() {

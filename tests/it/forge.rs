@@ -424,6 +424,19 @@ fn bad_issue_specs_and_unreachable_forges_fail_before_anything_is_created() {
     let out = s.publish(&run_id, &["--forge", "github:o/r", "--branch", "fix/add"]);
     assert_exit(&out, 0);
     assert_eq!(s.forge.pulls()[0]["head"]["ref"], "fix/add");
+
+    // A bad `[forge]` names the file and the key.
+    let toml = s.config.join("orch.toml");
+    std::fs::write(&toml, "[forge.github]\napi_url = \"ftp://x\"\n").unwrap();
+    let out = s.orch(&[&base[..], &["--issue", "github:o/r#7"]].concat());
+    assert_exit(&out, 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("forge.github.api_url = \"ftp://x\""), "{err}");
+    assert!(err.contains(&toml.display().to_string()), "{err}");
+    std::fs::write(&toml, "[forge.github]\napi = \"http://x\"\n").unwrap();
+    let out = s.orch(&[&base[..], &["--issue", "github:o/r#7"]].concat());
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `api`"));
 }
 
 /// The actionlint binary: `ACTIONLINT` or `actionlint` on `PATH` (what
