@@ -32,100 +32,119 @@ pub(crate) struct Upserted {
     pub(crate) created: bool,
 }
 
+/// Where a forge keeps its requests and what it calls their fields.
+struct Dialect {
+    /// `/repos/{o}/{r}` or `/projects/{id}`: answers `default_branch`.
+    project: String,
+    /// `…/pulls` or `…/merge_requests`: POST creates, `/{n}` updates.
+    collection: String,
+    /// The list of open requests for the head branch.
+    open_for_head: String,
+    number_key: &'static str,
+    url_key: &'static str,
+    update_method: reqwest::Method,
+}
+
+impl Dialect {
+    fn of(pr: &PullRequest<'_>) -> Dialect {
+        match pr.project.forge {
+            Forge::GitHub => {
+                let project = format!("/repos/{}", pr.project.path);
+                let head = format!("{}:{}", pr.project.owner(), pr.head);
+                Dialect {
+                    collection: format!("{project}/pulls"),
+                    open_for_head: format!(
+                        "{project}/pulls?head={}&state=open",
+                        percent_encode(&head)
+                    ),
+                    project,
+                    number_key: "number",
+                    url_key: "html_url",
+                    update_method: reqwest::Method::PATCH,
+                }
+            }
+            Forge::GitLab => {
+                let project = format!("/projects/{}", pr.project.encoded());
+                Dialect {
+                    collection: format!("{project}/merge_requests"),
+                    open_for_head: format!(
+                        "{project}/merge_requests?source_branch={}&state=opened",
+                        percent_encode(pr.head)
+                    ),
+                    project,
+                    number_key: "iid",
+                    url_key: "web_url",
+                    update_method: reqwest::Method::PUT,
+                }
+            }
+        }
+    }
+}
+
+/// The body of an update of the open request `existing`: new title and text.
+fn update_body(pr: &PullRequest<'_>, existing: &Value) -> Value {
+    match pr.project.forge {
+        Forge::GitHub => json!({"title": pr.title, "body": pr.body}),
+        Forge::GitLab => {
+            // Keep a draft a draft: its title carries the marker.
+            let was_draft = existing["draft"] == Value::Bool(true)
+                || existing["work_in_progress"] == Value::Bool(true);
+            json!({"title": draft_title(pr.title, was_draft), "description": pr.body})
+        }
+    }
+}
+
+/// The body that creates the request, merging into `base`.
+fn create_body(pr: &PullRequest<'_>, base: &str) -> Value {
+    match pr.project.forge {
+        Forge::GitHub => json!({
+            "title": pr.title,
+            "body": pr.body,
+            "head": pr.head,
+            "base": base,
+            "draft": pr.draft,
+        }),
+        // `Draft: ` in the title is how every GitLab version marks a draft.
+        Forge::GitLab => json!({
+            "source_branch": pr.head,
+            "target_branch": base,
+            "title": draft_title(pr.title, pr.draft),
+            "description": pr.body,
+        }),
+    }
+}
+
 /// Creates the pull (merge) request for `pr.head`, or updates the open one.
 pub(crate) async fn upsert_pull(
     api: &ForgeApi,
     pr: &PullRequest<'_>,
 ) -> Result<Upserted, ForgeError> {
-    match pr.project.forge {
-        Forge::GitHub => github(api, pr).await,
-        Forge::GitLab => gitlab(api, pr).await,
-    }
-}
-
-async fn github(api: &ForgeApi, pr: &PullRequest<'_>) -> Result<Upserted, ForgeError> {
-    let repo = format!("/repos/{}", pr.project.path);
-    let head = format!("{}:{}", pr.project.owner(), pr.head);
-    let list = format!("{repo}/pulls?head={}&state=open", percent_encode(&head));
-    let open = api.get(&list).await?;
+    let d = Dialect::of(pr);
+    let open = api.get(&d.open_for_head).await?;
     let found = open.as_array().and_then(|a| a.first()).cloned();
     let (answer, created) = match found {
         Some(existing) => {
-            let n = number(api, &existing, "number", &list)?;
-            let body = json!({"title": pr.title, "body": pr.body});
-            let path = format!("{repo}/pulls/{n}");
-            let patched = api.send_json(reqwest::Method::PATCH, &path, &body).await?;
-            (patched, false)
-        }
-        None => {
-            let base = match pr.base {
-                Some(b) => b.to_owned(),
-                None => default_branch(api, &repo).await?,
-            };
-            let body = json!({
-                "title": pr.title,
-                "body": pr.body,
-                "head": pr.head,
-                "base": base,
-                "draft": pr.draft,
-            });
-            let path = format!("{repo}/pulls");
+            let n = number(api, &existing, d.number_key, &d.open_for_head)?;
+            let path = format!("{}/{n}", d.collection);
+            let body = update_body(pr, &existing);
             (
-                api.send_json(reqwest::Method::POST, &path, &body).await?,
-                true,
-            )
-        }
-    };
-    Ok(Upserted {
-        url: answer["html_url"].as_str().unwrap_or("").to_owned(),
-        number: number(api, &answer, "number", &repo)?,
-        created,
-    })
-}
-
-async fn gitlab(api: &ForgeApi, pr: &PullRequest<'_>) -> Result<Upserted, ForgeError> {
-    let project = format!("/projects/{}", pr.project.encoded());
-    let list = format!(
-        "{project}/merge_requests?source_branch={}&state=opened",
-        percent_encode(pr.head)
-    );
-    let open = api.get(&list).await?;
-    let found = open.as_array().and_then(|a| a.first()).cloned();
-    let (answer, created) = match found {
-        Some(existing) => {
-            let iid = number(api, &existing, "iid", &list)?;
-            // Keep a draft a draft: its title carries the marker.
-            let was_draft = existing["draft"] == Value::Bool(true)
-                || existing["work_in_progress"] == Value::Bool(true);
-            let body = json!({"title": draft_title(pr.title, was_draft), "description": pr.body});
-            let path = format!("{project}/merge_requests/{iid}");
-            (
-                api.send_json(reqwest::Method::PUT, &path, &body).await?,
+                api.send_json(d.update_method.clone(), &path, &body).await?,
                 false,
             )
         }
         None => {
-            let target = match pr.base {
+            let base = match pr.base {
                 Some(b) => b.to_owned(),
-                None => default_branch(api, &project).await?,
+                None => default_branch(api, &d.project).await?,
             };
-            // `Draft: ` in the title is how every GitLab version marks a draft.
-            let body = json!({
-                "source_branch": pr.head,
-                "target_branch": target,
-                "title": draft_title(pr.title, pr.draft),
-                "description": pr.body,
-            });
-            let path = format!("{project}/merge_requests");
-            (
-                api.send_json(reqwest::Method::POST, &path, &body).await?,
-                true,
-            )
+            let body = create_body(pr, &base);
+            let post = reqwest::Method::POST;
+            (api.send_json(post, &d.collection, &body).await?, true)
         }
     };
     Ok(Upserted {
-        url: answer["web_url"].as_str().unwrap_or("").to_owned(),
-        number: number(api, &answer, "iid", &project)?,
+        url: answer[d.url_key].as_str().unwrap_or("").to_owned(),
+        number: number(api, &answer, d.number_key, &d.collection)?,
         created,
     })
 }

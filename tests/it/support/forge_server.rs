@@ -232,6 +232,22 @@ fn query<'a>(q: &'a str, key: &str) -> Option<String> {
         .map(|(_, v): (&'a str, &'a str)| decode(v))
 }
 
+/// Sets `fields` of the request whose `key` is `n` from `body`.
+fn update(list: &mut [Value], key: &str, n: &str, body: &Value, fields: &[&str]) -> (u16, Value) {
+    let Some(item) = list
+        .iter_mut()
+        .find(|p| n.parse::<u64>().ok() == p[key].as_u64())
+    else {
+        return not_found();
+    };
+    for k in fields {
+        if !body[k].is_null() {
+            item[k] = body[k].clone();
+        }
+    }
+    (200, item.clone())
+}
+
 fn not_found() -> (u16, Value) {
     (404, json!({"message": "Not Found"}))
 }
@@ -282,19 +298,7 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
             (201, pr)
         }
         ("PATCH", ["repos", "o", "r", "pulls", n]) => {
-            let Some(pr) = st
-                .pulls
-                .iter_mut()
-                .find(|p| n.parse::<u64>().ok() == p["number"].as_u64())
-            else {
-                return not_found();
-            };
-            for k in ["title", "body"] {
-                if !req.body[k].is_null() {
-                    pr[k] = req.body[k].clone();
-                }
-            }
-            (200, pr.clone())
+            update(&mut st.pulls, "number", n, &req.body, &["title", "body"])
         }
         // ---- GitLab ----
         ("GET", ["api", "v4", "projects", "grp/sub/proj"]) => (
@@ -371,21 +375,13 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
                 "merge_requests",
                 iid,
             ],
-        ) => {
-            let Some(mr) = st
-                .mrs
-                .iter_mut()
-                .find(|p| iid.parse::<u64>().ok() == p["iid"].as_u64())
-            else {
-                return not_found();
-            };
-            for k in ["title", "description"] {
-                if !req.body[k].is_null() {
-                    mr[k] = req.body[k].clone();
-                }
-            }
-            (200, mr.clone())
-        }
+        ) => update(
+            &mut st.mrs,
+            "iid",
+            iid,
+            &req.body,
+            &["title", "description"],
+        ),
         _ => not_found(),
     }
 }
