@@ -256,7 +256,15 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
     let (path, q) = req.target.split_once('?').unwrap_or((&req.target, ""));
     let page: u64 = query(q, "page").and_then(|p| p.parse().ok()).unwrap_or(1);
     let segs: Vec<String> = path.split('/').skip(1).map(decode).collect();
-    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let mut segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    // `GL` stands for the one GitLab project, `/api/v4/projects/grp%2Fsub%2Fproj`.
+    if segs.starts_with(&["api", "v4", "projects", "grp/sub/proj"]) {
+        segs.splice(..4, ["GL"]);
+    }
+    // Every list fits on its first page.
+    if page > 1 {
+        return (200, json!([]));
+    }
     let m = req.method.as_str();
     match (m, segs.as_slice()) {
         // ---- GitHub ----
@@ -271,11 +279,10 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
                 "labels": [{"name": "bug"}, {"name": "orch"}],
             }),
         ),
-        ("GET", ["repos", "o", "r", "issues", "7", "comments"]) if page == 1 => (
+        ("GET", ["repos", "o", "r", "issues", "7", "comments"]) => (
             200,
             json!([{ "user": {"login": "bob"}, "body": GH_COMMENT, "created_at": "2026-01-02T03:04:05Z" }]),
         ),
-        ("GET", ["repos", "o", "r", "issues", "7", "comments"]) => (200, json!([])),
         ("GET", ["repos", "o", "r", "pulls"]) => {
             let head = query(q, "head").unwrap_or_default();
             let open: Vec<Value> = st
@@ -301,11 +308,11 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
             update(&mut st.pulls, "number", n, &req.body, &["title", "body"])
         }
         // ---- GitLab ----
-        ("GET", ["api", "v4", "projects", "grp/sub/proj"]) => (
+        ("GET", ["GL"]) => (
             200,
             json!({"path_with_namespace": "grp/sub/proj", "default_branch": "main"}),
         ),
-        ("GET", ["api", "v4", "projects", "grp/sub/proj", "issues", "3"]) => (
+        ("GET", ["GL", "issues", "3"]) => (
             200,
             json!({
                 "iid": 3, "title": GL_ISSUE_TITLE, "description": "Same bug: add(2, 3) is -1.",
@@ -313,37 +320,14 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
                 "author": {"username": "carol"}, "labels": ["bug"],
             }),
         ),
-        (
-            "GET",
-            [
-                "api",
-                "v4",
-                "projects",
-                "grp/sub/proj",
-                "issues",
-                "3",
-                "notes",
-            ],
-        ) if page == 1 => (
+        ("GET", ["GL", "issues", "3", "notes"]) => (
             200,
             json!([
                 {"author": {"username": "gitlab-bot"}, "body": "added ~bug label", "system": true, "created_at": "2026-01-01T00:00:00Z"},
                 {"author": {"username": "dave"}, "body": GL_NOTE, "system": false, "created_at": "2026-01-02T00:00:00Z"},
             ]),
         ),
-        (
-            "GET",
-            [
-                "api",
-                "v4",
-                "projects",
-                "grp/sub/proj",
-                "issues",
-                "3",
-                "notes",
-            ],
-        ) => (200, json!([])),
-        ("GET", ["api", "v4", "projects", "grp/sub/proj", "merge_requests"]) => {
+        ("GET", ["GL", "merge_requests"]) => {
             let source = query(q, "source_branch").unwrap_or_default();
             let open: Vec<Value> = st
                 .mrs
@@ -353,7 +337,7 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
                 .collect();
             (200, Value::Array(open))
         }
-        ("POST", ["api", "v4", "projects", "grp/sub/proj", "merge_requests"]) => {
+        ("POST", ["GL", "merge_requests"]) => {
             let iid = st.mrs.len() as u64 + 1;
             let b = &req.body;
             let title = b["title"].as_str().unwrap_or("");
@@ -365,17 +349,7 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
             st.mrs.push(mr.clone());
             (201, mr)
         }
-        (
-            "PUT",
-            [
-                "api",
-                "v4",
-                "projects",
-                "grp/sub/proj",
-                "merge_requests",
-                iid,
-            ],
-        ) => update(
+        ("PUT", ["GL", "merge_requests", iid]) => update(
             &mut st.mrs,
             "iid",
             iid,
