@@ -26,11 +26,12 @@ pub(crate) struct ForgeApi {
 impl ForgeApi {
     /// A client for `forge` at the configured API base, with its token.
     pub(crate) fn new(forge: Forge, settings: &ForgeSettings) -> Result<ForgeApi, ForgeError> {
-        let http = crate::llm::openai::http_client(REQUEST_TIMEOUT)
+        let base = settings.api_url(forge);
+        let http = crate::llm::openai::http_client_for(&base, REQUEST_TIMEOUT)
             .map_err(|e| ForgeError::Api(format!("failed to {e}")))?;
         Ok(ForgeApi {
             forge,
-            base: settings.api_url(forge),
+            base,
             token: super::token(forge),
             http,
         })
