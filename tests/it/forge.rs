@@ -421,9 +421,40 @@ fn bad_issue_specs_and_unreachable_forges_fail_before_anything_is_created() {
     let out = s.publish(&run_id, &[]);
     assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("pass --forge github:OWNER/REPO"));
-    let out = s.publish(&run_id, &["--forge", "github:o/r", "--branch", "fix/add"]);
+    // A remote given as a URL (here a path) works as well as a name.
+    let origin = s.origin.to_str().unwrap().to_owned();
+    let out = s.publish(
+        &run_id,
+        &[
+            "--forge",
+            "github:o/r",
+            "--branch",
+            "fix/add",
+            "--remote",
+            &origin,
+        ],
+    );
     assert_exit(&out, 0);
     assert_eq!(s.forge.pulls()[0]["head"]["ref"], "fix/add");
+    assert!(
+        s.remote_branches()
+            .iter()
+            .any(|(r, _)| r == "refs/heads/fix/add")
+    );
+    assert!(
+        !s.forge.pulls()[0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("Closes #"),
+        "a file issue closes nothing"
+    );
+    // A run that did not succeed has nothing to publish.
+    let failing = FakeServer::start(Script::new());
+    let (out, failed_id) = s.run(issue.to_str().unwrap(), &failing);
+    assert_exit(&out, 3);
+    let out = s.publish(&failed_id, &["--forge", "github:o/r"]);
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only a succeeded run has a PR"));
 
     // A bad `[forge]` names the file and the key.
     let toml = s.config.join("orch.toml");
