@@ -318,6 +318,10 @@ struct FileSpec {
     #[serde(default)]
     #[allow(dead_code)]
     setup: Option<toml::Value>,
+    /// `[forge]`: read by `crate::forge::ForgeSettings`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    forge: Option<toml::Value>,
     /// `[models] aliases = { sonnet = "qwen2.5-coder" }`: what a role's
     /// `model:` is sent as.
     #[serde(default)]

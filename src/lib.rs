@@ -14,6 +14,7 @@ pub mod config;
 pub(crate) mod eval;
 pub mod events;
 pub(crate) mod exec;
+pub mod forge;
 pub mod git;
 pub mod ids;
 pub mod killpoint;

@@ -123,6 +123,8 @@ pub(crate) struct RunOptions {
     pub roles: HashMap<String, Role>,
     /// The issue text (may be empty for `orch agent`).
     pub issue: String,
+    /// The issue as fetched from a forge (`issue.json`), when it came from one.
+    pub issue_json: Option<String>,
     /// The base revision (`HEAD` by default).
     pub base: String,
     /// Model, policy and parallelism.
@@ -233,6 +235,12 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         "issue.md",
         crate::runlog::redact(&opts.issue, secrets).as_bytes(),
     )?;
+    if let Some(json) = &opts.issue_json {
+        run_dir.write_file(
+            "issue.json",
+            crate::runlog::redact(json, secrets).as_bytes(),
+        )?;
+    }
     let plan = Plan {
         pipeline: opts.pipeline,
         roles: opts.roles,
@@ -261,6 +269,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         replay_file: session.replay_file.clone(),
         sampling: session.sampling,
         pr_title: None,
+        pr_url: None,
         stages: plan
             .pipeline
             .stages

@@ -190,6 +190,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
             pipeline,
             roles,
             issue: String::new(),
+            issue_json: None,
             base: args.base.clone(),
             session,
         },

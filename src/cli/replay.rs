@@ -117,6 +117,7 @@ pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
             pipeline: plan.pipeline,
             roles: plan.roles,
             issue,
+            issue_json: None,
             base: state.base_commit.clone(),
             session,
         },

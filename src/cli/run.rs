@@ -11,7 +11,7 @@ use crate::events::Events;
 use crate::runlog::RunStatus;
 use crate::runner::{RunOptions, run_pipeline};
 use crate::ui::Ui;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `orch run`.
 #[derive(Debug, clap::Args)]
@@ -21,9 +21,9 @@ pub struct RunArgs {
     /// The repository to work on (never modified: orch works in a worktree of it)
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
-    /// The issue text, a Markdown file (`-` reads stdin)
-    #[arg(long, value_name = "FILE")]
-    pub issue: PathBuf,
+    /// The issue: a Markdown file, `-` (stdin), or a forge issue `github:OWNER/REPO#N` / `gitlab:GROUP/PROJECT#N` (read once through the API and frozen into the run)
+    #[arg(long, value_name = "FILE|FORGE#N")]
+    pub issue: String,
     /// The revision the run starts from; `worktree` snapshots the working tree (uncommitted and untracked files included, ignored ones not) into a commit and starts from that, leaving your index, HEAD and branch alone
     #[arg(long, default_value = "HEAD")]
     pub base: String,
@@ -53,8 +53,18 @@ pub struct RunArgs {
     pub events: EventArgs,
 }
 
+/// The issue text, and the fetched issue (`issue.json`) when `--issue`
+/// names a forge issue.
+async fn read_issue(spec: &str, repo: &Path) -> Result<(String, Option<String>), CliError> {
+    if crate::forge::IssueRef::is_forge_spec(spec) {
+        let issue = crate::forge::read_issue(spec, repo).await?;
+        return Ok((issue.to_markdown(), Some(issue.to_json())));
+    }
+    read_issue_file(Path::new(spec)).map(|text| (text, None))
+}
+
 /// Reads the issue file (or stdin for `-`).
-fn read_issue(path: &PathBuf) -> Result<String, CliError> {
+fn read_issue_file(path: &Path) -> Result<String, CliError> {
     let text = if path.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin())
             .map_err(|e| CliError::Invalid(format!("failed to read the issue from stdin: {e}")))?
@@ -87,7 +97,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     let mut pipeline = catalog.pipeline(&args.pipeline)?;
     pipeline.project_instructions &= !args.instructions.no_project_instructions;
     let mut roles = roles_for(&catalog, &pipeline)?;
-    let issue = read_issue(&args.issue)?;
+    let (issue, issue_json) = read_issue(&args.issue, &args.repo).await?;
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
@@ -117,6 +127,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
             pipeline,
             roles,
             issue,
+            issue_json,
             base,
             session,
         },

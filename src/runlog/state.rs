@@ -262,6 +262,9 @@ pub struct RunState {
     pub sampling: Option<SamplingRecord>,
     /// The PR title, once written.
     pub pr_title: Option<String>,
+    /// The pull (merge) request's URL, once `orch publish` opened it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_url: Option<String>,
     /// Stages in plan order.
     pub stages: Vec<StageRecord>,
 }
@@ -309,6 +312,7 @@ impl RunState {
             replay_file: None,
             sampling: None,
             pr_title: None,
+            pr_url: None,
             stages: vec![],
         }
     }

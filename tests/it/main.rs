@@ -21,6 +21,7 @@ mod dag;
 mod eval;
 mod events;
 mod faults;
+mod forge;
 mod fuzz;
 mod harness;
 mod hostile;
