@@ -17,6 +17,7 @@ pub mod git;
 pub mod ids;
 pub mod killpoint;
 pub mod llm;
+pub mod memory;
 pub mod pipeline;
 pub mod policy;
 pub mod role;
