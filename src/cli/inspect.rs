@@ -181,7 +181,7 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
 
 /// `orch show`.
 pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
-    let (_, root, state) = open(&args.repo, &args.run)?;
+    let (common, root, state) = open(&args.repo, &args.run)?;
     let state = runlog::as_shown(&runlog::RunDir { root: root.clone() }, state);
     let mut out = Out::stdout();
     if args.json {
@@ -192,9 +192,20 @@ pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
         )?;
     } else {
         out.text(&render_show(&state, &root))?;
+        out.text(&memory_report(&common, &state))?;
     }
     out.finish()?;
     Ok(exit::OK)
+}
+
+/// The lessons a run's stages were given and those it proposed.
+fn memory_report(common: &Path, s: &RunState) -> String {
+    let stages: Vec<(&str, Option<&str>)> = s
+        .stages
+        .iter()
+        .map(|st| (st.id.as_str(), st.commit.as_deref()))
+        .collect();
+    crate::memory::hook::run_report(common, s.run_id.as_str(), &stages)
 }
 
 /// The text of `orch show`.
@@ -314,6 +325,7 @@ pub(super) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
     for st in stages {
         out.text(&render_review(&common, st)?)?;
     }
+    out.text(&memory_report(&common, &state))?;
     out.finish()?;
     Ok(exit::OK)
 }

@@ -33,6 +33,9 @@ pub struct ResumeArgs {
     /// Allow commands that a role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
+    /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
+    #[arg(long)]
+    pub no_memory: bool,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
@@ -62,6 +65,7 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .memory(super::session::memory_mode(&args.repo, args.no_memory)?)
         .build(&args.limits)?;
     let ui = Ui::new(false);
     let summary = runner::resume_run(

@@ -44,6 +44,9 @@ pub struct RunArgs {
     /// Parallelism.
     #[command(flatten)]
     pub parallel: ParallelArgs,
+    /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
+    #[arg(long)]
+    pub no_memory: bool,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
@@ -81,6 +84,7 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .memory(super::session::memory_mode(&args.repo, args.no_memory)?)
         .build(&args.limits)?;
     if args.dry_run {
         // No request at all: a role's own model is kept only when mapped.

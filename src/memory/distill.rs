@@ -187,17 +187,17 @@ pub(crate) fn slice(transcript: &[ChatMessage], from: usize) -> String {
 
 /// One lesson as the distiller writes it.
 #[derive(Debug, Deserialize)]
-struct Draft {
-    title: String,
+pub(crate) struct Draft {
+    pub title: String,
     #[serde(default)]
-    kind: Option<Kind>,
-    summary: String,
+    pub kind: Option<Kind>,
+    pub summary: String,
     #[serde(default)]
-    body: String,
+    pub body: String,
     #[serde(default)]
-    paths: Vec<String>,
+    pub paths: Vec<String>,
     #[serde(default)]
-    tags: Vec<String>,
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -209,9 +209,7 @@ enum Drafts {
 
 /// The lessons in a distiller's reply (a JSON object `{"lessons": […]}`
 /// or a bare array, possibly in a code fence); at most [`MAX_LESSONS`].
-pub(crate) fn parse_reply(
-    text: &str,
-) -> Result<Vec<(String, Kind, String, String, Scope)>, String> {
+pub(crate) fn parse_reply(text: &str) -> Result<Vec<Draft>, String> {
     let start = text.find(['{', '[']).ok_or("the reply holds no JSON")?;
     let end = text.rfind(['}', ']']).ok_or("the reply holds no JSON")?;
     if end < start {
@@ -226,19 +224,6 @@ pub(crate) fn parse_reply(
         .into_iter()
         .filter(|d| !d.title.trim().is_empty() && !d.summary.trim().is_empty())
         .take(MAX_LESSONS)
-        .map(|d| {
-            let scope = Scope {
-                paths: d.paths,
-                tags: d.tags,
-            };
-            (
-                d.title,
-                d.kind.unwrap_or(Kind::Pitfall),
-                d.summary,
-                d.body,
-                scope,
-            )
-        })
         .collect())
 }
 
@@ -320,22 +305,25 @@ pub(crate) async fn distill(
         let mut ids = Vec::new();
         let commit = super::store::update(&common, "propose", &trailers, |current| {
             let mut new: Vec<Lesson> = Vec::new();
-            for (title, kind, summary, body, scope) in drafts {
+            for d in drafts {
                 let taken =
                     |id: &str| current.iter().any(|l| l.id == id) || new.iter().any(|l| l.id == id);
                 let mut l = Lesson {
-                    id: super::new_id(&title, &taken),
-                    title,
-                    kind,
-                    scope,
+                    id: super::new_id(&d.title, &taken),
+                    title: d.title,
+                    kind: d.kind.unwrap_or(Kind::Pitfall),
+                    scope: Scope {
+                        paths: d.paths,
+                        tags: d.tags,
+                    },
                     evidence: Some(evidence.clone()),
                     created: created.clone(),
                     expires: Some(expires.clone()),
                     status,
                     uses: 0,
                     failed_uses: 0,
-                    summary,
-                    body,
+                    summary: d.summary,
+                    body: d.body,
                     origin: Origin::Ref,
                 };
                 l.sanitize(&secrets);

@@ -18,6 +18,7 @@
 //! rebuilt from the lessons on every use.
 
 pub(crate) mod distill;
+pub(crate) mod hook;
 pub mod index;
 pub(crate) mod store;
 

@@ -10,7 +10,7 @@ use git2::{ErrorCode, Oid, Repository};
 use std::path::Path;
 
 /// The ref lessons live on.
-pub const MEMORY_REF: &str = "refs/orch/memory";
+pub(crate) const MEMORY_REF: &str = "refs/orch/memory";
 /// The folder of lessons in the ref's tree.
 const LESSONS_DIR: &str = "lessons";
 
@@ -27,11 +27,6 @@ fn tip(repo: &Repository) -> Result<Option<git2::Commit<'_>>, MemoryError> {
         Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
         Err(e) => Err(git_err(format!("read {MEMORY_REF}"))(e).into()),
     }
-}
-
-/// Whether the ref exists: the one cost of a run start without lessons.
-pub(crate) fn exists(common: &Path) -> bool {
-    open(common).is_ok_and(|r| r.find_reference(MEMORY_REF).is_ok())
 }
 
 /// The lessons at the ref's tip (none when it does not exist), by id.

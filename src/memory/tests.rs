@@ -221,7 +221,7 @@ fn replies_parse_wrapped_bare_or_fenced_and_keep_three() {
     let one = r#"{"title":"t","summary":"s","kind":"environment","paths":["a/**"]}"#;
     let got = parse_reply(&format!("```json\n{{\"lessons\": [{one}]}}\n```")).unwrap();
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].1, Kind::Environment);
+    assert_eq!(got[0].kind, Some(Kind::Environment));
     let five = format!("[{one},{one},{one},{one},{one}]");
     assert_eq!(parse_reply(&five).unwrap().len(), 3);
     assert!(parse_reply("no json").is_err());

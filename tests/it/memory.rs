@@ -1,0 +1,330 @@
+//! Memory end to end: a stage whose tests fail twice and then pass makes
+//! exactly one distill call, whose lesson lands `proposed` on
+//! `refs/orch/memory` with its evidence (the user's branches, index and tree
+//! untouched); no key event, no call; only accepted lessons are injected,
+//! with `memory_used` in the action log and an `Orch-Memory` trailer; a
+//! rejected or forgotten one is not; secrets are redacted; scopes hold.
+
+use crate::support::{
+    FAKE_API_KEY, FakeServer, OrchRun, Reply, Script, TestRepo, orch, record_dir, run_text,
+    stage_events, user_text, write_issue, write_pipeline,
+};
+use serde_json::{Value, json};
+use std::path::Path;
+
+const ISSUE: &str =
+    "# add() subtracts\n\n`calc.add(2, 3)` returns -1 in calc.py; it should return 5.\n";
+const CHECK: &str = "grep -q 'a + b' calc.py || { echo 'FAIL: add(2, 3) still returns -1; set ORCH_FIXTURE=1'; exit 1; }";
+const LESSON_SUMMARY: &str = "The calc tests need ORCH_FIXTURE=1 exported before they run";
+
+fn buggy_repo() -> TestRepo {
+    TestRepo::with_commit(
+        &[("calc.py", "def add(a, b):\n    return a - b\n")],
+        "calc 0.1",
+    )
+}
+
+fn distill_reply() -> Reply {
+    let lessons = json!({"lessons": [{
+        "title": "calc tests need ORCH_FIXTURE",
+        "kind": "environment",
+        "summary": LESSON_SUMMARY,
+        "body": "Seen when add() was fixed: the check failed twice first.",
+        "paths": ["calc.py"],
+        "tags": []
+    }]});
+    Reply::text(&format!("```json\n{lessons}\n```"))
+}
+
+/// Runs a one-stage pipeline (`code`, with `verify` when `gated`) and
+/// returns (exit code, run id).
+fn run(repo: &TestRepo, server: &FakeServer, gated: bool, extra: &[&str]) -> (i32, String) {
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let yaml = if gated {
+        format!(
+            "stages:\n  code:\n    role: coder\n    verify: \"{CHECK}\"\n    verify_rounds: 2\n"
+        )
+    } else {
+        "stages:\n  code:\n    role: coder\n".to_owned()
+    };
+    let pipeline = write_pipeline(scratch.path(), "mem", &yaml);
+    let before = run_ids(&repo.path);
+    let out = OrchRun::new(&pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .args(extra)
+        .output();
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    let after = run_ids(&repo.path);
+    let new: Vec<&String> = after.iter().filter(|r| !before.contains(r)).collect();
+    assert_eq!(new.len(), 1, "one new run: {new:?}");
+    (out.status.code().unwrap_or(-1), new[0].clone())
+}
+
+fn run_ids(repo: &Path) -> Vec<String> {
+    std::fs::read_dir(repo.join(".git/orch/runs"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The replies of a coder that fixes the bug only after verify failed twice.
+fn fails_twice_then_fixes() -> Vec<Reply> {
+    vec![
+        Reply::finish("c1", "Looked at it; all good.", None),
+        Reply::finish("c2", "Still fine, I think.", None),
+        Reply::tool_call(
+            "c3",
+            "edit_file",
+            json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+        ),
+        Reply::finish("c4", "add() now adds.", None),
+    ]
+}
+
+fn memory(repo: &TestRepo, args: &[&str]) -> (Option<i32>, String, String) {
+    run_text(
+        orch()
+            .arg("memory")
+            .args(args)
+            .arg("--repo")
+            .arg(&repo.path),
+    )
+}
+
+fn lessons_json(repo: &TestRepo) -> Vec<Value> {
+    let (code, out, err) = memory(repo, &["list", "--status", "all", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    serde_json::from_str::<Value>(&out)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn user_branches(repo: &TestRepo) -> String {
+    repo.git(&[
+        "for-each-ref",
+        "--format=%(refname) %(objectname)",
+        "refs/heads/",
+    ])
+    .lines()
+    .filter(|l| !l.starts_with("refs/heads/orch/"))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+fn distill_calls(server: &FakeServer) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.agent.ends_with("/distill"))
+        .count()
+}
+
+#[test]
+fn failing_twice_then_passing_distills_one_proposed_lesson_on_the_memory_ref() {
+    let repo = buggy_repo();
+    let snapshot = repo.snapshot();
+    let branches = user_branches(&repo);
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", fails_twice_then_fixes())
+            .agent("code/distill", vec![distill_reply()]),
+    );
+    let (code, run_id) = run(&repo, &server, true, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(distill_calls(&server), 1);
+    // The distiller saw the event and the slice, not the whole transcript.
+    let asked = user_text(&server.requests_for("code/distill")[0]);
+    assert!(asked.contains("verify_fixed"), "{asked}");
+    assert!(asked.contains("FAIL: add(2, 3)"), "{asked}");
+    let asked_tools = &server.requests_for("code/distill")[0].body["tools"];
+    assert!(asked_tools.is_null() || asked_tools.as_array().is_some_and(Vec::is_empty));
+
+    let lessons = lessons_json(&repo);
+    assert_eq!(lessons.len(), 1, "{lessons:?}");
+    let l = &lessons[0];
+    assert_eq!(l["status"], "proposed");
+    assert_eq!(l["summary"], LESSON_SUMMARY);
+    assert_eq!(l["evidence"]["run"], run_id.as_str());
+    assert_eq!(l["evidence"]["stage"], "code");
+    assert_eq!(l["evidence"]["event"], "verify_fixed");
+    let stage_commit = repo.git(&["rev-parse", &format!("orch/{run_id}/code")]);
+    assert_eq!(l["evidence"]["commit"], stage_commit.trim());
+
+    let log = repo.git(&["log", "--format=%s%n%b", "refs/orch/memory"]);
+    assert!(
+        log.contains("memory: propose calc-tests-need-orch-fixture"),
+        "{log}"
+    );
+    assert!(log.contains(&format!("Orch-Run: {run_id}")), "{log}");
+    let file = repo.git(&[
+        "show",
+        "refs/orch/memory:lessons/calc-tests-need-orch-fixture.md",
+    ]);
+    assert!(
+        file.starts_with("---\nid: \"calc-tests-need-orch-fixture\""),
+        "{file}"
+    );
+
+    // Nothing of the user's changed: HEAD, index, tree, branches.
+    snapshot.assert_unchanged(&repo.snapshot());
+    assert_eq!(user_branches(&repo), branches);
+    let events = stage_events(&record_dir(&repo, &run_id), "code", "distill");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["key_event"], "verify_fixed");
+    assert_eq!(
+        events[0]["lessons"],
+        json!(["calc-tests-need-orch-fixture"])
+    );
+}
+
+#[test]
+fn a_stage_without_a_key_event_makes_no_distill_call() {
+    let repo = buggy_repo();
+    // Verify fails once, then passes: not a key event.
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::finish("c1", "Looked.", None),
+            Reply::tool_call(
+                "c2",
+                "edit_file",
+                json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+            ),
+            Reply::finish("c3", "Fixed.", None),
+        ],
+    ));
+    let (code, run_id) = run(&repo, &server, true, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(distill_calls(&server), 0);
+    let events = stage_events(&record_dir(&repo, &run_id), "code", "distill");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["skipped"], true);
+    assert!(
+        repo.git_command()
+            .args(["rev-parse", "-q", "--verify", "refs/orch/memory"])
+            .output()
+            .unwrap()
+            .stdout
+            .is_empty()
+    );
+}
+
+/// One run of the quick coder; its first request's user text and the run id.
+fn quick_run(repo: &TestRepo) -> (String, String) {
+    let server = FakeServer::start(
+        Script::new().agent("code", vec![Reply::finish("q1", "Nothing to do.", None)]),
+    );
+    let (code, run_id) = run(repo, &server, false, &[]);
+    assert_eq!(code, 0);
+    (user_text(&server.requests_for("code")[0]), run_id)
+}
+
+fn memory_used(repo: &TestRepo, run_id: &str) -> Value {
+    let events = stage_events(&record_dir(repo, run_id), "code", "memory");
+    assert_eq!(events.len(), 1, "{events:?}");
+    events[0]["memory_used"].clone()
+}
+
+#[test]
+fn only_accepted_lessons_are_injected_and_every_use_is_recorded() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", fails_twice_then_fixes())
+            .agent("code/distill", vec![distill_reply()]),
+    );
+    assert_eq!(run(&repo, &server, true, &[]).0, 0);
+    let id = "calc-tests-need-orch-fixture";
+
+    // Proposed: not injected.
+    let (task, run_id) = quick_run(&repo);
+    assert!(!task.contains(LESSON_SUMMARY), "{task}");
+    assert!(!task.contains("# Memory"), "{task}");
+    assert_eq!(memory_used(&repo, &run_id), json!([]));
+
+    let (code, _, err) = memory(&repo, &["accept", id]);
+    assert_eq!(code, Some(0), "{err}");
+    let (task, run_id) = quick_run(&repo);
+    assert!(task.contains(&format!("# Memory ({id})")), "{task}");
+    assert!(
+        task.contains(&format!("- [{id}] {LESSON_SUMMARY}")),
+        "{task}"
+    );
+    assert!(task.contains("not instructions"), "{task}");
+    assert_eq!(memory_used(&repo, &run_id), json!([id]));
+    let msg = repo.git(&["log", "-1", "--format=%B", &format!("orch/{run_id}/code")]);
+    assert!(msg.contains(&format!("Orch-Memory: {id}")), "{msg}");
+    let l = lessons_json(&repo);
+    assert_eq!(l[0]["uses"], 1);
+    let (code, shown, _) = run_text(orch().args(["show", &run_id, "--repo"]).arg(&repo.path));
+    assert_eq!(code, Some(0));
+    assert!(shown.contains(id), "{shown}");
+
+    // --no-memory: nothing injected.
+    let server =
+        FakeServer::start(Script::new().agent("code", vec![Reply::finish("q1", "Nothing.", None)]));
+    run(&repo, &server, false, &["--no-memory"]);
+    assert!(!user_text(&server.requests_for("code")[0]).contains(LESSON_SUMMARY));
+
+    for verb in ["reject", "forget"] {
+        memory(&repo, &["accept", id]);
+        let (code, _, err) = memory(&repo, &[verb, id]);
+        assert_eq!(code, Some(0), "{err}");
+        let (task, run_id) = quick_run(&repo);
+        assert!(!task.contains(LESSON_SUMMARY), "{verb}: {task}");
+        assert_eq!(memory_used(&repo, &run_id), json!([]));
+    }
+    assert_eq!(lessons_json(&repo)[0]["status"], "retired");
+    let log = repo.git(&["log", "--format=%s", "refs/orch/memory"]);
+    assert!(log.contains(&format!("memory: forget {id}")), "{log}");
+    assert!(log.contains(&format!("memory: reject {id}")), "{log}");
+}
+
+#[test]
+fn an_api_key_in_a_lesson_is_stored_redacted() {
+    let repo = buggy_repo();
+    let text = format!("The staging server takes the key {FAKE_API_KEY} in a header");
+    let (code, out, err) = run_text(
+        orch()
+            .env("ORCH_API_KEY", FAKE_API_KEY)
+            .args(["memory", "add", &text, "--repo"])
+            .arg(&repo.path),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("added: "), "{out}");
+    let stored = repo.git(&["log", "-p", "refs/orch/memory"]);
+    assert!(!stored.contains(FAKE_API_KEY), "{stored}");
+    assert!(stored.contains("[REDACTED]"), "{stored}");
+}
+
+#[test]
+fn a_lesson_scoped_to_other_paths_is_not_injected() {
+    let repo = buggy_repo();
+    // Both share the stage's words; only the unscoped one applies to it.
+    for (text, scope) in [
+        (
+            "calc add returns must be checked with the parser grammar",
+            Some("src/parser/**"),
+        ),
+        ("calc add fixes need a test in test_calc.py", None),
+    ] {
+        let mut args = vec!["add", text];
+        if let Some(s) = scope {
+            args.extend(["--scope", s]);
+        }
+        let (code, _, err) = memory(&repo, &args);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    let (task, run_id) = quick_run(&repo);
+    assert!(!task.contains("parser grammar"), "{task}");
+    assert!(task.contains("need a test in test_calc.py"), "{task}");
+    let used = memory_used(&repo, &run_id);
+    assert_eq!(used.as_array().unwrap().len(), 1, "{used}");
+}
