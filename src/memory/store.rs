@@ -10,7 +10,7 @@ use git2::{ErrorCode, Oid, Repository};
 use std::path::Path;
 
 /// The ref lessons live on.
-pub(crate) const MEMORY_REF: &str = "refs/orch/memory";
+pub const MEMORY_REF: &str = "refs/orch/memory";
 /// The folder of lessons in the ref's tree.
 const LESSONS_DIR: &str = "lessons";
 
@@ -30,7 +30,7 @@ fn tip(repo: &Repository) -> Result<Option<git2::Commit<'_>>, MemoryError> {
 }
 
 /// The lessons at the ref's tip (none when it does not exist), by id.
-pub(crate) fn read(common: &Path) -> Result<Vec<Lesson>, MemoryError> {
+pub fn read(common: &Path) -> Result<Vec<Lesson>, MemoryError> {
     let repo = open(common)?;
     let Some(commit) = tip(&repo)? else {
         return Ok(Vec::new());
@@ -65,7 +65,7 @@ pub(crate) fn read(common: &Path) -> Result<Vec<Lesson>, MemoryError> {
 /// commit's SHA. `change` runs under the lock on the lessons at the tip and
 /// returns the ones to write (none: no commit, `None`), so a
 /// read-modify-write cannot lose a concurrent update.
-pub(crate) fn update(
+pub fn update(
     common: &Path,
     verb: &str,
     trailers: &str,
@@ -134,7 +134,7 @@ fn set_ref(repo: &Repository, new: Oid, old: Option<Oid>, message: &str) -> Resu
 
 /// One commit of the ref's history.
 #[derive(Debug, Clone, serde::Serialize)]
-pub(crate) struct LogEntry {
+pub struct LogEntry {
     /// The commit.
     pub sha: String,
     /// Its time, RFC 3339.
@@ -146,7 +146,7 @@ pub(crate) struct LogEntry {
 }
 
 /// The ref's history, newest first.
-pub(crate) fn log(common: &Path) -> Result<Vec<LogEntry>, MemoryError> {
+pub fn log(common: &Path) -> Result<Vec<LogEntry>, MemoryError> {
     let repo = open(common)?;
     let mut out = Vec::new();
     let mut next = tip(&repo)?;
