@@ -34,8 +34,11 @@ pub struct ResumeArgs {
     #[arg(long)]
     pub yes: bool,
     /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "memory")]
     pub no_memory: bool,
+    /// What this run does with memory: off, propose or auto-accept (overrides `memory =` in orch.toml)
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub memory: Option<crate::memory::MemoryMode>,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
@@ -65,7 +68,11 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
-        .memory(super::session::memory_mode(&args.repo, args.no_memory)?)
+        .memory(super::session::memory_mode(
+            &args.repo,
+            args.no_memory,
+            args.memory,
+        )?)
         .build(&args.limits)?;
     let ui = Ui::new(false);
     let summary = runner::resume_run(

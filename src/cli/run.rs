@@ -45,8 +45,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub parallel: ParallelArgs,
     /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "memory")]
     pub no_memory: bool,
+    /// What this run does with memory: off, propose or auto-accept (overrides `memory =` in orch.toml)
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub memory: Option<crate::memory::MemoryMode>,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
@@ -84,7 +87,11 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
-        .memory(super::session::memory_mode(&args.repo, args.no_memory)?)
+        .memory(super::session::memory_mode(
+            &args.repo,
+            args.no_memory,
+            args.memory,
+        )?)
         .build(&args.limits)?;
     if args.dry_run {
         // No request at all: a role's own model is kept only when mapped.

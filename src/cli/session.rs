@@ -145,13 +145,17 @@ impl SessionBuilder {
 }
 
 /// What a run in `repo` does with memory: `off` with `--no-memory`, else
-/// `memory =` of its `orch.toml` files (default `propose`).
+/// `--memory MODE`, else `memory =` of its `orch.toml` files (default `propose`).
 pub(super) fn memory_mode(
     repo: &Path,
     no_memory: bool,
+    flag: Option<crate::memory::MemoryMode>,
 ) -> Result<crate::memory::MemoryMode, CliError> {
     if no_memory {
         return Ok(crate::memory::MemoryMode::Off);
+    }
+    if let Some(mode) = flag {
+        return Ok(mode);
     }
     let resolved = super::model::resolve_config(&super::args::ModelArgs::default(), Some(repo))?;
     Ok(resolved.memory.value)

@@ -37,7 +37,7 @@ pub(crate) const MAX_BODY_BYTES: usize = 1024;
 pub(crate) const DEFAULT_EXPIRY_DAYS: i64 = 180;
 
 /// What a run does with memory (`memory = …` in `orch.toml`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum MemoryMode {
     /// Neither inject nor distill.
@@ -47,6 +47,17 @@ pub enum MemoryMode {
     Propose,
     /// Like `propose`, but distilled lessons are `accepted` at once.
     AutoAccept,
+}
+
+impl MemoryMode {
+    /// The word in `orch.toml` and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryMode::Off => "off",
+            MemoryMode::Propose => "propose",
+            MemoryMode::AutoAccept => "auto-accept",
+        }
+    }
 }
 
 /// A lesson's review state.

@@ -328,3 +328,120 @@ fn a_lesson_scoped_to_other_paths_is_not_injected() {
     let used = memory_used(&repo, &run_id);
     assert_eq!(used.as_array().unwrap().len(), 1, "{used}");
 }
+
+/// A task whose tests need `ORCH_FIXTURE=1`: the first run learns it the
+/// hard way (two failing test runs), the second is told by its memory.
+fn fixture_task(dir: &Path) -> std::path::PathBuf {
+    let task = dir.join("tasks/env-fixture");
+    std::fs::create_dir_all(task.join("repo")).unwrap();
+    std::fs::write(
+        task.join("repo/calc.py"),
+        "def add(a, b):\n    return a - b\n",
+    )
+    .unwrap();
+    std::fs::write(
+        task.join("repo/test.sh"),
+        "[ \"$ORCH_FIXTURE\" = 1 ] || { echo 'fixtures missing: export ORCH_FIXTURE=1'; exit 1; }\ngrep -q 'a + b' calc.py\n",
+    )
+    .unwrap();
+    std::fs::write(task.join("issue.md"), ISSUE).unwrap();
+    std::fs::write(task.join("check.sh"), "grep -q 'a + b' calc.py\n").unwrap();
+    std::fs::write(
+        dir.join("tasks/code.yaml"),
+        "name: code\nstages:\n  code:\n    role: coder\n",
+    )
+    .unwrap();
+    dir.join("tasks")
+}
+
+fn bash(id: &str, command: &str) -> Reply {
+    Reply::tool_call(id, "bash", json!({ "command": command }))
+}
+
+fn fix() -> Reply {
+    Reply::tool_call(
+        "fix",
+        "edit_file",
+        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+    )
+}
+
+#[test]
+fn eval_with_memory_the_second_run_uses_the_first_runs_lesson_in_fewer_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = fixture_task(dir.path());
+    let lesson = json!({"lessons": [{
+        "title": "tests need ORCH_FIXTURE",
+        "kind": "environment",
+        "summary": "Run the tests as `ORCH_FIXTURE=1 sh test.sh`: without it they fail on missing fixtures",
+        "paths": [], "tags": []
+    }]});
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    // Run 1: learns it the hard way.
+                    fix(),
+                    bash("t1", "sh test.sh"),
+                    bash("t2", "sh test.sh"),
+                    bash("t3", "ORCH_FIXTURE=1 sh test.sh"),
+                    Reply::finish("f1", "Fixed add().", None),
+                    // Run 2: the lesson is in its task; it sets the variable first.
+                    fix(),
+                    bash("t4", "ORCH_FIXTURE=1 sh test.sh"),
+                    Reply::finish("f2", "Fixed add().", None),
+                ],
+            )
+            .agent("code/distill", vec![Reply::text(&lesson.to_string())]),
+    );
+    let out = dir.path().join("results");
+    let mut cmd = orch();
+    cmd.current_dir(dir.path())
+        .arg("eval")
+        .arg("--tasks")
+        .arg(&tasks)
+        .arg("--pipeline")
+        .arg(tasks.join("code.yaml"))
+        .args([
+            "--runs",
+            "2",
+            "--memory",
+            "auto-accept",
+            "--json",
+            "--base-url",
+        ])
+        .arg(&server.base_url)
+        .args(["--model", "fake-model", "--no-stream", "--out"])
+        .arg(&out)
+        .env("ORCH_API_KEY", FAKE_API_KEY);
+    let run = crate::support::output_logged(&mut cmd);
+    crate::support::assert_exit(&run, 0);
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    let report = crate::support::stdout_json(&run);
+    let rows = report["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["solved"] == true), "{rows:#?}");
+    let turns: Vec<u64> = rows.iter().map(|r| r["turns"].as_u64().unwrap()).collect();
+    assert_eq!(turns, [5, 3], "{rows:#?}");
+    assert_eq!(distill_calls(&server), 1);
+    // The second run's first request carried the lesson; the first's did not.
+    let firsts: Vec<String> = server
+        .requests_for("code")
+        .iter()
+        .filter(|r| r.messages().len() == 2)
+        .map(user_text)
+        .collect();
+    assert_eq!(firsts.len(), 2);
+    assert!(!firsts[0].contains("# Memory"), "{}", firsts[0]);
+    assert!(
+        firsts[1].contains("# Memory (tests-need-orch-fixture)"),
+        "{}",
+        firsts[1]
+    );
+    assert!(
+        firsts[1].contains("ORCH_FIXTURE=1 sh test.sh"),
+        "{}",
+        firsts[1]
+    );
+}
