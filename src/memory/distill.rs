@@ -1,7 +1,8 @@
 //! Distillation on key events only: after a stage, its transcript and
 //! verify report are checked for an event worth remembering (tests that
 //! failed at least twice and then passed, a policy denial worked around, a
-//! stage that failed and then succeeded on `--retry`); on one, a single
+//! review round approving after one that requested changes, a stage that
+//! failed and then succeeded on `--retry`); on one, a single
 //! model call with the built-in `distill` role over the relevant slice of
 //! the transcript yields 0–3 lessons as JSON, which are written `proposed`
 //! (or `accepted` with `memory = "auto-accept"`) with their evidence. No
@@ -46,6 +47,8 @@ pub(crate) struct StageFacts<'a> {
     pub succeeded: bool,
     /// True when an earlier attempt of this stage had failed.
     pub retried_after_failure: bool,
+    /// True for a review round after one that requested changes, approving.
+    pub approved_after_changes: bool,
 }
 
 /// Whether `command` looks like a test command.
@@ -149,6 +152,15 @@ pub(crate) fn detect(f: &StageFacts<'_>) -> Option<KeyEvent> {
                 from: at.saturating_sub(1),
             });
         }
+    }
+    if f.approved_after_changes && f.succeeded {
+        // The task message holds the reworked change and the earlier findings.
+        return Some(KeyEvent {
+            kind: "review_approved_after_changes",
+            what: "an earlier review round requested changes; this round approved the rework"
+                .into(),
+            from: 1,
+        });
     }
     (f.retried_after_failure && f.succeeded).then(|| KeyEvent {
         kind: "retry_succeeded",

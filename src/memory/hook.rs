@@ -112,6 +112,8 @@ pub(crate) struct StageEnd<'a> {
     pub failed: bool,
     /// True when an earlier attempt had failed.
     pub retried_after_failure: bool,
+    /// True for a review round approving after one that requested changes.
+    pub approved_after_changes: bool,
     /// Values to redact.
     pub secrets: &'a [String],
 }
@@ -158,6 +160,7 @@ pub(crate) async fn after_stage(
         verify: end.verify,
         succeeded: !end.failed,
         retried_after_failure: end.retried_after_failure,
+        approved_after_changes: end.approved_after_changes,
     });
     let Some(event) = event else {
         log.append(

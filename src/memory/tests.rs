@@ -169,6 +169,7 @@ fn facts(transcript: &[ChatMessage], verify: Option<&VerifyReport>) -> Option<&'
         verify,
         succeeded: true,
         retried_after_failure: false,
+        approved_after_changes: false,
     })
     .map(|e| e.kind)
 }

@@ -273,6 +273,10 @@ pub(super) async fn run_stage(
             verify: verify.as_ref(),
             failed: failure.is_some(),
             retried_after_failure,
+            // A later review round runs only after one requested changes.
+            approved_after_changes: stage.id != stage.base_id
+                && cfg.require_verdict
+                && outcome.verdict == Some(crate::ids::Verdict::Approve),
             secrets: &ctx.session.secrets,
         },
         ctx.session.model.as_ref(),

@@ -445,3 +445,112 @@ fn eval_with_memory_the_second_run_uses_the_first_runs_lesson_in_fewer_turns() {
         firsts[1]
     );
 }
+
+#[test]
+fn a_review_that_approves_after_requesting_changes_is_a_key_event() {
+    let repo = buggy_repo();
+    let lesson = json!({"lessons": [{
+        "title": "add needs a regression test",
+        "kind": "convention",
+        "summary": "Reviews here ask for a regression test with every fix to calc.py",
+        "paths": ["calc.py"], "tags": []
+    }]});
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", vec![Reply::finish("c1", "Changed add().", None)])
+            .agent(
+                "review",
+                vec![Reply::finish(
+                    "r1",
+                    "Add a regression test.",
+                    Some("request_changes"),
+                )],
+            )
+            .agent(
+                "code.r2",
+                vec![Reply::finish("c2", "Added the test.", None)],
+            )
+            .agent(
+                "review.r2",
+                vec![Reply::finish("r2", "Good now.", Some("approve"))],
+            )
+            .agent("review.r2/distill", vec![Reply::text(&lesson.to_string())])
+            .agent(
+                "docs",
+                vec![Reply::finish("d1", "Nothing to document.", None)],
+            ),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    assert_eq!(distill_calls(&server), 1);
+    let lessons = lessons_json(&repo);
+    assert_eq!(lessons.len(), 1);
+    assert_eq!(lessons[0]["evidence"]["stage"], "review.r2");
+    assert_eq!(
+        lessons[0]["evidence"]["event"],
+        "review_approved_after_changes"
+    );
+    // `orch review` shows what the run proposed.
+    let run_id = crate::support::only_run_id(&repo.path);
+    let (code, shown, _) = run_text(orch().args(["review", &run_id, "--repo"]).arg(&repo.path));
+    assert_eq!(code, Some(0));
+    assert!(shown.contains("lessons proposed by this run"), "{shown}");
+    assert!(
+        shown.contains("add-needs-a-regression-test [proposed]"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_stage_that_succeeds_on_retry_after_failing_is_a_key_event() {
+    let repo = buggy_repo();
+    let lesson = json!([{
+        "title": "calc add uses plus",
+        "kind": "fix-pattern",
+        "summary": "add() in calc.py must return a + b; the check greps for it",
+        "paths": ["calc.py"]
+    }]);
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    // First attempt: finishes without a fix; verify fails; no rounds left.
+                    Reply::finish("c1", "Looks fine.", None),
+                    // The --retry attempt fixes it.
+                    fix(),
+                    Reply::finish("c2", "add() now adds.", None),
+                ],
+            )
+            .agent("code/distill", vec![Reply::text(&lesson.to_string())]),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let yaml = format!(
+        "stages:\n  code:\n    role: coder\n    verify: \"{CHECK}\"\n    verify_rounds: 0\n"
+    );
+    let pipeline = write_pipeline(scratch.path(), "mem", &yaml);
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .output();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        distill_calls(&server),
+        0,
+        "a failed stage alone is no key event"
+    );
+    let run_id = crate::support::only_run_id(&repo.path);
+    let out = crate::support::resume(&repo, &run_id, &server, &["--retry"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(distill_calls(&server), 1);
+    let lessons = lessons_json(&repo);
+    assert_eq!(lessons[0]["evidence"]["event"], "retry_succeeded");
+    assert_eq!(lessons[0]["id"], "calc-add-uses-plus");
+}
