@@ -554,3 +554,42 @@ fn a_stage_that_succeeds_on_retry_after_failing_is_a_key_event() {
     assert_eq!(lessons[0]["evidence"]["event"], "retry_succeeded");
     assert_eq!(lessons[0]["id"], "calc-add-uses-plus");
 }
+
+#[test]
+fn checked_in_lessons_are_injected_and_read_only_and_edit_goes_through_the_editor() {
+    let lesson = "---\nid: \"calc-style\"\ntitle: \"calc style\"\nkind: convention\nsummary: \"calc.py functions keep one-line bodies\"\n---\nOur style.\n";
+    let repo = TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            (".orch/memory/calc-style.md", lesson),
+        ],
+        "calc with a lesson",
+    );
+    let (task, _) = quick_run(&repo);
+    assert!(
+        task.contains("- [calc-style] calc.py functions keep one-line bodies"),
+        "{task}"
+    );
+    let (code, _, err) = memory(&repo, &["forget", "calc-style"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("read-only"), "{err}");
+
+    let (code, out, err) = memory(&repo, &["add", "calc add must stay pure"]);
+    assert_eq!(code, Some(0), "{err}");
+    let id = out.trim().strip_prefix("added: ").unwrap().to_owned();
+    let (code, _, err) = run_text(
+        orch()
+            .env("EDITOR", "sed -i /^summary/s/pure/pure-and-total/")
+            .args(["memory", "edit", &id, "--repo"])
+            .arg(&repo.path),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (_, shown, _) = memory(&repo, &["show", &id]);
+    assert!(
+        shown.contains("summary: \"calc add must stay pure-and-total\""),
+        "{shown}"
+    );
+    let (_, log, _) = memory(&repo, &["log"]);
+    assert!(log.contains(&format!("memory: edit {id}")), "{log}");
+    assert!(log.contains(&format!("memory: add {id}")), "{log}");
+}
