@@ -573,6 +573,25 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
             s("profile"),
             s("kernel").trim_start_matches("sandbox: ")
         ),
+        "memory" => match ev["memory_used"].as_array().filter(|a| !a.is_empty()) {
+            Some(_) => format!(
+                "memory: used {} (of {} lessons)",
+                call_names_or_list(&ev["memory_used"]),
+                n("lessons")
+            ),
+            None if ev["error"].is_string() => format!("memory: not read: {}", s("error")),
+            None => format!("memory: no lesson applies (of {})", n("lessons")),
+        },
+        "distill" => match (ev["skipped"].as_bool(), ev["error"].as_str()) {
+            (Some(true), _) => format!("distill: skipped ({})", s("reason")),
+            (_, Some(e)) => format!("distill on {}: failed: {e}", s("key_event")),
+            _ => format!(
+                "distill on {}: {} proposed as {}",
+                s("key_event"),
+                call_names_or_list(&ev["lessons"]),
+                s("status")
+            ),
+        },
         "project_instructions" => match ev["enabled"].as_bool() {
             Some(false) => "project instructions: off".to_owned(),
             _ => {

@@ -45,18 +45,8 @@ pub(crate) async fn inject(
     }
     paths.extend(super::paths_in(&text));
     let (common, lane) = (common.to_path_buf(), lane.to_path_buf());
-    let found = tokio::task::spawn_blocking(move || {
-        let (lessons, problems) = super::load_all(&common, Some(&lane))?;
-        let q = Query {
-            text: &text,
-            paths: &paths,
-        };
-        let chosen = super::select(&lessons, &q, &super::today());
-        let (text, ids) = super::render_notes(&chosen);
-        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        Ok::<_, super::MemoryError>((Injected { text, ids }, lessons.len(), problems))
-    })
-    .await;
+    let found =
+        tokio::task::spawn_blocking(move || notes_for(&common, Some(&lane), &text, &paths)).await;
     match found {
         Ok(Ok((injected, known, problems))) => {
             log.append(
@@ -74,6 +64,22 @@ pub(crate) async fn inject(
             Ok(Injected::default())
         }
     }
+}
+
+/// The notes for a stage whose text is `text` and known paths `paths`
+/// (path-like words of `text` are added by the caller), the number of
+/// lessons seen, and the malformed files skipped.
+pub(crate) fn notes_for(
+    common: &Path,
+    workdir: Option<&Path>,
+    text: &str,
+    paths: &[String],
+) -> Result<(Injected, usize, Vec<String>), super::MemoryError> {
+    let (lessons, problems) = super::load_all(common, workdir)?;
+    let chosen = super::select(&lessons, &Query { text, paths }, &super::today());
+    let (text, ids) = super::render_notes(&chosen);
+    let problems = problems.iter().map(ToString::to_string).collect();
+    Ok((Injected { text, ids }, lessons.len(), problems))
 }
 
 /// Whether the current tip of `branch` (an earlier attempt of the stage,

@@ -245,18 +245,7 @@ pub(super) async fn run_stage(
         &format!("stages/{id}/diff.patch"),
         redact(&diff.patch).as_bytes(),
     )?;
-    log.append(
-        "stage_end",
-        json!({
-            "status": if failure.is_some() { "failed" } else { "succeeded" },
-            "commit": commit, "branch": branch, "reason": failure,
-            "files_changed": diff.stat.files_changed,
-            "insertions": diff.stat.insertions, "deletions": diff.stat.deletions,
-            "duration_ms": duration_ms,
-            "verify": verify.as_ref().map(|v| if v.passed { "pass" } else { "fail" }),
-            "verdict_from_text": outcome.verdict_from_text,
-        }),
-    )?;
+    // Before `stage_end`, so the stage's log ends with its end.
     crate::memory::hook::after_stage(
         crate::memory::hook::StageEnd {
             mode: ctx.session.memory,
@@ -283,6 +272,18 @@ pub(super) async fn run_stage(
         &mut log,
     )
     .await?;
+    log.append(
+        "stage_end",
+        json!({
+            "status": if failure.is_some() { "failed" } else { "succeeded" },
+            "commit": commit, "branch": branch, "reason": failure,
+            "files_changed": diff.stat.files_changed,
+            "insertions": diff.stat.insertions, "deletions": diff.stat.deletions,
+            "duration_ms": duration_ms,
+            "verify": verify.as_ref().map(|v| if v.passed { "pass" } else { "fail" }),
+            "verdict_from_text": outcome.verdict_from_text,
+        }),
+    )?;
     let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
     Ok(StageOutcome {
         budget: outcome.budget.clone(),

@@ -570,6 +570,20 @@ fn checked_in_lessons_are_injected_and_read_only_and_edit_goes_through_the_edito
         task.contains("- [calc-style] calc.py functions keep one-line bodies"),
         "{task}"
     );
+    // --dry-run shows the same notes in the first message it would send.
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let pipeline = write_pipeline(scratch.path(), "mem", "stages:\n  code:\n    role: coder\n");
+    let dry = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model("http://127.0.0.1:9/v1", "m")
+        .args(["--dry-run", "--json"])
+        .output();
+    let plan = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        plan.contains("[calc-style] calc.py functions keep one-line bodies"),
+        "{plan}"
+    );
     let (code, _, err) = memory(&repo, &["forget", "calc-style"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("read-only"), "{err}");
