@@ -259,6 +259,8 @@ impl Lesson {
             MemoryError::Parse(SpecError::new(origin, line, column, message))
         };
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        // A file checked in with CRLF line ends reads the same.
+        let text = text.replace("\r\n", "\n");
         let rest = text.strip_prefix("---\n").ok_or_else(|| {
             err(
                 1,

@@ -39,6 +39,8 @@ fn render_then_parse_is_the_same_lesson() {
     l.expires = Some("2027-01-01".into());
     let back = Lesson::parse(&l.render(), "x.md", Origin::Ref).unwrap();
     assert_eq!(back, l);
+    let crlf = Lesson::parse(&l.render().replace('\n', "\r\n"), "x.md", Origin::Ref).unwrap();
+    assert_eq!(crlf, l);
 }
 
 #[test]
