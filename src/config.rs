@@ -6,6 +6,7 @@
 //!
 //! ```toml
 //! default_profile = "openai"
+//! memory = "propose"   # or "off", "auto-accept" (docs/memory.md)
 //!
 //! [profiles.openai]
 //! base_url = "https://api.openai.com/v1"
@@ -217,6 +218,8 @@ pub struct ResolvedConfig {
     /// `[models] aliases`: a role's `model:` → the model to ask for (the
     /// repo file's entries win over the user file's).
     pub model_aliases: BTreeMap<String, String>,
+    /// `memory =`: what runs do with memory (default `propose`).
+    pub memory: Setting<crate::memory::MemoryMode>,
 }
 
 impl fmt::Debug for ResolvedConfig {
@@ -326,6 +329,9 @@ struct FileSpec {
     /// `model:` is sent as.
     #[serde(default)]
     models: ModelsSpec,
+    /// `memory = "off" | "propose" | "auto-accept"` (see `docs/memory.md`).
+    #[serde(default)]
+    memory: Option<Spanned<crate::memory::MemoryMode>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -772,6 +778,10 @@ pub fn resolve(
             .rev()
             .flat_map(|f| f.spec.models.aliases.clone())
             .collect(),
+        memory: loaded
+            .iter()
+            .find_map(|f| f.spec.memory.as_ref().map(|m| f.setting(m)))
+            .unwrap_or_else(|| default(crate::memory::MemoryMode::default())),
     })
 }
 

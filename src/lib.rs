@@ -19,6 +19,7 @@ pub mod git;
 pub mod ids;
 pub mod killpoint;
 pub mod llm;
+pub mod memory;
 pub mod pipeline;
 pub mod policy;
 pub mod role;

@@ -111,6 +111,8 @@ pub(crate) struct Session {
     pub max_parallel: usize,
     /// The run's budget and compaction policy (its price comes from the model).
     pub limits: agent::RunLimits,
+    /// What the run does with memory (`memory =` in orch.toml, `--no-memory`).
+    pub memory: crate::memory::MemoryMode,
 }
 
 /// Everything a new run needs.

@@ -17,6 +17,7 @@ mod demo;
 mod eval;
 mod gc;
 mod inspect;
+mod memory;
 mod publish;
 mod replay;
 mod resume;
@@ -126,6 +127,8 @@ pub enum Command {
     Publish(publish::PublishArgs),
     /// Remove the worktrees of runs that are not running; with --older-than, whole old runs.
     Gc(gc::GcArgs),
+    /// Review the lessons runs remember (refs/orch/memory): list, show, accept, reject, edit, forget, log, add.
+    Memory(memory::MemoryArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
 }
@@ -241,6 +244,7 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Eval(a) => eval::cmd_eval(a).await,
         Command::Gc(a) => gc::cmd_gc(a),
         Command::Publish(a) => publish::cmd_publish(a).await,
+        Command::Memory(a) => memory::cmd_memory(a),
         Command::Completions(a) => completions::cmd_completions(a),
         Command::Replay(a) => replay::cmd_replay(a).await,
     }

@@ -34,6 +34,12 @@ pub struct ResumeArgs {
     /// Allow commands that a role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
+    /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
+    #[arg(long, conflicts_with = "memory")]
+    pub no_memory: bool,
+    /// What this run does with memory: off, propose or auto-accept (overrides `memory =` in orch.toml)
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub memory: Option<crate::memory::MemoryMode>,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
@@ -72,6 +78,11 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
     let session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .memory(super::session::memory_mode(
+            &args.repo,
+            args.no_memory,
+            args.memory,
+        )?)
         .build(&args.limits)?;
     events.redacting(&session.secrets);
     let ui = Ui::new(false).with_events(events.clone());

@@ -45,6 +45,12 @@ pub struct RunArgs {
     /// Parallelism.
     #[command(flatten)]
     pub parallel: ParallelArgs,
+    /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
+    #[arg(long, conflicts_with = "memory")]
+    pub no_memory: bool,
+    /// What this run does with memory: off, propose or auto-accept (overrides `memory =` in orch.toml)
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub memory: Option<crate::memory::MemoryMode>,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
@@ -101,6 +107,11 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .memory(super::session::memory_mode(
+            &args.repo,
+            args.no_memory,
+            args.memory,
+        )?)
         .build(&args.limits)?;
     events.redacting(&session.secrets);
     if args.dry_run {

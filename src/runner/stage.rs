@@ -143,6 +143,20 @@ pub(super) async fn run_stage(
         stage: id.clone(),
     });
     let model = &with_progress;
+    // Accepted lessons relevant to this stage, as the user's notes in its task.
+    let task = prompt::task_message(&stage.task, &ctx.issue, &upstream);
+    let memory = crate::memory::hook::inject(
+        ctx.session.memory,
+        &ctx.common,
+        &lane.path,
+        task.clone(),
+        upstream
+            .iter()
+            .flat_map(|u| crate::memory::hook::diffstat_paths(&u.diffstat))
+            .collect(),
+        &mut log,
+    )
+    .await?;
     let cfg = AgentConfig {
         budget,
         compaction: ctx.session.limits.compaction,
@@ -151,9 +165,10 @@ pub(super) async fn run_stage(
             prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
             &instructions,
         ),
-        task: with_baseline(
-            prompt::task_message(&stage.task, &ctx.issue, &upstream),
-            baseline.as_ref(),
+        task: format!(
+            "{}{}",
+            with_baseline(task.clone(), baseline.as_ref()),
+            memory.text
         ),
         max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
@@ -235,10 +250,12 @@ pub(super) async fn run_stage(
         duration_ms,
         failed: failure.is_some(),
         verify: verify.as_ref().map(|v| v.passed),
+        memory: &memory.ids,
     });
     let (wt, parent) = (lane.path.clone(), start.to_owned());
     let commit = blocking(move || git::commit_all(&wt, &message, &parent)).await?;
     let branch = format!("orch/{}/{id}", ctx.run_id);
+    let retried_after_failure = crate::memory::hook::prior_attempt_failed(&ctx.common, &branch);
     let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
     blocking(move || {
         keep_old_branch(&c, &b)?;
@@ -251,6 +268,33 @@ pub(super) async fn run_stage(
         &format!("stages/{id}/diff.patch"),
         redact(&diff.patch).as_bytes(),
     )?;
+    // Before `stage_end`, so the stage's log ends with its end.
+    crate::memory::hook::after_stage(
+        crate::memory::hook::StageEnd {
+            mode: ctx.session.memory,
+            common: ctx.common.clone(),
+            used: &memory.ids,
+            evidence: crate::memory::Evidence {
+                run: ctx.run_id.to_string(),
+                stage: id.clone(),
+                commit: commit.clone(),
+                event: String::new(),
+            },
+            task: &task,
+            transcript: &outcome.transcript,
+            verify: verify.as_ref(),
+            failed: failure.is_some(),
+            retried_after_failure,
+            // A later review round runs only after one requested changes.
+            approved_after_changes: stage.id != stage.base_id
+                && cfg.require_verdict
+                && outcome.verdict == Some(crate::ids::Verdict::Approve),
+            secrets: &ctx.session.secrets,
+        },
+        ctx.session.model.as_ref(),
+        &mut log,
+    )
+    .await?;
     log.append(
         "stage_end",
         json!({

@@ -32,6 +32,7 @@ mod llm_client;
 mod llm_e2e;
 mod llm_wire;
 mod logview;
+mod memory;
 mod outcomes;
 mod request_size;
 mod review_cmds;
