@@ -526,21 +526,28 @@ impl Index {
     /// Writes the state durably; only records handed out by [`Index::rec`]
     /// since the last write are serialised again.
     fn write(&self, run_dir: &RunDir, state: &mut RunState) -> Result<(), RecordError> {
-        let dirty = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()));
-        self.writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write(run_dir, state, dirty)
+        self.write_as(run_dir, state, true)
     }
 
     /// [`Index::write`] without an fsync, for a transition that records no
     /// work (a stage marked running: after a crash it restarts either way).
     fn write_unsynced(&self, run_dir: &RunDir, state: &mut RunState) -> Result<(), RecordError> {
+        self.write_as(run_dir, state, false)
+    }
+
+    fn write_as(
+        &self,
+        run_dir: &RunDir,
+        state: &mut RunState,
+        sync: bool,
+    ) -> Result<(), RecordError> {
         let dirty = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()));
-        self.writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write_unsynced(run_dir, state, dirty)
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if sync {
+            writer.write(run_dir, state, dirty)
+        } else {
+            writer.write_unsynced(run_dir, state, dirty)
+        }
     }
 }
 
