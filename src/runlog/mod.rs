@@ -195,11 +195,13 @@ impl RunDir {
         self.unsynced.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Fsyncs every file replaced without one (see the module docs); a file
-    /// that is gone since is skipped.
-    pub(crate) fn sync_unsynced(&self) -> Result<(), RecordError> {
+    /// Before a durable write of the state: fsyncs every other file replaced
+    /// without one (see the module docs; `state.json` itself is about to be
+    /// replaced durably); a file that is gone since is skipped.
+    fn sync_before_state_write(&self) -> Result<(), RecordError> {
+        let state = self.state_path();
         let paths = std::mem::take(&mut *self.unsynced());
-        for path in paths {
+        for path in paths.into_iter().filter(|p| *p != state) {
             match std::fs::File::open(&path) {
                 Ok(f) => f.sync_all().map_err(io_err(&path))?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -231,7 +233,7 @@ impl RunDir {
     /// Writes the run state atomically and durably, after making every file
     /// written without an fsync durable first.
     pub(crate) fn write_state(&self, state: &RunState) -> Result<(), RecordError> {
-        self.sync_unsynced()?;
+        self.sync_before_state_write()?;
         self.write_state_alone(state)
     }
 
@@ -239,7 +241,11 @@ impl RunDir {
     /// without an fsync for the next [`RunDir::write_state`] (the one fsync
     /// at the start of a run).
     pub(crate) fn write_state_alone(&self, state: &RunState) -> Result<(), RecordError> {
-        write_atomic(&self.state_path(), &state_bytes(self, state)?)
+        let path = self.state_path();
+        write_atomic(&path, &state_bytes(self, state)?)?;
+        // The file now on disk is durable: no need to fsync it again.
+        self.unsynced().retain(|p| *p != path);
+        Ok(())
     }
 
     /// Writes the run state atomically, without an fsync (see the module docs).
@@ -327,7 +333,7 @@ impl StateWriter {
         state: &mut RunState,
         dirty: impl IntoIterator<Item = usize>,
     ) -> Result<(), RecordError> {
-        dir.sync_unsynced()?;
+        dir.sync_before_state_write()?;
         let bytes = self.bytes(dir, state, dirty)?;
         write_atomic(&dir.state_path(), &bytes)
     }
@@ -457,7 +463,11 @@ mod tests {
         assert_eq!(dir.read_state().unwrap().run_id, state.run_id);
         assert_eq!(dir.unsynced().len(), 2, "clones share what is pending");
         dir.write_state_alone(&state).unwrap();
-        assert_eq!(dir.unsynced().len(), 2, "the start's one fsync leaves them");
+        assert_eq!(
+            dir.unsynced().as_slice(),
+            [dir.root.join("issue.md")],
+            "the start's one fsync leaves the other files pending"
+        );
         shared.write_state(&state).unwrap();
         assert!(dir.unsynced().is_empty());
     }
