@@ -41,8 +41,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
-/// Bytes of the whole-run diff put into the PR body's diffstat section.
-const PR_DIFF_BUDGET: usize = 64 * 1024;
 /// Default number of stages that may run at once.
 pub(crate) const DEFAULT_MAX_PARALLEL: usize = 4;
 /// How old a run directory without a state file must be before a new run
@@ -220,11 +218,9 @@ fn now() -> String {
 /// Starts a new run of a pipeline and drives it to its end. Stage failures
 /// are recorded in the returned state, not returned as errors.
 pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunError> {
-    let repo_path = opts.repo.clone();
-    let info = blocking(move || git::open_repo(&repo_path)).await?;
+    let (repo_path, base) = (opts.repo.clone(), opts.base.clone());
+    let (info, base_sha) = blocking(move || git::open_repo_at(&repo_path, &base)).await?;
     let common = info.common_dir.clone();
-    let (c, base) = (common.clone(), opts.base.clone());
-    let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
     let boot = load_bootstrap(&info.workdir, &opts.pipeline).await?;
 
     let (run_id, run_dir) = RunDir::create_new(&common)?;
@@ -233,7 +229,10 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     // Runs killed before their first state write left only a directory.
     crate::runlog::sweep_dead_starts(&common, DEAD_START_AGE);
     let secrets = &opts.session.secrets;
-    run_dir.write_file(
+    // Until the `running` state below, nothing is fsynced: a run that dies
+    // before its first stage ends has nothing worth resuming, and the next
+    // `write_state` (a stage's result) makes these files durable first.
+    run_dir.write_file_unsynced(
         "issue.md",
         crate::runlog::redact(&opts.issue, secrets).as_bytes(),
     )?;
@@ -248,7 +247,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         roles: opts.roles,
     };
     let plan_json = serde_json::to_vec_pretty(&plan).unwrap_or_default();
-    run_dir.write_file("plan.json", &plan_json)?;
+    run_dir.write_file_unsynced("plan.json", &plan_json)?;
 
     let session = opts.session;
     let mut state = RunState {
@@ -281,19 +280,20 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     };
     // The state exists before any lane, ref or worktree: a run killed from
     // here on is listed, and `resume` finishes (or cleans) it.
-    run_dir.write_state(&state)?;
+    run_dir.write_state_unsynced(&state)?;
     crate::killpoint::reached("state-starting");
     ui.run_started(&state);
     // What the kernel enforces for tool processes: said once per run.
     let sandbox_line = crate::sandbox::availability().describe();
     crate::ui::status_line(&format!("orch: {sandbox_line}"));
-    run_dir.write_file("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
+    run_dir.write_file_unsynced("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
     // The first lane's checkout overlaps the rest of the start-up.
     let lanes = Arc::new(Lanes::new(&common, &run_id));
     lanes.prewarm(&base_sha).await;
     state.status = RunStatus::Running;
     state.updated = now();
-    run_dir.write_state(&state)?;
+    // The one fsync before the first request.
+    run_dir.write_state_alone(&state)?;
     crate::killpoint::reached("state-running");
     let ctx = Arc::new(RunCtx {
         run_id,
@@ -560,14 +560,31 @@ impl Index {
         &mut state.stages[i]
     }
 
-    /// Writes the state; only records handed out by [`Index::rec`] since the
-    /// last write are serialised again.
+    /// Writes the state durably; only records handed out by [`Index::rec`]
+    /// since the last write are serialised again.
     fn write(&self, run_dir: &RunDir, state: &mut RunState) -> Result<(), RecordError> {
+        self.write_as(run_dir, state, true)
+    }
+
+    /// [`Index::write`] without an fsync, for a transition that records no
+    /// work (a stage marked running: after a crash it restarts either way).
+    fn write_unsynced(&self, run_dir: &RunDir, state: &mut RunState) -> Result<(), RecordError> {
+        self.write_as(run_dir, state, false)
+    }
+
+    fn write_as(
+        &self,
+        run_dir: &RunDir,
+        state: &mut RunState,
+        sync: bool,
+    ) -> Result<(), RecordError> {
         let dirty = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()));
-        self.writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write(run_dir, state, dirty)
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if sync {
+            writer.write(run_dir, state, dirty)
+        } else {
+            writer.write_unsynced(run_dir, state, dirty)
+        }
     }
 }
 
@@ -846,7 +863,7 @@ async fn schedule(
             rec.parent_commit = Some(start.clone());
             rec.reason = None;
             state.updated = now();
-            index.write(&ctx.run_dir, state)?;
+            index.write_unsynced(&ctx.run_dir, state)?;
             ui.stage_started(id, &role.name);
             let (ctx2, stage2, ui_id) = (Arc::clone(ctx), stage.clone(), id.to_owned());
             let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));

@@ -182,7 +182,7 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
 /// `orch show`.
 pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     let (common, root, state) = open(&args.repo, &args.run)?;
-    let state = runlog::as_shown(&runlog::RunDir { root: root.clone() }, state);
+    let state = runlog::as_shown(&runlog::RunDir::at(root.clone()), state);
     let mut out = Out::stdout();
     if args.json {
         writeln!(

@@ -235,9 +235,7 @@ fn with_issue_link(body: &str, issue: Option<&FrozenIssue>, project: &Project) -
 /// the run's lock (a run still being driven cannot be published into).
 fn record(root: &Path, run_id: &str, published: &Published) -> Result<(), CliError> {
     let _lock = runlog::lock_run(root, run_id)?;
-    let dir = runlog::RunDir {
-        root: root.to_owned(),
-    };
+    let dir = runlog::RunDir::at(root.to_owned());
     let mut state = dir.read_state()?;
     state.pr_url = Some(published.url.clone());
     dir.write_state(&state)?;

@@ -184,8 +184,7 @@ pub(super) const WORKTREE_BASE: &str = "worktree";
 /// out, which stderr says. Checked-out submodules are not checked out in
 /// lanes, which stderr says too.
 pub(super) fn start_base(repo: &Path, base: &str) -> Result<String, CliError> {
-    let info = crate::git::open_repo(repo)?;
-    let dirt = crate::git::snapshot::working_tree_dirt(&info.workdir)?;
+    let (info, dirt) = crate::git::snapshot::open_repo_with_dirt(repo)?;
     if !dirt.submodules.is_empty() {
         crate::ui::status_line(&format!(
             "orch: warning: the run's worktrees do not check out submodules ({}); stages see them as empty directories",
