@@ -15,12 +15,14 @@ mod completions;
 mod config;
 mod demo;
 mod eval;
+mod export;
 mod gc;
 mod inspect;
 mod replay;
 mod resume;
 mod run;
 mod validate;
+mod worker;
 
 // Shared by the subcommands.
 mod args;
@@ -54,6 +56,11 @@ pub mod exit {
     pub const GIT: i32 = 4;
     /// An internal error: I/O on the run record, a bug.
     pub const INTERNAL: i32 = 5;
+    /// `orch stage`: another worker holds the stage's claim, or won the race
+    /// for it; this worker changed nothing.
+    pub const CLAIMED: i32 = 6;
+    /// `orch stage`: a stage it needs has not finished yet; nothing changed.
+    pub const NOT_READY: i32 = 7;
     /// Interrupted (Ctrl-C); the run is resumable.
     pub const INTERRUPTED: i32 = 130;
 }
@@ -121,6 +128,10 @@ pub enum Command {
     Gc(gc::GcArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
+    /// Run one stage of a distributed run through its git remote: fetch, claim, run, push (`docs/distributed.md`).
+    Stage(worker::StageArgs),
+    /// Write a pipeline as a workflow of another engine: `github-actions` or `argo`, one job per stage running `orch stage`.
+    Export(export::ExportArgs),
 }
 
 /// An error of a command, with the exit code it maps to.
@@ -148,6 +159,9 @@ pub enum CliError {
     /// model not served): exit 3, nothing created.
     #[error("{0}")]
     Preflight(String),
+    /// A git remote could not be reached or refused a push (exit 4, as git).
+    #[error("failed to {0}")]
+    Remote(String),
     /// Anything else.
     #[error("{0}")]
     Internal(String),
@@ -170,6 +184,19 @@ impl From<RunError> for CliError {
     }
 }
 
+impl From<crate::distributed::DistError> for CliError {
+    fn from(e: crate::distributed::DistError) -> Self {
+        use crate::distributed::DistError;
+        match e {
+            DistError::Git(g) => CliError::Git(g),
+            DistError::Record(r) => CliError::Record(r),
+            DistError::Run(r) => r.into(),
+            remote @ DistError::Remote { .. } => CliError::Remote(remote.to_string()),
+            DistError::Refused(why) => CliError::Invalid(format!("failed to {why}")),
+        }
+    }
+}
+
 impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
@@ -177,7 +204,7 @@ impl CliError {
             CliError::Invalid(_) | CliError::Catalog(_) => exit::INVALID,
             CliError::Model(LlmError::Config(_)) => exit::INVALID,
             CliError::Model(_) | CliError::Preflight(_) => exit::MODEL,
-            CliError::Git(_) => exit::GIT,
+            CliError::Git(_) | CliError::Remote(_) => exit::GIT,
             CliError::Record(
                 crate::runlog::RecordError::UnknownRun { .. }
                 | crate::runlog::RecordError::Locked { .. },
@@ -216,5 +243,7 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Gc(a) => gc::cmd_gc(a),
         Command::Completions(a) => completions::cmd_completions(a),
         Command::Replay(a) => replay::cmd_replay(a).await,
+        Command::Stage(a) => worker::cmd_stage(a).await,
+        Command::Export(a) => export::cmd_export(a),
     }
 }

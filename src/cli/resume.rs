@@ -70,6 +70,7 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
         session,
         ResumeOptions {
             retry_failed: args.retry,
+            only: None,
         },
         &ui,
     )

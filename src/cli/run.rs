@@ -44,6 +44,12 @@ pub struct RunArgs {
     /// Parallelism.
     #[command(flatten)]
     pub parallel: ParallelArgs,
+    /// The git remote of a distributed run (with --no-local): workers run its stages with `orch stage`
+    #[arg(long, value_name = "URL", requires = "no_local")]
+    pub remote: Option<String>,
+    /// Plan the run and push it to --remote without running any stage here; prints the run id (for an external scheduler)
+    #[arg(long, requires = "remote", conflicts_with = "dry_run")]
+    pub no_local: bool,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
@@ -88,6 +94,11 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
         let (repo, base) = (&args.repo, &args.base);
         return dry_run(repo, &pipeline, &roles, &issue, &session, base, args.json);
     }
+    if let Some(url) = &args.remote {
+        // No model is called here: the workers call it.
+        route_role_models(&mut roles, &args.model, &args.repo, None)?;
+        return plan_remote(&args, url, pipeline, roles, issue, session).await;
+    }
     // Nothing exists yet: a wrong server or key fails here, leaving nothing.
     let served =
         super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
@@ -117,4 +128,40 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     }
     ignore_closed(print_summary(&summary, args.json))?;
     Ok(exit_code_of(&summary))
+}
+
+/// `orch run --remote URL --no-local`: the run is planned here and pushed;
+/// its stages run wherever `orch stage` is run.
+async fn plan_remote(
+    args: &RunArgs,
+    url: &str,
+    pipeline: crate::pipeline::Pipeline,
+    roles: std::collections::HashMap<String, crate::role::Role>,
+    issue: String,
+    session: crate::runner::Session,
+) -> Result<i32, CliError> {
+    let base = start_base(&args.repo, &args.base)?;
+    let state = crate::runner::plan_run(RunOptions {
+        repo: args.repo.clone(),
+        pipeline,
+        roles,
+        issue,
+        base,
+        session,
+    })
+    .await?;
+    let common = crate::git::open_repo(&args.repo)?.common_dir;
+    let run_id = state.run_id.as_str();
+    crate::distributed::worker::push_planned(&common, url, run_id, &state.base_commit)?;
+    let mut out = super::output::Out::stdout();
+    if args.json {
+        let stages: Vec<&str> = state.stages.iter().map(|s| s.id.as_str()).collect();
+        let value = serde_json::json!({"run_id": run_id, "remote": url, "base_commit": state.base_commit,
+            "run_ref": crate::distributed::runref::run_ref(run_id), "stages": stages});
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(out, "{run_id}")?;
+    }
+    ignore_closed(out.finish())?;
+    Ok(super::exit::OK)
 }

@@ -190,7 +190,20 @@ impl RunDir {
             reason: e.to_string(),
         })?;
         bytes.push(b'\n');
-        write_atomic(&self.state_path(), &bytes)
+        write_atomic(&self.state_path(), &bytes)?;
+        self.state_written(state)
+    }
+
+    /// After every state write (every stage boundary): the run's record is
+    /// committed on its run ref `refs/orch/runs/<id>` (see
+    /// [`crate::distributed::runref`]).
+    fn state_written(&self, state: &RunState) -> Result<(), RecordError> {
+        crate::distributed::runref::record_boundary(&self.root, state.status.as_str()).map_err(
+            |e| RecordError::Io {
+                path: self.root.clone(),
+                source: std::io::Error::other(format!("record the run on its git ref: {e}")),
+            },
+        )
     }
 
     /// Reads the run state.
@@ -287,7 +300,8 @@ impl StateWriter {
         }
         bytes.extend_from_slice(&header[split..]);
         bytes.push(b'\n');
-        write_atomic(&dir.state_path(), &bytes)
+        write_atomic(&dir.state_path(), &bytes)?;
+        dir.state_written(state)
     }
 }
 

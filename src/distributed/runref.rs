@@ -1,0 +1,245 @@
+//! The run record as a git ref: `refs/orch/runs/<run-id>` is a commit whose
+//! tree mirrors the run's record directory (`state.json`, `plan.json`,
+//! `issue.md`, `pr.md`, `stages/<id>/…`, and for distributed runs
+//! `claims/<stage>.json`), so a run can be pushed and fetched like a branch.
+//!
+//! Invariants: only the object database and the one ref are written (never
+//! the user's branch, index or working tree); the ref moves under the
+//! repository's admin lock, with a compare-and-swap against the value it was
+//! read at; each commit's parent is the ref's previous commit, so the ref's
+//! history is the run's history of stage boundaries. The per-boundary cost
+//! stays proportional to what changed: a file whose size and mtime are those
+//! it had at the last boundary of this process is not hashed again.
+
+use crate::git::{GitError, git_err};
+use git2::{FileMode, Oid, Repository};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The ref namespace of run records.
+pub(crate) const RUNS_REF_PREFIX: &str = "refs/orch/runs/";
+
+/// Files of the run directory that are not part of the record in git: the
+/// run lock (a live process's lock file) and temp files of atomic writes.
+fn excluded(name: &str) -> bool {
+    name == "lock" || name.starts_with(".tmp")
+}
+
+/// `refs/orch/runs/<run-id>`.
+pub(crate) fn run_ref(run_id: &str) -> String {
+    format!("{RUNS_REF_PREFIX}{run_id}")
+}
+
+/// Blob ids of record files, by path, with the size and mtime they had when
+/// hashed: a boundary re-hashes only the files that changed since.
+static BLOB_CACHE: Mutex<Option<HashMap<PathBuf, (u64, i128, Oid)>>> = Mutex::new(None);
+
+fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
+    use std::os::unix::fs::MetadataExt;
+    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
+}
+
+/// The blob of one record file, hashed (and written) only when it changed.
+fn blob_of(repo: &Repository, path: &Path) -> Result<Oid, GitError> {
+    let meta = std::fs::metadata(path).map_err(crate::git::io_err("read", path))?;
+    let key = (meta.len(), mtime_ns(&meta));
+    let mut cache = BLOB_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(&(len, mtime, oid)) = cache.get(path)
+        && (len, mtime) == key
+    {
+        return Ok(oid);
+    }
+    let bytes = std::fs::read(path).map_err(crate::git::io_err("read", path))?;
+    let oid = repo.blob(&bytes).map_err(git_err(format!(
+        "store {} in the object database",
+        path.display()
+    )))?;
+    cache.insert(path.to_path_buf(), (key.0, key.1, oid));
+    Ok(oid)
+}
+
+/// Writes the tree of one directory of the record (recursively).
+pub(crate) fn tree_of_dir(repo: &Repository, dir: &Path) -> Result<Option<Oid>, GitError> {
+    let mut entries: Vec<(String, PathBuf, bool)> = Vec::new();
+    let read = std::fs::read_dir(dir).map_err(crate::git::io_err("list", dir))?;
+    for entry in read.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if excluded(&name) {
+            continue;
+        }
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() || kind.is_file() {
+            entries.push((name, entry.path(), kind.is_dir()));
+        }
+    }
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    let op = || format!("build the record tree of {}", dir.display());
+    let mut builder = repo.treebuilder(None).map_err(git_err(op()))?;
+    for (name, path, is_dir) in entries {
+        if is_dir {
+            if let Some(sub) = tree_of_dir(repo, &path)? {
+                builder
+                    .insert(&name, sub, FileMode::Tree.into())
+                    .map_err(git_err(op()))?;
+            }
+        } else {
+            let blob = blob_of(repo, &path)?;
+            builder
+                .insert(&name, blob, FileMode::Blob.into())
+                .map_err(git_err(op()))?;
+        }
+    }
+    builder.write().map(Some).map_err(git_err(op()))
+}
+
+/// The commit `refs/orch/runs/<run>` points at, if any.
+pub(crate) fn read_run_ref(repo: &Repository, name: &str) -> Result<Option<Oid>, GitError> {
+    match repo.find_reference(name) {
+        Ok(r) => Ok(r.target()),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(git_err(format!("read `{name}`"))(e)),
+    }
+}
+
+/// A fixed signature: the record's commits never depend on the user's config.
+pub(crate) fn record_signature() -> Result<git2::Signature<'static>, GitError> {
+    git2::Signature::now("orch", "orch@localhost")
+        .map_err(git_err("build the signature orch <orch@localhost>"))
+}
+
+/// Commits `tree` on the ref `name` with `parent` as its parent and moves
+/// the ref there if it still points at `parent` (under the admin lock).
+/// Returns the new commit (or `parent` when the tree is unchanged).
+pub(crate) fn commit_on_ref(
+    repo: &Repository,
+    common: &Path,
+    name: &str,
+    parent: Option<Oid>,
+    tree: Oid,
+    message: &str,
+) -> Result<Oid, GitError> {
+    let op = || format!("write `{name}`");
+    let parent_commit = match parent {
+        Some(p) => Some(repo.find_commit(p).map_err(git_err(op()))?),
+        None => None,
+    };
+    if let Some(p) = &parent_commit
+        && p.tree_id() == tree
+    {
+        return Ok(p.id());
+    }
+    let tree_obj = repo.find_tree(tree).map_err(git_err(op()))?;
+    let sig = record_signature()?;
+    let parents: Vec<&git2::Commit<'_>> = parent_commit.iter().collect();
+    let commit = repo
+        .commit(None, &sig, &sig, message, &tree_obj, &parents)
+        .map_err(git_err(op()))?;
+    let _admin = crate::git::admin_lock(common, true)?;
+    match parent {
+        Some(p) => repo.reference_matching(name, commit, true, p, message),
+        None => repo.reference(name, commit, false, message),
+    }
+    .map_err(git_err(op()))?;
+    Ok(commit)
+}
+
+/// The run's `(common git dir, run id)` when `root` is a run directory
+/// `<common>/orch/runs/<id>`.
+fn locate(root: &Path) -> Option<(&Path, &str)> {
+    let id = root.file_name()?.to_str()?;
+    let runs = root.parent()?;
+    let orch = runs.parent()?;
+    (runs.file_name()? == "runs" && orch.file_name()? == "orch").then_some(())?;
+    Some((orch.parent()?, id))
+}
+
+/// Records the run directory `root` on its run ref: called at every state
+/// write (every stage boundary). A run directory outside a git repository
+/// (unit tests of the record) has no ref and is left alone.
+pub(crate) fn record_boundary(root: &Path, status: &str) -> Result<(), GitError> {
+    let Some((common, run_id)) = locate(root) else {
+        return Ok(());
+    };
+    let repo = match Repository::open_bare(common) {
+        Ok(r) => r,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
+        Err(e) => return Err(git_err(format!("open {}", common.display()))(e)),
+    };
+    let name = run_ref(run_id);
+    let Some(tree) = tree_of_dir(&repo, root)? else {
+        return Ok(());
+    };
+    let parent = read_run_ref(&repo, &name)?;
+    commit_on_ref(
+        &repo,
+        common,
+        &name,
+        parent,
+        tree,
+        &format!("orch: run {run_id} {status}"),
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ref_mirrors_the_record_and_grows_one_commit_per_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let common = repo.path().to_path_buf();
+        let root = common.join("orch/runs/r1");
+        std::fs::create_dir_all(root.join("stages/code")).unwrap();
+        std::fs::write(root.join("state.json"), "{\"a\":1}").unwrap();
+        std::fs::write(root.join("lock"), "123").unwrap();
+        std::fs::write(root.join("stages/code/actions.jsonl"), "{}\n").unwrap();
+        record_boundary(&root, "running").unwrap();
+        let first = read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap();
+        let tree = repo.find_commit(first).unwrap().tree().unwrap();
+        assert!(tree.get_name("lock").is_none());
+        let entry = tree
+            .get_path(Path::new("stages/code/actions.jsonl"))
+            .unwrap();
+        assert_eq!(
+            repo.find_blob(entry.id()).unwrap().content(),
+            b"{}\n".as_slice()
+        );
+        // Nothing changed: no new commit.
+        record_boundary(&root, "running").unwrap();
+        assert_eq!(
+            read_run_ref(&repo, "refs/orch/runs/r1").unwrap(),
+            Some(first)
+        );
+        std::fs::write(root.join("state.json"), "{\"a\":22}").unwrap();
+        record_boundary(&root, "succeeded").unwrap();
+        let second = repo
+            .find_commit(read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap())
+            .unwrap();
+        assert_eq!(second.parent_id(0).unwrap(), first);
+        let state = second.tree().unwrap().get_name("state.json").unwrap().id();
+        assert_eq!(repo.find_blob(state).unwrap().content(), b"{\"a\":22}");
+        // The user's HEAD, index and worktree are untouched.
+        assert!(repo.head().is_err());
+        assert!(!tmp.path().join("state.json").exists());
+    }
+
+    #[test]
+    fn a_record_outside_a_repository_has_no_ref() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("orch/runs/r1");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("state.json"), "{}").unwrap();
+        record_boundary(&root, "running").unwrap();
+        record_boundary(&tmp.path().join("elsewhere"), "running").unwrap();
+    }
+}
