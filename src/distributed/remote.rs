@@ -90,27 +90,31 @@ pub(crate) fn push_with_lease(
     if out.status.success() {
         return Ok((Pushed::Done, started.elapsed()));
     }
-    // `!\t<src>:<dst>\t[rejected] (stale info)`; with --atomic the other
-    // refs report `(atomic push failed)`.
+    // A lease that failed on our side: `!\t<src>:<dst>\t[rejected] (stale
+    // info)`; on the receiving side (someone moved the ref between our
+    // check and its lock): `[remote rejected]` with "cannot lock ref …: is
+    // at X but expected Y". With --atomic the other refs say `(atomic push
+    // failed)`. Both mean: another writer won; fetch and decide again.
+    let stderr = String::from_utf8_lossy(&out.stderr);
     let stale = stdout.lines().any(|l| {
         l.starts_with('!')
-            && (l.contains("stale info")
-                || l.contains("fetch first")
-                || l.contains("non-fast-forward"))
-            || l.starts_with('!') && l.contains("already exists")
-    });
+            && [
+                "stale info",
+                "fetch first",
+                "non-fast-forward",
+                "already exists",
+            ]
+            .iter()
+            .any(|m| l.contains(m))
+    }) || stderr.contains("cannot lock ref");
     if stale {
         return Ok((Pushed::Stale, started.elapsed()));
     }
     Err(DistError::Remote {
         op: format!("push {}", refspecs.join(" ")),
         url: url.to_owned(),
-        detail: format!(
-            "{} {}",
-            stdout.trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )
-        .trim()
-        .to_owned(),
+        detail: format!("{} {}", stdout.trim(), stderr.trim())
+            .trim()
+            .to_owned(),
     })
 }

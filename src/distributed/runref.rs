@@ -33,7 +33,10 @@ pub(crate) fn run_ref(run_id: &str) -> String {
 
 /// Blob ids of record files, by path, with the size and mtime they had when
 /// hashed: a boundary re-hashes only the files that changed since.
-static BLOB_CACHE: Mutex<Option<HashMap<PathBuf, (u64, i128, Oid)>>> = Mutex::new(None);
+static BLOB_CACHE: Mutex<Option<BlobCache>> = Mutex::new(None);
+
+/// Path → (size, mtime in ns, blob id).
+type BlobCache = HashMap<PathBuf, (u64, i128, Oid)>;
 
 fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
     use std::os::unix::fs::MetadataExt;

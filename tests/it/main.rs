@@ -17,6 +17,7 @@ mod config;
 mod conventions_a;
 mod conventions_b;
 mod dag;
+mod distributed;
 mod eval;
 mod faults;
 mod fuzz;

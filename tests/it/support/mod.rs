@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod fake_server;
 pub mod inspect;
 pub mod llm;
+pub mod pytools;
 pub mod repo;
 pub mod run;
 
