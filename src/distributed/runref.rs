@@ -165,9 +165,17 @@ fn locate(root: &Path) -> Option<(&Path, &str)> {
 }
 
 /// Records the run directory `root` on its run ref: called at every state
-/// write (every stage boundary). A run directory outside a git repository
-/// (unit tests of the record) has no ref and is left alone.
-pub(crate) fn record_boundary(root: &Path, status: &str) -> Result<(), GitError> {
+/// write (every stage boundary). `changed` names the stages whose records
+/// changed since the last write: then only their directories (and the
+/// run's top-level files) are read again, on top of the ref's last tree, so
+/// a boundary costs what changed, not the run's size; `None` records the
+/// whole directory. A run directory outside a git repository (unit tests
+/// of the record) has no ref and is left alone.
+pub(crate) fn record_boundary(
+    root: &Path,
+    status: &str,
+    changed: Option<&[&str]>,
+) -> Result<(), GitError> {
     let Some((common, run_id)) = locate(root) else {
         return Ok(());
     };
@@ -177,10 +185,14 @@ pub(crate) fn record_boundary(root: &Path, status: &str) -> Result<(), GitError>
         Err(e) => return Err(git_err(format!("open {}", common.display()))(e)),
     };
     let name = run_ref(run_id);
-    let Some(tree) = tree_of_dir(&repo, root)? else {
+    let parent = read_run_ref(&repo, &name)?;
+    let tree = match (changed, parent) {
+        (Some(stages), Some(p)) => updated_tree(&repo, root, p, stages)?,
+        _ => tree_of_dir(&repo, root)?,
+    };
+    let Some(tree) = tree else {
         return Ok(());
     };
-    let parent = read_run_ref(&repo, &name)?;
     commit_on_ref(
         &repo,
         common,
@@ -190,6 +202,53 @@ pub(crate) fn record_boundary(root: &Path, status: &str) -> Result<(), GitError>
         &format!("orch: run {run_id} {status}"),
     )?;
     Ok(())
+}
+
+/// The tree of commit `parent` with the run's top-level entries and the
+/// directories of `stages` read again.
+fn updated_tree(
+    repo: &Repository,
+    root: &Path,
+    parent: Oid,
+    stages: &[&str],
+) -> Result<Option<Oid>, GitError> {
+    let op = || format!("update the record tree of {}", root.display());
+    let base = repo
+        .find_commit(parent)
+        .and_then(|c| c.tree())
+        .map_err(git_err(op()))?;
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    let read = std::fs::read_dir(root).map_err(crate::git::io_err("list", root))?;
+    for entry in read.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if excluded(&name) || name == "stages" {
+            continue;
+        }
+        if kind.is_file() {
+            update.upsert(name.as_str(), blob_of(repo, &entry.path())?, FileMode::Blob);
+        } else if kind.is_dir()
+            && let Some(sub) = tree_of_dir(repo, &entry.path())?
+        {
+            update.upsert(name.as_str(), sub, FileMode::Tree);
+        }
+    }
+    for stage in stages {
+        let dir = root.join("stages").join(stage);
+        if dir.is_dir()
+            && let Some(sub) = tree_of_dir(repo, &dir)?
+        {
+            update.upsert(format!("stages/{stage}").as_str(), sub, FileMode::Tree);
+        }
+    }
+    update
+        .create_updated(repo, &base)
+        .map(Some)
+        .map_err(git_err(op()))
 }
 
 #[cfg(test)]
@@ -206,7 +265,7 @@ mod tests {
         std::fs::write(root.join("state.json"), "{\"a\":1}").unwrap();
         std::fs::write(root.join("lock"), "123").unwrap();
         std::fs::write(root.join("stages/code/actions.jsonl"), "{}\n").unwrap();
-        record_boundary(&root, "running").unwrap();
+        record_boundary(&root, "running", None).unwrap();
         let first = read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap();
         let tree = repo.find_commit(first).unwrap().tree().unwrap();
         assert!(tree.get_name("lock").is_none());
@@ -218,13 +277,13 @@ mod tests {
             b"{}\n".as_slice()
         );
         // Nothing changed: no new commit.
-        record_boundary(&root, "running").unwrap();
+        record_boundary(&root, "running", None).unwrap();
         assert_eq!(
             read_run_ref(&repo, "refs/orch/runs/r1").unwrap(),
             Some(first)
         );
         std::fs::write(root.join("state.json"), "{\"a\":22}").unwrap();
-        record_boundary(&root, "succeeded").unwrap();
+        record_boundary(&root, "succeeded", None).unwrap();
         let second = repo
             .find_commit(read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap())
             .unwrap();
@@ -242,7 +301,105 @@ mod tests {
         let root = tmp.path().join("orch/runs/r1");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(root.join("state.json"), "{}").unwrap();
-        record_boundary(&root, "running").unwrap();
-        record_boundary(&tmp.path().join("elsewhere"), "running").unwrap();
+        record_boundary(&root, "running", None).unwrap();
+        record_boundary(&tmp.path().join("elsewhere"), "running", None).unwrap();
+    }
+
+    #[test]
+    fn a_boundary_rereads_only_the_stages_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let root = repo.path().join("orch/runs/r1");
+        for s in ["a", "b"] {
+            std::fs::create_dir_all(root.join("stages").join(s)).unwrap();
+            std::fs::write(root.join("stages").join(s).join("log"), "1").unwrap();
+        }
+        std::fs::write(root.join("state.json"), "{}").unwrap();
+        record_boundary(&root, "running", None).unwrap();
+        std::fs::write(root.join("stages/a/log"), "22").unwrap();
+        std::fs::write(root.join("stages/b/log"), "22").unwrap();
+        std::fs::write(root.join("state.json"), "{\"x\":1}").unwrap();
+        record_boundary(&root, "running", Some(&["a"])).unwrap();
+        let tip = read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap();
+        let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+        let text = |p: &str| {
+            let id = tree.get_path(Path::new(p)).unwrap().id();
+            String::from_utf8(repo.find_blob(id).unwrap().content().to_vec()).unwrap()
+        };
+        assert_eq!(text("stages/a/log"), "22");
+        assert_eq!(
+            text("stages/b/log"),
+            "1",
+            "b was not named: its last recorded log stays"
+        );
+        assert_eq!(text("state.json"), "{\"x\":1}");
+        // A full write catches up.
+        record_boundary(&root, "running", None).unwrap();
+        let tip = read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap();
+        let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+        let id = tree.get_path(Path::new("stages/b/log")).unwrap().id();
+        assert_eq!(repo.find_blob(id).unwrap().content(), b"22");
+    }
+
+    /// The cost of one stage boundary on the run ref, for runs of 10 and
+    /// 1,000 stages (each with a 20 KB action log, a 10 KB transcript and a
+    /// 2 KB diff; a 1 KB record per stage in `state.json`): one stage's log
+    /// and the state change, as at a stage's end. A measurement, not a
+    /// check: `cargo test --release --lib boundary_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement; run it by name"]
+    fn boundary_cost() {
+        for n in [10usize, 1000] {
+            let tmp = tempfile::tempdir().unwrap();
+            let repo = Repository::init(tmp.path()).unwrap();
+            let root = repo.path().join("orch/runs/r1");
+            for i in 0..n {
+                let d = root.join("stages").join(format!("s{i}"));
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(d.join("actions.jsonl"), "x".repeat(20_000)).unwrap();
+                std::fs::write(d.join("transcript.json"), "y".repeat(10_000)).unwrap();
+                std::fs::write(d.join("diff.patch"), "z".repeat(2_000)).unwrap();
+            }
+            let state = "s".repeat(1000 * n);
+            std::fs::write(root.join("state.json"), &state).unwrap();
+            std::fs::write(root.join("plan.json"), "p".repeat(500 * n)).unwrap();
+            let t = std::time::Instant::now();
+            record_boundary(&root, "running", None).unwrap();
+            let full = t.elapsed();
+            let (mut times, mut writes) = (Vec::new(), Vec::new());
+            for k in 0..30 {
+                let i = k % n;
+                let d = root.join("stages").join(format!("s{i}"));
+                std::fs::write(
+                    d.join("actions.jsonl"),
+                    format!("{k}{}", "x".repeat(20_000)),
+                )
+                .unwrap();
+                // What a boundary costs already: the atomic state write.
+                let t = std::time::Instant::now();
+                crate::runlog::write_atomic(
+                    &root.join("state.json"),
+                    format!("{k}{state}").as_bytes(),
+                )
+                .unwrap();
+                writes.push(t.elapsed());
+                let id = format!("s{i}");
+                let t = std::time::Instant::now();
+                record_boundary(&root, "running", Some(&[id.as_str()])).unwrap();
+                times.push(t.elapsed());
+            }
+            times.sort();
+            writes.sort();
+            let ms = |v: &[std::time::Duration], q: usize| v[v.len() * q / 10].as_secs_f64() * 1e3;
+            println!(
+                "{n} stages: first (whole record) {:.2} ms; run ref per boundary median {:.2} ms, p90 {:.2} ms; \
+                 the state.json write itself median {:.2} ms, p90 {:.2} ms",
+                full.as_secs_f64() * 1e3,
+                ms(&times, 5),
+                ms(&times, 9),
+                ms(&writes, 5),
+                ms(&writes, 9)
+            );
+        }
     }
 }

@@ -191,19 +191,33 @@ impl RunDir {
         })?;
         bytes.push(b'\n');
         write_atomic(&self.state_path(), &bytes)?;
-        self.state_written(state)
+        self.state_written(state, None)
     }
 
     /// After every state write (every stage boundary): the run's record is
     /// committed on its run ref `refs/orch/runs/<id>` (see
     /// [`crate::distributed::runref`]).
-    fn state_written(&self, state: &RunState) -> Result<(), RecordError> {
-        crate::distributed::runref::record_boundary(&self.root, state.status.as_str()).map_err(
-            |e| RecordError::Io {
-                path: self.root.clone(),
-                source: std::io::Error::other(format!("record the run on its git ref: {e}")),
-            },
+    /// `changed`: the stages whose records changed, when known.
+    fn state_written(
+        &self,
+        state: &RunState,
+        changed: Option<&[usize]>,
+    ) -> Result<(), RecordError> {
+        let ids: Option<Vec<&str>> = changed.map(|c| {
+            c.iter()
+                .filter_map(|&i| state.stages.get(i))
+                .map(|r| r.id.as_str())
+                .collect()
+        });
+        crate::distributed::runref::record_boundary(
+            &self.root,
+            state.status.as_str(),
+            ids.as_deref(),
         )
+        .map_err(|e| RecordError::Io {
+            path: self.root.clone(),
+            source: std::io::Error::other(format!("record the run on its git ref: {e}")),
+        })
     }
 
     /// Reads the run state.
@@ -255,10 +269,11 @@ impl StateWriter {
             path: dir.state_path(),
             reason: e.to_string(),
         };
+        let dirty: Vec<usize> = dirty.into_iter().collect();
         if self.cache.len() != state.stages.len() {
             self.cache = vec![None; state.stages.len()];
         }
-        for i in dirty {
+        for &i in &dirty {
             if let Some(slot) = self.cache.get_mut(i) {
                 *slot = None;
             }
@@ -301,7 +316,7 @@ impl StateWriter {
         bytes.extend_from_slice(&header[split..]);
         bytes.push(b'\n');
         write_atomic(&dir.state_path(), &bytes)?;
-        dir.state_written(state)
+        dir.state_written(state, Some(&dirty))
     }
 }
 
