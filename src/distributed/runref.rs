@@ -251,6 +251,27 @@ fn updated_tree(
         .map_err(git_err(op()))
 }
 
+/// Deletes run `run_id`'s refs (`refs/orch/runs/<id>`, and the remote
+/// tracking and base refs a distributed run left), under the admin lock:
+/// `orch gc` calls it with the run's record.
+pub(crate) fn delete_run_refs(common: &Path, run_id: &str) -> Result<(), GitError> {
+    let repo =
+        Repository::open_bare(common).map_err(git_err(format!("open {}", common.display())))?;
+    let _admin = crate::git::admin_lock(common, true)?;
+    for name in [
+        run_ref(run_id),
+        format!("refs/orch/remote-runs/{run_id}"),
+        format!("refs/orch/run-bases/{run_id}"),
+    ] {
+        match repo.find_reference(&name) {
+            Ok(mut r) => r.delete().map_err(git_err(format!("delete `{name}`")))?,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(git_err(format!("read `{name}`"))(e)),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
