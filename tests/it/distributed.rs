@@ -530,6 +530,38 @@ fn a_worker_killed_mid_stage_keeps_its_claim_and_its_rerun_finishes_the_stage() 
 }
 
 #[test]
+fn another_worker_reclaims_a_dead_workers_stage_only_after_the_claim_timeout() {
+    let repo = repo();
+    let server = FakeServer::start(Script::new().agent(
+        "a",
+        vec![
+            Reply::KillSender,
+            write("w", "a.txt", "from a\n"),
+            Reply::finish("f", "a done", None),
+        ],
+    ));
+    let cluster = Cluster::new(&repo, 2);
+    let run = cluster.plan(&repo, "fan", &server);
+    let (w1, w2) = (&cluster.workers[0], &cluster.workers[1]);
+    let url = cluster.url();
+    let out = output_logged(&mut stage_cmd(w1, url, &run, "a", &["--worker", "w1"]));
+    assert_eq!(out.status.code(), None, "killed by SIGKILL");
+    // A young claim is not taken over, even with --reclaim.
+    let young = ["--worker", "w2", "--reclaim", "--claim-timeout", "3600"];
+    assert_exit(
+        &output_logged(&mut stage_cmd(w2, url, &run, "a", &young)),
+        CLAIMED,
+    );
+    let old = ["--worker", "w2", "--reclaim", "--claim-timeout", "0"];
+    let out = output_logged(&mut stage_cmd(w2, url, &run, "a", &old));
+    assert_exit(&out, 0);
+    assert_eq!(stdout_json(&out)["outcome"], "ran");
+    let claim: Value = serde_json::from_str(&cluster.record(&run, "claims/a.json")).unwrap();
+    assert_eq!(claim["worker"], "w2");
+    assert_eq!(stage_status(&cluster.state(&run), "a"), "succeeded");
+}
+
+#[test]
 fn two_workers_racing_for_one_stage_one_runs_it_the_other_changes_nothing() {
     let repo = repo();
     let gate_dir = tempfile::tempdir().unwrap();
