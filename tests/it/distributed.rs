@@ -451,11 +451,11 @@ fn independent_stages_run_at_once_on_two_workers_and_fan_in() {
     assert_ne!(claim("a")["worker"], claim("b")["worker"]);
 }
 
-#[test]
-fn a_worker_killed_mid_stage_keeps_its_claim_and_its_rerun_finishes_the_stage() {
+/// The fan pipeline planned on a two-worker cluster whose model server
+/// kills the worker that sends `a`'s first request (then serves `a`).
+fn fan_on_a_killing_server() -> (Cluster, String, FakeServer) {
     let repo = repo();
-    // `a`'s first request kills the worker that sent it.
-    let server_kill = FakeServer::start(Script::new().agent(
+    let server = FakeServer::start(Script::new().agent(
         "a",
         vec![
             Reply::KillSender,
@@ -464,7 +464,13 @@ fn a_worker_killed_mid_stage_keeps_its_claim_and_its_rerun_finishes_the_stage() 
         ],
     ));
     let cluster = Cluster::new(&repo, 2);
-    let run = cluster.plan(&repo, "fan", &server_kill);
+    let run = cluster.plan(&repo, "fan", &server);
+    (cluster, run, server)
+}
+
+#[test]
+fn a_worker_killed_mid_stage_keeps_its_claim_and_its_rerun_finishes_the_stage() {
+    let (cluster, run, _server) = fan_on_a_killing_server();
     let (w1, w2) = (&cluster.workers[0], &cluster.workers[1]);
     let url = cluster.url();
 
@@ -531,17 +537,7 @@ fn a_worker_killed_mid_stage_keeps_its_claim_and_its_rerun_finishes_the_stage() 
 
 #[test]
 fn another_worker_reclaims_a_dead_workers_stage_only_after_the_claim_timeout() {
-    let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "a",
-        vec![
-            Reply::KillSender,
-            write("w", "a.txt", "from a\n"),
-            Reply::finish("f", "a done", None),
-        ],
-    ));
-    let cluster = Cluster::new(&repo, 2);
-    let run = cluster.plan(&repo, "fan", &server);
+    let (cluster, run, _server) = fan_on_a_killing_server();
     let (w1, w2) = (&cluster.workers[0], &cluster.workers[1]);
     let url = cluster.url();
     let out = output_logged(&mut stage_cmd(w1, url, &run, "a", &["--worker", "w1"]));
