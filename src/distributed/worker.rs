@@ -259,7 +259,16 @@ pub(crate) fn fetch(job: StageJob) -> Result<Fetched, DistError> {
         let run = job.run_id.as_str();
         let took = {
             let _admin = crate::git::admin_lock(&common, true)?;
-            remote::fetch(&common, &job.url, &run_refspecs(run))?
+            remote::fetch(&common, &job.url, &run_refspecs(run)).map_err(|e| match e {
+                DistError::Remote { detail, .. } if detail.contains("couldn't find remote ref") => {
+                    DistError::Refused(format!(
+                        "find run `{run}` on {}: the remote has no `{}` (plan it with `orch run … --remote URL --no-local`)",
+                        job.url,
+                        run_ref(run)
+                    ))
+                }
+                other => other,
+            })?
         };
         trips.fetch_ms += ms(took);
         trips.fetches += 1;
