@@ -490,7 +490,14 @@ pub(crate) async fn resume_run(
     }
     // The lock proves the previous orch of this run is gone; whatever it
     // left running (a tool command, a subagent) goes too.
-    let orphans = crate::exec::reap_run_orphans(run_id);
+    // Not for one stage of a distributed run: other workers of the same run
+    // may share this machine (from other clones), and their tools carry the
+    // same run marker.
+    let orphans = if opts.only.is_some() {
+        0
+    } else {
+        crate::exec::reap_run_orphans(run_id)
+    };
     if orphans > 0 {
         ui.line(&format!(
             "orch: stopped {orphans} process(es) left running by the interrupted run"

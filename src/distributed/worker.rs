@@ -490,14 +490,12 @@ impl Fetched {
             let settled = settle(&plan, &mut state);
             let decision = decide(&self.job, &state, &plan, claim);
             let mut files = Vec::new();
-            let message = match &decision {
-                Decision::Stop(_) if !settled => {
-                    let Decision::Stop(outcome) = decision else {
-                        unreachable!()
-                    };
-                    return Ok(Some(outcome));
-                }
-                Decision::Stop(_) => format!("orch: settle run {}", self.job.run_id),
+            let (outcome, message) = match decision {
+                Decision::Stop(outcome) if !settled => return Ok(Some(outcome)),
+                Decision::Stop(outcome) => (
+                    Some(outcome),
+                    format!("orch: settle run {}", self.job.run_id),
+                ),
                 Decision::Claim => {
                     if let Some(rec) = state.stage_mut(&self.job.stage) {
                         rec.status = StageStatus::Running;
@@ -513,10 +511,11 @@ impl Fetched {
                         format!("claims/{}.json", self.job.stage),
                         Entry::Blob(bytes),
                     ));
-                    format!(
+                    let message = format!(
                         "orch: {} claims stage {} of run {}",
                         self.job.worker, self.job.stage, self.job.run_id
-                    )
+                    );
+                    (None, message)
                 }
             };
             state.updated = now();
@@ -527,10 +526,7 @@ impl Fetched {
             }
             self.state = state;
             self.plan = plan;
-            return Ok(match decision {
-                Decision::Stop(outcome) => Some(outcome),
-                Decision::Claim => None,
-            });
+            return Ok(outcome);
         }
         Err(contention(&self.job))
     }
