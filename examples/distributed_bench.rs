@@ -78,6 +78,7 @@ fn main() {
     assert!(out.status.success(), "plan failed");
     let run = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let remote = tmp.path().join("remote.git");
+    local_run(&orch, tmp.path(), n);
     let (mut fetch, mut claim, mut publish, mut whole) = (vec![], vec![], vec![], vec![]);
     for i in 0..n {
         let started = Instant::now();
@@ -111,4 +112,47 @@ fn main() {
     ] {
         println!("| {name} | {:.1} ms | {:.1} ms |", median(v), p90(v));
     }
+}
+
+/// A local `orch run` of the chain with `ORCH_LOG=orch::distributed=debug`:
+/// the run ref's cost per state write, and the run's wall time per stage.
+fn local_run(orch: &std::path::Path, dir: &std::path::Path, n: usize) {
+    let script = (0..n).fold(Script::new(), |s, i| {
+        s.agent(&format!("s{i}"), vec![Reply::finish("f", "done", None)])
+    });
+    let server = FakeServer::start(script);
+    let started = Instant::now();
+    let out = Command::new(orch)
+        .args(["run", "p.yaml", "--repo", "repo", "--issue", "ISSUE.md"])
+        .args(["--model", "bench", "--base-url", &server.base_url])
+        .current_dir(dir)
+        .env("CI", "true")
+        .env("ORCH_LOG", "orch::distributed=debug")
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    let wall = started.elapsed().as_secs_f64() * 1000.0;
+    assert!(out.status.success(), "local run failed");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let mut costs: Vec<f64> = log
+        .lines()
+        .filter(|l| l.contains("recorded the run on its ref"))
+        .filter_map(|l| l.split("elapsed_us=").nth(1))
+        .filter_map(|t| {
+            t.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .map(|us| us / 1000.0)
+        .collect();
+    assert!(!costs.is_empty(), "no run ref timings in the log: {log}");
+    println!(
+        "local run of {n} stages: {:.1} ms per stage (whole run); {} state writes recorded on the run ref: median {:.2} ms, p90 {:.2} ms each",
+        wall / n as f64,
+        costs.len(),
+        median(&mut costs),
+        p90(&mut costs)
+    );
+    println!();
 }

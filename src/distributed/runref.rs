@@ -179,6 +179,7 @@ pub(crate) fn record_boundary(
     let Some((common, run_id)) = locate(root) else {
         return Ok(());
     };
+    let started = std::time::Instant::now();
     let repo = match Repository::open_bare(common) {
         Ok(r) => r,
         Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
@@ -201,6 +202,12 @@ pub(crate) fn record_boundary(
         tree,
         &format!("orch: run {run_id} {status}"),
     )?;
+    tracing::debug!(
+        run = run_id,
+        stages = changed.map_or(usize::MAX, <[&str]>::len),
+        elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "recorded the run on its ref"
+    );
     Ok(())
 }
 
