@@ -12,6 +12,7 @@
 //! when the stage fails, and re-running a stage first moves its old branch
 //! aside (`<stage>.v1`, …), so nothing is ever lost.
 
+mod bootstrap;
 mod flow;
 mod lanes;
 mod pr;
@@ -81,6 +82,10 @@ pub enum RunError {
     /// The run cannot be resumed or rolled back as asked.
     #[error("{0}")]
     Refused(String),
+    /// The lane bootstrap's files are invalid (`.worktreeinclude`, the
+    /// `[setup]` of `orch.toml`): nothing was created.
+    #[error("{0}")]
+    Config(String),
     /// A blocking task panicked or was cancelled.
     #[error("finish a background task: {0}")]
     Join(String),
@@ -119,6 +124,8 @@ pub(crate) struct RunOptions {
     pub roles: HashMap<String, Role>,
     /// The issue text (may be empty for `orch agent`).
     pub issue: String,
+    /// The issue as fetched from a forge (`issue.json`), when it came from one.
+    pub issue_json: Option<String>,
     /// The base revision (`HEAD` by default).
     pub base: String,
     /// Model, policy and parallelism.
@@ -163,6 +170,8 @@ struct RunCtx {
     session: Session,
     allowlist: Vec<String>,
     base_commit: String,
+    /// What every stage's lane gets before its agent starts.
+    bootstrap: bootstrap::Bootstrap,
     /// Held while this process drives the run.
     _lock: crate::runlog::RunLock,
     /// Run only this stage (`orch stage`): no other stage starts, none is
@@ -188,6 +197,8 @@ struct StageOutcome {
     verdict: Option<Verdict>,
     verdict_from_text: bool,
     verify: Option<crate::agent::verify::VerifyReport>,
+    setup: Option<crate::runlog::SetupRecord>,
+    baseline: Option<crate::agent::verify::BaselineReport>,
     summary: String,
     turns: u32,
     tokens: TokenCount,
@@ -215,6 +226,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         info,
         common,
         base_sha,
+        boot,
         run_id,
         run_dir,
         lock,
@@ -246,6 +258,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         ledger: std::sync::Mutex::new(crate::budget::RunLedger::new(session.limits.budget)),
         session,
         base_commit: base_sha,
+        bootstrap: boot,
         only: None,
     });
     drive(ctx, state, lanes, ui).await
@@ -256,6 +269,7 @@ struct Started {
     info: git::RepoInfo,
     common: PathBuf,
     base_sha: String,
+    boot: bootstrap::Bootstrap,
     run_id: RunId,
     run_dir: RunDir,
     lock: crate::runlog::RunLock,
@@ -286,6 +300,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
     let common = info.common_dir.clone();
     let (c, base) = (common.clone(), opts.base.clone());
     let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
+    let boot = load_bootstrap(&info.workdir, &opts.pipeline).await?;
 
     let (run_id, run_dir) = RunDir::create_new(&common)?;
     let lock = crate::runlog::lock_run(&run_dir.root, run_id.as_str())?;
@@ -297,6 +312,12 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
         "issue.md",
         crate::runlog::redact(&opts.issue, secrets).as_bytes(),
     )?;
+    if let Some(json) = &opts.issue_json {
+        run_dir.write_file(
+            "issue.json",
+            crate::runlog::redact(json, secrets).as_bytes(),
+        )?;
+    }
     let plan = Plan {
         pipeline: opts.pipeline,
         roles: opts.roles,
@@ -325,6 +346,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
         replay_file: session.replay_file.clone(),
         sampling: session.sampling,
         pr_title: None,
+        pr_url: None,
         stages: plan
             .pipeline
             .stages
@@ -340,6 +362,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
         info,
         common,
         base_sha,
+        boot,
         run_id,
         run_dir,
         lock,
@@ -365,6 +388,7 @@ pub(crate) async fn finish_distributed(
     let id = run_id.as_str();
     let lock = crate::runlog::lock_run(&RunDir::open(&common, id)?.root, id)?;
     let (run_dir, mut state, plan) = load_run(&common, id)?;
+    let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
     let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
     let any_failed = state
         .stages
@@ -381,6 +405,7 @@ pub(crate) async fn finish_distributed(
         _lock: lock,
         ledger: std::sync::Mutex::new(crate::budget::RunLedger::new(session.limits.budget)),
         session,
+        bootstrap: boot,
         only: None,
     };
     state.status = if any_failed {
@@ -397,6 +422,19 @@ pub(crate) async fn finish_distributed(
     state.updated = now();
     ctx.run_dir.write_state(&state)?;
     Ok(state)
+}
+
+/// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
+/// off the async threads; a bad file is an input error.
+async fn load_bootstrap(
+    workdir: &Path,
+    pipeline: &Pipeline,
+) -> Result<bootstrap::Bootstrap, RunError> {
+    let (w, p) = (workdir.to_path_buf(), pipeline.clone());
+    tokio::task::spawn_blocking(move || bootstrap::Bootstrap::load(&w, &p))
+        .await
+        .map_err(|e| RunError::Join(e.to_string()))?
+        .map_err(RunError::Config)
 }
 
 /// What `resume` may do with failed stages.
@@ -445,6 +483,7 @@ pub(crate) async fn resume_run(
     let common = info.common_dir.clone();
     let lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
     let (run_dir, mut state, plan) = load_run(&common, run_id)?;
+    let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
     let failed: Vec<&str> = state
         .stages
         .iter()
@@ -544,6 +583,7 @@ pub(crate) async fn resume_run(
         plan,
         issue,
         session,
+        bootstrap: boot,
         only: opts.only,
     });
     drive(ctx, state, lanes, ui).await
@@ -808,6 +848,7 @@ async fn drive_stages(
                 rec.commit = Some(out.commit);
                 rec.verdict = out.verdict;
                 (rec.verdict_from_text, rec.verify) = (out.verdict_from_text, out.verify);
+                (rec.setup, rec.baseline) = (out.setup, out.baseline);
                 rec.summary = Some(out.summary.clone());
                 rec.turns = out.turns;
                 rec.tokens = out.tokens;

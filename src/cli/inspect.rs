@@ -223,6 +223,9 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     if let Some(title) = &s.pr_title {
         o.push_str(&format!("PR: {title} ({})\n", s.final_branch));
     }
+    if let Some(url) = &s.pr_url {
+        o.push_str(&format!("published: {url}\n"));
+    }
     o.push_str(&format!(
         "\n{:<11} {:<12} {:<9} {:<16} {:>7} {:>5} {:>8}  {:<10} branch\n",
         "stage", "status", "role", "verdict", "time", "turns", "tokens", "commit"

