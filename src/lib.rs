@@ -11,6 +11,7 @@ pub(crate) mod budget;
 pub(crate) mod catalog;
 pub mod cli;
 pub mod config;
+pub(crate) mod distributed;
 pub(crate) mod eval;
 pub mod events;
 pub(crate) mod exec;

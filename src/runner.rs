@@ -18,6 +18,7 @@ mod lanes;
 mod pr;
 mod stage;
 
+pub(crate) use flow::skip_reason;
 pub(crate) use pr::pr_text;
 
 use crate::agent;
@@ -32,7 +33,7 @@ use crate::runlog::{
     TokenCount,
 };
 use crate::ui::Ui;
-use flow::{descendants, finish_run, handoff, skip_reason, start_commit};
+use flow::{descendants, finish_run, handoff, start_commit};
 use lanes::Lanes;
 use serde::{Deserialize, Serialize};
 use stage::run_stage;
@@ -173,6 +174,9 @@ struct RunCtx {
     bootstrap: bootstrap::Bootstrap,
     /// Held while this process drives the run.
     _lock: crate::runlog::RunLock,
+    /// Run only this stage (`orch stage`): no other stage starts, none is
+    /// marked skipped or blocked, and the run is not finished.
+    only: Option<String>,
     /// What the run's stages used of its budget (stages charge it as they end).
     ledger: std::sync::Mutex<crate::budget::RunLedger>,
 }
@@ -218,6 +222,80 @@ fn now() -> String {
 /// Starts a new run of a pipeline and drives it to its end. Stage failures
 /// are recorded in the returned state, not returned as errors.
 pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunError> {
+    let Started {
+        info,
+        common,
+        base_sha,
+        boot,
+        run_id,
+        run_dir,
+        lock,
+        plan,
+        mut state,
+        session,
+        issue,
+    } = start_record(opts).await?;
+    ui.run_started(&state);
+    // What the kernel enforces for tool processes: said once per run.
+    let sandbox_line = crate::sandbox::availability().describe();
+    crate::ui::status_line(&format!("orch: {sandbox_line}"));
+    run_dir.write_file_unsynced("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
+    // The first lane's checkout overlaps the rest of the start-up.
+    let lanes = Arc::new(Lanes::new(&common, &run_id));
+    lanes.prewarm(&base_sha).await;
+    state.status = RunStatus::Running;
+    state.updated = now();
+    // The one fsync before the first request.
+    run_dir.write_state_alone(&state)?;
+    crate::killpoint::reached("state-running");
+    let ctx = Arc::new(RunCtx {
+        run_id,
+        allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
+        common,
+        run_dir,
+        plan,
+        issue,
+        _lock: lock,
+        ledger: std::sync::Mutex::new(crate::budget::RunLedger::new(session.limits.budget)),
+        session,
+        base_commit: base_sha,
+        bootstrap: boot,
+        only: None,
+    });
+    drive(ctx, state, lanes, ui).await
+}
+
+/// A run whose record was just made (state `starting`), before any lane.
+struct Started {
+    info: git::RepoInfo,
+    common: PathBuf,
+    base_sha: String,
+    boot: bootstrap::Bootstrap,
+    run_id: RunId,
+    run_dir: RunDir,
+    lock: crate::runlog::RunLock,
+    plan: Plan,
+    state: RunState,
+    session: Session,
+    issue: String,
+}
+
+/// Plans a run without running any stage (`orch run --remote … --no-local`):
+/// its record and run ref exist, every stage pending, status `running` (the
+/// stages run elsewhere, by `orch stage`). Returns the state.
+pub(crate) async fn plan_run(opts: RunOptions) -> Result<RunState, RunError> {
+    let Started {
+        run_dir, mut state, ..
+    } = start_record(opts).await?;
+    state.status = RunStatus::Running;
+    state.updated = now();
+    run_dir.write_state(&state)?;
+    Ok(state)
+}
+
+/// Makes a new run's record: its directory and lock, the issue, the frozen
+/// plan and the first state (`starting`), before any lane, ref or worktree.
+async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
     let (repo_path, base) = (opts.repo.clone(), opts.base.clone());
     let (info, base_sha) = blocking(move || git::open_repo_at(&repo_path, &base)).await?;
     let common = info.common_dir.clone();
@@ -250,7 +328,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     run_dir.write_file_unsynced("plan.json", &plan_json)?;
 
     let session = opts.session;
-    let mut state = RunState {
+    let state = RunState {
         format: RUN_FORMAT.to_owned(),
         run_id: run_id.clone(),
         pipeline: plan.pipeline.name.clone(),
@@ -282,33 +360,70 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     // here on is listed, and `resume` finishes (or cleans) it.
     run_dir.write_state_unsynced(&state)?;
     crate::killpoint::reached("state-starting");
-    ui.run_started(&state);
-    // What the kernel enforces for tool processes: said once per run.
-    let sandbox_line = crate::sandbox::availability().describe();
-    crate::ui::status_line(&format!("orch: {sandbox_line}"));
-    run_dir.write_file_unsynced("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
-    // The first lane's checkout overlaps the rest of the start-up.
-    let lanes = Arc::new(Lanes::new(&common, &run_id));
-    lanes.prewarm(&base_sha).await;
-    state.status = RunStatus::Running;
-    state.updated = now();
-    // The one fsync before the first request.
-    run_dir.write_state_alone(&state)?;
-    crate::killpoint::reached("state-running");
-    let ctx = Arc::new(RunCtx {
-        run_id,
-        allowlist: BashPolicy::load_allowlist(&info.workdir).unwrap_or_default(),
+    Ok(Started {
+        info,
         common,
+        base_sha,
+        boot,
+        run_id,
+        run_dir,
+        lock,
+        plan,
+        state,
+        session,
+        issue: opts.issue,
+    })
+}
+
+/// Finishes a distributed run whose every stage is done (the record in this
+/// repository holds the merged state, and the sinks' branches are here): the
+/// final commit and branch, `pr.md`, and the final status, as a local run
+/// ends. Returns the final state.
+pub(crate) async fn finish_distributed(
+    repo: &Path,
+    run_id: &RunId,
+    session: Session,
+) -> Result<RunState, RunError> {
+    let repo_path = repo.to_path_buf();
+    let info = blocking(move || git::open_repo(&repo_path)).await?;
+    let common = info.common_dir.clone();
+    let id = run_id.as_str();
+    let lock = crate::runlog::lock_run(&RunDir::open(&common, id)?.root, id)?;
+    let (run_dir, mut state, plan) = load_run(&common, id)?;
+    let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
+    let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
+    let any_failed = state
+        .stages
+        .iter()
+        .any(|s| matches!(s.status, StageStatus::Failed | StageStatus::Blocked));
+    let ctx = RunCtx {
+        run_id: run_id.clone(),
+        allowlist: Vec::new(),
+        common,
+        base_commit: state.base_commit.clone(),
         run_dir,
         plan,
-        issue: opts.issue,
+        issue,
         _lock: lock,
         ledger: std::sync::Mutex::new(crate::budget::RunLedger::new(session.limits.budget)),
         session,
-        base_commit: base_sha,
         bootstrap: boot,
-    });
-    drive(ctx, state, lanes, ui).await
+        only: None,
+    };
+    state.status = if any_failed {
+        RunStatus::Failed
+    } else {
+        match finish_run(&ctx, &mut state).await? {
+            Ok(_) => RunStatus::Succeeded,
+            Err(reason) => {
+                crate::ui::status_line(&format!("orch: {reason}"));
+                RunStatus::Failed
+            }
+        }
+    };
+    state.updated = now();
+    ctx.run_dir.write_state(&state)?;
+    Ok(state)
 }
 
 /// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
@@ -325,10 +440,13 @@ async fn load_bootstrap(
 }
 
 /// What `resume` may do with failed stages.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ResumeOptions {
     /// Re-run failed stages too (otherwise a run with failed stages is refused).
     pub retry_failed: bool,
+    /// Run exactly this stage and nothing else (`orch stage`); the other
+    /// stages' records are kept as they are and the run is not finished.
+    pub only: Option<String>,
 }
 
 /// Loads a run's state and plan.
@@ -374,7 +492,7 @@ pub(crate) async fn resume_run(
         .filter(|s| s.status == StageStatus::Failed)
         .map(|s| s.id.as_str())
         .collect();
-    if !failed.is_empty() && !opts.retry_failed {
+    if !failed.is_empty() && !opts.retry_failed && opts.only.is_none() {
         return Err(RunError::Refused(format!(
             "resume run `{run_id}`: stage(s) {} failed; pass --retry to run them again",
             failed.join(", ")
@@ -387,6 +505,9 @@ pub(crate) async fn resume_run(
     }
     // A stage counts as done only if its branch still points at its commit.
     for rec in &mut state.stages {
+        if opts.only.as_ref().is_some_and(|only| *only != rec.id) {
+            continue;
+        }
         let done = match (rec.status, &rec.branch, &rec.commit) {
             (StageStatus::Succeeded, Some(b), Some(c)) => {
                 let (cd, b) = (common.clone(), b.clone());
@@ -410,7 +531,14 @@ pub(crate) async fn resume_run(
     }
     // The lock proves the previous orch of this run is gone; whatever it
     // left running (a tool command, a subagent) goes too.
-    let orphans = crate::exec::reap_run_orphans(run_id);
+    // Not for one stage of a distributed run: other workers of the same run
+    // may share this machine (from other clones), and their tools carry the
+    // same run marker.
+    let orphans = if opts.only.is_some() {
+        0
+    } else {
+        crate::exec::reap_run_orphans(run_id)
+    };
     if orphans > 0 {
         ui.line(&format!(
             "orch: stopped {orphans} process(es) left running by the interrupted run"
@@ -458,6 +586,7 @@ pub(crate) async fn resume_run(
         issue,
         session,
         bootstrap: boot,
+        only: opts.only,
     });
     drive(ctx, state, lanes, ui).await
 }
@@ -620,6 +749,11 @@ async fn drive(
             .any(|s| matches!(s.status, StageStatus::Failed | StageStatus::Blocked));
         state.status = if drove.interrupted {
             RunStatus::Interrupted
+        } else if ctx.only.is_some() {
+            // One stage of a distributed run: the run goes on elsewhere;
+            // this worker's lanes are scratch.
+            lanes.remove_all().await?;
+            RunStatus::Running
         } else if any_failed || drove.stopping {
             RunStatus::Failed
         } else {
@@ -798,6 +932,9 @@ async fn schedule(
                 return Ok(stop);
             }
             let id = stage.id.as_str();
+            if ctx.only.as_deref().is_some_and(|only| only != id) {
+                continue;
+            }
             if index.status(state, id) != Some(StageStatus::Pending) {
                 continue;
             }

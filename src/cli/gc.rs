@@ -113,6 +113,7 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
         )?);
         if root.is_dir() {
             if !args.dry_run {
+                crate::distributed::runref::delete_run_refs(&common, &id)?;
                 std::fs::remove_dir_all(&root).map_err(|e| {
                     CliError::Internal(format!(
                         "failed to remove the run record {}: {e}",

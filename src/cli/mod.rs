@@ -15,6 +15,7 @@ mod completions;
 mod config;
 mod demo;
 mod eval;
+mod export;
 mod gc;
 mod inspect;
 mod memory;
@@ -23,6 +24,7 @@ mod replay;
 mod resume;
 mod run;
 mod validate;
+mod worker;
 
 // Shared by the subcommands.
 mod args;
@@ -58,6 +60,11 @@ pub mod exit {
     pub const INTERNAL: i32 = 5;
     /// The forge (GitHub, GitLab) failed: unreachable, token refused, not found.
     pub const FORGE: i32 = 6;
+    /// `orch stage`: another worker holds the stage's claim, or won the race
+    /// for it; this worker changed nothing.
+    pub const CLAIMED: i32 = 7;
+    /// `orch stage`: a stage it needs has not finished yet; nothing changed.
+    pub const NOT_READY: i32 = 8;
     /// Interrupted (Ctrl-C); the run is resumable.
     pub const INTERRUPTED: i32 = 130;
 }
@@ -131,6 +138,10 @@ pub enum Command {
     Memory(memory::MemoryArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
+    /// Run one stage of a distributed run through its git remote: fetch, claim, run, push (`docs/distributed.md`).
+    Stage(worker::StageArgs),
+    /// Write a pipeline as a workflow of another engine: `github-actions` or `argo`, one job per stage running `orch stage`.
+    Export(export::ExportArgs),
 }
 
 impl Command {
@@ -174,6 +185,9 @@ pub enum CliError {
     /// The forge's API, or the push to its remote.
     #[error(transparent)]
     Forge(#[from] crate::forge::ForgeError),
+    /// A git remote could not be reached or refused a push (exit 4, as git).
+    #[error("failed to {0}")]
+    Remote(String),
     /// Anything else.
     #[error("{0}")]
     Internal(String),
@@ -196,6 +210,19 @@ impl From<RunError> for CliError {
     }
 }
 
+impl From<crate::distributed::DistError> for CliError {
+    fn from(e: crate::distributed::DistError) -> Self {
+        use crate::distributed::DistError;
+        match e {
+            DistError::Git(g) => CliError::Git(g),
+            DistError::Record(r) => CliError::Record(r),
+            DistError::Run(r) => r.into(),
+            remote @ DistError::Remote { .. } => CliError::Remote(remote.to_string()),
+            DistError::Refused(why) => CliError::Invalid(format!("failed to {why}")),
+        }
+    }
+}
+
 impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
@@ -203,7 +230,7 @@ impl CliError {
             CliError::Invalid(_) | CliError::Catalog(_) => exit::INVALID,
             CliError::Model(LlmError::Config(_)) => exit::INVALID,
             CliError::Model(_) | CliError::Preflight(_) => exit::MODEL,
-            CliError::Git(_) => exit::GIT,
+            CliError::Git(_) | CliError::Remote(_) => exit::GIT,
             CliError::Record(
                 crate::runlog::RecordError::UnknownRun { .. }
                 | crate::runlog::RecordError::Locked { .. },
@@ -247,5 +274,7 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Memory(a) => memory::cmd_memory(a),
         Command::Completions(a) => completions::cmd_completions(a),
         Command::Replay(a) => replay::cmd_replay(a).await,
+        Command::Stage(a) => worker::cmd_stage(a).await,
+        Command::Export(a) => export::cmd_export(a),
     }
 }

@@ -92,6 +92,7 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
         session,
         ResumeOptions {
             retry_failed: args.retry,
+            only: None,
         },
         &ui,
     )

@@ -51,6 +51,12 @@ pub struct RunArgs {
     /// What this run does with memory: off, propose or auto-accept (overrides `memory =` in orch.toml)
     #[arg(long, value_enum, value_name = "MODE")]
     pub memory: Option<crate::memory::MemoryMode>,
+    /// The git remote of a distributed run (with --no-local): workers run its stages with `orch stage`
+    #[arg(long, value_name = "URL", requires = "no_local")]
+    pub remote: Option<String>,
+    /// Plan the run and push it to --remote without running any stage here; prints the run id (for an external scheduler)
+    #[arg(long, requires = "remote", conflicts_with = "dry_run")]
+    pub no_local: bool,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
@@ -120,6 +126,21 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
         let (repo, base) = (&args.repo, &args.base);
         return dry_run(repo, &pipeline, &roles, &issue, &session, base, args.json);
     }
+    if let Some(url) = &args.remote {
+        // No model is called here: the workers call it.
+        route_role_models(&mut roles, &args.model, &args.repo, None)?;
+        let base = start_base(&args.repo, &args.base)?;
+        let opts = RunOptions {
+            repo: args.repo.clone(),
+            pipeline,
+            roles,
+            issue,
+            issue_json,
+            base,
+            session,
+        };
+        return plan_remote(&args, url, opts).await;
+    }
     // Nothing exists yet: a wrong server or key fails here, leaving nothing.
     let served =
         super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
@@ -150,4 +171,24 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     }
     ignore_closed(report_summary(&summary, args.json, events))?;
     Ok(exit_code_of(&summary))
+}
+
+/// `orch run --remote URL --no-local`: the run is planned here and pushed;
+/// its stages run wherever `orch stage` is run.
+async fn plan_remote(args: &RunArgs, url: &str, opts: RunOptions) -> Result<i32, CliError> {
+    let state = crate::runner::plan_run(opts).await?;
+    let common = crate::git::open_repo(&args.repo)?.common_dir;
+    let run_id = state.run_id.as_str();
+    crate::distributed::worker::push_planned(&common, url, run_id, &state.base_commit)?;
+    let mut out = super::output::Out::stdout();
+    if args.json {
+        let stages: Vec<&str> = state.stages.iter().map(|s| s.id.as_str()).collect();
+        let value = serde_json::json!({"run_id": run_id, "remote": url, "base_commit": state.base_commit,
+            "run_ref": crate::distributed::runref::run_ref(run_id), "stages": stages});
+        writeln!(out, "{value}")?;
+    } else {
+        writeln!(out, "{run_id}")?;
+    }
+    ignore_closed(out.finish())?;
+    Ok(super::exit::OK)
 }

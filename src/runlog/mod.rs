@@ -234,12 +234,14 @@ impl RunDir {
     /// written without an fsync durable first.
     pub(crate) fn write_state(&self, state: &RunState) -> Result<(), RecordError> {
         self.sync_before_state_write()?;
-        self.write_state_alone(state)
+        self.write_state_alone(state)?;
+        self.state_written(state, None)
     }
 
     /// Writes the run state atomically and durably, leaving the files written
     /// without an fsync for the next [`RunDir::write_state`] (the one fsync
-    /// at the start of a run).
+    /// at the start of a run). The run ref is left to the first stage
+    /// boundary: nothing before the first request waits for it.
     pub(crate) fn write_state_alone(&self, state: &RunState) -> Result<(), RecordError> {
         let path = self.state_path();
         write_atomic(&path, &state_bytes(self, state)?)?;
@@ -257,6 +259,32 @@ impl RunDir {
         replace(path, bytes, false)?;
         self.remember_unsynced(path.to_path_buf());
         Ok(())
+    }
+
+    /// After every state write (every stage boundary): the run's record is
+    /// committed on its run ref `refs/orch/runs/<id>` (see
+    /// [`crate::distributed::runref`]).
+    /// `changed`: the stages whose records changed, when known.
+    fn state_written(
+        &self,
+        state: &RunState,
+        changed: Option<&[usize]>,
+    ) -> Result<(), RecordError> {
+        let ids: Option<Vec<&str>> = changed.map(|c| {
+            c.iter()
+                .filter_map(|&i| state.stages.get(i))
+                .map(|r| r.id.as_str())
+                .collect()
+        });
+        crate::distributed::runref::record_boundary(
+            &self.root,
+            state.status.as_str(),
+            ids.as_deref(),
+        )
+        .map_err(|e| RecordError::Io {
+            path: self.root.clone(),
+            source: std::io::Error::other(format!("record the run on its git ref: {e}")),
+        })
     }
 
     /// Reads the run state.
@@ -318,6 +346,9 @@ fn state_bytes(dir: &RunDir, state: &RunState) -> Result<Vec<u8>, RecordError> {
 pub(crate) struct StateWriter {
     /// Each stage record's pretty JSON, indented for its place in the file.
     cache: Vec<Option<Vec<u8>>>,
+    /// Stages changed by writes the run ref has not seen yet (unsynced
+    /// writes leave the ref to the next durable one).
+    ref_pending: std::collections::BTreeSet<usize>,
 }
 
 /// Where the header's empty stage list is, to splice the records into.
@@ -334,8 +365,13 @@ impl StateWriter {
         dirty: impl IntoIterator<Item = usize>,
     ) -> Result<(), RecordError> {
         dir.sync_before_state_write()?;
-        let bytes = self.bytes(dir, state, dirty)?;
-        write_atomic(&dir.state_path(), &bytes)
+        let dirty: Vec<usize> = dirty.into_iter().collect();
+        let bytes = self.bytes(dir, state, dirty.iter().copied())?;
+        write_atomic(&dir.state_path(), &bytes)?;
+        // The run ref gets every stage changed since it was last written.
+        self.ref_pending.extend(dirty);
+        let changed: Vec<usize> = std::mem::take(&mut self.ref_pending).into_iter().collect();
+        dir.state_written(state, Some(&changed))
     }
 
     /// [`StateWriter::write`] without an fsync, like
@@ -346,7 +382,9 @@ impl StateWriter {
         state: &mut RunState,
         dirty: impl IntoIterator<Item = usize>,
     ) -> Result<(), RecordError> {
-        let bytes = self.bytes(dir, state, dirty)?;
+        let dirty: Vec<usize> = dirty.into_iter().collect();
+        let bytes = self.bytes(dir, state, dirty.iter().copied())?;
+        self.ref_pending.extend(dirty);
         dir.replace_unsynced(&dir.state_path(), &bytes)
     }
 
@@ -361,10 +399,11 @@ impl StateWriter {
             path: dir.state_path(),
             reason: e.to_string(),
         };
+        let dirty: Vec<usize> = dirty.into_iter().collect();
         if self.cache.len() != state.stages.len() {
             self.cache = vec![None; state.stages.len()];
         }
-        for i in dirty {
+        for &i in &dirty {
             if let Some(slot) = self.cache.get_mut(i) {
                 *slot = None;
             }

@@ -11,7 +11,7 @@ use crate::pipeline::{Pipeline, Stage};
 use crate::runlog::{RunState, StageStatus};
 
 /// Why a conditional rework stage does not run, if it does not.
-pub(super) fn skip_reason(stage: &Stage, state: &RunState) -> Option<String> {
+pub(crate) fn skip_reason(stage: &Stage, state: &RunState) -> Option<String> {
     let gate = stage.run_if_changes_requested_by.as_ref()?;
     let rec = state.stage(gate.as_str())?;
     match (rec.status, rec.verdict) {

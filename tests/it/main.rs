@@ -18,6 +18,7 @@ mod config;
 mod conventions_a;
 mod conventions_b;
 mod dag;
+mod distributed;
 mod eval;
 mod events;
 mod faults;

@@ -217,7 +217,8 @@ echo "probe $1 status $?"
             .repo
             .git(&["for-each-ref", "--format=%(refname) %(objectname)"])
             .lines()
-            .filter(|l| !l.starts_with("refs/heads/orch"))
+            // orch's own refs (stage branches, run records) are not the user's.
+            .filter(|l| !l.starts_with("refs/heads/orch") && !l.starts_with("refs/orch/"))
             .map(|l| format!("{l}\n"))
             .collect();
         out.insert("(for-each-ref)".into(), refs.into_bytes());

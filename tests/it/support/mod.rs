@@ -10,6 +10,7 @@ pub mod fake_server;
 pub mod forge_server;
 pub mod inspect;
 pub mod llm;
+pub mod pytools;
 pub mod repo;
 pub mod run;
 pub mod schema;

@@ -1,0 +1,433 @@
+//! The run record as a git ref: `refs/orch/runs/<run-id>` is a commit whose
+//! tree mirrors the run's record directory (`state.json`, `plan.json`,
+//! `issue.md`, `pr.md`, `stages/<id>/…`, and for distributed runs
+//! `claims/<stage>.json`), so a run can be pushed and fetched like a branch.
+//!
+//! Invariants: only the object database and the one ref are written (never
+//! the user's branch, index or working tree); the ref moves under the
+//! repository's admin lock, with a compare-and-swap against the value it was
+//! read at; each commit's parent is the ref's previous commit, so the ref's
+//! history is the run's history of stage boundaries. The per-boundary cost
+//! stays proportional to what changed: a file whose size and mtime are those
+//! it had at the last boundary of this process is not hashed again.
+
+use crate::git::{GitError, git_err};
+use git2::{FileMode, Oid, Repository};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The ref namespace of run records.
+pub(crate) const RUNS_REF_PREFIX: &str = "refs/orch/runs/";
+
+/// Files of the run directory that are not part of the record in git: the
+/// run lock (a live process's lock file) and temp files of atomic writes.
+fn excluded(name: &str) -> bool {
+    name == "lock" || name.starts_with(".tmp")
+}
+
+/// `refs/orch/runs/<run-id>`.
+pub(crate) fn run_ref(run_id: &str) -> String {
+    format!("{RUNS_REF_PREFIX}{run_id}")
+}
+
+/// Blob ids of record files, by path, with the size and mtime they had when
+/// hashed: a boundary re-hashes only the files that changed since.
+static BLOB_CACHE: Mutex<Option<BlobCache>> = Mutex::new(None);
+
+/// Path → (size, mtime in ns, blob id).
+type BlobCache = HashMap<PathBuf, (u64, i128, Oid)>;
+
+fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
+    use std::os::unix::fs::MetadataExt;
+    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
+}
+
+/// The blob of one record file, hashed (and written) only when it changed.
+fn blob_of(repo: &Repository, path: &Path) -> Result<Oid, GitError> {
+    let meta = std::fs::metadata(path).map_err(crate::git::io_err("read", path))?;
+    let key = (meta.len(), mtime_ns(&meta));
+    let mut cache = BLOB_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(&(len, mtime, oid)) = cache.get(path)
+        && (len, mtime) == key
+    {
+        return Ok(oid);
+    }
+    let bytes = std::fs::read(path).map_err(crate::git::io_err("read", path))?;
+    let oid = repo.blob(&bytes).map_err(git_err(format!(
+        "store {} in the object database",
+        path.display()
+    )))?;
+    cache.insert(path.to_path_buf(), (key.0, key.1, oid));
+    Ok(oid)
+}
+
+/// Writes the tree of one directory of the record (recursively).
+pub(crate) fn tree_of_dir(repo: &Repository, dir: &Path) -> Result<Option<Oid>, GitError> {
+    let mut entries: Vec<(String, PathBuf, bool)> = Vec::new();
+    let read = std::fs::read_dir(dir).map_err(crate::git::io_err("list", dir))?;
+    for entry in read.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if excluded(&name) {
+            continue;
+        }
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() || kind.is_file() {
+            entries.push((name, entry.path(), kind.is_dir()));
+        }
+    }
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    let op = || format!("build the record tree of {}", dir.display());
+    let mut builder = repo.treebuilder(None).map_err(git_err(op()))?;
+    for (name, path, is_dir) in entries {
+        if is_dir {
+            if let Some(sub) = tree_of_dir(repo, &path)? {
+                builder
+                    .insert(&name, sub, FileMode::Tree.into())
+                    .map_err(git_err(op()))?;
+            }
+        } else {
+            let blob = blob_of(repo, &path)?;
+            builder
+                .insert(&name, blob, FileMode::Blob.into())
+                .map_err(git_err(op()))?;
+        }
+    }
+    builder.write().map(Some).map_err(git_err(op()))
+}
+
+/// The commit `refs/orch/runs/<run>` points at, if any.
+pub(crate) fn read_run_ref(repo: &Repository, name: &str) -> Result<Option<Oid>, GitError> {
+    match repo.find_reference(name) {
+        Ok(r) => Ok(r.target()),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(git_err(format!("read `{name}`"))(e)),
+    }
+}
+
+/// A fixed signature: the record's commits never depend on the user's config.
+pub(crate) fn record_signature() -> Result<git2::Signature<'static>, GitError> {
+    git2::Signature::now("orch", "orch@localhost")
+        .map_err(git_err("build the signature orch <orch@localhost>"))
+}
+
+/// Commits `tree` on the ref `name` with `parent` as its parent and moves
+/// the ref there if it still points at `parent` (under the admin lock).
+/// Returns the new commit (or `parent` when the tree is unchanged).
+pub(crate) fn commit_on_ref(
+    repo: &Repository,
+    common: &Path,
+    name: &str,
+    parent: Option<Oid>,
+    tree: Oid,
+    message: &str,
+) -> Result<Oid, GitError> {
+    let op = || format!("write `{name}`");
+    let parent_commit = match parent {
+        Some(p) => Some(repo.find_commit(p).map_err(git_err(op()))?),
+        None => None,
+    };
+    if let Some(p) = &parent_commit
+        && p.tree_id() == tree
+    {
+        return Ok(p.id());
+    }
+    let tree_obj = repo.find_tree(tree).map_err(git_err(op()))?;
+    let sig = record_signature()?;
+    let parents: Vec<&git2::Commit<'_>> = parent_commit.iter().collect();
+    let commit = repo
+        .commit(None, &sig, &sig, message, &tree_obj, &parents)
+        .map_err(git_err(op()))?;
+    let _admin = crate::git::admin_lock(common, true)?;
+    match parent {
+        Some(p) => repo.reference_matching(name, commit, true, p, message),
+        None => repo.reference(name, commit, false, message),
+    }
+    .map_err(git_err(op()))?;
+    Ok(commit)
+}
+
+/// The run's `(common git dir, run id)` when `root` is a run directory
+/// `<common>/orch/runs/<id>`.
+fn locate(root: &Path) -> Option<(&Path, &str)> {
+    let id = root.file_name()?.to_str()?;
+    let runs = root.parent()?;
+    let orch = runs.parent()?;
+    (runs.file_name()? == "runs" && orch.file_name()? == "orch").then_some(())?;
+    Some((orch.parent()?, id))
+}
+
+/// Records the run directory `root` on its run ref: called at every state
+/// write (every stage boundary). `changed` names the stages whose records
+/// changed since the last write: then only their directories (and the
+/// run's top-level files) are read again, on top of the ref's last tree, so
+/// a boundary costs what changed, not the run's size; `None` records the
+/// whole directory. A run directory outside a git repository (unit tests
+/// of the record) has no ref and is left alone.
+pub(crate) fn record_boundary(
+    root: &Path,
+    status: &str,
+    changed: Option<&[&str]>,
+) -> Result<(), GitError> {
+    let Some((common, run_id)) = locate(root) else {
+        return Ok(());
+    };
+    let started = std::time::Instant::now();
+    let repo = match Repository::open_bare(common) {
+        Ok(r) => r,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
+        Err(e) => return Err(git_err(format!("open {}", common.display()))(e)),
+    };
+    let name = run_ref(run_id);
+    let parent = read_run_ref(&repo, &name)?;
+    let tree = match (changed, parent) {
+        (Some(stages), Some(p)) => updated_tree(&repo, root, p, stages)?,
+        _ => tree_of_dir(&repo, root)?,
+    };
+    let Some(tree) = tree else {
+        return Ok(());
+    };
+    commit_on_ref(
+        &repo,
+        common,
+        &name,
+        parent,
+        tree,
+        &format!("orch: run {run_id} {status}"),
+    )?;
+    tracing::debug!(
+        run = run_id,
+        stages = changed.map_or(usize::MAX, <[&str]>::len),
+        elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "recorded the run on its ref"
+    );
+    Ok(())
+}
+
+/// The tree of commit `parent` with the run's top-level entries and the
+/// directories of `stages` read again.
+fn updated_tree(
+    repo: &Repository,
+    root: &Path,
+    parent: Oid,
+    stages: &[&str],
+) -> Result<Option<Oid>, GitError> {
+    let op = || format!("update the record tree of {}", root.display());
+    let base = repo
+        .find_commit(parent)
+        .and_then(|c| c.tree())
+        .map_err(git_err(op()))?;
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    let read = std::fs::read_dir(root).map_err(crate::git::io_err("list", root))?;
+    for entry in read.flatten() {
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if excluded(&name) || name == "stages" {
+            continue;
+        }
+        if kind.is_file() {
+            update.upsert(name.as_str(), blob_of(repo, &entry.path())?, FileMode::Blob);
+        } else if kind.is_dir()
+            && let Some(sub) = tree_of_dir(repo, &entry.path())?
+        {
+            update.upsert(name.as_str(), sub, FileMode::Tree);
+        }
+    }
+    for stage in stages {
+        let dir = root.join("stages").join(stage);
+        if dir.is_dir()
+            && let Some(sub) = tree_of_dir(repo, &dir)?
+        {
+            update.upsert(format!("stages/{stage}").as_str(), sub, FileMode::Tree);
+        }
+    }
+    update
+        .create_updated(repo, &base)
+        .map(Some)
+        .map_err(git_err(op()))
+}
+
+/// Deletes run `run_id`'s refs (`refs/orch/runs/<id>`, and the remote
+/// tracking and base refs a distributed run left), under the admin lock:
+/// `orch gc` calls it with the run's record.
+pub(crate) fn delete_run_refs(common: &Path, run_id: &str) -> Result<(), GitError> {
+    let repo =
+        Repository::open_bare(common).map_err(git_err(format!("open {}", common.display())))?;
+    let _admin = crate::git::admin_lock(common, true)?;
+    for name in [
+        run_ref(run_id),
+        format!("refs/orch/remote-runs/{run_id}"),
+        format!("refs/orch/run-bases/{run_id}"),
+    ] {
+        match repo.find_reference(&name) {
+            Ok(mut r) => r.delete().map_err(git_err(format!("delete `{name}`")))?,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => {}
+            Err(e) => return Err(git_err(format!("read `{name}`"))(e)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ref_mirrors_the_record_and_grows_one_commit_per_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let common = repo.path().to_path_buf();
+        let root = common.join("orch/runs/r1");
+        std::fs::create_dir_all(root.join("stages/code")).unwrap();
+        std::fs::write(root.join("state.json"), "{\"a\":1}").unwrap();
+        std::fs::write(root.join("lock"), "123").unwrap();
+        std::fs::write(root.join("stages/code/actions.jsonl"), "{}\n").unwrap();
+        record_boundary(&root, "running", None).unwrap();
+        let first = read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap();
+        let tree = repo.find_commit(first).unwrap().tree().unwrap();
+        assert!(tree.get_name("lock").is_none());
+        let entry = tree
+            .get_path(Path::new("stages/code/actions.jsonl"))
+            .unwrap();
+        assert_eq!(
+            repo.find_blob(entry.id()).unwrap().content(),
+            b"{}\n".as_slice()
+        );
+        // Nothing changed: no new commit.
+        record_boundary(&root, "running", None).unwrap();
+        assert_eq!(
+            read_run_ref(&repo, "refs/orch/runs/r1").unwrap(),
+            Some(first)
+        );
+        std::fs::write(root.join("state.json"), "{\"a\":22}").unwrap();
+        record_boundary(&root, "succeeded", None).unwrap();
+        let second = repo
+            .find_commit(read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap())
+            .unwrap();
+        assert_eq!(second.parent_id(0).unwrap(), first);
+        let state = second.tree().unwrap().get_name("state.json").unwrap().id();
+        assert_eq!(repo.find_blob(state).unwrap().content(), b"{\"a\":22}");
+        // The user's HEAD, index and worktree are untouched.
+        assert!(repo.head().is_err());
+        assert!(!tmp.path().join("state.json").exists());
+    }
+
+    #[test]
+    fn a_record_outside_a_repository_has_no_ref() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("orch/runs/r1");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("state.json"), "{}").unwrap();
+        record_boundary(&root, "running", None).unwrap();
+        record_boundary(&tmp.path().join("elsewhere"), "running", None).unwrap();
+    }
+
+    #[test]
+    fn a_boundary_rereads_only_the_stages_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let root = repo.path().join("orch/runs/r1");
+        for s in ["a", "b"] {
+            std::fs::create_dir_all(root.join("stages").join(s)).unwrap();
+            std::fs::write(root.join("stages").join(s).join("log"), "1").unwrap();
+        }
+        std::fs::write(root.join("state.json"), "{}").unwrap();
+        record_boundary(&root, "running", None).unwrap();
+        std::fs::write(root.join("stages/a/log"), "22").unwrap();
+        std::fs::write(root.join("stages/b/log"), "22").unwrap();
+        std::fs::write(root.join("state.json"), "{\"x\":1}").unwrap();
+        record_boundary(&root, "running", Some(&["a"])).unwrap();
+        let tip = read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap();
+        let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+        let text = |p: &str| {
+            let id = tree.get_path(Path::new(p)).unwrap().id();
+            String::from_utf8(repo.find_blob(id).unwrap().content().to_vec()).unwrap()
+        };
+        assert_eq!(text("stages/a/log"), "22");
+        assert_eq!(
+            text("stages/b/log"),
+            "1",
+            "b was not named: its last recorded log stays"
+        );
+        assert_eq!(text("state.json"), "{\"x\":1}");
+        // A full write catches up.
+        record_boundary(&root, "running", None).unwrap();
+        let tip = read_run_ref(&repo, "refs/orch/runs/r1").unwrap().unwrap();
+        let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+        let id = tree.get_path(Path::new("stages/b/log")).unwrap().id();
+        assert_eq!(repo.find_blob(id).unwrap().content(), b"22");
+    }
+
+    /// The cost of one stage boundary on the run ref, for runs of 10 and
+    /// 1,000 stages (each with a 20 KB action log, a 10 KB transcript and a
+    /// 2 KB diff; a 1 KB record per stage in `state.json`): one stage's log
+    /// and the state change, as at a stage's end. A measurement, not a
+    /// check: `cargo test --release --lib boundary_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement; run it by name"]
+    fn boundary_cost() {
+        for n in [10usize, 1000] {
+            let tmp = tempfile::tempdir().unwrap();
+            let repo = Repository::init(tmp.path()).unwrap();
+            let root = repo.path().join("orch/runs/r1");
+            for i in 0..n {
+                let d = root.join("stages").join(format!("s{i}"));
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(d.join("actions.jsonl"), "x".repeat(20_000)).unwrap();
+                std::fs::write(d.join("transcript.json"), "y".repeat(10_000)).unwrap();
+                std::fs::write(d.join("diff.patch"), "z".repeat(2_000)).unwrap();
+            }
+            let state = "s".repeat(1000 * n);
+            std::fs::write(root.join("state.json"), &state).unwrap();
+            std::fs::write(root.join("plan.json"), "p".repeat(500 * n)).unwrap();
+            let t = std::time::Instant::now();
+            record_boundary(&root, "running", None).unwrap();
+            let full = t.elapsed();
+            let (mut times, mut writes) = (Vec::new(), Vec::new());
+            for k in 0..30 {
+                let i = k % n;
+                let d = root.join("stages").join(format!("s{i}"));
+                std::fs::write(
+                    d.join("actions.jsonl"),
+                    format!("{k}{}", "x".repeat(20_000)),
+                )
+                .unwrap();
+                // What a boundary costs already: the atomic state write.
+                let t = std::time::Instant::now();
+                crate::runlog::write_atomic(
+                    &root.join("state.json"),
+                    format!("{k}{state}").as_bytes(),
+                )
+                .unwrap();
+                writes.push(t.elapsed());
+                let id = format!("s{i}");
+                let t = std::time::Instant::now();
+                record_boundary(&root, "running", Some(&[id.as_str()])).unwrap();
+                times.push(t.elapsed());
+            }
+            times.sort();
+            writes.sort();
+            let ms = |v: &[std::time::Duration], q: usize| v[v.len() * q / 10].as_secs_f64() * 1e3;
+            println!(
+                "{n} stages: first (whole record) {:.2} ms; run ref per boundary median {:.2} ms, p90 {:.2} ms; \
+                 the state.json write itself median {:.2} ms, p90 {:.2} ms",
+                full.as_secs_f64() * 1e3,
+                ms(&times, 5),
+                ms(&times, 9),
+                ms(&writes, 5),
+                ms(&writes, 9)
+            );
+        }
+    }
+}
