@@ -106,6 +106,22 @@ pub(crate) struct Session {
     pub max_parallel: usize,
     /// The run's budget and compaction policy (its price comes from the model).
     pub limits: agent::RunLimits,
+    /// How many warm lanes the repository keeps for later runs: `Some(0)`
+    /// (`--no-lane-pool`) none; `None` what `[lanes] pool` in `orch.toml`
+    /// says, else `max_parallel` (at least [`DEFAULT_MAX_PARALLEL`], so a
+    /// one-lane `orch agent` does not shrink a wider run's pool).
+    pub lane_pool: Option<usize>,
+}
+
+/// The lane pool's bound for a run in the repository at `workdir`.
+fn lane_pool_bound(workdir: &Path, session: &Session) -> Result<usize, RunError> {
+    if let Some(n) = session.lane_pool {
+        return Ok(n);
+    }
+    let user = crate::catalog::user_config_dir();
+    let configured = crate::config::lane_pool(Some(workdir), user.as_deref())
+        .map_err(|e| RunError::Refused(e.to_string()))?;
+    Ok(configured.unwrap_or(session.max_parallel.max(DEFAULT_MAX_PARALLEL)))
 }
 
 /// Everything a new run needs.
@@ -213,6 +229,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     let (c, base) = (common.clone(), opts.base.clone());
     let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
 
+    let pool_bound = lane_pool_bound(&info.workdir, &opts.session)?;
     let (run_id, run_dir) = RunDir::create_new(&common)?;
     let lock = crate::runlog::lock_run(&run_dir.root, run_id.as_str())?;
     crate::killpoint::reached("run-dir-created");
@@ -268,7 +285,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     crate::ui::status_line(&format!("orch: {sandbox_line}"));
     run_dir.write_file("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
     // The first lane's checkout overlaps the rest of the start-up.
-    let lanes = Arc::new(Lanes::new(&common, &run_id));
+    let lanes = Arc::new(Lanes::new(&common, &run_id, pool_bound));
     lanes.prewarm(&base_sha).await;
     state.status = RunStatus::Running;
     state.updated = now();
@@ -381,7 +398,11 @@ pub(crate) async fn resume_run(
         ));
     }
     lanes::clear_stale(&common, run_id).await?;
-    let lanes = Arc::new(Lanes::new(&common, id));
+    let lanes = Arc::new(Lanes::new(
+        &common,
+        id,
+        lane_pool_bound(&info.workdir, &session)?,
+    ));
     state.status = RunStatus::Running;
     state.model = session.model.model_name();
     state.model_label = session.model.label();
@@ -567,13 +588,22 @@ async fn drive(
         state.status = if drove.interrupted {
             RunStatus::Interrupted
         } else if any_failed || drove.stopping {
+            // The stage branches keep the work; the lanes go back (O(1)).
+            if let Err(e) = lanes.hand_back().await {
+                ui.line(&format!(
+                    "orch: warning: failed to hand back the lanes: {e}"
+                ));
+            }
             RunStatus::Failed
         } else {
             crate::killpoint::reached("run-finishing");
             match finish_run(&ctx, &mut state).await? {
                 Ok(text) => {
                     pr = Some(text);
-                    lanes.remove_all().await?;
+                    // The final branch and pr.md exist; the lanes go back to
+                    // the pool or into the trash (renames, whatever the
+                    // repository's size: nothing slow on the exit path).
+                    lanes.hand_back().await?;
                     crate::killpoint::reached("lanes-removed");
                     RunStatus::Succeeded
                 }

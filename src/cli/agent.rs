@@ -215,6 +215,7 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         writeln!(out, "{}", summary.last_summary.trim_end())
     };
     ignore_closed(printed.and_then(|()| out.finish()))?;
+    super::gc::empty_trash_in_background(&args.repo);
     Ok(exit_code_of(&summary))
 }
 

@@ -62,6 +62,7 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     let session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .lane_pool(!args.parallel.no_lane_pool)
         .build(&args.limits)?;
     let ui = Ui::new(false);
     let summary = runner::resume_run(
@@ -75,6 +76,7 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
     )
     .await?;
     ignore_closed(print_summary(&summary, args.json))?;
+    super::gc::empty_trash_in_background(&args.repo);
     Ok(exit_code_of(&summary))
 }
 

@@ -81,6 +81,7 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .lane_pool(!args.parallel.no_lane_pool)
         .build(&args.limits)?;
     if args.dry_run {
         // No request at all: a role's own model is kept only when mapped.
@@ -116,5 +117,6 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
         clear_failed_run(&args.repo, summary.state.run_id.as_str());
     }
     ignore_closed(print_summary(&summary, args.json))?;
+    super::gc::empty_trash_in_background(&args.repo);
     Ok(exit_code_of(&summary))
 }

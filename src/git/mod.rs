@@ -17,6 +17,7 @@ mod commit;
 mod diff;
 pub mod gc;
 mod merge;
+pub mod pool;
 pub mod snapshot;
 mod worktree;
 
@@ -31,8 +32,8 @@ pub use commit::commit_all;
 pub use diff::{Diff, DiffStat, FileStat, diff};
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
 pub use worktree::{
-    AdminLock, admin_lock, admin_lock_path, create_worktree, prune_broken_lanes,
-    remove_stale_ref_locks, remove_worktree, reset_worktree,
+    AdminLock, Moved, admin_lock, admin_lock_path, create_worktree, detach_worktree, move_worktree,
+    prune_broken_lanes, remove_stale_ref_locks, remove_worktree, reset_worktree,
 };
 
 /// An error of the git layer; its message reads after "failed to …".
