@@ -107,8 +107,8 @@ pub(crate) struct Session {
     /// The run's budget and compaction policy (its price comes from the model).
     pub limits: agent::RunLimits,
     /// How many warm lanes the repository keeps for later runs: `Some(0)`
-    /// (`--no-lane-pool`) none; `None` what `[lanes] pool` in `orch.toml`
-    /// says, else `max_parallel` (at least [`DEFAULT_MAX_PARALLEL`], so a
+    /// (`--no-lane-pool`) none; `None` what `ORCH_LANE_POOL`, else `[lanes]
+    /// pool` in `orch.toml` says, else `max_parallel` (at least [`DEFAULT_MAX_PARALLEL`], so a
     /// one-lane `orch agent` does not shrink a wider run's pool).
     pub lane_pool: Option<usize>,
 }
@@ -117,6 +117,20 @@ pub(crate) struct Session {
 fn lane_pool_bound(workdir: &Path, session: &Session) -> Result<usize, RunError> {
     if let Some(n) = session.lane_pool {
         return Ok(n);
+    }
+    if let Some(v) = std::env::var_os("ORCH_LANE_POOL").filter(|v| !v.is_empty()) {
+        let v = v.to_string_lossy();
+        return v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n as i64 <= crate::config::MAX_LANE_POOL)
+            .ok_or_else(|| {
+                RunError::Refused(format!(
+                    "use ORCH_LANE_POOL={v}: expected a number of lanes from 0 (no pool) to {}",
+                    crate::config::MAX_LANE_POOL
+                ))
+            });
     }
     let user = crate::catalog::user_config_dir();
     let configured = crate::config::lane_pool(Some(workdir), user.as_deref())

@@ -223,7 +223,11 @@ fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, Stri
     Ok((Readied::Created, note))
 }
 
+/// Deletes slot `n`'s add branch, and the ref lock a process killed while
+/// writing it left (only called with the slot's lease held: any lock there
+/// is a dead holder's).
 fn drop_add_branch(common_dir: &Path, n: usize) -> Result<(), GitError> {
+    super::remove_stale_ref_locks(common_dir, &[add_branch(n)])?;
     if branch_sha(common_dir, &add_branch(n))?.is_some() {
         delete_branch(common_dir, &add_branch(n))?;
     }
@@ -341,8 +345,10 @@ pub fn heal(common_dir: &Path) -> Result<(), GitError> {
         };
         if !is_whole(common_dir, n) {
             clear_slot(common_dir, n)?;
-        } else if branch_sha(common_dir, &add_branch(n))?.is_some() {
-            detach_worktree(&slot_path(common_dir, n))?;
+        } else {
+            if branch_sha(common_dir, &add_branch(n))?.is_some() {
+                detach_worktree(&slot_path(common_dir, n))?;
+            }
             drop_add_branch(common_dir, n)?;
         }
     }

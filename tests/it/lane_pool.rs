@@ -30,12 +30,13 @@ fn bash(id: &str, command: &str) -> Reply {
 fn run(repo: &TestRepo, pipeline: &Path, server: &FakeServer, extra: &[&str]) -> Output {
     let tmp = tempfile::tempdir().unwrap();
     let issue = write_issue(tmp.path(), "# do the thing\n");
-    OrchRun::new(pipeline, repo)
+    let mut cmd = OrchRun::new(pipeline, repo)
         .issue(&issue)
         .model(&server.base_url, "m")
         .json()
         .args(extra)
-        .output()
+        .command();
+    output_logged(cmd.env_remove("ORCH_LANE_POOL"))
 }
 
 fn stage_start(repo: &TestRepo, out: &Output, stage: &str) -> Value {
@@ -333,4 +334,92 @@ fn no_lane_pool_and_pool_zero_leave_no_pool() {
     assert_ne!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("orch.toml:2") && err.contains("999"), "{err}");
+}
+
+/// What a healthy pool looks like: every orch admin entry is a whole pooled
+/// lane (no run's own lanes, nothing `git worktree prune` would drop), no
+/// `orch-lanes/*` ref, no `.lock` file in `.git`, `git fsck` clean.
+fn assert_pool_healthy(repo: &TestRepo, what: &str) {
+    for entry in std::fs::read_dir(repo.path.join(".git/worktrees"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(name.starts_with("orch-pool-"), "{what}: admin dir {name}");
+    }
+    assert_eq!(
+        repo.git(&["worktree", "prune", "--dry-run", "-v"]),
+        "",
+        "{what}"
+    );
+    assert_eq!(
+        repo.git(&["for-each-ref", "refs/heads/orch-lanes/"]),
+        "",
+        "{what}"
+    );
+    let locks: Vec<_> = crate::support::walk(&repo.path.join(".git"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "lock"))
+        .collect();
+    assert!(locks.is_empty(), "{what}: {locks:?}");
+    crate::faults::assert_fsck_clean(repo);
+}
+
+#[test]
+fn a_kill_at_every_named_step_leaves_a_pool_the_resume_and_the_next_run_use() {
+    const FAN: &str = "name: p\nstages:\n  a:\n    role: coder\n  b:\n    role: coder\n  join:\n    role: coder\n    needs: [a, b]\n";
+    let script = || {
+        ["a", "b", "join"].iter().fold(Script::new(), |s, x| {
+            s.agent(
+                x,
+                vec![
+                    bash("w", &format!("echo {x} > {x}.txt && echo o > {x}.log")),
+                    Reply::finish("f", "done", None),
+                ],
+            )
+        })
+    };
+    for step in orch::killpoint::STEPS {
+        let case = format!("{step}:1");
+        let repo = TestRepo::with_commit(
+            &[("README.md", "base\n"), (".gitignore", "*.log\n")],
+            "base",
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let p = write_pipeline(tmp.path(), "p", FAN);
+        let server = FakeServer::start(script());
+        let issue = write_issue(tmp.path(), "# do the thing\n");
+        let mut cmd = OrchRun::new(&p, &repo)
+            .issue(&issue)
+            .model(&server.base_url, "m")
+            .json()
+            .env("ORCH_TEST_KILL_AT", &case)
+            .command();
+        let out = output_logged(cmd.env_remove("ORCH_LANE_POOL"));
+        assert!(crate::faults::killed(&out), "{case}: {:?}", out.status);
+        let run_id = std::fs::read_dir(repo.path.join(".git/orch/runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| e.path().join("state.json").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned());
+        if let Some(run_id) = run_id {
+            let server = FakeServer::start(script());
+            let mut cmd = crate::support::resume_command(&repo, &run_id, &server.base_url);
+            let out = output_logged(cmd.env_remove("ORCH_LANE_POOL"));
+            assert_exit(&out, 0);
+            assert_eq!(stdout_json(&out)["status"], "succeeded", "{case}");
+        }
+        assert_pool_healthy(&repo, &case);
+        // The next run takes the pool's lanes warm and succeeds.
+        let warm = !pooled(&repo).is_empty();
+        let out = run(&repo, &p, &FakeServer::start(script()), &[]);
+        assert_exit(&out, 0);
+        if warm {
+            let lanes = ["a", "b"].map(|s| stage_start(&repo, &out, s)["lane_checkout"].clone());
+            assert!(lanes.contains(&json!("warm")), "{case}: {lanes:?}");
+        }
+        assert_pool_healthy(&repo, &format!("{case}, next run"));
+    }
 }
