@@ -423,3 +423,35 @@ fn a_kill_at_every_named_step_leaves_a_pool_the_resume_and_the_next_run_use() {
         assert_pool_healthy(&repo, &format!("{case}, next run"));
     }
 }
+
+#[test]
+fn a_pooled_lane_with_attributes_is_checked_out_afresh_with_filters() {
+    // Moving by the difference would skip files whose conversion changed:
+    // with attributes in the tree, the pooled lane is made again.
+    let repo = TestRepo::with_commit(
+        &[
+            (".gitattributes", "*.txt text eol=crlf\n"),
+            ("a.txt", "one\ntwo\n"),
+        ],
+        "base",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write_pipeline(tmp.path(), "p", ONE);
+    let script = || {
+        Script::new().agent(
+            "work",
+            vec![bash("c", "od -c a.txt"), Reply::finish("f", "done", None)],
+        )
+    };
+    assert_exit(&run(&repo, &p, &FakeServer::start(script()), &[]), 0);
+    repo.write("b.txt", "three\n");
+    repo.commit_all("more");
+    let server = FakeServer::start(script());
+    let out = run(&repo, &p, &server, &[]);
+    assert_exit(&out, 0);
+    let start = stage_start(&repo, &out, "work");
+    assert_eq!(start["lane"], "orch-pool-1", "{start}");
+    assert_eq!(start["lane_checkout"], "created", "{start}");
+    let seen = tool_results(server.requests_for("work").last().unwrap()).join("\n");
+    assert!(seen.contains(r"\r  \n"), "eol=crlf applied: {seen}");
+}
