@@ -22,12 +22,15 @@
 //! ```sh
 //! cargo build --release --bin orch --example lane_pool_bench
 //! TMPDIR=/dev/shm target/release/examples/lane_pool_bench [FILES ...] [--rounds R]
+//! # an orch without the pool, cold runs only:
+//! ORCH_BIN=path/to/old/orch TMPDIR=/dev/shm target/release/examples/lane_pool_bench --before
 //! ```
 
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/it/support/fake_server/mod.rs"]
 mod fake_server;
 
+#[allow(dead_code)]
 #[path = "support/bench.rs"]
 mod bench;
 
@@ -49,7 +52,11 @@ fn generate(repo: &Path, files: usize) {
         std::fs::write(dir.join(format!("f{i}.txt")), format!("{i:>29}\n")).unwrap();
     }
     std::fs::write(repo.join(".gitignore"), "*.log\n").unwrap();
-    bench::commit_all_as_base(repo);
+    bench::git(repo, &["init", "-q", "-b", "main"]);
+    // No detached auto-gc racing the explicit one (or the measurements).
+    bench::git(repo, &["config", "gc.auto", "0"]);
+    bench::git(repo, &["add", "-A"]);
+    bench::git(repo, &["commit", "-qm", "base"]);
     bench::git(repo, &["gc", "-q"]);
 }
 
@@ -149,6 +156,9 @@ fn main() {
     if sizes.is_empty() {
         sizes = vec![10_000, 100_000];
     }
+    // `--before`: an `orch` without the pool (`ORCH_BIN=…`): cold runs only,
+    // whose lanes are removed before the summary.
+    let before = args.iter().any(|a| a == "--before");
     println!(
         "median of {rounds} rounds (min-max); TMPDIR={:?}",
         std::env::var("TMPDIR").ok()
@@ -188,6 +198,12 @@ fn main() {
                 &["worktree", "remove", "--force", wt.to_str().unwrap()],
             );
 
+            if before {
+                let c = one_run(root, &[]);
+                cold.push(c.first_request);
+                exit_nopool.push(c.exit_after_final);
+                continue;
+            }
             // Cold: no pool (the previous round's lane was removed).
             let c = one_run(root, &["--no-lane-pool"]);
             assert_eq!(c.checkout, "created");
@@ -213,6 +229,15 @@ fn main() {
                 ms(*v.iter().max().unwrap())
             )
         };
+        if before {
+            println!(
+                "| {files} (before) | {} | {} | - | - | {} |",
+                show(&add),
+                show(&cold),
+                show(&exit_nopool)
+            );
+            continue;
+        }
         println!(
             "| {files} | {} | {} | {} | {} | {} |",
             show(&add),

@@ -258,16 +258,20 @@ pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
     repo.reset(commit.as_object(), ResetType::Hard, Some(&mut checkout))
         .map_err(git_err(format!("reset {at} to {sha}")))?;
 
-    let workdir =
-        repo.workdir()
-            .map(Path::to_path_buf)
-            .ok_or_else(|| GitError::NotLinkedWorktree {
-                path: worktree.to_path_buf(),
-            })?;
+    let workdir = workdir_of(&repo, worktree)?;
     for rel in untracked_paths(&repo).map_err(git_err(format!("list untracked files in {at}")))? {
         remove_untracked(&workdir, &rel)?;
     }
     Ok(())
+}
+
+/// The working directory of the worktree `repo` opened at `worktree`.
+fn workdir_of(repo: &Repository, worktree: &Path) -> Result<PathBuf, GitError> {
+    repo.workdir()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| GitError::NotLinkedWorktree {
+            path: worktree.to_path_buf(),
+        })
 }
 
 /// What [`move_worktree`] did.
@@ -324,12 +328,7 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<Moved, GitError> {
     if index.iter().any(|e| attributes(&e.path)) {
         return Ok(Moved::Refused("its tree has a .gitattributes".to_owned()));
     }
-    let workdir =
-        repo.workdir()
-            .map(Path::to_path_buf)
-            .ok_or_else(|| GitError::NotLinkedWorktree {
-                path: worktree.to_path_buf(),
-            })?;
+    let workdir = workdir_of(&repo, worktree)?;
 
     // 1. One walk of the whole worktree against its HEAD.
     let mut opts = git2::StatusOptions::new();
@@ -397,24 +396,13 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<Moved, GitError> {
         .map_err(git_err(format!("move HEAD of {at} to {sha}")))?;
 
     // 3. The paths that changed now match `sha` (everything else matched
-    // the old HEAD, which agrees with `sha` there).
-    if !paths.is_empty() {
-        let mut opts = git2::StatusOptions::new();
-        opts.include_untracked(true)
-            .include_ignored(true)
-            .exclude_submodules(true)
-            .disable_pathspec_match(true);
-        for p in &paths {
-            opts.pathspec(bytes_to_path(p));
-        }
-        let left = repo
-            .statuses(Some(&mut opts))
-            .map_err(git_err(format!("check the status of {at}")))?;
-        if let Some(e) = left.iter().next() {
+    // the old HEAD, which agrees with `sha` there), checked path by path
+    // against the tree (a status limited to them still walks the worktree).
+    for p in &paths {
+        if let Some(why) = differs_from_tree(&new_tree, &workdir, p)? {
             return Ok(Moved::Refused(format!(
-                "{} is not at {sha} after the checkout ({:?})",
-                String::from_utf8_lossy(e.path_bytes()),
-                e.status()
+                "{} is not at {sha} after the checkout: {why}",
+                String::from_utf8_lossy(p)
             )));
         }
     }
@@ -422,6 +410,61 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<Moved, GitError> {
         paths: paths.len(),
         stray: stray.len(),
     })
+}
+
+/// Why the file at `rel` under `workdir` differs from `tree`'s entry there
+/// (content hash, executable bit, symlink target, presence), or `None`.
+fn differs_from_tree(
+    tree: &git2::Tree<'_>,
+    workdir: &Path,
+    rel: &[u8],
+) -> Result<Option<String>, GitError> {
+    use std::os::unix::fs::PermissionsExt;
+    let rel_path = bytes_to_path(rel);
+    let full = workdir.join(&rel_path);
+    let meta = fs::symlink_metadata(&full).ok();
+    let entry = match tree.get_path(&rel_path) {
+        Ok(e) => Some(e),
+        Err(e) if e.code() == ErrorCode::NotFound => None,
+        Err(e) => {
+            return Err(git_err(format!("look up {} in the tree", full.display()))(
+                e,
+            ));
+        }
+    };
+    let Some(entry) = entry else {
+        return Ok(meta.map(|_| "it should not exist".to_owned()));
+    };
+    let Some(meta) = meta else {
+        return Ok(Some("it is missing".to_owned()));
+    };
+    let mode = entry.filemode();
+    let hash = |bytes: &[u8]| {
+        git2::Oid::hash_object(git2::ObjectType::Blob, bytes)
+            .map_err(git_err(format!("hash {}", full.display())))
+    };
+    let why = match mode {
+        0o040000 => (!meta.is_dir()).then(|| "it should be a directory".to_owned()),
+        0o160000 => None, // a submodule: lanes do not check them out
+        0o120000 => {
+            let target = fs::read_link(&full).map_err(io_err("read the symlink", &full))?;
+            let target = target.as_os_str().as_encoded_bytes().to_vec();
+            (!meta.file_type().is_symlink() || hash(&target)? != entry.id())
+                .then(|| "its symlink target differs".to_owned())
+        }
+        _ => {
+            let exec = meta.permissions().mode() & 0o111 != 0;
+            if !meta.is_file() {
+                Some("it should be a file".to_owned())
+            } else if exec != (mode == 0o100755) {
+                Some("its executable bit differs".to_owned())
+            } else {
+                let bytes = fs::read(&full).map_err(io_err("read", &full))?;
+                (hash(&bytes)? != entry.id()).then(|| "its content differs".to_owned())
+            }
+        }
+    };
+    Ok(why)
 }
 
 /// Detaches the `HEAD` of orch's linked worktree at `worktree` at the
