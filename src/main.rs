@@ -23,12 +23,16 @@ fn main() {
             std::process::exit(exit::INTERNAL);
         }
     };
+    // A token from `gh auth token` (none in the environment) is orch's
+    // secret too: known before anything is recorded.
+    let gh_token = orch::forge::startup_token(cli.command.needs_forge_token());
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     orch::sandbox::register_secrets(
         secrets
             .values()
             .map(|v| v.to_string_lossy().into_owned())
             .chain(inherited)
+            .chain(gh_token)
             .chain(
                 home.map(|h| orch::sandbox::home_secrets(&h))
                     .unwrap_or_default(),

@@ -12,6 +12,7 @@
 //! when the stage fails, and re-running a stage first moves its old branch
 //! aside (`<stage>.v1`, …), so nothing is ever lost.
 
+mod bootstrap;
 mod flow;
 mod lanes;
 mod pr;
@@ -80,6 +81,10 @@ pub enum RunError {
     /// The run cannot be resumed or rolled back as asked.
     #[error("{0}")]
     Refused(String),
+    /// The lane bootstrap's files are invalid (`.worktreeinclude`, the
+    /// `[setup]` of `orch.toml`): nothing was created.
+    #[error("{0}")]
+    Config(String),
     /// A blocking task panicked or was cancelled.
     #[error("finish a background task: {0}")]
     Join(String),
@@ -106,6 +111,8 @@ pub(crate) struct Session {
     pub max_parallel: usize,
     /// The run's budget and compaction policy (its price comes from the model).
     pub limits: agent::RunLimits,
+    /// What the run does with memory (`memory =` in orch.toml, `--no-memory`).
+    pub memory: crate::memory::MemoryMode,
     /// How many warm lanes the repository keeps for later runs: `Some(0)`
     /// (`--no-lane-pool`) none; `None` what `ORCH_LANE_POOL`, else `[lanes]
     /// pool` in `orch.toml` says, else `max_parallel` (at least [`DEFAULT_MAX_PARALLEL`], so a
@@ -148,6 +155,8 @@ pub(crate) struct RunOptions {
     pub roles: HashMap<String, Role>,
     /// The issue text (may be empty for `orch agent`).
     pub issue: String,
+    /// The issue as fetched from a forge (`issue.json`), when it came from one.
+    pub issue_json: Option<String>,
     /// The base revision (`HEAD` by default).
     pub base: String,
     /// Model, policy and parallelism.
@@ -192,6 +201,8 @@ struct RunCtx {
     session: Session,
     allowlist: Vec<String>,
     base_commit: String,
+    /// What every stage's lane gets before its agent starts.
+    bootstrap: bootstrap::Bootstrap,
     /// Held while this process drives the run.
     _lock: crate::runlog::RunLock,
     /// What the run's stages used of its budget (stages charge it as they end).
@@ -214,6 +225,8 @@ struct StageOutcome {
     verdict: Option<Verdict>,
     verdict_from_text: bool,
     verify: Option<crate::agent::verify::VerifyReport>,
+    setup: Option<crate::runlog::SetupRecord>,
+    baseline: Option<crate::agent::verify::BaselineReport>,
     summary: String,
     turns: u32,
     tokens: TokenCount,
@@ -242,6 +255,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     let common = info.common_dir.clone();
     let (c, base) = (common.clone(), opts.base.clone());
     let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
+    let boot = load_bootstrap(&info.workdir, &opts.pipeline).await?;
 
     let pool_bound = lane_pool_bound(&info.workdir, &opts.session)?;
     let (run_id, run_dir) = RunDir::create_new(&common)?;
@@ -254,6 +268,12 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         "issue.md",
         crate::runlog::redact(&opts.issue, secrets).as_bytes(),
     )?;
+    if let Some(json) = &opts.issue_json {
+        run_dir.write_file(
+            "issue.json",
+            crate::runlog::redact(json, secrets).as_bytes(),
+        )?;
+    }
     let plan = Plan {
         pipeline: opts.pipeline,
         roles: opts.roles,
@@ -282,6 +302,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         replay_file: session.replay_file.clone(),
         sampling: session.sampling,
         pr_title: None,
+        pr_url: None,
         stages: plan
             .pipeline
             .stages
@@ -316,8 +337,22 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         ledger: std::sync::Mutex::new(crate::budget::RunLedger::new(session.limits.budget)),
         session,
         base_commit: base_sha,
+        bootstrap: boot,
     });
     drive(ctx, state, lanes, ui).await
+}
+
+/// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
+/// off the async threads; a bad file is an input error.
+async fn load_bootstrap(
+    workdir: &Path,
+    pipeline: &Pipeline,
+) -> Result<bootstrap::Bootstrap, RunError> {
+    let (w, p) = (workdir.to_path_buf(), pipeline.clone());
+    tokio::task::spawn_blocking(move || bootstrap::Bootstrap::load(&w, &p))
+        .await
+        .map_err(|e| RunError::Join(e.to_string()))?
+        .map_err(RunError::Config)
 }
 
 /// What `resume` may do with failed stages.
@@ -363,6 +398,7 @@ pub(crate) async fn resume_run(
     let common = info.common_dir.clone();
     let lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
     let (run_dir, mut state, plan) = load_run(&common, run_id)?;
+    let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
     let failed: Vec<&str> = state
         .stages
         .iter()
@@ -456,6 +492,7 @@ pub(crate) async fn resume_run(
         plan,
         issue,
         session,
+        bootstrap: boot,
     });
     drive(ctx, state, lanes, ui).await
 }
@@ -723,6 +760,7 @@ async fn drive_stages(
                 rec.commit = Some(out.commit);
                 rec.verdict = out.verdict;
                 (rec.verdict_from_text, rec.verify) = (out.verdict_from_text, out.verify);
+                (rec.setup, rec.baseline) = (out.setup, out.baseline);
                 rec.summary = Some(out.summary.clone());
                 rec.turns = out.turns;
                 rec.tokens = out.tokens;

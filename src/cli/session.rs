@@ -31,6 +31,7 @@ pub(super) struct SessionBuilder {
     interactive: bool,
     max_parallel: usize,
     lane_pool: Option<usize>,
+    memory: crate::memory::MemoryMode,
 }
 
 impl SessionBuilder {
@@ -86,6 +87,7 @@ impl SessionBuilder {
             interactive: crate::policy::detect_interactive(),
             max_parallel: DEFAULT_MAX_PARALLEL,
             lane_pool: None,
+            memory: crate::memory::MemoryMode::Off,
         }
     }
 
@@ -111,6 +113,12 @@ impl SessionBuilder {
     /// How many stages may run at once (default [`DEFAULT_MAX_PARALLEL`]).
     pub(super) fn max_parallel(mut self, n: usize) -> SessionBuilder {
         self.max_parallel = n;
+        self
+    }
+
+    /// What the run does with memory (default: off, for `orch agent`).
+    pub(super) fn memory(mut self, mode: crate::memory::MemoryMode) -> SessionBuilder {
+        self.memory = mode;
         self
     }
 
@@ -141,8 +149,26 @@ impl SessionBuilder {
             interactive: self.interactive,
             max_parallel: self.max_parallel,
             lane_pool: self.lane_pool,
+            memory: self.memory,
         }
     }
+}
+
+/// What a run in `repo` does with memory: `off` with `--no-memory`, else
+/// `--memory MODE`, else `memory =` of its `orch.toml` files (default `propose`).
+pub(super) fn memory_mode(
+    repo: &Path,
+    no_memory: bool,
+    flag: Option<crate::memory::MemoryMode>,
+) -> Result<crate::memory::MemoryMode, CliError> {
+    if no_memory {
+        return Ok(crate::memory::MemoryMode::Off);
+    }
+    if let Some(mode) = flag {
+        return Ok(mode);
+    }
+    let resolved = super::model::resolve_config(&super::args::ModelArgs::default(), Some(repo))?;
+    Ok(resolved.memory.value)
 }
 
 /// The roles a pipeline's stages name.

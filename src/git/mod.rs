@@ -16,6 +16,7 @@
 mod commit;
 mod diff;
 pub mod gc;
+pub mod ignored;
 mod merge;
 pub mod pool;
 pub mod snapshot;

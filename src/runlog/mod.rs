@@ -25,8 +25,8 @@ pub(crate) use actions::{ActionLog, redact};
 pub(crate) use lock::{RunLock, lock_run};
 pub(crate) use recover::{as_shown, attempts_from_log, sweep_dead_starts};
 pub(crate) use state::{
-    Attempt, DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, StageRecord,
-    StageStatus, TokenCount,
+    Attempt, DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, SetupRecord,
+    StageRecord, StageStatus, TokenCount,
 };
 
 use crate::ids::RunId;

@@ -112,11 +112,16 @@ pub(super) async fn handoff(
         let Some(to) = rec.commit.clone() else {
             continue;
         };
-        let first = p
+        let first_round = p
             .stage(&id)
             .map(|s| s.base_id.to_string())
-            .and_then(|b| state.stage(&b))
-            .and_then(|r| r.parent_commit.clone());
+            .and_then(|b| state.stage(&b));
+        let first = first_round.and_then(|r| r.parent_commit.clone());
+        // The baseline of the change's first round: what already failed
+        // before any of the rounds the reviewer sees.
+        let baseline = first_round
+            .and_then(|r| r.baseline.as_ref())
+            .map(|b| b.handoff());
         let from = first
             .or_else(|| rec.parent_commit.clone())
             .unwrap_or_default();
@@ -131,6 +136,7 @@ pub(super) async fn handoff(
             patch: diff.patch,
             digest: rec.digest.clone(),
             verify: rec.verify.as_ref().map(|v| v.line()),
+            baseline,
         });
     }
     Ok(out)
