@@ -26,6 +26,9 @@
 //!
 //! [models]
 //! aliases = { sonnet = "qwen2.5-coder", "claude-sonnet-4-5-20250929" = "qwen2.5-coder" }
+//!
+//! [lanes]
+//! pool = 4   # warm lanes kept for later runs; 0: none (default: --max-parallel)
 //! ```
 //!
 //! `[models] aliases` maps a role's `model:` (a Claude Code agent file's
@@ -332,6 +335,51 @@ struct FileSpec {
     /// `memory = "off" | "propose" | "auto-accept"` (see `docs/memory.md`).
     #[serde(default)]
     memory: Option<Spanned<crate::memory::MemoryMode>>,
+    /// `[lanes] pool = N`: how many warm lanes the repository keeps.
+    #[serde(default)]
+    lanes: LanesSpec,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LanesSpec {
+    #[serde(default)]
+    pool: Option<Spanned<i64>>,
+}
+
+/// Most warm lanes `[lanes] pool` may ask for.
+pub const MAX_LANE_POOL: i64 = 64;
+
+/// `[lanes] pool` from the repo file (`<repo>/.orch/orch.toml`), else the
+/// user file (`<user_dir>/orch.toml`); `None` when neither sets it. The
+/// error names the file, line and value.
+pub fn lane_pool(
+    repo: Option<&Path>,
+    user_dir: Option<&Path>,
+) -> Result<Option<usize>, ConfigError> {
+    let paths = repo
+        .map(|r| r.join(".orch").join(CONFIG_FILE))
+        .into_iter()
+        .chain(user_dir.map(|d| d.join(CONFIG_FILE)));
+    for path in paths {
+        let Some(file) = load(&path)? else {
+            continue;
+        };
+        let Some(pool) = &file.spec.lanes.pool else {
+            continue;
+        };
+        let n = *pool.get_ref();
+        if !(0..=MAX_LANE_POOL).contains(&n) {
+            return Err(ConfigError::Invalid {
+                at: file.at(pool.span()),
+                message: format!(
+                    "lanes.pool = {n}: expected a number of lanes from 0 (no pool) to {MAX_LANE_POOL}"
+                ),
+            });
+        }
+        return Ok(usize::try_from(n).ok());
+    }
+    Ok(None)
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -112,6 +112,36 @@ pub(crate) struct Session {
     pub limits: agent::RunLimits,
     /// What the run does with memory (`memory =` in orch.toml, `--no-memory`).
     pub memory: crate::memory::MemoryMode,
+    /// How many warm lanes the repository keeps for later runs: `Some(0)`
+    /// (`--no-lane-pool`) none; `None` what `ORCH_LANE_POOL`, else `[lanes]
+    /// pool` in `orch.toml` says, else `max_parallel` (at least [`DEFAULT_MAX_PARALLEL`], so a
+    /// one-lane `orch agent` does not shrink a wider run's pool).
+    pub lane_pool: Option<usize>,
+}
+
+/// The lane pool's bound for a run in the repository at `workdir`.
+fn lane_pool_bound(workdir: &Path, session: &Session) -> Result<usize, RunError> {
+    if let Some(n) = session.lane_pool {
+        return Ok(n);
+    }
+    if let Some(v) = std::env::var_os("ORCH_LANE_POOL").filter(|v| !v.is_empty()) {
+        let v = v.to_string_lossy();
+        return v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n as i64 <= crate::config::MAX_LANE_POOL)
+            .ok_or_else(|| {
+                RunError::Refused(format!(
+                    "use ORCH_LANE_POOL={v}: expected a number of lanes from 0 (no pool) to {}",
+                    crate::config::MAX_LANE_POOL
+                ))
+            });
+    }
+    let user = crate::catalog::user_config_dir();
+    let configured = crate::config::lane_pool(Some(workdir), user.as_deref())
+        .map_err(|e| RunError::Refused(e.to_string()))?;
+    Ok(configured.unwrap_or(session.max_parallel.max(DEFAULT_MAX_PARALLEL)))
 }
 
 /// Everything a new run needs.
@@ -234,6 +264,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         mut state,
         session,
         issue,
+        pool_bound,
     } = start_record(opts).await?;
     ui.run_started(&state);
     // What the kernel enforces for tool processes: said once per run.
@@ -241,7 +272,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     crate::ui::status_line(&format!("orch: {sandbox_line}"));
     run_dir.write_file_unsynced("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
     // The first lane's checkout overlaps the rest of the start-up.
-    let lanes = Arc::new(Lanes::new(&common, &run_id));
+    let lanes = Arc::new(Lanes::new(&common, &run_id, pool_bound));
     lanes.prewarm(&base_sha).await;
     state.status = RunStatus::Running;
     state.updated = now();
@@ -278,6 +309,8 @@ struct Started {
     state: RunState,
     session: Session,
     issue: String,
+    /// How many lanes this run may hand back to the repository's pool.
+    pool_bound: usize,
 }
 
 /// Plans a run without running any stage (`orch run --remote … --no-local`):
@@ -301,6 +334,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
     let common = info.common_dir.clone();
     let boot = load_bootstrap(&info.workdir, &opts.pipeline).await?;
 
+    let pool_bound = lane_pool_bound(&info.workdir, &opts.session)?;
     let (run_id, run_dir) = RunDir::create_new(&common)?;
     let lock = crate::runlog::lock_run(&run_dir.root, run_id.as_str())?;
     crate::killpoint::reached("run-dir-created");
@@ -372,6 +406,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
         state,
         session,
         issue: opts.issue,
+        pool_bound,
     })
 }
 
@@ -545,7 +580,11 @@ pub(crate) async fn resume_run(
         ));
     }
     lanes::clear_stale(&common, run_id).await?;
-    let lanes = Arc::new(Lanes::new(&common, id));
+    let lanes = Arc::new(Lanes::new(
+        &common,
+        id,
+        lane_pool_bound(&info.workdir, &session)?,
+    ));
     state.status = RunStatus::Running;
     state.model = session.model.model_name();
     state.model_label = session.model.label();
@@ -751,17 +790,26 @@ async fn drive(
             RunStatus::Interrupted
         } else if ctx.only.is_some() {
             // One stage of a distributed run: the run goes on elsewhere;
-            // this worker's lanes are scratch.
-            lanes.remove_all().await?;
+            // this worker's lanes go back to its pool.
+            lanes.hand_back().await?;
             RunStatus::Running
         } else if any_failed || drove.stopping {
+            // The stage branches keep the work; the lanes go back (O(1)).
+            if let Err(e) = lanes.hand_back().await {
+                ui.line(&format!(
+                    "orch: warning: failed to hand back the lanes: {e}"
+                ));
+            }
             RunStatus::Failed
         } else {
             crate::killpoint::reached("run-finishing");
             match finish_run(&ctx, &mut state).await? {
                 Ok(text) => {
                     pr = Some(text);
-                    lanes.remove_all().await?;
+                    // The final branch and pr.md exist; the lanes go back to
+                    // the pool or into the trash (renames, whatever the
+                    // repository's size: nothing slow on the exit path).
+                    lanes.hand_back().await?;
                     crate::killpoint::reached("lanes-removed");
                     RunStatus::Succeeded
                 }

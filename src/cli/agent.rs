@@ -229,6 +229,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         writeln!(out, "{}", summary.last_summary.trim_end())
     };
     ignore_closed(printed.and_then(|()| out.finish()))?;
+    super::gc::empty_trash_in_background(&args.repo);
     Ok(exit_code_of(&summary))
 }
 

@@ -98,6 +98,9 @@ pub struct ParallelArgs {
     /// How many stages may run at once
     #[arg(long, default_value_t = crate::runner::DEFAULT_MAX_PARALLEL, value_parser = parse_parallel)]
     pub max_parallel: usize,
+    /// Keep no warm lanes for later runs: this run's lanes are removed when it ends, and so are the repository's pooled ones (`[lanes] pool = 0` in orch.toml does the same)
+    #[arg(long)]
+    pub no_lane_pool: bool,
 }
 
 /// `--max-parallel`: 1 to 64.

@@ -1,5 +1,8 @@
 //! `orch gc`: clears what runs leave in the repository. Always: the lanes
-//! (linked worktrees and their branches) of every run that is not running.
+//! (linked worktrees and their branches) of every run that is not running,
+//! the pool of warm lanes (every pooled lane no run holds, completely:
+//! worktree, admin entry, lease) and the trash of lanes retired off the
+//! exit path.
 //! With `--older-than`: whole runs whose last update is older — the record
 //! directory and the stage branches, the PR branch `orch/<run>/pr` only with
 //! `--include-pr`. A run is running while its run lock is held (by a live
@@ -32,6 +35,40 @@ pub struct GcArgs {
     /// Print one JSON object on stdout
     #[arg(long)]
     pub json: bool,
+    /// Only delete the lanes a finished run moved into the trash, quietly (what a run starts in the background after its summary)
+    #[arg(long, hide = true)]
+    pub empty_trash: bool,
+}
+
+/// Deletes the trash of `repo` (lanes a finished run retired) in a detached
+/// background `orch gc --empty-trash`, so the user has the prompt back while
+/// a large checkout is deleted; if it cannot start, the next `orch gc` does
+/// it. Call it after the run's output is written.
+pub(super) fn empty_trash_in_background(repo: &Path) {
+    use std::os::unix::process::CommandExt;
+    let Ok(info) = crate::git::open_repo(repo) else {
+        return;
+    };
+    if crate::git::pool::trash_is_empty(&info.common_dir) {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let spawned = std::process::Command::new(exe)
+        .arg("gc")
+        .arg("--repo")
+        .arg(&info.workdir)
+        .arg("--empty-trash")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        // Its own process group: a Ctrl-C at the prompt does not stop it.
+        .process_group(0)
+        .spawn();
+    if let Err(e) = spawned {
+        tracing::debug!("could not start the trash clean-up: {e} (`orch gc` does it)");
+    }
 }
 
 /// `--older-than`: a whole number and a unit (`s`, `m`, `h`, `d`, `w`).
@@ -64,6 +101,8 @@ struct Report {
     branches: Vec<String>,
     records: Vec<String>,
     running: Vec<String>,
+    /// Pooled lanes a running run holds (kept).
+    pooled_in_use: Vec<String>,
 }
 
 impl Report {
@@ -81,7 +120,14 @@ impl Report {
 pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     let info = crate::git::open_repo(&args.repo)?;
     let common = info.common_dir;
+    if args.empty_trash {
+        let _ = crate::git::pool::empty_trash(&common);
+        return Ok(exit::OK);
+    }
     let mut report = Report::default();
+    let (pooled, in_use) = crate::git::pool::remove_all(&common, args.dry_run)?;
+    report.add(pooled.into_iter().map(Removed::Worktree).collect());
+    report.pooled_in_use = in_use.iter().map(|p| p.display().to_string()).collect();
     let mut ids = crate::runlog::list_run_ids(&common);
     for id in gc::runs_with_lanes(&common) {
         if !ids.contains(&id) {
@@ -140,6 +186,7 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
                 "branches": r.branches,
                 "records": r.records,
                 "running": r.running,
+                "pooled_in_use": r.pooled_in_use,
             })
         )?;
         return out.finish();
@@ -156,6 +203,9 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
     }
     for id in &r.running {
         writeln!(out, "kept run {id}: it is running")?;
+    }
+    for p in &r.pooled_in_use {
+        writeln!(out, "kept pooled lane {p}: a run is using it")?;
     }
     writeln!(
         out,

@@ -78,6 +78,7 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
     let session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .lane_pool(!args.parallel.no_lane_pool)
         .memory(super::session::memory_mode(
             &args.repo,
             args.no_memory,
@@ -98,6 +99,7 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
     )
     .await?;
     ignore_closed(report_summary(&summary, args.json, events))?;
+    super::gc::empty_trash_in_background(&args.repo);
     Ok(exit_code_of(&summary))
 }
 

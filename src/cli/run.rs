@@ -113,6 +113,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .lane_pool(!args.parallel.no_lane_pool)
         .memory(super::session::memory_mode(
             &args.repo,
             args.no_memory,
@@ -170,6 +171,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
         clear_failed_run(&args.repo, summary.state.run_id.as_str());
     }
     ignore_closed(report_summary(&summary, args.json, events))?;
+    super::gc::empty_trash_in_background(&args.repo);
     Ok(exit_code_of(&summary))
 }
 

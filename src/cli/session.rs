@@ -30,6 +30,7 @@ pub(super) struct SessionBuilder {
     assume_yes: bool,
     interactive: bool,
     max_parallel: usize,
+    lane_pool: Option<usize>,
     memory: crate::memory::MemoryMode,
 }
 
@@ -85,8 +86,16 @@ impl SessionBuilder {
             assume_yes: false,
             interactive: crate::policy::detect_interactive(),
             max_parallel: DEFAULT_MAX_PARALLEL,
+            lane_pool: None,
             memory: crate::memory::MemoryMode::Off,
         }
+    }
+
+    /// `--no-lane-pool` (`false`): keep no warm lanes; otherwise the pool
+    /// `orch.toml` configures.
+    pub(super) fn lane_pool(mut self, on: bool) -> SessionBuilder {
+        self.lane_pool = (!on).then_some(0);
+        self
     }
 
     /// Allow what a role's `ask` rules would ask about (`--yes`).
@@ -139,6 +148,7 @@ impl SessionBuilder {
             assume_yes: self.assume_yes,
             interactive: self.interactive,
             max_parallel: self.max_parallel,
+            lane_pool: self.lane_pool,
             memory: self.memory,
         }
     }

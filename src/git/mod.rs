@@ -20,6 +20,7 @@ mod diff;
 pub mod gc;
 pub mod ignored;
 mod merge;
+pub mod pool;
 pub mod snapshot;
 mod worktree;
 
@@ -36,8 +37,8 @@ pub use diff::{Diff, DiffStat, FileStat, diff, diff_stat};
 pub(crate) use merge::merge_commits_in;
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
 pub use worktree::{
-    AdminLock, admin_lock, admin_lock_path, create_worktree, prune_broken_lanes,
-    remove_stale_ref_locks, remove_worktree, reset_worktree,
+    AdminLock, Moved, admin_lock, admin_lock_path, create_worktree, detach_worktree, move_worktree,
+    prune_broken_lanes, remove_stale_ref_locks, remove_worktree, reset_worktree,
 };
 
 /// An error of the git layer; its message reads after "failed to …".

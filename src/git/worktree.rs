@@ -28,16 +28,6 @@ pub fn create_worktree(
     branch: &str,
     base_sha: &str,
 ) -> Result<(), GitError> {
-    // libgit2 is not safe against itself here: while one worktree is being
-    // added, its half-made admin dir makes a concurrent add see every branch
-    // as checked out (and both race to mkdir `.git/worktrees`). Adds within
-    // this process are therefore serialized; checkouts of existing
-    // worktrees (resets) still run in parallel.
-    // Other orch processes on the same repository take the repository's
-    // admin lock too ([`admin_lock`]).
-    static ADDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _adding = ADDING.lock().unwrap_or_else(|e| e.into_inner());
-    let _admin = admin_lock(common_dir, true)?;
     if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
         return Err(GitError::InvalidWorktreeName {
             name: name.to_string(),
@@ -50,58 +40,81 @@ pub fn create_worktree(
     }
     let repo = open_at(common_dir)?;
     let base = find_commit(&repo, base_sha)?;
-    match repo.find_branch(branch, BranchType::Local) {
-        Ok(_) => {
-            return Err(GitError::BranchExists {
-                branch: branch.to_string(),
-            });
-        }
-        Err(e) if e.code() == ErrorCode::NotFound => {}
-        Err(e) => return Err(git_err(format!("look up branch `{branch}`"))(e)),
-    }
+    let filters = needs_checkout_filters(&repo, &base)?;
     let admin = repo.commondir().join("worktrees").join(name);
-    if fs::symlink_metadata(&admin).is_ok() {
-        return Err(GitError::WorktreeNameTaken {
-            name: name.to_string(),
-            admin,
-        });
-    }
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
-    }
 
     let mut created_branch = false;
     let result = (|| {
-        let new_branch = repo
-            .branch(branch, &base, false)
-            .map_err(git_err(format!("create branch `{branch}` at {base_sha}")))?;
-        created_branch = true;
-        crate::killpoint::reached("lane-branch-created");
-        // libgit2's own checkout on add reads `.gitattributes` only from
-        // files already written (so `.gitattributes` itself is never
-        // converted) and, with filters on, runs several `realpath`s per
-        // file. So the add checks out an empty tree and the base is checked
-        // out below, without filters when none can apply.
-        let filters = needs_checkout_filters(&repo, &base)?;
-        let empty = empty_commit(&repo)?;
-        repo.find_reference(&refname)
-            .and_then(|mut r| {
-                r.set_target(empty, "orch: lane checkout starts empty")
-                    .map(drop)
-            })
-            .map_err(git_err(format!("point `{refname}` at the empty commit")))?;
-        let mut opts = WorktreeAddOptions::new();
-        opts.reference(Some(new_branch.get()));
-        repo.worktree(name, &path, Some(&opts))
-            .map_err(git_err(format!(
-                "add worktree `{name}` at {}",
-                path.display()
-            )))?;
-        checkout_base(&path, &refname, &base, filters)?;
+        // libgit2 is not safe against itself while a worktree is added: its
+        // half-made admin dir makes a concurrent add (or branch write, in
+        // this process or another) see every branch as checked out, and
+        // both race to mkdir `.git/worktrees`. So the checks, the branch and
+        // the add (of an empty tree: cheap) hold the repository's admin lock
+        // ([`admin_lock`], a `flock` taken per call, so it also serialises
+        // threads of one process); the checkout of the files does not, so
+        // parallel lanes check out at the same time.
+        {
+            let _admin = admin_lock(common_dir, true)?;
+            match repo.find_branch(branch, BranchType::Local) {
+                Ok(_) => {
+                    return Err(GitError::BranchExists {
+                        branch: branch.to_string(),
+                    });
+                }
+                Err(e) if e.code() == ErrorCode::NotFound => {}
+                Err(e) => return Err(git_err(format!("look up branch `{branch}`"))(e)),
+            }
+            if fs::symlink_metadata(&admin).is_ok() {
+                return Err(GitError::WorktreeNameTaken {
+                    name: name.to_string(),
+                    admin: admin.clone(),
+                });
+            }
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
+            }
+            // libgit2's own checkout on add reads `.gitattributes` only from
+            // files already written (so `.gitattributes` itself is never
+            // converted) and, with filters on, runs several `realpath`s per
+            // file. So the add checks out an empty tree and the base is
+            // checked out below, without filters when none can apply.
+            let empty = empty_commit(&repo)?;
+            let new_branch = repo
+                .branch(
+                    branch,
+                    &repo
+                        .find_commit(empty)
+                        .map_err(git_err("read the empty lane-start commit"))?,
+                    false,
+                )
+                .map_err(git_err(format!("create branch `{branch}`")))?;
+            created_branch = true;
+            crate::killpoint::reached("lane-branch-created");
+            let mut opts = WorktreeAddOptions::new();
+            opts.reference(Some(new_branch.get()));
+            repo.worktree(name, &path, Some(&opts))
+                .map_err(git_err(format!(
+                    "add worktree `{name}` at {}",
+                    path.display()
+                )))?;
+        }
+        let wt = checkout_files(&path, &base, filters)?;
+        let message = if filters {
+            "orch: lane at its base (filtered checkout)"
+        } else {
+            "orch: lane at its base (unfiltered checkout)"
+        };
+        {
+            let _admin = admin_lock(common_dir, true)?;
+            wt.find_reference(&refname)
+                .and_then(|mut r| r.set_target(base.id(), message).map(drop))
+                .map_err(git_err(format!("point `{refname}` at {}", base.id())))?;
+        }
         crate::killpoint::reached("worktree-added");
         Ok(())
     })();
     if result.is_err() {
+        let _admin = admin_lock(common_dir, true);
         undo_create(
             &repo,
             &admin,
@@ -122,6 +135,28 @@ pub(crate) fn needs_checkout_filters(
     repo: &Repository,
     base: &git2::Commit<'_>,
 ) -> Result<bool, GitError> {
+    if filters_configured(repo)? {
+        return Ok(true);
+    }
+    let tree = base
+        .tree()
+        .map_err(git_err(format!("read the tree of {}", base.id())))?;
+    let mut found = false;
+    tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+        if entry.name_bytes() == b".gitattributes" {
+            found = true;
+            return git2::TreeWalkResult::Abort;
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .or_else(|e| if found { Ok(()) } else { Err(e) })
+    .map_err(git_err(format!("walk the tree of {}", base.id())))?;
+    Ok(found)
+}
+
+/// The part of [`needs_checkout_filters`] that is not the tree: attribute
+/// files outside it and configuration that converts content.
+fn filters_configured(repo: &Repository) -> Result<bool, GitError> {
     let config = repo
         .config()
         .map_err(git_err("read the repository configuration"))?;
@@ -148,23 +183,7 @@ pub(crate) fn needs_checkout_filters(
         xdg,
         Some(PathBuf::from("/etc/gitattributes")),
     ];
-    if attribute_files.iter().flatten().any(|f| f.exists()) {
-        return Ok(true);
-    }
-    let tree = base
-        .tree()
-        .map_err(git_err(format!("read the tree of {}", base.id())))?;
-    let mut found = false;
-    tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
-        if entry.name_bytes() == b".gitattributes" {
-            found = true;
-            return git2::TreeWalkResult::Abort;
-        }
-        git2::TreeWalkResult::Ok
-    })
-    .or_else(|e| if found { Ok(()) } else { Err(e) })
-    .map_err(git_err(format!("walk the tree of {}", base.id())))?;
-    Ok(found)
+    Ok(attribute_files.iter().flatten().any(|f| f.exists()))
 }
 
 /// A commit of the empty tree with a fixed author and time (so always the
@@ -182,38 +201,32 @@ fn empty_commit(repo: &Repository) -> Result<git2::Oid, GitError> {
         .map_err(git_err(what))
 }
 
-/// Checks out `base` into the fresh worktree at `path` (whose branch
-/// `refname` is at the empty commit), with or without `filters`, then moves
-/// the branch to `base`: files, index and branch end as `git worktree add`
+/// Checks out `base` into the fresh worktree at `path` (whose branch is at
+/// the empty commit), with or without `filters`; the caller then moves the
+/// branch to `base`, so files, index and branch end as `git worktree add`
 /// leaves them. The index holds `base` before the files are written, so
 /// attributes are read from it as git does (a `.gitattributes` applies to
-/// itself and to files that sort before it).
-fn checkout_base(
+/// itself and to files that sort before it). Returns the worktree's handle.
+fn checkout_files(
     path: &Path,
-    refname: &str,
     base: &git2::Commit<'_>,
     filters: bool,
-) -> Result<(), GitError> {
+) -> Result<Repository, GitError> {
     let what = format!("check out {} into {}", base.id(), path.display());
     let wt = open_at(path)?;
-    let commit = wt.find_commit(base.id()).map_err(git_err(&what))?;
-    let tree = commit.tree().map_err(git_err(&what))?;
-    if filters {
-        let mut index = wt.index().map_err(git_err(&what))?;
-        index.read_tree(&tree).map_err(git_err(&what))?;
+    {
+        let commit = wt.find_commit(base.id()).map_err(git_err(&what))?;
+        let tree = commit.tree().map_err(git_err(&what))?;
+        if filters {
+            let mut index = wt.index().map_err(git_err(&what))?;
+            index.read_tree(&tree).map_err(git_err(&what))?;
+        }
+        let mut checkout = CheckoutBuilder::new();
+        checkout.force().disable_filters(!filters);
+        wt.checkout_tree(commit.as_object(), Some(&mut checkout))
+            .map_err(git_err(&what))?;
     }
-    let mut checkout = CheckoutBuilder::new();
-    checkout.force().disable_filters(!filters);
-    wt.checkout_tree(commit.as_object(), Some(&mut checkout))
-        .map_err(git_err(&what))?;
-    let message = if filters {
-        "orch: lane at its base (filtered checkout)"
-    } else {
-        "orch: lane at its base (unfiltered checkout)"
-    };
-    wt.find_reference(refname)
-        .and_then(|mut r| r.set_target(base.id(), message).map(drop))
-        .map_err(git_err(format!("point `{refname}` at {}", base.id())))
+    Ok(wt)
 }
 
 /// Best-effort removal of what a failed `create_worktree` made. The admin
@@ -245,16 +258,226 @@ pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
     repo.reset(commit.as_object(), ResetType::Hard, Some(&mut checkout))
         .map_err(git_err(format!("reset {at} to {sha}")))?;
 
-    let workdir =
-        repo.workdir()
-            .map(Path::to_path_buf)
-            .ok_or_else(|| GitError::NotLinkedWorktree {
-                path: worktree.to_path_buf(),
-            })?;
+    let workdir = workdir_of(&repo, worktree)?;
     for rel in untracked_paths(&repo).map_err(git_err(format!("list untracked files in {at}")))? {
         remove_untracked(&workdir, &rel)?;
     }
     Ok(())
+}
+
+/// The working directory of the worktree `repo` opened at `worktree`.
+fn workdir_of(repo: &Repository, worktree: &Path) -> Result<PathBuf, GitError> {
+    repo.workdir()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| GitError::NotLinkedWorktree {
+            path: worktree.to_path_buf(),
+        })
+}
+
+/// What [`move_worktree`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Moved {
+    /// The worktree is now exactly `sha`'s tree, detached at it and verified
+    /// clean; `paths` paths were checked out and `stray` untracked or
+    /// ignored entries removed.
+    Done {
+        /// Paths checked out (the difference, plus files found modified).
+        paths: usize,
+        /// Untracked and ignored entries removed.
+        stray: usize,
+    },
+    /// The worktree was left for a fresh one; the reason says why.
+    Refused(String),
+}
+
+/// Moves orch's linked worktree at `worktree` (a pooled lane, whatever
+/// state its last user left it in) to `sha`, detached, by checking out only
+/// the difference: one status walk finds what differs from its `HEAD`
+/// (modified tracked files, untracked and ignored entries, which are
+/// removed: nothing of the previous user leaks); the paths that differ
+/// between `HEAD` and `sha` plus the modified ones are checked out (new,
+/// changed, deleted, mode and symlink changes), then those paths are
+/// checked again. Everything else was proven equal to `HEAD`, so the
+/// worktree then holds exactly `sha`'s tree.
+///
+/// Refuses ([`Moved::Refused`], the worktree untouched) when a checkout
+/// could run a filter (attributes or converting configuration, in the old
+/// or the new tree): a fresh, filtered checkout is the safe path there.
+pub fn move_worktree(worktree: &Path, sha: &str) -> Result<Moved, GitError> {
+    let repo = open_linked_worktree(worktree)?;
+    let at = worktree.display();
+    let new = find_commit(&repo, sha)?;
+    if filters_configured(&repo)? {
+        return Ok(Moved::Refused(
+            "attribute files or converting filters are configured".to_owned(),
+        ));
+    }
+    let old = match repo.head().and_then(|h| h.peel_to_commit()) {
+        Ok(c) => c,
+        Err(e) => {
+            return Ok(Moved::Refused(format!(
+                "its HEAD is unreadable: {}",
+                super::describe(&e)
+            )));
+        }
+    };
+    let index = repo
+        .index()
+        .map_err(git_err(format!("read the index of {at}")))?;
+    let attributes = |p: &[u8]| p == b".gitattributes" || p.ends_with(b"/.gitattributes");
+    if index.iter().any(|e| attributes(&e.path)) {
+        return Ok(Moved::Refused("its tree has a .gitattributes".to_owned()));
+    }
+    let workdir = workdir_of(&repo, worktree)?;
+
+    // 1. One walk of the whole worktree against its HEAD.
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(false)
+        .include_ignored(true)
+        .recurse_ignored_dirs(false)
+        .exclude_submodules(true);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(git_err(format!("read the status of {at}")))?;
+    let mut paths: Vec<Vec<u8>> = Vec::new();
+    let mut stray = Vec::new();
+    for e in statuses.iter() {
+        let st = e.status();
+        if st == git2::Status::WT_NEW || st == git2::Status::IGNORED {
+            stray.push(bytes_to_path(e.path_bytes()));
+        } else {
+            paths.push(e.path_bytes().to_vec());
+        }
+    }
+    drop(statuses);
+    for rel in &stray {
+        remove_untracked(&workdir, rel)?;
+    }
+
+    // 2. The difference between the trees (proportional to the change).
+    let (old_tree, new_tree) = match (old.tree(), new.tree()) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            return Err(git_err(format!("read the trees to move {at} to {sha}"))(e));
+        }
+    };
+    let diff = repo
+        .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
+        .map_err(git_err(format!("diff {} and {sha}", old.id())))?;
+    for delta in diff.deltas() {
+        for file in [delta.old_file(), delta.new_file()] {
+            if let Some(p) = file.path_bytes() {
+                if attributes(p) {
+                    return Ok(Moved::Refused(format!("{sha} has a .gitattributes")));
+                }
+                paths.push(p.to_vec());
+            }
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    if !paths.is_empty() {
+        let mut checkout = CheckoutBuilder::new();
+        checkout
+            .force()
+            .disable_filters(true)
+            .disable_pathspec_match(true);
+        for p in &paths {
+            checkout.path(bytes_to_path(p));
+        }
+        repo.checkout_tree(new.as_object(), Some(&mut checkout))
+            .map_err(git_err(format!(
+                "check out {sha} over {} in {at}",
+                old.id()
+            )))?;
+    }
+    repo.set_head_detached(new.id())
+        .map_err(git_err(format!("move HEAD of {at} to {sha}")))?;
+
+    // 3. The paths that changed now match `sha` (everything else matched
+    // the old HEAD, which agrees with `sha` there), checked path by path
+    // against the tree (a status limited to them still walks the worktree).
+    for p in &paths {
+        if let Some(why) = differs_from_tree(&new_tree, &workdir, p)? {
+            return Ok(Moved::Refused(format!(
+                "{} is not at {sha} after the checkout: {why}",
+                String::from_utf8_lossy(p)
+            )));
+        }
+    }
+    Ok(Moved::Done {
+        paths: paths.len(),
+        stray: stray.len(),
+    })
+}
+
+/// Why the file at `rel` under `workdir` differs from `tree`'s entry there
+/// (content hash, executable bit, symlink target, presence), or `None`.
+fn differs_from_tree(
+    tree: &git2::Tree<'_>,
+    workdir: &Path,
+    rel: &[u8],
+) -> Result<Option<String>, GitError> {
+    use std::os::unix::fs::PermissionsExt;
+    let rel_path = bytes_to_path(rel);
+    let full = workdir.join(&rel_path);
+    let meta = fs::symlink_metadata(&full).ok();
+    let entry = match tree.get_path(&rel_path) {
+        Ok(e) => Some(e),
+        Err(e) if e.code() == ErrorCode::NotFound => None,
+        Err(e) => {
+            return Err(git_err(format!("look up {} in the tree", full.display()))(
+                e,
+            ));
+        }
+    };
+    let Some(entry) = entry else {
+        return Ok(meta.map(|_| "it should not exist".to_owned()));
+    };
+    let Some(meta) = meta else {
+        return Ok(Some("it is missing".to_owned()));
+    };
+    let mode = entry.filemode();
+    let hash = |bytes: &[u8]| {
+        git2::Oid::hash_object(git2::ObjectType::Blob, bytes)
+            .map_err(git_err(format!("hash {}", full.display())))
+    };
+    let why = match mode {
+        0o040000 => (!meta.is_dir()).then(|| "it should be a directory".to_owned()),
+        0o160000 => None, // a submodule: lanes do not check them out
+        0o120000 => {
+            let target = fs::read_link(&full).map_err(io_err("read the symlink", &full))?;
+            let target = target.as_os_str().as_encoded_bytes().to_vec();
+            (!meta.file_type().is_symlink() || hash(&target)? != entry.id())
+                .then(|| "its symlink target differs".to_owned())
+        }
+        _ => {
+            let exec = meta.permissions().mode() & 0o111 != 0;
+            if !meta.is_file() {
+                Some("it should be a file".to_owned())
+            } else if exec != (mode == 0o100755) {
+                Some("its executable bit differs".to_owned())
+            } else {
+                let bytes = fs::read(&full).map_err(io_err("read", &full))?;
+                (hash(&bytes)? != entry.id()).then(|| "its content differs".to_owned())
+            }
+        }
+    };
+    Ok(why)
+}
+
+/// Detaches the `HEAD` of orch's linked worktree at `worktree` at the
+/// commit it points at (its branch may then be deleted).
+pub fn detach_worktree(worktree: &Path) -> Result<(), GitError> {
+    let repo = open_linked_worktree(worktree)?;
+    let at = worktree.display();
+    let head = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(git_err(format!("read HEAD of {at}")))?;
+    repo.set_head_detached(head.id())
+        .map_err(git_err(format!("detach HEAD of {at}")))
 }
 
 /// Untracked, not ignored paths, files one by one; a nested repository shows

@@ -7,13 +7,23 @@
 //! is not reset at all, so a chain of stages costs no checkout per stage.
 //! The first lane is created while the run record is being written.
 //!
-//! Lane `k` of run `R` is the worktree `.git/orch/worktrees/R/lane-k` on the
-//! branch `orch-lanes/R/k` (outside `orch/R/`, so it can never collide with a
-//! stage branch). Lanes are removed when the run succeeds; a failed or
-//! interrupted run keeps them for inspection, and `resume` clears them.
+//! With the lane pool on (the default; `[lanes] pool = N` in `orch.toml`,
+//! `--no-lane-pool` or `pool = 0` turn it off), every lane is a slot of the
+//! repository's pool of warm lanes ([`crate::git::pool`]): a new lane is a
+//! free pooled one moved to its start commit by the difference (or a new
+//! slot), held under its lease for the whole run and handed back, detached
+//! at its last stage commit, when the run ends; the pool is then trimmed to
+//! its bound. The next run's lane costs a checkout of what changed.
+//!
+//! Without the pool, lane `k` of run `R` is the worktree
+//! `.git/orch/worktrees/R/lane-k` on the branch `orch-lanes/R/k` (outside
+//! `orch/R/`, so it can never collide with a stage branch). A finished run's
+//! lanes are moved into the trash at once (a rename) and deleted after the
+//! summary is out, in the background; an interrupted run keeps them, and
+//! `resume` clears them.
 
 use super::{RunError, blocking};
-use crate::git::{self, GitError};
+use crate::git::{self, GitError, pool};
 use crate::ids::RunId;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -30,7 +40,8 @@ pub(crate) struct Lane {
     /// The commit its tree is known to match exactly (clean, nothing
     /// untracked but ignored files), if known.
     pub clean_at: Option<String>,
-    /// How the last `acquire` readied it: `created`, `reset` or `clean`
+    /// How the last `acquire` readied it: `created`, `warm` (a pooled lane
+    /// moved to the start commit by the difference), `reset` or `clean`
     /// (already at the start commit: no git work at all).
     pub checkout: &'static str,
 }
@@ -41,6 +52,8 @@ pub(crate) struct Lane {
 pub(crate) struct Lanes {
     common: PathBuf,
     run_id: RunId,
+    /// How many pooled lanes the repository keeps; 0: no pool.
+    pool_bound: usize,
     inner: Mutex<Pool>,
     /// The first lane, being created ahead of need.
     prewarm: tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<Lane, RunError>>>>,
@@ -50,6 +63,8 @@ pub(crate) struct Lanes {
 struct Pool {
     free: Vec<Lane>,
     created: usize,
+    /// The leases of the pooled lanes this run holds.
+    leases: Vec<pool::Lease>,
 }
 
 /// The directory holding a run's lanes.
@@ -58,11 +73,13 @@ pub(crate) fn lanes_dir(common: &Path, run_id: &str) -> PathBuf {
 }
 
 impl Lanes {
-    /// An empty pool.
-    pub(crate) fn new(common: &Path, run_id: &RunId) -> Lanes {
+    /// An empty set of lanes; `pool_bound` pooled lanes are kept for later
+    /// runs (0: no pool, the run's lanes are its own).
+    pub(crate) fn new(common: &Path, run_id: &RunId, pool_bound: usize) -> Lanes {
         Lanes {
             common: common.to_path_buf(),
             run_id: run_id.clone(),
+            pool_bound,
             inner: Mutex::new(Pool::default()),
             prewarm: tokio::sync::Mutex::new(None),
         }
@@ -79,12 +96,35 @@ impl Lanes {
         let (this, sha) = (std::sync::Arc::clone(self), start.to_owned());
         *self.prewarm.lock().await = Some(tokio::spawn(async move {
             let mut lane = this.create(k, &sha).await?;
-            lane.checkout = "prewarmed";
+            lane.checkout = if lane.checkout == "warm" {
+                "prewarmed-warm"
+            } else {
+                "prewarmed"
+            };
             Ok(lane)
         }));
     }
 
     async fn create(&self, k: usize, start: &str) -> Result<Lane, RunError> {
+        if self.pool_bound > 0 {
+            let (c, sha) = (self.common.clone(), start.to_owned());
+            let (lease, readied, note) = blocking(move || pool::take(&c, &sha)).await?;
+            if !note.is_empty() {
+                tracing::debug!(lane = %lease.name, "pooled lane not reused: {note}");
+            }
+            let lane = Lane {
+                path: lease.path.clone(),
+                name: lease.name.clone(),
+                branch: String::new(),
+                clean_at: Some(start.to_owned()),
+                checkout: match readied {
+                    pool::Readied::Warm => "warm",
+                    pool::Readied::Created => "created",
+                },
+            };
+            self.pool().leases.push(lease);
+            return Ok(lane);
+        }
         let lane = Lane {
             path: lanes_dir(&self.common, self.run_id.as_str()).join(format!("lane-{k}")),
             name: format!("orch-{}-{k}", self.run_id),
@@ -120,11 +160,12 @@ impl Lanes {
         };
         match reused {
             Ok(mut lane) if lane.clean_at.as_deref() == Some(start) => {
-                // A lane made ahead of need is still "created" on first use.
-                lane.checkout = if lane.checkout == "prewarmed" {
-                    "created"
-                } else {
-                    "clean"
+                // A lane made ahead of need is still "created" (or "warm")
+                // on first use.
+                lane.checkout = match lane.checkout {
+                    "prewarmed" => "created",
+                    "prewarmed-warm" => "warm",
+                    _ => "clean",
                 };
                 Ok(lane)
             }
@@ -163,14 +204,63 @@ impl Lanes {
         }
     }
 
-    /// Removes every lane of the run (worktrees and lane branches).
-    pub(crate) async fn remove_all(&self) -> Result<(), RunError> {
+    /// Ends the run's use of its lanes, in O(lanes) renames whatever the
+    /// repository's size: pooled lanes are handed back (their leases
+    /// dropped; each is detached at its last stage commit, and the next
+    /// taker removes whatever else it holds) and the pool is trimmed to its
+    /// bound; the run's own lanes (no pool) are moved into the trash. What
+    /// goes to the trash is deleted later ([`pool::empty_trash`]).
+    pub(crate) async fn hand_back(&self) -> Result<(), RunError> {
         if let Some(handle) = self.prewarm.lock().await.take() {
             let _ = handle.await;
         }
-        *self.pool() = Pool::default();
-        clear_stale(&self.common, self.run_id.as_str()).await
+        let leases = std::mem::take(&mut *self.pool()).leases;
+        drop(leases);
+        let (c, run, bound) = (
+            self.common.clone(),
+            self.run_id.to_string(),
+            self.pool_bound,
+        );
+        blocking(move || {
+            pool::trim(&c, bound)?;
+            retire_run_lanes(&c, &run)
+        })
+        .await
     }
+}
+
+/// Moves run `run`'s own lanes (no pool) into the trash in one rename, then
+/// drops their admin entries and branches: the files are deleted later.
+/// Only call it while holding the run's lock.
+fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
+    let dir = lanes_dir(common, run);
+    if std::fs::symlink_metadata(&dir).is_ok() {
+        pool::trash(common, &dir)?;
+    }
+    {
+        // The admin entries first: while one names a branch, libgit2
+        // refuses to delete it.
+        let _admin = git::admin_lock(common, true)?;
+        for entry in std::fs::read_dir(common.join("worktrees"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.strip_prefix(&format!("orch-{run}-")).is_some() {
+                let admin = entry.path();
+                std::fs::remove_dir_all(&admin).map_err(|source| GitError::Io {
+                    op: "remove the worktree admin directory",
+                    path: admin,
+                    source,
+                })?;
+            }
+        }
+    }
+    for (branch, _) in git::list_branches(common, &format!("orch-lanes/{run}/"))? {
+        git::delete_branch(common, &branch)?;
+    }
+    Ok(())
 }
 
 /// Removes whatever lanes of `run_id` exist on disk or as branches (after a
@@ -186,6 +276,8 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
     blocking(move || {
         git::remove_stale_ref_locks(&c, &[format!("orch/{run}"), format!("orch-lanes/{run}")])?;
         git::prune_broken_lanes(&c, &run)?;
+        // Pooled lanes a kill left half-made (their leases died with it).
+        pool::heal(&c)?;
         let dir = lanes_dir(&c, &run);
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for entry in entries.flatten() {

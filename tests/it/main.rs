@@ -28,6 +28,7 @@ mod harness;
 mod hostile;
 mod kills;
 mod lane_checkout;
+mod lane_pool;
 mod llm_bounds;
 mod llm_client;
 mod llm_e2e;

@@ -1,0 +1,396 @@
+//! The repository's pool of warm lanes: linked worktrees that outlive the
+//! run that made them, so the next run (or stage) starts from a checkout
+//! that only needs the difference to its start commit.
+//!
+//! Slot `N` is the worktree `<git>/orch/pool/lane-N` (admin name
+//! `orch-pool-N`, so `git worktree list` shows it as orch's), always with a
+//! detached `HEAD`. Whoever uses a slot holds its lease: an exclusive
+//! `flock` on `<git>/orch/pool/lane-N.lease`, taken without waiting, held
+//! for the lane's whole use and dropped by the kernel when the process dies.
+//! So two runs on one repository never use the same lane, and a slot whose
+//! lease can be taken belongs to nobody: whatever it holds (a dead run's
+//! half-written files, a half-made worktree) may be cleaned or removed.
+//!
+//! A slot taken warm is moved with [`move_worktree`] (only the difference is
+//! checked out, untracked and ignored files are removed, the result is
+//! verified); a slot that is missing, broken or refused is (re)created from
+//! scratch. Removing a slot off the exit path ([`retire`]) renames it into
+//! `<git>/orch/trash/` and drops its admin entry (both O(1)); the files go
+//! later ([`empty_trash`], run in the background or by `orch gc`).
+
+use super::{
+    GitError, admin_lock, branch_sha, create_worktree, delete_branch, detach_worktree, io_err,
+    remove_worktree,
+    worktree::{Moved, move_worktree},
+};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The directory holding the pool's slots and their leases.
+pub fn pool_dir(common_dir: &Path) -> PathBuf {
+    common_dir.join("orch").join("pool")
+}
+
+/// The directory a slot's files are renamed into before they are deleted.
+pub fn trash_dir(common_dir: &Path) -> PathBuf {
+    common_dir.join("orch").join("trash")
+}
+
+/// The worktree directory of slot `n`.
+pub fn slot_path(common_dir: &Path, n: usize) -> PathBuf {
+    pool_dir(common_dir).join(format!("lane-{n}"))
+}
+
+/// The admin name of slot `n`.
+pub fn slot_name(n: usize) -> String {
+    format!("orch-pool-{n}")
+}
+
+/// The branch libgit2 needs to add slot `n`'s worktree (it cannot add a
+/// detached one); deleted once the worktree is detached.
+fn add_branch(n: usize) -> String {
+    format!("orch-lanes/pool-{n}")
+}
+
+fn lease_path(common_dir: &Path, n: usize) -> PathBuf {
+    pool_dir(common_dir).join(format!("lane-{n}.lease"))
+}
+
+/// A held lease on one slot; released on drop.
+#[derive(Debug)]
+pub struct Lease {
+    _file: fs::File,
+    /// The slot number.
+    pub slot: usize,
+    /// The slot's worktree directory.
+    pub path: PathBuf,
+    /// The slot's admin name.
+    pub name: String,
+}
+
+/// Takes slot `n`'s lease if nobody holds it.
+fn try_lease(common_dir: &Path, n: usize) -> Result<Option<Lease>, GitError> {
+    use std::os::fd::AsRawFd;
+    let path = lease_path(common_dir, n);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
+    }
+    loop {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err("open the lane lease", &path))?;
+        // SAFETY: flock on a descriptor `file` owns; no memory is shared.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // A retired slot's lease file is unlinked by its holder: a lock
+            // on the unlinked file is no lease; open the new one.
+            use std::os::unix::fs::MetadataExt;
+            let same = match (file.metadata(), fs::metadata(&path)) {
+                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            return Ok(Some(Lease {
+                _file: file,
+                slot: n,
+                path: slot_path(common_dir, n),
+                name: slot_name(n),
+            }));
+        }
+        let err = std::io::Error::last_os_error();
+        match err.kind() {
+            std::io::ErrorKind::Interrupted => continue,
+            std::io::ErrorKind::WouldBlock => return Ok(None),
+            _ => return Err(io_err("lock the lane lease", &path)(err)),
+        }
+    }
+}
+
+/// The slots that exist in some form (a worktree directory or an admin
+/// entry), sorted.
+pub fn slots(common_dir: &Path) -> Vec<usize> {
+    let mut found: Vec<usize> = Vec::new();
+    let number = |name: &str, prefix: &str| {
+        name.strip_prefix(prefix)
+            .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|k| k.parse().ok())
+    };
+    for (dir, prefix) in [
+        (pool_dir(common_dir), "lane-"),
+        (common_dir.join("worktrees"), "orch-pool-"),
+    ] {
+        for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+            if let Some(n) = entry.file_name().to_str().and_then(|f| number(f, prefix))
+                && entry.path().is_dir()
+            {
+                found.push(n);
+            }
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    found
+}
+
+/// Whether slot `n` is a whole worktree: its admin entry is complete and
+/// points at its directory, which points back.
+fn is_whole(common_dir: &Path, n: usize) -> bool {
+    let admin = common_dir.join("worktrees").join(slot_name(n));
+    let path = slot_path(common_dir, n);
+    let gitdir = fs::read_to_string(admin.join("gitdir")).unwrap_or_default();
+    admin.join("commondir").is_file()
+        && admin.join("HEAD").is_file()
+        && Path::new(gitdir.trim()) == path.join(".git")
+        && path.join(".git").is_file()
+}
+
+/// The commit slot `n`'s detached `HEAD` names, if it is detached.
+fn slot_head(common_dir: &Path, n: usize) -> Option<String> {
+    let head = fs::read_to_string(common_dir.join("worktrees").join(slot_name(n)).join("HEAD"));
+    head.ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| h.len() == 40)
+}
+
+/// How a taken lane was readied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readied {
+    /// A pooled lane, moved to the start commit by its difference.
+    Warm,
+    /// A new worktree (no free pooled lane, or the pooled one was refused).
+    Created,
+}
+
+/// Takes a free slot (a whole one first, preferring one already at
+/// `start`; else the lowest free number) and readies it at `start`,
+/// detached and clean. A run never waits for a lane: when every slot is
+/// taken a new one is made, and the run's hand-back trims the pool to its
+/// bound again ([`trim`]). Returns the lease, how the lane was readied and
+/// why a pooled lane there was not reused (empty when it was, or none was).
+pub fn take(common_dir: &Path, start: &str) -> Result<(Lease, Readied, String), GitError> {
+    let mut existing = slots(common_dir);
+    existing.sort_by_key(|&n| (slot_head(common_dir, n).as_deref() != Some(start), n));
+    let mut lease = None;
+    for &n in &existing {
+        if let Some(l) = try_lease(common_dir, n)? {
+            lease = Some(l);
+            break;
+        }
+    }
+    if lease.is_none() {
+        for n in 1.. {
+            if existing.contains(&n) {
+                continue;
+            }
+            if let Some(l) = try_lease(common_dir, n)? {
+                lease = Some(l);
+                break;
+            }
+        }
+    }
+    let Some(lease) = lease else {
+        unreachable!("the loop over slot numbers ends with a lease")
+    };
+    let (readied, note) = ready(common_dir, &lease, start)?;
+    Ok((lease, readied, note))
+}
+
+/// Readies the leased slot at `start`: moved if it is whole, else (or when
+/// the move is refused or fails) removed and created anew. The note says
+/// why a pooled lane was not reused, if one was there.
+fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, String), GitError> {
+    let n = lease.slot;
+    let mut note = String::new();
+    if is_whole(common_dir, n) {
+        match move_worktree(&lease.path, start) {
+            Ok(Moved::Done { .. }) => {
+                // A kill between the add and the detach left the add branch.
+                drop_add_branch(common_dir, n)?;
+                return Ok((Readied::Warm, note));
+            }
+            Ok(Moved::Refused(why)) => note = why,
+            Err(e) => note = format!("failed to {e}"),
+        }
+    }
+    clear_slot(common_dir, n)?;
+    create_worktree(common_dir, &lease.name, &lease.path, &add_branch(n), start)?;
+    detach_worktree(&lease.path)?;
+    drop_add_branch(common_dir, n)?;
+    Ok((Readied::Created, note))
+}
+
+/// Deletes slot `n`'s add branch, and the ref lock a process killed while
+/// writing it left (only called with the slot's lease held: any lock there
+/// is a dead holder's).
+fn drop_add_branch(common_dir: &Path, n: usize) -> Result<(), GitError> {
+    super::remove_stale_ref_locks(common_dir, &[add_branch(n)])?;
+    if branch_sha(common_dir, &add_branch(n))?.is_some() {
+        delete_branch(common_dir, &add_branch(n))?;
+    }
+    Ok(())
+}
+
+/// Removes whatever exists of slot `n` (its lease held): worktree, admin
+/// entry, add branch.
+fn clear_slot(common_dir: &Path, n: usize) -> Result<(), GitError> {
+    let (name, path) = (slot_name(n), slot_path(common_dir, n));
+    let admin = common_dir.join("worktrees").join(&name);
+    if fs::symlink_metadata(&admin).is_ok() {
+        if !is_whole(common_dir, n) {
+            // Half-made or pointing elsewhere: libgit2 may not open it.
+            let _admin = admin_lock(common_dir, true)?;
+            fs::remove_dir_all(&admin)
+                .map_err(io_err("remove the broken worktree admin directory", &admin))?;
+        } else {
+            remove_worktree(common_dir, &name, &path)?;
+        }
+    }
+    if fs::symlink_metadata(&path).is_ok() {
+        fs::remove_dir_all(&path).map_err(io_err("remove the pooled lane directory", &path))?;
+    }
+    drop_add_branch(common_dir, n)
+}
+
+/// Takes slot `n` out of the pool at once (its lease held): its directory
+/// is renamed into the trash and its admin entry removed, so `git worktree
+/// list` forgets it; the files are deleted by [`empty_trash`].
+pub fn retire(common_dir: &Path, lease: Lease) -> Result<(), GitError> {
+    let trash = trash_dir(common_dir);
+    fs::create_dir_all(&trash).map_err(io_err("create the directory", &trash))?;
+    if fs::symlink_metadata(&lease.path).is_ok() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let to = trash.join(format!("{}-{}-{nanos}", lease.name, std::process::id()));
+        fs::rename(&lease.path, &to).map_err(io_err("move the lane into the trash", &to))?;
+    }
+    let admin = common_dir.join("worktrees").join(&lease.name);
+    if fs::symlink_metadata(&admin).is_ok() {
+        let _admin = admin_lock(common_dir, true)?;
+        fs::remove_dir_all(&admin)
+            .map_err(io_err("remove the worktree admin directory", &admin))?;
+    }
+    drop_add_branch(common_dir, lease.slot)?;
+    let _ = fs::remove_file(lease_path(common_dir, lease.slot));
+    Ok(())
+}
+
+/// Moves a directory into the trash (for [`empty_trash`]); O(1).
+pub fn trash(common_dir: &Path, dir: &Path) -> Result<(), GitError> {
+    let trash = trash_dir(common_dir);
+    fs::create_dir_all(&trash).map_err(io_err("create the directory", &trash))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let leaf = dir
+        .file_name()
+        .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+    let to = trash.join(format!("{leaf}-{}-{nanos}", std::process::id()));
+    fs::rename(dir, &to).map_err(io_err("move a directory into the trash", dir))
+}
+
+/// Whether the trash holds anything.
+pub fn trash_is_empty(common_dir: &Path) -> bool {
+    fs::read_dir(trash_dir(common_dir)).map_or(true, |mut d| d.next().is_none())
+}
+
+/// Deletes what the trash holds. Entries are whole directories renamed
+/// there by their owner, so deleting them races nobody.
+pub fn empty_trash(common_dir: &Path) -> Result<Vec<PathBuf>, GitError> {
+    let dir = trash_dir(common_dir);
+    let mut removed = Vec::new();
+    for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        match fs::remove_dir_all(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove the trashed lane", &path)(e)),
+        }
+    }
+    let _ = fs::remove_dir(&dir);
+    Ok(removed)
+}
+
+/// Trims the pool to at most `keep` slots, retiring free slots (highest
+/// numbers first) until it fits; slots in use are never touched. Returns
+/// how many were retired.
+pub fn trim(common_dir: &Path, keep: usize) -> Result<usize, GitError> {
+    let existing = slots(common_dir);
+    let mut count = existing.len();
+    let mut retired = 0;
+    for &n in existing.iter().rev() {
+        if count <= keep {
+            break;
+        }
+        if let Some(lease) = try_lease(common_dir, n)? {
+            retire(common_dir, lease)?;
+            count -= 1;
+            retired += 1;
+        }
+    }
+    Ok(retired)
+}
+
+/// Heals the free slots a killed process left half-done: a broken worktree
+/// is removed (it is made again when needed), a whole one keeps its files
+/// but loses the add branch a kill between its add and its detach left.
+pub fn heal(common_dir: &Path) -> Result<(), GitError> {
+    for n in slots(common_dir) {
+        let Some(_lease) = try_lease(common_dir, n)? else {
+            continue;
+        };
+        if !is_whole(common_dir, n) {
+            clear_slot(common_dir, n)?;
+        } else {
+            if branch_sha(common_dir, &add_branch(n))?.is_some() {
+                detach_worktree(&slot_path(common_dir, n))?;
+            }
+            drop_add_branch(common_dir, n)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes (or, with `dry_run`, lists) every free slot completely: its
+/// worktree, admin entry and lease; then the trash. Slots in use are kept
+/// and returned in the second list.
+pub fn remove_all(
+    common_dir: &Path,
+    dry_run: bool,
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), GitError> {
+    let (mut removed, mut in_use) = (Vec::new(), Vec::new());
+    for n in slots(common_dir) {
+        let path = slot_path(common_dir, n);
+        let Some(lease) = try_lease(common_dir, n)? else {
+            in_use.push(path);
+            continue;
+        };
+        if !dry_run {
+            clear_slot(common_dir, n)?;
+            drop(lease);
+            let _ = fs::remove_file(lease_path(common_dir, n));
+        }
+        removed.push(path);
+    }
+    if !dry_run {
+        empty_trash(common_dir)?;
+        if in_use.is_empty() {
+            // Leases of slots that no longer exist.
+            for entry in fs::read_dir(pool_dir(common_dir))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if entry.path().extension().is_some_and(|e| e == "lease") {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+            let _ = fs::remove_dir(pool_dir(common_dir));
+        }
+    }
+    Ok((removed, in_use))
+}
