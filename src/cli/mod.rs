@@ -20,6 +20,7 @@ mod inspect;
 mod replay;
 mod resume;
 mod run;
+mod setup;
 mod validate;
 
 // Shared by the subcommands.
@@ -54,6 +55,9 @@ pub mod exit {
     pub const GIT: i32 = 4;
     /// An internal error: I/O on the run record, a bug.
     pub const INTERNAL: i32 = 5;
+    /// `orch setup`: steps that change the system were not confirmed
+    /// (headless without `--yes`, or the user said no); they did not run.
+    pub const NOT_CONFIRMED: i32 = 6;
     /// Interrupted (Ctrl-C); the run is resumable.
     pub const INTERRUPTED: i32 = 130;
 }
@@ -70,6 +74,7 @@ Examples:
   orch rollback last --to review; orch resume last   undo later stages and run them again
   orch run issue-to-pr --issue ISSUE.md --dry-run    the plan and prompts; no model called, nothing created
   orch gc --older-than 7d                            remove old runs' worktrees, records and stage branches
+  orch setup \"a venv in ./venv\" --plan-only         the environment-setup agent: print a plan, change nothing
 
 Model: --base-url/--model or ORCH_BASE_URL/ORCH_MODEL; key in ORCH_API_KEY (or OPENAI_API_KEY).
 Offline: --replay FILE (or --model replay:FILE) replays recorded responses; no model is called.
@@ -119,6 +124,8 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Remove the worktrees of runs that are not running; with --older-than, whole old runs.
     Gc(gc::GcArgs),
+    /// Set up a development environment: detect, plan, confirm, run, verify, report (docs/setup.md).
+    Setup(setup::SetupArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
 }
@@ -216,5 +223,6 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Gc(a) => gc::cmd_gc(a),
         Command::Completions(a) => completions::cmd_completions(a),
         Command::Replay(a) => replay::cmd_replay(a).await,
+        Command::Setup(a) => setup::cmd_setup(a).await,
     }
 }
