@@ -43,7 +43,10 @@ pub struct SetupArgs {
 pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::Internal(format!("failed to read the current directory: {e}")))?;
-    let repo = cwd.ancestors().find(|d| d.join(".git").exists()).map(PathBuf::from);
+    let repo = cwd
+        .ancestors()
+        .find(|d| d.join(".git").exists())
+        .map(PathBuf::from);
     let catalog = Catalog::load(repo.as_deref())?;
     let role = catalog.role("setup")?;
     let chosen = choose_for_repo(&args.model, repo.as_deref())?;
@@ -97,7 +100,10 @@ struct TermConsole;
 impl Console for TermConsole {
     fn say(&self, text: &str) {
         let mut out = Out::stdout();
-        let printed = out.text(text).and_then(|()| out.text("\n")).and_then(|()| out.finish());
+        let printed = out
+            .text(text)
+            .and_then(|()| out.text("\n"))
+            .and_then(|()| out.finish());
         // A closed stdout does not stop an installation half-way; the
         // record has everything.
         let _ = ignore_closed(printed);
@@ -124,7 +130,9 @@ impl Console for TermConsole {
 fn ask_tty(prompt: &str) -> Option<String> {
     let tty = std::fs::File::open("/dev/tty").ok()?;
     let mut stderr = std::io::stderr().lock();
-    write!(stderr, "orch: {prompt} ").and_then(|()| stderr.flush()).ok()?;
+    write!(stderr, "orch: {prompt} ")
+        .and_then(|()| stderr.flush())
+        .ok()?;
     let mut line = String::new();
     std::io::BufReader::new(tty).read_line(&mut line).ok()?;
     Some(line)

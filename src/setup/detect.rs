@@ -19,8 +19,20 @@ const VERSION_CHARS: usize = 2000;
 
 /// Package managers looked for on `PATH`.
 const PACKAGE_MANAGERS: &[&str] = &[
-    "apt", "apt-get", "dnf", "yum", "zypper", "pacman", "apk", "emerge", "xbps-install", "brew",
-    "port", "nix", "snap", "flatpak",
+    "apt",
+    "apt-get",
+    "dnf",
+    "yum",
+    "zypper",
+    "pacman",
+    "apk",
+    "emerge",
+    "xbps-install",
+    "brew",
+    "port",
+    "nix",
+    "snap",
+    "flatpak",
 ];
 
 /// Language runtimes, build tools and version managers, with the arguments
@@ -92,7 +104,9 @@ pub(crate) async fn detect_system(cwd: &Path) -> Value {
 
     let managers: Vec<Value> = PACKAGE_MANAGERS
         .iter()
-        .filter_map(|m| find_in_path(m).map(|p| json!({"name": m, "path": p.display().to_string()})))
+        .filter_map(|m| {
+            find_in_path(m).map(|p| json!({"name": m, "path": p.display().to_string()}))
+        })
         .collect();
     let (runtimes, version_managers) = tokio::join!(
         versions_of(RUNTIMES, cwd),
@@ -102,7 +116,8 @@ pub(crate) async fn detect_system(cwd: &Path) -> Value {
     if let Some(home) = &home {
         for (name, rel) in MANAGER_DIRS {
             if home.join(rel).exists() {
-                version_managers.push(json!({"name": name, "path": home.join(rel).display().to_string()}));
+                version_managers
+                    .push(json!({"name": name, "path": home.join(rel).display().to_string()}));
             }
         }
     }
@@ -144,9 +159,39 @@ pub(crate) async fn detect_system(cwd: &Path) -> Value {
     })
 }
 
+/// One line about a `detect_system` result, for the user.
+pub(crate) fn summary(v: &Value) -> String {
+    let names = |key: &str| {
+        v[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m["name"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    };
+    format!(
+        "detect_system: {} {} ({}), package managers: {}; runtimes: {}",
+        v["distro"]["pretty_name"]
+            .as_str()
+            .unwrap_or("unknown distro"),
+        v["arch"].as_str().unwrap_or(""),
+        if v["root"] == true {
+            "root"
+        } else {
+            "not root"
+        },
+        names("package_managers"),
+        names("runtimes"),
+    )
+}
+
 /// The `check_command` result for `name` (a bare command name).
 pub(crate) async fn check_command(name: &str, cwd: &Path) -> Result<Value, String> {
-    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || "'\"$`;|&<>()\\".contains(c)) {
+    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || "'\"$`;|&<>()\\".contains(c))
+    {
         return Err(format!(
             "`{name}` is not a command name: give one name such as `python3` (no arguments, no shell syntax)"
         ));
@@ -177,7 +222,12 @@ async fn versions_of(table: &[(&str, &str)], cwd: &Path) -> Vec<Value> {
         .collect();
     let futures = found.iter().map(|(name, arg, path)| async move {
         let (output, _) = version_output(path, arg, cwd).await;
-        let first = output.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned();
+        let first = output
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim()
+            .to_owned();
         json!({"name": name, "path": path.display().to_string(), "version": first})
     });
     futures_util::future::join_all(futures).await
@@ -190,7 +240,15 @@ async fn version_output(path: &Path, arg: &str, cwd: &Path) -> (String, Option<i
         ..ExecLimits::default()
     };
     let command = format!("{} {arg}", shell_quote(&path.display().to_string()));
-    match exec::run_shell(&command, cwd, &exec::scrubbed_env(), VERSION_TIMEOUT, &limits).await {
+    match exec::run_shell(
+        &command,
+        cwd,
+        &exec::scrubbed_env(),
+        VERSION_TIMEOUT,
+        &limits,
+    )
+    .await
+    {
         Ok(r) => {
             let mut text = r.output;
             if r.timed_out {
@@ -218,7 +276,8 @@ async fn libc_kind(cwd: &Path) -> Value {
         if lower.contains("musl") {
             return json!({"name": "musl", "detail": first});
         }
-        if lower.contains("glibc") || lower.contains("gnu libc") || lower.contains("gnu c library") {
+        if lower.contains("glibc") || lower.contains("gnu libc") || lower.contains("gnu c library")
+        {
             let version = first.split_whitespace().last().unwrap_or("").to_owned();
             return json!({"name": "glibc", "version": version, "detail": first});
         }
@@ -324,7 +383,9 @@ pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
 /// `user:password@` in a proxy URL becomes `***@`.
 fn mask_credentials(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
         _ => url.to_owned(),
     }
 }
@@ -360,11 +421,16 @@ mod tests {
     #[tokio::test]
     async fn check_command_refuses_shell_syntax() {
         let d = tempfile::tempdir().unwrap();
-        let e = check_command("python3; rm -rf x", d.path()).await.unwrap_err();
+        let e = check_command("python3; rm -rf x", d.path())
+            .await
+            .unwrap_err();
         assert!(e.contains("not a command name"), "{e}");
         let v = check_command("bash", d.path()).await.unwrap();
         assert_eq!(v["found"], true);
-        assert!(v["version_output"].as_str().unwrap().contains("bash"), "{v}");
+        assert!(
+            v["version_output"].as_str().unwrap().contains("bash"),
+            "{v}"
+        );
         let v = check_command("no-such-cmd-xyz", d.path()).await.unwrap();
         assert_eq!(v["found"], false);
     }

@@ -208,7 +208,12 @@ pub(crate) fn render(plan: &Plan, title: &str) -> String {
         if plan.steps.len() == 1 { "" } else { "s" }
     );
     for (i, s) in plan.steps.iter().enumerate() {
-        out.push_str(&format!("  {}. [{}] {}\n", i + 1, s.risk.as_str(), s.command));
+        out.push_str(&format!(
+            "  {}. [{}] {}\n",
+            i + 1,
+            s.risk.as_str(),
+            s.command
+        ));
         if !s.why.is_empty() {
             out.push_str(&format!("     why: {}\n", s.why));
         }
@@ -246,11 +251,20 @@ mod tests {
     #[test]
     fn bad_plans_are_refused_with_the_step() {
         for (args, want) in [
-            (json!({"steps": [step("touch x", "read")]}), "step 1 is marked `read`"),
-            (json!({"steps": [step("sudo apt-get install -y x", "install")]}), "uses sudo"),
+            (
+                json!({"steps": [step("touch x", "read")]}),
+                "step 1 is marked `read`",
+            ),
+            (
+                json!({"steps": [step("sudo apt-get install -y x", "install")]}),
+                "uses sudo",
+            ),
             (json!({"steps": [step("rm -rf /", "system")]}), "refused"),
             (json!({"steps": [step("ls", "maybe")]}), "`risk` must be"),
-            (json!({"steps": [{"command": "pip install x", "risk": "install"}]}), "needs a `check`"),
+            (
+                json!({"steps": [{"command": "pip install x", "risk": "install"}]}),
+                "needs a `check`",
+            ),
             (json!({"step": []}), "`steps` must be"),
         ] {
             let e = parse(&args).unwrap_err();

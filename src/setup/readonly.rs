@@ -18,29 +18,131 @@ use crate::policy::{SimpleCommand, simple_commands};
 /// Programs that only read, whatever their arguments (apart from the ones
 /// [`writes_anyway`] knows).
 const READ_ONLY_PROGRAMS: &[&str] = &[
-    "cat", "ls", "head", "tail", "grep", "egrep", "fgrep", "uname", "which", "command", "type",
-    "echo", "printf", "id", "whoami", "groups", "df", "du", "free", "nproc", "lsb_release",
-    "hostname", "hostnamectl", "pwd", "stat", "file", "wc", "sort", "uniq", "cut", "tr",
-    "readlink", "realpath", "basename", "dirname", "test", "[", "true", "false", "env",
-    "printenv", "date", "getconf", "ldd", "lscpu", "arch", "locale", "sed", "find", "tree",
-    "dpkg-query", "apt-cache", "ps", "uptime", "diff", "cmp", "md5sum", "sha256sum", "column",
+    "cat",
+    "ls",
+    "head",
+    "tail",
+    "grep",
+    "egrep",
+    "fgrep",
+    "uname",
+    "which",
+    "command",
+    "type",
+    "echo",
+    "printf",
+    "id",
+    "whoami",
+    "groups",
+    "df",
+    "du",
+    "free",
+    "nproc",
+    "lsb_release",
+    "hostname",
+    "hostnamectl",
+    "pwd",
+    "stat",
+    "file",
+    "wc",
+    "sort",
+    "uniq",
+    "cut",
+    "tr",
+    "readlink",
+    "realpath",
+    "basename",
+    "dirname",
+    "test",
+    "[",
+    "true",
+    "false",
+    "env",
+    "printenv",
+    "date",
+    "getconf",
+    "ldd",
+    "lscpu",
+    "arch",
+    "locale",
+    "sed",
+    "find",
+    "tree",
+    "dpkg-query",
+    "apt-cache",
+    "ps",
+    "uptime",
+    "diff",
+    "cmp",
+    "md5sum",
+    "sha256sum",
+    "column",
 ];
 
 /// Package managers and tools with subcommands that only read.
 const READ_ONLY_SUBCOMMANDS: &[(&str, &[&str])] = &[
-    ("apt", &["list", "show", "policy", "search", "depends", "rdepends"]),
-    ("dpkg", &["-l", "-s", "-L", "-S", "--list", "--status", "--print-architecture"]),
+    (
+        "apt",
+        &["list", "show", "policy", "search", "depends", "rdepends"],
+    ),
+    (
+        "dpkg",
+        &[
+            "-l",
+            "-s",
+            "-L",
+            "-S",
+            "--list",
+            "--status",
+            "--print-architecture",
+        ],
+    ),
     ("rpm", &["-q", "-qa", "-qi", "-ql", "--query"]),
     ("dnf", &["list", "info", "search", "repolist", "--version"]),
     ("yum", &["list", "info", "search", "repolist"]),
     ("pacman", &["-Q", "-Qi", "-Ql", "-Ss", "-Si"]),
     ("apk", &["info", "search", "list", "policy"]),
-    ("brew", &["list", "info", "search", "config", "--prefix", "doctor"]),
-    ("pip", &["list", "show", "freeze", "check", "--version", "-V"]),
-    ("pip3", &["list", "show", "freeze", "check", "--version", "-V"]),
-    ("npm", &["ls", "list", "view", "config", "--version", "-v", "root", "prefix"]),
-    ("git", &["--version", "status", "log", "rev-parse", "config", "remote", "branch"]),
-    ("systemctl", &["status", "is-active", "is-enabled", "list-units"]),
+    (
+        "brew",
+        &["list", "info", "search", "config", "--prefix", "doctor"],
+    ),
+    (
+        "pip",
+        &["list", "show", "freeze", "check", "--version", "-V"],
+    ),
+    (
+        "pip3",
+        &["list", "show", "freeze", "check", "--version", "-V"],
+    ),
+    (
+        "npm",
+        &[
+            "ls",
+            "list",
+            "view",
+            "config",
+            "--version",
+            "-v",
+            "root",
+            "prefix",
+        ],
+    ),
+    (
+        "git",
+        &[
+            "--version",
+            "status",
+            "log",
+            "rev-parse",
+            "config",
+            "remote",
+            "branch",
+        ],
+    ),
+    (
+        "systemctl",
+        &["status", "is-active", "is-enabled", "list-units"],
+    ),
     ("uv", &["--version", "python", "pip"]),
     ("rustup", &["show", "--version", "toolchain", "target"]),
     ("cargo", &["--version", "-V", "metadata", "tree"]),
@@ -48,8 +150,16 @@ const READ_ONLY_SUBCOMMANDS: &[(&str, &[&str])] = &[
     ("snap", &["list", "info", "version"]),
 ];
 
-/// Arguments that ask any program for its version only.
-const VERSION_ARGS: &[&str] = &["--version", "-V", "-v", "version", "-version"];
+/// Arguments that ask any program for its version or usage only.
+const VERSION_ARGS: &[&str] = &[
+    "--version",
+    "-V",
+    "-v",
+    "version",
+    "-version",
+    "--help",
+    "-h",
+];
 
 /// Why `command` is not read-only, or `None` when it is.
 pub(crate) fn not_read_only(command: &str) -> Option<String> {
@@ -89,7 +199,9 @@ fn unit_problem(unit: &SimpleCommand) -> Option<String> {
         return None;
     }
     if let Some((_, subs)) = READ_ONLY_SUBCOMMANDS.iter().find(|(p, _)| *p == name) {
-        let first = args.iter().find(|a| !a.starts_with("--") || subs.contains(&a.as_str()));
+        let first = args
+            .iter()
+            .find(|a| !a.starts_with("--") || subs.contains(&a.as_str()));
         if first.is_some_and(|a| subs.contains(&a.as_str())) && !pip_writes(name, args) {
             return None;
         }
@@ -104,9 +216,16 @@ fn unit_problem(unit: &SimpleCommand) -> Option<String> {
 
 /// Read-only programs used with an argument that writes.
 fn writes_anyway(name: &str, args: &[String]) -> Option<String> {
-    let has = |a: &str| args.iter().any(|x| x == a || x.starts_with(&format!("{a}=")));
+    let has = |a: &str| {
+        args.iter()
+            .any(|x| x == a || x.starts_with(&format!("{a}=")))
+    };
     match name {
-        "sed" if args.iter().any(|a| a.starts_with("-i") || a == "--in-place") => {
+        "sed"
+            if args
+                .iter()
+                .any(|a| a.starts_with("-i") || a == "--in-place") =>
+        {
             Some("`sed -i` edits files".into())
         }
         "find" if has("-delete") || has("-fprint") || has("-fprintf") || has("-fls") => {
@@ -117,7 +236,12 @@ fn writes_anyway(name: &str, args: &[String]) -> Option<String> {
             None
         }
         "sort" if has("-o") || has("--output") => Some("`sort -o` writes a file".into()),
-        "git" if args.first().is_some_and(|a| a == "config") && !has("--get") && !has("-l") && !has("--list") => {
+        "git"
+            if args.first().is_some_and(|a| a == "config")
+                && !has("--get")
+                && !has("-l")
+                && !has("--list") =>
+        {
             Some("`git config` without `--get`/`--list` can write".into())
         }
         _ => None,
@@ -134,7 +258,10 @@ fn pip_writes(name: &str, args: &[String]) -> bool {
 
 fn harmless_target(target: &str) -> bool {
     matches!(target, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "-")
-        || target.trim_start_matches('&').chars().all(|c| c.is_ascii_digit() || c == '-')
+        || target
+            .trim_start_matches('&')
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '-')
 }
 
 fn base(word: &str) -> &str {

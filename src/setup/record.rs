@@ -74,7 +74,11 @@ pub(crate) struct SetupState {
 
 /// The root of all setup records.
 pub(crate) fn records_root() -> Option<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     env(SETUP_DIR_VAR)
         .or_else(|| env("XDG_STATE_HOME").map(|d| d.join("orch").join("setup")))
         .or_else(|| env("HOME").map(|h| h.join(".local/state/orch/setup")))
@@ -90,7 +94,8 @@ pub(crate) struct SetupRecord {
 impl SetupRecord {
     /// Creates the directory of a new setup `id`.
     pub(crate) fn create(id: &str, secrets: Vec<String>) -> Result<Self, String> {
-        let root = records_root().ok_or("find a place for the setup record: set HOME or ORCH_SETUP_DIR")?;
+        let root = records_root()
+            .ok_or("find a place for the setup record: set HOME or ORCH_SETUP_DIR")?;
         let dir = root.join(id);
         std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
         Ok(Self { dir, secrets })
@@ -115,7 +120,8 @@ impl SetupRecord {
     }
 
     fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<(), String> {
-        let text = serde_json::to_string_pretty(value).map_err(|e| format!("encode {name}: {e}"))?;
+        let text =
+            serde_json::to_string_pretty(value).map_err(|e| format!("encode {name}: {e}"))?;
         let text = crate::runlog::redact(&text, &self.secrets);
         let path = self.dir.join(name);
         crate::runlog::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
@@ -123,7 +129,8 @@ impl SetupRecord {
 
     fn read_json<T: for<'de> Deserialize<'de>>(&self, name: &str) -> Result<T, String> {
         let path = self.dir.join(name);
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))
     }
 
@@ -161,7 +168,8 @@ impl SetupRecord {
     /// Writes `report.md`.
     pub(crate) fn write_report(&self, text: &str) -> Result<(), String> {
         let text = crate::runlog::redact(text, &self.secrets);
-        crate::runlog::write_atomic(&self.dir.join("report.md"), text.as_bytes()).map_err(|e| e.to_string())
+        crate::runlog::write_atomic(&self.dir.join("report.md"), text.as_bytes())
+            .map_err(|e| e.to_string())
     }
 
     /// Appends one event to `log.jsonl` (`event` plus `fields`, a timestamp).

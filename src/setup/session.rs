@@ -176,7 +176,11 @@ impl<'a> Session<'a> {
         if messages.is_empty() {
             messages = vec![
                 ChatMessage::system(system_prompt(&opts)),
-                ChatMessage::user(format!("Goal: {}\nWorking directory: {}", opts.goal, opts.cwd.display())),
+                ChatMessage::user(format!(
+                    "Goal: {}\nWorking directory: {}",
+                    opts.goal,
+                    opts.cwd.display()
+                )),
             ];
         }
         console.say(&format!(
@@ -205,7 +209,7 @@ impl<'a> Session<'a> {
     async fn drive(&mut self) -> Result<SetupEnd, SetupError> {
         let plan = match self.plan.clone() {
             Some(p) => {
-                self.console.say(&plan::render(&p, "Plan"));
+                self.console.say(plan::render(&p, "Plan").trim_end());
                 p
             }
             None => match self.converse().await? {
@@ -237,7 +241,9 @@ impl<'a> Session<'a> {
             plan.next = new.next;
         }
         self.state.steps.truncate(from);
-        self.state.steps.resize(plan.steps.len(), StepState::default());
+        self.state
+            .steps
+            .resize(plan.steps.len(), StepState::default());
         self.state.plan_version += 1;
         self.state.status = "planned".into();
         self.record
@@ -248,7 +254,7 @@ impl<'a> Session<'a> {
             "plan",
             json!({"version": self.state.plan_version, "from_step": from + 1, "plan": plan}),
         );
-        self.console.say(&plan::render(&plan, title));
+        self.console.say(plan::render(&plan, title).trim_end());
         self.plan = Some(plan);
         Ok(())
     }
@@ -283,10 +289,18 @@ impl<'a> Session<'a> {
                 "\n[{}/{total}] {} step{}",
                 i + 1,
                 step.risk.as_str(),
-                if step.why.is_empty() { String::new() } else { format!(": {}", step.why) }
+                if step.why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", step.why)
+                }
             ));
             if step.risk != Risk::Read && !self.pre_confirmed() {
-                let what = if step.sudo { " (uses sudo, runs outside the sandbox)" } else { "" };
+                let what = if step.sudo {
+                    " (uses sudo, runs outside the sandbox)"
+                } else {
+                    ""
+                };
                 match self.console.confirm(&format!(
                     "run step {} `{}`{what}? [y/n/a(ll)/q]",
                     i + 1,
@@ -295,16 +309,21 @@ impl<'a> Session<'a> {
                     Some(Confirm::Yes) => {}
                     Some(Confirm::All) => self.confirm_all = true,
                     Some(Confirm::No) => {
-                        self.console.say(&format!("skipped step {} (not confirmed)", i + 1));
+                        self.console
+                            .say(&format!("skipped step {} (not confirmed)", i + 1));
                         self.state.steps[i].status = StepStatus::Skipped;
                         self.save_state()?;
-                        self.record.log("step", json!({"step": i + 1, "status": "skipped"}));
+                        self.record
+                            .log("step", json!({"step": i + 1, "status": "skipped"}));
                         skipped.push(i + 1);
                         i += 1;
                         continue;
                     }
                     Some(Confirm::Quit) => {
-                        return Ok(SetupEnd::NotConfirmed(format!("stopped by the user at step {}", i + 1)));
+                        return Ok(SetupEnd::NotConfirmed(format!(
+                            "stopped by the user at step {}",
+                            i + 1
+                        )));
                     }
                     None => {
                         return Ok(SetupEnd::NotConfirmed(format!(
@@ -317,7 +336,10 @@ impl<'a> Session<'a> {
             let timeout = Duration::from_secs(step.timeout_secs);
             // The deny list again: a resumed plan may come from an edited file.
             if let Decision::Deny(reason) = BashPolicy::default().decide(&step.command) {
-                return Ok(SetupEnd::Failed(format!("step {} is refused: {reason}", i + 1)));
+                return Ok(SetupEnd::Failed(format!(
+                    "step {} is refused: {reason}",
+                    i + 1
+                )));
             }
             let sandboxing = if step.sudo {
                 Sandboxing::Unsandboxed
@@ -325,18 +347,30 @@ impl<'a> Session<'a> {
                 Sandboxing::Step(step.risk)
             };
             self.console.say(&format!("$ {}", step.command));
-            let ran = steps::run(&step.command, &self.opts.cwd, self.tmp.path(), timeout, sandboxing)
-                .await
-                .map_err(other)?;
+            let ran = steps::run(
+                &step.command,
+                &self.opts.cwd,
+                self.tmp.path(),
+                timeout,
+                sandboxing,
+            )
+            .await
+            .map_err(other)?;
             self.show(&ran, timeout);
             let mut check_ran = None;
             if ran.ok()
                 && let Some(check) = &step.check
             {
                 self.console.say(&format!("check $ {check}"));
-                let c = steps::run(check, &self.opts.cwd, self.tmp.path(), RECON_TIMEOUT, Sandboxing::ReadOnly)
-                    .await
-                    .map_err(other)?;
+                let c = steps::run(
+                    check,
+                    &self.opts.cwd,
+                    self.tmp.path(),
+                    RECON_TIMEOUT,
+                    Sandboxing::ReadOnly,
+                )
+                .await
+                .map_err(other)?;
                 self.show(&c, RECON_TIMEOUT);
                 check_ran = Some(c);
             }
@@ -345,7 +379,11 @@ impl<'a> Session<'a> {
             st.exit_code = ran.exit_code;
             st.check_exit_code = check_ran.as_ref().and_then(|c| c.exit_code);
             st.check_line = check_ran.as_ref().and_then(|c| first_line(&c.output));
-            st.status = if verified { StepStatus::Verified } else { StepStatus::Failed };
+            st.status = if verified {
+                StepStatus::Verified
+            } else {
+                StepStatus::Failed
+            };
             self.save_state()?;
             self.record.log(
                 "step",
@@ -370,10 +408,18 @@ impl<'a> Session<'a> {
             }
             self.state.recovered.push(i);
             self.save_state()?;
-            self.messages.push(ChatMessage::user(failure_message(i, &step, &ran, check_ran.as_ref(), timeout)));
+            self.messages.push(ChatMessage::user(failure_message(
+                i,
+                &step,
+                &ran,
+                check_ran.as_ref(),
+                timeout,
+            )));
             let new = match self.converse().await? {
                 Ok(p) => p,
-                Err(why) => return Ok(SetupEnd::Failed(format!("step {} failed and {why}", i + 1))),
+                Err(why) => {
+                    return Ok(SetupEnd::Failed(format!("step {} failed and {why}", i + 1)));
+                }
             };
             self.adopt(new, i, "Changed plan")?;
             let Some(plan) = self.plan.clone() else {
@@ -386,7 +432,11 @@ impl<'a> Session<'a> {
                 match self.console.confirm("run the changed plan? [y/n/a(ll)/q]") {
                     Some(Confirm::Yes) => {}
                     Some(Confirm::All) => self.confirm_all = true,
-                    _ => return Ok(SetupEnd::NotConfirmed("the changed plan was not confirmed".into())),
+                    _ => {
+                        return Ok(SetupEnd::NotConfirmed(
+                            "the changed plan was not confirmed".into(),
+                        ));
+                    }
                 }
             }
         }
@@ -398,7 +448,11 @@ impl<'a> Session<'a> {
         } else {
             Ok(SetupEnd::NotConfirmed(format!(
                 "step(s) {} were skipped",
-                skipped.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                skipped
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )))
         }
     }
@@ -469,7 +523,11 @@ impl<'a> Session<'a> {
         if !skipped.is_empty() {
             out.push_str(&format!(
                 "Skipped (not confirmed): step(s) {}\n",
-                skipped.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                skipped
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         out.push_str("Next:\n");
@@ -504,8 +562,13 @@ impl<'a> Session<'a> {
             let resp = self.model.complete(&req).await?;
             let mut message = resp.message;
             let id_prefix = format!("text{}", self.state.rounds);
-            if let Some(format) = crate::llm::textcalls::recover_into(&mut message, &tools, &id_prefix) {
-                self.record.log("tool_calls_recovered", json!({"recovered_from": "text", "format": format!("{format:?}")}));
+            if let Some(format) =
+                crate::llm::textcalls::recover_into(&mut message, &tools, &id_prefix)
+            {
+                self.record.log(
+                    "tool_calls_recovered",
+                    json!({"recovered_from": "text", "format": format!("{format:?}")}),
+                );
             }
             self.messages.push(message.clone());
             if message.tool_calls.is_empty() {
@@ -562,12 +625,15 @@ impl<'a> Session<'a> {
         let str_arg = |k: &str| args.get(k).and_then(Value::as_str).map(str::to_owned);
         let (text, plan) = match name {
             "detect_system" => {
-                self.console.say("detect_system");
                 let v = detect::detect_system(&self.opts.cwd).await;
+                self.console.say(&detect::summary(&v));
                 (serde_json::to_string_pretty(&v).unwrap_or_default(), None)
             }
             "check_command" => match str_arg("command") {
-                None => ("error: `command` (a command name such as `python3`) is required".into(), None),
+                None => (
+                    "error: `command` (a command name such as `python3`) is required".into(),
+                    None,
+                ),
                 Some(c) => {
                     self.console.say(&format!("check_command {c}"));
                     match detect::check_command(&c, &self.opts.cwd).await {
@@ -594,7 +660,10 @@ impl<'a> Session<'a> {
                     ),
                     Some(p),
                 ),
-                Err(e) => (format!("error: the plan is refused: {e}. Call `plan` again with the fix."), None),
+                Err(e) => (
+                    format!("error: the plan is refused: {e}. Call `plan` again with the fix."),
+                    None,
+                ),
             },
             other => (
                 format!(
@@ -625,7 +694,8 @@ impl<'a> Session<'a> {
             } else {
                 "commands that change the system are plan steps: put it in the `plan`; orch runs it after the user confirmed"
             };
-            self.console.say(&format!("refused run_command `{command}`: not read-only"));
+            self.console
+                .say(&format!("refused run_command `{command}`: not read-only"));
             return Ok(format!(
                 "error: run_command refused `{command}`: it is not read-only ({why}); {mode}"
             ));
@@ -636,26 +706,46 @@ impl<'a> Session<'a> {
         let timeout = args
             .get("timeout_secs")
             .and_then(Value::as_u64)
-            .map_or(RECON_TIMEOUT, |s| Duration::from_secs(s.max(1)).min(RECON_MAX_TIMEOUT));
+            .map_or(RECON_TIMEOUT, |s| {
+                Duration::from_secs(s.max(1)).min(RECON_MAX_TIMEOUT)
+            });
         self.console.say(&format!("$ {command}"));
-        let ran = steps::run(command, &self.opts.cwd, self.tmp.path(), timeout, Sandboxing::ReadOnly)
-            .await
-            .map_err(other)?;
+        let ran = steps::run(
+            command,
+            &self.opts.cwd,
+            self.tmp.path(),
+            timeout,
+            Sandboxing::ReadOnly,
+        )
+        .await
+        .map_err(other)?;
         self.show(&ran, timeout);
-        let body = if ran.output.is_empty() { "(no output)\n".to_owned() } else { ran.output.clone() };
+        let body = if ran.output.is_empty() {
+            "(no output)\n".to_owned()
+        } else {
+            ran.output.clone()
+        };
         Ok(format!("{body}\n[{}]", ran.status(timeout)))
     }
 
     /// `ask_user`: the terminal; headless, "no" unless `--yes`. Logged.
     fn ask_user(&self, question: &str) -> String {
         self.console.say(&format!("question: {question}"));
-        let (answer, how) = match self.opts.interactive.then(|| self.console.ask(question)).flatten() {
+        let (answer, how) = match self
+            .opts
+            .interactive
+            .then(|| self.console.ask(question))
+            .flatten()
+        {
             Some(a) => (a, "terminal"),
             None if self.opts.yes => ("yes".to_owned(), "headless, --yes"),
             None => ("no".to_owned(), "headless, no --yes"),
         };
         self.console.say(&format!("answer: {answer} ({how})"));
-        self.record.log("ask_user", json!({"question": question, "answer": answer, "how": how}));
+        self.record.log(
+            "ask_user",
+            json!({"question": question, "answer": answer, "how": how}),
+        );
         format!("the user answered: {answer} ({how})")
     }
 }
@@ -667,19 +757,33 @@ fn first_line(text: &str) -> Option<String> {
         .map(|l| crate::text::one_line(l, 200))
 }
 
-fn failure_message(i: usize, step: &plan::Step, ran: &Ran, check: Option<&Ran>, timeout: Duration) -> String {
+fn failure_message(
+    i: usize,
+    step: &plan::Step,
+    ran: &Ran,
+    check: Option<&Ran>,
+    timeout: Duration,
+) -> String {
     let n = i + 1;
     let mut m = format!(
         "Step {n} failed: `{}` → {}.\nOutput:\n{}\n",
         step.command,
         ran.status(timeout),
-        if ran.output.is_empty() { "(no output)" } else { &ran.output }
+        if ran.output.is_empty() {
+            "(no output)"
+        } else {
+            &ran.output
+        }
     );
     if let (Some(c), Some(cmd)) = (check, &step.check) {
         m.push_str(&format!(
             "Its check `{cmd}` → {}.\nCheck output:\n{}\n",
             c.status(RECON_TIMEOUT),
-            if c.output.is_empty() { "(no output)" } else { &c.output }
+            if c.output.is_empty() {
+                "(no output)"
+            } else {
+                &c.output
+            }
         ));
     }
     m.push_str(&format!(

@@ -31,8 +31,22 @@ pub(crate) const MAX_OUTPUT_BYTES: usize = 4000;
 
 /// Per-user directories package managers and version managers write.
 const USER_PACKAGE_DIRS: &[&str] = &[
-    ".local", ".cache", ".cargo", ".rustup", ".npm", ".nvm", ".pyenv", ".fnm", ".volta", ".bun",
-    ".deno", "go", ".sdkman", ".pixi", ".conda", "miniconda3",
+    ".local",
+    ".cache",
+    ".cargo",
+    ".rustup",
+    ".npm",
+    ".nvm",
+    ".pyenv",
+    ".fnm",
+    ".volta",
+    ".bun",
+    ".deno",
+    "go",
+    ".sdkman",
+    ".pixi",
+    ".conda",
+    "miniconda3",
 ];
 
 /// Directories system package managers write (effective only as root).
@@ -43,8 +57,15 @@ const SYSTEM_DIRS: &[&str] = &[
 /// Environment variables passed to setup commands beyond the tool
 /// allowlist: package managers need the proxy settings.
 const PROXY_VARS: &[&str] = &[
-    "http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY",
-    "NO_PROXY", "ALL_PROXY", "SHELL",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "SHELL",
 ];
 
 /// How a command is sandboxed.
@@ -82,7 +103,10 @@ impl Ran {
     /// `exit 0 (0.1s)`, `timed out after 5s`, `killed by a signal`.
     pub(crate) fn status(&self, timeout: Duration) -> String {
         match (self.timed_out, self.exit_code) {
-            (true, _) => format!("timed out after {}s; its process group was killed", timeout.as_secs()),
+            (true, _) => format!(
+                "timed out after {}s; its process group was killed",
+                timeout.as_secs()
+            ),
             (false, Some(c)) => format!("exit {c} ({:.1}s)", self.secs),
             (false, None) => format!("killed by a signal ({:.1}s)", self.secs),
         }
@@ -134,7 +158,8 @@ fn policy(profile: Profile, cwd: &Path, tmp: &Path, roots: &[PathBuf]) -> Result
 }
 
 fn hook_for(policy: Policy) -> Result<(Option<PreExec>, String), String> {
-    let prepared = Arc::new(crate::sandbox::prepare(&policy).map_err(|e| format!("failed to {e}"))?);
+    let prepared =
+        Arc::new(crate::sandbox::prepare(&policy).map_err(|e| format!("failed to {e}"))?);
     let summary = prepared.summary().to_owned();
     let hook = PreExec::new(move || prepared.apply_in_child());
     Ok((Some(hook), summary))
