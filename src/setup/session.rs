@@ -124,14 +124,7 @@ impl<'a> Session<'a> {
             steps: Vec::new(),
             recovered: Vec::new(),
         };
-        let messages = vec![
-            ChatMessage::system(system_prompt(&opts)),
-            ChatMessage::user(format!(
-                "Goal: {}\nWorking directory: {}",
-                opts.goal,
-                opts.cwd.display()
-            )),
-        ];
+        let messages = first_messages(&opts);
         console.say(&format!(
             "setup {id}: {}\nmodel: {}\nrecord: {}",
             opts.goal,
@@ -174,14 +167,7 @@ impl<'a> Session<'a> {
         opts.cwd = state.cwd.clone();
         let mut messages = record.read_transcript();
         if messages.is_empty() {
-            messages = vec![
-                ChatMessage::system(system_prompt(&opts)),
-                ChatMessage::user(format!(
-                    "Goal: {}\nWorking directory: {}",
-                    opts.goal,
-                    opts.cwd.display()
-                )),
-            ];
+            messages = first_messages(&opts);
         }
         console.say(&format!(
             "resuming setup {id}: {}\nrecord: {}",
@@ -346,32 +332,16 @@ impl<'a> Session<'a> {
             } else {
                 Sandboxing::Step(step.risk)
             };
-            self.console.say(&format!("$ {}", step.command));
-            let ran = steps::run(
-                &step.command,
-                &self.opts.cwd,
-                self.tmp.path(),
-                timeout,
-                sandboxing,
-            )
-            .await
-            .map_err(other)?;
-            self.show(&ran, timeout);
+            let ran = self
+                .run_shown("", &step.command, timeout, sandboxing)
+                .await?;
             let mut check_ran = None;
             if ran.ok()
                 && let Some(check) = &step.check
             {
-                self.console.say(&format!("check $ {check}"));
-                let c = steps::run(
-                    check,
-                    &self.opts.cwd,
-                    self.tmp.path(),
-                    RECON_TIMEOUT,
-                    Sandboxing::ReadOnly,
-                )
-                .await
-                .map_err(other)?;
-                self.show(&c, RECON_TIMEOUT);
+                let c = self
+                    .run_shown("check ", check, RECON_TIMEOUT, Sandboxing::ReadOnly)
+                    .await?;
                 check_ran = Some(c);
             }
             let verified = ran.ok() && check_ran.as_ref().is_none_or(Ran::ok);
@@ -482,6 +452,28 @@ impl<'a> Session<'a> {
         );
         self.console.say(&why);
         Some(SetupEnd::NotConfirmed(why))
+    }
+
+    /// Prints `{prefix}$ command`, runs it, prints its output and status.
+    async fn run_shown(
+        &self,
+        prefix: &str,
+        command: &str,
+        timeout: Duration,
+        sandboxing: Sandboxing,
+    ) -> Result<Ran, SetupError> {
+        self.console.say(&format!("{prefix}$ {command}"));
+        let ran = steps::run(
+            command,
+            &self.opts.cwd,
+            self.tmp.path(),
+            timeout,
+            sandboxing,
+        )
+        .await
+        .map_err(other)?;
+        self.show(&ran, timeout);
+        Ok(ran)
     }
 
     fn show(&self, ran: &Ran, timeout: Duration) {
@@ -709,17 +701,9 @@ impl<'a> Session<'a> {
             .map_or(RECON_TIMEOUT, |s| {
                 Duration::from_secs(s.max(1)).min(RECON_MAX_TIMEOUT)
             });
-        self.console.say(&format!("$ {command}"));
-        let ran = steps::run(
-            command,
-            &self.opts.cwd,
-            self.tmp.path(),
-            timeout,
-            Sandboxing::ReadOnly,
-        )
-        .await
-        .map_err(other)?;
-        self.show(&ran, timeout);
+        let ran = self
+            .run_shown("", command, timeout, Sandboxing::ReadOnly)
+            .await?;
         let body = if ran.output.is_empty() {
             "(no output)\n".to_owned()
         } else {
@@ -792,6 +776,18 @@ fn failure_message(
          and stay done. This is the only retry for step {n}."
     ));
     m
+}
+
+/// The system prompt and the goal: how every setup conversation starts.
+fn first_messages(opts: &SetupOptions) -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::system(system_prompt(opts)),
+        ChatMessage::user(format!(
+            "Goal: {}\nWorking directory: {}",
+            opts.goal,
+            opts.cwd.display()
+        )),
+    ]
 }
 
 fn system_prompt(opts: &SetupOptions) -> String {
