@@ -475,3 +475,66 @@ fn detect_system_matches_os_release_uname_and_command_v() {
     let root = sh("id -u").1 == "0";
     assert_eq!(result["root"], root);
 }
+
+/// On a terminal (a pseudo-terminal from util-linux `script`): `ask_user`
+/// gets the typed answer, install steps are confirmed one by one, `n`
+/// skips a step (exit 6 at the end, the report says so).
+#[test]
+fn on_a_terminal_steps_are_confirmed_one_by_one() {
+    use std::io::{Read, Write};
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` to make a pseudo-terminal");
+        return;
+    }
+    let s = Scratch::new();
+    let steps = ["a", "b", "c"]
+        .iter()
+        .map(|f| step(&format!("touch {f}"), "install", &format!("test -f {f}")))
+        .collect();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::tool_call("q1", "ask_user", json!({"question": "Which files?"})),
+            plan_call("p1", steps, &[]),
+        ],
+    ));
+    let inner = s.setup(&server, &["three files"]);
+    let mut cmd = Command::new("script");
+    cmd.args(["-qec"])
+        .arg(format!(
+            "{} setup 'three files'",
+            inner.get_program().to_string_lossy()
+        ))
+        .arg("/dev/null")
+        .current_dir(&s.work)
+        .env_clear();
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.env("CI", "false")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"some files\ny\nn\ny\n").unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    drop(stdin);
+    assert_eq!(status.code(), Some(6), "{out}");
+    assert!(out.contains("answer: some files (terminal)"), "{out}");
+    assert!(out.contains("run step 1 `touch a`? [y/n/a(ll)/q]"), "{out}");
+    assert!(out.contains("skipped step 2 (not confirmed)"), "{out}");
+    assert!(out.contains("Skipped (not confirmed): step(s) 2"), "{out}");
+    assert!(s.work.join("a").exists() && s.work.join("c").exists());
+    assert!(!s.work.join("b").exists());
+    let reqs = server.requests();
+    assert!(tool_results(&reqs[1])[0].contains("the user answered: some files (terminal)"));
+}
