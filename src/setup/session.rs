@@ -72,7 +72,17 @@ pub(crate) async fn run_setup(
         Some(id) => Session::resume(id, opts.clone(), model, console, tmp)?,
         None => Session::start(opts.clone(), model, console, tmp)?,
     };
-    let end = s.drive().await?;
+    let end = match s.drive().await {
+        Ok(end) => end,
+        Err(e) => {
+            // The record says how it ended even when the model server did it.
+            s.state.status = "failed".into();
+            let _ = s.save_state();
+            s.record
+                .log("end", json!({"status": "failed", "error": e.to_string()}));
+            return Err(e);
+        }
+    };
     s.state.status = match &end {
         SetupEnd::Planned => "planned",
         SetupEnd::Done => "done",

@@ -538,3 +538,26 @@ fn on_a_terminal_steps_are_confirmed_one_by_one() {
     let reqs = server.requests();
     assert!(tool_results(&reqs[1])[0].contains("the user answered: some files (terminal)"));
 }
+
+#[test]
+fn a_broken_model_server_exits_3_and_the_record_says_failed() {
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new());
+    let out = s
+        .setup(&server, &["anything", "--plan-only"])
+        .env("ORCH_RETRY_BASE_MS", "1")
+        .output()
+        .unwrap();
+    assert_exit(&out, 3);
+    assert_eq!(s.record_json("state.json")["status"], "failed");
+}
+
+#[test]
+fn resume_of_an_unknown_id_is_invalid_input() {
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new());
+    let out = s.setup(&server, &["--resume", "nope"]).output().unwrap();
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no setup `nope`"));
+    assert!(server.requests().is_empty());
+}
