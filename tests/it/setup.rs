@@ -561,3 +561,80 @@ fn resume_of_an_unknown_id_is_invalid_input() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no setup `nope`"));
     assert!(server.requests().is_empty());
 }
+
+fn home_of(cmd: &Command) -> PathBuf {
+    cmd.get_envs()
+        .find(|(k, _)| *k == "HOME")
+        .and_then(|(_, v)| v)
+        .map(PathBuf::from)
+        .unwrap()
+}
+
+#[test]
+fn a_step_cannot_read_the_secret_paths() {
+    let s = Scratch::new();
+    let read_key =
+        "python3 -c \"import os; print(open(os.environ['HOME'] + '/.ssh/id_ed25519').read())\"";
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            plan_call("p1", vec![step(read_key, "install", "true")], &[]),
+            plan_call("p2", vec![], &[]),
+        ],
+    ));
+    let cmd = s.setup(&server, &["read a key", "--yes"]);
+    let home = home_of(&cmd);
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "SECRET-KEY-CANARY-7781\n").unwrap();
+    let mut cmd = cmd;
+    let out = cmd.output().unwrap();
+    assert_exit(&out, 0);
+    let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
+    if !log.contains("\"sandbox\":\"landlock") {
+        eprintln!("skipped: Landlock is not enforced here");
+        return;
+    }
+    let text = stdout(&out);
+    assert!(!text.contains("SECRET-KEY-CANARY-7781"), "{text}");
+    assert!(text.contains("PermissionError"), "{text}");
+    let failure = server.requests()[1].messages().last().unwrap()["content"].to_string();
+    assert!(
+        !failure.contains("SECRET-KEY-CANARY-7781") && failure.contains("Step 1 failed"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn repo_house_rules_count_and_the_model_gets_at_most_20_rounds() {
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.work.join(".git")).unwrap();
+    std::fs::create_dir_all(s.work.join(".orch")).unwrap();
+    std::fs::write(s.work.join(".orch/setup.md"), "Python projects use uv.\n").unwrap();
+    let calls = (0..25)
+        .map(|i| {
+            Reply::tool_call(
+                &format!("c{i}"),
+                "check_command",
+                json!({"command": format!("nope{i}")}),
+            )
+        })
+        .collect();
+    let server = FakeServer::start(Script::new().agent("setup", calls));
+    let out = s.setup(&server, &["loop", "--plan-only"]).output().unwrap();
+    assert_exit(&out, 1);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no plan within 20 model rounds"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 20);
+    let system = reqs[0].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        system.contains("Python projects use uv.") && system.contains(".orch/setup.md"),
+        "{system}"
+    );
+}
