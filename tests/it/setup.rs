@@ -638,3 +638,31 @@ fn repo_house_rules_count_and_the_model_gets_at_most_20_rounds() {
         "{system}"
     );
 }
+
+#[test]
+fn resuming_a_plan_only_setup_runs_its_plan() {
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![plan_call(
+            "p1",
+            vec![step("touch made", "install", "test -f made")],
+            &[],
+        )],
+    ));
+    let out = s
+        .setup(&server, &["a file", "--plan-only"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(!s.work.join("made").exists());
+    let id = s.only_id();
+    let out = s
+        .setup(&server, &["--resume", &id, "--yes"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(s.work.join("made").exists());
+    assert_before(&stdout(&out), "Plan (1 step):", "$ touch made");
+    assert_eq!(server.requests().len(), 1);
+}
