@@ -13,7 +13,8 @@
 //!   `/opt`;
 //! - `system` steps: the same plus the system package trees ([`SYSTEM_DIRS`]);
 //! - in every profile the secret paths (`~/.ssh`, `~/.aws`, orch's config
-//!   dir, …) stay unreadable: no writable root contains one;
+//!   dir, …) stay unreadable: no writable root contains one (a setup
+//!   directory that does, `$HOME` or `/`, stays read-only);
 //! - a step that uses `sudo` runs outside the sandbox: `no_new_privs` would
 //!   make `sudo` powerless. The plan must mark it `system` and the user must
 //!   confirm it.
@@ -130,7 +131,17 @@ pub(crate) async fn run(
             if risk == Risk::System {
                 roots.extend(SYSTEM_DIRS.iter().map(PathBuf::from));
             }
-            hook_for(policy(Profile::WorkspaceWrite, cwd, tmp, &roots)?)?
+            let secrets = secret_paths();
+            roots.retain(|r| !holds_secret(r, &secrets));
+            // A setup started in `$HOME` (or `/`) must not make the secrets
+            // writable and readable with it: the directory itself stays
+            // read-only, the package-manager roots stay writable.
+            let profile = if holds_secret(cwd, &secrets) {
+                Profile::ReadOnly
+            } else {
+                Profile::WorkspaceWrite
+            };
+            hook_for(policy(profile, cwd, tmp, &roots)?)?
         }
     };
     let limits = ExecLimits {
@@ -165,6 +176,24 @@ fn hook_for(policy: Policy) -> Result<(Option<PreExec>, String), String> {
     Ok((Some(hook), summary))
 }
 
+/// The secret paths that exist, resolved.
+fn secret_paths() -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    crate::sandbox::default_secret_paths(
+        home.as_deref(),
+        crate::catalog::user_config_dir().as_deref(),
+    )
+    .into_iter()
+    .filter_map(|p| p.canonicalize().ok())
+    .collect()
+}
+
+/// Whether granting `root` would grant one of `secrets` too.
+fn holds_secret(root: &Path, secrets: &[PathBuf]) -> bool {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    secrets.iter().any(|s| s.starts_with(&root))
+}
+
 /// `/usr/local`, `/opt` and the per-user package dirs that exist.
 fn user_roots() -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = vec!["/usr/local".into(), "/opt".into()];
@@ -185,4 +214,20 @@ fn env(tmp: &Path) -> Vec<(String, String)> {
     env.retain(|(k, _)| k != "TMPDIR");
     env.push(("TMPDIR".into(), tmp.display().to_string()));
     env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_above_a_secret_holds_it() {
+        let t = tempfile::tempdir().unwrap();
+        let ssh = t.path().join(".ssh");
+        std::fs::create_dir_all(&ssh).unwrap();
+        let secrets = [ssh.canonicalize().unwrap()];
+        assert!(holds_secret(t.path(), &secrets));
+        assert!(holds_secret(Path::new("/"), &secrets));
+        assert!(!holds_secret(&t.path().join(".local"), &secrets));
+    }
 }

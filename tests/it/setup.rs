@@ -570,38 +570,55 @@ fn home_of(cmd: &Command) -> PathBuf {
         .unwrap()
 }
 
+/// A step cannot read the secret paths, also when the setup runs in
+/// `$HOME` itself (then `$HOME` stays read-only).
 #[test]
 fn a_step_cannot_read_the_secret_paths() {
-    let s = Scratch::new();
-    let read_key =
-        "python3 -c \"import os; print(open(os.environ['HOME'] + '/.ssh/id_ed25519').read())\"";
-    let server = FakeServer::start(Script::new().agent(
-        "setup",
-        vec![
-            plan_call("p1", vec![step(read_key, "install", "true")], &[]),
-            plan_call("p2", vec![], &[]),
-        ],
-    ));
-    let cmd = s.setup(&server, &["read a key", "--yes"]);
-    let home = home_of(&cmd);
-    std::fs::create_dir_all(home.join(".ssh")).unwrap();
-    std::fs::write(home.join(".ssh/id_ed25519"), "SECRET-KEY-CANARY-7781\n").unwrap();
-    let mut cmd = cmd;
-    let out = cmd.output().unwrap();
-    assert_exit(&out, 0);
-    let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
-    if !log.contains("\"sandbox\":\"landlock") {
-        eprintln!("skipped: Landlock is not enforced here");
-        return;
+    for in_home in [false, true] {
+        let s = Scratch::new();
+        let read_key =
+            "python3 -c \"import os; print(open(os.environ['HOME'] + '/.ssh/id_ed25519').read())\"";
+        let server = FakeServer::start(Script::new().agent(
+            "setup",
+            vec![
+                plan_call("p1", vec![step(read_key, "install", "true")], &[]),
+                plan_call(
+                    "p2",
+                    vec![step("touch made-here", "install", "test -f made-here")],
+                    &[],
+                ),
+            ],
+        ));
+        let mut cmd = s.setup(&server, &["read a key", "--yes"]);
+        let home = home_of(&cmd);
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), "SECRET-KEY-CANARY-7781\n").unwrap();
+        if in_home {
+            cmd.current_dir(&home);
+        }
+        let out = cmd.output().unwrap();
+        let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
+        if !log.contains("\"sandbox\":\"landlock") {
+            eprintln!("skipped: Landlock is not enforced here");
+            return;
+        }
+        let text = stdout(&out);
+        assert!(!text.contains("SECRET-KEY-CANARY-7781"), "{text}");
+        assert!(text.contains("PermissionError"), "{text}");
+        let failure = server.requests()[1].messages().last().unwrap()["content"].to_string();
+        assert!(
+            !failure.contains("SECRET-KEY-CANARY-7781") && failure.contains("Step 1 failed"),
+            "{failure}"
+        );
+        if in_home {
+            // The home itself is not writable either: the retry fails too.
+            assert_exit(&out, 1);
+            assert!(!home.join("made-here").exists());
+        } else {
+            assert_exit(&out, 0);
+            assert!(s.work.join("made-here").exists());
+        }
     }
-    let text = stdout(&out);
-    assert!(!text.contains("SECRET-KEY-CANARY-7781"), "{text}");
-    assert!(text.contains("PermissionError"), "{text}");
-    let failure = server.requests()[1].messages().last().unwrap()["content"].to_string();
-    assert!(
-        !failure.contains("SECRET-KEY-CANARY-7781") && failure.contains("Step 1 failed"),
-        "{failure}"
-    );
 }
 
 #[test]
