@@ -408,7 +408,8 @@ impl<'a> Session<'a> {
             if let Some(end) = self.headless_refusal(&plan, i) {
                 return Ok(end);
             }
-            if !self.pre_confirmed() {
+            let changes = plan.steps.iter().skip(i).any(|s| s.risk != Risk::Read);
+            if changes && !self.pre_confirmed() {
                 match self.console.confirm("run the changed plan? [y/n/a(ll)/q]") {
                     Some(Confirm::Yes) => {}
                     Some(Confirm::All) => self.confirm_all = true,
