@@ -46,6 +46,11 @@ impl Scratch {
         c
     }
 
+    /// Runs `orch setup <args>` to its end.
+    fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
+        self.setup(server, args).output().unwrap()
+    }
+
     /// The id of the only setup recorded.
     fn only_id(&self) -> String {
         let ids: Vec<String> = std::fs::read_dir(&self.records)
@@ -123,13 +128,10 @@ fn plan_only_prints_and_saves_the_plan_and_refuses_writes() {
             plan_call("c5", steps, &["source venv/bin/activate"]),
         ],
     ));
-    let out = s
-        .setup(
-            &server,
-            &["a python virtualenv in ./venv with requests", "--plan-only"],
-        )
-        .output()
-        .unwrap();
+    let out = s.run(
+        &server,
+        &["a python virtualenv in ./venv with requests", "--plan-only"],
+    );
     assert_exit(&out, 0);
     let text = stdout(&out);
     assert!(text.contains("Plan (2 steps):"), "{text}");
@@ -212,13 +214,10 @@ fn yes_creates_a_venv_from_a_local_wheel_checks_each_step_and_reports_versions()
             plan_call("p1", steps, &["source venv/bin/activate"]),
         ],
     ));
-    let out = s
-        .setup(
-            &server,
-            &["a python virtualenv in ./venv with tinypkg", "--yes"],
-        )
-        .output()
-        .unwrap();
+    let out = s.run(
+        &server,
+        &["a python virtualenv in ./venv with tinypkg", "--yes"],
+    );
     assert_exit(&out, 0);
     let text = stdout(&out);
     // Every command is printed before its output, and every check runs.
@@ -275,7 +274,7 @@ fn headless_without_yes_runs_no_install_step_and_exits_6() {
             plan_call("p1", steps, &[]),
         ],
     ));
-    let out = s.setup(&server, &["a marker file"]).output().unwrap();
+    let out = s.run(&server, &["a marker file"]);
     assert_exit(&out, 6);
     let text = stdout(&out);
     assert!(
@@ -303,7 +302,7 @@ fn a_failing_step_reaches_the_model_and_the_changed_plan_is_printed_and_run() {
         "setup",
         vec![plan_call("p1", v1, &[]), plan_call("p2", v2, &[])],
     ));
-    let out = s.setup(&server, &["two files", "--yes"]).output().unwrap();
+    let out = s.run(&server, &["two files", "--yes"]);
     assert_exit(&out, 0);
     let text = stdout(&out);
     let reqs = server.requests();
@@ -347,10 +346,7 @@ fn a_step_that_fails_again_after_its_retry_fails_the_setup() {
         "setup",
         vec![plan_call("p1", bad(), &[]), plan_call("p2", bad(), &[])],
     ));
-    let out = s
-        .setup(&server, &["nothing good", "--yes"])
-        .output()
-        .unwrap();
+    let out = s.run(&server, &["nothing good", "--yes"]);
     assert_exit(&out, 1);
     assert!(String::from_utf8_lossy(&out.stderr).contains("failed again after its one retry"));
     assert_eq!(server.requests().len(), 2, "one retry only");
@@ -382,10 +378,7 @@ fn resume_after_a_kill_continues_from_the_first_unverified_step() {
         "a\nb\n"
     );
     let id = s.only_id();
-    let out = s
-        .setup(&server, &["--resume", &id, "--yes"])
-        .output()
-        .unwrap();
+    let out = s.run(&server, &["--resume", &id, "--yes"]);
     assert_exit(&out, 0);
     let text = stdout(&out);
     assert!(text.contains(&format!("resuming setup {id}")), "{text}");
@@ -416,10 +409,7 @@ fn detect_system_matches_os_release_uname_and_command_v() {
             plan_call("p1", vec![], &[]),
         ],
     ));
-    let out = s
-        .setup(&server, &["nothing", "--plan-only"])
-        .output()
-        .unwrap();
+    let out = s.run(&server, &["nothing", "--plan-only"]);
     assert_exit(&out, 0);
     let result: Value = serde_json::from_str(&tool_results(&server.requests()[1])[0]).unwrap();
 
@@ -556,7 +546,7 @@ fn a_broken_model_server_exits_3_and_the_record_says_failed() {
 fn resume_of_an_unknown_id_is_invalid_input() {
     let s = Scratch::new();
     let server = FakeServer::start(Script::new());
-    let out = s.setup(&server, &["--resume", "nope"]).output().unwrap();
+    let out = s.run(&server, &["--resume", "nope"]);
     assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no setup `nope`"));
     assert!(server.requests().is_empty());
@@ -637,7 +627,7 @@ fn repo_house_rules_count_and_the_model_gets_at_most_20_rounds() {
         })
         .collect();
     let server = FakeServer::start(Script::new().agent("setup", calls));
-    let out = s.setup(&server, &["loop", "--plan-only"]).output().unwrap();
+    let out = s.run(&server, &["loop", "--plan-only"]);
     assert_exit(&out, 1);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no plan within 20 model rounds"),
@@ -667,17 +657,11 @@ fn resuming_a_plan_only_setup_runs_its_plan() {
             &[],
         )],
     ));
-    let out = s
-        .setup(&server, &["a file", "--plan-only"])
-        .output()
-        .unwrap();
+    let out = s.run(&server, &["a file", "--plan-only"]);
     assert_exit(&out, 0);
     assert!(!s.work.join("made").exists());
     let id = s.only_id();
-    let out = s
-        .setup(&server, &["--resume", &id, "--yes"])
-        .output()
-        .unwrap();
+    let out = s.run(&server, &["--resume", &id, "--yes"]);
     assert_exit(&out, 0);
     assert!(s.work.join("made").exists());
     assert_before(&stdout(&out), "Plan (1 step):", "$ touch made");
