@@ -57,7 +57,7 @@ pub mod exit {
     pub const INTERNAL: i32 = 5;
     /// `orch setup`: steps that change the system were not confirmed
     /// (headless without `--yes`, or the user said no); they did not run.
-    pub const NOT_CONFIRMED: i32 = 6;
+    pub const NOT_CONFIRMED: i32 = 7;
     /// Interrupted (Ctrl-C); the run is resumable.
     pub const INTERRUPTED: i32 = 130;
 }

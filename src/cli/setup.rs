@@ -6,7 +6,7 @@
 //!
 //! Exit codes: 0 the plan was printed (`--plan-only`) or every step was
 //! verified; 1 a step failed after its retry, or the model made no plan;
-//! 6 steps that change the system were not confirmed (headless without
+//! 7 steps that change the system were not confirmed (headless without
 //! `--yes`, or the user said no or quit) — nothing unconfirmed ran; 2, 3, 5
 //! as everywhere.
 

@@ -261,7 +261,7 @@ fn yes_creates_a_venv_from_a_local_wheel_checks_each_step_and_reports_versions()
 }
 
 #[test]
-fn headless_without_yes_runs_no_install_step_and_exits_6() {
+fn headless_without_yes_runs_no_install_step_and_exits_7() {
     let s = Scratch::new();
     let steps = vec![
         step("uname -m", "read", "uname -m"),
@@ -275,7 +275,7 @@ fn headless_without_yes_runs_no_install_step_and_exits_6() {
         ],
     ));
     let out = s.run(&server, &["a marker file"]);
-    assert_exit(&out, 6);
+    assert_exit(&out, 7);
     let text = stdout(&out);
     assert!(
         text.contains("step(s) 2 change the system and need confirmation"),
@@ -468,7 +468,7 @@ fn detect_system_matches_os_release_uname_and_command_v() {
 
 /// On a terminal (a pseudo-terminal from util-linux `script`): `ask_user`
 /// gets the typed answer, install steps are confirmed one by one, `n`
-/// skips a step (exit 6 at the end, the report says so).
+/// skips a step (exit 7 at the end, the report says so).
 #[test]
 fn on_a_terminal_steps_are_confirmed_one_by_one() {
     use std::io::{Read, Write};
@@ -518,7 +518,7 @@ fn on_a_terminal_steps_are_confirmed_one_by_one() {
         .unwrap();
     let status = child.wait().unwrap();
     drop(stdin);
-    assert_eq!(status.code(), Some(6), "{out}");
+    assert_eq!(status.code(), Some(7), "{out}");
     assert!(out.contains("answer: some files (terminal)"), "{out}");
     assert!(out.contains("run step 1 `touch a`? [y/n/a(ll)/q]"), "{out}");
     assert!(out.contains("skipped step 2 (not confirmed)"), "{out}");
