@@ -43,6 +43,10 @@ mod fake_server;
 #[path = "support/bench.rs"]
 mod bench;
 
+#[allow(dead_code)]
+#[path = "support/child.rs"]
+mod child;
+
 use fake_server::{FakeServer, Recorded, Reply, Script};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -111,10 +115,6 @@ struct Proc {
     stderr: String,
 }
 
-fn tv(t: libc::timeval) -> Duration {
-    Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-}
-
 fn unix_ns(t: SystemTime) -> u128 {
     t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos()
 }
@@ -132,8 +132,9 @@ fn orch(dir: &Path, args: &[&str]) -> Proc {
     let out_path = dir.join(format!("rusage-{stamp}.txt"));
     let err = std::fs::File::create(&err_path).unwrap();
     let status = Command::new(std::env::current_exe().unwrap())
-        .arg("--exec-child")
+        .arg(child::EXEC_CHILD)
         .arg(&out_path)
+        .arg(orch_bin())
         .args(args)
         .current_dir(dir)
         .env("CI", "true")
@@ -161,42 +162,6 @@ fn orch(dir: &Path, args: &[&str]) -> Proc {
         maxrss_kb: f[3] as i64,
         stderr,
     }
-}
-
-/// The wrapper: `--exec-child OUT orch-args…`. Spawns `orch` with this
-/// process's cwd, env and stdio, reaps it with `wait4` and writes
-/// `start_unix_ns wall_ns cpu_ns maxrss_kb` to OUT; exits with orch's status.
-fn exec_child(out: &str, args: &[String]) -> ! {
-    let mut cmd = Command::new(orch_bin());
-    cmd.args(args);
-    let started_wall = SystemTime::now();
-    let started = Instant::now();
-    let child = cmd
-        .spawn()
-        .expect("orch runs (build it first: cargo build --release)");
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own unreaped child; `status` and `ru` are valid out-pointers.
-    let got = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    let wall = started.elapsed();
-    assert_eq!(got, pid, "wait4: {}", std::io::Error::last_os_error());
-    std::mem::forget(child); // already reaped
-    let cpu = tv(ru.ru_utime) + tv(ru.ru_stime);
-    std::fs::write(
-        out,
-        format!(
-            "{} {} {} {}\n",
-            unix_ns(started_wall),
-            wall.as_nanos(),
-            cpu.as_nanos(),
-            ru.ru_maxrss
-        ),
-    )
-    .expect("write the wrapper output");
-    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    std::process::exit(if ok { 0 } else { 1 })
 }
 
 fn run_args<'a>(pipeline: &'a str, base_url: &'a str) -> Vec<&'a str> {
@@ -553,10 +518,8 @@ fn issue_to_pr(runs: usize) {
 }
 
 fn main() {
+    child::maybe_exec_child();
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some("--exec-child") {
-        exec_child(&argv[2], &argv[3..]);
-    }
     let mut args = argv.iter().skip(1).filter_map(|a| a.parse::<usize>().ok());
     let runs = args.next().unwrap_or(15).max(1);
     let k = args.next().unwrap_or(40).max(2);

@@ -6,6 +6,7 @@
 //!
 //! ```toml
 //! default_profile = "openai"
+//! memory = "propose"   # or "off", "auto-accept" (docs/memory.md)
 //!
 //! [profiles.openai]
 //! base_url = "https://api.openai.com/v1"
@@ -217,6 +218,8 @@ pub struct ResolvedConfig {
     /// `[models] aliases`: a role's `model:` → the model to ask for (the
     /// repo file's entries win over the user file's).
     pub model_aliases: BTreeMap<String, String>,
+    /// `memory =`: what runs do with memory (default `propose`).
+    pub memory: Setting<crate::memory::MemoryMode>,
 }
 
 impl fmt::Debug for ResolvedConfig {
@@ -314,10 +317,21 @@ struct FileSpec {
     #[serde(default)]
     #[allow(dead_code)]
     sandbox: Option<toml::Value>,
+    /// `[setup]`: the repository's lane setup command, read by [`lane_setup`].
+    #[serde(default)]
+    #[allow(dead_code)]
+    setup: Option<toml::Value>,
+    /// `[forge]`: read by `crate::forge::ForgeSettings`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    forge: Option<toml::Value>,
     /// `[models] aliases = { sonnet = "qwen2.5-coder" }`: what a role's
     /// `model:` is sent as.
     #[serde(default)]
     models: ModelsSpec,
+    /// `memory = "off" | "propose" | "auto-accept"` (see `docs/memory.md`).
+    #[serde(default)]
+    memory: Option<Spanned<crate::memory::MemoryMode>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -415,8 +429,8 @@ fn load(path: &Path) -> Result<Option<LoadedFile>, ConfigError> {
     }))
 }
 
-fn parse(text: &str, path: &Path) -> Result<FileSpec, ConfigError> {
-    toml::from_str::<FileSpec>(text).map_err(|e| {
+fn parse<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Result<T, ConfigError> {
+    toml::from_str::<T>(text).map_err(|e| {
         let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
         ConfigError::Parse {
             path: path.to_owned(),
@@ -425,6 +439,58 @@ fn parse(text: &str, path: &Path) -> Result<FileSpec, ConfigError> {
             message: e.message().trim().to_owned(),
         }
     })
+}
+
+/// `[setup]` of `orch.toml`: the repository's lane setup command.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetupSectionSpec {
+    command: String,
+    #[serde(default)]
+    lockfiles: Option<Vec<String>>,
+    #[serde(default)]
+    timeout_secs: Option<u64>,
+}
+
+/// The file as far as `[setup]` goes (the other sections are checked by
+/// [`resolve`]).
+#[derive(Debug, Deserialize)]
+struct SetupFileSpec {
+    #[serde(default)]
+    setup: Option<Spanned<SetupSectionSpec>>,
+}
+
+/// The lane setup command of the repository at `workdir`
+/// (`[setup] command`, `lockfiles`, `timeout_secs` in `<workdir>/.orch/orch.toml`;
+/// only the repository's file: a setup belongs to one repository), and
+/// where it was written. `Ok(None)` without a file or a section.
+pub fn lane_setup(
+    workdir: &Path,
+) -> Result<Option<(crate::pipeline::LaneSetup, Source)>, ConfigError> {
+    let path = workdir.join(".orch").join(CONFIG_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(ConfigError::Read { path, source }),
+    };
+    let spec: SetupFileSpec = parse(&text, &path)?;
+    let Some(section) = spec.setup else {
+        return Ok(None);
+    };
+    let at = Source::File {
+        path: path.clone(),
+        line: line_col(&text, section.span().start).0,
+    };
+    let s = section.into_inner();
+    let setup = crate::pipeline::LaneSetup {
+        command: s.command,
+        lockfiles: s.lockfiles,
+        timeout_secs: s.timeout_secs,
+    };
+    if let Some(message) = setup.problem() {
+        return Err(ConfigError::Invalid { at, message });
+    }
+    Ok(Some((setup, at)))
 }
 
 /// 1-based line and column (in characters) of byte `offset`.
@@ -712,6 +778,10 @@ pub fn resolve(
             .rev()
             .flat_map(|f| f.spec.models.aliases.clone())
             .collect(),
+        memory: loaded
+            .iter()
+            .find_map(|f| f.spec.memory.as_ref().map(|m| f.setting(m)))
+            .unwrap_or_else(|| default(crate::memory::MemoryMode::default())),
     })
 }
 
@@ -755,7 +825,7 @@ mod tests {
     #[test]
     fn unknown_keys_and_bad_types_name_line_and_column() {
         let text = "default_profile = \"a\"\n[profiles.a]\nmodel = \"m\"\napi_key = \"sk-x\"\n";
-        let err = parse(text, Path::new("/x/orch.toml")).unwrap_err();
+        let err = parse::<FileSpec>(text, Path::new("/x/orch.toml")).unwrap_err();
         let ConfigError::Parse {
             line,
             column,
@@ -772,9 +842,10 @@ mod tests {
             "{err}"
         );
 
-        let err = parse("[profiles.a]\nstream = \"yes\"\n", Path::new("f")).unwrap_err();
+        let err =
+            parse::<FileSpec>("[profiles.a]\nstream = \"yes\"\n", Path::new("f")).unwrap_err();
         assert!(err.to_string().contains("f:2:10"), "{err}");
-        let err = parse(
+        let err = parse::<FileSpec>(
             "[prices.m]\nprompt = 1\ncompletion = 2\ncurrency = 3\n",
             Path::new("f"),
         )

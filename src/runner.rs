@@ -12,6 +12,7 @@
 //! when the stage fails, and re-running a stage first moves its old branch
 //! aside (`<stage>.v1`, …), so nothing is ever lost.
 
+mod bootstrap;
 mod flow;
 mod lanes;
 mod pr;
@@ -40,8 +41,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
-/// Bytes of the whole-run diff put into the PR body's diffstat section.
-const PR_DIFF_BUDGET: usize = 64 * 1024;
 /// Default number of stages that may run at once.
 pub(crate) const DEFAULT_MAX_PARALLEL: usize = 4;
 /// How old a run directory without a state file must be before a new run
@@ -80,6 +79,10 @@ pub enum RunError {
     /// The run cannot be resumed or rolled back as asked.
     #[error("{0}")]
     Refused(String),
+    /// The lane bootstrap's files are invalid (`.worktreeinclude`, the
+    /// `[setup]` of `orch.toml`): nothing was created.
+    #[error("{0}")]
+    Config(String),
     /// A blocking task panicked or was cancelled.
     #[error("finish a background task: {0}")]
     Join(String),
@@ -106,6 +109,8 @@ pub(crate) struct Session {
     pub max_parallel: usize,
     /// The run's budget and compaction policy (its price comes from the model).
     pub limits: agent::RunLimits,
+    /// What the run does with memory (`memory =` in orch.toml, `--no-memory`).
+    pub memory: crate::memory::MemoryMode,
 }
 
 /// Everything a new run needs.
@@ -118,6 +123,8 @@ pub(crate) struct RunOptions {
     pub roles: HashMap<String, Role>,
     /// The issue text (may be empty for `orch agent`).
     pub issue: String,
+    /// The issue as fetched from a forge (`issue.json`), when it came from one.
+    pub issue_json: Option<String>,
     /// The base revision (`HEAD` by default).
     pub base: String,
     /// Model, policy and parallelism.
@@ -162,6 +169,8 @@ struct RunCtx {
     session: Session,
     allowlist: Vec<String>,
     base_commit: String,
+    /// What every stage's lane gets before its agent starts.
+    bootstrap: bootstrap::Bootstrap,
     /// Held while this process drives the run.
     _lock: crate::runlog::RunLock,
     /// What the run's stages used of its budget (stages charge it as they end).
@@ -184,6 +193,8 @@ struct StageOutcome {
     verdict: Option<Verdict>,
     verdict_from_text: bool,
     verify: Option<crate::agent::verify::VerifyReport>,
+    setup: Option<crate::runlog::SetupRecord>,
+    baseline: Option<crate::agent::verify::BaselineReport>,
     summary: String,
     turns: u32,
     tokens: TokenCount,
@@ -207,11 +218,10 @@ fn now() -> String {
 /// Starts a new run of a pipeline and drives it to its end. Stage failures
 /// are recorded in the returned state, not returned as errors.
 pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary, RunError> {
-    let repo_path = opts.repo.clone();
-    let info = blocking(move || git::open_repo(&repo_path)).await?;
+    let (repo_path, base) = (opts.repo.clone(), opts.base.clone());
+    let (info, base_sha) = blocking(move || git::open_repo_at(&repo_path, &base)).await?;
     let common = info.common_dir.clone();
-    let (c, base) = (common.clone(), opts.base.clone());
-    let base_sha = blocking(move || git::resolve_commit(&c, &base)).await?;
+    let boot = load_bootstrap(&info.workdir, &opts.pipeline).await?;
 
     let (run_id, run_dir) = RunDir::create_new(&common)?;
     let lock = crate::runlog::lock_run(&run_dir.root, run_id.as_str())?;
@@ -219,16 +229,25 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     // Runs killed before their first state write left only a directory.
     crate::runlog::sweep_dead_starts(&common, DEAD_START_AGE);
     let secrets = &opts.session.secrets;
-    run_dir.write_file(
+    // Until the `running` state below, nothing is fsynced: a run that dies
+    // before its first stage ends has nothing worth resuming, and the next
+    // `write_state` (a stage's result) makes these files durable first.
+    run_dir.write_file_unsynced(
         "issue.md",
         crate::runlog::redact(&opts.issue, secrets).as_bytes(),
     )?;
+    if let Some(json) = &opts.issue_json {
+        run_dir.write_file(
+            "issue.json",
+            crate::runlog::redact(json, secrets).as_bytes(),
+        )?;
+    }
     let plan = Plan {
         pipeline: opts.pipeline,
         roles: opts.roles,
     };
     let plan_json = serde_json::to_vec_pretty(&plan).unwrap_or_default();
-    run_dir.write_file("plan.json", &plan_json)?;
+    run_dir.write_file_unsynced("plan.json", &plan_json)?;
 
     let session = opts.session;
     let mut state = RunState {
@@ -251,6 +270,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         replay_file: session.replay_file.clone(),
         sampling: session.sampling,
         pr_title: None,
+        pr_url: None,
         stages: plan
             .pipeline
             .stages
@@ -260,19 +280,20 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     };
     // The state exists before any lane, ref or worktree: a run killed from
     // here on is listed, and `resume` finishes (or cleans) it.
-    run_dir.write_state(&state)?;
+    run_dir.write_state_unsynced(&state)?;
     crate::killpoint::reached("state-starting");
     ui.run_started(&state);
     // What the kernel enforces for tool processes: said once per run.
     let sandbox_line = crate::sandbox::availability().describe();
     crate::ui::status_line(&format!("orch: {sandbox_line}"));
-    run_dir.write_file("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
+    run_dir.write_file_unsynced("sandbox.txt", format!("{sandbox_line}\n").as_bytes())?;
     // The first lane's checkout overlaps the rest of the start-up.
     let lanes = Arc::new(Lanes::new(&common, &run_id));
     lanes.prewarm(&base_sha).await;
     state.status = RunStatus::Running;
     state.updated = now();
-    run_dir.write_state(&state)?;
+    // The one fsync before the first request.
+    run_dir.write_state_alone(&state)?;
     crate::killpoint::reached("state-running");
     let ctx = Arc::new(RunCtx {
         run_id,
@@ -285,8 +306,22 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
         ledger: std::sync::Mutex::new(crate::budget::RunLedger::new(session.limits.budget)),
         session,
         base_commit: base_sha,
+        bootstrap: boot,
     });
     drive(ctx, state, lanes, ui).await
+}
+
+/// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
+/// off the async threads; a bad file is an input error.
+async fn load_bootstrap(
+    workdir: &Path,
+    pipeline: &Pipeline,
+) -> Result<bootstrap::Bootstrap, RunError> {
+    let (w, p) = (workdir.to_path_buf(), pipeline.clone());
+    tokio::task::spawn_blocking(move || bootstrap::Bootstrap::load(&w, &p))
+        .await
+        .map_err(|e| RunError::Join(e.to_string()))?
+        .map_err(RunError::Config)
 }
 
 /// What `resume` may do with failed stages.
@@ -332,6 +367,7 @@ pub(crate) async fn resume_run(
     let common = info.common_dir.clone();
     let lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
     let (run_dir, mut state, plan) = load_run(&common, run_id)?;
+    let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
     let failed: Vec<&str> = state
         .stages
         .iter()
@@ -421,6 +457,7 @@ pub(crate) async fn resume_run(
         plan,
         issue,
         session,
+        bootstrap: boot,
     });
     drive(ctx, state, lanes, ui).await
 }
@@ -523,14 +560,31 @@ impl Index {
         &mut state.stages[i]
     }
 
-    /// Writes the state; only records handed out by [`Index::rec`] since the
-    /// last write are serialised again.
+    /// Writes the state durably; only records handed out by [`Index::rec`]
+    /// since the last write are serialised again.
     fn write(&self, run_dir: &RunDir, state: &mut RunState) -> Result<(), RecordError> {
+        self.write_as(run_dir, state, true)
+    }
+
+    /// [`Index::write`] without an fsync, for a transition that records no
+    /// work (a stage marked running: after a crash it restarts either way).
+    fn write_unsynced(&self, run_dir: &RunDir, state: &mut RunState) -> Result<(), RecordError> {
+        self.write_as(run_dir, state, false)
+    }
+
+    fn write_as(
+        &self,
+        run_dir: &RunDir,
+        state: &mut RunState,
+        sync: bool,
+    ) -> Result<(), RecordError> {
         let dirty = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()));
-        self.writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .write(run_dir, state, dirty)
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if sync {
+            writer.write(run_dir, state, dirty)
+        } else {
+            writer.write_unsynced(run_dir, state, dirty)
+        }
     }
 }
 
@@ -679,6 +733,7 @@ async fn drive_stages(
                 rec.commit = Some(out.commit);
                 rec.verdict = out.verdict;
                 (rec.verdict_from_text, rec.verify) = (out.verdict_from_text, out.verify);
+                (rec.setup, rec.baseline) = (out.setup, out.baseline);
                 rec.summary = Some(out.summary.clone());
                 rec.turns = out.turns;
                 rec.tokens = out.tokens;
@@ -808,7 +863,7 @@ async fn schedule(
             rec.parent_commit = Some(start.clone());
             rec.reason = None;
             state.updated = now();
-            index.write(&ctx.run_dir, state)?;
+            index.write_unsynced(&ctx.run_dir, state)?;
             ui.stage_started(id, &role.name);
             let (ctx2, stage2, ui_id) = (Arc::clone(ctx), stage.clone(), id.to_owned());
             let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));

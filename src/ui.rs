@@ -1,5 +1,6 @@
 //! Everything orch shows a person on stderr: progress bars on a terminal,
-//! plain status lines otherwise. Library code never prints elsewhere; stdout
+//! plain status lines otherwise; and, with `--events`, the same moments as
+//! machine events on stdout ([`crate::events`]). Library code never prints elsewhere; stdout
 //! is reserved for results and is written only by the CLI layer.
 //!
 //! Invariants: styled output (ANSI colour, in the `tracing` logs) is used only
@@ -9,6 +10,7 @@
 // Stderr is written through `status_line`, which cannot panic.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+use crate::events::{Events, StageEvents};
 use crate::runlog::{RunState, StageRecord, TokenCount};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::collections::HashMap;
@@ -22,6 +24,7 @@ pub struct Ui {
     bars: Option<MultiProgress>,
     running: Arc<Mutex<HashMap<String, ProgressBar>>>,
     quiet: bool,
+    events: Events,
 }
 
 impl Ui {
@@ -32,7 +35,15 @@ impl Ui {
             bars,
             running: Arc::new(Mutex::new(HashMap::new())),
             quiet,
+            events: Events::off(),
         }
+    }
+
+    /// Also reports run and stage starts and ends (and, through the
+    /// progress handles, each stage's action log) to `events`.
+    pub fn with_events(mut self, events: Events) -> Ui {
+        self.events = events;
+        self
     }
 
     /// A status line (above the bars on a terminal).
@@ -50,6 +61,7 @@ impl Ui {
 
     /// A run has been created.
     pub fn run_started(&self, state: &RunState) {
+        self.events.run_started(state);
         self.line(&format!(
             "orch: run {} ({}) — model: {}",
             state.run_id, state.pipeline, state.model_label
@@ -58,6 +70,7 @@ impl Ui {
 
     /// A stage's agent starts.
     pub fn stage_started(&self, id: &str, role: &str) {
+        self.events.stage_started(id, role);
         match &self.bars {
             Some(b) if !self.quiet => {
                 let bar = b.add(ProgressBar::new_spinner());
@@ -80,11 +93,13 @@ impl Ui {
     pub fn progress_handle(&self) -> ProgressHandle {
         ProgressHandle {
             running: Arc::clone(&self.running),
+            events: self.events.clone(),
         }
     }
 
     /// A stage ended (succeeded or failed).
     pub fn stage_finished(&self, rec: &StageRecord) {
+        self.events.stage_finished(rec);
         if let Ok(mut r) = self.running.lock()
             && let Some(bar) = r.remove(&rec.id)
         {
@@ -112,6 +127,7 @@ impl Ui {
 
     /// A stage was skipped.
     pub fn stage_skipped(&self, rec: &StageRecord) {
+        self.events.stage_skipped(rec);
         self.line(&format!(
             "orch: stage {} skipped — {}",
             rec.id,
@@ -121,6 +137,7 @@ impl Ui {
 
     /// The run ended.
     pub fn run_finished(&self, state: &RunState) {
+        self.events.run_ended(state);
         self.line(&format!(
             "orch: run {} {}",
             state.run_id,
@@ -154,9 +171,15 @@ pub fn status_line(msg: &str) {
 #[derive(Clone)]
 pub struct ProgressHandle {
     running: Arc<Mutex<HashMap<String, ProgressBar>>>,
+    events: Events,
 }
 
 impl ProgressHandle {
+    /// The event stream of stage `id`'s action log; `None` when off.
+    pub(crate) fn stage_events(&self, id: &str) -> Option<StageEvents> {
+        self.events.for_stage(id)
+    }
+
     /// Characters of the model's reply streamed so far in the current turn.
     pub fn streaming(&self, id: &str, chars: usize) {
         if let Ok(r) = self.running.lock()

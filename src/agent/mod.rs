@@ -92,6 +92,9 @@ pub(crate) enum AgentEnd {
     NoResult(String),
     /// The agent finished but its verify gate did not pass.
     VerifyFailed(String),
+    /// The lane could not be prepared (its setup command failed): the
+    /// agent never ran and no model was called.
+    SetupFailed(String),
     /// The model backend failed (after its own retries).
     ModelError(LlmError),
     /// A token, time or cost budget ran out; the reason says which.
@@ -117,7 +120,8 @@ impl AgentEnd {
             AgentEnd::Stuck(why)
             | AgentEnd::Budget(why)
             | AgentEnd::NoResult(why)
-            | AgentEnd::VerifyFailed(why) => Some(why.clone()),
+            | AgentEnd::VerifyFailed(why)
+            | AgentEnd::SetupFailed(why) => Some(why.clone()),
             AgentEnd::ModelError(e) => Some(format!("model error: failed to {e}")),
             AgentEnd::ToolFault(e) => Some(format!("internal error: failed to {e}")),
         }

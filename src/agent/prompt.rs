@@ -31,6 +31,9 @@ pub(crate) struct Upstream {
     pub digest: Vec<String>,
     /// The stage's verify gate, one line (`None`: it has none).
     pub verify: Option<String>,
+    /// What its verify commands did on the start commit, before the change
+    /// (`None`: no baseline ran).
+    pub baseline: Option<String>,
 }
 
 /// Replaces `{{ name }}` (inner spaces optional) with its value; unknown
@@ -114,6 +117,9 @@ pub(crate) fn task_message(task_template: &str, issue: &str, upstream: &[Upstrea
             }
             None => {}
         }
+        if let Some(b) = &u.baseline {
+            s.push_str(b);
+        }
         if !u.digest.is_empty() {
             s.push_str("Actions:\n");
             let skip = u.digest.len().saturating_sub(HANDOFF_DIGEST_LINES);
@@ -160,6 +166,7 @@ mod tests {
             summary: "fixed the split".into(),
             verdict: None,
             verify: None,
+            baseline: None,
             diffstat: " a.py | 2 +-".into(),
             patch: "--- a/a.py\n+++ b/a.py\n-x\n+y".into(),
             digest: (0..25).map(|i| format!("bash step {i}")).collect(),
@@ -170,6 +177,7 @@ mod tests {
             summary: "add a test".into(),
             verdict: Some(Verdict::RequestChanges),
             verify: None,
+            baseline: None,
             diffstat: String::new(),
             patch: String::new(),
             digest: vec![],

@@ -36,6 +36,15 @@ impl VerifyRun {
     fn passed(&self) -> bool {
         self.exit_code == Some(0) && !self.timed_out
     }
+
+    /// `` `cmd` exit 1 ``, `` `cmd` timed out `` or `` `cmd` killed ``.
+    fn status(&self) -> String {
+        match (self.timed_out, self.exit_code) {
+            (true, _) => format!("`{}` timed out", self.command),
+            (false, Some(c)) => format!("`{}` exit {c}", self.command),
+            (false, None) => format!("`{}` killed", self.command),
+        }
+    }
 }
 
 /// A stage's verify gate: what ran in each round and whether it passed.
@@ -56,14 +65,7 @@ impl VerifyReport {
     /// One line for hand-offs and the PR body: `pass (`cmd` exit 0; 2 rounds)`.
     pub fn line(&self) -> String {
         let last = self.rounds.last().map(Vec::as_slice).unwrap_or_default();
-        let runs: Vec<String> = last
-            .iter()
-            .map(|r| match (r.timed_out, r.exit_code) {
-                (true, _) => format!("`{}` timed out", r.command),
-                (false, Some(c)) => format!("`{}` exit {c}", r.command),
-                (false, None) => format!("`{}` killed", r.command),
-            })
-            .collect();
+        let runs: Vec<String> = last.iter().map(VerifyRun::status).collect();
         let runs = if runs.is_empty() {
             "not run: the agent did not finish".to_owned()
         } else {
@@ -137,6 +139,159 @@ pub(crate) async fn run_gate(
     }
 }
 
+/// Runs one verify command in the lane as the gate does; its record and
+/// its whole (capped) output.
+async fn run_one(command: &str, ctx: &ToolContext) -> (VerifyRun, String) {
+    let result = crate::exec::run_shell_with(
+        command,
+        &ctx.root,
+        &ctx.env,
+        ctx.limits.max_timeout,
+        &ctx.limits,
+        ctx.pre_exec.as_ref(),
+    )
+    .await;
+    match result {
+        Ok(r) => (
+            VerifyRun {
+                command: command.to_owned(),
+                exit_code: r.exit_code,
+                timed_out: r.timed_out,
+                duration_ms: r.duration.as_millis() as u64,
+            },
+            r.output,
+        ),
+        Err(e) => (
+            VerifyRun {
+                command: command.to_owned(),
+                exit_code: None,
+                timed_out: false,
+                duration_ms: 0,
+            },
+            format!("could not start bash: {e}"),
+        ),
+    }
+}
+
+/// [`run_one`], logged as a `kind` event (with one more field, `extra`).
+async fn run_logged(
+    command: &str,
+    ctx: &ToolContext,
+    log: &mut ActionLog,
+    kind: &str,
+    extra: (&str, serde_json::Value),
+) -> Result<(VerifyRun, String), RecordError> {
+    let (run, output) = run_one(command, ctx).await;
+    log.append(
+        kind,
+        json!({
+            extra.0: extra.1,
+            "command": run.command,
+            "exit_code": run.exit_code,
+            "timed_out": run.timed_out,
+            "duration_ms": run.duration_ms,
+            "passed": run.passed(),
+            "output": crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
+        }),
+    )?;
+    Ok((run, output))
+}
+
+/// Bytes of a failing baseline command's output kept for the hand-off (its tail).
+const BASELINE_TAIL_BYTES: usize = 1024;
+
+/// One verify command's run on the start commit, before the agent began.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaselineRun {
+    /// The run, as the gate records its own.
+    #[serde(flatten)]
+    pub run: VerifyRun,
+    /// The last lines of its output when it failed (redacted, capped).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output_tail: String,
+}
+
+/// The stage's verify commands run once on its start commit before the
+/// agent began: which failures were already there before the change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaselineReport {
+    /// The commit they ran on.
+    pub commit: String,
+    /// Every command's run (all run, even after a failure).
+    pub runs: Vec<BaselineRun>,
+}
+
+impl BaselineReport {
+    /// True when every command passed before the change.
+    pub fn passed(&self) -> bool {
+        self.runs.iter().all(|r| r.run.passed())
+    }
+
+    /// The hand-off paragraph a downstream stage (a reviewer) reads.
+    pub fn handoff(&self) -> String {
+        let short = &self.commit[..self.commit.len().min(12)];
+        let runs: Vec<String> = self
+            .runs
+            .iter()
+            .map(|r| {
+                if r.run.passed() {
+                    r.run.status()
+                } else {
+                    format!("{} (already failing before the change)", r.run.status())
+                }
+            })
+            .collect();
+        let mut s = format!(
+            "Baseline (verify run by orch on the start commit {short}, before any change): {}.\n",
+            runs.join(", ")
+        );
+        if self.passed() {
+            s.push_str("Every verify failure after the change is therefore a regression.\n");
+            return s;
+        }
+        s.push_str("A failure of these commands after the change is not by itself a regression: compare with their output before it.\n");
+        for r in self.runs.iter().filter(|r| !r.output_tail.is_empty()) {
+            s.push_str(&format!(
+                "Output of `{}` before the change (last lines):\n```\n{}\n```\n",
+                r.run.command,
+                r.output_tail.trim_end()
+            ));
+        }
+        s
+    }
+}
+
+/// Runs every command of `commands` once in the lane, which is at `commit`
+/// (the stage's start, before the agent), logging a `baseline` event each;
+/// `redact` cleans the output tails kept for the hand-off.
+pub(crate) async fn run_baseline(
+    commands: &[String],
+    ctx: &ToolContext,
+    commit: &str,
+    log: &mut ActionLog,
+    redact: &(dyn Fn(&str) -> String + Sync),
+) -> Result<BaselineReport, RecordError> {
+    let mut runs = Vec::new();
+    for command in commands {
+        let (run, output) =
+            run_logged(command, ctx, log, "baseline", ("commit", json!(commit))).await?;
+        let passed = run.passed();
+        let output_tail = if passed {
+            String::new()
+        } else {
+            redact(crate::text::tail_bytes(
+                output.trim_end(),
+                BASELINE_TAIL_BYTES,
+            ))
+        };
+        runs.push(BaselineRun { run, output_tail });
+    }
+    Ok(BaselineReport {
+        commit: commit.to_owned(),
+        runs,
+    })
+}
+
 /// Runs the commands in order until one fails; the failing command and the
 /// message for the agent when one did.
 async fn run_commands(
@@ -147,48 +302,9 @@ async fn run_commands(
 ) -> Result<(Vec<VerifyRun>, Option<(String, String)>), RecordError> {
     let mut runs = Vec::new();
     for command in commands {
-        let result = crate::exec::run_shell_with(
-            command,
-            &ctx.root,
-            &ctx.env,
-            ctx.limits.max_timeout,
-            &ctx.limits,
-            ctx.pre_exec.as_ref(),
-        )
-        .await;
-        let (run, output) = match result {
-            Ok(r) => (
-                VerifyRun {
-                    command: command.clone(),
-                    exit_code: r.exit_code,
-                    timed_out: r.timed_out,
-                    duration_ms: r.duration.as_millis() as u64,
-                },
-                r.output,
-            ),
-            Err(e) => (
-                VerifyRun {
-                    command: command.clone(),
-                    exit_code: None,
-                    timed_out: false,
-                    duration_ms: 0,
-                },
-                format!("could not start bash: {e}"),
-            ),
-        };
+        let (run, output) =
+            run_logged(command, ctx, log, "verify", ("round", json!(round))).await?;
         let passed = run.passed();
-        log.append(
-            "verify",
-            json!({
-                "round": round,
-                "command": run.command,
-                "exit_code": run.exit_code,
-                "timed_out": run.timed_out,
-                "duration_ms": run.duration_ms,
-                "passed": passed,
-                "output": crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
-            }),
-        )?;
         let status = match (run.timed_out, run.exit_code) {
             (true, _) => format!("timed out after {}s", ctx.limits.max_timeout.as_secs()),
             (false, Some(c)) => format!("exited {c}"),

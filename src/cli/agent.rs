@@ -10,12 +10,13 @@
 //! [`crate::subagent`].
 
 use super::CliError;
-use super::args::{InstructionArgs, LimitArgs, ModelArgs};
+use super::args::{EventArgs, InstructionArgs, LimitArgs, ModelArgs};
 use super::model::choose_for_repo;
 use super::output::{Out, ignore_closed};
 use super::session::{SessionBuilder, roles_for, route_role_models};
-use super::summary::exit_code_of;
+use super::summary::{check_events, end_events, exit_code_of};
 use crate::catalog::Catalog;
+use crate::events::Events;
 use crate::ids::StageId;
 use crate::pipeline::{Pipeline, Stage};
 use crate::runner::{RunOptions, run_pipeline};
@@ -63,6 +64,9 @@ pub struct AgentArgs {
     /// Keep the branches of a read-only role's run (by default a question leaves none)
     #[arg(long)]
     pub keep: bool,
+    /// The event stream.
+    #[command(flatten)]
+    pub events: EventArgs,
     /// Child mode: work directly in this worktree (set by `spawn_agent`)
     #[arg(long, hide = true, requires_all = ["record_dir", "agent_path"])]
     pub worktree: Option<PathBuf>,
@@ -130,6 +134,12 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
     if args.worktree.is_some() {
         return cmd_child(args).await;
     }
+    let events = args.events.open();
+    end_events(&events, agent(args, &events).await)
+}
+
+async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
+    check_events(events, args.json, args.dry_run)?;
     let catalog = Catalog::load(Some(&args.repo))?;
     let role = catalog.role(&args.role)?;
     let id = StageId(role.name.to_ascii_lowercase().replace(
@@ -158,6 +168,7 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         }],
         origin: "orch agent".to_owned(),
         project_instructions: !args.instructions.no_project_instructions,
+        setup: None,
     };
     let mut roles = roles_for(&catalog, &pipeline)?;
     route_role_models(&mut roles, &args.model, &args.repo, None)?;
@@ -165,19 +176,21 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         .assume_yes(args.yes)
         .max_parallel(1)
         .build(&args.limits)?;
+    events.redacting(&session.secrets);
     if args.dry_run {
         let (repo, base) = (&args.repo, &args.base);
         return super::dryrun::dry_run(repo, &pipeline, &roles, "", &session, base, args.json);
     }
     super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
     let read_only = role.read_only;
-    let ui = Ui::new(false);
+    let ui = Ui::new(false).with_events(events.clone());
     let summary = run_pipeline(
         RunOptions {
             repo: args.repo.clone(),
             pipeline,
             roles,
             issue: String::new(),
+            issue_json: None,
             base: args.base.clone(),
             session,
         },
@@ -190,24 +203,25 @@ pub(super) async fn cmd_agent(args: AgentArgs) -> Result<i32, CliError> {
         super::summary::clear_failed_run(&args.repo, summary.state.run_id.as_str());
     }
     let st = &summary.state.stages[0];
+    let result = serde_json::json!({
+        "run_id": summary.state.run_id,
+        "role": st.role,
+        "status": st.status.as_str(),
+        "report": summary.last_summary,
+        "reason": st.reason,
+        "turns": st.turns,
+        "tokens": {"prompt": st.tokens.prompt, "completion": st.tokens.completion},
+        "commit": st.commit,
+        "branch": st.branch,
+        "transcript": summary.record_dir.join("stages").join(&st.id).join("transcript.json").display().to_string(),
+    });
+    if events.is_on() {
+        events.set_result(summary.state.status.as_str(), result);
+        return Ok(exit_code_of(&summary));
+    }
     let mut out = Out::stdout();
     let printed = if args.json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::json!({
-                "run_id": summary.state.run_id,
-                "role": st.role,
-                "status": st.status.as_str(),
-                "report": summary.last_summary,
-                "reason": st.reason,
-                "turns": st.turns,
-                "tokens": {"prompt": st.tokens.prompt, "completion": st.tokens.completion},
-                "commit": st.commit,
-                "branch": st.branch,
-                "transcript": summary.record_dir.join("stages").join(&st.id).join("transcript.json").display().to_string(),
-            })
-        )
+        writeln!(out, "{result}")
     } else {
         if let Some(r) = &st.reason {
             crate::ui::status_line(&format!("orch: agent {}: {r}", st.status.as_str()));

@@ -174,3 +174,19 @@ impl LimitArgs {
         })
     }
 }
+
+/// `--events` of the commands that run agents (`run`, `resume`, `agent`,
+/// `stage`); see `docs/events.md`.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct EventArgs {
+    /// Print the run's events on stdout as they happen, one JSON object per line (`jsonl`); stdout then carries only events (docs/events.md)
+    #[arg(long, value_name = "FORMAT")]
+    pub events: Option<crate::events::EventFormat>,
+}
+
+impl EventArgs {
+    /// The stream these flags ask for (a no-op one without `--events`).
+    pub fn open(&self) -> crate::events::Events {
+        crate::events::Events::new(self.events)
+    }
+}

@@ -103,6 +103,7 @@ pub(super) async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
             pipeline,
             roles,
             issue: ISSUE.to_owned(),
+            issue_json: None,
             base: "HEAD".to_owned(),
             session,
         },

@@ -119,11 +119,26 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
         let tools = offered_tools(role, d.session);
         let system = prompt::system_prompt(&role.prompt, &tools);
         v["system_prompt"] = json!(prompt::with_instructions(system, &instructions(d, stage)));
-        v["first_message"] = json!(prompt::task_message(&stage.task, d.issue, &[]));
+        let task = prompt::task_message(&stage.task, d.issue, &[]);
+        let notes = memory_notes(d, &task);
+        v["first_message"] = json!(format!("{task}{notes}"));
     } else {
         v["receives"] = json!(receives(stage));
     }
     v
+}
+
+/// The memory notes a first-wave stage would be given (read from the
+/// working tree's `.orch/memory/`; a run reads its base commit's).
+fn memory_notes(d: &DryRun<'_>, task: &str) -> String {
+    if d.session.memory == crate::memory::MemoryMode::Off {
+        return String::new();
+    }
+    let workdir = crate::git::open_repo(d.repo).ok().map(|i| i.workdir);
+    let paths = crate::memory::paths_in(task);
+    crate::memory::hook::notes_for(&d.base.common, workdir.as_deref(), task, &paths)
+        .map(|(n, _, _)| n.text)
+        .unwrap_or_default()
 }
 
 /// What a later stage is handed, one line per stage it needs.

@@ -61,6 +61,9 @@ pub struct EvalArgs {
     /// Print one JSON object (format orch-eval/1) on stdout instead of the table
     #[arg(long)]
     pub json: bool,
+    /// Memory for the runs (propose or auto-accept): every run starts from the lessons earlier runs of this eval left (a shared refs/orch/memory); default: runs use no memory
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub memory: Option<crate::memory::MemoryMode>,
     /// Extra flags for every `orch run`, after `--` (e.g. `-- --max-parallel 2`)
     #[arg(last = true, value_name = "RUN_FLAGS")]
     pub run_flags: Vec<String>,
@@ -122,8 +125,31 @@ pub(super) async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
             "scripted: replay.{name}.json of each task (recorded responses; no model is called)"
         )
     });
+    // The memory store lives as long as the eval; every run fetches from
+    // and pushes to it.
+    let store_dir = tempfile::Builder::new()
+        .prefix("orch-eval-memory-")
+        .tempdir()
+        .map_err(|e| {
+            CliError::Internal(format!("failed to create the eval's memory store: {e}"))
+        })?;
+    let memory_store = match args.memory {
+        Some(mode) if mode != crate::memory::MemoryMode::Off => {
+            git2::Repository::init_bare(store_dir.path()).map_err(|e| {
+                CliError::Internal(format!("failed to create the eval's memory store: {e}"))
+            })?;
+            Some(store_dir.path().to_path_buf())
+        }
+        _ => None,
+    };
+    let mut run_args = run_flags(&args)?;
+    match (args.memory, &memory_store) {
+        (Some(mode), Some(_)) => run_args.extend(["--memory".to_owned(), mode.as_str().to_owned()]),
+        _ => run_args.push("--no-memory".to_owned()),
+    }
     let opts = EvalOptions {
-        run_args: run_flags(&args)?,
+        memory_store,
+        run_args,
         tasks,
         orch_bin,
         pipeline,

@@ -181,8 +181,8 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
 
 /// `orch show`.
 pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
-    let (_, root, state) = open(&args.repo, &args.run)?;
-    let state = runlog::as_shown(&runlog::RunDir { root: root.clone() }, state);
+    let (common, root, state) = open(&args.repo, &args.run)?;
+    let state = runlog::as_shown(&runlog::RunDir::at(root.clone()), state);
     let mut out = Out::stdout();
     if args.json {
         writeln!(
@@ -192,9 +192,20 @@ pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
         )?;
     } else {
         out.text(&render_show(&state, &root))?;
+        out.text(&memory_report(&common, &state))?;
     }
     out.finish()?;
     Ok(exit::OK)
+}
+
+/// The lessons a run's stages were given and those it proposed.
+fn memory_report(common: &Path, s: &RunState) -> String {
+    let stages: Vec<(&str, Option<&str>)> = s
+        .stages
+        .iter()
+        .map(|st| (st.id.as_str(), st.commit.as_deref()))
+        .collect();
+    crate::memory::hook::run_report(common, s.run_id.as_str(), &stages)
 }
 
 /// The text of `orch show`.
@@ -222,6 +233,9 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     ));
     if let Some(title) = &s.pr_title {
         o.push_str(&format!("PR: {title} ({})\n", s.final_branch));
+    }
+    if let Some(url) = &s.pr_url {
+        o.push_str(&format!("published: {url}\n"));
     }
     o.push_str(&format!(
         "\n{:<11} {:<12} {:<9} {:<16} {:>7} {:>5} {:>8}  {:<10} branch\n",
@@ -314,6 +328,7 @@ pub(super) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
     for st in stages {
         out.text(&render_review(&common, st)?)?;
     }
+    out.text(&memory_report(&common, &state))?;
     out.finish()?;
     Ok(exit::OK)
 }
@@ -561,6 +576,25 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
             s("profile"),
             s("kernel").trim_start_matches("sandbox: ")
         ),
+        "memory" => match ev["memory_used"].as_array().filter(|a| !a.is_empty()) {
+            Some(_) => format!(
+                "memory: used {} (of {} lessons)",
+                call_names_or_list(&ev["memory_used"]),
+                n("lessons")
+            ),
+            None if ev["error"].is_string() => format!("memory: not read: {}", s("error")),
+            None => format!("memory: no lesson applies (of {})", n("lessons")),
+        },
+        "distill" => match (ev["skipped"].as_bool(), ev["error"].as_str()) {
+            (Some(true), _) => format!("distill: skipped ({})", s("reason")),
+            (_, Some(e)) => format!("distill on {}: failed: {e}", s("key_event")),
+            _ => format!(
+                "distill on {}: {} proposed as {}",
+                s("key_event"),
+                call_names_or_list(&ev["lessons"]),
+                s("status")
+            ),
+        },
         "project_instructions" => match ev["enabled"].as_bool() {
             Some(false) => "project instructions: off".to_owned(),
             _ => {

@@ -17,6 +17,8 @@ mod demo;
 mod eval;
 mod gc;
 mod inspect;
+mod memory;
+mod publish;
 mod replay;
 mod resume;
 mod run;
@@ -55,6 +57,8 @@ pub mod exit {
     pub const GIT: i32 = 4;
     /// An internal error: I/O on the run record, a bug.
     pub const INTERNAL: i32 = 5;
+    /// The forge (GitHub, GitLab) failed: unreachable, token refused, not found.
+    pub const FORGE: i32 = 6;
     /// `orch setup`: steps that change the system were not confirmed
     /// (headless without `--yes`, or the user said no); they did not run.
     pub const NOT_CONFIRMED: i32 = 7;
@@ -73,6 +77,8 @@ Examples:
   orch runs; orch show last; orch review last        inspect runs, stage by stage
   orch rollback last --to review; orch resume last   undo later stages and run them again
   orch run issue-to-pr --issue ISSUE.md --dry-run    the plan and prompts; no model called, nothing created
+  orch run issue-to-pr --issue github:OWNER/REPO#7    read the issue from GitHub (token: GH_TOKEN)
+  orch publish last --draft                          push the PR branch and open (or update) the pull request
   orch gc --older-than 7d                            remove old runs' worktrees, records and stage branches
   orch setup \"a venv in ./venv\" --plan-only         the environment-setup agent: print a plan, change nothing
 
@@ -122,12 +128,29 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Measure a pipeline on a task set: per task, run it and a hidden check (`docs/eval.md`).
     Eval(eval::EvalArgs),
+    /// Push a run's PR branch and open (or update) its pull or merge request.
+    Publish(publish::PublishArgs),
     /// Remove the worktrees of runs that are not running; with --older-than, whole old runs.
     Gc(gc::GcArgs),
+    /// Review the lessons runs remember (refs/orch/memory): list, show, accept, reject, edit, forget, log, add.
+    Memory(memory::MemoryArgs),
     /// Set up a development environment: detect, plan, confirm, run, verify, report (docs/setup.md).
     Setup(setup::SetupArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
+}
+
+impl Command {
+    /// Whether the command talks to a forge (`run --issue github:…`,
+    /// `publish`), so `main` asks `gh auth token` before it registers the
+    /// process's secrets.
+    pub fn needs_forge_token(&self) -> bool {
+        match self {
+            Command::Run(a) => a.issue.starts_with("github:"),
+            Command::Publish(_) => true,
+            _ => false,
+        }
+    }
 }
 
 /// An error of a command, with the exit code it maps to.
@@ -155,6 +178,9 @@ pub enum CliError {
     /// model not served): exit 3, nothing created.
     #[error("{0}")]
     Preflight(String),
+    /// The forge's API, or the push to its remote.
+    #[error(transparent)]
+    Forge(#[from] crate::forge::ForgeError),
     /// Anything else.
     #[error("{0}")]
     Internal(String),
@@ -169,7 +195,7 @@ impl From<RunError> for CliError {
         match e {
             RunError::Git(g) => CliError::Git(g),
             RunError::Record(r) => CliError::Record(r),
-            RunError::MissingRole { .. } | RunError::Refused(_) => {
+            RunError::MissingRole { .. } | RunError::Refused(_) | RunError::Config(_) => {
                 CliError::Invalid(format!("failed to {e}"))
             }
             other => CliError::Run(other),
@@ -190,6 +216,9 @@ impl CliError {
                 | crate::runlog::RecordError::Locked { .. },
             ) => exit::INVALID,
             CliError::Record(_) | CliError::Run(_) | CliError::Internal(_) => exit::INTERNAL,
+            CliError::Forge(crate::forge::ForgeError::Invalid(_)) => exit::INVALID,
+            CliError::Forge(crate::forge::ForgeError::Push(_)) => exit::GIT,
+            CliError::Forge(crate::forge::ForgeError::Api(_)) => exit::FORGE,
             CliError::StdoutClosed => exit::OK,
         }
     }
@@ -221,6 +250,8 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Config(a) => config::cmd_config(a),
         Command::Eval(a) => eval::cmd_eval(a).await,
         Command::Gc(a) => gc::cmd_gc(a),
+        Command::Publish(a) => publish::cmd_publish(a).await,
+        Command::Memory(a) => memory::cmd_memory(a),
         Command::Completions(a) => completions::cmd_completions(a),
         Command::Replay(a) => replay::cmd_replay(a).await,
         Command::Setup(a) => setup::cmd_setup(a).await,

@@ -33,9 +33,10 @@ pub(crate) async fn check_run(
     base: &str,
     model: &dyn ChatModel,
 ) -> Result<Served, CliError> {
-    let info = crate::git::open_repo(repo)?;
-    if base != super::session::WORKTREE_BASE {
-        crate::git::resolve_commit(&info.common_dir, base)?;
+    if base == super::session::WORKTREE_BASE {
+        crate::git::open_repo(repo)?;
+    } else {
+        crate::git::open_repo_at(repo, base)?;
     }
     check(model).await
 }

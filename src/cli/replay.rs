@@ -117,6 +117,7 @@ pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
             pipeline: plan.pipeline,
             roles: plan.roles,
             issue,
+            issue_json: None,
             base: state.base_commit.clone(),
             session,
         },
@@ -265,7 +266,7 @@ pub(crate) fn diverged(
         let now = tool_results(replayed.get(agent).unwrap_or(&empty));
         for i in 0..was.len().max(now.len()) {
             let (a, b) = (was.get(i), now.get(i));
-            if a.map(|x| &x.2) == b.map(|x| &x.2) {
+            if a.map(|x| without_timing(&x.2)) == b.map(|x| without_timing(&x.2)) {
                 continue;
             }
             let (call_id, tool) = a
@@ -285,6 +286,27 @@ pub(crate) fn diverged(
         }
     }
     out
+}
+
+/// A tool result without the wall-clock time bash appends to its status
+/// line (`[exit 0, 0.1s]` → `[exit 0]`): how long a command took is not what
+/// it did, and a loaded machine must not turn a faithful replay into a
+/// divergence.
+fn without_timing(result: &str) -> std::borrow::Cow<'_, str> {
+    let Some(start) = result.rfind('[') else {
+        return result.into();
+    };
+    let tail = &result[start..];
+    let timed = tail
+        .strip_suffix("s]")
+        .and_then(|t| t.rsplit_once(", "))
+        .filter(|(_, secs)| {
+            !secs.is_empty() && secs.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        });
+    match timed {
+        Some((status, _)) => format!("{}{status}]", &result[..start]).into(),
+        None => result.into(),
+    }
 }
 
 /// The first line where `a` and `b` differ, from each (`None` for a side
@@ -362,6 +384,29 @@ mod tests {
         let a: BTreeMap<String, Vec<ChatMessage>> = [("code".to_owned(), run("old"))].into();
         let b: BTreeMap<String, Vec<ChatMessage>> = [("code".to_owned(), run("new"))].into();
         assert!(diverged(&a, &a).is_empty());
+        assert_eq!(without_timing("out\n[exit 0, 12.3s]"), "out\n[exit 0]");
+        assert_eq!(
+            without_timing("[killed by signal 9, 0.0s]"),
+            "[killed by signal 9]"
+        );
+        assert_eq!(without_timing("a [list, of] things"), "a [list, of] things");
+        let slow: BTreeMap<String, Vec<ChatMessage>> = [(
+            "code".to_owned(),
+            vec![
+                call("c1", "bash"),
+                ChatMessage::tool("c1", "ok\n[exit 0, 0.1s]"),
+            ],
+        )]
+        .into();
+        let fast: BTreeMap<String, Vec<ChatMessage>> = [(
+            "code".to_owned(),
+            vec![
+                call("c1", "bash"),
+                ChatMessage::tool("c1", "ok\n[exit 0, 0.0s]"),
+            ],
+        )]
+        .into();
+        assert!(diverged(&slow, &fast).is_empty(), "only the time differs");
         let d = diverged(&a, &b);
         assert_eq!(
             d,

@@ -1,11 +1,12 @@
 //! `orch resume` and `orch rollback`.
 
-use super::args::{LimitArgs, ModelArgs, ParallelArgs};
+use super::args::{EventArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::output::{Out, ignore_closed};
 use super::record::resolve_run_id;
 use super::session::SessionBuilder;
-use super::summary::{exit_code_of, print_summary};
+use super::summary::{check_events, end_events, exit_code_of, report_summary};
 use super::{CliError, exit};
+use crate::events::Events;
 use crate::runner::{self, ResumeOptions};
 use crate::ui::Ui;
 use std::path::PathBuf;
@@ -33,9 +34,18 @@ pub struct ResumeArgs {
     /// Allow commands that a role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
+    /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
+    #[arg(long, conflicts_with = "memory")]
+    pub no_memory: bool,
+    /// What this run does with memory: off, propose or auto-accept (overrides `memory =` in orch.toml)
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub memory: Option<crate::memory::MemoryMode>,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
+    /// The event stream.
+    #[command(flatten)]
+    pub events: EventArgs,
 }
 
 /// Arguments of `orch rollback`.
@@ -56,14 +66,26 @@ pub struct RollbackArgs {
 
 /// `orch resume`.
 pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
+    let events = args.events.open();
+    end_events(&events, resume(args, &events).await)
+}
+
+async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
+    check_events(events, args.json, false)?;
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let info = crate::git::open_repo(&args.repo)?;
     let (_, state, _) = runner::load_run(&info.common_dir, run_id.as_str())?;
     let session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .memory(super::session::memory_mode(
+            &args.repo,
+            args.no_memory,
+            args.memory,
+        )?)
         .build(&args.limits)?;
-    let ui = Ui::new(false);
+    events.redacting(&session.secrets);
+    let ui = Ui::new(false).with_events(events.clone());
     let summary = runner::resume_run(
         &args.repo,
         &run_id,
@@ -74,7 +96,7 @@ pub(super) async fn cmd_resume(args: ResumeArgs) -> Result<i32, CliError> {
         &ui,
     )
     .await?;
-    ignore_closed(print_summary(&summary, args.json))?;
+    ignore_closed(report_summary(&summary, args.json, events))?;
     Ok(exit_code_of(&summary))
 }
 

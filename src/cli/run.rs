@@ -1,16 +1,17 @@
 //! `orch run <pipeline>`: an issue in, a PR branch and PR text out.
 
 use super::CliError;
-use super::args::{InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
+use super::args::{EventArgs, InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::dryrun::dry_run;
 use super::output::ignore_closed;
 use super::session::{SessionBuilder, roles_for, route_role_models, start_base};
-use super::summary::{clear_failed_run, exit_code_of, print_summary};
+use super::summary::{check_events, clear_failed_run, end_events, exit_code_of, report_summary};
 use crate::catalog::Catalog;
+use crate::events::Events;
 use crate::runlog::RunStatus;
 use crate::runner::{RunOptions, run_pipeline};
 use crate::ui::Ui;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `orch run`.
 #[derive(Debug, clap::Args)]
@@ -20,9 +21,9 @@ pub struct RunArgs {
     /// The repository to work on (never modified: orch works in a worktree of it)
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
-    /// The issue text, a Markdown file (`-` reads stdin)
-    #[arg(long, value_name = "FILE")]
-    pub issue: PathBuf,
+    /// The issue: a Markdown file, `-` (stdin), or a forge issue `github:OWNER/REPO#N` / `gitlab:GROUP/PROJECT#N` (read once through the API and frozen into the run)
+    #[arg(long, value_name = "FILE|FORGE#N")]
+    pub issue: String,
     /// The revision the run starts from; `worktree` snapshots the working tree (uncommitted and untracked files included, ignored ones not) into a commit and starts from that, leaving your index, HEAD and branch alone
     #[arg(long, default_value = "HEAD")]
     pub base: String,
@@ -44,13 +45,32 @@ pub struct RunArgs {
     /// Parallelism.
     #[command(flatten)]
     pub parallel: ParallelArgs,
+    /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
+    #[arg(long, conflicts_with = "memory")]
+    pub no_memory: bool,
+    /// What this run does with memory: off, propose or auto-accept (overrides `memory =` in orch.toml)
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub memory: Option<crate::memory::MemoryMode>,
     /// Print one JSON object on stdout instead of the human summary
     #[arg(long)]
     pub json: bool,
+    /// The event stream.
+    #[command(flatten)]
+    pub events: EventArgs,
+}
+
+/// The issue text, and the fetched issue (`issue.json`) when `--issue`
+/// names a forge issue.
+async fn read_issue(spec: &str, repo: &Path) -> Result<(String, Option<String>), CliError> {
+    if crate::forge::IssueRef::is_forge_spec(spec) {
+        let issue = crate::forge::read_issue(spec, repo).await?;
+        return Ok((issue.to_markdown(), Some(issue.to_json())));
+    }
+    read_issue_file(Path::new(spec)).map(|text| (text, None))
 }
 
 /// Reads the issue file (or stdin for `-`).
-fn read_issue(path: &PathBuf) -> Result<String, CliError> {
+fn read_issue_file(path: &Path) -> Result<String, CliError> {
     let text = if path.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin())
             .map_err(|e| CliError::Invalid(format!("failed to read the issue from stdin: {e}")))?
@@ -73,15 +93,27 @@ fn read_issue(path: &PathBuf) -> Result<String, CliError> {
 
 /// `orch run`.
 pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
+    let events = args.events.open();
+    end_events(&events, run(args, &events).await)
+}
+
+async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
+    check_events(events, args.json, args.dry_run)?;
     let catalog = Catalog::load(Some(&args.repo))?;
     let mut pipeline = catalog.pipeline(&args.pipeline)?;
     pipeline.project_instructions &= !args.instructions.no_project_instructions;
     let mut roles = roles_for(&catalog, &pipeline)?;
-    let issue = read_issue(&args.issue)?;
+    let (issue, issue_json) = read_issue(&args.issue, &args.repo).await?;
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
+        .memory(super::session::memory_mode(
+            &args.repo,
+            args.no_memory,
+            args.memory,
+        )?)
         .build(&args.limits)?;
+    events.redacting(&session.secrets);
     if args.dry_run {
         // No request at all: a role's own model is kept only when mapped.
         route_role_models(&mut roles, &args.model, &args.repo, None)?;
@@ -99,13 +131,14 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
         served.served_models.as_deref(),
     )?;
     let base = start_base(&args.repo, &args.base)?;
-    let ui = Ui::new(false);
+    let ui = Ui::new(false).with_events(events.clone());
     let summary = run_pipeline(
         RunOptions {
             repo: args.repo.clone(),
             pipeline,
             roles,
             issue,
+            issue_json,
             base,
             session,
         },
@@ -115,6 +148,6 @@ pub(super) async fn cmd_run(args: RunArgs) -> Result<i32, CliError> {
     if summary.state.status == RunStatus::Failed {
         clear_failed_run(&args.repo, summary.state.run_id.as_str());
     }
-    ignore_closed(print_summary(&summary, args.json))?;
+    ignore_closed(report_summary(&summary, args.json, events))?;
     Ok(exit_code_of(&summary))
 }

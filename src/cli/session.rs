@@ -30,6 +30,7 @@ pub(super) struct SessionBuilder {
     assume_yes: bool,
     interactive: bool,
     max_parallel: usize,
+    memory: crate::memory::MemoryMode,
 }
 
 impl SessionBuilder {
@@ -84,6 +85,7 @@ impl SessionBuilder {
             assume_yes: false,
             interactive: crate::policy::detect_interactive(),
             max_parallel: DEFAULT_MAX_PARALLEL,
+            memory: crate::memory::MemoryMode::Off,
         }
     }
 
@@ -102,6 +104,12 @@ impl SessionBuilder {
     /// How many stages may run at once (default [`DEFAULT_MAX_PARALLEL`]).
     pub(super) fn max_parallel(mut self, n: usize) -> SessionBuilder {
         self.max_parallel = n;
+        self
+    }
+
+    /// What the run does with memory (default: off, for `orch agent`).
+    pub(super) fn memory(mut self, mode: crate::memory::MemoryMode) -> SessionBuilder {
+        self.memory = mode;
         self
     }
 
@@ -131,8 +139,26 @@ impl SessionBuilder {
             assume_yes: self.assume_yes,
             interactive: self.interactive,
             max_parallel: self.max_parallel,
+            memory: self.memory,
         }
     }
+}
+
+/// What a run in `repo` does with memory: `off` with `--no-memory`, else
+/// `--memory MODE`, else `memory =` of its `orch.toml` files (default `propose`).
+pub(super) fn memory_mode(
+    repo: &Path,
+    no_memory: bool,
+    flag: Option<crate::memory::MemoryMode>,
+) -> Result<crate::memory::MemoryMode, CliError> {
+    if no_memory {
+        return Ok(crate::memory::MemoryMode::Off);
+    }
+    if let Some(mode) = flag {
+        return Ok(mode);
+    }
+    let resolved = super::model::resolve_config(&super::args::ModelArgs::default(), Some(repo))?;
+    Ok(resolved.memory.value)
 }
 
 /// The roles a pipeline's stages name.
@@ -158,8 +184,7 @@ pub(super) const WORKTREE_BASE: &str = "worktree";
 /// out, which stderr says. Checked-out submodules are not checked out in
 /// lanes, which stderr says too.
 pub(super) fn start_base(repo: &Path, base: &str) -> Result<String, CliError> {
-    let info = crate::git::open_repo(repo)?;
-    let dirt = crate::git::snapshot::working_tree_dirt(&info.workdir)?;
+    let (info, dirt) = crate::git::snapshot::open_repo_with_dirt(repo)?;
     if !dirt.submodules.is_empty() {
         crate::ui::status_line(&format!(
             "orch: warning: the run's worktrees do not check out submodules ({}); stages see them as empty directories",

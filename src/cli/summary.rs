@@ -4,6 +4,7 @@
 
 use super::output::Out;
 use super::{CliError, exit};
+use crate::events::Events;
 use crate::runlog::{RunStatus, StageStatus};
 use crate::runner::RunSummary;
 use std::path::Path;
@@ -46,6 +47,47 @@ pub(super) fn summary_json(summary: &RunSummary) -> serde_json::Value {
         "cost_usd": super::record::run_cost_usd(s),
         "record": summary.record_dir.display().to_string(),
     })
+}
+
+/// A finished run's result: with `--events`, kept for the final event
+/// (stdout carries only events then); else [`print_summary`].
+pub(super) fn report_summary(
+    summary: &RunSummary,
+    json: bool,
+    events: &Events,
+) -> Result<(), CliError> {
+    if events.is_on() {
+        events.set_result(summary.state.status.as_str(), summary_json(summary));
+        return Ok(());
+    }
+    print_summary(summary, json)
+}
+
+/// The start of a command with `--events`: `--json` and `--dry-run` print
+/// on stdout, which then belongs to the events, so they are refused.
+pub(super) fn check_events(events: &Events, json: bool, dry_run: bool) -> Result<(), CliError> {
+    match (events.is_on(), json, dry_run) {
+        (true, true, _) => Err(CliError::Invalid(
+            "failed to use --events with --json: the final event carries the summary".to_owned(),
+        )),
+        (true, _, true) => Err(CliError::Invalid(
+            "failed to use --events with --dry-run: a dry run has no events".to_owned(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The end of a command with `--events`: the final `run_finished` event
+/// with the exit code `result` maps to (and its error, which stderr shows
+/// too). `result` is returned as it is.
+pub(super) fn end_events(events: &Events, result: Result<i32, CliError>) -> Result<i32, CliError> {
+    match &result {
+        Ok(code) => events.run_finished(*code, None),
+        // Nobody reads stdout any more.
+        Err(CliError::StdoutClosed) => {}
+        Err(e) => events.run_finished(e.exit_code(), Some(&e.to_string())),
+    }
+    result
 }
 
 /// Prints the human summary or the JSON object on stdout.

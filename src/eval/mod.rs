@@ -123,6 +123,10 @@ pub(crate) struct EvalOptions {
     pub out_dir: PathBuf,
     /// The model's label for the report; default: the label the first run reports.
     pub model_label: Option<String>,
+    /// With `--memory`: a bare repository holding the memory ref every run
+    /// starts from and adds to (`docs/memory.md`), so later runs see the
+    /// lessons earlier ones distilled.
+    pub memory_store: Option<PathBuf>,
 }
 
 /// Runs every task `runs` times, appending each result to the results file
@@ -245,9 +249,15 @@ async fn run_task(
     let issue = work_dir.join("issue.md");
     copy_file(&task.issue, &issue)?;
 
+    if let Some(store) = &opts.memory_store {
+        share_memory(task, &repo, store, true).await?;
+    }
     let run_start = Instant::now();
     let (exec, json) = run_orch(opts, task, &repo, &issue, &work_dir).await?;
     let run_secs = secs(run_start.elapsed());
+    if let Some(store) = &opts.memory_store {
+        share_memory(task, &repo, store, false).await?;
+    }
     let mut row = row_from_run(task, run, &exec, json.as_ref(), opts.run_timeout);
     row.run_secs = run_secs;
 
@@ -289,6 +299,48 @@ async fn run_task(
     }
     row.wall_secs = secs(start.elapsed());
     Ok(row)
+}
+
+/// Copies `refs/orch/memory` from the eval's memory store into `repo`
+/// (`fetch`) or back (`!fetch`), when the source has it: how a team shares
+/// lessons, by fetching and pushing the ref.
+async fn share_memory(
+    task: &Task,
+    repo: &Path,
+    store: &Path,
+    fetch: bool,
+) -> Result<(), EvalError> {
+    let has_ref = |git_dir: &Path| {
+        git2::Repository::open(git_dir)
+            .is_ok_and(|r| r.find_reference(crate::memory::store::MEMORY_REF).is_ok())
+    };
+    let source = if fetch {
+        store.to_path_buf()
+    } else {
+        repo.join(".git")
+    };
+    if !has_ref(&source) {
+        return Ok(());
+    }
+    let spec = format!("+{0}:{0}", crate::memory::store::MEMORY_REF);
+    let (verb, what) = if fetch {
+        ("fetch", "fetch the shared memory ref")
+    } else {
+        ("push", "push the memory ref to the shared store")
+    };
+    git(
+        task,
+        what,
+        repo,
+        &[
+            OsStr::new(verb),
+            OsStr::new("-q"),
+            store.as_os_str(),
+            OsStr::new(&spec),
+        ],
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Builds the task's repository at `repo`; returns the base commit.

@@ -13,6 +13,7 @@ use git2::{Delta, DiffFindOptions, DiffOptions, Patch};
 use serde::{Deserialize, Serialize};
 
 use super::{GitError, find_commit, git_err, open_at};
+use git2::Repository;
 
 /// Lines changed in one file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,18 +57,50 @@ const STAT_NAME_MAX: usize = 50;
 
 /// The diff from `from_sha` to `to_sha`, its patch capped at `max_patch_bytes`
 /// (the truncation marker included).
+///
+/// The patch is made file by file and only what can still be shown is kept:
+/// past the budget, a file's patch is measured and dropped, so memory holds
+/// at most the budget plus one file's patch, whatever the size of the diff.
 pub fn diff(
     common_dir: &Path,
     from_sha: &str,
     to_sha: &str,
     max_patch_bytes: usize,
 ) -> Result<Diff, GitError> {
-    let repo = open_at(common_dir)?;
+    diff_in(
+        &open_at(common_dir)?,
+        from_sha,
+        to_sha,
+        Some(max_patch_bytes),
+    )
+}
+
+/// Only the stat of the diff from `from_sha` to `to_sha` (what `pr.md`
+/// shows): no patch text is made at all.
+pub fn diff_stat(common_dir: &Path, from_sha: &str, to_sha: &str) -> Result<DiffStat, GitError> {
+    diff_stat_in(&open_at(common_dir)?, from_sha, to_sha)
+}
+
+/// [`diff_stat`] in an open repository.
+pub(crate) fn diff_stat_in(
+    repo: &Repository,
+    from_sha: &str,
+    to_sha: &str,
+) -> Result<DiffStat, GitError> {
+    Ok(diff_in(repo, from_sha, to_sha, None)?.stat)
+}
+
+/// The diff in an open repository; `None` for `max_patch_bytes`: the stat
+/// only.
+fn diff_in(
+    repo: &Repository,
+    from_sha: &str,
+    to_sha: &str,
+    max_patch_bytes: Option<usize>,
+) -> Result<Diff, GitError> {
     let op = || format!("diff {from_sha}..{to_sha}");
-    let from = find_commit(&repo, from_sha)?
-        .tree()
-        .map_err(git_err(op()))?;
-    let to = find_commit(&repo, to_sha)?.tree().map_err(git_err(op()))?;
+    let from = find_commit(repo, from_sha)?.tree().map_err(git_err(op()))?;
+    let to = find_commit(repo, to_sha)?.tree().map_err(git_err(op()))?;
     let mut opts = DiffOptions::new();
     opts.context_lines(3);
     let mut diff = repo
@@ -77,7 +110,7 @@ pub fn diff(
     find.renames(true);
     diff.find_similar(Some(&mut find)).map_err(git_err(op()))?;
 
-    let mut chunks = Vec::new();
+    let mut patch = PatchSoFar::default();
     let mut stat = DiffStat::default();
     for (idx, delta) in diff.deltas().enumerate() {
         let old = delta
@@ -105,13 +138,19 @@ pub fn diff(
         let mut binary = delta.flags().is_binary().then_some(sizes);
         let (insertions, deletions, text) =
             match Patch::from_diff(&diff, idx).map_err(git_err(op()))? {
-                Some(mut patch) => {
-                    if patch.delta().flags().is_binary() {
+                Some(mut one) => {
+                    if one.delta().flags().is_binary() {
                         binary = Some(sizes);
                     }
-                    let (_, ins, del) = patch.line_stats().map_err(git_err(op()))?;
-                    let buf = patch.to_buf().map_err(git_err(op()))?;
-                    (ins, del, String::from_utf8_lossy(&buf).into_owned())
+                    let (_, ins, del) = one.line_stats().map_err(git_err(op()))?;
+                    let text = match max_patch_bytes {
+                        Some(_) => {
+                            let buf = one.to_buf().map_err(git_err(op()))?;
+                            String::from_utf8_lossy(&buf).into_owned()
+                        }
+                        None => String::new(),
+                    };
+                    (ins, del, text)
                 }
                 // libgit2 makes no patch for some binary deltas; say what git says.
                 None => {
@@ -131,15 +170,44 @@ pub fn diff(
             deletions,
             binary,
         });
-        chunks.push(text);
+        if let Some(max) = max_patch_bytes {
+            patch.push(text, max);
+        }
     }
     stat.files_changed = stat.files.len();
-    let (patch, truncated) = fit_patch(&chunks, max_patch_bytes);
+    let (patch, truncated) = match max_patch_bytes {
+        Some(max) => fit_kept(&patch.kept, patch.total, patch.files, max),
+        None => (String::new(), false),
+    };
     Ok(Diff {
         patch,
         stat,
         truncated,
     })
+}
+
+/// The per-file patches that a budget can still show, and the size of all.
+#[derive(Default)]
+struct PatchSoFar {
+    /// The chunks that begin within the budget (the cut is always inside
+    /// these: the budget left for text is at most `max`).
+    kept: Vec<String>,
+    /// Bytes of every chunk.
+    total: usize,
+    /// Number of chunks.
+    files: usize,
+}
+
+impl PatchSoFar {
+    fn push(&mut self, chunk: String, max: usize) {
+        // `fit_kept` reaches a chunk only when all before it fit the budget.
+        let starts_at = self.total;
+        self.total += chunk.len();
+        if starts_at <= max {
+            self.kept.push(chunk);
+        }
+        self.files += 1;
+    }
 }
 
 fn truncation_marker(bytes: usize, files: usize) -> String {
@@ -149,13 +217,22 @@ fn truncation_marker(bytes: usize, files: usize) -> String {
 
 /// Joins per-file patches, cutting them to `max` bytes (marker included) when
 /// they do not fit.
+#[cfg(test)]
 fn fit_patch(chunks: &[String], max: usize) -> (String, bool) {
     let total: usize = chunks.iter().map(String::len).sum();
+    fit_kept(chunks, total, chunks.len(), max)
+}
+
+/// [`fit_patch`] of `files` per-file patches of `total` bytes in all, of
+/// which only the leading ones are given (`kept`: at least those that begin
+/// within `max` bytes).
+fn fit_kept(kept: &[String], total: usize, files: usize, max: usize) -> (String, bool) {
+    let chunks = kept;
     if total <= max {
         return (chunks.concat(), false);
     }
     // The marker's numbers only shrink from these, so this bounds its length.
-    let budget = max.saturating_sub(truncation_marker(total, chunks.len()).len());
+    let budget = max.saturating_sub(truncation_marker(total, files).len());
     let mut out = String::new();
     let mut whole_files = 0;
     for chunk in chunks {
@@ -174,7 +251,7 @@ fn fit_patch(chunks: &[String], max: usize) -> (String, bool) {
         out.push('\n');
     }
     let shown = out.len();
-    let marker = truncation_marker(total.saturating_sub(shown), chunks.len() - whole_files);
+    let marker = truncation_marker(total.saturating_sub(shown), files - whole_files);
     out.push_str(&marker);
     (out, true)
 }

@@ -3,7 +3,7 @@
 //! costs what the merge touches, not the repository's size.
 
 use super::{GitError, find_commit, git_err, open_at, signature};
-use git2::{MergeOptions, Oid};
+use git2::{MergeOptions, Oid, Repository};
 use std::path::Path;
 
 /// The result of merging several stage commits.
@@ -24,15 +24,32 @@ pub enum MergeOutcome {
 /// are ancestors of another are dropped; one left is returned as is; several
 /// are merged pairwise in the given order, each merge a real two-parent
 /// commit with `message` (plus the labels merged).
+///
+/// A single full sha (a stage with one input, the run's first stage) needs
+/// no merge and no repository: it is returned as given.
 pub fn merge_commits(
     common_dir: &Path,
     commits: &[(String, String)],
     message: &str,
 ) -> Result<MergeOutcome, GitError> {
-    let repo = open_at(common_dir)?;
+    if let [(_, sha)] = commits
+        && sha.len() == 40
+        && Oid::from_str(sha).is_ok()
+    {
+        return Ok(MergeOutcome::Merged(sha.to_ascii_lowercase()));
+    }
+    merge_commits_in(&open_at(common_dir)?, commits, message)
+}
+
+/// [`merge_commits`] in an open repository.
+pub(crate) fn merge_commits_in(
+    repo: &Repository,
+    commits: &[(String, String)],
+    message: &str,
+) -> Result<MergeOutcome, GitError> {
     let mut tips: Vec<(String, Oid)> = Vec::new();
     for (label, sha) in commits {
-        let oid = find_commit(&repo, sha)?.id();
+        let oid = find_commit(repo, sha)?.id();
         if tips.iter().any(|(_, t)| *t == oid) {
             continue;
         }
@@ -51,7 +68,7 @@ pub fn merge_commits(
             source: git2::Error::from_str("empty input"),
         });
     };
-    let sig = signature(&repo)?;
+    let sig = signature(repo)?;
     let (mut acc_label, mut acc) = (first_label, first);
     for (label, oid) in tips.into_iter().skip(1) {
         let ours = repo
@@ -81,7 +98,7 @@ pub fn merge_commits(
             });
         }
         let tree_id = index
-            .write_tree_to(&repo)
+            .write_tree_to(repo)
             .map_err(git_err("write the merged tree"))?;
         let tree = repo
             .find_tree(tree_id)

@@ -9,13 +9,16 @@
 //!   worktree, and [`set_branch`] refuses the branch the user has checked out.
 //! - Every function is synchronous and opens a fresh [`git2::Repository`]: a
 //!   repository handle cannot be shared between threads, so async callers run
-//!   these through `spawn_blocking`.
+//!   these through `spawn_blocking`. A blocking task that does several steps
+//!   opens the repository once and uses the `*_in` variants (each open
+//!   re-reads the git config files and the refs).
 //! - Work is proportional to what changed as far as libgit2 allows: staging
 //!   walks the worktree once, trusting the index's stat cache for unchanged files.
 
 mod commit;
 mod diff;
 pub mod gc;
+pub mod ignored;
 mod merge;
 pub mod snapshot;
 mod worktree;
@@ -28,7 +31,9 @@ use std::path::{Path, PathBuf};
 use git2::{ErrorCode, Oid, Repository};
 
 pub use commit::commit_all;
-pub use diff::{Diff, DiffStat, FileStat, diff};
+pub(crate) use diff::diff_stat_in;
+pub use diff::{Diff, DiffStat, FileStat, diff, diff_stat};
+pub(crate) use merge::merge_commits_in;
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
 pub use worktree::{
     AdminLock, admin_lock, admin_lock_path, create_worktree, prune_broken_lanes,
@@ -149,6 +154,44 @@ pub(crate) fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Erro
     move |source| GitError::Io { op, path, source }
 }
 
+/// The most bytes of parsed objects (commits, trees) libgit2 keeps cached
+/// across all open repositories. Its default, 256 MB, let the cache grow
+/// with the repository: a checkout, a tree walk or a diff of a 100,000-file
+/// commit parses every tree once, and each later lookup of the same object
+/// costs only a re-read from the (mapped) pack.
+pub const OBJECT_CACHE_MAX_BYTES: usize = 4 << 20;
+
+/// Size of one window libgit2 maps of a pack file (its default: 1 GB).
+pub const PACK_WINDOW_BYTES: usize = 2 << 20;
+
+/// The most bytes of pack files libgit2 keeps mapped at once (its default:
+/// 8 GB). Mapped pages of a pack count in the process's RSS once read; a
+/// checkout reads every blob of the commit, so without a bound the whole
+/// pack stayed resident (8.5 MB of a 100,000-file repository's pack).
+pub const PACK_MAPPED_MAX_BYTES: usize = 4 << 20;
+
+/// Caps the memory libgit2 keeps for itself: parsed objects
+/// ([`OBJECT_CACHE_MAX_BYTES`]) and mapped packs ([`PACK_MAPPED_MAX_BYTES`]),
+/// so a run's peak memory does not grow with the repository.
+///
+/// # Safety
+///
+/// Writes libgit2's process-wide options without synchronisation: call it
+/// once, before any thread that might use libgit2 exists.
+pub unsafe fn limit_memory() -> Result<(), GitError> {
+    let size = libc::ssize_t::try_from(OBJECT_CACHE_MAX_BYTES).unwrap_or(libc::ssize_t::MAX);
+    // SAFETY: the caller guarantees no other thread uses libgit2 yet.
+    unsafe { git2::opts::set_cache_max_size(size) }
+        .map_err(git_err("cap libgit2's object cache"))?;
+    // SAFETY: as above.
+    unsafe {
+        git2::opts::set_mwindow_size(PACK_WINDOW_BYTES)
+            .and_then(|()| git2::opts::set_mwindow_mapped_limit(PACK_MAPPED_MAX_BYTES))
+    }
+    .map_err(git_err("cap libgit2's pack windows"))?;
+    Ok(())
+}
+
 /// Where the user's repository lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoInfo {
@@ -164,6 +207,25 @@ pub struct RepoInfo {
 ///
 /// Errors when there is none, when it is bare, and when it has no commits yet.
 pub fn open_repo(path: &Path) -> Result<RepoInfo, GitError> {
+    Ok(discover(path)?.1)
+}
+
+/// [`open_repo`] and [`resolve_commit`] of `rev` in its common dir, with one
+/// open of the repository when `path` is not inside a linked worktree.
+pub fn open_repo_at(path: &Path, rev: &str) -> Result<(RepoInfo, String), GitError> {
+    let (repo, info) = discover(path)?;
+    // In a linked worktree, `HEAD` of the common dir is the main working
+    // tree's, as `resolve_commit` reads it.
+    let sha = if repo.is_worktree() {
+        resolve_commit(&info.common_dir, rev)?
+    } else {
+        find_commit(&repo, rev)?.id().to_string()
+    };
+    Ok((info, sha))
+}
+
+/// The repository at or above `path`, checked as [`open_repo`] says.
+pub(crate) fn discover(path: &Path) -> Result<(Repository, RepoInfo), GitError> {
     std::fs::metadata(path).map_err(io_err("open a git repository at", path))?;
     let repo = Repository::discover(path).map_err(|source| {
         if source.code() == ErrorCode::NotFound {
@@ -190,10 +252,13 @@ pub fn open_repo(path: &Path) -> Result<RepoInfo, GitError> {
     )))? {
         return Err(GitError::NoCommits { path: workdir });
     }
-    Ok(RepoInfo {
-        workdir,
-        common_dir,
-    })
+    Ok((
+        repo,
+        RepoInfo {
+            workdir,
+            common_dir,
+        },
+    ))
 }
 
 /// True when `HEAD` is unborn and no reference exists at all.
@@ -264,7 +329,7 @@ fn branch_ref(branch: &str) -> Result<String, GitError> {
 /// them. Branches checked out in worktrees under the common git dir (orch's
 /// own) may be moved.
 pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitError> {
-    let name = branch_ref(branch)?;
+    branch_ref(branch)?;
     // Looking for the worktrees that have the branch checked out must not
     // meet another process's half-made worktree; and libgit2's loose-ref
     // writes race each other on the shared directories (two stages of one
@@ -272,9 +337,20 @@ pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitE
     // "failed to make directory …: No such file or directory"), so ref
     // updates are serialised too.
     let _admin = admin_lock(common_dir, true)?;
-    let repo = open_at(common_dir)?;
-    let commit = find_commit(&repo, sha)?;
-    if checked_out_by_user(&repo, &name) {
+    set_branch_locked(&open_at(common_dir)?, branch, sha)
+}
+
+/// [`set_branch`] in an open repository (of the common dir).
+pub(crate) fn set_branch_in(repo: &Repository, branch: &str, sha: &str) -> Result<(), GitError> {
+    let _admin = admin_lock(repo.commondir(), true)?;
+    set_branch_locked(repo, branch, sha)
+}
+
+/// [`set_branch`] with the admin lock held.
+fn set_branch_locked(repo: &Repository, branch: &str, sha: &str) -> Result<(), GitError> {
+    let name = branch_ref(branch)?;
+    let commit = find_commit(repo, sha)?;
+    if checked_out_by_user(repo, &name) {
         return Err(GitError::BranchCheckedOut {
             branch: branch.to_string(),
         });
@@ -361,8 +437,15 @@ pub fn commit_message_trailers(
     common_dir: &Path,
     sha: &str,
 ) -> Result<Vec<(String, String)>, GitError> {
-    let repo = open_at(common_dir)?;
-    let commit = find_commit(&repo, sha)?;
+    commit_message_trailers_in(&open_at(common_dir)?, sha)
+}
+
+/// [`commit_message_trailers`] in an open repository.
+pub(crate) fn commit_message_trailers_in(
+    repo: &Repository,
+    sha: &str,
+) -> Result<Vec<(String, String)>, GitError> {
+    let commit = find_commit(repo, sha)?;
     let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
     let trailers = git2::message_trailers_strs(&message)
         .map_err(git_err(format!("parse the trailers of commit {sha}")))?;

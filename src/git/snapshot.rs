@@ -32,8 +32,19 @@ impl Dirt {
 /// What differs between the working tree of the repository at `workdir` and
 /// its `HEAD`, and which submodules are checked out. Reads only.
 pub fn working_tree_dirt(workdir: &Path) -> Result<Dirt, GitError> {
-    let repo = open_at(workdir)?;
-    let mut paths: Vec<String> = status_walk(&repo)
+    dirt_of(&open_at(workdir)?, workdir)
+}
+
+/// [`super::open_repo`] and the [`working_tree_dirt`] of its working tree,
+/// with one open of the repository.
+pub fn open_repo_with_dirt(path: &Path) -> Result<(super::RepoInfo, Dirt), GitError> {
+    let (repo, info) = super::discover(path)?;
+    let dirt = dirt_of(&repo, &info.workdir)?;
+    Ok((info, dirt))
+}
+
+fn dirt_of(repo: &Repository, workdir: &Path) -> Result<Dirt, GitError> {
+    let mut paths: Vec<String> = status_walk(repo)
         .map_err(git_err(format!("read the status of {}", workdir.display())))?
         .into_iter()
         .filter(|(_, s)| *s != git2::Status::CURRENT && !s.is_ignored())
@@ -42,7 +53,7 @@ pub fn working_tree_dirt(workdir: &Path) -> Result<Dirt, GitError> {
     paths.sort();
     Ok(Dirt {
         paths,
-        submodules: checked_out_submodules(&repo),
+        submodules: checked_out_submodules(repo),
     })
 }
 

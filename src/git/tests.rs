@@ -582,6 +582,34 @@ fn diff_over_budget_is_cut_at_a_file_boundary_with_a_marker() {
     );
 }
 
+#[test]
+fn a_budgeted_diff_keeps_only_what_it_can_show_and_the_stat_needs_no_patch() {
+    let repo = TestRepo::new();
+    let base = repo.rev("HEAD");
+    let block = (0..50).map(|i| format!("line {i}\n")).collect::<String>();
+    for i in 0..30 {
+        repo.write(&format!("f{i:02}.txt"), &block);
+    }
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-q", "-m", "many"]);
+    let full = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).expect("full");
+    // Files 2.. are only measured, never kept: the marker still counts them.
+    let second = full.patch.find("diff --git a/f01.txt").expect("f01");
+    let cut = diff(&repo.git_dir(), &base, "HEAD", second + 200).expect("cut");
+    let omitted = full.patch.len() - second;
+    assert_eq!(
+        cut.patch,
+        format!(
+            "{}[… patch truncated: {omitted} more bytes in 29 files …]\n",
+            &full.patch[..second]
+        )
+    );
+    let stat = diff_stat(&repo.git_dir(), &base, "HEAD").expect("stat");
+    assert_eq!(stat, full.stat);
+    assert_eq!(stat.files_changed, 30);
+    assert_eq!(stat.insertions, 30 * 50);
+}
+
 // ---------------------------------------------------------- reset_worktree
 
 #[test]

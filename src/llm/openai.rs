@@ -76,7 +76,7 @@ use classify::{Attempt, Kind, Transient, timed_out};
 use http::{BodyError, build_client, read_capped};
 use wire::{agent_header_value, finalize, snippet};
 
-pub use http::{http_client, http_client_with};
+pub use http::{http_client, http_client_for, http_client_with};
 
 /// A [`ChatModel`] that calls an OpenAI-compatible Chat Completions endpoint.
 pub struct OpenAiClient {

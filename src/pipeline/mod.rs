@@ -108,6 +108,55 @@ pub struct Pipeline {
     /// system prompt (`project_instructions:`, `--no-project-instructions`).
     #[serde(default = "yes")]
     pub project_instructions: bool,
+    /// The lane setup command of the pipeline (`setup:`); it overrides the
+    /// repository's `[setup]` in `orch.toml` (see `docs/lane-bootstrap.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<LaneSetup>,
+}
+
+/// The most a lane setup command may be given to run (`timeout_secs`).
+pub const MAX_SETUP_TIMEOUT_SECS: u64 = 4 * 3600;
+
+/// A command that prepares a lane (`npm ci`, `uv sync`), run once per lane
+/// and skipped while the lockfiles it names (and the command) are unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaneSetup {
+    /// The command line (`bash -c`, in the lane).
+    pub command: String,
+    /// Lockfiles (paths relative to the repository root; `*` and `?` in the
+    /// file name) whose contents key the cache; `None`: the common ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lockfiles: Option<Vec<String>>,
+    /// How long it may run, in seconds (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+}
+
+impl LaneSetup {
+    /// What is wrong with it, as a fragment naming the key (`None`: fine).
+    pub fn problem(&self) -> Option<String> {
+        if self.command.trim().is_empty() {
+            return Some("setup command is empty".to_owned());
+        }
+        if let Some(t) = self.timeout_secs
+            && (t == 0 || t > MAX_SETUP_TIMEOUT_SECS)
+        {
+            return Some(format!(
+                "setup timeout_secs must be between 1 and {MAX_SETUP_TIMEOUT_SECS}, got {t}"
+            ));
+        }
+        for l in self.lockfiles.iter().flatten() {
+            let bad = l.trim().is_empty()
+                || l.starts_with('/')
+                || l.split('/').any(|c| c == ".." || c.is_empty());
+            if bad {
+                return Some(format!(
+                    "setup lockfile {l:?} must be a relative path inside the repository (no `..`, no leading `/`)"
+                ));
+            }
+        }
+        None
+    }
 }
 
 fn yes() -> bool {
@@ -175,12 +224,20 @@ pub fn parse_pipeline(
     };
 
     let stages = dag::plan(&spec, origin, known_roles)?;
+    let setup = match &spec.setup {
+        Some(s) => match s.value.0.problem() {
+            Some(why) => return Err(SpecError::at(origin, &s.referenced, 0, why)),
+            None => Some(s.value.0.clone()),
+        },
+        None => None,
+    };
     Ok(Pipeline {
         name,
         description: spec.description.trim().to_owned(),
         stages,
         origin: origin.to_owned(),
         project_instructions: spec.project_instructions.unwrap_or(true),
+        setup,
     })
 }
 

@@ -24,6 +24,51 @@ pub(super) struct PipelineSpec {
     /// Put the repository's AGENTS.md/CLAUDE.md into system prompts (default true).
     #[serde(default)]
     pub project_instructions: Option<bool>,
+    /// The lane setup command (`setup: "npm ci"` or `setup: {command, lockfiles, timeout_secs}`).
+    #[serde(default)]
+    pub setup: Option<Spanned<SetupSpec>>,
+}
+
+/// `setup:` as written: a command line, or a mapping with the command, the
+/// lockfiles whose contents key its cache, and a timeout.
+#[derive(Debug)]
+pub(super) struct SetupSpec(pub crate::pipeline::LaneSetup);
+
+impl<'de> Deserialize<'de> for SetupSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            command: String,
+            #[serde(default)]
+            lockfiles: Option<Vec<String>>,
+            #[serde(default)]
+            timeout_secs: Option<u64>,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Inner {
+            One(String),
+            Full(Full),
+        }
+        let setup = match Inner::deserialize(deserializer).map_err(|_| {
+            de::Error::custom(
+                "setup must be a command line or a mapping with `command` and optional `lockfiles` (a list) and `timeout_secs`",
+            )
+        })? {
+            Inner::One(command) => crate::pipeline::LaneSetup {
+                command,
+                lockfiles: None,
+                timeout_secs: None,
+            },
+            Inner::Full(f) => crate::pipeline::LaneSetup {
+                command: f.command,
+                lockfiles: f.lockfiles,
+                timeout_secs: f.timeout_secs,
+            },
+        };
+        Ok(SetupSpec(setup))
+    }
 }
 
 /// The `stages:` mapping, in file order.

@@ -588,3 +588,64 @@ fn a_role_says_whether_text_is_its_result() {
     let err = parse_role(bad, "x.md").unwrap_err();
     assert!(err.message.contains("unknown variant `maybe`"), "{err}");
 }
+
+#[test]
+fn setup_is_a_command_line_or_a_mapping() {
+    let one = parse_pipeline(
+        "setup: npm ci\nstages:\n  code:\n    role: coder\n",
+        "p.yaml",
+        &roles(),
+    )
+    .unwrap();
+    let s = one.setup.unwrap();
+    assert_eq!(
+        (s.command.as_str(), s.lockfiles, s.timeout_secs),
+        ("npm ci", None, None)
+    );
+    let full = parse_pipeline(
+        "setup:\n  command: uv sync\n  lockfiles: [uv.lock]\n  timeout_secs: 900\nstages:\n  code:\n    role: coder\n",
+        "p.yaml",
+        &roles(),
+    )
+    .unwrap();
+    let s = full.setup.unwrap();
+    assert_eq!(s.lockfiles, Some(vec!["uv.lock".to_owned()]));
+    assert_eq!(s.timeout_secs, Some(900));
+    let none = parse_pipeline("stages:\n  code:\n    role: coder\n", "p.yaml", &roles()).unwrap();
+    assert!(none.setup.is_none());
+}
+
+#[test]
+fn bad_setups_are_located() {
+    let cases = [
+        (
+            "setup: \"  \"\nstages:\n  code:\n    role: coder\n",
+            "setup command is empty",
+        ),
+        (
+            "setup:\n  command: x\n  timeout_secs: 0\nstages:\n  code:\n    role: coder\n",
+            "timeout_secs must be between 1",
+        ),
+        (
+            "setup:\n  command: x\n  lockfiles: [../up.lock]\nstages:\n  code:\n    role: coder\n",
+            "relative path inside the repository",
+        ),
+        (
+            "setup:\n  command: x\n  lockfile: [a]\nstages:\n  code:\n    role: coder\n",
+            "setup must be a command line or a mapping",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = parse_pipeline(text, "p.yaml", &roles()).unwrap_err();
+        assert!(e.message.contains(want), "{text:?}: {e}");
+        assert_eq!(
+            e.line,
+            if want.starts_with("setup command") {
+                1
+            } else {
+                2
+            },
+            "{text:?}: {e}"
+        );
+    }
+}

@@ -19,6 +19,8 @@ pub(crate) struct ActionLog {
     path: PathBuf,
     started: Instant,
     secrets: Vec<String>,
+    /// The event stream's view of this log (`--events`); `None` when off.
+    events: Option<crate::events::StageEvents>,
 }
 
 impl ActionLog {
@@ -38,7 +40,14 @@ impl ActionLog {
             path: path.to_path_buf(),
             started: Instant::now(),
             secrets: secrets.into_iter().filter(|s| s.len() >= 4).collect(),
+            events: None,
         })
+    }
+
+    /// Also tells `events` (the `--events` stream) what this log records.
+    pub(crate) fn with_events(mut self, events: Option<crate::events::StageEvents>) -> ActionLog {
+        self.events = events;
+        self
     }
 
     /// Appends one event: `{"ts", "elapsed_ms", "event", …fields}`.
@@ -50,6 +59,9 @@ impl ActionLog {
         });
         if let (Some(o), Value::Object(extra)) = (obj.as_object_mut(), fields) {
             o.extend(extra);
+        }
+        if let Some(events) = &self.events {
+            events.action(event, &obj, &self.secrets);
         }
         let mut line = redact(&obj.to_string(), &self.secrets);
         line.push('\n');

@@ -15,6 +15,15 @@
 //! Invariants: `state.json` is never half-written (readers see the old or the
 //! new file); action logs are only appended to, one whole line per write, and
 //! never re-read while a run is going.
+//!
+//! Durability: every file is replaced by a rename, so a killed process
+//! leaves the old or the new file. What a run writes before its first stage
+//! can end (`issue.md`, `plan.json`, `sandbox.txt`, the first states) is
+//! written without an fsync and remembered; [`RunDir::write_state`], which
+//! records work (a stage's result, the run's end), first fsyncs those. So the
+//! start of a run costs one fsync (the `running` state, through
+//! [`RunDir::write_state_alone`]) instead of one per file; a power loss before
+//! the first stage ends can lose the run's plan, never a stage's result.
 
 mod actions;
 mod lock;
@@ -25,8 +34,8 @@ pub(crate) use actions::{ActionLog, redact};
 pub(crate) use lock::{RunLock, lock_run};
 pub(crate) use recover::{as_shown, attempts_from_log, sweep_dead_starts};
 pub(crate) use state::{
-    Attempt, DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, StageRecord,
-    StageStatus, TokenCount,
+    Attempt, DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, SetupRecord,
+    StageRecord, StageStatus, TokenCount,
 };
 
 use crate::ids::RunId;
@@ -96,6 +105,9 @@ pub(crate) fn runs_dir(common_dir: &Path) -> PathBuf {
 pub(crate) struct RunDir {
     /// `<common-git-dir>/orch/runs/<run-id>`.
     pub root: PathBuf,
+    /// Files replaced without an fsync since the last [`RunDir::write_state`]
+    /// (shared by the clones of this handle).
+    unsynced: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
 }
 
 impl RunDir {
@@ -147,7 +159,7 @@ impl RunDir {
         std::fs::create_dir(&root).map_err(io_err(&root))?;
         let stages = root.join("stages");
         std::fs::create_dir(&stages).map_err(io_err(&stages))?;
-        Ok(RunDir { root })
+        Ok(RunDir::at(root))
     }
 
     /// Opens an existing run's directory, or lists the runs that exist.
@@ -168,7 +180,42 @@ impl RunDir {
                 known,
             });
         }
-        Ok(RunDir { root })
+        Ok(RunDir::at(root))
+    }
+
+    /// The record at `root`, as it is (nothing checked or created).
+    pub(crate) fn at(root: PathBuf) -> RunDir {
+        RunDir {
+            root,
+            unsynced: Default::default(),
+        }
+    }
+
+    fn unsynced(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
+        self.unsynced.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Before a durable write of the state: fsyncs every other file replaced
+    /// without one (see the module docs; `state.json` itself is about to be
+    /// replaced durably); a file that is gone since is skipped.
+    fn sync_before_state_write(&self) -> Result<(), RecordError> {
+        let state = self.state_path();
+        let paths = std::mem::take(&mut *self.unsynced());
+        for path in paths.into_iter().filter(|p| *p != state) {
+            match std::fs::File::open(&path) {
+                Ok(f) => f.sync_all().map_err(io_err(&path))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&path)(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn remember_unsynced(&self, path: PathBuf) {
+        let mut paths = self.unsynced();
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
     }
 
     /// The state file.
@@ -183,14 +230,33 @@ impl RunDir {
         Ok(dir)
     }
 
-    /// Writes the run state atomically.
+    /// Writes the run state atomically and durably, after making every file
+    /// written without an fsync durable first.
     pub(crate) fn write_state(&self, state: &RunState) -> Result<(), RecordError> {
-        let mut bytes = serde_json::to_vec_pretty(state).map_err(|e| RecordError::Corrupt {
-            path: self.state_path(),
-            reason: e.to_string(),
-        })?;
-        bytes.push(b'\n');
-        write_atomic(&self.state_path(), &bytes)
+        self.sync_before_state_write()?;
+        self.write_state_alone(state)
+    }
+
+    /// Writes the run state atomically and durably, leaving the files written
+    /// without an fsync for the next [`RunDir::write_state`] (the one fsync
+    /// at the start of a run).
+    pub(crate) fn write_state_alone(&self, state: &RunState) -> Result<(), RecordError> {
+        let path = self.state_path();
+        write_atomic(&path, &state_bytes(self, state)?)?;
+        // The file now on disk is durable: no need to fsync it again.
+        self.unsynced().retain(|p| *p != path);
+        Ok(())
+    }
+
+    /// Writes the run state atomically, without an fsync (see the module docs).
+    pub(crate) fn write_state_unsynced(&self, state: &RunState) -> Result<(), RecordError> {
+        self.replace_unsynced(&self.state_path(), &state_bytes(self, state)?)
+    }
+
+    fn replace_unsynced(&self, path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
+        replace(path, bytes, false)?;
+        self.remember_unsynced(path.to_path_buf());
+        Ok(())
     }
 
     /// Reads the run state.
@@ -206,13 +272,41 @@ impl RunDir {
     /// Writes a whole file of the record atomically (issue text, PR text,
     /// transcripts, diffs).
     pub(crate) fn write_file(&self, rel: &str, bytes: &[u8]) -> Result<PathBuf, RecordError> {
+        let path = self.file_path(rel)?;
+        write_atomic(&path, bytes)?;
+        Ok(path)
+    }
+
+    /// [`RunDir::write_file`] without an fsync: the next
+    /// [`RunDir::write_state`] makes it durable.
+    pub(crate) fn write_file_unsynced(
+        &self,
+        rel: &str,
+        bytes: &[u8],
+    ) -> Result<PathBuf, RecordError> {
+        let path = self.file_path(rel)?;
+        self.replace_unsynced(&path, bytes)?;
+        Ok(path)
+    }
+
+    /// `rel` under the run root, its parent directories created.
+    fn file_path(&self, rel: &str) -> Result<PathBuf, RecordError> {
         let path = self.root.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io_err(parent))?;
         }
-        write_atomic(&path, bytes)?;
         Ok(path)
     }
+}
+
+/// The pretty JSON of `state` with a final newline.
+fn state_bytes(dir: &RunDir, state: &RunState) -> Result<Vec<u8>, RecordError> {
+    let mut bytes = serde_json::to_vec_pretty(state).map_err(|e| RecordError::Corrupt {
+        path: dir.state_path(),
+        reason: e.to_string(),
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
 
 /// Writes `state.json` for one scheduler, re-serialising only the stage
@@ -230,14 +324,39 @@ pub(crate) struct StateWriter {
 const EMPTY_STAGES: &[u8] = b"\n  \"stages\": []";
 
 impl StateWriter {
-    /// Writes `state` atomically; `dirty` are the indexes of the stage
-    /// records changed since the last write (all of them the first time).
+    /// Writes `state` atomically and durably, like [`RunDir::write_state`];
+    /// `dirty` are the indexes of the stage records changed since the last
+    /// write (all of them the first time).
     pub(crate) fn write(
         &mut self,
         dir: &RunDir,
         state: &mut RunState,
         dirty: impl IntoIterator<Item = usize>,
     ) -> Result<(), RecordError> {
+        dir.sync_before_state_write()?;
+        let bytes = self.bytes(dir, state, dirty)?;
+        write_atomic(&dir.state_path(), &bytes)
+    }
+
+    /// [`StateWriter::write`] without an fsync, like
+    /// [`RunDir::write_state_unsynced`].
+    pub(crate) fn write_unsynced(
+        &mut self,
+        dir: &RunDir,
+        state: &mut RunState,
+        dirty: impl IntoIterator<Item = usize>,
+    ) -> Result<(), RecordError> {
+        let bytes = self.bytes(dir, state, dirty)?;
+        dir.replace_unsynced(&dir.state_path(), &bytes)
+    }
+
+    /// The bytes of [`RunDir::write_state`], re-serialising only `dirty`.
+    fn bytes(
+        &mut self,
+        dir: &RunDir,
+        state: &mut RunState,
+        dirty: impl IntoIterator<Item = usize>,
+    ) -> Result<Vec<u8>, RecordError> {
         let corrupt = |e: serde_json::Error| RecordError::Corrupt {
             path: dir.state_path(),
             reason: e.to_string(),
@@ -272,7 +391,7 @@ impl StateWriter {
             .windows(EMPTY_STAGES.len())
             .position(|w| w == EMPTY_STAGES)
         else {
-            return dir.write_state(state);
+            return state_bytes(dir, state);
         };
         let split = at + EMPTY_STAGES.len() - 1; // before the `]`
         let body: usize = self.cache.iter().flatten().map(|c| c.len() + 6).sum();
@@ -287,7 +406,7 @@ impl StateWriter {
         }
         bytes.extend_from_slice(&header[split..]);
         bytes.push(b'\n');
-        write_atomic(&dir.state_path(), &bytes)
+        Ok(bytes)
     }
 }
 
@@ -307,10 +426,17 @@ pub(crate) fn list_run_ids(common_dir: &Path) -> Vec<String> {
 /// Writes `bytes` to `path` so that readers see either the old or the new
 /// content: a temp file in the same directory, fsync, then rename.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
+    replace(path, bytes, true)
+}
+
+/// A temp file in the same directory, fsync when `sync`, then rename.
+fn replace(path: &Path, bytes: &[u8], sync: bool) -> Result<(), RecordError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err(dir))?;
     tmp.write_all(bytes).map_err(io_err(path))?;
-    tmp.as_file().sync_all().map_err(io_err(path))?;
+    if sync {
+        tmp.as_file().sync_all().map_err(io_err(path))?;
+    }
     tmp.persist(path).map_err(|e| RecordError::Io {
         path: path.to_path_buf(),
         source: e.error,
@@ -321,6 +447,30 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RecordError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unsynced_files_are_whole_and_the_next_durable_state_write_syncs_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, dir) = RunDir::create_new(tmp.path()).unwrap();
+        let shared = dir.clone();
+        dir.write_file_unsynced("issue.md", b"the issue").unwrap();
+        let state = RunState::new_for_test("r");
+        shared.write_state_unsynced(&state).unwrap();
+        assert_eq!(
+            std::fs::read(dir.root.join("issue.md")).unwrap(),
+            b"the issue"
+        );
+        assert_eq!(dir.read_state().unwrap().run_id, state.run_id);
+        assert_eq!(dir.unsynced().len(), 2, "clones share what is pending");
+        dir.write_state_alone(&state).unwrap();
+        assert_eq!(
+            dir.unsynced().as_slice(),
+            [dir.root.join("issue.md")],
+            "the start's one fsync leaves the other files pending"
+        );
+        shared.write_state(&state).unwrap();
+        assert!(dir.unsynced().is_empty());
+    }
 
     #[test]
     fn state_round_trips_and_unknown_run_lists_known_ones() {

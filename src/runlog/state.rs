@@ -117,6 +117,14 @@ pub struct StageRecord {
     /// The stage's verify gate (absent when it has no `verify:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<crate::agent::verify::VerifyReport>,
+    /// The lane's setup command for this stage: run, or skipped as cached
+    /// (absent when no setup command is configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupRecord>,
+    /// The verify commands run on the start commit before the agent began
+    /// (first rounds of stages with `verify:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<crate::agent::verify::BaselineReport>,
     /// Earlier attempts of this stage (interrupted, failed or rolled back
     /// ones), oldest first, with what each used: the run's totals count
     /// them too.
@@ -141,6 +149,32 @@ pub struct SamplingRecord {
     /// `tool_choice`; `null`: `auto` was sent with tools.
     #[serde(default)]
     pub tool_choice: Option<ToolChoice>,
+}
+
+/// What the lane's setup command did before a stage.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetupRecord {
+    /// The command line.
+    pub command: String,
+    /// The cache key: a hash of the command and the lockfiles found.
+    pub key: String,
+    /// The lockfiles that went into the key (paths in the lane).
+    pub lockfiles: Vec<String>,
+    /// False when the lane already had this key: nothing ran.
+    pub ran: bool,
+    /// Whether it passed (a cached setup passed when it ran).
+    pub passed: bool,
+    /// Its exit code when it ran (`None`: killed, timed out, or cached).
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// True when its timeout fired.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    /// Wall time of the run (0 when cached).
+    pub duration_ms: u64,
+    /// Its output, in the run record (`stages/<id>/setup.log`), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
 }
 
 /// One earlier attempt of a stage, as its action log tells it.
@@ -181,6 +215,8 @@ impl StageRecord {
             budget: None,
             verdict_from_text: false,
             verify: None,
+            setup: None,
+            baseline: None,
             attempts: Vec::new(),
         }
     }
@@ -226,6 +262,9 @@ pub struct RunState {
     pub sampling: Option<SamplingRecord>,
     /// The PR title, once written.
     pub pr_title: Option<String>,
+    /// The pull (merge) request's URL, once `orch publish` opened it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_url: Option<String>,
     /// Stages in plan order.
     pub stages: Vec<StageRecord>,
 }
@@ -273,6 +312,7 @@ impl RunState {
             replay_file: None,
             sampling: None,
             pr_title: None,
+            pr_url: None,
             stages: vec![],
         }
     }

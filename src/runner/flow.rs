@@ -3,7 +3,7 @@
 //! told about its upstream stages, what a rollback touches, and the final
 //! commit and PR text at the end.
 
-use super::{PR_DIFF_BUDGET, RunCtx, RunError, blocking, pr_text};
+use super::{RunCtx, RunError, blocking, pr_text};
 use crate::agent::prompt;
 use crate::git::{self, MergeOutcome};
 use crate::ids::Verdict;
@@ -112,11 +112,16 @@ pub(super) async fn handoff(
         let Some(to) = rec.commit.clone() else {
             continue;
         };
-        let first = p
+        let first_round = p
             .stage(&id)
             .map(|s| s.base_id.to_string())
-            .and_then(|b| state.stage(&b))
-            .and_then(|r| r.parent_commit.clone());
+            .and_then(|b| state.stage(&b));
+        let first = first_round.and_then(|r| r.parent_commit.clone());
+        // The baseline of the change's first round: what already failed
+        // before any of the rounds the reviewer sees.
+        let baseline = first_round
+            .and_then(|r| r.baseline.as_ref())
+            .map(|b| b.handoff());
         let from = first
             .or_else(|| rec.parent_commit.clone())
             .unwrap_or_default();
@@ -131,6 +136,7 @@ pub(super) async fn handoff(
             patch: diff.patch,
             digest: rec.digest.clone(),
             verify: rec.verify.as_ref().map(|v| v.line()),
+            baseline,
         });
     }
     Ok(out)
@@ -175,45 +181,48 @@ pub(super) async fn finish_run(
             _ => tips.extend(inputs(ctx, s, state)),
         }
     }
-    let (c, msg) = (
-        ctx.common.clone(),
-        format!("orch: merge the final stages\n\nOrch-Run: {}", ctx.run_id),
-    );
-    let final_commit = match blocking(move || git::merge_commits(&c, &tips, &msg)).await? {
-        MergeOutcome::Merged(sha) => sha,
-        MergeOutcome::Conflict { between, paths } => {
-            return Ok(Err(format!(
-                "merge the final stages: conflict between {} and {} in: {}",
-                between.0,
-                between.1,
-                paths.join(", ")
-            )));
-        }
-    };
-    let (c, b, s) = (
+    let msg = format!("orch: merge the final stages\n\nOrch-Run: {}", ctx.run_id);
+    let (c, branch, base, stages) = (
         ctx.common.clone(),
         state.final_branch.clone(),
-        final_commit.clone(),
+        ctx.base_commit.clone(),
+        state.stages.clone(),
     );
-    blocking(move || git::set_branch(&c, &b, &s)).await?;
-    let (c, from, to) = (ctx.common.clone(), ctx.base_commit.clone(), final_commit);
-    let total = blocking(move || git::diff(&c, &from, &to, PR_DIFF_BUDGET)).await?;
-    // Each stage's model, from its commit's `Orch-Model` trailer.
-    let (c, stages) = (ctx.common.clone(), state.stages.clone());
-    let models = blocking(move || {
+    // One blocking task, one repository handle: the merge, the branch, the
+    // diffstat (no patch text: `pr.md` shows only the stat) and the models.
+    let finished = blocking(move || {
+        let repo = git::open_at(&c)?;
+        let final_commit = match git::merge_commits_in(&repo, &tips, &msg)? {
+            MergeOutcome::Merged(sha) => sha,
+            MergeOutcome::Conflict { between, paths } => {
+                return Ok(Err(format!(
+                    "merge the final stages: conflict between {} and {} in: {}",
+                    between.0,
+                    between.1,
+                    paths.join(", ")
+                )));
+            }
+        };
+        git::set_branch_in(&repo, &branch, &final_commit)?;
+        let stat = git::diff_stat_in(&repo, &base, &final_commit)?;
+        // Each stage's model, from its commit's `Orch-Model` trailer.
         let mut models = std::collections::BTreeMap::new();
         for s in stages {
             if let Some(commit) = &s.commit {
-                let trailers = git::commit_message_trailers(&c, commit)?;
+                let trailers = git::commit_message_trailers_in(&repo, commit)?;
                 if let Some((_, m)) = trailers.into_iter().find(|(k, _)| k == "Orch-Model") {
                     models.insert(s.id.clone(), m);
                 }
             }
         }
-        Ok(models)
+        Ok(Ok((stat, models)))
     })
     .await?;
-    let (title, body) = pr_text(&ctx.issue, state, &total.stat.render(), &models);
+    let (stat, models) = match finished {
+        Ok(done) => done,
+        Err(conflict) => return Ok(Err(conflict)),
+    };
+    let (title, body) = pr_text(&ctx.issue, state, &stat.render(), &models);
     ctx.run_dir.write_file(
         "pr.md",
         crate::runlog::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),

@@ -18,6 +18,8 @@ pub(super) struct CommitInfo<'a> {
     pub(super) failed: bool,
     /// The verify gate's result (`None`: the stage has none).
     pub(super) verify: Option<bool>,
+    /// The ids of the lessons injected into the stage.
+    pub(super) memory: &'a [String],
 }
 
 /// The stage commit's message: a subject, the summary, and trailers.
@@ -59,6 +61,9 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
             "Orch-Verify: {}\n",
             if passed { "pass" } else { "fail" }
         ));
+    }
+    if !c.memory.is_empty() {
+        m.push_str(&format!("Orch-Memory: {}\n", c.memory.join(",")));
     }
     m
 }
@@ -208,6 +213,7 @@ mod tests {
             cost_usd: Some(0.0123),
             failed: false,
             verify: Some(true),
+            memory: &[],
         });
         assert!(m.starts_with("orch(review): Looks good.\n\n"));
         for t in [

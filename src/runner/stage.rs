@@ -49,7 +49,8 @@ pub(super) async fn run_stage(
     let mut log = ActionLog::open(
         &stage_dir.join("actions.jsonl"),
         ctx.session.secrets.clone(),
-    )?;
+    )?
+    .with_events(progress.stage_events(&id));
     // A role may name its own model (same server and key).
     let role_model = role
         .model
@@ -105,6 +106,16 @@ pub(super) async fn run_stage(
         json!({"profile": sandbox.choice().label(), "kernel": crate::sandbox::availability().describe()}),
     )?;
     tool_ctx.sandbox = Some(Arc::new(sandbox));
+    let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
+    // The lane gets its included files and its setup, and the verify
+    // commands run once on the start commit, before any model call.
+    let boot = super::bootstrap::prepare_lane(ctx, &id, &tool_ctx, &mut log).await?;
+    let baseline = match boot.failure {
+        None if stage.round == 1 && !stage.verify.is_empty() => Some(
+            agent::verify::run_baseline(&stage.verify, &tool_ctx, start, &mut log, &redact).await?,
+        ),
+        _ => None,
+    };
     let budget = ctx
         .ledger
         .lock()
@@ -132,6 +143,20 @@ pub(super) async fn run_stage(
         stage: id.clone(),
     });
     let model = &with_progress;
+    // Accepted lessons relevant to this stage, as the user's notes in its task.
+    let task = prompt::task_message(&stage.task, &ctx.issue, &upstream);
+    let memory = crate::memory::hook::inject(
+        ctx.session.memory,
+        &ctx.common,
+        &lane.path,
+        task.clone(),
+        upstream
+            .iter()
+            .flat_map(|u| crate::memory::hook::diffstat_paths(&u.diffstat))
+            .collect(),
+        &mut log,
+    )
+    .await?;
     let cfg = AgentConfig {
         budget,
         compaction: ctx.session.limits.compaction,
@@ -140,31 +165,43 @@ pub(super) async fn run_stage(
             prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
             &instructions,
         ),
-        task: prompt::task_message(&stage.task, &ctx.issue, &upstream),
+        task: format!(
+            "{}{}",
+            with_baseline(task.clone(), baseline.as_ref()),
+            memory.text
+        ),
         max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
         require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
         text_result: role.text_result || stage.text_result,
         text_tool_calls: stage.text_tool_calls,
     };
-    let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
-    // The agent, then its verify gate (which may send it back to work).
+    // The agent, then its verify gate (which may send it back to work); a
+    // lane that could not be prepared ends the stage before its first turn.
     let mut agent = agent::Agent::start(&tool_ctx, &cfg, &mut log)?;
-    agent
-        .run(model.as_ref(), &tool_ctx, &mut log, &on_turn)
-        .await?;
-    let gate = agent::verify::Gate {
-        commands: &stage.verify,
-        rounds: stage.verify_rounds,
+    let verify = match &boot.failure {
+        Some(why) => {
+            agent.fail(AgentEnd::SetupFailed(why.clone()));
+            None
+        }
+        None => {
+            agent
+                .run(model.as_ref(), &tool_ctx, &mut log, &on_turn)
+                .await?;
+            let gate = agent::verify::Gate {
+                commands: &stage.verify,
+                rounds: stage.verify_rounds,
+            };
+            agent::verify::run_gate(
+                &gate,
+                &mut agent,
+                model.as_ref(),
+                &tool_ctx,
+                &mut log,
+                &on_turn,
+            )
+            .await?
+        }
     };
-    let verify = agent::verify::run_gate(
-        &gate,
-        &mut agent,
-        model.as_ref(),
-        &tool_ctx,
-        &mut log,
-        &on_turn,
-    )
-    .await?;
     let mut outcome = agent.finish(&mut log)?;
     ctx.ledger
         .lock()
@@ -213,10 +250,12 @@ pub(super) async fn run_stage(
         duration_ms,
         failed: failure.is_some(),
         verify: verify.as_ref().map(|v| v.passed),
+        memory: &memory.ids,
     });
     let (wt, parent) = (lane.path.clone(), start.to_owned());
     let commit = blocking(move || git::commit_all(&wt, &message, &parent)).await?;
     let branch = format!("orch/{}/{id}", ctx.run_id);
+    let retried_after_failure = crate::memory::hook::prior_attempt_failed(&ctx.common, &branch);
     let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
     blocking(move || {
         keep_old_branch(&c, &b)?;
@@ -229,6 +268,33 @@ pub(super) async fn run_stage(
         &format!("stages/{id}/diff.patch"),
         redact(&diff.patch).as_bytes(),
     )?;
+    // Before `stage_end`, so the stage's log ends with its end.
+    crate::memory::hook::after_stage(
+        crate::memory::hook::StageEnd {
+            mode: ctx.session.memory,
+            common: ctx.common.clone(),
+            used: &memory.ids,
+            evidence: crate::memory::Evidence {
+                run: ctx.run_id.to_string(),
+                stage: id.clone(),
+                commit: commit.clone(),
+                event: String::new(),
+            },
+            task: &task,
+            transcript: &outcome.transcript,
+            verify: verify.as_ref(),
+            failed: failure.is_some(),
+            retried_after_failure,
+            // A later review round runs only after one requested changes.
+            approved_after_changes: stage.id != stage.base_id
+                && cfg.require_verdict
+                && outcome.verdict == Some(crate::ids::Verdict::Approve),
+            secrets: &ctx.session.secrets,
+        },
+        ctx.session.model.as_ref(),
+        &mut log,
+    )
+    .await?;
     log.append(
         "stage_end",
         json!({
@@ -252,12 +318,25 @@ pub(super) async fn run_stage(
         verdict: outcome.verdict,
         verdict_from_text: outcome.verdict_from_text,
         verify,
+        setup: boot.setup,
+        baseline,
         summary: outcome.summary,
         turns: outcome.turns,
         tokens: outcome.tokens,
         duration_ms,
         digest: outcome.digest[skip..].iter().map(|l| redact(l)).collect(),
     })
+}
+
+/// The task message, told (only when one failed) what the verify commands
+/// did before the agent's change, so it does not chase a failure it did not
+/// cause; a passing baseline adds nothing to the first request.
+fn with_baseline(mut task: String, baseline: Option<&agent::verify::BaselineReport>) -> String {
+    if let Some(b) = baseline.filter(|b| !b.passed()) {
+        task.push_str("\n# Baseline\n\n");
+        task.push_str(&b.handoff());
+    }
+    task
 }
 
 /// The repository's instruction files for this stage, read from the run's

@@ -67,37 +67,9 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, T
         }
     };
 
-    let call = match &ctx.sandbox {
-        Some(sb) => Some(sb.begin(&ctx.root).await.map_err(ToolError::Fatal)?),
-        None => None,
-    };
-    let mut env = ctx.env.clone();
-    let mut hook = ctx.pre_exec.clone();
-    if let Some(call) = &call {
-        env.retain(|(k, _)| !call.env.iter().any(|(ck, _)| ck == k));
-        env.extend(call.env.iter().cloned());
-        let prepared = Arc::clone(&call.prepared);
-        let outer = ctx.pre_exec.clone();
-        hook = Some(exec::PreExec::new(move || {
-            if let Some(outer) = &outer {
-                outer.run()?;
-            }
-            prepared.apply_in_child()
-        }));
-    }
-    let sandbox = call.as_ref().map(|c| c.summary.clone());
-    let result = exec::run_shell_with(
-        &command,
-        &ctx.root,
-        &env,
-        timeout,
-        &ctx.limits,
-        hook.as_ref(),
-    )
-    .await;
-    if let (Some(sb), Some(call)) = (&ctx.sandbox, call) {
-        sb.finish(call).map_err(ToolError::Fatal)?;
-    }
+    let (result, sandbox) = run_sandboxed(ctx, &command, timeout)
+        .await
+        .map_err(ToolError::Fatal)?;
     let result = result.map_err(|e| format!("could not start bash: {e}"))?;
     let secs = result.duration.as_secs_f64();
     let mut body = result.output;
@@ -133,6 +105,51 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, T
     out.policy = Some(policy);
     out.sandbox = sandbox;
     Ok(out)
+}
+
+/// Runs `command` as a `bash` call runs it — `ctx`'s environment, limits
+/// and pre-exec hook, inside `ctx`'s sandbox with the user's repository
+/// fingerprinted around it — without the model's shell policy (for commands
+/// the user configured). Returns the run (its `Err`: bash did not start) and
+/// what the sandbox enforced; `Err` is orch's own failure: the sandbox could
+/// not be set up, or the command changed the user's repository (restored).
+pub(crate) async fn run_sandboxed(
+    ctx: &ToolContext,
+    command: &str,
+    timeout: Duration,
+) -> Result<(std::io::Result<exec::ExecResult>, Option<String>), String> {
+    let call = match &ctx.sandbox {
+        Some(sb) => Some(sb.begin(&ctx.root).await?),
+        None => None,
+    };
+    let mut env = ctx.env.clone();
+    let mut hook = ctx.pre_exec.clone();
+    if let Some(call) = &call {
+        env.retain(|(k, _)| !call.env.iter().any(|(ck, _)| ck == k));
+        env.extend(call.env.iter().cloned());
+        let prepared = Arc::clone(&call.prepared);
+        let outer = ctx.pre_exec.clone();
+        hook = Some(exec::PreExec::new(move || {
+            if let Some(outer) = &outer {
+                outer.run()?;
+            }
+            prepared.apply_in_child()
+        }));
+    }
+    let sandbox = call.as_ref().map(|c| c.summary.clone());
+    let result = exec::run_shell_with(
+        command,
+        &ctx.root,
+        &env,
+        timeout,
+        &ctx.limits,
+        hook.as_ref(),
+    )
+    .await;
+    if let (Some(sb), Some(call)) = (&ctx.sandbox, call) {
+        sb.finish(call)?;
+    }
+    Ok((result, sandbox))
 }
 
 /// Asks on the terminal: prompt on stderr, answer from /dev/tty.

@@ -53,6 +53,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub(crate) use args::{Args, io_message};
+pub(crate) use bash::run_sandboxed;
 pub use readonly::{ReadOnlyGuard, Snapshot};
 use schema::schema;
 pub use schema::{definitions, offered, offered_names};

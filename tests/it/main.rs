@@ -11,6 +11,7 @@
 
 mod support;
 
+mod bootstrap;
 mod budget;
 mod cli;
 mod config;
@@ -18,7 +19,9 @@ mod conventions_a;
 mod conventions_b;
 mod dag;
 mod eval;
+mod events;
 mod faults;
+mod forge;
 mod fuzz;
 mod harness;
 mod hostile;
@@ -29,6 +32,7 @@ mod llm_client;
 mod llm_e2e;
 mod llm_wire;
 mod logview;
+mod memory;
 mod outcomes;
 mod request_size;
 mod review_cmds;

@@ -50,12 +50,7 @@ fn run(
 }
 
 fn stage<'a>(state: &'a Value, id: &str) -> &'a Value {
-    state["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"] == id)
-        .unwrap_or_else(|| panic!("no stage {id} in {state}"))
+    crate::support::stage_record(state, id)
 }
 
 #[test]

@@ -14,6 +14,17 @@ pub fn http_client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
     http_client_with(timeout, DEFAULT_CONNECT_TIMEOUT.min(timeout))
 }
 
+/// [`http_client`] for one endpoint: a plain `http://` one gets no TLS trust
+/// roots, which are the largest cost of building a client (see [`build_client`]).
+pub fn http_client_for(url: &str, timeout: Duration) -> Result<reqwest::Client, LlmError> {
+    let plain_http = url.starts_with("http://");
+    build_client(
+        Some(timeout),
+        DEFAULT_CONNECT_TIMEOUT.min(timeout),
+        plain_http,
+    )
+}
+
 /// Builds an HTTP client with explicit request and connect timeouts.
 pub fn http_client_with(
     request_timeout: Duration,

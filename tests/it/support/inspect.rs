@@ -55,6 +55,16 @@ pub fn state_json(repo: &TestRepo, run_id: &str) -> Value {
     serde_json::from_str(&text).expect("state.json is JSON")
 }
 
+/// The record of stage `id` in a parsed `state.json`.
+pub fn stage_record<'a>(state: &'a Value, id: &str) -> &'a Value {
+    state["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no stage {id} in {state}"))
+}
+
 /// Every line of a JSON-lines file, parsed.
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)

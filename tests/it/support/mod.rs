@@ -7,15 +7,18 @@
 
 pub mod cmd;
 pub mod fake_server;
+pub mod forge_server;
 pub mod inspect;
 pub mod llm;
 pub mod repo;
 pub mod run;
+pub mod schema;
 
 pub use cmd::{FAKE_API_KEY, orch, orch_with_model};
 pub use fake_server::{FakeServer, Recorded, Reply, Script, tool_pairing_violations};
 pub use inspect::{
-    offered_tools, read_jsonl, record_dir, stage_events, state_json, tool_results, user_text, walk,
+    offered_tools, read_jsonl, record_dir, stage_events, stage_record, state_json, tool_results,
+    user_text, walk,
 };
 pub use llm::{assert_one_identical_retry, exhausted};
 pub use repo::{RepoSnapshot, TestRepo};

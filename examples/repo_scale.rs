@@ -1,0 +1,390 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+//! Benchmark (issue 14): how orch's cost grows with the repository, next to
+//! the `git` CLI doing the same on the same repository.
+//!
+//! For each size it generates a repository of N tracked ~30-byte files in
+//! nested directories (`dNN/eNN/fNNNNNN.txt`, 100 files per directory), one
+//! commit, packed by `git gc`, on tmpfs (`/dev/shm`) so the numbers are the
+//! software's own cost and not the disk's. Then, per round:
+//!
+//! - `git worktree add -b` of `HEAD`, then one file changed and `git add -A`
+//!   + `git commit` in it (two processes, as a script would);
+//! - `orch run` of a one-stage pipeline (built-in `coder` role) against the
+//!   scripted fake model of the integration tests: one `bash` call that
+//!   appends to a file, then `finish`; run twice, the second run right after
+//!   the first on the same repository (it finds whatever the first left: a
+//!   warm lane once runs keep them). `orch gc` runs (untimed) between rounds,
+//!   so each round's first run is cold.
+//!
+//! Reported per size (median, min–max over the rounds): start → first model
+//! request (spawn of `orch` to the fake server having read the request),
+//! the stage commit (`stage_end` − the `finish` tool event in the stage's
+//! action log: commit, branch, diff), exit after the final answer (the last
+//! request read by the server → `orch` reaped), and peak RSS (`ru_maxrss`
+//! from `wait4`, through a small wrapper process; see `support/child.rs`).
+//!
+//! ```sh
+//! cargo build --release && cargo build --release --example repo_scale
+//! target/release/examples/repo_scale                 # 1k and 10k files, 3 rounds
+//! target/release/examples/repo_scale --full          # and 100k files
+//! target/release/examples/repo_scale --sizes 2000 --rounds 5
+//! REPO_SCALE_ORCH=/path/to/other/orch target/release/examples/repo_scale   # A/B
+//! ```
+//!
+//! `--dir PATH` puts the scratch repositories elsewhere (default `/dev/shm`
+//! when it exists, else the temp dir).
+
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/it/support/fake_server/mod.rs"]
+mod fake_server;
+
+#[allow(dead_code)]
+#[path = "support/bench.rs"]
+mod bench;
+
+#[path = "support/child.rs"]
+mod child;
+
+use fake_server::{FakeServer, Reply, Script};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime};
+
+const ONE_STAGE: &str = "name: p\nstages:\n  s:\n    role: coder\n    max_turns: 20\n";
+const ISSUE: &str = "# Mark the first file\n\nAppend a line to d00/e00/f000000.txt.\n";
+/// The file both sides change.
+const TOUCHED: &str = "d00/e00/f000000.txt";
+const FILES_PER_DIR: usize = 100;
+
+struct Args {
+    sizes: Vec<usize>,
+    rounds: usize,
+    dir: PathBuf,
+    orch: PathBuf,
+}
+
+fn parse_args() -> Args {
+    let mut sizes = vec![1_000, 10_000];
+    let mut rounds = 3;
+    let mut dir = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--full" => sizes.push(100_000),
+            "--rounds" => rounds = it.next().and_then(|v| v.parse().ok()).expect("--rounds N"),
+            "--sizes" => {
+                sizes = it
+                    .next()
+                    .expect("--sizes N,M")
+                    .split(',')
+                    .map(|s| s.trim().parse().expect("a number of files"))
+                    .collect();
+            }
+            "--dir" => dir = PathBuf::from(it.next().expect("--dir PATH")),
+            other => panic!("unknown argument `{other}` (see the top of examples/repo_scale.rs)"),
+        }
+    }
+    let orch = std::env::var_os("REPO_SCALE_ORCH")
+        .map(PathBuf::from)
+        .unwrap_or_else(bench::orch_next_to_example);
+    assert!(
+        orch.exists(),
+        "{} missing: cargo build --release first",
+        orch.display()
+    );
+    Args {
+        sizes,
+        rounds: rounds.max(1),
+        dir,
+        orch,
+    }
+}
+
+/// `repo/` with `files` tracked files in one packed commit, `p.yaml`,
+/// `ISSUE.md`, an empty config dir and a home for git.
+fn workspace(parent: &Path, files: usize) -> tempfile::TempDir {
+    let ws = tempfile::tempdir_in(parent).expect("scratch dir");
+    let repo = ws.path().join("repo");
+    for i in 0..files {
+        let rel = format!(
+            "d{:02}/e{:02}/f{i:06}.txt",
+            i / 10_000,
+            (i / FILES_PER_DIR) % 100
+        );
+        let path = repo.join(rel);
+        if i % FILES_PER_DIR == 0 {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        }
+        std::fs::write(&path, format!("line of file {i:06} (bench)\n")).unwrap();
+    }
+    // No background `gc --auto` (a 100k-file commit starts one) racing the
+    // explicit pack or the timed runs.
+    bench::git(&repo, &["init", "-q", "-b", "main"]);
+    bench::git(&repo, &["config", "gc.auto", "0"]);
+    bench::git(&repo, &["add", "-A"]);
+    bench::git(&repo, &["commit", "-qm", "base"]);
+    bench::git(&repo, &["gc", "-q"]);
+    std::fs::write(ws.path().join("p.yaml"), ONE_STAGE).unwrap();
+    std::fs::write(ws.path().join("ISSUE.md"), ISSUE).unwrap();
+    std::fs::create_dir_all(ws.path().join("config")).unwrap();
+    ws
+}
+
+/// Runs `program args…` in `dir` through the rusage wrapper.
+fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> child::Usage {
+    let stamp = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let out = ws.join(format!("rusage-{stamp}.txt"));
+    let err = ws.join(format!("stderr-{stamp}.log"));
+    let mut cmd = child::wrapped(program, &out);
+    cmd.args(args)
+        .current_dir(dir)
+        .env("CI", "true")
+        .env("ORCH_CONFIG_DIR", ws.join("config"))
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
+        .env_remove("ORCH_LOG")
+        .env_remove("ORCH_PROFILE")
+        .env_remove("ORCH_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap());
+    let u = child::run(cmd, &out);
+    assert!(
+        u.ok,
+        "{} {args:?} failed: {}",
+        program.display(),
+        std::fs::read_to_string(&err).unwrap_or_default()
+    );
+    let _ = std::fs::remove_file(&err);
+    u
+}
+
+/// One round of the `git` CLI: worktree add, then add + commit of one change.
+struct GitRound {
+    add: child::Usage,
+    commit: Duration,
+}
+
+fn git_round(ws: &Path, round: usize) -> GitRound {
+    let repo = ws.join("repo");
+    let wt = ws.join(format!("git-wt-{round}"));
+    let branch = format!("bench/{round}");
+    let git = Path::new("git");
+    let wt_arg = wt.to_str().unwrap();
+    let add = timed(
+        ws,
+        &repo,
+        git,
+        &["worktree", "add", "-q", "-b", &branch, wt_arg, "HEAD"],
+    );
+    append_line(&wt.join(TOUCHED));
+    let staged = timed(ws, &wt, git, &["add", "-A"]);
+    let committed = timed(ws, &wt, git, &["commit", "-q", "-m", "bench change"]);
+    bench::git(&repo, &["worktree", "remove", "--force", wt_arg]);
+    bench::git(&repo, &["branch", "-q", "-D", &branch]);
+    GitRound {
+        add,
+        commit: staged.wall + committed.wall,
+    }
+}
+
+fn append_line(path: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(b"changed\n").unwrap();
+}
+
+/// One `orch run` as the fake server and the action log saw it.
+struct OrchRun {
+    usage: child::Usage,
+    first_request: Duration,
+    stage_commit: Duration,
+    exit_after_final: Duration,
+}
+
+fn run_ids(repo: &Path) -> Vec<String> {
+    std::fs::read_dir(repo.join(".git/orch/runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+fn orch_run(ws: &Path, orch: &Path) -> OrchRun {
+    let repo = ws.join("repo");
+    let before = run_ids(&repo);
+    let server = FakeServer::start(Script::new().agent(
+        "s",
+        vec![
+            Reply::tool_call(
+                "a",
+                "bash",
+                json!({"command": format!("echo changed >> {TOUCHED}")}),
+            ),
+            Reply::finish("b", "Marked the first file.", None),
+        ],
+    ));
+    let usage = timed(
+        ws,
+        ws,
+        orch,
+        &[
+            "run",
+            "p.yaml",
+            "--repo",
+            "repo",
+            "--issue",
+            "ISSUE.md",
+            "--model",
+            "m",
+            "--base-url",
+            &server.base_url,
+        ],
+    );
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2, "two model requests");
+    let run = run_ids(&repo)
+        .into_iter()
+        .find(|id| !before.contains(id))
+        .expect("a new run record");
+    let log =
+        std::fs::read_to_string(repo.join(format!(".git/orch/runs/{run}/stages/s/actions.jsonl")))
+            .unwrap();
+    let events: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let at = |pick: &dyn Fn(&Value) -> bool| {
+        let e = events.iter().find(|e| pick(e)).expect("an event");
+        let t = chrono::DateTime::parse_from_rfc3339(e["ts"].as_str().unwrap()).unwrap();
+        SystemTime::UNIX_EPOCH + Duration::from_millis(t.timestamp_millis() as u64)
+    };
+    let finish = at(&|e| e["event"] == "tool" && e["name"] == "finish");
+    let end = at(&|e| e["event"] == "stage_end");
+    OrchRun {
+        usage,
+        first_request: reqs[0].received.duration_since(usage.started_wall).unwrap(),
+        stage_commit: end.duration_since(finish).unwrap_or_default(),
+        exit_after_final: usage
+            .ended_wall()
+            .duration_since(reqs[1].received)
+            .unwrap_or_default(),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `median (min–max)` of `v`, or just the value for one sample.
+fn describe(v: &[f64], unit: &str) -> String {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let prec = if unit == "MB" { 1 } else { 0 };
+    let med = v[(v.len() - 1) / 2];
+    if v.len() == 1 {
+        return format!("{med:.prec$} {unit}");
+    }
+    format!(
+        "{med:.prec$} {unit} ({:.prec$}–{:.prec$})",
+        v[0],
+        v[v.len() - 1]
+    )
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn main() {
+    child::maybe_exec_child();
+    let args = parse_args();
+    println!(
+        "repo_scale: {} on {} ({} CPUs, load average {}), {} round(s)",
+        args.orch.display(),
+        args.dir.display(),
+        std::thread::available_parallelism().map_or(0, usize::from),
+        load(),
+        args.rounds
+    );
+    let mut rows = Vec::new();
+    for &files in &args.sizes {
+        let t = std::time::Instant::now();
+        let ws = workspace(&args.dir, files);
+        eprintln!(
+            "generated {files} files in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        let (mut gits, mut firsts, mut seconds) = (vec![], vec![], vec![]);
+        for round in 0..args.rounds {
+            gits.push(git_round(ws.path(), round));
+            if round > 0 {
+                // Whatever the previous round's runs left (lanes): the first
+                // run of each round starts cold.
+                timed(ws.path(), ws.path(), &args.orch, &["gc", "--repo", "repo"]);
+            }
+            firsts.push(orch_run(ws.path(), &args.orch));
+            seconds.push(orch_run(ws.path(), &args.orch));
+            eprintln!("  {files} files: round {} done", round + 1);
+        }
+        let col = |runs: &[OrchRun], f: &dyn Fn(&OrchRun) -> f64, unit: &str| {
+            describe(&runs.iter().map(f).collect::<Vec<_>>(), unit)
+        };
+        let rss = |r: &OrchRun| r.usage.maxrss_kb as f64 / 1024.0;
+        rows.push(vec![
+            format!("{files}"),
+            describe(
+                &gits.iter().map(|g| ms(g.add.wall)).collect::<Vec<_>>(),
+                "ms",
+            ),
+            col(&firsts, &|r| ms(r.first_request), "ms"),
+            col(&seconds, &|r| ms(r.first_request), "ms"),
+            describe(&gits.iter().map(|g| ms(g.commit)).collect::<Vec<_>>(), "ms"),
+            col(&firsts, &|r| ms(r.stage_commit), "ms"),
+            col(&firsts, &|r| ms(r.exit_after_final), "ms"),
+            col(&seconds, &|r| ms(r.exit_after_final), "ms"),
+            col(&firsts, &rss, "MB"),
+            col(&seconds, &rss, "MB"),
+            describe(
+                &gits
+                    .iter()
+                    .map(|g| g.add.maxrss_kb as f64 / 1024.0)
+                    .collect::<Vec<_>>(),
+                "MB",
+            ),
+            col(&firsts, &|r| ms(r.usage.cpu), "ms"),
+        ]);
+    }
+    println!();
+    println!(
+        "| tracked files | `git worktree add` | start → first request, run 1 | run 2 | `git add -A && git commit` | orch stage commit | exit after final answer, run 1 | run 2 | orch peak RSS, run 1 | run 2 | `git worktree add` peak RSS | orch CPU, run 1 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        println!("| {} |", row.join(" | "));
+    }
+    println!("\nload average at the end: {}", load());
+}
