@@ -30,6 +30,7 @@ const BUILTIN_ROLES: &[(&str, &str)] = &[
     ("docs", include_str!("../roles/docs.md")),
     ("explore", include_str!("../roles/explore.md")),
     ("reviewer", include_str!("../roles/reviewer.md")),
+    ("setup", include_str!("../roles/setup.md")),
 ];
 
 /// Why the catalog could not load or find something.
@@ -382,7 +383,7 @@ mod tests {
         let catalog = Catalog::load_from(None, None).unwrap();
         assert_eq!(
             catalog.role_names(),
-            ["coder", "docs", "explore", "reviewer"]
+            ["coder", "docs", "explore", "reviewer", "setup"]
         );
         assert_eq!(
             catalog.pipeline_names(),
@@ -401,7 +402,10 @@ mod tests {
         assert_eq!(reviewer.origin, "built-in roles/reviewer.md");
         let coder = catalog.role("coder").unwrap();
         assert_eq!(coder.tools, crate::role::KNOWN_TOOLS);
-        for name in catalog.role_names() {
+        // `setup` is not a pipeline role: its prompt is about plans, not worktrees.
+        let setup = catalog.role("setup").unwrap();
+        assert!(setup.prompt.len() < 1536 && setup.prompt.contains("`plan`"));
+        for name in catalog.role_names().into_iter().filter(|n| n != "setup") {
             let role = catalog.role(&name).unwrap();
             assert!(
                 role.prompt.len() < 1536,
@@ -457,7 +461,7 @@ mod tests {
         );
         assert_eq!(
             catalog.role_names(),
-            ["coder", "docs", "explore", "extra", "reviewer"]
+            ["coder", "docs", "explore", "extra", "reviewer", "setup"]
         );
         assert_eq!(catalog.pipeline("issue-to-pr").unwrap().description, "repo");
         assert_eq!(catalog.pipeline("mine").unwrap().description, "mine");
@@ -499,7 +503,7 @@ mod tests {
         let err = catalog.role("codr").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown role \"codr\" (known: coder, docs, explore, reviewer)"
+            "unknown role \"codr\" (known: coder, docs, explore, reviewer, setup)"
         );
         assert!(matches!(
             catalog.pipeline("missing/file.yaml"),

@@ -27,6 +27,7 @@ pub mod role;
 pub(crate) mod runlog;
 pub(crate) mod runner;
 pub mod sandbox;
+pub mod setup;
 pub mod subagent;
 pub(crate) mod text;
 pub(crate) mod toolname;

@@ -184,6 +184,39 @@ impl BashPolicy {
     }
 }
 
+/// One simple command of a command line as the deny list sees it (for
+/// callers that classify commands, e.g. `orch setup`'s read-only check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SimpleCommand {
+    /// Its words as written (after variable substitution).
+    pub(crate) raw: Vec<String>,
+    /// The words after unwrapping `sudo`, `env`, `bash -c`, … (program first).
+    pub(crate) argv: Vec<String>,
+    /// Its redirections: `(operator, target)`.
+    pub(crate) redirects: Vec<(String, String)>,
+}
+
+/// Every simple command of `command`, wrappers unwrapped as the deny list
+/// does; `None` when the line cannot be analysed completely (too deep, too
+/// large, a fork bomb).
+pub(crate) fn simple_commands(command: &str) -> Option<Vec<SimpleCommand>> {
+    let analysis = analyze(command);
+    if analysis.too_deep || analysis.too_large || analysis.fork_bomb {
+        return None;
+    }
+    Some(
+        analysis
+            .units
+            .into_iter()
+            .map(|u| SimpleCommand {
+                raw: u.raw,
+                argv: u.argv,
+                redirects: u.redirects,
+            })
+            .collect(),
+    )
+}
+
 /// True when a user can answer a prompt: stdin and stderr are terminals and
 /// `CI` is not `true`.
 pub fn detect_interactive() -> bool {

@@ -23,6 +23,7 @@ mod publish;
 mod replay;
 mod resume;
 mod run;
+mod setup;
 mod validate;
 mod worker;
 
@@ -65,6 +66,9 @@ pub mod exit {
     pub const CLAIMED: i32 = 7;
     /// `orch stage`: a stage it needs has not finished yet; nothing changed.
     pub const NOT_READY: i32 = 8;
+    /// `orch setup`: steps that change the system were not confirmed
+    /// (headless without `--yes`, or the user said no); they did not run.
+    pub const NOT_CONFIRMED: i32 = 9;
     /// Interrupted (Ctrl-C); the run is resumable.
     pub const INTERRUPTED: i32 = 130;
 }
@@ -83,6 +87,7 @@ Examples:
   orch run issue-to-pr --issue github:OWNER/REPO#7    read the issue from GitHub (token: GH_TOKEN)
   orch publish last --draft                          push the PR branch and open (or update) the pull request
   orch gc --older-than 7d                            remove old runs' worktrees, records and stage branches
+  orch setup \"a venv in ./venv\" --plan-only         the environment-setup agent: print a plan, change nothing
 
 Model: --base-url/--model or ORCH_BASE_URL/ORCH_MODEL; key in ORCH_API_KEY (or OPENAI_API_KEY).
 Offline: --replay FILE (or --model replay:FILE) replays recorded responses; no model is called.
@@ -136,6 +141,8 @@ pub enum Command {
     Gc(gc::GcArgs),
     /// Review the lessons runs remember (refs/orch/memory): list, show, accept, reject, edit, forget, log, add.
     Memory(memory::MemoryArgs),
+    /// Set up a development environment: detect, plan, confirm, run, verify, report (docs/setup.md).
+    Setup(setup::SetupArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
     /// Run one stage of a distributed run through its git remote: fetch, claim, run, push (`docs/distributed.md`).
@@ -276,5 +283,6 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Replay(a) => replay::cmd_replay(a).await,
         Command::Stage(a) => worker::cmd_stage(a).await,
         Command::Export(a) => export::cmd_export(a),
+        Command::Setup(a) => setup::cmd_setup(a).await,
     }
 }

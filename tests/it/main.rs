@@ -43,6 +43,7 @@ mod safety;
 mod sampling;
 mod sandbox;
 mod sandbox_e2e;
+mod setup;
 mod sse;
 mod streams;
 mod subagents;

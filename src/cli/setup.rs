@@ -1,0 +1,139 @@
+//! `orch setup "<goal>"`: the environment-setup agent (see
+//! [`crate::setup`] and `docs/setup.md`). Works outside any repository: the
+//! record lives under the user's state dir, the role comes from the
+//! catalog (a repository's `.orch/roles/setup.md` or the user's override
+//! the built-in), house rules from `setup.md` files.
+//!
+//! Exit codes: 0 the plan was printed (`--plan-only`) or every step was
+//! verified; 1 a step failed after its retry, or the model made no plan;
+//! 9 steps that change the system were not confirmed (headless without
+//! `--yes`, or the user said no or quit) — nothing unconfirmed ran; 2, 3, 5
+//! as everywhere.
+
+use super::CliError;
+use super::args::ModelArgs;
+use super::model::choose_for_repo;
+use super::output::{Out, ignore_closed};
+use crate::catalog::Catalog;
+use crate::setup::{self, Confirm, Console, SetupEnd, SetupOptions};
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+/// Arguments of `orch setup`.
+#[derive(Debug, clap::Args)]
+pub struct SetupArgs {
+    /// What to set up, in plain words (e.g. "a python virtualenv in ./venv with requests")
+    #[arg(required_unless_present = "resume")]
+    pub goal: Option<String>,
+    /// Only reconnaissance runs; print the plan (and save plan.json), change nothing
+    #[arg(long)]
+    pub plan_only: bool,
+    /// Run install/system steps without a terminal (CI); `ask_user` is answered yes
+    #[arg(long)]
+    pub yes: bool,
+    /// Continue a setup from its first unverified step
+    #[arg(long, value_name = "ID", conflicts_with = "goal")]
+    pub resume: Option<String>,
+    /// Model settings.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Runs `orch setup`.
+pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::Internal(format!("failed to read the current directory: {e}")))?;
+    let repo = cwd
+        .ancestors()
+        .find(|d| d.join(".git").exists())
+        .map(PathBuf::from);
+    let catalog = Catalog::load(repo.as_deref())?;
+    let role = catalog.role("setup")?;
+    let chosen = choose_for_repo(&args.model, repo.as_deref())?;
+    let opts = SetupOptions {
+        goal: args.goal.clone().unwrap_or_default(),
+        house_rules: setup::house_rules(&cwd),
+        cwd,
+        plan_only: args.plan_only,
+        yes: args.yes,
+        interactive: crate::policy::detect_interactive(),
+        prompt: role.prompt.clone(),
+        max_rounds: role.max_turns.clamp(1, setup::MAX_ROUNDS),
+        resume: args.resume.clone(),
+        secrets: chosen.secrets.clone(),
+    };
+    let console = TermConsole;
+    let outcome = match setup::run_setup(opts, chosen.model, &console).await {
+        Ok(o) => o,
+        Err(setup::SetupError::Model(e)) => return Err(CliError::Model(e)),
+        Err(setup::SetupError::Other(e)) if args.resume.is_some() && e.starts_with("no setup") => {
+            return Err(CliError::Invalid(format!("failed to resume: {e}")));
+        }
+        Err(setup::SetupError::Other(e)) => return Err(CliError::Internal(e)),
+    };
+    let (code, line) = match &outcome.end {
+        SetupEnd::Planned | SetupEnd::Done => (super::exit::OK, None),
+        SetupEnd::NotConfirmed(why) => (
+            super::exit::NOT_CONFIRMED,
+            Some(format!("setup {}: not confirmed: {why}", outcome.id)),
+        ),
+        SetupEnd::Failed(why) => (
+            super::exit::STAGE_FAILED,
+            Some(format!(
+                "setup {}: failed: {why} (record: {}; `orch setup --resume {}` continues)",
+                outcome.id,
+                outcome.dir.display(),
+                outcome.id
+            )),
+        ),
+    };
+    if let Some(line) = line {
+        crate::ui::status_line(&line);
+    }
+    Ok(code)
+}
+
+/// Results on stdout (flushed per message, so they interleave with
+/// prompts), questions on `/dev/tty` with the prompt on stderr.
+struct TermConsole;
+
+impl Console for TermConsole {
+    fn say(&self, text: &str) {
+        let mut out = Out::stdout();
+        let printed = out
+            .text(text)
+            .and_then(|()| out.text("\n"))
+            .and_then(|()| out.finish());
+        // A closed stdout does not stop an installation half-way; the
+        // record has everything.
+        let _ = ignore_closed(printed);
+    }
+
+    fn confirm(&self, prompt: &str) -> Option<Confirm> {
+        loop {
+            let answer = ask_tty(prompt)?;
+            return Some(match answer.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => Confirm::Yes,
+                "n" | "no" | "" => Confirm::No,
+                "a" | "all" => Confirm::All,
+                "q" | "quit" => Confirm::Quit,
+                _ => continue,
+            });
+        }
+    }
+
+    fn ask(&self, question: &str) -> Option<String> {
+        ask_tty(&format!("{question} ")).map(|a| a.trim().to_owned())
+    }
+}
+
+fn ask_tty(prompt: &str) -> Option<String> {
+    let tty = std::fs::File::open("/dev/tty").ok()?;
+    let mut stderr = std::io::stderr().lock();
+    write!(stderr, "orch: {prompt} ")
+        .and_then(|()| stderr.flush())
+        .ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(tty).read_line(&mut line).ok()?;
+    Some(line)
+}

@@ -1,0 +1,197 @@
+//! The setup record: one directory per `orch setup`, outside any
+//! repository (there may be none): `$ORCH_SETUP_DIR/<id>/`, else
+//! `$XDG_STATE_HOME/orch/setup/<id>/`, else `~/.local/state/orch/setup/<id>/`.
+//!
+//! Files: `state.json` (goal, mode, rounds, per-step status; written
+//! atomically after every change, so a kill leaves the last completed
+//! step), `plan.json` (the current plan; earlier versions `plan.vN.json`),
+//! `transcript.json` (the conversation, so a resumed setup can ask the
+//! model again), `log.jsonl` (append-only events: tool calls, questions and
+//! answers, step runs) and `report.md`. Secret values are redacted.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::plan::Plan;
+use crate::llm::ChatMessage;
+
+/// Overrides where setup records live (tests, packaging).
+pub const SETUP_DIR_VAR: &str = "ORCH_SETUP_DIR";
+
+/// A step's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum StepStatus {
+    /// Not run yet (or interrupted while running).
+    #[default]
+    Pending,
+    /// Ran, and its check passed.
+    Verified,
+    /// Ran, and it or its check failed.
+    Failed,
+    /// The user said no.
+    Skipped,
+}
+
+/// What is known about one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub(crate) struct StepState {
+    /// Progress.
+    pub(crate) status: StepStatus,
+    /// The command's exit code.
+    #[serde(default)]
+    pub(crate) exit_code: Option<i32>,
+    /// The check's exit code.
+    #[serde(default)]
+    pub(crate) check_exit_code: Option<i32>,
+    /// The first line of the check's output (the version now).
+    #[serde(default)]
+    pub(crate) check_line: Option<String>,
+}
+
+/// `state.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SetupState {
+    /// The setup id.
+    pub(crate) id: String,
+    /// The goal as given.
+    pub(crate) goal: String,
+    /// The directory commands run in.
+    pub(crate) cwd: PathBuf,
+    /// `planning`, `planned`, `running`, `done`, `failed`, `not_confirmed`.
+    pub(crate) status: String,
+    /// Model rounds used so far (at most [`super::MAX_ROUNDS`]).
+    pub(crate) rounds: u32,
+    /// How many plans the model made.
+    pub(crate) plan_version: u32,
+    /// Per step of the current plan.
+    pub(crate) steps: Vec<StepState>,
+    /// Step positions (0-based) that already had their one retry or plan change.
+    #[serde(default)]
+    pub(crate) recovered: Vec<usize>,
+}
+
+/// The root of all setup records.
+pub(crate) fn records_root() -> Option<PathBuf> {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env(SETUP_DIR_VAR)
+        .or_else(|| env("XDG_STATE_HOME").map(|d| d.join("orch").join("setup")))
+        .or_else(|| env("HOME").map(|h| h.join(".local/state/orch/setup")))
+}
+
+/// One setup's record directory.
+#[derive(Debug, Clone)]
+pub(crate) struct SetupRecord {
+    dir: PathBuf,
+    secrets: Vec<String>,
+}
+
+impl SetupRecord {
+    /// Creates the directory of a new setup `id`.
+    pub(crate) fn create(id: &str, secrets: Vec<String>) -> Result<Self, String> {
+        let root = records_root()
+            .ok_or("find a place for the setup record: set HOME or ORCH_SETUP_DIR")?;
+        let dir = root.join(id);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        Ok(Self { dir, secrets })
+    }
+
+    /// Opens the record of setup `id`.
+    pub(crate) fn open(id: &str, secrets: Vec<String>) -> Result<Self, String> {
+        let root = records_root().ok_or("find the setup records: set HOME or ORCH_SETUP_DIR")?;
+        if id.is_empty() || id.contains('/') || id.starts_with('.') {
+            return Err(format!("`{id}` is not a setup id"));
+        }
+        let dir = root.join(id);
+        if !dir.join("state.json").is_file() {
+            return Err(format!("no setup `{id}` in {}", root.display()));
+        }
+        Ok(Self { dir, secrets })
+    }
+
+    /// The directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<(), String> {
+        let text =
+            serde_json::to_string_pretty(value).map_err(|e| format!("encode {name}: {e}"))?;
+        let text = crate::runlog::redact(&text, &self.secrets);
+        let path = self.dir.join(name);
+        crate::runlog::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
+    }
+
+    fn read_json<T: for<'de> Deserialize<'de>>(&self, name: &str) -> Result<T, String> {
+        let path = self.dir.join(name);
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))
+    }
+
+    /// Writes `state.json`.
+    pub(crate) fn write_state(&self, state: &SetupState) -> Result<(), String> {
+        self.write_json("state.json", state)
+    }
+
+    /// Reads `state.json`.
+    pub(crate) fn read_state(&self) -> Result<SetupState, String> {
+        self.read_json("state.json")
+    }
+
+    /// Writes `plan.json` (and `plan.v<version>.json`, the history).
+    pub(crate) fn write_plan(&self, plan: &Plan, version: u32) -> Result<(), String> {
+        self.write_json(&format!("plan.v{version}.json"), plan)?;
+        self.write_json("plan.json", plan)
+    }
+
+    /// Reads `plan.json`.
+    pub(crate) fn read_plan(&self) -> Result<Plan, String> {
+        self.read_json("plan.json")
+    }
+
+    /// Writes `transcript.json`.
+    pub(crate) fn write_transcript(&self, messages: &[ChatMessage]) -> Result<(), String> {
+        self.write_json("transcript.json", &messages)
+    }
+
+    /// Reads `transcript.json` (empty when there is none yet).
+    pub(crate) fn read_transcript(&self) -> Vec<ChatMessage> {
+        self.read_json("transcript.json").unwrap_or_default()
+    }
+
+    /// Writes `report.md`.
+    pub(crate) fn write_report(&self, text: &str) -> Result<(), String> {
+        let text = crate::runlog::redact(text, &self.secrets);
+        crate::runlog::write_atomic(&self.dir.join("report.md"), text.as_bytes())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Appends one event to `log.jsonl` (`event` plus `fields`, a timestamp).
+    pub(crate) fn log(&self, event: &str, fields: serde_json::Value) {
+        let mut line = serde_json::json!({
+            "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "event": event,
+        });
+        if let (Some(obj), serde_json::Value::Object(more)) = (line.as_object_mut(), fields) {
+            obj.extend(more);
+        }
+        let text = crate::runlog::redact(&line.to_string(), &self.secrets);
+        let path = self.dir.join("log.jsonl");
+        // The log is a record of what happened; a failed append must not
+        // stop a half-done installation, so it is reported, not fatal.
+        let res = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "{text}"));
+        if let Err(e) = res {
+            tracing::warn!("failed to append to {}: {e}", path.display());
+        }
+    }
+}

@@ -1,0 +1,848 @@
+//! One setup from goal to report: the model conversation (reconnaissance
+//! tools until a `plan`), the printed plan, confirmations, the steps and
+//! their checks, one recovery per failing step, the report; and the same
+//! from a record (`--resume`).
+
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::plan::{self, Plan, Risk};
+use super::record::{SetupRecord, SetupState, StepState, StepStatus};
+use super::steps::{self, Ran, Sandboxing};
+use super::{Confirm, Console, KILL_STEP_VERIFIED, SetupOptions, detect, readonly};
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, ToolCall, ToolDef};
+use crate::policy::{BashPolicy, Decision};
+
+/// The agent path of setup requests (`X-Orch-Agent`).
+const AGENT_PATH: &str = "setup";
+/// Default and largest time of a reconnaissance `run_command`.
+const RECON_TIMEOUT: Duration = Duration::from_secs(120);
+const RECON_MAX_TIMEOUT: Duration = Duration::from_secs(600);
+/// Characters of a tool result logged in `log.jsonl`.
+const LOGGED_RESULT_CHARS: usize = 2000;
+
+/// How a setup ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SetupEnd {
+    /// `--plan-only`: the plan is printed and saved; nothing ran.
+    Planned,
+    /// Every step ran and its check passed.
+    Done,
+    /// Steps were not confirmed (headless without `--yes`, or the user
+    /// said no or quit); the text says which.
+    NotConfirmed(String),
+    /// A step failed after its one recovery, or the model made no usable plan.
+    Failed(String),
+}
+
+/// A finished setup.
+#[derive(Debug, Clone)]
+pub(crate) struct SetupOutcome {
+    /// The setup id (for `--resume`).
+    pub(crate) id: String,
+    /// The record directory.
+    pub(crate) dir: std::path::PathBuf,
+    /// How it ended.
+    pub(crate) end: SetupEnd,
+}
+
+/// A setup that could not go on: the model server or the record failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SetupError {
+    /// The model server.
+    #[error(transparent)]
+    Model(#[from] LlmError),
+    /// The setup record, the sandbox, or bad input (the message says which).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Runs a new setup, or resumes `opts.resume`.
+pub(crate) async fn run_setup(
+    opts: SetupOptions,
+    model: Arc<dyn ChatModel>,
+    console: &dyn Console,
+) -> Result<SetupOutcome, SetupError> {
+    let tmp = tempfile::Builder::new()
+        .prefix("orch-setup-")
+        .tempdir()
+        .map_err(|e| SetupError::Other(format!("failed to create a temp dir: {e}")))?;
+    let mut s = match &opts.resume {
+        Some(id) => Session::resume(id, opts.clone(), model, console, tmp)?,
+        None => Session::start(opts.clone(), model, console, tmp)?,
+    };
+    let end = match s.drive().await {
+        Ok(end) => end,
+        Err(e) => {
+            // The record says how it ended even when the model server did it.
+            s.state.status = "failed".into();
+            let _ = s.save_state();
+            s.record
+                .log("end", json!({"status": "failed", "error": e.to_string()}));
+            return Err(e);
+        }
+    };
+    s.state.status = match &end {
+        SetupEnd::Planned => "planned",
+        SetupEnd::Done => "done",
+        SetupEnd::NotConfirmed(_) => "not_confirmed",
+        SetupEnd::Failed(_) => "failed",
+    }
+    .to_owned();
+    s.save_state()?;
+    s.record.log("end", json!({"status": s.state.status}));
+    Ok(SetupOutcome {
+        id: s.state.id.clone(),
+        dir: s.record.dir().to_path_buf(),
+        end,
+    })
+}
+
+struct Session<'a> {
+    opts: SetupOptions,
+    model: Arc<dyn ChatModel>,
+    console: &'a dyn Console,
+    record: SetupRecord,
+    state: SetupState,
+    plan: Option<Plan>,
+    messages: Vec<ChatMessage>,
+    tmp: tempfile::TempDir,
+    confirm_all: bool,
+}
+
+fn other(e: String) -> SetupError {
+    SetupError::Other(e)
+}
+
+impl<'a> Session<'a> {
+    fn start(
+        opts: SetupOptions,
+        model: Arc<dyn ChatModel>,
+        console: &'a dyn Console,
+        tmp: tempfile::TempDir,
+    ) -> Result<Self, SetupError> {
+        let id = crate::ids::RunId::new().into_string();
+        let record = SetupRecord::create(&id, opts.secrets.clone()).map_err(other)?;
+        let state = SetupState {
+            id: id.clone(),
+            goal: opts.goal.clone(),
+            cwd: opts.cwd.clone(),
+            status: "planning".into(),
+            rounds: 0,
+            plan_version: 0,
+            steps: Vec::new(),
+            recovered: Vec::new(),
+        };
+        let messages = first_messages(&opts);
+        console.say(&format!(
+            "setup {id}: {}\nmodel: {}\nrecord: {}",
+            opts.goal,
+            model.label(),
+            record.dir().display()
+        ));
+        record.log(
+            "start",
+            json!({"goal": opts.goal, "cwd": opts.cwd, "plan_only": opts.plan_only, "yes": opts.yes, "interactive": opts.interactive, "house_rules": opts.house_rules.iter().map(|(p, _)| p).collect::<Vec<_>>()}),
+        );
+        let s = Self {
+            opts,
+            model,
+            console,
+            record,
+            state,
+            plan: None,
+            messages,
+            tmp,
+            confirm_all: false,
+        };
+        s.save_state()?;
+        Ok(s)
+    }
+
+    fn resume(
+        id: &str,
+        mut opts: SetupOptions,
+        model: Arc<dyn ChatModel>,
+        console: &'a dyn Console,
+        tmp: tempfile::TempDir,
+    ) -> Result<Self, SetupError> {
+        let record = SetupRecord::open(id, opts.secrets.clone()).map_err(other)?;
+        let mut state = record.read_state().map_err(other)?;
+        let plan = record.read_plan().ok();
+        if let Some(p) = &plan {
+            state.steps.resize(p.steps.len(), StepState::default());
+        }
+        opts.goal = state.goal.clone();
+        opts.cwd = state.cwd.clone();
+        let mut messages = record.read_transcript();
+        if messages.is_empty() {
+            messages = first_messages(&opts);
+        }
+        console.say(&format!(
+            "resuming setup {id}: {}\nrecord: {}",
+            state.goal,
+            record.dir().display()
+        ));
+        record.log("resume", json!({"status": state.status}));
+        Ok(Self {
+            opts,
+            model,
+            console,
+            record,
+            state,
+            plan,
+            messages,
+            tmp,
+            confirm_all: false,
+        })
+    }
+
+    fn save_state(&self) -> Result<(), SetupError> {
+        self.record.write_state(&self.state).map_err(other)
+    }
+
+    async fn drive(&mut self) -> Result<SetupEnd, SetupError> {
+        let plan = match self.plan.clone() {
+            Some(p) => {
+                self.console.say(plan::render(&p, "Plan").trim_end());
+                p
+            }
+            None => match self.converse().await? {
+                Ok(p) => {
+                    self.adopt(p.clone(), 0, "Plan")?;
+                    p
+                }
+                Err(why) => return Ok(SetupEnd::Failed(why)),
+            },
+        };
+        if self.opts.plan_only {
+            self.console.say(&format!(
+                "plan only: nothing was changed. The plan is in {}",
+                self.record.dir().join("plan.json").display()
+            ));
+            return Ok(SetupEnd::Planned);
+        }
+        self.plan = Some(plan);
+        self.execute().await
+    }
+
+    /// Makes `new` the plan from step `from` on (earlier steps are kept),
+    /// prints it and records it.
+    fn adopt(&mut self, new: Plan, from: usize, title: &str) -> Result<(), SetupError> {
+        let mut plan = self.plan.clone().unwrap_or_default();
+        plan.steps.truncate(from);
+        plan.steps.extend(new.steps);
+        if !new.next.is_empty() || plan.next.is_empty() {
+            plan.next = new.next;
+        }
+        self.state.steps.truncate(from);
+        self.state
+            .steps
+            .resize(plan.steps.len(), StepState::default());
+        self.state.plan_version += 1;
+        self.state.status = "planned".into();
+        self.record
+            .write_plan(&plan, self.state.plan_version)
+            .map_err(other)?;
+        self.save_state()?;
+        self.record.log(
+            "plan",
+            json!({"version": self.state.plan_version, "from_step": from + 1, "plan": plan}),
+        );
+        self.console.say(plan::render(&plan, title).trim_end());
+        self.plan = Some(plan);
+        Ok(())
+    }
+
+    fn first_unverified(&self) -> usize {
+        self.state
+            .steps
+            .iter()
+            .position(|s| s.status != StepStatus::Verified)
+            .unwrap_or(self.state.steps.len())
+    }
+
+    /// Whether a step of `risk` may run without asking.
+    fn pre_confirmed(&self) -> bool {
+        self.opts.yes || self.confirm_all
+    }
+
+    async fn execute(&mut self) -> Result<SetupEnd, SetupError> {
+        let Some(plan) = self.plan.clone() else {
+            return Ok(SetupEnd::Failed("no plan".into()));
+        };
+        if let Some(end) = self.headless_refusal(&plan, self.first_unverified()) {
+            return Ok(end);
+        }
+        self.state.status = "running".into();
+        self.save_state()?;
+        let mut i = self.first_unverified();
+        let mut skipped = Vec::new();
+        while let Some(step) = self.plan.as_ref().and_then(|p| p.steps.get(i)).cloned() {
+            let total = self.plan.as_ref().map_or(0, |p| p.steps.len());
+            self.console.say(&format!(
+                "\n[{}/{total}] {} step{}",
+                i + 1,
+                step.risk.as_str(),
+                if step.why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", step.why)
+                }
+            ));
+            if step.risk != Risk::Read && !self.pre_confirmed() {
+                let what = if step.sudo {
+                    " (uses sudo, runs outside the sandbox)"
+                } else {
+                    ""
+                };
+                match self.console.confirm(&format!(
+                    "run step {} `{}`{what}? [y/n/a(ll)/q]",
+                    i + 1,
+                    step.command
+                )) {
+                    Some(Confirm::Yes) => {}
+                    Some(Confirm::All) => self.confirm_all = true,
+                    Some(Confirm::No) => {
+                        self.console
+                            .say(&format!("skipped step {} (not confirmed)", i + 1));
+                        self.state.steps[i].status = StepStatus::Skipped;
+                        self.save_state()?;
+                        self.record
+                            .log("step", json!({"step": i + 1, "status": "skipped"}));
+                        skipped.push(i + 1);
+                        i += 1;
+                        continue;
+                    }
+                    Some(Confirm::Quit) => {
+                        return Ok(SetupEnd::NotConfirmed(format!(
+                            "stopped by the user at step {}",
+                            i + 1
+                        )));
+                    }
+                    None => {
+                        return Ok(SetupEnd::NotConfirmed(format!(
+                            "step {} needs confirmation and there is no terminal: pass --yes",
+                            i + 1
+                        )));
+                    }
+                }
+            }
+            let timeout = Duration::from_secs(step.timeout_secs);
+            // The deny list again: a resumed plan may come from an edited file.
+            if let Decision::Deny(reason) = BashPolicy::default().decide(&step.command) {
+                return Ok(SetupEnd::Failed(format!(
+                    "step {} is refused: {reason}",
+                    i + 1
+                )));
+            }
+            let sandboxing = if step.sudo {
+                Sandboxing::Unsandboxed
+            } else {
+                Sandboxing::Step(step.risk)
+            };
+            let ran = self
+                .run_shown("", &step.command, timeout, sandboxing)
+                .await?;
+            let mut check_ran = None;
+            if ran.ok()
+                && let Some(check) = &step.check
+            {
+                let c = self
+                    .run_shown("check ", check, RECON_TIMEOUT, Sandboxing::ReadOnly)
+                    .await?;
+                check_ran = Some(c);
+            }
+            let verified = ran.ok() && check_ran.as_ref().is_none_or(Ran::ok);
+            let st = &mut self.state.steps[i];
+            st.exit_code = ran.exit_code;
+            st.check_exit_code = check_ran.as_ref().and_then(|c| c.exit_code);
+            st.check_line = check_ran.as_ref().and_then(|c| first_line(&c.output));
+            st.status = if verified {
+                StepStatus::Verified
+            } else {
+                StepStatus::Failed
+            };
+            self.save_state()?;
+            self.record.log(
+                "step",
+                json!({"step": i + 1, "command": step.command, "risk": step.risk, "exit_code": ran.exit_code,
+                       "timed_out": ran.timed_out, "sandbox": ran.sandbox, "output": ran.output,
+                       "check": step.check, "check_exit_code": check_ran.as_ref().and_then(|c| c.exit_code),
+                       "check_output": check_ran.as_ref().map(|c| c.output.clone()), "verified": verified}),
+            );
+            if verified {
+                self.console.say(&format!("step {} verified", i + 1));
+                crate::killpoint::reached(KILL_STEP_VERIFIED);
+                i += 1;
+                continue;
+            }
+            self.console.say(&format!("step {} failed", i + 1));
+            if self.state.recovered.contains(&i) {
+                return Ok(SetupEnd::Failed(format!(
+                    "step {} failed again after its one retry or plan change: `{}`",
+                    i + 1,
+                    step.command
+                )));
+            }
+            self.state.recovered.push(i);
+            self.save_state()?;
+            self.messages.push(ChatMessage::user(failure_message(
+                i,
+                &step,
+                &ran,
+                check_ran.as_ref(),
+                timeout,
+            )));
+            let new = match self.converse().await? {
+                Ok(p) => p,
+                Err(why) => {
+                    return Ok(SetupEnd::Failed(format!("step {} failed and {why}", i + 1)));
+                }
+            };
+            self.adopt(new, i, "Changed plan")?;
+            let Some(plan) = self.plan.clone() else {
+                return Ok(SetupEnd::Failed("no plan".into()));
+            };
+            if let Some(end) = self.headless_refusal(&plan, i) {
+                return Ok(end);
+            }
+            let changes = plan.steps.iter().skip(i).any(|s| s.risk != Risk::Read);
+            if changes && !self.pre_confirmed() {
+                match self.console.confirm("run the changed plan? [y/n/a(ll)/q]") {
+                    Some(Confirm::Yes) => {}
+                    Some(Confirm::All) => self.confirm_all = true,
+                    _ => {
+                        return Ok(SetupEnd::NotConfirmed(
+                            "the changed plan was not confirmed".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        let report = self.report(&skipped);
+        self.console.say(&report);
+        self.record.write_report(&report).map_err(other)?;
+        if skipped.is_empty() {
+            Ok(SetupEnd::Done)
+        } else {
+            Ok(SetupEnd::NotConfirmed(format!(
+                "step(s) {} were skipped",
+                skipped
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )))
+        }
+    }
+
+    /// Headless without `--yes`, a plan with install/system steps from
+    /// `from` on runs nothing at all.
+    fn headless_refusal(&self, plan: &Plan, from: usize) -> Option<SetupEnd> {
+        if self.opts.interactive || self.opts.yes {
+            return None;
+        }
+        let needs: Vec<String> = plan
+            .steps
+            .iter()
+            .enumerate()
+            .skip(from)
+            .filter(|(_, s)| s.risk != Risk::Read)
+            .map(|(n, _)| (n + 1).to_string())
+            .collect();
+        if needs.is_empty() {
+            return None;
+        }
+        let why = format!(
+            "step(s) {} change the system and need confirmation, and there is no terminal: nothing was run. \
+             Run `orch setup --resume {} --yes` to run them, or run it on a terminal",
+            needs.join(", "),
+            self.state.id
+        );
+        self.console.say(&why);
+        Some(SetupEnd::NotConfirmed(why))
+    }
+
+    /// Prints `{prefix}$ command`, runs it, prints its output and status.
+    async fn run_shown(
+        &self,
+        prefix: &str,
+        command: &str,
+        timeout: Duration,
+        sandboxing: Sandboxing,
+    ) -> Result<Ran, SetupError> {
+        self.console.say(&format!("{prefix}$ {command}"));
+        let ran = steps::run(
+            command,
+            &self.opts.cwd,
+            self.tmp.path(),
+            timeout,
+            sandboxing,
+        )
+        .await
+        .map_err(other)?;
+        self.show(&ran, timeout);
+        Ok(ran)
+    }
+
+    fn show(&self, ran: &Ran, timeout: Duration) {
+        let mut text = ran.output.clone();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("[{}]", ran.status(timeout)));
+        self.console.say(&text);
+    }
+
+    fn report(&self, skipped: &[usize]) -> String {
+        let mut out = format!("\nReport: setup {}: {}\n", self.state.id, self.state.goal);
+        let plan = self.plan.clone().unwrap_or_default();
+        let changed: Vec<String> = plan
+            .steps
+            .iter()
+            .zip(&self.state.steps)
+            .enumerate()
+            .filter(|(_, (s, st))| s.risk != Risk::Read && st.status == StepStatus::Verified)
+            .map(|(i, (s, _))| format!("  {}. {}\n", i + 1, s.command))
+            .collect();
+        out.push_str("Changed:\n");
+        if changed.is_empty() {
+            out.push_str("  nothing\n");
+        }
+        out.extend(changed);
+        out.push_str("Versions now:\n");
+        let mut any = false;
+        for (i, (s, st)) in plan.steps.iter().zip(&self.state.steps).enumerate() {
+            if let (Some(check), Some(line)) = (&s.check, &st.check_line) {
+                out.push_str(&format!("  {}. {line}   ({check})\n", i + 1));
+                any = true;
+            }
+        }
+        if !any {
+            out.push_str("  (no checks printed a version)\n");
+        }
+        if !skipped.is_empty() {
+            out.push_str(&format!(
+                "Skipped (not confirmed): step(s) {}\n",
+                skipped
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        out.push_str("Next:\n");
+        if plan.next.is_empty() {
+            out.push_str("  - open a new shell if a step changed PATH\n");
+        }
+        for n in &plan.next {
+            out.push_str(&format!("  - {n}\n"));
+        }
+        out
+    }
+
+    /// Asks the model until it calls `plan` with a valid plan. `Ok(Err(why))`
+    /// when it will not (a text answer after a nudge, the round limit).
+    async fn converse(&mut self) -> Result<Result<Plan, String>, SetupError> {
+        let tools = tool_defs();
+        let mut nudged = false;
+        loop {
+            if self.state.rounds >= self.opts.max_rounds {
+                return Ok(Err(format!(
+                    "the model made no plan within {} model rounds",
+                    self.opts.max_rounds
+                )));
+            }
+            self.state.rounds += 1;
+            self.save_state()?;
+            let req = ChatRequest {
+                messages: self.messages.clone(),
+                tools: tools.clone(),
+                agent_path: AGENT_PATH.into(),
+            };
+            let resp = self.model.complete(&req).await?;
+            let mut message = resp.message;
+            let id_prefix = format!("text{}", self.state.rounds);
+            if let Some(format) =
+                crate::llm::textcalls::recover_into(&mut message, &tools, &id_prefix)
+            {
+                self.record.log(
+                    "tool_calls_recovered",
+                    json!({"recovered_from": "text", "format": format!("{format:?}")}),
+                );
+            }
+            self.messages.push(message.clone());
+            if message.tool_calls.is_empty() {
+                let text = message.content.clone().unwrap_or_default();
+                self.console.say(&format!("model: {}", text.trim()));
+                self.record.log("model_text", json!({"text": text}));
+                if nudged {
+                    self.save_transcript()?;
+                    return Ok(Err("the model answered without calling `plan`".into()));
+                }
+                nudged = true;
+                self.messages.push(ChatMessage::user(
+                    "Call the `plan` tool with the ordered steps (an empty list if nothing is needed). \
+                     Only `plan` steps can change the system.",
+                ));
+                self.save_transcript()?;
+                continue;
+            }
+            let mut accepted = None;
+            for call in &message.tool_calls {
+                let (text, plan) = self.call_tool(call).await?;
+                if plan.is_some() {
+                    accepted = plan;
+                }
+                self.messages.push(ChatMessage::tool(call.id.clone(), text));
+            }
+            self.save_transcript()?;
+            if let Some(p) = accepted {
+                return Ok(Ok(p));
+            }
+        }
+    }
+
+    fn save_transcript(&self) -> Result<(), SetupError> {
+        self.record.write_transcript(&self.messages).map_err(other)
+    }
+
+    /// One tool call: the result text for the model, and the plan when it
+    /// was a valid `plan` call.
+    async fn call_tool(&self, call: &ToolCall) -> Result<(String, Option<Plan>), SetupError> {
+        let name = call.function.name.as_str();
+        let args: Value = match serde_json::from_str(if call.function.arguments.trim().is_empty() {
+            "{}"
+        } else {
+            &call.function.arguments
+        }) {
+            Ok(v) => v,
+            Err(e) => {
+                let text = format!("error: the arguments of `{name}` are not valid JSON: {e}");
+                self.log_tool(name, &Value::String(call.function.arguments.clone()), &text);
+                return Ok((text, None));
+            }
+        };
+        let str_arg = |k: &str| args.get(k).and_then(Value::as_str).map(str::to_owned);
+        let (text, plan) = match name {
+            "detect_system" => {
+                let v = detect::detect_system(&self.opts.cwd).await;
+                self.console.say(&detect::summary(&v));
+                (serde_json::to_string_pretty(&v).unwrap_or_default(), None)
+            }
+            "check_command" => match str_arg("command") {
+                None => (
+                    "error: `command` (a command name such as `python3`) is required".into(),
+                    None,
+                ),
+                Some(c) => {
+                    self.console.say(&format!("check_command {c}"));
+                    match detect::check_command(&c, &self.opts.cwd).await {
+                        Ok(v) => (serde_json::to_string_pretty(&v).unwrap_or_default(), None),
+                        Err(e) => (format!("error: {e}"), None),
+                    }
+                }
+            },
+            "run_command" => (self.recon_command(&args).await?, None),
+            "ask_user" => match str_arg("question") {
+                None => ("error: `question` is required".into(), None),
+                Some(q) => (self.ask_user(&q), None),
+            },
+            "plan" => match plan::parse(&args) {
+                Ok(p) => (
+                    format!(
+                        "plan accepted ({} steps). orch shows it to the user{}.",
+                        p.steps.len(),
+                        if self.opts.plan_only {
+                            "; this is --plan-only, nothing runs"
+                        } else {
+                            ", asks where needed and runs each step with its check"
+                        }
+                    ),
+                    Some(p),
+                ),
+                Err(e) => (
+                    format!("error: the plan is refused: {e}. Call `plan` again with the fix."),
+                    None,
+                ),
+            },
+            other => (
+                format!(
+                    "error: unknown tool `{other}`; the tools are detect_system, check_command, run_command, ask_user, plan"
+                ),
+                None,
+            ),
+        };
+        self.log_tool(name, &args, &text);
+        Ok((text, plan))
+    }
+
+    fn log_tool(&self, name: &str, args: &Value, text: &str) {
+        self.record.log(
+            "tool",
+            json!({"tool": name, "args": args, "result": crate::text::cap_bytes(text, LOGGED_RESULT_CHARS)}),
+        );
+    }
+
+    /// `run_command`: reconnaissance only (read-only commands, enforced).
+    async fn recon_command(&self, args: &Value) -> Result<String, SetupError> {
+        let Some(command) = args.get("command").and_then(Value::as_str).map(str::trim) else {
+            return Ok("error: `command` is required".into());
+        };
+        if let Some(why) = readonly::not_read_only(command) {
+            let mode = if self.opts.plan_only {
+                "this is --plan-only: nothing may be changed, so only read-only reconnaissance commands run"
+            } else {
+                "commands that change the system are plan steps: put it in the `plan`; orch runs it after the user confirmed"
+            };
+            self.console
+                .say(&format!("refused run_command `{command}`: not read-only"));
+            return Ok(format!(
+                "error: run_command refused `{command}`: it is not read-only ({why}); {mode}"
+            ));
+        }
+        if let Decision::Deny(reason) = BashPolicy::default().decide(command) {
+            return Ok(format!("error: run_command refused `{command}`: {reason}"));
+        }
+        let timeout = args
+            .get("timeout_secs")
+            .and_then(Value::as_u64)
+            .map_or(RECON_TIMEOUT, |s| {
+                Duration::from_secs(s.max(1)).min(RECON_MAX_TIMEOUT)
+            });
+        let ran = self
+            .run_shown("", command, timeout, Sandboxing::ReadOnly)
+            .await?;
+        let body = if ran.output.is_empty() {
+            "(no output)\n".to_owned()
+        } else {
+            ran.output.clone()
+        };
+        Ok(format!("{body}\n[{}]", ran.status(timeout)))
+    }
+
+    /// `ask_user`: the terminal; headless, "no" unless `--yes`. Logged.
+    fn ask_user(&self, question: &str) -> String {
+        self.console.say(&format!("question: {question}"));
+        let (answer, how) = match self
+            .opts
+            .interactive
+            .then(|| self.console.ask(question))
+            .flatten()
+        {
+            Some(a) => (a, "terminal"),
+            None if self.opts.yes => ("yes".to_owned(), "headless, --yes"),
+            None => ("no".to_owned(), "headless, no --yes"),
+        };
+        self.console.say(&format!("answer: {answer} ({how})"));
+        self.record.log(
+            "ask_user",
+            json!({"question": question, "answer": answer, "how": how}),
+        );
+        format!("the user answered: {answer} ({how})")
+    }
+}
+
+fn first_line(text: &str) -> Option<String> {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| crate::text::one_line(l, 200))
+}
+
+fn failure_message(
+    i: usize,
+    step: &plan::Step,
+    ran: &Ran,
+    check: Option<&Ran>,
+    timeout: Duration,
+) -> String {
+    let n = i + 1;
+    let mut m = format!(
+        "Step {n} failed: `{}` → {}.\nOutput:\n{}\n",
+        step.command,
+        ran.status(timeout),
+        if ran.output.is_empty() {
+            "(no output)"
+        } else {
+            &ran.output
+        }
+    );
+    if let (Some(c), Some(cmd)) = (check, &step.check) {
+        m.push_str(&format!(
+            "Its check `{cmd}` → {}.\nCheck output:\n{}\n",
+            c.status(RECON_TIMEOUT),
+            if c.output.is_empty() {
+                "(no output)"
+            } else {
+                &c.output
+            }
+        ));
+    }
+    m.push_str(&format!(
+        "Find the cause (detect_system, check_command, read-only run_command), then call `plan` with the steps \
+         from step {n} on: the same step again is a retry, other steps are a plan change. Steps before {n} are done \
+         and stay done. This is the only retry for step {n}."
+    ));
+    m
+}
+
+/// The system prompt and the goal: how every setup conversation starts.
+fn first_messages(opts: &SetupOptions) -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::system(system_prompt(opts)),
+        ChatMessage::user(format!(
+            "Goal: {}\nWorking directory: {}",
+            opts.goal,
+            opts.cwd.display()
+        )),
+    ]
+}
+
+fn system_prompt(opts: &SetupOptions) -> String {
+    let mut p = opts.prompt.trim().to_owned();
+    p.push_str(if opts.plan_only {
+        "\n\nMode: plan only. Nothing may be changed: investigate, then call `plan`; nothing will run."
+    } else {
+        "\n\nMode: run. After `plan`, orch shows the plan, asks the user where needed and runs the steps itself."
+    });
+    for (file, text) in &opts.house_rules {
+        p.push_str(&format!(
+            "\n\nHouse rules of this team (from {}); follow them:\n{text}",
+            file.display()
+        ));
+    }
+    p
+}
+
+fn tool_defs() -> Vec<ToolDef> {
+    vec![
+        ToolDef {
+            name: "detect_system",
+            description: "The machine as JSON: os, distro and version, kernel, arch, libc, shell, user/root, package managers, runtimes and version managers with versions, proxy variables, free disk.",
+            parameters: json!({"type": "object", "properties": {}}),
+        },
+        ToolDef {
+            name: "check_command",
+            description: "Whether a command exists: its path and `--version` output.",
+            parameters: json!({"type": "object", "properties": {"command": {"type": "string", "description": "a command name, e.g. python3"}}, "required": ["command"]}),
+        },
+        ToolDef {
+            name: "run_command",
+            description: "Run a read-only reconnaissance command (bash). Commands that change anything are refused: put them in the plan.",
+            parameters: json!({"type": "object", "properties": {"command": {"type": "string"}, "timeout_secs": {"type": "integer"}}, "required": ["command"]}),
+        },
+        ToolDef {
+            name: "ask_user",
+            description: "Ask the user a yes/no or short question (headless: the answer is no unless --yes).",
+            parameters: json!({"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}),
+        },
+        ToolDef {
+            name: "plan",
+            description: "Submit the ordered plan; required before anything is changed. orch prints it, confirms and runs each step and its check.",
+            parameters: plan::schema(),
+        },
+    ]
+}

@@ -1,0 +1,233 @@
+//! Running one setup command — a reconnaissance command, a plan step or a
+//! step's check — through the tool layer's process handling (`bash -c` in
+//! its own process group, stdin closed, a timeout that kills the group,
+//! output capped head + tail) inside the setup sandbox.
+//!
+//! The setup sandbox profiles (Landlock where the kernel has it; otherwise
+//! `no_new_privs` and the capability drop, see `docs/sandbox.md`):
+//! - reconnaissance and checks: `read-only` — only the private temp dir is
+//!   writable;
+//! - `install` steps: the setup directory, the private temp dir and the
+//!   per-user package-manager directories that exist ([`USER_PACKAGE_DIRS`]
+//!   under `$HOME`: `~/.local`, `~/.cache`, `~/.cargo`, …) and `/usr/local`,
+//!   `/opt`;
+//! - `system` steps: the same plus the system package trees ([`SYSTEM_DIRS`]);
+//! - in every profile the secret paths (`~/.ssh`, `~/.aws`, orch's config
+//!   dir, …) stay unreadable: no writable root contains one (a setup
+//!   directory that does, `$HOME` or `/`, stays read-only);
+//! - a step that uses `sudo` runs outside the sandbox: `no_new_privs` would
+//!   make `sudo` powerless. The plan must mark it `system` and the user must
+//!   confirm it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::plan::Risk;
+use crate::exec::{self, ExecLimits, PreExec};
+use crate::sandbox::{Policy, Profile};
+
+/// Output bytes of a command shown to the model and the user (head + tail).
+pub(crate) const MAX_OUTPUT_BYTES: usize = 4000;
+
+/// Per-user directories package managers and version managers write.
+const USER_PACKAGE_DIRS: &[&str] = &[
+    ".local",
+    ".cache",
+    ".cargo",
+    ".rustup",
+    ".npm",
+    ".nvm",
+    ".pyenv",
+    ".fnm",
+    ".volta",
+    ".bun",
+    ".deno",
+    "go",
+    ".sdkman",
+    ".pixi",
+    ".conda",
+    "miniconda3",
+];
+
+/// Directories system package managers write (effective only as root).
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/etc", "/var", "/opt", "/srv", "/lib", "/lib64", "/bin", "/sbin",
+];
+
+/// Environment variables passed to setup commands beyond the tool
+/// allowlist: package managers need the proxy settings.
+const PROXY_VARS: &[&str] = &[
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "SHELL",
+];
+
+/// How a command is sandboxed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sandboxing {
+    /// Reconnaissance and checks.
+    ReadOnly,
+    /// A plan step of this risk.
+    Step(Risk),
+    /// A confirmed `sudo` step: no sandbox.
+    Unsandboxed,
+}
+
+/// What one command did.
+#[derive(Debug, Clone)]
+pub(crate) struct Ran {
+    /// Exit code, when it exited.
+    pub(crate) exit_code: Option<i32>,
+    /// Whether the timeout killed it.
+    pub(crate) timed_out: bool,
+    /// Output, capped.
+    pub(crate) output: String,
+    /// Wall time.
+    pub(crate) secs: f64,
+    /// What the sandbox enforced.
+    pub(crate) sandbox: String,
+}
+
+impl Ran {
+    /// Exit 0 and not timed out.
+    pub(crate) fn ok(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out
+    }
+
+    /// `exit 0 (0.1s)`, `timed out after 5s`, `killed by a signal`.
+    pub(crate) fn status(&self, timeout: Duration) -> String {
+        match (self.timed_out, self.exit_code) {
+            (true, _) => format!(
+                "timed out after {}s; its process group was killed",
+                timeout.as_secs()
+            ),
+            (false, Some(c)) => format!("exit {c} ({:.1}s)", self.secs),
+            (false, None) => format!("killed by a signal ({:.1}s)", self.secs),
+        }
+    }
+}
+
+/// Runs `command` in `cwd` with `sandboxing`; `tmp` is the setup's private
+/// temp dir (`TMPDIR`). `Err` when it could not be started.
+pub(crate) async fn run(
+    command: &str,
+    cwd: &Path,
+    tmp: &Path,
+    timeout: Duration,
+    sandboxing: Sandboxing,
+) -> Result<Ran, String> {
+    let (hook, sandbox) = match sandboxing {
+        Sandboxing::Unsandboxed => (None, "no sandbox (sudo step)".to_owned()),
+        Sandboxing::ReadOnly => hook_for(policy(Profile::ReadOnly, cwd, tmp, &[])?)?,
+        Sandboxing::Step(risk) => {
+            let mut roots = user_roots();
+            if risk == Risk::System {
+                roots.extend(SYSTEM_DIRS.iter().map(PathBuf::from));
+            }
+            let secrets = secret_paths();
+            roots.retain(|r| !holds_secret(r, &secrets));
+            // A setup started in `$HOME` (or `/`) must not make the secrets
+            // writable and readable with it: the directory itself stays
+            // read-only, the package-manager roots stay writable.
+            let profile = if holds_secret(cwd, &secrets) {
+                Profile::ReadOnly
+            } else {
+                Profile::WorkspaceWrite
+            };
+            hook_for(policy(profile, cwd, tmp, &roots)?)?
+        }
+    };
+    let limits = ExecLimits {
+        max_output_bytes: MAX_OUTPUT_BYTES,
+        max_timeout: timeout,
+        ..ExecLimits::default()
+    };
+    let r = exec::run_shell_with(command, cwd, &env(tmp), timeout, &limits, hook.as_ref())
+        .await
+        .map_err(|e| format!("could not start `{command}`: {e}"))?;
+    Ok(Ran {
+        exit_code: r.exit_code,
+        timed_out: r.timed_out,
+        output: r.output,
+        secs: r.duration.as_secs_f64(),
+        sandbox,
+    })
+}
+
+fn policy(profile: Profile, cwd: &Path, tmp: &Path, roots: &[PathBuf]) -> Result<Policy, String> {
+    let mut p = Policy::new(profile, cwd, tmp).map_err(|e| format!("failed to {e}"))?;
+    p.writable.extend(roots.iter().cloned());
+    p.network = true;
+    Ok(p)
+}
+
+fn hook_for(policy: Policy) -> Result<(Option<PreExec>, String), String> {
+    let prepared =
+        Arc::new(crate::sandbox::prepare(&policy).map_err(|e| format!("failed to {e}"))?);
+    let summary = prepared.summary().to_owned();
+    let hook = PreExec::new(move || prepared.apply_in_child());
+    Ok((Some(hook), summary))
+}
+
+/// The secret paths that exist, resolved.
+fn secret_paths() -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    crate::sandbox::default_secret_paths(
+        home.as_deref(),
+        crate::catalog::user_config_dir().as_deref(),
+    )
+    .into_iter()
+    .filter_map(|p| p.canonicalize().ok())
+    .collect()
+}
+
+/// Whether granting `root` would grant one of `secrets` too.
+fn holds_secret(root: &Path, secrets: &[PathBuf]) -> bool {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    secrets.iter().any(|s| s.starts_with(&root))
+}
+
+/// `/usr/local`, `/opt` and the per-user package dirs that exist.
+fn user_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = vec!["/usr/local".into(), "/opt".into()];
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        roots.extend(USER_PACKAGE_DIRS.iter().map(|d| home.join(d)));
+    }
+    roots
+}
+
+fn env(tmp: &Path) -> Vec<(String, String)> {
+    let mut env = exec::scrubbed_env();
+    for k in PROXY_VARS {
+        if let Ok(v) = std::env::var(k) {
+            env.retain(|(ek, _)| ek != k);
+            env.push(((*k).to_owned(), v));
+        }
+    }
+    env.retain(|(k, _)| k != "TMPDIR");
+    env.push(("TMPDIR".into(), tmp.display().to_string()));
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_above_a_secret_holds_it() {
+        let t = tempfile::tempdir().unwrap();
+        let ssh = t.path().join(".ssh");
+        std::fs::create_dir_all(&ssh).unwrap();
+        let secrets = [ssh.canonicalize().unwrap()];
+        assert!(holds_secret(t.path(), &secrets));
+        assert!(holds_secret(Path::new("/"), &secrets));
+        assert!(!holds_secret(&t.path().join(".local"), &secrets));
+    }
+}

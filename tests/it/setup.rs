@@ -1,0 +1,669 @@
+//! `orch setup` end to end: the real binary, the scripted fake model, real
+//! commands in temp dirs (a python venv and a local wheel, no network), the
+//! setup record, kills and resumes.
+
+use crate::support::{
+    FakeServer, Reply, Script, assert_exit, offered_tools, orch_with_model, tool_results,
+};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch setup: the directory commands run in, the records root and a
+/// config dir for house rules.
+struct Scratch {
+    _tmp: tempfile::TempDir,
+    work: PathBuf,
+    records: PathBuf,
+    config: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        let records = tmp.path().join("records");
+        let config = tmp.path().join("config");
+        for d in [&work, &config] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        Scratch {
+            work,
+            records,
+            config,
+            _tmp: tmp,
+        }
+    }
+
+    /// `orch setup <args>` in the work dir against `server`.
+    fn setup(&self, server: &FakeServer, args: &[&str]) -> Command {
+        let mut c = orch_with_model(&server.base_url);
+        c.current_dir(&self.work)
+            .env("ORCH_SETUP_DIR", &self.records)
+            .env("ORCH_CONFIG_DIR", &self.config)
+            .arg("setup")
+            .args(args);
+        c
+    }
+
+    /// Runs `orch setup <args>` to its end.
+    fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
+        self.setup(server, args).output().unwrap()
+    }
+
+    /// The id of the only setup recorded.
+    fn only_id(&self) -> String {
+        let ids: Vec<String> = std::fs::read_dir(&self.records)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(ids.len(), 1, "{ids:?}");
+        ids[0].clone()
+    }
+
+    fn record_json(&self, file: &str) -> Value {
+        let p = self.records.join(self.only_id()).join(file);
+        serde_json::from_str(
+            &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        )
+        .unwrap()
+    }
+}
+
+fn step(command: &str, risk: &str, check: &str) -> Value {
+    json!({"command": command, "why": format!("why: {command}"), "risk": risk, "check": check})
+}
+
+fn plan_call(id: &str, steps: Vec<Value>, next: &[&str]) -> Reply {
+    Reply::tool_call(id, "plan", json!({"steps": steps, "next": next}))
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wheel_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/setup")
+}
+
+/// `a` appears in `text` before `b` (both appear).
+fn assert_before(text: &str, a: &str, b: &str) {
+    let ia = text
+        .find(a)
+        .unwrap_or_else(|| panic!("`{a}` missing from:\n{text}"));
+    let ib = text
+        .find(b)
+        .unwrap_or_else(|| panic!("`{b}` missing from:\n{text}"));
+    assert!(ia < ib, "`{a}` must come before `{b}` in:\n{text}");
+}
+
+#[test]
+fn plan_only_prints_and_saves_the_plan_and_refuses_writes() {
+    let s = Scratch::new();
+    std::fs::write(
+        s.config.join("setup.md"),
+        "Install Node through fnm, never globally.\n",
+    )
+    .unwrap();
+    let steps = vec![
+        step(
+            "python3 -m venv venv",
+            "install",
+            "./venv/bin/python --version",
+        ),
+        step(
+            "./venv/bin/pip install requests",
+            "install",
+            "./venv/bin/python -c 'import requests'",
+        ),
+    ];
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::tool_call("c1", "detect_system", json!({})),
+            Reply::tool_call("c2", "run_command", json!({"command": "touch canary"})),
+            Reply::tool_call("c3", "run_command", json!({"command": "echo hi > canary2"})),
+            Reply::tool_call("c4", "check_command", json!({"command": "python3"})),
+            plan_call("c5", steps, &["source venv/bin/activate"]),
+        ],
+    ));
+    let out = s.run(
+        &server,
+        &["a python virtualenv in ./venv with requests", "--plan-only"],
+    );
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains("Plan (2 steps):"), "{text}");
+    assert!(
+        text.contains("  1. [install] python3 -m venv venv"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  2. [install] ./venv/bin/pip install requests"),
+        "{text}"
+    );
+    assert!(text.contains("plan only: nothing was changed"), "{text}");
+    // The canaries: nothing was written.
+    for f in ["canary", "canary2", "venv"] {
+        assert!(!s.work.join(f).exists(), "{f} was created");
+    }
+    let plan = s.record_json("plan.json");
+    assert_eq!(plan["steps"][0]["command"], "python3 -m venv venv");
+    assert_eq!(plan["steps"][1]["risk"], "install");
+    assert_eq!(plan["next"][0], "source venv/bin/activate");
+    assert_eq!(s.record_json("state.json")["status"], "planned");
+
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 5);
+    assert_eq!(
+        offered_tools(&reqs[0]),
+        [
+            "detect_system",
+            "check_command",
+            "run_command",
+            "ask_user",
+            "plan"
+        ]
+    );
+    let system = reqs[0].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        system.contains("Install Node through fnm, never globally."),
+        "{system}"
+    );
+    assert!(system.contains("Mode: plan only"), "{system}");
+    let results = tool_results(&reqs[4]);
+    assert!(
+        results[1].contains("run_command refused `touch canary`: it is not read-only")
+            && results[1].contains("--plan-only"),
+        "{}",
+        results[1]
+    );
+    assert!(results[2].contains("writes to `canary2`"), "{}", results[2]);
+    assert!(results[3].contains("\"found\": true"), "{}", results[3]);
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+}
+
+#[test]
+fn yes_creates_a_venv_from_a_local_wheel_checks_each_step_and_reports_versions() {
+    let s = Scratch::new();
+    let pip = format!(
+        "./venv/bin/pip install --no-cache-dir --no-index --find-links {} tinypkg",
+        wheel_dir().display()
+    );
+    let steps = vec![
+        step("python3 --version", "read", "python3 --version"),
+        step(
+            "python3 -m venv venv",
+            "install",
+            "./venv/bin/python --version",
+        ),
+        step(
+            &pip,
+            "install",
+            "./venv/bin/python -c \"import tinypkg; print('tinypkg', tinypkg.__version__)\"",
+        ),
+    ];
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::tool_call("q1", "ask_user", json!({"question": "Use ./venv?"})),
+            plan_call("p1", steps, &["source venv/bin/activate"]),
+        ],
+    ));
+    let out = s.run(
+        &server,
+        &["a python virtualenv in ./venv with tinypkg", "--yes"],
+    );
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    // Every command is printed before its output, and every check runs.
+    assert_before(
+        &text,
+        "$ python3 -m venv venv",
+        "check $ ./venv/bin/python --version",
+    );
+    assert_before(
+        &text,
+        &format!("$ {pip}"),
+        "Successfully installed tinypkg-0.1.0",
+    );
+    assert_before(
+        &text,
+        "Successfully installed tinypkg-0.1.0",
+        "check $ ./venv/bin/python -c",
+    );
+    assert_eq!(text.matches("check $ ").count(), 3, "{text}");
+    assert_before(&text, "step 3 verified", "Report: setup");
+    let report = &text[text.find("Report: setup").unwrap()..];
+    assert!(
+        report.contains("Changed:\n  2. python3 -m venv venv\n  3. ./venv/bin/pip install"),
+        "{report}"
+    );
+    assert!(report.contains("Versions now:"), "{report}");
+    assert!(report.contains("3. tinypkg 0.1.0"), "{report}");
+    assert!(report.contains("2. Python 3."), "{report}");
+    assert!(report.contains("  - source venv/bin/activate"), "{report}");
+    assert!(s.work.join("venv/bin/python").exists());
+    let state = s.record_json("state.json");
+    assert_eq!(state["status"], "done");
+    for st in state["steps"].as_array().unwrap() {
+        assert_eq!(st["status"], "verified", "{state}");
+    }
+    // ask_user headless with --yes answers yes, and is logged.
+    let reqs = server.requests();
+    assert!(tool_results(&reqs[1])[0].contains("the user answered: yes (headless, --yes)"));
+    let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
+    assert!(log.contains("\"event\":\"ask_user\""), "{log}");
+}
+
+#[test]
+fn headless_without_yes_runs_no_install_step_and_exits_9() {
+    let s = Scratch::new();
+    let steps = vec![
+        step("uname -m", "read", "uname -m"),
+        step("touch marker", "install", "test -f marker"),
+    ];
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::tool_call("q1", "ask_user", json!({"question": "Proceed?"})),
+            plan_call("p1", steps, &[]),
+        ],
+    ));
+    let out = s.run(&server, &["a marker file"]);
+    assert_exit(&out, 9);
+    let text = stdout(&out);
+    assert!(
+        text.contains("step(s) 2 change the system and need confirmation"),
+        "{text}"
+    );
+    assert!(!text.contains("$ touch marker"), "{text}");
+    assert!(!text.contains("$ uname -m"), "nothing runs at all: {text}");
+    assert!(!s.work.join("marker").exists());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not confirmed"));
+    assert_eq!(s.record_json("state.json")["status"], "not_confirmed");
+    let reqs = server.requests();
+    assert!(tool_results(&reqs[1])[0].contains("the user answered: no (headless, no --yes)"));
+}
+
+#[test]
+fn a_failing_step_reaches_the_model_and_the_changed_plan_is_printed_and_run() {
+    let s = Scratch::new();
+    let v1 = vec![
+        step("echo one >> one.txt", "install", "test -f one.txt"),
+        step("echo boom-marker-42; exit 3", "install", "true"),
+    ];
+    let v2 = vec![step("echo fixed > fixed.txt", "install", "cat fixed.txt")];
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![plan_call("p1", v1, &[]), plan_call("p2", v2, &[])],
+    ));
+    let out = s.run(&server, &["two files", "--yes"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    let failure = reqs[1].messages().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        failure.contains("Step 2 failed: `echo boom-marker-42; exit 3` → exit 3"),
+        "{failure}"
+    );
+    assert!(failure.contains("boom-marker-42\n"), "{failure}");
+    assert_before(&text, "step 2 failed", "Changed plan (2 steps):");
+    assert!(
+        text.contains("  2. [install] echo fixed > fixed.txt"),
+        "{text}"
+    );
+    assert_before(&text, "Changed plan (2 steps):", "$ echo fixed > fixed.txt");
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("one.txt")).unwrap(),
+        "one\n",
+        "step 1 ran once"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("fixed.txt")).unwrap(),
+        "fixed\n"
+    );
+    assert!(s.records.join(s.only_id()).join("plan.v2.json").is_file());
+    assert_eq!(
+        s.record_json("plan.json")["steps"][1]["command"],
+        "echo fixed > fixed.txt"
+    );
+}
+
+#[test]
+fn a_step_that_fails_again_after_its_retry_fails_the_setup() {
+    let s = Scratch::new();
+    let bad = || vec![step("exit 4", "install", "true")];
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![plan_call("p1", bad(), &[]), plan_call("p2", bad(), &[])],
+    ));
+    let out = s.run(&server, &["nothing good", "--yes"]);
+    assert_exit(&out, 1);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("failed again after its one retry"));
+    assert_eq!(server.requests().len(), 2, "one retry only");
+    assert_eq!(s.record_json("state.json")["status"], "failed");
+}
+
+#[test]
+fn resume_after_a_kill_continues_from_the_first_unverified_step() {
+    let s = Scratch::new();
+    let steps = ["a", "b", "c"]
+        .iter()
+        .map(|l| {
+            step(
+                &format!("echo {l} >> counter.txt"),
+                "install",
+                &format!("grep -q {l} counter.txt"),
+            )
+        })
+        .collect();
+    let server = FakeServer::start(Script::new().agent("setup", vec![plan_call("p1", steps, &[])]));
+    let out = s
+        .setup(&server, &["three lines", "--yes"])
+        .env("ORCH_TEST_KILL_AT", "setup-step-verified:2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), None, "killed: {}", stdout(&out));
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("counter.txt")).unwrap(),
+        "a\nb\n"
+    );
+    let id = s.only_id();
+    let out = s.run(&server, &["--resume", &id, "--yes"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.contains(&format!("resuming setup {id}")), "{text}");
+    assert!(text.contains("[3/3] install step"), "{text}");
+    assert!(
+        !text.contains("$ echo a >> counter.txt") && !text.contains("$ echo b >> counter.txt"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.work.join("counter.txt")).unwrap(),
+        "a\nb\nc\n"
+    );
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "the resume needed no model round"
+    );
+    assert_eq!(s.record_json("state.json")["status"], "done");
+}
+
+#[test]
+fn detect_system_matches_os_release_uname_and_command_v() {
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::tool_call("d1", "detect_system", json!({})),
+            plan_call("p1", vec![], &[]),
+        ],
+    ));
+    let out = s.run(&server, &["nothing", "--plan-only"]);
+    assert_exit(&out, 0);
+    let result: Value = serde_json::from_str(&tool_results(&server.requests()[1])[0]).unwrap();
+
+    let os_release = std::fs::read_to_string("/etc/os-release").unwrap();
+    let field = |k: &str| {
+        os_release
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .map(|v| v.trim_matches('"').to_owned())
+    };
+    assert_eq!(
+        result["distro"]["id"].as_str(),
+        field("ID").as_deref(),
+        "{result}"
+    );
+    assert_eq!(
+        result["distro"]["version"].as_str(),
+        field("VERSION_ID").as_deref()
+    );
+    let sh = |c: &str| {
+        let o = Command::new("bash").arg("-c").arg(c).output().unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        )
+    };
+    assert_eq!(result["arch"], sh("uname -m").1);
+    assert_eq!(result["kernel"], sh("uname -r").1);
+    assert_eq!(result["os"], "linux");
+    let found: Vec<&str> = result["package_managers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    for pm in [
+        "apt", "apt-get", "dnf", "yum", "pacman", "apk", "zypper", "brew",
+    ] {
+        let (present, _) = sh(&format!("command -v {pm}"));
+        assert_eq!(found.contains(&pm), present, "{pm}: {found:?}");
+    }
+    let (has_python, path) = sh("command -v python3");
+    if has_python {
+        let py = result["runtimes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "python3")
+            .unwrap_or_else(|| panic!("python3 missing: {result}"));
+        assert_eq!(py["path"], path);
+        assert_eq!(py["version"], sh("python3 --version 2>&1").1);
+    }
+    let root = sh("id -u").1 == "0";
+    assert_eq!(result["root"], root);
+}
+
+/// On a terminal (a pseudo-terminal from util-linux `script`): `ask_user`
+/// gets the typed answer, install steps are confirmed one by one, `n`
+/// skips a step (exit 9 at the end, the report says so).
+#[test]
+fn on_a_terminal_steps_are_confirmed_one_by_one() {
+    use std::io::{Read, Write};
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` to make a pseudo-terminal");
+        return;
+    }
+    let s = Scratch::new();
+    let steps = ["a", "b", "c"]
+        .iter()
+        .map(|f| step(&format!("touch {f}"), "install", &format!("test -f {f}")))
+        .collect();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::tool_call("q1", "ask_user", json!({"question": "Which files?"})),
+            plan_call("p1", steps, &[]),
+        ],
+    ));
+    let inner = s.setup(&server, &["three files"]);
+    let mut cmd = Command::new("script");
+    cmd.args(["-qec"])
+        .arg(format!(
+            "{} setup 'three files'",
+            inner.get_program().to_string_lossy()
+        ))
+        .arg("/dev/null")
+        .current_dir(&s.work)
+        .env_clear();
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.env("CI", "false")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"some files\ny\nn\ny\n").unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    drop(stdin);
+    assert_eq!(status.code(), Some(9), "{out}");
+    assert!(out.contains("answer: some files (terminal)"), "{out}");
+    assert!(out.contains("run step 1 `touch a`? [y/n/a(ll)/q]"), "{out}");
+    assert!(out.contains("skipped step 2 (not confirmed)"), "{out}");
+    assert!(out.contains("Skipped (not confirmed): step(s) 2"), "{out}");
+    assert!(s.work.join("a").exists() && s.work.join("c").exists());
+    assert!(!s.work.join("b").exists());
+    let reqs = server.requests();
+    assert!(tool_results(&reqs[1])[0].contains("the user answered: some files (terminal)"));
+}
+
+#[test]
+fn a_broken_model_server_exits_3_and_the_record_says_failed() {
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new());
+    let out = s
+        .setup(&server, &["anything", "--plan-only"])
+        .env("ORCH_RETRY_BASE_MS", "1")
+        .output()
+        .unwrap();
+    assert_exit(&out, 3);
+    assert_eq!(s.record_json("state.json")["status"], "failed");
+}
+
+#[test]
+fn resume_of_an_unknown_id_is_invalid_input() {
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new());
+    let out = s.run(&server, &["--resume", "nope"]);
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no setup `nope`"));
+    assert!(server.requests().is_empty());
+}
+
+fn home_of(cmd: &Command) -> PathBuf {
+    cmd.get_envs()
+        .find(|(k, _)| *k == "HOME")
+        .and_then(|(_, v)| v)
+        .map(PathBuf::from)
+        .unwrap()
+}
+
+/// A step cannot read the secret paths, also when the setup runs in
+/// `$HOME` itself (then `$HOME` stays read-only).
+#[test]
+fn a_step_cannot_read_the_secret_paths() {
+    for in_home in [false, true] {
+        let s = Scratch::new();
+        let read_key =
+            "python3 -c \"import os; print(open(os.environ['HOME'] + '/.ssh/id_ed25519').read())\"";
+        let server = FakeServer::start(Script::new().agent(
+            "setup",
+            vec![
+                plan_call("p1", vec![step(read_key, "install", "true")], &[]),
+                plan_call(
+                    "p2",
+                    vec![step("touch made-here", "install", "test -f made-here")],
+                    &[],
+                ),
+            ],
+        ));
+        let mut cmd = s.setup(&server, &["read a key", "--yes"]);
+        let home = home_of(&cmd);
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), "SECRET-KEY-CANARY-7781\n").unwrap();
+        if in_home {
+            cmd.current_dir(&home);
+        }
+        let out = cmd.output().unwrap();
+        let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
+        if !log.contains("\"sandbox\":\"landlock") {
+            eprintln!("skipped: Landlock is not enforced here");
+            return;
+        }
+        let text = stdout(&out);
+        assert!(!text.contains("SECRET-KEY-CANARY-7781"), "{text}");
+        assert!(text.contains("PermissionError"), "{text}");
+        let failure = server.requests()[1].messages().last().unwrap()["content"].to_string();
+        assert!(
+            !failure.contains("SECRET-KEY-CANARY-7781") && failure.contains("Step 1 failed"),
+            "{failure}"
+        );
+        if in_home {
+            // The home itself is not writable either: the retry fails too.
+            assert_exit(&out, 1);
+            assert!(!home.join("made-here").exists());
+        } else {
+            assert_exit(&out, 0);
+            assert!(s.work.join("made-here").exists());
+        }
+    }
+}
+
+#[test]
+fn repo_house_rules_count_and_the_model_gets_at_most_20_rounds() {
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.work.join(".git")).unwrap();
+    std::fs::create_dir_all(s.work.join(".orch")).unwrap();
+    std::fs::write(s.work.join(".orch/setup.md"), "Python projects use uv.\n").unwrap();
+    let calls = (0..25)
+        .map(|i| {
+            Reply::tool_call(
+                &format!("c{i}"),
+                "check_command",
+                json!({"command": format!("nope{i}")}),
+            )
+        })
+        .collect();
+    let server = FakeServer::start(Script::new().agent("setup", calls));
+    let out = s.run(&server, &["loop", "--plan-only"]);
+    assert_exit(&out, 1);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no plan within 20 model rounds"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 20);
+    let system = reqs[0].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        system.contains("Python projects use uv.") && system.contains(".orch/setup.md"),
+        "{system}"
+    );
+}
+
+#[test]
+fn resuming_a_plan_only_setup_runs_its_plan() {
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![plan_call(
+            "p1",
+            vec![step("touch made", "install", "test -f made")],
+            &[],
+        )],
+    ));
+    let out = s.run(&server, &["a file", "--plan-only"]);
+    assert_exit(&out, 0);
+    assert!(!s.work.join("made").exists());
+    let id = s.only_id();
+    let out = s.run(&server, &["--resume", &id, "--yes"]);
+    assert_exit(&out, 0);
+    assert!(s.work.join("made").exists());
+    assert_before(&stdout(&out), "Plan (1 step):", "$ touch made");
+    assert_eq!(server.requests().len(), 1);
+}
