@@ -183,7 +183,10 @@ fn list(common: &Path, workdir: &Path, status: Option<&str>, json: bool) -> Resu
             let from = l
                 .evidence
                 .as_ref()
-                .map(|e| format!(" ({} {}/{})", e.event, e.run, e.stage))
+                .map(|e| match (e.run.is_empty(), e.stage.is_empty()) {
+                    (true, true) => format!(" ({})", e.event),
+                    _ => format!(" ({} {}/{})", e.event, e.run, e.stage),
+                })
                 .unwrap_or_default();
             writeln!(
                 out,

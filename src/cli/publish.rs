@@ -170,6 +170,7 @@ fn split_pr(text: &str) -> (&str, &str) {
 
 /// `--forge`, else the issue's project, else the one the remote's URL names.
 fn target_project(args: &PublishArgs, issue: Option<&FrozenIssue>) -> Result<Project, CliError> {
+    check_remote(&args.repo, &args.remote)?;
     if let Some(spec) = &args.forge {
         return Ok(Project::parse(spec)?);
     }
@@ -184,6 +185,21 @@ fn target_project(args: &PublishArgs, issue: Option<&FrozenIssue>) -> Result<Pro
             without_userinfo(&runlog::redact(&url, &[]))
         ))
     })
+}
+
+/// `remote` is a remote of the repository, or a URL or path `git` can push
+/// to: said before anything is asked of the forge or pushed.
+fn check_remote(repo: &Path, remote: &str) -> Result<(), CliError> {
+    let url_or_path = remote.contains(':') || remote.contains('/') || Path::new(remote).exists();
+    let known = git2::Repository::discover(repo)
+        .map(|r| r.find_remote(remote).is_ok())
+        .unwrap_or(false);
+    if url_or_path || known {
+        return Ok(());
+    }
+    Err(CliError::Invalid(format!(
+        "failed to publish: the repository has no remote `{remote}` (see `git remote -v`); add it (`git remote add {remote} URL`) or pass --remote NAME|URL"
+    )))
 }
 
 /// `orch/<issue number, else run id>-<slug>`.
@@ -251,6 +267,16 @@ fn short(sha: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_remote_is_named_before_anything_happens() {
+        let dir = tempfile::tempdir().unwrap();
+        git2::Repository::init(dir.path()).unwrap();
+        let err = check_remote(dir.path(), "origin").unwrap_err().to_string();
+        assert!(err.contains("no remote `origin`"), "{err}");
+        assert!(check_remote(dir.path(), "https://example.com/o/r.git").is_ok());
+        assert!(check_remote(dir.path(), dir.path().to_str().unwrap()).is_ok());
+    }
 
     #[test]
     fn default_branch_names_are_readable() {

@@ -58,6 +58,9 @@ pub struct StageArgs {
     /// Print one JSON object on stdout instead of the human lines
     #[arg(long)]
     pub json: bool,
+    /// The event stream on stdout.
+    #[command(flatten)]
+    pub events: super::args::EventArgs,
 }
 
 /// The work dir for `url` when no `--repo` or `--work-dir` is given.
@@ -103,6 +106,12 @@ fn default_worker(dir: &Path) -> String {
 
 /// `orch stage`.
 pub(super) async fn cmd_stage(args: StageArgs) -> Result<i32, CliError> {
+    let events = args.events.open();
+    super::summary::end_events(&events, stage(args, &events).await)
+}
+
+async fn stage(args: StageArgs, events: &crate::events::Events) -> Result<i32, CliError> {
+    super::summary::check_events(events, args.json, false)?;
     let run_id: RunId = args
         .run
         .parse()
@@ -128,10 +137,21 @@ pub(super) async fn cmd_stage(args: StageArgs) -> Result<i32, CliError> {
         .assume_yes(args.yes)
         .max_parallel(1)
         .build(&args.limits)?;
-    let ui = Ui::new(false);
+    events.redacting(&session.secrets);
+    let ui = Ui::new(false).with_events(events.clone());
     let (outcome, trips) = worker::claim_and_run(fetched, session, &ui).await?;
     let code = exit_code(&outcome);
     write_outputs(&args, &outcome)?;
+    if events.is_on() {
+        // In the stream's words (the stage's own status is in the summary).
+        let status = match code {
+            exit::OK => "succeeded",
+            exit::INTERRUPTED => "interrupted",
+            _ => "failed",
+        };
+        events.set_result(status, result_json(&job, &outcome, &trips));
+        return Ok(code);
+    }
     ignore_closed(print(&job, &outcome, &trips, args.json))?;
     Ok(code)
 }
@@ -193,12 +213,8 @@ fn write_outputs(args: &StageArgs, outcome: &Outcome) -> Result<(), CliError> {
     Ok(())
 }
 
-fn print(
-    job: &StageJob,
-    outcome: &Outcome,
-    trips: &RoundTrips,
-    json: bool,
-) -> Result<(), CliError> {
+/// The `--json` object of `orch stage` (and its final event's summary).
+fn result_json(job: &StageJob, outcome: &Outcome, trips: &RoundTrips) -> serde_json::Value {
     let (status, verdict) = status_and_verdict(outcome);
     let (kind, detail) = match outcome {
         Outcome::Ran {
@@ -219,17 +235,27 @@ fn print(
             json!({"claimed_by": c.worker, "claimed_at": c.claimed_at}),
         ),
     };
+    let mut value = json!({
+        "run_id": job.run_id, "stage": job.stage, "worker": job.worker,
+        "outcome": kind, "status": status, "verdict": (!verdict.is_empty()).then_some(verdict),
+        "round_trips": trips,
+    });
+    if let (Some(v), Some(d)) = (value.as_object_mut(), detail.as_object()) {
+        v.extend(d.clone());
+    }
+    value
+}
+
+fn print(
+    job: &StageJob,
+    outcome: &Outcome,
+    trips: &RoundTrips,
+    json: bool,
+) -> Result<(), CliError> {
+    let (status, verdict) = status_and_verdict(outcome);
     let mut out = Out::stdout();
     if json {
-        let mut value = json!({
-            "run_id": job.run_id, "stage": job.stage, "worker": job.worker,
-            "outcome": kind, "status": status, "verdict": (!verdict.is_empty()).then_some(verdict),
-            "round_trips": trips,
-        });
-        if let (Some(v), Some(d)) = (value.as_object_mut(), detail.as_object()) {
-            v.extend(d.clone());
-        }
-        writeln!(out, "{value}")?;
+        writeln!(out, "{}", result_json(job, outcome, trips))?;
         return out.finish();
     }
     let line = match outcome {

@@ -9,7 +9,6 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -301,14 +300,29 @@ fn grant_excluding(
 
 /// Opens `path` as an `O_PATH` descriptor without following a final symlink.
 fn open_path(path: &Path) -> Result<File, SandboxError> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|source| SandboxError::Path {
-            path: path.to_path_buf(),
-            source,
-        })
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let err = |source| SandboxError::Path {
+        path: path.to_path_buf(),
+        source,
+    };
+    // `libc::open`, not `OpenOptions::custom_flags`: on musl `O_ACCMODE`
+    // includes `O_PATH`, so std strips it and the file is really opened
+    // (`/dev/tty` without a terminal: ENXIO).
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    // SAFETY: `c_path` is a valid NUL-terminated string for the call.
+    let fd = unsafe {
+        libc::open(
+            c_path.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just opened by us and is owned by nothing else.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// The directories holding the lane branch's ref file and reflog in the

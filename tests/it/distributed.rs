@@ -702,3 +702,51 @@ fn the_exported_argo_workflow_validates_with_heras_models() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
 }
+
+#[test]
+fn orch_stage_streams_valid_events_and_a_stage_that_is_not_ready_ends_the_stream_too() {
+    let repo = repo();
+    let server = FakeServer::start(fan_script(false));
+    let cluster = Cluster::new(&repo, 1);
+    let run = cluster.plan(&repo, "fan", &server);
+    let w = &cluster.workers[0];
+    let url = cluster.url();
+    let events_cmd = |stage: &str| {
+        let mut cmd = orch();
+        cmd.current_dir(w)
+            .args(["stage", &run, stage, "--remote", url, "--events", "jsonl"]);
+        cmd
+    };
+
+    // A stage that runs: a whole, valid stream (checked by events_of).
+    let out = output_logged(&mut events_cmd("a"));
+    assert_exit(&out, 0);
+    let events = crate::events::events_of(&out);
+    assert!(
+        events.iter().any(|e| e["type"] == "stage_finished"
+            && e["stage"] == "a"
+            && e["status"] == "succeeded"),
+        "{events:?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["status"], "succeeded");
+    assert_eq!(last["summary"]["outcome"], "ran");
+
+    // Not ready: one valid line, the run's exit code, nothing else on stdout.
+    let out = output_logged(&mut events_cmd("join"));
+    assert_exit(&out, NOT_READY);
+    let schema = crate::events::schema();
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for ev in &lines {
+        let errors = crate::support::schema::validate(&schema, ev);
+        assert!(errors.is_empty(), "{errors:#?}\n{ev}");
+    }
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "run_finished");
+    assert_eq!(last["exit_code"], NOT_READY);
+    assert_eq!(last["summary"]["waiting_for"], json!(["b"]));
+}

@@ -21,7 +21,7 @@ fn schema_path() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/events.schema.json")
 }
 
-fn schema() -> Value {
+pub(crate) fn schema() -> Value {
     serde_json::from_str(&std::fs::read_to_string(schema_path()).unwrap()).unwrap()
 }
 
@@ -38,7 +38,7 @@ fn buggy_repo() -> TestRepo {
 /// The events `out` printed: every stdout line is one event that validates
 /// against the schema, and the sequence holds together (see the module
 /// doc). Returns them.
-fn events_of(out: &Output) -> Vec<Value> {
+pub(crate) fn events_of(out: &Output) -> Vec<Value> {
     let text = String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8");
     assert!(
         text.ends_with('\n'),
