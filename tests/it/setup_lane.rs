@@ -6,7 +6,7 @@
 
 use crate::support::{
     FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, only_run_id, orch_with_model,
-    record_dir, stage_record, state_json, tool_results, write_issue, write_pipeline,
+    record_dir, stage_events, stage_record, state_json, tool_results, write_issue, write_pipeline,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -74,13 +74,14 @@ fn run_reading_marker(repo: &TestRepo, yaml: &str) -> (i32, Value, String) {
     let state = state_json(repo, &run_id);
     let seen = tool_results(&server.requests_for("code")[1]).join("\n");
     let setup = stage_record(&state, "code")["setup"].clone();
-    let log = std::fs::read_to_string(record_dir(repo, &run_id).join("stages/code/setup.log"))
+    let record = record_dir(repo, &run_id);
+    let log = std::fs::read_to_string(record.join("stages/code/setup.log")).unwrap_or_default();
+    let origin = stage_events(&record, "code", "lane_setup")
+        .first()
+        .map(|e| e["origin"].to_string())
         .unwrap_or_default();
-    (
-        out.status.code().unwrap_or(-1),
-        setup,
-        format!("{seen}\n{log}"),
-    )
+    let seen = format!("{seen}\n{log}\norigin: {origin}");
+    (out.status.code().unwrap_or(-1), setup, seen)
 }
 
 #[test]
@@ -140,6 +141,10 @@ fn setup_lane_saves_the_verified_install_steps_and_the_next_lane_runs_them() {
     assert_eq!(setup["command"], json!(saved.trim()), "{setup}");
     assert_eq!(setup["lockfiles"], json!(["package-lock.json"]), "{setup}");
     assert!(seen.contains("ok") && seen.contains("setup in "), "{seen}");
+    assert!(
+        seen.contains("/.orch/setup.sh (saved by `orch setup --lane`)"),
+        "{seen}"
+    );
 }
 
 #[test]
