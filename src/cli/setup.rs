@@ -23,7 +23,7 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct SetupArgs {
     /// What to set up, in plain words (e.g. "a python virtualenv in ./venv with requests")
-    #[arg(required_unless_present = "resume")]
+    #[arg(required_unless_present_any = ["resume", "lane"])]
     pub goal: Option<String>,
     /// Only reconnaissance runs; print the plan (and save plan.json), change nothing
     #[arg(long)]
@@ -34,6 +34,13 @@ pub struct SetupArgs {
     /// Continue a setup from its first unverified step
     #[arg(long, value_name = "ID", conflicts_with = "goal")]
     pub resume: Option<String>,
+    /// Prepare a scratch lane of the repository and save the verified
+    /// install steps as its lane setup (`.orch/setup.sh`)
+    #[arg(long, conflicts_with_all = ["resume", "plan_only"])]
+    pub lane: bool,
+    /// The repository `--lane` prepares (default: the current directory's)
+    #[arg(long, value_name = "DIR", requires = "lane")]
+    pub repo: Option<PathBuf>,
     /// Model settings.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -43,17 +50,34 @@ pub struct SetupArgs {
 pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::Internal(format!("failed to read the current directory: {e}")))?;
-    let repo = cwd
-        .ancestors()
-        .find(|d| d.join(".git").exists())
-        .map(PathBuf::from);
+    let lane = if args.lane {
+        let at = args.repo.clone().unwrap_or_else(|| cwd.clone());
+        let lane = setup::ScratchLane::take(&at)
+            .map_err(|e| CliError::Invalid(format!("orch setup --lane: {e}")))?;
+        Some(lane)
+    } else {
+        None
+    };
+    let repo = match &lane {
+        Some(l) => Some(l.workdir.clone()),
+        None => cwd
+            .ancestors()
+            .find(|d| d.join(".git").exists())
+            .map(PathBuf::from),
+    };
     let catalog = Catalog::load(repo.as_deref())?;
     let role = catalog.role("setup")?;
     let chosen = choose_for_repo(&args.model, repo.as_deref())?;
+    let goal = match (&args.goal, &lane) {
+        (Some(g), _) => g.clone(),
+        (None, Some(_)) => DEFAULT_LANE_GOAL.to_owned(),
+        (None, None) => String::new(),
+    };
     let opts = SetupOptions {
-        goal: args.goal.clone().unwrap_or_default(),
-        house_rules: setup::house_rules(&cwd),
-        cwd,
+        goal,
+        house_rules: setup::house_rules(repo.as_deref().unwrap_or(&cwd)),
+        cwd: lane.as_ref().map_or(cwd, |l| l.path().to_path_buf()),
+        lane: lane.is_some(),
         plan_only: args.plan_only,
         yes: args.yes,
         interactive: crate::policy::detect_interactive(),
@@ -63,7 +87,39 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
         secrets: chosen.secrets.clone(),
     };
     let console = TermConsole;
-    let outcome = match setup::run_setup(opts, chosen.model, &console).await {
+    let outcome = setup::run_setup(opts, chosen.model, &console).await;
+    let outcome = match (outcome, lane) {
+        (Ok(o), Some(lane)) => {
+            let saved = match (&o.end, &o.plan) {
+                (SetupEnd::Done, Some(plan)) => {
+                    Some(setup::save_lane_setup(&lane.workdir, &o.id, plan))
+                }
+                _ => None,
+            };
+            let retired = lane.retire();
+            match saved {
+                Some(Ok(saved)) => console.say(&saved_lines(&saved)),
+                Some(Err(e)) => {
+                    return Err(CliError::Internal(format!(
+                        "setup {}: failed to save the lane setup: {e}",
+                        o.id
+                    )));
+                }
+                None => {}
+            }
+            if let Err(e) = retired {
+                crate::ui::status_line(&format!("setup {}: the scratch lane: {e}", o.id));
+            }
+            Ok(o)
+        }
+        (o, lane) => {
+            if let Some(lane) = lane {
+                let _ = lane.retire();
+            }
+            o
+        }
+    };
+    let outcome = match outcome {
         Ok(o) => o,
         Err(setup::SetupError::Model(e)) => return Err(CliError::Model(e)),
         Err(setup::SetupError::Other(e)) if args.resume.is_some() && e.starts_with("no setup") => {
@@ -91,6 +147,25 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
         crate::ui::status_line(&line);
     }
     Ok(code)
+}
+
+/// The goal of `orch setup --lane` without one.
+const DEFAULT_LANE_GOAL: &str = "install this project's dependencies";
+
+/// What `--lane` saved, for the user.
+fn saved_lines(saved: &setup::lane::Saved) -> String {
+    let mut lines = match &saved.path {
+        Some(p) => format!(
+            "lane setup saved to {}: {}\nthe next lanes run it (cached per lockfile state) unless a `setup:` or `[setup] command` is set",
+            p.display(),
+            saved.command
+        ),
+        None => "lane setup: the plan had no install step; nothing saved".to_owned(),
+    };
+    for l in &saved.left_out {
+        lines.push_str(&format!("\nnot saved: {l}"));
+    }
+    lines
 }
 
 /// Results on stdout (flushed per message, so they interleave with

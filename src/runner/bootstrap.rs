@@ -12,7 +12,8 @@
 //!    repository's `.orch/orch.toml`) run through the sandboxed tool shell,
 //!    keyed by a hash of the command and the lockfiles it names; the key is
 //!    kept in the lane's git admin dir (in no tree), so a warm lane skips it.
-//!    A failing setup fails the stage before any model call.
+//!    A failing setup fails the stage before any model call. With neither,
+//!    the setup `orch setup --lane` saved (`.orch/setup.sh`) is the command.
 //!
 //! The baseline run of the stage's `verify` commands, which follows, lives
 //! with the gate in [`crate::agent::verify::run_baseline`].
@@ -67,9 +68,10 @@ impl Bootstrap {
     pub(crate) fn load(workdir: &Path, pipeline: &Pipeline) -> Result<Bootstrap, String> {
         let setup = match &pipeline.setup {
             Some(s) => Some((s.clone(), format!("{} (setup:)", pipeline.origin))),
-            None => crate::config::lane_setup(workdir)
-                .map_err(|e| e.to_string())?
-                .map(|(s, at)| (s, at.to_string())),
+            None => match crate::config::lane_setup(workdir).map_err(|e| e.to_string())? {
+                Some((s, at)) => Some((s, at.to_string())),
+                None => crate::setup::saved_lane_setup(workdir)?,
+            },
         };
         let include = match read_include_file(workdir)? {
             Some(matcher) => included_files(workdir, &matcher).map_err(|e| e.to_string())?,

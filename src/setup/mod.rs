@@ -18,12 +18,14 @@
 //! - at most [`MAX_ROUNDS`] model requests per setup, resumes included.
 
 mod detect;
+pub(crate) mod lane;
 mod plan;
 mod readonly;
 mod record;
 mod session;
 mod steps;
 
+pub(crate) use lane::{ScratchLane, save_lane_setup, saved_lane_setup};
 pub use record::SETUP_DIR_VAR;
 pub(crate) use session::{SetupEnd, SetupError, run_setup};
 
@@ -83,6 +85,8 @@ pub(crate) struct SetupOptions {
     pub(crate) resume: Option<String>,
     /// Values to redact from the record.
     pub(crate) secrets: Vec<String>,
+    /// `--lane`: `cwd` is a scratch lane; install steps may write only there.
+    pub(crate) lane: bool,
 }
 
 /// The team conventions that apply in `cwd`: `<config dir>/setup.md` and,

@@ -45,6 +45,8 @@ pub(crate) struct SetupOutcome {
     pub(crate) dir: std::path::PathBuf,
     /// How it ended.
     pub(crate) end: SetupEnd,
+    /// The plan, when the model made one.
+    pub(crate) plan: Option<Plan>,
 }
 
 /// A setup that could not go on: the model server or the record failed.
@@ -96,6 +98,7 @@ pub(crate) async fn run_setup(
         id: s.state.id.clone(),
         dir: s.record.dir().to_path_buf(),
         end,
+        plan: s.plan.clone(),
     })
 }
 
@@ -339,6 +342,8 @@ impl<'a> Session<'a> {
             }
             let sandboxing = if step.sudo {
                 Sandboxing::Unsandboxed
+            } else if self.opts.lane && step.risk == Risk::Install {
+                Sandboxing::Lane
             } else {
                 Sandboxing::Step(step.risk)
             };
@@ -808,6 +813,11 @@ fn system_prompt(opts: &SetupOptions) -> String {
     } else {
         "\n\nMode: run. After `plan`, orch shows the plan, asks the user where needed and runs the steps itself."
     });
+    if opts.lane {
+        p.push_str(
+            "\n\nYou are in a fresh git worktree (a lane) of the project: detect its toolchain and install its dependencies inside this directory. Mark those steps `install`; only the working directory is writable to them. Their commands become the setup every later lane of this repository runs, so they must work when run again from the worktree's root.",
+        );
+    }
     for (file, text) in &opts.house_rules {
         p.push_str(&format!(
             "\n\nHouse rules of this team (from {}); follow them:\n{text}",

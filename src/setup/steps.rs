@@ -11,7 +11,9 @@
 //!   per-user package-manager directories that exist ([`USER_PACKAGE_DIRS`]
 //!   under `$HOME`: `~/.local`, `~/.cache`, `~/.cargo`, …) and `/usr/local`,
 //!   `/opt`;
-//! - `system` steps: the same plus the system package trees ([`SYSTEM_DIRS`]);
+//! - `install` steps of `orch setup --lane`: only the lane and the private
+//!   temp dir (what the lane's setup command may write when it runs again);
+//! - `system` steps: the same as `install` plus the system package trees ([`SYSTEM_DIRS`]);
 //! - in every profile the secret paths (`~/.ssh`, `~/.aws`, orch's config
 //!   dir, …) stay unreadable: no writable root contains one (a setup
 //!   directory that does, `$HOME` or `/`, stays read-only);
@@ -76,6 +78,9 @@ pub(crate) enum Sandboxing {
     ReadOnly,
     /// A plan step of this risk.
     Step(Risk),
+    /// An `install` step of `orch setup --lane`: only the lane (the
+    /// working directory) and the private temp dir are writable.
+    Lane,
     /// A confirmed `sudo` step: no sandbox.
     Unsandboxed,
 }
@@ -126,6 +131,7 @@ pub(crate) async fn run(
     let (hook, sandbox) = match sandboxing {
         Sandboxing::Unsandboxed => (None, "no sandbox (sudo step)".to_owned()),
         Sandboxing::ReadOnly => hook_for(policy(Profile::ReadOnly, cwd, tmp, &[])?)?,
+        Sandboxing::Lane => hook_for(policy(Profile::WorkspaceWrite, cwd, tmp, &[])?)?,
         Sandboxing::Step(risk) => {
             let mut roots = user_roots();
             if risk == Risk::System {

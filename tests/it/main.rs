@@ -44,6 +44,7 @@ mod sampling;
 mod sandbox;
 mod sandbox_e2e;
 mod setup;
+mod setup_lane;
 mod sse;
 mod streams;
 mod subagents;
