@@ -138,11 +138,13 @@ fn tagged(text: &str, open: &str, close: &str) -> Option<Vec<Value>> {
     let mut values = Vec::new();
     while !rest.is_empty() {
         let inner = rest.strip_prefix(open)?;
-        let (body, after) = match inner.find(close) {
-            Some(end) => (&inner[..end], &inner[end + close.len()..]),
-            None => (inner, ""),
+        let (found, after) = match json_before(inner, close) {
+            Some(hit) => hit,
+            // An unclosed last tag: the rest is its body.
+            None if !inner.contains(close) => (json_values(inner.trim())?, ""),
+            None => return None,
         };
-        values.extend(json_values(body.trim())?);
+        values.extend(found);
         rest = after.trim_start();
     }
     (!values.is_empty()).then_some(values)
@@ -159,11 +161,20 @@ fn fenced(text: &str) -> Option<Vec<Value>> {
         if !matches!(lang.trim(), "" | "json" | "JSON" | "tool_call") {
             return None;
         }
-        let end = body.find("```")?;
-        values.extend(json_values(body[..end].trim())?);
-        rest = body[end + 3..].trim_start();
+        let (found, after) = json_before(body, "```")?;
+        values.extend(found);
+        rest = after.trim_start();
     }
     (!values.is_empty()).then_some(values)
+}
+
+/// The JSON values of `body` up to the first `close` that ends them, and
+/// what follows that `close`: a `close` inside a JSON string (a summary
+/// that quotes a code fence) does not end the block.
+fn json_before<'a>(body: &'a str, close: &str) -> Option<(Vec<Value>, &'a str)> {
+    body.match_indices(close).find_map(|(end, _)| {
+        json_values(body[..end].trim()).map(|v| (v, &body[end + close.len()..]))
+    })
 }
 
 /// `text` as one or more JSON values separated by whitespace, all of it.
@@ -341,6 +352,20 @@ mod tests {
         assert_eq!(
             names(&r),
             [("t1_0", "read_file", r#"{"offset":3,"path":"x.rs"}"#)]
+        );
+    }
+
+    #[test]
+    fn a_fence_or_a_tag_inside_an_argument_does_not_end_the_block() {
+        let r =
+            recover("```json\n{\"name\": \"finish\", \"arguments\": {\"summary\": \"```\"}}\n```")
+                .unwrap();
+        assert_eq!(names(&r), [("t1_0", "finish", r#"{"summary":"```"}"#)]);
+        let r = recover("<tool_call>{\"name\": \"finish\", \"arguments\": {\"summary\": \"a </tool_call> b\"}}</tool_call>")
+            .unwrap();
+        assert_eq!(
+            names(&r),
+            [("t1_0", "finish", r#"{"summary":"a </tool_call> b"}"#)]
         );
     }
 

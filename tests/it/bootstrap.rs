@@ -321,11 +321,7 @@ fn the_baseline_tells_the_reviewer_which_failures_were_already_there() {
             .agent(
                 "code",
                 vec![
-                    Reply::tool_call(
-                        "c1",
-                        "edit_file",
-                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-                    ),
+                    crate::support::fix_add("c1"),
                     Reply::finish("c2", "add() adds.", None),
                 ],
             )

@@ -338,11 +338,7 @@ fn a_broken_role_file_in_orch_roles_does_not_stop_issue_to_pr() {
             .agent(
                 "code",
                 vec![
-                    Reply::tool_call(
-                        "c1",
-                        "edit_file",
-                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-                    ),
+                    crate::support::fix_add("c1"),
                     Reply::finish("c2", "add() adds.", None),
                 ],
             )
@@ -425,11 +421,7 @@ fn pr_text_has_word_cut_subjects_git_binary_stats_no_skipped_rounds_and_no_machi
             .agent(
                 "code",
                 vec![
-                    Reply::tool_call(
-                        "c1",
-                        "edit_file",
-                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-                    ),
+                    crate::support::fix_add("c1"),
                     Reply::tool_call(
                         "c2",
                         "bash",
@@ -496,11 +488,7 @@ fn recorded_run(ext: &Path) -> (TestRepo, FakeServer, String) {
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            Reply::tool_call(
-                "c1",
-                "edit_file",
-                json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-            ),
+            crate::support::fix_add("c1"),
             Reply::tool_call("c2", "bash", json!({"command": cmd})),
             Reply::finish("c3", "add() adds.", None),
         ],

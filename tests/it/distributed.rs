@@ -63,11 +63,7 @@ fn issue_to_pr_script() -> Script {
         .agent(
             "code",
             vec![
-                Reply::tool_call(
-                    "c1",
-                    "edit_file",
-                    json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-                ),
+                crate::support::fix_add("c1"),
                 Reply::finish("c2", "add() now adds.", None),
             ],
         )

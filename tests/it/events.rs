@@ -181,11 +181,7 @@ fn issue_to_pr_streams_valid_events_from_start_to_finish() {
                 vec![
                     Reply::tool_call("c1", "read_file", json!({"path": "calc.py"}))
                         .with_usage(120, 8),
-                    Reply::tool_call(
-                        "c2",
-                        "edit_file",
-                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-                    ),
+                    crate::support::fix_add("c2"),
                     Reply::tool_call(
                         "c3",
                         "bash",

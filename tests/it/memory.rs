@@ -77,11 +77,7 @@ fn fails_twice_then_fixes() -> Vec<Reply> {
     vec![
         Reply::finish("c1", "Looked at it; all good.", None),
         Reply::finish("c2", "Still fine, I think.", None),
-        Reply::tool_call(
-            "c3",
-            "edit_file",
-            json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-        ),
+        crate::support::fix_add("c3"),
         Reply::finish("c4", "add() now adds.", None),
     ]
 }
@@ -192,11 +188,7 @@ fn a_stage_without_a_key_event_makes_no_distill_call() {
         "code",
         vec![
             Reply::finish("c1", "Looked.", None),
-            Reply::tool_call(
-                "c2",
-                "edit_file",
-                json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-            ),
+            crate::support::fix_add("c2"),
             Reply::finish("c3", "Fixed.", None),
         ],
     ));
@@ -359,11 +351,7 @@ fn bash(id: &str, command: &str) -> Reply {
 }
 
 fn fix() -> Reply {
-    Reply::tool_call(
-        "fix",
-        "edit_file",
-        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-    )
+    crate::support::fix_add("fix")
 }
 
 #[test]

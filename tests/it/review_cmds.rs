@@ -5,7 +5,7 @@ use crate::support::{
     FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, run_text, stdout_json,
     write_issue, write_pipeline,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 fn redact(text: &str, run_id: &str, repo: &std::path::Path) -> String {
     let mut s = text.replace(run_id, "RUN");
@@ -55,12 +55,7 @@ fn show_review_log_diff_and_runs_read_the_record() {
             .agent(
                 "code",
                 vec![
-                    Reply::tool_call(
-                        "e",
-                        "edit_file",
-                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-                    )
-                    .with_usage(100, 20),
+                    crate::support::fix_add("e").with_usage(100, 20),
                     Reply::finish("f", "add() adds now.", None).with_usage(150, 10),
                 ],
             )

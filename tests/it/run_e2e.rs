@@ -48,11 +48,7 @@ fn issue_to_pr_with_a_review_round_trip_on_a_dirty_repo() {
                 "code",
                 vec![
                     Reply::tool_call("c1", "read_file", json!({"path": "calc.py"})),
-                    Reply::tool_call(
-                        "c2",
-                        "edit_file",
-                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-                    ),
+                    crate::support::fix_add("c2"),
                     Reply::tool_call(
                         "c3",
                         "bash",

@@ -45,11 +45,7 @@ fn a_failed_verify_goes_back_to_the_agent_and_the_second_finish_passes() {
                 "code",
                 vec![
                     Reply::finish("c1", "Looked at it; all good.", None),
-                    Reply::tool_call(
-                        "c2",
-                        "edit_file",
-                        json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
-                    ),
+                    crate::support::fix_add("c2"),
                     Reply::finish("c3", "add() now adds.", None),
                 ],
             )

@@ -32,6 +32,16 @@ pub use run::{
 /// 2-core machine, short enough that a hang fails instead of stalling CI.
 pub const AWAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The edit most scripts make: `calc.py`'s `add` subtracts (`a - b`), the
+/// call makes it add.
+pub fn fix_add(id: &str) -> Reply {
+    Reply::tool_call(
+        id,
+        "edit_file",
+        serde_json::json!({"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}),
+    )
+}
+
 /// The id of the only run recorded in the repository at `repo`.
 pub fn only_run_id(repo: &std::path::Path) -> String {
     let mut ids: Vec<String> = std::fs::read_dir(repo.join(".git/orch/runs"))
