@@ -1,6 +1,6 @@
 //! Verify gates: after an agent finishes, orch runs the stage's `verify`
 //! commands in the lane (the same exec path, environment, limits and
-//! sandbox hook as the `bash` tool, but not the model's shell policy: the
+//! kernel sandbox as the `bash` tool, but not the model's shell policy: the
 //! commands are the pipeline author's). When one fails, its output goes back
 //! to the same agent as a new user message, up to `verify_rounds` more
 //! times; the stage succeeds only when every command passes.
@@ -139,19 +139,31 @@ pub(crate) async fn run_gate(
     }
 }
 
-/// Runs one verify command in the lane as the gate does; its record and
-/// its whole (capped) output.
-async fn run_one(command: &str, ctx: &ToolContext) -> (VerifyRun, String) {
-    let result = crate::exec::run_shell_with(
-        command,
-        &ctx.root,
-        &ctx.env,
-        ctx.limits.max_timeout,
-        &ctx.limits,
-        ctx.pre_exec.as_ref(),
-    )
-    .await;
-    match result {
+/// Runs one verify command in the lane as the gate does — inside the
+/// stage's kernel sandbox, like a `bash` call (the command is the pipeline
+/// author's, but what it runs — tests, scripts — is the agent's work); its
+/// record, its whole (capped) output and what the sandbox enforced.
+async fn run_one(command: &str, ctx: &ToolContext) -> (VerifyRun, String, Option<String>) {
+    let failed = |output: String| {
+        (
+            VerifyRun {
+                command: command.to_owned(),
+                exit_code: None,
+                timed_out: false,
+                duration_ms: 0,
+            },
+            output,
+        )
+    };
+    let (result, sandbox) =
+        match crate::tools::run_sandboxed(ctx, command, ctx.limits.max_timeout).await {
+            Ok(ran) => ran,
+            Err(fatal) => {
+                let (run, output) = failed(format!("orch could not run it: {fatal}"));
+                return (run, output, None);
+            }
+        };
+    let (run, output) = match result {
         Ok(r) => (
             VerifyRun {
                 command: command.to_owned(),
@@ -161,16 +173,9 @@ async fn run_one(command: &str, ctx: &ToolContext) -> (VerifyRun, String) {
             },
             r.output,
         ),
-        Err(e) => (
-            VerifyRun {
-                command: command.to_owned(),
-                exit_code: None,
-                timed_out: false,
-                duration_ms: 0,
-            },
-            format!("could not start bash: {e}"),
-        ),
-    }
+        Err(e) => failed(format!("could not start bash: {e}")),
+    };
+    (run, output, sandbox)
 }
 
 /// [`run_one`], logged as a `kind` event (with one more field, `extra`).
@@ -181,19 +186,20 @@ async fn run_logged(
     kind: &str,
     extra: (&str, serde_json::Value),
 ) -> Result<(VerifyRun, String), RecordError> {
-    let (run, output) = run_one(command, ctx).await;
-    log.append(
-        kind,
-        json!({
-            extra.0: extra.1,
-            "command": run.command,
-            "exit_code": run.exit_code,
-            "timed_out": run.timed_out,
-            "duration_ms": run.duration_ms,
-            "passed": run.passed(),
-            "output": crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
-        }),
-    )?;
+    let (run, output, sandbox) = run_one(command, ctx).await;
+    let mut event = json!({
+        extra.0: extra.1,
+        "command": run.command,
+        "exit_code": run.exit_code,
+        "timed_out": run.timed_out,
+        "duration_ms": run.duration_ms,
+        "passed": run.passed(),
+        "output": crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
+    });
+    if let Some(sandbox) = sandbox {
+        event["sandbox"] = json!(sandbox);
+    }
+    log.append(kind, event)?;
     Ok((run, output))
 }
 

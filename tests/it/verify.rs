@@ -141,3 +141,35 @@ fn a_verify_that_never_passes_fails_the_stage_and_keeps_its_work() {
     assert!(msg.contains("Orch-Verify: fail"), "{msg}");
     assert!(msg.contains("[failed]"), "{msg}");
 }
+
+#[test]
+fn a_verify_command_runs_inside_the_stage_sandbox() {
+    // What a verify command runs (tests, scripts) is the agent's work, so it
+    // gets the bash tool's kernel sandbox: a write outside the lane fails.
+    if orch::sandbox::availability().abi().is_none() {
+        eprintln!("skipped: this kernel has no Landlock");
+        return;
+    }
+    let repo = buggy_repo();
+    let outside = tempfile::tempdir().unwrap();
+    let canary = outside.path().join("escaped");
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            crate::support::fix_add("c1"),
+            Reply::finish("c2", "add() now adds.", None),
+        ],
+    ));
+    // The command ends with `true` so the gate passes either way: the
+    // canary alone tells whether the write got out.
+    let check = format!("touch {} ; {CHECK} ; true", canary.display());
+    let yaml = format!("stages:\n  code:\n    role: coder\n    verify: \"{check}\"\n");
+    let (code, run_id) = run(&repo, &yaml, &server);
+    assert_eq!(code, 0);
+    let events = stage_events(&record_dir(&repo, &run_id), "code", "verify");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(!canary.exists(), "a verify command wrote outside the lane");
+    let sandbox = events[0]["sandbox"].as_str().unwrap_or_default();
+    assert!(sandbox.contains("landlock"), "{:?}", events[0]);
+    assert_eq!(events[0]["passed"], true);
+}
