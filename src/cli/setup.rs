@@ -68,6 +68,14 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
     let catalog = Catalog::load(repo.as_deref())?;
     let role = catalog.role("setup")?;
     let chosen = choose_for_repo(&args.model, repo.as_deref())?;
+    // As `orch run` does: a dead server or a refused key fails at once (exit
+    // 3), before any round, not after the client's retries.
+    if let Err(e) = super::preflight::check(chosen.model.as_ref()).await {
+        if let Some(lane) = lane {
+            let _ = lane.retire();
+        }
+        return Err(e);
+    }
     let goal = match (&args.goal, &lane) {
         (Some(g), _) => g.clone(),
         (None, Some(_)) => DEFAULT_LANE_GOAL.to_owned(),

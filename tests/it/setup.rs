@@ -667,3 +667,29 @@ fn resuming_a_plan_only_setup_runs_its_plan() {
     assert_before(&stdout(&out), "Plan (1 step):", "$ touch made");
     assert_eq!(server.requests().len(), 1);
 }
+
+#[test]
+fn a_dead_model_server_fails_the_setup_at_once_and_records_nothing() {
+    let scratch = Scratch::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/v1", listener.local_addr().unwrap());
+    drop(listener);
+    let out = orch_with_model(&dead)
+        .current_dir(&scratch.work)
+        .env("ORCH_SETUP_DIR", &scratch.records)
+        .env("ORCH_CONFIG_DIR", &scratch.config)
+        .args(["setup", "--yes", "install the deps"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 3);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("reach the model server"), "{stderr}");
+    assert!(
+        !scratch.records.exists()
+            || std::fs::read_dir(&scratch.records)
+                .unwrap()
+                .next()
+                .is_none(),
+        "a setup record was made"
+    );
+}
