@@ -51,6 +51,28 @@ impl Budget {
     }
 }
 
+/// For people: `unlimited`, or the limits set, e.g. `200000 tokens, 600 s,
+/// $2.50`.
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(t) = self.tokens {
+            parts.push(format!("{t} tokens"));
+        }
+        if let Some(s) = self.time_secs {
+            parts.push(format!("{s} s"));
+        }
+        if let Some(c) = self.cost_usd {
+            parts.push(format!("${c:.2}"));
+        }
+        if parts.is_empty() {
+            f.write_str("unlimited")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
 /// Prompt and completion tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenCount {

@@ -283,3 +283,14 @@ fn reasons_say_whose_budget_and_never_nothing_of_nothing() {
         Some("token budget exceeded: 11 of 10 tokens")
     );
 }
+
+#[test]
+fn a_budget_reads_as_its_limits_or_unlimited() {
+    assert_eq!(Budget::default().to_string(), "unlimited");
+    let b = Budget {
+        tokens: Some(200_000),
+        time_secs: Some(600.0),
+        cost_usd: Some(2.5),
+    };
+    assert_eq!(b.to_string(), "200000 tokens, 600 s, $2.50");
+}

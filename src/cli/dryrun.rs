@@ -200,7 +200,7 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
         s.limits.compaction.compact_at,
         s.assume_yes
     )?;
-    writeln!(out, "budget:   {}", plan["budget"])?;
+    writeln!(out, "budget:   {}", d.session.limits.budget)?;
     writeln!(out, "{}", crate::sandbox::availability().describe())?;
     writeln!(out)?;
     writeln!(out, "DAG (unrolled):")?;
