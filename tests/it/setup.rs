@@ -782,3 +782,44 @@ fn the_setup_role_files_sampling_keys_reach_every_setup_request() {
         assert_eq!(e["sampling"]["temperature"], 0.25);
     }
 }
+
+/// The replay of a real run (`examples/llamacpp/setup_plan_only.sh`,
+/// Gemma 3 270M through llama.cpp): the model's two prose answers, replayed
+/// through the real binary, end the setup as the run did — a nudge and a
+/// re-ask, then exit 1 with no plan, nothing changed.
+#[test]
+fn the_replay_of_the_real_gemma_run_ends_as_the_run_did() {
+    let s = Scratch::new();
+    let replay = wheel_dir().join("gemma3-270m-plan-only.json");
+    let out = crate::support::orch()
+        .current_dir(&s.work)
+        .env("ORCH_SETUP_DIR", &s.records)
+        .env("ORCH_CONFIG_DIR", &s.config)
+        .arg("setup")
+        .arg("--replay")
+        .arg(&replay)
+        .args(["--plan-only", "a python virtualenv in ./venv with requests"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("replay of"), "{text}");
+    assert_eq!(
+        text.matches("model: You are provided with a python virtualenv")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("model: Call the `plan` tool"), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the model answered without calling `plan`"),
+        "{stderr}"
+    );
+    assert_eq!(s.record_json("state.json")["status"], "failed");
+    assert_eq!(s.record_json("state.json")["rounds"], 2);
+    assert!(
+        std::fs::read_dir(&s.work).unwrap().next().is_none(),
+        "nothing was changed"
+    );
+}
