@@ -7,6 +7,7 @@ sleeps until SIGTERM/SIGINT. run.sh polls /health itself; this script only
 keeps the in-process server alive.
 """
 
+import os
 import signal
 import sys
 import threading
@@ -26,7 +27,7 @@ def main() -> int:
     # its tool_choice grammar need it.
     params.use_jinja = True
     params.endpoint_props = True
-    params.model_alias = {"smollm2"}
+    params.model_alias = {os.environ.get("MODEL_ALIAS", "smollm2")}
     if len(sys.argv) > 4:
         # A chat template of our own (the GGUF's may leave tools out).
         with open(sys.argv[4], encoding="utf-8") as f:

@@ -93,6 +93,8 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
         max_rounds: role.max_turns.clamp(1, setup::MAX_ROUNDS),
         resume: args.resume.clone(),
         secrets: chosen.secrets.clone(),
+        sampling: role.sampling,
+        base_tool_choice: chosen.sampling.and_then(|s| s.tool_choice),
     };
     let console = TermConsole;
     let outcome = setup::run_setup(opts, chosen.model, &console).await;

@@ -15,7 +15,13 @@
 //!   only in a step whose risk is `system`;
 //! - the record (`state.json` written after every step) lets
 //!   `orch setup --resume <id>` continue from the first step not verified;
-//! - at most [`MAX_ROUNDS`] model requests per setup, resumes included.
+//! - at most [`MAX_ROUNDS`] model requests per setup, resumes included;
+//! - every request carries the setup role's sampling keys; after a prose
+//!   answer where a tool call was needed, the re-ask (and every later
+//!   request of the setup) sends `tool_choice: "required"` unless the role
+//!   set its own, so a server that supports it (llama.cpp with `--jinja`)
+//!   constrains the answer to a tool call by grammar. `log.jsonl` records
+//!   the `tool_choice` of each request.
 
 mod detect;
 pub(crate) mod lane;
@@ -87,6 +93,12 @@ pub(crate) struct SetupOptions {
     pub(crate) secrets: Vec<String>,
     /// `--lane`: `cwd` is a scratch lane; install steps may write only there.
     pub(crate) lane: bool,
+    /// The setup role's sampling keys (`temperature`, `seed`, `max_tokens`,
+    /// `tool_choice`): every setup request carries them.
+    pub(crate) sampling: crate::llm::Sampling,
+    /// The `tool_choice` the flags or the profile send (`None`: `auto`), for
+    /// the record.
+    pub(crate) base_tool_choice: Option<crate::llm::ToolChoice>,
 }
 
 /// The team conventions that apply in `cwd`: `<config dir>/setup.md` and,

@@ -6,7 +6,8 @@
 //! atomically after every change, so a kill leaves the last completed
 //! step), `plan.json` (the current plan; earlier versions `plan.vN.json`),
 //! `transcript.json` (the conversation, so a resumed setup can ask the
-//! model again), `log.jsonl` (append-only events: tool calls, questions and
+//! model again), `log.jsonl` (append-only events: each model request with
+//! the `tool_choice` it sent, each answer's tokens and latency, tool calls, questions and
 //! answers, step runs) and `report.md`. Secret values are redacted.
 
 use serde::{Deserialize, Serialize};

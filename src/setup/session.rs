@@ -11,7 +11,9 @@ use super::plan::{self, Plan, Risk};
 use super::record::{SetupRecord, SetupState, StepState, StepStatus};
 use super::steps::{self, Ran, Sandboxing};
 use super::{Confirm, Console, KILL_STEP_VERIFIED, SetupOptions, detect, readonly};
-use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, ToolCall, ToolDef};
+use crate::llm::{
+    ChatMessage, ChatModel, ChatRequest, LlmError, Sampling, ToolCall, ToolChoice, ToolDef,
+};
 use crate::policy::{BashPolicy, Decision};
 
 /// The agent path of setup requests (`X-Orch-Agent`).
@@ -70,6 +72,13 @@ pub(crate) async fn run_setup(
         .prefix("orch-setup-")
         .tempdir()
         .map_err(|e| SetupError::Other(format!("failed to create a temp dir: {e}")))?;
+    // The setup role's sampling keys reach every setup request (a backend
+    // without such settings, the replay model, keeps its own).
+    let model = if opts.sampling.is_empty() {
+        model
+    } else {
+        model.with_sampling(&opts.sampling).unwrap_or(model)
+    };
     let mut s = match &opts.resume {
         Some(id) => Session::resume(id, opts.clone(), model, console, tmp)?,
         None => Session::start(opts.clone(), model, console, tmp)?,
@@ -112,6 +121,21 @@ struct Session<'a> {
     messages: Vec<ChatMessage>,
     tmp: tempfile::TempDir,
     confirm_all: bool,
+    /// The model answered in prose where a tool call was needed: from the
+    /// re-ask on, requests send `tool_choice: "required"` (unless the role
+    /// set its own `tool_choice`).
+    force_tool_call: bool,
+    /// `model` sending `tool_choice: "required"`; `None` when the backend
+    /// has no such setting (the replay model).
+    required_model: Option<Arc<dyn ChatModel>>,
+}
+
+/// `model` with `tool_choice: "required"` (its other settings kept).
+fn with_required(model: &Arc<dyn ChatModel>) -> Option<Arc<dyn ChatModel>> {
+    model.with_sampling(&Sampling {
+        tool_choice: Some(ToolChoice::Required),
+        ..Sampling::default()
+    })
 }
 
 fn other(e: String) -> SetupError {
@@ -150,7 +174,6 @@ impl<'a> Session<'a> {
         );
         let s = Self {
             opts,
-            model,
             console,
             record,
             state,
@@ -158,6 +181,9 @@ impl<'a> Session<'a> {
             messages,
             tmp,
             confirm_all: false,
+            force_tool_call: false,
+            required_model: with_required(&model),
+            model,
         };
         s.save_state()?;
         Ok(s)
@@ -190,7 +216,6 @@ impl<'a> Session<'a> {
         record.log("resume", json!({"status": state.status}));
         Ok(Self {
             opts,
-            model,
             console,
             record,
             state,
@@ -198,6 +223,9 @@ impl<'a> Session<'a> {
             messages,
             tmp,
             confirm_all: false,
+            force_tool_call: false,
+            required_model: with_required(&model),
+            model,
         })
     }
 
@@ -567,7 +595,20 @@ impl<'a> Session<'a> {
                 tools: tools.clone(),
                 agent_path: AGENT_PATH.into(),
             };
-            let resp = self.model.complete(&req).await?;
+            let (model, tool_choice, why) = self.request_model();
+            self.record.log(
+                "request",
+                json!({"round": self.state.rounds, "tool_choice": tool_choice, "tool_choice_from": why,
+                       "sampling": self.opts.sampling, "messages": req.messages.len()}),
+            );
+            let started = std::time::Instant::now();
+            let resp = model.complete(&req).await?;
+            self.record.log(
+                "response",
+                json!({"round": self.state.rounds, "latency_ms": started.elapsed().as_millis() as u64,
+                       "prompt_tokens": resp.usage.prompt_tokens, "completion_tokens": resp.usage.completion_tokens,
+                       "finish_reason": resp.finish_reason, "tool_calls": resp.message.tool_calls.len()}),
+            );
             let mut message = resp.message;
             let id_prefix = format!("text{}", self.state.rounds);
             if let Some(format) =
@@ -588,6 +629,9 @@ impl<'a> Session<'a> {
                     return Ok(Err("the model answered without calling `plan`".into()));
                 }
                 nudged = true;
+                // A server that supports it (llama.cpp with `--jinja`)
+                // then constrains the next answer to a tool call by grammar.
+                self.force_tool_call = true;
                 self.messages.push(ChatMessage::user(
                     "Call the `plan` tool with the ordered steps (an empty list if nothing is needed). \
                      Only `plan` steps can change the system.",
@@ -607,6 +651,28 @@ impl<'a> Session<'a> {
             if let Some(p) = accepted {
                 return Ok(Ok(p));
             }
+        }
+    }
+
+    /// The model for the next request, the `tool_choice` it sends and why:
+    /// the role's own `tool_choice` wins; after a prose answer `required`;
+    /// else what the flags or the profile send (`auto` when none).
+    fn request_model(&self) -> (Arc<dyn ChatModel>, ToolChoice, &'static str) {
+        if let Some(c) = self.opts.sampling.tool_choice {
+            return (self.model.clone(), c, "role");
+        }
+        if self.force_tool_call
+            && let Some(m) = &self.required_model
+        {
+            return (
+                m.clone(),
+                ToolChoice::Required,
+                "re-ask after a prose answer",
+            );
+        }
+        match self.opts.base_tool_choice {
+            Some(c) => (self.model.clone(), c, "flags or profile"),
+            None => (self.model.clone(), ToolChoice::Auto, "default"),
         }
     }
 

@@ -693,3 +693,133 @@ fn a_dead_model_server_fails_the_setup_at_once_and_records_nothing() {
         "a setup record was made"
     );
 }
+
+/// The `request` events of the only setup's `log.jsonl`.
+fn request_events(s: &Scratch) -> Vec<Value> {
+    let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
+    log.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "request")
+        .collect()
+}
+
+#[test]
+fn a_prose_answer_is_re_asked_with_tool_choice_required_and_the_record_says_so() {
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::text("To set up a venv, run python3 -m venv venv and then pip install."),
+            Reply::tool_call("c1", "detect_system", json!({})),
+            plan_call(
+                "p1",
+                vec![step(
+                    "python3 -m venv venv",
+                    "install",
+                    "./venv/bin/python --version",
+                )],
+                &[],
+            ),
+        ],
+    ));
+    let out = s.run(&server, &["a venv", "--plan-only"]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("Plan (1 step):"), "{}", stdout(&out));
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 3);
+    // The first request leaves the choice to the model; the re-ask after the
+    // prose answer, and every later request, requires a tool call.
+    assert_eq!(reqs[0].body["tool_choice"], "auto", "{}", reqs[0].body);
+    assert_eq!(reqs[1].body["tool_choice"], "required", "{}", reqs[1].body);
+    assert_eq!(reqs[2].body["tool_choice"], "required", "{}", reqs[2].body);
+    let nudge = reqs[1].messages().last().unwrap()["content"].to_string();
+    assert!(nudge.contains("Call the `plan` tool"), "{nudge}");
+    let events = request_events(&s);
+    let choices: Vec<&str> = events
+        .iter()
+        .map(|e| e["tool_choice"].as_str().unwrap())
+        .collect();
+    assert_eq!(choices, ["auto", "required", "required"]);
+    assert_eq!(events[1]["tool_choice_from"], "re-ask after a prose answer");
+}
+
+#[test]
+fn the_setup_role_files_sampling_keys_reach_every_setup_request() {
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.work.join(".git")).unwrap();
+    std::fs::create_dir_all(s.work.join(".orch/roles")).unwrap();
+    let builtin = include_str!("../../roles/setup.md");
+    let role = builtin.replacen(
+        "max_turns: 20\n",
+        "max_turns: 20\ntemperature: 0.25\nseed: 11\nmax_tokens: 700\ntool_choice: auto\n",
+        1,
+    );
+    assert_ne!(role, builtin, "the role's front matter changed");
+    std::fs::write(s.work.join(".orch/roles/setup.md"), role).unwrap();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::text("I would make a venv."),
+            plan_call("p1", vec![step("true", "read", "true")], &[]),
+        ],
+    ));
+    let out = s.run(&server, &["a venv", "--plan-only"]);
+    assert_exit(&out, 0);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    for r in &reqs {
+        assert_eq!(r.body["temperature"], 0.25, "{}", r.body);
+        assert_eq!(r.body["seed"], 11, "{}", r.body);
+        assert_eq!(r.body["max_tokens"], 700, "{}", r.body);
+        // The role set its own tool_choice: the re-ask keeps it.
+        assert_eq!(r.body["tool_choice"], "auto", "{}", r.body);
+    }
+    let events = request_events(&s);
+    assert_eq!(events.len(), 2);
+    for e in &events {
+        assert_eq!(e["tool_choice"], "auto");
+        assert_eq!(e["tool_choice_from"], "role");
+        assert_eq!(e["sampling"]["temperature"], 0.25);
+    }
+}
+
+/// The replay of a real run (`examples/llamacpp/setup_plan_only.sh`,
+/// Gemma 3 270M through llama.cpp): the model's two prose answers, replayed
+/// through the real binary, end the setup as the run did — a nudge and a
+/// re-ask, then exit 1 with no plan, nothing changed.
+#[test]
+fn the_replay_of_the_real_gemma_run_ends_as_the_run_did() {
+    let s = Scratch::new();
+    let replay = wheel_dir().join("gemma3-270m-plan-only.json");
+    let out = crate::support::orch()
+        .current_dir(&s.work)
+        .env("ORCH_SETUP_DIR", &s.records)
+        .env("ORCH_CONFIG_DIR", &s.config)
+        .arg("setup")
+        .arg("--replay")
+        .arg(&replay)
+        .args(["--plan-only", "a python virtualenv in ./venv with requests"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    assert!(text.contains("replay of"), "{text}");
+    assert_eq!(
+        text.matches("model: You are provided with a python virtualenv")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("model: Call the `plan` tool"), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the model answered without calling `plan`"),
+        "{stderr}"
+    );
+    assert_eq!(s.record_json("state.json")["status"], "failed");
+    assert_eq!(s.record_json("state.json")["rounds"], 2);
+    assert!(
+        std::fs::read_dir(&s.work).unwrap().next().is_none(),
+        "nothing was changed"
+    );
+}
