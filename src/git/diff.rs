@@ -785,6 +785,74 @@ mod tests {
     }
 
     #[test]
+    fn only_what_changed_is_diffed_and_the_patch_is_git_s() {
+        let repo = crate::git::testutil::TestRepo::new();
+        for d in 0..5 {
+            for f in 0..5 {
+                repo.write(&format!("d{d}/sub/f{f}.txt"), &format!("{d} {f}\n"));
+            }
+        }
+        repo.write("tool.sh", "echo hi\n");
+        repo.write("becomes_dir", "a file first\n");
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-q", "-m", "tree"]);
+        let base = repo.rev("HEAD");
+        // A change deep in one directory, a whole directory gone, a mode
+        // change, a file replaced by a directory, a symlink, a rename.
+        repo.write("d1/sub/f3.txt", "1 3 changed\n");
+        repo.git(&["rm", "-q", "-r", "d2"]);
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let exe = std::fs::Permissions::from_mode(0o755);
+            std::fs::set_permissions(repo.path.join("tool.sh"), exe).unwrap();
+        }
+        repo.git(&["rm", "-q", "becomes_dir"]);
+        repo.write("becomes_dir/inner.txt", "now a directory\n");
+        std::os::unix::fs::symlink("d0/sub/f0.txt", repo.path.join("link")).unwrap();
+        repo.git(&["mv", "d3/sub/f4.txt", "d4/moved.txt"]);
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-q", "-m", "changes"]);
+        let d = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
+        assert_eq!(
+            d.patch,
+            repo.git(&["diff", "-M", "--no-color", &base, "HEAD"])
+        );
+        let names: Vec<&str> = d.stat.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "becomes_dir",
+                "becomes_dir/inner.txt",
+                "d1/sub/f3.txt",
+                "d2/sub/f0.txt",
+                "d2/sub/f1.txt",
+                "d2/sub/f2.txt",
+                "d2/sub/f3.txt",
+                "d2/sub/f4.txt",
+                "d3/sub/f4.txt => d4/moved.txt",
+                "link",
+                "tool.sh",
+            ]
+        );
+        // The handle kept its sparse trees in memory: nothing was written.
+        let loose = std::fs::read_dir(repo.git_dir().join("objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().len() == 2)
+            .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+            .count();
+        let before = loose;
+        diff(&repo.git_dir(), &base, "HEAD", 100).unwrap();
+        let after = std::fs::read_dir(repo.git_dir().join("objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().len() == 2)
+            .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+            .count();
+        assert_eq!(before, after);
+    }
+
+    #[test]
     fn long_paths_are_elided_from_the_front() {
         let long = format!("{}/file.rs", "d".repeat(80));
         let shown = elide(&long);
