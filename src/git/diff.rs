@@ -68,39 +68,124 @@ pub fn diff(
     max_patch_bytes: usize,
 ) -> Result<Diff, GitError> {
     diff_in(
-        &open_at(common_dir)?,
+        &open_for_diff(common_dir)?,
         from_sha,
         to_sha,
-        Some(max_patch_bytes),
+        max_patch_bytes,
     )
 }
 
 /// Only the stat of the diff from `from_sha` to `to_sha` (what `pr.md`
 /// shows): no patch text is made at all.
 pub fn diff_stat(common_dir: &Path, from_sha: &str, to_sha: &str) -> Result<DiffStat, GitError> {
-    diff_stat_in(&open_at(common_dir)?, from_sha, to_sha)
+    diff_stat_in(&open_for_diff(common_dir)?, from_sha, to_sha)
 }
 
-/// [`diff_stat`] in an open repository.
+/// The repository at `common_dir`, opened for diffs between commits only:
+/// it has an empty in-memory index ([`without_index`]) and writes objects to
+/// memory (the sparse trees of [`each_file`]), so it must never be used to
+/// commit, merge or stage anything.
+pub(crate) fn open_for_diff(common_dir: &Path) -> Result<Repository, GitError> {
+    let repo = open_at(common_dir)?;
+    without_index(&repo)?;
+    let op = || format!("open {} for a diff", common_dir.display());
+    let odb = repo.odb().map_err(git_err(op()))?;
+    // Above the loose (1) and pack (2) backends: every write lands here.
+    odb.add_new_mempack_backend(1000).map_err(git_err(op()))?;
+    drop(odb);
+    Ok(repo)
+}
+
+/// Gives `repo` an empty in-memory index, so that nothing done with this
+/// handle reads the index file.
+///
+/// A diff (and a merge) looks up each changed file's attributes (`diff`,
+/// `merge`: the driver, whether it is binary), and libgit2 looks for
+/// `.gitattributes` in the working tree *and in the index*: the first
+/// lookup loads the whole index, O(tracked files) of reading and memory
+/// (9 MB at 100,000 files) for a diff that touches three files. With an
+/// empty index the attributes come from where `git diff` takes them for a
+/// working tree that has the files (the working tree's `.gitattributes`,
+/// `info/attributes`, `core.attributesfile`); a diff between two commits
+/// then costs what changed. Only for handles that never stage anything.
+pub(crate) fn without_index(repo: &Repository) -> Result<(), GitError> {
+    let mut empty = git2::Index::new().map_err(git_err("make an empty in-memory index"))?;
+    repo.set_index(&mut empty)
+        .map_err(git_err("give the repository handle an empty index"))
+}
+
+/// [`diff_stat`] in a repository opened with [`open_for_diff`].
 pub(crate) fn diff_stat_in(
     repo: &Repository,
     from_sha: &str,
     to_sha: &str,
 ) -> Result<DiffStat, GitError> {
-    Ok(diff_in(repo, from_sha, to_sha, None)?.stat)
+    each_file(repo, from_sha, to_sha, false, &mut |_| Ok(()))
 }
 
-/// The diff in an open repository; `None` for `max_patch_bytes`: the stat
-/// only.
+/// The diff in an open repository, its patch capped at `max_patch_bytes`.
 fn diff_in(
     repo: &Repository,
     from_sha: &str,
     to_sha: &str,
-    max_patch_bytes: Option<usize>,
+    max_patch_bytes: usize,
 ) -> Result<Diff, GitError> {
+    let mut patch = PatchSoFar::default();
+    let stat = each_file(repo, from_sha, to_sha, true, &mut |text| {
+        patch.push(text, max_patch_bytes);
+        Ok(())
+    })?;
+    let (patch, truncated) = fit_kept(&patch.kept, patch.total, patch.files, max_patch_bytes);
+    Ok(Diff {
+        patch,
+        stat,
+        truncated,
+    })
+}
+
+/// Writes the whole unified patch from `from_sha` to `to_sha` to `out`, one
+/// file's patch at a time (each passed through `filter` first, e.g. to
+/// redact it), and returns the diff's stat. Memory holds one file's patch,
+/// never the whole patch: a stage's `diff.patch` is streamed to its file.
+pub(crate) fn write_patch_in(
+    repo: &Repository,
+    from_sha: &str,
+    to_sha: &str,
+    out: &mut dyn std::io::Write,
+    filter: &dyn Fn(&str) -> String,
+) -> Result<DiffStat, GitError> {
+    each_file(repo, from_sha, to_sha, true, &mut |text| {
+        out.write_all(filter(&text).as_bytes())
+            .map_err(|source| GitError::Io {
+                op: "write the patch",
+                path: std::path::PathBuf::new(),
+                source,
+            })
+    })
+}
+
+/// The diff from `from_sha` to `to_sha`, file by file: each file's patch
+/// text goes to `sink` when `text` is set (none is made otherwise); returns
+/// the stat of all files. `repo` is a handle from [`open_for_diff`].
+///
+/// libgit2's tree-to-tree diff walks every entry of both trees (it does not
+/// skip a subtree whose id is the same on both sides): 100,000 tracked files
+/// cost ~100 ms for a one-file change. So the changed entries are found
+/// first by a walk that skips identical subtrees ([`changed_entries`]), and
+/// libgit2 diffs two sparse trees holding only those (written to the
+/// handle's in-memory object store): renames, binary detection and the
+/// patch text are libgit2's, the cost is what changed.
+fn each_file(
+    repo: &Repository,
+    from_sha: &str,
+    to_sha: &str,
+    text: bool,
+    sink: &mut dyn FnMut(String) -> Result<(), GitError>,
+) -> Result<DiffStat, GitError> {
     let op = || format!("diff {from_sha}..{to_sha}");
     let from = find_commit(repo, from_sha)?.tree().map_err(git_err(op()))?;
     let to = find_commit(repo, to_sha)?.tree().map_err(git_err(op()))?;
+    let (from, to) = sparse_trees(repo, &from, &to).map_err(git_err(op()))?;
     let mut opts = DiffOptions::new();
     opts.context_lines(3);
     let mut diff = repo
@@ -109,8 +194,16 @@ fn diff_in(
     let mut find = DiffFindOptions::new();
     find.renames(true);
     diff.find_similar(Some(&mut find)).map_err(git_err(op()))?;
+    // Blob sizes from the object headers: the content is not inflated for them.
+    let odb = repo.odb().map_err(git_err(op()))?;
+    let size = |id: git2::Oid| {
+        if id.is_zero() {
+            0
+        } else {
+            odb.read_header(id).map_or(0, |(size, _)| size as u64)
+        }
+    };
 
-    let mut patch = PatchSoFar::default();
     let mut stat = DiffStat::default();
     for (idx, delta) in diff.deltas().enumerate() {
         let old = delta
@@ -127,34 +220,28 @@ fn diff_in(
             (_, Some(old), None) => old,
             (_, None, None) => String::new(),
         };
-        let size = |id: git2::Oid| {
-            if id.is_zero() {
-                0
-            } else {
-                repo.find_blob(id).map_or(0, |b| b.size() as u64)
-            }
-        };
-        let sizes = (size(delta.old_file().id()), size(delta.new_file().id()));
-        let mut binary = delta.flags().is_binary().then_some(sizes);
-        let (insertions, deletions, text) =
+        let sizes = || (size(delta.old_file().id()), size(delta.new_file().id()));
+        let mut binary = delta.flags().is_binary().then(sizes);
+        let (insertions, deletions, patch) =
             match Patch::from_diff(&diff, idx).map_err(git_err(op()))? {
                 Some(mut one) => {
-                    if one.delta().flags().is_binary() {
-                        binary = Some(sizes);
+                    if one.delta().flags().is_binary() && binary.is_none() {
+                        binary = Some(sizes());
                     }
                     let (_, ins, del) = one.line_stats().map_err(git_err(op()))?;
-                    let text = match max_patch_bytes {
-                        Some(_) => {
-                            let buf = one.to_buf().map_err(git_err(op()))?;
-                            String::from_utf8_lossy(&buf).into_owned()
-                        }
-                        None => String::new(),
+                    let patch = if text {
+                        let buf = one.to_buf().map_err(git_err(op()))?;
+                        String::from_utf8_lossy(&buf).into_owned()
+                    } else {
+                        String::new()
                     };
-                    (ins, del, text)
+                    (ins, del, patch)
                 }
                 // libgit2 makes no patch for some binary deltas; say what git says.
                 None => {
-                    binary = Some(sizes);
+                    if binary.is_none() {
+                        binary = Some(sizes());
+                    }
                     (
                         0,
                         0,
@@ -170,20 +257,100 @@ fn diff_in(
             deletions,
             binary,
         });
-        if let Some(max) = max_patch_bytes {
-            patch.push(text, max);
+        if text {
+            sink(patch)?;
         }
     }
     stat.files_changed = stat.files.len();
-    let (patch, truncated) = match max_patch_bytes {
-        Some(max) => fit_kept(&patch.kept, patch.total, patch.files, max),
-        None => (String::new(), false),
+    Ok(stat)
+}
+
+/// One side of a changed path: (path, object id, file mode).
+type Side = (Vec<u8>, git2::Oid, i32);
+
+/// A tree entry's id and file mode.
+type Entry = (git2::Oid, i32);
+
+/// Trees holding only the entries that differ between `old` and `new`
+/// (each with its own side's id and mode), written to `repo`'s object
+/// store: their diff is the diff of `old` and `new`.
+fn sparse_trees<'r>(
+    repo: &'r Repository,
+    old: &git2::Tree<'r>,
+    new: &git2::Tree<'r>,
+) -> Result<(git2::Tree<'r>, git2::Tree<'r>), git2::Error> {
+    let (mut olds, mut news) = (Vec::new(), Vec::new());
+    changed_entries(repo, Some(old), Some(new), b"", &mut olds, &mut news)?;
+    let empty = repo.find_tree(repo.treebuilder(None)?.write()?)?;
+    let build = |sides: Vec<Side>| -> Result<git2::Tree<'r>, git2::Error> {
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (path, id, mode) in sides {
+            update.upsert(path, id, file_mode(mode));
+        }
+        repo.find_tree(update.create_updated(repo, &empty)?)
     };
-    Ok(Diff {
-        patch,
-        stat,
-        truncated,
-    })
+    Ok((build(olds)?, build(news)?))
+}
+
+fn file_mode(mode: i32) -> git2::FileMode {
+    match mode {
+        0o100755 => git2::FileMode::BlobExecutable,
+        0o100664 => git2::FileMode::BlobGroupWritable,
+        0o120000 => git2::FileMode::Link,
+        0o160000 => git2::FileMode::Commit,
+        0o040000 => git2::FileMode::Tree,
+        _ => git2::FileMode::Blob,
+    }
+}
+
+/// Appends to `olds` and `news` every non-tree entry under `prefix` that is
+/// not the same (id and mode) in `old` and `new`; a subtree with the same id
+/// on both sides is skipped unread. A missing side (`None`) is empty.
+fn changed_entries(
+    repo: &Repository,
+    old: Option<&git2::Tree<'_>>,
+    new: Option<&git2::Tree<'_>>,
+    prefix: &[u8],
+    olds: &mut Vec<Side>,
+    news: &mut Vec<Side>,
+) -> Result<(), git2::Error> {
+    let is_tree = |mode: i32| mode == 0o040000;
+    let mut by_name: std::collections::BTreeMap<Vec<u8>, (Option<Entry>, Option<Entry>)> =
+        std::collections::BTreeMap::new();
+    for e in old.into_iter().flat_map(|t| t.iter()) {
+        by_name.entry(e.name_bytes().to_vec()).or_default().0 = Some((e.id(), e.filemode()));
+    }
+    for e in new.into_iter().flat_map(|t| t.iter()) {
+        by_name.entry(e.name_bytes().to_vec()).or_default().1 = Some((e.id(), e.filemode()));
+    }
+    for (name, (o, n)) in by_name {
+        if o == n {
+            continue;
+        }
+        let mut path = prefix.to_vec();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(&name);
+        let subtree =
+            |side: Option<(git2::Oid, i32)>| -> Result<Option<git2::Tree<'_>>, git2::Error> {
+                match side {
+                    Some((id, mode)) if is_tree(mode) => repo.find_tree(id).map(Some),
+                    _ => Ok(None),
+                }
+            };
+        let (ot, nt) = (subtree(o)?, subtree(n)?);
+        if ot.is_some() || nt.is_some() {
+            changed_entries(repo, ot.as_ref(), nt.as_ref(), &path, olds, news)?;
+        }
+        if let Some((id, mode)) = o.filter(|(_, m)| !is_tree(*m)) {
+            olds.push((path.clone(), id, mode));
+        }
+        if let Some((id, mode)) = n.filter(|(_, m)| !is_tree(*m)) {
+            news.push((path, id, mode));
+        }
+    }
+    Ok(())
 }
 
 /// The per-file patches that a budget can still show, and the size of all.
@@ -556,6 +723,133 @@ mod tests {
             " 3 files changed, 1003 insertions(+), 2 deletions(-)"
         );
         assert!(text.ends_with('\n'));
+    }
+
+    /// A repository with a two-commit history: text, binary, rename, deletion.
+    fn changed_repo() -> (crate::git::testutil::TestRepo, String) {
+        let repo = crate::git::testutil::TestRepo::new();
+        let base = repo.rev("HEAD");
+        repo.write("src/lib.rs", "pub fn one() -> u32 {\n    11\n}\n");
+        std::fs::write(repo.path.join("logo.png"), [0u8, 159, 146, 150, 0, 1]).unwrap();
+        repo.write("notes.dat", "plain text data\n");
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-q", "-m", "change"]);
+        (repo, base)
+    }
+
+    #[test]
+    fn the_streamed_patch_is_the_whole_patch_and_the_same_stat() {
+        let (repo, base) = changed_repo();
+        let whole = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
+        let handle = open_for_diff(&repo.git_dir()).unwrap();
+        let mut out = Vec::new();
+        let stat = write_patch_in(&handle, &base, "HEAD", &mut out, &|t: &str| {
+            t.replace("11", "[N]")
+        })
+        .unwrap();
+        assert_eq!(stat, whole.stat);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            whole.patch.replace("11", "[N]")
+        );
+        assert!(whole.patch.contains("+    11\n"), "{}", whole.patch);
+    }
+
+    #[test]
+    fn a_diff_between_commits_never_reads_the_index() {
+        let (repo, base) = changed_repo();
+        // An index libgit2 cannot parse: any attribute lookup that loaded
+        // it would fail the diff.
+        std::fs::write(repo.git_dir().join("index"), b"DIRC not an index").unwrap();
+        let d = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
+        assert_eq!(d.stat.files_changed, 3);
+        let stat = diff_stat(&repo.git_dir(), &base, "HEAD").unwrap();
+        assert_eq!(stat, d.stat);
+        let plain = open_at(&repo.git_dir()).unwrap();
+        assert!(
+            diff_stat_in(&plain, &base, "HEAD").is_err(),
+            "the test's index must be one libgit2 refuses"
+        );
+    }
+
+    #[test]
+    fn working_tree_attributes_still_apply_to_the_diff() {
+        let (repo, base) = changed_repo();
+        repo.write(".gitattributes", "*.dat binary\n");
+        let d = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
+        let dat = d.stat.files.iter().find(|f| f.path == "notes.dat").unwrap();
+        assert_eq!(dat.binary, Some((0, 16)), "{:?}", d.stat);
+        assert!(!d.patch.contains("plain text data"), "{}", d.patch);
+        let png = d.stat.files.iter().find(|f| f.path == "logo.png").unwrap();
+        assert_eq!(png.binary, Some((0, 6)));
+    }
+
+    #[test]
+    fn only_what_changed_is_diffed_and_the_patch_is_git_s() {
+        let repo = crate::git::testutil::TestRepo::new();
+        for d in 0..5 {
+            for f in 0..5 {
+                repo.write(&format!("d{d}/sub/f{f}.txt"), &format!("{d} {f}\n"));
+            }
+        }
+        repo.write("tool.sh", "echo hi\n");
+        repo.write("becomes_dir", "a file first\n");
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-q", "-m", "tree"]);
+        let base = repo.rev("HEAD");
+        // A change deep in one directory, a whole directory gone, a mode
+        // change, a file replaced by a directory, a symlink, a rename.
+        repo.write("d1/sub/f3.txt", "1 3 changed\n");
+        repo.git(&["rm", "-q", "-r", "d2"]);
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let exe = std::fs::Permissions::from_mode(0o755);
+            std::fs::set_permissions(repo.path.join("tool.sh"), exe).unwrap();
+        }
+        repo.git(&["rm", "-q", "becomes_dir"]);
+        repo.write("becomes_dir/inner.txt", "now a directory\n");
+        std::os::unix::fs::symlink("d0/sub/f0.txt", repo.path.join("link")).unwrap();
+        repo.git(&["mv", "d3/sub/f4.txt", "d4/moved.txt"]);
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-q", "-m", "changes"]);
+        let d = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
+        assert_eq!(
+            d.patch,
+            repo.git(&["diff", "-M", "--no-color", &base, "HEAD"])
+        );
+        let names: Vec<&str> = d.stat.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "becomes_dir",
+                "becomes_dir/inner.txt",
+                "d1/sub/f3.txt",
+                "d2/sub/f0.txt",
+                "d2/sub/f1.txt",
+                "d2/sub/f2.txt",
+                "d2/sub/f3.txt",
+                "d2/sub/f4.txt",
+                "d3/sub/f4.txt => d4/moved.txt",
+                "link",
+                "tool.sh",
+            ]
+        );
+        // The handle kept its sparse trees in memory: nothing was written.
+        let loose = std::fs::read_dir(repo.git_dir().join("objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().len() == 2)
+            .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+            .count();
+        let before = loose;
+        diff(&repo.git_dir(), &base, "HEAD", 100).unwrap();
+        let after = std::fs::read_dir(repo.git_dir().join("objects"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().len() == 2)
+            .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+            .count();
+        assert_eq!(before, after);
     }
 
     #[test]

@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 use git2::{ErrorCode, Oid, Repository};
 
 pub use commit::commit_all;
-pub(crate) use diff::diff_stat_in;
 pub use diff::{Diff, DiffStat, FileStat, diff, diff_stat};
+pub(crate) use diff::{diff_stat_in, open_for_diff, without_index, write_patch_in};
 pub(crate) use merge::merge_commits_in;
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
 pub use worktree::{

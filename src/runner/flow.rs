@@ -189,9 +189,14 @@ pub(super) async fn finish_run(
         state.stages.clone(),
     );
     // One blocking task, one repository handle: the merge, the branch, the
-    // diffstat (no patch text: `pr.md` shows only the stat) and the models.
+    // diffstat (tree to tree, no patch text: `pr.md` shows only the stat) and
+    // the models.
     let finished = blocking(move || {
+        // Nothing here stages anything: an empty in-memory index keeps the
+        // merge's attribute lookups from loading the repository's index
+        // (O(tracked files)).
         let repo = git::open_at(&c)?;
+        git::without_index(&repo)?;
         let final_commit = match git::merge_commits_in(&repo, &tips, &msg)? {
             MergeOutcome::Merged(sha) => sha,
             MergeOutcome::Conflict { between, paths } => {
@@ -204,7 +209,8 @@ pub(super) async fn finish_run(
             }
         };
         git::set_branch_in(&repo, &branch, &final_commit)?;
-        let stat = git::diff_stat_in(&repo, &base, &final_commit)?;
+        // A handle of its own: a diff handle keeps what it writes in memory.
+        let stat = git::diff_stat_in(&git::open_for_diff(&c)?, &base, &final_commit)?;
         // Each stage's model, from its commit's `Orch-Model` trailer.
         let mut models = std::collections::BTreeMap::new();
         for s in stages {
@@ -229,4 +235,48 @@ pub(super) async fn finish_run(
     )?;
     state.pr_title = Some(title.clone());
     Ok(Ok((title, body)))
+}
+
+/// Writes stage `id`'s `diff.patch` (the diff from its start commit `from`
+/// to its commit `to`, redacted) and returns the diff's stat. The patch is
+/// streamed to the file one file's patch at a time, never held whole; the
+/// file is replaced atomically but not fsynced: it is derived from the two
+/// commits (`orch inspect` recomputes it), nothing resumes from it.
+pub(super) async fn write_stage_patch(
+    ctx: &RunCtx,
+    id: &str,
+    from: &str,
+    to: &str,
+) -> Result<git::DiffStat, RunError> {
+    let dir = ctx.run_dir.stage_dir(id)?;
+    let (c, from, to, secrets) = (
+        ctx.common.clone(),
+        from.to_owned(),
+        to.to_owned(),
+        ctx.session.secrets.clone(),
+    );
+    blocking(move || {
+        let path = dir.join("diff.patch");
+        let tmp = tempfile::NamedTempFile::new_in(&dir)
+            .map_err(git::io_err("create a temp file in", &dir))?;
+        let mut out = std::io::BufWriter::new(tmp);
+        let repo = git::open_for_diff(&c)?;
+        let redact = |text: &str| crate::runlog::redact(text, &secrets);
+        let stat =
+            git::write_patch_in(&repo, &from, &to, &mut out, &redact).map_err(|e| match e {
+                git::GitError::Io { op, source, .. } => git::GitError::Io {
+                    op,
+                    path: path.clone(),
+                    source,
+                },
+                e => e,
+            })?;
+        let tmp = out
+            .into_inner()
+            .map_err(|e| git::io_err("write the patch", &path)(e.into_error()))?;
+        tmp.persist(&path)
+            .map_err(|e| git::io_err("replace the patch", &path)(e.error))?;
+        Ok(stat)
+    })
+    .await
 }

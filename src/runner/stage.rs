@@ -262,12 +262,7 @@ pub(super) async fn run_stage(
         git::set_branch(&c, &b, &s)
     })
     .await?;
-    let (c, from, to) = (ctx.common.clone(), start.to_owned(), commit.clone());
-    let diff = blocking(move || git::diff(&c, &from, &to, usize::MAX)).await?;
-    ctx.run_dir.write_file(
-        &format!("stages/{id}/diff.patch"),
-        redact(&diff.patch).as_bytes(),
-    )?;
+    let stat = super::flow::write_stage_patch(ctx, &id, start, &commit).await?;
     // Before `stage_end`, so the stage's log ends with its end.
     crate::memory::hook::after_stage(
         crate::memory::hook::StageEnd {
@@ -300,8 +295,8 @@ pub(super) async fn run_stage(
         json!({
             "status": if failure.is_some() { "failed" } else { "succeeded" },
             "commit": commit, "branch": branch, "reason": failure,
-            "files_changed": diff.stat.files_changed,
-            "insertions": diff.stat.insertions, "deletions": diff.stat.deletions,
+            "files_changed": stat.files_changed,
+            "insertions": stat.insertions, "deletions": stat.deletions,
             "duration_ms": duration_ms,
             "verify": verify.as_ref().map(|v| if v.passed { "pass" } else { "fail" }),
             "verdict_from_text": outcome.verdict_from_text,

@@ -612,3 +612,137 @@ fn a_read_only_stage_cannot_change_the_tree_through_bash() {
     assert_eq!(events[0]["discarded"], json!(["calc.py", "sneaky.txt"]));
     assert_eq!(repo.snapshot(), before);
 }
+
+/// What a run records of its changes is what `git` says of the same commits:
+/// each stage's `diff.patch` is `git diff <start> <commit>` (streamed to the
+/// file, never held whole), and `pr.md`'s changes block is
+/// `git diff --stat base final` of the whole multi-stage run, a fan-in
+/// merge included.
+#[test]
+fn stage_patches_and_the_pr_diffstat_match_git_for_a_multi_stage_run() {
+    let repo = buggy_repo();
+    // Enough of a repository that a diff which walked it would show.
+    for i in 0..40 {
+        repo.write(&format!("pkg/m{:02}/mod.py", i), format!("X = {i}\n"));
+    }
+    repo.commit_all("modules");
+    let base = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let pipeline = write_pipeline(
+        scratch.path(),
+        "fanin",
+        "name: fanin\nstages:\n  left:\n    role: coder\n    task: \"{{ issue }}\"\n  right:\n    role: coder\n    task: \"{{ issue }}\"\n  join:\n    role: coder\n    task: \"{{ issue }}\"\n    needs: [left, right]\n",
+    );
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "left",
+                vec![
+                    crate::support::fix_add("l1"),
+                    Reply::tool_call(
+                        "l2",
+                        "bash",
+                        json!({"command": "git mv pkg/m03/mod.py pkg/m03/renamed.py && rm pkg/m04/mod.py && printf '\\000\\001bin' > blob.bin"}),
+                    ),
+                    Reply::finish("l3", "Fixed add().", None),
+                ],
+            )
+            .agent(
+                "right",
+                vec![
+                    Reply::tool_call(
+                        "r1",
+                        "write_file",
+                        json!({"path": "pkg/m10/mod.py", "content": "X = 10\nY = 11\n"}),
+                    ),
+                    Reply::finish("r2", "Added Y.", None),
+                ],
+            )
+            .agent(
+                "join",
+                vec![
+                    Reply::tool_call(
+                        "j1",
+                        "write_file",
+                        json!({"path": "README.md", "content": "# calc\n\nAdds now.\n"}),
+                    ),
+                    Reply::finish("j2", "Documented.", None),
+                ],
+            ),
+    );
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .json()
+        .output();
+    assert_exit(&out, 0);
+    let j = stdout_json(&out);
+    let run_id = j["run_id"].as_str().unwrap().to_owned();
+    let record = record_dir(&repo, &run_id);
+    let state = state_json(&repo, &run_id);
+    for id in ["left", "right", "join"] {
+        let rec = crate::support::stage_record(&state, id);
+        let (from, to) = (
+            rec["parent_commit"].as_str().unwrap(),
+            rec["commit"].as_str().unwrap(),
+        );
+        let patch =
+            std::fs::read_to_string(record.join(format!("stages/{id}/diff.patch"))).unwrap();
+        assert_eq!(
+            patch,
+            repo.git(&["diff", "-M", "--no-color", from, to]),
+            "stage {id}"
+        );
+        let end = crate::support::stage_events(&record, id, "stage_end");
+        let changed = repo.git(&["diff", "--name-only", "-M", from, to]);
+        assert_eq!(
+            end[0]["files_changed"].as_u64().unwrap() as usize,
+            changed.lines().count(),
+            "stage {id}"
+        );
+    }
+    let left = crate::support::stage_record(&state, "left");
+    let left_patch = std::fs::read_to_string(record.join("stages/left/diff.patch")).unwrap();
+    assert!(
+        left_patch.contains("rename to pkg/m03/renamed.py"),
+        "{left_patch}"
+    );
+    assert!(left_patch.contains("Binary files"), "{left_patch}");
+    assert!(left["commit"].is_string());
+    let final_branch = j["final_branch"].as_str().unwrap();
+    let git_stat = repo.git(&["diff", "--stat=80", "-M", &base, final_branch]);
+    let pr = std::fs::read_to_string(record.join("pr.md")).unwrap();
+    let changes = pr
+        .split("## Changes\n\n```\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    // The same files and totals as git (orch's layout differs in details:
+    // git writes a rename as `dir/{a => b}` and widens the count column for
+    // a binary file's row).
+    assert_eq!(changes.lines().last(), git_stat.lines().last(), "{pr}");
+    assert_eq!(changes.lines().count(), git_stat.lines().count(), "{pr}");
+    let numstat = repo.git(&["diff", "--numstat", "-M", &base, final_branch]);
+    for row in numstat.lines().filter(|r| !r.contains("=>")) {
+        let mut cols = row.split('\t');
+        let (ins, del, path) = (
+            cols.next().unwrap(),
+            cols.next().unwrap(),
+            cols.next().unwrap(),
+        );
+        let line = changes
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{path} ")))
+            .unwrap_or_else(|| panic!("{path} missing in {changes}"));
+        if ins != "-" {
+            let n: usize = ins.parse::<usize>().unwrap() + del.parse::<usize>().unwrap();
+            assert!(line.contains(&format!("| {n}")), "{line} vs {row}");
+        }
+    }
+    assert!(
+        changes.contains("pkg/m03/mod.py => pkg/m03/renamed.py"),
+        "{changes}"
+    );
+    assert!(git_stat.contains(" 6 files changed"), "{git_stat}");
+}
