@@ -326,7 +326,11 @@ impl Resolver<'_> {
             std::collections::BTreeMap::new();
         for entry in std::fs::read_dir(&full).map_err(io_err("list", &full))? {
             let entry = entry.map_err(io_err("list", &full))?;
-            names.insert(entry.file_name().as_bytes().to_vec(), None);
+            let name = entry.file_name().as_bytes().to_vec();
+            // The lane's own `.git` file.
+            if !(rel.is_empty() && name == b".git") {
+                names.insert(name, None);
+            }
         }
         if let Some(t) = base {
             for e in t.iter() {

@@ -39,7 +39,13 @@
 //!   directory deleted or moved, a `.gitattributes` or a `.git` (a nested
 //!   repository) appearing anywhere but the lane's own `.git` file, or the
 //!   repository's `info/exclude` changing (it is outside the lane).
-//!   `ORCH_LANE_WATCH=0` turns watchers off (every stage end walks).
+//!   `ORCH_LANE_WATCH=0` turns watchers off (every stage end walks). A new
+//!   hard link to a file gives up too (a write through one name of a file
+//!   raises no event in the directories of its other names).
+//! - **Known blind spots** (the same for any inotify user): a write through
+//!   a hard link made from outside the lane, or through a shared `mmap` of
+//!   a lane file after it was closed, raises no event in the lane. Neither
+//!   happens in a checkout or a build; an agent would have to set it up.
 //! - **Barrier.** A file-system call queues its inotify events before it
 //!   returns, so once orch's own operation in the lane (a reset, a commit)
 //!   has returned, draining the queue until `EAGAIN` under the record's lock
@@ -121,6 +127,8 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
+    /// The lane's top directory.
+    root: PathBuf,
     /// Watch descriptor → the directory it was added for (relative).
     wds: HashMap<i32, Vec<u8>>,
     /// Watches whose directory moved since the record restarted.
@@ -193,6 +201,7 @@ impl LaneWatch {
         let shared = Arc::new(Shared {
             fd,
             state: Mutex::new(State {
+                root: lane.to_path_buf(),
                 base: base.to_owned(),
                 exclude_stamp: stamp(&exclude),
                 exclude: Some(exclude),
@@ -524,6 +533,16 @@ fn event(state: &mut State, wd: i32, mask: u32, name: &[u8]) {
     let path = join(&dir, name);
     if mask & libc::IN_ISDIR != 0 && mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
         state.whole.insert(path.clone());
+    }
+    // A write through one name of a hard-linked file changes the others
+    // without an event in their directories: a new name of an existing
+    // file (`link(2)` raises `IN_CREATE` too) gives up.
+    if mask & (libc::IN_ISDIR | libc::IN_CREATE) == libc::IN_CREATE {
+        use std::os::unix::fs::MetadataExt;
+        let full = under(&state.root, &path);
+        if std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_file() && m.nlink() > 1) {
+            state.give_up(format!("{} is a hard link", full.display()));
+        }
     }
     state.paths.insert(path);
 }

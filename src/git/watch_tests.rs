@@ -188,4 +188,8 @@ fn a_nested_repository_or_attributes_make_the_record_incomplete() {
     let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
     sh(&fx.lane, "echo '* text=auto' > .gitattributes");
     assert_eq!(watch.changes(), None);
+    sh(&fx.lane, "rm .gitattributes");
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    sh(&fx.lane, "ln a/f a/b/linked");
+    assert_eq!(watch.changes(), None);
 }

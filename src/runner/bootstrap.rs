@@ -479,7 +479,7 @@ async fn run_setup(
             let changed = blocking(move || {
                 // The lane's watcher says what changed when it can vouch.
                 if let Some(marks) = watch.and_then(|w| w.changes())
-                    && let Some(edits) = git::resolve_marks(&l, &marks)?
+                    && let Ok(Some(edits)) = git::resolve_marks(&l, &marks)
                 {
                     return Ok(edits.paths());
                 }

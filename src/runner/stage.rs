@@ -266,6 +266,7 @@ pub(super) async fn run_stage(
         verify: verify.as_ref().map(|v| v.passed),
         memory: &memory.ids,
     });
+    let from_watch = edits.is_some();
     let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.clone());
     let commit = blocking(move || {
         let commit = match &edits {
@@ -332,6 +333,8 @@ pub(super) async fn run_stage(
             "duration_ms": duration_ms,
             "verify": verify.as_ref().map(|v| if v.passed { "pass" } else { "fail" }),
             "verdict_from_text": outcome.verdict_from_text,
+            // Whether the lane's watcher said what changed (else: walked).
+            "changes_from_watch": from_watch,
         }),
     )?;
     let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
