@@ -578,7 +578,14 @@ fn tree_with_edits_in(repo: &Repository, edits: &Edits) -> Result<Oid, GitError>
 /// [`resolve_marks`] after its processes ended) on top of `parent_sha`,
 /// which must be `edits.base`, like [`commit_all`] but touching only the
 /// changed paths. The lane's index is updated for those paths only, so it
-/// stays what `commit_all` would have left.
+/// stays what `commit_all` would have left: the walks of a later fallback,
+/// the subagents' read-only guard, [`super::reset_worktree`] and the pool's
+/// next taker read it. That is most of the cost at scale: at 100,000 files
+/// (load ~12 on 2 cores) reading the 8.8 MB index took 150–165 ms and
+/// writing it 77–86 ms, everything else of a commit from marks under 2 ms.
+/// An index written lazily would take that off the stage end, but must be
+/// written before anything reads it (the next stage's tools in the lane,
+/// the pool's next taker); not done.
 pub fn commit_edits(
     worktree: &Path,
     message: &str,
