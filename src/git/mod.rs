@@ -22,6 +22,7 @@ pub mod ignored;
 mod merge;
 pub mod pool;
 pub mod snapshot;
+pub mod watch;
 mod worktree;
 
 #[cfg(test)]
@@ -31,7 +32,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{ErrorCode, Oid, Repository};
 
-pub use commit::commit_all;
+pub use commit::{Edits, NewEntry, commit_all, commit_edits, resolve_marks, tree_with_edits};
 pub use diff::{Diff, DiffStat, FileStat, diff, diff_stat};
 pub(crate) use diff::{diff_stat_in, open_for_diff, without_index, write_patch_in};
 pub(crate) use merge::merge_commits_in;
@@ -523,3 +524,5 @@ pub(crate) fn open_linked_worktree(path: &Path) -> Result<Repository, GitError> 
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod watch_tests;

@@ -156,7 +156,7 @@ pub(crate) fn needs_checkout_filters(
 
 /// The part of [`needs_checkout_filters`] that is not the tree: attribute
 /// files outside it and configuration that converts content.
-fn filters_configured(repo: &Repository) -> Result<bool, GitError> {
+pub(super) fn filters_configured(repo: &Repository) -> Result<bool, GitError> {
     let config = repo
         .config()
         .map_err(git_err("read the repository configuration"))?;

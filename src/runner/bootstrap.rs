@@ -369,6 +369,7 @@ pub(super) async fn prepare_lane(
     ctx: &RunCtx,
     stage_id: &str,
     tool_ctx: &ToolContext,
+    watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
     log: &mut ActionLog,
 ) -> Result<Prepared, RunError> {
     let boot = &ctx.bootstrap;
@@ -404,7 +405,7 @@ pub(super) async fn prepare_lane(
             failure: None,
         });
     };
-    run_setup(ctx, stage_id, setup, origin, tool_ctx, log).await
+    run_setup(ctx, stage_id, setup, origin, tool_ctx, watch, log).await
 }
 
 /// Runs the setup command in the lane unless its key is the lane's already.
@@ -414,6 +415,7 @@ async fn run_setup(
     setup: &LaneSetup,
     origin: &str,
     tool_ctx: &ToolContext,
+    watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
     log: &mut ActionLog,
 ) -> Result<Prepared, RunError> {
     let lane = tool_ctx.root.clone();
@@ -474,7 +476,16 @@ async fn run_setup(
         Ok((Ok(r), sandbox)) => {
             // Tracked files a setup changed end up in the stage's commit: say so.
             let l = lane.clone();
-            let changed = blocking(move || git::changed_paths(&l)).await?;
+            let changed = blocking(move || {
+                // The lane's watcher says what changed when it can vouch.
+                if let Some(marks) = watch.and_then(|w| w.changes())
+                    && let Ok(Some(edits)) = git::resolve_marks(&l, &marks)
+                {
+                    return Ok(edits.paths());
+                }
+                git::changed_paths(&l)
+            })
+            .await?;
             record.exit_code = r.exit_code;
             record.timed_out = r.timed_out;
             record.duration_ms = r.duration.as_millis() as u64;

@@ -44,6 +44,40 @@ pub(crate) struct Lane {
     /// moved to the start commit by the difference), `reset` or `clean`
     /// (already at the start commit: no git work at all).
     pub checkout: &'static str,
+    /// Its change watcher, recording from the stage's start commit (none
+    /// when watchers are off or inotify is unavailable): the stage end
+    /// looks at what it marked instead of walking the lane.
+    pub watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
+}
+
+/// Gives `lane`, which holds exactly `start` and in which nothing runs, a
+/// watcher recording from `start`: its own, restarted, or a new one.
+async fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
+    if !git::watch::enabled() {
+        lane.watch = None;
+        return;
+    }
+    let (old, path, c, s) = (
+        lane.watch.take(),
+        lane.path.clone(),
+        common.to_path_buf(),
+        start.to_owned(),
+    );
+    lane.watch = tokio::task::spawn_blocking(move || {
+        if let Some(w) = old.filter(|w| w.restart(&s)) {
+            return Some(w);
+        }
+        match git::watch::LaneWatch::start(&path, &c, &s) {
+            Ok(w) => Some(std::sync::Arc::new(w)),
+            Err(e) => {
+                tracing::debug!(lane = %path.display(), "no lane watcher: {e}");
+                None
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
 }
 
 /// The pool of a run's lanes, shared by the stage tasks: a task takes a lane
@@ -112,7 +146,7 @@ impl Lanes {
             if !note.is_empty() {
                 tracing::debug!(lane = %lease.name, "pooled lane not reused: {note}");
             }
-            let lane = Lane {
+            let mut lane = Lane {
                 path: lease.path.clone(),
                 name: lease.name.clone(),
                 branch: String::new(),
@@ -121,19 +155,23 @@ impl Lanes {
                     pool::Readied::Warm => "warm",
                     pool::Readied::Created => "created",
                 },
+                watch: None,
             };
             self.pool().leases.push(lease);
+            watch_from(&self.common, &mut lane, start).await;
             return Ok(lane);
         }
-        let lane = Lane {
+        let mut lane = Lane {
             path: lanes_dir(&self.common, self.run_id.as_str()).join(format!("lane-{k}")),
             name: format!("orch-{}-{k}", self.run_id),
             branch: format!("orch-lanes/{}/{k}", self.run_id),
             clean_at: Some(start.to_owned()),
             checkout: "created",
+            watch: None,
         };
         let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
         blocking(move || git::create_worktree(&c, &l.name, &l.path, &l.branch, &sha)).await?;
+        watch_from(&self.common, &mut lane, start).await;
         Ok(lane)
     }
 
@@ -167,6 +205,7 @@ impl Lanes {
                     "prewarmed-warm" => "warm",
                     _ => "clean",
                 };
+                watch_from(&self.common, &mut lane, start).await;
                 Ok(lane)
             }
             Ok(mut lane) => {
@@ -178,6 +217,7 @@ impl Lanes {
                 }
                 lane.clean_at = Some(start.to_owned());
                 lane.checkout = "reset";
+                watch_from(&self.common, &mut lane, start).await;
                 Ok(lane)
             }
             Err(k) => self.create(k, start).await,

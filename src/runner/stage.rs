@@ -109,7 +109,8 @@ pub(super) async fn run_stage(
     let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
     // The lane gets its included files and its setup, and the verify
     // commands run once on the start commit, before any model call.
-    let boot = super::bootstrap::prepare_lane(ctx, &id, &tool_ctx, &mut log).await?;
+    let boot =
+        super::bootstrap::prepare_lane(ctx, &id, &tool_ctx, lane.watch.clone(), &mut log).await?;
     let baseline = match boot.failure {
         None if stage.round == 1 && !stage.verify.is_empty() => Some(
             agent::verify::run_baseline(&stage.verify, &tool_ctx, start, &mut log, &redact).await?,
@@ -219,18 +220,31 @@ pub(super) async fn run_stage(
         &format!("stages/{id}/transcript.json"),
         redact(&transcript).as_bytes(),
     )?;
-    if role.read_only {
-        discard_changes_of_read_only_role(&lane.path, start, &mut log).await?;
+    // What changed, from the lane's watcher when it can vouch for it
+    // (`None`: each step below walks the lane instead).
+    let mut edits = lane_edits(lane, start).await;
+    if role.read_only
+        && discard_changes_of_read_only_role(&lane.path, start, edits.as_ref(), &mut log).await?
+    {
+        edits = edits.map(|_| no_edits(start));
     }
     // A known secret value in a changed file is never committed: the
     // stage fails, its changes are discarded.
-    let leaked = crate::sandbox::refuse_secrets(&lane.path, start, &ctx.session.secrets)
-        .await
-        .map_err(|source| RunError::Tools {
-            stage: id.clone(),
-            path: lane.path.clone(),
-            source,
-        })?;
+    let leaked = crate::sandbox::refuse_secrets_in(
+        &lane.path,
+        start,
+        &ctx.session.secrets,
+        edits.as_ref().map(git::Edits::paths),
+    )
+    .await
+    .map_err(|source| RunError::Tools {
+        stage: id.clone(),
+        path: lane.path.clone(),
+        source,
+    })?;
+    if leaked.is_some() {
+        edits = edits.map(|_| no_edits(start));
+    }
     let failure = match (outcome.end.failure_reason(cfg.max_turns), leaked) {
         (Some(f), Some(l)) => Some(format!("{f}; {l}")),
         (f, l) => f.or(l),
@@ -252,8 +266,22 @@ pub(super) async fn run_stage(
         verify: verify.as_ref().map(|v| v.passed),
         memory: &memory.ids,
     });
-    let (wt, parent) = (lane.path.clone(), start.to_owned());
-    let commit = blocking(move || git::commit_all(&wt, &message, &parent)).await?;
+    let from_watch = edits.is_some();
+    let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.clone());
+    let commit = blocking(move || {
+        let commit = match &edits {
+            Some(e) => git::commit_edits(&wt, &message, &parent, e)?,
+            None => git::commit_all(&wt, &message, &parent)?,
+        };
+        // The record restarts from the commit (the next stage in this lane
+        // starts there); one that cannot is replaced when the lane is next
+        // acquired.
+        if let Some(w) = watch {
+            w.restart(&commit);
+        }
+        Ok(commit)
+    })
+    .await?;
     let branch = format!("orch/{}/{id}", ctx.run_id);
     let retried_after_failure = crate::memory::hook::prior_attempt_failed(&ctx.common, &branch);
     let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
@@ -300,6 +328,8 @@ pub(super) async fn run_stage(
             "duration_ms": duration_ms,
             "verify": verify.as_ref().map(|v| if v.passed { "pass" } else { "fail" }),
             "verdict_from_text": outcome.verdict_from_text,
+            // Whether the lane's watcher said what changed (else: walked).
+            "changes_from_watch": from_watch,
         }),
     )?;
     let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
@@ -401,18 +431,54 @@ fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
     git::rename_branch(common, branch, &format!("{branch}.v{n}"))
 }
 
+/// The exact changes of the lane since `start`, from its watcher's marks;
+/// `None` when it has no watcher or the watcher cannot vouch for them.
+async fn lane_edits(lane: &Lane, start: &str) -> Option<git::Edits> {
+    let (watch, path, start) = (lane.watch.clone()?, lane.path.clone(), start.to_owned());
+    let found = blocking(move || {
+        let Some(marks) = watch.changes().filter(|m| m.base == start) else {
+            return Ok(None);
+        };
+        git::resolve_marks(&path, &marks)
+    })
+    .await;
+    match found {
+        Ok(edits) => edits,
+        Err(e) => {
+            tracing::debug!(lane = %lane.path.display(), "lane marks not used: {e}");
+            None
+        }
+    }
+}
+
+/// No change to `start`: the lane was reset there.
+fn no_edits(start: &str) -> git::Edits {
+    git::Edits {
+        base: start.to_owned(),
+        files: Vec::new(),
+    }
+}
+
 /// A read-only role must not change the tree; if its shell commands did,
 /// the changes are discarded (and the log says so) before its commit.
+/// `edits`: what changed, when the lane's watcher knows (else one status
+/// walk finds it). Returns whether something was discarded.
 async fn discard_changes_of_read_only_role(
     worktree: &Path,
     head: &str,
+    edits: Option<&git::Edits>,
     log: &mut ActionLog,
-) -> Result<(), RunError> {
-    // One status walk; the reset (a checkout) only when something changed.
-    let wt = worktree.to_path_buf();
-    let changed = blocking(move || git::changed_paths(&wt)).await?;
+) -> Result<bool, RunError> {
+    // The reset (a checkout) only when something changed.
+    let changed = match edits {
+        Some(e) => e.paths(),
+        None => {
+            let wt = worktree.to_path_buf();
+            blocking(move || git::changed_paths(&wt)).await?
+        }
+    };
     if changed.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let (wt, h) = (worktree.to_path_buf(), head.to_owned());
     blocking(move || git::reset_worktree(&wt, &h)).await?;
@@ -420,5 +486,5 @@ async fn discard_changes_of_read_only_role(
         "read_only_violation",
         json!({"discarded": changed, "reason": "a read-only role changed the worktree; its changes were discarded"}),
     )?;
-    Ok(())
+    Ok(true)
 }

@@ -49,7 +49,7 @@ pub use secrets::{
     register_secrets, scan_files, write_secret_pipe,
 };
 pub use settings::SandboxSettings;
-pub use tool::{SandboxCall, SandboxChoice, ToolSandbox, refuse_secrets};
+pub use tool::{SandboxCall, SandboxChoice, ToolSandbox, refuse_secrets, refuse_secrets_in};
 
 use std::fmt;
 use std::path::PathBuf;

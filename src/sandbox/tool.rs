@@ -210,9 +210,23 @@ pub async fn refuse_secrets(
     start: &str,
     secrets: &[String],
 ) -> std::io::Result<Option<String>> {
+    refuse_secrets_in(lane, start, secrets, None).await
+}
+
+/// [`refuse_secrets`] scanning `changed` (the lane's changed paths, known
+/// from its watcher), or the paths a status walk finds when `None`.
+pub async fn refuse_secrets_in(
+    lane: &Path,
+    start: &str,
+    secrets: &[String],
+    changed: Option<Vec<String>>,
+) -> std::io::Result<Option<String>> {
     let (lane, start, secrets) = (lane.to_path_buf(), start.to_owned(), secrets.to_vec());
     let work = move || -> Result<Option<String>, crate::git::GitError> {
-        let changed = crate::git::changed_paths(&lane)?;
+        let changed = match changed {
+            Some(paths) => paths,
+            None => crate::git::changed_paths(&lane)?,
+        };
         let hits = super::scan_files(&lane, &changed, &secrets);
         if hits.is_empty() {
             return Ok(None);

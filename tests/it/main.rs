@@ -29,6 +29,7 @@ mod hostile;
 mod kills;
 mod lane_checkout;
 mod lane_pool;
+mod lane_watch;
 mod llm_bounds;
 mod llm_client;
 mod llm_e2e;

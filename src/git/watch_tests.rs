@@ -1,0 +1,195 @@
+//! Tests of the lane watcher against real repositories and real shell
+//! processes: the tree committed from the watcher's marks must be exactly
+//! the tree `git add -A` (`commit_all`) gives.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use proptest::prelude::*;
+
+use super::testutil::TestRepo;
+use super::watch::LaneWatch;
+use super::*;
+
+/// A repository with executables, a symlink, nested directories and a
+/// tracked file that `.gitignore` ignores, and one lane at its `HEAD`.
+struct Fixture {
+    repo: TestRepo,
+    lane: PathBuf,
+    base: String,
+}
+
+fn fixture() -> Fixture {
+    let repo = TestRepo::new();
+    repo.write("exe.sh", "#!/bin/sh\necho hi\n");
+    repo.write("a/f", "a f\n");
+    repo.write("a/b/g.txt", "g\n");
+    repo.write("ign/tracked.log", "tracked but ignored\n");
+    repo.write("ign/other", "other\n");
+    std::os::unix::fs::symlink("README.md", repo.path.join("lnk")).expect("symlink");
+    sh(&repo.path, "chmod +x exe.sh");
+    repo.git(&["add", "-A"]);
+    repo.git(&["add", "-f", "ign/tracked.log"]);
+    repo.git(&["commit", "-q", "-m", "more"]);
+    let info = open_repo(&repo.path).expect("open");
+    let base = resolve_commit(&info.common_dir, "HEAD").expect("HEAD");
+    let lane = info.common_dir.join("orch/worktrees/lane");
+    create_worktree(&info.common_dir, "lane", &lane, "orch-lanes/t/1", &base).expect("lane");
+    Fixture { repo, lane, base }
+}
+
+fn sh(dir: &Path, script: &str) {
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .status()
+        .expect("run sh");
+    assert!(status.success(), "sh -c {script:?} failed");
+}
+
+const PATHS: &[&str] = &[
+    "f",
+    "g.txt",
+    "x.log",
+    "a",
+    "a/f",
+    "a/b",
+    "a/b/g.txt",
+    "src",
+    "src/lib.rs",
+    "src/old.rs",
+    "README.md",
+    "n",
+    "n/m/k",
+    "target/o",
+    "ign/tracked.log",
+    "ign",
+    "exe.sh",
+    "lnk",
+];
+
+/// One shell operation on the lane; failures (a parent that is a file…)
+/// are part of the game.
+fn op_script(op: u8, p: &str, q: &str) -> String {
+    let mk = |x: &str| format!("mkdir -p \"$(dirname {x})\" 2>/dev/null");
+    match op {
+        0 => format!("{}; printf 'new %s\\n' $$ > {p}", mk(p)),
+        1 => format!("printf 'more\\n' >> {p}"),
+        2 => format!("rm -rf {p}"),
+        3 => format!("{}; mv {p} {q}", mk(q)),
+        4 => format!("[ -f {p} ] && chmod +x {p}"),
+        5 => format!("[ -f {p} ] && chmod -x {p}"),
+        6 => format!("{}; ln -sfn {q} {p}", mk(p)),
+        7 => format!("mkdir -p {p}"),
+        8 => format!("rm -rf {p} && mkdir -p {p} && printf 'in\\n' > {p}/inner"),
+        9 => format!("printf '{q}\\n' >> .gitignore"),
+        10 => format!("touch {p}"),
+        11 => format!("mkdir -p {p}/q/r && printf z > {p}/q/r/z && rm -rf {p}/q"),
+        12 => "printf 'again\\n' >> ign/tracked.log".to_owned(),
+        13 => format!("{}; printf 'ignored\\n' > {p}.log", mk(p)),
+        14 => format!("mkdir -p {p}/deep/er && printf d > {p}/deep/er/file && mv {p}/deep {q}"),
+        15 => format!(
+            "printf '!{q}\\n' > {}/.gitignore",
+            if p.contains('/') { "a" } else { "." }
+        ),
+        _ => format!(
+            "rm -f {p} && mkdir -p {p}/x && printf y > {p}/x/y && rm -rf {p} && printf back > {p}"
+        ),
+    }
+}
+
+/// Runs `ops` in the lane, then checks the marks against `commit_all`:
+/// the tree from the marks, the changed paths, and (committing from the
+/// marks) a clean status afterwards with the index `commit_all` would
+/// leave. Returns the new commit.
+fn round(fx: &Fixture, watch: &LaneWatch, parent: &str, ops: &[(u8, usize, usize)]) -> String {
+    for &(op, p, q) in ops {
+        let script = op_script(op, PATHS[p % PATHS.len()], PATHS[q % PATHS.len()]);
+        sh(&fx.lane, &format!("{{ {script}; }} 2>/dev/null; true"));
+    }
+    let marks = watch.changes().expect("the record is complete");
+    assert_eq!(marks.base, parent);
+    let edits = resolve_marks(&fx.lane, &marks)
+        .expect("resolve")
+        .expect("the marks can be trusted");
+    let walked = changed_paths(&fx.lane).expect("status");
+    assert_eq!(edits.paths(), walked, "changed paths after {ops:?}");
+    let commit = commit_edits(&fx.lane, "from marks", parent, &edits).expect("commit edits");
+    // The lane is clean at the commit (files and index), and `git add -A`
+    // of it adds nothing more.
+    assert_eq!(
+        changed_paths(&fx.lane).expect("status"),
+        Vec::<String>::new(),
+        "after {ops:?}"
+    );
+    let again = commit_all(&fx.lane, "walked", &commit).expect("commit all");
+    let tree = |c: &str| fx.repo.rev(&format!("{c}^{{tree}}"));
+    assert_eq!(tree(&again), tree(&commit), "trees after {ops:?}");
+    assert!(watch.restart(&again), "restart");
+    again
+}
+
+fn ops() -> impl Strategy<Value = Vec<(u8, usize, usize)>> {
+    prop::collection::vec((0u8..17, 0..PATHS.len(), 0..PATHS.len()), 1..20)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn commit_from_marks_equals_add_all(first in ops(), second in ops()) {
+        let fx = fixture();
+        let common = fx.repo.git_dir();
+        let watch = LaneWatch::start(&fx.lane, &common, &fx.base).expect("watch");
+        let c1 = round(&fx, &watch, &fx.base, &first);
+        round(&fx, &watch, &c1, &second);
+    }
+}
+
+#[test]
+fn a_file_replaced_by_a_directory_and_back_and_moves_between_rounds() {
+    let fx = fixture();
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    let c1 = round(&fx, &watch, &fx.base, &[(8, 4, 0), (14, 11, 5), (3, 3, 11)]);
+    // Round two changes files inside directories that were created or moved
+    // in round one: they must have been given watches by the restart.
+    let c2 = round(&fx, &watch, &c1, &[(1, 12, 0), (0, 4, 0), (1, 6, 0)]);
+    let files = fx.repo.git(&["ls-tree", "-r", "--name-only", &c2]);
+    assert!(
+        files.contains("n/a/inner") || files.contains("n/"),
+        "{files}"
+    );
+}
+
+#[test]
+fn an_incomplete_record_gives_no_changes_and_does_not_restart() {
+    let fx = fixture();
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    sh(&fx.lane, "echo x > new.txt");
+    assert!(watch.changes().is_some());
+    watch.mark_incomplete("test hook");
+    assert_eq!(watch.changes(), None);
+    assert!(!watch.restart(&fx.base));
+}
+
+#[test]
+fn a_nested_repository_or_attributes_make_the_record_incomplete() {
+    let fx = fixture();
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    sh(&fx.lane, "mkdir -p a/sub && git init -q a/sub");
+    // `a/sub` is new: walked whole, where its `.git` is found.
+    let marks = watch.changes().expect("complete");
+    assert_eq!(resolve_marks(&fx.lane, &marks).expect("resolve"), None);
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    sh(&fx.lane, "git init -q a/b");
+    assert_eq!(watch.changes(), None);
+    sh(&fx.lane, "rm -rf a/b/.git a/sub");
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    sh(&fx.lane, "echo '* text=auto' > .gitattributes");
+    assert_eq!(watch.changes(), None);
+    sh(&fx.lane, "rm .gitattributes");
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    sh(&fx.lane, "ln a/f a/b/linked");
+    assert_eq!(watch.changes(), None);
+}
