@@ -39,7 +39,11 @@
 //! target/release/examples/repo_scale --full          # and 100k files
 //! target/release/examples/repo_scale --sizes 2000 --rounds 5
 //! REPO_SCALE_ORCH=/path/to/other/orch target/release/examples/repo_scale   # A/B
+//! REPO_SCALE_LOG=orch=debug REPO_SCALE_KEEP=1 target/release/examples/repo_scale --sizes 100000 --rounds 1
 //! ```
+//!
+//! `REPO_SCALE_LOG` is passed to `orch` as `ORCH_LOG` (its stderr lands in
+//! the workspace's `stderr-*.log`); `REPO_SCALE_KEEP` keeps the workspaces.
 //!
 //! `--dir PATH` puts the scratch repositories elsewhere (default `/dev/shm`
 //! when it exists, else the temp dir).
@@ -162,7 +166,10 @@ fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> child::Usage {
         .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
         .env("GIT_COMMITTER_NAME", "bench")
         .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-        .env_remove("ORCH_LOG")
+        .env(
+            "ORCH_LOG",
+            std::env::var("REPO_SCALE_LOG").unwrap_or_default(),
+        )
         .env_remove("ORCH_PROFILE")
         .env_remove("ORCH_API_KEY")
         .env_remove("OPENAI_API_KEY")
@@ -176,7 +183,9 @@ fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> child::Usage {
         program.display(),
         std::fs::read_to_string(&err).unwrap_or_default()
     );
-    let _ = std::fs::remove_file(&err);
+    if std::env::var_os("REPO_SCALE_LOG").is_none() {
+        let _ = std::fs::remove_file(&err);
+    }
     u
 }
 
@@ -354,6 +363,7 @@ fn main() {
         args.rounds
     );
     let mut rows = Vec::new();
+    let mut kept = Vec::new();
     for &files in &args.sizes {
         let t = std::time::Instant::now();
         let ws = workspace(&args.dir, files);
@@ -361,6 +371,9 @@ fn main() {
             "generated {files} files in {:.1} s",
             t.elapsed().as_secs_f64()
         );
+        if std::env::var_os("REPO_SCALE_KEEP").is_some() {
+            eprintln!("keeping {} (REPO_SCALE_KEEP)", ws.path().display());
+        }
         let (mut gits, mut firsts, mut seconds) = (vec![], vec![], vec![]);
         let (mut cleaned, mut cleanups) = (vec![], vec![]);
         let repo = ws.path().join("repo");
@@ -407,6 +420,7 @@ fn main() {
             ),
             col(&firsts, &|r| ms(r.usage.cpu), "ms"),
         ]);
+        kept.push(ws);
     }
     println!();
     println!(
@@ -417,4 +431,9 @@ fn main() {
         println!("| {} |", row.join(" | "));
     }
     println!("\nload average at the end: {}", load());
+    if std::env::var_os("REPO_SCALE_KEEP").is_some() {
+        for ws in kept {
+            let _ = ws.keep();
+        }
+    }
 }

@@ -130,6 +130,8 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     let info = crate::git::open_repo(&args.repo)?;
     let common = info.common_dir;
     if args.empty_trash {
+        // Off everyone's critical path: a run started meanwhile comes first.
+        super::session::lower_priority();
         let _ = crate::git::pool::empty_trash(&common);
         match crate::git::pool::clean_free(&common) {
             Ok(done) => tracing::debug!(?done, "pooled lanes cleaned"),

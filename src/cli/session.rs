@@ -296,6 +296,7 @@ impl DirtNote {
         let thread = std::thread::Builder::new()
             .name("orch-dirt".to_owned())
             .spawn(move || {
+                lower_priority();
                 let lines = dirt_lines(&dir, from_head);
                 let mut sink = theirs.lock().unwrap_or_else(|e| e.into_inner());
                 sink.pending.extend(lines);
@@ -338,6 +339,16 @@ impl DirtNote {
             let _ = t.join();
         }
         self.lock().flush();
+    }
+}
+
+/// Lowers the calling thread's CPU priority (nice 10; on Linux
+/// `setpriority(PRIO_PROCESS, 0, …)` applies to the calling thread only):
+/// work off the critical path yields the CPU to the run's own steps.
+pub(super) fn lower_priority() {
+    // SAFETY: setpriority on this thread; no memory is involved.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
     }
 }
 
