@@ -728,3 +728,44 @@ pub fn clean_free(common_dir: &Path) -> Result<Cleaned, GitError> {
     }
     Ok(done)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::testutil::TestRepo;
+
+    #[test]
+    fn a_cleaned_slot_is_stamped_and_a_take_waits_for_the_slot_the_clean_up_holds() {
+        let repo = TestRepo::new();
+        let common = repo.git_dir();
+        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        let (lease, readied, _) = take(&common, &head).unwrap();
+        assert_eq!((lease.slot, readied), (1, Readied::Created));
+        fs::write(lease.path.join("left.txt"), "by the last run\n").unwrap();
+        drop(lease);
+        assert!(needs_cleaning(&common));
+        let done = clean_free(&common).unwrap();
+        assert_eq!(done.stamped, [1], "{done:?}");
+        assert!(!slot_path(&common, 1).join("left.txt").exists());
+        assert!(!needs_cleaning(&common));
+
+        // The clean-up has slot 1 in hand (marker, then lease) for a while:
+        // the take waits for it rather than making slot 2.
+        let marker = open_lock_file(&cleaning_path(&common, 1)).unwrap();
+        assert!(try_flock(&marker, libc::LOCK_EX));
+        let held = try_lease(&common, 1).unwrap().unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(held);
+            drop(marker);
+        });
+        let (lease, readied, note) = take(&common, &head).unwrap();
+        release.join().unwrap();
+        assert_eq!((lease.slot, readied), (1, Readied::Warm), "{note}");
+        assert!(
+            !stamp_path(&common, 1).exists(),
+            "the take consumed the stamp"
+        );
+        assert_eq!(slots(&common), [1]);
+    }
+}
