@@ -16,10 +16,15 @@
 //!   + `git commit` in it (two processes, as a script would);
 //! - `orch run` of a one-stage pipeline (built-in `coder` role) against the
 //!   scripted fake model of the integration tests: one `bash` call that
-//!   appends to a file, then `finish`; run twice, the second run right after
-//!   the first on the same repository (it finds whatever the first left: a
-//!   warm lane once runs keep them). `orch gc` runs (untimed) between rounds,
-//!   so each round's first run is cold.
+//!   appends to a file, then `finish`; run three times on the same
+//!   repository: run 1 (cold), run 2 right after it (it finds whatever the
+//!   first left: a warm pooled lane, maybe still in the hands of run 1's
+//!   background clean-up, which it then waits for), then — once the
+//!   background clean-up that run 2 started has finished (polled through
+//!   its lock, `.git/orch/pool/cleaner.held`; its duration, from run 2
+//!   reaped to the lock free, is reported) — run 2 again, "after clean-up",
+//!   which finds a lane stamped clean. `orch gc` runs (untimed) between
+//!   rounds, so each round's first run is cold.
 //!
 //! Reported per size (median, min–max over the rounds): start → first model
 //! request (spawn of `orch` to the fake server having read the request),
@@ -34,7 +39,11 @@
 //! target/release/examples/repo_scale --full          # and 100k files
 //! target/release/examples/repo_scale --sizes 2000 --rounds 5
 //! REPO_SCALE_ORCH=/path/to/other/orch target/release/examples/repo_scale   # A/B
+//! REPO_SCALE_LOG=orch=debug REPO_SCALE_KEEP=1 target/release/examples/repo_scale --sizes 100000 --rounds 1
 //! ```
+//!
+//! `REPO_SCALE_LOG` is passed to `orch` as `ORCH_LOG` (its stderr lands in
+//! the workspace's `stderr-*.log`); `REPO_SCALE_KEEP` keeps the workspaces.
 //!
 //! `--dir PATH` puts the scratch repositories elsewhere (default `/dev/shm`
 //! when it exists, else the temp dir).
@@ -157,7 +166,10 @@ fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> child::Usage {
         .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
         .env("GIT_COMMITTER_NAME", "bench")
         .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-        .env_remove("ORCH_LOG")
+        .env(
+            "ORCH_LOG",
+            std::env::var("REPO_SCALE_LOG").unwrap_or_default(),
+        )
         .env_remove("ORCH_PROFILE")
         .env_remove("ORCH_API_KEY")
         .env_remove("OPENAI_API_KEY")
@@ -171,7 +183,9 @@ fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> child::Usage {
         program.display(),
         std::fs::read_to_string(&err).unwrap_or_default()
     );
-    let _ = std::fs::remove_file(&err);
+    if std::env::var_os("REPO_SCALE_LOG").is_none() {
+        let _ = std::fs::remove_file(&err);
+    }
     u
 }
 
@@ -290,6 +304,24 @@ fn orch_run(ws: &Path, orch: &Path) -> OrchRun {
     }
 }
 
+/// Waits until no background clean-up of `repo`'s pool runs (bounded: 10
+/// minutes); returns how long that took.
+fn wait_for_cleaner(repo: &Path) -> Duration {
+    use std::os::fd::AsRawFd;
+    let t = std::time::Instant::now();
+    let Ok(file) = std::fs::File::open(repo.join(".git/orch/pool/cleaner.held")) else {
+        return Duration::ZERO;
+    };
+    while t.elapsed() < Duration::from_secs(600) {
+        // SAFETY: flock on a descriptor `file` owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return t.elapsed();
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    panic!("the background clean-up did not end within 10 minutes");
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -331,6 +363,7 @@ fn main() {
         args.rounds
     );
     let mut rows = Vec::new();
+    let mut kept = Vec::new();
     for &files in &args.sizes {
         let t = std::time::Instant::now();
         let ws = workspace(&args.dir, files);
@@ -338,16 +371,24 @@ fn main() {
             "generated {files} files in {:.1} s",
             t.elapsed().as_secs_f64()
         );
+        if std::env::var_os("REPO_SCALE_KEEP").is_some() {
+            eprintln!("keeping {} (REPO_SCALE_KEEP)", ws.path().display());
+        }
         let (mut gits, mut firsts, mut seconds) = (vec![], vec![], vec![]);
+        let (mut cleaned, mut cleanups) = (vec![], vec![]);
+        let repo = ws.path().join("repo");
         for round in 0..args.rounds {
             gits.push(git_round(ws.path(), round));
             if round > 0 {
                 // Whatever the previous round's runs left (lanes): the first
                 // run of each round starts cold.
+                wait_for_cleaner(&repo);
                 timed(ws.path(), ws.path(), &args.orch, &["gc", "--repo", "repo"]);
             }
             firsts.push(orch_run(ws.path(), &args.orch));
             seconds.push(orch_run(ws.path(), &args.orch));
+            cleanups.push(wait_for_cleaner(&repo));
+            cleaned.push(orch_run(ws.path(), &args.orch));
             eprintln!("  {files} files: round {} done", round + 1);
         }
         let col = |runs: &[OrchRun], f: &dyn Fn(&OrchRun) -> f64, unit: &str| {
@@ -362,6 +403,8 @@ fn main() {
             ),
             col(&firsts, &|r| ms(r.first_request), "ms"),
             col(&seconds, &|r| ms(r.first_request), "ms"),
+            col(&cleaned, &|r| ms(r.first_request), "ms"),
+            describe(&cleanups.iter().map(|d| ms(*d)).collect::<Vec<_>>(), "ms"),
             describe(&gits.iter().map(|g| ms(g.commit)).collect::<Vec<_>>(), "ms"),
             col(&firsts, &|r| ms(r.stage_commit), "ms"),
             col(&firsts, &|r| ms(r.exit_after_final), "ms"),
@@ -377,14 +420,20 @@ fn main() {
             ),
             col(&firsts, &|r| ms(r.usage.cpu), "ms"),
         ]);
+        kept.push(ws);
     }
     println!();
     println!(
-        "| tracked files | `git worktree add` | start → first request, run 1 | run 2 | `git add -A && git commit` | orch stage commit | exit after final answer, run 1 | run 2 | orch peak RSS, run 1 | run 2 | `git worktree add` peak RSS | orch CPU, run 1 |"
+        "| tracked files | `git worktree add` | start → first request, run 1 | run 2 (right after run 1) | run 2 (after the clean-up) | background clean-up | `git add -A && git commit` | orch stage commit | exit after final answer, run 1 | run 2 | orch peak RSS, run 1 | run 2 | `git worktree add` peak RSS | orch CPU, run 1 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in rows {
         println!("| {} |", row.join(" | "));
     }
     println!("\nload average at the end: {}", load());
+    if std::env::var_os("REPO_SCALE_KEEP").is_some() {
+        for ws in kept {
+            let _ = ws.keep();
+        }
+    }
 }

@@ -59,6 +59,15 @@ impl Ui {
         }
     }
 
+    /// A printer of status lines for other threads: above the bars on a
+    /// terminal (so a line printed mid-run does not garble them), plain
+    /// lines otherwise.
+    pub fn printer(&self) -> LinePrinter {
+        LinePrinter {
+            bars: self.bars.clone(),
+        }
+    }
+
     /// A run has been created.
     pub fn run_started(&self, state: &RunState) {
         self.events.run_started(state);
@@ -143,6 +152,25 @@ impl Ui {
             state.run_id,
             state.status.as_str()
         ));
+    }
+}
+
+/// Prints status lines from any thread the way [`Ui::line`] does (cheap to
+/// clone; made by [`Ui::printer`]).
+#[derive(Clone)]
+pub struct LinePrinter {
+    bars: Option<MultiProgress>,
+}
+
+impl LinePrinter {
+    /// One status line, above the bars when there are bars.
+    pub fn line(&self, msg: &str) {
+        match &self.bars {
+            Some(b) => {
+                let _ = b.println(msg);
+            }
+            None => status_line(msg),
+        }
     }
 }
 

@@ -130,7 +130,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     if let Some(url) = &args.remote {
         // No model is called here: the workers call it.
         route_role_models(&mut roles, &args.model, &args.repo, None)?;
-        let base = start_base(&args.repo, &args.base)?;
+        let (base, _dirt_note) = start_base(&args.repo, &args.base)?;
         let opts = RunOptions {
             repo: args.repo.clone(),
             pipeline,
@@ -152,8 +152,9 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
         &args.repo,
         served.served_models.as_deref(),
     )?;
-    let base = start_base(&args.repo, &args.base)?;
+    let (base, dirt_note) = start_base(&args.repo, &args.base)?;
     let ui = Ui::new(false).with_events(events.clone());
+    dirt_note.attach(&ui);
     let summary = run_pipeline(
         RunOptions {
             repo: args.repo.clone(),
@@ -170,6 +171,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     if summary.state.status == RunStatus::Failed {
         clear_failed_run(&args.repo, summary.state.run_id.as_str());
     }
+    dirt_note.finish();
     ignore_closed(report_summary(&summary, args.json, events))?;
     super::gc::empty_trash_in_background(&args.repo);
     Ok(exit_code_of(&summary))

@@ -188,40 +188,174 @@ pub(super) fn roles_for(
 /// The `--base` value that snapshots the user's working tree.
 pub(super) const WORKTREE_BASE: &str = "worktree";
 
-/// The base a new run starts from, as given by `--base`: `worktree` writes a
-/// snapshot commit of the user's working tree (their index, HEAD and branch
-/// untouched) and returns its SHA. From `HEAD`, uncommitted changes are left
-/// out, which stderr says. Checked-out submodules are not checked out in
-/// lanes, which stderr says too.
-pub(super) fn start_base(repo: &Path, base: &str) -> Result<String, CliError> {
+/// The base a new run starts from, as given by `--base`, and the note about
+/// the user's working tree. `worktree` writes a snapshot commit of the
+/// user's working tree (their index, HEAD and branch untouched) and returns
+/// its SHA; that needs the status walk first. From `HEAD` (or any other
+/// base) the repository is only opened: the walk that finds uncommitted
+/// changes (left out, which stderr says) and checked-out submodules (not
+/// checked out in lanes, which stderr says too) runs on a thread of its own,
+/// off the way to the first model request; the returned [`DirtNote`] prints
+/// what it found when it finishes.
+pub(super) fn start_base(repo: &Path, base: &str) -> Result<(String, DirtNote), CliError> {
+    if base != WORKTREE_BASE {
+        let info = crate::git::open_repo(repo)?;
+        return Ok((
+            base.to_owned(),
+            DirtNote::spawn(info.workdir, base == "HEAD"),
+        ));
+    }
     let (info, dirt) = crate::git::snapshot::open_repo_with_dirt(repo)?;
-    if !dirt.submodules.is_empty() {
-        crate::ui::status_line(&format!(
-            "orch: warning: the run's worktrees do not check out submodules ({}); stages see them as empty directories",
-            dirt.submodules.join(", ")
-        ));
+    if let Some(warning) = submodule_warning(&dirt) {
+        crate::ui::status_line(&warning);
     }
-    if base == WORKTREE_BASE && !dirt.is_dirty() {
+    if !dirt.is_dirty() {
         crate::ui::status_line("orch: the working tree is clean: starting from HEAD");
-        return Ok("HEAD".to_owned());
+        return Ok(("HEAD".to_owned(), DirtNote::none()));
     }
-    if base == WORKTREE_BASE {
-        let sha = crate::git::snapshot::snapshot_worktree(&info.workdir)?;
-        crate::ui::status_line(&format!(
-            "orch: starting from a snapshot of the working tree ({} uncommitted path(s) included): commit {}",
-            dirt.paths.len(),
-            &sha[..sha.len().min(12)]
-        ));
-        return Ok(sha);
-    }
-    if base == "HEAD" && dirt.is_dirty() {
-        crate::ui::status_line(&format!(
+    let sha = crate::git::snapshot::snapshot_worktree(&info.workdir)?;
+    crate::ui::status_line(&format!(
+        "orch: starting from a snapshot of the working tree ({} uncommitted path(s) included): commit {}",
+        dirt.paths.len(),
+        &sha[..sha.len().min(12)]
+    ));
+    Ok((sha, DirtNote::none()))
+}
+
+fn submodule_warning(dirt: &crate::git::snapshot::Dirt) -> Option<String> {
+    (!dirt.submodules.is_empty()).then(|| format!(
+        "orch: warning: the run's worktrees do not check out submodules ({}); stages see them as empty directories",
+        dirt.submodules.join(", ")
+    ))
+}
+
+/// The lines the user's working tree calls for on a run that does not
+/// start from it: the submodule warning, and (from `HEAD`) the note that
+/// uncommitted changes are left out.
+fn dirt_lines(workdir: &Path, from_head: bool) -> Vec<String> {
+    let dirt = match crate::git::snapshot::working_tree_dirt(workdir) {
+        Ok(d) => d,
+        Err(e) => {
+            return vec![format!(
+                "orch: note: could not check the working tree for uncommitted changes: {e}"
+            )];
+        }
+    };
+    let mut lines: Vec<String> = submodule_warning(&dirt).into_iter().collect();
+    if from_head && dirt.is_dirty() {
+        lines.push(format!(
             "orch: note: the working tree has {} uncommitted change(s) (e.g. {}); the run starts from HEAD without them (pass --base worktree to include them)",
             dirt.paths.len(),
             dirt.paths[0]
         ));
     }
-    Ok(base.to_owned())
+    lines
+}
+
+/// The working-tree check of a run, running on its own thread: its lines
+/// are printed as soon as it finishes (through the run's [`crate::ui::Ui`]
+/// once [`DirtNote::attach`]ed, so they land above the progress bars), and
+/// at the latest when it is [`DirtNote::finish`]ed or dropped, which waits
+/// for it: every run that leaves changes out says so before its summary.
+pub(super) struct DirtNote {
+    thread: Option<std::thread::JoinHandle<()>>,
+    sink: std::sync::Arc<std::sync::Mutex<Sink>>,
+}
+
+#[derive(Default)]
+struct Sink {
+    printer: Option<crate::ui::LinePrinter>,
+    pending: Vec<String>,
+}
+
+impl Sink {
+    fn flush(&mut self) {
+        for line in std::mem::take(&mut self.pending) {
+            match &self.printer {
+                Some(p) => p.line(&line),
+                None => crate::ui::status_line(&line),
+            }
+        }
+    }
+}
+
+impl DirtNote {
+    /// Nothing to check.
+    fn none() -> DirtNote {
+        DirtNote {
+            thread: None,
+            sink: Default::default(),
+        }
+    }
+
+    /// Starts the check of the working tree at `workdir`.
+    fn spawn(workdir: std::path::PathBuf, from_head: bool) -> DirtNote {
+        let sink: std::sync::Arc<std::sync::Mutex<Sink>> = Default::default();
+        let theirs = std::sync::Arc::clone(&sink);
+        let dir = workdir.clone();
+        let thread = std::thread::Builder::new()
+            .name("orch-dirt".to_owned())
+            .spawn(move || {
+                lower_priority();
+                let lines = dirt_lines(&dir, from_head);
+                let mut sink = theirs.lock().unwrap_or_else(|e| e.into_inner());
+                sink.pending.extend(lines);
+                if sink.printer.is_some() {
+                    sink.flush();
+                }
+            });
+        match thread {
+            Ok(t) => DirtNote {
+                thread: Some(t),
+                sink,
+            },
+            Err(e) => {
+                tracing::debug!("could not start the working-tree check: {e}; checking now");
+                let note = DirtNote::none();
+                note.lock().pending = dirt_lines(&workdir, from_head);
+                note
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sink> {
+        self.sink.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Prints through `ui` from now on (what is already found at once).
+    pub(super) fn attach(&self, ui: &crate::ui::Ui) {
+        let mut sink = self.lock();
+        sink.printer = Some(ui.printer());
+        sink.flush();
+    }
+
+    /// Waits for the check and prints what it found, if not printed yet.
+    pub(super) fn finish(mut self) {
+        self.join();
+    }
+
+    fn join(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.lock().flush();
+    }
+}
+
+/// Lowers the calling thread's CPU priority (nice 10; on Linux
+/// `setpriority(PRIO_PROCESS, 0, …)` applies to the calling thread only):
+/// work off the critical path yields the CPU to the run's own steps.
+pub(super) fn lower_priority() {
+    // SAFETY: setpriority on this thread; no memory is involved.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
+}
+
+impl Drop for DirtNote {
+    fn drop(&mut self) {
+        self.join();
+    }
 }
 
 /// Decides each role's model once, before the plan is frozen (see

@@ -17,11 +17,29 @@
 //! scratch. Removing a slot off the exit path ([`retire`]) renames it into
 //! `<git>/orch/trash/` and drops its admin entry (both O(1)); the files go
 //! later ([`empty_trash`], run in the background or by `orch gc`).
+//!
+//! Clean-up off the critical path: a run hands its lanes back as they are
+//! (a rename-free drop of the lease); after its output is written, the
+//! detached background `orch gc --empty-trash` also runs [`clean_free`],
+//! which leases each free slot, cleans it with the full status walk
+//! (untracked and ignored entries removed, modified tracked files checked
+//! out again), verifies it with a second walk and writes its stamp,
+//! `lane-N.clean`: the `HEAD` it verified plus a tamper check (the index
+//! file's size, mtime and inode; every directory's mtime and inode, which
+//! change when an entry is added, removed or renamed in it). The next
+//! [`take`] consumes the stamp (it is unlinked before the lane is touched,
+//! so a stamp never outlives a use) and, when it holds, moves the lane by
+//! the tree-to-tree difference with no walk at all; no stamp, or one that
+//! does not hold, is today's walk. While the clean-up has a slot in hand
+//! (its `lane-N.cleaning` lock held) a `take` that finds no other free slot
+//! waits for it, at most [`CLEANER_WAIT`]: a fresh checkout of a large
+//! tree costs more than a clean-up's walk. A kill of the clean-up leaves a
+//! slot without a stamp, which its next taker walks.
 
 use super::{
     GitError, admin_lock, branch_sha, create_worktree, delete_branch, detach_worktree, io_err,
     remove_worktree,
-    worktree::{Moved, move_worktree},
+    worktree::{Moved, clean_worktree, move_clean_worktree, move_worktree},
 };
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -54,6 +72,77 @@ fn add_branch(n: usize) -> String {
 
 fn lease_path(common_dir: &Path, n: usize) -> PathBuf {
     pool_dir(common_dir).join(format!("lane-{n}.lease"))
+}
+
+/// Slot `n`'s stamp: what the clean-up verified (see the module docs).
+pub fn stamp_path(common_dir: &Path, n: usize) -> PathBuf {
+    pool_dir(common_dir).join(format!("lane-{n}.clean"))
+}
+
+/// Held (exclusively) by the clean-up while it has slot `n` in hand.
+fn cleaning_path(common_dir: &Path, n: usize) -> PathBuf {
+    pool_dir(common_dir).join(format!("lane-{n}.cleaning"))
+}
+
+/// Held (shared) by every background clean-up from before it is started
+/// until it ends; [`cleaner_running`] asks whether one is.
+pub fn cleaner_lock_path(common_dir: &Path) -> PathBuf {
+    pool_dir(common_dir).join("cleaner.held")
+}
+
+/// How long a [`take`] that finds no free slot waits for one the clean-up
+/// has in hand before it makes a new lane.
+pub const CLEANER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `flock(fd, how | LOCK_NB)` on `file`: whether it was taken.
+fn try_flock(file: &fs::File, how: libc::c_int) -> bool {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: flock on a descriptor `file` owns; no memory is shared.
+        if unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
+            return true;
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+}
+
+fn open_lock_file(path: &Path) -> Option<fs::File> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).ok()?;
+    }
+    fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()
+}
+
+/// The shared lock a background clean-up holds for its whole life: taken
+/// by the process that starts it (and handed to it as its stdin, so the
+/// lock is held from before it starts until it exits). `None` when the
+/// pool directory cannot hold it.
+pub fn hold_cleaner(common_dir: &Path) -> Option<fs::File> {
+    let file = open_lock_file(&cleaner_lock_path(common_dir))?;
+    try_flock(&file, libc::LOCK_SH).then_some(file)
+}
+
+/// Whether a background clean-up of this repository's pool is running.
+pub fn cleaner_running(common_dir: &Path) -> bool {
+    let Ok(file) = fs::File::open(cleaner_lock_path(common_dir)) else {
+        return false;
+    };
+    !try_flock(&file, libc::LOCK_EX)
+}
+
+/// Whether the clean-up has slot `n` in hand now.
+fn being_cleaned(common_dir: &Path, n: usize) -> bool {
+    let Ok(file) = fs::File::open(cleaning_path(common_dir, n)) else {
+        return false;
+    };
+    !try_flock(&file, libc::LOCK_EX)
 }
 
 /// A held lease on one slot; released on drop.
@@ -166,20 +255,31 @@ pub enum Readied {
 }
 
 /// Takes a free slot (a whole one first, preferring one already at
-/// `start`; else the lowest free number) and readies it at `start`,
-/// detached and clean. A run never waits for a lane: when every slot is
-/// taken a new one is made, and the run's hand-back trims the pool to its
-/// bound again ([`trim`]). Returns the lease, how the lane was readied and
-/// why a pooled lane there was not reused (empty when it was, or none was).
+/// `start`, then one stamped clean; else the lowest free number) and
+/// readies it at `start`, detached and clean. A run waits for a lane only
+/// while the background clean-up has one in hand (at most
+/// [`CLEANER_WAIT`]); when every slot is taken a new one is made, and the
+/// run's hand-back trims the pool to its bound again ([`trim`]). Returns
+/// the lease, how the lane was readied and why a pooled lane there was not
+/// reused (empty when it was, or none was).
 pub fn take(common_dir: &Path, start: &str) -> Result<(Lease, Readied, String), GitError> {
     let mut existing = slots(common_dir);
-    existing.sort_by_key(|&n| (slot_head(common_dir, n).as_deref() != Some(start), n));
+    existing.sort_by_key(|&n| {
+        (
+            slot_head(common_dir, n).as_deref() != Some(start),
+            !stamp_path(common_dir, n).is_file(),
+            n,
+        )
+    });
     let mut lease = None;
     for &n in &existing {
         if let Some(l) = try_lease(common_dir, n)? {
             lease = Some(l);
             break;
         }
+    }
+    if lease.is_none() {
+        lease = wait_for_cleaned(common_dir, &existing)?;
     }
     if lease.is_none() {
         for n in 1.. {
@@ -199,15 +299,62 @@ pub fn take(common_dir: &Path, start: &str) -> Result<(Lease, Readied, String), 
     Ok((lease, readied, note))
 }
 
+/// Waits (at most [`CLEANER_WAIT`]) for a slot of `existing` the clean-up
+/// has in hand, and leases it; `None` when it has none in hand (the busy
+/// slots are runs') or the wait ran out.
+fn wait_for_cleaned(common_dir: &Path, existing: &[usize]) -> Result<Option<Lease>, GitError> {
+    let started = std::time::Instant::now();
+    let mut waiting: Vec<usize> = existing
+        .iter()
+        .copied()
+        .filter(|&n| being_cleaned(common_dir, n))
+        .collect();
+    while !waiting.is_empty() && started.elapsed() < CLEANER_WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let mut still = Vec::new();
+        for &n in &waiting {
+            if let Some(l) = try_lease(common_dir, n)? {
+                tracing::debug!(
+                    slot = n,
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "took a pooled lane the clean-up had in hand"
+                );
+                return Ok(Some(l));
+            }
+            if being_cleaned(common_dir, n) {
+                still.push(n);
+            }
+        }
+        waiting = still;
+    }
+    Ok(None)
+}
+
 /// Readies the leased slot at `start`: moved if it is whole, else (or when
 /// the move is refused or fails) removed and created anew. The note says
 /// why a pooled lane was not reused, if one was there.
 fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, String), GitError> {
     let n = lease.slot;
     let mut note = String::new();
+    // Consumed before the lane is touched: a stamp never outlives a use.
+    let stamped = take_stamp(common_dir, n);
     if is_whole(common_dir, n) {
-        match move_worktree(&lease.path, start) {
-            Ok(Moved::Done { .. }) => {
+        let clean = stamped
+            .as_deref()
+            .is_some_and(|s| stamp_holds(common_dir, n, s));
+        let moved = if clean {
+            move_clean_worktree(&lease.path, start)
+        } else {
+            if stamped.is_some() {
+                tracing::debug!(lane = %lease.name, "the pooled lane's clean stamp does not hold: walking it");
+            }
+            move_worktree(&lease.path, start)
+        };
+        match moved {
+            Ok(Moved::Done { paths, .. }) => {
+                if clean {
+                    tracing::debug!(lane = %lease.name, paths, "pooled lane stamped clean: moved without a walk");
+                }
                 // A kill between the add and the detach left the add branch.
                 drop_add_branch(common_dir, n)?;
                 return Ok((Readied::Warm, note));
@@ -249,6 +396,7 @@ fn clear_slot(common_dir: &Path, n: usize) -> Result<(), GitError> {
             remove_worktree(common_dir, &name, &path)?;
         }
     }
+    let _ = fs::remove_file(stamp_path(common_dir, n));
     if fs::symlink_metadata(&path).is_ok() {
         fs::remove_dir_all(&path).map_err(io_err("remove the pooled lane directory", &path))?;
     }
@@ -259,6 +407,7 @@ fn clear_slot(common_dir: &Path, n: usize) -> Result<(), GitError> {
 /// is renamed into the trash and its admin entry removed, so `git worktree
 /// list` forgets it; the files are deleted by [`empty_trash`].
 pub fn retire(common_dir: &Path, lease: Lease) -> Result<(), GitError> {
+    let _ = fs::remove_file(stamp_path(common_dir, lease.slot));
     let trash = trash_dir(common_dir);
     fs::create_dir_all(&trash).map_err(io_err("create the directory", &trash))?;
     if fs::symlink_metadata(&lease.path).is_ok() {
@@ -385,7 +534,10 @@ pub fn remove_all(
                 .flatten()
                 .flatten()
             {
-                if entry.path().extension().is_some_and(|e| e == "lease") {
+                let ext = entry.path().extension().map(|e| e.to_os_string());
+                if ext.is_some_and(|e| {
+                    e == "lease" || e == "clean" || e == "cleaning" || e == "held" || e == "tmp"
+                }) {
                     let _ = fs::remove_file(entry.path());
                 }
             }
@@ -393,4 +545,227 @@ pub fn remove_all(
         }
     }
     Ok((removed, in_use))
+}
+
+/// The first line of a stamp (its format).
+const STAMP_MAGIC: &str = "orch-pool-clean 1";
+
+/// The `(mtime seconds, mtime nanoseconds, inode)` of `path`, not followed.
+fn stat_key(path: &Path) -> Option<(i64, i64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::symlink_metadata(path).ok()?;
+    Some((m.mtime(), m.mtime_nsec(), m.ino()))
+}
+
+/// The tamper check of slot `n` as the clean-up leaves it at `head`: the
+/// index file (size, mtime, inode) and every directory of the lane
+/// (mtime, inode; the lane's own `.git` file is not a directory). `None`
+/// when something cannot be read or a path cannot be written on one line.
+fn observe_slot(common_dir: &Path, n: usize, head: &str) -> Option<String> {
+    use std::fmt::Write as _;
+    use std::os::unix::fs::MetadataExt;
+    let index = common_dir
+        .join("worktrees")
+        .join(slot_name(n))
+        .join("index");
+    let meta = fs::symlink_metadata(&index).ok()?;
+    let mut out = format!(
+        "{STAMP_MAGIC}\nhead {head}\nindex {} {} {} {}\n",
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ino()
+    );
+    let root = slot_path(common_dir, n);
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(rel) = dirs.pop() {
+        let full = root.join(&rel);
+        let (s, ns, ino) = stat_key(&full)?;
+        let name = rel.to_str()?;
+        if name.contains('\n') {
+            return None;
+        }
+        let _ = writeln!(
+            out,
+            "d {s} {ns} {ino} {}",
+            if name.is_empty() { "." } else { name }
+        );
+        for entry in fs::read_dir(&full).ok()? {
+            let entry = entry.ok()?;
+            if entry.file_type().ok()?.is_dir() {
+                dirs.push(rel.join(entry.file_name()));
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Whether the stamp `text` of slot `n` still holds: the slot's `HEAD` is
+/// the one verified and nothing the tamper check covers changed.
+fn stamp_holds(common_dir: &Path, n: usize, text: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let mut lines = text.lines();
+    if lines.next() != Some(STAMP_MAGIC) {
+        return false;
+    }
+    let head = lines.next().and_then(|l| l.strip_prefix("head "));
+    if head.is_none() || slot_head(common_dir, n).as_deref() != head {
+        return false;
+    }
+    let index = common_dir
+        .join("worktrees")
+        .join(slot_name(n))
+        .join("index");
+    let Ok(meta) = fs::symlink_metadata(&index) else {
+        return false;
+    };
+    let want = format!(
+        "index {} {} {} {}",
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ino()
+    );
+    if lines.next() != Some(want.as_str()) {
+        return false;
+    }
+    let root = slot_path(common_dir, n);
+    let mut dirs = 0usize;
+    for line in lines {
+        let mut parts = line.splitn(5, ' ');
+        let (Some("d"), Some(s), Some(ns), Some(ino), Some(rel)) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return false;
+        };
+        let full = if rel == "." {
+            root.clone()
+        } else {
+            root.join(rel)
+        };
+        let Some((ms, mns, mino)) = stat_key(&full) else {
+            return false;
+        };
+        if s.parse() != Ok(ms) || ns.parse() != Ok(mns) || ino.parse() != Ok(mino) {
+            return false;
+        }
+        dirs += 1;
+    }
+    dirs > 0
+}
+
+/// Reads and removes slot `n`'s stamp (its lease held).
+fn take_stamp(common_dir: &Path, n: usize) -> Option<String> {
+    let path = stamp_path(common_dir, n);
+    let text = fs::read_to_string(&path).ok();
+    if text.is_some() {
+        let _ = fs::remove_file(&path);
+    }
+    text
+}
+
+/// Whether some slot is free of a stamp, so [`clean_free`] has work.
+pub fn needs_cleaning(common_dir: &Path) -> bool {
+    slots(common_dir)
+        .into_iter()
+        .any(|n| !stamp_path(common_dir, n).is_file())
+}
+
+/// What [`clean_free`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Cleaned {
+    /// Slots cleaned, verified and stamped.
+    pub stamped: Vec<usize>,
+    /// Slots left without a stamp, and why.
+    pub refused: Vec<(usize, String)>,
+}
+
+/// The background clean-up: every free, whole slot without a stamp that
+/// holds is cleaned by the full walk, verified by a second walk and
+/// stamped (see the module docs). Slots in use (by a run, or by another
+/// clean-up) are left alone.
+pub fn clean_free(common_dir: &Path) -> Result<Cleaned, GitError> {
+    let mut done = Cleaned::default();
+    for n in slots(common_dir) {
+        let Some(marker) = open_lock_file(&cleaning_path(common_dir, n)) else {
+            continue;
+        };
+        // The marker first: a `take` that sees it waits for this slot.
+        if !try_flock(&marker, libc::LOCK_EX) {
+            continue;
+        }
+        let Some(lease) = try_lease(common_dir, n)? else {
+            continue;
+        };
+        if !is_whole(common_dir, n) {
+            continue;
+        }
+        if let Ok(text) = fs::read_to_string(stamp_path(common_dir, n)) {
+            if stamp_holds(common_dir, n, &text) {
+                continue;
+            }
+            let _ = fs::remove_file(stamp_path(common_dir, n));
+        }
+        if branch_sha(common_dir, &add_branch(n))?.is_some() {
+            detach_worktree(&lease.path)?;
+        }
+        drop_add_branch(common_dir, n)?;
+        match clean_worktree(&lease.path, |head| observe_slot(common_dir, n, head))? {
+            Ok(stamp) => {
+                let path = stamp_path(common_dir, n);
+                let tmp = path.with_extension("clean.tmp");
+                fs::write(&tmp, stamp).map_err(io_err("write the lane's clean stamp", &tmp))?;
+                fs::rename(&tmp, &path).map_err(io_err("write the lane's clean stamp", &path))?;
+                done.stamped.push(n);
+            }
+            Err(why) => done.refused.push((n, why)),
+        }
+        drop(lease);
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::testutil::TestRepo;
+
+    #[test]
+    fn a_cleaned_slot_is_stamped_and_a_take_waits_for_the_slot_the_clean_up_holds() {
+        let repo = TestRepo::new();
+        let common = repo.git_dir();
+        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        let (lease, readied, _) = take(&common, &head).unwrap();
+        assert_eq!((lease.slot, readied), (1, Readied::Created));
+        fs::write(lease.path.join("left.txt"), "by the last run\n").unwrap();
+        drop(lease);
+        assert!(needs_cleaning(&common));
+        let done = clean_free(&common).unwrap();
+        assert_eq!(done.stamped, [1], "{done:?}");
+        assert!(!slot_path(&common, 1).join("left.txt").exists());
+        assert!(!needs_cleaning(&common));
+
+        // The clean-up has slot 1 in hand (marker, then lease) for a while:
+        // the take waits for it rather than making slot 2.
+        let marker = open_lock_file(&cleaning_path(&common, 1)).unwrap();
+        assert!(try_flock(&marker, libc::LOCK_EX));
+        let held = try_lease(&common, 1).unwrap().unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(held);
+            drop(marker);
+        });
+        let (lease, readied, note) = take(&common, &head).unwrap();
+        release.join().unwrap();
+        assert_eq!((lease.slot, readied), (1, Readied::Warm), "{note}");
+        assert!(
+            !stamp_path(&common, 1).exists(),
+            "the take consumed the stamp"
+        );
+        assert_eq!(slots(&common), [1]);
+    }
 }

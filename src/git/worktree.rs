@@ -304,6 +304,121 @@ pub enum Moved {
 /// could run a filter (attributes or converting configuration, in the old
 /// or the new tree): a fresh, filtered checkout is the safe path there.
 pub fn move_worktree(worktree: &Path, sha: &str) -> Result<Moved, GitError> {
+    move_worktree_with(worktree, sha, false)
+}
+
+/// [`move_worktree`] of a worktree known to be exactly its `HEAD`'s tree
+/// (the pool's clean-up verified it with a full walk and nothing touched it
+/// since, see `pool::Stamp`): no walk at all, only the tree-to-tree
+/// difference is checked out and checked path by path.
+pub(super) fn move_clean_worktree(worktree: &Path, sha: &str) -> Result<Moved, GitError> {
+    move_worktree_with(worktree, sha, true)
+}
+
+/// The status of everything in a lane that differs from its `HEAD`:
+/// modified tracked paths, and untracked or ignored entries (directories as
+/// one entry, not recursed into).
+fn lane_status(repo: &Repository, at: &std::path::Display<'_>) -> Result<LaneStatus, GitError> {
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(false)
+        .include_ignored(true)
+        .recurse_ignored_dirs(false)
+        .exclude_submodules(true);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(git_err(format!("read the status of {at}")))?;
+    let mut found = LaneStatus::default();
+    for e in statuses.iter() {
+        let st = e.status();
+        if st == git2::Status::WT_NEW || st == git2::Status::IGNORED {
+            found.stray.push(bytes_to_path(e.path_bytes()));
+        } else {
+            found.modified.push(e.path_bytes().to_vec());
+        }
+    }
+    Ok(found)
+}
+
+#[derive(Default)]
+struct LaneStatus {
+    modified: Vec<Vec<u8>>,
+    stray: Vec<PathBuf>,
+}
+
+/// Cleans orch's linked worktree at `worktree` (a pooled lane a run handed
+/// back) in place, at its own `HEAD`: one status walk finds what its last
+/// user left (untracked and ignored entries are removed, modified tracked
+/// paths checked out again), then a second walk must find nothing. Returns
+/// what `observe` saw of the lane clean at `HEAD` (it is given the `HEAD`
+/// SHA), or why it is not clean (then nothing vouches for it and its next
+/// taker walks it again). Lanes with attribute files or converting
+/// filters are never vouched for (their taker makes them afresh).
+/// `observe` runs between the clean-up and the check walk (what it sees
+/// then is what the check vouches for).
+pub(super) fn clean_worktree<T>(
+    worktree: &Path,
+    observe: impl FnOnce(&str) -> Option<T>,
+) -> Result<Result<T, String>, GitError> {
+    let repo = open_linked_worktree(worktree)?;
+    let at = worktree.display();
+    let head = match repo.head().and_then(|h| h.peel_to_commit()) {
+        Ok(c) => c,
+        Err(e) => {
+            return Ok(Err(format!(
+                "its HEAD is unreadable: {}",
+                super::describe(&e)
+            )));
+        }
+    };
+    if filters_configured(&repo)? {
+        return Ok(Err(
+            "attribute files or converting filters are configured".to_owned()
+        ));
+    }
+    let attributes = |p: &[u8]| p == b".gitattributes" || p.ends_with(b"/.gitattributes");
+    let index = repo
+        .index()
+        .map_err(git_err(format!("read the index of {at}")))?;
+    if index.iter().any(|e| attributes(&e.path)) {
+        return Ok(Err("its tree has a .gitattributes".to_owned()));
+    }
+    drop(index);
+    let workdir = workdir_of(&repo, worktree)?;
+    let found = lane_status(&repo, &at)?;
+    for rel in &found.stray {
+        remove_untracked(&workdir, rel)?;
+    }
+    if !found.modified.is_empty() {
+        let mut checkout = CheckoutBuilder::new();
+        checkout
+            .force()
+            .disable_filters(true)
+            .disable_pathspec_match(true);
+        for p in &found.modified {
+            checkout.path(bytes_to_path(p));
+        }
+        repo.checkout_tree(head.as_object(), Some(&mut checkout))
+            .map_err(git_err(format!("check out {} again in {at}", head.id())))?;
+    }
+    crate::killpoint::reached("pool-clean-walked");
+    let Some(seen) = observe(&head.id().to_string()) else {
+        return Ok(Err("its directories could not be listed".to_owned()));
+    };
+    let left = lane_status(&repo, &at)?;
+    if let Some(p) = left.modified.first() {
+        return Ok(Err(format!(
+            "{} still differs from HEAD",
+            String::from_utf8_lossy(p)
+        )));
+    }
+    if let Some(p) = left.stray.first() {
+        return Ok(Err(format!("{} is still there", p.display())));
+    }
+    Ok(Ok(seen))
+}
+
+fn move_worktree_with(worktree: &Path, sha: &str, known_clean: bool) -> Result<Moved, GitError> {
     let repo = open_linked_worktree(worktree)?;
     let at = worktree.display();
     let new = find_commit(&repo, sha)?;
@@ -321,39 +436,27 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<Moved, GitError> {
             )));
         }
     };
-    let index = repo
-        .index()
-        .map_err(git_err(format!("read the index of {at}")))?;
     let attributes = |p: &[u8]| p == b".gitattributes" || p.ends_with(b"/.gitattributes");
-    if index.iter().any(|e| attributes(&e.path)) {
-        return Ok(Moved::Refused("its tree has a .gitattributes".to_owned()));
-    }
     let workdir = workdir_of(&repo, worktree)?;
-
-    // 1. One walk of the whole worktree against its HEAD.
-    let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(false)
-        .include_ignored(true)
-        .recurse_ignored_dirs(false)
-        .exclude_submodules(true);
-    let statuses = repo
-        .statuses(Some(&mut opts))
-        .map_err(git_err(format!("read the status of {at}")))?;
-    let mut paths: Vec<Vec<u8>> = Vec::new();
-    let mut stray = Vec::new();
-    for e in statuses.iter() {
-        let st = e.status();
-        if st == git2::Status::WT_NEW || st == git2::Status::IGNORED {
-            stray.push(bytes_to_path(e.path_bytes()));
-        } else {
-            paths.push(e.path_bytes().to_vec());
+    // 1. One walk of the whole worktree against its HEAD, unless the pool's
+    // clean-up vouches that it is exactly HEAD's tree (it checked for
+    // attribute files in that tree too).
+    let (mut paths, stray) = if known_clean {
+        (Vec::new(), Vec::new())
+    } else {
+        let index = repo
+            .index()
+            .map_err(git_err(format!("read the index of {at}")))?;
+        if index.iter().any(|e| attributes(&e.path)) {
+            return Ok(Moved::Refused("its tree has a .gitattributes".to_owned()));
         }
-    }
-    drop(statuses);
-    for rel in &stray {
-        remove_untracked(&workdir, rel)?;
-    }
+        drop(index);
+        let found = lane_status(&repo, &at)?;
+        for rel in &found.stray {
+            remove_untracked(&workdir, rel)?;
+        }
+        (found.modified, found.stray)
+    };
 
     // 2. The difference between the trees (proportional to the change).
     let (old_tree, new_tree) = match (old.tree(), new.tree()) {

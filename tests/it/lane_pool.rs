@@ -36,8 +36,48 @@ fn run(repo: &TestRepo, pipeline: &Path, server: &FakeServer, extra: &[&str]) ->
         .json()
         .args(extra)
         .command();
-    output_logged(cmd.env_remove("ORCH_LANE_POOL"))
+    let out = output_logged(
+        cmd.env_remove("ORCH_LANE_POOL")
+            .env("ORCH_LOG", "orch=debug"),
+    );
+    wait_for_cleaner(repo);
+    out
 }
+
+/// Waits (bounded) until no background clean-up of `repo`'s pool runs: it
+/// holds `.git/orch/pool/cleaner.held` (shared) from before it starts until
+/// it exits. What the tests check after a run is then what it left.
+fn wait_for_cleaner(repo: &TestRepo) {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(repo.path.join(".git/orch/pool/cleaner.held")) else {
+        return;
+    };
+    for _ in 0..6000 {
+        // SAFETY: flock on a descriptor `file` owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the background clean-up did not end within a minute");
+}
+
+/// `orch gc --empty-trash` (what a run starts in the background after its
+/// summary) run in the foreground, with `env`.
+fn clean_up(repo: &TestRepo, env: &[(&str, &str)]) -> Output {
+    let mut cmd = orch();
+    cmd.arg("gc")
+        .arg("--repo")
+        .arg(&repo.path)
+        .arg("--empty-trash")
+        .env("ORCH_LOG", "orch=debug");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    output_logged(&mut cmd)
+}
+
+const NO_WALK: &str = "pooled lane stamped clean: moved without a walk";
 
 fn stage_start(repo: &TestRepo, out: &Output, stage: &str) -> Value {
     let run_id = stdout_json(out)["run_id"].as_str().unwrap().to_owned();
@@ -80,8 +120,54 @@ fn assert_no_lanes(repo: &TestRepo, what: &str) {
     assert!(pooled(repo).is_empty(), "{what}: {:?}", pooled(repo));
 }
 
+/// How the pooled lane of [`reuse_case`] reaches the next run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// No stamp (no clean-up ran): the next run walks the lane.
+    Walked,
+    /// The clean-up cleaned and stamped it: moved without a walk.
+    Stamped,
+    /// Stamped, then a file was added deep inside: the stamp does not hold.
+    Tampered,
+    /// The clean-up was killed after its walk: no stamp, the next run walks.
+    CleanerKilled,
+}
+
 #[test]
 fn a_pooled_lane_reused_by_the_next_run_holds_exactly_the_new_base() {
+    reuse_case(Way::Walked);
+}
+
+#[test]
+fn a_lane_the_clean_up_stamped_is_reused_without_a_walk_and_holds_exactly_the_new_base() {
+    reuse_case(Way::Stamped);
+}
+
+#[test]
+fn a_stamped_lane_with_a_file_added_after_the_stamp_is_walked_again() {
+    reuse_case(Way::Tampered);
+}
+
+#[test]
+fn a_clean_up_killed_midway_leaves_a_lane_the_next_run_cleans_itself() {
+    reuse_case(Way::CleanerKilled);
+}
+
+/// Whatever a crashed user could leave in a lane: ignored build output, an
+/// untracked file, an ignored one in a new directory, edits of tracked
+/// files.
+fn plant_leftovers(lane: &Path) {
+    std::fs::create_dir_all(lane.join("target/deep")).unwrap();
+    std::fs::write(lane.join("target/deep/out.o"), "obj\n").unwrap();
+    std::fs::write(lane.join("debug.log"), "log\n").unwrap();
+    std::fs::write(lane.join("a.txt"), "run1\n").unwrap();
+    std::fs::write(lane.join("stray.txt"), "untracked\n").unwrap();
+    std::fs::create_dir_all(lane.join("cache/x")).unwrap();
+    std::fs::write(lane.join("cache/x/y.log"), "ignored\n").unwrap();
+    std::fs::write(lane.join("keep/b.txt"), "edited in the lane\n").unwrap();
+}
+
+fn reuse_case(way: Way) {
     let repo = TestRepo::with_commit(
         &[
             (".gitignore", "target/\n*.log\n"),
@@ -115,20 +201,55 @@ fn a_pooled_lane_reused_by_the_next_run_holds_exactly_the_new_base() {
     let lanes = pooled(&repo);
     assert_eq!(lanes.len(), 1, "run 1's lane went to the pool: {lanes:?}");
     let lane = &lanes[0];
+    let stamp = repo.path.join(".git/orch/pool/lane-1.clean");
+    // The background clean-up (waited for by `run`) removed run 1's
+    // ignored output and stamped the lane.
+    assert!(stamp.is_file(), "the clean-up stamped the lane");
     assert!(
-        lane.join("target/deep/out.o").is_file(),
-        "the ignored file is there"
+        !lane.join("target/deep/out.o").exists(),
+        "the clean-up removed the ignored file"
     );
     assert!(
         repo.git(&["worktree", "list"]).contains("orch/pool/lane-1"),
         "git lists the pooled lane"
     );
-    // Whatever else a crashed user could leave: an untracked file, an
-    // ignored one in a new directory, an edit of a tracked file.
-    std::fs::write(lane.join("stray.txt"), "untracked\n").unwrap();
-    std::fs::create_dir_all(lane.join("cache/x")).unwrap();
-    std::fs::write(lane.join("cache/x/y.log"), "ignored\n").unwrap();
-    std::fs::write(lane.join("keep/b.txt"), "edited in the lane\n").unwrap();
+    // From here, as if no clean-up had run: leftovers and no stamp.
+    std::fs::remove_file(&stamp).unwrap();
+    plant_leftovers(lane);
+    match way {
+        Way::Walked => {}
+        Way::Stamped | Way::Tampered => {
+            let out = clean_up(&repo, &[]);
+            assert_exit(&out, 0);
+            assert!(stamp.is_file(), "stamped again");
+            // Without optional locks: a plain `git status` refreshes the
+            // index, which the stamp's tamper check would see.
+            let status = repo
+                .git_command()
+                .env("GIT_OPTIONAL_LOCKS", "0")
+                .args(["-C", lane.to_str().unwrap(), "status", "--porcelain"])
+                .args(["--ignored", "--untracked-files=all"])
+                .output()
+                .unwrap();
+            assert!(status.status.success(), "{status:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&status.stdout),
+                "",
+                "the clean-up left the lane clean"
+            );
+            if way == Way::Tampered {
+                // Deep inside: only the directory's own mtime changes.
+                std::fs::write(lane.join("keep/sneaked.txt"), "after the stamp\n").unwrap();
+            }
+        }
+        Way::CleanerKilled => {
+            let out = clean_up(&repo, &[("ORCH_TEST_KILL_AT", "pool-clean-walked")]);
+            assert!(crate::faults::killed(&out), "{:?}", out.status);
+            assert!(!stamp.exists(), "a killed clean-up stamps nothing");
+            // Killed earlier, it would have left these.
+            plant_leftovers(lane);
+        }
+    }
 
     // The new base: deletions, a mode change, a symlink retargeted, edits,
     // a file where a directory was.
@@ -175,6 +296,15 @@ fn a_pooled_lane_reused_by_the_next_run_holds_exactly_the_new_base() {
     let start = stage_start(&repo, &out, "work");
     assert_eq!(start["lane"], "orch-pool-1", "{start}");
     assert_eq!(start["lane_checkout"], "warm", "the pooled lane was reused");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        log.contains(NO_WALK),
+        way == Way::Stamped,
+        "{way:?}: moved without a walk only when stamped:\n{log}"
+    );
+    if way == Way::Tampered {
+        assert!(log.contains("stamp does not hold"), "{log}");
+    }
     let seen = tool_results(server.requests_for("work").last().unwrap()).join("\n");
     assert!(
         seen.contains(&expected),
@@ -187,6 +317,7 @@ fn a_pooled_lane_reused_by_the_next_run_holds_exactly_the_new_base() {
         "y.log",
         "edited in the lane",
         "run1",
+        "sneaked",
     ] {
         assert!(!seen.contains(leak), "{leak} leaked into run 2:\n{seen}");
     }
@@ -340,6 +471,7 @@ fn no_lane_pool_and_pool_zero_leave_no_pool() {
 /// lane (no run's own lanes, nothing `git worktree prune` would drop), no
 /// `orch-lanes/*` ref, no `.lock` file in `.git`, `git fsck` clean.
 fn assert_pool_healthy(repo: &TestRepo, what: &str) {
+    wait_for_cleaner(repo);
     for entry in std::fs::read_dir(repo.path.join(".git/worktrees"))
         .into_iter()
         .flatten()
