@@ -321,7 +321,11 @@ fn unsafe_name(name: &[u8], link: bool) -> Option<&'static str> {
         || name.ends_with(b" ")
         || lower == b".git"
         || lower.starts_with(b"git~")
-        || (!name.is_ascii() && lower.windows(3).any(|w| w == b"git"))
+        || (!name.is_ascii() && {
+            // HFS ignores some code points: `.g\u{200c}it` is `.git` there.
+            let ascii: Vec<u8> = lower.iter().copied().filter(u8::is_ascii).collect();
+            ascii.windows(3).any(|w| w == b"git")
+        })
         || (link && (lower.starts_with(b".git") || lower == b".mailmap" || name.contains(&b'~')));
     odd.then_some("the tree has a name git protects against")
 }
