@@ -90,6 +90,8 @@ pub(crate) fn checkout_plain(wt: &Repository, tree: Oid) -> Result<Plain, GitErr
             entries: 0,
             path: Vec::new(),
             last: Vec::new(),
+            cache: Vec::new(),
+            cache_ok: true,
         };
         walk.out
             .write_all(&[0; 12])
@@ -97,12 +99,14 @@ pub(crate) fn checkout_plain(wt: &Repository, tree: Oid) -> Result<Plain, GitErr
         let tree = wt
             .find_tree(tree)
             .map_err(git_err(format!("read tree {tree}")))?;
-        match walk.tree(root.as_raw_fd(), &tree) {
+        match walk.subtree(root.as_raw_fd(), Vec::new(), &tree) {
             Ok(()) => {}
             Err(Stop::Fallback(why)) => return Ok(Plain::Fallback(why)),
             Err(Stop::Err(e)) => return Err(e),
         }
         let entries = walk.entries;
+        walk.write_cache_tree()
+            .map_err(io_err("write the index", &lock_path))?;
         walk.out
             .flush()
             .map_err(io_err("write the index", &lock_path))?;
@@ -185,11 +189,67 @@ struct Walk<'r, 'f> {
     path: Vec<u8>,
     /// The previous index entry's path, to prove the order.
     last: Vec<u8>,
+    /// The cache-tree (`TREE` extension) in pre-order: every tree's id and
+    /// how many entries and subtrees it covers. One record per directory.
+    /// Without it the first commit in the lane re-hashes every tree (0.45 s
+    /// for `git write-tree` at 100,000 files).
+    cache: Vec<CacheNode>,
+    /// False once an empty subtree was met: git builds no tree for it, so
+    /// the ids above it would not be what git computes from the index.
+    cache_ok: bool,
+}
+
+/// One tree of the `TREE` extension.
+struct CacheNode {
+    name: Vec<u8>,
+    id: Oid,
+    entries: u32,
+    subtrees: u32,
 }
 
 impl Walk<'_, '_> {
-    /// Checks out tree `id` into the directory `dir`.
-    fn tree(&mut self, dir: RawFd, tree: &git2::Tree<'_>) -> Result<(), Stop> {
+    /// Checks out `tree`, named `name` in its parent, into the directory
+    /// `dir`, and records it for the cache-tree.
+    fn subtree(&mut self, dir: RawFd, name: Vec<u8>, tree: &git2::Tree<'_>) -> Result<(), Stop> {
+        let node = self.cache.len();
+        self.cache.push(CacheNode {
+            name,
+            id: tree.id(),
+            entries: 0,
+            subtrees: 0,
+        });
+        let before = self.entries;
+        let subtrees = self.tree(dir, tree)?;
+        let n = &mut self.cache[node];
+        n.entries = self.entries - before;
+        n.subtrees = subtrees;
+        Ok(())
+    }
+
+    /// Appends the `TREE` extension (when [`Walk::cache_ok`]): per tree in
+    /// pre-order its name, NUL, entry count, space, subtree count, newline
+    /// and id.
+    fn write_cache_tree(&mut self) -> std::io::Result<()> {
+        if !self.cache_ok {
+            return Ok(());
+        }
+        let mut data = Vec::new();
+        for n in &self.cache {
+            data.extend_from_slice(&n.name);
+            data.push(0);
+            data.extend_from_slice(format!("{} {}\n", n.entries, n.subtrees).as_bytes());
+            data.extend_from_slice(n.id.as_bytes());
+        }
+        let len = u32::try_from(data.len()).map_err(|_| std::io::ErrorKind::InvalidData)?;
+        self.out.write_all(b"TREE")?;
+        self.out.write_all(&len.to_be_bytes())?;
+        self.out.write_all(&data)
+    }
+
+    /// Checks out the entries of `tree` into the directory `dir`; how many
+    /// subtrees it has (that hold something).
+    fn tree(&mut self, dir: RawFd, tree: &git2::Tree<'_>) -> Result<u32, Stop> {
+        let mut subtrees = 0;
         for entry in tree.iter() {
             let name = entry.name_bytes();
             let mode = entry.filemode();
@@ -215,11 +275,14 @@ impl Walk<'_, '_> {
                         .map_err(git_err(format!("read tree {id}")))?;
                     // git checks out nothing for an empty tree (it has no
                     // index entry), so neither does this.
-                    if !sub.is_empty() {
+                    if sub.is_empty() {
+                        self.cache_ok = false;
+                    } else {
                         mkdir(dir, &c_name).map_err(io_err("create the directory", &at(self)))?;
                         let fd = open_dir(dir, &c_name)
                             .map_err(io_err("open the directory", &at(self)))?;
-                        self.tree(fd.as_raw_fd(), &sub)?;
+                        self.subtree(fd.as_raw_fd(), name.to_vec(), &sub)?;
+                        subtrees += 1;
                     }
                 }
                 Some(ObjectType::Blob) if link => {
@@ -248,7 +311,7 @@ impl Walk<'_, '_> {
             }
             self.path.truncate(len);
         }
-        Ok(())
+        Ok(subtrees)
     }
 
     /// Blob `id` straight from the object database (libgit2 caches no

@@ -225,11 +225,31 @@ fn a_direct_checkout_writes_what_git_does_with_a_valid_index() {
     for rel in ["a.txt", "bin/run.sh", "bin", "sub/module", "café"] {
         assert_eq!(mode(&lane, rel), mode(&by_git, rel), "{rel}: mode");
     }
-    // Edits show up (the stat cache is not trusted blindly).
-    std::fs::write(lane.join("a.txt"), "changed\n").unwrap();
+    // Edits show up (the stat cache is not trusted blindly), and the
+    // cache-tree the checkout wrote gives the trees git computes.
+    let tree = repo.git(&["rev-parse", "HEAD^{tree}"]);
+    assert_eq!(in_lane(&repo, &lane, &["write-tree"]), tree);
+    for root in [&lane, &by_git] {
+        std::fs::write(root.join("d0/d1/d2/x"), "new\n").unwrap();
+        std::fs::write(root.join("a.txt"), "changed\n").unwrap();
+    }
     assert_eq!(
         in_lane(&repo, &lane, &["status", "--porcelain"]),
-        " M a.txt\n"
+        " M a.txt\n?? d0/d1/d2/x\n"
+    );
+    in_lane(&repo, &lane, &["add", "-A"]);
+    in_lane(&repo, &by_git, &["add", "-A"]);
+    assert_eq!(
+        in_lane(&repo, &lane, &["write-tree"]),
+        in_lane(&repo, &by_git, &["write-tree"])
+    );
+    // libgit2 (orch's commits) reads the same cache-tree.
+    let wt = git2::Repository::open(&lane).unwrap();
+    let mut index = wt.index().unwrap();
+    index.read(true).unwrap();
+    assert_eq!(
+        index.write_tree().unwrap().to_string() + "\n",
+        in_lane(&repo, &lane, &["write-tree"])
     );
 }
 
@@ -270,6 +290,11 @@ fn a_path_of_4095_bytes_gets_the_saturated_name_length_in_the_index() {
     orch::git::create_worktree(&repo.path.join(".git"), "lane", &lane, "orch/r/l", &head).unwrap();
     let reflog = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/orch/r/l"]);
     assert!(reflog.contains(DIRECT), "the direct checkout ran: {reflog}");
+    // The index carries a cache-tree, so the first commit does not re-hash
+    // every tree.
+    let admin = repo.path.join(".git/worktrees/lane/index");
+    let bytes = std::fs::read(admin).unwrap();
+    assert!(bytes.windows(4).any(|w| w == b"TREE"), "a TREE extension");
     let files = in_lane(&repo, &lane, &["ls-files", "-s", "-z"]);
     assert!(files.contains(&long), "the long path is in the index");
     assert_eq!(
