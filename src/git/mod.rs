@@ -15,6 +15,7 @@
 //! - Work is proportional to what changed as far as libgit2 allows: staging
 //!   walks the worktree once, trusting the index's stat cache for unchanged files.
 
+mod checkout;
 mod commit;
 mod diff;
 pub mod gc;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use git2::build::CheckoutBuilder;
 use git2::{BranchType, ErrorCode, Repository, ResetType, WorktreeAddOptions};
 
+use super::checkout::{self, Plain};
 use super::{
     GitError, branch_ref, find_commit, git_err, io_err, open_at, open_linked_worktree, status_walk,
 };
@@ -40,7 +41,11 @@ pub fn create_worktree(
     }
     let repo = open_at(common_dir)?;
     let base = find_commit(&repo, base_sha)?;
-    let filters = needs_checkout_filters(&repo, &base)?;
+    // Without converting configuration, the tree is written by orch's own
+    // checkout ([`checkout::checkout_plain`]); it gives the tree to
+    // libgit2's (and its `.gitattributes` walk) when it meets anything
+    // unusual, so the walk for attributes runs only then.
+    let plain = !filters_configured(&repo)? && checkout::config_allows_plain(&repo)?;
     let admin = repo.commondir().join("worktrees").join(name);
 
     let mut created_branch = false;
@@ -98,11 +103,25 @@ pub fn create_worktree(
                     path.display()
                 )))?;
         }
-        let wt = checkout_files(&path, &base, filters)?;
-        let message = if filters {
-            "orch: lane at its base (filtered checkout)"
+        let (wt, filters, direct) = if plain {
+            let wt = open_at(&path)?;
+            match checkout::checkout_plain(&wt, base.tree_id())? {
+                Plain::Done => (wt, false, true),
+                Plain::Fallback(why) => {
+                    tracing::debug!(%why, "lane checkout falls back to libgit2's");
+                    drop(wt);
+                    let filters = needs_checkout_filters(&repo, &base)?;
+                    (checkout_files(&path, &base, filters)?, filters, false)
+                }
+            }
         } else {
-            "orch: lane at its base (unfiltered checkout)"
+            let filters = needs_checkout_filters(&repo, &base)?;
+            (checkout_files(&path, &base, filters)?, filters, false)
+        };
+        let message = match (filters, direct) {
+            (true, _) => "orch: lane at its base (filtered checkout)",
+            (false, true) => "orch: lane at its base (unfiltered checkout), written directly",
+            (false, false) => "orch: lane at its base (unfiltered checkout)",
         };
         {
             let _admin = admin_lock(common_dir, true)?;
