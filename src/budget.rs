@@ -439,6 +439,12 @@ impl RunLedger {
         self.cost_usd += used.cost_usd.unwrap_or(0.0);
         self.stages += 1;
     }
+
+    /// Tokens orch itself spent for the run outside any stage's agent (the
+    /// memory distiller's call): they count against the run's budget.
+    pub(crate) fn charge_tokens(&mut self, tokens: u64) {
+        self.tokens += tokens;
+    }
 }
 
 /// What a stage used.

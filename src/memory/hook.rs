@@ -125,14 +125,15 @@ pub(crate) struct StageEnd<'a> {
 }
 
 /// Counts the uses of the injected lessons (and the failed ones), then
-/// distills once if the stage had a key event; logs both.
+/// distills once if the stage had a key event; logs both. Returns the
+/// tokens the distill call used (0 when none was made).
 pub(crate) async fn after_stage(
     end: StageEnd<'_>,
     model: &dyn ChatModel,
     log: &mut ActionLog,
-) -> Result<(), RecordError> {
+) -> Result<u64, RecordError> {
     if end.mode == MemoryMode::Off {
-        return Ok(());
+        return Ok(0);
     }
     if !end.used.is_empty() {
         let (common, used, failed) = (end.common.clone(), end.used.to_vec(), end.failed);
@@ -173,7 +174,7 @@ pub(crate) async fn after_stage(
             "distill",
             json!({"skipped": true, "reason": "no key event"}),
         )?;
-        return Ok(());
+        return Ok(0);
     };
     let status = if end.mode == MemoryMode::AutoAccept {
         Status::Accepted
@@ -196,11 +197,17 @@ pub(crate) async fn after_stage(
     )
     .await;
     match done {
-        Ok(d) => log.append(
-            "distill",
-            json!({"key_event": event.kind, "what": event.what, "lessons": d.ids, "status": status.as_str(), "memory_commit": d.commit, "usage": d.usage}),
-        ),
-        Err(e) => log.append("distill", json!({"key_event": event.kind, "error": e})),
+        Ok(d) => {
+            log.append(
+                "distill",
+                json!({"key_event": event.kind, "what": event.what, "lessons": d.ids, "status": status.as_str(), "memory_commit": d.commit, "usage": d.usage}),
+            )?;
+            Ok(d.usage.prompt_tokens + d.usage.completion_tokens)
+        }
+        Err(e) => {
+            log.append("distill", json!({"key_event": event.kind, "error": e}))?;
+            Ok(0)
+        }
     }
 }
 

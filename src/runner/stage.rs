@@ -291,8 +291,9 @@ pub(super) async fn run_stage(
     })
     .await?;
     let stat = super::flow::write_stage_patch(ctx, &id, start, &commit).await?;
-    // Before `stage_end`, so the stage's log ends with its end.
-    crate::memory::hook::after_stage(
+    // Before `stage_end`, so the stage's log ends with its end. The
+    // distiller's tokens count against the run's budget.
+    let distill_tokens = crate::memory::hook::after_stage(
         crate::memory::hook::StageEnd {
             mode: ctx.session.memory,
             common: ctx.common.clone(),
@@ -318,6 +319,10 @@ pub(super) async fn run_stage(
         &mut log,
     )
     .await?;
+    ctx.ledger
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .charge_tokens(distill_tokens);
     log.append(
         "stage_end",
         json!({

@@ -595,3 +595,46 @@ fn checked_in_lessons_are_injected_and_read_only_and_edit_goes_through_the_edito
     assert!(log.contains(&format!("memory: edit {id}")), "{log}");
     assert!(log.contains(&format!("memory: add {id}")), "{log}");
 }
+
+#[test]
+fn the_distill_calls_tokens_count_against_the_runs_budget() {
+    // code: 4 turns × 60 tokens; its distill call: 1000 tokens. With a run
+    // budget of 1000 the next stage starts with nothing left only if the
+    // distiller's tokens were charged.
+    let repo = buggy_repo();
+    let code: Vec<Reply> = fails_twice_then_fixes()
+        .into_iter()
+        .map(|r| r.with_usage(50, 10))
+        .collect();
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", code)
+            .agent("code/distill", vec![distill_reply().with_usage(900, 100)])
+            .agent(
+                "after",
+                vec![Reply::finish("a1", "Nothing to add.", None).with_usage(50, 10)],
+            ),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let yaml = format!(
+        "stages:\n  code:\n    role: coder\n    verify: \"{CHECK}\"\n    verify_rounds: 2\n  after:\n    role: coder\n    needs: [code]\n"
+    );
+    let pipeline = write_pipeline(scratch.path(), "mem", &yaml);
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .args(&["--max-tokens", "1000"])
+        .output();
+    assert_eq!(distill_calls(&server), 1);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        server.requests_for("after").is_empty(),
+        "the next stage ran on a budget the distiller had used up"
+    );
+}
