@@ -624,7 +624,7 @@ fn the_distill_calls_tokens_count_against_the_runs_budget() {
     let out = OrchRun::new(&pipeline, &repo)
         .issue(&issue)
         .model(&server.base_url, "fake-model")
-        .args(&["--max-tokens", "1000"])
+        .args(["--max-tokens", "1000"])
         .output();
     assert_eq!(distill_calls(&server), 1);
     assert_eq!(
