@@ -408,14 +408,9 @@ fn clear_slot(common_dir: &Path, n: usize) -> Result<(), GitError> {
 /// list` forgets it; the files are deleted by [`empty_trash`].
 pub fn retire(common_dir: &Path, lease: Lease) -> Result<(), GitError> {
     let _ = fs::remove_file(stamp_path(common_dir, lease.slot));
-    let trash = trash_dir(common_dir);
-    fs::create_dir_all(&trash).map_err(io_err("create the directory", &trash))?;
     if fs::symlink_metadata(&lease.path).is_ok() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let to = trash.join(format!("{}-{}-{nanos}", lease.name, std::process::id()));
-        fs::rename(&lease.path, &to).map_err(io_err("move the lane into the trash", &to))?;
+        into_trash(common_dir, &lease.path, &lease.name)
+            .map_err(io_err("move the lane into the trash", &lease.path))?;
     }
     let admin = common_dir.join("worktrees").join(&lease.name);
     if fs::symlink_metadata(&admin).is_ok() {
@@ -430,16 +425,44 @@ pub fn retire(common_dir: &Path, lease: Lease) -> Result<(), GitError> {
 
 /// Moves a directory into the trash (for [`empty_trash`]); O(1).
 pub fn trash(common_dir: &Path, dir: &Path) -> Result<(), GitError> {
-    let trash = trash_dir(common_dir);
-    fs::create_dir_all(&trash).map_err(io_err("create the directory", &trash))?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
     let leaf = dir
         .file_name()
         .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
-    let to = trash.join(format!("{leaf}-{}-{nanos}", std::process::id()));
-    fs::rename(dir, &to).map_err(io_err("move a directory into the trash", dir))
+    into_trash(common_dir, dir, &leaf).map_err(io_err("move a directory into the trash", dir))
+}
+
+/// Renames `dir` to a unique `<leaf>-<pid>-<nanos>` in the trash. The trash
+/// directory is made when missing; [`empty_trash`] leaves it (an older
+/// orch removed it when done, so a rename that finds it gone while `dir`
+/// is still there makes it again and retries).
+fn into_trash(common_dir: &Path, dir: &Path, leaf: &str) -> std::io::Result<()> {
+    let trash = trash_dir(common_dir);
+    let mut tries = 0;
+    loop {
+        match fs::create_dir_all(&trash) {
+            // `create_dir_all` saw the directory, which was gone when it
+            // looked again: the same race.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 100 => {
+                tries += 1;
+                continue;
+            }
+            other => other?,
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let to = trash.join(format!("{leaf}-{}-{nanos}", std::process::id()));
+        match fs::rename(dir, &to) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && tries < 100
+                    && fs::symlink_metadata(dir).is_ok() =>
+            {
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Whether the trash holds anything.
@@ -460,7 +483,8 @@ pub fn empty_trash(common_dir: &Path) -> Result<Vec<PathBuf>, GitError> {
             Err(e) => return Err(io_err("remove the trashed lane", &path)(e)),
         }
     }
-    let _ = fs::remove_dir(&dir);
+    // The (empty) trash directory stays: removing it would race another
+    // process's rename into it.
     Ok(removed)
 }
 
@@ -733,6 +757,32 @@ pub fn clean_free(common_dir: &Path) -> Result<Cleaned, GitError> {
 mod tests {
     use super::*;
     use crate::git::testutil::TestRepo;
+
+    #[test]
+    fn trashing_while_another_process_empties_the_trash_never_fails() {
+        // `empty_trash` (another run's background clean-up) removes the
+        // trash directory when done; a rename racing it must still land.
+        let tmp = tempfile::tempdir().unwrap();
+        let common = tmp.path().join("git");
+        fs::create_dir_all(&common).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let emptier = {
+            let (common, stop) = (common.clone(), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = empty_trash(&common);
+                }
+            })
+        };
+        for i in 0..300 {
+            let dir = tmp.path().join(format!("lane-{i}"));
+            fs::create_dir_all(dir.join("sub")).unwrap();
+            trash(&common, &dir).unwrap_or_else(|e| panic!("round {i}: {e}"));
+            assert!(!dir.exists());
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        emptier.join().unwrap();
+    }
 
     #[test]
     fn a_cleaned_slot_is_stamped_and_a_take_waits_for_the_slot_the_clean_up_holds() {
