@@ -22,6 +22,7 @@ pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<St
     let repo = open_linked_worktree(worktree)?;
     let at = worktree.display();
     let parent = find_commit(&repo, parent_sha)?;
+    super::pending::apply_pending_in(&repo)?;
 
     let mut index = repo
         .index()
@@ -140,7 +141,7 @@ fn disk_at(full: &Path) -> Disk {
     }
 }
 
-fn rel_path(rel: &[u8]) -> &Path {
+pub(super) fn rel_path(rel: &[u8]) -> &Path {
     use std::os::unix::ffi::OsStrExt;
     Path::new(std::ffi::OsStr::from_bytes(rel))
 }
@@ -577,15 +578,11 @@ fn tree_with_edits_in(repo: &Repository, edits: &Edits) -> Result<Oid, GitError>
 /// Commits the lane at `worktree` from its watcher's [`Edits`] (found by
 /// [`resolve_marks`] after its processes ended) on top of `parent_sha`,
 /// which must be `edits.base`, like [`commit_all`] but touching only the
-/// changed paths. The lane's index is updated for those paths only, so it
-/// stays what `commit_all` would have left: the walks of a later fallback,
-/// the subagents' read-only guard, [`super::reset_worktree`] and the pool's
-/// next taker read it. That is most of the cost at scale: at 100,000 files
-/// (load ~12 on 2 cores) reading the 8.8 MB index took 150–165 ms and
-/// writing it 77–86 ms, everything else of a commit from marks under 2 ms.
-/// An index written lazily would take that off the stage end, but must be
-/// written before anything reads it (the next stage's tools in the lane,
-/// the pool's next taker); not done.
+/// changed paths. The lane's index is not written here: the changed paths
+/// go to its pending record ([`super::pending`]), which every reader of the
+/// index applies first. Reading and writing the whole index was most of the
+/// cost at scale (at 100,000 files, load ~12 on 2 cores, 150–165 ms to read
+/// the 8.8 MB index and 77–86 ms to write it, everything else under 2 ms).
 pub fn commit_edits(
     worktree: &Path,
     message: &str,
@@ -593,7 +590,6 @@ pub fn commit_edits(
     edits: &Edits,
 ) -> Result<String, GitError> {
     let repo = open_linked_worktree(worktree)?;
-    let at = worktree.display();
     let parent = find_commit(&repo, parent_sha)?;
     if parent.id().to_string() != edits.base {
         let wanted = find_commit(&repo, &edits.base)?;
@@ -609,27 +605,10 @@ pub fn commit_edits(
         }
     }
     let tree_id = tree_with_edits_in(&repo, edits)?;
-    if !edits.files.is_empty() {
-        update_index(&repo, worktree, edits)
-            .map_err(git_err(format!("update the index of {at}")))?;
-    }
+    // Before the commit: a crash after it always leaves the record.
+    super::pending::record_pending(
+        &repo,
+        edits.files.iter().map(|(p, e)| (p.as_slice(), e.is_some())),
+    )?;
     finish_commit(&repo, worktree, &parent, tree_id, message)
-}
-
-/// Brings the lane's index to the edits: changed files re-added (with their
-/// stat data), deleted ones removed.
-fn update_index(repo: &Repository, worktree: &Path, edits: &Edits) -> Result<(), git2::Error> {
-    let mut index = repo.index()?;
-    for (path, edit) in &edits.files {
-        let p = rel_path(path);
-        match edit {
-            Some(_) if worktree.join(p).symlink_metadata().is_ok() => index.add_path(p)?,
-            _ => match index.remove_path(p) {
-                Ok(()) => {}
-                Err(e) if e.code() == git2::ErrorCode::NotFound => {}
-                Err(e) => return Err(e),
-            },
-        }
-    }
-    index.write()
 }

@@ -21,6 +21,7 @@ mod diff;
 pub mod gc;
 pub mod ignored;
 mod merge;
+mod pending;
 pub mod pool;
 pub mod snapshot;
 pub mod watch;
@@ -38,6 +39,7 @@ pub use diff::{Diff, DiffStat, FileStat, diff, diff_stat};
 pub(crate) use diff::{diff_stat_in, open_for_diff, without_index, write_patch_in};
 pub(crate) use merge::merge_commits_in;
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
+pub use pending::{apply_pending_index, has_pending_index};
 pub use worktree::{
     AdminLock, Moved, admin_lock, admin_lock_path, create_worktree, detach_worktree, move_worktree,
     prune_broken_lanes, remove_stale_ref_locks, remove_worktree, reset_worktree,
@@ -485,6 +487,9 @@ pub fn changed_paths_in(root: &Path) -> Result<Vec<String>, GitError> {
 }
 
 fn changed_paths_of(repo: &Repository, at: &Path) -> Result<Vec<String>, GitError> {
+    if repo.is_worktree() {
+        pending::apply_pending_in(repo)?;
+    }
     let entries =
         status_walk(repo).map_err(git_err(format!("read the status of {}", at.display())))?;
     let mut paths: Vec<String> = entries

@@ -339,6 +339,10 @@ fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, Stri
     // Consumed before the lane is touched: a stamp never outlives a use.
     let stamped = take_stamp(common_dir, n);
     if is_whole(common_dir, n) {
+        // A pending index record first (a lane whose clean-up never ran):
+        // applying it rewrites the index, so a stamp no longer holds. A
+        // failure here fails the move below again.
+        let _ = super::apply_pending_index(&lease.path);
         let clean = stamped
             .as_deref()
             .is_some_and(|s| stamp_holds(common_dir, n, s));

@@ -193,3 +193,83 @@ fn a_nested_repository_or_attributes_make_the_record_incomplete() {
     sh(&fx.lane, "ln a/f a/b/linked");
     assert_eq!(watch.changes(), None);
 }
+
+/// `git -C lane args…` output; panics on failure.
+fn git_in(lane: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(lane)
+        .args(args)
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Commits the changes of `script` in the fixture's lane from its marks.
+fn commit_from_marks(fx: &Fixture, parent: &str, script: &str) -> String {
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), parent).expect("watch");
+    sh(&fx.lane, script);
+    let marks = watch.changes().expect("the record is complete");
+    let edits = resolve_marks(&fx.lane, &marks)
+        .expect("resolve")
+        .expect("the marks can be trusted");
+    commit_edits(&fx.lane, "from marks", parent, &edits).expect("commit edits")
+}
+
+const CHANGES: &str = "echo new > new.txt && echo more >> a/f && rm a/b/g.txt && chmod -x exe.sh \
+    && rm lnk && mkdir lnk && echo in > lnk/inner && echo again >> ign/tracked.log";
+
+#[test]
+fn a_commit_from_marks_leaves_a_pending_index_that_applying_brings_to_head() {
+    let fx = fixture();
+    let commit = commit_from_marks(&fx, &fx.base, CHANGES);
+    assert_eq!(fx.repo.rev(&format!("{commit}^")), fx.base);
+    assert!(has_pending_index(&fx.lane).expect("pending"));
+    // Not written yet: the index still holds the base's entries.
+    assert_ne!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
+    apply_pending_index(&fx.lane).expect("apply");
+    assert!(!has_pending_index(&fx.lane).expect("pending"));
+    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
+    assert_eq!(git_in(&fx.lane, &["status", "--porcelain"]), "");
+    // Applying again (no record) changes nothing.
+    apply_pending_index(&fx.lane).expect("apply again");
+    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
+}
+
+#[test]
+fn a_lost_pending_record_leaves_a_stale_index_that_the_walk_repairs() {
+    let fx = fixture();
+    let commit = commit_from_marks(&fx, &fx.base, CHANGES);
+    let record = super::ignored::lane_admin_dir(&fx.lane)
+        .expect("admin dir")
+        .join("orch-index-pending");
+    std::fs::remove_file(&record).expect("lose the record");
+    assert_ne!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
+    // What a pool's take without a stamp does: the walk finds the stale
+    // paths and checks them out again, index entries included.
+    assert!(matches!(
+        move_worktree(&fx.lane, &commit).expect("move"),
+        Moved::Done { .. }
+    ));
+    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
+    assert_eq!(
+        git_in(
+            &fx.lane,
+            &["status", "--porcelain", "--untracked-files=all"]
+        ),
+        ""
+    );
+    assert_eq!(git_in(&fx.lane, &["diff", "HEAD", "--stat"]), "");
+    assert_eq!(
+        std::fs::read_to_string(fx.lane.join("a/f")).expect("a/f"),
+        "a f\nmore\n"
+    );
+    // A hard reset rewrites the whole index: the record goes with it.
+    commit_from_marks(&fx, &commit, "echo again > new2.txt");
+    assert!(has_pending_index(&fx.lane).expect("pending"));
+    reset_worktree(&fx.lane, &fx.base).expect("reset");
+    assert!(!has_pending_index(&fx.lane).expect("pending"));
+    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
+}

@@ -276,6 +276,8 @@ pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
     checkout.force();
     repo.reset(commit.as_object(), ResetType::Hard, Some(&mut checkout))
         .map_err(git_err(format!("reset {at} to {sha}")))?;
+    // The reset wrote the whole index from `sha`'s tree.
+    super::pending::discard_pending_in(&repo)?;
 
     let workdir = workdir_of(&repo, worktree)?;
     for rel in untracked_paths(&repo).map_err(git_err(format!("list untracked files in {at}")))? {
@@ -395,6 +397,7 @@ pub(super) fn clean_worktree<T>(
             "attribute files or converting filters are configured".to_owned()
         ));
     }
+    super::pending::apply_pending_in(&repo)?;
     let attributes = |p: &[u8]| p == b".gitattributes" || p.ends_with(b"/.gitattributes");
     let index = repo
         .index()
@@ -419,6 +422,11 @@ pub(super) fn clean_worktree<T>(
         }
         repo.checkout_tree(head.as_object(), Some(&mut checkout))
             .map_err(git_err(format!("check out {} again in {at}", head.id())))?;
+        let tree = head
+            .tree()
+            .map_err(git_err(format!("read the tree of {}", head.id())))?;
+        sync_index(&repo, &tree, &workdir, &found.modified)
+            .map_err(git_err(format!("update the index of {at}")))?;
     }
     crate::killpoint::reached("pool-clean-walked");
     let Some(seen) = observe(&head.id().to_string()) else {
@@ -439,6 +447,7 @@ pub(super) fn clean_worktree<T>(
 
 fn move_worktree_with(worktree: &Path, sha: &str, known_clean: bool) -> Result<Moved, GitError> {
     let repo = open_linked_worktree(worktree)?;
+    super::pending::apply_pending_in(&repo)?;
     let at = worktree.display();
     let new = find_commit(&repo, sha)?;
     if filters_configured(&repo)? {
@@ -476,6 +485,7 @@ fn move_worktree_with(worktree: &Path, sha: &str, known_clean: bool) -> Result<M
         }
         (found.modified, found.stray)
     };
+    let modified = paths.clone();
 
     // 2. The difference between the trees (proportional to the change).
     let (old_tree, new_tree) = match (old.tree(), new.tree()) {
@@ -528,10 +538,47 @@ fn move_worktree_with(worktree: &Path, sha: &str, known_clean: bool) -> Result<M
             )));
         }
     }
+    // The checkout leaves the index entry of a path whose file already
+    // matched alone: a stale index (a lost pending record) is set right here.
+    sync_index(&repo, &new_tree, &workdir, &modified)
+        .map_err(git_err(format!("update the index of {at}")))?;
     Ok(Moved::Done {
         paths: paths.len(),
         stray: stray.len(),
     })
+}
+
+/// Sets the index entries of `paths` (found differing from `HEAD` by a
+/// walk, whose files now match `tree`) to the files: added with their stat
+/// data when `tree` has a file there, else removed. A checkout rewrites only
+/// the entries of files it writes; one whose file already matched but whose
+/// index entry is stale (see `pending`) would stay stale.
+fn sync_index(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    workdir: &Path,
+    paths: &[Vec<u8>],
+) -> Result<(), git2::Error> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let mut index = repo.index()?;
+    for p in paths {
+        let rel = bytes_to_path(p);
+        let in_tree = tree
+            .get_path(&rel)
+            .is_ok_and(|e| e.kind() != Some(git2::ObjectType::Tree));
+        let on_disk = fs::symlink_metadata(workdir.join(&rel)).is_ok_and(|m| !m.is_dir());
+        if in_tree && on_disk {
+            index.add_path(&rel)?;
+        } else {
+            match index.remove_path(&rel) {
+                Err(e) if e.code() != ErrorCode::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    index.write()
 }
 
 /// Why the file at `rel` under `workdir` differs from `tree`'s entry there

@@ -205,6 +205,14 @@ impl Lanes {
                     "prewarmed-warm" => "warm",
                     _ => "clean",
                 };
+                // The last stage's commit left the index to be brought up
+                // to date: before anything (tools, setup, verify) reads it.
+                let path = lane.path.clone();
+                if let Err(e) = blocking(move || git::apply_pending_index(&path)).await {
+                    lane.clean_at = None;
+                    self.release(lane);
+                    return Err(e);
+                }
                 watch_from(&self.common, &mut lane, start).await;
                 Ok(lane)
             }

@@ -587,3 +587,107 @@ fn a_pooled_lane_with_attributes_is_checked_out_afresh_with_filters() {
     let seen = tool_results(server.requests_for("work").last().unwrap()).join("\n");
     assert!(seen.contains(r"\r  \n"), "eol=crlf applied: {seen}");
 }
+
+const CHAIN: &str =
+    "name: p\nstages:\n  a:\n    role: coder\n  b:\n    role: coder\n    needs: [a]\n";
+
+/// `git -C dir args…` stdout, without taking optional locks (a plain
+/// `git status` would refresh the index itself).
+fn git_at(repo: &TestRepo, dir: &Path, args: &[&str]) -> String {
+    let out = repo
+        .git_command()
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The lazy index: a stage that commits from its watcher's marks leaves
+/// the lane's index to be written later. The next stage in the lane still
+/// sees a clean `git status` and the first stage's change against
+/// `HEAD~1`, pooled or not; after the background clean-up the pooled
+/// lane's index equals its `HEAD` and the lane is stamped.
+#[test]
+fn the_next_stage_and_the_clean_up_see_an_index_at_head_after_a_commit_from_marks() {
+    for pooled_run in [false, true] {
+        let repo = TestRepo::with_commit(&[("a.txt", "one\n"), ("gone.txt", "bye\n")], "base");
+        let tmp = tempfile::tempdir().unwrap();
+        let p = write_pipeline(tmp.path(), "p", CHAIN);
+        let server = FakeServer::start(
+            Script::new()
+                .agent(
+                    "a",
+                    vec![
+                        bash(
+                            "1",
+                            "echo two >> a.txt && echo new > new.txt && rm gone.txt && chmod +x a.txt",
+                        ),
+                        Reply::finish("2", "first", None),
+                    ],
+                )
+                .agent(
+                    "b",
+                    vec![
+                        bash(
+                            "3",
+                            "mkdir -p \"$GIT_OBJECT_DIRECTORY\"; echo BEGIN; git status --porcelain; echo END; git diff HEAD~1 --stat; echo b > b.txt",
+                        ),
+                        Reply::finish("4", "second", None),
+                    ],
+                ),
+        );
+        let extra: &[&str] = if pooled_run { &[] } else { &["--no-lane-pool"] };
+        let issue = write_issue(tmp.path(), "# do the thing\n");
+        // No sandbox: the model's `git` must reach the lane's admin dir.
+        let mut cmd = OrchRun::new(&p, &repo)
+            .issue(&issue)
+            .model(&server.base_url, "m")
+            .json()
+            .args(extra)
+            .env("ORCH_SANDBOX_DISABLE", "1")
+            .command();
+        let out = output_logged(cmd.env_remove("ORCH_LANE_POOL"));
+        wait_for_cleaner(&repo);
+        assert_exit(&out, 0);
+        let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+        let end = crate::support::stage_events(&record_dir(&repo, &run_id), "a", "stage_end");
+        assert_eq!(end[0]["changes_from_watch"], json!(true), "{end:?}");
+        let seen = tool_results(&server.requests_for("b")[1]).join("\n");
+        let status = seen
+            .split("BEGIN\n")
+            .nth(1)
+            .and_then(|s| s.split("END").next())
+            .unwrap_or_else(|| panic!("no status in {seen}"));
+        assert_eq!(status.trim(), "", "pooled {pooled_run}: {seen}");
+        for f in ["a.txt", "new.txt", "gone.txt"] {
+            assert!(seen.contains(f), "pooled {pooled_run}: {f} in {seen}");
+        }
+        if !pooled_run {
+            continue;
+        }
+        let lanes = pooled(&repo);
+        assert_eq!(lanes.len(), 1, "{lanes:?}");
+        assert!(
+            repo.path.join(".git/orch/pool/lane-1.clean").is_file(),
+            "the clean-up stamped the lane"
+        );
+        assert!(
+            !repo
+                .path
+                .join(".git/worktrees/orch-pool-1/orch-index-pending")
+                .exists()
+        );
+        assert_eq!(
+            git_at(&repo, &lanes[0], &["diff-index", "--cached", "HEAD"]),
+            ""
+        );
+        assert_eq!(
+            git_at(&repo, &lanes[0], &["rev-parse", "HEAD"]),
+            repo.git(&["rev-parse", &format!("orch/{run_id}/b")])
+        );
+    }
+}

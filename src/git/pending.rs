@@ -1,0 +1,115 @@
+//! The lane's lazy index: a commit from a watcher's marks
+//! ([`super::commit_edits`]) does not rewrite the lane's whole index (at
+//! 100,000 files reading and writing it is ~100–230 ms and most of a run's
+//! peak memory) but appends the paths it changed to a pending record in the
+//! lane's admin directory (`<common>/worktrees/<name>/orch-index-pending`).
+//! Every reader of a lane's index applies the record first
+//! ([`apply_pending_index`]): the next stage's acquire (before any tool,
+//! setup or verify runs), the stage end's walks, the pool's take and its
+//! background clean-up.
+//!
+//! The record is written without fsync. Lost (a crash), the index is
+//! merely stale for those paths: its entries still name the parent's blobs
+//! while `HEAD` and the files hold the new ones. Every walk that readies a
+//! lane reports such a path as differing from `HEAD` and checks it out
+//! again, which rewrites its index entry; a hard reset rewrites the whole
+//! index. Nothing trusts the index without a walk except a stamped lane,
+//! and a stamp is only written after such a walk found the lane clean.
+//!
+//! Format: one entry per path, `A` (the file exists: add it from disk) or
+//! `D` (it is gone: remove it) then the raw path, each ended by a NUL
+//! (git paths never hold one).
+
+use super::{GitError, git_err, io_err, open_linked_worktree};
+use git2::Repository;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+const RECORD: &str = "orch-index-pending";
+
+fn record_path(repo: &Repository) -> PathBuf {
+    repo.path().join(RECORD)
+}
+
+/// Appends `paths` (raw, `/`-separated; `true`: the file is there) to the
+/// pending record of the linked worktree `repo`. No fsync (see the module
+/// docs).
+pub(super) fn record_pending<'p>(
+    repo: &Repository,
+    paths: impl IntoIterator<Item = (&'p [u8], bool)>,
+) -> Result<(), GitError> {
+    let mut buf = Vec::new();
+    for (p, present) in paths {
+        buf.push(if present { b'A' } else { b'D' });
+        buf.extend_from_slice(p);
+        buf.push(0);
+    }
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let path = record_path(repo);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(&buf))
+        .map_err(io_err("write the lane's pending index record", &path))
+}
+
+/// Brings the index of the linked worktree at `worktree` up to its pending
+/// record, if it has one (else one `stat`), and deletes the record.
+pub fn apply_pending_index(worktree: &Path) -> Result<(), GitError> {
+    apply_pending_in(&open_linked_worktree(worktree)?)
+}
+
+/// [`apply_pending_index`] of an open linked worktree.
+pub(super) fn apply_pending_in(repo: &Repository) -> Result<(), GitError> {
+    let path = record_path(repo);
+    let record = match std::fs::read(&path) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("read the lane's pending index record", &path)(e)),
+    };
+    let Some(workdir) = repo.workdir() else {
+        return Ok(());
+    };
+    let what = format!("update the index of {}", workdir.display());
+    let mut index = repo.index().map_err(git_err(&what))?;
+    for entry in record.split(|&b| b == 0).filter(|e| !e.is_empty()) {
+        let (kind, p) = (entry[0], super::commit::rel_path(&entry[1..]));
+        // A later entry for the same path wins; the disk decides at the end.
+        let present = kind == b'A'
+            && workdir
+                .join(p)
+                .symlink_metadata()
+                .is_ok_and(|m| !m.is_dir());
+        let done = if present {
+            index.add_path(p)
+        } else {
+            match index.remove_path(p) {
+                Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(()),
+                r => r,
+            }
+        };
+        done.map_err(git_err(&what))?;
+    }
+    index.write().map_err(git_err(&what))?;
+    discard_pending_in(repo)
+}
+
+/// Deletes the pending record of `repo` without applying it (its whole
+/// index was just rewritten, e.g. by a hard reset).
+pub(super) fn discard_pending_in(repo: &Repository) -> Result<(), GitError> {
+    let path = record_path(repo);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(io_err("delete the lane's pending index record", &path)(e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether the linked worktree at `worktree` has a pending index record.
+pub fn has_pending_index(worktree: &Path) -> Result<bool, GitError> {
+    Ok(record_path(&open_linked_worktree(worktree)?).exists())
+}
