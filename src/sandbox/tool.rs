@@ -139,6 +139,16 @@ impl ToolSandbox {
         if let Some(git) = &policy.git
             && self.choice.profile != Profile::Off
         {
+            // `GIT_OBJECT_DIRECTORY` must exist or every `git` in the lane
+            // says "not a git repository" — also in a detached (pooled) lane,
+            // where the sandbox grants no branch and so makes no quarantine.
+            let quarantine = git.quarantine();
+            std::fs::create_dir_all(&quarantine).map_err(|e| {
+                format!(
+                    "failed to set up the sandbox: create {}: {e}",
+                    quarantine.display()
+                )
+            })?;
             env.extend(git.child_env());
         }
         let summary = format!("{}: {}", self.choice.label(), prepared.summary());
