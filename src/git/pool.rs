@@ -806,8 +806,23 @@ mod tests {
         // The clean-up has slot 1 in hand (marker, then lease) for a while:
         // the take waits for it rather than making slot 2.
         let marker = open_lock_file(&cleaning_path(&common, 1)).unwrap();
-        assert!(try_flock(&marker, libc::LOCK_EX));
-        let held = try_lease(&common, 1).unwrap().unwrap();
+        // A child another test forks in this process can share the clean-up's
+        // closed marker descriptor until it execs: wait that out (bounded).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !try_flock(&marker, libc::LOCK_EX) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the marker stays locked"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let held = loop {
+            if let Some(lease) = try_lease(&common, 1).unwrap() {
+                break lease;
+            }
+            assert!(std::time::Instant::now() < deadline, "the lease stays held");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
         let release = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(300));
             drop(held);
