@@ -22,7 +22,7 @@
 
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -111,7 +111,8 @@ pub(crate) fn checkout_plain(wt: &Repository, tree: Oid) -> Result<Plain, GitErr
             .flush()
             .map_err(io_err("write the index", &lock_path))?;
         drop(walk);
-        finish_index(&lock, entries).map_err(io_err("write the index", &lock_path))?;
+        super::index_file::finish_index(&lock, 2, entries)
+            .map_err(io_err("write the index", &lock_path))?;
         Ok(Plain::Done)
     })();
     drop(lock);
@@ -131,31 +132,6 @@ pub(crate) fn checkout_plain(wt: &Repository, tree: Oid) -> Result<Plain, GitErr
             Err(e)
         }
     }
-}
-
-/// Puts the header (`DIRC`, version 2, `entries`) in front of the entries
-/// already in `file` and appends the SHA-1 of it all. The file is read back
-/// (from the page cache) rather than hashed while written, because the
-/// header, which the hash starts with, needs the count.
-fn finish_index(mut file: &File, entries: u32) -> std::io::Result<()> {
-    let mut header = [0u8; 12];
-    header[..4].copy_from_slice(b"DIRC");
-    header[4..8].copy_from_slice(&2u32.to_be_bytes());
-    header[8..].copy_from_slice(&entries.to_be_bytes());
-    file.seek(SeekFrom::Start(0))?;
-    file.write_all(&header)?;
-    file.seek(SeekFrom::Start(0))?;
-    let mut sha = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        sha.update(&buf[..n]);
-    }
-    file.write_all(sha.finish().as_ref())?;
-    Ok(())
 }
 
 /// Removes everything in `workdir` but its `.git` file.
@@ -333,33 +309,9 @@ impl Walk<'_, '_> {
         }
         self.last.clear();
         self.last.extend_from_slice(path);
-        let mut e = [0u8; 62];
-        // The stat fields are 32 bits on disk: git truncates them the same way.
-        let fields = [
-            st.st_ctime as u32,
-            st.st_ctime_nsec as u32,
-            st.st_mtime as u32,
-            st.st_mtime_nsec as u32,
-            st.st_dev as u32,
-            st.st_ino as u32,
-            mode,
-            st.st_uid,
-            st.st_gid,
-            st.st_size as u32,
-        ];
-        for (i, f) in fields.iter().enumerate() {
-            e[i * 4..i * 4 + 4].copy_from_slice(&f.to_be_bytes());
-        }
-        e[40..60].copy_from_slice(id.as_bytes());
-        let name_len = u16::try_from(path.len()).unwrap_or(u16::MAX).min(0xFFF);
-        e[60..62].copy_from_slice(&name_len.to_be_bytes());
-        // 62 bytes, the path, then 1 to 8 NULs to a multiple of 8.
-        let pad = 8 - (62 + path.len()) % 8;
-        let w =
-            |r: std::io::Result<()>| r.map_err(io_err("write the index", Path::new("index.lock")));
-        w(self.out.write_all(&e))?;
-        w(self.out.write_all(path))?;
-        w(self.out.write_all(&[0u8; 8][..pad]))?;
+        let e = super::index_file::DiskEntry::from_stat(st, mode, id);
+        super::index_file::write_entry(&mut self.out, &e, path)
+            .map_err(io_err("write the index", Path::new("index.lock")))?;
         self.entries = self
             .entries
             .checked_add(1)

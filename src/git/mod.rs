@@ -20,6 +20,7 @@ mod commit;
 mod diff;
 pub mod gc;
 pub mod ignored;
+mod index_file;
 mod merge;
 mod pending;
 pub mod pool;

@@ -20,8 +20,9 @@
 //! `D` (it is gone: remove it) then the raw path, each ended by a NUL
 //! (git paths never hold one).
 
+use super::index_file::{DiskEntry, Patched, patch_index};
 use super::{GitError, git_err, io_err, open_linked_worktree};
-use git2::Repository;
+use git2::{ObjectType, Oid, Repository};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -73,6 +74,10 @@ pub(super) fn apply_pending_in(repo: &Repository) -> Result<(), GitError> {
     let Some(workdir) = repo.workdir() else {
         return Ok(());
     };
+    match patch_streamed(repo, workdir, &record)? {
+        Patched::Done(_) => return discard_pending_in(repo),
+        Patched::Fallback(why) => tracing::debug!(why, "the lane's index is updated by libgit2"),
+    }
     let what = format!("update the index of {}", workdir.display());
     let mut index = repo.index().map_err(git_err(&what))?;
     for entry in record.split(|&b| b == 0).filter(|e| !e.is_empty()) {
@@ -95,6 +100,72 @@ pub(super) fn apply_pending_in(repo: &Repository) -> Result<(), GitError> {
     }
     index.write().map_err(git_err(&what))?;
     discard_pending_in(repo)
+}
+
+/// Applies `record` to the index file of `repo` in one streamed pass
+/// ([`patch_index`]): each path's entry is made from the file on disk now
+/// (its `lstat` and blob id, hashed without filters, which is why any
+/// converting configuration goes through libgit2).
+fn patch_streamed(repo: &Repository, workdir: &Path, record: &[u8]) -> Result<Patched, GitError> {
+    use std::os::unix::fs::PermissionsExt;
+    if super::worktree::filters_configured(repo)? {
+        return Ok(Patched::Fallback("converting filters are configured"));
+    }
+    let config = repo
+        .config()
+        .map_err(git_err("read the repository configuration"))?;
+    if !config.get_bool("core.filemode").unwrap_or(true)
+        || !config.get_bool("core.symlinks").unwrap_or(true)
+    {
+        return Ok(Patched::Fallback("core.filemode or core.symlinks is false"));
+    }
+    let mut paths: Vec<&[u8]> = record
+        .split(|&b| b == 0)
+        .filter(|e| e.len() > 1)
+        .map(|e| &e[1..])
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let mut changes = Vec::with_capacity(paths.len());
+    for p in paths {
+        let full = workdir.join(super::commit::rel_path(p));
+        let hash =
+            |r: Result<Oid, git2::Error>| r.map_err(git_err(format!("hash {}", full.display())));
+        let entry = match std::fs::symlink_metadata(&full) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target =
+                    std::fs::read_link(&full).map_err(io_err("read the symlink", &full))?;
+                let id = hash(Oid::hash_object(
+                    ObjectType::Blob,
+                    target.as_os_str().as_encoded_bytes(),
+                ))?;
+                Some(DiskEntry::from_metadata(&m, 0o120000, id))
+            }
+            Ok(m) if m.is_file() => {
+                let id = hash(Oid::hash_file(ObjectType::Blob, &full))?;
+                let mode = if m.permissions().mode() & 0o100 != 0 {
+                    0o100755
+                } else {
+                    0o100644
+                };
+                Some(DiskEntry::from_metadata(&m, mode, id))
+            }
+            Ok(_) => None,
+            // Gone, or a parent is a file now: no entry either way.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                None
+            }
+            Err(e) => return Err(io_err("inspect", &full)(e)),
+        };
+        changes.push((p.to_vec(), entry));
+    }
+    let index = repo.path().join("index");
+    patch_index(&index, &changes).map_err(io_err("update the index", &index))
 }
 
 /// Deletes the pending record of `repo` without applying it (its whole
