@@ -134,6 +134,105 @@ pub(crate) fn checkout_plain(wt: &Repository, tree: Oid) -> Result<Plain, GitErr
     }
 }
 
+/// What [`move_plain`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Move {
+    /// The files of the difference are written and the index holds them:
+    /// these paths (sorted) changed.
+    Done(Vec<Vec<u8>>),
+    /// The difference needs libgit2's checkout (a `.gitattributes`, a
+    /// submodule, a name git protects against); nothing was written.
+    Fallback(&'static str),
+}
+
+/// Moves the files of the worktree `wt`, known to be exactly `old`'s tree
+/// with nothing else in it (a stamped pooled lane), to `new`'s tree by
+/// writing only what differs: vanished and replaced files are deleted
+/// (and directories left empty), new and changed ones written from the
+/// object database, the index entries of those paths patched in place
+/// (through the lane's pending record, so a kill midway leaves a record the
+/// next reader applies). `HEAD` is the caller's. On an error the worktree is
+/// half moved: the caller makes the lane afresh.
+pub(crate) fn move_plain(
+    wt: &Repository,
+    old: &git2::Tree<'_>,
+    new: &git2::Tree<'_>,
+) -> Result<Move, GitError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let workdir = wt.workdir().ok_or_else(|| GitError::NotLinkedWorktree {
+        path: wt.path().to_path_buf(),
+    })?;
+    let (mut olds, mut news) = (Vec::new(), Vec::new());
+    super::diff::changed_entries(wt, Some(old), Some(new), b"", &mut olds, &mut news)
+        .map_err(git_err(format!("diff trees {} and {}", old.id(), new.id())))?;
+    for (path, _, mode) in olds.iter().chain(&news) {
+        if path.as_slice() == b".gitattributes" || path.ends_with(b"/.gitattributes") {
+            return Ok(Move::Fallback("the difference has a .gitattributes"));
+        }
+        if *mode == 0o160000 {
+            return Ok(Move::Fallback("a submodule changed"));
+        }
+        let mut parts = path.split(|&b| b == b'/').peekable();
+        while let Some(name) = parts.next() {
+            let link = *mode == 0o120000 && parts.peek().is_none();
+            if let Some(why) = unsafe_name(name, link) {
+                return Ok(Move::Fallback(why));
+            }
+        }
+    }
+    let mut changed: Vec<Vec<u8>> = olds.iter().chain(&news).map(|s| s.0.clone()).collect();
+    changed.sort_unstable();
+    changed.dedup();
+    super::pending::record_pending(
+        wt,
+        olds.iter()
+            .map(|s| (s.0.as_slice(), false))
+            .chain(news.iter().map(|s| (s.0.as_slice(), true))),
+    )?;
+    // Deepest first, so directories empty out before they are removed.
+    olds.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    for (path, _, _) in &olds {
+        let full = workdir.join(workdir_path(path));
+        match std::fs::remove_file(&full) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io_err("remove", &full)(e));
+            }
+            _ => {}
+        }
+        let mut dir = full.parent();
+        while let Some(d) = dir.filter(|d| *d != workdir) {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+    let odb = wt.odb().map_err(git_err("open the object database"))?;
+    news.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for (path, id, mode) in &news {
+        let full = workdir.join(workdir_path(path));
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
+        }
+        let blob = odb.read(*id).map_err(git_err(format!("read blob {id}")))?;
+        if *mode == 0o120000 {
+            let target = std::ffi::OsStr::from_bytes(blob.data());
+            std::os::unix::fs::symlink(target, &full)
+                .map_err(io_err("create the symlink", &full))?;
+        } else {
+            std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .mode(if mode & 0o100 != 0 { 0o777 } else { 0o666 })
+                .open(&full)
+                .and_then(|mut f| f.write_all(blob.data()))
+                .map_err(io_err("write the file", &full))?;
+        }
+    }
+    super::pending::apply_pending_in(wt)?;
+    Ok(Move::Done(changed))
+}
+
 /// Removes everything in `workdir` but its `.git` file.
 fn clear_workdir(workdir: &Path) -> Result<(), GitError> {
     let entries = std::fs::read_dir(workdir).map_err(io_err("list the worktree", workdir))?;

@@ -266,7 +266,7 @@ fn each_file(
 }
 
 /// One side of a changed path: (path, object id, file mode).
-type Side = (Vec<u8>, git2::Oid, i32);
+pub(super) type Side = (Vec<u8>, git2::Oid, i32);
 
 /// A tree entry's id and file mode.
 type Entry = (git2::Oid, i32);
@@ -306,7 +306,7 @@ fn file_mode(mode: i32) -> git2::FileMode {
 /// Appends to `olds` and `news` every non-tree entry under `prefix` that is
 /// not the same (id and mode) in `old` and `new`; a subtree with the same id
 /// on both sides is skipped unread. A missing side (`None`) is empty.
-fn changed_entries(
+pub(super) fn changed_entries(
     repo: &Repository,
     old: Option<&git2::Tree<'_>>,
     new: Option<&git2::Tree<'_>>,

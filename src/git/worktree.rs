@@ -494,35 +494,53 @@ fn move_worktree_with(worktree: &Path, sha: &str, known_clean: bool) -> Result<M
             return Err(git_err(format!("read the trees to move {at} to {sha}"))(e));
         }
     };
-    let diff = repo
-        .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
-        .map_err(git_err(format!("diff {} and {sha}", old.id())))?;
-    for delta in diff.deltas() {
-        for file in [delta.old_file(), delta.new_file()] {
-            if let Some(p) = file.path_bytes() {
-                if attributes(p) {
-                    return Ok(Moved::Refused(format!("{sha} has a .gitattributes")));
-                }
-                paths.push(p.to_vec());
+    // A lane known clean: the difference written directly and the index
+    // patched in place (no walk, no whole-index read), unless it needs
+    // libgit2's checkout.
+    let direct = if known_clean {
+        match checkout::move_plain(&repo, &old_tree, &new_tree)? {
+            checkout::Move::Done(changed) => Some(changed),
+            checkout::Move::Fallback(why) => {
+                tracing::debug!(lane = %at, why, "the difference goes through libgit2's checkout");
+                None
             }
         }
-    }
-    paths.sort();
-    paths.dedup();
-    if !paths.is_empty() {
-        let mut checkout = CheckoutBuilder::new();
-        checkout
-            .force()
-            .disable_filters(true)
-            .disable_pathspec_match(true);
-        for p in &paths {
-            checkout.path(bytes_to_path(p));
+    } else {
+        None
+    };
+    if let Some(changed) = direct {
+        paths = changed;
+    } else {
+        let diff = repo
+            .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), None)
+            .map_err(git_err(format!("diff {} and {sha}", old.id())))?;
+        for delta in diff.deltas() {
+            for file in [delta.old_file(), delta.new_file()] {
+                if let Some(p) = file.path_bytes() {
+                    if attributes(p) {
+                        return Ok(Moved::Refused(format!("{sha} has a .gitattributes")));
+                    }
+                    paths.push(p.to_vec());
+                }
+            }
         }
-        repo.checkout_tree(new.as_object(), Some(&mut checkout))
-            .map_err(git_err(format!(
-                "check out {sha} over {} in {at}",
-                old.id()
-            )))?;
+        paths.sort();
+        paths.dedup();
+        if !paths.is_empty() {
+            let mut checkout = CheckoutBuilder::new();
+            checkout
+                .force()
+                .disable_filters(true)
+                .disable_pathspec_match(true);
+            for p in &paths {
+                checkout.path(bytes_to_path(p));
+            }
+            repo.checkout_tree(new.as_object(), Some(&mut checkout))
+                .map_err(git_err(format!(
+                    "check out {sha} over {} in {at}",
+                    old.id()
+                )))?;
+        }
     }
     repo.set_head_detached(new.id())
         .map_err(git_err(format!("move HEAD of {at} to {sha}")))?;

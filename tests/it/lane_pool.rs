@@ -287,9 +287,15 @@ fn reuse_case(way: Way) {
     assert!(expected.contains("F ./run.sh 755"), "{expected}");
     assert!(expected.contains("L ./link -> keep/b.txt"), "{expected}");
 
+    // The model's own git sees the lane's index at the new base.
+    const STATUS: &str = "s=$(git status --porcelain --untracked-files=all --ignored) && test -z \"$s\" && echo INDEX-AT-BASE || echo \"status: $s\"";
     let server = FakeServer::start(Script::new().agent(
         "work",
-        vec![bash("l", LISTING), Reply::finish("f", "looked", None)],
+        vec![
+            bash("l", LISTING),
+            bash("s", STATUS),
+            Reply::finish("f", "looked", None),
+        ],
     ));
     let out = run(&repo, &p, &server, &[]);
     assert_exit(&out, 0);
@@ -310,6 +316,7 @@ fn reuse_case(way: Way) {
         seen.contains(&expected),
         "the lane holds exactly the new base:\n--- lane ---\n{seen}\n--- git worktree add ---\n{expected}"
     );
+    assert!(seen.contains("INDEX-AT-BASE"), "{seen}");
     for leak in [
         "out.o",
         "debug.log",
