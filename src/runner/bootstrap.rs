@@ -369,11 +369,19 @@ pub(super) async fn prepare_lane(
     ctx: &RunCtx,
     stage_id: &str,
     tool_ctx: &ToolContext,
-    watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
+    watch: &super::lanes::WatchSlot,
     log: &mut ActionLog,
 ) -> Result<Prepared, RunError> {
     let boot = &ctx.bootstrap;
     let lane = tool_ctx.root.clone();
+    if boot.include.is_empty() && boot.setup.is_none() {
+        return Ok(Prepared {
+            setup: None,
+            failure: None,
+        });
+    }
+    // Nothing is written into the lane before its watcher is up.
+    let watch = watch.get().await;
     if !boot.include.is_empty() {
         let started = Instant::now();
         let (w, l, files) = (boot.workdir.clone(), lane.clone(), boot.include.clone());

@@ -47,37 +47,100 @@ pub(crate) struct Lane {
     /// Its change watcher, recording from the stage's start commit (none
     /// when watchers are off or inotify is unavailable): the stage end
     /// looks at what it marked instead of walking the lane.
-    pub watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
+    pub watch: WatchSlot,
+}
+
+/// A lane's change watcher as it starts: the watcher is started off the
+/// critical path (at 100,000 files adding ~1,000 inotify watches is tens of
+/// milliseconds), so the stage's first model request does not wait for it.
+/// Whatever runs in the lane waits for it first ([`WatchSlot::get`]; the
+/// tools through [`WatchSlot::barrier`]), so it never misses a change.
+#[derive(Clone)]
+pub(crate) struct WatchSlot(
+    futures_util::future::Shared<
+        futures_util::future::BoxFuture<'static, Option<std::sync::Arc<git::watch::LaneWatch>>>,
+    >,
+);
+
+impl std::fmt::Debug for WatchSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WatchSlot")
+    }
+}
+
+impl WatchSlot {
+    /// No watcher (the stage end walks the lane).
+    pub(crate) fn none() -> WatchSlot {
+        use futures_util::FutureExt as _;
+        WatchSlot(futures_util::future::ready(None).boxed().shared())
+    }
+
+    /// The watcher, once it is up (or `None`: there is none).
+    pub(crate) async fn get(&self) -> Option<std::sync::Arc<git::watch::LaneWatch>> {
+        self.0.clone().await
+    }
+
+    /// A future that is ready once the watcher is up, for the tools.
+    pub(crate) fn barrier(&self) -> crate::tools::Barrier {
+        use futures_util::FutureExt as _;
+        let slot = self.clone();
+        async move {
+            slot.get().await;
+        }
+        .boxed()
+        .shared()
+    }
 }
 
 /// Gives `lane`, which holds exactly `start` and in which nothing runs, a
-/// watcher recording from `start`: its own, restarted, or a new one.
-async fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
+/// watcher recording from `start`: its own, restarted, or a new one. It
+/// starts in the background; see [`WatchSlot`].
+fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
+    use futures_util::FutureExt as _;
     if !git::watch::enabled() {
-        lane.watch = None;
+        lane.watch = WatchSlot::none();
         return;
     }
     let (old, path, c, s) = (
-        lane.watch.take(),
+        std::mem::replace(&mut lane.watch, WatchSlot::none()),
         lane.path.clone(),
         common.to_path_buf(),
         start.to_owned(),
     );
-    lane.watch = tokio::task::spawn_blocking(move || {
-        if let Some(w) = old.filter(|w| w.restart(&s)) {
-            return Some(w);
-        }
-        match git::watch::LaneWatch::start(&path, &c, &s) {
-            Ok(w) => Some(std::sync::Arc::new(w)),
-            Err(e) => {
-                tracing::debug!(lane = %path.display(), "no lane watcher: {e}");
-                None
+    let task = tokio::spawn(async move {
+        let old = old.get().await;
+        tokio::task::spawn_blocking(move || {
+            if let Some(w) = old.filter(|w| w.restart(&s)) {
+                return Some(w);
             }
-        }
-    })
-    .await
-    .ok()
-    .flatten();
+            if let Some(ms) = std::env::var("ORCH_TEST_WATCH_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+            {
+                // Tests: a watcher slow to start (the tools must wait for it).
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+            let started = std::time::Instant::now();
+            match git::watch::LaneWatch::start(&path, &c, &s) {
+                Ok(w) => {
+                    tracing::debug!(
+                        lane = %path.display(),
+                        elapsed_us = started.elapsed().as_micros() as u64,
+                        "lane watcher started"
+                    );
+                    Some(std::sync::Arc::new(w))
+                }
+                Err(e) => {
+                    tracing::debug!(lane = %path.display(), "no lane watcher: {e}");
+                    None
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+    });
+    lane.watch = WatchSlot(task.map(|r| r.ok().flatten()).boxed().shared());
 }
 
 /// The pool of a run's lanes, shared by the stage tasks: a task takes a lane
@@ -142,7 +205,13 @@ impl Lanes {
     async fn create(&self, k: usize, start: &str) -> Result<Lane, RunError> {
         if self.pool_bound > 0 {
             let (c, sha) = (self.common.clone(), start.to_owned());
+            let started = std::time::Instant::now();
             let (lease, readied, note) = blocking(move || pool::take(&c, &sha)).await?;
+            tracing::debug!(
+                lane = %lease.name,
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "pooled lane taken"
+            );
             if !note.is_empty() {
                 tracing::debug!(lane = %lease.name, "pooled lane not reused: {note}");
             }
@@ -155,10 +224,10 @@ impl Lanes {
                     pool::Readied::Warm => "warm",
                     pool::Readied::Created => "created",
                 },
-                watch: None,
+                watch: WatchSlot::none(),
             };
             self.pool().leases.push(lease);
-            watch_from(&self.common, &mut lane, start).await;
+            watch_from(&self.common, &mut lane, start);
             return Ok(lane);
         }
         let mut lane = Lane {
@@ -167,11 +236,11 @@ impl Lanes {
             branch: format!("orch-lanes/{}/{k}", self.run_id),
             clean_at: Some(start.to_owned()),
             checkout: "created",
-            watch: None,
+            watch: WatchSlot::none(),
         };
         let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
         blocking(move || git::create_worktree(&c, &l.name, &l.path, &l.branch, &sha)).await?;
-        watch_from(&self.common, &mut lane, start).await;
+        watch_from(&self.common, &mut lane, start);
         Ok(lane)
     }
 
@@ -213,7 +282,7 @@ impl Lanes {
                     self.release(lane);
                     return Err(e);
                 }
-                watch_from(&self.common, &mut lane, start).await;
+                watch_from(&self.common, &mut lane, start);
                 Ok(lane)
             }
             Ok(mut lane) => {
@@ -225,7 +294,7 @@ impl Lanes {
                 }
                 lane.clean_at = Some(start.to_owned());
                 lane.checkout = "reset";
-                watch_from(&self.common, &mut lane, start).await;
+                watch_from(&self.common, &mut lane, start);
                 Ok(lane)
             }
             Err(k) => self.create(k, start).await,

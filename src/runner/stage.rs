@@ -106,11 +106,11 @@ pub(super) async fn run_stage(
         json!({"profile": sandbox.choice().label(), "kernel": crate::sandbox::availability().describe()}),
     )?;
     tool_ctx.sandbox = Some(Arc::new(sandbox));
+    tool_ctx.ready = Some(lane.watch.barrier());
     let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
     // The lane gets its included files and its setup, and the verify
     // commands run once on the start commit, before any model call.
-    let boot =
-        super::bootstrap::prepare_lane(ctx, &id, &tool_ctx, lane.watch.clone(), &mut log).await?;
+    let boot = super::bootstrap::prepare_lane(ctx, &id, &tool_ctx, &lane.watch, &mut log).await?;
     let baseline = match boot.failure {
         None if stage.round == 1 && !stage.verify.is_empty() => Some(
             agent::verify::run_baseline(&stage.verify, &tool_ctx, start, &mut log, &redact).await?,
@@ -267,7 +267,7 @@ pub(super) async fn run_stage(
         memory: &memory.ids,
     });
     let from_watch = edits.is_some();
-    let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.clone());
+    let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.get().await);
     let commit = blocking(move || {
         let commit = match &edits {
             Some(e) => git::commit_edits(&wt, &message, &parent, e)?,
@@ -439,7 +439,7 @@ fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
 /// The exact changes of the lane since `start`, from its watcher's marks;
 /// `None` when it has no watcher or the watcher cannot vouch for them.
 async fn lane_edits(lane: &Lane, start: &str) -> Option<git::Edits> {
-    let (watch, path, start) = (lane.watch.clone()?, lane.path.clone(), start.to_owned());
+    let (watch, path, start) = (lane.watch.get().await?, lane.path.clone(), start.to_owned());
     let found = blocking(move || {
         let Some(marks) = watch.changes().filter(|m| m.base == start) else {
             return Ok(None);

@@ -118,6 +118,9 @@ pub(crate) async fn run_sandboxed(
     command: &str,
     timeout: Duration,
 ) -> Result<(std::io::Result<exec::ExecResult>, Option<String>), String> {
+    if let Some(ready) = &ctx.ready {
+        ready.clone().await;
+    }
     let call = match &ctx.sandbox {
         Some(sb) => Some(sb.begin(&ctx.root).await?),
         None => None,

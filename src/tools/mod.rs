@@ -140,7 +140,13 @@ pub struct ToolContext {
     /// The kernel sandbox and repository guard of every `bash` call; `None`
     /// runs commands unsandboxed (unit tests of the tools themselves).
     pub sandbox: Option<Arc<crate::sandbox::ToolSandbox>>,
+    /// Ready once the lane may be touched (its change watcher is up): every
+    /// tool call and sandboxed command waits for it first.
+    pub ready: Option<Barrier>,
 }
+
+/// A one-time readiness gate (cloned freely, ready forever once ready).
+pub type Barrier = futures_util::future::Shared<futures_util::future::BoxFuture<'static, ()>>;
 
 impl ToolContext {
     /// A context for the worktree at `root` (canonicalized), with the scrubbed
@@ -162,6 +168,7 @@ impl ToolContext {
             read_only_guard: None,
             pre_exec: None,
             sandbox: None,
+            ready: None,
         })
     }
 }
@@ -234,6 +241,9 @@ pub async fn call(
     name: &str,
     arguments: &str,
 ) -> Result<ToolOutcome, FatalToolError> {
+    if let Some(ready) = &ctx.ready {
+        ready.clone().await;
+    }
     let start = Instant::now();
     let mut outcome = match check_call(ctx, name, arguments) {
         Err((tool, msg)) => ToolOutcome::error(&tool, &msg),

@@ -45,6 +45,16 @@ fn repo() -> TestRepo {
 
 /// Runs the two stages; returns the trees of their commits.
 fn trees(repo: &TestRepo, watch: &str, pool: Option<&str>) -> (String, String) {
+    trees_with(repo, watch, pool, &[])
+}
+
+/// [`trees`] with more environment for `orch`.
+fn trees_with(
+    repo: &TestRepo,
+    watch: &str,
+    pool: Option<&str>,
+    env: &[(&str, &str)],
+) -> (String, String) {
     let server = FakeServer::start(
         Script::new()
             .agent(
@@ -75,6 +85,7 @@ fn trees(repo: &TestRepo, watch: &str, pool: Option<&str>) -> (String, String) {
     if let Some(n) = pool {
         cmd.env("ORCH_LANE_POOL", n);
     }
+    cmd.envs(env.iter().copied());
     let out = output_logged(&mut cmd);
     assert_eq!(
         out.status.code(),
@@ -105,4 +116,21 @@ fn commits_from_the_watcher_equal_the_walked_commits_pooled_or_not() {
     let pooled = repo();
     assert_eq!(trees(&pooled, "1", Some("2")), walked, "pooled, first run");
     assert_eq!(trees(&pooled, "1", Some("2")), walked, "pooled, warm lane");
+}
+
+#[test]
+fn a_watcher_that_starts_late_still_sees_every_change_of_the_first_tool_call() {
+    // The watcher starts beside the first model request; the tools wait for
+    // it. Slowed down here, the first `bash` call would otherwise run
+    // before it watches and its changes would be missing from the commit.
+    let walked = trees(&repo(), "0", None);
+    let slow = [("ORCH_TEST_WATCH_DELAY_MS", "1500")];
+    assert_eq!(trees_with(&repo(), "1", None, &slow), walked, "unpooled");
+    let pooled = repo();
+    assert_eq!(trees_with(&pooled, "1", Some("2"), &slow), walked, "pooled");
+    assert_eq!(
+        trees_with(&pooled, "1", Some("2"), &slow),
+        walked,
+        "warm lane"
+    );
 }
