@@ -22,6 +22,7 @@ use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use git2::Oid;
+use sha1::Digest as _;
 
 /// The index entry of one path as it is on disk now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +107,7 @@ pub(crate) fn finish_index(mut file: &File, version: u32, entries: u32) -> std::
     file.seek(SeekFrom::Start(0))?;
     file.write_all(&header)?;
     file.seek(SeekFrom::Start(0))?;
-    let mut sha = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    let mut sha = sha1::Sha1::new();
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = file.read(&mut buf)?;
@@ -115,7 +116,7 @@ pub(crate) fn finish_index(mut file: &File, version: u32, entries: u32) -> std::
         }
         sha.update(&buf[..n]);
     }
-    file.write_all(sha.finish().as_ref())?;
+    file.write_all(&sha.finalize())?;
     Ok(())
 }
 
@@ -194,7 +195,7 @@ pub(crate) fn patch_index(
 /// the SHA-1, which [`Hashed::verify`] compares with the trailer.
 struct Hashed {
     inner: BufReader<File>,
-    sha: ring::digest::Context,
+    sha: sha1::Sha1,
     /// Bytes left before the trailer.
     left: u64,
 }
@@ -206,7 +207,7 @@ impl Hashed {
         }
         Ok(Hashed {
             inner: BufReader::with_capacity(64 << 10, file),
-            sha: ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY),
+            sha: sha1::Sha1::new(),
             left: size - 20,
         })
     }
@@ -216,7 +217,7 @@ impl Hashed {
             return Err(Stop::Fallback("the index is truncated"));
         }
         self.inner.read_exact(buf)?;
-        self.sha.update(buf);
+        self.sha.update(&*buf);
         self.left -= buf.len() as u64;
         Ok(())
     }
@@ -224,7 +225,7 @@ impl Hashed {
     fn verify(&mut self) -> Result<(), Stop> {
         let mut trailer = [0u8; 20];
         self.inner.read_exact(&mut trailer)?;
-        if self.sha.clone().finish().as_ref() != trailer {
+        if self.sha.clone().finalize()[..] != trailer {
             return Err(Stop::Fallback("the index checksum does not match"));
         }
         Ok(())
