@@ -93,14 +93,14 @@ impl Dirt {
 /// come from `git status` when the `git` CLI is on `PATH` (nothing of the
 /// index is held in this process), else from libgit2's status walk.
 pub fn working_tree_dirt(workdir: &Path) -> Result<Dirt, GitError> {
-    working_tree_dirt_with(Command::new("git"), workdir)
+    working_tree_dirt_with(&|| Command::new("git"), workdir)
 }
 
-/// [`working_tree_dirt`] asking `git` (a program and its environment; the
-/// tests' hermetic one, or one that is not there).
-fn working_tree_dirt_with(git: Command, workdir: &Path) -> Result<Dirt, GitError> {
+/// [`working_tree_dirt`] asking the `git` that `git()` makes (a program and
+/// its environment: the tests' hermetic one, or one that is not there).
+fn working_tree_dirt_with(git: &dyn Fn() -> Command, workdir: &Path) -> Result<Dirt, GitError> {
     let repo = open_at(workdir)?;
-    let paths = match cli_dirt_paths(git, workdir) {
+    let paths = match cli_dirt_paths(git(), workdir) {
         Ok(paths) => paths,
         Err(NoAnswer::TimedOut) => {
             return Err(io_err("wait for `git status` in", workdir)(
@@ -118,10 +118,14 @@ fn working_tree_dirt_with(git: Command, workdir: &Path) -> Result<Dirt, GitError
             walk_dirt_paths(&repo, workdir)?
         }
     };
-    Ok(Dirt {
-        paths,
-        submodules: checked_out_submodules(&repo),
-    })
+    let submodules = cli_checked_out_submodules(git(), workdir).unwrap_or_else(|why| {
+        tracing::debug!(
+            "the submodule check uses libgit2: {why:?} ({})",
+            workdir.display()
+        );
+        checked_out_submodules(&repo)
+    });
+    Ok(Dirt { paths, submodules })
 }
 
 /// [`super::open_repo`] and the [`working_tree_dirt`] of its working tree,
@@ -166,15 +170,38 @@ enum NoAnswer {
 
 /// [`Dirt::paths`] from `git status` run by `cmd` (a `git` program) in
 /// `workdir`, sorted.
+fn cli_dirt_paths(cmd: Command, workdir: &Path) -> Result<Vec<String>, NoAnswer> {
+    let out = run_git(cmd, STATUS_ARGS, workdir, |pipe| {
+        let mut bytes = Vec::new();
+        pipe.read_to_end(&mut bytes).map(|_| bytes)
+    })?;
+    let mut paths = porcelain_paths(&out).ok_or_else(|| {
+        NoAnswer::Unusable(format!(
+            "`git status` printed something that is not porcelain v1 records: {:?}",
+            String::from_utf8_lossy(&out[..out.len().min(200)])
+        ))
+    })?;
+    paths.sort();
+    Ok(paths)
+}
+
+/// Runs `cmd` (a `git` program) with `args` in `workdir` and returns what
+/// `read` makes of its stdout (read on a thread of its own, as it comes).
 ///
 /// The child runs in its own process group (a Ctrl-C meant for orch does not
 /// turn into a failed check), with stdin closed and the repository-locating
 /// variables removed; it inherits the calling thread's CPU priority (the
 /// run's check lowers it). It holds no lock (`--no-optional-locks`), so a
 /// timeout kills it at once.
-fn cli_dirt_paths(mut cmd: Command, workdir: &Path) -> Result<Vec<String>, NoAnswer> {
+fn run_git<T: Send + 'static>(
+    mut cmd: Command,
+    args: &[&str],
+    workdir: &Path,
+    read: impl FnOnce(&mut std::process::ChildStdout) -> std::io::Result<T> + Send + 'static,
+) -> Result<T, NoAnswer> {
     let program = cmd.get_program().to_string_lossy().into_owned();
-    cmd.args(STATUS_ARGS)
+    let what = format!("`git {}`", args.join(" "));
+    cmd.args(args)
         .current_dir(workdir)
         .env("GIT_OPTIONAL_LOCKS", "0")
         .env("GIT_TERMINAL_PROMPT", "0")
@@ -189,24 +216,27 @@ fn cli_dirt_paths(mut cmd: Command, workdir: &Path) -> Result<Vec<String>, NoAns
     let mut child = cmd
         .spawn()
         .map_err(|e| NoAnswer::Unusable(format!("could not run {program}: {e}")))?;
-    let stdout = drain(child.stdout.take(), u64::MAX);
-    let stderr = drain(child.stderr.take(), STDERR_KEPT);
+    let stdout = in_thread(child.stdout.take(), read);
+    let stderr = in_thread(child.stderr.take(), |pipe| {
+        let mut bytes = Vec::new();
+        std::io::copy(&mut pipe.take(STDERR_KEPT), &mut bytes).map(|_| bytes)
+    });
     let out = match stdout.recv_timeout(STATUS_TIMEOUT) {
-        Ok(Ok(bytes)) => bytes,
+        Ok(Ok(out)) => out,
         failed => {
             let _ = child.kill();
             let _ = child.wait();
             return Err(match failed {
                 Err(mpsc::RecvTimeoutError::Timeout) => NoAnswer::TimedOut,
-                Ok(Err(e)) => NoAnswer::Unusable(format!("could not read git's output: {e}")),
-                _ => NoAnswer::Unusable("could not start a reader of git's output".to_owned()),
+                Ok(Err(e)) => NoAnswer::Unusable(format!("could not read {what}: {e}")),
+                _ => NoAnswer::Unusable(format!("could not start a reader of {what}")),
             });
         }
     };
     // Its stdout closed, git is exiting.
     let status = child
         .wait()
-        .map_err(|e| NoAnswer::Unusable(format!("could not wait for git: {e}")))?;
+        .map_err(|e| NoAnswer::Unusable(format!("could not wait for {what}: {e}")))?;
     // Only for the log; a process git started may hold the pipe open.
     let err = match stderr.recv_timeout(crate::exec::DRAIN_TIMEOUT) {
         Ok(Ok(bytes)) => bytes,
@@ -214,39 +244,30 @@ fn cli_dirt_paths(mut cmd: Command, workdir: &Path) -> Result<Vec<String>, NoAns
     };
     if !status.success() {
         return Err(NoAnswer::Unusable(format!(
-            "`git status` exited with {status}: {}",
+            "{what} exited with {status}: {}",
             String::from_utf8_lossy(&err).trim()
         )));
     }
-    let mut paths = porcelain_paths(&out).ok_or_else(|| {
-        NoAnswer::Unusable(format!(
-            "`git status` printed something that is not porcelain v1 records: {:?}",
-            String::from_utf8_lossy(&out[..out.len().min(200)])
-        ))
-    })?;
-    paths.sort();
-    Ok(paths)
+    Ok(out)
 }
 
-/// Reads `pipe` to its end on a thread of its own (so neither pipe of the
-/// child can fill up and stall it), keeping the first `keep` bytes.
-fn drain<R: Read + Send + 'static>(
+/// Runs `read` on `pipe` on a thread of its own (so neither pipe of the
+/// child can fill up and stall it), then reads the rest of it away.
+fn in_thread<R: Read + Send + 'static, T: Send + 'static>(
     pipe: Option<R>,
-    keep: u64,
-) -> mpsc::Receiver<std::io::Result<Vec<u8>>> {
+    read: impl FnOnce(&mut R) -> std::io::Result<T> + Send + 'static,
+) -> mpsc::Receiver<std::io::Result<T>> {
     let (tx, rx) = mpsc::channel();
     if let Some(mut pipe) = pipe {
-        let read = move || {
-            let mut bytes = Vec::new();
-            let got = std::io::copy(&mut (&mut pipe).take(keep), &mut bytes)
-                .and_then(|_| std::io::copy(&mut pipe, &mut std::io::sink()))
-                .map(|_| bytes);
-            let _ = tx.send(got);
+        let work = move || {
+            let got = read(&mut pipe);
+            let rest = std::io::copy(&mut pipe, &mut std::io::sink());
+            let _ = tx.send(got.and_then(|got| rest.map(|_| got)));
         };
         // A thread that cannot start drops `tx`: the receiver says so.
         let _ = std::thread::Builder::new()
             .name("orch-git-pipe".to_owned())
-            .spawn(read);
+            .spawn(work);
     }
     rx
 }
@@ -274,6 +295,75 @@ fn porcelain_paths(out: &[u8]) -> Option<Vec<String>> {
         }
     }
     Some(paths)
+}
+
+/// [`checked_out_submodules`] without libgit2's submodule map, which loads
+/// the whole index and walks `HEAD`'s tree into this process even when there
+/// is no submodule: the gitlinks of the index come from `git ls-files`, read
+/// as they stream (only gitlinks are kept), the rest from `.gitmodules`, as
+/// libgit2 lists them. Sorted by path. Unlike libgit2, a gitlink that is in
+/// `HEAD` but no longer in the index (and not in `.gitmodules`) is missed.
+fn cli_checked_out_submodules(cmd: Command, workdir: &Path) -> Result<Vec<String>, NoAnswer> {
+    let args = ["--no-optional-locks", "ls-files", "-z", "--stage"];
+    let mut paths = run_git(cmd, &args, workdir, |pipe| {
+        let mut links = std::collections::BTreeSet::new();
+        let mut reader = std::io::BufReader::new(pipe);
+        let mut record = Vec::new();
+        while {
+            record.clear();
+            std::io::BufRead::read_until(&mut reader, 0, &mut record)? > 0
+        } {
+            // `<mode> <object> <stage>\t<path>\0`
+            let entry = record.strip_suffix(&[0]).unwrap_or(&record);
+            let tab = entry.iter().position(|b| *b == b'\t');
+            let (Some(tab), Some(b' ')) = (tab, entry.get(6)) else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "not `git ls-files --stage` records",
+                ));
+            };
+            if entry.starts_with(b"160000 ") {
+                links.insert(String::from_utf8_lossy(&entry[tab + 1..]).into_owned());
+            }
+        }
+        Ok(links)
+    })?;
+    paths.extend(gitmodules_paths(workdir));
+    Ok(paths
+        .into_iter()
+        .filter(|p| workdir.join(p).join(".git").exists())
+        .collect())
+}
+
+/// The submodule paths `.gitmodules` names (a submodule without `path` is
+/// at its name), as libgit2 reads them.
+fn gitmodules_paths(workdir: &Path) -> Vec<String> {
+    let file = workdir.join(".gitmodules");
+    let Ok(config) = git2::Config::open(&file) else {
+        return Vec::new();
+    };
+    let mut named = std::collections::BTreeMap::new();
+    let Ok(mut entries) = config.entries(Some(r"^submodule\.")) else {
+        return Vec::new();
+    };
+    while let Some(Ok(entry)) = entries.next() {
+        let (Ok(key), Ok(value)) = (entry.name(), entry.value()) else {
+            continue;
+        };
+        let Some((name, var)) = key
+            .strip_prefix("submodule.")
+            .and_then(|k| k.rsplit_once('.'))
+        else {
+            continue;
+        };
+        let path = named
+            .entry(name.to_owned())
+            .or_insert_with(|| name.to_owned());
+        if var == "path" {
+            *path = value.to_owned();
+        }
+    }
+    named.into_values().collect()
 }
 
 /// Submodules whose directory holds a checkout (a `.git` file or directory).
@@ -531,7 +621,7 @@ mod tests {
         let walk = walk_dirt_paths(&open_at(&repo.path).unwrap(), &repo.path).unwrap();
         assert_eq!(cli, walk);
         assert_eq!(cli, DIRTY_PATHS);
-        let dirt = working_tree_dirt_with(hermetic_git(&repo), &repo.path).unwrap();
+        let dirt = working_tree_dirt_with(&|| hermetic_git(&repo), &repo.path).unwrap();
         assert_eq!(dirt.paths, DIRTY_PATHS);
     }
 
@@ -567,7 +657,7 @@ mod tests {
             (std::fs::read(&index).unwrap(), mtime)
         };
         let before = read();
-        let dirt = working_tree_dirt_with(hermetic_git(&repo), &repo.path).unwrap();
+        let dirt = working_tree_dirt_with(&|| hermetic_git(&repo), &repo.path).unwrap();
         assert!(!dirt.is_dirty(), "{dirt:?}");
         assert!(read() == before, "the check rewrote .git/index");
         // The control: the same tree makes a plain `git status` write it.
@@ -579,24 +669,25 @@ mod tests {
     #[test]
     fn without_a_usable_git_the_walk_gives_the_same_answer() {
         let repo = dirty_repo();
-        let cli = working_tree_dirt_with(hermetic_git(&repo), &repo.path).unwrap();
+        let cli = working_tree_dirt_with(&|| hermetic_git(&repo), &repo.path).unwrap();
         assert_eq!(cli.paths, DIRTY_PATHS);
         let scratch = tempfile::tempdir().unwrap();
         let missing = scratch.path().join("no-such-git");
-        for (git, why) in [
-            (Command::new(&missing), "missing"),
-            (Command::new("false"), "exits 1"),
-            (Command::new("echo"), "prints its arguments"),
+        for (program, why) in [
+            (missing.as_os_str(), "missing"),
+            ("false".as_ref(), "exits 1"),
+            ("echo".as_ref(), "prints its arguments"),
         ] {
+            let git = || Command::new(program);
             assert!(
                 matches!(
-                    cli_dirt_paths(Command::new(git.get_program()), &repo.path),
+                    cli_dirt_paths(git(), &repo.path),
                     Err(NoAnswer::Unusable(_))
                 ),
                 "{why}"
             );
             assert_eq!(
-                working_tree_dirt_with(git, &repo.path).unwrap(),
+                working_tree_dirt_with(&git, &repo.path).unwrap(),
                 cli,
                 "{why}"
             );
@@ -614,6 +705,55 @@ mod tests {
         let walk = walk_dirt_paths(&open_at(&repo.path).unwrap(), &repo.path).unwrap();
         assert_eq!(cli, ["fresh/"]);
         assert!(walk.is_empty(), "{walk:?}");
+    }
+
+    #[test]
+    fn git_finds_the_checked_out_submodules_libgit2_finds() {
+        let sub = TestRepo::new();
+        let repo = TestRepo::new();
+        let url = sub.path.display().to_string();
+        for path in ["vendor/sub", "vendor/gone", "other path/sub"] {
+            repo.git(&[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                &url,
+                path,
+            ]);
+        }
+        // A gitlink without a `.gitmodules` entry: an embedded repository.
+        std::fs::create_dir_all(repo.path.join("embedded")).unwrap();
+        repo.git_in(&repo.path.join("embedded"), &["init", "-q"]);
+        repo.write("embedded/a.txt", "a\n");
+        repo.git_in(&repo.path.join("embedded"), &["add", "a.txt"]);
+        repo.git_in(
+            &repo.path.join("embedded"),
+            &[
+                "-c",
+                "user.name=T",
+                "-c",
+                "user.email=t@e",
+                "commit",
+                "-qm",
+                "a",
+            ],
+        );
+        repo.git(&["add", "embedded"]);
+        repo.git(&["commit", "-q", "-m", "submodules"]);
+        // Not checked out any more: an empty directory.
+        repo.git(&["submodule", "deinit", "-q", "-f", "vendor/gone"]);
+        let cli = cli_checked_out_submodules(hermetic_git(&repo), &repo.path).unwrap();
+        let mut libgit2 = checked_out_submodules(&open_at(&repo.path).unwrap());
+        libgit2.sort();
+        assert_eq!(cli, ["embedded", "other path/sub", "vendor/sub"]);
+        assert_eq!(cli, libgit2);
+        let dirt = working_tree_dirt_with(&|| hermetic_git(&repo), &repo.path).unwrap();
+        assert_eq!(dirt.submodules, cli);
+        assert!(!dirt.is_dirty(), "{dirt:?}");
+        let without = working_tree_dirt_with(&|| Command::new("false"), &repo.path).unwrap();
+        assert_eq!(without.submodules.len(), 3, "{without:?}");
     }
 
     #[test]
