@@ -10,7 +10,8 @@
 //! rewrites `.git/index` as a plain `git status` would. When git is missing,
 //! fails or says something unexpected, libgit2's status walk answers
 //! instead, with the same paths (but for a nested repository that holds no
-//! file yet, which only git lists).
+//! file yet, which only git lists). Checked-out submodules are found the
+//! same way: gitlinks from `git ls-files`, else libgit2's submodule map.
 //!
 //! The snapshot's tree is built in an in-memory index ([`git2::Index::new`],
 //! never `.git/index`) from `HEAD`'s tree plus every path the status walk
@@ -63,9 +64,9 @@ const GIT_LOCAL_ENV: &[&str] = &[
     "GIT_COMMON_DIR",
 ];
 
-/// How long `git status` may take. The walk would take as long on the same
-/// tree (a hung network file system, say), so running out of it is an error,
-/// not a reason to fall back.
+/// How long each git command of the check may take. The walk would take as
+/// long on the same tree (a hung network file system, say), so a `git
+/// status` running out of it is an error, not a reason to fall back.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Bytes of `git status`'s stderr kept for the debug log.
@@ -90,8 +91,9 @@ impl Dirt {
 
 /// What differs between the working tree of the repository at `workdir` and
 /// its `HEAD`, and which submodules are checked out. Reads only: the paths
-/// come from `git status` when the `git` CLI is on `PATH` (nothing of the
-/// index is held in this process), else from libgit2's status walk.
+/// come from `git status` and the submodules from `git ls-files` when the
+/// `git` CLI is on `PATH` (nothing of the index is held in this process),
+/// else from libgit2.
 pub fn working_tree_dirt(workdir: &Path) -> Result<Dirt, GitError> {
     working_tree_dirt_with(&|| Command::new("git"), workdir)
 }
