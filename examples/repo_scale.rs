@@ -30,8 +30,12 @@
 //! request (spawn of `orch` to the fake server having read the request),
 //! the stage commit (`stage_end` − the `finish` tool event in the stage's
 //! action log: commit, branch, diff), exit after the final answer (the last
-//! request read by the server → `orch` reaped), and peak RSS (`ru_maxrss`
-//! from `wait4`, through a small wrapper process; see `support/child.rs`).
+//! request read by the server → `orch` reaped), and peak RSS: orch's own
+//! (`getrusage(RUSAGE_SELF)`, which it logs at exit under
+//! `ORCH_LOG=orch::usage=debug`) and with its children (`ru_maxrss` from
+//! `wait4`, through a small wrapper process, see `support/child.rs`: the
+//! larger of orch and its largest reaped child, e.g. the `git status` of
+//! the user's tree).
 //!
 //! ```sh
 //! cargo build --release && cargo build --release --example repo_scale
@@ -149,8 +153,11 @@ fn workspace(parent: &Path, files: usize) -> tempfile::TempDir {
     ws
 }
 
-/// Runs `program args…` in `dir` through the rusage wrapper.
-fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> child::Usage {
+/// Runs `program args…` in `dir` through the rusage wrapper; its usage and
+/// (for `orch`) the peak RSS of the process itself, which it logs at exit:
+/// `wait4`'s `ru_maxrss` is the larger of it and its largest reaped child
+/// (`git status`, the tools).
+fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> (child::Usage, Option<i64>) {
     let stamp = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -168,7 +175,10 @@ fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> child::Usage {
         .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
         .env(
             "ORCH_LOG",
-            std::env::var("REPO_SCALE_LOG").unwrap_or_default(),
+            format!(
+                "{},orch::usage=debug",
+                std::env::var("REPO_SCALE_LOG").unwrap_or_else(|_| "warn".to_owned())
+            ),
         )
         .env_remove("ORCH_PROFILE")
         .env_remove("ORCH_API_KEY")
@@ -183,10 +193,15 @@ fn timed(ws: &Path, dir: &Path, program: &Path, args: &[&str]) -> child::Usage {
         program.display(),
         std::fs::read_to_string(&err).unwrap_or_default()
     );
+    let own = std::fs::read_to_string(&err).ok().and_then(|log| {
+        let at = log.rfind("peak_rss_kb=")? + "peak_rss_kb=".len();
+        let digits: String = log[at..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    });
     if std::env::var_os("REPO_SCALE_LOG").is_none() {
         let _ = std::fs::remove_file(&err);
     }
-    u
+    (u, own)
 }
 
 /// One round of the `git` CLI: worktree add, then add + commit of one change.
@@ -201,15 +216,15 @@ fn git_round(ws: &Path, round: usize) -> GitRound {
     let branch = format!("bench/{round}");
     let git = Path::new("git");
     let wt_arg = wt.to_str().unwrap();
-    let add = timed(
+    let (add, _) = timed(
         ws,
         &repo,
         git,
         &["worktree", "add", "-q", "-b", &branch, wt_arg, "HEAD"],
     );
     append_line(&wt.join(TOUCHED));
-    let staged = timed(ws, &wt, git, &["add", "-A"]);
-    let committed = timed(ws, &wt, git, &["commit", "-q", "-m", "bench change"]);
+    let (staged, _) = timed(ws, &wt, git, &["add", "-A"]);
+    let (committed, _) = timed(ws, &wt, git, &["commit", "-q", "-m", "bench change"]);
     bench::git(&repo, &["worktree", "remove", "--force", wt_arg]);
     bench::git(&repo, &["branch", "-q", "-D", &branch]);
     GitRound {
@@ -227,6 +242,8 @@ fn append_line(path: &Path) {
 /// One `orch run` as the fake server and the action log saw it.
 struct OrchRun {
     usage: child::Usage,
+    /// Peak RSS of `orch` itself (KB), as it logged it.
+    own_rss_kb: i64,
     first_request: Duration,
     stage_commit: Duration,
     exit_after_final: Duration,
@@ -255,7 +272,7 @@ fn orch_run(ws: &Path, orch: &Path) -> OrchRun {
             Reply::finish("b", "Marked the first file.", None),
         ],
     ));
-    let usage = timed(
+    let (usage, own) = timed(
         ws,
         ws,
         orch,
@@ -295,6 +312,7 @@ fn orch_run(ws: &Path, orch: &Path) -> OrchRun {
     let end = at(&|e| e["event"] == "stage_end");
     OrchRun {
         usage,
+        own_rss_kb: own.expect("orch logs its peak memory (orch::usage)"),
         first_request: reqs[0].received.duration_since(usage.started_wall).unwrap(),
         stage_commit: end.duration_since(finish).unwrap_or_default(),
         exit_after_final: usage
@@ -395,6 +413,7 @@ fn main() {
             describe(&runs.iter().map(f).collect::<Vec<_>>(), unit)
         };
         let rss = |r: &OrchRun| r.usage.maxrss_kb as f64 / 1024.0;
+        let own = |r: &OrchRun| r.own_rss_kb as f64 / 1024.0;
         rows.push(vec![
             format!("{files}"),
             describe(
@@ -409,8 +428,10 @@ fn main() {
             col(&firsts, &|r| ms(r.stage_commit), "ms"),
             col(&firsts, &|r| ms(r.exit_after_final), "ms"),
             col(&seconds, &|r| ms(r.exit_after_final), "ms"),
+            col(&firsts, &own, "MB"),
+            col(&cleaned, &own, "MB"),
             col(&firsts, &rss, "MB"),
-            col(&seconds, &rss, "MB"),
+            col(&cleaned, &rss, "MB"),
             describe(
                 &gits
                     .iter()
@@ -424,9 +445,9 @@ fn main() {
     }
     println!();
     println!(
-        "| tracked files | `git worktree add` | start → first request, run 1 | run 2 (right after run 1) | run 2 (after the clean-up) | background clean-up | `git add -A && git commit` | orch stage commit | exit after final answer, run 1 | run 2 | orch peak RSS, run 1 | run 2 | `git worktree add` peak RSS | orch CPU, run 1 |"
+        "| tracked files | `git worktree add` | start → first request, run 1 | run 2 (right after run 1) | run 2 (after the clean-up) | background clean-up | `git add -A && git commit` | orch stage commit | exit after final answer, run 1 | run 2 | orch's own peak RSS, run 1 | run 2 (after the clean-up) | with its children (`wait4`), run 1 | run 2 (after the clean-up) | `git worktree add` peak RSS | orch CPU, run 1 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in rows {
         println!("| {} |", row.join(" | "));
     }

@@ -85,5 +85,24 @@ fn main() {
     };
     // Tool processes were already reaped; don't wait for idle blocking threads.
     runtime.shutdown_background();
+    log_peak_memory();
     std::process::exit(code);
+}
+
+/// Logs (target `orch::usage`, debug) the peak RSS of this process and of
+/// the largest child it reaped (a `git status`, a tool), which `wait4` from
+/// outside folds into one number: `ORCH_LOG=orch::usage=debug`.
+fn log_peak_memory() {
+    let peak = |who: libc::c_int| {
+        // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `usage` is writable and outlives the call.
+        (unsafe { libc::getrusage(who, &mut usage) } == 0).then_some(usage.ru_maxrss)
+    };
+    tracing::debug!(
+        target: "orch::usage",
+        peak_rss_kb = peak(libc::RUSAGE_SELF),
+        children_peak_rss_kb = peak(libc::RUSAGE_CHILDREN),
+        "peak memory"
+    );
 }
