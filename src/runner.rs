@@ -274,6 +274,12 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     // The first lane's checkout overlaps the rest of the start-up.
     let lanes = Arc::new(Lanes::new(&common, &run_id, pool_bound));
     lanes.prewarm(&base_sha).await;
+    // So does asking the server for its context window: up to three probe
+    // requests the first turn would otherwise wait for (it awaits this one).
+    let probe = Arc::clone(&session.model);
+    tokio::spawn(async move {
+        probe.probe_context_window().await;
+    });
     state.status = RunStatus::Running;
     state.updated = now();
     // The one fsync before the first request.

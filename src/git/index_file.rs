@@ -18,7 +18,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use git2::Oid;
@@ -191,12 +191,19 @@ pub(crate) fn patch_index(
     }
 }
 
-/// The index being read: every byte but the trailing checksum goes through
-/// the SHA-1, which [`Hashed::verify`] compares with the trailer.
+/// The index being read, through a window over a large buffer: every byte
+/// but the trailing checksum goes through the SHA-1 as it is read, in bulk,
+/// and [`Hashed::verify`] compares the sum with the trailer. Entries are
+/// looked at in place ([`Hashed::peek`]), never copied out.
 struct Hashed {
-    inner: BufReader<File>,
+    file: File,
+    buf: Vec<u8>,
+    /// `buf[start..end]` is read and not yet consumed.
+    start: usize,
+    end: usize,
     sha: sha1::Sha1,
-    /// Bytes left before the trailer.
+    /// Bytes before the trailer not yet hashed / not yet consumed.
+    unhashed: u64,
     left: u64,
 }
 
@@ -206,26 +213,65 @@ impl Hashed {
             return Err(Stop::Fallback("the index is truncated"));
         }
         Ok(Hashed {
-            inner: BufReader::with_capacity(64 << 10, file),
+            file,
+            buf: vec![0; 256 << 10],
+            start: 0,
+            end: 0,
             sha: sha1::Sha1::new(),
+            unhashed: size - 20,
             left: size - 20,
         })
     }
 
-    fn read(&mut self, buf: &mut [u8]) -> Result<(), Stop> {
-        if (buf.len() as u64) > self.left {
+    /// The next `n` bytes (before the trailer), not consumed.
+    fn peek(&mut self, n: usize) -> Result<&[u8], Stop> {
+        if n as u64 > self.left {
             return Err(Stop::Fallback("the index is truncated"));
         }
-        self.inner.read_exact(buf)?;
-        self.sha.update(&*buf);
-        self.left -= buf.len() as u64;
+        while self.end - self.start < n {
+            self.fill(n)?;
+        }
+        Ok(&self.buf[self.start..self.start + n])
+    }
+
+    /// Reads more, keeping room for `n` bytes from `start`.
+    fn fill(&mut self, n: usize) -> Result<(), Stop> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() < n {
+            self.buf.resize(n.next_power_of_two(), 0);
+        }
+        let got = self.file.read(&mut self.buf[self.end..])?;
+        if got == 0 {
+            return Err(Stop::Fallback("the index is truncated"));
+        }
+        let hashed = (got as u64).min(self.unhashed) as usize;
+        self.sha.update(&self.buf[self.end..self.end + hashed]);
+        self.unhashed -= hashed as u64;
+        self.end += got;
         Ok(())
     }
 
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        self.left -= n as u64;
+    }
+
+    /// `n` bytes, consumed (copied: headers and extensions).
+    fn read(&mut self, n: usize) -> Result<Vec<u8>, Stop> {
+        let bytes = self.peek(n)?.to_vec();
+        self.consume(n);
+        Ok(bytes)
+    }
+
     fn verify(&mut self) -> Result<(), Stop> {
-        let mut trailer = [0u8; 20];
-        self.inner.read_exact(&mut trailer)?;
-        if self.sha.clone().finalize()[..] != trailer {
+        let mut trailer = Vec::with_capacity(20);
+        trailer.extend_from_slice(&self.buf[self.start..self.end]);
+        self.file.read_to_end(&mut trailer)?;
+        if self.unhashed != 0 || self.sha.clone().finalize()[..] != trailer[..] {
             return Err(Stop::Fallback("the index checksum does not match"));
         }
         Ok(())
@@ -274,8 +320,7 @@ fn merge(
     out: &mut impl Write,
     changes: &[(Vec<u8>, Option<DiskEntry>)],
 ) -> Result<(u32, u32), Stop> {
-    let mut header = [0u8; 12];
-    r.read(&mut header)?;
+    let header = r.read(12)?;
     let version = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
     if &header[..4] != b"DIRC" {
         return Err(Stop::Fallback("the index has no DIRC signature"));
@@ -296,65 +341,59 @@ fn merge(
         Ok(())
     };
     let mut next = changes.iter().peekable();
-    let mut raw = Vec::with_capacity(128);
-    let mut name = Vec::with_capacity(64);
     for _ in 0..count {
-        raw.clear();
-        raw.resize(62, 0);
-        r.read(&mut raw)?;
-        let flags = u16::from_be_bytes([raw[60], raw[61]]);
+        let head = r.peek(62)?;
+        let flags = u16::from_be_bytes([head[60], head[61]]);
         if flags & 0x3000 != 0 {
             return Err(Stop::Fallback("the index has conflict stages"));
         }
-        let mut fixed = 62;
-        if flags & 0x4000 != 0 {
+        let fixed = if flags & 0x4000 != 0 {
             if version < 3 {
                 return Err(Stop::Fallback("a version 2 index with extended flags"));
             }
-            raw.resize(64, 0);
-            r.read(&mut raw[62..])?;
-            fixed = 64;
-        }
-        name.clear();
-        let len = usize::from(flags & 0xFFF);
-        if len < 0xFFF {
-            name.resize(len, 0);
-            r.read(&mut name)?;
+            64
         } else {
+            62
+        };
+        let mut name_len = usize::from(flags & 0xFFF);
+        if name_len == 0xFFF {
             // A long name: its length is where the NUL is.
-            let mut b = [0u8; 1];
-            loop {
-                r.read(&mut b)?;
-                if b[0] == 0 {
-                    break;
+            let mut upto = fixed + 0xFFF + 1;
+            name_len = loop {
+                upto = upto.min(usize::try_from(r.left).unwrap_or(usize::MAX));
+                if upto <= fixed + 0xFFF {
+                    return Err(Stop::Fallback("the index is truncated"));
                 }
-                name.push(b[0]);
-            }
+                let seen = r.peek(upto)?;
+                if let Some(nul) = seen[fixed + 0xFFF..].iter().position(|&b| b == 0) {
+                    break 0xFFF + nul;
+                }
+                if upto as u64 == r.left {
+                    return Err(Stop::Fallback("the index is truncated"));
+                }
+                upto *= 2;
+            };
         }
-        // Padding to a multiple of 8, at least one NUL (the long name's
-        // NUL already read counts).
-        let total = (fixed + name.len() + 8) & !7;
-        let already = fixed + name.len() + usize::from(len >= 0xFFF);
-        let mut pad = [0u8; 8];
-        r.read(&mut pad[..total - already])?;
-
-        while let Some((p, e)) = next.next_if(|(p, _)| p.as_slice() < name.as_slice()) {
+        // Padded with 1 to 8 NULs to a multiple of 8.
+        let total = (fixed + name_len + 8) & !7;
+        let entry = r.peek(total)?;
+        let name = &entry[fixed..fixed + name_len];
+        while let Some((p, e)) = next.next_if(|(p, _)| p.as_slice() < name) {
             if let Some(e) = e {
                 count_one(&mut order, p)?;
                 write_entry(out, e, p)?;
             }
         }
-        if let Some((_, e)) = next.next_if(|(p, _)| p.as_slice() == name.as_slice()) {
+        if let Some((_, e)) = next.next_if(|(p, _)| p.as_slice() == name) {
             if let Some(e) = e {
-                count_one(&mut order, &name)?;
-                write_entry(out, e, &name)?;
+                count_one(&mut order, name)?;
+                write_entry(out, e, name)?;
             }
-            continue;
+        } else {
+            count_one(&mut order, name)?;
+            out.write_all(entry)?;
         }
-        count_one(&mut order, &name)?;
-        out.write_all(&raw)?;
-        out.write_all(&name)?;
-        out.write_all(&[0u8; 8][..total - fixed - name.len()])?;
+        r.consume(total);
     }
     for (p, e) in next {
         if let Some(e) = e {
@@ -366,8 +405,7 @@ fn merge(
     // Extensions up to the trailer: the cache-tree kept (invalidated where
     // things changed), other caches dropped, required ones refused.
     while r.left > 0 {
-        let mut head = [0u8; 8];
-        r.read(&mut head)?;
+        let head = r.read(8)?;
         let len = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
         if !head[0].is_ascii_uppercase() {
             return Err(Stop::Fallback("the index has an extension git requires"));
@@ -375,8 +413,7 @@ fn merge(
         if len as u64 > r.left {
             return Err(Stop::Fallback("the index is truncated"));
         }
-        let mut data = vec![0u8; len];
-        r.read(&mut data)?;
+        let data = r.read(len)?;
         if &head[..4] == b"TREE" {
             let tree = invalidated_tree(&data, changes)?;
             let tree_len = u32::try_from(tree.len()).map_err(|_| Stop::Fallback("a huge TREE"))?;
@@ -699,6 +736,21 @@ mod tests {
             Patched::Fallback("the index checksum does not match")
         );
         assert_eq!(std::fs::read(&path).unwrap(), corrupt);
+        assert!(!repo.git_dir().join("index.lock").exists());
+
+        // Cut anywhere: refused, never a panic or a half-written index.
+        let whole = {
+            corrupt[n - 1] ^= 0xFF;
+            corrupt
+        };
+        for cut in [0, 11, 12, 40, 100, n / 2, n - 21, n - 1] {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            assert!(
+                matches!(patch_index(&path, &changes).unwrap(), Patched::Fallback(_)),
+                "cut at {cut}"
+            );
+            assert_eq!(std::fs::read(&path).unwrap(), &whole[..cut]);
+        }
         assert!(!repo.git_dir().join("index.lock").exists());
     }
 
