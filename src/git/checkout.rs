@@ -149,10 +149,12 @@ pub(crate) enum Move {
 /// with nothing else in it (a stamped pooled lane), to `new`'s tree by
 /// writing only what differs: vanished and replaced files are deleted
 /// (and directories left empty), new and changed ones written from the
-/// object database, the index entries of those paths patched in place
-/// (through the lane's pending record, so a kill midway leaves a record the
-/// next reader applies). `HEAD` is the caller's. On an error the worktree is
-/// half moved: the caller makes the lane afresh.
+/// object database, the index entries of those paths left to the lane's
+/// pending record (written first, so a kill midway leaves a record the next
+/// reader applies; applying it patches the index in place, see
+/// [`super::index_file`]), which whoever reads the index first applies. `HEAD`
+/// is the caller's. On an error the worktree is half moved: the caller makes
+/// the lane afresh.
 pub(crate) fn move_plain(
     wt: &Repository,
     old: &git2::Tree<'_>,
@@ -229,7 +231,6 @@ pub(crate) fn move_plain(
                 .map_err(io_err("write the file", &full))?;
         }
     }
-    super::pending::apply_pending_in(wt)?;
     Ok(Move::Done(changed))
 }
 

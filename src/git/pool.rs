@@ -183,6 +183,18 @@ fn try_lease(common_dir: &Path, n: usize) -> Result<Option<Lease>, GitError> {
             if !same {
                 continue;
             }
+            // Only the lease holder writes the slot's index, so a lock
+            // there is a killed holder's (its lane was readied in the
+            // background when it died): nobody will finish or remove it.
+            let index_lock = common_dir
+                .join("worktrees")
+                .join(slot_name(n))
+                .join("index.lock");
+            match fs::remove_file(&index_lock) {
+                Ok(()) => tracing::debug!(slot = n, "removed a dead holder's index.lock"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove the stale index lock", &index_lock)(e)),
+            }
             return Ok(Some(Lease {
                 _file: file,
                 slot: n,
@@ -261,7 +273,10 @@ pub enum Readied {
 /// [`CLEANER_WAIT`]); when every slot is taken a new one is made, and the
 /// run's hand-back trims the pool to its bound again ([`trim`]). Returns
 /// the lease, how the lane was readied and why a pooled lane there was not
-/// reused (empty when it was, or none was).
+/// reused (empty when it was, or none was). A lane moved by the difference
+/// may leave its index to a pending record: [`super::apply_pending_index`]
+/// before anything reads it (the runner does it beside the first model
+/// request, behind the lane's readiness barrier).
 pub fn take(common_dir: &Path, start: &str) -> Result<(Lease, Readied, String), GitError> {
     let mut existing = slots(common_dir);
     existing.sort_by_key(|&n| {

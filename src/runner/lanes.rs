@@ -50,11 +50,13 @@ pub(crate) struct Lane {
     pub watch: WatchSlot,
 }
 
-/// A lane's change watcher as it starts: the watcher is started off the
-/// critical path (at 100,000 files adding ~1,000 inotify watches is tens of
-/// milliseconds), so the stage's first model request does not wait for it.
-/// Whatever runs in the lane waits for it first ([`WatchSlot::get`]; the
-/// tools through [`WatchSlot::barrier`]), so it never misses a change.
+/// A lane's readying as it runs beside the stage's first model request:
+/// its index brought up to date (a warm move leaves it to a pending record:
+/// ~30 ms at 100,000 files) and its change watcher started (adding ~1,000
+/// inotify watches there is tens of milliseconds). Whatever runs in the lane
+/// waits for it first ([`WatchSlot::get`]; the tools through
+/// [`WatchSlot::barrier`]), so nothing reads a stale index and the watcher
+/// never misses a change.
 #[derive(Clone)]
 pub(crate) struct WatchSlot(
     futures_util::future::Shared<
@@ -97,10 +99,7 @@ impl WatchSlot {
 /// starts in the background; see [`WatchSlot`].
 fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
     use futures_util::FutureExt as _;
-    if !git::watch::enabled() {
-        lane.watch = WatchSlot::none();
-        return;
-    }
+    let watching = git::watch::enabled();
     let (old, path, c, s) = (
         std::mem::replace(&mut lane.watch, WatchSlot::none()),
         lane.path.clone(),
@@ -110,6 +109,17 @@ fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
     let task = tokio::spawn(async move {
         let old = old.get().await;
         tokio::task::spawn_blocking(move || {
+            // A lane moved by the difference left its index to a pending
+            // record (`git::pool::take`): brought up to date before anything
+            // reads it. Should that fail, the record stays for the next
+            // reader (the stage end's walk, the pool's clean-up) and only
+            // the model's own `git` sees a stale index meanwhile.
+            if let Err(e) = git::apply_pending_index(&path) {
+                tracing::warn!(lane = %path.display(), "the lane's index is not up to date: failed to {e}");
+            }
+            if !watching {
+                return None;
+            }
             if let Some(w) = old.filter(|w| w.restart(&s)) {
                 return Some(w);
             }
@@ -268,24 +278,24 @@ impl Lanes {
         match reused {
             Ok(mut lane) if lane.clean_at.as_deref() == Some(start) => {
                 // A lane made ahead of need is still "created" (or "warm")
-                // on first use.
+                // on first use, and its readying is the one started then.
+                let fresh = matches!(lane.checkout, "prewarmed" | "prewarmed-warm");
                 lane.checkout = match lane.checkout {
                     "prewarmed" => "created",
                     "prewarmed-warm" => "warm",
                     _ => "clean",
                 };
-                // The last stage's commit left the index to be brought up
-                // to date: before anything (tools, setup, verify) reads it.
-                let path = lane.path.clone();
-                if let Err(e) = blocking(move || git::apply_pending_index(&path)).await {
-                    lane.clean_at = None;
-                    self.release(lane);
-                    return Err(e);
+                if !fresh {
+                    // The last stage's commit left the index to a pending
+                    // record: the readying brings it up to date before
+                    // anything (tools, setup, verify) reads it.
+                    watch_from(&self.common, &mut lane, start);
                 }
-                watch_from(&self.common, &mut lane, start);
                 Ok(lane)
             }
             Ok(mut lane) => {
+                // Whatever readying the lane still has in flight ends first.
+                lane.watch.get().await;
                 let (path, sha) = (lane.path.clone(), start.to_owned());
                 if let Err(e) = blocking(move || git::reset_worktree(&path, &sha)).await {
                     lane.clean_at = None;
@@ -330,6 +340,12 @@ impl Lanes {
     pub(crate) async fn hand_back(&self) -> Result<(), RunError> {
         if let Some(handle) = self.prewarm.lock().await.take() {
             let _ = handle.await;
+        }
+        // A lane's readying still running (a stage that ended before it
+        // touched the lane) finishes before the lane is let go.
+        let readying: Vec<WatchSlot> = self.pool().free.iter().map(|l| l.watch.clone()).collect();
+        for slot in readying {
+            slot.get().await;
         }
         let leases = std::mem::take(&mut *self.pool()).leases;
         drop(leases);
