@@ -44,9 +44,9 @@ pub(crate) struct Lane {
     /// moved to the start commit by the difference), `reset` or `clean`
     /// (already at the start commit: no git work at all).
     pub checkout: &'static str,
-    /// Its change watcher, recording from the stage's start commit (none
-    /// when watchers are off or inotify is unavailable): the stage end
-    /// looks at what it marked instead of walking the lane.
+    /// Its readying and change watcher, recording from the stage's start
+    /// commit (none when watchers are off or inotify is unavailable): the
+    /// stage end looks at what it marked instead of walking the lane.
     pub watch: WatchSlot,
 }
 
@@ -123,11 +123,13 @@ fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
             if let Some(w) = old.filter(|w| w.restart(&s)) {
                 return Some(w);
             }
+            // Tests (debug builds only, like the kill points): a watcher
+            // slow to start, which the tools must wait for.
+            #[cfg(debug_assertions)]
             if let Some(ms) = std::env::var("ORCH_TEST_WATCH_DELAY_MS")
                 .ok()
                 .and_then(|v| v.parse().ok())
             {
-                // Tests: a watcher slow to start (the tools must wait for it).
                 std::thread::sleep(std::time::Duration::from_millis(ms));
             }
             let started = std::time::Instant::now();
