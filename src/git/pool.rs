@@ -804,6 +804,30 @@ mod tests {
     }
 
     #[test]
+    fn a_lane_found_clean_by_one_walk_is_stamped_and_a_later_file_still_undoes_the_stamp() {
+        let repo = TestRepo::new();
+        repo.write("deep/er/a.txt", "a\n");
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-qm", "deep"]);
+        let common = repo.git_dir();
+        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        let (lease, _, _) = take(&common, &head).unwrap();
+        drop(lease);
+        // Nothing to clean: the one walk is the check, and it stamps.
+        let done = clean_free(&common).unwrap();
+        assert_eq!(done.stamped, [1], "{done:?}");
+        let stamp = fs::read_to_string(stamp_path(&common, 1)).unwrap();
+        assert!(stamp_holds(&common, 1, &stamp));
+        // A file added deep inside after the stamp: the stamp no longer holds,
+        // so the next take walks the lane and the file does not leak.
+        fs::write(slot_path(&common, 1).join("deep/er/sneaked.txt"), "x\n").unwrap();
+        assert!(!stamp_holds(&common, 1, &stamp));
+        let (lease, readied, note) = take(&common, &head).unwrap();
+        assert_eq!(readied, Readied::Warm, "{note}");
+        assert!(!lease.path.join("deep/er/sneaked.txt").exists());
+    }
+
+    #[test]
     fn a_cleaned_slot_is_stamped_and_a_take_waits_for_the_slot_the_clean_up_holds() {
         let repo = TestRepo::new();
         let common = repo.git_dir();

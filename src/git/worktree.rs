@@ -370,16 +370,18 @@ struct LaneStatus {
 /// Cleans orch's linked worktree at `worktree` (a pooled lane a run handed
 /// back) in place, at its own `HEAD`: one status walk finds what its last
 /// user left (untracked and ignored entries are removed, modified tracked
-/// paths checked out again), then a second walk must find nothing. Returns
+/// paths checked out again), then a second walk must find nothing (none
+/// when the first found nothing to clean). Returns
 /// what `observe` saw of the lane clean at `HEAD` (it is given the `HEAD`
 /// SHA), or why it is not clean (then nothing vouches for it and its next
 /// taker walks it again). Lanes with attribute files or converting
 /// filters are never vouched for (their taker makes them afresh).
-/// `observe` runs between the clean-up and the check walk (what it sees
-/// then is what the check vouches for).
+/// `observe` runs before the check walk (what it sees then is what the
+/// check vouches for): before the first walk, which is the check when it
+/// finds nothing to clean, else again between the clean-up and the second.
 pub(super) fn clean_worktree<T>(
     worktree: &Path,
-    observe: impl FnOnce(&str) -> Option<T>,
+    mut observe: impl FnMut(&str) -> Option<T>,
 ) -> Result<Result<T, String>, GitError> {
     let repo = open_linked_worktree(worktree)?;
     let at = worktree.display();
@@ -407,7 +409,15 @@ pub(super) fn clean_worktree<T>(
     }
     drop(index);
     let workdir = workdir_of(&repo, worktree)?;
+    // Seen before the first walk: when that walk finds the lane clean
+    // already (the last stage committed everything and left no ignored
+    // file), it vouches for what was seen, and no second walk is needed.
+    let before = observe(&head.id().to_string());
     let found = lane_status(&repo, &at)?;
+    if found.stray.is_empty() && found.modified.is_empty() {
+        crate::killpoint::reached("pool-clean-walked");
+        return Ok(before.ok_or_else(|| "its directories could not be listed".to_owned()));
+    }
     for rel in &found.stray {
         remove_untracked(&workdir, rel)?;
     }
