@@ -401,7 +401,7 @@ fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
 /// Removes whatever lanes of `run_id` exist on disk or as branches (after a
 /// crash, or at the end of a successful run), healing first what a kill
 /// left half-done: stale `*.lock` files under the run's own refs
-/// (`orch/<run>/…`, `orch-lanes/<run>/…`), admin dirs of the run's lanes
+/// (`orch/<run>/…`, `orch-lanes/<run>/…`, `refs/orch/runs/<run>`), admin dirs of the run's lanes
 /// that lack `gitdir` or whose worktree is gone, and lane directories no
 /// admin dir claims. Only call it while holding the run's lock (so whatever
 /// it finds belongs to a dead process); other runs' and the user's
@@ -410,6 +410,20 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
     let (c, run) = (common.to_path_buf(), run_id.to_owned());
     blocking(move || {
         git::remove_stale_ref_locks(&c, &[format!("orch/{run}"), format!("orch-lanes/{run}")])?;
+        // The run's record ref (`refs/orch/runs/<run>`) is written only by
+        // the run lock's holder: a lock file there is a killed one's.
+        let run_ref_lock = c.join("refs/orch/runs").join(format!("{run}.lock"));
+        match std::fs::remove_file(&run_ref_lock) {
+            Ok(()) => tracing::debug!(run = %run, "removed a killed run's run-ref lock"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(GitError::Io {
+                    op: "remove the stale ref lock",
+                    path: run_ref_lock,
+                    source,
+                });
+            }
+        }
         git::prune_broken_lanes(&c, &run)?;
         // Pooled lanes a kill left half-made (their leases died with it).
         pool::heal(&c)?;

@@ -180,6 +180,10 @@ fn a_stale_lane_ref_lock_and_a_half_made_admin_dir_do_not_stop_resume() {
     let stage_ref_dir = git.join(format!("refs/heads/orch/{run_id}"));
     std::fs::create_dir_all(&stage_ref_dir).unwrap();
     std::fs::write(stage_ref_dir.join("two.lock"), "").unwrap();
+    // Killed while recording the run on its ref (issue 17).
+    let run_ref_lock = git.join(format!("refs/orch/runs/{run_id}.lock"));
+    std::fs::create_dir_all(run_ref_lock.parent().unwrap()).unwrap();
+    std::fs::write(&run_ref_lock, "").unwrap();
     let half = git.join(format!("worktrees/orch-{run_id}-3"));
     std::fs::create_dir_all(&half).unwrap();
     std::fs::write(
