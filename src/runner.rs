@@ -809,7 +809,9 @@ async fn drive(
             RunStatus::Failed
         } else {
             crate::killpoint::reached("run-finishing");
-            match finish_run(&ctx, &mut state).await? {
+            // The pooled lanes are sealed for the next run beside the merge.
+            let (finished, ()) = tokio::join!(finish_run(&ctx, &mut state), lanes.seal());
+            match finished? {
                 Ok(text) => {
                     pr = Some(text);
                     // The final branch and pr.md exist; the lanes go back to

@@ -121,14 +121,14 @@ const LINK: i32 = 0o120000;
 const GITLINK: i32 = 0o160000;
 
 /// What sits at a path of the working tree, as `git add` sees it.
-enum Disk {
+pub(super) enum Disk {
     Absent,
     Dir,
     File { exec: bool },
     Link,
 }
 
-fn disk_at(full: &Path) -> Disk {
+pub(super) fn disk_at(full: &Path) -> Disk {
     use std::os::unix::fs::PermissionsExt;
     match std::fs::symlink_metadata(full) {
         Ok(m) if m.file_type().is_symlink() => Disk::Link,
@@ -348,7 +348,7 @@ impl Resolver<'_> {
     }
 }
 
-fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+pub(super) fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     if dir.is_empty() {
         return name.to_vec();
     }
@@ -468,7 +468,7 @@ fn finish_edits(base: &str, mut files: Vec<(Vec<u8>, NewEntry)>) -> Edits {
 }
 
 /// Why hashing raw files might not give `git add -A`'s blobs and modes.
-fn cannot_vouch(repo: &Repository) -> Result<Option<&'static str>, GitError> {
+pub(super) fn cannot_vouch(repo: &Repository) -> Result<Option<&'static str>, GitError> {
     if super::worktree::filters_configured(repo)? {
         return Ok(Some("attribute files or converting filters are configured"));
     }

@@ -24,6 +24,7 @@ mod index_file;
 mod merge;
 mod pending;
 pub mod pool;
+mod seal;
 pub mod snapshot;
 pub mod watch;
 mod worktree;

@@ -14,7 +14,10 @@
 //! lane reports such a path as differing from `HEAD` and checks it out
 //! again, which rewrites its index entry; a hard reset rewrites the whole
 //! index. Nothing trusts the index without a walk except a stamped lane,
-//! and a stamp is only written after such a walk found the lane clean.
+//! and a stamp is only written after such a walk found the lane clean, or
+//! by the hand-back's seal ([`super::pool::seal`]), which applies the
+//! record itself onto an index only orch wrote since the lane was taken
+//! clean.
 //!
 //! Format: one entry per path, `A` (the file exists: add it from disk) or
 //! `D` (it is gone: remove it) then the raw path, each ended by a NUL

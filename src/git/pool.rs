@@ -18,7 +18,15 @@
 //! `<git>/orch/trash/` and drops its admin entry (both O(1)); the files go
 //! later ([`empty_trash`], run in the background or by `orch gc`).
 //!
-//! Clean-up off the critical path: a run hands its lanes back as they are
+//! Sealed at the hand-back: a run whose lane's watcher kept its history
+//! since the take ([`seal`]) removes what that history saw appear and is
+//! not in the lane's `HEAD` (ignored build output), checks the marked
+//! tracked paths against `HEAD` and writes the stamp itself, in
+//! O(what the run touched); the next run then moves the lane by the
+//! difference at once, even when it starts right after this one.
+//!
+//! Clean-up off the critical path, for the lanes the seal could not vouch
+//! for: a run hands its lanes back as they are
 //! (a rename-free drop of the lease); after its output is written, the
 //! detached background `orch gc --empty-trash` also runs [`clean_free`],
 //! which leases each free slot, cleans it with the full status walk
@@ -609,25 +617,30 @@ fn stat_key(path: &Path) -> Option<(i64, i64, u64)> {
     Some((m.mtime(), m.mtime_nsec(), m.ino()))
 }
 
+/// What the tamper check records of the index of the worktree whose admin
+/// name is `name` (size, mtime, inode: any write replaces the file), as the
+/// stamp's `index …` line; `None` when it cannot be read.
+pub fn index_key(common_dir: &Path, name: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let index = common_dir.join("worktrees").join(name).join("index");
+    let meta = fs::symlink_metadata(index).ok()?;
+    Some(format!(
+        "index {} {} {} {}",
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ino()
+    ))
+}
+
 /// The tamper check of slot `n` as the clean-up leaves it at `head`: the
 /// index file (size, mtime, inode) and every directory of the lane
 /// (mtime, inode; the lane's own `.git` file is not a directory). `None`
 /// when something cannot be read or a path cannot be written on one line.
 fn observe_slot(common_dir: &Path, n: usize, head: &str) -> Option<String> {
     use std::fmt::Write as _;
-    use std::os::unix::fs::MetadataExt;
-    let index = common_dir
-        .join("worktrees")
-        .join(slot_name(n))
-        .join("index");
-    let meta = fs::symlink_metadata(&index).ok()?;
-    let mut out = format!(
-        "{STAMP_MAGIC}\nhead {head}\nindex {} {} {} {}\n",
-        meta.len(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.ino()
-    );
+    let index = index_key(common_dir, &slot_name(n))?;
+    let mut out = format!("{STAMP_MAGIC}\nhead {head}\n{index}\n");
     let root = slot_path(common_dir, n);
     let mut dirs = vec![PathBuf::new()];
     while let Some(rel) = dirs.pop() {
@@ -655,7 +668,6 @@ fn observe_slot(common_dir: &Path, n: usize, head: &str) -> Option<String> {
 /// Whether the stamp `text` of slot `n` still holds: the slot's `HEAD` is
 /// the one verified and nothing the tamper check covers changed.
 fn stamp_holds(common_dir: &Path, n: usize, text: &str) -> bool {
-    use std::os::unix::fs::MetadataExt;
     let mut lines = text.lines();
     if lines.next() != Some(STAMP_MAGIC) {
         return false;
@@ -664,20 +676,9 @@ fn stamp_holds(common_dir: &Path, n: usize, text: &str) -> bool {
     if head.is_none() || slot_head(common_dir, n).as_deref() != head {
         return false;
     }
-    let index = common_dir
-        .join("worktrees")
-        .join(slot_name(n))
-        .join("index");
-    let Ok(meta) = fs::symlink_metadata(&index) else {
+    let Some(want) = index_key(common_dir, &slot_name(n)) else {
         return false;
     };
-    let want = format!(
-        "index {} {} {} {}",
-        meta.len(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.ino()
-    );
     if lines.next() != Some(want.as_str()) {
         return false;
     }
@@ -708,6 +709,55 @@ fn stamp_holds(common_dir: &Path, n: usize, text: &str) -> bool {
         dirs += 1;
     }
     dirs > 0
+}
+
+/// Writes slot `n`'s stamp (its lease held), atomically.
+fn write_stamp(common_dir: &Path, n: usize, stamp: &str) -> Result<(), GitError> {
+    let path = stamp_path(common_dir, n);
+    let tmp = path.with_extension("clean.tmp");
+    fs::write(&tmp, stamp).map_err(io_err("write the lane's clean stamp", &tmp))?;
+    fs::rename(&tmp, &path).map_err(io_err("write the lane's clean stamp", &path))
+}
+
+/// Seals a leased slot at its hand-back, instead of the clean-up's walks:
+/// `marks` is its watcher's history since the take (every path that may
+/// differ from the exactly clean lane the take gave), `head` the commit
+/// the run left it at, `index_was` the [`index_key`] orch saw when it last
+/// wrote the slot's index itself. When the slot is still at `head` and its
+/// index is the one orch wrote (so no `git add` or `git reset` in the lane
+/// changed it), the marked strays are removed, the marked tracked paths
+/// checked ([`super::seal::clean_marked`]) and the slot stamped. Returns
+/// how many strays were removed, or why it was not stamped (then the
+/// background clean-up walks it).
+pub fn seal(
+    common_dir: &Path,
+    lease: &Lease,
+    head: &str,
+    marks: &super::watch::Marks,
+    index_was: &str,
+) -> Result<Result<usize, String>, GitError> {
+    let n = lease.slot;
+    let _ = fs::remove_file(stamp_path(common_dir, n));
+    if !is_whole(common_dir, n) {
+        return Ok(Err("it is not a whole worktree".to_owned()));
+    }
+    if slot_head(common_dir, n).as_deref() != Some(head) {
+        return Ok(Err(format!("its HEAD moved from {head}")));
+    }
+    if index_key(common_dir, &lease.name).as_deref() != Some(index_was) {
+        return Ok(Err(
+            "its index was written by something other than orch".to_owned()
+        ));
+    }
+    let removed = match super::seal::clean_marked(&lease.path, head, marks)? {
+        Ok(removed) => removed,
+        Err(why) => return Ok(Err(why)),
+    };
+    let Some(stamp) = observe_slot(common_dir, n, head) else {
+        return Ok(Err("its directories could not be listed".to_owned()));
+    };
+    write_stamp(common_dir, n, &stamp)?;
+    Ok(Ok(removed))
 }
 
 /// Reads and removes slot `n`'s stamp (its lease held).
@@ -768,10 +818,7 @@ pub fn clean_free(common_dir: &Path) -> Result<Cleaned, GitError> {
         drop_add_branch(common_dir, n)?;
         match clean_worktree(&lease.path, |head| observe_slot(common_dir, n, head))? {
             Ok(stamp) => {
-                let path = stamp_path(common_dir, n);
-                let tmp = path.with_extension("clean.tmp");
-                fs::write(&tmp, stamp).map_err(io_err("write the lane's clean stamp", &tmp))?;
-                fs::rename(&tmp, &path).map_err(io_err("write the lane's clean stamp", &path))?;
+                write_stamp(common_dir, n, &stamp)?;
                 done.stamped.push(n);
             }
             Err(why) => done.refused.push((n, why)),

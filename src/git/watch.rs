@@ -140,9 +140,44 @@ struct State {
     /// Why the record cannot vouch for completeness, if it cannot.
     incomplete: Option<String>,
     base: String,
+    /// Everything marked since the watcher started, across restarts (the
+    /// marks of earlier records folded in): kept only when asked for
+    /// ([`LaneWatch::keep_history`]).
+    history: Option<History>,
     /// `info/exclude` of the common dir as it was at the start.
     exclude: Option<PathBuf>,
     exclude_stamp: Option<(SystemTime, u64)>,
+}
+
+/// Paths and whole-marked directories of earlier records.
+#[derive(Default)]
+struct History {
+    paths: BTreeSet<Vec<u8>>,
+    whole: BTreeSet<Vec<u8>>,
+}
+
+impl History {
+    /// Whether `p` lies below a directory this history marks whole.
+    fn covers(&self, p: &[u8]) -> bool {
+        p.iter()
+            .enumerate()
+            .any(|(i, &b)| b == b'/' && self.whole.contains(&p[..i]))
+    }
+
+    /// Folds one record's marks in (paths below a whole-marked directory
+    /// are already covered by it).
+    fn fold(&mut self, paths: &BTreeSet<Vec<u8>>, whole: &BTreeSet<Vec<u8>>) {
+        for d in whole {
+            if !self.covers(d) {
+                self.whole.insert(d.clone());
+            }
+        }
+        for p in paths {
+            if !self.covers(p) && !self.whole.contains(p) {
+                self.paths.insert(p.clone());
+            }
+        }
+    }
 }
 
 impl State {
@@ -258,6 +293,33 @@ impl LaneWatch {
         })
     }
 
+    /// Keeps every record's marks from now on, across restarts, for
+    /// [`LaneWatch::since_start`]: call it right after [`LaneWatch::start`],
+    /// before anything runs in the lane.
+    pub fn keep_history(&self) {
+        self.shared.lock().history = Some(History::default());
+    }
+
+    /// Everything marked since the watcher started (every record since,
+    /// folded together), after draining the queue, with the current base:
+    /// the paths that may differ from the lane as it was then. `None` when
+    /// no history is kept or the record cannot vouch for completeness.
+    pub fn since_start(&self) -> Option<Marks> {
+        let now = self.changes()?;
+        let state = self.shared.lock();
+        let kept = state.history.as_ref()?;
+        let mut all = History {
+            paths: kept.paths.clone(),
+            whole: kept.whole.clone(),
+        };
+        all.fold(&now.paths, &now.whole);
+        Some(Marks {
+            base: now.base,
+            paths: all.paths,
+            whole: all.whole,
+        })
+    }
+
     /// Why the record cannot vouch for completeness, if it cannot.
     pub fn incomplete(&self) -> Option<String> {
         let mut state = self.shared.lock();
@@ -307,6 +369,10 @@ impl LaneWatch {
         shared.drain(&mut state);
         if state.incomplete.is_some() {
             return false;
+        }
+        if let Some(mut h) = state.history.take() {
+            h.fold(&state.paths, &whole);
+            state.history = Some(h);
         }
         state.paths.clear();
         state.whole.clear();

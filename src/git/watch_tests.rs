@@ -273,3 +273,107 @@ fn a_lost_pending_record_leaves_a_stale_index_that_the_walk_repairs() {
     assert!(!has_pending_index(&fx.lane).expect("pending"));
     assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
 }
+
+/// The hand-back's seal ([`seal::clean_marked`]) from a watcher's history
+/// over two committed rounds, then `junk` left uncommitted but ignored:
+/// afterwards the lane holds exactly its `HEAD` (nothing ignored or
+/// untracked left, the index at `HEAD`), as a full status walk sees it.
+fn seal_case(first: &[(u8, usize, usize)], second: &[(u8, usize, usize)], junk: &[usize]) {
+    let fx = fixture();
+    let common = fx.repo.git_dir();
+    let watch = LaneWatch::start(&fx.lane, &common, &fx.base).expect("watch");
+    watch.keep_history();
+    let c1 = round(&fx, &watch, &fx.base, first);
+    let c2 = round(&fx, &watch, &c1, second);
+    for &p in junk {
+        // Ignored by the fixture's `*.log` and `target/`, in old and new
+        // directories alike.
+        let p = PATHS[p % PATHS.len()];
+        let script = op_script(13, p, p);
+        sh(
+            &fx.lane,
+            &format!(
+                "{{ {script}; mkdir -p target/{p} && printf o > target/{p}/o; }} 2>/dev/null; true"
+            ),
+        );
+    }
+    let marks = watch.since_start().expect("the history is complete");
+    let removed = seal::clean_marked(&fx.lane, &c2, &marks)
+        .expect("seal")
+        .unwrap_or_else(|why| panic!("refused after {first:?} / {second:?} / {junk:?}: {why}"));
+    let status = git_in(
+        &fx.lane,
+        &[
+            "status",
+            "--porcelain",
+            "--ignored",
+            "--untracked-files=all",
+        ],
+    );
+    assert_eq!(status, "", "after {first:?} / {second:?} / {junk:?}");
+    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
+    if !junk.is_empty() {
+        assert!(removed > 0, "the junk was removed");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_lane_sealed_from_its_watcher_history_holds_exactly_head(
+        first in ops(),
+        second in ops(),
+        junk in prop::collection::vec(0..PATHS.len(), 0..4),
+    ) {
+        seal_case(&first, &second, &junk);
+    }
+}
+
+#[test]
+fn a_seal_removes_what_a_restart_folded_into_the_history() {
+    // Ignored output of the first record only: the second record is empty,
+    // so only the history knows of it.
+    seal_case(&[(13, 0, 0), (0, 13, 0)], &[(1, 1, 0)], &[]);
+    let fx = fixture();
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    watch.keep_history();
+    sh(
+        &fx.lane,
+        "mkdir -p target/deep && echo o > target/deep/o && echo l > a/x.log",
+    );
+    assert!(watch.restart(&fx.base), "restart");
+    let marks = watch.since_start().expect("complete");
+    assert!(marks.whole.contains(b"target".as_slice()), "{marks:?}");
+    assert!(marks.paths.contains(b"a/x.log".as_slice()), "{marks:?}");
+    assert_eq!(
+        seal::clean_marked(&fx.lane, &fx.base, &marks).expect("seal"),
+        Ok(2)
+    );
+    assert!(!fx.lane.join("target").exists() && !fx.lane.join("a/x.log").exists());
+}
+
+#[test]
+fn a_seal_refuses_a_tracked_change_a_moved_head_and_a_watcher_without_history() {
+    let fx = fixture();
+    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+    assert_eq!(watch.since_start(), None, "no history kept");
+    watch.keep_history();
+    sh(&fx.lane, "echo edited >> a/f && echo o > x.log");
+    let marks = watch.since_start().expect("complete");
+    let refused = seal::clean_marked(&fx.lane, &fx.base, &marks).expect("seal");
+    assert!(
+        refused.as_ref().is_err_and(|w| w.contains("a/f")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.lane.join("a/f")).expect("a/f"),
+        "a f\nedited\n",
+        "a tracked file is never touched"
+    );
+    let other = fx.repo.rev("HEAD~1");
+    let refused = seal::clean_marked(&fx.lane, &other, &marks).expect("seal");
+    assert!(refused.is_err_and(|w| w.contains("HEAD")));
+    watch.mark_incomplete("test");
+    assert_eq!(watch.since_start(), None, "an incomplete record");
+}

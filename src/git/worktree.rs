@@ -689,7 +689,7 @@ fn untracked_paths(repo: &Repository) -> Result<Vec<PathBuf>, git2::Error> {
 
 /// Deletes one untracked path (never following a symlink), then the
 /// directories above it that it leaves empty.
-fn remove_untracked(workdir: &Path, rel: &Path) -> Result<(), GitError> {
+pub(super) fn remove_untracked(workdir: &Path, rel: &Path) -> Result<(), GitError> {
     // Collecting components drops the `/` of a nested repository's entry, so
     // `symlink_metadata` looks at the entry itself, never through a symlink.
     let full: PathBuf = workdir.join(rel).components().collect();

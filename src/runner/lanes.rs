@@ -59,10 +59,19 @@ pub(crate) struct Lane {
 /// never misses a change.
 #[derive(Clone)]
 pub(crate) struct WatchSlot(
-    futures_util::future::Shared<
-        futures_util::future::BoxFuture<'static, Option<std::sync::Arc<git::watch::LaneWatch>>>,
-    >,
+    futures_util::future::Shared<futures_util::future::BoxFuture<'static, Readiness>>,
 );
+
+/// What a lane's readying left.
+#[derive(Clone, Default)]
+pub(crate) struct Readiness {
+    /// The change watcher, if there is one.
+    watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
+    /// The lane's index as the readying left it ([`pool::index_key`]): the
+    /// last write of it by orch, so a hand-back that finds another one
+    /// knows something else (the model's `git add`) wrote it.
+    index: Option<String>,
+}
 
 impl std::fmt::Debug for WatchSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,12 +83,16 @@ impl WatchSlot {
     /// No watcher (the stage end walks the lane).
     pub(crate) fn none() -> WatchSlot {
         use futures_util::FutureExt as _;
-        WatchSlot(futures_util::future::ready(None).boxed().shared())
+        WatchSlot(
+            futures_util::future::ready(Readiness::default())
+                .boxed()
+                .shared(),
+        )
     }
 
     /// The watcher, once it is up (or `None`: there is none).
     pub(crate) async fn get(&self) -> Option<std::sync::Arc<git::watch::LaneWatch>> {
-        self.0.clone().await
+        self.0.clone().await.watch
     }
 
     /// A future that is ready once the watcher is up, for the tools.
@@ -97,62 +110,86 @@ impl WatchSlot {
 /// Gives `lane`, which holds exactly `start` and in which nothing runs, a
 /// watcher recording from `start`: its own, restarted, or a new one. It
 /// starts in the background; see [`WatchSlot`].
-fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
+///
+/// `fresh`: the lane was just taken exactly clean from the repository's
+/// pool (nothing untracked, not even ignored files), so a new watcher keeps
+/// its history for the hand-back's seal ([`Lanes::seal`]).
+fn watch_from(common: &Path, lane: &mut Lane, start: &str, fresh: bool) {
     use futures_util::FutureExt as _;
     let watching = git::watch::enabled();
-    let (old, path, c, s) = (
+    let (old, path, c, s, name) = (
         std::mem::replace(&mut lane.watch, WatchSlot::none()),
         lane.path.clone(),
         common.to_path_buf(),
         start.to_owned(),
+        lane.name.clone(),
     );
     let task = tokio::spawn(async move {
         let old = old.get().await;
         tokio::task::spawn_blocking(move || {
-            // A lane moved by the difference left its index to a pending
-            // record (`git::pool::take`): brought up to date before anything
-            // reads it. Should that fail, the record stays for the next
-            // reader (the stage end's walk, the pool's clean-up) and only
-            // the model's own `git` sees a stale index meanwhile.
-            if let Err(e) = git::apply_pending_index(&path) {
-                tracing::warn!(lane = %path.display(), "the lane's index is not up to date: failed to {e}");
-            }
-            if !watching {
-                return None;
-            }
-            if let Some(w) = old.filter(|w| w.restart(&s)) {
-                return Some(w);
-            }
-            // Tests (debug builds only, like the kill points): a watcher
-            // slow to start, which the tools must wait for.
-            #[cfg(debug_assertions)]
-            if let Some(ms) = std::env::var("ORCH_TEST_WATCH_DELAY_MS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-            {
-                std::thread::sleep(std::time::Duration::from_millis(ms));
-            }
-            let started = std::time::Instant::now();
-            match git::watch::LaneWatch::start(&path, &c, &s) {
-                Ok(w) => {
-                    tracing::debug!(
-                        lane = %path.display(),
-                        elapsed_us = started.elapsed().as_micros() as u64,
-                        "lane watcher started"
-                    );
-                    Some(std::sync::Arc::new(w))
-                }
-                Err(e) => {
-                    tracing::debug!(lane = %path.display(), "no lane watcher: {e}");
-                    None
-                }
+            let watch = ready_lane(&path, &c, &s, old, watching, fresh);
+            Readiness {
+                index: pool::index_key(&c, &name),
+                watch,
             }
         })
         .await
-        .ok()
-        .flatten()
+        .unwrap_or_default()
     });
-    lane.watch = WatchSlot(task.map(|r| r.ok().flatten()).boxed().shared());
+    lane.watch = WatchSlot(task.map(|r| r.unwrap_or_default()).boxed().shared());
+}
+
+/// The blocking part of [`watch_from`]: the pending index applied, the
+/// watcher restarted or started.
+fn ready_lane(
+    path: &Path,
+    common: &Path,
+    start: &str,
+    old: Option<std::sync::Arc<git::watch::LaneWatch>>,
+    watching: bool,
+    fresh: bool,
+) -> Option<std::sync::Arc<git::watch::LaneWatch>> {
+    // A lane moved by the difference left its index to a pending record
+    // (`git::pool::take`): brought up to date before anything reads it.
+    // Should that fail, the record stays for the next reader (the stage
+    // end's walk, the pool's clean-up) and only the model's own `git` sees a
+    // stale index meanwhile.
+    if let Err(e) = git::apply_pending_index(path) {
+        tracing::warn!(lane = %path.display(), "the lane's index is not up to date: failed to {e}");
+    }
+    if !watching {
+        return None;
+    }
+    if let Some(w) = old.filter(|w| w.restart(start)) {
+        return Some(w);
+    }
+    // Tests (debug builds only, like the kill points): a watcher slow to
+    // start, which the tools must wait for.
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("ORCH_TEST_WATCH_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    let started = std::time::Instant::now();
+    match git::watch::LaneWatch::start(path, common, start) {
+        Ok(w) => {
+            if fresh {
+                w.keep_history();
+            }
+            tracing::debug!(
+                lane = %path.display(),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "lane watcher started"
+            );
+            Some(std::sync::Arc::new(w))
+        }
+        Err(e) => {
+            tracing::debug!(lane = %path.display(), "no lane watcher: {e}");
+            None
+        }
+    }
 }
 
 /// The pool of a run's lanes, shared by the stage tasks: a task takes a lane
@@ -174,6 +211,8 @@ struct Pool {
     created: usize,
     /// The leases of the pooled lanes this run holds.
     leases: Vec<pool::Lease>,
+    /// Whether [`Lanes::seal`] ran.
+    sealed: bool,
 }
 
 /// The directory holding a run's lanes.
@@ -239,7 +278,7 @@ impl Lanes {
                 watch: WatchSlot::none(),
             };
             self.pool().leases.push(lease);
-            watch_from(&self.common, &mut lane, start);
+            watch_from(&self.common, &mut lane, start, true);
             return Ok(lane);
         }
         let mut lane = Lane {
@@ -252,7 +291,7 @@ impl Lanes {
         };
         let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
         blocking(move || git::create_worktree(&c, &l.name, &l.path, &l.branch, &sha)).await?;
-        watch_from(&self.common, &mut lane, start);
+        watch_from(&self.common, &mut lane, start, false);
         Ok(lane)
     }
 
@@ -291,7 +330,7 @@ impl Lanes {
                     // The last stage's commit left the index to a pending
                     // record: the readying brings it up to date before
                     // anything (tools, setup, verify) reads it.
-                    watch_from(&self.common, &mut lane, start);
+                    watch_from(&self.common, &mut lane, start, false);
                 }
                 Ok(lane)
             }
@@ -306,7 +345,7 @@ impl Lanes {
                 }
                 lane.clean_at = Some(start.to_owned());
                 lane.checkout = "reset";
-                watch_from(&self.common, &mut lane, start);
+                watch_from(&self.common, &mut lane, start, false);
                 Ok(lane)
             }
             Err(k) => self.create(k, start).await,
@@ -333,6 +372,78 @@ impl Lanes {
         }
     }
 
+    /// Seals the run's pooled lanes for the next run, once, when no stage
+    /// runs any more (beside the final merge, else at the hand-back): each
+    /// lane whose watcher kept its history since the take, whose last stage
+    /// committed exactly what it holds and whose index only orch wrote is
+    /// cleaned of what its watcher saw appear (ignored build output and the
+    /// like) and stamped ([`pool::seal`]): O(what the run touched), where
+    /// the background clean-up walks the whole lane (~400 ms at 100,000
+    /// files, which a run started right after this one would wait for).
+    /// A lane that cannot be sealed is left to that clean-up.
+    pub(crate) async fn seal(&self) {
+        if self.pool_bound == 0 {
+            return;
+        }
+        let lanes = {
+            let mut pool = self.pool();
+            if std::mem::replace(&mut pool.sealed, true) {
+                return;
+            }
+            pool.free.clone()
+        };
+        let mut work = Vec::new();
+        for lane in lanes {
+            let ready = lane.watch.0.clone().await;
+            let marks = ready.watch.as_ref().and_then(|w| w.since_start());
+            match (marks, ready.index, lane.clean_at) {
+                (Some(marks), Some(index), Some(head)) => {
+                    work.push((lane.name, head, marks, index))
+                }
+                (marks, index, head) => tracing::debug!(
+                    lane = %lane.name,
+                    history = marks.is_some(),
+                    index = index.is_some(),
+                    clean = head.is_some(),
+                    "pooled lane not sealed: its watcher history, index or commit is unknown"
+                ),
+            }
+        }
+        if work.is_empty() {
+            return;
+        }
+        let leases = std::mem::take(&mut self.pool().leases);
+        let common = self.common.clone();
+        let leases = tokio::task::spawn_blocking(move || {
+            for (name, head, marks, index) in work {
+                let Some(lease) = leases.iter().find(|l| l.name == name) else {
+                    continue;
+                };
+                let started = std::time::Instant::now();
+                match pool::seal(&common, lease, &head, &marks, &index) {
+                    Ok(Ok(removed)) => tracing::debug!(
+                        lane = %name,
+                        removed,
+                        marked = marks.paths.len() + marks.whole.len(),
+                        elapsed_us = started.elapsed().as_micros() as u64,
+                        "pooled lane sealed at hand-back"
+                    ),
+                    Ok(Err(why)) => tracing::debug!(lane = %name, "pooled lane not sealed: {why}"),
+                    Err(e) => {
+                        tracing::debug!(lane = %name, "pooled lane not sealed: failed to {e}")
+                    }
+                }
+            }
+            leases
+        })
+        .await;
+        match leases {
+            Ok(leases) => self.pool().leases.extend(leases),
+            // The leases died with the task: the lanes are free, unstamped.
+            Err(e) => tracing::debug!("sealing the pooled lanes failed: {e}"),
+        }
+    }
+
     /// Ends the run's use of its lanes, in O(lanes) renames whatever the
     /// repository's size: pooled lanes are handed back (their leases
     /// dropped; each is detached at its last stage commit, and the next
@@ -349,6 +460,7 @@ impl Lanes {
         for slot in readying {
             slot.get().await;
         }
+        self.seal().await;
         let leases = std::mem::take(&mut *self.pool()).leases;
         drop(leases);
         let (c, run, bound) = (

@@ -123,6 +123,9 @@ fn assert_no_lanes(repo: &TestRepo, what: &str) {
 /// How the pooled lane of [`reuse_case`] reaches the next run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
+    /// Sealed by run 1 at its hand-back from its watcher's history (no
+    /// clean-up walk): moved without a walk.
+    Sealed,
     /// No stamp (no clean-up ran): the next run walks the lane.
     Walked,
     /// The clean-up cleaned and stamped it: moved without a walk.
@@ -136,6 +139,11 @@ enum Way {
 #[test]
 fn a_pooled_lane_reused_by_the_next_run_holds_exactly_the_new_base() {
     reuse_case(Way::Walked);
+}
+
+#[test]
+fn a_lane_sealed_at_hand_back_is_reused_without_a_walk_and_holds_exactly_the_new_base() {
+    reuse_case(Way::Sealed);
 }
 
 #[test]
@@ -202,22 +210,41 @@ fn reuse_case(way: Way) {
     assert_eq!(lanes.len(), 1, "run 1's lane went to the pool: {lanes:?}");
     let lane = &lanes[0];
     let stamp = repo.path.join(".git/orch/pool/lane-1.clean");
-    // The background clean-up (waited for by `run`) removed run 1's
-    // ignored output and stamped the lane.
-    assert!(stamp.is_file(), "the clean-up stamped the lane");
+    // Run 1 sealed its lane at the hand-back: its watcher saw the ignored
+    // output appear, which was removed, and the lane was stamped, so no
+    // background walk was needed.
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("pooled lane sealed at hand-back"), "{log}");
+    assert!(stamp.is_file(), "the seal stamped the lane");
     assert!(
-        !lane.join("target/deep/out.o").exists(),
-        "the clean-up removed the ignored file"
+        !lane.join("target").exists() && !lane.join("debug.log").exists(),
+        "the seal removed the ignored output"
+    );
+    assert_eq!(
+        git_at(
+            &repo,
+            lane,
+            &[
+                "status",
+                "--porcelain",
+                "--ignored",
+                "--untracked-files=all"
+            ]
+        ),
+        "",
+        "the sealed lane is clean"
     );
     assert!(
         repo.git(&["worktree", "list"]).contains("orch/pool/lane-1"),
         "git lists the pooled lane"
     );
-    // From here, as if no clean-up had run: leftovers and no stamp.
-    std::fs::remove_file(&stamp).unwrap();
-    plant_leftovers(lane);
+    if way != Way::Sealed {
+        // From here, as if the lane had not been sealed: leftovers, no stamp.
+        std::fs::remove_file(&stamp).unwrap();
+        plant_leftovers(lane);
+    }
     match way {
-        Way::Walked => {}
+        Way::Walked | Way::Sealed => {}
         Way::Stamped | Way::Tampered => {
             let out = clean_up(&repo, &[]);
             assert_exit(&out, 0);
@@ -305,7 +332,7 @@ fn reuse_case(way: Way) {
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         log.contains(NO_WALK),
-        way == Way::Stamped,
+        matches!(way, Way::Stamped | Way::Sealed),
         "{way:?}: moved without a walk only when stamped:\n{log}"
     );
     if way == Way::Tampered {
@@ -700,4 +727,61 @@ fn the_next_stage_and_the_clean_up_see_an_index_at_head_after_a_commit_from_mark
             repo.git(&["rev-parse", &format!("orch/{run_id}/b")])
         );
     }
+}
+
+/// A lane whose index something other than orch wrote (the model's own
+/// `git rm --cached`, which the watcher cannot see: the index lives in the
+/// lane's admin directory) is not sealed at the hand-back. The background
+/// clean-up walks it instead, and the next run's `git status` sees an index
+/// at its base, not run 1's.
+#[test]
+fn a_lane_whose_index_the_model_wrote_is_not_sealed_and_the_clean_up_walks_it() {
+    let repo = TestRepo::with_commit(&[(".gitignore", "*.log\n"), ("a.txt", "one\n")], "base");
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write_pipeline(tmp.path(), "p", ONE);
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            bash(
+                "b",
+                "git rm -q --cached a.txt && echo o > out.log && echo two > b.txt",
+            ),
+            Reply::finish("f", "untracked a.txt", None),
+        ],
+    ));
+    let out = run(&repo, &p, &server, &[]);
+    assert_exit(&out, 0);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("pooled lane not sealed: its index was written by something other than orch"),
+        "{log}"
+    );
+    let lane = pooled(&repo)[0].clone();
+    assert!(
+        repo.path.join(".git/orch/pool/lane-1.clean").is_file(),
+        "the clean-up (waited for) stamped it"
+    );
+    assert!(!lane.join("out.log").exists());
+    assert_eq!(
+        git_at(
+            &repo,
+            &lane,
+            &[
+                "status",
+                "--porcelain",
+                "--ignored",
+                "--untracked-files=all"
+            ]
+        ),
+        ""
+    );
+    const STATUS: &str = "s=$(git status --porcelain --untracked-files=all --ignored) && test -z \"$s\" && echo INDEX-AT-BASE || echo \"status: $s\"";
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![bash("s", STATUS), Reply::finish("f", "looked", None)],
+    ));
+    let out = run(&repo, &p, &server, &[]);
+    assert_exit(&out, 0);
+    let seen = tool_results(server.requests_for("work").last().unwrap()).join("\n");
+    assert!(seen.contains("INDEX-AT-BASE"), "{seen}");
 }
