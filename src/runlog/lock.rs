@@ -55,6 +55,43 @@ fn try_lock(file: &File) -> std::io::Result<bool> {
     }
 }
 
+/// How long [`lock_run`] waits for a lock whose recorded holder is dead.
+/// A process killed while it was starting a tool command leaves the lock's
+/// file description in the forked child until that child's `exec` closes
+/// it (the descriptor is close-on-exec): milliseconds, more on a loaded
+/// machine. A resume started right after the kill waits that out instead
+/// of calling the dead process alive.
+const DEAD_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether the pid the lock file records names no live process.
+fn holder_is_dead(holder: &str) -> bool {
+    let Ok(pid) = holder.parse::<libc::pid_t>() else {
+        return false;
+    };
+    if pid <= 0 || pid == libc::pid_t::try_from(std::process::id()).unwrap_or(0) {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; it only asks whether `pid` exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Retries [`try_lock`] every 10 ms for at most `wait`.
+fn wait_for_lock(file: &File, wait: std::time::Duration) -> std::io::Result<bool> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < wait {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        if try_lock(file)? {
+            tracing::debug!(
+                waited_ms = started.elapsed().as_millis() as u64,
+                "the run lock's dead holder's child let it go"
+            );
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Takes the lock of the run at `run_root`, or says which process holds it.
 pub(crate) fn lock_run(run_root: &Path, run_id: &str) -> Result<RunLock, RecordError> {
     let path = run_root.join("lock");
@@ -72,10 +109,13 @@ pub(crate) fn lock_run(run_root: &Path, run_id: &str) -> Result<RunLock, RecordE
     if !try_lock(&file).map_err(io)? {
         let mut holder = String::new();
         let _ = file.read_to_string(&mut holder);
-        return Err(RecordError::Locked {
-            run: run_id.to_owned(),
-            holder: holder.trim().to_owned(),
-        });
+        let holder = holder.trim().to_owned();
+        if !(holder_is_dead(&holder) && wait_for_lock(&file, DEAD_HOLDER_WAIT).map_err(io)?) {
+            return Err(RecordError::Locked {
+                run: run_id.to_owned(),
+                holder,
+            });
+        }
     }
     file.set_len(0).map_err(io)?;
     file.rewind().map_err(io)?;
@@ -122,5 +162,29 @@ mod tests {
         assert_eq!(lock_holder(tmp.path()), LockHolder::Free);
         let _again = lock_run(tmp.path(), "r1").unwrap();
         assert_eq!(lock_holder(tmp.path()), LockHolder::Live);
+    }
+
+    #[test]
+    fn a_lock_a_dead_holder_left_in_a_child_is_waited_for() {
+        // What a `kill -9` during a tool command's start leaves: the lock
+        // file names a dead pid, and the lock's file description lives on in
+        // a forked child until it execs. Here a second description of this
+        // process holds the lock, and lets go after a while.
+        let tmp = tempfile::tempdir().unwrap();
+        let held = lock_run(tmp.path(), "r1").unwrap();
+        let mut dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        dead.wait().unwrap();
+        std::fs::write(tmp.path().join("lock"), dead_pid.to_string()).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(held);
+        });
+        let _taken = lock_run(tmp.path(), "r1").expect("waited for the child");
+        release.join().unwrap();
+        assert_eq!(lock_holder(tmp.path()), LockHolder::Live);
+        // A live holder (this process) is refused at once.
+        let err = lock_run(tmp.path(), "r1").unwrap_err().to_string();
+        assert!(err.contains("another orch process"), "{err}");
     }
 }
