@@ -29,7 +29,7 @@ use git2::{ObjectType, Oid, Repository};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-const RECORD: &str = "orch-index-pending";
+pub(super) const RECORD: &str = "orch-index-pending";
 
 fn record_path(repo: &Repository) -> PathBuf {
     repo.path().join(RECORD)

@@ -361,18 +361,20 @@ fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, Stri
     // Consumed before the lane is touched: a stamp never outlives a use.
     let stamped = take_stamp(common_dir, n);
     if is_whole(common_dir, n) {
-        // A pending index record first (a lane whose clean-up never ran):
-        // applying it rewrites the index, so a stamp no longer holds. A
-        // failure here fails the move below again.
-        let _ = super::apply_pending_index(&lease.path);
-        let clean = stamped
-            .as_deref()
-            .is_some_and(|s| stamp_holds(common_dir, n, s));
+        let check = stamped.as_deref().map(|s| stamp_check(common_dir, n, s));
+        let clean = matches!(check, Some(Ok(())));
+        if !clean {
+            // The pending index record first (the walk reads the index). A
+            // failure here fails the move below again. A stamped lane keeps
+            // its record (the seal leaves one): the move adds its own paths
+            // to it, and the taker's readying applies both.
+            let _ = super::apply_pending_index(&lease.path);
+        }
         let moved = if clean {
             move_clean_worktree(&lease.path, start)
         } else {
-            if stamped.is_some() {
-                tracing::debug!(lane = %lease.name, "the pooled lane's clean stamp does not hold: walking it");
+            if let Some(Err(why)) = &check {
+                tracing::debug!(lane = %lease.name, why, "the pooled lane's clean stamp does not hold: walking it");
             }
             move_worktree(&lease.path, start)
         };
@@ -608,7 +610,7 @@ pub fn remove_all(
 }
 
 /// The first line of a stamp (its format).
-const STAMP_MAGIC: &str = "orch-pool-clean 1";
+const STAMP_MAGIC: &str = "orch-pool-clean 2";
 
 /// The `(mtime seconds, mtime nanoseconds, inode)` of `path`, not followed.
 fn stat_key(path: &Path) -> Option<(i64, i64, u64)> {
@@ -637,15 +639,46 @@ pub fn index_key(common_dir: &Path, name: &str) -> Option<String> {
 /// index file (size, mtime, inode) and every directory of the lane
 /// (mtime, inode; the lane's own `.git` file is not a directory). `None`
 /// when something cannot be read or a path cannot be written on one line.
-fn observe_slot(common_dir: &Path, n: usize, head: &str) -> Option<String> {
+fn observe_slot(common_dir: &Path, n: usize, head: &str, dirs: Listing<'_>) -> Option<String> {
     use std::fmt::Write as _;
-    let index = index_key(common_dir, &slot_name(n))?;
-    let mut out = format!("{STAMP_MAGIC}\nhead {head}\n{index}\n");
+    use std::os::unix::ffi::OsStrExt;
+    let name = slot_name(n);
+    let (index, pending) = (
+        index_key(common_dir, &name)?,
+        pending_key(common_dir, &name),
+    );
+    let mut out = format!("{STAMP_MAGIC}\nhead {head}\n{index}\n{pending}\n");
     let root = slot_path(common_dir, n);
-    let mut dirs = vec![PathBuf::new()];
-    while let Some(rel) = dirs.pop() {
+    let as_path = |rel: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(rel));
+    // (directory, list its subdirectories from the disk too)
+    let mut stack: Vec<(PathBuf, bool)> = match dirs {
+        Listing::Walk => vec![(PathBuf::new(), true)],
+        Listing::Known { watched, whole } => watched
+            .iter()
+            .map(|d| (as_path(d), false))
+            .chain(whole.iter().map(|d| (as_path(d), true)))
+            .collect(),
+    };
+    let walk = matches!(dirs, Listing::Walk);
+    let mut seen = std::collections::HashSet::new();
+    while let Some((rel, list)) = stack.pop() {
         let full = root.join(&rel);
-        let (s, ns, ino) = stat_key(&full)?;
+        let key = match stat_key(&full) {
+            Some(k) => k,
+            // Known directories the seal removed (strays) are gone.
+            None if !walk => continue,
+            None => return None,
+        };
+        if !fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) {
+            if walk {
+                return None;
+            }
+            continue;
+        }
+        if !seen.insert(rel.clone()) {
+            continue;
+        }
+        let (s, ns, ino) = key;
         let name = rel.to_str()?;
         if name.contains('\n') {
             return None;
@@ -655,32 +688,70 @@ fn observe_slot(common_dir: &Path, n: usize, head: &str) -> Option<String> {
             "d {s} {ns} {ino} {}",
             if name.is_empty() { "." } else { name }
         );
-        for entry in fs::read_dir(&full).ok()? {
-            let entry = entry.ok()?;
-            if entry.file_type().ok()?.is_dir() {
-                dirs.push(rel.join(entry.file_name()));
+        if list {
+            for entry in fs::read_dir(&full).ok()? {
+                let entry = entry.ok()?;
+                if entry.file_type().ok()?.is_dir() {
+                    stack.push((rel.join(entry.file_name()), true));
+                }
             }
         }
     }
-    Some(out)
+    seen.contains(Path::new("")).then_some(out)
+}
+
+/// Where [`observe_slot`] finds the lane's directories.
+#[derive(Clone, Copy)]
+enum Listing<'a> {
+    /// Every directory from the disk (a walk of the whole lane).
+    Walk,
+    /// Its watcher's list ([`super::watch::LaneWatch::directories`]): the
+    /// watched directories (each only `stat`ed) and the ones marked whole
+    /// (listed from the disk).
+    Known {
+        watched: &'a [Vec<u8>],
+        whole: &'a [Vec<u8>],
+    },
+}
+
+/// The stamp's `pending …` line: the length of the slot's pending index
+/// record (0: none). The seal leaves the record for the next taker; a
+/// record changed after the stamp makes it not hold.
+fn pending_key(common_dir: &Path, name: &str) -> String {
+    let record = common_dir
+        .join("worktrees")
+        .join(name)
+        .join(super::pending::RECORD);
+    format!(
+        "pending {}",
+        fs::symlink_metadata(record).map_or(0, |m| m.len())
+    )
 }
 
 /// Whether the stamp `text` of slot `n` still holds: the slot's `HEAD` is
 /// the one verified and nothing the tamper check covers changed.
 fn stamp_holds(common_dir: &Path, n: usize, text: &str) -> bool {
+    stamp_check(common_dir, n, text).is_ok()
+}
+
+/// [`stamp_holds`], saying what does not hold.
+fn stamp_check(common_dir: &Path, n: usize, text: &str) -> Result<(), String> {
     let mut lines = text.lines();
     if lines.next() != Some(STAMP_MAGIC) {
-        return false;
+        return Err("an unknown stamp format".to_owned());
     }
     let head = lines.next().and_then(|l| l.strip_prefix("head "));
     if head.is_none() || slot_head(common_dir, n).as_deref() != head {
-        return false;
+        return Err("its HEAD moved".to_owned());
     }
-    let Some(want) = index_key(common_dir, &slot_name(n)) else {
-        return false;
-    };
-    if lines.next() != Some(want.as_str()) {
-        return false;
+    let name = slot_name(n);
+    let want = index_key(common_dir, &name).ok_or("its index is unreadable")?;
+    let had = lines.next().unwrap_or_default();
+    if had != want {
+        return Err(format!("its index was written ({had} then, {want} now)"));
+    }
+    if lines.next() != Some(pending_key(common_dir, &name).as_str()) {
+        return Err("its pending index record changed".to_owned());
     }
     let root = slot_path(common_dir, n);
     let mut dirs = 0usize;
@@ -693,7 +764,7 @@ fn stamp_holds(common_dir: &Path, n: usize, text: &str) -> bool {
             parts.next(),
             parts.next(),
         ) else {
-            return false;
+            return Err(format!("a malformed line {line:?}"));
         };
         let full = if rel == "." {
             root.clone()
@@ -701,14 +772,17 @@ fn stamp_holds(common_dir: &Path, n: usize, text: &str) -> bool {
             root.join(rel)
         };
         let Some((ms, mns, mino)) = stat_key(&full) else {
-            return false;
+            return Err(format!("{rel} is gone"));
         };
         if s.parse() != Ok(ms) || ns.parse() != Ok(mns) || ino.parse() != Ok(mino) {
-            return false;
+            return Err(format!("{rel} changed"));
         }
         dirs += 1;
     }
-    dirs > 0
+    if dirs == 0 {
+        return Err("it lists no directory".to_owned());
+    }
+    Ok(())
 }
 
 /// Writes slot `n`'s stamp (its lease held), atomically.
@@ -733,9 +807,12 @@ pub fn seal(
     common_dir: &Path,
     lease: &Lease,
     head: &str,
-    marks: &super::watch::Marks,
+    watch: &super::watch::LaneWatch,
     index_was: &str,
 ) -> Result<Result<usize, String>, GitError> {
+    let Some(marks) = watch.since_start() else {
+        return Ok(Err("its watcher kept no complete history".to_owned()));
+    };
     let n = lease.slot;
     let _ = fs::remove_file(stamp_path(common_dir, n));
     if !is_whole(common_dir, n) {
@@ -749,11 +826,18 @@ pub fn seal(
             "its index was written by something other than orch".to_owned()
         ));
     }
-    let removed = match super::seal::clean_marked(&lease.path, head, marks)? {
+    let removed = match super::seal::clean_marked(&lease.path, head, &marks)? {
         Ok(removed) => removed,
         Err(why) => return Ok(Err(why)),
     };
-    let Some(stamp) = observe_slot(common_dir, n, head) else {
+    let Some(dirs) = watch.directories() else {
+        return Ok(Err("its watcher lost track of its directories".to_owned()));
+    };
+    let listing = Listing::Known {
+        watched: &dirs.watched,
+        whole: &dirs.whole,
+    };
+    let Some(stamp) = observe_slot(common_dir, n, head, listing) else {
         return Ok(Err("its directories could not be listed".to_owned()));
     };
     write_stamp(common_dir, n, &stamp)?;
@@ -816,7 +900,9 @@ pub fn clean_free(common_dir: &Path) -> Result<Cleaned, GitError> {
             detach_worktree(&lease.path)?;
         }
         drop_add_branch(common_dir, n)?;
-        match clean_worktree(&lease.path, |head| observe_slot(common_dir, n, head))? {
+        match clean_worktree(&lease.path, |head| {
+            observe_slot(common_dir, n, head, Listing::Walk)
+        })? {
             Ok(stamp) => {
                 write_stamp(common_dir, n, &stamp)?;
                 done.stamped.push(n);
@@ -873,6 +959,17 @@ mod tests {
         let done = clean_free(&common).unwrap();
         assert_eq!(done.stamped, [1], "{done:?}");
         let stamp = fs::read_to_string(stamp_path(&common, 1)).unwrap();
+        assert!(stamp_holds(&common, 1, &stamp));
+        // The pending index record is part of what the stamp vouches for.
+        let record = common
+            .join("worktrees/orch-pool-1")
+            .join(crate::git::pending::RECORD);
+        fs::write(&record, b"Ddeep/er/a.txt\0").unwrap();
+        assert_eq!(
+            stamp_check(&common, 1, &stamp),
+            Err("its pending index record changed".to_owned())
+        );
+        fs::remove_file(&record).unwrap();
         assert!(stamp_holds(&common, 1, &stamp));
         // A file added deep inside after the stamp: the stamp no longer holds,
         // so the next take walks the lane and the file does not leak.

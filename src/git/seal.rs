@@ -30,7 +30,8 @@ const BLOB: i32 = 0o100644;
 /// Makes the lane at `worktree` hold exactly its `HEAD`, which must be
 /// `head`, given `marks`: every path that may differ from how the lane was
 /// when it was last exactly clean (at any commit; `marks.base` is not
-/// used). The lane's pending index record is applied first. Returns how
+/// used). The index is neither read nor written (its pending record stays
+/// for the next taker, whose readying applies it). Returns how
 /// many stray entries were removed, or why the lane cannot be vouched for
 /// (some strays may be gone by then, which is harmless: nothing in `HEAD`
 /// is ever removed).
@@ -54,7 +55,6 @@ pub(super) fn clean_marked(
     if let Some(why) = cannot_vouch(&repo)? {
         return Ok(Err(why.to_owned()));
     }
-    super::pending::apply_pending_in(&repo)?;
     let tree = find_commit(&repo, head)?
         .tree()
         .map_err(git_err(format!("read the tree of {head}")))?;

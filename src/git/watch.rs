@@ -105,6 +105,16 @@ pub struct Marks {
     pub whole: BTreeSet<Vec<u8>>,
 }
 
+/// The lane's directories as a record knows them ([`LaneWatch::directories`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Directories {
+    /// Watched directories (relative; `""` is the lane itself).
+    pub watched: Vec<Vec<u8>>,
+    /// Directories marked whole since the record restarted: not watched
+    /// inside, so listed from the disk.
+    pub whole: Vec<Vec<u8>>,
+}
+
 /// A lane change watcher; see the module doc. Dropping it stops its thread
 /// and removes its watches.
 pub struct LaneWatch {
@@ -317,6 +327,29 @@ impl LaneWatch {
             base: now.base,
             paths: all.paths,
             whole: all.whole,
+        })
+    }
+
+    /// The lane's directories as the record knows them: every watched one
+    /// (each raises an event when an entry is added, removed or renamed in
+    /// it) and the ones marked whole since the record restarted (nothing in
+    /// those is watched: list them from the disk). `None` when the record
+    /// cannot vouch for completeness.
+    pub fn directories(&self) -> Option<Directories> {
+        let mut state = self.shared.lock();
+        self.shared.drain(&mut state);
+        if state.incomplete.is_some() {
+            return None;
+        }
+        let watched = state
+            .wds
+            .iter()
+            .filter(|(wd, _)| !state.moved.contains(wd))
+            .map(|(_, dir)| dir.clone())
+            .collect();
+        Some(Directories {
+            watched,
+            whole: state.whole.iter().cloned().collect(),
         })
     }
 

@@ -301,6 +301,8 @@ fn seal_case(first: &[(u8, usize, usize)], second: &[(u8, usize, usize)], junk: 
     let removed = seal::clean_marked(&fx.lane, &c2, &marks)
         .expect("seal")
         .unwrap_or_else(|why| panic!("refused after {first:?} / {second:?} / {junk:?}: {why}"));
+    // What the next taker's readying does with the record the seal left.
+    apply_pending_index(&fx.lane).expect("apply");
     let status = git_in(
         &fx.lane,
         &[

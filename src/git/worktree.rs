@@ -457,7 +457,11 @@ pub(super) fn clean_worktree<T>(
 
 fn move_worktree_with(worktree: &Path, sha: &str, known_clean: bool) -> Result<Moved, GitError> {
     let repo = open_linked_worktree(worktree)?;
-    super::pending::apply_pending_in(&repo)?;
+    // A lane known clean may keep its pending record: the direct move does
+    // not read the index and adds its paths to the record.
+    if !known_clean {
+        super::pending::apply_pending_in(&repo)?;
+    }
     let at = worktree.display();
     let new = find_commit(&repo, sha)?;
     if filters_configured(&repo)? {
@@ -512,6 +516,8 @@ fn move_worktree_with(worktree: &Path, sha: &str, known_clean: bool) -> Result<M
             checkout::Move::Done(changed) => Some(changed),
             checkout::Move::Fallback(why) => {
                 tracing::debug!(lane = %at, why, "the difference goes through libgit2's checkout");
+                // libgit2's checkout reads the index.
+                super::pending::apply_pending_in(&repo)?;
                 None
             }
         }

@@ -395,17 +395,16 @@ impl Lanes {
         let mut work = Vec::new();
         for lane in lanes {
             let ready = lane.watch.0.clone().await;
-            let marks = ready.watch.as_ref().and_then(|w| w.since_start());
-            match (marks, ready.index, lane.clean_at) {
-                (Some(marks), Some(index), Some(head)) => {
-                    work.push((lane.name, head, marks, index))
+            match (ready.watch, ready.index, lane.clean_at) {
+                (Some(watch), Some(index), Some(head)) => {
+                    work.push((lane.name, head, watch, index))
                 }
-                (marks, index, head) => tracing::debug!(
+                (watch, index, head) => tracing::debug!(
                     lane = %lane.name,
-                    history = marks.is_some(),
+                    watcher = watch.is_some(),
                     index = index.is_some(),
                     clean = head.is_some(),
-                    "pooled lane not sealed: its watcher history, index or commit is unknown"
+                    "pooled lane not sealed: its watcher, index or commit is unknown"
                 ),
             }
         }
@@ -415,16 +414,15 @@ impl Lanes {
         let leases = std::mem::take(&mut self.pool().leases);
         let common = self.common.clone();
         let leases = tokio::task::spawn_blocking(move || {
-            for (name, head, marks, index) in work {
+            for (name, head, watch, index) in work {
                 let Some(lease) = leases.iter().find(|l| l.name == name) else {
                     continue;
                 };
                 let started = std::time::Instant::now();
-                match pool::seal(&common, lease, &head, &marks, &index) {
+                match pool::seal(&common, lease, &head, &watch, &index) {
                     Ok(Ok(removed)) => tracing::debug!(
                         lane = %name,
                         removed,
-                        marked = marks.paths.len() + marks.whole.len(),
                         elapsed_us = started.elapsed().as_micros() as u64,
                         "pooled lane sealed at hand-back"
                     ),

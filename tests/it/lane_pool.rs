@@ -220,19 +220,51 @@ fn reuse_case(way: Way) {
         !lane.join("target").exists() && !lane.join("debug.log").exists(),
         "the seal removed the ignored output"
     );
+    // Its files are exactly its HEAD's (its index may still lag by the
+    // last stage's paths: the pending record the next taker applies).
+    let on_disk = std::process::Command::new("sh")
+        .args(["-c", "find . -path ./.git -prune -o \\( -type f -o -type l \\) -print | sed 's|^./||' | LC_ALL=C sort"])
+        .current_dir(lane)
+        .output()
+        .unwrap();
+    let mut tracked: Vec<String> = git_at(&repo, lane, &["ls-tree", "-r", "--name-only", "HEAD"])
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    tracked.sort();
     assert_eq!(
-        git_at(
-            &repo,
-            lane,
-            &[
-                "status",
-                "--porcelain",
-                "--ignored",
-                "--untracked-files=all"
-            ]
-        ),
+        String::from_utf8_lossy(&on_disk.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        tracked,
+        "the sealed lane holds its HEAD's files and nothing else"
+    );
+    // Their contents, hashed without the index (`git diff` would refresh
+    // and rewrite it, which the stamp's tamper check rightly sees).
+    let differing = repo
+        .git_command()
+        .args(["-C", lane.to_str().unwrap()])
+        .args(["ls-tree", "-r", "HEAD"])
+        .output()
+        .unwrap();
+    let script = "while read -r mode type id path; do if [ -L \"$path\" ]; then got=$(printf %s \"$(readlink \"$path\")\" | git hash-object --stdin); else got=$(git hash-object \"$path\"); fi; [ \"$got\" = \"$id\" ] || echo \"$path differs\"; done";
+    let checked = std::process::Command::new("sh")
+        .args(["-c", script])
+        .current_dir(lane)
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(&differing.stdout)?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&checked.stdout),
         "",
-        "the sealed lane is clean"
+        "and their contents"
     );
     assert!(
         repo.git(&["worktree", "list"]).contains("orch/pool/lane-1"),
