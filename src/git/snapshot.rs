@@ -192,8 +192,8 @@ fn cli_dirt_paths(cmd: Command, workdir: &Path) -> Result<Vec<String>, NoAnswer>
 ///
 /// The child runs in its own process group (a Ctrl-C meant for orch does not
 /// turn into a failed check), with stdin closed and the repository-locating
-/// variables removed; it inherits the calling thread's CPU priority (the
-/// run's check lowers it). It holds no lock (`--no-optional-locks`), so a
+/// variables removed; it inherits the calling thread's CPU priority. It
+/// holds no lock (`--no-optional-locks`), so a
 /// timeout kills it at once.
 fn run_git<T: Send + 'static>(
     mut cmd: Command,

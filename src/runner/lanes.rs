@@ -443,9 +443,11 @@ impl Lanes {
     }
 
     /// Ends the run's use of its lanes, in O(lanes) renames whatever the
-    /// repository's size: pooled lanes are handed back (their leases
-    /// dropped; each is detached at its last stage commit, and the next
-    /// taker removes whatever else it holds) and the pool is trimmed to its
+    /// repository's size: pooled lanes are sealed ([`Lanes::seal`], if that
+    /// did not run yet) and handed back (their leases dropped; each is
+    /// detached at its last stage commit; one the seal could not vouch for
+    /// is cleaned by the background clean-up or walked by its next taker)
+    /// and the pool is trimmed to its
     /// bound; the run's own lanes (no pool) are moved into the trash. What
     /// goes to the trash is deleted later ([`pool::empty_trash`]).
     pub(crate) async fn hand_back(&self) -> Result<(), RunError> {
