@@ -419,32 +419,43 @@ fn resolve_marks_in(
         return Ok(Some(finish_edits(&marks.base, resolver.out)));
     }
     roots.remove(b"".as_slice());
-    let is_whole = |p: &[u8]| roots.get(p) == Some(&true);
     for (p, whole) in &roots {
         // Below a directory walked whole: done there.
-        let covered = p
-            .iter()
-            .enumerate()
-            .any(|(i, &b)| b == b'/' && is_whole(&p[..i]));
-        if covered {
+        if below_whole(&roots, p) {
             continue;
         }
-        let entry = match tree.get_path(rel_path(p)) {
-            Ok(e) => Some((e.id(), e.filemode())),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => None,
-            Err(e) => {
-                return Err(git_err(format!(
-                    "look up {} in {}",
-                    String::from_utf8_lossy(p),
-                    marks.base
-                ))(e));
-            }
-        };
+        let entry = tree_entry(&tree, p, &marks.base)?;
         if let Err(Unsure(why)) = resolver.visit(p, entry, *whole)? {
             return unsure(why);
         }
     }
     Ok(Some(finish_edits(&marks.base, resolver.out)))
+}
+
+/// Whether `p` lies below a directory `roots` marks `true` (walked whole).
+pub(super) fn below_whole<K: std::borrow::Borrow<[u8]> + Ord>(
+    roots: &std::collections::BTreeMap<K, bool>,
+    p: &[u8],
+) -> bool {
+    p.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'/' && roots.get(&p[..i]) == Some(&true))
+}
+
+/// The `(id, mode)` of `p` in `tree` (of commit `at`), `None` when absent.
+pub(super) fn tree_entry(
+    tree: &git2::Tree<'_>,
+    p: &[u8],
+    at: &str,
+) -> Result<Option<(Oid, i32)>, GitError> {
+    match tree.get_path(rel_path(p)) {
+        Ok(e) => Ok(Some((e.id(), e.filemode()))),
+        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(git_err(format!(
+            "look up {} in {at}",
+            String::from_utf8_lossy(p)
+        ))(e)),
+    }
 }
 
 fn finish_edits(base: &str, mut files: Vec<(Vec<u8>, NewEntry)>) -> Edits {

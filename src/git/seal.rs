@@ -15,7 +15,7 @@
 //! filter or attribute that could make raw bytes differ from the blobs, a
 //! `HEAD` other than the one the run committed.
 
-use super::commit::{Disk, cannot_vouch, disk_at, join, rel_path};
+use super::commit::{Disk, below_whole, cannot_vouch, disk_at, join, rel_path, tree_entry};
 use super::{GitError, find_commit, git_err, io_err, open_linked_worktree};
 use git2::{Oid, Repository};
 use std::collections::BTreeMap;
@@ -67,30 +67,16 @@ pub(super) fn clean_marked(
     if roots.contains_key(b"".as_slice()) {
         return Ok(Err("the lane's top directory was marked".to_owned()));
     }
-    let is_whole = |p: &[u8]| roots.get(p) == Some(&true);
     let mut sealer = Sealer {
         repo: &repo,
         root: worktree,
         removed: 0,
     };
     for (&p, &whole) in &roots {
-        let covered = p
-            .iter()
-            .enumerate()
-            .any(|(i, &b)| b == b'/' && is_whole(&p[..i]));
-        if covered {
+        if below_whole(&roots, p) {
             continue;
         }
-        let entry = match tree.get_path(rel_path(p)) {
-            Ok(e) => Some((e.id(), e.filemode())),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => None,
-            Err(e) => {
-                return Err(git_err(format!(
-                    "look up {} in {head}",
-                    String::from_utf8_lossy(p)
-                ))(e));
-            }
-        };
+        let entry = tree_entry(&tree, p, head)?;
         if let Err(why) = sealer.visit(p, entry, whole)? {
             return Ok(Err(why));
         }
