@@ -28,9 +28,15 @@ pub const STEPS: &[&str] = &[
     "stage-recorded",
     // Every stage is done; the final branch and PR text are not written yet.
     "run-finishing",
+    // A pooled lane's seal at the hand-back removed its strays; its stamp is
+    // not written yet (reached only with the lane pool on).
+    "lane-sealing",
     // The lanes of a finished run are removed; the state is not final yet.
     "lanes-removed",
 ];
+
+/// The steps only a run with the lane pool on reaches.
+pub const POOL_ONLY: &[&str] = &["lane-sealing"];
 
 /// The environment variable naming the step to kill at.
 pub const KILL_AT_VAR: &str = "ORCH_TEST_KILL_AT";

@@ -830,6 +830,7 @@ pub fn seal(
         Ok(removed) => removed,
         Err(why) => return Ok(Err(why)),
     };
+    crate::killpoint::reached("lane-sealing");
     let Some(dirs) = watch.directories() else {
         return Ok(Err("its watcher lost track of its directories".to_owned()));
     };

@@ -80,6 +80,11 @@ fn resume_finishes_from_a_kill_at_every_named_step() {
     let reference = reference_tree(FAN, &STAGES);
     let mut cases = Vec::new();
     for step in orch::killpoint::STEPS {
+        // Without the lane pool (the tests' default) these are never reached:
+        // `lane_pool::a_kill_at_every_named_step…` kills there.
+        if orch::killpoint::POOL_ONLY.contains(step) {
+            continue;
+        }
         // The stage-commit steps happen once per stage: kill at the first
         // and at the last occurrence too.
         cases.push(format!("{step}:1"));
