@@ -410,6 +410,12 @@ fn drop_add_branch(common_dir: &Path, n: usize) -> Result<(), GitError> {
     // to make sure, per lane (8 lanes: 64 opens; 5% of a width-8 run's CPU).
     let repo = super::open_at(common_dir)?;
     let name = format!("refs/heads/{branch}");
+    // Under the admin lock like every ref write: deleting the last loose
+    // ref of `refs/heads/orch-lanes/` removes that directory, which another
+    // lane's add was about to create its branch's lock file in ("failed to
+    // create locked file …/orch-lanes/pool-6.lock: No such file or
+    // directory", seen at width 8).
+    let _admin = admin_lock(common_dir, true)?;
     match repo.find_reference(&name) {
         Ok(mut reference) => reference
             .delete()
@@ -944,6 +950,42 @@ mod tests {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         emptier.join().unwrap();
+    }
+
+    #[test]
+    fn lanes_made_side_by_side_never_lose_their_add_branch_to_another_lanes_clean_up() {
+        // Each new slot's add branch is created and deleted again; the last
+        // loose ref's deletion removes `refs/heads/orch-lanes/`, which must
+        // not race another slot's creation of its branch there.
+        let repo = TestRepo::new();
+        let common = repo.git_dir();
+        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        for round in 0..40 {
+            let takers: Vec<_> = (0..8)
+                .map(|_| {
+                    let (c, h) = (common.clone(), head.clone());
+                    std::thread::spawn(move || take(&c, &h))
+                })
+                .collect();
+            let leases: Vec<Lease> = takers
+                .into_iter()
+                .map(|t| {
+                    let (lease, _, _) = t
+                        .join()
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+                    lease
+                })
+                .collect();
+            let mut slots: Vec<usize> = leases.iter().map(|l| l.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            assert_eq!(slots.len(), 8, "round {round}: {slots:?}");
+            for lease in leases {
+                retire(&common, lease).unwrap();
+            }
+        }
+        assert_eq!(repo.git(&["for-each-ref", "refs/heads/orch-lanes/"]), "");
     }
 
     #[test]
