@@ -244,8 +244,8 @@ fn record_in(
 
 /// Records a run's stage boundaries on its run ref, off the thread that
 /// writes the state: [`Recorder::defer`] queues a boundary and returns, a
-/// background thread records it; boundaries queued while one is being
-/// recorded are recorded together, in one commit (the stages they name and
+/// background thread records it shortly after; boundaries queued until it
+/// does are recorded together, in one commit (the stages they name and
 /// the latest `state.json`), so a burst of stage ends (a wide DAG) costs one
 /// or two commits instead of one each, and the scheduler never waits for
 /// the object writes. [`Recorder::record`] records synchronously, after
@@ -260,6 +260,11 @@ pub(crate) struct Recorder {
     idle: std::sync::Condvar,
 }
 
+/// How long the background thread waits before it records: stages that end
+/// within it are recorded in one commit. A synchronous record does not wait
+/// for it (it takes what is queued).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(40);
+
 /// What is queued for the run ref.
 #[derive(Debug, Default)]
 struct Pending {
@@ -269,8 +274,10 @@ struct Pending {
     stages: std::collections::BTreeSet<String>,
     /// The whole record is to be read again (a failed recording).
     full: bool,
-    /// A background thread is recording.
-    busy: bool,
+    /// A background thread is running (waiting to record, or recording).
+    scheduled: bool,
+    /// It is recording.
+    recording: bool,
     /// Why the last background recording failed: the next call reports it.
     failed: Option<String>,
 }
@@ -328,17 +335,17 @@ impl Recorder {
             return Err(why);
         }
         pending.queue(status, Some(changed));
-        if pending.busy {
+        if pending.scheduled {
             return Ok(());
         }
-        pending.busy = true;
+        pending.scheduled = true;
         let (me, dir) = (std::sync::Arc::clone(self), root.to_path_buf());
         let spawned = std::thread::Builder::new()
             .name("orch-run-ref".to_owned())
             .spawn(move || me.drain(&dir));
         if spawned.is_err() {
             // No thread: record here.
-            pending.busy = false;
+            pending.scheduled = false;
             let Some((status, stages)) = pending.take() else {
                 return Ok(());
             };
@@ -350,22 +357,36 @@ impl Recorder {
         Ok(())
     }
 
-    /// The background thread: records what is queued until nothing is.
+    /// The background thread: records what is queued until nothing is,
+    /// each time [`SETTLE`] after the last recording started (so the
+    /// boundaries of stages ending together go in one commit).
     fn drain(&self, root: &Path) {
-        let mut pending = self.lock();
-        while let Some((status, stages)) = pending.take() {
+        loop {
+            std::thread::sleep(SETTLE);
+            let mut pending = self.lock();
+            let Some((status, stages)) = pending.take() else {
+                pending.scheduled = false;
+                drop(pending);
+                self.idle.notify_all();
+                return;
+            };
+            pending.recording = true;
             drop(pending);
             let recorded = record_taken(root, &status, stages.as_deref());
-            pending = self.lock();
+            let mut pending = self.lock();
+            pending.recording = false;
             if let Err(e) = recorded {
                 pending.retry(status);
                 pending.failed = Some(e.to_string());
-                break;
+                pending.scheduled = false;
+            }
+            let done = !pending.scheduled;
+            drop(pending);
+            self.idle.notify_all();
+            if done {
+                return;
             }
         }
-        pending.busy = false;
-        drop(pending);
-        self.idle.notify_all();
     }
 
     /// Records the boundary now, with whatever is queued (after the
@@ -378,7 +399,7 @@ impl Recorder {
         changed: Option<&[&str]>,
     ) -> Result<(), String> {
         let mut pending = self.lock();
-        while pending.busy {
+        while pending.recording {
             pending = self.idle.wait(pending).unwrap_or_else(|e| e.into_inner());
         }
         let earlier = pending.failed.take();
@@ -398,7 +419,7 @@ impl Recorder {
     #[cfg(test)]
     pub(crate) fn wait_idle(&self) {
         let mut pending = self.lock();
-        while pending.busy {
+        while pending.scheduled {
             pending = self.idle.wait(pending).unwrap_or_else(|e| e.into_inner());
         }
     }
