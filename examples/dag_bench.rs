@@ -10,7 +10,10 @@
 //! merges, process spawns). Each run is on a fresh repository, so its lanes
 //! are created (no warm pool). `ORCH_BIN` picks another `orch` binary (to
 //! compare builds); `--files N` adds N small tracked files (so lane
-//! checkouts cost something); `--rounds R` (3).
+//! checkouts cost something); `--rounds R` (3). The repositories are made
+//! under `TMPDIR` (printed): on a file system where creating a file is slow
+//! (an ext4 `/tmp` after heavy churn took ~1 ms per new inode here, tmpfs
+//! 16 µs) the run's file creations (loose objects, lanes) dominate.
 //!
 //! ```sh
 //! cargo build --release && cargo run --release --example dag_bench -- [--width W] [--files N] [--rounds R] [LATENCY_MS ...]
@@ -152,8 +155,9 @@ fn main() {
         latencies
     };
     println!(
-        "median of {rounds} runs each, repo of {} files; ideal = model latency x replies on the critical path",
-        files + 1
+        "median of {rounds} runs each, repo of {} files, under {} (TMPDIR); ideal = model latency x replies on the critical path",
+        files + 1,
+        std::env::temp_dir().display()
     );
     println!(
         "| shape | latency | serial (-p 1) | parallel (-p {width}) | speed-up | ideal speed-up | % of ideal | overhead serial / parallel |"

@@ -120,7 +120,7 @@ pub(crate) fn record_signature() -> Result<git2::Signature<'static>, GitError> {
 
 /// Commits `tree` on the ref `name` with `parent` as its parent and moves
 /// the ref there if it still points at `parent` (under the admin lock).
-/// Returns the new commit (or `parent` when the tree is unchanged).
+/// Returns the new commit (or `parent` when its tree and message are these).
 pub(crate) fn commit_on_ref(
     repo: &Repository,
     common: &Path,
@@ -134,8 +134,13 @@ pub(crate) fn commit_on_ref(
         Some(p) => Some(repo.find_commit(p).map_err(git_err(op()))?),
         None => None,
     };
+    // The run's status is in `state.json`, so a new status is a new tree,
+    // except when a background recording already took the newest
+    // `state.json` under the previous boundary's status: then the commit
+    // records the status (same tree).
     if let Some(p) = &parent_commit
         && p.tree_id() == tree
+        && p.message_bytes() == message.as_bytes()
     {
         return Ok(p.id());
     }
@@ -180,28 +185,19 @@ pub(crate) fn record_boundary(
         return Ok(());
     };
     let started = std::time::Instant::now();
-    let repo = match Repository::open_bare(common) {
-        Ok(r) => r,
-        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
-        Err(e) => return Err(git_err(format!("open {}", common.display()))(e)),
+    let mut open = OPEN_REPO.lock().unwrap_or_else(|e| e.into_inner());
+    let repo = match open.take() {
+        Some((path, repo)) if path == common => repo,
+        _ => match Repository::open_bare(common) {
+            Ok(r) => r,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(()),
+            Err(e) => return Err(git_err(format!("open {}", common.display()))(e)),
+        },
     };
-    let name = run_ref(run_id);
-    let parent = read_run_ref(&repo, &name)?;
-    let tree = match (changed, parent) {
-        (Some(stages), Some(p)) => updated_tree(&repo, root, p, stages)?,
-        _ => tree_of_dir(&repo, root)?,
-    };
-    let Some(tree) = tree else {
-        return Ok(());
-    };
-    commit_on_ref(
-        &repo,
-        common,
-        &name,
-        parent,
-        tree,
-        &format!("orch: run {run_id} {status}"),
-    )?;
+    let recorded = record_in(&repo, root, common, run_id, status, changed);
+    *open = Some((common.to_path_buf(), repo));
+    drop(open);
+    recorded?;
     tracing::debug!(
         run = run_id,
         stages = changed.map_or(usize::MAX, <[&str]>::len),
@@ -209,6 +205,224 @@ pub(crate) fn record_boundary(
         "recorded the run on its ref"
     );
     Ok(())
+}
+
+/// The repository of the last run recorded by this process, kept open
+/// between boundaries: opening one reads its config files again, a
+/// repository open per boundary. Only the object database and the run's
+/// ref are used through it (the ref is read from disk at every boundary).
+static OPEN_REPO: Mutex<Option<(PathBuf, Repository)>> = Mutex::new(None);
+
+/// [`record_boundary`] in the opened repository.
+fn record_in(
+    repo: &Repository,
+    root: &Path,
+    common: &Path,
+    run_id: &str,
+    status: &str,
+    changed: Option<&[&str]>,
+) -> Result<(), GitError> {
+    let name = run_ref(run_id);
+    let parent = read_run_ref(repo, &name)?;
+    let tree = match (changed, parent) {
+        (Some(stages), Some(p)) => updated_tree(repo, root, p, stages)?,
+        _ => tree_of_dir(repo, root)?,
+    };
+    let Some(tree) = tree else {
+        return Ok(());
+    };
+    commit_on_ref(
+        repo,
+        common,
+        &name,
+        parent,
+        tree,
+        &format!("orch: run {run_id} {status}"),
+    )?;
+    Ok(())
+}
+
+/// Records a run's stage boundaries on its run ref, off the thread that
+/// writes the state: [`Recorder::defer`] queues a boundary and returns, a
+/// background thread records it shortly after; boundaries queued until it
+/// does are recorded together, in one commit (the stages they name and
+/// the latest `state.json`), so a burst of stage ends (a wide DAG) costs one
+/// or two commits instead of one each, and the scheduler never waits for
+/// the object writes. [`Recorder::record`] records synchronously, after
+/// whatever is queued: the run's durable writes before it hands back (its
+/// start, end, a failure) go through it, so once a run's last state is
+/// written, its ref shows that state. A kill can leave the ref behind
+/// `state.json` (as a kill between the two writes always could); the next
+/// full record (`orch resume`) catches up.
+#[derive(Debug, Default)]
+pub(crate) struct Recorder {
+    pending: Mutex<Pending>,
+    idle: std::sync::Condvar,
+}
+
+/// How long the background thread waits before it records: stages that end
+/// within it are recorded in one commit. A synchronous record does not wait
+/// for it (it takes what is queued).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(40);
+
+/// What is queued for the run ref.
+#[derive(Debug, Default)]
+struct Pending {
+    /// The run status of the latest boundary queued; `None` when nothing is.
+    status: Option<String>,
+    /// The stages changed by the boundaries queued.
+    stages: std::collections::BTreeSet<String>,
+    /// The whole record is to be read again (a failed recording).
+    full: bool,
+    /// A background thread is running (waiting to record, or recording).
+    scheduled: bool,
+    /// It is recording.
+    recording: bool,
+    /// Why the last background recording failed: the next call reports it.
+    failed: Option<String>,
+}
+
+impl Pending {
+    fn queue(&mut self, status: &str, changed: Option<&[&str]>) {
+        self.status = Some(status.to_owned());
+        match changed {
+            Some(stages) => self.stages.extend(stages.iter().map(|s| (*s).to_owned())),
+            None => self.full = true,
+        }
+    }
+
+    /// The queued boundary, as one: its status and changed stages (`None`:
+    /// the whole record).
+    fn take(&mut self) -> Option<(String, Option<Vec<String>>)> {
+        let status = self.status.take()?;
+        let stages = std::mem::take(&mut self.stages);
+        let full = std::mem::take(&mut self.full);
+        Some((status, (!full).then(|| stages.into_iter().collect())))
+    }
+
+    /// Puts a boundary whose recording failed back, as a whole record.
+    fn retry(&mut self, status: String) {
+        self.status.get_or_insert(status);
+        self.full = true;
+    }
+}
+
+fn record_taken(root: &Path, status: &str, stages: Option<&[String]>) -> Result<(), GitError> {
+    let names: Option<Vec<&str>> = stages.map(|s| s.iter().map(String::as_str).collect());
+    record_boundary(root, status, names.as_deref())
+}
+
+impl Recorder {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues the boundary (`changed`: the stages whose records changed) for
+    /// the background thread, starting it when none is running. Reports a
+    /// failure of an earlier background recording.
+    pub(crate) fn defer(
+        self: &std::sync::Arc<Self>,
+        root: &Path,
+        status: &str,
+        changed: &[&str],
+    ) -> Result<(), String> {
+        if locate(root).is_none() {
+            return Ok(());
+        }
+        let mut pending = self.lock();
+        if let Some(why) = pending.failed.take() {
+            pending.queue(status, Some(changed));
+            return Err(why);
+        }
+        pending.queue(status, Some(changed));
+        if pending.scheduled {
+            return Ok(());
+        }
+        pending.scheduled = true;
+        let (me, dir) = (std::sync::Arc::clone(self), root.to_path_buf());
+        let spawned = std::thread::Builder::new()
+            .name("orch-run-ref".to_owned())
+            .spawn(move || me.drain(&dir));
+        if spawned.is_err() {
+            // No thread: record here.
+            pending.scheduled = false;
+            let Some((status, stages)) = pending.take() else {
+                return Ok(());
+            };
+            if let Err(e) = record_taken(root, &status, stages.as_deref()) {
+                pending.retry(status);
+                return Err(e.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// The background thread: records what is queued until nothing is,
+    /// each time [`SETTLE`] after the last recording started (so the
+    /// boundaries of stages ending together go in one commit).
+    fn drain(&self, root: &Path) {
+        loop {
+            std::thread::sleep(SETTLE);
+            let mut pending = self.lock();
+            let Some((status, stages)) = pending.take() else {
+                pending.scheduled = false;
+                drop(pending);
+                self.idle.notify_all();
+                return;
+            };
+            pending.recording = true;
+            drop(pending);
+            let recorded = record_taken(root, &status, stages.as_deref());
+            let mut pending = self.lock();
+            pending.recording = false;
+            if let Err(e) = recorded {
+                pending.retry(status);
+                pending.failed = Some(e.to_string());
+                pending.scheduled = false;
+            }
+            let done = !pending.scheduled;
+            drop(pending);
+            self.idle.notify_all();
+            if done {
+                return;
+            }
+        }
+    }
+
+    /// Records the boundary now, with whatever is queued (after the
+    /// background thread is done); `changed: None` reads the whole record.
+    /// Reports a failure of an earlier background recording too.
+    pub(crate) fn record(
+        &self,
+        root: &Path,
+        status: &str,
+        changed: Option<&[&str]>,
+    ) -> Result<(), String> {
+        let mut pending = self.lock();
+        while pending.recording {
+            pending = self.idle.wait(pending).unwrap_or_else(|e| e.into_inner());
+        }
+        let earlier = pending.failed.take();
+        pending.queue(status, changed);
+        let Some((status, stages)) = pending.take() else {
+            return earlier.map_or(Ok(()), Err);
+        };
+        // The lock is held: a boundary queued meanwhile waits for this one.
+        if let Err(e) = record_taken(root, &status, stages.as_deref()) {
+            pending.retry(status);
+            return Err(e.to_string());
+        }
+        earlier.map_or(Ok(()), Err)
+    }
+
+    /// Waits for the background thread to record what is queued.
+    #[cfg(test)]
+    pub(crate) fn wait_idle(&self) {
+        let mut pending = self.lock();
+        while pending.scheduled {
+            pending = self.idle.wait(pending).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 /// The tree of commit `parent` with the run's top-level entries and the
@@ -367,6 +581,113 @@ mod tests {
         let tree = repo.find_commit(tip).unwrap().tree().unwrap();
         let id = tree.get_path(Path::new("stages/b/log")).unwrap().id();
         assert_eq!(repo.find_blob(id).unwrap().content(), b"22");
+    }
+
+    fn history(repo: &Repository, name: &str) -> Vec<Oid> {
+        let mut walk = repo.revwalk().unwrap();
+        walk.push(read_run_ref(repo, name).unwrap().unwrap())
+            .unwrap();
+        walk.map(Result::unwrap).collect()
+    }
+
+    fn text_at(repo: &Repository, name: &str, path: &str) -> String {
+        let tip = read_run_ref(repo, name).unwrap().unwrap();
+        let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+        let id = tree.get_path(Path::new(path)).unwrap().id();
+        String::from_utf8(repo.find_blob(id).unwrap().content().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn deferred_boundaries_are_recorded_together_and_a_synchronous_record_comes_after_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let root = repo.path().join("orch/runs/r1");
+        for s in ["a", "b", "c"] {
+            std::fs::create_dir_all(root.join("stages").join(s)).unwrap();
+            std::fs::write(root.join("stages").join(s).join("log"), "1").unwrap();
+        }
+        std::fs::write(root.join("state.json"), "{}").unwrap();
+        let recorder = std::sync::Arc::new(Recorder::default());
+        recorder.record(&root, "running", None).unwrap();
+        let name = "refs/orch/runs/r1";
+        assert_eq!(history(&repo, name).len(), 1);
+        // Two boundaries queued back to back: both are on the ref once the
+        // background thread is done, in one or two commits.
+        std::fs::write(root.join("stages/a/log"), "2").unwrap();
+        std::fs::write(root.join("state.json"), "{\"a\":1}").unwrap();
+        recorder.defer(&root, "running", &["a"]).unwrap();
+        std::fs::write(root.join("stages/b/log"), "2").unwrap();
+        std::fs::write(root.join("state.json"), "{\"b\":1}").unwrap();
+        recorder.defer(&root, "running", &["b"]).unwrap();
+        recorder.wait_idle();
+        assert_eq!(text_at(&repo, name, "stages/a/log"), "2");
+        assert_eq!(text_at(&repo, name, "stages/b/log"), "2");
+        assert_eq!(text_at(&repo, name, "state.json"), "{\"b\":1}");
+        let after = history(&repo, name).len();
+        assert!((2..=3).contains(&after), "{after} commits");
+        // A boundary that changed nothing is not recorded again.
+        recorder.defer(&root, "running", &["a"]).unwrap();
+        recorder.wait_idle();
+        recorder.record(&root, "running", None).unwrap();
+        assert_eq!(history(&repo, name).len(), after);
+        // A synchronous record includes what was deferred just before it.
+        std::fs::write(root.join("stages/c/log"), "2").unwrap();
+        recorder.defer(&root, "running", &["c"]).unwrap();
+        std::fs::write(root.join("state.json"), "{\"end\":1}").unwrap();
+        recorder.record(&root, "succeeded", None).unwrap();
+        assert_eq!(text_at(&repo, name, "stages/c/log"), "2");
+        assert_eq!(text_at(&repo, name, "state.json"), "{\"end\":1}");
+        let tip = read_run_ref(&repo, name).unwrap().unwrap();
+        let message = repo.find_commit(tip).unwrap().message().unwrap().to_owned();
+        assert_eq!(message, "orch: run r1 succeeded");
+        assert!(history(&repo, name).len() > after);
+    }
+
+    #[test]
+    fn a_failed_background_recording_is_reported_and_the_next_record_catches_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init(tmp.path()).unwrap();
+        let root = repo.path().join("orch/runs/r1");
+        std::fs::create_dir_all(root.join("stages/a")).unwrap();
+        std::fs::write(root.join("stages/a/log"), "1").unwrap();
+        std::fs::write(root.join("state.json"), "{}").unwrap();
+        let recorder = std::sync::Arc::new(Recorder::default());
+        recorder.record(&root, "running", None).unwrap();
+        // Another writer's lock on the ref: the background commit fails.
+        let lock = repo.path().join("refs/orch/runs/r1.lock");
+        std::fs::write(&lock, "").unwrap();
+        std::fs::write(root.join("stages/a/log"), "2").unwrap();
+        recorder.defer(&root, "running", &["a"]).unwrap();
+        recorder.wait_idle();
+        let err = recorder.defer(&root, "running", &[]).unwrap_err();
+        assert!(err.contains("r1"), "{err}");
+        assert_eq!(text_at(&repo, "refs/orch/runs/r1", "stages/a/log"), "1");
+        std::fs::remove_file(&lock).unwrap();
+        recorder.wait_idle();
+        // The error was reported once; the queued boundary is recorded whole.
+        recorder.record(&root, "running", None).unwrap();
+        assert_eq!(text_at(&repo, "refs/orch/runs/r1", "stages/a/log"), "2");
+    }
+
+    #[test]
+    fn runs_of_two_repositories_are_recorded_each_in_its_own() {
+        let tmps = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let repos: Vec<Repository> = tmps
+            .iter()
+            .map(|t| Repository::init(t.path()).unwrap())
+            .collect();
+        for round in 0..2 {
+            for (k, repo) in repos.iter().enumerate() {
+                let root = repo.path().join("orch/runs/r");
+                std::fs::create_dir_all(&root).unwrap();
+                std::fs::write(root.join("state.json"), format!("{k}{round}")).unwrap();
+                record_boundary(&root, "running", None).unwrap();
+                assert_eq!(
+                    text_at(repo, "refs/orch/runs/r", "state.json"),
+                    format!("{k}{round}")
+                );
+            }
+        }
     }
 
     /// The cost of one stage boundary on the run ref, for runs of 10 and

@@ -108,6 +108,8 @@ pub(crate) struct RunDir {
     /// Files replaced without an fsync since the last [`RunDir::write_state`]
     /// (shared by the clones of this handle).
     unsynced: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
+    /// Records the run on its run ref (shared by the clones of this handle).
+    recorder: std::sync::Arc<crate::distributed::runref::Recorder>,
 }
 
 impl RunDir {
@@ -188,6 +190,7 @@ impl RunDir {
         RunDir {
             root,
             unsynced: Default::default(),
+            recorder: Default::default(),
         }
     }
 
@@ -235,7 +238,7 @@ impl RunDir {
     pub(crate) fn write_state(&self, state: &RunState) -> Result<(), RecordError> {
         self.sync_before_state_write()?;
         self.write_state_alone(state)?;
-        self.state_written(state, None)
+        self.state_written(state, None, false)
     }
 
     /// Writes the run state atomically and durably, leaving the files written
@@ -261,14 +264,17 @@ impl RunDir {
         Ok(())
     }
 
-    /// After every state write (every stage boundary): the run's record is
-    /// committed on its run ref `refs/orch/runs/<id>` (see
-    /// [`crate::distributed::runref`]).
-    /// `changed`: the stages whose records changed, when known.
+    /// After every durable state write (every stage boundary): the run's
+    /// record is committed on its run ref `refs/orch/runs/<id>` (see
+    /// [`crate::distributed::runref`]). `changed`: the stages whose records
+    /// changed, when known; `defer`: the commit is left to the recorder's
+    /// background thread (a stage boundary of the scheduler), else it is
+    /// made before this returns, after whatever was deferred.
     fn state_written(
         &self,
         state: &RunState,
         changed: Option<&[usize]>,
+        defer: bool,
     ) -> Result<(), RecordError> {
         let ids: Option<Vec<&str>> = changed.map(|c| {
             c.iter()
@@ -276,11 +282,11 @@ impl RunDir {
                 .map(|r| r.id.as_str())
                 .collect()
         });
-        crate::distributed::runref::record_boundary(
-            &self.root,
-            state.status.as_str(),
-            ids.as_deref(),
-        )
+        let status = state.status.as_str();
+        match (defer, ids.as_deref()) {
+            (true, Some(ids)) => self.recorder.defer(&self.root, status, ids),
+            (_, ids) => self.recorder.record(&self.root, status, ids),
+        }
         .map_err(|e| RecordError::Io {
             path: self.root.clone(),
             source: std::io::Error::other(format!("record the run on its git ref: {e}")),
@@ -371,7 +377,7 @@ impl StateWriter {
         // The run ref gets every stage changed since it was last written.
         self.ref_pending.extend(dirty);
         let changed: Vec<usize> = std::mem::take(&mut self.ref_pending).into_iter().collect();
-        dir.state_written(state, Some(&changed))
+        dir.state_written(state, Some(&changed), true)
     }
 
     /// [`StateWriter::write`] without an fsync, like
