@@ -416,6 +416,27 @@ impl LaneWatch {
     }
 }
 
+/// Drops `watches` side by side. Closing an inotify descriptor that held
+/// watches waits for the kernel to reap its marks (a grace period: 4–12 ms
+/// here, whatever orch does); closed one after the other, the eight
+/// watchers of a width-8 run kept its exit waiting ~95 ms, closed together
+/// they wait about one.
+pub fn drop_together(watches: Vec<Arc<LaneWatch>>) {
+    if watches.len() < 2 {
+        drop(watches);
+        return;
+    }
+    std::thread::scope(|s| {
+        for w in watches {
+            // A thread that cannot be made drops its watcher here (the
+            // closure goes with the error).
+            let _ = std::thread::Builder::new()
+                .name("orch-unwatch".to_owned())
+                .spawn_scoped(s, move || drop(w));
+        }
+    });
+}
+
 impl Drop for LaneWatch {
     fn drop(&mut self) {
         let one: u64 = 1;

@@ -163,6 +163,20 @@ fn a_file_replaced_by_a_directory_and_back_and_moves_between_rounds() {
 }
 
 #[test]
+fn watchers_dropped_together_are_all_stopped_when_it_returns() {
+    let fx = fixture();
+    let watches: Vec<std::sync::Arc<LaneWatch>> = (0..3)
+        .map(|_| {
+            let w = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
+            std::sync::Arc::new(w)
+        })
+        .collect();
+    let weak: Vec<_> = watches.iter().map(std::sync::Arc::downgrade).collect();
+    super::watch::drop_together(watches);
+    assert!(weak.iter().all(|w| w.upgrade().is_none()));
+}
+
+#[test]
 fn an_incomplete_record_gives_no_changes_and_does_not_restart() {
     let fx = fixture();
     let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");

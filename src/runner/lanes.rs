@@ -461,14 +461,21 @@ impl Lanes {
             slot.get().await;
         }
         self.seal().await;
-        let leases = std::mem::take(&mut *self.pool()).leases;
-        drop(leases);
+        let Pool { free, leases, .. } = std::mem::take(&mut *self.pool());
+        let mut watches = Vec::with_capacity(free.len());
+        for lane in &free {
+            watches.extend(lane.watch.get().await);
+        }
+        drop(free);
         let (c, run, bound) = (
             self.common.clone(),
             self.run_id.to_string(),
             self.pool_bound,
         );
         blocking(move || {
+            // The watchers stop before their lanes are let go.
+            git::watch::drop_together(watches);
+            drop(leases);
             pool::trim(&c, bound)?;
             retire_run_lanes(&c, &run)
         })
