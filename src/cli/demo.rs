@@ -188,6 +188,11 @@ fn print_verification(
         "  the demo repo's own branch and working tree are untouched: git -C {} status",
         repo.display()
     )?;
+    writeln!(
+        out,
+        "  look at the run: orch review last --repo {0}   (also show, diff, log, rollback, resume)",
+        repo.display()
+    )?;
     out.finish()
 }
 

@@ -109,7 +109,7 @@ pub enum Command {
     Run(run::RunArgs),
     /// Re-run what is missing, interrupted or rolled back in a run (`--retry`: failed stages too).
     Resume(resume::ResumeArgs),
-    /// Move a run's final branch back to a stage; later stages are marked rolled back (branches kept).
+    /// Move a run's final branch back to a stage; the stages that depend on it are marked rolled back (branches kept).
     Rollback(resume::RollbackArgs),
     /// List recent runs, newest first.
     Runs(inspect::RunsArgs),

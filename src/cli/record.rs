@@ -16,7 +16,10 @@ pub(super) fn resolve_run_id(repo: &Path, run: &str) -> Result<RunId, CliError> 
             .into_iter()
             .find_map(|id| id.parse().ok())
             .ok_or_else(|| {
-                CliError::Invalid("failed to find the last run: this repository has no runs".into())
+                CliError::Invalid(format!(
+                    "failed to find the last run: the repository at {} has no runs (another repository: --repo DIR)",
+                    info.workdir.display()
+                ))
             });
     }
     run.parse::<RunId>().map_err(|bad| {

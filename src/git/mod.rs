@@ -52,7 +52,7 @@ pub use worktree::{
 pub enum GitError {
     /// No repository was found at or above the path.
     #[error(
-        "open a git repository at {}: not a git repository (run orch inside a repository or pass --repo)",
+        "open a git repository at {}: not a git repository (orch works on one: run it inside, or name it with --repo DIR)",
         .path.display()
     )]
     NotARepo { path: PathBuf },

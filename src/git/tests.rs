@@ -94,7 +94,9 @@ fn open_repo_outside_any_repository_says_how_to_fix_it() {
     let msg = err.to_string();
     assert!(msg.starts_with("open a git repository at "), "{msg}");
     assert!(
-        msg.ends_with(": not a git repository (run orch inside a repository or pass --repo)"),
+        msg.ends_with(
+            ": not a git repository (orch works on one: run it inside, or name it with --repo DIR)"
+        ),
         "{msg}"
     );
 }

@@ -107,6 +107,25 @@ fn usage_errors_have_their_exit_codes() {
 }
 
 #[test]
+fn last_in_a_repository_without_runs_names_the_repository_and_repo() {
+    let repo = TestRepo::with_commit(&[("a.txt", "a\n")], "init");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(&["show", "last"], &repo.path);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("has no runs") && err.contains("--repo DIR"),
+        "{err}"
+    );
+    let top = repo.path.canonicalize().unwrap();
+    assert!(err.contains(&top.display().to_string()), "{err}");
+    // From outside any repository, `--repo` finds it and says the same.
+    let shown = repo.path.display().to_string();
+    let (code, _, err) = run(&["review", "last", "--repo", &shown], elsewhere.path());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("has no runs"), "{err}");
+}
+
+#[test]
 fn help_has_examples_and_version_prints() {
     let dir = tempfile::tempdir().unwrap();
     let (code, out, _) = run(&["--help"], dir.path());
