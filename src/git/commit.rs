@@ -114,11 +114,11 @@ impl Edits {
     }
 }
 
-const TREE: i32 = 0o040000;
-const BLOB: i32 = 0o100644;
-const EXEC: i32 = 0o100755;
-const LINK: i32 = 0o120000;
-const GITLINK: i32 = 0o160000;
+pub(super) const TREE: i32 = 0o040000;
+pub(super) const BLOB: i32 = 0o100644;
+pub(super) const EXEC: i32 = 0o100755;
+pub(super) const LINK: i32 = 0o120000;
+pub(super) const GITLINK: i32 = 0o160000;
 
 /// What sits at a path of the working tree, as `git add` sees it.
 pub(super) enum Disk {
@@ -437,9 +437,14 @@ pub(super) fn below_whole<K: std::borrow::Borrow<[u8]> + Ord>(
     roots: &std::collections::BTreeMap<K, bool>,
     p: &[u8],
 ) -> bool {
+    below(p, |dir| roots.get(dir) == Some(&true))
+}
+
+/// Whether `p` lies below a directory for which `is_whole` holds.
+pub(super) fn below(p: &[u8], is_whole: impl Fn(&[u8]) -> bool) -> bool {
     p.iter()
         .enumerate()
-        .any(|(i, &b)| b == b'/' && roots.get(&p[..i]) == Some(&true))
+        .any(|(i, &b)| b == b'/' && is_whole(&p[..i]))
 }
 
 /// The `(id, mode)` of `p` in `tree` (of commit `at`), `None` when absent.

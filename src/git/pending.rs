@@ -15,9 +15,9 @@
 //! again, which rewrites its index entry; a hard reset rewrites the whole
 //! index. Nothing trusts the index without a walk except a stamped lane,
 //! and a stamp is only written after such a walk found the lane clean, or
-//! by the hand-back's seal ([`super::pool::seal`]), which applies the
-//! record itself onto an index only orch wrote since the lane was taken
-//! clean.
+//! by the hand-back's seal ([`super::pool::seal`]) of a lane whose index
+//! only orch wrote since it was taken clean. The seal leaves the record in
+//! place (the stamp records its length) for the next taker's readying.
 //!
 //! Format: one entry per path, `A` (the file exists: add it from disk) or
 //! `D` (it is gone: remove it) then the raw path, each ended by a NUL

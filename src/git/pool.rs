@@ -620,9 +620,13 @@ const STAMP_MAGIC: &str = "orch-pool-clean 2";
 
 /// The `(mtime seconds, mtime nanoseconds, inode)` of `path`, not followed.
 fn stat_key(path: &Path) -> Option<(i64, i64, u64)> {
+    fs::symlink_metadata(path).ok().map(|m| key_of(&m))
+}
+
+/// [`stat_key`] from metadata already read.
+fn key_of(m: &fs::Metadata) -> (i64, i64, u64) {
     use std::os::unix::fs::MetadataExt;
-    let m = fs::symlink_metadata(path).ok()?;
-    Some((m.mtime(), m.mtime_nsec(), m.ino()))
+    (m.mtime(), m.mtime_nsec(), m.ino())
 }
 
 /// What the tamper check records of the index of the worktree whose admin
@@ -669,18 +673,19 @@ fn observe_slot(common_dir: &Path, n: usize, head: &str, dirs: Listing<'_>) -> O
     let mut seen = std::collections::HashSet::new();
     while let Some((rel, list)) = stack.pop() {
         let full = root.join(&rel);
-        let key = match stat_key(&full) {
-            Some(k) => k,
+        let meta = match fs::symlink_metadata(&full) {
+            Ok(m) => m,
             // Known directories the seal removed (strays) are gone.
-            None if !walk => continue,
-            None => return None,
+            Err(_) if !walk => continue,
+            Err(_) => return None,
         };
-        if !fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) {
+        if !meta.is_dir() {
             if walk {
                 return None;
             }
             continue;
         }
+        let key = key_of(&meta);
         if !seen.insert(rel.clone()) {
             continue;
         }

@@ -15,17 +15,14 @@
 //! filter or attribute that could make raw bytes differ from the blobs, a
 //! `HEAD` other than the one the run committed.
 
-use super::commit::{Disk, below_whole, cannot_vouch, disk_at, join, rel_path, tree_entry};
+use super::commit::{
+    BLOB, Disk, EXEC, GITLINK, LINK, TREE, below_whole, cannot_vouch, disk_at, join, rel_path,
+    tree_entry,
+};
 use super::{GitError, find_commit, git_err, io_err, open_linked_worktree};
 use git2::{Oid, Repository};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-const TREE: i32 = 0o040000;
-const GITLINK: i32 = 0o160000;
-const LINK: i32 = 0o120000;
-const EXEC: i32 = 0o100755;
-const BLOB: i32 = 0o100644;
 
 /// Makes the lane at `worktree` hold exactly its `HEAD`, which must be
 /// `head`, given `marks`: every path that may differ from how the lane was

@@ -169,9 +169,7 @@ struct History {
 impl History {
     /// Whether `p` lies below a directory this history marks whole.
     fn covers(&self, p: &[u8]) -> bool {
-        p.iter()
-            .enumerate()
-            .any(|(i, &b)| b == b'/' && self.whole.contains(&p[..i]))
+        super::commit::below(p, |dir| self.whole.contains(dir))
     }
 
     /// Folds one record's marks in (paths below a whole-marked directory

@@ -27,6 +27,14 @@ fn bash(id: &str, command: &str) -> Reply {
     Reply::tool_call(id, "bash", json!({"command": command}))
 }
 
+/// A model that, as stage `work`, runs one `bash` command and finishes.
+fn one_command(command: &str, summary: &str) -> FakeServer {
+    FakeServer::start(Script::new().agent(
+        "work",
+        vec![bash("b", command), Reply::finish("f", summary, None)],
+    ))
+}
+
 fn run(repo: &TestRepo, pipeline: &Path, server: &FakeServer, extra: &[&str]) -> Output {
     let tmp = tempfile::tempdir().unwrap();
     let issue = write_issue(tmp.path(), "# do the thing\n");
@@ -194,16 +202,10 @@ fn reuse_case(way: Way) {
 
     // Run 1 leaves ignored build output in its lane (its other changes are
     // committed on its stage branch).
-    let server = FakeServer::start(Script::new().agent(
-        "work",
-        vec![
-            bash(
-                "b",
-                "mkdir -p target/deep && echo obj > target/deep/out.o && echo log > debug.log && echo run1 > a.txt",
-            ),
-            Reply::finish("f", "built", None),
-        ],
-    ));
+    let server = one_command(
+        "mkdir -p target/deep && echo obj > target/deep/out.o && echo log > debug.log && echo run1 > a.txt",
+        "built",
+    );
     let out = run(&repo, &p, &server, &[]);
     assert_exit(&out, 0);
     let lanes = pooled(&repo);
@@ -468,13 +470,7 @@ fn gc_removes_the_pooled_lanes_completely() {
     let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
     let tmp = tempfile::tempdir().unwrap();
     let p = write_pipeline(tmp.path(), "p", ONE);
-    let server = FakeServer::start(Script::new().agent(
-        "work",
-        vec![
-            bash("w", "echo x > x.txt && echo log > x.log"),
-            Reply::finish("f", "done", None),
-        ],
-    ));
+    let server = one_command("echo x > x.txt && echo log > x.log", "done");
     assert_exit(&run(&repo, &p, &server, &[]), 0);
     assert_eq!(pooled(&repo).len(), 1);
     let gc = |args: &[&str]| {
@@ -786,16 +782,10 @@ fn a_lane_whose_index_the_model_wrote_is_not_sealed_and_the_clean_up_walks_it() 
     let repo = TestRepo::with_commit(&[(".gitignore", "*.log\n"), ("a.txt", "one\n")], "base");
     let tmp = tempfile::tempdir().unwrap();
     let p = write_pipeline(tmp.path(), "p", ONE);
-    let server = FakeServer::start(Script::new().agent(
-        "work",
-        vec![
-            bash(
-                "b",
-                "git rm -q --cached a.txt && echo o > out.log && echo two > b.txt",
-            ),
-            Reply::finish("f", "untracked a.txt", None),
-        ],
-    ));
+    let server = one_command(
+        "git rm -q --cached a.txt && echo o > out.log && echo two > b.txt",
+        "untracked a.txt",
+    );
     let out = run(&repo, &p, &server, &[]);
     assert_exit(&out, 0);
     let log = String::from_utf8_lossy(&out.stderr);
@@ -823,10 +813,7 @@ fn a_lane_whose_index_the_model_wrote_is_not_sealed_and_the_clean_up_walks_it() 
         ""
     );
     const STATUS: &str = "s=$(git status --porcelain --untracked-files=all --ignored) && test -z \"$s\" && echo INDEX-AT-BASE || echo \"status: $s\"";
-    let server = FakeServer::start(Script::new().agent(
-        "work",
-        vec![bash("s", STATUS), Reply::finish("f", "looked", None)],
-    ));
+    let server = one_command(STATUS, "looked");
     let out = run(&repo, &p, &server, &[]);
     assert_exit(&out, 0);
     let seen = tool_results(server.requests_for("work").last().unwrap()).join("\n");
