@@ -155,7 +155,7 @@ impl Times {
 fn run_orch(common: &Path, name: &str, path: &Path, base: &str) -> anyhow::Result<Round> {
     let mut round = Round::default();
     let t = Instant::now();
-    orch::git::create_worktree(common, name, path, &format!("orch/{name}/pr"), base)?;
+    orch::git::create_worktree(common, name, path, base)?;
     round[0] = t.elapsed();
     let mut parent = base.to_string();
     for stage in 0..STAGES {

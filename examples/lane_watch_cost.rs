@@ -24,11 +24,8 @@ fn main() {
     let marks = watch.changes().expect("complete");
     println!("changes: {:?} ({} paths)", t.elapsed(), marks.paths.len());
     let t = Instant::now();
-    let edits = orch::git::resolve_marks(lane, &marks).unwrap().unwrap();
-    println!("resolve: {:?} ({} edits)", t.elapsed(), edits.files.len());
-    let t = Instant::now();
-    let tree = orch::git::tree_with_edits(lane, &edits).unwrap();
-    println!("tree from edits: {:?} ({tree})", t.elapsed());
+    let (tree, how) = orch::git::stage_tree(lane, &head, Some(&marks)).unwrap();
+    println!("git stages the marks: {:?} ({how:?}, {tree})", t.elapsed());
     let t = Instant::now();
     let repo = git2::Repository::open(lane).unwrap();
     let mut index = repo.index().unwrap();
@@ -40,8 +37,8 @@ fn main() {
     let changed = orch::git::changed_paths(lane).unwrap();
     println!("status walk: {:?} ({} paths)", t.elapsed(), changed.len());
     let t = Instant::now();
-    let c = orch::git::commit_edits(lane, "from marks", &head, &edits).unwrap();
-    println!("commit_edits: {:?}", t.elapsed());
+    let c = orch::git::commit_tree(lane, "from marks", &head, &tree).unwrap();
+    println!("commit_tree: {:?}", t.elapsed());
     let t = Instant::now();
     assert!(watch.restart(&c));
     println!("restart: {:?}", t.elapsed());

@@ -809,9 +809,7 @@ async fn drive(
             RunStatus::Failed
         } else {
             crate::killpoint::reached("run-finishing");
-            // The pooled lanes are sealed for the next run beside the merge.
-            let (finished, ()) = tokio::join!(finish_run(&ctx, &mut state), lanes.seal());
-            match finished? {
+            match finish_run(&ctx, &mut state).await? {
                 Ok(text) => {
                     pr = Some(text);
                     // The final branch and pr.md exist; the lanes go back to

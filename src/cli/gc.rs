@@ -35,41 +35,32 @@ pub struct GcArgs {
     /// Print one JSON object on stdout
     #[arg(long)]
     pub json: bool,
-    /// Only delete the lanes a finished run moved into the trash and clean the free pooled lanes, quietly (what a run starts in the background after its summary)
+    /// Only delete the lanes a finished run moved into the trash, quietly (what a run starts in the background after its summary)
     #[arg(long, hide = true)]
     pub empty_trash: bool,
 }
 
-/// Deletes the trash of `repo` (lanes a finished run retired) and cleans
-/// the pooled lanes handed back unverified ([`crate::git::pool::clean_free`])
-/// in a detached background `orch gc --empty-trash`, so the user has the
-/// prompt back while a large checkout is deleted or walked; if it cannot
-/// start, the next `orch gc` deletes the trash and the next run walks its
-/// lane itself. Call it after the run's output is written.
+/// Deletes the trash of `repo` (lanes a finished run retired) in a
+/// detached background `orch gc --empty-trash`, so the user has the prompt
+/// back while a large checkout is deleted; if it cannot start, the next
+/// `orch gc` deletes the trash. Call it after the run's output is written.
 pub(super) fn empty_trash_in_background(repo: &Path) {
     use std::os::unix::process::CommandExt;
     let Ok(info) = crate::git::open_repo(repo) else {
         return;
     };
-    let pool = crate::git::pool::needs_cleaning(&info.common_dir);
-    if crate::git::pool::trash_is_empty(&info.common_dir) && !pool {
+    if crate::git::pool::trash_is_empty(&info.common_dir) {
         return;
     }
     let Ok(exe) = std::env::current_exe() else {
         return;
-    };
-    // The clean-up's lock, taken here and handed over as its stdin: it is
-    // held from now until the clean-up exits (`pool::cleaner_running`).
-    let stdin = match crate::git::pool::hold_cleaner(&info.common_dir) {
-        Some(held) => std::process::Stdio::from(held),
-        None => std::process::Stdio::null(),
     };
     let spawned = std::process::Command::new(exe)
         .arg("gc")
         .arg("--repo")
         .arg(&info.workdir)
         .arg("--empty-trash")
-        .stdin(stdin)
+        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         // Its own process group: a Ctrl-C at the prompt does not stop it.
@@ -132,10 +123,8 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     if args.empty_trash {
         // Off everyone's critical path: a run started meanwhile comes first.
         super::session::lower_priority();
-        let _ = crate::git::pool::empty_trash(&common);
-        match crate::git::pool::clean_free(&common) {
-            Ok(done) => tracing::debug!(?done, "pooled lanes cleaned"),
-            Err(e) => tracing::debug!("pooled lane clean-up failed: {e}"),
+        if let Err(e) = crate::git::pool::empty_trash(&common) {
+            tracing::debug!("emptying the trash failed: {e}");
         }
         return Ok(exit::OK);
     }

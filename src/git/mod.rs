@@ -15,17 +15,15 @@
 //! - Work is proportional to what changed as far as libgit2 allows: staging
 //!   walks the worktree once, trusting the index's stat cache for unchanged files.
 
-mod checkout;
+pub(crate) mod cli;
 mod commit;
 mod diff;
 pub mod gc;
 pub mod ignored;
-mod index_file;
 mod merge;
-mod pending;
 pub mod pool;
-mod seal;
 pub mod snapshot;
+mod staging;
 pub mod watch;
 mod worktree;
 
@@ -36,15 +34,15 @@ use std::path::{Path, PathBuf};
 
 use git2::{ErrorCode, Oid, Repository};
 
-pub use commit::{Edits, NewEntry, commit_all, commit_edits, resolve_marks, tree_with_edits};
+pub use commit::{commit_all, commit_tree};
 pub use diff::{Diff, DiffStat, FileStat, diff, diff_stat};
 pub(crate) use diff::{diff_stat_in, open_for_diff, without_index, write_patch_in};
 pub(crate) use merge::merge_commits_in;
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
-pub use pending::{apply_pending_index, has_pending_index};
+pub use staging::{Staged, stage_tree};
 pub use worktree::{
-    AdminLock, Moved, admin_lock, admin_lock_path, create_worktree, detach_worktree, move_worktree,
-    prune_broken_lanes, remove_stale_ref_locks, remove_worktree, reset_worktree,
+    AdminLock, admin_lock, admin_lock_path, create_worktree, move_worktree, prune_broken_lanes,
+    remove_stale_ref_locks, remove_worktree, reset_worktree,
 };
 
 /// An error of the git layer; its message reads after "failed to …".
@@ -117,6 +115,9 @@ pub enum GitError {
         #[source]
         source: git2::Error,
     },
+    /// A `git` command failed; `command` reads after "failed to".
+    #[error("{command}: {detail}")]
+    Cli { command: String, detail: String },
     /// A file-system failure; `op` is a verb phrase completed by the path.
     #[error("{op} {}: {source}", .path.display())]
     Io {
@@ -473,40 +474,69 @@ pub(crate) fn signature(repo: &Repository) -> Result<git2::Signature<'static>, G
     }
 }
 
-/// Opens `path` and checks that it is a linked worktree, never the user's own.
 /// Paths of a linked worktree that differ from its `HEAD` (modified, added,
-/// deleted, untracked — not ignored), sorted: one status walk, as cheap as
-/// `git status`.
+/// deleted, untracked — not ignored; a nested repository as its directory),
+/// sorted, as `git status` reports them.
 pub fn changed_paths(worktree: &Path) -> Result<Vec<String>, GitError> {
-    let repo = open_linked_worktree(worktree)?;
-    changed_paths_of(&repo, worktree)
+    drop(open_linked_worktree(worktree)?);
+    changed_paths_in(worktree)
 }
 
 /// Like [`changed_paths`], for any repository or worktree at `root` (a
-/// subagent's read-only guard checks the worktree it shares).
+/// subagent's read-only guard checks the worktree it shares). Never writes
+/// the index (`--no-optional-locks`).
 pub fn changed_paths_in(root: &Path) -> Result<Vec<String>, GitError> {
-    changed_paths_of(&open_at(root)?, root)
-}
-
-fn changed_paths_of(repo: &Repository, at: &Path) -> Result<Vec<String>, GitError> {
-    if repo.is_worktree() {
-        pending::apply_pending_in(repo)?;
-    }
-    let entries =
-        status_walk(repo).map_err(git_err(format!("read the status of {}", at.display())))?;
-    let mut paths: Vec<String> = entries
-        .into_iter()
-        .filter(|(_, status)| *status != git2::Status::CURRENT && !status.is_ignored())
-        .filter_map(|(path, _)| String::from_utf8(path).ok())
+    let out = cli::git(root)
+        .args(["--no-optional-locks", "status", "--porcelain=v1", "-z"])
+        .args(["--untracked-files=all", "--no-renames"])
+        .run()?;
+    let mut paths: Vec<String> = out
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|r| r.len() > 3)
+        .filter_map(|r| String::from_utf8(r[3..].to_vec()).ok())
+        .map(|p| p.trim_end_matches('/').to_owned())
         .collect();
     paths.sort();
+    paths.dedup();
     Ok(paths)
 }
 
-/// The one status walk, as cheap as `git status`: every path whose index or
-/// working-tree file differs from `HEAD`, untracked files one by one (a
-/// nested repository as one directory path ending in `/`), ignored files and
-/// submodules left out. Paths are raw bytes, as git stores them.
+/// The paths whose entries differ between commit `from` and tree `to`
+/// (blobs, modes, symlinks, gitlinks), sorted: what a stage changed, from
+/// the objects git wrote. Non-UTF-8 paths are given lossily.
+pub fn changed_between(
+    common_dir: &Path,
+    from: &str,
+    to_tree: &str,
+) -> Result<Vec<String>, GitError> {
+    let repo = open_at(common_dir)?;
+    let old = find_commit(&repo, from)?
+        .tree()
+        .map_err(git_err(format!("read the tree of {from}")))?;
+    let new_id = Oid::from_str(to_tree).map_err(git_err(format!("read tree id `{to_tree}`")))?;
+    let new = repo
+        .find_tree(new_id)
+        .map_err(git_err(format!("read tree {to_tree}")))?;
+    let diff = repo
+        .diff_tree_to_tree(Some(&old), Some(&new), None)
+        .map_err(git_err(format!("compare {from} with tree {to_tree}")))?;
+    let mut paths: Vec<String> = diff
+        .deltas()
+        .filter_map(|d| d.new_file().path_bytes().or(d.old_file().path_bytes()))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
+/// The one status walk (libgit2's), as cheap as `git status`: every path
+/// whose index or working-tree file differs from `HEAD`, untracked files
+/// one by one (a nested repository as one directory path ending in `/`),
+/// ignored files and submodules left out. Paths are raw bytes. Used by the
+/// check of the user's working tree, whose answer the `git status`
+/// fallback and its differential test vouch for.
 pub(crate) fn status_walk(repo: &Repository) -> Result<Vec<(Vec<u8>, git2::Status)>, git2::Error> {
     let mut opts = git2::StatusOptions::new();
     opts.include_untracked(true)

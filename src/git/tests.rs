@@ -10,7 +10,6 @@ use super::*;
 struct Run {
     name: String,
     path: PathBuf,
-    pr: String,
     base: String,
 }
 
@@ -18,12 +17,10 @@ fn start_run(repo: &TestRepo, run_id: &str) -> Run {
     let info = open_repo(&repo.path).expect("open repo");
     let base = resolve_commit(&info.common_dir, "HEAD").expect("resolve HEAD");
     let path = info.common_dir.join("orch/worktrees").join(run_id);
-    let pr = format!("orch/{run_id}/pr");
-    create_worktree(&info.common_dir, run_id, &path, &pr, &base).expect("create worktree");
+    create_worktree(&info.common_dir, run_id, &path, &base).expect("create worktree");
     Run {
         name: run_id.to_string(),
         path,
-        pr,
         base,
     }
 }
@@ -174,10 +171,7 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
         fs::read_to_string(run.path.join("README.md")).expect("read"),
         "# demo\n"
     );
-    assert_eq!(
-        branch_sha(common, &run.pr).expect("pr"),
-        Some(run.base.clone())
-    );
+    assert_eq!(repo.rev_in(&run.path, "HEAD"), run.base);
 
     // Stage "code": a new file, a modified file, a deleted file, a file made by
     // a shell command, and an ignored file.
@@ -219,11 +213,14 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
     assert_eq!(show(&repo, &format!("{code}:gen/out.txt")), "generated\n");
     set_branch(common, "orch/01RUN/code", &code).expect("stage branch");
 
-    // The worktree's branch moved with the commit, and git sees it clean.
-    assert_eq!(repo.rev(&run.pr), code);
-    assert_eq!(
-        repo.git_in(&run.path, &["symbolic-ref", "HEAD"]).trim(),
-        format!("refs/heads/{}", run.pr)
+    // The worktree's HEAD is detached at the commit, and git sees it clean.
+    assert_eq!(repo.rev_in(&run.path, "HEAD"), code);
+    assert!(
+        repo.git_cmd(&run.path, &["symbolic-ref", "-q", "HEAD"])
+            .status()
+            .unwrap()
+            .code()
+            == Some(1)
     );
     assert_eq!(repo.git_in(&run.path, &["status", "--porcelain"]), "");
     let author = repo.git(&["log", "-1", "--format=%an <%ae>|%cn <%ce>", &code]);
@@ -248,13 +245,12 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
         repo.rev(&format!("{code}^{{tree}}"))
     );
     set_branch(common, "orch/01RUN/review", &review).expect("stage branch");
-    assert_eq!(repo.rev(&run.pr), review);
+    assert_eq!(repo.rev_in(&run.path, "HEAD"), review);
 
     assert_eq!(
         list_branches(common, "orch/01RUN/").expect("list"),
         [
             ("orch/01RUN/code".to_string(), code.clone()),
-            ("orch/01RUN/pr".to_string(), review.clone()),
             ("orch/01RUN/review".to_string(), review.clone()),
         ]
     );
@@ -282,10 +278,7 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
     let list = repo.git(&["worktree", "list", "--porcelain"]);
     let run_path = run.path.to_string_lossy();
     assert!(list.contains(&format!("worktree {run_path}\n")), "{list}");
-    assert!(
-        list.contains(&format!("branch refs/heads/{}\n", run.pr)),
-        "{list}"
-    );
+    assert!(list.contains("detached\n"), "{list}");
     assert!(!list.contains("prunable"), "{list}");
 
     // The user's HEAD, index, files and status are exactly as they were.
@@ -297,7 +290,6 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
     let list = repo.git(&["worktree", "list", "--porcelain"]);
     assert!(!list.contains(&*run_path), "{list}");
     // Branches outlive the worktree.
-    assert_eq!(branch_sha(common, &run.pr).expect("pr"), Some(review));
     assert_eq!(
         branch_sha(common, "orch/01RUN/code").expect("code"),
         Some(code)
@@ -329,7 +321,7 @@ fn commit_all_takes_the_parent_it_is_given() {
     write_file(&run.path.join("b.txt"), "b\n");
     let again = commit_all(&run.path, "again", &run.base).expect("again");
     assert_eq!(repo.rev(&format!("{again}^")), run.base);
-    assert_eq!(repo.rev(&run.pr), again);
+    assert_eq!(repo.rev_in(&run.path, "HEAD"), again);
     assert_ne!(first, again);
     assert_eq!(
         tree_files(&repo, &again)
@@ -381,7 +373,7 @@ fn two_runs_commit_concurrently() {
             .collect()
     });
     for (run, sha) in runs.iter().zip(&shas) {
-        assert_eq!(repo.rev(&run.pr), *sha);
+        assert_eq!(repo.rev_in(&run.path, "HEAD"), *sha);
         assert_eq!(show(&repo, &format!("{sha}:f4.txt")), run.name);
     }
     assert_fsck_clean(&repo);
@@ -407,20 +399,15 @@ fn writers_refuse_the_users_own_working_tree() {
     repo.git(&["worktree", "add", "-q", "-b", "users-side", &linked_str]);
     let err = set_branch(&repo.git_dir(), "users-side", &head).expect_err("checked out");
     assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err:?}");
-    // orch's own worktree branch moves freely.
-    let run = start_run(&repo, "free");
-    set_branch(&repo.git_dir(), &run.pr, &head).expect("orch's branch");
+    // orch's own branches move freely.
+    set_branch(&repo.git_dir(), "orch/free/pr", &head).expect("orch's branch");
     assert_eq!(repo.snapshot(), before);
 }
 
 // ------------------------------------------------------------ create errors
 
-fn leftovers(repo: &TestRepo, name: &str, branch: &str) -> (bool, Option<String>) {
-    let admin = repo.git_dir().join("worktrees").join(name).exists();
-    (
-        admin,
-        branch_sha(&repo.git_dir(), branch).expect("branch_sha"),
-    )
+fn admin_left(repo: &TestRepo, name: &str) -> bool {
+    repo.git_dir().join("worktrees").join(name).exists()
 }
 
 #[test]
@@ -430,62 +417,62 @@ fn create_worktree_on_an_existing_path_fails_cleanly() {
     let base = repo.rev("HEAD");
     let taken = repo.root().join("taken");
     fs::create_dir_all(&taken).expect("mkdir");
-    let err = create_worktree(&common, "r1", &taken, "orch/r1/pr", &base).expect_err("exists");
+    let err = create_worktree(&common, "r1", &taken, &base).expect_err("exists");
     assert!(matches!(err, GitError::PathExists { .. }), "{err:?}");
-    assert_eq!(leftovers(&repo, "r1", "orch/r1/pr"), (false, None));
+    assert!(!admin_left(&repo, "r1"));
 
     let path = repo.root().join("nested/dirs/r1");
-    create_worktree(&common, "r1", &path, "orch/r1/pr", &base).expect("second try");
+    create_worktree(&common, "r1", &path, &base).expect("second try");
     assert_eq!(
         fs::read_to_string(path.join("README.md")).expect("read"),
         "# demo\n"
     );
-    // Every branch is still deletable: no phantom checkout is left around.
-    repo.git(&["branch", "scratch"]);
-    repo.git(&["branch", "-D", "scratch"]);
+    // git names the admin dir after orch, and sees a clean, detached lane.
+    assert!(admin_left(&repo, "r1"));
+    assert_eq!(repo.git_in(&path, &["status", "--porcelain"]), "");
+    assert_eq!(repo.rev_in(&path, "HEAD"), base);
+    let list = repo.git(&["worktree", "list", "--porcelain"]);
+    assert!(!list.contains("prunable"), "{list}");
 }
 
 #[test]
-fn create_worktree_failing_inside_libgit2_removes_the_branch_and_admin_dir() {
+fn create_worktree_failing_inside_git_leaves_nothing() {
     let repo = TestRepo::new();
     let common = repo.git_dir();
     let base = repo.rev("HEAD");
-    // A file where libgit2 wants the admin directory's parent: it fails after
-    // the branch was created.
+    // A file where git wants the admin directory's parent.
     fs::write(common.join("worktrees"), "in the way").expect("block");
     let path = repo.root().join("wt");
-    let err = create_worktree(&common, "r2", &path, "orch/r2/pr", &base).expect_err("blocked");
-    assert!(matches!(err, GitError::Git { .. }), "{err:?}");
+    let err = create_worktree(&common, "r2", &path, &base).expect_err("blocked");
+    assert!(matches!(err, GitError::Cli { .. }), "{err:?}");
     assert!(!path.exists());
-    assert_eq!(branch_sha(&common, "orch/r2/pr").expect("branch"), None);
 
     fs::remove_file(common.join("worktrees")).expect("unblock");
-    create_worktree(&common, "r2", &path, "orch/r2/pr", &base).expect("retry");
-    assert_eq!(leftovers(&repo, "r2", "orch/r2/pr"), (true, Some(base)));
+    create_worktree(&common, "r2", &path, &base).expect("retry");
+    assert!(admin_left(&repo, "r2"));
 }
 
 #[test]
-fn create_worktree_refuses_an_existing_branch_or_bad_names() {
+fn create_worktree_refuses_a_taken_or_bad_name_and_a_bad_base() {
     let repo = TestRepo::new();
     let common = repo.git_dir();
     let base = repo.rev("HEAD");
-    repo.git(&["branch", "orch/r3/pr"]);
     let path = repo.root().join("wt3");
-    let err = create_worktree(&common, "r3", &path, "orch/r3/pr", &base).expect_err("branch");
-    assert!(matches!(err, GitError::BranchExists { .. }), "{err:?}");
-    assert!(!path.exists());
-    assert!(!common.join("worktrees/r3").exists());
-
-    let err = create_worktree(&common, "r3", &path, "bad..name", &base).expect_err("ref");
-    assert!(matches!(err, GitError::InvalidBranch { .. }), "{err:?}");
-    let err = create_worktree(&common, "a/b", &path, "orch/ok", &base).expect_err("name");
+    create_worktree(&common, "r3", &path, &base).expect("first");
+    let other = repo.root().join("wt3b");
+    let err = create_worktree(&common, "r3", &other, &base).expect_err("taken");
+    assert!(matches!(err, GitError::WorktreeNameTaken { .. }), "{err:?}");
+    assert!(!other.exists());
+    let err = create_worktree(&common, "a/b", &other, &base).expect_err("name");
     assert!(
         matches!(err, GitError::InvalidWorktreeName { .. }),
         "{err:?}"
     );
-    let err = create_worktree(&common, "r3", &path, "orch/ok", "nope").expect_err("base");
-    assert!(matches!(err, GitError::Resolve { .. }), "{err:?}");
-    assert_eq!(branch_sha(&common, "orch/ok").expect("branch"), None);
+    let err = create_worktree(&common, "r4", &other, "nope").expect_err("base");
+    assert!(matches!(err, GitError::Cli { .. }), "{err:?}");
+    assert!(!other.exists());
+    assert!(!admin_left(&repo, "r4"));
+    assert!(!common.join("worktrees/wt3b").exists());
 }
 
 // -------------------------------------------------------------------- diff
@@ -633,7 +620,7 @@ fn reset_worktree_restores_the_start_commit_and_cleans_untracked_files() {
     repo.git_in(&run.path, &["add", "stray.txt"]);
 
     reset_worktree(&run.path, &run.base).expect("reset");
-    assert_eq!(repo.rev(&run.pr), run.base);
+    assert_eq!(repo.rev_in(&run.path, "HEAD"), run.base);
     assert_eq!(
         fs::read_to_string(run.path.join("README.md")).expect("readme"),
         "# demo\n"
@@ -779,10 +766,10 @@ fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
     let head = resolve_commit(&common, "HEAD").unwrap();
     // A healthy lane of run r1, and a half-made one (no `gitdir`).
     let lane = common.join("orch/worktrees/r1/lane-1");
-    create_worktree(&common, "orch-r1-1", &lane, "orch-lanes/r1/1", &head).unwrap();
+    create_worktree(&common, "orch-r1-1", &lane, &head).unwrap();
     // A lane whose worktree directory is gone.
     let gone = common.join("orch/worktrees/r1/lane-2");
-    create_worktree(&common, "orch-r1-2", &gone, "orch-lanes/r1/2", &head).unwrap();
+    create_worktree(&common, "orch-r1-2", &gone, &head).unwrap();
     fs::remove_dir_all(&gone).unwrap();
     let half = common.join("worktrees/orch-r1-3");
     fs::create_dir_all(&half).unwrap();
@@ -808,5 +795,5 @@ fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
         fs::remove_dir_all(common.join("worktrees").join(other)).unwrap();
     }
     delete_branch(&common, "orch-lanes/r1/2").unwrap();
-    create_worktree(&common, "orch-r1-2", &gone, "orch-lanes/r1/2", &head).unwrap();
+    create_worktree(&common, "orch-r1-2", &gone, &head).unwrap();
 }

@@ -117,6 +117,10 @@ impl TestRepo {
     }
 
     /// Full sha of a revision, per the `git` CLI.
+    pub(crate) fn rev_in(&self, dir: &Path, rev: &str) -> String {
+        self.git_in(dir, &["rev-parse", rev]).trim().to_owned()
+    }
+
     pub(crate) fn rev(&self, rev: &str) -> String {
         self.git(&["rev-parse", rev]).trim().to_string()
     }

@@ -1,6 +1,7 @@
 //! Tests of the lane watcher against real repositories and real shell
-//! processes: the tree committed from the watcher's marks must be exactly
-//! the tree `git add -A` (`commit_all`) gives.
+//! processes: the tree git stages from the watcher's marks
+//! (`git add -A -- <marked paths>`) must be exactly the tree a full
+//! `git add -A` of the same lane gives — git is the oracle.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,7 +35,7 @@ fn fixture() -> Fixture {
     let info = open_repo(&repo.path).expect("open");
     let base = resolve_commit(&info.common_dir, "HEAD").expect("HEAD");
     let lane = info.common_dir.join("orch/worktrees/lane");
-    create_worktree(&info.common_dir, "lane", &lane, "orch-lanes/t/1", &base).expect("lane");
+    create_worktree(&info.common_dir, "lane", &lane, &base).expect("lane");
     Fixture { repo, lane, base }
 }
 
@@ -99,35 +100,35 @@ fn op_script(op: u8, p: &str, q: &str) -> String {
     }
 }
 
-/// Runs `ops` in the lane, then checks the marks against `commit_all`:
-/// the tree from the marks, the changed paths, and (committing from the
-/// marks) a clean status afterwards with the index `commit_all` would
-/// leave. Returns the new commit.
-fn round(fx: &Fixture, watch: &LaneWatch, parent: &str, ops: &[(u8, usize, usize)]) -> String {
+/// Runs `ops` in the lane, then stages it from the watcher's marks and
+/// checks the tree against git's own full `git add -A && git write-tree`
+/// of the same lane, commits it and checks the lane clean. Returns the new
+/// commit and whether the marked paths were staged (not the whole lane).
+fn round(
+    fx: &Fixture,
+    watch: &LaneWatch,
+    parent: &str,
+    ops: &[(u8, usize, usize)],
+) -> (String, bool) {
     for &(op, p, q) in ops {
         let script = op_script(op, PATHS[p % PATHS.len()], PATHS[q % PATHS.len()]);
         sh(&fx.lane, &format!("{{ {script}; }} 2>/dev/null; true"));
     }
     let marks = watch.changes().expect("the record is complete");
     assert_eq!(marks.base, parent);
-    let edits = resolve_marks(&fx.lane, &marks)
-        .expect("resolve")
-        .expect("the marks can be trusted");
-    let walked = changed_paths(&fx.lane).expect("status");
-    assert_eq!(edits.paths(), walked, "changed paths after {ops:?}");
-    let commit = commit_edits(&fx.lane, "from marks", parent, &edits).expect("commit edits");
-    // The lane is clean at the commit (files and index), and `git add -A`
-    // of it adds nothing more.
+    let (tree, how) = stage_tree(&fx.lane, parent, Some(&marks)).expect("stage");
+    // The oracle: git itself, staging the whole lane.
+    git_in(&fx.lane, &["add", "-A"]);
+    let oracle = git_in(&fx.lane, &["write-tree"]).trim().to_owned();
+    assert_eq!(tree, oracle, "trees after {ops:?} ({how:?})");
+    let commit = commit_tree(&fx.lane, "from marks", parent, &tree).expect("commit");
     assert_eq!(
         changed_paths(&fx.lane).expect("status"),
         Vec::<String>::new(),
         "after {ops:?}"
     );
-    let again = commit_all(&fx.lane, "walked", &commit).expect("commit all");
-    let tree = |c: &str| fx.repo.rev(&format!("{c}^{{tree}}"));
-    assert_eq!(tree(&again), tree(&commit), "trees after {ops:?}");
-    assert!(watch.restart(&again), "restart");
-    again
+    assert!(watch.restart(&commit), "restart");
+    (commit, matches!(how, super::Staged::Paths(_)))
 }
 
 fn ops() -> impl Strategy<Value = Vec<(u8, usize, usize)>> {
@@ -142,7 +143,7 @@ proptest! {
         let fx = fixture();
         let common = fx.repo.git_dir();
         let watch = LaneWatch::start(&fx.lane, &common, &fx.base).expect("watch");
-        let c1 = round(&fx, &watch, &fx.base, &first);
+        let (c1, _) = round(&fx, &watch, &fx.base, &first);
         round(&fx, &watch, &c1, &second);
     }
 }
@@ -151,10 +152,12 @@ proptest! {
 fn a_file_replaced_by_a_directory_and_back_and_moves_between_rounds() {
     let fx = fixture();
     let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
-    let c1 = round(&fx, &watch, &fx.base, &[(8, 4, 0), (14, 11, 5), (3, 3, 11)]);
+    let (c1, narrow) = round(&fx, &watch, &fx.base, &[(8, 4, 0), (14, 11, 5), (3, 3, 11)]);
+    assert!(narrow, "the marked paths were staged, not the whole lane");
     // Round two changes files inside directories that were created or moved
     // in round one: they must have been given watches by the restart.
-    let c2 = round(&fx, &watch, &c1, &[(1, 12, 0), (0, 4, 0), (1, 6, 0)]);
+    let (c2, narrow) = round(&fx, &watch, &c1, &[(1, 12, 0), (0, 4, 0), (1, 6, 0)]);
+    assert!(narrow, "the marked paths were staged, not the whole lane");
     let files = fx.repo.git(&["ls-tree", "-r", "--name-only", &c2]);
     assert!(
         files.contains("n/a/inner") || files.contains("n/"),
@@ -191,10 +194,19 @@ fn an_incomplete_record_gives_no_changes_and_does_not_restart() {
 fn a_nested_repository_or_attributes_make_the_record_incomplete() {
     let fx = fixture();
     let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
-    sh(&fx.lane, "mkdir -p a/sub && git init -q a/sub");
-    // `a/sub` is new: walked whole, where its `.git` is found.
+    sh(
+        &fx.lane,
+        "mkdir -p a/sub && git init -q a/sub && echo x > a/sub/x && git -C a/sub add x \
+         && git -C a/sub -c user.name=u -c user.email=u@e commit -qm one",
+    );
+    // `a/sub` is new: marked whole, and git stages it as a gitlink.
     let marks = watch.changes().expect("complete");
-    assert_eq!(resolve_marks(&fx.lane, &marks).expect("resolve"), None);
+    let (tree, _) = stage_tree(&fx.lane, &fx.base, Some(&marks)).expect("stage");
+    git_in(&fx.lane, &["add", "-A"]);
+    assert_eq!(tree, git_in(&fx.lane, &["write-tree"]).trim());
+    let listed = git_in(&fx.lane, &["ls-files", "-s", "a/sub"]);
+    assert!(listed.starts_with("160000 "), "a gitlink: {listed}");
+    reset_worktree(&fx.lane, &fx.base).expect("reset");
     let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
     sh(&fx.lane, "git init -q a/b");
     assert_eq!(watch.changes(), None);
@@ -219,177 +231,4 @@ fn git_in(lane: &Path, args: &[&str]) -> String {
         .expect("run git");
     assert!(out.status.success(), "git {args:?}: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Commits the changes of `script` in the fixture's lane from its marks.
-fn commit_from_marks(fx: &Fixture, parent: &str, script: &str) -> String {
-    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), parent).expect("watch");
-    sh(&fx.lane, script);
-    let marks = watch.changes().expect("the record is complete");
-    let edits = resolve_marks(&fx.lane, &marks)
-        .expect("resolve")
-        .expect("the marks can be trusted");
-    commit_edits(&fx.lane, "from marks", parent, &edits).expect("commit edits")
-}
-
-const CHANGES: &str = "echo new > new.txt && echo more >> a/f && rm a/b/g.txt && chmod -x exe.sh \
-    && rm lnk && mkdir lnk && echo in > lnk/inner && echo again >> ign/tracked.log";
-
-#[test]
-fn a_commit_from_marks_leaves_a_pending_index_that_applying_brings_to_head() {
-    let fx = fixture();
-    let commit = commit_from_marks(&fx, &fx.base, CHANGES);
-    assert_eq!(fx.repo.rev(&format!("{commit}^")), fx.base);
-    assert!(has_pending_index(&fx.lane).expect("pending"));
-    // Not written yet: the index still holds the base's entries.
-    assert_ne!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
-    apply_pending_index(&fx.lane).expect("apply");
-    assert!(!has_pending_index(&fx.lane).expect("pending"));
-    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
-    assert_eq!(git_in(&fx.lane, &["status", "--porcelain"]), "");
-    // Applying again (no record) changes nothing.
-    apply_pending_index(&fx.lane).expect("apply again");
-    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
-}
-
-#[test]
-fn a_lost_pending_record_leaves_a_stale_index_that_the_walk_repairs() {
-    let fx = fixture();
-    let commit = commit_from_marks(&fx, &fx.base, CHANGES);
-    let record = super::ignored::lane_admin_dir(&fx.lane)
-        .expect("admin dir")
-        .join("orch-index-pending");
-    std::fs::remove_file(&record).expect("lose the record");
-    assert_ne!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
-    // What a pool's take without a stamp does: the walk finds the stale
-    // paths and checks them out again, index entries included.
-    assert!(matches!(
-        move_worktree(&fx.lane, &commit).expect("move"),
-        Moved::Done { .. }
-    ));
-    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
-    assert_eq!(
-        git_in(
-            &fx.lane,
-            &["status", "--porcelain", "--untracked-files=all"]
-        ),
-        ""
-    );
-    assert_eq!(git_in(&fx.lane, &["diff", "HEAD", "--stat"]), "");
-    assert_eq!(
-        std::fs::read_to_string(fx.lane.join("a/f")).expect("a/f"),
-        "a f\nmore\n"
-    );
-    // A hard reset rewrites the whole index: the record goes with it.
-    commit_from_marks(&fx, &commit, "echo again > new2.txt");
-    assert!(has_pending_index(&fx.lane).expect("pending"));
-    reset_worktree(&fx.lane, &fx.base).expect("reset");
-    assert!(!has_pending_index(&fx.lane).expect("pending"));
-    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
-}
-
-/// The hand-back's seal ([`seal::clean_marked`]) from a watcher's history
-/// over two committed rounds, then `junk` left uncommitted but ignored:
-/// afterwards the lane holds exactly its `HEAD` (nothing ignored or
-/// untracked left, the index at `HEAD`), as a full status walk sees it.
-fn seal_case(first: &[(u8, usize, usize)], second: &[(u8, usize, usize)], junk: &[usize]) {
-    let fx = fixture();
-    let common = fx.repo.git_dir();
-    let watch = LaneWatch::start(&fx.lane, &common, &fx.base).expect("watch");
-    watch.keep_history();
-    let c1 = round(&fx, &watch, &fx.base, first);
-    let c2 = round(&fx, &watch, &c1, second);
-    for &p in junk {
-        // Ignored by the fixture's `*.log` and `target/`, in old and new
-        // directories alike.
-        let p = PATHS[p % PATHS.len()];
-        let script = op_script(13, p, p);
-        sh(
-            &fx.lane,
-            &format!(
-                "{{ {script}; mkdir -p target/{p} && printf o > target/{p}/o; }} 2>/dev/null; true"
-            ),
-        );
-    }
-    let marks = watch.since_start().expect("the history is complete");
-    let removed = seal::clean_marked(&fx.lane, &c2, &marks)
-        .expect("seal")
-        .unwrap_or_else(|why| panic!("refused after {first:?} / {second:?} / {junk:?}: {why}"));
-    // What the next taker's readying does with the record the seal left.
-    apply_pending_index(&fx.lane).expect("apply");
-    let status = git_in(
-        &fx.lane,
-        &[
-            "status",
-            "--porcelain",
-            "--ignored",
-            "--untracked-files=all",
-        ],
-    );
-    assert_eq!(status, "", "after {first:?} / {second:?} / {junk:?}");
-    assert_eq!(git_in(&fx.lane, &["diff-index", "--cached", "HEAD"]), "");
-    if !junk.is_empty() {
-        assert!(removed > 0, "the junk was removed");
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
-
-    #[test]
-    fn a_lane_sealed_from_its_watcher_history_holds_exactly_head(
-        first in ops(),
-        second in ops(),
-        junk in prop::collection::vec(0..PATHS.len(), 0..4),
-    ) {
-        seal_case(&first, &second, &junk);
-    }
-}
-
-#[test]
-fn a_seal_removes_what_a_restart_folded_into_the_history() {
-    // Ignored output of the first record only: the second record is empty,
-    // so only the history knows of it.
-    seal_case(&[(13, 0, 0), (0, 13, 0)], &[(1, 1, 0)], &[]);
-    let fx = fixture();
-    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
-    watch.keep_history();
-    sh(
-        &fx.lane,
-        "mkdir -p target/deep && echo o > target/deep/o && echo l > a/x.log",
-    );
-    assert!(watch.restart(&fx.base), "restart");
-    let marks = watch.since_start().expect("complete");
-    assert!(marks.whole.contains(b"target".as_slice()), "{marks:?}");
-    assert!(marks.paths.contains(b"a/x.log".as_slice()), "{marks:?}");
-    assert_eq!(
-        seal::clean_marked(&fx.lane, &fx.base, &marks).expect("seal"),
-        Ok(2)
-    );
-    assert!(!fx.lane.join("target").exists() && !fx.lane.join("a/x.log").exists());
-}
-
-#[test]
-fn a_seal_refuses_a_tracked_change_a_moved_head_and_a_watcher_without_history() {
-    let fx = fixture();
-    let watch = LaneWatch::start(&fx.lane, &fx.repo.git_dir(), &fx.base).expect("watch");
-    assert_eq!(watch.since_start(), None, "no history kept");
-    watch.keep_history();
-    sh(&fx.lane, "echo edited >> a/f && echo o > x.log");
-    let marks = watch.since_start().expect("complete");
-    let refused = seal::clean_marked(&fx.lane, &fx.base, &marks).expect("seal");
-    assert!(
-        refused.as_ref().is_err_and(|w| w.contains("a/f")),
-        "{refused:?}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(fx.lane.join("a/f")).expect("a/f"),
-        "a f\nedited\n",
-        "a tracked file is never touched"
-    );
-    let other = fx.repo.rev("HEAD~1");
-    let refused = seal::clean_marked(&fx.lane, &other, &marks).expect("seal");
-    assert!(refused.is_err_and(|w| w.contains("HEAD")));
-    watch.mark_incomplete("test");
-    assert_eq!(watch.since_start(), None, "an incomplete record");
 }

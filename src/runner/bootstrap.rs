@@ -381,7 +381,7 @@ pub(super) async fn prepare_lane(
         });
     }
     // Nothing is written into the lane before its watcher is up.
-    let watch = watch.get().await;
+    watch.get().await;
     if !boot.include.is_empty() {
         let started = Instant::now();
         let (w, l, files) = (boot.workdir.clone(), lane.clone(), boot.include.clone());
@@ -413,7 +413,7 @@ pub(super) async fn prepare_lane(
             failure: None,
         });
     };
-    run_setup(ctx, stage_id, setup, origin, tool_ctx, watch, log).await
+    run_setup(ctx, stage_id, setup, origin, tool_ctx, log).await
 }
 
 /// Runs the setup command in the lane unless its key is the lane's already.
@@ -423,7 +423,6 @@ async fn run_setup(
     setup: &LaneSetup,
     origin: &str,
     tool_ctx: &ToolContext,
-    watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
     log: &mut ActionLog,
 ) -> Result<Prepared, RunError> {
     let lane = tool_ctx.root.clone();
@@ -484,16 +483,8 @@ async fn run_setup(
         Ok((Ok(r), sandbox)) => {
             // Tracked files a setup changed end up in the stage's commit: say so.
             let l = lane.clone();
-            let changed = blocking(move || {
-                // The lane's watcher says what changed when it can vouch.
-                if let Some(marks) = watch.and_then(|w| w.changes())
-                    && let Ok(Some(edits)) = git::resolve_marks(&l, &marks)
-                {
-                    return Ok(edits.paths());
-                }
-                git::changed_paths(&l)
-            })
-            .await?;
+            // git's own status: exact whatever the watcher saw.
+            let changed = blocking(move || git::changed_paths(&l)).await?;
             record.exit_code = r.exit_code;
             record.timed_out = r.timed_out;
             record.duration_ms = r.duration.as_millis() as u64;

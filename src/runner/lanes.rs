@@ -16,8 +16,9 @@
 //! its bound. The next run's lane costs a checkout of what changed.
 //!
 //! Without the pool, lane `k` of run `R` is the worktree
-//! `.git/orch/worktrees/R/lane-k` on the branch `orch-lanes/R/k` (outside
-//! `orch/R/`, so it can never collide with a stage branch). A finished run's
+//! `.git/orch/worktrees/R/lane-k` (admin name `orch-R-k`), its `HEAD`
+//! detached like a pooled lane's (runs of older versions left branches
+//! `orch-lanes/R/k`, still deleted with the run's lanes). A finished run's
 //! lanes are moved into the trash at once (a rename) and deleted after the
 //! summary is out, in the background; an interrupted run keeps them, and
 //! `resume` clears them.
@@ -35,8 +36,6 @@ pub(crate) struct Lane {
     pub path: PathBuf,
     /// Its admin name (`orch-<run>-<k>`).
     pub name: String,
-    /// The branch it has checked out.
-    pub branch: String,
     /// The commit its tree is known to match exactly (clean, nothing
     /// untracked but ignored files), if known.
     pub clean_at: Option<String>,
@@ -67,10 +66,6 @@ pub(crate) struct WatchSlot(
 pub(crate) struct Readiness {
     /// The change watcher, if there is one.
     watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
-    /// The lane's index as the readying left it ([`pool::index_key`]): the
-    /// last write of it by orch, so a hand-back that finds another one
-    /// knows something else (the model's `git add`) wrote it.
-    index: Option<String>,
 }
 
 impl std::fmt::Debug for WatchSlot {
@@ -110,28 +105,19 @@ impl WatchSlot {
 /// Gives `lane`, which holds exactly `start` and in which nothing runs, a
 /// watcher recording from `start`: its own, restarted, or a new one. It
 /// starts in the background; see [`WatchSlot`].
-///
-/// `fresh`: the lane was just taken exactly clean from the repository's
-/// pool (nothing untracked, not even ignored files), so a new watcher keeps
-/// its history for the hand-back's seal ([`Lanes::seal`]).
-fn watch_from(common: &Path, lane: &mut Lane, start: &str, fresh: bool) {
+fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
     use futures_util::FutureExt as _;
     let watching = git::watch::enabled();
-    let (old, path, c, s, name) = (
+    let (old, path, c, s) = (
         std::mem::replace(&mut lane.watch, WatchSlot::none()),
         lane.path.clone(),
         common.to_path_buf(),
         start.to_owned(),
-        lane.name.clone(),
     );
     let task = tokio::spawn(async move {
         let old = old.get().await;
-        tokio::task::spawn_blocking(move || {
-            let watch = ready_lane(&path, &c, &s, old, watching, fresh);
-            Readiness {
-                index: pool::index_key(&c, &name),
-                watch,
-            }
+        tokio::task::spawn_blocking(move || Readiness {
+            watch: ready_lane(&path, &c, &s, old, watching),
         })
         .await
         .unwrap_or_default()
@@ -139,24 +125,14 @@ fn watch_from(common: &Path, lane: &mut Lane, start: &str, fresh: bool) {
     lane.watch = WatchSlot(task.map(|r| r.unwrap_or_default()).boxed().shared());
 }
 
-/// The blocking part of [`watch_from`]: the pending index applied, the
-/// watcher restarted or started.
+/// The blocking part of [`watch_from`]: the watcher restarted or started.
 fn ready_lane(
     path: &Path,
     common: &Path,
     start: &str,
     old: Option<std::sync::Arc<git::watch::LaneWatch>>,
     watching: bool,
-    fresh: bool,
 ) -> Option<std::sync::Arc<git::watch::LaneWatch>> {
-    // A lane moved by the difference left its index to a pending record
-    // (`git::pool::take`): brought up to date before anything reads it.
-    // Should that fail, the record stays for the next reader (the stage
-    // end's walk, the pool's clean-up) and only the model's own `git` sees a
-    // stale index meanwhile.
-    if let Err(e) = git::apply_pending_index(path) {
-        tracing::warn!(lane = %path.display(), "the lane's index is not up to date: failed to {e}");
-    }
     if !watching {
         return None;
     }
@@ -175,9 +151,6 @@ fn ready_lane(
     let started = std::time::Instant::now();
     match git::watch::LaneWatch::start(path, common, start) {
         Ok(w) => {
-            if fresh {
-                w.keep_history();
-            }
             tracing::debug!(
                 lane = %path.display(),
                 elapsed_us = started.elapsed().as_micros() as u64,
@@ -211,8 +184,6 @@ struct Pool {
     created: usize,
     /// The leases of the pooled lanes this run holds.
     leases: Vec<pool::Lease>,
-    /// Whether [`Lanes::seal`] ran.
-    sealed: bool,
 }
 
 /// The directory holding a run's lanes.
@@ -269,7 +240,6 @@ impl Lanes {
             let mut lane = Lane {
                 path: lease.path.clone(),
                 name: lease.name.clone(),
-                branch: String::new(),
                 clean_at: Some(start.to_owned()),
                 checkout: match readied {
                     pool::Readied::Warm => "warm",
@@ -278,20 +248,19 @@ impl Lanes {
                 watch: WatchSlot::none(),
             };
             self.pool().leases.push(lease);
-            watch_from(&self.common, &mut lane, start, true);
+            watch_from(&self.common, &mut lane, start);
             return Ok(lane);
         }
         let mut lane = Lane {
             path: lanes_dir(&self.common, self.run_id.as_str()).join(format!("lane-{k}")),
             name: format!("orch-{}-{k}", self.run_id),
-            branch: format!("orch-lanes/{}/{k}", self.run_id),
             clean_at: Some(start.to_owned()),
             checkout: "created",
             watch: WatchSlot::none(),
         };
         let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
-        blocking(move || git::create_worktree(&c, &l.name, &l.path, &l.branch, &sha)).await?;
-        watch_from(&self.common, &mut lane, start, false);
+        blocking(move || git::create_worktree(&c, &l.name, &l.path, &sha)).await?;
+        watch_from(&self.common, &mut lane, start);
         Ok(lane)
     }
 
@@ -330,7 +299,7 @@ impl Lanes {
                     // The last stage's commit left the index to a pending
                     // record: the readying brings it up to date before
                     // anything (tools, setup, verify) reads it.
-                    watch_from(&self.common, &mut lane, start, false);
+                    watch_from(&self.common, &mut lane, start);
                 }
                 Ok(lane)
             }
@@ -345,7 +314,7 @@ impl Lanes {
                 }
                 lane.clean_at = Some(start.to_owned());
                 lane.checkout = "reset";
-                watch_from(&self.common, &mut lane, start, false);
+                watch_from(&self.common, &mut lane, start);
                 Ok(lane)
             }
             Err(k) => self.create(k, start).await,
@@ -372,82 +341,10 @@ impl Lanes {
         }
     }
 
-    /// Seals the run's pooled lanes for the next run, once, when no stage
-    /// runs any more (beside the final merge, else at the hand-back): each
-    /// lane whose watcher kept its history since the take, whose last stage
-    /// committed exactly what it holds and whose index only orch wrote is
-    /// cleaned of what its watcher saw appear (ignored build output and the
-    /// like) and stamped ([`pool::seal`]): O(what the run touched), where
-    /// the background clean-up walks the whole lane (~400 ms at 100,000
-    /// files, which a run started right after this one would wait for).
-    /// A lane that cannot be sealed is left to that clean-up.
-    pub(crate) async fn seal(&self) {
-        if self.pool_bound == 0 {
-            return;
-        }
-        let lanes = {
-            let mut pool = self.pool();
-            if std::mem::replace(&mut pool.sealed, true) {
-                return;
-            }
-            pool.free.clone()
-        };
-        let mut work = Vec::new();
-        for lane in lanes {
-            let ready = lane.watch.0.clone().await;
-            match (ready.watch, ready.index, lane.clean_at) {
-                (Some(watch), Some(index), Some(head)) => {
-                    work.push((lane.name, head, watch, index))
-                }
-                (watch, index, head) => tracing::debug!(
-                    lane = %lane.name,
-                    watcher = watch.is_some(),
-                    index = index.is_some(),
-                    clean = head.is_some(),
-                    "pooled lane not sealed: its watcher, index or commit is unknown"
-                ),
-            }
-        }
-        if work.is_empty() {
-            return;
-        }
-        let leases = std::mem::take(&mut self.pool().leases);
-        let common = self.common.clone();
-        let leases = tokio::task::spawn_blocking(move || {
-            for (name, head, watch, index) in work {
-                let Some(lease) = leases.iter().find(|l| l.name == name) else {
-                    continue;
-                };
-                let started = std::time::Instant::now();
-                match pool::seal(&common, lease, &head, &watch, &index) {
-                    Ok(Ok(removed)) => tracing::debug!(
-                        lane = %name,
-                        removed,
-                        elapsed_us = started.elapsed().as_micros() as u64,
-                        "pooled lane sealed at hand-back"
-                    ),
-                    Ok(Err(why)) => tracing::debug!(lane = %name, "pooled lane not sealed: {why}"),
-                    Err(e) => {
-                        tracing::debug!(lane = %name, "pooled lane not sealed: failed to {e}")
-                    }
-                }
-            }
-            leases
-        })
-        .await;
-        match leases {
-            Ok(leases) => self.pool().leases.extend(leases),
-            // The leases died with the task: the lanes are free, unstamped.
-            Err(e) => tracing::debug!("sealing the pooled lanes failed: {e}"),
-        }
-    }
-
     /// Ends the run's use of its lanes, in O(lanes) renames whatever the
-    /// repository's size: pooled lanes are sealed ([`Lanes::seal`], if that
-    /// did not run yet) and handed back (their leases dropped; each is
-    /// detached at its last stage commit; one the seal could not vouch for
-    /// is cleaned by the background clean-up or walked by its next taker)
-    /// and the pool is trimmed to its
+    /// repository's size: pooled lanes are handed back (their leases
+    /// dropped; each is detached at its last stage commit; its next taker
+    /// moves it with git) and the pool is trimmed to its
     /// bound; the run's own lanes (no pool) are moved into the trash. What
     /// goes to the trash is deleted later ([`pool::empty_trash`]).
     pub(crate) async fn hand_back(&self) -> Result<(), RunError> {
@@ -460,7 +357,6 @@ impl Lanes {
         for slot in readying {
             slot.get().await;
         }
-        self.seal().await;
         let Pool { free, leases, .. } = std::mem::take(&mut *self.pool());
         let mut watches = Vec::with_capacity(free.len());
         for lane in &free {

@@ -220,13 +220,20 @@ pub(super) async fn run_stage(
         &format!("stages/{id}/transcript.json"),
         redact(&transcript).as_bytes(),
     )?;
-    // What changed, from the lane's watcher when it can vouch for it
-    // (`None`: each step below walks the lane instead).
-    let mut edits = lane_edits(lane, start).await;
-    if role.read_only
-        && discard_changes_of_read_only_role(&lane.path, start, edits.as_ref(), &mut log).await?
-    {
-        edits = edits.map(|_| no_edits(start));
+    // git stages the lane (only the paths its watcher marked, when it can
+    // vouch for them); what changed is read from the tree git wrote.
+    let staged = stage_lane(lane, &ctx.common, start).await?;
+    let from_watch = staged.how == "paths";
+    let mut tree = staged.tree;
+    let mut changed = staged.changed;
+    log.append(
+        "staged",
+        json!({"how": staged.how, "changed": changed.len()}),
+    )?;
+    if role.read_only && !changed.is_empty() {
+        discard_changes_of_read_only_role(&lane.path, start, &changed, &mut log).await?;
+        tree = staged.start_tree.clone();
+        changed.clear();
     }
     // A known secret value in a changed file is never committed: the
     // stage fails, its changes are discarded.
@@ -234,7 +241,7 @@ pub(super) async fn run_stage(
         &lane.path,
         start,
         &ctx.session.secrets,
-        edits.as_ref().map(git::Edits::paths),
+        Some(changed.clone()),
     )
     .await
     .map_err(|source| RunError::Tools {
@@ -243,7 +250,7 @@ pub(super) async fn run_stage(
         source,
     })?;
     if leaked.is_some() {
-        edits = edits.map(|_| no_edits(start));
+        tree = staged.start_tree.clone();
     }
     let failure = match (outcome.end.failure_reason(cfg.max_turns), leaked) {
         (Some(f), Some(l)) => Some(format!("{f}; {l}")),
@@ -266,13 +273,9 @@ pub(super) async fn run_stage(
         verify: verify.as_ref().map(|v| v.passed),
         memory: &memory.ids,
     });
-    let from_watch = edits.is_some();
     let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.get().await);
     let commit = blocking(move || {
-        let commit = match &edits {
-            Some(e) => git::commit_edits(&wt, &message, &parent, e)?,
-            None => git::commit_all(&wt, &message, &parent)?,
-        };
+        let commit = git::commit_tree(&wt, &message, &parent, &tree)?;
         // The record restarts from the commit (the next stage in this lane
         // starts there); one that cannot is replaced when the lane is next
         // acquired.
@@ -436,60 +439,54 @@ fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
     git::rename_branch(common, branch, &format!("{branch}.v{n}"))
 }
 
-/// The exact changes of the lane since `start`, from its watcher's marks;
-/// `None` when it has no watcher or the watcher cannot vouch for them.
-async fn lane_edits(lane: &Lane, start: &str) -> Option<git::Edits> {
-    let (watch, path, start) = (lane.watch.get().await?, lane.path.clone(), start.to_owned());
-    let found = blocking(move || {
-        let Some(marks) = watch.changes().filter(|m| m.base == start) else {
-            return Ok(None);
-        };
-        git::resolve_marks(&path, &marks)
-    })
-    .await;
-    match found {
-        Ok(edits) => edits,
-        Err(e) => {
-            tracing::debug!(lane = %lane.path.display(), "lane marks not used: {e}");
-            None
-        }
-    }
+/// A lane staged by git at a stage's end.
+struct StagedLane {
+    /// The tree git wrote for the lane.
+    tree: String,
+    /// The start commit's tree.
+    start_tree: String,
+    /// Paths whose entries differ between the two, sorted.
+    changed: Vec<String>,
+    /// How it was staged: `paths` (the watcher's marks) or `whole`.
+    how: &'static str,
 }
 
-/// No change to `start`: the lane was reset there.
-fn no_edits(start: &str) -> git::Edits {
-    git::Edits {
-        base: start.to_owned(),
-        files: Vec::new(),
-    }
+/// Stages the lane with git ([`git::stage_tree`], given the watcher's
+/// marks when it can vouch for them) and reads what changed since `start`.
+async fn stage_lane(lane: &Lane, common: &Path, start: &str) -> Result<StagedLane, RunError> {
+    let watch = lane.watch.get().await;
+    let (path, common, start) = (lane.path.clone(), common.to_path_buf(), start.to_owned());
+    blocking(move || {
+        let marks = watch.and_then(|w| w.changes());
+        let (tree, how) = git::stage_tree(&path, &start, marks.as_ref())?;
+        let changed = git::changed_between(&common, &start, &tree)?;
+        let start_tree = git::tree_of(&common, &start)?;
+        Ok(StagedLane {
+            tree,
+            start_tree,
+            changed,
+            how: match how {
+                git::Staged::Paths(_) => "paths",
+                git::Staged::Whole => "whole",
+            },
+        })
+    })
+    .await
 }
 
 /// A read-only role must not change the tree; if its shell commands did,
-/// the changes are discarded (and the log says so) before its commit.
-/// `edits`: what changed, when the lane's watcher knows (else one status
-/// walk finds it). Returns whether something was discarded.
+/// the changes (`changed`, non-empty) are discarded and the log says so.
 async fn discard_changes_of_read_only_role(
     worktree: &Path,
     head: &str,
-    edits: Option<&git::Edits>,
+    changed: &[String],
     log: &mut ActionLog,
-) -> Result<bool, RunError> {
-    // The reset (a checkout) only when something changed.
-    let changed = match edits {
-        Some(e) => e.paths(),
-        None => {
-            let wt = worktree.to_path_buf();
-            blocking(move || git::changed_paths(&wt)).await?
-        }
-    };
-    if changed.is_empty() {
-        return Ok(false);
-    }
+) -> Result<(), RunError> {
     let (wt, h) = (worktree.to_path_buf(), head.to_owned());
     blocking(move || git::reset_worktree(&wt, &h)).await?;
     log.append(
         "read_only_violation",
         json!({"discarded": changed, "reason": "a read-only role changed the worktree; its changes were discarded"}),
     )?;
-    Ok(true)
+    Ok(())
 }

@@ -110,7 +110,6 @@ impl ScratchLane {
     pub(crate) fn take(repo: &Path) -> Result<ScratchLane, String> {
         let (info, sha) = git::open_repo_at(repo, "HEAD").map_err(|e| e.to_string())?;
         let (lease, _, _) = pool::take(&info.common_dir, &sha).map_err(|e| e.to_string())?;
-        git::apply_pending_index(&lease.path).map_err(|e| e.to_string())?;
         Ok(ScratchLane {
             common_dir: info.common_dir,
             workdir: info.workdir,

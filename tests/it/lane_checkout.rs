@@ -58,7 +58,7 @@ fn lane_and_git_agree(repo: &TestRepo) -> (Files, String) {
     let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
     let common = repo.path.join(".git");
     let lane = repo.dir.path().join("lanes/deep/lane-1");
-    orch::git::create_worktree(&common, "lane-1", &lane, "orch/r/lane-1", &head).unwrap();
+    orch::git::create_worktree(&common, "lane-1", &lane, &head).unwrap();
     let by_git = repo.dir.path().join("by-git");
     repo.git(&[
         "worktree",
@@ -287,7 +287,7 @@ fn a_path_of_4095_bytes_gets_the_saturated_name_length_in_the_index() {
     let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
 
     let lane = repo.dir.path().join("lane");
-    orch::git::create_worktree(&repo.path.join(".git"), "lane", &lane, "orch/r/l", &head).unwrap();
+    orch::git::create_worktree(&repo.path.join(".git"), "lane", &lane, &head).unwrap();
     let reflog = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/orch/r/l"]);
     assert!(reflog.contains(DIRECT), "the direct checkout ran: {reflog}");
     // The index carries a cache-tree, so the first commit does not re-hash
@@ -316,14 +316,7 @@ fn an_empty_tree_checks_out_to_an_empty_index() {
     let empty = repo.git(&["hash-object", "-t", "tree", "-w", "/dev/null"]);
     let commit = repo.git(&["commit-tree", empty.trim(), "-m", "empty"]);
     let lane = repo.dir.path().join("lane");
-    orch::git::create_worktree(
-        &repo.path.join(".git"),
-        "lane",
-        &lane,
-        "orch/r/l",
-        commit.trim(),
-    )
-    .unwrap();
+    orch::git::create_worktree(&repo.path.join(".git"), "lane", &lane, commit.trim()).unwrap();
     let names: Vec<_> = std::fs::read_dir(&lane)
         .unwrap()
         .map(|e| e.unwrap().file_name())
