@@ -14,7 +14,8 @@ pub const STEPS: &[&str] = &[
     "run-dir-created",
     // `state.json` says `starting`; no lane, ref or worktree yet.
     "state-starting",
-    // A lane's branch exists, its worktree does not yet.
+    // git registered a lane's worktree (under git's name for it); it is not
+    // renamed to orch's name nor checked out yet.
     "lane-branch-created",
     // A lane's worktree was added.
     "worktree-added",
@@ -28,15 +29,15 @@ pub const STEPS: &[&str] = &[
     "stage-recorded",
     // Every stage is done; the final branch and PR text are not written yet.
     "run-finishing",
-    // A pooled lane's seal at the hand-back removed its strays; its stamp is
-    // not written yet (reached only with the lane pool on).
-    "lane-sealing",
+    // A pooled lane taken by a run was moved by `git checkout -f`; its
+    // strays are not cleaned yet (reached only with the lane pool on).
+    "pool-lane-moved",
     // The lanes of a finished run are removed; the state is not final yet.
     "lanes-removed",
 ];
 
 /// The steps only a run with the lane pool on reaches.
-pub const POOL_ONLY: &[&str] = &["lane-sealing"];
+pub const POOL_ONLY: &[&str] = &["pool-lane-moved"];
 
 /// The environment variable naming the step to kill at.
 pub const KILL_AT_VAR: &str = "ORCH_TEST_KILL_AT";

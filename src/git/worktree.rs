@@ -51,6 +51,7 @@ pub fn create_worktree(
             if let Some(parent) = path.parent() {
                 fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
             }
+            forget_missing_registration(common_dir, &path)?;
             git(common_dir)
                 .args(["worktree", "add", "--no-checkout", "--detach", "-q"])
                 .arg(&path)
@@ -72,6 +73,28 @@ pub fn create_worktree(
         undo_create(&admin, &path);
     }
     result
+}
+
+/// Removes an admin dir that registers the (missing) worktree `path`: a
+/// kill between `git worktree add` and the rename to orch's name leaves one
+/// under git's name, and git then refuses to add `path` again ("missing but
+/// already registered"). Only entries naming exactly `path` are touched:
+/// orch's own lane directories.
+fn forget_missing_registration(common_dir: &Path, path: &Path) -> Result<(), GitError> {
+    let want = path.join(".git");
+    for entry in fs::read_dir(common_dir.join("worktrees"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let gitdir = fs::read_to_string(entry.path().join("gitdir")).unwrap_or_default();
+        if Path::new(gitdir.trim_end()) == want {
+            let admin = entry.path();
+            fs::remove_dir_all(&admin)
+                .map_err(io_err("remove the stale worktree admin directory", &admin))?;
+        }
+    }
+    Ok(())
 }
 
 /// Renames the admin dir git made for the worktree at `path` (named after
@@ -153,6 +176,7 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
             sha,
         ])
         .run()?;
+    crate::killpoint::reached("pool-lane-moved");
     git(worktree).args(["clean", "-ffdxq"]).run().map(drop)
 }
 

@@ -557,17 +557,20 @@ impl RepoGuard {
         })
     }
 
-    /// Also watches the lane's `HEAD`, `commondir` and `gitdir` in its admin
-    /// dir and the lane's `.git` file (all writable under the sandbox, as git
-    /// needs those directories): a change there would redirect orch's own
-    /// git work in the lane.
+    /// Also watches the lane's `commondir` and `gitdir` in its admin dir and
+    /// the lane's `.git` file (writable under the sandbox, as git needs
+    /// those directories): a change there would redirect orch's own git
+    /// work in the lane to another repository. The lane's `HEAD`, index and
+    /// reflog are the agent's (its own `git commit` or `git checkout` in the
+    /// lane): orch never follows the lane's `HEAD` (the stage commit names
+    /// its parent and detaches the lane at the commit).
     pub fn watch_lane(&mut self, git: &super::LaneGit) -> Result<(), GuardError> {
         let common = self
             .common_dir
             .canonicalize()
             .unwrap_or_else(|_| self.common_dir.clone());
         if let Ok(rel) = git.admin_dir.strip_prefix(&common) {
-            for file in ["HEAD", "commondir", "gitdir"] {
+            for file in ["commondir", "gitdir"] {
                 self.lane_files.push(format!("{}/{file}", rel.display()));
             }
         }
@@ -598,12 +601,19 @@ impl RepoGuard {
         Ok(now.changes_since(&self.snapshot))
     }
 
-    /// Puts every guarded file back as it was in the snapshot: refs, HEAD,
-    /// config and hooks rewritten (mode included), files that appeared
-    /// removed; `packed-refs` keeps orch's own entries as they are now. A
-    /// ref whose snapshot object no longer exists is not restored
-    /// ([`GuardError::Unrestorable`]) — everything else still is.
-    pub fn restore(&self) -> Result<(), GuardError> {
+    /// Puts orch's own lane files ([`RepoChange::LaneFile`]) back as they
+    /// were in the snapshot. Nothing of the user's (refs, `HEAD`, config,
+    /// hooks) is ever written: a change there is reported, never undone.
+    pub fn restore_lane_files(&self) -> Result<(), GuardError> {
+        self.restore_where(is_lane_file)
+    }
+
+    /// Puts every guarded file for which `pick` holds back as it was in the
+    /// snapshot (mode included), files that appeared removed; `packed-refs`
+    /// keeps orch's own entries as they are now. A ref whose snapshot object
+    /// no longer exists is not restored ([`GuardError::Unrestorable`]) —
+    /// everything else still is.
+    fn restore_where(&self, pick: impl Fn(&str) -> bool) -> Result<(), GuardError> {
         let now = RepoFingerprint::take(&self.common_dir, &self.lane_files, Some(&self.snapshot))?;
         let repo = git2::Repository::open(&self.common_dir).ok();
         let odb = repo.as_ref().and_then(|r| r.odb().ok());
@@ -614,6 +624,9 @@ impl RepoGuard {
         };
         let mut unrestorable = None;
         for (rel, old) in &self.snapshot.files {
+            if !pick(rel) {
+                continue;
+            }
             let unchanged = now.files.get(rel).is_some_and(|f| f.content == old.content);
             if unchanged && now.files[rel].stat.mode == old.stat.mode {
                 continue;
@@ -655,7 +668,7 @@ impl RepoGuard {
             write_back(&path, &content, old.stat.mode)?;
         }
         for rel in now.files.keys() {
-            if !self.snapshot.files.contains_key(rel) {
+            if pick(rel) && !self.snapshot.files.contains_key(rel) {
                 let path = self.common_dir.join(rel);
                 std::fs::remove_file(&path).map_err(|source| GuardError::Io {
                     action: "remove",
@@ -666,6 +679,12 @@ impl RepoGuard {
         }
         unrestorable.map_or(Ok(()), Err)
     }
+}
+
+/// Whether a tracked path is one of orch's lane files (its admin dir's, or
+/// the lane's `.git` file, kept by absolute path), not the user's.
+fn is_lane_file(rel: &str) -> bool {
+    rel.starts_with("worktrees/") || rel.starts_with('/')
 }
 
 fn is_orch_ref(rel: &str) -> bool {

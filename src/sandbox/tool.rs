@@ -6,8 +6,17 @@
 //! Per call ([`ToolSandbox::begin`] → spawn → [`ToolSandbox::finish`]): the
 //! policy is built for the lane, the ruleset prepared, the guard's
 //! fingerprint re-taken; after the child is gone the lane's quarantined git
-//! objects are moved into the user's store and the fingerprint compared. A
-//! change is restored and reported as an error: the caller ends the stage.
+//! objects are moved into the user's store and the fingerprint compared.
+//!
+//! What a change means (the user's work is never undone): with the kernel
+//! sandbox enforcing, tool processes cannot write the user's refs, `HEAD`,
+//! config or hooks, so a change there is the user's own (a commit, a
+//! checkout, a fetch in their checkout while the agent ran): it is noted
+//! and the run goes on. Where the sandbox cannot enforce (profile `off`, no
+//! Landlock), orch cannot tell the user's work from the command's: the
+//! stage stops, saying what changed and that nothing was undone. A change
+//! to orch's own lane files (`commondir`, `gitdir`, the lane's `.git`) is
+//! put back and stops the stage: orch's git work would follow it.
 //!
 //! Invariant: calls of one `ToolSandbox` are serialised (the guard's
 //! before/after pair must bracket exactly one command), so two `bash` calls
@@ -161,35 +170,63 @@ impl ToolSandbox {
         })
     }
 
+    /// Whether the kernel keeps this sandbox's tool processes out of the
+    /// user's common git dir (so a change there is the user's).
+    pub fn enforces_repo(&self) -> bool {
+        self.choice.profile != Profile::Off && super::availability().abi().is_some()
+    }
+
     /// Ends a call whose child is gone: migrates the lane's new git objects
-    /// and compares the user's repository with the fingerprint. A change is
-    /// restored and returned as the error text (the stage must fail).
-    pub fn finish(&self, call: SandboxCall<'_>) -> Result<(), String> {
+    /// and compares the user's repository with the fingerprint (see the
+    /// module doc). `Ok(Some(note))`: the user changed their repository
+    /// meanwhile (noted, the run goes on); `Err`: the stage must stop.
+    pub fn finish(&self, call: SandboxCall<'_>) -> Result<Option<String>, String> {
         let SandboxCall { lock, policy, .. } = call;
         let Some(git) = &policy.git else {
-            return Ok(());
+            return Ok(None);
         };
         if self.migrate && self.choice.profile != Profile::Off {
             super::migrate_objects(git).map_err(|e| format!("failed to {e}"))?;
         }
         let Some(guard) = lock.as_ref() else {
-            return Ok(());
+            return Ok(None);
         };
         let changes = guard
             .after_call()
             .map_err(|e| format!("failed to fingerprint the user's repository: {e}"))?;
         if changes.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let what: Vec<String> = changes.iter().map(ToString::to_string).collect();
-        let restored = match guard.restore() {
-            Ok(()) => "restored".to_owned(),
-            Err(e) => format!("restore incomplete: {e}"),
+        let (lane, user): (Vec<_>, Vec<_>) = changes
+            .iter()
+            .partition(|c| matches!(c, super::RepoChange::LaneFile { .. }));
+        let list = |cs: &[&super::RepoChange]| {
+            cs.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
         };
+        if !lane.is_empty() {
+            let restored = match guard.restore_lane_files() {
+                Ok(()) => "put back".to_owned(),
+                Err(e) => format!("not all put back: {e}"),
+            };
+            return Err(format!(
+                "the command changed orch's lane files ({}), which would point orch's git work elsewhere: {restored}",
+                list(&lane)
+            ));
+        }
+        if self.enforces_repo() {
+            return Ok(Some(format!(
+                "the user's repository {} changed while the command ran ({}); the sandbox kept the command out of it, so this is the user's own work: orch leaves it as it is",
+                git.common_dir.display(),
+                list(&user)
+            )));
+        }
         Err(format!(
-            "the command changed the user's repository ({}): {}; {restored}",
+            "the user's repository {} changed while the command ran ({}); with the sandbox off orch cannot tell the user's work from the command's, so the stage stops; nothing was undone",
             git.common_dir.display(),
-            what.join("; ")
+            list(&user)
         ))
     }
 }

@@ -149,8 +149,11 @@ pub(crate) async fn run_sandboxed(
         hook.as_ref(),
     )
     .await;
-    if let (Some(sb), Some(call)) = (&ctx.sandbox, call) {
-        sb.finish(call)?;
+    if let (Some(sb), Some(call)) = (&ctx.sandbox, call)
+        && let Some(note) = sb.finish(call)?
+    {
+        tracing::info!("{note}");
+        crate::ui::status_line(&format!("orch: note: {note}"));
     }
     Ok((result, sandbox))
 }

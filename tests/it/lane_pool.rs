@@ -70,23 +70,6 @@ fn wait_for_cleaner(repo: &TestRepo) {
     panic!("the background clean-up did not end within a minute");
 }
 
-/// `orch gc --empty-trash` (what a run starts in the background after its
-/// summary) run in the foreground, with `env`.
-fn clean_up(repo: &TestRepo, env: &[(&str, &str)]) -> Output {
-    let mut cmd = orch();
-    cmd.arg("gc")
-        .arg("--repo")
-        .arg(&repo.path)
-        .arg("--empty-trash")
-        .env("ORCH_LOG", "orch=debug");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    output_logged(&mut cmd)
-}
-
-const NO_WALK: &str = "pooled lane stamped clean: moved without a walk";
-
 fn stage_start(repo: &TestRepo, out: &Output, stage: &str) -> Value {
     let run_id = stdout_json(out)["run_id"].as_str().unwrap().to_owned();
     let record = record_dir(repo, &run_id);
@@ -128,45 +111,9 @@ fn assert_no_lanes(repo: &TestRepo, what: &str) {
     assert!(pooled(repo).is_empty(), "{what}: {:?}", pooled(repo));
 }
 
-/// How the pooled lane of [`reuse_case`] reaches the next run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Way {
-    /// Sealed by run 1 at its hand-back from its watcher's history (no
-    /// clean-up walk): moved without a walk.
-    Sealed,
-    /// No stamp (no clean-up ran): the next run walks the lane.
-    Walked,
-    /// The clean-up cleaned and stamped it: moved without a walk.
-    Stamped,
-    /// Stamped, then a file was added deep inside: the stamp does not hold.
-    Tampered,
-    /// The clean-up was killed after its walk: no stamp, the next run walks.
-    CleanerKilled,
-}
-
 #[test]
 fn a_pooled_lane_reused_by_the_next_run_holds_exactly_the_new_base() {
-    reuse_case(Way::Walked);
-}
-
-#[test]
-fn a_lane_sealed_at_hand_back_is_reused_without_a_walk_and_holds_exactly_the_new_base() {
-    reuse_case(Way::Sealed);
-}
-
-#[test]
-fn a_lane_the_clean_up_stamped_is_reused_without_a_walk_and_holds_exactly_the_new_base() {
-    reuse_case(Way::Stamped);
-}
-
-#[test]
-fn a_stamped_lane_with_a_file_added_after_the_stamp_is_walked_again() {
-    reuse_case(Way::Tampered);
-}
-
-#[test]
-fn a_clean_up_killed_midway_leaves_a_lane_the_next_run_cleans_itself() {
-    reuse_case(Way::CleanerKilled);
+    reuse_case();
 }
 
 /// Whatever a crashed user could leave in a lane: ignored build output, an
@@ -183,7 +130,11 @@ fn plant_leftovers(lane: &Path) {
     std::fs::write(lane.join("keep/b.txt"), "edited in the lane\n").unwrap();
 }
 
-fn reuse_case(way: Way) {
+/// Run 1 leaves ignored output in its pooled lane; then whatever a crashed
+/// user or a hand in the lane could leave (stray files, in-place edits of
+/// tracked files the new base does not change); run 2 on a new base must
+/// see exactly what `git worktree add --detach` of the new base holds.
+fn reuse_case() {
     let repo = TestRepo::with_commit(
         &[
             (".gitignore", "target/\n*.log\n"),
@@ -211,106 +162,13 @@ fn reuse_case(way: Way) {
     let lanes = pooled(&repo);
     assert_eq!(lanes.len(), 1, "run 1's lane went to the pool: {lanes:?}");
     let lane = &lanes[0];
-    let stamp = repo.path.join(".git/orch/pool/lane-1.clean");
-    // Run 1 sealed its lane at the hand-back: its watcher saw the ignored
-    // output appear, which was removed, and the lane was stamped, so no
-    // background walk was needed.
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(log.contains("pooled lane sealed at hand-back"), "{log}");
-    assert!(stamp.is_file(), "the seal stamped the lane");
-    assert!(
-        !lane.join("target").exists() && !lane.join("debug.log").exists(),
-        "the seal removed the ignored output"
-    );
-    // Its files are exactly its HEAD's (its index may still lag by the
-    // last stage's paths: the pending record the next taker applies).
-    let on_disk = std::process::Command::new("sh")
-        .args(["-c", "find . -path ./.git -prune -o \\( -type f -o -type l \\) -print | sed 's|^./||' | LC_ALL=C sort"])
-        .current_dir(lane)
-        .output()
-        .unwrap();
-    let mut tracked: Vec<String> = git_at(&repo, lane, &["ls-tree", "-r", "--name-only", "HEAD"])
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    tracked.sort();
-    assert_eq!(
-        String::from_utf8_lossy(&on_disk.stdout)
-            .lines()
-            .collect::<Vec<_>>(),
-        tracked,
-        "the sealed lane holds its HEAD's files and nothing else"
-    );
-    // Their contents, hashed without the index (`git diff` would refresh
-    // and rewrite it, which the stamp's tamper check rightly sees).
-    let differing = repo
-        .git_command()
-        .args(["-C", lane.to_str().unwrap()])
-        .args(["ls-tree", "-r", "HEAD"])
-        .output()
-        .unwrap();
-    let script = "while read -r mode type id path; do if [ -L \"$path\" ]; then got=$(printf %s \"$(readlink \"$path\")\" | git hash-object --stdin); else got=$(git hash-object \"$path\"); fi; [ \"$got\" = \"$id\" ] || echo \"$path differs\"; done";
-    let checked = std::process::Command::new("sh")
-        .args(["-c", script])
-        .current_dir(lane)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write as _;
-            child.stdin.take().unwrap().write_all(&differing.stdout)?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&checked.stdout),
-        "",
-        "and their contents"
-    );
     assert!(
         repo.git(&["worktree", "list"]).contains("orch/pool/lane-1"),
         "git lists the pooled lane"
     );
-    if way != Way::Sealed {
-        // From here, as if the lane had not been sealed: leftovers, no stamp.
-        std::fs::remove_file(&stamp).unwrap();
-        plant_leftovers(lane);
-    }
-    match way {
-        Way::Walked | Way::Sealed => {}
-        Way::Stamped | Way::Tampered => {
-            let out = clean_up(&repo, &[]);
-            assert_exit(&out, 0);
-            assert!(stamp.is_file(), "stamped again");
-            // Without optional locks: a plain `git status` refreshes the
-            // index, which the stamp's tamper check would see.
-            let status = repo
-                .git_command()
-                .env("GIT_OPTIONAL_LOCKS", "0")
-                .args(["-C", lane.to_str().unwrap(), "status", "--porcelain"])
-                .args(["--ignored", "--untracked-files=all"])
-                .output()
-                .unwrap();
-            assert!(status.status.success(), "{status:?}");
-            assert_eq!(
-                String::from_utf8_lossy(&status.stdout),
-                "",
-                "the clean-up left the lane clean"
-            );
-            if way == Way::Tampered {
-                // Deep inside: only the directory's own mtime changes.
-                std::fs::write(lane.join("keep/sneaked.txt"), "after the stamp\n").unwrap();
-            }
-        }
-        Way::CleanerKilled => {
-            let out = clean_up(&repo, &[("ORCH_TEST_KILL_AT", "pool-clean-walked")]);
-            assert!(crate::faults::killed(&out), "{:?}", out.status);
-            assert!(!stamp.exists(), "a killed clean-up stamps nothing");
-            // Killed earlier, it would have left these.
-            plant_leftovers(lane);
-        }
-    }
+    plant_leftovers(lane);
+    // An in-place edit of a tracked file the new base leaves as it is.
+    std::fs::write(lane.join("keep/b.txt"), "b X\n").unwrap();
 
     // The new base: deletions, a mode change, a symlink retargeted, edits,
     // a file where a directory was.
@@ -363,15 +221,6 @@ fn reuse_case(way: Way) {
     let start = stage_start(&repo, &out, "work");
     assert_eq!(start["lane"], "orch-pool-1", "{start}");
     assert_eq!(start["lane_checkout"], "warm", "the pooled lane was reused");
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        log.contains(NO_WALK),
-        matches!(way, Way::Stamped | Way::Sealed),
-        "{way:?}: moved without a walk only when stamped:\n{log}"
-    );
-    if way == Way::Tampered {
-        assert!(log.contains("stamp does not hold"), "{log}");
-    }
     let seen = tool_results(server.requests_for("work").last().unwrap()).join("\n");
     assert!(
         seen.contains(&expected),
@@ -385,7 +234,7 @@ fn reuse_case(way: Way) {
         "y.log",
         "edited in the lane",
         "run1",
-        "sneaked",
+        "b X",
     ] {
         assert!(!seen.contains(leak), "{leak} leaked into run 2:\n{seen}");
     }
@@ -582,6 +431,13 @@ fn a_kill_at_every_named_step_leaves_a_pool_the_resume_and_the_next_run_use() {
         );
         let tmp = tempfile::tempdir().unwrap();
         let p = write_pipeline(tmp.path(), "p", FAN);
+        let mut warmed = None;
+        if orch::killpoint::POOL_ONLY.contains(step) {
+            // A warm pool first: the step is in the move of a pooled lane.
+            let out = run(&repo, &p, &FakeServer::start(script()), &[]);
+            assert_exit(&out, 0);
+            warmed = stdout_json(&out)["run_id"].as_str().map(str::to_owned);
+        }
         let server = FakeServer::start(script());
         let issue = write_issue(tmp.path(), "# do the thing\n");
         let mut cmd = OrchRun::new(&p, &repo)
@@ -596,8 +452,11 @@ fn a_kill_at_every_named_step_leaves_a_pool_the_resume_and_the_next_run_use() {
             .into_iter()
             .flatten()
             .flatten()
-            .find(|e| e.path().join("state.json").is_file())
-            .map(|e| e.file_name().to_string_lossy().into_owned());
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|id| {
+                Some(id) != warmed.as_ref()
+                    && repo.path.join(".git/orch/runs").join(id).join("state.json").is_file()
+            });
         if let Some(run_id) = run_id {
             let server = FakeServer::start(script());
             let mut cmd = crate::support::resume_command(&repo, &run_id, &server.base_url);
@@ -619,9 +478,8 @@ fn a_kill_at_every_named_step_leaves_a_pool_the_resume_and_the_next_run_use() {
 }
 
 #[test]
-fn a_pooled_lane_with_attributes_is_checked_out_afresh_with_filters() {
-    // Moving by the difference would skip files whose conversion changed:
-    // with attributes in the tree, the pooled lane is made again.
+fn a_pooled_lane_with_attributes_is_moved_by_git_with_filters() {
+    // git moves the pooled lane: the attributes apply as in any checkout.
     let repo = TestRepo::with_commit(
         &[
             (".gitattributes", "*.txt text eol=crlf\n"),
@@ -645,7 +503,8 @@ fn a_pooled_lane_with_attributes_is_checked_out_afresh_with_filters() {
     assert_exit(&out, 0);
     let start = stage_start(&repo, &out, "work");
     assert_eq!(start["lane"], "orch-pool-1", "{start}");
-    assert_eq!(start["lane_checkout"], "created", "{start}");
+    // git moves the pooled lane, filters on, as it checks anything out.
+    assert_eq!(start["lane_checkout"], "warm", "{start}");
     let seen = tool_results(server.requests_for("work").last().unwrap()).join("\n");
     assert!(seen.contains(r"\r  \n"), "eol=crlf applied: {seen}");
 }
@@ -668,13 +527,13 @@ fn git_at(repo: &TestRepo, dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The lazy index: a stage that commits from its watcher's marks leaves
-/// the lane's index to be written later. The next stage in the lane still
-/// sees a clean `git status` and the first stage's change against
-/// `HEAD~1`, pooled or not; after the background clean-up the pooled
-/// lane's index equals its `HEAD` and the lane is stamped.
+/// A stage staged by git from its watcher's marks leaves the lane's index
+/// at its commit: the next stage in the lane sees a clean `git status` and
+/// the first stage's change against `HEAD~1`, pooled or not, sandboxed or
+/// not; the pooled lane is handed back detached at the last commit with its
+/// index there.
 #[test]
-fn the_next_stage_and_the_clean_up_see_an_index_at_head_after_a_commit_from_marks() {
+fn the_next_stage_sees_an_index_at_head_after_a_commit_from_marks() {
     // The kernel sandbox on and off: the model's `git` works in a detached
     // pooled lane either way (its object quarantine exists).
     for (pooled_run, sandbox) in [(false, false), (true, false), (true, true)] {
@@ -736,34 +595,14 @@ fn the_next_stage_and_the_clean_up_see_an_index_at_head_after_a_commit_from_mark
         }
         let lanes = pooled(&repo);
         assert_eq!(lanes.len(), 1, "{lanes:?}");
-        assert!(
-            repo.path.join(".git/orch/pool/lane-1.clean").is_file(),
-            "the seal or the clean-up stamped the lane"
-        );
-        // The index differs from HEAD only where the pending record (which
-        // the next taker applies) says: nowhere when the clean-up applied
-        // it, at stage b's paths when the seal left it.
-        let record = std::fs::read(
-            repo.path
-                .join(".git/worktrees/orch-pool-1/orch-index-pending"),
-        )
-        .unwrap_or_default();
-        let pending: std::collections::BTreeSet<String> = record
-            .split(|&b| b == 0)
-            .filter(|e| e.len() > 1)
-            .map(|e| String::from_utf8_lossy(&e[1..]).into_owned())
-            .collect();
-        let stale: std::collections::BTreeSet<String> = git_at(
-            &repo,
-            &lanes[0],
-            &["diff-index", "--cached", "--name-only", "HEAD"],
-        )
-        .lines()
-        .map(str::to_owned)
-        .collect();
-        assert!(
-            stale.is_subset(&pending),
-            "stale {stale:?}, pending {pending:?}"
+        assert_eq!(
+            git_at(
+                &repo,
+                &lanes[0],
+                &["diff-index", "--cached", "--name-only", "HEAD"]
+            ),
+            "",
+            "the index is at HEAD"
         );
         assert_eq!(
             git_at(&repo, &lanes[0], &["rev-parse", "HEAD"]),
@@ -772,13 +611,12 @@ fn the_next_stage_and_the_clean_up_see_an_index_at_head_after_a_commit_from_mark
     }
 }
 
-/// A lane whose index something other than orch wrote (the model's own
-/// `git rm --cached`, which the watcher cannot see: the index lives in the
-/// lane's admin directory) is not sealed at the hand-back. The background
-/// clean-up walks it instead, and the next run's `git status` sees an index
-/// at its base, not run 1's.
+/// A lane whose index the model wrote (its own `git rm --cached`, which
+/// the watcher cannot see: the index lives in the lane's admin directory)
+/// is staged whole, as git stages it; the next run's `git status` in the
+/// same pooled lane sees an index at its base, not run 1's.
 #[test]
-fn a_lane_whose_index_the_model_wrote_is_not_sealed_and_the_clean_up_walks_it() {
+fn a_lane_whose_index_the_model_wrote_is_staged_whole_and_the_next_run_sees_its_base() {
     let repo = TestRepo::with_commit(&[(".gitignore", "*.log\n"), ("a.txt", "one\n")], "base");
     let tmp = tempfile::tempdir().unwrap();
     let p = write_pipeline(tmp.path(), "p", ONE);
@@ -788,30 +626,17 @@ fn a_lane_whose_index_the_model_wrote_is_not_sealed_and_the_clean_up_walks_it() 
     );
     let out = run(&repo, &p, &server, &[]);
     assert_exit(&out, 0);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        log.contains("pooled lane not sealed: its index was written by something other than orch"),
-        "{log}"
-    );
-    let lane = pooled(&repo)[0].clone();
-    assert!(
-        repo.path.join(".git/orch/pool/lane-1.clean").is_file(),
-        "the clean-up (waited for) stamped it"
-    );
-    assert!(!lane.join("out.log").exists());
-    assert_eq!(
-        git_at(
-            &repo,
-            &lane,
-            &[
-                "status",
-                "--porcelain",
-                "--ignored",
-                "--untracked-files=all"
-            ]
-        ),
-        ""
-    );
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let end = crate::support::stage_events(&record_dir(&repo, &run_id), "work", "stage_end");
+    assert_eq!(end[0]["changes_from_watch"], json!(false), "{end:?}");
+    // `git add -A` puts a.txt back (it exists and is not ignored).
+    let files = repo.git(&[
+        "ls-tree",
+        "-r",
+        "--name-only",
+        &format!("orch/{run_id}/work"),
+    ]);
+    assert_eq!(files, ".gitignore\na.txt\nb.txt\n");
     const STATUS: &str = "s=$(git status --porcelain --untracked-files=all --ignored) && test -z \"$s\" && echo INDEX-AT-BASE || echo \"status: $s\"";
     let server = one_command(STATUS, "looked");
     let out = run(&repo, &p, &server, &[]);

@@ -96,9 +96,11 @@ fn trees_with(
     let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
     for stage in ["a", "b"] {
         let end = crate::support::stage_events(&record_dir(repo, &run_id), stage, "stage_end");
+        // Stage b rewrites the top-level `.gitignore`: what is ignored
+        // anywhere may have changed, so git stages the whole lane.
         assert_eq!(
             end[0]["changes_from_watch"],
-            json!(watch != "0"),
+            json!(watch != "0" && stage == "a"),
             "stage {stage} with ORCH_LANE_WATCH={watch}"
         );
     }

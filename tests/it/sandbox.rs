@@ -531,32 +531,18 @@ fn the_repo_guard_names_what_moved_and_restores_it() {
         assert!(described.contains(&want), "{want} not in {described:?}");
     }
 
-    guard.restore().unwrap();
-    assert_eq!(guard.after_call().unwrap(), []);
-    assert_eq!(f.repo.git(&["rev-parse", "main"]).trim(), main);
+    // Nothing of the user's is ever put back: the changes are reported.
+    guard.restore_lane_files().unwrap();
+    assert_eq!(guard.after_call().unwrap(), changes);
+    assert_eq!(f.repo.git(&["rev-parse", "main"]).trim(), lane_head);
 
-    // The lane's HEAD, writable under the sandbox, is watched too.
+    // The lane's HEAD is the agent's (its own `git commit`, `git
+    // checkout`): not watched.
     guard.watch_lane(p_git(&f).as_ref().unwrap()).unwrap();
     let admin_head = p_git(&f).unwrap().admin_dir.join("HEAD");
-    std::fs::write(&admin_head, "ref: refs/heads/main\n").unwrap();
-    let described: Vec<String> = guard
-        .after_call()
-        .unwrap()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    assert!(
-        described.iter().any(|d| d.ends_with(
-            "/HEAD changed from `ref: refs/heads/orch-lanes/r/0` to `ref: refs/heads/main`"
-        )),
-        "{described:?}"
-    );
-    guard.restore().unwrap();
-    assert_eq!(
-        std::fs::read_to_string(&admin_head).unwrap(),
-        "ref: refs/heads/orch-lanes/r/0\n"
-    );
-    // So is the lane's own `.git` file.
+    std::fs::write(&admin_head, format!("{main}\n")).unwrap();
+    assert_eq!(guard.after_call().unwrap(), []);
+    // The lane's own `.git` file is orch's: watched, and put back.
     let dot_git = f.lane.join(".git");
     let lane_link = std::fs::read_to_string(&dot_git).unwrap();
     std::fs::write(&dot_git, format!("gitdir: {}\n", common.display())).unwrap();
@@ -569,24 +555,13 @@ fn the_repo_guard_names_what_moved_and_restores_it() {
     assert_eq!(described.len(), 1, "{described:?}");
     let want = format!("lane file {} changed", dot_git.display());
     assert!(described[0].starts_with(&want), "{described:?}");
-    guard.restore().unwrap();
+    guard.restore_lane_files().unwrap();
     assert_eq!(std::fs::read_to_string(&dot_git).unwrap(), lane_link);
-    assert_eq!(std::fs::read(common.join("config")).unwrap(), config_before);
-    assert!(!common.join("hooks/post-commit").exists());
-    assert!(
-        f.repo
-            .git_command()
-            .args(["rev-parse", "--verify", "-q", "evil"])
-            .output()
-            .unwrap()
-            .stdout
-            .is_empty()
-    );
-    // The lane branch kept its commit.
-    assert_eq!(
-        f.repo.git(&["rev-parse", "orch-lanes/r/0"]).trim(),
-        lane_head
-    );
+    assert_eq!(guard.after_call().unwrap(), []);
+    // The user's changes stay: config, hook and branch as they made them.
+    assert_ne!(std::fs::read(common.join("config")).unwrap(), config_before);
+    assert!(common.join("hooks/post-commit").exists());
+    assert_eq!(f.repo.git(&["rev-parse", "evil"]).trim(), lane_head);
 }
 
 fn p_git(f: &Fixture) -> Option<sandbox::LaneGit> {
@@ -628,10 +603,10 @@ fn the_repo_guard_sees_packed_ref_rewrites_and_head_moves() {
         ),
         "{described:?}"
     );
-    guard.restore().unwrap();
-    assert_eq!(guard.after_call().unwrap(), []);
-    assert_eq!(f.repo.git(&["rev-parse", "v1"]).trim(), first);
-    assert_eq!(f.repo.git(&["rev-parse", "main"]).trim(), first);
+    // Reported, never undone.
+    guard.restore_lane_files().unwrap();
+    assert_eq!(guard.after_call().unwrap().len(), described.len());
+    assert_ne!(f.repo.git(&["rev-parse", "main"]).trim(), first);
 }
 
 #[test]
@@ -740,7 +715,7 @@ fn a_sandboxed_subagent_can_sandbox_its_own_tools_more_tightly() {
 }
 
 #[test]
-fn the_repo_guard_restores_a_symlinked_hook_as_a_symlink() {
+fn the_repo_guard_reports_a_changed_symlinked_hook_and_leaves_it() {
     let f = Fixture::new();
     let common = f.repo.path.join(".git");
     std::os::unix::fs::symlink("../../scripts/pre-commit", common.join("hooks/pre-commit"))
@@ -756,10 +731,9 @@ fn the_repo_guard_restores_a_symlinked_hook_as_a_symlink() {
         .map(ToString::to_string)
         .collect();
     assert_eq!(described, ["hook pre-commit changed"]);
-    guard.restore().unwrap();
+    guard.restore_lane_files().unwrap();
     assert_eq!(
-        std::fs::read_link(common.join("hooks/pre-commit")).unwrap(),
-        Path::new("../../scripts/pre-commit")
+        std::fs::read_to_string(common.join("hooks/pre-commit")).unwrap(),
+        "#!/bin/sh\nevil\n"
     );
-    assert_eq!(guard.after_call().unwrap(), []);
 }

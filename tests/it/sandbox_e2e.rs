@@ -476,19 +476,36 @@ fn with_the_sandbox_off_the_same_probes_get_through_and_the_guard_catches_the_re
     let server = FakeServer::start(script(&fx, &probes, false));
     let out = fx.run(&server, &[]);
 
-    // The guard saw main move: a fatal tool error ends the stage (exit 5,
-    // as any fatal tool fault), main was restored.
+    // The guard saw main move: with the sandbox off orch cannot tell the
+    // user's work from the command's, so the stage stops (exit 5, as any
+    // fatal tool fault) and says what changed — and nothing is undone:
+    // orch never moves a user's ref, not even back.
     assert_eq!(out.status.code(), Some(5), "a fatal tool error");
     let json = stdout_json(&out);
     let reason = json["stages"][0]["reason"].as_str().unwrap_or_default();
     assert!(
-        reason.contains("the command changed the user's repository")
+        reason.contains("the user's repository")
             && reason.contains("ref refs/heads/main moved from")
-            && reason.contains("restored"),
+            && reason.contains("nothing was undone"),
         "{reason}"
     );
-    user_before.assert_unchanged(&fx.repo.snapshot());
-    assert_eq!(git_before, fx.git_state(), "the guard restored the git dir");
+    let main_now = fx.repo.git(&["rev-parse", "refs/heads/main"]);
+    assert_ne!(
+        git_before
+            .get("refs/heads/main")
+            .map(|b| String::from_utf8_lossy(b).into_owned()),
+        Some(main_now.clone()),
+        "main stays where the command moved it"
+    );
+    let mut git_after = fx.git_state();
+    git_after.retain(|k, _| !k.contains("refs/heads/main") && k != "(for-each-ref)");
+    let mut git_expected = git_before.clone();
+    git_expected.retain(|k, _| !k.contains("refs/heads/main") && k != "(for-each-ref)");
+    assert_eq!(
+        git_expected, git_after,
+        "nothing else of the git dir changed"
+    );
+    let _ = user_before;
 
     // The deny list still refuses the literal forms (the `/etc` one
     // included) — all but `mkdir -p <temp dir>/…`: a path under the temp dir
