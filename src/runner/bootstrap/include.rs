@@ -113,8 +113,15 @@ impl Include {
     fn collect_below(&self, root: &Path, dir: &str, out: &mut Vec<String>) {
         if self.matches(dir, true) {
             walk_files(root, dir, out);
-            return;
+        } else {
+            self.collect_reached(root, dir, out);
         }
+    }
+
+    /// [`Include::collect_below`] for a `dir` known not to match, nor any
+    /// directory above it: one match per entry, not one per leading
+    /// directory, and only into the subdirectories a line reaches.
+    fn collect_reached(&self, root: &Path, dir: &str, out: &mut Vec<String>) {
         if !self.reaches_below(dir) {
             return;
         }
@@ -130,8 +137,16 @@ impl Include {
             }
             let path = format!("{dir}/{name}");
             match entry.file_type() {
-                Ok(t) if t.is_dir() => self.collect_below(root, &path, out),
-                Ok(t) if t.is_file() && self.matches(&path, false) => out.push(path),
+                Ok(t) if t.is_dir() => {
+                    if self.matcher.matched(&path, true).is_ignore() {
+                        walk_files(root, &path, out);
+                    } else {
+                        self.collect_reached(root, &path, out);
+                    }
+                }
+                Ok(t) if t.is_file() && self.matcher.matched(&path, false).is_ignore() => {
+                    out.push(path)
+                }
                 _ => {}
             }
         }

@@ -263,3 +263,62 @@ fn a_directory_git_ignores_whole_is_entered_only_where_a_line_reaches() {
         ["target/debug/.env", "target/debug/build/x/out.json"]
     );
 }
+
+/// What selecting costs on a repository of 5,000 tracked files whose
+/// ignored `target/` holds 100,000: unanchored lines (not entering
+/// `target/`), a line naming one of its directories, a line reaching all of
+/// them, and reading all of `target/` (what entering it would cost). A
+/// measurement, not a check: `cargo test --lib selection_cost -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "a measurement; run it by name"]
+fn selection_cost() {
+    let repo = TestRepo::empty();
+    repo.write(".gitignore", "target/\n.env\n*.local\n");
+    for d in 0..50 {
+        for f in 0..100 {
+            repo.write(&format!("src/m{d}/f{f}.rs"), "x\n");
+        }
+    }
+    repo.git(&["add", "-A"]);
+    repo.git(&["commit", "-q", "-m", "tracked"]);
+    for d in 0..100 {
+        let dir = repo.path.join(format!("target/debug/d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..1000 {
+            std::fs::write(dir.join(format!("o{f}.json")), "").unwrap();
+        }
+    }
+    for d in 0..20 {
+        repo.write(&format!("tools/t{d}/notes.txt"), "u\n");
+        repo.write(&format!("tools/t{d}/.env"), "e\n");
+    }
+    repo.write(".env", "e\n");
+    repo.write("config/app.local", "l\n");
+    let median = |f: &dyn Fn() -> usize| {
+        let mut times = Vec::new();
+        let mut found = 0;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            found = f();
+            times.push(t.elapsed());
+        }
+        times.sort();
+        (times[2].as_secs_f64() * 1e3, found)
+    };
+    for text in [
+        ".env\n**/.env\nconfig/*.local\n",
+        "target/debug/d7/*.json\n",
+        "target/*/*/o1.json\n",
+    ] {
+        let include = Include::parse(&repo.path, Path::new("f"), text).unwrap();
+        let (ms, found) = median(&|| included_files(&repo.path, &include).unwrap().len());
+        println!("{text:?}: {ms:.1} ms, {found} files");
+    }
+    let (ms, found) = median(&|| {
+        let mut all = Vec::new();
+        walk_files(&repo.path, "target", &mut all);
+        all.len()
+    });
+    println!("reading all of target/: {ms:.1} ms, {found} files");
+}
