@@ -4,7 +4,7 @@
 //!
 //! 1. **`.worktreeinclude`** (gitignore syntax, at the root of the user's
 //!    working tree): files that match it, with git's rules at any depth,
-//!    *and* are ignored in the user's tree ([`include`] selects them once
+//!    *and* are ignored in the user's tree ([`mod@include`] selects them once
 //!    per run) are copied into the lane at the same path, parent
 //!    directories created (reflink when the filesystem can, else a plain
 //!    copy; unchanged files — same size and mtime — are skipped). A file is

@@ -80,7 +80,7 @@ impl Include {
     /// Whether `rel` (relative, `/`-separated) matches as git decides it:
     /// each leading directory top down (one that matches takes everything
     /// below it), then the path itself.
-    pub(super) fn matches(&self, rel: &str, is_dir: bool) -> bool {
+    fn matches(&self, rel: &str, is_dir: bool) -> bool {
         let leading = rel.match_indices('/').map(|(i, _)| &rel[..i]);
         for dir in leading {
             if self.matcher.matched(dir, true).is_ignore() {
