@@ -14,17 +14,27 @@ use std::path::{Path, PathBuf};
 pub struct IgnoredEntry {
     /// The path relative to the root, `/`-separated, without a trailing `/`.
     pub path: String,
-    /// True for a directory git ignores whole (its contents are not listed).
+    /// True for a directory an ignore rule matches (`node_modules/`): git
+    /// ignores everything below it and its contents are not listed.
     pub is_dir: bool,
 }
 
 /// The ignored files and directories of the working tree at `workdir`, as
-/// `git status --ignored` lists them: an ignored directory is one entry and
-/// is not walked (so `node_modules/` costs one line, not a walk), sorted.
+/// `git status --ignored --untracked-files=all` lists them, sorted.
+///
+/// Directories that hold no tracked file are walked like git walks them
+/// for untracked files, so an ignored file in one (`config/app.local` when
+/// nothing under `config/` is tracked) is listed by itself. Only a directory
+/// an ignore rule matches is one entry and is not walked (so `node_modules/`
+/// costs one line, not a walk). Without untracked files libgit2 (like `git
+/// status -uno`) never enters a directory that holds no tracked file, and the
+/// ignored files inside it would be missed.
 pub fn ignored_entries(workdir: &Path) -> Result<Vec<IgnoredEntry>, GitError> {
     let repo = open_at(workdir)?;
     let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(false)
+    opts.show(git2::StatusShow::Workdir)
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
         .include_ignored(true)
         .recurse_ignored_dirs(false)
         .exclude_submodules(true);
@@ -78,4 +88,48 @@ pub fn blob_id(bytes: &[u8]) -> Result<String, GitError> {
     git2::Oid::hash_object(git2::ObjectType::Blob, bytes)
         .map(|o| o.to_string())
         .map_err(git_err("hash a file"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::testutil::TestRepo;
+
+    #[test]
+    fn ignored_files_are_listed_at_any_depth_and_only_rule_ignored_dirs_whole() {
+        let repo = TestRepo::new(); // ignores `target/` and `*.log`
+        for path in [
+            "a.log",
+            "src/b.log",
+            "fresh/c.log",
+            "fresh/deeper/d.log",
+            "fresh/new.rs",
+            "logs/e.log",
+            "src/logs/f.log",
+            "target/debug/app",
+            "fresh/target/x",
+        ] {
+            repo.write(path, "x\n");
+        }
+        let entries = ignored_entries(&repo.path).unwrap();
+        let listed: Vec<(&str, bool)> = entries
+            .iter()
+            .map(|e| (e.path.as_str(), e.is_dir))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("a.log", false),
+                // In directories that hold no tracked file, too.
+                ("fresh/c.log", false),
+                ("fresh/deeper/d.log", false),
+                ("fresh/target", true),
+                // A directory of ignored files only is walked, not collapsed.
+                ("logs/e.log", false),
+                ("src/b.log", false),
+                ("src/logs/f.log", false),
+                ("target", true),
+            ]
+        );
+    }
 }

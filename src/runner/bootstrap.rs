@@ -3,11 +3,13 @@
 //! start, after the lane is ready, whether it was created or reused.
 //!
 //! 1. **`.worktreeinclude`** (gitignore syntax, at the root of the user's
-//!    working tree): files that match it *and* are ignored in the user's
-//!    tree are copied into the lane (reflink when the filesystem can,
-//!    else a plain copy; unchanged files — same size and mtime — are
-//!    skipped). A file is copied only when the lane ignores it too, so the
-//!    stage commit (which stages like `git add -A`) can never contain it.
+//!    working tree): files that match it, with git's rules at any depth,
+//!    *and* are ignored in the user's tree ([`mod@include`] selects them once
+//!    per run) are copied into the lane at the same path, parent
+//!    directories created (reflink when the filesystem can, else a plain
+//!    copy; unchanged files — same size and mtime — are skipped). A file is
+//!    copied only when the lane ignores it too, so the stage commit (which
+//!    stages like `git add -A`) can never contain it.
 //! 2. **A setup command** (`setup:` in the pipeline, else `[setup]` in the
 //!    repository's `.orch/orch.toml`) run through the sandboxed tool shell,
 //!    keyed by a hash of the command and the lockfiles it names; the key is
@@ -18,18 +20,18 @@
 //! The baseline run of the stage's `verify` commands, which follows, lives
 //! with the gate in [`crate::agent::verify::run_baseline`].
 
+mod include;
+
 use super::{RunCtx, RunError, blocking};
 use crate::git::{self, GitError};
 use crate::pipeline::{LaneSetup, Pipeline};
 use crate::runlog::{ActionLog, SetupRecord};
 use crate::tools::ToolContext;
-use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use include::{Include, included_files};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The include file at the root of the user's working tree.
-pub(crate) const INCLUDE_FILE: &str = ".worktreeinclude";
 /// Lockfiles that key a setup command naming none.
 pub(crate) const DEFAULT_LOCKFILES: &[&str] = &[
     "package-lock.json",
@@ -73,8 +75,8 @@ impl Bootstrap {
                 None => crate::setup::saved_lane_setup(workdir)?,
             },
         };
-        let include = match read_include_file(workdir)? {
-            Some(matcher) => included_files(workdir, &matcher).map_err(|e| e.to_string())?,
+        let include = match Include::read(workdir)? {
+            Some(include) => included_files(workdir, &include).map_err(|e| e.to_string())?,
             None => Vec::new(),
         };
         Ok(Bootstrap {
@@ -82,118 +84,6 @@ impl Bootstrap {
             include,
             setup,
         })
-    }
-}
-
-/// The matcher of `<workdir>/.worktreeinclude` and its literal directory
-/// prefixes; `None` when there is no such file.
-fn read_include_file(workdir: &Path) -> Result<Option<Include>, String> {
-    let path = workdir.join(INCLUDE_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("read {}: {e}", path.display())),
-    };
-    let mut builder = GitignoreBuilder::new(workdir);
-    let mut prefixes = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        builder
-            .add_line(None, line)
-            .map_err(|e| format!("read {}:{}: {e}", path.display(), i + 1))?;
-        if let Some(p) = literal_dir(line) {
-            prefixes.push(p);
-        }
-    }
-    let matcher = builder
-        .build()
-        .map_err(|e| format!("read {}: {e}", path.display()))?;
-    Ok(Some(Include { matcher, prefixes }))
-}
-
-/// A parsed `.worktreeinclude`.
-struct Include {
-    matcher: Gitignore,
-    /// For patterns naming a path below a directory (`config/local/*.yml`),
-    /// that directory (`config/local`): an ignored directory is walked only
-    /// when it is, or lies above, one of these, or matches itself.
-    prefixes: Vec<String>,
-}
-
-/// The directory part before the first glob character of an anchored
-/// pattern (one with a `/` before its end), if any.
-fn literal_dir(line: &str) -> Option<String> {
-    let line = line.trim_end();
-    if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-        return None;
-    }
-    let body = line.trim_end_matches('/');
-    let literal = &body[..body.find(['*', '?', '[', '\\']).unwrap_or(body.len())];
-    let dir = literal.trim_start_matches('/');
-    let dir = &dir[..dir.rfind('/')?];
-    (!dir.is_empty()).then(|| dir.to_owned())
-}
-
-/// The files of the user's tree that `.worktreeinclude` includes: ignored
-/// files it matches, every file of an ignored directory it matches, and
-/// matching files inside an ignored directory that a pattern names by
-/// path. Other ignored directories (`node_modules/`) are not walked.
-fn included_files(workdir: &Path, include: &Include) -> Result<Vec<String>, GitError> {
-    let mut out = Vec::new();
-    for entry in git::ignored::ignored_entries(workdir)? {
-        let rel = entry.path;
-        if !entry.is_dir {
-            if include
-                .matcher
-                .matched_path_or_any_parents(&rel, false)
-                .is_ignore()
-            {
-                out.push(rel);
-            }
-            continue;
-        }
-        let whole = include
-            .matcher
-            .matched_path_or_any_parents(&rel, true)
-            .is_ignore();
-        let below = format!("{rel}/");
-        let named = include
-            .prefixes
-            .iter()
-            .any(|p| p == &rel || p.starts_with(&below));
-        if !whole && !named {
-            continue;
-        }
-        let mut files = Vec::new();
-        walk_files(workdir, &rel, &mut files);
-        out.extend(files.into_iter().filter(|f| {
-            whole
-                || include
-                    .matcher
-                    .matched_path_or_any_parents(f, false)
-                    .is_ignore()
-        }));
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
-
-/// Regular files under `rel` (relative paths); symlinks and nested
-/// repositories are not followed.
-fn walk_files(root: &Path, rel: &str, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let path = format!("{rel}/{name}");
-        match entry.file_type() {
-            Ok(t) if t.is_dir() && name != ".git" => walk_files(root, &path, out),
-            Ok(t) if t.is_file() => out.push(path),
-            _ => {}
-        }
     }
 }
 
@@ -653,19 +543,6 @@ mod tests {
         assert!(wildcard("go.su?", "go.sum"));
         assert!(!wildcard("go.su?", "go.su"));
         assert!(wildcard("*", ""));
-    }
-
-    #[test]
-    fn literal_dirs_are_the_path_before_the_first_glob() {
-        assert_eq!(
-            literal_dir("config/local/*.yml").as_deref(),
-            Some("config/local")
-        );
-        assert_eq!(literal_dir("/a/b/.env").as_deref(), Some("a/b"));
-        assert_eq!(literal_dir(".env"), None);
-        assert_eq!(literal_dir("**/.env"), None);
-        assert_eq!(literal_dir("# a/b/c"), None);
-        assert_eq!(literal_dir("secrets/"), None);
     }
 
     #[test]

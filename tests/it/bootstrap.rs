@@ -1,9 +1,10 @@
 //! Lane bootstrap end to end: `.worktreeinclude` copies ignored files into
-//! every lane (never into a commit), a cached `setup:` command prepares the
-//! lane once per lockfile state (a counter file outside the repository
-//! proves how often it ran), a failing setup fails the stage before any
-//! model request, and the verify baseline on the start commit reaches the
-//! reviewer.
+//! every lane (never into a commit), with gitignore rules at any depth
+//! (exactly the selected files, in parent directories made for them); a
+//! cached `setup:` command prepares the lane once per lockfile state (a
+//! counter file outside the repository proves how often it ran), a failing
+//! setup fails the stage before any model request, and the verify baseline
+//! on the start commit reaches the reviewer.
 
 use crate::support::{
     FAKE_API_KEY, FakeServer, OrchRun, Reply, Script, TestRepo, only_run_id, read_jsonl,
@@ -166,6 +167,85 @@ fn an_included_file_the_lane_does_not_ignore_is_not_copied() {
     let copies = stage_events(&record_dir(&repo, &run_id), "code", "worktree_include");
     assert_eq!(copies[0]["not_ignored_in_lane"], json!([".env"]));
     assert!(!paths_in_orch_commits(&repo).iter().any(|p| p == ".env"));
+}
+
+#[test]
+fn included_files_follow_gitignore_rules_at_any_depth() {
+    let repo = TestRepo::with_commit(
+        &[
+            (".gitignore", ".env\n*.local\nsecrets/\nnode_modules/\n"),
+            (
+                ".worktreeinclude",
+                "config/*.local\n!config/keep.local\n**/.env\nsecrets/\n",
+            ),
+            ("app.py", "print('hi')\n"),
+            ("services/api/main.py", "print('api')\n"),
+        ],
+        "app",
+    );
+    let copied = [
+        ".env",
+        // Nothing under config/ or tools/ is tracked.
+        "config/app.local",
+        "secrets/nested/cert.pem",
+        "secrets/token",
+        "services/api/.env",
+        "tools/dev/.env",
+    ];
+    let left_out = [
+        // The negation.
+        "config/keep.local",
+        // Matches, but git does not ignore it: the stage would commit it.
+        "config/notes.txt",
+        // Ignored, but no line matches.
+        "other.local",
+        // An unanchored line does not reach into an ignored directory.
+        "node_modules/pkg/.env",
+    ];
+    for path in copied.iter().chain(&left_out) {
+        repo.write(path, format!("local {path}\n"));
+    }
+    let before = repo.snapshot();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call(
+                "c1",
+                "bash",
+                json!({"command": "find . -path ./.git -prune -o -type f -print | sort; cat config/app.local"}),
+            ),
+            Reply::finish("c2", "Looked.", None),
+        ],
+    ));
+    let (code, run_id) = run(&repo, "stages:\n  code:\n    role: coder\n", &server);
+    assert_eq!(code, 0);
+
+    // The lane holds its checkout and exactly the selected files, in
+    // parent directories made for them.
+    let seen = tool_results(&server.requests_for("code")[1]).join("\n");
+    let mut expected: Vec<String> = [
+        ".gitignore",
+        ".worktreeinclude",
+        "app.py",
+        "services/api/main.py",
+    ]
+    .iter()
+    .chain(&copied)
+    .map(|p| format!("./{p}"))
+    .collect();
+    expected.sort();
+    let listed: Vec<&str> = seen.lines().take_while(|l| l.starts_with("./")).collect();
+    assert_eq!(listed, expected, "{seen}");
+    assert!(seen.contains("local config/app.local"), "{seen}");
+    let copies = stage_events(&record_dir(&repo, &run_id), "code", "worktree_include");
+    assert_eq!(copies[0]["copied"], json!(copied), "{}", copies[0]);
+
+    let paths = paths_in_orch_commits(&repo);
+    assert!(
+        !paths.iter().any(|p| copied.contains(&p.as_str())),
+        "{paths:?}"
+    );
+    before.assert_unchanged(&repo.snapshot());
 }
 
 /// Writes `.orch/orch.toml` (untracked) with a setup command that appends
