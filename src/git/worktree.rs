@@ -159,25 +159,56 @@ pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
 }
 
 /// Moves orch's linked worktree at `worktree` (a pooled lane, whatever
-/// state its last user left it in) to `sha`, detached and exactly as git
-/// checks it out: `git checkout -f --detach <sha>` (only what differs is
-/// rewritten; local changes are discarded) and `git clean -ffdx` (untracked
-/// and ignored files, nested repositories: nothing of the previous user
-/// leaks).
+/// state its last user left it in) to `sha`, detached and exactly as a fresh
+/// `git worktree add --detach <sha>` checks it out:
+///
+/// - `git checkout -f --detach <sha>`: only what differs is rewritten, local
+///   changes are discarded. With `core.fileMode=true` for this checkout
+///   only: where the repository ignores the executable bit, a bit the last
+///   user flipped would otherwise survive (a fresh checkout writes the
+///   tree's mode).
+/// - `git clean -ffdx`: untracked and ignored files and nested repositories
+///   go; nothing of the previous user leaks.
+/// - every gitlink's directory is emptied: `clean` leaves what is inside a
+///   submodule's path, a fresh checkout leaves it empty.
 pub fn move_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
     drop(open_linked_worktree(worktree)?);
     git(worktree)
-        .args([
-            "checkout",
-            "-f",
-            "-q",
-            "--no-recurse-submodules",
-            "--detach",
-            sha,
-        ])
+        .args(["-c", "core.fileMode=true", "checkout", "-f", "-q"])
+        .args(["--no-recurse-submodules", "--detach", sha])
         .run()?;
     crate::killpoint::reached("pool-lane-moved");
-    git(worktree).args(["clean", "-ffdxq"]).run().map(drop)
+    git(worktree).args(["clean", "-ffdxq"]).run()?;
+    empty_gitlink_dirs(worktree)
+}
+
+/// Empties the directory of every gitlink in the worktree's index (a
+/// submodule's checkout or anything written there), as a fresh checkout
+/// leaves it.
+fn empty_gitlink_dirs(worktree: &Path) -> Result<(), GitError> {
+    let out = git(worktree).args(["ls-files", "-z", "--stage"]).run()?;
+    for record in out.stdout.split(|&b| b == 0) {
+        let Some(path) = record.strip_prefix(b"160000 ") else {
+            continue;
+        };
+        let Some(tab) = path.iter().position(|&b| b == b'\t') else {
+            continue;
+        };
+        use std::os::unix::ffi::OsStrExt;
+        let dir = worktree.join(std::ffi::OsStr::from_bytes(&path[tab + 1..]));
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let p = entry.path();
+            let gone = match entry.file_type() {
+                Ok(t) if t.is_dir() => fs::remove_dir_all(&p),
+                _ => fs::remove_file(&p),
+            };
+            gone.map_err(io_err("empty the submodule directory", &p))?;
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the linked worktree `name` at `path` and prunes its admin entry;

@@ -36,7 +36,7 @@ fn leftovers(repo: &TestRepo) -> Leftovers {
         .unwrap_or_default();
     Leftovers {
         refs: repo.git(&["for-each-ref", "refs/heads/orch"]),
-        worktrees: repo.git(&["worktree", "list"]),
+        worktrees: repo.worktrees_but_pool(),
         runs,
     }
 }
@@ -272,7 +272,7 @@ fn conv_gc_clears_failed_and_killed_runs_and_dry_run_changes_nothing() {
     let repo = TestRepo::with_commit(&[("a.txt", "a\n")], "base");
     let tmp = tempfile::tempdir().unwrap();
     let issue = write_issue(tmp.path(), "# do it\n");
-    let main_only = repo.git(&["worktree", "list"]);
+    let main_only = repo.worktrees_but_pool();
 
     // A failed run clears its own lanes; its stage branch keeps the work.
     let server = FakeServer::start(Script::new().agent(
@@ -289,7 +289,7 @@ fn conv_gc_clears_failed_and_killed_runs_and_dry_run_changes_nothing() {
         .output();
     assert_exit(&out, 3);
     let failed = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
-    assert_eq!(repo.git(&["worktree", "list"]), main_only);
+    assert_eq!(repo.worktrees_but_pool(), main_only);
     assert_eq!(
         repo.git(&["show", &format!("orch/{failed}/work:half.txt")]),
         "half\n"
@@ -299,17 +299,16 @@ fn conv_gc_clears_failed_and_killed_runs_and_dry_run_changes_nothing() {
     let (pid, kill) = signal_reply(libc::SIGKILL);
     let server =
         FakeServer::start(Script::new().agent("work", vec![write("w", "k.txt", "k\n"), kill]));
+    // Without the pool: the run's own lane is what a kill leaves for `gc`
+    // (a pooled lane is the pool's; `lane_pool::gc_removes_the_pooled_lanes_completely`).
     let mut child = OrchRun::new(pipeline(tmp.path()), &repo)
         .issue(&issue)
         .model(&server.base_url, "m")
+        .args(["--no-lane-pool"])
         .spawn_quiet();
     pid.store(child.id(), Ordering::SeqCst);
     child.wait().unwrap();
-    assert_ne!(
-        repo.git(&["worktree", "list"]),
-        main_only,
-        "the lane is left"
-    );
+    assert_ne!(repo.worktrees_but_pool(), main_only, "the lane is left");
     let before = leftovers(&repo);
     let gc = |args: &[&str]| {
         let mut cmd = orch();
@@ -320,12 +319,13 @@ fn conv_gc_clears_failed_and_killed_runs_and_dry_run_changes_nothing() {
     assert_exit(&out, 0);
     let listed = stdout_json(&out);
     assert_eq!(listed["dry_run"], true);
-    assert_eq!(listed["worktrees"].as_array().unwrap().len(), 1, "{listed}");
+    // The killed run's lane, and the pooled lane the failed run handed back.
+    assert_eq!(listed["worktrees"].as_array().unwrap().len(), 2, "{listed}");
     assert_eq!(leftovers(&repo), before, "--dry-run changes nothing");
     let out = gc(&[]);
     assert_exit(&out, 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("removed worktree"));
-    assert_eq!(repo.git(&["worktree", "list"]), main_only);
+    assert_eq!(repo.worktrees_but_pool(), main_only);
     assert!(repo.git(&["branch", "--list", "orch-lanes/*"]).is_empty());
     // Records and stage branches stay without --older-than.
     assert_eq!(leftovers(&repo).runs, before.runs);
@@ -443,7 +443,7 @@ fn conv_an_agent_question_leaves_no_branches_unless_kept() {
     );
     assert_exit(&ask(&server, &[]), 0);
     assert!(repo.git(&["branch", "--list", "orch/*"]).is_empty());
-    assert_eq!(repo.git(&["worktree", "list"]).lines().count(), 1);
+    assert_eq!(repo.worktrees_but_pool().lines().count(), 1);
     let server = FakeServer::start(
         Script::new().agent("explore", vec![Reply::finish("f", "calc.py", None)]),
     );

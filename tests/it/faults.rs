@@ -86,8 +86,9 @@ fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// What a finished run must not leave behind: `.lock` files anywhere in
-/// `.git`, `.git/worktrees/orch-*` entries, `orch-lanes/*`
-/// refs, lane directories. Empty when clean.
+/// `.git`, `.git/worktrees/orch-*` entries (but whole pooled lanes, which
+/// outlive runs by design), `orch-lanes/*` refs, lane directories. Empty
+/// when clean.
 pub(crate) fn leftovers(repo: &TestRepo) -> Vec<String> {
     let git = repo.path.join(".git");
     let mut found = Vec::new();
@@ -105,7 +106,16 @@ pub(crate) fn leftovers(repo: &TestRepo) -> Vec<String> {
         .flatten()
     {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("orch-") {
+        // A pooled lane outlives runs by design; it must be whole: its
+        // admin dir names its directory, which names it back.
+        if let Some(n) = name.strip_prefix("orch-pool-") {
+            let lane = git.join("orch/pool").join(format!("lane-{n}"));
+            let gitdir = std::fs::read_to_string(entry.path().join("gitdir")).unwrap_or_default();
+            let back = std::fs::read_to_string(lane.join(".git")).unwrap_or_default();
+            if Path::new(gitdir.trim()) != lane.join(".git") || !back.contains(&*name) {
+                found.push(format!("broken pooled lane {name}"));
+            }
+        } else if name.starts_with("orch-") {
             found.push(format!("worktree admin dir {name}"));
         }
     }

@@ -455,7 +455,12 @@ fn a_kill_at_every_named_step_leaves_a_pool_the_resume_and_the_next_run_use() {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .find(|id| {
                 Some(id) != warmed.as_ref()
-                    && repo.path.join(".git/orch/runs").join(id).join("state.json").is_file()
+                    && repo
+                        .path
+                        .join(".git/orch/runs")
+                        .join(id)
+                        .join("state.json")
+                        .is_file()
             });
         if let Some(run_id) = run_id {
             let server = FakeServer::start(script());

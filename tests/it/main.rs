@@ -24,6 +24,7 @@ mod events;
 mod faults;
 mod forge;
 mod fuzz;
+mod git_compat;
 mod harness;
 mod hostile;
 mod kills;

@@ -124,7 +124,7 @@ fn setup_lane_saves_the_verified_install_steps_and_the_next_lane_runs_them() {
     );
     assert!(goal.contains(".git/orch/pool/lane-"), "{goal}");
     assert!(!repo.path.join(".deps").exists());
-    let worktrees = repo.git(&["worktree", "list"]);
+    let worktrees = repo.worktrees_but_pool();
     assert_eq!(worktrees.lines().count(), 1, "{worktrees}");
     let saved = std::fs::read_to_string(&saved_at).unwrap();
     assert!(

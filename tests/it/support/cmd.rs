@@ -8,8 +8,9 @@ use std::process::{Command, Stdio};
 pub const FAKE_API_KEY: &str = "sk-orch-test-key-must-not-leak";
 
 /// `orch` with an empty environment except `PATH`, a fresh `HOME` and
-/// `ORCH_CONFIG_DIR`, `CI=true`, `GIT_CONFIG_NOSYSTEM=1`, `ORCH_LANE_POOL=0`
-/// and stdin closed.
+/// `ORCH_CONFIG_DIR`, `CI=true`, `GIT_CONFIG_NOSYSTEM=1` and stdin closed.
+/// Everything else is the product's default — the lane pool included: a
+/// test that turns a default off says why.
 ///
 /// The home directory lives under cargo's per-target temp dir and is kept after
 /// the test, so a failing run can be inspected (`cargo clean` removes it).
@@ -26,9 +27,6 @@ pub fn orch() -> Command {
         .env("ORCH_CONFIG_DIR", &config)
         .env("CI", "true")
         .env("GIT_CONFIG_NOSYSTEM", "1")
-        // Runs use lanes of their own, removed at the end (what the suites
-        // assert); `lane_pool.rs` tests the pool of warm lanes.
-        .env("ORCH_LANE_POOL", "0")
         .env_remove("ORCH_LOG")
         .stdin(Stdio::null());
     cmd

@@ -90,6 +90,18 @@ impl TestRepo {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `git worktree list` without the repository's pooled lanes
+    /// (`.git/orch/pool/lane-N`), which outlive runs by design: the user's
+    /// worktrees and any lane a run left behind.
+    pub fn worktrees_but_pool(&self) -> String {
+        self.git(&["worktree", "list", "--porcelain"])
+            .split("\n\n")
+            .filter(|block| !block.is_empty() && !block.contains("/.git/orch/pool/lane-"))
+            .filter_map(|block| block.lines().next())
+            .map(|line| format!("{line}\n"))
+            .collect()
+    }
+
     /// Writes `content` to `rel` (creating parent directories).
     pub fn write(&self, rel: &str, content: impl AsRef<[u8]>) {
         let file = self.path.join(rel);
