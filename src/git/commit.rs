@@ -29,7 +29,15 @@ pub fn commit_tree(
     parent_sha: &str,
     tree: &str,
 ) -> Result<String, GitError> {
-    let repo = open_linked_worktree(worktree)?;
+    let lane = open_linked_worktree(worktree)?;
+    // The commit is written through the user's repository: a lane's own
+    // common dir is its shadow, whose object store is the lane's.
+    let common = match super::shadow::of_lane(worktree) {
+        Some((real, _)) => real,
+        None => lane.commondir().to_path_buf(),
+    };
+    drop(lane);
+    let repo = super::open_at(&common)?;
     let at = worktree.display();
     let parent = find_commit(&repo, parent_sha)?;
     let tree_id = git2::Oid::from_str(tree).map_err(git_err(format!("read tree id `{tree}`")))?;

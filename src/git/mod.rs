@@ -22,6 +22,7 @@ pub mod gc;
 pub mod ignored;
 mod merge;
 pub mod pool;
+pub mod shadow;
 pub mod snapshot;
 mod staging;
 pub mod watch;

@@ -225,7 +225,10 @@ fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, Stri
     let n = lease.slot;
     let mut note = String::new();
     if is_whole(common_dir, n) {
-        match move_worktree(&lease.path, start) {
+        let admin = common_dir.join("worktrees").join(&lease.name);
+        let moved = super::shadow::attach(common_dir, &admin, &lease.name)
+            .and_then(|_| move_worktree(&lease.path, start));
+        match moved {
             Ok(()) => return Ok((Readied::Warm, note)),
             Err(e) => note = format!("failed to {e}"),
         }
@@ -253,7 +256,7 @@ fn clear_slot(common_dir: &Path, n: usize) -> Result<(), GitError> {
     if fs::symlink_metadata(&path).is_ok() {
         fs::remove_dir_all(&path).map_err(io_err("remove the pooled lane directory", &path))?;
     }
-    Ok(())
+    super::shadow::remove(common_dir, &name)
 }
 
 /// Takes slot `n` out of the pool at once (its lease held): its directory
@@ -271,7 +274,7 @@ pub fn retire(common_dir: &Path, lease: Lease) -> Result<(), GitError> {
             .map_err(io_err("remove the worktree admin directory", &admin))?;
     }
     let _ = fs::remove_file(lease_path(common_dir, lease.slot));
-    Ok(())
+    super::shadow::remove(common_dir, &lease.name)
 }
 
 /// Moves a directory into the trash (for [`empty_trash`]); O(1).

@@ -14,7 +14,7 @@
 //! whole lane (`git add -A`).
 //!
 //! Orch's own git runs outside the sandbox: the objects it writes go to the
-//! repository's object store directly.
+//! repository's object store directly ([`super::cli::git_lane`]).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -22,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::GitError;
-use super::cli::git;
+use super::cli::git_lane as git;
 use super::watch::Marks;
 
 /// Ignored directories listed per `git ls-files` (its command line).
@@ -46,6 +46,9 @@ pub fn stage_tree(
     start: &str,
     marks: Option<&Marks>,
 ) -> Result<(String, Staged), GitError> {
+    // What the agent's git wrote in the lane's own store first: its index
+    // may name those objects, and git skips writing an object it finds.
+    super::shadow::migrate_lane(lane)?;
     let staged = match narrow_reason(lane, start, marks)? {
         Ok(specs) => match stage_paths(lane, &specs) {
             Ok(()) => Staged::Paths(specs.add.len() + specs.remove.len()),

@@ -59,6 +59,7 @@ pub fn create_worktree(
                 .run()?;
             crate::killpoint::reached("lane-branch-created");
             name_admin_dir(common_dir, &path, name)?;
+            super::shadow::attach(common_dir, &admin, name)?;
         }
         // What `git worktree add` runs to check the files out, outside the
         // lock so parallel lanes check out at the same time.
@@ -71,6 +72,7 @@ pub fn create_worktree(
     if result.is_err() {
         let _admin = admin_lock(common_dir, true);
         undo_create(&admin, &path);
+        let _ = super::shadow::remove(common_dir, name);
     }
     result
 }
@@ -266,7 +268,7 @@ pub fn remove_worktree(common_dir: &Path, name: &str, path: &Path) -> Result<(),
         fs::remove_dir_all(&admin)
             .map_err(io_err("remove the worktree admin directory", &admin))?;
     }
-    Ok(())
+    super::shadow::remove(common_dir, name)
 }
 
 /// The file whose lock serialises worktree admin-dir changes across

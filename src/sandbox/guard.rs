@@ -557,7 +557,7 @@ impl RepoGuard {
         })
     }
 
-    /// Also watches the lane's `commondir` and `gitdir` in its admin dir and
+    /// Also watches the lane's `commondir`, `gitdir` and `config.worktree` in its admin dir and
     /// the lane's `.git` file (writable under the sandbox, as git needs
     /// those directories): a change there would redirect orch's own git
     /// work in the lane to another repository. The lane's `HEAD`, index and
@@ -570,7 +570,10 @@ impl RepoGuard {
             .canonicalize()
             .unwrap_or_else(|_| self.common_dir.clone());
         if let Ok(rel) = git.admin_dir.strip_prefix(&common) {
-            for file in ["commondir", "gitdir"] {
+            // `config.worktree` too: with `extensions.worktreeConfig`, git
+            // reads it — orch's own git in the lane (outside the sandbox)
+            // included, so a filter driver written there would run as orch.
+            for file in ["commondir", "gitdir", "config.worktree"] {
                 self.lane_files.push(format!("{}/{file}", rel.display()));
             }
         }

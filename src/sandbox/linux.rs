@@ -149,6 +149,14 @@ pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<(OwnedFd, Strin
                 optional: false,
             });
             written.push("lane git admin dir");
+            if git.shadow.is_some() {
+                grants.push(Grant {
+                    path: git.quarantine(),
+                    access: all,
+                    optional: false,
+                });
+                written.push("lane object store");
+            }
             if let Some(branch) = &git.branch {
                 for dir in lane_ref_dirs(git, branch) {
                     create_dir(&dir)?;

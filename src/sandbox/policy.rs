@@ -49,6 +49,9 @@ pub struct LaneGit {
     pub admin_dir: PathBuf,
     /// The user's common git dir (refs, objects, hooks, config): read-only.
     pub common_dir: PathBuf,
+    /// The lane's shadow common dir ([`crate::git::shadow`]), when it has
+    /// one: its symlinks are read-only, its own object store writable.
+    pub shadow: Option<PathBuf>,
     /// The lane's branch (`refs/heads/orch…`) when its HEAD is on one of
     /// orch's own branches: then that ref's directory (and its reflog's) is
     /// writable, and new objects go to [`quarantine`](Self::quarantine), so
@@ -61,18 +64,27 @@ pub struct LaneGit {
 pub(crate) const ORCH_BRANCH_PREFIXES: &[&str] = &["refs/heads/orch/", "refs/heads/orch-lanes/"];
 
 impl LaneGit {
-    /// The lane's private object directory, `<admin>/orch-objects`: the
-    /// lane's git writes new objects here ([`child_env`](Self::child_env)),
-    /// never into the user's object store; [`super::migrate_objects`] moves
-    /// them over after each call.
+    /// The lane's private object store: its shadow common dir's `objects/`
+    /// (git in the lane writes there by itself), else (a linked worktree
+    /// orch did not make) `<admin>/orch-objects`, which
+    /// [`child_env`](Self::child_env) points git at. Never the user's
+    /// store; [`super::migrate_objects`] moves them over after each call.
     pub fn quarantine(&self) -> PathBuf {
-        self.admin_dir.join("orch-objects")
+        match &self.shadow {
+            Some(shadow) => crate::git::shadow::objects_dir(shadow),
+            None => self.admin_dir.join("orch-objects"),
+        }
     }
 
     /// The variables the child's environment needs so git writes objects to
-    /// the quarantine and still reads the user's: `GIT_OBJECT_DIRECTORY` and
+    /// the quarantine and still reads the user's — only for a worktree
+    /// without a shadow common dir (they reach every repository the child
+    /// touches, which the shadow avoids): `GIT_OBJECT_DIRECTORY` and
     /// `GIT_ALTERNATE_OBJECT_DIRECTORIES`.
     pub fn child_env(&self) -> Vec<(String, String)> {
+        if self.shadow.is_some() {
+            return Vec::new();
+        }
         vec![
             (
                 "GIT_OBJECT_DIRECTORY".into(),
@@ -121,6 +133,11 @@ impl LaneGit {
                 .map_err(|e| err(format!("{}: {e}", p.display())))
         };
         let admin_dir = canon(&admin_dir)?;
+        let common_dir = canon(&common_dir)?;
+        let (common_dir, shadow) = match crate::git::shadow::real_common_dir(&common_dir) {
+            Some(real) => (canon(&real)?, Some(common_dir)),
+            None => (common_dir, None),
+        };
         let head = std::fs::read_to_string(admin_dir.join("HEAD")).unwrap_or_default();
         let branch = head
             .trim_end()
@@ -132,7 +149,8 @@ impl LaneGit {
             .map(str::to_owned);
         Ok(Some(Self {
             admin_dir,
-            common_dir: canon(&common_dir)?,
+            common_dir,
+            shadow,
             branch,
         }))
     }

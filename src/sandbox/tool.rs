@@ -185,7 +185,7 @@ impl ToolSandbox {
         let Some(git) = &policy.git else {
             return Ok(None);
         };
-        if self.migrate && self.choice.profile != Profile::Off {
+        if self.migrate {
             super::migrate_objects(git).map_err(|e| format!("failed to {e}"))?;
         }
         let Some(guard) = lock.as_ref() else {

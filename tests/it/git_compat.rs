@@ -403,3 +403,44 @@ fn the_agents_own_commit_in_its_lane_is_in_the_stage_commit() {
     let files = repo.git(&["ls-tree", "-r", "--name-only", &format!("orch/{id}/work")]);
     assert!(files.lines().any(|l| l == "c.txt"), "{files}");
 }
+
+/// A repository the agent makes in its lane (a test fixture, `git init`)
+/// is plain git: its objects are its own, `git fsck` is clean, and none of
+/// them reaches the user's object store.
+#[test]
+fn a_repository_the_agent_makes_keeps_its_own_objects() {
+    let repo = base_repo();
+    let command = format!(
+        "git init -q fixture && echo made-by-the-agent > fixture/f && git -C fixture add f \
+         && (cd fixture && {COMMIT} -m f) && git -C fixture count-objects -v \
+         && echo LOOSE=$(find fixture/.git/objects -path '*/objects/??/*' -type f | wc -l) \
+         && git -C fixture fsck --no-progress && echo FSCK-OK && echo HEAD=$(git -C fixture rev-parse HEAD) \
+         && echo BLOB=$(git -C fixture rev-parse HEAD:f) && rm -rf fixture"
+    );
+    let (out, server) = orch_run(&repo, &command);
+    assert_exit(&out, 0);
+    let seen = tool_results(server.requests_for("work").last().unwrap()).join("\n");
+    assert!(seen.contains("count: 3\n"), "blob, tree, commit: {seen}");
+    // In the fixture's own `.git/objects`, whatever the environment says.
+    assert!(
+        seen.contains("LOOSE=3\n"),
+        "its own store holds them: {seen}"
+    );
+    assert!(seen.contains("FSCK-OK"), "{seen}");
+    for key in ["HEAD=", "BLOB="] {
+        let sha = seen
+            .split(key)
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no {key} in {seen}"));
+        let there = repo
+            .git_command()
+            .args(["cat-file", "-e", sha])
+            .output()
+            .unwrap();
+        assert!(
+            !there.status.success(),
+            "{key}{sha} reached the user's object store"
+        );
+    }
+}

@@ -1,0 +1,251 @@
+//! A lane's own common directory: how the agent's git in a lane writes its
+//! objects somewhere of its own while every other repository the agent
+//! touches (one it `git init`s, clones, or a test fixture builds) behaves
+//! exactly as under plain git.
+//!
+//! A linked worktree's admin dir names its common dir in `commondir`. Orch
+//! points a lane's at `<common>/orch/shadow/<lane>/`: a directory whose
+//! entries are symlinks to the user's common dir (refs, `packed-refs`,
+//! config, hooks, info, logs, worktrees, …; a missing target is a dangling
+//! link, which git reads as absent, so a `packed-refs` the user makes later
+//! is seen) — all but `objects/`, which is the lane's own, with the user's
+//! store as its alternate. So git in the lane reads everything of the
+//! user's, and writes new objects into the lane's store: no environment
+//! variable is involved, so nothing leaks into another repository. Under
+//! the kernel sandbox the shadow's symlinks are read-only like the rest of
+//! the common dir, its `objects/` writable ([`objects_dir`]).
+//!
+//! Orch moves the lane's objects into the user's store ([`migrate`]) after
+//! every tool call and before it stages the lane itself; its own git runs in
+//! the lane write straight into the user's store (`GIT_OBJECT_DIRECTORY`,
+//! [`super::cli::git_lane`]), and its commits are written through the
+//! user's repository, never the lane's.
+//!
+//! Invariant of [`migrate`]: it only adds. An object that already exists in
+//! the store is never overwritten (loose objects are content-addressed, so
+//! the existing one is the same object); a pack's `.idx` is moved last, as
+//! git treats a pack as present once its index is.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::{GitError, io_err};
+
+/// The file in a shadow dir naming the user's common dir it mirrors.
+const MARKER: &str = "orch-shadow";
+
+/// The entries of a common dir a lane reads through symlinks: everything
+/// git keeps there but the object store (and orch's own `orch/`, which
+/// holds the shadow: a link there would make a cycle for any walker that
+/// follows links).
+const LINKED: &[&str] = &[
+    "HEAD",
+    "config",
+    "description",
+    "packed-refs",
+    "refs",
+    "reftable",
+    "logs",
+    "hooks",
+    "info",
+    "worktrees",
+    "modules",
+    "lfs",
+    "rr-cache",
+    "shallow",
+    "branches",
+    "remotes",
+];
+
+/// The shadow common dir of lane `name`.
+pub fn shadow_dir(common_dir: &Path, name: &str) -> PathBuf {
+    common_dir.join("orch").join("shadow").join(name)
+}
+
+/// The lane's own object store in its shadow dir.
+pub fn objects_dir(shadow: &Path) -> PathBuf {
+    shadow.join("objects")
+}
+
+/// Makes (or repairs) the shadow common dir of the lane whose admin dir is
+/// `admin` (named `name`) and points the admin dir's `commondir` at it.
+/// Idempotent; a lane made by an older orch (its `commondir` at the user's
+/// common dir) is converted.
+pub fn attach(common_dir: &Path, admin: &Path, name: &str) -> Result<PathBuf, GitError> {
+    let common = std::path::absolute(common_dir).map_err(io_err("resolve", common_dir))?;
+    let shadow = shadow_dir(&common, name);
+    let objects = objects_dir(&shadow);
+    let info = objects.join("info");
+    fs::create_dir_all(&info).map_err(io_err("create the lane's object store", &info))?;
+    fs::create_dir_all(objects.join("pack"))
+        .map_err(io_err("create the lane's object store", &objects))?;
+    let alternates = info.join("alternates");
+    let want = format!("{}\n", common.join("objects").display());
+    if fs::read_to_string(&alternates).ok().as_deref() != Some(want.as_str()) {
+        write_atomic(&alternates, &want)?;
+    }
+    for entry in LINKED {
+        let link = shadow.join(entry);
+        let target = common.join(entry);
+        if fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
+            continue;
+        }
+        match fs::symlink_metadata(&link) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(&link),
+            Ok(_) => fs::remove_file(&link),
+            Err(_) => Ok(()),
+        }
+        .map_err(io_err("replace", &link))?;
+        std::os::unix::fs::symlink(&target, &link).map_err(io_err("link", &link))?;
+    }
+    let marker = shadow.join(MARKER);
+    let named = format!("{}\n", common.display());
+    if fs::read_to_string(&marker).ok().as_deref() != Some(named.as_str()) {
+        write_atomic(&marker, &named)?;
+    }
+    let commondir = admin.join("commondir");
+    let pointed = format!("{}\n", shadow.display());
+    if fs::read_to_string(&commondir).ok().as_deref() != Some(pointed.as_str()) {
+        write_atomic(&commondir, &pointed)?;
+    }
+    Ok(shadow)
+}
+
+/// The user's common dir a shadow dir mirrors, if `dir` is one.
+pub fn real_common_dir(dir: &Path) -> Option<PathBuf> {
+    let text = fs::read_to_string(dir.join(MARKER)).ok()?;
+    Some(PathBuf::from(text.trim_end()))
+}
+
+/// `(the user's common dir, the lane's shadow dir)` of the linked worktree
+/// at `lane`, when its common dir is a shadow.
+pub fn of_lane(lane: &Path) -> Option<(PathBuf, PathBuf)> {
+    let text = fs::read_to_string(lane.join(".git")).ok()?;
+    let admin = lane.join(text.trim_end().strip_prefix("gitdir: ")?);
+    let commondir = fs::read_to_string(admin.join("commondir")).ok()?;
+    let shadow = admin.join(commondir.trim_end());
+    real_common_dir(&shadow).map(|real| (real, shadow))
+}
+
+/// Removes lane `name`'s shadow dir (its objects were migrated after every
+/// call; what is left is garbage).
+pub fn remove(common_dir: &Path, name: &str) -> Result<(), GitError> {
+    let shadow = shadow_dir(common_dir, name);
+    match fs::remove_dir_all(&shadow) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(io_err("remove the lane's shadow common dir", &shadow)(e))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn write_atomic(path: &Path, text: &str) -> Result<(), GitError> {
+    let tmp = path.with_extension("orch-tmp");
+    fs::write(&tmp, text).map_err(io_err("write", &tmp))?;
+    fs::rename(&tmp, path).map_err(io_err("replace", path))
+}
+
+/// An error while migrating a lane's objects.
+#[derive(Debug, thiserror::Error)]
+#[error("migrate git object {path}: {source}")]
+pub struct MigrateError {
+    /// The file that could not be moved.
+    pub path: PathBuf,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+/// Moves every object in the lane store `from` into the store `to` and
+/// returns how many files were moved. A missing store moves nothing.
+pub fn migrate(from: &Path, to: &Path) -> Result<usize, MigrateError> {
+    let mut moved = 0;
+    let Ok(dirs) = fs::read_dir(from) else {
+        return Ok(0);
+    };
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| MigrateError { path, source }
+    };
+    let mut packs = Vec::new();
+    for d in dirs {
+        let d = d.map_err(err(from))?;
+        let name = d.file_name();
+        let name = name.to_string_lossy();
+        let is_fanout = name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit());
+        if name == "pack" {
+            packs.push(d.path());
+        } else if is_fanout {
+            for f in fs::read_dir(d.path()).map_err(err(&d.path()))? {
+                let f = f.map_err(err(&d.path()))?;
+                let fname = f.file_name();
+                if fname.to_string_lossy().starts_with("tmp_")
+                    || !f.file_type().is_ok_and(|t| t.is_file())
+                {
+                    continue;
+                }
+                let target = to.join(&*name).join(&fname);
+                moved += move_one(&f.path(), &target)? as usize;
+            }
+        }
+    }
+    for pack_dir in packs {
+        let mut files: Vec<PathBuf> = fs::read_dir(&pack_dir)
+            .map_err(err(&pack_dir))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("pack-"))
+            })
+            .collect();
+        // Index files last: a pack counts as present once its .idx is.
+        files.sort_by_key(|p| p.extension().is_some_and(|e| e == "idx"));
+        for f in files {
+            if let Some(name) = f.file_name() {
+                moved += move_one(&f, &to.join("pack").join(name))? as usize;
+            }
+        }
+    }
+    Ok(moved)
+}
+
+/// Moves `from` to `to` unless `to` exists; returns whether it moved.
+fn move_one(from: &Path, to: &Path) -> Result<bool, MigrateError> {
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| MigrateError { path, source }
+    };
+    if to.exists() {
+        fs::remove_file(from).map_err(err(from))?;
+        return Ok(false);
+    }
+    if let Some(dir) = to.parent() {
+        fs::create_dir_all(dir).map_err(err(dir))?;
+    }
+    // hard_link fails if `to` appeared meanwhile, so nothing is overwritten.
+    match fs::hard_link(from, to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => {
+            let tmp = to.with_extension("orch-tmp");
+            fs::copy(from, &tmp).map_err(err(from))?;
+            fs::rename(&tmp, to).map_err(err(to))?;
+        }
+    }
+    fs::remove_file(from).map_err(err(from))?;
+    Ok(true)
+}
+
+/// Moves the objects of the lane at `lane` (when its common dir is a
+/// shadow) into the user's store; `Ok(0)` for any other worktree.
+pub fn migrate_lane(lane: &Path) -> Result<usize, GitError> {
+    let Some((real, shadow)) = of_lane(lane) else {
+        return Ok(0);
+    };
+    migrate(&objects_dir(&shadow), &real.join("objects")).map_err(|e| GitError::Io {
+        op: "move the lane's git objects into the repository's store:",
+        path: e.path,
+        source: e.source,
+    })
+}
