@@ -424,8 +424,9 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
             }
         }
     };
-    // Leftovers of the child's group must not outlive it.
-    group.finish();
+    // The wait returned: the child and everything it started are gone (its
+    // reaper killed what was left), so nothing holds the lane any more.
+    drop(group);
     // The child's tool processes wrote new git objects into the lane's
     // quarantine; move them where orch's own git work finds them. Inside a
     // sandboxed child the store is read-only: the top agent migrates.
