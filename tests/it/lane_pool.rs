@@ -8,7 +8,7 @@
 
 use crate::support::{
     FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, orch, output_logged, record_dir,
-    stdout_json, tool_results, write_issue, write_pipeline,
+    stdout_json, tool_results, wait_for_cleaner, write_issue, write_pipeline,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -50,24 +50,6 @@ fn run(repo: &TestRepo, pipeline: &Path, server: &FakeServer, extra: &[&str]) ->
     );
     wait_for_cleaner(repo);
     out
-}
-
-/// Waits (bounded) until no background clean-up of `repo`'s pool runs: it
-/// holds `.git/orch/pool/cleaner.held` (shared) from before it starts until
-/// it exits. What the tests check after a run is then what it left.
-fn wait_for_cleaner(repo: &TestRepo) {
-    use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(repo.path.join(".git/orch/pool/cleaner.held")) else {
-        return;
-    };
-    for _ in 0..6000 {
-        // SAFETY: flock on a descriptor `file` owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("the background clean-up did not end within a minute");
 }
 
 /// `orch gc --empty-trash` (what a run starts in the background after its

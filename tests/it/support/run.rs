@@ -161,3 +161,21 @@ pub fn resume_command(repo: &TestRepo, run_id: &str, base_url: &str) -> Command 
 pub fn resume(repo: &TestRepo, run_id: &str, server: &super::FakeServer, extra: &[&str]) -> Output {
     output_logged(resume_command(repo, run_id, &server.base_url).args(extra))
 }
+
+/// Waits (bounded) until no background clean-up of `repo`'s lane pool runs:
+/// it holds `.git/orch/pool/cleaner.held` (shared) from before it starts
+/// until it exits. What the tests check after a run is then what it left.
+pub fn wait_for_cleaner(repo: &TestRepo) {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(repo.path.join(".git/orch/pool/cleaner.held")) else {
+        return;
+    };
+    for _ in 0..6000 {
+        // SAFETY: flock on a descriptor `file` owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the background clean-up did not end within a minute");
+}
