@@ -263,6 +263,12 @@ fn log_report(report: &Report) {
     if new & fallback::NO_SIGNALFD != 0 {
         tracing::warn!("signalfd failed: the reaper polls for exited processes");
     }
+    tracing::debug!(
+        pid = report.pid,
+        sweep_us = report.sweep_us,
+        fallbacks = report.fallbacks,
+        "the command's reaper ended its tree"
+    );
     if report.survivors > 0 {
         tracing::warn!(
             pid = report.pid,

@@ -87,8 +87,10 @@ const REC_PID: u32 = 1;
 const REC_STATUS: u32 = 2;
 /// Processes the sweep could not kill.
 const REC_SURVIVORS: u32 = 3;
-/// [`Fallback`] bits.
+/// [`fallback`] bits.
 const REC_FALLBACKS: u32 = 4;
+/// Microseconds from the end of the call to the end of the sweep.
+const REC_SWEEP_US: u32 = 5;
 
 /// What the reaper could not use, as bits of [`Report::fallbacks`].
 pub(crate) mod fallback {
@@ -113,6 +115,8 @@ pub(crate) struct Report {
     pub survivors: u32,
     /// [`fallback`] bits: what was unavailable.
     pub fallbacks: u32,
+    /// Microseconds the final kill and sweep took.
+    pub sweep_us: Option<u32>,
 }
 
 /// orch's side of one reaper: the control pipe's write end (closing it ends
@@ -178,6 +182,7 @@ impl Reaper {
                 REC_STATUS => self.report.status = Some(value),
                 REC_SURVIVORS => self.report.survivors = value as u32,
                 REC_FALLBACKS => self.report.fallbacks |= value as u32,
+                REC_SWEEP_US => self.report.sweep_us = Some(value as u32),
                 _ => {}
             }
         }
@@ -282,6 +287,8 @@ unsafe fn supervise(command: libc::pid_t, control: RawFd, reports: RawFd, mut fa
         write_record(reports, REC_PID, command);
         close_all_but(control, reports);
         libc::chdir(c"/".as_ptr());
+        // Named for `ps`: otherwise it shows the orch thread that forked it.
+        libc::prctl(libc::PR_SET_NAME, c"orch-reaper".as_ptr(), 0, 0, 0);
         let mut chld: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut chld);
         libc::sigaddset(&mut chld, libc::SIGCHLD);
@@ -325,10 +332,13 @@ unsafe fn supervise(command: libc::pid_t, control: RawFd, reports: RawFd, mut fa
         }
 
         // The call is over: the command's group, then every descendant.
+        let started = monotonic_us();
         if st.status.is_none() {
             libc::killpg(command, libc::SIGKILL);
         }
         let survivors = st.sweep(&mut fallbacks);
+        let took = monotonic_us().saturating_sub(started);
+        write_record(reports, REC_SWEEP_US, took.min(i32::MAX as u64) as i32);
         if let Some(status) = st.status {
             write_record(reports, REC_STATUS, status);
         }
@@ -634,6 +644,18 @@ fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
         seen = true;
     }
     seen.then_some(ppid)
+}
+
+/// The monotonic clock in microseconds (`clock_gettime` is
+/// async-signal-safe).
+fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into a stack value.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000) + (ts.tv_nsec as u64) / 1000
 }
 
 /// SIGKILLs one of the reaper's children; 1 when it was signalled.
