@@ -21,9 +21,9 @@ const LATE: &str = "setsid sh -c 'sleep 1; echo late > late.txt' >/dev/null 2>&1
 const PAIRS: usize = 20;
 
 /// Runs pipeline `p` on `repo` with a model that, as stage `work`, runs
-/// `command` in `bash` and finishes; returns the run id and the lane the
-/// stage ran in.
-fn run(repo: &TestRepo, p: &Path, issue: &Path, command: &str) -> (String, String) {
+/// `command` in `bash` and finishes, with Landlock on (where the kernel has
+/// it) or off; returns the run id and the lane the stage ran in.
+fn run(repo: &TestRepo, p: &Path, issue: &Path, command: &str, landlock: bool) -> (String, String) {
     let server = FakeServer::start(Script::new().agent(
         "work",
         vec![
@@ -39,8 +39,21 @@ fn run(repo: &TestRepo, p: &Path, issue: &Path, command: &str) -> (String, Strin
     // The lane pool is what hands a run's lane to the next run, where a
     // survivor would write into the next stage; the test harness turns it
     // off for every other test (`support::cmd`).
-    let out = output_logged(cmd.env("ORCH_LANE_POOL", "2"));
+    cmd.env("ORCH_LANE_POOL", "2");
+    if !landlock {
+        cmd.env("ORCH_SANDBOX_DISABLE", "1");
+    }
+    let out = output_logged(&mut cmd);
     assert_exit(&out, 0);
+    let sandbox = if landlock && orch::sandbox::availability().abi().is_some() {
+        "orch: sandbox: Landlock ABI"
+    } else {
+        "orch: sandbox: Landlock unavailable"
+    };
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(sandbox),
+        "expected {sandbox:?}"
+    );
     assert_eq!(server.violations(), Vec::<String>::new());
     wait_for_cleaner(repo);
     let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
@@ -90,7 +103,10 @@ fn a_setsid_process_is_gone_with_its_call_and_writes_into_no_later_commit() {
     let p = write_pipeline(scratch.path(), "p", ONE);
     let issue = write_issue(scratch.path(), "# do the thing\n");
     for pair in 0..PAIRS {
-        let (first, lane) = run(&repo, &p, &issue, LATE);
+        // The reaper forks before the sandbox is entered: with Landlock the
+        // command cannot even signal it. Half the pairs run without.
+        let landlock = pair % 2 == 0;
+        let (first, lane) = run(&repo, &p, &issue, LATE, landlock);
         // Gone when the run is: the reaper killed it at the end of the call.
         assert_eq!(
             processes_of(&first),
@@ -99,7 +115,7 @@ fn a_setsid_process_is_gone_with_its_call_and_writes_into_no_later_commit() {
         );
         // The next run takes the same lane and works in it past the moment
         // the survivor would have written.
-        let (second, next_lane) = run(&repo, &p, &issue, "sleep 1.5");
+        let (second, next_lane) = run(&repo, &p, &issue, "sleep 1.5", landlock);
         assert_eq!(next_lane, lane, "pair {pair}: the pooled lane went on");
         for run_id in [&first, &second] {
             let files = committed(&repo, run_id);
