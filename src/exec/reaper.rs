@@ -499,8 +499,8 @@ impl State {
 }
 
 /// SIGKILLs every child listed in `/proc/thread-self/children` (the reaper
-/// is single-threaded, so that is all of them). `None` when the file cannot
-/// be read.
+/// is single-threaded, so that is all of them); returns how many it found.
+/// `None` when the file cannot be read.
 fn kill_children_listed() -> Option<u32> {
     // SAFETY: open/read/close with stack buffers; the pids are our own
     // unreaped children, so none is a recycled id.
@@ -514,7 +514,7 @@ fn kill_children_listed() -> Option<u32> {
         }
         let mut buf = [0u8; 512];
         let mut number: Option<libc::pid_t> = None;
-        let mut killed = 0;
+        let mut found = 0;
         loop {
             let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
             if n <= 0 {
@@ -525,20 +525,23 @@ fn kill_children_listed() -> Option<u32> {
                     let digit = libc::pid_t::from(b - b'0');
                     number = Some(number.unwrap_or(0).saturating_mul(10).saturating_add(digit));
                 } else if let Some(pid) = number.take() {
-                    killed += kill_child(pid);
+                    kill_child(pid);
+                    found += 1;
                 }
             }
         }
         if let Some(pid) = number {
-            killed += kill_child(pid);
+            kill_child(pid);
+            found += 1;
         }
         libc::close(fd);
-        Some(killed)
+        Some(found)
     }
 }
 
 /// SIGKILLs every process whose parent is the reaper, found by reading
-/// `/proc/<pid>/stat` for every pid. `None` when `/proc` cannot be listed.
+/// `/proc/<pid>/stat` for every pid; returns how many it found. `None` when
+/// `/proc` cannot be listed.
 fn kill_children_scanned() -> Option<u32> {
     // SAFETY: open/getdents64/close with a stack buffer; the kernel fills
     // whole `linux_dirent64` records, read within the returned length.
@@ -554,7 +557,7 @@ fn kill_children_scanned() -> Option<u32> {
         // u64 elements: the records' 8-byte fields are aligned.
         let mut buf = [0u64; 1024];
         let bytes = std::mem::size_of_val(&buf);
-        let mut killed = 0;
+        let mut found = 0;
         loop {
             let n = libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), bytes);
             if n <= 0 {
@@ -581,13 +584,14 @@ fn kill_children_scanned() -> Option<u32> {
                     p += 1;
                 }
                 if pid > 0 && p < end && *base.add(p) == 0 && parent_of(pid) == Some(me) {
-                    killed += kill_child(pid);
+                    kill_child(pid);
+                    found += 1;
                 }
                 off += reclen;
             }
         }
         libc::close(dir);
-        Some(killed)
+        Some(found)
     }
 }
 
@@ -658,13 +662,13 @@ fn monotonic_us() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000) + (ts.tv_nsec as u64) / 1000
 }
 
-/// SIGKILLs one of the reaper's children; 1 when it was signalled.
-fn kill_child(pid: libc::pid_t) -> u32 {
-    if pid <= 1 {
-        return 0;
+/// SIGKILLs one of the reaper's children (EPERM for another user's process
+/// is left to the sweep's bound).
+fn kill_child(pid: libc::pid_t) {
+    if pid > 1 {
+        // SAFETY: plain syscall on our own unreaped child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
-    // SAFETY: plain syscall on our own unreaped child.
-    u32::from(unsafe { libc::kill(pid, libc::SIGKILL) } == 0)
 }
 
 /// Closes every descriptor but `a` and `b` (`close_range`, or one by one up
