@@ -22,8 +22,9 @@
 //! Invariants: the parent reads results from disk, never from the child's
 //! stdout; whatever happens to the child (crash, kill, timeout) the parent
 //! gets a tool outcome and a final `result.json`, never a hang; when
-//! [`spawn`] returns (or its future is dropped) the child's process group is
-//! gone.
+//! [`spawn`] returns (or its future is dropped) the child and every process
+//! it started — its tool commands included, also when it was SIGKILLed — are
+//! gone (the child runs under a reaper, see [`crate::exec`]).
 
 pub mod child;
 mod record;

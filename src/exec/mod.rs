@@ -50,8 +50,9 @@ pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 pub(crate) const GRACE: Duration = group::GRACE;
 /// Output bytes sent back to the model (head + tail).
 pub(crate) const MAX_OUTPUT_BYTES: usize = 16 * 1024;
-/// How long to keep reading the pipe after the child exited and its group was
-/// killed; bounds the wait on a grandchild that left the group with the pipe.
+/// How long to keep reading the pipe after the command and everything it
+/// started were killed; bounds the wait on a process that escaped its reaper
+/// (one the reaper could not kill) while holding the pipe.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Limits for one child process.

@@ -1,6 +1,7 @@
-//! `bash -c` for tool calls: in its own process group, with exactly the
-//! environment it is given, closed stdin, a timeout (SIGTERM, grace,
-//! SIGKILL to the group) and capped output.
+//! `bash -c` for tool calls: in its own process group under a reaper, with
+//! exactly the environment it is given, closed stdin, a timeout (SIGTERM to
+//! the group, grace, SIGKILL of everything) and capped output. When
+//! [`run_shell`] returns, no process the command started is left.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -12,8 +13,10 @@ use super::group::{PreExec, ProcessGroup};
 use super::{ExecLimits, ExecResult};
 
 /// Runs `bash -c command` in `cwd` with exactly `env`, stdin closed, in its own
-/// process group, and waits at most `timeout` (then SIGTERM, `grace`, SIGKILL to
-/// the group). Returns `Err` only when the process cannot be started.
+/// process group, and waits at most `timeout` (then SIGTERM to the group,
+/// `grace`, SIGKILL of every process the command started). Returns once the
+/// command and everything it started are gone; `Err` only when the process
+/// cannot be started.
 pub(crate) async fn run_shell(
     command: &str,
     cwd: &Path,
