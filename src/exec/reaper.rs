@@ -47,6 +47,14 @@
 //! - no `/proc` at all: only the process group is killed, and the reaper
 //!   waits (bounded) for what it cannot see.
 //!
+//! Cost, measured on a loaded 2-core machine: one more fork per command
+//! (about 2–3 ms at orch's size, 30–40 MB resident; it grows with orch's
+//! anonymous memory), and the reaper shares orch's memory copy-on-write for
+//! the command's lifetime, so it keeps the pages orch changes meanwhile
+//! (about 1 MB over a 4 s call). The sweep itself takes about 10 µs when
+//! the command left nothing, about 300 µs when it kills a `setsid` survivor
+//! (the debug log has each call's `sweep_us`).
+//!
 //! Invariants:
 //! - the reaper runs in a forked copy of multi-threaded orch and never execs:
 //!   it makes only raw system calls on stack memory (no allocation, no
