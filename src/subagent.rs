@@ -22,8 +22,9 @@
 //! Invariants: the parent reads results from disk, never from the child's
 //! stdout; whatever happens to the child (crash, kill, timeout) the parent
 //! gets a tool outcome and a final `result.json`, never a hang; when
-//! [`spawn`] returns (or its future is dropped) the child's process group is
-//! gone.
+//! [`spawn`] returns (or its future is dropped) the child and every process
+//! it started — its tool commands included, also when it was SIGKILLed — are
+//! gone (the child runs under a reaper, see [`crate::exec`]).
 
 pub mod child;
 mod record;
@@ -424,8 +425,9 @@ pub async fn spawn(ctx: &SpawnContext, role: &str, task: &str) -> Result<ToolOut
             }
         }
     };
-    // Leftovers of the child's group must not outlive it.
-    group.finish();
+    // The wait returned: the child and everything it started are gone (its
+    // reaper killed what was left), so nothing holds the lane any more.
+    drop(group);
     // The child's tool processes wrote new git objects into the lane's
     // quarantine; move them where orch's own git work finds them. Inside a
     // sandboxed child the store is read-only: the top agent migrates.

@@ -1,7 +1,7 @@
 //! Capturing a child's output: stdout and stderr share one pipe (so the
 //! text is interleaved in the order the child wrote it), read into a bounded
 //! [`HeadTail`] buffer while waiting for the child, then drained for a
-//! bounded time (a grandchild that left the group with the pipe cannot hold
+//! bounded time (a process that escaped the reaper with the pipe cannot hold
 //! the caller).
 
 use std::os::fd::OwnedFd;

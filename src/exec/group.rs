@@ -1,28 +1,46 @@
 //! Process groups: every child orch starts (a tool command, a subagent)
-//! leads a process group of its own, so it and everything it starts can be
-//! stopped together.
+//! leads a process group of its own under a reaper of its own
+//! ([`super::reaper`]), so it and everything it starts — also what leaves
+//! the group (`setsid`, daemons) — can be stopped together, and is.
 //!
 //! Invariants:
-//! - [`ProcessGroup::spawn`] puts the child in a new group (`setpgid(0, 0)`)
-//!   and runs an optional [`PreExec`] hook in the child between fork and exec
-//!   (where a sandbox restricts the child before it runs anything);
-//! - stopping is SIGTERM to the group, a grace period, then SIGKILL
-//!   ([`ProcessGroup::stop`]);
-//! - while armed, dropping a [`ProcessGroup`] SIGKILLs the group (an
-//!   abandoned future leaves nothing running); [`ProcessGroup::release`]
-//!   disarms it once the group is done, so a late kill cannot hit a recycled
-//!   process id;
+//! - [`ProcessGroup::spawn`] starts the reaper, which starts the command in
+//!   a new group (the command's pid is the group id) and runs an optional
+//!   [`PreExec`] hook in the command between fork and exec (where a sandbox
+//!   restricts it before it runs anything; the reaper forks before, so it is
+//!   not restricted);
+//! - when [`ProcessGroup::wait`] returns, the command and every process it
+//!   started are gone (the reaper SIGKILLs what is left as soon as the
+//!   command exits), except what the reaper reported it could not kill,
+//!   which is logged;
+//! - signals reach the command's group through the reaper
+//!   ([`ProcessGroup::signal`]), which sends them only while the command is
+//!   not reaped, so a late signal cannot hit a recycled process id;
+//! - stopping is SIGTERM to the group, a grace period, then SIGKILL of the
+//!   whole tree ([`ProcessGroup::stop`]);
+//! - dropping a [`ProcessGroup`] whose command still runs ends the call: the
+//!   reaper SIGKILLs the tree, and the drop waits (bounded by
+//!   [`DROP_WAIT`]) until it is gone, so a cancelled call leaves nothing
+//!   running when its future is dropped;
 //! - [`reap_run_orphans`] finds what an `orch` killed with SIGKILL left
-//!   running, by the run marker in the environment.
+//!   running, by the run marker in the environment (the reaper of a killed
+//!   orch also sweeps its tree by itself when its control pipe closes).
 
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use super::RUN_MARKER;
+use super::reaper::{self, Reaper, Report, fallback};
 
 /// Time between SIGTERM and SIGKILL when a process group is stopped.
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
+/// Upper bound of the wait in a drop for the reaper's sweep (which gives up
+/// by itself after about 2 s without progress).
+pub(crate) const DROP_WAIT: Duration = Duration::from_secs(5);
 
 /// A hook run in the child after fork and before exec (e.g. applying a
 /// sandbox). It runs in a forked copy of a multi-threaded process: it must
@@ -49,23 +67,36 @@ impl std::fmt::Debug for PreExec {
     }
 }
 
-/// A started child leading its own process group.
+/// A started command leading its own process group, under its reaper.
 #[derive(Debug)]
 pub(crate) struct ProcessGroup {
-    child: tokio::process::Child,
-    /// The group id (the child's pid) while the guard is armed.
-    pgid: Option<libc::pid_t>,
+    /// The reaper: orch's direct child; the command is the reaper's child.
+    reaper_process: tokio::process::Child,
+    reaper: Reaper,
+    /// The command's pid (its group id), from the reaper's first record.
+    pid: Option<libc::pid_t>,
+    /// The command's exit status, once the reaper exited.
+    status: Option<ExitStatus>,
 }
 
 impl ProcessGroup {
-    /// Starts `cmd` as the leader of a new process group, with `pre_exec`
-    /// run in the child before exec. The caller sets program, arguments,
-    /// environment and stdio; this sets the group and `kill_on_drop`.
+    /// Starts `cmd` as the leader of a new process group under a reaper,
+    /// with `pre_exec` run in the command before exec. The caller sets
+    /// program, arguments, environment and stdio.
     pub(crate) fn spawn(
         cmd: &mut tokio::process::Command,
         pre_exec: Option<&PreExec>,
     ) -> std::io::Result<ProcessGroup> {
-        cmd.process_group(0).kill_on_drop(true);
+        let (reaper, ends) = Reaper::pipes()?;
+        // The reaper leads a group of its own (out of the terminal's), and
+        // must survive a dropped group: it is what kills the tree then.
+        cmd.process_group(0).kill_on_drop(false);
+        // SAFETY: the hook runs between fork and exec and makes only raw
+        // system calls on stack values (see `reaper`); it is registered
+        // first, so the hooks below run in the command only.
+        unsafe {
+            cmd.pre_exec(reaper::hook(&ends));
+        }
         if let Some(PreExec(hook)) = pre_exec {
             let hook = Arc::clone(hook);
             // SAFETY: the hook runs between fork and exec; `PreExec`
@@ -74,68 +105,186 @@ impl ProcessGroup {
                 cmd.pre_exec(move || hook());
             }
         }
-        let child = cmd.spawn()?;
-        let pgid = child.id().map(|p| p as libc::pid_t).filter(|p| *p > 0);
-        Ok(ProcessGroup { child, pgid })
+        let reaper_process = cmd.spawn()?;
+        // The reaper wrote the command's pid before the spawn returned (it
+        // does before closing its copy of the exec-error pipe the spawn
+        // reads to its end).
+        drop(ends);
+        let mut group = ProcessGroup {
+            reaper_process,
+            reaper,
+            pid: None,
+            status: None,
+        };
+        group.pid = group.reaper.read_report().pid;
+        Ok(group)
     }
 
-    /// The leader's pid (0 when unknown).
+    /// The command's pid, which is also its process group id (0 when
+    /// unknown).
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id().unwrap_or(0)
+        self.pid.map_or(0, |p| p as u32)
     }
 
-    /// Waits for the leader to exit.
+    /// Waits for the command to exit and the reaper to have killed what it
+    /// left; returns the command's exit status.
     pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        self.child.wait().await
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let own = self.reaper_process.wait().await?;
+        let report = self.reaper.read_report();
+        log_report(&report);
+        let status = match report.status {
+            Some(raw) => ExitStatus::from_raw(raw),
+            None => {
+                // Only a kill from outside ends a reaper before its command.
+                tracing::warn!(
+                    pid = report.pid,
+                    reaper = %own,
+                    "the reaper of a command died before it; killing the command's group, what left it may outlive it"
+                );
+                if let Some(pid) = report.pid {
+                    signal_group(pid, libc::SIGKILL);
+                }
+                own
+            }
+        };
+        self.status = Some(status);
+        Ok(status)
     }
 
-    /// Sends `signal` to the whole group (nothing once released).
+    /// Sends `signal` to the command's group (nothing once it was reaped).
     pub(crate) fn signal(&self, signal: libc::c_int) {
-        if let Some(pgid) = self.pgid {
-            signal_group(pgid, signal);
+        if self.status.is_none() {
+            self.reaper.signal(signal);
         }
     }
 
-    /// SIGTERM to the group, up to `grace` for the leader to exit, then
-    /// SIGKILL; returns the leader's exit status.
+    /// SIGKILLs the command's group and every process it started (the
+    /// reaper does, then exits; [`ProcessGroup::wait`] for it).
+    pub(crate) fn kill(&mut self) {
+        self.reaper.end();
+    }
+
+    /// SIGTERM to the group, up to `grace` for the command to exit, then
+    /// SIGKILL of the whole tree; returns the command's exit status.
     pub(crate) async fn stop(&mut self, grace: Duration) -> std::io::Result<ExitStatus> {
         self.signal(libc::SIGTERM);
-        match tokio::time::timeout(grace, self.child.wait()).await {
+        match tokio::time::timeout(grace, self.wait()).await {
             Ok(status) => status,
             Err(_) => {
-                self.signal(libc::SIGKILL);
-                self.child.wait().await
+                self.kill();
+                self.wait().await
             }
         }
-    }
-
-    /// After the leader exited: SIGKILLs what is left of the group
-    /// (background jobs must not outlive their command) and disarms the
-    /// guard.
-    pub(crate) fn finish(&mut self) {
-        self.signal(libc::SIGKILL);
-        self.release();
-    }
-
-    /// Disarms the drop guard: the group is done with, and a later kill
-    /// could hit a recycled process id.
-    pub(crate) fn release(&mut self) {
-        self.pgid = None;
     }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        self.signal(libc::SIGKILL);
+        if self.status.is_some() {
+            return;
+        }
+        self.reaper.end();
+        if let Some(pid) = self.reaper_process.id() {
+            wait_exited(pid as libc::pid_t, DROP_WAIT);
+        }
+    }
+}
+
+/// Blocks until the child `pid` exited (without reaping it: tokio does), at
+/// most `bound`.
+fn wait_exited(pid: libc::pid_t, bound: Duration) {
+    let deadline = Instant::now() + bound;
+    // SAFETY: pidfd_open on our own unreaped child (its pid cannot be
+    // recycled); the returned descriptor is ours to own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd >= 0 {
+        // SAFETY: pidfd_open returned a new descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+        let mut pfd = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // SAFETY: poll on one stack pollfd.
+            let rc = unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) };
+            if rc >= 0
+                || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)
+                || left.is_zero()
+            {
+                return;
+            }
+        }
+    }
+    // No pidfd (before Linux 5.3): look without reaping, every millisecond.
+    while Instant::now() < deadline {
+        // SAFETY: waitid with WNOWAIT into a stack value on our own child.
+        let exited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            ) != 0
+                || info.si_pid() == pid
+        };
+        if exited {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Logs what a reaper reported: each unavailable mechanism once per
+/// process as a warning (never silently), survivors every time.
+fn log_report(report: &Report) {
+    static WARNED: AtomicU32 = AtomicU32::new(0);
+    let new = report.fallbacks & !WARNED.fetch_or(report.fallbacks, Ordering::Relaxed);
+    if new & fallback::NO_SUBREAPER != 0 {
+        tracing::warn!(
+            "prctl(PR_SET_CHILD_SUBREAPER) failed: processes that leave a command's process group (setsid, daemons) may outlive it"
+        );
+    }
+    if new & fallback::PROC_SCAN != 0 {
+        tracing::warn!(
+            "/proc/thread-self/children is unavailable: a command's leftover processes are found by scanning /proc (slower)"
+        );
+    }
+    if new & fallback::NO_PROC != 0 {
+        tracing::warn!(
+            "/proc is unreadable: only a command's process group is killed at its end; processes that left it may outlive it"
+        );
+    }
+    if new & fallback::NO_SIGNALFD != 0 {
+        tracing::warn!("signalfd failed: the reaper polls for exited processes");
+    }
+    tracing::debug!(
+        pid = report.pid,
+        sweep_us = report.sweep_us,
+        fallbacks = report.fallbacks,
+        "the command's reaper ended its tree"
+    );
+    if report.survivors > 0 {
+        tracing::warn!(
+            pid = report.pid,
+            survivors = report.survivors,
+            "processes started by a command could not be killed and outlive it"
+        );
     }
 }
 
 /// Sends `signal` to the process group `pgid`; a gone group is fine.
 fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
     if pgid > 0 {
-        // SAFETY: plain syscall on a group created for the child with
-        // `process_group(0)`, so its id equals the child's pid. ESRCH (group
-        // already gone) is expected and ignored.
+        // SAFETY: plain syscall. Only used when the command's reaper died
+        // before reaping it (so the command, re-parented, most likely still
+        // leads the group); ESRCH (group already gone) is expected and
+        // ignored.
         unsafe {
             libc::killpg(pgid, signal);
         }
@@ -262,7 +411,6 @@ pub(crate) mod tests {
                 .unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL), "TERM is ignored");
-        g.finish();
         assert!(group_gone(pgid), "group {pgid} survived");
     }
 
@@ -298,7 +446,6 @@ pub(crate) mod tests {
         });
         let mut g = ProcessGroup::spawn(&mut cmd, Some(&hook)).unwrap();
         assert!(g.wait().await.unwrap().success());
-        g.finish();
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join("seen"))
             .unwrap()

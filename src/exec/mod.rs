@@ -1,12 +1,16 @@
-//! Child processes for tool calls: `bash -c` in its own process group, with a
-//! scrubbed environment, closed stdin, a timeout, and capped output.
+//! Child processes for tool calls: `bash -c` in its own process group under
+//! a reaper, with a scrubbed environment, closed stdin, a timeout, and
+//! capped output.
 //!
 //! - [`env`]: the environment allowlist and the secret-name rule;
-//! - [`group`]: process groups (spawn in a group with an optional pre-exec
-//!   hook, SIGTERM → grace → SIGKILL, drop guard, orphan reaping), used by
-//!   tool commands and subagents alike;
+//! - [`reaper`]: the per-call subreaper between orch and a command, which
+//!   kills everything the command started when it ends (also `setsid`,
+//!   double forks, daemons) — why this mechanism is in its doc;
+//! - [`group`]: process groups (spawn in a group under a reaper with an
+//!   optional pre-exec hook, SIGTERM → grace → SIGKILL, drop guard, orphan
+//!   reaping), used by tool commands and subagents alike;
 //! - [`capture`]: one pipe for stdout and stderr, read into a bounded buffer;
-//! - [`shell`]: `bash -c` for the `bash` tool, built from the three above.
+//! - [`shell`]: `bash -c` for the `bash` tool, built from the above.
 //!
 //! Invariants:
 //! - the child gets exactly the environment it is given (`env_clear` first);
@@ -16,14 +20,20 @@
 //!   the order the child wrote it;
 //! - at most the buffer's head + 2 × tail bytes are held in memory, whatever
 //!   the child prints;
-//! - when [`run_shell`] returns (or its future is dropped), no process of the
-//!   child's process group is left alive, and a grandchild that escaped the
-//!   group while holding the pipe cannot delay the return by more than
-//!   `drain_timeout`.
+//! - no process outlives its tool call: when [`run_shell`] returns (or its
+//!   future is dropped), no process the command started is left alive —
+//!   background jobs, `nohup`, double forks, `setsid` and daemons alike —
+//!   unless the reaper could not kill it (another user's process, one stuck
+//!   in the kernel), which is logged. A stage's lane is therefore held by no
+//!   process of the stage once its calls returned, and can go back to the
+//!   lane pool;
+//! - a grandchild that escaped the reaper while holding the pipe cannot delay
+//!   the return by more than `drain_timeout`.
 
 mod capture;
 pub(crate) mod env;
 pub(crate) mod group;
+mod reaper;
 pub(crate) mod shell;
 
 use std::time::Duration;
@@ -40,8 +50,9 @@ pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 pub(crate) const GRACE: Duration = group::GRACE;
 /// Output bytes sent back to the model (head + tail).
 pub(crate) const MAX_OUTPUT_BYTES: usize = 16 * 1024;
-/// How long to keep reading the pipe after the child exited and its group was
-/// killed; bounds the wait on a grandchild that left the group with the pipe.
+/// How long to keep reading the pipe after the command and everything it
+/// started were killed; bounds the wait on a process that escaped its reaper
+/// (one the reaper could not kill) while holding the pipe.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Limits for one child process.

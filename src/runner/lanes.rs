@@ -7,6 +7,12 @@
 //! is not reset at all, so a chain of stages costs no checkout per stage.
 //! The first lane is created while the run record is being written.
 //!
+//! No process of a stage holds its lane once the stage ended: every tool
+//! call (and subagent) returns only when every process it started is gone
+//! ([`crate::exec`]'s per-call reaper, `setsid` and daemons included), so a
+//! lane given back — to the next stage or to the pool — is written by no
+//! one but its next holder.
+//!
 //! With the lane pool on (the default; `[lanes] pool = N` in `orch.toml`,
 //! `--no-lane-pool` or `pool = 0` turn it off), every lane is a slot of the
 //! repository's pool of warm lanes ([`crate::git::pool`]): a new lane is a

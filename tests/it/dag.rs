@@ -548,27 +548,21 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-#[test]
-fn resume_stops_the_tool_processes_a_killed_orch_left_running() {
-    let repo = repo_with(&[("README.md", "base\n")]);
-    let before = repo.snapshot();
-    let tmp = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(tmp.path(), LINEAR);
-    let pidfile = tmp.path().join("sleeper.pid");
-    let server = FakeServer::start(Script::new().agent(
-        "one",
-        vec![Reply::tool_call(
-            "s",
-            "bash",
-            json!({"command": format!("echo $$ > {} && exec sleep 300", pidfile.display()), "timeout_secs": 600}),
-        )],
-    ));
+/// Starts a one-stage run whose tool command writes its pid and sleeps;
+/// returns orch and the command's pid once it runs.
+fn run_with_a_sleeping_command(
+    repo: &TestRepo,
+    tmp: &Path,
+    server: &FakeServer,
+) -> (std::process::Child, i32) {
+    let pipeline = write_pipeline(tmp, LINEAR);
+    let pidfile = tmp.join("sleeper.pid");
     // The pid file is outside the lane, which the kernel sandbox keeps
-    // read-only; this test is about process clean-up, not the sandbox.
-    let mut child = orch_run(&repo, &pipeline, tmp.path(), &server)
+    // read-only; these tests are about process clean-up, not the sandbox.
+    let child = orch_run(repo, &pipeline, tmp, server)
         .env("ORCH_SANDBOX_DISABLE", "1")
         .spawn_quiet();
-    // Wait (bounded) until the tool command runs, then SIGKILL orch mid-call.
+    // Wait (bounded) until the tool command runs.
     let mut waited = 0;
     while std::fs::read_to_string(&pidfile).map_or(true, |t| t.trim().is_empty()) && waited < 400 {
         std::thread::sleep(Duration::from_millis(25));
@@ -579,20 +573,74 @@ fn resume_stops_the_tool_processes_a_killed_orch_left_running() {
         .trim()
         .parse()
         .unwrap();
+    (child, sleeper)
+}
+
+fn sleeping_command(tmp: &Path) -> FakeServer {
+    let pidfile = tmp.join("sleeper.pid");
+    FakeServer::start(Script::new().agent(
+        "one",
+        vec![Reply::tool_call(
+            "s",
+            "bash",
+            json!({"command": format!("echo $$ > {} && exec sleep 300", pidfile.display()), "timeout_secs": 600}),
+        )],
+    ))
+}
+
+/// Waits (bounded, 5 s) until `pid` is gone.
+fn gone(pid: i32) -> bool {
+    let mut waited = 0;
+    while alive(pid) && waited < 200 {
+        std::thread::sleep(Duration::from_millis(25));
+        waited += 1;
+    }
+    !alive(pid)
+}
+
+#[test]
+fn a_killed_orchs_running_tool_command_goes_with_it() {
+    // The command's reaper sees orch go (its control pipe closes) and kills
+    // the command's tree at once: nothing waits for a resume.
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let tmp = tempfile::tempdir().unwrap();
+    let server = sleeping_command(tmp.path());
+    let (mut child, sleeper) = run_with_a_sleeping_command(&repo, tmp.path(), &server);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(alive(sleeper), "the tool command outlives a SIGKILLed orch");
+    assert!(gone(sleeper), "the tool command outlived a SIGKILLed orch");
+}
+
+#[test]
+fn resume_stops_the_tool_processes_a_killed_orch_left_running() {
+    let repo = repo_with(&[("README.md", "base\n")]);
+    let before = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = sleeping_command(tmp.path());
+    let (mut child, sleeper) = run_with_a_sleeping_command(&repo, tmp.path(), &server);
+    // What resume's scan for the run marker is for: a command that escaped
+    // even its reaper, as when the reaper is killed with orch (an OOM kill,
+    // a kill of every process). The command's parent is its reaper.
+    let stat = std::fs::read_to_string(format!("/proc/{sleeper}/stat")).unwrap();
+    let reaper: i32 = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    // SAFETY: plain syscall on the reaper's pid, read from /proc.
+    assert_eq!(unsafe { libc::kill(reaper, libc::SIGKILL) }, 0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        alive(sleeper),
+        "the tool command outlives a SIGKILLed orch and reaper"
+    );
 
     let run_id = crate::support::only_run_id(&repo.path);
     let server2 = FakeServer::start(full_script());
     let out = resume(&repo, &run_id, &server2, &[]);
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("stopped 1 process(es) left running"));
-    let mut waited = 0;
-    while alive(sleeper) && waited < 200 {
-        std::thread::sleep(Duration::from_millis(25));
-        waited += 1;
-    }
-    assert!(!alive(sleeper), "resume stopped the orphaned tool command");
+    assert!(gone(sleeper), "resume stopped the orphaned tool command");
     assert_eq!(repo.snapshot(), before);
 }

@@ -48,26 +48,7 @@ fn run(repo: &TestRepo, pipeline: &Path, server: &FakeServer, extra: &[&str]) ->
         cmd.env_remove("ORCH_LANE_POOL")
             .env("ORCH_LOG", "orch=debug"),
     );
-    wait_for_cleaner(repo);
     out
-}
-
-/// Waits (bounded) until no background clean-up of `repo`'s pool runs: it
-/// holds `.git/orch/pool/cleaner.held` (shared) from before it starts until
-/// it exits. What the tests check after a run is then what it left.
-fn wait_for_cleaner(repo: &TestRepo) {
-    use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(repo.path.join(".git/orch/pool/cleaner.held")) else {
-        return;
-    };
-    for _ in 0..6000 {
-        // SAFETY: flock on a descriptor `file` owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("the background clean-up did not end within a minute");
 }
 
 fn stage_start(repo: &TestRepo, out: &Output, stage: &str) -> Value {
@@ -382,7 +363,6 @@ fn no_lane_pool_and_pool_zero_leave_no_pool() {
 /// lane (no run's own lanes, nothing `git worktree prune` would drop), no
 /// `orch-lanes/*` ref, no `.lock` file in `.git`, `git fsck` clean.
 fn assert_pool_healthy(repo: &TestRepo, what: &str) {
-    wait_for_cleaner(repo);
     for entry in std::fs::read_dir(repo.path.join(".git/worktrees"))
         .into_iter()
         .flatten()
@@ -580,7 +560,6 @@ fn the_next_stage_sees_an_index_at_head_after_a_commit_from_marks() {
         }
         let mut cmd = run.command();
         let out = output_logged(cmd.env_remove("ORCH_LANE_POOL"));
-        wait_for_cleaner(&repo);
         assert_exit(&out, 0);
         let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
         let end = crate::support::stage_events(&record_dir(&repo, &run_id), "a", "stage_end");

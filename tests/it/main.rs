@@ -38,6 +38,7 @@ mod llm_wire;
 mod logview;
 mod memory;
 mod outcomes;
+mod reap;
 mod request_size;
 mod review_cmds;
 mod run_e2e;

@@ -555,6 +555,63 @@ fn a_child_killed_by_sigkill_is_a_tool_error_and_the_run_completes() {
 }
 
 #[test]
+fn a_child_killed_by_sigkill_takes_its_running_bash_command_with_it() {
+    // A SIGKILLed child cleans up nothing itself; its running `bash`
+    // command goes anyway: with the child's end the reaper the parent
+    // started it under kills the child's whole tree (and the command's own
+    // reaper sees the child's control pipe close).
+    let repo = repo();
+    let scratch = tempfile::tempdir().unwrap();
+    let pidfile = scratch.path().join("bash.pid");
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", parent_spawning_one("explore"))
+            .agent("code/explore-1", sleeping_child(&pidfile, 10)),
+    );
+    let (p, issue) = pipeline(scratch.path());
+    let running = OrchRun::with_model_env(&server.base_url, &p, &repo)
+        .issue(&issue)
+        .json()
+        .env("ORCH_CONFIG_DIR", sandbox_writable_config(scratch.path()))
+        .command()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bash: i32 = (0..3000)
+        .find_map(|_| {
+            let pid = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|t| t.trim().parse().ok());
+            if pid.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            pid
+        })
+        .expect("the child's bash ran");
+    let child = pid_of(&server.requests_for("code/explore-1")[0]);
+    // SAFETY: plain syscall on the child orch's pid, which it sent.
+    assert_eq!(unsafe { libc::kill(child, libc::SIGKILL) }, 0);
+    let out = running.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(server.violations(), Vec::<String>::new());
+    let err = &tool_results(&server.requests_for("code")[1])[0];
+    assert!(
+        err.contains("exited without a result (killed by SIGKILL)"),
+        "{err}"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{bash}")).exists(),
+        "the child's bash {bash} outlived the child"
+    );
+}
+
+#[test]
 fn an_explore_child_cannot_change_the_worktree_through_bash() {
     let repo = repo();
     let before = repo.snapshot();
