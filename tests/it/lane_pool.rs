@@ -44,11 +44,10 @@ fn run(repo: &TestRepo, pipeline: &Path, server: &FakeServer, extra: &[&str]) ->
         .json()
         .args(extra)
         .command();
-    let out = output_logged(
+    output_logged(
         cmd.env_remove("ORCH_LANE_POOL")
             .env("ORCH_LOG", "orch=debug"),
-    );
-    out
+    )
 }
 
 fn stage_start(repo: &TestRepo, out: &Output, stage: &str) -> Value {
