@@ -385,6 +385,20 @@ case!(
     "echo x > sub/written.txt && echo more >> a.txt"
 );
 
+case!(
+    initialised_submodule,
+    with_submodule,
+    "git -c protocol.file.allow=always submodule -q update --init && echo more >> a.txt && cat sub/s.txt"
+);
+case!(
+    initialised_submodule_moved_to_a_new_commit,
+    with_submodule,
+    &format!(
+        "git -c protocol.file.allow=always submodule -q update --init && echo two > sub/t.txt \
+         && git -C sub add t.txt && (cd sub && {COMMIT} -m two)"
+    )
+);
+
 #[test]
 fn nested_repository_with_a_commit_becomes_a_gitlink() {
     let command = format!(
@@ -443,4 +457,79 @@ fn a_repository_the_agent_makes_keeps_its_own_objects() {
             "{key}{sha} reached the user's object store"
         );
     }
+}
+
+/// The user keeps working: a commit on `main` in their own checkout while
+/// the agent's command runs stays on `main` (the kernel sandbox kept the
+/// command out of the common git dir, so the change is the user's: noted,
+/// never undone) and the run succeeds; the stage commit is the agent's.
+#[test]
+fn a_user_commit_on_main_during_a_tool_call_stays_and_the_run_succeeds() {
+    let repo = base_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            Reply::tool_call(
+                "b",
+                "bash",
+                json!({"command": "touch started && sleep 3 && rm started && echo agent >> a.txt"}),
+            ),
+            Reply::finish("f", "done", None),
+        ],
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let issue = write_issue(tmp.path(), "# do the thing\n");
+    let p = write_pipeline(tmp.path(), "p", ONE);
+    let mut cmd = OrchRun::new(&p, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .command();
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: the agent's command marks its start in its (pooled) lane.
+    let marker = repo.path.join(".git/orch/pool/lane-1/started");
+    let mut waited = 0;
+    while !marker.exists() {
+        assert!(waited < 3000, "the agent's command never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        waited += 1;
+    }
+    repo.write("user.txt", "the user's own work\n");
+    let user_commit = repo.commit_all("the user's commit");
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    assert_eq!(
+        repo.git(&["rev-parse", "main"]).trim(),
+        user_commit,
+        "main stays"
+    );
+    assert_eq!(
+        repo.git(&["reflog", "-1", "--format=%H", "main"]).trim(),
+        user_commit,
+        "the reflog and the ref agree"
+    );
+    assert_eq!(
+        repo.git(&["status", "--porcelain"]),
+        "",
+        "nothing reappears staged"
+    );
+    let id = run_id(&out);
+    let files = repo.git(&["ls-tree", "-r", "--name-only", &format!("orch/{id}/work")]);
+    assert!(
+        !files.contains("user.txt"),
+        "the stage is the agent's: {files}"
+    );
+    assert_eq!(
+        repo.git(&["show", &format!("orch/{id}/work:a.txt")]),
+        "alpha\nagent\n"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("this is the user's own work: orch leaves it as it is"),
+        "noted: {stderr}"
+    );
 }
