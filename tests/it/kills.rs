@@ -250,3 +250,78 @@ fn randomised_kills_during_run_and_resume_always_resume_to_the_uninterrupted_tre
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Pooled runs killed at random points, all in one repository so every run
+/// after the first takes warm pooled lanes (the default): each is resumed
+/// to the uninterrupted tree; afterwards no lock file anywhere in `.git`,
+/// no broken lane, `git fsck` clean, the user's tree untouched.
+const POOLED_RUNS: usize = 50;
+
+#[test]
+fn fifty_pooled_runs_killed_at_random_points_all_resume_clean() {
+    let reference = reference_tree(FAN, &STAGES);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
+    let before_user = repo.snapshot();
+    let tmp = tempfile::tempdir().unwrap();
+    let p = pipeline(tmp.path(), FAN);
+    let runs_dir = repo.path.join(".git/orch/runs");
+    let ids = || -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(&runs_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("state.json").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let (mut killed_runs, mut resumes) = (0, 0);
+    for run in 0..POOLED_RUNS {
+        let known = ids();
+        let server = FakeServer::start(script(Duration::from_millis(20)));
+        let mut child = orch_run(&repo, &p, &server)
+            .command()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_millis(rng.below(400));
+        let mut exited = None;
+        while Instant::now() < deadline {
+            if let Some(s) = child.try_wait().unwrap() {
+                exited = Some(s);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if exited.is_none() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            killed_runs += 1;
+        }
+        let Some(id) = ids().difference(&known).next().cloned() else {
+            // Killed before its first state write: nothing to resume.
+            continue;
+        };
+        if state_json(&repo, &id)["status"] != "succeeded" {
+            let server = FakeServer::start(script(Duration::ZERO));
+            let out = resume(&repo, &id, &server, &[]);
+            resumes += 1;
+            assert_eq!(out.status.code(), Some(0), "run {run}: resume finishes");
+        }
+        assert_eq!(state_json(&repo, &id)["status"], "succeeded", "run {run}");
+        assert_eq!(pr_tree(&repo, &id), reference, "run {run}");
+        assert_eq!(leftovers(&repo), Vec::<String>::new(), "run {run}");
+    }
+    assert!(
+        killed_runs >= POOLED_RUNS / 2,
+        "{killed_runs} of {POOLED_RUNS} killed"
+    );
+    assert!(
+        repo.git(&["worktree", "list"]).contains("orch/pool/lane-"),
+        "the runs used the pool"
+    );
+    assert_fsck_clean(&repo);
+    assert_eq!(repo.snapshot(), before_user, "the user's tree");
+    eprintln!("{POOLED_RUNS} pooled runs, {killed_runs} killed, {resumes} resumed");
+}
