@@ -296,9 +296,9 @@ fn fifty_pooled_runs_killed_at_random_points_all_resume_clean() {
         }
         if exited.is_none() {
             child.kill().unwrap();
-            child.wait().unwrap();
             killed_runs += 1;
         }
+        child.wait().unwrap();
         let Some(id) = ids().difference(&known).next().cloned() else {
             // Killed before its first state write: nothing to resume.
             continue;
