@@ -143,6 +143,12 @@ impl Git {
         self
     }
 
+    /// Sets a variable of the command's environment.
+    pub(crate) fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        self.cmd.env(key, value);
+        self
+    }
+
     /// Adds one argument made of `prefix` and a path
     /// (`--pathspec-from-file=<path>`).
     pub(crate) fn arg_path(mut self, prefix: &str, path: &Path) -> Self {
@@ -168,15 +174,9 @@ impl Git {
             detail: format!("could not start git: {e}"),
         };
         let mut child = self.cmd.spawn().map_err(spawn_err)?;
+        let started = Instant::now();
         let mut out = child.stdout.take();
         let mut err = child.stderr.take();
-        let reader = std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(o) = out.as_mut() {
-                let _ = o.read_to_end(&mut buf);
-            }
-            buf
-        });
         let err_reader = std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(e) = err.as_mut() {
@@ -186,38 +186,40 @@ impl Git {
             }
             buf
         });
-        let started = Instant::now();
-        let mut pause = Duration::from_micros(200);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if started.elapsed() > TIMEOUT => {
-                    // SAFETY: killpg with the child's own group id (it was
-                    // spawned with `process_group(0)`), a plain syscall.
-                    unsafe { libc::killpg(child.id() as i32, libc::SIGKILL) };
-                    let _ = child.wait();
-                    return Err(GitError::Cli {
-                        command: line,
-                        detail: format!(
-                            "it ran longer than {} s and was killed",
-                            TIMEOUT.as_secs()
-                        ),
-                    });
+        // A watchdog ends a git that hangs (a filter driver); the wait
+        // itself blocks, so a fast git is seen the moment it exits.
+        let (done, until) = std::sync::mpsc::channel::<()>();
+        let timed_out = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watchdog = {
+            let (pid, timed_out) = (child.id() as i32, std::sync::Arc::clone(&timed_out));
+            std::thread::spawn(move || {
+                if until.recv_timeout(TIMEOUT) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                    timed_out.store(true, std::sync::atomic::Ordering::SeqCst);
+                    // SAFETY: killpg of the child's own group (spawned with
+                    // `process_group(0)`, not yet reaped: the waiter is
+                    // still blocked on it), a plain syscall.
+                    unsafe { libc::killpg(pid, libc::SIGKILL) };
                 }
-                Ok(None) => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(5));
-                }
-                Err(e) => {
-                    return Err(GitError::Cli {
-                        command: line,
-                        detail: format!("could not wait for git: {e}"),
-                    });
-                }
-            }
+            })
         };
-        let stdout = reader.join().unwrap_or_default();
+        let mut stdout = Vec::new();
+        if let Some(o) = out.as_mut() {
+            let _ = o.read_to_end(&mut stdout);
+        }
+        let waited = child.wait();
+        drop(done);
+        let _ = watchdog.join();
         let stderr = err_reader.join().unwrap_or_default();
+        let status = waited.map_err(|e| GitError::Cli {
+            command: line.clone(),
+            detail: format!("could not wait for git: {e}"),
+        })?;
+        if timed_out.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(GitError::Cli {
+                command: line,
+                detail: format!("it ran longer than {} s and was killed", TIMEOUT.as_secs()),
+            });
+        }
         let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
         if stderr.len() > STDERR_KEPT {
             let mut cut = STDERR_KEPT;
@@ -227,6 +229,12 @@ impl Git {
             stderr.truncate(cut);
             stderr.push_str("[…]");
         }
+        tracing::debug!(
+            command = %line,
+            code = status.code().unwrap_or(-1),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "git ran"
+        );
         Ok(Output {
             code: status.code().unwrap_or(-1),
             stdout,

@@ -20,7 +20,7 @@
 //! moving any ref; the run's stage branches are what keep it alive.
 
 use super::{GitError, git_err, io_err, open_at, status_walk};
-use git2::{IndexEntry, IndexTime, Oid, Repository};
+use git2::{Oid, Repository};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -379,10 +379,13 @@ fn checked_out_submodules(repo: &Repository) -> Vec<String> {
         .collect()
 }
 
-/// Writes the working tree of the repository at `workdir` (tracked files as
-/// they are on disk, untracked files, not ignored ones; submodules as `HEAD`
-/// records them) as a commit whose parent is `HEAD`, and returns its SHA.
-/// No ref, index file or working-tree file is written.
+/// Writes the working tree of the repository at `workdir` as a commit whose
+/// parent is `HEAD`, and returns its SHA: the tree is what `git add -A &&
+/// git write-tree` makes of it (tracked files as they are on disk, untracked
+/// files that are not ignored, modes, filters and submodule gitlinks as git
+/// records them), staged into a temporary copy of the index
+/// (`GIT_INDEX_FILE`), so the user's index, refs and files are never
+/// written; only new objects land in the store, as any `git add` would.
 pub fn snapshot_worktree(workdir: &Path) -> Result<String, GitError> {
     let repo = open_at(workdir)?;
     let root: PathBuf =
@@ -397,41 +400,31 @@ pub fn snapshot_worktree(workdir: &Path) -> Result<String, GitError> {
         .map_err(|_| GitError::NoCommits {
             path: workdir.to_path_buf(),
         })?;
-    let head_tree = head
-        .tree()
-        .map_err(git_err("read the tree of HEAD for a snapshot"))?;
-    let mut index = git2::Index::new().map_err(git_err("create an in-memory index"))?;
-    index
-        .read_tree(&head_tree)
-        .map_err(git_err("read HEAD into an in-memory index"))?;
-    let changed =
-        status_walk(&repo).map_err(git_err(format!("read the status of {}", root.display())))?;
-    for (path, status) in changed {
-        if status == git2::Status::CURRENT || status.is_ignored() || path.ends_with(b"/") {
-            // A nested repository shows as `dir/`: not part of this tree.
-            continue;
-        }
-        let rel = bytes_to_path(&path);
-        let full = root.join(&rel);
-        match std::fs::symlink_metadata(&full) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // Deleted in the working tree (whatever the index says).
-                let _ = index.remove_path(&rel);
-            }
-            Err(e) => return Err(io_err("read", &full)(e)),
-            Ok(meta) => {
-                let (id, mode) = blob_of(&repo, &full, &meta)?;
-                index
-                    .add(&entry(path, id, mode))
-                    .map_err(git_err(format!("add {} to the snapshot", rel.display())))?;
-            }
-        }
+    // A copy of the user's index keeps its stat data, so git rehashes only
+    // what changed; without one, the temporary index starts from `HEAD`.
+    let tmp = tempfile::Builder::new()
+        .prefix("orch-snapshot-index-")
+        .tempdir()
+        .map_err(io_err("create a temp dir in", &std::env::temp_dir()))?;
+    let index = tmp.path().join("index");
+    let users = repo.path().join("index");
+    let git = |args: &[&str]| {
+        super::cli::git(&root)
+            .args(["-c", "core.splitIndex=false"])
+            .args(args)
+            .env("GIT_INDEX_FILE", &index)
+            .run()
+    };
+    if users.is_file() {
+        std::fs::copy(&users, &index).map_err(io_err("copy the index", &users))?;
+    } else {
+        git(&["read-tree", &head.id().to_string()])?;
     }
-    let tree_id = index
-        .write_tree_to(&repo)
-        .map_err(git_err("write the snapshot tree"))?;
-    let tree = repo
-        .find_tree(tree_id)
+    git(&["add", "-A"])?;
+    let out = git(&["write-tree"])?;
+    let tree_id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let tree = Oid::from_str(&tree_id)
+        .and_then(|id| repo.find_tree(id))
         .map_err(git_err("read the snapshot tree"))?;
     let sig = super::signature(&repo)?;
     let id = repo
@@ -445,72 +438,6 @@ pub fn snapshot_worktree(workdir: &Path) -> Result<String, GitError> {
         )
         .map_err(git_err("write the snapshot commit"))?;
     Ok(id.to_string())
-}
-
-/// The blob of a working-tree file (a symlink's target for a link) and its mode.
-fn blob_of(
-    repo: &Repository,
-    full: &Path,
-    meta: &std::fs::Metadata,
-) -> Result<(Oid, u32), GitError> {
-    if meta.file_type().is_symlink() {
-        let target = std::fs::read_link(full).map_err(io_err("read the link", full))?;
-        let id = repo
-            .blob(target.as_os_str().as_encoded_bytes())
-            .map_err(git_err(format!("store {}", full.display())))?;
-        return Ok((id, 0o120000));
-    }
-    let id = repo
-        .blob_path(full)
-        .map_err(git_err(format!("store {}", full.display())))?;
-    Ok((
-        id,
-        if is_executable(meta) {
-            0o100755
-        } else {
-            0o100644
-        },
-    ))
-}
-
-#[cfg(unix)]
-fn is_executable(meta: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode() & 0o111 != 0
-}
-
-#[cfg(not(unix))]
-fn is_executable(_meta: &std::fs::Metadata) -> bool {
-    false
-}
-
-fn entry(path: Vec<u8>, id: Oid, mode: u32) -> IndexEntry {
-    IndexEntry {
-        ctime: IndexTime::new(0, 0),
-        mtime: IndexTime::new(0, 0),
-        dev: 0,
-        ino: 0,
-        mode,
-        uid: 0,
-        gid: 0,
-        file_size: 0,
-        id,
-        flags: (path.len().min(0xfff)) as u16,
-        flags_extended: 0,
-        path,
-    }
-}
-
-fn bytes_to_path(bytes: &[u8]) -> PathBuf {
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
-    }
-    #[cfg(not(unix))]
-    {
-        PathBuf::from(String::from_utf8_lossy(bytes).into_owned())
-    }
 }
 
 #[cfg(test)]

@@ -180,15 +180,25 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
         .args(["--no-recurse-submodules", "--detach", sha])
         .run()?;
     crate::killpoint::reached("pool-lane-moved");
-    git(worktree).args(["clean", "-ffdxq"]).run()?;
-    empty_gitlink_dirs(worktree)
+    // The clean and the listing of gitlinks read the index side by side.
+    let lane = worktree.to_path_buf();
+    let gitlinks = std::thread::spawn(move || gitlink_dirs(&lane));
+    let cleaned = git(worktree).args(["clean", "-ffdxq"]).run();
+    let gitlinks = gitlinks.join().unwrap_or_else(|_| {
+        Err(GitError::Cli {
+            command: "list the lane's gitlinks".into(),
+            detail: "the listing thread panicked".into(),
+        })
+    })?;
+    cleaned?;
+    empty_dirs(&gitlinks)
 }
 
-/// Empties the directory of every gitlink in the worktree's index (a
-/// submodule's checkout or anything written there), as a fresh checkout
-/// leaves it.
-fn empty_gitlink_dirs(worktree: &Path) -> Result<(), GitError> {
+/// The directories of the gitlinks in the worktree's index (submodules,
+/// nested repositories committed as such).
+fn gitlink_dirs(worktree: &Path) -> Result<Vec<PathBuf>, GitError> {
     let out = git(worktree).args(["ls-files", "-z", "--stage"]).run()?;
+    let mut dirs = Vec::new();
     for record in out.stdout.split(|&b| b == 0) {
         let Some(path) = record.strip_prefix(b"160000 ") else {
             continue;
@@ -197,8 +207,16 @@ fn empty_gitlink_dirs(worktree: &Path) -> Result<(), GitError> {
             continue;
         };
         use std::os::unix::ffi::OsStrExt;
-        let dir = worktree.join(std::ffi::OsStr::from_bytes(&path[tab + 1..]));
-        let Ok(entries) = fs::read_dir(&dir) else {
+        dirs.push(worktree.join(std::ffi::OsStr::from_bytes(&path[tab + 1..])));
+    }
+    Ok(dirs)
+}
+
+/// Empties each of `dirs` (a submodule's checkout or anything written
+/// there), as a fresh checkout leaves a gitlink's directory.
+fn empty_dirs(dirs: &[PathBuf]) -> Result<(), GitError> {
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(dir) else {
             continue;
         };
         for entry in entries.flatten() {

@@ -533,3 +533,73 @@ fn a_user_commit_on_main_during_a_tool_call_stays_and_the_run_succeeds() {
         "noted: {stderr}"
     );
 }
+
+/// `--base worktree`: the snapshot of the user's uncommitted work is what
+/// git stages of it (a file of mode 0654 is `100644`, a filter applies, an
+/// untracked file comes, an ignored one does not), and the user's index is
+/// untouched.
+#[test]
+fn a_worktree_snapshot_is_what_git_stages_of_the_users_tree() {
+    let repo = base_repo();
+    config(&[
+        ("filter.up.clean", "tr a-z A-Z"),
+        ("filter.up.smudge", "cat"),
+    ])(&repo);
+    repo.write(".gitattributes", "*.up filter=up\n");
+    repo.commit_all("filter");
+    repo.write("odd.txt", "group-executable only\n");
+    std::fs::set_permissions(
+        repo.path.join("odd.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o654),
+    )
+    .unwrap();
+    repo.write("new.up", "lower case\n");
+    repo.write("a.txt", "edited, not staged\n");
+    repo.write("x.log", "ignored\n");
+    repo.git(&["add", "a.txt"]);
+    repo.write("a.txt", "edited again after staging\n");
+    let index_before = std::fs::read(repo.path.join(".git/index")).unwrap();
+    // The oracle: git stages the tree into a scratch copy of the index.
+    let scratch = repo.dir.path().join("scratch-index");
+    std::fs::copy(repo.path.join(".git/index"), &scratch).unwrap();
+    let oracle = |args: &[&str]| {
+        let out = repo
+            .git_command()
+            .env("GIT_INDEX_FILE", &scratch)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        text(&out)
+    };
+    oracle(&["add", "-A"]);
+    let want = oracle(&["write-tree"]);
+    let server =
+        FakeServer::start(Script::new().agent("work", vec![Reply::finish("f", "looked", None)]));
+    let tmp = tempfile::tempdir().unwrap();
+    let issue = write_issue(tmp.path(), "# do the thing\n");
+    let p = write_pipeline(tmp.path(), "p", ONE);
+    let out = output_logged(
+        &mut OrchRun::new(&p, &repo)
+            .issue(&issue)
+            .model(&server.base_url, "m")
+            .json()
+            .args(["--base", "worktree"])
+            .command(),
+    );
+    assert_exit(&out, 0);
+    let id = run_id(&out);
+    let got = text(&git_in(
+        &repo,
+        &repo.path,
+        &["rev-parse", &format!("orch/{id}/work~1^{{tree}}")],
+    ));
+    assert_eq!(got, want, "the snapshot's tree is git's");
+    let mode = repo.git(&["ls-tree", &got, "odd.txt"]);
+    assert!(mode.starts_with("100644 "), "{mode}");
+    assert_eq!(
+        std::fs::read(repo.path.join(".git/index")).unwrap(),
+        index_before,
+        "the user's index is untouched"
+    );
+}
