@@ -92,6 +92,9 @@ pub(crate) struct Output {
 pub(crate) struct Git {
     cmd: Command,
     what: String,
+    /// Keeps only the NUL-terminated stdout records it accepts (a large
+    /// listing is filtered as it streams, never held whole).
+    keep: Option<fn(&[u8]) -> bool>,
 }
 
 /// A git command run in `dir` (`git -C dir …` with the fixed settings).
@@ -111,6 +114,7 @@ pub(crate) fn git(dir: &Path) -> Git {
     Git {
         cmd,
         what: format!("in {}", dir.display()),
+        keep: None,
     }
 }
 
@@ -140,6 +144,13 @@ impl Git {
     /// Adds one argument.
     pub(crate) fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
         self.cmd.arg(arg);
+        self
+    }
+
+    /// Keeps only the NUL-terminated records of stdout that `keep` accepts
+    /// (each kept with its NUL), read as they stream.
+    pub(crate) fn keep_records(mut self, keep: fn(&[u8]) -> bool) -> Self {
+        self.keep = Some(keep);
         self
     }
 
@@ -203,8 +214,22 @@ impl Git {
             })
         };
         let mut stdout = Vec::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_end(&mut stdout);
+        match (out.as_mut(), self.keep) {
+            (Some(o), None) => {
+                let _ = o.read_to_end(&mut stdout);
+            }
+            (Some(o), Some(keep)) => {
+                use std::io::BufRead;
+                let mut lines = std::io::BufReader::new(o);
+                let mut record = Vec::new();
+                while lines.read_until(0, &mut record).is_ok_and(|n| n > 0) {
+                    if keep(&record) {
+                        stdout.extend_from_slice(&record);
+                    }
+                    record.clear();
+                }
+            }
+            (None, _) => {}
         }
         let waited = child.wait();
         drop(done);

@@ -197,7 +197,10 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
 /// The directories of the gitlinks in the worktree's index (submodules,
 /// nested repositories committed as such).
 fn gitlink_dirs(worktree: &Path) -> Result<Vec<PathBuf>, GitError> {
-    let out = git(worktree).args(["ls-files", "-z", "--stage"]).run()?;
+    let out = git(worktree)
+        .args(["ls-files", "-z", "--stage"])
+        .keep_records(|r| r.starts_with(b"160000 "))
+        .run()?;
     let mut dirs = Vec::new();
     for record in out.stdout.split(|&b| b == 0) {
         let Some(path) = record.strip_prefix(b"160000 ") else {
