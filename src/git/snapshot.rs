@@ -41,29 +41,6 @@ const STATUS_ARGS: &[&str] = &[
     "--no-renames",
 ];
 
-/// The variables git itself clears before it works in another repository
-/// (`git rev-parse --local-env-vars`). Inherited from orch's caller (a hook,
-/// an alias), they would point `git status` at another repository, index or
-/// object store than the one opened at the path, which libgit2 ignores them
-/// for.
-const GIT_LOCAL_ENV: &[&str] = &[
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_CONFIG",
-    "GIT_CONFIG_PARAMETERS",
-    "GIT_CONFIG_COUNT",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_IMPLICIT_WORK_TREE",
-    "GIT_GRAFT_FILE",
-    "GIT_INDEX_FILE",
-    "GIT_NO_REPLACE_OBJECTS",
-    "GIT_REPLACE_REF_BASE",
-    "GIT_PREFIX",
-    "GIT_SHALLOW_FILE",
-    "GIT_COMMON_DIR",
-];
-
 /// How long each git command of the check may take. The walk would take as
 /// long on the same tree (a hung network file system, say), so a `git
 /// status` running out of it is an error, not a reason to fall back.
@@ -210,7 +187,9 @@ fn run_git<T: Send + 'static>(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for name in GIT_LOCAL_ENV {
+    // Inherited from orch's caller (a hook, an alias), these would point
+    // `git status` at another repository than the one opened at the path.
+    for name in super::cli::GIT_LOCAL_ENV {
         cmd.env_remove(name);
     }
     #[cfg(unix)]
