@@ -42,8 +42,8 @@ pub(crate) use merge::merge_commits_in;
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
 pub use staging::{Staged, stage_tree};
 pub use worktree::{
-    AdminLock, admin_lock, admin_lock_path, create_worktree, move_worktree, prune_broken_lanes,
-    remove_stale_ref_locks, remove_worktree, reset_worktree,
+    AdminLock, admin_lock, admin_lock_path, clean_moved, create_worktree, move_tracked,
+    move_worktree, prune_broken_lanes, remove_stale_ref_locks, remove_worktree, reset_worktree,
 };
 
 /// An error of the git layer; its message reads after "failed to …".

@@ -26,7 +26,7 @@
 //! `HEAD.lock`) a dead holder left in the slot's admin dir before git
 //! touches it.
 
-use super::{GitError, admin_lock, create_worktree, io_err, move_worktree, remove_worktree};
+use super::{GitError, admin_lock, create_worktree, io_err, move_tracked, remove_worktree};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -178,7 +178,9 @@ fn slot_head(common_dir: &Path, n: usize) -> Option<String> {
 /// How a taken lane was readied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Readied {
-    /// A pooled lane, moved to the start commit by its difference.
+    /// A pooled lane, moved to the start commit by its difference; its
+    /// untracked and ignored files are not cleaned yet
+    /// ([`super::clean_moved`]).
     Warm,
     /// A new worktree (no free pooled lane, or the pooled one was refused).
     Created,
@@ -187,7 +189,11 @@ pub enum Readied {
 /// Takes a free slot (one already at `start` first, then the lowest
 /// number; a new one when every slot is taken: the run's hand-back trims
 /// the pool to its bound again, [`trim`]) and readies it at `start`,
-/// detached and exactly as git checks `start` out. Returns the lease, how
+/// detached, its tracked files exactly as git checks `start` out. A
+/// [`Readied::Warm`] lane still holds what its last user left untracked:
+/// the caller runs [`super::clean_moved`] before anything reads it (the
+/// runner does it beside the first model request, behind the lane's
+/// readiness barrier). Returns the lease, how
 /// the lane was readied and why a pooled lane there was not reused (empty
 /// when it was, or none was).
 pub fn take(common_dir: &Path, start: &str) -> Result<(Lease, Readied, String), GitError> {
@@ -227,7 +233,7 @@ fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, Stri
     if is_whole(common_dir, n) {
         let admin = common_dir.join("worktrees").join(&lease.name);
         let moved = super::shadow::attach(common_dir, &admin, &lease.name)
-            .and_then(|_| move_worktree(&lease.path, start));
+            .and_then(|_| move_tracked(&lease.path, start));
         match moved {
             Ok(()) => return Ok((Readied::Warm, note)),
             Err(e) => note = format!("failed to {e}"),

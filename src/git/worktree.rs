@@ -174,12 +174,26 @@ pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
 /// - every gitlink's directory is emptied: `clean` leaves what is inside a
 ///   submodule's path, a fresh checkout leaves it empty.
 pub fn move_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
+    move_tracked(worktree, sha)?;
+    clean_moved(worktree)
+}
+
+/// The first half of [`move_worktree`]: `git checkout -f --detach <sha>`
+/// (tracked files exactly `sha`'s). What the last user left untracked is
+/// still there until [`clean_moved`]: nothing may read the lane before it.
+pub fn move_tracked(worktree: &Path, sha: &str) -> Result<(), GitError> {
     drop(open_linked_worktree(worktree)?);
     git(worktree)
         .args(["-c", "core.fileMode=true", "checkout", "-f", "-q"])
         .args(["--no-recurse-submodules", "--detach", sha])
         .run()?;
     crate::killpoint::reached("pool-lane-moved");
+    Ok(())
+}
+
+/// The second half of [`move_worktree`]: `git clean -ffdx` and every
+/// gitlink's directory emptied.
+pub fn clean_moved(worktree: &Path) -> Result<(), GitError> {
     // The clean and the listing of gitlinks read the index side by side.
     let lane = worktree.to_path_buf();
     let gitlinks = std::thread::spawn(move || gitlink_dirs(&lane));

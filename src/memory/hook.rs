@@ -36,6 +36,7 @@ pub(crate) async fn inject(
     mode: MemoryMode,
     common: &Path,
     lane: &Path,
+    start: &str,
     text: String,
     mut paths: Vec<String>,
     log: &mut ActionLog,
@@ -44,9 +45,12 @@ pub(crate) async fn inject(
         return Ok(Injected::default());
     }
     paths.extend(super::paths_in(&text));
-    let (common, lane) = (common.to_path_buf(), lane.to_path_buf());
-    let found =
-        tokio::task::spawn_blocking(move || notes_for(&common, Some(&lane), &text, &paths)).await;
+    let (common, lane, start) = (common.to_path_buf(), lane.to_path_buf(), start.to_owned());
+    let found = tokio::task::spawn_blocking(move || {
+        let (lessons, problems) = super::load_all_at(&common, &start, &lane)?;
+        Ok::<_, super::MemoryError>(choose(lessons, problems, &text, &paths))
+    })
+    .await;
     match found {
         Ok(Ok((injected, known, problems))) => {
             log.append(
@@ -76,10 +80,20 @@ pub(crate) fn notes_for(
     paths: &[String],
 ) -> Result<(Injected, usize, Vec<String>), super::MemoryError> {
     let (lessons, problems) = super::load_all(common, workdir)?;
+    Ok(choose(lessons, problems, text, paths))
+}
+
+/// The lessons of `lessons` chosen for `text` and `paths`, rendered.
+fn choose(
+    lessons: Vec<super::Lesson>,
+    problems: Vec<super::MemoryError>,
+    text: &str,
+    paths: &[String],
+) -> (Injected, usize, Vec<String>) {
     let chosen = super::select(&lessons, &Query { text, paths }, &super::today());
     let (text, ids) = super::render_notes(&chosen);
     let problems = problems.iter().map(ToString::to_string).collect();
-    Ok((Injected { text, ids }, lessons.len(), problems))
+    (Injected { text, ids }, lessons.len(), problems)
 }
 
 /// Whether the current tip of `branch` (an earlier attempt of the stage,

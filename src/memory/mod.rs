@@ -442,38 +442,101 @@ pub fn load_all(
     common: &Path,
     workdir: Option<&Path>,
 ) -> Result<(Vec<Lesson>, Vec<MemoryError>), MemoryError> {
+    let checked_in = match workdir {
+        Some(w) => lesson_files(&w.join(".orch").join("memory"))?,
+        None => Vec::new(),
+    };
+    load_with(common, checked_in)
+}
+
+/// [`load_all`] for a lane at commit `commit`: the checked-in lessons are
+/// read from that commit's `.orch/memory/` (what the lane holds once it is
+/// ready; the files are named under `lane` for the user), so nothing a
+/// previous user left in a pooled lane is read, and the lane need not be
+/// ready yet.
+pub fn load_all_at(
+    common: &Path,
+    commit: &str,
+    lane: &Path,
+) -> Result<(Vec<Lesson>, Vec<MemoryError>), MemoryError> {
+    let dir = lane.join(".orch").join("memory");
+    let repo = crate::git::open_at(common)?;
+    let mut files = Vec::new();
+    let tree = repo
+        .revparse_single(&format!("{commit}:.orch/memory"))
+        .ok()
+        .and_then(|o| o.into_tree().ok());
+    if let Some(tree) = tree {
+        for entry in tree.iter() {
+            let name = String::from_utf8_lossy(entry.name_bytes()).into_owned();
+            if !name.ends_with(".md") || entry.kind() != Some(git2::ObjectType::Blob) {
+                continue;
+            }
+            let text = repo
+                .find_blob(entry.id())
+                .map(|b| String::from_utf8_lossy(b.content()).into_owned())
+                .map_err(|e| MemoryError::Io {
+                    path: dir.join(&name),
+                    source: std::io::Error::other(e.message().to_owned()),
+                });
+            files.push((dir.join(&name), text));
+        }
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    load_with(common, files)
+}
+
+/// The `.md` files of `dir`, sorted, with their text (or why not).
+fn lesson_files(dir: &Path) -> Result<LessonFiles, MemoryError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(MemoryError::Io {
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    paths.sort();
+    Ok(paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).map_err(|source| MemoryError::Io {
+                path: path.clone(),
+                source,
+            });
+            (path, text)
+        })
+        .collect())
+}
+
+type LessonFiles = Vec<(PathBuf, Result<String, MemoryError>)>;
+
+/// The ref's lessons, then `checked_in`, then the user config dir's.
+fn load_with(
+    common: &Path,
+    checked_in: LessonFiles,
+) -> Result<(Vec<Lesson>, Vec<MemoryError>), MemoryError> {
     let mut lessons = store::read(common)?;
     let mut problems = Vec::new();
-    let dirs = workdir
-        .map(|w| w.join(".orch").join("memory"))
-        .into_iter()
-        .chain(crate::catalog::user_config_dir().map(|d| d.join("memory")));
-    for dir in dirs {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(MemoryError::Io { path: dir, source }),
-        };
-        let mut paths: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "md"))
-            .collect();
-        paths.sort();
-        for path in paths {
-            let parsed = std::fs::read_to_string(&path)
-                .map_err(|source| MemoryError::Io {
-                    path: path.clone(),
-                    source,
-                })
-                .and_then(|t| {
-                    Lesson::parse(&t, &path.display().to_string(), Origin::File(path.clone()))
-                });
-            match parsed {
-                Ok(l) if lessons.iter().any(|o| o.id == l.id) => {}
-                Ok(l) => lessons.push(l),
-                Err(e) => problems.push(e),
-            }
+    let user = match crate::catalog::user_config_dir() {
+        Some(d) => lesson_files(&d.join("memory"))?,
+        None => Vec::new(),
+    };
+    for (path, text) in checked_in.into_iter().chain(user) {
+        let parsed = text.and_then(|t| {
+            Lesson::parse(&t, &path.display().to_string(), Origin::File(path.clone()))
+        });
+        match parsed {
+            Ok(l) if lessons.iter().any(|o| o.id == l.id) => {}
+            Ok(l) => lessons.push(l),
+            Err(e) => problems.push(e),
         }
     }
     Ok((lessons, problems))

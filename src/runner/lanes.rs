@@ -72,6 +72,9 @@ pub(crate) struct WatchSlot(
 pub(crate) struct Readiness {
     /// The change watcher, if there is one.
     watch: Option<std::sync::Arc<git::watch::LaneWatch>>,
+    /// Why the lane could not be readied (its strays not cleaned): the
+    /// stage must not commit what it holds.
+    failed: Option<String>,
 }
 
 impl std::fmt::Debug for WatchSlot {
@@ -96,6 +99,11 @@ impl WatchSlot {
         self.0.clone().await.watch
     }
 
+    /// Why the lane's readying failed, once it ended (`None`: it did not).
+    pub(crate) async fn failure(&self) -> Option<String> {
+        self.0.clone().await.failed
+    }
+
     /// A future that is ready once the watcher is up, for the tools.
     pub(crate) fn barrier(&self) -> crate::tools::Barrier {
         use futures_util::FutureExt as _;
@@ -110,8 +118,11 @@ impl WatchSlot {
 
 /// Gives `lane`, which holds exactly `start` and in which nothing runs, a
 /// watcher recording from `start`: its own, restarted, or a new one. It
-/// starts in the background; see [`WatchSlot`].
-fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
+/// starts in the background; see [`WatchSlot`]. `clean`: the lane was just
+/// taken warm from the pool and still holds its last user's untracked
+/// files; they are removed first ([`git::clean_moved`]), before the watcher
+/// starts and before anything reads the lane.
+fn watch_from(common: &Path, lane: &mut Lane, start: &str, clean: bool) {
     use futures_util::FutureExt as _;
     let watching = git::watch::enabled();
     let (old, path, c, s) = (
@@ -122,11 +133,23 @@ fn watch_from(common: &Path, lane: &mut Lane, start: &str) {
     );
     let task = tokio::spawn(async move {
         let old = old.get().await;
-        tokio::task::spawn_blocking(move || Readiness {
-            watch: ready_lane(&path, &c, &s, old, watching),
+        tokio::task::spawn_blocking(move || {
+            if clean && let Err(e) = git::clean_moved(&path) {
+                return Readiness {
+                    watch: None,
+                    failed: Some(format!("failed to clean the pooled lane: failed to {e}")),
+                };
+            }
+            Readiness {
+                watch: ready_lane(&path, &c, &s, old, watching),
+                failed: None,
+            }
         })
         .await
-        .unwrap_or_default()
+        .unwrap_or_else(|e| Readiness {
+            watch: None,
+            failed: Some(format!("the lane's readying failed: {e}")),
+        })
     });
     lane.watch = WatchSlot(task.map(|r| r.unwrap_or_default()).boxed().shared());
 }
@@ -254,7 +277,12 @@ impl Lanes {
                 watch: WatchSlot::none(),
             };
             self.pool().leases.push(lease);
-            watch_from(&self.common, &mut lane, start);
+            watch_from(
+                &self.common,
+                &mut lane,
+                start,
+                readied == pool::Readied::Warm,
+            );
             return Ok(lane);
         }
         let mut lane = Lane {
@@ -266,7 +294,7 @@ impl Lanes {
         };
         let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
         blocking(move || git::create_worktree(&c, &l.name, &l.path, &sha)).await?;
-        watch_from(&self.common, &mut lane, start);
+        watch_from(&self.common, &mut lane, start, false);
         Ok(lane)
     }
 
@@ -305,7 +333,7 @@ impl Lanes {
                     // The last stage's commit left the index to a pending
                     // record: the readying brings it up to date before
                     // anything (tools, setup, verify) reads it.
-                    watch_from(&self.common, &mut lane, start);
+                    watch_from(&self.common, &mut lane, start, false);
                 }
                 Ok(lane)
             }
@@ -320,7 +348,7 @@ impl Lanes {
                 }
                 lane.clean_at = Some(start.to_owned());
                 lane.checkout = "reset";
-                watch_from(&self.common, &mut lane, start);
+                watch_from(&self.common, &mut lane, start, false);
                 Ok(lane)
             }
             Err(k) => self.create(k, start).await,

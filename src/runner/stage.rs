@@ -150,6 +150,7 @@ pub(super) async fn run_stage(
         ctx.session.memory,
         &ctx.common,
         &lane.path,
+        start,
         task.clone(),
         upstream
             .iter()
@@ -454,6 +455,14 @@ struct StagedLane {
 /// Stages the lane with git ([`git::stage_tree`], given the watcher's
 /// marks when it can vouch for them) and reads what changed since `start`.
 async fn stage_lane(lane: &Lane, common: &Path, start: &str) -> Result<StagedLane, RunError> {
+    // A pooled lane whose last user's files could not be removed holds more
+    // than the stage did: nothing of it is committed.
+    if let Some(why) = lane.watch.failure().await {
+        return Err(RunError::Git(GitError::Cli {
+            command: format!("ready the lane {}", lane.path.display()),
+            detail: why,
+        }));
+    }
     let watch = lane.watch.get().await;
     let (path, common, start) = (lane.path.clone(), common.to_path_buf(), start.to_owned());
     blocking(move || {

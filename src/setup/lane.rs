@@ -109,7 +109,10 @@ impl ScratchLane {
     /// Takes a pool lane of the repository at or above `repo`, at its `HEAD`.
     pub(crate) fn take(repo: &Path) -> Result<ScratchLane, String> {
         let (info, sha) = git::open_repo_at(repo, "HEAD").map_err(|e| e.to_string())?;
-        let (lease, _, _) = pool::take(&info.common_dir, &sha).map_err(|e| e.to_string())?;
+        let (lease, readied, _) = pool::take(&info.common_dir, &sha).map_err(|e| e.to_string())?;
+        if readied == pool::Readied::Warm {
+            git::clean_moved(&lease.path).map_err(|e| e.to_string())?;
+        }
         Ok(ScratchLane {
             common_dir: info.common_dir,
             workdir: info.workdir,

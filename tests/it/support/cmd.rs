@@ -21,8 +21,8 @@ pub fn orch() -> Command {
     // `ORCH_TEST_BIN` runs the suite against another build of orch (an A/B
     // of a case, e.g. the git-compatibility matrix before and after a
     // change); unset, the binary this suite was built with.
-    let bin = std::env::var_os("ORCH_TEST_BIN")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_orch").into());
+    let bin =
+        std::env::var_os("ORCH_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_orch").into());
     let mut cmd = Command::new(bin);
     cmd.env_clear();
     if let Some(path) = std::env::var_os("PATH") {
