@@ -505,26 +505,31 @@ pub fn changed_paths_in(root: &Path) -> Result<Vec<String>, GitError> {
 
 /// The paths whose entries differ between commit `from` and tree `to`
 /// (blobs, modes, symlinks, gitlinks), sorted: what a stage changed, from
-/// the objects git wrote. Non-UTF-8 paths are given lossily.
+/// the objects git wrote. `git diff-tree` compares subtrees by id and
+/// descends only into those that differ (libgit2's tree diff loaded every
+/// subtree: 11 MB of heap at 100,000 files). Non-UTF-8 paths are given
+/// lossily.
 pub fn changed_between(
     common_dir: &Path,
     from: &str,
     to_tree: &str,
 ) -> Result<Vec<String>, GitError> {
-    let repo = open_at(common_dir)?;
-    let old = find_commit(&repo, from)?
-        .tree()
-        .map_err(git_err(format!("read the tree of {from}")))?;
-    let new_id = Oid::from_str(to_tree).map_err(git_err(format!("read tree id `{to_tree}`")))?;
-    let new = repo
-        .find_tree(new_id)
-        .map_err(git_err(format!("read tree {to_tree}")))?;
-    let diff = repo
-        .diff_tree_to_tree(Some(&old), Some(&new), None)
-        .map_err(git_err(format!("compare {from} with tree {to_tree}")))?;
-    let mut paths: Vec<String> = diff
-        .deltas()
-        .filter_map(|d| d.new_file().path_bytes().or(d.old_file().path_bytes()))
+    let out = cli::git(common_dir)
+        .args([
+            "diff-tree",
+            "-r",
+            "-z",
+            "--name-only",
+            "--no-renames",
+            "--no-commit-id",
+        ])
+        .arg(format!("{from}^{{tree}}"))
+        .arg(to_tree)
+        .run()?;
+    let mut paths: Vec<String> = out
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
         .map(|p| String::from_utf8_lossy(p).into_owned())
         .collect();
     paths.sort();
