@@ -346,6 +346,9 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
     crate::killpoint::reached("run-dir-created");
     // Runs killed before their first state write left only a directory.
     crate::runlog::sweep_dead_starts(&common, DEAD_START_AGE);
+    // Runs killed while recording their ref after their final state (never
+    // resumed) left its lock.
+    crate::runlog::heal_dead_run_ref_locks(&common);
     let secrets = &opts.session.secrets;
     // Until the `running` state below, nothing is fsynced: a run that dies
     // before its first stage ends has nothing worth resuming, and the next

@@ -125,6 +125,56 @@ pub(crate) fn sweep_dead_starts(common_dir: &Path, min_age: std::time::Duration)
     removed
 }
 
+/// Heals the run-ref locks (`refs/orch/runs/<id>.lock`) that runs killed
+/// while recording their ref left: a run killed after its final state write
+/// is never resumed, so nothing else would. A lock is stale when its run's
+/// lock is free (taken here while healing) or its run directory is gone;
+/// the healed run's ref is then recorded again from its state. Returns how
+/// many were healed.
+pub(crate) fn heal_dead_run_ref_locks(common_dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(common_dir.join("refs/orch/runs")) else {
+        return 0;
+    };
+    let mut healed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(id) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".lock"))
+        else {
+            continue;
+        };
+        let root = runs_dir(common_dir).join(id);
+        if !root.is_dir() {
+            healed += usize::from(std::fs::remove_file(&path).is_ok());
+            continue;
+        }
+        if lock_holder(&root) != LockHolder::Free {
+            continue;
+        }
+        let Ok(_held) = super::lock_run(&root, "") else {
+            continue;
+        };
+        if std::fs::remove_file(&path).is_err() {
+            continue;
+        }
+        healed += 1;
+        let status = RunDir::open(common_dir, id)
+            .ok()
+            .and_then(|dir| dir.read_state().ok())
+            .map(|s| s.status.as_str().to_owned());
+        if let Some(status) = status {
+            let recorder = crate::distributed::runref::Recorder::default();
+            if let Err(e) = recorder.record(&root, &status, None) {
+                tracing::debug!(run = id, "the healed run's ref was not recorded again: {e}");
+            }
+        }
+        tracing::debug!(run = id, "healed a killed run's run-ref lock");
+    }
+    healed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

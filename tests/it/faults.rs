@@ -580,3 +580,25 @@ fn six_concurrent_runs_on_one_repository_all_succeed() {
     assert_eq!(leftovers(&repo), Vec::<String>::new());
     assert_fsck_clean(&repo);
 }
+
+/// A run killed while recording its ref after its final state write is
+/// never resumed: the next run in the repository heals the lock it left
+/// (its run lock is free) and records that run's ref again.
+#[test]
+fn the_next_run_heals_a_finished_runs_stale_run_ref_lock() {
+    let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
+    let tmp = tempfile::tempdir().unwrap();
+    let p = pipeline(tmp.path(), LINEAR);
+    let server = FakeServer::start(script_for(&["one", "two", "three"]));
+    let out = orch_run(&repo, &p, &server).output();
+    assert_eq!(out.status.code(), Some(0));
+    let first = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let lock = repo.path.join(format!(".git/refs/orch/runs/{first}.lock"));
+    std::fs::write(&lock, "").unwrap();
+    let server = FakeServer::start(script_for(&["one", "two", "three"]));
+    let out = orch_run(&repo, &p, &server).output();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!lock.exists(), "the stale run-ref lock was healed");
+    assert_eq!(leftovers(&repo), Vec::<String>::new());
+    repo.git(&["rev-parse", "--verify", &format!("refs/orch/runs/{first}")]);
+}
