@@ -76,10 +76,9 @@ fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// What git makes of `command` run on a fresh `git worktree add --detach`
-/// of `base`: the tree of `git add -A && git write-tree` (or git's error).
-fn oracle_tree(repo: &TestRepo, base: &str, command: &str, name: &str) -> Result<String, String> {
-    let dir = repo.dir.path().join(format!("oracle-{name}"));
+/// A fresh `git worktree add --detach` of `base` at `<tmp>/<name>`.
+fn git_worktree(repo: &TestRepo, base: &str, name: &str) -> std::path::PathBuf {
+    let dir = repo.dir.path().join(name);
     let add = git_in(
         repo,
         &repo.path,
@@ -93,6 +92,13 @@ fn oracle_tree(repo: &TestRepo, base: &str, command: &str, name: &str) -> Result
         ],
     );
     assert!(add.status.success(), "{add:?}");
+    dir
+}
+
+/// What git makes of `command` run on a fresh `git worktree add --detach`
+/// of `base`: the tree of `git add -A && git write-tree` (or git's error).
+fn oracle_tree(repo: &TestRepo, base: &str, command: &str, name: &str) -> Result<String, String> {
+    let dir = git_worktree(repo, base, &format!("oracle-{name}"));
     sh(repo, &dir, command);
     let staged = git_in(repo, &dir, &["add", "-A"]);
     if !staged.status.success() {
@@ -105,20 +111,7 @@ fn oracle_tree(repo: &TestRepo, base: &str, command: &str, name: &str) -> Result
 
 /// The listing ([`LISTING`]) of a fresh `git worktree add --detach` of `base`.
 fn oracle_listing(repo: &TestRepo, base: &str, name: &str) -> String {
-    let dir = repo.dir.path().join(format!("fresh-{name}"));
-    let add = git_in(
-        repo,
-        &repo.path,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "--detach",
-            dir.to_str().unwrap(),
-            base,
-        ],
-    );
-    assert!(add.status.success(), "{add:?}");
+    let dir = git_worktree(repo, base, &format!("fresh-{name}"));
     text(&sh(repo, &dir, LISTING))
 }
 
