@@ -118,18 +118,6 @@ pub(crate) fn git(dir: &Path) -> Git {
     }
 }
 
-/// A git command in the lane at `lane` that writes objects: straight into
-/// the user's store (`GIT_OBJECT_DIRECTORY`) when the lane's common dir is
-/// its shadow ([`super::shadow`]), so orch's own objects never sit in the
-/// lane's store.
-pub(crate) fn git_lane(lane: &Path) -> Git {
-    let mut g = git(lane);
-    if let Some((real, _)) = super::shadow::of_lane(lane) {
-        g.cmd.env("GIT_OBJECT_DIRECTORY", real.join("objects"));
-    }
-    g
-}
-
 impl Git {
     /// Adds arguments.
     pub(crate) fn args<I, S>(mut self, args: I) -> Self

@@ -75,9 +75,6 @@ pub enum GitError {
         #[source]
         source: git2::Error,
     },
-    /// A branch that must be new exists already.
-    #[error("create branch `{branch}`: it already exists")]
-    BranchExists { branch: String },
     /// A branch name git would not accept.
     #[error("use `{branch}` as a branch name: it is not a valid ref name")]
     InvalidBranch { branch: String },

@@ -18,7 +18,7 @@
 //! Orch moves the lane's objects into the user's store ([`migrate`]) after
 //! every tool call and before it stages the lane itself; its own git runs in
 //! the lane write straight into the user's store (`GIT_OBJECT_DIRECTORY`,
-//! [`super::cli::git_lane`]), and its commits are written through the
+//! `src/git/staging.rs`), and its commits are written through the
 //! user's repository, never the lane's.
 //!
 //! Invariant of [`migrate`]: it only adds. An object that already exists in
@@ -237,13 +237,10 @@ fn move_one(from: &Path, to: &Path) -> Result<bool, MigrateError> {
     Ok(true)
 }
 
-/// Moves the objects of the lane at `lane` (when its common dir is a
-/// shadow) into the user's store; `Ok(0)` for any other worktree.
-pub fn migrate_lane(lane: &Path) -> Result<usize, GitError> {
-    let Some((real, shadow)) = of_lane(lane) else {
-        return Ok(0);
-    };
-    migrate(&objects_dir(&shadow), &real.join("objects")).map_err(|e| GitError::Io {
+/// Moves the objects of a lane's shadow dir `shadow` into the store of the
+/// user's common dir `real` ([`of_lane`] gives both).
+pub fn migrate_into(shadow: &Path, real: &Path) -> Result<usize, GitError> {
+    migrate(&objects_dir(shadow), &real.join("objects")).map_err(|e| GitError::Io {
         op: "move the lane's git objects into the repository's store:",
         path: e.path,
         source: e.source,

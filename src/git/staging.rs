@@ -14,7 +14,7 @@
 //! whole lane (`git add -A`).
 //!
 //! Orch's own git runs outside the sandbox: the objects it writes go to the
-//! repository's object store directly ([`super::cli::git_lane`]).
+//! repository's object store directly (`GIT_OBJECT_DIRECTORY` for its own commands only).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -22,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::GitError;
-use super::cli::git_lane as git;
+use super::cli::Git;
 use super::watch::Marks;
 
 /// Ignored directories listed per `git ls-files` (its command line).
@@ -46,32 +46,76 @@ pub fn stage_tree(
     start: &str,
     marks: Option<&Marks>,
 ) -> Result<(String, Staged), GitError> {
-    // What the agent's git wrote in the lane's own store first: its index
-    // may name those objects, and git skips writing an object it finds.
-    super::shadow::migrate_lane(lane)?;
-    let staged = match narrow_reason(lane, start, marks)? {
-        Ok(specs) => match stage_paths(lane, &specs) {
+    let lane = Lane::at(lane)?;
+    let staged = match narrow_reason(&lane, start, marks)? {
+        Ok(specs) => match stage_paths(&lane, &specs) {
             Ok(()) => Staged::Paths(specs.add.len() + specs.remove.len()),
             Err(e) => {
-                tracing::debug!(lane = %lane.display(), "staging the marked paths failed, staging the whole lane: {e}");
-                stage_whole(lane)?;
+                tracing::debug!(lane = %lane.path.display(), "staging the marked paths failed, staging the whole lane: {e}");
+                stage_whole(&lane)?;
                 Staged::Whole
             }
         },
         Err(why) => {
-            tracing::debug!(lane = %lane.display(), "staging the whole lane: {why}");
-            stage_whole(lane)?;
+            tracing::debug!(lane = %lane.path.display(), "staging the whole lane: {why}");
+            stage_whole(&lane)?;
             Staged::Whole
         }
     };
-    let out = git(lane).args(["write-tree"]).run()?;
+    let out = lane.git().args(["write-tree"]).run()?;
     let tree = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     Ok((tree, staged))
 }
 
+/// The lane being staged: where it is, and where orch's own git writes the
+/// objects it makes there.
+struct Lane<'a> {
+    path: &'a Path,
+    /// The user's object store when the lane's common dir is its shadow
+    /// ([`super::shadow`]): orch's objects never sit in the lane's store.
+    objects: Option<std::path::PathBuf>,
+}
+
+impl<'a> Lane<'a> {
+    /// The lane at `path`, with what the agent's git wrote in the lane's
+    /// own store moved into the user's first: its index may name those
+    /// objects, and git skips writing an object it finds.
+    fn at(path: &'a Path) -> Result<Self, GitError> {
+        let shadow = super::shadow::of_lane(path);
+        if let Some((real, shadow)) = &shadow {
+            super::shadow::migrate_into(shadow, real)?;
+        }
+        Ok(Lane {
+            path,
+            objects: shadow.map(|(real, _)| real.join("objects")),
+        })
+    }
+
+    /// A git command in the lane.
+    fn git(&self) -> Git {
+        let g = super::cli::git(self.path);
+        match &self.objects {
+            Some(objects) => g.env("GIT_OBJECT_DIRECTORY", objects),
+            None => g,
+        }
+    }
+
+    /// `git rm --cached -r -f --ignore-unmatch -- <paths>`: gone paths out
+    /// of the index (as `git add -A` removes them).
+    fn remove_from_index(&self, paths: &[Vec<u8>]) -> Result<(), GitError> {
+        let list = pathspec_file(paths)?;
+        self.git()
+            .args(["--literal-pathspecs", "rm", "--cached", "-r", "-f", "-q"])
+            .args(["--ignore-unmatch", "--pathspec-file-nul"])
+            .arg_path("--pathspec-from-file=", list.path())
+            .run()
+            .map(drop)
+    }
+}
+
 /// `git add -A` of the whole lane.
-fn stage_whole(lane: &Path) -> Result<(), GitError> {
-    git(lane).args(["add", "-A"]).run().map(drop)
+fn stage_whole(lane: &Lane<'_>) -> Result<(), GitError> {
+    lane.git().args(["add", "-A"]).run().map(drop)
 }
 
 /// The pathspecs of a narrow staging.
@@ -85,7 +129,7 @@ struct Specs {
 
 /// The pathspecs to stage, or why the whole lane is staged instead.
 fn narrow_reason(
-    lane: &Path,
+    lane: &Lane<'_>,
     start: &str,
     marks: Option<&Marks>,
 ) -> Result<Result<Specs, String>, GitError> {
@@ -100,13 +144,14 @@ fn narrow_reason(
             marks.base
         )));
     }
-    let admin = super::ignored::lane_admin_dir(lane)?;
+    let admin = super::ignored::lane_admin_dir(lane.path)?;
     if admin.join("info").join("sparse-checkout").exists() {
         return Ok(Err("the lane is a sparse checkout".into()));
     }
     // The index must still hold the start tree: the agent's own `git add`,
     // `git commit` or `git rm --cached` changes entries no file change marks.
-    let same = git(lane)
+    let same = lane
+        .git()
         .args([
             "diff-index",
             "--cached",
@@ -123,7 +168,7 @@ fn narrow_reason(
             super::cli::failure_detail(&same)
         }));
     }
-    Ok(specs_from_marks(lane, marks))
+    Ok(specs_from_marks(lane.path, marks))
 }
 
 /// The marked paths split into those that exist (staged with `git add -A`)
@@ -210,14 +255,9 @@ fn kind_of(lane: &Path, rel: &[u8]) -> Kind {
 
 /// Stages `specs` in the lane: gone paths removed from the index, ignored
 /// untracked ones left out (as `git add -A` leaves them), the rest added.
-fn stage_paths(lane: &Path, specs: &Specs) -> Result<(), GitError> {
+fn stage_paths(lane: &Lane<'_>, specs: &Specs) -> Result<(), GitError> {
     if !specs.remove.is_empty() {
-        let list = pathspec_file(&specs.remove)?;
-        git(lane)
-            .args(["--literal-pathspecs", "rm", "--cached", "-r", "-f", "-q"])
-            .args(["--ignore-unmatch", "--pathspec-file-nul"])
-            .arg_path("--pathspec-from-file=", list.path())
-            .run()?;
+        lane.remove_from_index(&specs.remove)?;
     }
     if specs.add.is_empty() {
         return Ok(());
@@ -226,7 +266,8 @@ fn stage_paths(lane: &Path, specs: &Specs) -> Result<(), GitError> {
     // those are left out (a tracked file under an ignored directory is not
     // ignored: `check-ignore` skips tracked paths).
     let list = pathspec_file(&specs.add)?;
-    let out = git(lane)
+    let out = lane
+        .git()
         .args(["check-ignore", "-z", "--stdin"])
         .stdin_file(list.path())?
         .output()?;
@@ -246,7 +287,7 @@ fn stage_paths(lane: &Path, specs: &Specs) -> Result<(), GitError> {
     for p in &specs.add {
         if !ignored.contains(p.as_slice()) {
             add.push(p.clone());
-        } else if kind_of(lane, p) != Kind::Other {
+        } else if kind_of(lane.path, p) != Kind::Other {
             ignored_dirs.push(p.clone());
         }
     }
@@ -257,7 +298,8 @@ fn stage_paths(lane: &Path, specs: &Specs) -> Result<(), GitError> {
         // command line, a bounded number at a time.
         let mut listed = Vec::new();
         for chunk in ignored_dirs.chunks(LS_FILES_CHUNK) {
-            let out = git(lane)
+            let out = lane
+                .git()
                 .args(["--literal-pathspecs", "ls-files", "-z", "--cached", "--"])
                 .args(chunk.iter().map(|p| std::ffi::OsStr::from_bytes(p)))
                 .run()?;
@@ -266,18 +308,13 @@ fn stage_paths(lane: &Path, specs: &Specs) -> Result<(), GitError> {
         let mut kinds = HashMap::new();
         let mut gone = Vec::new();
         for p in listed.split(|&b| b == 0).filter(|p| !p.is_empty()) {
-            match resolve(lane, p, &mut kinds) {
+            match resolve(lane.path, p, &mut kinds) {
                 Some(e) => add.push(e),
                 None => gone.push(p.to_vec()),
             }
         }
         if !gone.is_empty() {
-            let list = pathspec_file(&gone)?;
-            git(lane)
-                .args(["--literal-pathspecs", "rm", "--cached", "-r", "-f", "-q"])
-                .args(["--ignore-unmatch", "--pathspec-file-nul"])
-                .arg_path("--pathspec-from-file=", list.path())
-                .run()?;
+            lane.remove_from_index(&gone)?;
         }
     }
     if add.is_empty() {
@@ -286,7 +323,7 @@ fn stage_paths(lane: &Path, specs: &Specs) -> Result<(), GitError> {
     add.sort();
     add.dedup();
     let list = pathspec_file(&add)?;
-    git(lane)
+    lane.git()
         .args(["--literal-pathspecs", "add", "-A", "--pathspec-file-nul"])
         .arg_path("--pathspec-from-file=", list.path())
         .run()

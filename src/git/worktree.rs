@@ -146,8 +146,16 @@ fn undo_create(admin: &Path, path: &Path) {
 /// Used to discard a stage's changes and to restart an interrupted stage
 /// from its start commit.
 pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
+    checkout_detached(worktree, sha, &[])?;
+    git(worktree).args(["clean", "-ffdq"]).run().map(drop)
+}
+
+/// `git checkout -f --detach <sha>` (no submodule recursion) in orch's
+/// linked worktree at `worktree`, with `config` (`-c` pairs) for it only.
+fn checkout_detached(worktree: &Path, sha: &str, config: &[&str]) -> Result<(), GitError> {
     drop(open_linked_worktree(worktree)?);
     git(worktree)
+        .args(config.iter().flat_map(|c| ["-c", c]))
         .args([
             "checkout",
             "-f",
@@ -156,8 +164,8 @@ pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
             "--detach",
             sha,
         ])
-        .run()?;
-    git(worktree).args(["clean", "-ffdq"]).run().map(drop)
+        .run()
+        .map(drop)
 }
 
 /// Moves orch's linked worktree at `worktree` (a pooled lane, whatever
@@ -182,11 +190,7 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
 /// (tracked files exactly `sha`'s). What the last user left untracked is
 /// still there until [`clean_moved`]: nothing may read the lane before it.
 pub fn move_tracked(worktree: &Path, sha: &str) -> Result<(), GitError> {
-    drop(open_linked_worktree(worktree)?);
-    git(worktree)
-        .args(["-c", "core.fileMode=true", "checkout", "-f", "-q"])
-        .args(["--no-recurse-submodules", "--detach", sha])
-        .run()?;
+    checkout_detached(worktree, sha, &["core.fileMode=true"])?;
     crate::killpoint::reached("pool-lane-moved");
     Ok(())
 }

@@ -10,8 +10,9 @@
 //! or is too recent to trust (the "racy git" rule: a write within
 //! [`RACY_WINDOW`] of the snapshot may not have moved the coarse timestamp).
 //!
-//! Invariant: [`RepoGuard::restore`] only writes files it tracks, back to the
-//! bytes (and mode) of the snapshot, and never touches orch's own refs.
+//! Invariant: [`RepoGuard::restore_lane_files`] only writes orch's own lane
+//! files, back to the bytes (and mode) of the snapshot; nothing of the
+//! user's is ever written.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,14 +46,6 @@ pub enum GuardError {
         path: PathBuf,
         /// Why.
         source: std::io::Error,
-    },
-    /// A change that cannot be undone safely (its object is gone).
-    #[error("cannot restore {what}: {why}")]
-    Unrestorable {
-        /// The ref or file.
-        what: String,
-        /// Why.
-        why: String,
     },
 }
 
@@ -598,80 +591,36 @@ impl RepoGuard {
     }
 
     /// What changed since [`before_call`](Self::before_call); empty when
-    /// nothing guarded changed. The snapshot is kept for [`restore`](Self::restore).
+    /// nothing guarded changed. The snapshot is kept for
+    /// [`restore_lane_files`](Self::restore_lane_files).
     pub fn after_call(&self) -> Result<Vec<RepoChange>, GuardError> {
         let now = RepoFingerprint::take(&self.common_dir, &self.lane_files, Some(&self.snapshot))?;
         Ok(now.changes_since(&self.snapshot))
     }
 
     /// Puts orch's own lane files ([`RepoChange::LaneFile`]) back as they
-    /// were in the snapshot. Nothing of the user's (refs, `HEAD`, config,
-    /// hooks) is ever written: a change there is reported, never undone.
+    /// were in the snapshot (bytes and mode; whatever took a file's place,
+    /// a directory included, goes), and removes lane files that appeared.
+    /// Nothing of the user's (refs, `HEAD`, config, hooks) is ever written:
+    /// a change there is reported, never undone.
     pub fn restore_lane_files(&self) -> Result<(), GuardError> {
-        self.restore_where(is_lane_file)
-    }
-
-    /// Puts every guarded file for which `pick` holds back as it was in the
-    /// snapshot (mode included), files that appeared removed; `packed-refs`
-    /// keeps orch's own entries as they are now. A ref whose snapshot object
-    /// no longer exists is not restored ([`GuardError::Unrestorable`]) —
-    /// everything else still is.
-    fn restore_where(&self, pick: impl Fn(&str) -> bool) -> Result<(), GuardError> {
         let now = RepoFingerprint::take(&self.common_dir, &self.lane_files, Some(&self.snapshot))?;
-        let repo = git2::Repository::open(&self.common_dir).ok();
-        let odb = repo.as_ref().and_then(|r| r.odb().ok());
-        let exists = |sha: &str| match (&odb, git2::Oid::from_str(sha)) {
-            (Some(odb), Ok(oid)) => odb.exists(oid),
-            // Symbolic refs and unreadable odbs: nothing to check against.
-            _ => true,
-        };
-        let mut unrestorable = None;
-        for (rel, old) in &self.snapshot.files {
-            if !pick(rel) {
-                continue;
+        for (rel, old) in self
+            .snapshot
+            .files
+            .iter()
+            .filter(|(rel, _)| is_lane_file(rel))
+        {
+            let same = now
+                .files
+                .get(rel)
+                .is_some_and(|f| f.content == old.content && f.stat.mode == old.stat.mode);
+            if !same {
+                write_back(&self.common_dir.join(rel), &old.content, old.stat.mode)?;
             }
-            let unchanged = now.files.get(rel).is_some_and(|f| f.content == old.content);
-            if unchanged && now.files[rel].stat.mode == old.stat.mode {
-                continue;
-            }
-            let content = if rel == "packed-refs" {
-                merge_packed(&old.content, now.files.get(rel).map(|f| &f.content[..]))
-            } else {
-                old.content.to_vec()
-            };
-            if rel.starts_with("refs/") {
-                let sha = String::from_utf8_lossy(&old.content).trim().to_owned();
-                if !exists(&sha) {
-                    unrestorable = Some(GuardError::Unrestorable {
-                        what: format!("ref {rel}"),
-                        why: format!("object {sha} no longer exists"),
-                    });
-                    continue;
-                }
-            }
-            let path = self.common_dir.join(rel);
-            if old.stat.mode & libc::S_IFMT == libc::S_IFLNK {
-                // A symlinked hook (`hooks/pre-commit -> ../../scripts/…`).
-                let target = String::from_utf8_lossy(&old.content);
-                let target = target.strip_prefix("symlink -> ").unwrap_or(&target);
-                let io = |action, source| GuardError::Io {
-                    action,
-                    path: path.clone(),
-                    source,
-                };
-                match std::fs::symlink_metadata(&path) {
-                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
-                    Ok(_) => std::fs::remove_file(&path),
-                    Err(_) => Ok(()),
-                }
-                .map_err(|e| io("remove", e))?;
-                std::os::unix::fs::symlink(target, &path).map_err(|e| io("restore", e))?;
-                continue;
-            }
-            write_back(&path, &content, old.stat.mode)?;
         }
-        for rel in now.files.keys() {
-            if pick(rel) && !self.snapshot.files.contains_key(rel) {
+        for rel in now.files.keys().filter(|rel| is_lane_file(rel)) {
+            if !self.snapshot.files.contains_key(rel) {
                 let path = self.common_dir.join(rel);
                 std::fs::remove_file(&path).map_err(|source| GuardError::Io {
                     action: "remove",
@@ -680,7 +629,7 @@ impl RepoGuard {
                 })?;
             }
         }
-        unrestorable.map_or(Ok(()), Err)
+        Ok(())
     }
 }
 
@@ -714,35 +663,6 @@ fn parse_packed(content: &[u8]) -> Vec<(String, String)> {
         }
     }
     out
-}
-
-/// The snapshot's `packed-refs` for guarded refs, with orch's own entries
-/// taken from the current file, sorted by name as git expects.
-fn merge_packed(old: &[u8], now: Option<&[u8]>) -> Vec<u8> {
-    let header = String::from_utf8_lossy(old)
-        .lines()
-        .next()
-        .filter(|l| l.starts_with('#'))
-        .map(str::to_owned);
-    let mut entries: BTreeMap<String, String> = parse_packed(old)
-        .into_iter()
-        .filter(|(n, _)| !is_orch_ref(n))
-        .collect();
-    entries.extend(
-        parse_packed(now.unwrap_or_default())
-            .into_iter()
-            .filter(|(n, _)| is_orch_ref(n)),
-    );
-    let mut out = String::new();
-    if let Some(h) = header {
-        out.push_str(&h);
-        out.push('\n');
-    }
-    for block in entries.values() {
-        out.push_str(block);
-        out.push('\n');
-    }
-    out.into_bytes()
 }
 
 /// Writes `content` to `path` through a temp file and rename, with `mode`.
@@ -795,27 +715,6 @@ fn stat_if_present(path: &Path) -> Result<Option<std::fs::Metadata>, GuardError>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn packed_refs_merge_keeps_orch_entries_of_now() {
-        let old = b"# pack-refs with: peeled fully-peeled sorted \n\
-                    aaaa refs/heads/main\n\
-                    bbbb refs/tags/v1\n^cccc\n\
-                    dddd refs/heads/orch/r/s\n";
-        let now = b"# pack-refs with: peeled fully-peeled sorted \n\
-                    eeee refs/heads/main\n\
-                    ffff refs/heads/orch/r/s\n\
-                    1111 refs/heads/orch-lanes/r/0\n";
-        let merged = String::from_utf8(merge_packed(old, Some(now))).unwrap();
-        assert_eq!(
-            merged,
-            "# pack-refs with: peeled fully-peeled sorted \n\
-             aaaa refs/heads/main\n\
-             1111 refs/heads/orch-lanes/r/0\n\
-             ffff refs/heads/orch/r/s\n\
-             bbbb refs/tags/v1\n^cccc\n"
-        );
-    }
 
     #[test]
     fn config_diff_names_the_new_line() {
