@@ -14,7 +14,11 @@
 //!   newline and tab, cut to `max` bytes with the [`cap_bytes`] marker
 //!   (stage summaries and failure reasons);
 //! - [`tail_bytes`]: the last `max` bytes (the end of a crashed child's
-//!   stderr).
+//!   stderr);
+//! - [`untrusted`]: text that came from a model, a forge, a lesson or a file,
+//!   made safe to print, to write to `pr.md` or to send to a forge: every
+//!   control character but newline and tab (and the bidi overrides) shown as
+//!   a visible escape (`\e`, `\x00`, `\u{202e}`), nothing dropped silently.
 //!
 //! Every cut lands on a `char` boundary; nothing here allocates more than
 //! its result (the streaming buffer holds at most head + 2 × tail bytes).
@@ -86,6 +90,39 @@ pub(crate) fn model_text(text: &str, max: usize) -> String {
     } else {
         cap_bytes(&clean, max)
     }
+}
+
+/// Whether `c` must not reach a terminal raw: a control character other
+/// than `\n` and `\t`, or a bidi override / isolate (it reorders what the
+/// reader sees).
+fn is_unsafe_char(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Untrusted text made safe for the user's terminal, `pr.md` and a forge:
+/// each unsafe character (see [`is_unsafe_char`]) becomes a visible escape —
+/// `\e` for ESC, `\xNN` for the other C0/C1 controls and DEL, `\u{NNNN}`
+/// for the bidi controls. Borrowed when there is nothing to escape.
+#[allow(dead_code)] // used by the print sites of issue 25.3 (being wired in)
+pub(crate) fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
+    if !text.chars().any(is_unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !is_unsafe_char(c) {
+            out.push(c);
+        } else if c == '\u{1b}' {
+            out.push_str("\\e");
+        } else if (c as u32) < 0x100 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The last (at most) `max` bytes of `text`, starting on a char boundary.
@@ -238,6 +275,18 @@ mod tests {
         assert!(cut.len() < 16 * 1024 + 64, "{}", cut.len());
         assert!(cut.contains(CUT_MARKER));
         assert_eq!(model_text("plain", 10), "plain");
+    }
+
+    #[test]
+    fn untrusted_shows_every_control_as_an_escape() {
+        assert!(matches!(
+            untrusted("plain\ttext\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            untrusted("a\u{1b}[2J\u{1b}]0;t\u{7}b\0c\u{9b}d\u{202e}e\r"),
+            "a\\e[2J\\e]0;t\\x07b\\x00c\\x9bd\\u{202e}e\\x0d"
+        );
     }
 
     #[test]
