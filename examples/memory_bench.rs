@@ -17,7 +17,9 @@
 )]
 
 use orch::memory::index::Index;
-use orch::memory::{Evidence, Kind, Lesson, Origin, Query, Scope, Status, load_all, select, store};
+use orch::memory::{
+    Evidence, Kind, Lesson, Origin, Query, Scope, Status, load_all_at, select, store,
+};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -138,7 +140,7 @@ fn main() {
     let none: Vec<Duration> = (0..QUERIES)
         .map(|_| {
             let t = Instant::now();
-            let (ls, _) = load_all(&git_dir, Some(empty.path())).unwrap();
+            let (ls, _) = load_all_at(&git_dir, None, empty.path()).unwrap();
             assert!(select(&ls, &q, &today).is_empty());
             t.elapsed()
         })
@@ -162,7 +164,7 @@ fn main() {
         let reads: Vec<Duration> = (0..5)
             .map(|_| {
                 let t = Instant::now();
-                let (ls, _) = load_all(&git_dir, None).unwrap();
+                let (ls, _) = load_all_at(&git_dir, None, &git_dir).unwrap();
                 assert_eq!(ls.len(), n);
                 t.elapsed()
             })

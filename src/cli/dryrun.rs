@@ -128,15 +128,20 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
     v
 }
 
-/// The memory notes a first-wave stage would be given (read from the
-/// working tree's `.orch/memory/`; a run reads its base commit's).
+/// The memory notes a first-wave stage would be given (the checked-in
+/// lessons read from the base commit, HEAD for `--base worktree`, as a run
+/// reads them).
 fn memory_notes(d: &DryRun<'_>, task: &str) -> String {
     if d.session.memory == crate::memory::MemoryMode::Off {
         return String::new();
     }
-    let workdir = crate::git::open_repo(d.repo).ok().map(|i| i.workdir);
+    let commit = d
+        .base
+        .commit
+        .clone()
+        .or_else(|| crate::git::resolve_commit(&d.base.common, "HEAD").ok());
     let paths = crate::memory::paths_in(task);
-    crate::memory::hook::notes_for(&d.base.common, workdir.as_deref(), task, &paths)
+    crate::memory::hook::notes_for(&d.base.common, commit.as_deref(), d.repo, task, &paths)
         .map(|(n, _, _)| n.text)
         .unwrap_or_default()
 }

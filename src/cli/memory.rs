@@ -1,6 +1,8 @@
 //! `orch memory …`: review and manage lessons (`docs/memory.md`). Every
 //! change is one commit on `refs/orch/memory`; checked-in and user-global
-//! lessons are shown but never changed.
+//! lessons are shown but never changed. Checked-in lessons are read from
+//! the commit at `HEAD` (what a run started there reads), and every string
+//! that came from a lesson is printed through [`crate::text::untrusted`].
 
 use super::output::Out;
 use super::{CliError, exit};
@@ -97,7 +99,7 @@ pub(super) fn cmd_memory(args: MemoryArgs) -> Result<i32, CliError> {
         MemoryCommand::Show { id } => {
             let l = find(common, workdir, &id)?;
             let mut out = Out::stdout();
-            out.text(&l.render())?;
+            out.text(&crate::text::untrusted(&l.render()))?;
             out.finish()?;
             Ok(exit::OK)
         }
@@ -116,11 +118,43 @@ pub(super) fn cmd_memory(args: MemoryArgs) -> Result<i32, CliError> {
 }
 
 fn all(common: &Path, workdir: &Path) -> Result<Vec<Lesson>, CliError> {
-    let (lessons, problems) = crate::memory::load_all(common, Some(workdir)).map_err(mem_err)?;
+    let head = crate::git::resolve_commit(common, "HEAD").ok();
+    let (lessons, problems) =
+        crate::memory::load_all_at(common, head.as_deref(), workdir).map_err(mem_err)?;
     for p in problems {
-        crate::ui::status_line(&format!("orch: warning: failed to {p}"));
+        warn(&format!("failed to {p}"));
+    }
+    for name in uncommitted_lessons(common, head.as_deref(), workdir) {
+        warn(&format!(
+            ".orch/memory/{name} is not in the commit at HEAD: runs read checked-in lessons from the commit they start at, so it is not used until it is committed"
+        ));
     }
     Ok(lessons)
+}
+
+fn warn(text: &str) {
+    crate::ui::status_line(&format!("orch: warning: {}", crate::text::untrusted(text)));
+}
+
+/// The names of `.md` files in the working tree's `.orch/memory/` that the
+/// commit `head` does not hold (read as directory entries only: nothing is
+/// opened, no link followed).
+fn uncommitted_lessons(common: &Path, head: Option<&str>, workdir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(workdir.join(".orch").join("memory")) else {
+        return Vec::new();
+    };
+    let repo = crate::git::open_at(common).ok();
+    let mut names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .filter(|n| {
+            let spec = head.map(|h| format!("{h}:.orch/memory/{n}"));
+            spec.is_none_or(|s| repo.as_ref().is_none_or(|r| r.revparse_single(&s).is_err()))
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 fn find(common: &Path, workdir: &Path, id: &str) -> Result<Lesson, CliError> {
@@ -188,13 +222,15 @@ fn list(common: &Path, workdir: &Path, status: Option<&str>, json: bool) -> Resu
                     _ => format!(" ({} {}/{})", e.event, e.run, e.stage),
                 })
                 .unwrap_or_default();
+            let untrusted = crate::text::untrusted;
             writeln!(
                 out,
-                "{:<32} {:<18} uses {:<3} {}{from}",
-                l.id,
+                "{:<32} {:<18} uses {:<3} {}{}",
+                untrusted(&l.id),
                 state_of(l, &today),
                 l.uses,
-                l.summary
+                untrusted(&l.summary),
+                untrusted(&from)
             )?;
         }
     }
@@ -322,8 +358,8 @@ fn log(common: &Path, json: bool) -> Result<i32, CliError> {
                 "{} {} {} {}",
                 &e.sha[..12],
                 e.time,
-                e.author,
-                e.subject
+                crate::text::untrusted(&e.author),
+                crate::text::untrusted(&e.subject)
             )?;
         }
     }

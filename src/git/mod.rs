@@ -40,7 +40,8 @@ pub use diff::{Diff, DiffStat, FileStat, diff, diff_stat};
 pub(crate) use diff::{diff_stat_in, open_for_diff, without_index, write_patch_in};
 pub(crate) use merge::merge_commits_in;
 pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
-pub use staging::{Staged, stage_tree};
+pub use shadow::Quarantine;
+pub use staging::{Staged, stage_tree, stage_tree_held};
 pub use worktree::{
     AdminLock, admin_lock, admin_lock_path, clean_moved, create_worktree, move_tracked,
     move_worktree, prune_broken_lanes, remove_stale_ref_locks, remove_worktree, reset_worktree,
@@ -505,13 +506,18 @@ pub fn changed_paths_in(root: &Path) -> Result<Vec<String>, GitError> {
 /// the objects git wrote. `git diff-tree` compares subtrees by id and
 /// descends only into those that differ (libgit2's tree diff loaded every
 /// subtree: 11 MB of heap at 100,000 files). Non-UTF-8 paths are given
-/// lossily.
+/// lossily. `held`: the quarantine `to_tree`'s new objects are in.
 pub fn changed_between(
     common_dir: &Path,
     from: &str,
     to_tree: &str,
+    held: Option<&Quarantine>,
 ) -> Result<Vec<String>, GitError> {
-    let out = cli::git(common_dir)
+    let git = match held {
+        Some(q) => cli::git(common_dir).env("GIT_ALTERNATE_OBJECT_DIRECTORIES", q.objects()),
+        None => cli::git(common_dir),
+    };
+    let out = git
         .args([
             "diff-tree",
             "-r",

@@ -246,3 +246,111 @@ pub fn migrate_into(shadow: &Path, real: &Path) -> Result<usize, GitError> {
         source: e.source,
     })
 }
+
+/// The directory of orch's object quarantines in the common dir `common`.
+fn quarantine_root(common: &Path) -> PathBuf {
+    common.join("orch").join("quarantine")
+}
+
+/// An object store of orch's own, beside the user's, that a stage's
+/// staging writes into (`GIT_OBJECT_DIRECTORY`, the user's store as its
+/// alternate) until the commit is decided: [`Quarantine::keep`] moves its
+/// objects into the user's store ([`migrate`]); [`Quarantine::discard`]
+/// drops them, so a refused commit's blobs (a file holding a known secret)
+/// never reach the user's store. Dropped undecided (an error between the
+/// two), it keeps: the lane's index may name its objects.
+#[derive(Debug)]
+pub struct Quarantine {
+    dir: Option<tempfile::TempDir>,
+    store: PathBuf,
+}
+
+impl Quarantine {
+    /// A new, empty quarantine for the object store `store`
+    /// (`<common>/objects`), made in `<common>/orch/quarantine/` (the same
+    /// file system, so keeping is a hard link per object). Quarantines a
+    /// killed orch left behind are removed first.
+    pub fn new(store: &Path) -> Result<Quarantine, GitError> {
+        let common = store.parent().unwrap_or(store);
+        let root = quarantine_root(common);
+        fs::create_dir_all(&root).map_err(io_err("create the object quarantine", &root))?;
+        remove_dead_quarantines(&root);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("q-{}-", std::process::id()))
+            .tempdir_in(&root)
+            .map_err(io_err("create the object quarantine", &root))?;
+        for sub in ["pack", "info"] {
+            let p = dir.path().join(sub);
+            fs::create_dir_all(&p).map_err(io_err("create the object quarantine", &p))?;
+        }
+        Ok(Quarantine {
+            dir: Some(dir),
+            store: store.to_path_buf(),
+        })
+    }
+
+    /// The quarantine's object directory (for `GIT_OBJECT_DIRECTORY`).
+    pub fn objects(&self) -> &Path {
+        self.dir.as_ref().map_or(self.store.as_path(), |d| d.path())
+    }
+
+    /// The user's object store it belongs to.
+    pub fn store(&self) -> &Path {
+        &self.store
+    }
+
+    /// Moves its objects into the user's store; how many were moved.
+    pub fn keep(mut self) -> Result<usize, GitError> {
+        self.keep_now()
+    }
+
+    fn keep_now(&mut self) -> Result<usize, GitError> {
+        let Some(dir) = self.dir.take() else {
+            return Ok(0);
+        };
+        migrate(dir.path(), &self.store).map_err(|e| GitError::Io {
+            op: "move the staged objects into the repository's store:",
+            path: e.path,
+            source: e.source,
+        })
+    }
+
+    /// Drops its objects: none reaches the user's store.
+    pub fn discard(mut self) {
+        if let Some(dir) = self.dir.take()
+            && let Err(e) = dir.close()
+        {
+            tracing::warn!("could not remove a refused commit's object quarantine: {e}");
+        }
+    }
+}
+
+impl Drop for Quarantine {
+    fn drop(&mut self) {
+        if let Err(e) = self.keep_now() {
+            tracing::warn!("{e}");
+        }
+    }
+}
+
+/// Removes the quarantines (`q-<pid>-…`) of processes that are gone: a
+/// killed orch's staging, whose objects no commit names.
+fn remove_dead_quarantines(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("q-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && pid != std::process::id()
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}

@@ -13,8 +13,12 @@
 //! checkout, any step of the narrow path that git refuses — stages the
 //! whole lane (`git add -A`).
 //!
-//! Orch's own git runs outside the sandbox: the objects it writes go to the
-//! repository's object store directly (`GIT_OBJECT_DIRECTORY` for its own commands only).
+//! Orch's own git runs outside the sandbox: the objects it writes go to a
+//! quarantine beside the repository's object store ([`Quarantine`],
+//! `GIT_OBJECT_DIRECTORY` for its own commands only, the store as its
+//! alternate), kept into the store only once the stage's commit is
+//! decided — so the blobs of a commit refused for a known secret never
+//! reach it ([`stage_tree_held`]).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -23,6 +27,7 @@ use std::path::Path;
 
 use super::GitError;
 use super::cli::Git;
+use super::shadow::Quarantine;
 use super::watch::Marks;
 
 /// Ignored directories listed per `git ls-files` (its command line).
@@ -46,6 +51,21 @@ pub fn stage_tree(
     start: &str,
     marks: Option<&Marks>,
 ) -> Result<(String, Staged), GitError> {
+    let (tree, staged, held) = stage_tree_held(lane, start, marks)?;
+    if let Some(q) = held {
+        q.keep()?;
+    }
+    Ok((tree, staged))
+}
+
+/// [`stage_tree`] with the objects git wrote held in a [`Quarantine`]
+/// (`None` for a directory that is not a worktree orch can place one
+/// beside): the caller keeps them once it commits, or discards them.
+pub fn stage_tree_held(
+    lane: &Path,
+    start: &str,
+    marks: Option<&Marks>,
+) -> Result<(String, Staged, Option<Quarantine>), GitError> {
     let lane = Lane::at(lane)?;
     let staged = match narrow_reason(&lane, start, marks)? {
         Ok(specs) => match stage_paths(&lane, &specs) {
@@ -64,16 +84,16 @@ pub fn stage_tree(
     };
     let out = lane.git().args(["write-tree"]).run()?;
     let tree = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    Ok((tree, staged))
+    Ok((tree, staged, lane.held))
 }
 
 /// The lane being staged: where it is, and where orch's own git writes the
 /// objects it makes there.
 struct Lane<'a> {
     path: &'a Path,
-    /// The user's object store when the lane's common dir is its shadow
-    /// ([`super::shadow`]): orch's objects never sit in the lane's store.
-    objects: Option<std::path::PathBuf>,
+    /// Where orch's objects go until the commit is decided (beside the
+    /// user's store, never in a lane's shadow store).
+    held: Option<Quarantine>,
 }
 
 impl<'a> Lane<'a> {
@@ -81,21 +101,24 @@ impl<'a> Lane<'a> {
     /// own store moved into the user's first: its index may name those
     /// objects, and git skips writing an object it finds.
     fn at(path: &'a Path) -> Result<Self, GitError> {
-        let shadow = super::shadow::of_lane(path);
-        if let Some((real, shadow)) = &shadow {
-            super::shadow::migrate_into(shadow, real)?;
-        }
-        Ok(Lane {
-            path,
-            objects: shadow.map(|(real, _)| real.join("objects")),
-        })
+        let store = match super::shadow::of_lane(path) {
+            Some((real, shadow)) => {
+                super::shadow::migrate_into(&shadow, &real)?;
+                Some(real.join("objects"))
+            }
+            None => store_of(path),
+        };
+        let held = store.map(|s| Quarantine::new(&s)).transpose()?;
+        Ok(Lane { path, held })
     }
 
     /// A git command in the lane.
     fn git(&self) -> Git {
         let g = super::cli::git(self.path);
-        match &self.objects {
-            Some(objects) => g.env("GIT_OBJECT_DIRECTORY", objects),
+        match &self.held {
+            Some(q) => g
+                .env("GIT_OBJECT_DIRECTORY", q.objects())
+                .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", q.store()),
             None => g,
         }
     }
@@ -111,6 +134,19 @@ impl<'a> Lane<'a> {
             .run()
             .map(drop)
     }
+}
+
+/// The object store of the worktree at `path` that has no shadow: its
+/// linked admin dir's `commondir`, or its own `.git`.
+fn store_of(path: &Path) -> Option<std::path::PathBuf> {
+    let dot_git = path.join(".git");
+    if dot_git.is_dir() {
+        return Some(dot_git.join("objects"));
+    }
+    let text = std::fs::read_to_string(&dot_git).ok()?;
+    let admin = path.join(text.trim_end().strip_prefix("gitdir: ")?);
+    let commondir = std::fs::read_to_string(admin.join("commondir")).ok()?;
+    std::path::absolute(admin.join(commondir.trim_end()).join("objects")).ok()
 }
 
 /// `git add -A` of the whole lane.

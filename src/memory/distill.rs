@@ -51,26 +51,152 @@ pub(crate) struct StageFacts<'a> {
     pub approved_after_changes: bool,
 }
 
-/// Whether `command` looks like a test command.
-fn is_test_command(command: &str) -> bool {
-    let c = command.to_ascii_lowercase();
-    c.split(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '-'))
-        .any(|w| {
-            matches!(
-                w,
-                "test"
-                    | "tests"
-                    | "pytest"
-                    | "jest"
-                    | "vitest"
-                    | "mocha"
-                    | "rspec"
-                    | "check"
-                    | "unittest"
-                    | "ctest"
-                    | "nextest"
+/// Programs that run tests whatever their arguments.
+const TEST_RUNNERS: &[&str] = &[
+    "pytest", "py.test", "jest", "vitest", "mocha", "rspec", "ctest", "tox", "nox", "phpunit",
+    "ava", "karma", "busted", "prove", "bats", "unittest", "nextest",
+];
+/// Programs whose subcommand (the first word after them) runs tests when it
+/// is one of the words given.
+const TEST_SUBCOMMANDS: &[(&str, &[&str])] = &[
+    ("go", &["test"]),
+    ("cargo", &["test", "nextest"]),
+    ("npm", &["test", "t", "run"]),
+    ("yarn", &["test", "run"]),
+    ("pnpm", &["test", "run"]),
+    ("bun", &["test", "run"]),
+    ("deno", &["test"]),
+    ("dotnet", &["test"]),
+    ("mvn", &["test", "verify"]),
+    ("gradle", &["test", "check"]),
+    ("gradlew", &["test", "check"]),
+    ("mix", &["test"]),
+    ("swift", &["test"]),
+    ("zig", &["test", "build"]),
+];
+/// Interpreters and shells whose script argument is looked at.
+const INTERPRETERS: &[&str] = &[
+    "python", "python3", "python2", "pypy", "pypy3", "sh", "bash", "zsh", "dash", "ksh", "node",
+    "ruby", "perl", "php", "tsx", "ts-node", "coverage", "uv", "poetry", "pipenv", "bundle",
+];
+
+/// Whether the file name `name` (a basename) names a test script.
+fn is_test_file(name: &str) -> bool {
+    let (stem, ext) = name.rsplit_once('.').unwrap_or((name, ""));
+    let stem_l = stem.to_ascii_lowercase();
+    let script = matches!(
+        ext,
+        "py" | "sh"
+            | "bash"
+            | "go"
+            | "rb"
+            | "js"
+            | "ts"
+            | "mjs"
+            | "cjs"
+            | "jsx"
+            | "tsx"
+            | "pl"
+            | "t"
+            | "php"
+            | ""
+    );
+    script
+        && (stem_l == "test"
+            || stem_l == "tests"
+            || stem_l == "run_tests"
+            || stem_l == "runtests"
+            || stem_l.starts_with("test_")
+            || stem_l.ends_with("_test")
+            || stem_l.ends_with("_tests")
+            || stem_l.ends_with("_spec")
+            || stem_l.ends_with(".spec")
+            || stem_l.ends_with(".test")
+            || stem_l.starts_with("run_tests"))
+}
+
+/// Whether `segment` (one simple command, split at `&&`, `||`, `;`, `|`)
+/// runs tests: a test runner, a build tool's test subcommand, `make`
+/// with a `test`/`check` target, `python -m pytest|unittest`, or an
+/// interpreter (or the script itself) running a test file.
+fn is_test_segment(segment: &str) -> bool {
+    let mut words = segment.split_whitespace().peekable();
+    // Leading assignments and wrappers (`FOO=1 timeout 60 pytest`).
+    while let Some(w) = words.peek() {
+        let is_assign = w.split_once('=').is_some_and(|(k, _)| {
+            !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+        let numeric = w.starts_with(|c: char| c.is_ascii_digit())
+            && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '.');
+        if is_assign
+            || numeric
+            || matches!(
+                *w,
+                "env" | "time" | "timeout" | "nice" | "exec" | "command" | "xvfb-run"
             )
-        })
+        {
+            words.next();
+        } else {
+            break;
+        }
+    }
+    let Some(first) = words.next() else {
+        return false;
+    };
+    let program = first.rsplit('/').next().unwrap_or(first);
+    let rest: Vec<&str> = words.collect();
+    let args = || rest.iter().copied().filter(|w| !w.starts_with('-'));
+    let script = first.contains('/') || program.ends_with(".sh");
+    if TEST_RUNNERS.contains(&program) || (script && is_test_file(program)) {
+        return true;
+    }
+    if program == "make" || program == "gmake" {
+        return args().any(|t| t.contains("test") || t.contains("check"));
+    }
+    if let Some((_, subs)) = TEST_SUBCOMMANDS.iter().find(|(p, _)| *p == program) {
+        let Some(sub) = args().next() else {
+            return false;
+        };
+        return match sub {
+            // `npm run test:unit`, `yarn run check`: a script named for tests.
+            "run" => args()
+                .nth(1)
+                .is_some_and(|s| s.contains("test") || s.contains("check")),
+            s => subs.contains(&s) || (s.contains("test") && program != "go"),
+        };
+    }
+    let interpreter = INTERPRETERS.contains(&program)
+        || program.starts_with("python3.")
+        || program.starts_with("python2.");
+    if !interpreter {
+        return false;
+    }
+    // `python -m pytest`, `uv run pytest`, `coverage run -m unittest`.
+    if rest
+        .windows(2)
+        .any(|w| w[0] == "-m" && matches!(w[1], "pytest" | "unittest" | "nose2" | "tox" | "nox"))
+    {
+        return true;
+    }
+    args().any(|a| {
+        let base = a.rsplit('/').next().unwrap_or(a);
+        TEST_RUNNERS.contains(&base) || is_test_file(base)
+    })
+}
+
+/// Whether `command` runs tests: one of its simple commands does (see
+/// [`is_test_segment`]), or it is one of the stage's verify commands.
+pub(crate) fn is_test_command(command: &str, verify: &[String]) -> bool {
+    let trimmed = command.trim();
+    if verify
+        .iter()
+        .any(|v| !v.trim().is_empty() && v.trim() == trimmed)
+    {
+        return true;
+    }
+    trimmed
+        .split(['\n', ';', '|', '&', '(', ')', '{', '}', '"', '\'', '`'])
+        .any(is_test_segment)
 }
 
 /// The exit code a bash tool result ends with (`[exit 1, 0.1s]`); `None`
@@ -103,6 +229,7 @@ pub(crate) fn detect(f: &StageFacts<'_>) -> Option<KeyEvent> {
             });
         }
     }
+    let verify_commands = f.verify.map(|v| v.commands.as_slice()).unwrap_or_default();
     let mut commands: HashMap<&str, String> = HashMap::new();
     let mut test_failures: Vec<(usize, String)> = Vec::new();
     let mut denied: Option<(usize, String)> = None;
@@ -128,7 +255,7 @@ pub(crate) fn detect(f: &StageFacts<'_>) -> Option<KeyEvent> {
         let Some(code) = exit_code_of(text) else {
             continue;
         };
-        if is_test_command(cmd) {
+        if is_test_command(cmd, verify_commands) {
             if code != 0 {
                 test_failures.push((i, cmd.clone()));
             } else if test_failures.len() >= MIN_FAILURES {

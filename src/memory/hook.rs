@@ -30,8 +30,10 @@ pub(crate) fn diffstat_paths(diffstat: &str) -> impl Iterator<Item = String> + '
 
 /// The lessons to inject into a stage whose text is `text` and whose known
 /// paths are `paths`, read from the ref and `lane`'s `.orch/memory/` (the
-/// base commit's checked-in lessons) and the user config dir. Logs a
-/// `memory` event with `memory_used` whenever memory is on.
+/// base commit's checked-in lessons) and the user config dir, redacted of
+/// `secrets` and the known ones like every other part of the request. Logs
+/// a `memory` event with `memory_used` whenever memory is on.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn inject(
     mode: MemoryMode,
     common: &Path,
@@ -39,6 +41,7 @@ pub(crate) async fn inject(
     start: &str,
     text: String,
     mut paths: Vec<String>,
+    secrets: &[String],
     log: &mut ActionLog,
 ) -> Result<Injected, RecordError> {
     if mode == MemoryMode::Off {
@@ -46,9 +49,10 @@ pub(crate) async fn inject(
     }
     paths.extend(super::paths_in(&text));
     let (common, lane, start) = (common.to_path_buf(), lane.to_path_buf(), start.to_owned());
+    let secrets = secrets.to_vec();
     let found = tokio::task::spawn_blocking(move || {
-        let (lessons, problems) = super::load_all_at(&common, &start, &lane)?;
-        Ok::<_, super::MemoryError>(choose(lessons, problems, &text, &paths))
+        let (lessons, problems) = super::load_all_at(&common, Some(&start), &lane)?;
+        Ok::<_, super::MemoryError>(choose(lessons, problems, &text, &paths, &secrets))
     })
     .await;
     match found {
@@ -71,27 +75,32 @@ pub(crate) async fn inject(
 }
 
 /// The notes for a stage whose text is `text` and known paths `paths`
-/// (path-like words of `text` are added by the caller), the number of
-/// lessons seen, and the malformed files skipped.
+/// (path-like words of `text` are added by the caller) that starts at
+/// `commit` (checked-in lessons named under `dir`), the number of lessons
+/// seen, and the malformed files skipped.
 pub(crate) fn notes_for(
     common: &Path,
-    workdir: Option<&Path>,
+    commit: Option<&str>,
+    dir: &Path,
     text: &str,
     paths: &[String],
 ) -> Result<(Injected, usize, Vec<String>), super::MemoryError> {
-    let (lessons, problems) = super::load_all(common, workdir)?;
-    Ok(choose(lessons, problems, text, paths))
+    let (lessons, problems) = super::load_all_at(common, commit, dir)?;
+    Ok(choose(lessons, problems, text, paths, &[]))
 }
 
-/// The lessons of `lessons` chosen for `text` and `paths`, rendered.
+/// The lessons of `lessons` chosen for `text` and `paths`, rendered and
+/// redacted of `secrets` (and the known ones).
 fn choose(
     lessons: Vec<super::Lesson>,
     problems: Vec<super::MemoryError>,
     text: &str,
     paths: &[String],
+    secrets: &[String],
 ) -> (Injected, usize, Vec<String>) {
     let chosen = super::select(&lessons, &Query { text, paths }, &super::today());
     let (text, ids) = super::render_notes(&chosen);
+    let text = crate::runlog::redact(&text, secrets);
     let problems = problems.iter().map(ToString::to_string).collect();
     (Injected { text, ids }, lessons.len(), problems)
 }
@@ -246,7 +255,13 @@ pub(crate) fn run_report(common: &Path, run_id: &str, stages: &[(&str, Option<&s
         .filter(|l| l.evidence.as_ref().is_some_and(|e| e.run == run_id))
         .map(|l| {
             let e = l.evidence.as_ref().map_or("", |e| e.event.as_str());
-            format!("  {} [{}] ({e}): {}\n", l.id, l.status.as_str(), l.summary)
+            format!(
+                "  {} [{}] ({}): {}\n",
+                l.id,
+                l.status.as_str(),
+                crate::text::untrusted(e),
+                crate::text::untrusted(&l.summary)
+            )
         })
         .collect();
     if !proposed.is_empty() {

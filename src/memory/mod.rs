@@ -238,6 +238,15 @@ pub enum MemoryError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A checked-in lesson that is not a regular file in the commit (a
+    /// symlink, a submodule): skipped, never followed.
+    #[error("read lesson {}: it is a {what} in the commit, not a file; skipped (checked-in lessons are read from the commit and never follow a link)", .path.display())]
+    NotAFile {
+        /// Its path (under the lane or working tree).
+        path: PathBuf,
+        /// `symlink (mode 120000)`, `submodule`, `directory`.
+        what: &'static str,
+    },
     /// No lesson has this id.
     #[error("find lesson `{0}`: no lesson has this id (see `orch memory list --status all`)")]
     Unknown(String),
@@ -275,19 +284,20 @@ impl Lesson {
             .ok_or_else(|| err(1, 1, "front matter is never closed by a `---` line".into()))?;
         let (yaml, body) = (&rest[..end.0], &rest[end.1..]);
         // The front matter starts on line 2, after the opening `---`.
-        let spec: LessonSpec = serde_saphyr::from_str(yaml)
-            .map_err(|e| MemoryError::Parse(SpecError::from_yaml(origin, &e, 1)))?;
+        // A lesson may be any file a commit holds: its errors name the file,
+        // line and column but quote none of its values.
+        let spec: LessonSpec = serde_saphyr::from_str(yaml).map_err(|e| {
+            let mut e = SpecError::from_yaml(origin, &e, 1);
+            e.message = without_quoted_values(&e.message);
+            MemoryError::Parse(e)
+        })?;
         if spec.id.is_empty()
             || !spec
                 .id
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-')
         {
-            return Err(err(
-                2,
-                1,
-                format!("id `{}` must be letters, digits and `-`", spec.id),
-            ));
+            return Err(err(2, 1, "the id must be letters, digits and `-`".into()));
         }
         Ok(Lesson {
             id: spec.id,
@@ -376,6 +386,23 @@ impl Lesson {
         )
     }
 
+    /// Redacts known secrets (and `secrets`) from every text field.
+    pub(crate) fn redact(&mut self, secrets: &[String]) {
+        let r = |t: &mut String| {
+            if !secrets.is_empty() || !crate::sandbox::known_secrets().is_empty() {
+                *t = crate::runlog::redact(t, secrets);
+            }
+        };
+        r(&mut self.title);
+        r(&mut self.summary);
+        r(&mut self.body);
+        self.scope
+            .paths
+            .iter_mut()
+            .chain(self.scope.tags.iter_mut())
+            .for_each(r);
+    }
+
     /// Applies the size caps and redacts known secrets (and `secrets`).
     pub(crate) fn sanitize(&mut self, secrets: &[String]) {
         let r = |t: &str| crate::runlog::redact(t, secrets);
@@ -392,6 +419,69 @@ impl Lesson {
             *p = r(p.trim());
         }
     }
+}
+
+/// Words of a lesson's format an error message may quote: its keys and
+/// the values of its enums. Anything else quoted (in backticks or double
+/// quotes) is the file's content and becomes `…`.
+const FORMAT_WORDS: &[&str] = &[
+    "id",
+    "title",
+    "kind",
+    "scope",
+    "paths",
+    "tags",
+    "evidence",
+    "run",
+    "stage",
+    "commit",
+    "event",
+    "created",
+    "expires",
+    "status",
+    "uses",
+    "failed_uses",
+    "summary",
+    "pitfall",
+    "convention",
+    "environment",
+    "fix-pattern",
+    "decision",
+    "proposed",
+    "accepted",
+    "rejected",
+    "retired",
+    "---",
+    ":",
+    "-",
+];
+
+/// `message` with every quoted value that is not a word of the format
+/// replaced by `…` (serde quotes an unknown key or a bad value).
+fn without_quoted_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(open) = rest.find(['`', '"']) {
+        let q = rest[open..].chars().next().unwrap_or('`');
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(q) else {
+            // An unmatched quote: what follows may be content.
+            out.push('…');
+            return out;
+        };
+        let word = &after[..close];
+        out.push(q);
+        out.push_str(if FORMAT_WORDS.contains(&word) {
+            word
+        } else {
+            "…"
+        });
+        out.push(q);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `s` cut to at most `max` characters, marking a cut with `…`.
@@ -434,56 +524,67 @@ pub(crate) fn new_id(title: &str, taken: &dyn Fn(&str) -> bool) -> String {
 }
 
 /// The lessons orch can see for the repository whose common git dir is
-/// `common` and working tree `workdir`: the ref's, then `.orch/memory/`,
-/// then the user config dir's. An id seen again later is shadowed.
-/// Malformed files are returned as problems, not errors, so one bad file
-/// does not stop a run.
-pub fn load_all(
+/// `common`: the ref's, then the checked-in ones of `commit` (its
+/// `.orch/memory/*.md`, read as blobs; none without a commit), then the
+/// user config dir's. An id seen again later is shadowed. Checked-in files
+/// are named under `dir` (the working tree or lane they belong to).
+/// Malformed or skipped files are returned as problems, not errors, so one
+/// bad file does not stop a run. Every lesson's text is redacted of the
+/// known secrets.
+pub fn load_all_at(
     common: &Path,
-    workdir: Option<&Path>,
+    commit: Option<&str>,
+    dir: &Path,
 ) -> Result<(Vec<Lesson>, Vec<MemoryError>), MemoryError> {
-    let checked_in = match workdir {
-        Some(w) => lesson_files(&w.join(".orch").join("memory"))?,
+    let checked_in = match commit {
+        Some(c) => committed_lessons(common, c, dir)?,
         None => Vec::new(),
     };
     load_with(common, checked_in)
 }
 
-/// [`load_all`] for a lane at commit `commit`: the checked-in lessons are
-/// read from that commit's `.orch/memory/` (what the lane holds once it is
-/// ready; the files are named under `lane` for the user), so nothing a
-/// previous user left in a pooled lane is read, and the lane need not be
-/// ready yet.
-pub fn load_all_at(
-    common: &Path,
-    commit: &str,
-    lane: &Path,
-) -> Result<(Vec<Lesson>, Vec<MemoryError>), MemoryError> {
-    let dir = lane.join(".orch").join("memory");
+/// The `.md` entries of `commit:.orch/memory`, read from the object
+/// database (never the file system, so a link is never followed): a
+/// regular file's blob, or a [`MemoryError::NotAFile`] for a symlink or a
+/// submodule. Named under `dir`, sorted.
+fn committed_lessons(common: &Path, commit: &str, dir: &Path) -> Result<LessonFiles, MemoryError> {
+    let dir = dir.join(".orch").join("memory");
     let repo = crate::git::open_at(common)?;
     let mut files = Vec::new();
     let tree = repo
         .revparse_single(&format!("{commit}:.orch/memory"))
         .ok()
         .and_then(|o| o.into_tree().ok());
-    if let Some(tree) = tree {
-        for entry in tree.iter() {
-            let name = String::from_utf8_lossy(entry.name_bytes()).into_owned();
-            if !name.ends_with(".md") || entry.kind() != Some(git2::ObjectType::Blob) {
-                continue;
-            }
-            let text = repo
-                .find_blob(entry.id())
-                .map(|b| String::from_utf8_lossy(b.content()).into_owned())
-                .map_err(|e| MemoryError::Io {
-                    path: dir.join(&name),
-                    source: std::io::Error::other(e.message().to_owned()),
-                });
-            files.push((dir.join(&name), text));
+    let Some(tree) = tree else {
+        return Ok(files);
+    };
+    for entry in tree.iter() {
+        let name = String::from_utf8_lossy(entry.name_bytes()).into_owned();
+        if !name.ends_with(".md") {
+            continue;
         }
+        let path = dir.join(&name);
+        let what = match entry.filemode() {
+            0o100644 | 0o100755 => None,
+            0o120000 => Some("symlink (mode 120000)"),
+            0o160000 => Some("submodule"),
+            _ => Some("directory"),
+        };
+        if let Some(what) = what {
+            files.push((path.clone(), Err(MemoryError::NotAFile { path, what })));
+            continue;
+        }
+        let text = repo
+            .find_blob(entry.id())
+            .map(|b| String::from_utf8_lossy(b.content()).into_owned())
+            .map_err(|e| MemoryError::Io {
+                path: path.clone(),
+                source: std::io::Error::other(e.message().to_owned()),
+            });
+        files.push((path, text));
     }
     files.sort_by(|a, b| a.0.cmp(&b.0));
-    load_with(common, files)
+    Ok(files)
 }
 
 /// The `.md` files of `dir`, sorted, with their text (or why not).
@@ -538,6 +639,9 @@ fn load_with(
             Ok(l) => lessons.push(l),
             Err(e) => problems.push(e),
         }
+    }
+    for l in &mut lessons {
+        l.redact(&[]);
     }
     Ok((lessons, problems))
 }

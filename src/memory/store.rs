@@ -72,6 +72,7 @@ pub fn update(
     change: impl FnOnce(&[Lesson]) -> Result<Vec<Lesson>, MemoryError>,
 ) -> Result<Option<String>, MemoryError> {
     let _admin = git::admin_lock(common, true)?;
+    heal_stale_lock(common);
     let current = read(common)?;
     let changed = change(&current)?;
     if changed.is_empty() {
@@ -113,6 +114,26 @@ pub fn update(
         .map_err(git_err(op()))?;
     set_ref(&repo, oid, parent.as_ref().map(|c| c.id()), message)?;
     Ok(Some(oid.to_string()))
+}
+
+/// Removes a `refs/orch/memory.lock` left by an orch killed while it moved
+/// the ref (libgit2 writes the lock, then renames it over the ref). Called
+/// under the repository's exclusive admin lock, which every orch holds for
+/// every write of this ref: no live orch can be holding this lock then, so
+/// one that exists is a dead process's. (Plain git writing this ref at the
+/// same moment — a `git fetch` into `refs/orch/memory` — is not orch's to
+/// know; orch never moves the ref but from the tip it read, so such a race
+/// fails one write instead of losing one.)
+fn heal_stale_lock(common: &Path) {
+    let lock = common.join(format!("{MEMORY_REF}.lock"));
+    match std::fs::remove_file(&lock) {
+        Ok(()) => tracing::warn!(
+            "removed {} left by a killed orch (no orch holds the repository lock)",
+            lock.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::debug!("could not remove {}: {e}", lock.display()),
+    }
 }
 
 /// Moves the ref to `new` only if it still points at `old` (creates it

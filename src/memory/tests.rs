@@ -53,6 +53,17 @@ fn a_bad_lesson_names_file_line_and_column() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("m.md:4:"), "{e}");
+    // The value is the file's content: named by position, never quoted.
+    assert!(!e.contains("nope"), "{e}");
+    let e = Lesson::parse(
+        "---\nid: a\ntitle: t\nkind: pitfall\nsummary: s\nsk-secret-key: 1\n---\n",
+        "m.md",
+        Origin::Ref,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("m.md:6:") && !e.contains("sk-secret"), "{e}");
+    assert!(e.contains("unknown field `…`, expected one of id, title"), "{e}");
     let e = Lesson::parse("no front matter", "m.md", Origin::Ref)
         .unwrap_err()
         .to_string();
@@ -229,4 +240,62 @@ fn replies_parse_wrapped_bare_or_fenced_and_keep_three() {
     assert_eq!(parse_reply(&five).unwrap().len(), 3);
     assert!(parse_reply("no json").is_err());
     assert!(parse_reply(r#"{"lessons": []}"#).unwrap().is_empty());
+}
+
+#[test]
+fn test_commands_are_runners_and_test_files_not_any_mention_of_one() {
+    let verify = ["./ci/check-all".to_owned()];
+    for cmd in [
+        "python3 test_calc.py",
+        "python test_calc.py -v",
+        "python3.12 tests/calc_test.py",
+        "pytest -q",
+        ".venv/bin/pytest tests/",
+        "python -m pytest -x",
+        "python3 -m unittest discover",
+        "go test ./...",
+        "cargo test --lib",
+        "cargo nextest run",
+        "npm test",
+        "npm run test:unit",
+        "yarn test",
+        "node src/calc.spec.ts",
+        "node calc.test.js",
+        "make check",
+        "make test",
+        "make -C build test",
+        "tox -e py312",
+        "nox -s tests",
+        "sh test.sh",
+        "ORCH_FIXTURE=1 sh test.sh",
+        "./run_tests.sh",
+        "bash run_tests.sh --fast",
+        "cd sub && pytest",
+        "timeout 60 go test ./pkg/...",
+        "bash -c \"pytest -q\"",
+        "go run calc_test.go",
+        "./ci/check-all",
+    ] {
+        assert!(super::distill::is_test_command(cmd, &verify), "{cmd}");
+    }
+    for cmd in [
+        "cat test_calc.py",
+        "vim test_x.py",
+        "sed -n 1,20p calc_test.go",
+        "ls tests/",
+        "grep -r test src",
+        "python3 calc.py",
+        "cargo build",
+        "cargo check",
+        "go build ./...",
+        "npm install",
+        "make",
+        "make install",
+        "echo test",
+        "git commit -m 'add a test'",
+        "rm test_calc.py",
+        "cp test_calc.py /tmp",
+    ] {
+        assert!(!super::distill::is_test_command(cmd, &verify), "{cmd}");
+    }
 }

@@ -156,6 +156,7 @@ pub(super) async fn run_stage(
             .iter()
             .flat_map(|u| crate::memory::hook::diffstat_paths(&u.diffstat))
             .collect(),
+        &ctx.session.secrets,
         &mut log,
     )
     .await?;
@@ -252,6 +253,20 @@ pub(super) async fn run_stage(
     })?;
     if leaked.is_some() {
         tree = staged.start_tree.clone();
+    }
+    // The staged objects reach the user's store only if the stage's tree
+    // is committed: a refused or discarded one's never do.
+    if let Some(held) = staged.held {
+        let keep = tree != staged.start_tree;
+        blocking(move || {
+            if keep {
+                held.keep()?;
+            } else {
+                held.discard();
+            }
+            Ok(())
+        })
+        .await?;
     }
     let failure = match (outcome.end.failure_reason(cfg.max_turns), leaked) {
         (Some(f), Some(l)) => Some(format!("{f}; {l}")),
@@ -450,6 +465,9 @@ struct StagedLane {
     changed: Vec<String>,
     /// How it was staged: `paths` (the watcher's marks) or `whole`.
     how: &'static str,
+    /// The objects git wrote, held out of the user's store until the
+    /// commit is decided.
+    held: Option<git::Quarantine>,
 }
 
 /// Stages the lane with git ([`git::stage_tree`], given the watcher's
@@ -467,13 +485,14 @@ async fn stage_lane(lane: &Lane, common: &Path, start: &str) -> Result<StagedLan
     let (path, common, start) = (lane.path.clone(), common.to_path_buf(), start.to_owned());
     blocking(move || {
         let marks = watch.and_then(|w| w.changes());
-        let (tree, how) = git::stage_tree(&path, &start, marks.as_ref())?;
-        let changed = git::changed_between(&common, &start, &tree)?;
+        let (tree, how, held) = git::stage_tree_held(&path, &start, marks.as_ref())?;
+        let changed = git::changed_between(&common, &start, &tree, held.as_ref())?;
         let start_tree = git::tree_of(&common, &start)?;
         Ok(StagedLane {
             tree,
             start_tree,
             changed,
+            held,
             how: match how {
                 git::Staged::Paths(_) => "paths",
                 git::Staged::Whole => "whole",

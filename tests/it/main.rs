@@ -37,6 +37,7 @@ mod llm_e2e;
 mod llm_wire;
 mod logview;
 mod memory;
+mod memory_safety;
 mod outcomes;
 mod reap;
 mod request_size;
