@@ -16,10 +16,12 @@
 //! the common dir, its `objects/` writable ([`objects_dir`]).
 //!
 //! Orch moves the lane's objects into the user's store ([`migrate`]) after
-//! every tool call and before it stages the lane itself; its own git runs in
-//! the lane write straight into the user's store (`GIT_OBJECT_DIRECTORY`,
-//! `src/git/staging.rs`), and its commits are written through the
-//! user's repository, never the lane's.
+//! every tool call and before it stages the lane itself — all but a loose
+//! object holding a known secret value, which stays in the lane's store;
+//! its own git runs in the lane write into a [`Quarantine`] beside the
+//! user's store (`GIT_OBJECT_DIRECTORY`, `src/git/staging.rs`), kept only
+//! once the stage's commit is decided, and its commits are written through
+//! the user's repository, never the lane's.
 //!
 //! Invariant of [`migrate`]: it only adds. An object that already exists in
 //! the store is never overwritten (loose objects are content-addressed, so
@@ -157,7 +159,59 @@ pub struct MigrateError {
 
 /// Moves every object in the lane store `from` into the store `to` and
 /// returns how many files were moved. A missing store moves nothing.
+///
+/// A loose object that holds a known secret value
+/// ([`crate::sandbox::known_secrets`]) — a blob the agent's own `git add`
+/// wrote of a file with a key — is not moved: it stays in the lane's store
+/// and goes with the lane, so it never sits in the user's store. (Packs
+/// are moved whole, unread.)
 pub fn migrate(from: &Path, to: &Path) -> Result<usize, MigrateError> {
+    migrate_with(from, to, SecretObjects::of(from))
+}
+
+/// Loose objects to leave behind: those holding a known secret value.
+struct SecretObjects {
+    odb: Option<git2::Odb<'static>>,
+}
+
+impl SecretObjects {
+    /// A reader of the loose objects in `store` (none when no secret is
+    /// known, so nothing is read).
+    fn of(store: &Path) -> SecretObjects {
+        let odb = (!crate::sandbox::known_secrets().is_empty())
+            .then(|| {
+                let odb = git2::Odb::new().ok()?;
+                odb.add_disk_alternate(&store.to_string_lossy()).ok()?;
+                Some(odb)
+            })
+            .flatten();
+        SecretObjects { odb }
+    }
+
+    /// None: moves everything.
+    fn none() -> SecretObjects {
+        SecretObjects { odb: None }
+    }
+
+    /// Whether the loose object `<fanout><rest>` holds a known secret.
+    fn holds_secret(&self, fanout: &str, rest: &str) -> bool {
+        let Some(odb) = &self.odb else {
+            return false;
+        };
+        let Some(obj) = git2::Oid::from_str(&format!("{fanout}{rest}"))
+            .ok()
+            .and_then(|oid| odb.read(oid).ok())
+        else {
+            return false;
+        };
+        let data = obj.data();
+        crate::sandbox::known_secrets()
+            .iter()
+            .any(|s| !s.is_empty() && data.windows(s.len()).any(|w| w == s.as_bytes()))
+    }
+}
+
+fn migrate_with(from: &Path, to: &Path, leave: SecretObjects) -> Result<usize, MigrateError> {
     let mut moved = 0;
     let Ok(dirs) = fs::read_dir(from) else {
         return Ok(0);
@@ -181,6 +235,13 @@ pub fn migrate(from: &Path, to: &Path) -> Result<usize, MigrateError> {
                 if fname.to_string_lossy().starts_with("tmp_")
                     || !f.file_type().is_ok_and(|t| t.is_file())
                 {
+                    continue;
+                }
+                if leave.holds_secret(&name, &fname.to_string_lossy()) {
+                    tracing::warn!(
+                        "git object {name}{} in the lane's store holds a known secret value: left out of the repository's store",
+                        fname.to_string_lossy()
+                    );
                     continue;
                 }
                 let target = to.join(&*name).join(&fname);
@@ -308,7 +369,8 @@ impl Quarantine {
         let Some(dir) = self.dir.take() else {
             return Ok(0);
         };
-        migrate(dir.path(), &self.store).map_err(|e| GitError::Io {
+        // The staged tree was scanned for secrets before it was kept.
+        migrate_with(dir.path(), &self.store, SecretObjects::none()).map_err(|e| GitError::Io {
             op: "move the staged objects into the repository's store:",
             path: e.path,
             source: e.source,

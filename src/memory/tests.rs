@@ -63,7 +63,10 @@ fn a_bad_lesson_names_file_line_and_column() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("m.md:6:") && !e.contains("sk-secret"), "{e}");
-    assert!(e.contains("unknown field `…`, expected one of id, title"), "{e}");
+    assert!(
+        e.contains("unknown field `…`, expected one of id, title"),
+        "{e}"
+    );
     let e = Lesson::parse("no front matter", "m.md", Origin::Ref)
         .unwrap_err()
         .to_string();

@@ -281,6 +281,48 @@ fn a_stage_commit_refused_for_a_secret_leaves_no_object_holding_it() {
 }
 
 #[test]
+fn a_secret_the_agents_own_git_stages_never_reaches_the_users_store() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let snapshot = repo.snapshot();
+    let home = tempfile::tempdir().unwrap();
+    let bash = |id: &str, c: &str| Reply::tool_call(id, "bash", json!({ "command": c }));
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            bash(
+                "b1",
+                &format!("printf 'TOKEN = \"%s\"\\n' {FAKE_API_KEY} > creds.py && git add creds.py && git status --short"),
+            ),
+            Reply::finish("f1", "Staged the token.", None),
+        ],
+    ));
+    let (code, run_id) = run_in(&repo, home.path(), &server);
+    assert_eq!(code, 1);
+    // The agent's `git add` did run and write its blob.
+    let results = crate::support::tool_results(&server.requests_for("code")[1]);
+    assert!(
+        results.iter().any(|r| r.contains("A  creds.py")),
+        "{results:?}"
+    );
+    let state = crate::support::state_json(&repo, &run_id);
+    let reason = crate::support::stage_record(&state, "code")["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.contains("refused to commit: creds.py"), "{reason}");
+    let all = repo
+        .git_command()
+        .args(["cat-file", "--batch-all-objects", "--batch"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&all.stdout).contains(FAKE_API_KEY),
+        "an object in the user's store holds the key"
+    );
+    snapshot.assert_unchanged(&repo.snapshot());
+}
+
+#[test]
 fn a_python_test_file_failing_twice_then_passing_distills_a_lesson() {
     let repo = TestRepo::with_commit(
         &[
