@@ -170,6 +170,10 @@ fn memory_list_and_show_print_a_lessons_escape_sequences_visibly() {
         ],
         "calc with a lesson",
     );
+    repo.write(
+        ".orch/memory/draft.md",
+        "---\nid: \"draft-lesson\"\ntitle: \"d\"\nkind: convention\nsummary: \"calc draft\"\n---\n",
+    );
     for args in [
         vec!["list"],
         vec!["list", "--json"],
@@ -193,6 +197,13 @@ fn memory_list_and_show_print_a_lessons_escape_sequences_visibly() {
         );
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("calc-style"), "{text}");
+        // A lesson file not committed yet is named, not read.
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(".orch/memory/draft.md is not in the commit at HEAD"),
+            "{err}"
+        );
+        assert!(!text.contains("draft-lesson"), "{text}");
         if args.len() == 1 {
             assert!(text.contains("calc \\e[2J\\e]0;pwned\\x07 keeps"), "{text}");
         }
@@ -232,6 +243,30 @@ fn a_stale_memory_ref_lock_is_healed_by_the_next_write() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// Runs the one-stage pipeline, whose agent writes `creds.py` with the
+/// key: the stage is refused for it, and no object of the user's store
+/// (`git cat-file --batch-all-objects --batch`) holds the key.
+fn assert_refused_and_no_object_holds_the_key(repo: &TestRepo, home: &Path, server: &FakeServer) {
+    let (code, run_id) = run_in(repo, home, server);
+    assert_eq!(code, 1);
+    let state = crate::support::state_json(repo, &run_id);
+    let reason = crate::support::stage_record(&state, "code")["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.contains("refused to commit: creds.py"), "{reason}");
+    let all = repo
+        .git_command()
+        .args(["cat-file", "--batch-all-objects", "--batch"])
+        .output()
+        .unwrap();
+    assert!(all.status.success());
+    assert!(
+        !String::from_utf8_lossy(&all.stdout).contains(FAKE_API_KEY),
+        "an object in the user's store holds the key"
+    );
+}
+
 #[test]
 fn a_stage_commit_refused_for_a_secret_leaves_no_object_holding_it() {
     let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
@@ -249,25 +284,7 @@ fn a_stage_commit_refused_for_a_secret_leaves_no_object_holding_it() {
             Reply::finish("f1", "Wrote the token.", None),
         ],
     ));
-    let (code, run_id) = run_in(&repo, home.path(), &server);
-    assert_eq!(code, 1);
-    let state = crate::support::state_json(&repo, &run_id);
-    let reason = crate::support::stage_record(&state, "code")["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(reason.contains("refused to commit: creds.py"), "{reason}");
-    let all = repo
-        .git_command()
-        .args(["cat-file", "--batch-all-objects", "--batch"])
-        .output()
-        .unwrap();
-    assert!(all.status.success());
-    let text = String::from_utf8_lossy(&all.stdout);
-    assert!(
-        !text.contains(FAKE_API_KEY),
-        "an object in the user's store holds the key"
-    );
+    assert_refused_and_no_object_holds_the_key(&repo, home.path(), &server);
     // The staged objects were dropped, not parked: no quarantine is left.
     let parked: Vec<_> = std::fs::read_dir(repo.path.join(".git/orch/quarantine"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -296,28 +313,12 @@ fn a_secret_the_agents_own_git_stages_never_reaches_the_users_store() {
             Reply::finish("f1", "Staged the token.", None),
         ],
     ));
-    let (code, run_id) = run_in(&repo, home.path(), &server);
-    assert_eq!(code, 1);
+    assert_refused_and_no_object_holds_the_key(&repo, home.path(), &server);
     // The agent's `git add` did run and write its blob.
     let results = crate::support::tool_results(&server.requests_for("code")[1]);
     assert!(
         results.iter().any(|r| r.contains("A  creds.py")),
         "{results:?}"
-    );
-    let state = crate::support::state_json(&repo, &run_id);
-    let reason = crate::support::stage_record(&state, "code")["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(reason.contains("refused to commit: creds.py"), "{reason}");
-    let all = repo
-        .git_command()
-        .args(["cat-file", "--batch-all-objects", "--batch"])
-        .output()
-        .unwrap();
-    assert!(
-        !String::from_utf8_lossy(&all.stdout).contains(FAKE_API_KEY),
-        "an object in the user's store holds the key"
     );
     snapshot.assert_unchanged(&repo.snapshot());
 }
