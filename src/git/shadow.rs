@@ -324,6 +324,19 @@ fn quarantine_root(common: &Path) -> PathBuf {
 pub struct Quarantine {
     dir: Option<tempfile::TempDir>,
     store: PathBuf,
+    /// An exclusive `flock` on `<dir>/lock` while it lives: a quarantine
+    /// whose lock can be taken is a dead process's.
+    _lock: fs::File,
+}
+
+/// The lock file in a quarantine.
+const QUARANTINE_LOCK: &str = "lock";
+
+/// Takes an exclusive `flock` on `file` without waiting; whether it was taken.
+fn try_lock(file: &fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor `file` owns; no memory is shared.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 impl Quarantine {
@@ -344,9 +357,18 @@ impl Quarantine {
             let p = dir.path().join(sub);
             fs::create_dir_all(&p).map_err(io_err("create the object quarantine", &p))?;
         }
+        let path = dir.path().join(QUARANTINE_LOCK);
+        let lock =
+            fs::File::create(&path).map_err(io_err("create the object quarantine", &path))?;
+        if !try_lock(&lock) {
+            return Err(io_err("lock the object quarantine", &path)(
+                std::io::Error::last_os_error(),
+            ));
+        }
         Ok(Quarantine {
             dir: Some(dir),
             store: store.to_path_buf(),
+            _lock: lock,
         })
     }
 
@@ -395,24 +417,68 @@ impl Drop for Quarantine {
     }
 }
 
-/// Removes the quarantines (`q-<pid>-…`) of processes that are gone: a
-/// killed orch's staging, whose objects no commit names.
+/// Removes the quarantines whose lock no process holds: a killed orch's
+/// staging, whose objects no commit names. (The lock, not the pid, says
+/// so: another orch on the same repository may live in another pid
+/// namespace.) One without a lock file yet is left alone.
 fn remove_dead_quarantines(root: &Path) {
     let Ok(entries) = fs::read_dir(root) else {
         return;
     };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let pid = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("q-"))
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid
-            && pid != std::process::id()
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
+        if !e.file_name().to_string_lossy().starts_with("q-") {
+            continue;
+        }
+        let Ok(lock) = fs::File::open(e.path().join(QUARANTINE_LOCK)) else {
+            continue;
+        };
+        if try_lock(&lock) {
             let _ = fs::remove_dir_all(e.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object_in(objects: &Path) -> PathBuf {
+        let f = objects
+            .join("ab")
+            .join("cdef0123456789abcdef0123456789abcdef01");
+        fs::create_dir_all(f.parent().unwrap()).unwrap();
+        fs::write(&f, b"x").unwrap();
+        f
+    }
+
+    #[test]
+    fn a_quarantine_keeps_into_the_store_or_drops_and_a_dead_ones_is_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("objects");
+        fs::create_dir_all(&store).unwrap();
+        let moved = store
+            .join("ab")
+            .join("cdef0123456789abcdef0123456789abcdef01");
+
+        let q = Quarantine::new(&store).unwrap();
+        object_in(q.objects());
+        q.discard();
+        assert!(!moved.exists());
+
+        let q = Quarantine::new(&store).unwrap();
+        object_in(q.objects());
+        assert_eq!(q.keep().unwrap(), 1);
+        assert!(moved.exists());
+        let root = quarantine_root(tmp.path());
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
+
+        // A killed process's quarantine (its lock free) goes; a live one stays.
+        let dead = root.join("q-1-dead");
+        fs::create_dir_all(&dead).unwrap();
+        fs::write(dead.join(QUARANTINE_LOCK), b"").unwrap();
+        let live = Quarantine::new(&store).unwrap();
+        assert!(!dead.exists());
+        let other = Quarantine::new(&store).unwrap();
+        assert!(live.objects().exists() && other.objects().exists());
     }
 }
