@@ -7,11 +7,13 @@
 //!   `lessons/<id>.md`, written only by [`store`] straight into the object
 //!   database (never the user's branch, index or working tree), so
 //!   `git log refs/orch/memory` shows every change and the ref can be pushed;
-//! - `<repo>/.orch/memory/*.md` (checked in by the user) and
+//! - `<repo>/.orch/memory/*.md` (checked in by the user; read as blobs from
+//!   a commit, never through the file system, a symlink skipped) and
 //!   `<user config dir>/memory/*.md`: read-only for orch.
 //!
 //! Invariants: only `accepted`, unexpired, unflagged lessons are injected;
-//! lesson text is redacted of known secrets before it is stored; what is
+//! lesson text is redacted of known secrets before it is stored and again
+//! whenever it is read; a lesson's parse error quotes none of its values; what is
 //! injected is capped ([`INJECT_BUDGET`]) and framed as data, never as
 //! instructions, and cannot change a role's tools or permissions (it is
 //! only text in the task message). The index ([`index`]) is derived and
