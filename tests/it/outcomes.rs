@@ -421,3 +421,29 @@ fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
         3
     );
 }
+
+#[test]
+fn the_identical_failure_rule_ignores_spacing_in_the_arguments() {
+    // issue 26.7: the same failing call written with different JSON spacing
+    // is the same call, as for the repeat rule.
+    let repo = buggy_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::raw_tool_call("a", "bash", r#"{"command":"exit 3"}"#),
+            Reply::raw_tool_call("b", "bash", r#"{ "command": "exit 3" }"#),
+            Reply::raw_tool_call("c", "bash", "{\n  \"command\" :  \"exit 3\"\n}"),
+            Reply::finish("d", "never", None),
+        ],
+    ));
+    let (code, run_id) = run(&repo, solo_pipeline(dir.path(), "coder", ""), &server);
+    assert_eq!(code, 1);
+    assert_eq!(server.requests_for("code").len(), 3);
+    let state = state_json(&repo, &run_id);
+    let reason = stage(&state, "code")["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.contains("same failing `bash` call 3 times"),
+        "{reason}"
+    );
+}
