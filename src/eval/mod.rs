@@ -370,6 +370,23 @@ async fn prepare_repo(task: &Task, repo: &Path, work: &Path) -> Result<String, E
             )
             .await?;
         }
+        TaskRepo::Git(source) => {
+            // A local clone: the history and HEAD, not the source's config,
+            // hooks or working-tree state (checked clean when the task loaded).
+            git(
+                task,
+                "clone the task's repository",
+                work,
+                &[
+                    OsStr::new("clone"),
+                    OsStr::new("-q"),
+                    OsStr::new("--no-hardlinks"),
+                    source.as_os_str(),
+                    repo.as_os_str(),
+                ],
+            )
+            .await?;
+        }
         TaskRepo::Bundle(bundle) => {
             git(
                 task,
