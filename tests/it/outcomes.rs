@@ -91,11 +91,23 @@ fn a_coder_answering_in_text_is_nudged_once_then_fails() {
 fn an_empty_reply_is_nudged_once_then_fails() {
     let repo = buggy_repo();
     let dir = tempfile::tempdir().unwrap();
-    let server =
-        FakeServer::start(Script::new().agent("code", vec![Reply::text(""), Reply::text(" \n")]));
+    // Each empty streamed reply is fetched once more without streaming
+    // (issue 26.8); empty there too, it is the model's answer.
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text(""),
+            Reply::text(""),
+            Reply::text(" \n"),
+            Reply::text(" \n"),
+        ],
+    ));
     let (code, run_id) = run(&repo, solo_pipeline(dir.path(), "coder", ""), &server);
     assert_eq!(code, 1);
-    assert!(user_text(&server.requests_for("code")[1]).contains("Your reply was empty"));
+    let reqs = server.requests_for("code");
+    let streamed: Vec<bool> = reqs.iter().map(|r| r.body["stream"] == true).collect();
+    assert_eq!(streamed, [true, false, true, false], "streaming stays on");
+    assert!(user_text(&reqs[2]).contains("Your reply was empty"));
     let state = state_json(&repo, &run_id);
     assert_eq!(stage(&state, "code")["status"], "failed");
     assert!(
