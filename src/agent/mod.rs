@@ -325,11 +325,12 @@ impl<'c> Agent<'c> {
                 }
             };
             let usage = resp.usage;
-            tracker.record_turn(usage.prompt_tokens, usage.completion_tokens);
-            out.tokens.add(TokenCount {
+            let tokens = TokenCount {
                 prompt: usage.prompt_tokens,
                 completion: usage.completion_tokens,
-            });
+            };
+            tracker.record_turn(tokens, usage.cost_usd);
+            out.tokens.add(tokens);
             let mut msg = normalize_assistant(resp.message);
             log.append(
                 "response",
@@ -338,6 +339,7 @@ impl<'c> Agent<'c> {
                     "latency_ms": started.elapsed().as_millis() as u64,
                     "prompt_tokens": usage.prompt_tokens,
                     "completion_tokens": usage.completion_tokens,
+                    "cost_usd": usage.cost_usd,
                     "finish_reason": resp.finish_reason,
                     "content": msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
                     "tool_calls": msg.tool_calls.iter().map(|c| json!({

@@ -410,6 +410,12 @@ impl OpenAiClient {
         };
         let status = resp.status();
         let retry_after = resp.headers().get(RETRY_AFTER).and_then(parse_retry_after);
+        let header_cost = resp
+            .headers()
+            .get(COST_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .and_then(super::reported_cost);
         let is_sse = resp
             .headers()
             .get(CONTENT_TYPE)
@@ -434,7 +440,10 @@ impl OpenAiClient {
             if stream && is_empty(&assembled) {
                 return Err(Attempt::StreamOnly(EMPTY_STREAM.to_owned()));
             }
-            return Ok(assembled);
+            return Ok(Assembled {
+                header_cost,
+                ..assembled
+            });
         }
         // Error bodies, and plain completions (also when a server ignored
         // `stream: true`), are read within the request's time: a completion
@@ -465,7 +474,9 @@ impl OpenAiClient {
             }
         };
         if status.is_success() {
-            return self.parse_completion(&bytes);
+            return self
+                .parse_completion(&bytes)
+                .map(|a| Assembled { header_cost, ..a });
         }
         Err(self.classify_status(status, retry_after, &bytes))
     }
@@ -587,6 +598,10 @@ impl OpenAiClient {
         Ok(assembler.finish())
     }
 }
+
+/// The response header in which LiteLLM's proxy reports the call's cost in
+/// US dollars.
+const COST_HEADER: &str = "x-litellm-response-cost";
 
 /// Why a streamed reply with neither text nor a tool call is re-sent once
 /// without streaming.

@@ -291,3 +291,92 @@ fn llm_e2e_five_server_errors_without_an_api_key_say_no_key_was_sent() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("no API key was sent"), "{err}");
 }
+
+/// A tool-call reply whose `usage` carries `extra` (e.g. OpenRouter's `cost`).
+fn with_usage_cost(reply: Reply, cost: f64) -> Reply {
+    let Reply::Message { message, .. } = reply else {
+        panic!("a message reply")
+    };
+    Reply::Message {
+        message,
+        usage: Some(json!({
+            "prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100,
+            "cost": cost,
+        })),
+    }
+}
+
+/// `orch run --json` of a one-stage coder pipeline on a buggy calc repo with
+/// `model` at `server` (and `extra` flags); the JSON summary and the repo.
+fn run_solo(server: &FakeServer, model: &str, extra: &[&str]) -> (serde_json::Value, TestRepo) {
+    let repo = TestRepo::with_commit(
+        &[("calc.py", "def add(a, b):\n    return a - b\n")],
+        "calc 0.1",
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let pipeline = crate::support::write_pipeline(
+        scratch.path(),
+        "solo",
+        "stages:\n  code:\n    role: coder\n    task: Make add() add.\n",
+    );
+    let issue = crate::support::write_issue(scratch.path(), "# add() subtracts\n");
+    let out = crate::support::OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, model)
+        .args(extra)
+        .json()
+        .output();
+    assert_exit(&out, 0);
+    (crate::support::stdout_json(&out), repo)
+}
+
+#[test]
+fn llm_e2e_the_cost_openrouter_reports_in_usage_is_the_cost() {
+    // issue 26.8: a model in no price table, whose server reports each
+    // call's cost in `usage.cost`, streamed (last chunk) and not streamed.
+    for flags in [&[][..], &["--no-stream"][..]] {
+        let server = FakeServer::start(Script::new().agent(
+            "code",
+            vec![
+                with_usage_cost(crate::support::fix_add("c1"), 0.0012),
+                with_usage_cost(Reply::finish("c2", "add() adds.", None), 0.0003),
+            ],
+        ));
+        let (summary, repo) = run_solo(&server, "vendor/unpriced-model", flags);
+        let cost = summary["cost_usd"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{summary}"));
+        assert!((cost - 0.0015).abs() < 1e-12, "{flags:?}: {summary}");
+        let streamed = server.requests_for("code")[0].body["stream"] == true;
+        assert_eq!(streamed, flags.is_empty());
+        let run_id = crate::support::only_run_id(&repo.path);
+        let record = crate::support::record_dir(&repo, &run_id);
+        let turns = stage_events(&record, "code", "response");
+        assert_eq!(turns[0]["cost_usd"], 0.0012, "{turns:?}");
+    }
+}
+
+#[test]
+fn llm_e2e_the_cost_litellm_reports_in_a_header_is_the_cost() {
+    // issue 26.8: LiteLLM's proxy reports the call's cost in
+    // `x-litellm-response-cost` (the usage has tokens only).
+    let costed = |reply: Reply, cost: &str| {
+        Reply::WithHeader(
+            "x-litellm-response-cost".to_owned(),
+            cost.to_owned(),
+            Box::new(reply.with_usage(1000, 100)),
+        )
+    };
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            costed(crate::support::fix_add("c1"), "0.002"),
+            costed(Reply::finish("c2", "add() adds.", None), "0.0005"),
+        ],
+    ));
+    let (summary, _repo) = run_solo(&server, "unpriced-model", &["--no-stream"]);
+    let cost = summary["cost_usd"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!((cost - 0.0025).abs() < 1e-12, "{summary}");
+}
