@@ -370,9 +370,10 @@ async fn prepare_repo(task: &Task, repo: &Path, work: &Path) -> Result<String, E
             )
             .await?;
         }
-        TaskRepo::Git(source) => {
-            // A local clone: the history and HEAD, not the source's config,
-            // hooks or working-tree state (checked clean when the task loaded).
+        TaskRepo::Git(source) | TaskRepo::Bundle(source) => {
+            // A clone: the history and HEAD, not a source repository's
+            // config, hooks or working-tree state (checked clean when the
+            // task loaded); no hard links into the task directory.
             git(
                 task,
                 "clone the task's repository",
@@ -382,20 +383,6 @@ async fn prepare_repo(task: &Task, repo: &Path, work: &Path) -> Result<String, E
                     OsStr::new("-q"),
                     OsStr::new("--no-hardlinks"),
                     source.as_os_str(),
-                    repo.as_os_str(),
-                ],
-            )
-            .await?;
-        }
-        TaskRepo::Bundle(bundle) => {
-            git(
-                task,
-                "clone the task's bundle",
-                work,
-                &[
-                    OsStr::new("clone"),
-                    OsStr::new("-q"),
-                    bundle.as_os_str(),
                     repo.as_os_str(),
                 ],
             )

@@ -188,10 +188,6 @@ fn empty_stream() -> Reply {
 #[test]
 fn llm_e2e_an_empty_streamed_reply_is_fetched_once_without_streaming() {
     // issue 26.8: the same request without streaming carries the tool call.
-    let repo = TestRepo::with_commit(
-        &[("calc.py", "def add(a, b):\n    return a - b\n")],
-        "calc 0.1",
-    );
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
@@ -200,17 +196,7 @@ fn llm_e2e_an_empty_streamed_reply_is_fetched_once_without_streaming() {
             Reply::finish("c2", "add() adds.", None),
         ],
     ));
-    let scratch = tempfile::tempdir().unwrap();
-    let pipeline = crate::support::write_pipeline(
-        scratch.path(),
-        "solo",
-        "stages:\n  code:\n    role: coder\n    task: Make add() add.\n",
-    );
-    let issue = crate::support::write_issue(scratch.path(), "# add() subtracts\n");
-    let out = crate::support::OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .model(&server.base_url, "m")
-        .output();
+    let (out, repo) = run_solo(&server, "m", &[]);
     assert_exit(&out, 0);
     let reqs = server.requests_for("code");
     let streamed: Vec<bool> = reqs.iter().map(|r| r.body["stream"] == true).collect();
@@ -307,8 +293,8 @@ fn with_usage_cost(reply: Reply, cost: f64) -> Reply {
 }
 
 /// `orch run --json` of a one-stage coder pipeline on a buggy calc repo with
-/// `model` at `server` (and `extra` flags); the JSON summary and the repo.
-fn run_solo(server: &FakeServer, model: &str, extra: &[&str]) -> (serde_json::Value, TestRepo) {
+/// `model` at `server` (and `extra` flags); what it printed, and the repo.
+fn run_solo(server: &FakeServer, model: &str, extra: &[&str]) -> (std::process::Output, TestRepo) {
     let repo = TestRepo::with_commit(
         &[("calc.py", "def add(a, b):\n    return a - b\n")],
         "calc 0.1",
@@ -326,6 +312,16 @@ fn run_solo(server: &FakeServer, model: &str, extra: &[&str]) -> (serde_json::Va
         .args(extra)
         .json()
         .output();
+    (out, repo)
+}
+
+/// [`run_solo`], which must succeed: its JSON summary and the repo.
+fn summary_of_solo(
+    server: &FakeServer,
+    model: &str,
+    extra: &[&str],
+) -> (serde_json::Value, TestRepo) {
+    let (out, repo) = run_solo(server, model, extra);
     assert_exit(&out, 0);
     (crate::support::stdout_json(&out), repo)
 }
@@ -342,7 +338,7 @@ fn llm_e2e_the_cost_openrouter_reports_in_usage_is_the_cost() {
                 with_usage_cost(Reply::finish("c2", "add() adds.", None), 0.0003),
             ],
         ));
-        let (summary, repo) = run_solo(&server, "vendor/unpriced-model", flags);
+        let (summary, repo) = summary_of_solo(&server, "vendor/unpriced-model", flags);
         let cost = summary["cost_usd"]
             .as_f64()
             .unwrap_or_else(|| panic!("{summary}"));
@@ -374,7 +370,7 @@ fn llm_e2e_the_cost_litellm_reports_in_a_header_is_the_cost() {
             costed(Reply::finish("c2", "add() adds.", None), "0.0005"),
         ],
     ));
-    let (summary, _repo) = run_solo(&server, "unpriced-model", &["--no-stream"]);
+    let (summary, _repo) = summary_of_solo(&server, "unpriced-model", &["--no-stream"]);
     let cost = summary["cost_usd"]
         .as_f64()
         .unwrap_or_else(|| panic!("{summary}"));

@@ -400,20 +400,15 @@ fn the_same_call_twice_in_one_turn_runs_once() {
     );
 }
 
-#[test]
-fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
+/// Runs a coder whose first three calls are `calls` (each `exit 3`), then a
+/// `finish` that must never be reached: the stage stops as stuck after the
+/// third identical failure. The run's record, for more checks.
+fn stuck_on_three_failures(calls: [Reply; 3]) -> (TestRepo, String) {
     let repo = buggy_repo();
     let dir = tempfile::tempdir().unwrap();
-    let fail = |id: &str| Reply::tool_call(id, "bash", json!({"command": "exit 3"}));
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            fail("a"),
-            fail("b"),
-            fail("c"),
-            Reply::finish("d", "never", None),
-        ],
-    ));
+    let mut replies = Vec::from(calls);
+    replies.push(Reply::finish("d", "never", None));
+    let server = FakeServer::start(Script::new().agent("code", replies));
     let (code, run_id) = run(&repo, solo_pipeline(dir.path(), "coder", ""), &server);
     assert_eq!(code, 1);
     assert_eq!(server.requests_for("code").len(), 3);
@@ -423,6 +418,13 @@ fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
         reason.contains("same failing `bash` call 3 times"),
         "{reason}"
     );
+    (repo, run_id)
+}
+
+#[test]
+fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
+    let fail = |id: &str| Reply::tool_call(id, "bash", json!({"command": "exit 3"}));
+    let (repo, run_id) = stuck_on_three_failures([fail("a"), fail("b"), fail("c")]);
     let record = record_dir(&repo, &run_id);
     let tools = read_jsonl(&record.join("stages/code/actions.jsonl"));
     assert_eq!(
@@ -438,24 +440,9 @@ fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
 fn the_identical_failure_rule_ignores_spacing_in_the_arguments() {
     // issue 26.7: the same failing call written with different JSON spacing
     // is the same call, as for the repeat rule.
-    let repo = buggy_repo();
-    let dir = tempfile::tempdir().unwrap();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::raw_tool_call("a", "bash", r#"{"command":"exit 3"}"#),
-            Reply::raw_tool_call("b", "bash", r#"{ "command": "exit 3" }"#),
-            Reply::raw_tool_call("c", "bash", "{\n  \"command\" :  \"exit 3\"\n}"),
-            Reply::finish("d", "never", None),
-        ],
-    ));
-    let (code, run_id) = run(&repo, solo_pipeline(dir.path(), "coder", ""), &server);
-    assert_eq!(code, 1);
-    assert_eq!(server.requests_for("code").len(), 3);
-    let state = state_json(&repo, &run_id);
-    let reason = stage(&state, "code")["reason"].as_str().unwrap().to_owned();
-    assert!(
-        reason.contains("same failing `bash` call 3 times"),
-        "{reason}"
-    );
+    stuck_on_three_failures([
+        Reply::raw_tool_call("a", "bash", r#"{"command":"exit 3"}"#),
+        Reply::raw_tool_call("b", "bash", r#"{ "command": "exit 3" }"#),
+        Reply::raw_tool_call("c", "bash", "{\n  \"command\" :  \"exit 3\"\n}"),
+    ]);
 }
