@@ -17,10 +17,11 @@
 //!   says when a limit is reached (`token budget exceeded: 4000 of 3500
 //!   tokens`).
 //!
-//! Cost comes from a [`Pricing`] supplied by the caller (the model's price
-//! table). When the price is unknown, a cost limit cannot be enforced: the
-//! stage says so once (a note in its budget report and action log) and runs
-//! on without it.
+//! Cost comes from what the server reported for a call, else from a
+//! [`Pricing`] supplied by the caller (the model's price table). When
+//! neither knows a call's cost, a cost limit cannot be enforced: the stage
+//! says so once (a note in its budget report and action log) and runs on
+//! without it.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -228,7 +229,12 @@ pub enum Enforcement {
 struct Used {
     tokens: TokenCount,
     cost_usd: f64,
-    cost_known: bool,
+    /// The price table knows the model's price.
+    priced: bool,
+    /// Calls charged so far.
+    calls: u64,
+    /// Some call's cost was unknown (neither reported nor priced).
+    unknown: bool,
 }
 
 /// One agent's account: its effective limits and what has been used of them.
@@ -263,7 +269,7 @@ impl StageBudget {
         cost_usd: Option<Limit<f64>>,
         pricing: Arc<dyn Pricing>,
     ) -> Self {
-        let cost_known = pricing.cost(1, 1).is_some();
+        let priced = pricing.cost(1, 1).is_some();
         StageBudget {
             tokens,
             time,
@@ -272,7 +278,7 @@ impl StageBudget {
             enforcement: Enforcement::InLoop,
             started: Instant::now(),
             used: Arc::new(Mutex::new(Used {
-                cost_known,
+                priced,
                 ..Used::default()
             })),
         }
@@ -298,12 +304,19 @@ impl StageBudget {
     /// Charges one model call (a turn, a summary, or a finished child's
     /// calls) to the account, priced by its [`Pricing`].
     pub fn charge(&self, tokens: TokenCount) {
-        let cost = self.pricing.cost(tokens.prompt, tokens.completion);
+        self.charge_call(tokens, None);
+    }
+
+    /// Charges one model call at the cost the server `reported` for it, else
+    /// as priced by the account's [`Pricing`].
+    pub fn charge_call(&self, tokens: TokenCount, reported: Option<f64>) {
+        let cost = reported.or_else(|| self.pricing.cost(tokens.prompt, tokens.completion));
         let mut u = self.lock();
         u.tokens.add(tokens);
+        u.calls += 1;
         match cost {
             Some(c) => u.cost_usd += c,
-            None => u.cost_known = false,
+            None => u.unknown = true,
         }
     }
 
@@ -312,10 +325,13 @@ impl StageBudget {
         self.lock().tokens
     }
 
-    /// Cost so far; `None` when some call's price was unknown.
+    /// Cost so far; `None` when some call's cost was unknown, or before the
+    /// first call when the model's price is unknown (the server may still
+    /// report it).
     pub fn used_cost(&self) -> Option<f64> {
         let u = self.lock();
-        u.cost_known.then_some(u.cost_usd)
+        let known = !u.unknown && (u.priced || u.calls > 0);
+        known.then_some(u.cost_usd)
     }
 
     /// Wall time since the account was made.
@@ -512,7 +528,7 @@ impl Tracker {
             && budget.pricing.cost(1, 1).is_none()
         {
             notes.push(format!(
-                "cost budget of ${:.4} not enforced: the model's price is unknown",
+                "cost budget of ${:.4} not enforced unless the server reports each call's cost: the model's price is unknown",
                 limit.max
             ));
         }
@@ -539,18 +555,16 @@ impl Tracker {
         }
     }
 
-    /// Counts one model turn and its usage.
-    pub(crate) fn record_turn(&mut self, prompt_tokens: u64, completion_tokens: u64) {
+    /// Counts one model turn and its usage (`cost`: what the server
+    /// reported for it, if it did).
+    pub(crate) fn record_turn(&mut self, tokens: TokenCount, cost: Option<f64>) {
         self.turns += 1;
-        self.record_usage(prompt_tokens, completion_tokens);
+        self.record_usage(tokens, cost);
     }
 
     /// Counts the usage of a model call that is not a turn (a summary).
-    pub(crate) fn record_usage(&mut self, prompt_tokens: u64, completion_tokens: u64) {
-        self.budget.charge(TokenCount {
-            prompt: prompt_tokens,
-            completion: completion_tokens,
-        });
+    pub(crate) fn record_usage(&mut self, tokens: TokenCount, cost: Option<f64>) {
+        self.budget.charge_call(tokens, cost);
     }
 
     /// Before a model turn: why no turn may start (a limit used up), if so.

@@ -31,9 +31,7 @@ use crate::text::cap_bytes as cap;
 use crate::tools::{self, ToolContext};
 use serde_json::json;
 
-/// After this many identical failing tool calls in a row the stage stops:
-/// the model is stuck and further turns only burn tokens.
-pub(crate) const MAX_IDENTICAL_FAILURES: u32 = 3;
+use repeat::MAX_IDENTICAL_FAILURES;
 
 /// Cap on tool arguments and results copied into the action log; the
 /// transcript keeps everything.
@@ -173,8 +171,6 @@ pub(crate) struct Agent<'c> {
     out: AgentOutcome,
     tracker: crate::budget::Tracker,
     compactor: compact::Compactor,
-    last_failure: Option<(String, String)>,
-    identical_failures: u32,
     repeats: repeat::RepeatGuard,
     /// Nudged since the last tool call (one nudge, then the stage fails).
     nudged: bool,
@@ -230,8 +226,6 @@ impl<'c> Agent<'c> {
             },
             tracker,
             compactor,
-            last_failure: None,
-            identical_failures: 0,
             repeats: repeat::RepeatGuard::default(),
             nudged: false,
         })
@@ -297,8 +291,6 @@ impl<'c> Agent<'c> {
             out,
             tracker,
             compactor,
-            last_failure,
-            identical_failures,
             repeats,
             nudged,
             ..
@@ -333,11 +325,12 @@ impl<'c> Agent<'c> {
                 }
             };
             let usage = resp.usage;
-            tracker.record_turn(usage.prompt_tokens, usage.completion_tokens);
-            out.tokens.add(TokenCount {
+            let tokens = TokenCount {
                 prompt: usage.prompt_tokens,
                 completion: usage.completion_tokens,
-            });
+            };
+            tracker.record_turn(tokens, usage.cost_usd);
+            out.tokens.add(tokens);
             let mut msg = normalize_assistant(resp.message);
             log.append(
                 "response",
@@ -346,6 +339,7 @@ impl<'c> Agent<'c> {
                     "latency_ms": started.elapsed().as_millis() as u64,
                     "prompt_tokens": usage.prompt_tokens,
                     "completion_tokens": usage.completion_tokens,
+                    "cost_usd": usage.cost_usd,
                     "finish_reason": resp.finish_reason,
                     "content": msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
                     "tool_calls": msg.tool_calls.iter().map(|c| json!({
@@ -545,23 +539,15 @@ impl<'c> Agent<'c> {
                 // A command that ran and exited non-zero failed too.
                 let failed = outcome.is_error
                     || (name == "bash" && outcome.exit_code.is_some_and(|c| c != 0));
-                if seen == repeat::Repeat::SameTurn {
-                    // Not run: neither a new failure nor a success.
-                } else if failed {
-                    let key = (name.to_owned(), args.to_owned());
-                    if last_failure.as_ref() == Some(&key) {
-                        *identical_failures += 1;
-                    } else {
-                        *last_failure = Some(key);
-                        *identical_failures = 1;
-                    }
+                // A call not run (same turn) is neither a new failure nor a success.
+                let identical_failures = if seen == repeat::Repeat::SameTurn {
+                    0
                 } else {
-                    *last_failure = None;
-                    *identical_failures = 0;
-                }
+                    repeats.record_result(name, args, failed)
+                };
                 req.messages
                     .push(ChatMessage::tool(call.id.clone(), outcome.content));
-                if *identical_failures >= MAX_IDENTICAL_FAILURES {
+                if identical_failures >= MAX_IDENTICAL_FAILURES {
                     let why = format!(
                         "stopped: the model made the same failing `{name}` call {MAX_IDENTICAL_FAILURES} times in a row"
                     );

@@ -1,7 +1,13 @@
 //! Loop detection: the same call (name and arguments) made again and again
 //! gets a tool result telling the model it is repeating itself; persisting
 //! stops the stage as stuck. Successful calls count as much as failing ones
-//! (`git log` three turns in a row is a loop too).
+//! (`git log` three turns in a row is a loop too). The stricter rule for the
+//! same *failing* call ([`MAX_IDENTICAL_FAILURES`]) lives here too, so both
+//! rules compare calls the same way: by name and parsed JSON arguments.
+
+/// After this many identical failing tool calls in a row the stage stops:
+/// the model is stuck and further turns only burn tokens.
+pub(crate) const MAX_IDENTICAL_FAILURES: u32 = 3;
 
 /// The consecutive identical call that is answered with a warning.
 pub(crate) const REPEAT_WARN_AT: u32 = 3;
@@ -20,12 +26,17 @@ pub(crate) enum Repeat {
     Stuck(u32),
 }
 
+/// A call as the rules compare it: its name and canonical arguments.
+type CallKey = (String, String);
+
 /// The calls seen so far, in order.
 #[derive(Debug, Default)]
 pub(crate) struct RepeatGuard {
-    last: Option<(String, String)>,
+    last: Option<CallKey>,
     streak: u32,
-    this_turn: Vec<(String, String)>,
+    this_turn: Vec<CallKey>,
+    last_failure: Option<CallKey>,
+    identical_failures: u32,
 }
 
 impl RepeatGuard {
@@ -36,7 +47,7 @@ impl RepeatGuard {
 
     /// Records the next call and says what it is.
     pub(crate) fn observe(&mut self, name: &str, arguments: &str) -> Repeat {
-        let key = (name.to_owned(), canonical(arguments));
+        let key = key(name, arguments);
         if self.last.as_ref() == Some(&key) {
             self.streak += 1;
         } else {
@@ -57,6 +68,29 @@ impl RepeatGuard {
             Repeat::Fresh
         }
     }
+
+    /// Records whether a call that ran failed; returns how many identical
+    /// failing calls are now in a row (0 after a success).
+    pub(crate) fn record_result(&mut self, name: &str, arguments: &str, failed: bool) -> u32 {
+        if !failed {
+            self.last_failure = None;
+            self.identical_failures = 0;
+            return 0;
+        }
+        let key = key(name, arguments);
+        if self.last_failure.as_ref() == Some(&key) {
+            self.identical_failures += 1;
+        } else {
+            self.last_failure = Some(key);
+            self.identical_failures = 1;
+        }
+        self.identical_failures
+    }
+}
+
+/// The key both rules compare calls by.
+fn key(name: &str, arguments: &str) -> CallKey {
+    (name.to_owned(), canonical(arguments))
 }
 
 /// The arguments with insignificant whitespace and key order removed, so
@@ -109,6 +143,19 @@ mod tests {
         assert_eq!(g.observe("read_file", r#"{"path":"a"}"#), Repeat::Fresh);
         g.new_turn();
         assert_eq!(g.observe("grep", r#"{"pattern":"x"}"#), Repeat::Fresh);
+    }
+
+    #[test]
+    fn identical_failures_compare_parsed_arguments() {
+        let mut g = RepeatGuard::default();
+        assert_eq!(g.record_result("bash", r#"{"command":"false"}"#, true), 1);
+        assert_eq!(
+            g.record_result("bash", r#"{ "command" : "false" }"#, true),
+            2
+        );
+        assert_eq!(g.record_result("bash", r#"{"command":"true"}"#, true), 1);
+        assert_eq!(g.record_result("bash", r#"{"command":"true"}"#, false), 0);
+        assert_eq!(g.record_result("bash", r#"{"command":"true"}"#, true), 1);
     }
 
     #[test]

@@ -144,6 +144,7 @@ pub(crate) async fn run_gate(
 /// author's, but what it runs — tests, scripts — is the agent's work); its
 /// record, its whole (capped) output and what the sandbox enforced.
 async fn run_one(command: &str, ctx: &ToolContext) -> (VerifyRun, String, Option<String>) {
+    let ctx = &from_source(ctx);
     let failed = |output: String| {
         (
             VerifyRun {
@@ -176,6 +177,31 @@ async fn run_one(command: &str, ctx: &ToolContext) -> (VerifyRun, String, Option
         Err(e) => failed(format!("could not start bash: {e}")),
     };
     (run, output, sandbox)
+}
+
+/// Environment of the baseline and the gate so they test the lane's source
+/// as it is now (issue 26.10). Python validates cached bytecode by the
+/// source's size and mtime in whole seconds, so a same-size edit (`a - b` →
+/// `a + b`) within the second after a run that cached it would run the old
+/// code: these runs write no bytecode, and read none either — the cache
+/// prefix is a path that cannot exist (nothing lives under `/dev/null`), so
+/// a stale `__pycache__` left by the agent's own commands is not read.
+const FROM_SOURCE_ENV: [(&str, &str); 2] = [
+    ("PYTHONDONTWRITEBYTECODE", "1"),
+    ("PYTHONPYCACHEPREFIX", "/dev/null/orch-no-bytecode-cache"),
+];
+
+/// `ctx` with [`FROM_SOURCE_ENV`] in its environment.
+fn from_source(ctx: &ToolContext) -> ToolContext {
+    let mut ctx = ctx.clone();
+    ctx.env
+        .retain(|(k, _)| !FROM_SOURCE_ENV.iter().any(|(name, _)| name == k));
+    ctx.env.extend(
+        FROM_SOURCE_ENV
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    ctx
 }
 
 /// [`run_one`], logged as a `kind` event (with one more field, `extra`).

@@ -21,11 +21,23 @@ fn tokens_stop_after_the_turn_that_passes_the_limit() {
     let mut t = Tracker::new(stage(Some(3500), None, None), 30);
     for _ in 0..3 {
         assert_eq!(t.before_turn(), None);
-        t.record_turn(900, 100);
+        t.record_turn(
+            TokenCount {
+                prompt: 900,
+                completion: 100,
+            },
+            None,
+        );
         assert_eq!(t.after_turn(), None);
     }
     assert_eq!(t.before_turn(), None);
-    t.record_turn(900, 100);
+    t.record_turn(
+        TokenCount {
+            prompt: 900,
+            completion: 100,
+        },
+        None,
+    );
     assert_eq!(
         t.after_turn().as_deref(),
         Some("token budget exceeded: 4000 of the stage's 3500 tokens")
@@ -41,7 +53,13 @@ fn tokens_stop_after_the_turn_that_passes_the_limit() {
 #[test]
 fn a_budget_used_up_exactly_allows_no_further_turn() {
     let mut t = Tracker::new(stage(Some(2000), None, None), 30);
-    t.record_turn(1500, 500);
+    t.record_turn(
+        TokenCount {
+            prompt: 1500,
+            completion: 500,
+        },
+        None,
+    );
     assert_eq!(t.after_turn(), None);
     assert_eq!(
         t.before_turn().as_deref(),
@@ -55,10 +73,22 @@ fn cost_is_priced_per_call_and_enforced() {
     let mut t = Tracker::new(stage(None, None, Some(0.005)), 30);
     assert!(t.notes().is_empty());
     for _ in 0..2 {
-        t.record_turn(1000, 250);
+        t.record_turn(
+            TokenCount {
+                prompt: 1000,
+                completion: 250,
+            },
+            None,
+        );
         assert_eq!(t.after_turn(), None);
     }
-    t.record_turn(1000, 250);
+    t.record_turn(
+        TokenCount {
+            prompt: 1000,
+            completion: 250,
+        },
+        None,
+    );
     assert_eq!(
         t.after_turn().as_deref(),
         Some("cost budget exceeded: $0.0060 of the stage's $0.0050")
@@ -74,12 +104,59 @@ fn an_unknown_price_cannot_enforce_a_cost_budget_and_says_so() {
     let mut t = Tracker::new(b, 30);
     assert_eq!(
         t.notes(),
-        ["cost budget of $0.0100 not enforced: the model's price is unknown"]
+        [
+            "cost budget of $0.0100 not enforced unless the server reports each call's cost: the model's price is unknown"
+        ]
     );
-    t.record_turn(1_000_000, 1_000_000);
+    t.record_turn(
+        TokenCount {
+            prompt: 1_000_000,
+            completion: 1_000_000,
+        },
+        None,
+    );
     assert_eq!(t.after_turn(), None);
     assert_eq!(t.used().cost_usd, None);
     assert_eq!(t.report().notes.len(), 1);
+}
+
+#[test]
+fn a_cost_the_server_reports_counts_and_enforces_without_a_price() {
+    let b = StageBudget::own(
+        &Budget {
+            cost_usd: Some(0.01),
+            ..Budget::default()
+        },
+        Arc::new(UnknownPrice),
+    );
+    assert_eq!(b.used_cost(), None, "nothing known before the first call");
+    let mut t = Tracker::new(b.clone(), 30);
+    t.record_turn(
+        TokenCount {
+            prompt: 10,
+            completion: 1,
+        },
+        Some(0.004),
+    );
+    assert_eq!(t.after_turn(), None);
+    t.record_turn(
+        TokenCount {
+            prompt: 10,
+            completion: 1,
+        },
+        Some(0.007),
+    );
+    assert!((b.used_cost().unwrap() - 0.011).abs() < 1e-12);
+    assert_eq!(
+        t.after_turn().as_deref(),
+        Some("cost budget exceeded: $0.0110 of $0.0100")
+    );
+    // One call whose cost nobody knows makes the total unknown.
+    b.charge(TokenCount {
+        prompt: 1,
+        completion: 1,
+    });
+    assert_eq!(b.used_cost(), None);
 }
 
 #[test]
@@ -137,7 +214,13 @@ fn stage_gets_the_smaller_of_its_own_and_the_runs_remainder() {
     );
     assert_eq!(b.cost_usd.map(|l| l.max), Some(0.75));
     let mut t = Tracker::new(b, 5);
-    t.record_turn(3000, 1);
+    t.record_turn(
+        TokenCount {
+            prompt: 3000,
+            completion: 1,
+        },
+        None,
+    );
     assert_eq!(
         t.after_turn().as_deref(),
         Some(
@@ -164,7 +247,13 @@ fn stage_gets_the_smaller_of_its_own_and_the_runs_remainder() {
 fn unlimited_is_unlimited() {
     assert!(Budget::default().is_unlimited());
     let mut t = Tracker::new(StageBudget::default(), 3);
-    t.record_turn(u32::MAX as u64, 1);
+    t.record_turn(
+        TokenCount {
+            prompt: u32::MAX as u64,
+            completion: 1,
+        },
+        None,
+    );
     assert_eq!(t.after_turn(), None);
     assert_eq!(t.before_turn(), None);
     assert_eq!(t.time_left(), None);
@@ -174,7 +263,13 @@ fn unlimited_is_unlimited() {
 fn a_child_is_carved_out_of_what_is_left_including_the_stages_own_turns() {
     let stage = stage(Some(1000), Some(600.0), None);
     let mut t = Tracker::new(stage.clone(), 30);
-    t.record_turn(850, 50);
+    t.record_turn(
+        TokenCount {
+            prompt: 850,
+            completion: 50,
+        },
+        None,
+    );
     let cap = Budget {
         tokens: Some(200_000),
         time_secs: Some(60.0),
@@ -211,7 +306,13 @@ fn an_externally_enforced_budget_only_refuses_to_start_a_turn() {
     b.enforcement = Enforcement::TurnStart;
     let mut t = Tracker::new(b, 30);
     assert_eq!(t.time_left(), None, "calls are not time-bounded");
-    t.record_turn(140, 10);
+    t.record_turn(
+        TokenCount {
+            prompt: 140,
+            completion: 10,
+        },
+        None,
+    );
     assert_eq!(t.after_turn(), None, "the parent kills mid-turn");
     assert_eq!(
         t.before_turn().as_deref(),
@@ -232,7 +333,13 @@ fn reasons_say_whose_budget_and_never_nothing_of_nothing() {
         run.stage_budget(&Budget::default(), Arc::new(UnknownPrice)),
         5,
     );
-    t.record_turn(3900, 100);
+    t.record_turn(
+        TokenCount {
+            prompt: 3900,
+            completion: 100,
+        },
+        None,
+    );
     assert_eq!(
         t.after_turn().as_deref(),
         Some("token budget exceeded: 4000 of the run's 3500 tokens")
@@ -277,7 +384,13 @@ fn reasons_say_whose_budget_and_never_nothing_of_nothing() {
         ),
         5,
     );
-    t.record_turn(10, 1);
+    t.record_turn(
+        TokenCount {
+            prompt: 10,
+            completion: 1,
+        },
+        None,
+    );
     assert_eq!(
         t.after_turn().as_deref(),
         Some("token budget exceeded: 11 of 10 tokens")

@@ -370,15 +370,19 @@ async fn prepare_repo(task: &Task, repo: &Path, work: &Path) -> Result<String, E
             )
             .await?;
         }
-        TaskRepo::Bundle(bundle) => {
+        TaskRepo::Git(source) | TaskRepo::Bundle(source) => {
+            // A clone: the history and HEAD, not a source repository's
+            // config, hooks or working-tree state (checked clean when the
+            // task loaded); no hard links into the task directory.
             git(
                 task,
-                "clone the task's bundle",
+                "clone the task's repository",
                 work,
                 &[
                     OsStr::new("clone"),
                     OsStr::new("-q"),
-                    bundle.as_os_str(),
+                    OsStr::new("--no-hardlinks"),
+                    source.as_os_str(),
                     repo.as_os_str(),
                 ],
             )

@@ -2,8 +2,10 @@
 //! each is well formed before anything runs.
 //!
 //! A task is a directory holding `issue.md` (non-empty), `check.sh` (the
-//! hidden check) and the starting repository, either as plain files in
-//! `repo/` or as a git bundle `repo.bundle` (exactly one of the two). With a
+//! hidden check) and the starting repository: plain files in `repo/`, a git
+//! repository in `repo/` (with its history; the run starts from its `HEAD`,
+//! and uncommitted changes are refused rather than silently left out), or a
+//! git bundle `repo.bundle` (exactly one of `repo/` and the bundle). With a
 //! scripted model named `NAME`, each task also needs `replay.NAME.json`.
 //! A task set is a directory of task directories (sorted by name; names
 //! starting with `.` are skipped), or a single task directory.
@@ -16,6 +18,8 @@ use std::path::{Path, PathBuf};
 pub(crate) enum TaskRepo {
     /// Plain files, committed as one commit on `main` in a fresh repository.
     Files(PathBuf),
+    /// A git repository (`repo/.git`), cloned; the run starts from its `HEAD`.
+    Git(PathBuf),
     /// A git bundle, cloned; the run starts from the bundle's `HEAD`.
     Bundle(PathBuf),
 }
@@ -135,16 +139,11 @@ fn load_task(dir: &Path, name: String, scripted: Option<&str>) -> Result<Task, E
     let files = dir.join("repo");
     let bundle = dir.join("repo.bundle");
     let repo = match (files.is_dir(), bundle.is_file()) {
-        (true, false) => {
-            if files.join(".git").exists() {
-                return Err(bad(
-                    &files.join(".git"),
-                    "repo/ must hold plain files; use repo.bundle for a repository with history"
-                        .to_owned(),
-                ));
-            }
-            TaskRepo::Files(files)
+        (true, false) if files.join(".git").exists() => {
+            committed(&files)?;
+            TaskRepo::Git(files)
         }
+        (true, false) => TaskRepo::Files(files),
         (false, true) => TaskRepo::Bundle(bundle),
         (true, true) => {
             return Err(bad(
@@ -155,7 +154,7 @@ fn load_task(dir: &Path, name: String, scripted: Option<&str>) -> Result<Task, E
         (false, false) => {
             return Err(bad(
                 &files,
-                "it is missing (the task needs repo/ with plain files or a git bundle repo.bundle)"
+                "it is missing (the task needs repo/ with plain files or a git repository, or a git bundle repo.bundle)"
                     .to_owned(),
             ));
         }
@@ -181,6 +180,54 @@ fn load_task(dir: &Path, name: String, scripted: Option<&str>) -> Result<Task, E
         check,
         replay,
     })
+}
+
+/// Checks that the git repository `repo` has a commit and nothing
+/// uncommitted: the run starts from its `HEAD`, so a change only in its
+/// working tree would be silently left out of the task.
+fn committed(repo: &Path) -> Result<(), EvalError> {
+    let git = |args: &[&str]| crate::git::cli::git(repo).args(args).output();
+    let failed =
+        |e: crate::git::GitError| bad(repo, format!("it is not a usable git repository: {e}"));
+    let head = git(&["rev-parse", "--verify", "-q", "HEAD^{commit}"]).map_err(failed)?;
+    if head.code != 0 {
+        return Err(bad(
+            repo,
+            "it is a git repository without a commit; commit the task's files (the run starts from HEAD)"
+                .to_owned(),
+        ));
+    }
+    let status = git(&["status", "--porcelain", "--untracked-files=all"]).map_err(failed)?;
+    if status.code != 0 {
+        return Err(bad(
+            repo,
+            format!(
+                "it is not a usable git repository: {}",
+                crate::git::cli::failure_detail(&status)
+            ),
+        ));
+    }
+    let changed: Vec<String> = String::from_utf8_lossy(&status.stdout)
+        .lines()
+        .map(|l| l.get(3..).unwrap_or(l).to_owned())
+        .collect();
+    if !changed.is_empty() {
+        const SHOWN: usize = 5;
+        let more = changed.len().saturating_sub(SHOWN);
+        return Err(bad(
+            repo,
+            format!(
+                "it is a git repository with uncommitted changes ({}{}); commit or remove them: the run starts from HEAD",
+                changed[..changed.len().min(SHOWN)].join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn bad(path: &Path, reason: String) -> EvalError {

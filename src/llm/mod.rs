@@ -136,8 +136,8 @@ impl Serialize for ToolDef {
     }
 }
 
-/// Token usage of one completion.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Token usage of one completion, and its cost when the server reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     /// Tokens in the prompt.
     #[serde(default)]
@@ -152,6 +152,19 @@ pub struct Usage {
     /// (bytes / 4, see [`estimate_usage`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
+    /// The call's cost in US dollars as the server reported it (OpenRouter's
+    /// `usage.cost`, LiteLLM's `x-litellm-response-cost` header); it wins
+    /// over the price table ([`ChatModel::cost_usd`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+// `cost_usd` is never NaN: [`reported_cost`] keeps only finite values.
+impl Eq for Usage {}
+
+/// A cost a server reported, when it is a finite amount of 0 or more.
+pub(crate) fn reported_cost(value: f64) -> Option<f64> {
+    (value.is_finite() && value >= 0.0).then_some(value)
 }
 
 /// Bytes per token assumed by [`estimate_usage`].
@@ -171,6 +184,7 @@ pub fn estimate_usage(req: &ChatRequest, reply: &ChatMessage) -> Usage {
         completion_tokens,
         total_tokens: prompt_tokens + completion_tokens,
         estimated: true,
+        cost_usd: None,
     }
 }
 

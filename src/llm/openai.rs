@@ -32,7 +32,9 @@
 //!   error is [`LlmError::ContextLength`] (with the window the server named,
 //!   if any) and never retried here.
 //! - Stream-only failures — an empty SSE body, `finish_reason: tool_calls`
-//!   with no call in the stream, a second 5xx in a row (or an invalid-request
+//!   with no call in the stream, a streamed reply with neither text nor a
+//!   call (LiteLLM dropping tool calls; an empty plain reply then is the
+//!   model's, and streaming stays on), a second 5xx in a row (or an invalid-request
 //!   5xx) to a streamed request — re-send the turn once without streaming;
 //!   when that works the client stops streaming for good and says why
 //!   ([`OpenAiClient::stream_fallback`]).
@@ -185,7 +187,11 @@ impl OpenAiClient {
                 .await
             {
                 Ok(assembled) => {
-                    if let Some(why) = fallback {
+                    // An empty reply again without streaming is the model's
+                    // own answer: the stream was not at fault, it stays on.
+                    if let Some(why) = fallback
+                        && !(why == EMPTY_STREAM && is_empty(&assembled))
+                    {
                         self.switch_off_streaming(req, why);
                     }
                     return Ok(finalize(req, assembled));
@@ -221,7 +227,7 @@ impl OpenAiClient {
                 url: self.endpoint.clone(),
                 attempts: retry + 1,
                 last: failure.reason.clone(),
-                hint,
+                hint: self.with_key_hint(hint, failure.status),
             };
             if let Some(body) = &failure.invalid_request {
                 if invalid_seen {
@@ -325,6 +331,18 @@ impl OpenAiClient {
         mine.into_iter().map(|(_, note)| note).collect()
     }
 
+    /// `hint`, and when no API key was configured and the server kept
+    /// answering with a 5xx, that none was sent: some servers (LiteLLM)
+    /// answer a missing key with HTTP 500 rather than 401.
+    fn with_key_hint(&self, hint: String, status: Option<u16>) -> String {
+        if self.settings.api_key.is_some() || status.is_none_or(|s| s < 500) {
+            return hint;
+        }
+        format!(
+            "{hint}; note: no API key was sent, and some servers (LiteLLM) answer a missing key with HTTP 500: set ORCH_API_KEY (or the profile's api_key_env) if this server needs one"
+        )
+    }
+
     /// A plain request succeeded after a stream-only failure: this client
     /// does not stream any more.
     fn switch_off_streaming(&self, req: &ChatRequest, why: String) {
@@ -392,6 +410,12 @@ impl OpenAiClient {
         };
         let status = resp.status();
         let retry_after = resp.headers().get(RETRY_AFTER).and_then(parse_retry_after);
+        let header_cost = resp
+            .headers()
+            .get(COST_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .and_then(super::reported_cost);
         let is_sse = resp
             .headers()
             .get(CONTENT_TYPE)
@@ -410,7 +434,16 @@ impl OpenAiClient {
                         .to_owned(),
                 ));
             }
-            return Ok(assembled);
+            // No text and no call, and not cut off: LiteLLM's streaming
+            // path drops tool calls this way (HTTP 200, `stop`), while the
+            // same request without streaming carries them.
+            if stream && is_empty(&assembled) {
+                return Err(Attempt::StreamOnly(EMPTY_STREAM.to_owned()));
+            }
+            return Ok(Assembled {
+                header_cost,
+                ..assembled
+            });
         }
         // Error bodies, and plain completions (also when a server ignored
         // `stream: true`), are read within the request's time: a completion
@@ -441,7 +474,9 @@ impl OpenAiClient {
             }
         };
         if status.is_success() {
-            return self.parse_completion(&bytes);
+            return self
+                .parse_completion(&bytes)
+                .map(|a| Assembled { header_cost, ..a });
         }
         Err(self.classify_status(status, retry_after, &bytes))
     }
@@ -562,6 +597,26 @@ impl OpenAiClient {
         }
         Ok(assembler.finish())
     }
+}
+
+/// The response header in which LiteLLM's proxy reports the call's cost in
+/// US dollars.
+const COST_HEADER: &str = "x-litellm-response-cost";
+
+/// Why a streamed reply with neither text nor a tool call is re-sent once
+/// without streaming.
+const EMPTY_STREAM: &str = "the streamed reply was empty (no text and no tool call)";
+
+/// A reply with neither text nor a tool call that was not cut off by the
+/// reply cap (`finish_reason: length` is the model's own empty answer).
+fn is_empty(reply: &Assembled) -> bool {
+    reply.message.tool_calls.is_empty()
+        && reply
+            .message
+            .content
+            .as_deref()
+            .is_none_or(|c| c.trim().is_empty())
+        && reply.finish_reason.as_deref() != Some("length")
 }
 
 /// Most bytes of an error body read (it is only quoted in part).

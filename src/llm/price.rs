@@ -100,9 +100,13 @@ impl PriceTable {
 
 /// The cost of `usage` for `model` in USD, or `None` when its price is unknown.
 ///
+/// The cost the server reported ([`Usage::cost_usd`]) when there is one, else
 /// `prompt_tokens * prompt / 1e6 + completion_tokens * completion / 1e6`.
 /// Estimated usage (see [`Usage::estimated`]) gives an estimated cost.
 pub fn cost_usd(model: &str, usage: &Usage, prices: &PriceTable) -> Option<f64> {
+    if let Some(reported) = usage.cost_usd {
+        return Some(reported);
+    }
     let price = prices.get(model)?;
     Some(
         usage.prompt_tokens as f64 * price.prompt / 1e6
@@ -145,6 +149,7 @@ mod tests {
             completion_tokens: c,
             total_tokens: p + c,
             estimated: false,
+            cost_usd: None,
         }
     }
 

@@ -211,6 +211,7 @@ impl ReplayModel {
                     .total_tokens
                     .unwrap_or(u.prompt_tokens + u.completion_tokens),
                 estimated: false,
+                cost_usd: None,
             },
             None => estimate_usage(req, &message),
         };
@@ -380,6 +381,7 @@ mod tests {
                 completion_tokens: 2,
                 total_tokens: 12,
                 estimated: false,
+                cost_usd: None,
             }
         );
         let estimated = complete(&m, "code").unwrap().usage;

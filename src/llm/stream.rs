@@ -85,6 +85,9 @@ pub struct Assembled {
     pub finish_reason: Option<String>,
     /// Usage, if the server reported it.
     pub usage: Option<Usage>,
+    /// The cost a response header reported (LiteLLM's
+    /// `x-litellm-response-cost`), used when the usage carries none.
+    pub header_cost: Option<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -300,6 +303,7 @@ impl StreamAssembler {
             },
             finish_reason: self.finish_reason,
             usage: self.usage,
+            header_cost: None,
         }
     }
 }
@@ -341,6 +345,11 @@ pub(crate) fn usage_of(value: &Value) -> Usage {
         completion_tokens,
         total_tokens: get("total_tokens").unwrap_or(prompt_tokens + completion_tokens),
         estimated: false,
+        // OpenRouter reports the call's cost here (streamed or not).
+        cost_usd: value
+            .get("cost")
+            .and_then(Value::as_f64)
+            .and_then(super::reported_cost),
     }
 }
 
@@ -348,6 +357,15 @@ pub(crate) fn usage_of(value: &Value) -> Usage {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_reported_cost_is_read_from_usage_when_it_is_an_amount() {
+        let u = usage_of(&json!({"prompt_tokens": 5, "completion_tokens": 2, "cost": 0.00042}));
+        assert_eq!((u.total_tokens, u.cost_usd), (7, Some(0.00042)));
+        for bad in [json!(-1.0), json!("0.1"), json!(null)] {
+            assert_eq!(usage_of(&json!({"cost": bad})).cost_usd, None, "{bad}");
+        }
+    }
 
     fn feed(chunks: &[Value]) -> Assembled {
         let mut a = StreamAssembler::new();
@@ -431,7 +449,8 @@ mod tests {
                 prompt_tokens: 7,
                 completion_tokens: 3,
                 total_tokens: 10,
-                estimated: false
+                estimated: false,
+                cost_usd: None,
             })
         );
     }

@@ -204,7 +204,7 @@ fn a_stage_budget_from_the_pipeline_stops_its_stage() {
     // Only the cost limit comes from the run; it cannot be enforced without
     // a price, and the stage says so (once).
     assert_eq!(budget["from_run"], json!(["cost"]), "{budget}");
-    let note = "cost budget of $0.5000 not enforced: the model's price is unknown";
+    let note = "cost budget of $0.5000 not enforced unless the server reports each call's cost: the model's price is unknown";
     assert_eq!(budget["notes"], json!([note]));
     assert_eq!(budget["used"]["cost_usd"], Value::Null);
     let start = &events(&repo, j["run_id"].as_str().unwrap(), "work", "agent_start")[0];

@@ -618,3 +618,116 @@ fn a_failing_model_leaves_the_task_unsolved_and_the_eval_goes_on() {
     }
     assert_eq!(report["total"]["solved_pct"], 0.0);
 }
+
+/// Runs `git args…` in `dir` with a hermetic environment; its stdout.
+fn git_in(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "Task Author")
+        .env("GIT_AUTHOR_EMAIL", "author@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Task Author")
+        .env("GIT_COMMITTER_EMAIL", "author@example.invalid")
+        .env("GIT_AUTHOR_DATE", "2024-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2024-01-01T00:00:00Z")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 26.11: a task's `repo/` may be a git repository with history (not
+/// only plain files or a bundle); the run starts from its `HEAD`, and the
+/// check sees that history.
+#[test]
+fn a_task_whose_repo_is_a_git_repository_is_solved_from_its_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = dir.path().join("tasks");
+    let task = tasks.join("01-py-one-line");
+    copy_dir(&fixtures().join("01-py-one-line"), &task);
+    let repo = task.join("repo");
+    // Two commits: the task's files, then one more that the run must start from.
+    std::fs::write(repo.join("NOTES.md"), "draft\n").unwrap();
+    git_in(&repo, &["init", "-q", "-b", "trunk"]);
+    git_in(&repo, &["add", "-A"]);
+    git_in(&repo, &["commit", "-q", "-m", "one"]);
+    std::fs::write(repo.join("NOTES.md"), "final\n").unwrap();
+    git_in(&repo, &["commit", "-q", "-am", "two"]);
+    let head = git_in(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
+    let mut check = std::fs::read_to_string(task.join("check.sh")).unwrap();
+    check.push_str(
+        "grep -q final NOTES.md\n[ \"$(git rev-list --count \"$ORCH_EVAL_BASE\")\" = 2 ]\n",
+    );
+    std::fs::write(task.join("check.sh"), check).unwrap();
+
+    let run = output_logged(&mut eval(
+        dir.path(),
+        &tasks,
+        &[
+            "--scripted",
+            "perfect",
+            "--pipeline",
+            fixtures().join("eval.yaml").to_str().unwrap(),
+            "--keep",
+            "--json",
+            "--out",
+            dir.path().join("results").to_str().unwrap(),
+        ],
+    ));
+    assert_exit(&run, 0);
+    let report = stdout_json(&run);
+    let row = &rows(&report)[0];
+    assert_eq!(row["solved"], true, "{row:#}");
+    let work = PathBuf::from(row["workdir"].as_str().unwrap());
+    let run_id = row["run_id"].as_str().unwrap();
+    // The run's final branch sits on top of the task repository's HEAD.
+    let checkout = work.join("check");
+    assert_eq!(
+        git_in(&checkout, &["rev-list", "--count", "HEAD"]).trim(),
+        "3",
+        "{row:#}"
+    );
+    assert!(
+        git_in(
+            &work.join("repo"),
+            &["rev-list", &format!("orch/{run_id}/pr")]
+        )
+        .contains(&head)
+    );
+    // The task's own repository is left as it was.
+    assert_eq!(git_in(&repo, &["rev-parse", "HEAD"]).trim(), head);
+    assert_eq!(git_in(&repo, &["status", "--porcelain"]), "");
+    std::fs::remove_dir_all(work).unwrap();
+}
+
+/// A task repository with uncommitted work is refused before anything runs
+/// (the run starts from its `HEAD`; the change would be silently left out).
+#[test]
+fn a_task_repository_with_uncommitted_changes_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("tasks/dirty");
+    copy_dir(&fixtures().join("01-py-one-line"), &task);
+    let repo = task.join("repo");
+    git_in(&repo, &["init", "-q"]);
+    git_in(&repo, &["add", "-A"]);
+    git_in(&repo, &["commit", "-q", "-m", "one"]);
+    std::fs::write(repo.join("convert.py"), "# edited, not committed\n").unwrap();
+    let run = output_logged(&mut eval(
+        dir.path(),
+        &dir.path().join("tasks"),
+        &["--scripted", "perfect", "--json"],
+    ));
+    assert_exit(&run, 2);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains(&repo.display().to_string()), "{err}");
+    assert!(err.contains("uncommitted changes (convert.py)"), "{err}");
+}

@@ -167,3 +167,212 @@ fn llm_e2e_an_unshrinkable_request_fails_with_the_numbers_and_is_not_resent() {
     assert_eq!(server.requests_for("explore").len(), 1, "not re-sent");
     assert_eq!(server.remaining("explore"), 1);
 }
+
+/// LiteLLM's streaming path that drops tool calls: HTTP 200, a stream with
+/// an empty reply and `finish_reason: stop`.
+fn empty_stream() -> Reply {
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    Reply::RawSse(vec![
+        chunk(json!({"role": "assistant", "content": ""}), json!(null)),
+        chunk(json!({}), json!("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ])
+}
+
+#[test]
+fn llm_e2e_an_empty_streamed_reply_is_fetched_once_without_streaming() {
+    // issue 26.8: the same request without streaming carries the tool call.
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            empty_stream(),
+            crate::support::fix_add("c1"),
+            Reply::finish("c2", "add() adds.", None),
+        ],
+    ));
+    let (out, repo) = run_solo(&server, "m", &[]);
+    assert_exit(&out, 0);
+    let reqs = server.requests_for("code");
+    let streamed: Vec<bool> = reqs.iter().map(|r| r.body["stream"] == true).collect();
+    assert_eq!(streamed, [true, false, false]);
+    assert_eq!(reqs[0].body["messages"], reqs[1].body["messages"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the streamed reply was empty") && stderr.contains("without streaming"),
+        "{stderr}"
+    );
+    let run_id = crate::support::only_run_id(&repo.path);
+    let record = crate::support::record_dir(&repo, &run_id);
+    let notes = stage_events(&record, "code", "stream_fallback");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the streamed reply was empty"),
+        "{notes:?}"
+    );
+    assert!(
+        repo.git(&["show", &format!("orch/{run_id}/code:calc.py")])
+            .contains("a + b")
+    );
+}
+
+#[test]
+fn llm_e2e_five_server_errors_without_an_api_key_say_no_key_was_sent() {
+    // issue 26.8: LiteLLM answers a request without a key with HTTP 500.
+    let repo = TestRepo::with_commit(&[("a.txt", "a\n")], "one");
+    let server = FakeServer::start(
+        Script::new().agent(
+            "explore",
+            (0..5)
+                .map(|_| {
+                    Reply::Status(
+                        500,
+                        r#"{"error":{"message":"Internal Server Error"}}"#.into(),
+                    )
+                })
+                .collect(),
+        ),
+    );
+    let out = explore(&server, &repo);
+    assert_exit(&out, 3);
+    assert_eq!(server.requests_for("explore").len(), 5);
+    assert!(server.requests()[0].header("authorization").is_none());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("after 5 attempts"), "{err}");
+    assert!(err.contains("no API key was sent"), "{err}");
+
+    // With a key configured, the hint would mislead: it is not given.
+    let server = FakeServer::start(
+        Script::new().agent(
+            "explore",
+            (0..5)
+                .map(|_| Reply::Status(500, "Internal Server Error".into()))
+                .collect(),
+        ),
+    );
+    let mut cmd = orch();
+    cmd.current_dir(&repo.path)
+        .env("ORCH_API_KEY", crate::support::FAKE_API_KEY)
+        .args([
+            "agent",
+            "--role",
+            "explore",
+            "--task",
+            "Look.",
+            "--base-url",
+            &server.base_url,
+            "--model",
+            "m",
+        ]);
+    let out = cmd.output().unwrap();
+    assert_exit(&out, 3);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("no API key was sent"), "{err}");
+}
+
+/// A tool-call reply whose `usage` carries `extra` (e.g. OpenRouter's `cost`).
+fn with_usage_cost(reply: Reply, cost: f64) -> Reply {
+    let Reply::Message { message, .. } = reply else {
+        panic!("a message reply")
+    };
+    Reply::Message {
+        message,
+        usage: Some(json!({
+            "prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100,
+            "cost": cost,
+        })),
+    }
+}
+
+/// `orch run --json` of a one-stage coder pipeline on a buggy calc repo with
+/// `model` at `server` (and `extra` flags); what it printed, and the repo.
+fn run_solo(server: &FakeServer, model: &str, extra: &[&str]) -> (std::process::Output, TestRepo) {
+    let repo = TestRepo::with_commit(
+        &[("calc.py", "def add(a, b):\n    return a - b\n")],
+        "calc 0.1",
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let pipeline = crate::support::write_pipeline(
+        scratch.path(),
+        "solo",
+        "stages:\n  code:\n    role: coder\n    task: Make add() add.\n",
+    );
+    let issue = crate::support::write_issue(scratch.path(), "# add() subtracts\n");
+    let out = crate::support::OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, model)
+        .args(extra)
+        .json()
+        .output();
+    (out, repo)
+}
+
+/// [`run_solo`], which must succeed: its JSON summary and the repo.
+fn summary_of_solo(
+    server: &FakeServer,
+    model: &str,
+    extra: &[&str],
+) -> (serde_json::Value, TestRepo) {
+    let (out, repo) = run_solo(server, model, extra);
+    assert_exit(&out, 0);
+    (crate::support::stdout_json(&out), repo)
+}
+
+#[test]
+fn llm_e2e_the_cost_openrouter_reports_in_usage_is_the_cost() {
+    // issue 26.8: a model in no price table, whose server reports each
+    // call's cost in `usage.cost`, streamed (last chunk) and not streamed.
+    for flags in [&[][..], &["--no-stream"][..]] {
+        let server = FakeServer::start(Script::new().agent(
+            "code",
+            vec![
+                with_usage_cost(crate::support::fix_add("c1"), 0.0012),
+                with_usage_cost(Reply::finish("c2", "add() adds.", None), 0.0003),
+            ],
+        ));
+        let (summary, repo) = summary_of_solo(&server, "vendor/unpriced-model", flags);
+        let cost = summary["cost_usd"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{summary}"));
+        assert!((cost - 0.0015).abs() < 1e-12, "{flags:?}: {summary}");
+        let streamed = server.requests_for("code")[0].body["stream"] == true;
+        assert_eq!(streamed, flags.is_empty());
+        let run_id = crate::support::only_run_id(&repo.path);
+        let record = crate::support::record_dir(&repo, &run_id);
+        let turns = stage_events(&record, "code", "response");
+        assert_eq!(turns[0]["cost_usd"], 0.0012, "{turns:?}");
+    }
+}
+
+#[test]
+fn llm_e2e_the_cost_litellm_reports_in_a_header_is_the_cost() {
+    // issue 26.8: LiteLLM's proxy reports the call's cost in
+    // `x-litellm-response-cost` (the usage has tokens only).
+    let costed = |reply: Reply, cost: &str| {
+        Reply::WithHeader(
+            "x-litellm-response-cost".to_owned(),
+            cost.to_owned(),
+            Box::new(reply.with_usage(1000, 100)),
+        )
+    };
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            costed(crate::support::fix_add("c1"), "0.002"),
+            costed(Reply::finish("c2", "add() adds.", None), "0.0005"),
+        ],
+    ));
+    let (summary, _repo) = summary_of_solo(&server, "unpriced-model", &["--no-stream"]);
+    let cost = summary["cost_usd"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!((cost - 0.0025).abs() < 1e-12, "{summary}");
+}

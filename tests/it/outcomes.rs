@@ -91,11 +91,23 @@ fn a_coder_answering_in_text_is_nudged_once_then_fails() {
 fn an_empty_reply_is_nudged_once_then_fails() {
     let repo = buggy_repo();
     let dir = tempfile::tempdir().unwrap();
-    let server =
-        FakeServer::start(Script::new().agent("code", vec![Reply::text(""), Reply::text(" \n")]));
+    // Each empty streamed reply is fetched once more without streaming
+    // (issue 26.8); empty there too, it is the model's answer.
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text(""),
+            Reply::text(""),
+            Reply::text(" \n"),
+            Reply::text(" \n"),
+        ],
+    ));
     let (code, run_id) = run(&repo, solo_pipeline(dir.path(), "coder", ""), &server);
     assert_eq!(code, 1);
-    assert!(user_text(&server.requests_for("code")[1]).contains("Your reply was empty"));
+    let reqs = server.requests_for("code");
+    let streamed: Vec<bool> = reqs.iter().map(|r| r.body["stream"] == true).collect();
+    assert_eq!(streamed, [true, false, true, false], "streaming stays on");
+    assert!(user_text(&reqs[2]).contains("Your reply was empty"));
     let state = state_json(&repo, &run_id);
     assert_eq!(stage(&state, "code")["status"], "failed");
     assert!(
@@ -388,20 +400,15 @@ fn the_same_call_twice_in_one_turn_runs_once() {
     );
 }
 
-#[test]
-fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
+/// Runs a coder whose first three calls are `calls` (each `exit 3`), then a
+/// `finish` that must never be reached: the stage stops as stuck after the
+/// third identical failure. The run's record, for more checks.
+fn stuck_on_three_failures(calls: [Reply; 3]) -> (TestRepo, String) {
     let repo = buggy_repo();
     let dir = tempfile::tempdir().unwrap();
-    let fail = |id: &str| Reply::tool_call(id, "bash", json!({"command": "exit 3"}));
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            fail("a"),
-            fail("b"),
-            fail("c"),
-            Reply::finish("d", "never", None),
-        ],
-    ));
+    let mut replies = Vec::from(calls);
+    replies.push(Reply::finish("d", "never", None));
+    let server = FakeServer::start(Script::new().agent("code", replies));
     let (code, run_id) = run(&repo, solo_pipeline(dir.path(), "coder", ""), &server);
     assert_eq!(code, 1);
     assert_eq!(server.requests_for("code").len(), 3);
@@ -411,6 +418,13 @@ fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
         reason.contains("same failing `bash` call 3 times"),
         "{reason}"
     );
+    (repo, run_id)
+}
+
+#[test]
+fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
+    let fail = |id: &str| Reply::tool_call(id, "bash", json!({"command": "exit 3"}));
+    let (repo, run_id) = stuck_on_three_failures([fail("a"), fail("b"), fail("c")]);
     let record = record_dir(&repo, &run_id);
     let tools = read_jsonl(&record.join("stages/code/actions.jsonl"));
     assert_eq!(
@@ -420,4 +434,15 @@ fn a_failing_bash_exit_counts_for_the_identical_failure_rule() {
             .count(),
         3
     );
+}
+
+#[test]
+fn the_identical_failure_rule_ignores_spacing_in_the_arguments() {
+    // issue 26.7: the same failing call written with different JSON spacing
+    // is the same call, as for the repeat rule.
+    stuck_on_three_failures([
+        Reply::raw_tool_call("a", "bash", r#"{"command":"exit 3"}"#),
+        Reply::raw_tool_call("b", "bash", r#"{ "command": "exit 3" }"#),
+        Reply::raw_tool_call("c", "bash", "{\n  \"command\" :  \"exit 3\"\n}"),
+    ]);
 }

@@ -173,3 +173,81 @@ fn a_verify_command_runs_inside_the_stage_sandbox() {
     assert!(sandbox.contains("landlock"), "{:?}", events[0]);
     assert_eq!(events[0]["passed"], true);
 }
+
+/// A repository whose `add` subtracts, with a Python test of it.
+fn python_repo() -> TestRepo {
+    TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            (
+                "test_calc.py",
+                "import calc\nassert calc.add(2, 3) == 5, 'add(2, 3) == %d' % calc.add(2, 3)\nprint('ok')\n",
+            ),
+        ],
+        "calc 0.1",
+    )
+}
+
+#[test]
+fn a_same_size_edit_right_after_the_baseline_is_verified_from_source() {
+    // issue 26.10: the baseline imports the buggy `calc.py`; the agent's fix
+    // `a - b` → `a + b` keeps the file's size and lands within the same
+    // second, so bytecode cached by the baseline would still look fresh to
+    // Python and the gate would test the old code.
+    let repo = python_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            crate::support::fix_add("c1"),
+            Reply::finish("c2", "add() adds.", None),
+        ],
+    ));
+    let yaml = "stages:\n  code:\n    role: coder\n    verify: python3 test_calc.py\n";
+    let (code, run_id) = run(&repo, yaml, &server);
+    let state = state_json(&repo, &run_id);
+    let rec = code_stage(&state);
+    assert_eq!(rec["baseline"]["runs"][0]["exit_code"], 1, "{rec}");
+    assert_eq!(code, 0, "{rec}");
+    assert_eq!(rec["verify"]["passed"], true, "{rec}");
+    assert_eq!(
+        rec["verify"]["rounds"].as_array().unwrap().len(),
+        1,
+        "{rec}"
+    );
+    // Neither the baseline nor the gate left a cache in the lane (its
+    // commit holds every file there).
+    let files = repo.git(&[
+        "ls-tree",
+        "-r",
+        "--name-only",
+        &format!("orch/{run_id}/code"),
+    ]);
+    assert!(!files.contains("__pycache__"), "{files}");
+}
+
+#[test]
+fn the_gate_does_not_read_bytecode_the_agent_cached_before_its_edit() {
+    // The agent runs the test itself (its bash writes `__pycache__`), then
+    // makes the same-size fix within the same second: the gate still tests
+    // the source.
+    let repo = python_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "python3 test_calc.py"})),
+            crate::support::fix_add("c2"),
+            Reply::finish("c3", "add() adds.", None),
+        ],
+    ));
+    let yaml = "stages:\n  code:\n    role: coder\n    verify: python3 test_calc.py\n";
+    let (code, run_id) = run(&repo, yaml, &server);
+    let state = state_json(&repo, &run_id);
+    let rec = code_stage(&state);
+    assert_eq!(code, 0, "{rec}");
+    assert_eq!(rec["verify"]["passed"], true, "{rec}");
+    assert_eq!(
+        rec["verify"]["rounds"].as_array().unwrap().len(),
+        1,
+        "{rec}"
+    );
+}

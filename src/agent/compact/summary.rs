@@ -59,11 +59,12 @@ impl Compactor {
             Ok(Err(e)) => return Err(format!("failed to {e}")),
             Ok(Ok(r)) => r,
         };
-        tracker.record_usage(resp.usage.prompt_tokens, resp.usage.completion_tokens);
-        self.summary_tokens.add(TokenCount {
+        let tokens = TokenCount {
             prompt: resp.usage.prompt_tokens,
             completion: resp.usage.completion_tokens,
-        });
+        };
+        tracker.record_usage(tokens, resp.usage.cost_usd);
+        self.summary_tokens.add(tokens);
         let summary = resp.message.content.unwrap_or_default().trim().to_owned();
         if summary.is_empty() {
             return Err("the model answered the summary request without text".to_owned());

@@ -79,6 +79,7 @@ impl ChatModel for Summarizer {
                     completion_tokens: 10,
                     total_tokens: 110,
                     estimated: false,
+                    cost_usd: None,
                 },
                 finish_reason: None,
             })

@@ -149,6 +149,7 @@ impl OpenAiClient {
             message,
             finish_reason: choice.finish_reason,
             usage: wire.usage.filter(|u| u.is_object()).map(|u| usage_of(&u)),
+            header_cost: None,
         })
     }
 
@@ -167,10 +168,11 @@ impl OpenAiClient {
 /// usage estimated when the server sent none.
 pub(super) fn finalize(req: &ChatRequest, mut assembled: Assembled) -> ChatResponse {
     unique_call_ids(&mut assembled.message, &req.messages);
-    let usage = match assembled.usage {
+    let mut usage = match assembled.usage {
         Some(usage) => usage,
         None => estimate_usage(req, &assembled.message),
     };
+    usage.cost_usd = usage.cost_usd.or(assembled.header_cost);
     ChatResponse {
         message: assembled.message,
         usage,
@@ -513,6 +515,7 @@ mod tests {
                 completion_tokens: 4,
                 total_tokens: 7,
                 estimated: false,
+                cost_usd: None,
             })
         );
         assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));

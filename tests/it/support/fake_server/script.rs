@@ -90,6 +90,9 @@ pub enum Reply {
     /// The connection is accepted, the request read, and nothing is ever
     /// answered (a stall before the headers).
     Silent,
+    /// The inner reply with one more response header (plain answers only,
+    /// e.g. LiteLLM's `x-litellm-response-cost`).
+    WithHeader(String, String, Box<Reply>),
 }
 
 impl Reply {
@@ -252,6 +255,13 @@ pub(super) fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
             };
             Answer::Send { status, content_type, extra: Vec::new(), body }
         }
+        Reply::WithHeader(name, value, inner) => match render(*inner, request, shared) {
+            Answer::Send { status, content_type, mut extra, body } => {
+                extra.push((name, value));
+                Answer::Send { status, content_type, extra, body }
+            }
+            other => panic!("fake server: WithHeader wraps a plain answer, not {}", kind(&other)),
+        },
         Reply::Raw(body) => Answer::Send { status: 200, content_type: "application/json", extra: Vec::new(), body },
         Reply::RetryAfter(status, secs) => Answer::Send {
             status,
@@ -382,4 +392,14 @@ pub(super) fn pieces(text: &str, size: usize) -> Vec<String> {
         .chunks(size.max(1))
         .map(|c| c.iter().collect())
         .collect()
+}
+
+/// What kind of answer `a` is, for a panic message.
+fn kind(a: &Answer) -> &'static str {
+    match a {
+        Answer::Send { .. } => "a plain answer",
+        Answer::Close => "a closed connection",
+        Answer::Sse { .. } => "a stream",
+        Answer::Hostile(_) => "a hostile answer",
+    }
 }
