@@ -126,7 +126,8 @@ impl RoleFile {
     /// files of one directory defining the same role are an error: neither
     /// is nearer.
     fn into_role(mut self) -> Result<Role, SpecError> {
-        self.files.sort_by_key(|(place, path, _)| (*place, path.clone()));
+        self.files
+            .sort_by_key(|(place, path, _)| (*place, path.clone()));
         let mut files = self.files.into_iter();
         let Some((place, path, role)) = files.next() else {
             unreachable!("a RoleFile is made with its first file");
@@ -647,11 +648,20 @@ mod tests {
             &repo.join(".claude/agents/software_engineer_python.md"),
             &role_file("software-engineer-python", "py"),
         );
-        write(&repo.join(".claude/agents/twin.md"), &role_file("dup", "one"));
-        write(&repo.join(".claude/agents/twin2.md"), &role_file("dup", "two"));
+        write(
+            &repo.join(".claude/agents/twin.md"),
+            &role_file("dup", "one"),
+        );
+        write(
+            &repo.join(".claude/agents/twin2.md"),
+            &role_file("dup", "two"),
+        );
         let catalog = Catalog::load_from_places(Some(&repo), None, None).unwrap();
         assert_eq!(
-            catalog.role("software-engineer-python").unwrap().description,
+            catalog
+                .role("software-engineer-python")
+                .unwrap()
+                .description,
             "py"
         );
         let err = catalog.role("software_engineer_python").unwrap_err();
@@ -663,7 +673,10 @@ mod tests {
         );
         // Two files of one directory: neither is nearer.
         let err = catalog.role("dup").unwrap_err();
-        assert!(err.to_string().contains("in the same directory; keep one"), "{err}");
+        assert!(
+            err.to_string().contains("in the same directory; keep one"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -412,11 +412,8 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
     let mut bash = spec.bash;
     claude::apply(&narrowing, mode, &mut tools, &mut bash, &mut warnings);
 
-    let max_turns = claude::max_turns(
-        spec.max_turns.as_ref(),
-        spec.claude_max_turns.as_ref(),
-        &at,
-    )?;
+    let max_turns =
+        claude::max_turns(spec.max_turns.as_ref(), spec.claude_max_turns.as_ref(), &at)?;
     let max_turns = match max_turns {
         Some(turns) if turns.value == 0 => {
             return Err(at(&turns.referenced, "max_turns must be at least 1".into()));
@@ -719,11 +716,15 @@ mod tests {
     #[test]
     fn permission_modes_map_onto_orch_and_an_unknown_one_is_refused() {
         let role = |front: &str| parse_role(&format!("---\nname: r\n{front}---\nP\n"), "<t>");
-        let plan = role("tools: Read, Write, Edit, Bash, Grep, Task\npermissionMode: plan\n").unwrap();
+        let plan =
+            role("tools: Read, Write, Edit, Bash, Grep, Task\npermissionMode: plan\n").unwrap();
         assert!(plan.read_only);
         assert_eq!(plan.tools, ["read_file", "grep", "finish"]);
         assert!(
-            plan.warnings.iter().any(|w| w.contains("read-only: bash, write_file, edit_file, spawn_agent not offered")),
+            plan.warnings
+                .iter()
+                .any(|w| w
+                    .contains("read-only: bash, write_file, edit_file, spawn_agent not offered")),
             "{:?}",
             plan.warnings
         );
@@ -738,7 +739,11 @@ mod tests {
         assert_eq!(ask.bash.ask, ["*"]);
         let err = role("permissionMode: auto\n").unwrap_err();
         assert_eq!((err.line, err.column), (3, 17));
-        assert!(err.message.contains("permissionMode: \"auto\" has no orch equivalent"), "{err}");
+        assert!(
+            err.message
+                .contains("permissionMode: \"auto\" has no orch equivalent"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -747,16 +752,45 @@ mod tests {
         let role = parse_role(text, "<t>").unwrap();
         assert_eq!(
             role.tools,
-            ["bash", "read_file", "list_files", "grep", "spawn_agent", "finish"]
+            [
+                "bash",
+                "read_file",
+                "list_files",
+                "grep",
+                "spawn_agent",
+                "finish"
+            ]
         );
         assert_eq!(role.bash.deny, ["git push", "rm -rf"]);
-        assert!(role.warnings.iter().any(|w| w.contains("`edit_file` for some paths only")), "{:?}", role.warnings);
-        let list = parse_role("---\nname: r\ndisallowedTools:\n  - Bash\n  - Task\n---\n", "<t>").unwrap();
-        assert!(!list.tools.iter().any(|t| t == "bash" || t == "spawn_agent"), "{:?}", list.tools);
-        let whole = parse_role("---\nname: r\ndisallowedTools: [\"Bash(*)\"]\n---\n", "<t>").unwrap();
+        assert!(
+            role.warnings
+                .iter()
+                .any(|w| w.contains("`edit_file` for some paths only")),
+            "{:?}",
+            role.warnings
+        );
+        let list = parse_role(
+            "---\nname: r\ndisallowedTools:\n  - Bash\n  - Task\n---\n",
+            "<t>",
+        )
+        .unwrap();
+        assert!(
+            !list.tools.iter().any(|t| t == "bash" || t == "spawn_agent"),
+            "{:?}",
+            list.tools
+        );
+        let whole =
+            parse_role("---\nname: r\ndisallowedTools: [\"Bash(*)\"]\n---\n", "<t>").unwrap();
         assert!(!whole.tools.iter().any(|t| t == "bash"));
-        let err = parse_role("---\nname: r\ndisallowedTools: [\"Bash(git push\"]\n---\n", "<t>").unwrap_err();
-        assert!(err.message.contains("is not `Tool` or `Tool(pattern)`"), "{err}");
+        let err = parse_role(
+            "---\nname: r\ndisallowedTools: [\"Bash(git push\"]\n---\n",
+            "<t>",
+        )
+        .unwrap_err();
+        assert!(
+            err.message.contains("is not `Tool` or `Tool(pattern)`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -770,7 +804,11 @@ mod tests {
             "x/r.md",
         )
         .unwrap_err();
-        assert!(err.message.contains("orch does not run an agent file's hooks"), "{err}");
+        assert!(
+            err.message
+                .contains("orch does not run an agent file's hooks"),
+            "{err}"
+        );
         assert_eq!(err.file, "x/r.md");
     }
 

@@ -11,6 +11,7 @@
 
 mod support;
 
+mod agent_files;
 mod bootstrap;
 mod budget;
 mod cli;
