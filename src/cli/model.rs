@@ -41,6 +41,8 @@ pub(super) struct Chosen {
     pub replay_file: Option<String>,
     /// The sampling settings every request carries (not for replays).
     pub sampling: Option<SamplingRecord>,
+    /// The `orch.toml` profile the model was resolved through.
+    pub profile: Option<String>,
 }
 
 /// Resolves flags, environment and the `orch.toml` files of `repo` (when
@@ -65,6 +67,7 @@ pub(super) fn choose_with_record(
             secrets: secrets(),
             replay_file: Some(file.display().to_string()),
             sampling: None,
+            profile: None,
         });
     }
     let resolved = resolve_config(args, repo)?;
@@ -84,6 +87,7 @@ pub(super) fn choose_with_record(
         secrets,
         replay_file: None,
         sampling,
+        profile: resolved.profile.as_ref().map(|p| p.value.clone()),
     })
 }
 

@@ -27,6 +27,11 @@ use std::path::Path;
 /// default for `--context-window`), then set approvals and parallelism.
 pub(super) struct SessionBuilder {
     chosen: Chosen,
+    /// `--no-stream`, for the record.
+    no_stream: bool,
+    /// The settings a recorded run was started with: limits not given as
+    /// flags come from here.
+    recorded: Option<crate::runlog::RunSettings>,
     assume_yes: bool,
     interactive: bool,
     max_parallel: usize,
@@ -39,50 +44,67 @@ impl SessionBuilder {
     /// environment and the `orch.toml` files of `repo` (when given) and the
     /// user config dir.
     pub(super) fn new(model: &ModelArgs, repo: Option<&Path>) -> Result<SessionBuilder, CliError> {
-        Ok(SessionBuilder::with(choose_for_repo(model, repo)?))
+        Ok(SessionBuilder::with(
+            choose_for_repo(model, repo)?,
+            model.no_stream,
+        ))
+    }
+
+    /// Limits not given as flags come from `recorded` (a replay of a run
+    /// keeps that run's limits).
+    pub(super) fn recorded_limits(
+        mut self,
+        recorded: Option<&crate::runlog::RunSettings>,
+    ) -> SessionBuilder {
+        self.recorded = recorded.cloned();
+        self
     }
 
     /// A session to go on with a recorded run. Model flags, when any names a
-    /// model, win; otherwise the recorded replay file is replayed again, or
-    /// the recorded base URL and model are resolved through `orch.toml` like
-    /// flags (with this command's `--profile` and `--no-stream`).
+    /// model or a profile, win (`--profile strong` sends to that profile's
+    /// server and model); otherwise the recorded replay file is replayed
+    /// again, or the recorded base URL and model are resolved through
+    /// `orch.toml` like flags, with the recorded profile (and this command's
+    /// `--no-stream`). Limits not given as flags are the recorded ones.
     pub(super) fn resumed(
         state: &RunState,
         model: &ModelArgs,
         repo: &Path,
     ) -> Result<SessionBuilder, CliError> {
         let recorded_sampling = state.sampling.as_ref();
-        if model.names_a_model() {
-            return Ok(SessionBuilder::with(choose_with_record(
-                model,
-                Some(repo),
-                recorded_sampling,
-            )?));
-        }
-        let recorded = match &state.replay_file {
-            Some(file) => ModelArgs {
-                replay: Some(file.into()),
-                ..ModelArgs::default()
-            },
-            None => ModelArgs {
-                base_url: state.base_url.clone(),
-                model: Some(state.model.clone()),
-                replay: None,
-                profile: model.profile.clone(),
-                no_stream: model.no_stream,
-                sampling: model.sampling,
-            },
+        let settings = state.settings.as_ref();
+        let no_stream = model.no_stream || settings.is_some_and(|s| s.no_stream);
+        let chosen = if model.names_a_model() || model.profile.is_some() {
+            let flags = ModelArgs {
+                no_stream,
+                ..model.clone()
+            };
+            choose_with_record(&flags, Some(repo), recorded_sampling)?
+        } else {
+            let recorded = match &state.replay_file {
+                Some(file) => ModelArgs {
+                    replay: Some(file.into()),
+                    ..ModelArgs::default()
+                },
+                None => ModelArgs {
+                    base_url: state.base_url.clone(),
+                    model: Some(state.model.clone()),
+                    replay: None,
+                    profile: settings.and_then(|s| s.profile.clone()),
+                    no_stream,
+                    sampling: model.sampling,
+                },
+            };
+            choose_with_record(&recorded, Some(repo), recorded_sampling)?
         };
-        Ok(SessionBuilder::with(choose_with_record(
-            &recorded,
-            Some(repo),
-            recorded_sampling,
-        )?))
+        Ok(SessionBuilder::with(chosen, no_stream).recorded_limits(settings))
     }
 
-    fn with(chosen: Chosen) -> SessionBuilder {
+    fn with(chosen: Chosen, no_stream: bool) -> SessionBuilder {
         SessionBuilder {
             chosen,
+            no_stream,
+            recorded: None,
             assume_yes: false,
             interactive: crate::policy::detect_interactive(),
             max_parallel: DEFAULT_MAX_PARALLEL,
@@ -122,21 +144,29 @@ impl SessionBuilder {
         self
     }
 
-    /// The session, with limits from the flags; the model's context window
-    /// applies when `--context-window` is not given.
+    /// The session, with limits from the flags (those not given from the
+    /// recorded run, when there is one); the model's context window applies
+    /// when `--context-window` is not given.
     pub(super) fn build(self, limits: &LimitArgs) -> Result<Session, CliError> {
-        let limits = limits.to_limits(self.chosen.model.context_window())?;
-        Ok(self.build_with(limits))
+        let limits = limits.or_recorded(self.recorded.as_ref());
+        let settings = limits.record(self.chosen.profile.clone(), self.no_stream);
+        let run_limits = limits.to_limits(self.chosen.model.context_window())?;
+        Ok(self.build_with(run_limits, settings))
     }
 
     /// The session, with limits as given.
-    pub(super) fn build_with(self, limits: RunLimits) -> Session {
+    pub(super) fn build_with(
+        self,
+        limits: RunLimits,
+        settings: crate::runlog::RunSettings,
+    ) -> Session {
         let Chosen {
             model,
             base_url,
             secrets,
             replay_file,
             sampling,
+            profile: _,
         } = self.chosen;
         Session {
             limits,
@@ -144,6 +174,7 @@ impl SessionBuilder {
             base_url,
             replay_file,
             sampling,
+            settings,
             secrets,
             assume_yes: self.assume_yes,
             interactive: self.interactive,

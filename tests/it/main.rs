@@ -43,6 +43,7 @@ mod reap;
 mod request_size;
 mod review_cmds;
 mod run_e2e;
+mod run_settings;
 mod safety;
 mod sampling;
 mod sandbox;
