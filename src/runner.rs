@@ -15,6 +15,7 @@
 mod bootstrap;
 mod flow;
 mod lanes;
+pub(crate) mod models;
 mod pr;
 mod stage;
 
@@ -102,6 +103,8 @@ pub(crate) struct Session {
     pub sampling: Option<crate::runlog::SamplingRecord>,
     /// The limits and model flags of the run, for the record (`resume` reuses them).
     pub settings: crate::runlog::RunSettings,
+    /// The models stages name (`model:`), by base stage id; see [`models`].
+    pub stage_models: std::collections::BTreeMap<String, models::StageModel>,
     /// Values to redact from every record (API keys).
     pub secrets: Vec<String>,
     /// `--yes`: allow commands a role's `ask` rules would ask about.

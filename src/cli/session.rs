@@ -175,6 +175,7 @@ impl SessionBuilder {
             replay_file,
             sampling,
             settings,
+            stage_models: Default::default(),
             secrets,
             assume_yes: self.assume_yes,
             interactive: self.interactive,
@@ -434,6 +435,81 @@ pub(super) fn route_role_models(
         role.model = choice.model;
         role.model_alias = None;
         role.model_note = choice.note;
+    }
+    Ok(())
+}
+
+/// Resolves each stage's `model:` (see [`crate::runner::models`]) into the
+/// session, once per base stage: an `orch.toml` profile of that name gives
+/// its server, key and model; otherwise it is a model id asked of the run's
+/// server (through `[models] aliases` when they map it). `--model` on the
+/// command line overrides every stage, and a replay answers every stage.
+/// A model the run's backend cannot ask for is an error naming the stage.
+pub(super) fn route_stage_models(
+    session: &mut Session,
+    pipeline: &Pipeline,
+    flags: &ModelArgs,
+    repo: &Path,
+) -> Result<(), CliError> {
+    if session.replay_file.is_some() {
+        return Ok(());
+    }
+    let mut aliases = None;
+    for stage in &pipeline.stages {
+        let Some(wanted) = stage.model.as_deref() else {
+            continue;
+        };
+        let base = stage.base_id.as_str();
+        if session.stage_models.contains_key(base) {
+            continue;
+        }
+        if flags.model.is_some() {
+            if stage.round == 1 {
+                crate::ui::status_line(&format!(
+                    "orch: stage `{base}` names model `{wanted}`; --model overrides it"
+                ));
+            }
+            continue;
+        }
+        let chosen = match super::model::choose_profile(wanted, flags, Some(repo))? {
+            Some(profile) => {
+                for secret in profile.secrets {
+                    if !session.secrets.contains(&secret) {
+                        session.secrets.push(secret);
+                    }
+                }
+                crate::runner::models::StageModel {
+                    model: profile.model,
+                    base_url: profile.base_url,
+                    source: format!("stage model: profile `{wanted}`"),
+                }
+            }
+            None => {
+                let aliases = match &aliases {
+                    Some(a) => a,
+                    None => aliases
+                        .insert(super::model::resolve_config(flags, Some(repo))?.model_aliases),
+                };
+                let id = aliases.get(wanted).map_or(wanted, String::as_str);
+                let model = session.model.with_model(id).ok_or_else(|| {
+                    CliError::Invalid(format!(
+                        "failed to use model `{wanted}` of stage `{base}`: no orch.toml profile has that name, and the run's model ({}) cannot ask for another model",
+                        session.model.label()
+                    ))
+                })?;
+                let source = if id == wanted {
+                    format!("stage model: `{wanted}`")
+                } else {
+                    format!("stage model: `{wanted}`, which [models] aliases maps to `{id}`")
+                };
+                crate::runner::models::StageModel {
+                    model,
+                    base_url: session.base_url.clone(),
+                    source,
+                }
+            }
+        };
+        session.stage_models.insert(base.to_owned(), chosen);
     }
     Ok(())
 }

@@ -51,6 +51,7 @@ mod sandbox_e2e;
 mod setup;
 mod setup_lane;
 mod sse;
+mod stage_models;
 mod streams;
 mod subagents;
 mod tool_faults;
