@@ -515,6 +515,18 @@ fn resolve_tools(
     for item in written {
         let Some(tool) = orch_tool_name(item.value.trim()) else {
             let name = item.value.trim();
+            // `Bash(git diff:*)`: an allow-list of some commands or paths,
+            // which orch's rules cannot express (they refuse or ask; they
+            // do not allow only): the tool is not offered at all.
+            if let Some(scoped) = name
+                .split_once('(')
+                .and_then(|(t, _)| orch_tool_name(t.trim()))
+            {
+                warnings.push(format!(
+                    "tools: {name:?}: orch cannot offer `{scoped}` for some commands or paths only, so it is not offered (list the tool without parentheses to offer it whole)"
+                ));
+                continue;
+            }
             if !missing.contains(&name) {
                 missing.push(name);
             }
@@ -778,6 +790,14 @@ mod tests {
             !list.tools.iter().any(|t| t == "bash" || t == "spawn_agent"),
             "{:?}",
             list.tools
+        );
+        let scoped =
+            parse_role("---\nname: r\ntools: Read, Bash(git diff:*)\n---\n", "<t>").unwrap();
+        assert_eq!(scoped.tools, ["read_file", "finish"]);
+        assert!(
+            scoped.warnings[0].contains("cannot offer `bash` for some commands or paths only"),
+            "{:?}",
+            scoped.warnings
         );
         let whole =
             parse_role("---\nname: r\ndisallowedTools: [\"Bash(*)\"]\n---\n", "<t>").unwrap();
