@@ -184,14 +184,8 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         return super::dryrun::dry_run(repo, &pipeline, &roles, "", &session, base, args.json);
     }
     // As `orch run`: the role's model is kept when the server lists it.
-    let served =
-        super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
-    route_role_models(
-        &mut roles,
-        &args.model,
-        &args.repo,
-        served.served_models.as_deref(),
-    )?;
+    super::session::preflight_and_route(&mut roles, &args.model, &args.repo, &args.base, &session)
+        .await?;
     let read_only = role.read_only;
     let ui = Ui::new(false).with_events(events.clone());
     let summary = run_pipeline(

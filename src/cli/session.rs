@@ -394,6 +394,21 @@ impl Drop for DirtNote {
     }
 }
 
+/// The preflight of the run's model server (see `cli::preflight`), then
+/// each role's model routed with the models that server lists: what `orch
+/// run` and `orch agent` do before anything exists.
+pub(super) async fn preflight_and_route(
+    roles: &mut HashMap<String, Role>,
+    model: &ModelArgs,
+    repo: &Path,
+    base: &str,
+    session: &Session,
+) -> Result<(), CliError> {
+    let served = super::preflight::check_run(repo, base, session.model.as_ref()).await?;
+    tracing::debug!(served_models = ?served.served_models, "preflight passed");
+    route_role_models(roles, model, repo, served.served_models.as_deref())
+}
+
 /// Decides each role's model once, before the plan is frozen (see
 /// [`crate::role::resolve_model`]): `--model` on the command line overrides
 /// every role; else `[models] aliases` maps it; else a model the server

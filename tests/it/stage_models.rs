@@ -48,15 +48,24 @@ fn repo_with_profiles(s: &Servers) -> TestRepo {
     repo
 }
 
+/// A scratch dir with an issue and the pipeline `<name>.yaml` holding `yaml`.
+fn issue_and_pipeline(
+    name: &str,
+    yaml: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# x\n\nDo x.\n");
+    let pipeline = write_pipeline(scratch.path(), name, yaml);
+    (scratch, issue, pipeline)
+}
+
 const PIPELINE: &str = "stages:\n  one:\n    role: worker\n    model: alpha\n  two:\n    role: worker\n    needs: [one]\n    model: beta\n";
 
 #[test]
 fn each_stage_sends_to_its_profiles_server_with_its_model_and_says_so() {
     let s = servers();
     let repo = repo_with_profiles(&s);
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# x\n\nDo x.\n");
-    let pipeline = write_pipeline(scratch.path(), "two", PIPELINE);
+    let (_scratch, issue, pipeline) = issue_and_pipeline("two", PIPELINE);
 
     // --dry-run: each stage's model, its source and server; no request.
     let out = OrchRun::new(&pipeline, &repo)
@@ -131,11 +140,8 @@ fn model_flag_overrides_every_stage_and_a_model_id_stays_on_the_run_server() {
         ),
     );
     repo.commit_all("profile");
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# x\n\nDo x.\n");
     // `small-model` is no profile: a model id asked of the run's server.
-    let pipeline = write_pipeline(
-        scratch.path(),
+    let (_scratch, issue, pipeline) = issue_and_pipeline(
         "ids",
         "stages:\n  one:\n    role: coder\n    model: small-model\n  two:\n    role: coder\n    needs: [one]\n",
     );
@@ -170,13 +176,8 @@ fn model_flag_overrides_every_stage_and_a_model_id_stays_on_the_run_server() {
 #[test]
 fn an_empty_stage_model_is_a_located_error() {
     let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# x\n");
-    let pipeline = write_pipeline(
-        scratch.path(),
-        "bad",
-        "stages:\n  one:\n    role: coder\n    model: \"\"\n",
-    );
+    let (_scratch, issue, pipeline) =
+        issue_and_pipeline("bad", "stages:\n  one:\n    role: coder\n    model: \"\"\n");
     let out = OrchRun::new(&pipeline, &repo)
         .issue(&issue)
         .args(["--dry-run"])
@@ -242,9 +243,7 @@ fn resume_sends_a_stage_to_its_profile_again() {
         ),
     };
     let repo = repo_with_profiles(&s);
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# x\n\nDo x.\n");
-    let pipeline = write_pipeline(scratch.path(), "two", PIPELINE);
+    let (_scratch, issue, pipeline) = issue_and_pipeline("two", PIPELINE);
     let out = OrchRun::new(&pipeline, &repo)
         .issue(&issue)
         .json()
