@@ -406,6 +406,20 @@ pub(super) async fn preflight_and_route(
 ) -> Result<(), CliError> {
     let served = super::preflight::check_run(repo, base, session.model.as_ref()).await?;
     tracing::debug!(served_models = ?served.served_models, "preflight passed");
+    // The servers and models the stages name get the same check, once each.
+    let mut checked = std::collections::BTreeSet::new();
+    for (stage, m) in &session.stage_models {
+        if checked.insert((m.base_url.clone(), m.model.model_name())) {
+            super::preflight::check(m.model.as_ref())
+                .await
+                .map_err(|e| match e {
+                    CliError::Preflight(msg) => {
+                        CliError::Preflight(format!("{msg} (the model of stage `{stage}`)"))
+                    }
+                    other => other,
+                })?;
+        }
+    }
     route_role_models(roles, model, repo, served.served_models.as_deref())
 }
 

@@ -277,3 +277,26 @@ fn resume_sends_a_stage_to_its_profile_again() {
         .collect();
     assert!(to_base.is_empty(), "{to_base:?}");
 }
+
+#[test]
+fn a_stage_profile_whose_server_is_down_fails_the_preflight_and_creates_nothing() {
+    let s = servers();
+    let repo = repo_with_profiles(&s);
+    // Rebind `beta` to a port nothing listens on.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", l.local_addr().unwrap())
+    };
+    let toml = repo
+        .read(".orch/orch.toml")
+        .replace(&s.beta.base_url, &dead);
+    repo.write(".orch/orch.toml", toml);
+    repo.commit_all("dead beta");
+    let (_scratch, issue, pipeline) = issue_and_pipeline("two", PIPELINE);
+    let out = OrchRun::new(&pipeline, &repo).issue(&issue).output();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("the model of stage `two`"), "{stderr}");
+    assert!(s.alpha.requests().is_empty(), "no stage ran");
+    assert!(repo.git(&["branch", "--list", "orch/*"]).is_empty());
+}
