@@ -71,7 +71,9 @@ impl SessionBuilder {
         model: &ModelArgs,
         repo: &Path,
     ) -> Result<SessionBuilder, CliError> {
-        let recorded_sampling = state.sampling.as_ref();
+        // A profile given to `resume` brings its own sampling keys; flags
+        // still win over them.
+        let recorded_sampling = state.sampling.as_ref().filter(|_| model.profile.is_none());
         let settings = state.settings.as_ref();
         let no_stream = model.no_stream || settings.is_some_and(|s| s.no_stream);
         let chosen = if model.names_a_model() || model.profile.is_some() {
