@@ -28,7 +28,7 @@ pub struct ResumeArgs {
     /// Model settings (default: the ones the run was started with, through orch.toml; the key comes from the environment)
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Budget and compaction settings for what is left of the run.
+    /// Budget and compaction settings for what is left of the run (default: the ones the run recorded).
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Allow commands that a role's `ask` rules would ask about

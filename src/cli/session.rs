@@ -3,11 +3,14 @@
 //! parallelism), and finds the roles a pipeline names.
 //!
 //! A new run resolves its model from flags, environment and `orch.toml`. A
-//! resumed run does the same, with the model it recorded (base URL and model
-//! name) standing in for the flags when none names a model, so the profile's
-//! `stream`, timeouts, prices and `context_window` apply after a resume too.
-//! Its recorded sampling settings are sent again, field by field, unless a
-//! sampling flag of `resume` gives that field.
+//! resumed run does the same, with the model it recorded (base URL, model
+//! name and profile) standing in for the flags when none names a model or a
+//! profile, so the profile's `stream`, timeouts, prices and `context_window`
+//! apply after a resume too. Its recorded sampling settings are sent again,
+//! field by field, unless a sampling flag (or `--profile`) of `resume` gives
+//! that field; its recorded limits (`RunSettings`) apply to every limit flag
+//! not given again. Each stage's `model:` is resolved on top
+//! ([`route_stage_models`]).
 //! The API key always comes from this process's environment; the record never
 //! holds one.
 
