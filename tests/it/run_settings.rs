@@ -140,3 +140,45 @@ fn resume_with_a_profile_sends_to_that_profiles_server_and_model_and_records_it(
     assert_eq!(st["settings"]["profile"], "strong");
     assert_eq!(st["settings"]["max_tokens"], 100000);
 }
+
+#[test]
+fn replay_runs_under_the_recorded_limits() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            crate::support::fix_add("c1"),
+            Reply::finish("c2", "add() adds.", None),
+        ],
+    ));
+    let s = scratch();
+    let out = OrchRun::new(&s.pipeline, &repo)
+        .issue(&s.issue)
+        .model(&server.base_url, "m")
+        .json()
+        .args(["--max-tokens", "90000", "--compact-at", "0.5"])
+        .output();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let out = output_logged(
+        orch()
+            .args(["replay", &run_id, "--json", "--repo"])
+            .arg(&repo.path),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let st = state_json(&repo, &replayed);
+    assert_eq!(st["settings"]["max_tokens"], 90000);
+    assert_eq!(st["settings"]["compact_at"], 0.5);
+    assert_eq!(st["stages"][0]["budget"]["limits"]["tokens"], 90000);
+}
