@@ -392,6 +392,21 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         (Some(name), _) if name.value.trim().is_empty() => {
             return Err(at(&name.referenced, "role name is empty".into()));
         }
+        (Some(name), _)
+            if name
+                .value
+                .trim()
+                .chars()
+                .any(|c| c.is_control() || c == '/' || c == '\\') =>
+        {
+            return Err(at(
+                &name.referenced,
+                format!(
+                    "role name {:?} may not hold `/`, `\\` or control characters",
+                    name.value.trim()
+                ),
+            ));
+        }
         (Some(name), _) => name.value.trim().to_owned(),
         (None, Some(stem)) => stem.to_owned(),
         (None, None) => return Err(SpecError::new(origin, 2, 1, "missing field `name`")),
@@ -723,6 +738,8 @@ mod tests {
         assert!(err.message.contains("missing field `name`"), "{err}");
         let err = parse_role("---\nname: \"\"\n---\n", "roles/docs.md").unwrap_err();
         assert!(err.message.contains("empty"), "{err}");
+        let err = parse_role("---\nname: ../up\n---\n", "roles/docs.md").unwrap_err();
+        assert!(err.message.contains("may not hold `/`"), "{err}");
     }
 
     #[test]
