@@ -72,12 +72,14 @@ pub enum CatalogError {
         second: PathBuf,
     },
     /// No role has this name.
-    #[error("unknown role \"{name}\" (known: {})", known.join(", "))]
+    #[error("unknown role \"{name}\"{} (known: {})", file_defines.as_ref().map(|id| format!(": the file {name}.md defines role \"{id}\" (a role is asked for by its `name:`)")).unwrap_or_default(), known.join(", "))]
     UnknownRole {
         /// The name asked for.
         name: String,
         /// Every role the catalog holds.
         known: Vec<String>,
+        /// The role a file called `<name>.md` defines, when its `name:` differs.
+        file_defines: Option<String>,
     },
     /// No pipeline has this name, and it is not a path to a file.
     #[error("unknown pipeline \"{name}\" (known: {}; or give a path to a .yaml file)", known.join(", "))]
@@ -100,9 +102,60 @@ struct PipelineSource {
 /// Every pipeline and role visible from one repository.
 #[derive(Debug, Clone)]
 pub(crate) struct Catalog {
-    /// Each role, or why its file could not be used.
+    /// Each role by id, or why its file could not be used.
     roles: BTreeMap<String, Result<Role, SpecError>>,
     pipelines: BTreeMap<String, PipelineSource>,
+    /// File stems whose file defines a role of another name (stem → id),
+    /// to say so when the stem is asked for.
+    file_names: BTreeMap<String, String>,
+}
+
+/// The files that define one role id, nearest place first.
+#[derive(Default)]
+struct RoleFile {
+    /// (place in the lookup order, path, parsed role).
+    files: Vec<(usize, PathBuf, Result<Role, SpecError>)>,
+}
+
+impl RoleFile {
+    fn add(&mut self, place: usize, path: PathBuf, role: Result<Role, SpecError>) {
+        self.files.push((place, path, role));
+    }
+
+    /// The nearest file's role; the others are named in its warnings. Two
+    /// files of one directory defining the same role are an error: neither
+    /// is nearer.
+    fn into_role(mut self) -> Result<Role, SpecError> {
+        self.files
+            .sort_by_key(|(place, path, _)| (*place, path.clone()));
+        let mut files = self.files.into_iter();
+        let Some((place, path, role)) = files.next() else {
+            unreachable!("a RoleFile is made with its first file");
+        };
+        let rest: Vec<(usize, PathBuf)> = files.map(|(p, path, _)| (p, path)).collect();
+        if let Some((_, twin)) = rest.iter().find(|(p, _)| *p == place) {
+            let name = role.as_ref().map_or("?", |r| r.name.as_str());
+            return Err(SpecError::new(
+                &path.display().to_string(),
+                1,
+                1,
+                format!(
+                    "role `{name}` is also defined by {} in the same directory; keep one",
+                    twin.display()
+                ),
+            ));
+        }
+        let mut role = role?;
+        for (_, other) in rest {
+            role.warnings.push(format!(
+                "{} also defines role `{}`; the nearer file ({}) is used",
+                other.display(),
+                role.name,
+                path.display()
+            ));
+        }
+        Ok(role)
+    }
 }
 
 impl Catalog {
@@ -148,17 +201,27 @@ impl Catalog {
         let mut catalog = Catalog {
             roles: BTreeMap::new(),
             pipelines: BTreeMap::new(),
+            file_names: BTreeMap::new(),
         };
-        for (dir, roles_dir) in &dirs {
-            for (name, path) in list_dir(roles_dir, &["md"])? {
-                if catalog.roles.contains_key(&name) {
-                    continue;
-                }
+        // Roles by id (`name:`, else the file stem); where each was found.
+        let mut found: BTreeMap<String, RoleFile> = BTreeMap::new();
+        for (place, (dir, roles_dir)) in dirs.iter().enumerate() {
+            for (_, path) in list_dir(roles_dir, &["md"])? {
                 let origin = path.display().to_string();
                 let role = read_spec_file(&path)
                     .map_err(|err| SpecError::new(&origin, 1, 1, file_problem(&err)))
                     .and_then(|text| parse_role(&text, &origin));
-                catalog.roles.insert(name, role);
+                let stem = path
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                // A broken file has no trustworthy `name:`; its stem stands in.
+                let id = role.as_ref().map_or(stem.clone(), |r| r.name.clone());
+                if id != stem {
+                    catalog.file_names.entry(stem).or_insert_with(|| id.clone());
+                }
+                found.entry(id).or_default().add(place, path, role);
             }
             let Some(dir) = dir else { continue };
             for (name, path) in list_dir(&dir.join("pipelines"), &["yaml", "yml"])? {
@@ -171,6 +234,9 @@ impl Catalog {
                     .pipelines
                     .insert(name, PipelineSource { origin, text });
             }
+        }
+        for (id, file) in found {
+            catalog.roles.insert(id, file.into_role());
         }
         for (name, text) in BUILTIN_ROLES {
             if !catalog.roles.contains_key(*name) {
@@ -198,6 +264,7 @@ impl Catalog {
             None => Err(CatalogError::UnknownRole {
                 name: name.to_owned(),
                 known: self.role_names(),
+                file_defines: self.file_names.get(name).cloned(),
             }),
         }
     }
@@ -560,9 +627,56 @@ mod tests {
             .into_iter()
             .map(|(_, _, w)| w)
             .collect();
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(warnings[0].contains("permissionMode"), "{warnings:?}");
-        assert!(warnings[1].contains("WebFetch, mcp__x__y"), "{warnings:?}");
+        // The nearer file wins, and the farther one is named.
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert!(
+            warnings[0].contains(".claude/agents/a.md also defines role `a`"),
+            "{warnings:?}"
+        );
+        assert!(warnings[1].contains("roles/b.md also defines role `b`"));
+        assert!(warnings[2].contains("agents/c.md also defines role `c`"));
+        assert!(warnings[3].contains("WebFetch, mcp__x__y"), "{warnings:?}");
+        // `permissionMode: ask` is mapped, not ignored.
+        assert_eq!(d.bash.ask, ["*"]);
+    }
+
+    #[test]
+    fn a_role_is_found_by_its_name_not_its_file_stem() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        write(
+            &repo.join(".claude/agents/software_engineer_python.md"),
+            &role_file("software-engineer-python", "py"),
+        );
+        write(
+            &repo.join(".claude/agents/twin.md"),
+            &role_file("dup", "one"),
+        );
+        write(
+            &repo.join(".claude/agents/twin2.md"),
+            &role_file("dup", "two"),
+        );
+        let catalog = Catalog::load_from_places(Some(&repo), None, None).unwrap();
+        assert_eq!(
+            catalog
+                .role("software-engineer-python")
+                .unwrap()
+                .description,
+            "py"
+        );
+        let err = catalog.role("software_engineer_python").unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "the file software_engineer_python.md defines role \"software-engineer-python\""
+            ),
+            "{err}"
+        );
+        // Two files of one directory: neither is nearer.
+        let err = catalog.role("dup").unwrap_err();
+        assert!(
+            err.to_string().contains("in the same directory; keep one"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -32,7 +32,9 @@
 //! ```
 //!
 //! `[models] aliases` maps a role's `model:` (a Claude Code agent file's
-//! `sonnet` or full Claude id) to a model the server serves.
+//! `sonnet` or full Claude id), or a stage's `model:` that names no profile,
+//! to a model the server serves. A stage's `model:` that names a profile
+//! uses that profile whole (see `cli::model::choose_profile`).
 //!
 //! Precedence, per setting: flag > environment > repo file > user file >
 //! default. The sampling keys (`temperature`, `seed`, `max_tokens`,

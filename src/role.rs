@@ -9,12 +9,20 @@
 //!
 //! Claude Code files load unchanged: a tool orch does not have (`WebFetch`,
 //! `WebSearch`, `TodoWrite`, `NotebookEdit`, `mcp__*`, …) is not offered and
-//! a front-matter key orch does not know (`permissionMode`, `memory`, …) is
-//! ignored; each becomes one line in [`Role::warnings`], not an error.
+//! a front-matter key orch does not know (`memory`, `skills`, …) is
+//! ignored; each becomes one line in [`Role::warnings`], not an error. Keys
+//! that narrow what the agent may do (`permissionMode`, `disallowedTools`,
+//! `maxTurns`, `hooks`) are mapped onto orch's ([`claude`]), or the role does
+//! not load: never silently wider.
+//!
+//! A role's id is its `name:` (Claude Code keys agents by it), else the
+//! file stem.
 //!
 //! Invariants of a parsed [`Role`]: `tools` holds orch tool names only, in
 //! [`KNOWN_TOOLS`] order, without duplicates, always including `finish`; a
 //! read-only role never holds `write_file` or `edit_file`.
+
+mod claude;
 
 use crate::pipeline::SpecError;
 use crate::toolname::ToolName;
@@ -47,6 +55,10 @@ const KNOWN_KEYS: &[&str] = &[
     "seed",
     "max_tokens",
     "tool_choice",
+    "permissionMode",
+    "disallowedTools",
+    "maxTurns",
+    "hooks",
 ];
 
 /// Claude Code tool names and the orch tools they stand for.
@@ -60,6 +72,7 @@ const CLAUDE_CODE_TOOLS: &[(&str, &str)] = &[
     ("Glob", "list_files"),
     ("LS", "list_files"),
     ("Task", "spawn_agent"),
+    ("Agent", "spawn_agent"),
 ];
 
 /// The turn limit of a role that does not set `max_turns`.
@@ -83,7 +96,7 @@ pub struct BashRules {
 /// A validated role.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Role {
-    /// The role name; equals the file stem.
+    /// The role's id: its `name:`, else the file stem.
     pub name: String,
     /// One line saying what the role is for.
     pub description: String,
@@ -213,7 +226,8 @@ pub fn resolve_model(role: &Role, routing: ModelRouting<'_>) -> ModelChoice {
 /// The front matter as written (keys outside [`KNOWN_KEYS`] are ignored).
 #[derive(Debug, Deserialize)]
 struct RoleSpec {
-    name: Spanned<String>,
+    #[serde(default)]
+    name: Option<Spanned<String>>,
     #[serde(default)]
     description: String,
     #[serde(default)]
@@ -245,6 +259,18 @@ struct RoleSpec {
     sandbox: Option<Spanned<String>>,
     #[serde(default)]
     network: Option<Spanned<OnOff>>,
+    /// Claude Code's permission mode, mapped by [`claude::mode`].
+    #[serde(default, rename = "permissionMode")]
+    permission_mode: Option<Spanned<String>>,
+    /// Claude Code's tool denylist (`Bash`, `Bash(git push:*)`, …).
+    #[serde(default, rename = "disallowedTools")]
+    disallowed_tools: Option<ToolsSpec>,
+    /// Claude Code's turn limit.
+    #[serde(default, rename = "maxTurns")]
+    claude_max_turns: Option<Spanned<u32>>,
+    /// Claude Code's hooks: refused (see [`claude::refuse_hooks`]).
+    #[serde(default)]
+    hooks: Option<Spanned<IgnoredAny>>,
 }
 
 /// What ends a role's stage as a success.
@@ -320,8 +346,8 @@ impl<'de> Deserialize<'de> for ToolsInner {
     }
 }
 
-/// Parses a role file. `origin` names the file in errors; when it ends in
-/// `.md`, the role's `name` must equal the file stem.
+/// Parses a role file. `origin` names the file in errors; the role's id is
+/// its `name:`, else (when `origin` ends in `.md`) the file stem.
 pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
     let (yaml, body) = split_front_matter(text, origin)?;
     // The front matter starts on line 2, after the opening `---`.
@@ -362,30 +388,48 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         SpecError::at(origin, location, LINE_OFFSET, message)
     };
 
-    let name = spec.name.value.trim().to_owned();
-    if name.is_empty() {
-        return Err(at(&spec.name.referenced, "role name is empty".into()));
-    }
-    if let Some(stem) = role_file_stem(origin)
-        && stem != name
-    {
-        return Err(at(
-            &spec.name.referenced,
-            format!("role name \"{name}\" must equal the file name \"{stem}\""),
-        ));
-    }
+    let name = match (&spec.name, role_file_stem(origin)) {
+        (Some(name), _) if name.value.trim().is_empty() => {
+            return Err(at(&name.referenced, "role name is empty".into()));
+        }
+        (Some(name), _)
+            if name
+                .value
+                .trim()
+                .chars()
+                .any(|c| c.is_control() || c == '/' || c == '\\') =>
+        {
+            return Err(at(
+                &name.referenced,
+                format!(
+                    "role name {:?} may not hold `/`, `\\` or control characters",
+                    name.value.trim()
+                ),
+            ));
+        }
+        (Some(name), _) => name.value.trim().to_owned(),
+        (None, Some(stem)) => stem.to_owned(),
+        (None, None) => return Err(SpecError::new(origin, 2, 1, "missing field `name`")),
+    };
 
-    let read_only = spec.read_only;
-    let tools = match &spec.tools {
-        Some(tools) => resolve_tools(&tools.0, read_only, &at, &mut warnings)?,
+    claude::refuse_hooks(spec.hooks.as_ref().map(|h| &h.referenced), &at)?;
+    let mode = claude::mode(spec.permission_mode.as_ref(), &at)?;
+    let narrowing = claude::narrowing(mode, spec.disallowed_tools.as_ref(), &at, &mut warnings)?;
+    let read_only = spec.read_only || mode == claude::Mode::ReadOnly;
+    let mut tools = match &spec.tools {
+        Some(tools) => resolve_tools(&tools.0, spec.read_only, &at, &mut warnings)?,
         None => KNOWN_TOOLS
             .iter()
             .filter(|tool| !(read_only && ToolName::is_write_name(tool)))
             .map(|tool| (*tool).to_owned())
             .collect(),
     };
+    let mut bash = spec.bash;
+    claude::apply(&narrowing, mode, &mut tools, &mut bash, &mut warnings);
 
-    let max_turns = match spec.max_turns {
+    let max_turns =
+        claude::max_turns(spec.max_turns.as_ref(), spec.claude_max_turns.as_ref(), &at)?;
+    let max_turns = match max_turns {
         Some(turns) if turns.value == 0 => {
             return Err(at(&turns.referenced, "max_turns must be at least 1".into()));
         }
@@ -461,7 +505,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         model_note: None,
         read_only,
         max_turns,
-        bash: spec.bash,
+        bash,
         text_result: spec.result == ResultSpec::Text,
         sampling,
         warnings,
@@ -486,6 +530,18 @@ fn resolve_tools(
     for item in written {
         let Some(tool) = orch_tool_name(item.value.trim()) else {
             let name = item.value.trim();
+            // `Bash(git diff:*)`: an allow-list of some commands or paths,
+            // which orch's rules cannot express (they refuse or ask; they
+            // do not allow only): the tool is not offered at all.
+            if let Some(scoped) = name
+                .split_once('(')
+                .and_then(|(t, _)| orch_tool_name(t.trim()))
+            {
+                warnings.push(format!(
+                    "tools: {name:?}: orch cannot offer `{scoped}` for some commands or paths only, so it is not offered (list the tool without parentheses to offer it whole)"
+                ));
+                continue;
+            }
             if !missing.contains(&name) {
                 missing.push(name);
             }
@@ -673,14 +729,124 @@ mod tests {
     }
 
     #[test]
-    fn name_must_match_file_stem() {
-        let err = parse_role("---\nname: coder\n---\n", "roles/docs.md").unwrap_err();
-        assert_eq!((err.line, err.column), (2, 7));
+    fn the_id_is_the_name_else_the_file_stem() {
+        let role = parse_role("---\nname: coder\n---\n", "roles/docs.md").unwrap();
+        assert_eq!(role.name, "coder");
+        let role = parse_role("---\ndescription: d\n---\n", "roles/docs.md").unwrap();
+        assert_eq!(role.name, "docs");
+        let err = parse_role("---\ndescription: d\n---\n", "<t>").unwrap_err();
+        assert!(err.message.contains("missing field `name`"), "{err}");
+        let err = parse_role("---\nname: \"\"\n---\n", "roles/docs.md").unwrap_err();
+        assert!(err.message.contains("empty"), "{err}");
+        let err = parse_role("---\nname: ../up\n---\n", "roles/docs.md").unwrap_err();
+        assert!(err.message.contains("may not hold `/`"), "{err}");
+    }
+
+    #[test]
+    fn permission_modes_map_onto_orch_and_an_unknown_one_is_refused() {
+        let role = |front: &str| parse_role(&format!("---\nname: r\n{front}---\nP\n"), "<t>");
+        let plan =
+            role("tools: Read, Write, Edit, Bash, Grep, Task\npermissionMode: plan\n").unwrap();
+        assert!(plan.read_only);
+        assert_eq!(plan.tools, ["read_file", "grep", "finish"]);
         assert!(
-            err.message.contains("must equal the file name \"docs\""),
+            plan.warnings
+                .iter()
+                .any(|w| w
+                    .contains("read-only: bash, write_file, edit_file, spawn_agent not offered")),
+            "{:?}",
+            plan.warnings
+        );
+        let dont = role("permissionMode: dontAsk\n").unwrap();
+        assert_eq!(dont.tools, ["read_file", "list_files", "grep", "finish"]);
+        for normal in ["default", "acceptEdits", "bypassPermissions"] {
+            let r = role(&format!("permissionMode: {normal}\n")).unwrap();
+            assert_eq!(r.tools, KNOWN_TOOLS, "{normal}");
+            assert!(!r.read_only && r.bash == BashRules::default(), "{normal}");
+        }
+        let ask = role("permissionMode: ask\n").unwrap();
+        assert_eq!(ask.bash.ask, ["*"]);
+        let err = role("permissionMode: auto\n").unwrap_err();
+        assert_eq!((err.line, err.column), (3, 17));
+        assert!(
+            err.message
+                .contains("permissionMode: \"auto\" has no orch equivalent"),
             "{err}"
         );
-        assert!(parse_role("---\nname: docs\n---\n", "built-in roles/docs.md").is_ok());
+    }
+
+    #[test]
+    fn disallowed_tools_remove_tools_and_bash_patterns_become_deny_rules() {
+        let text = "---\nname: r\ndisallowedTools: Write, Bash(git push:*), Bash(rm -rf), WebFetch, Edit(src/**)\n---\n";
+        let role = parse_role(text, "<t>").unwrap();
+        assert_eq!(
+            role.tools,
+            [
+                "bash",
+                "read_file",
+                "list_files",
+                "grep",
+                "spawn_agent",
+                "finish"
+            ]
+        );
+        assert_eq!(role.bash.deny, ["git push", "rm -rf"]);
+        assert!(
+            role.warnings
+                .iter()
+                .any(|w| w.contains("`edit_file` for some paths only")),
+            "{:?}",
+            role.warnings
+        );
+        let list = parse_role(
+            "---\nname: r\ndisallowedTools:\n  - Bash\n  - Task\n---\n",
+            "<t>",
+        )
+        .unwrap();
+        assert!(
+            !list.tools.iter().any(|t| t == "bash" || t == "spawn_agent"),
+            "{:?}",
+            list.tools
+        );
+        let scoped =
+            parse_role("---\nname: r\ntools: Read, Bash(git diff:*)\n---\n", "<t>").unwrap();
+        assert_eq!(scoped.tools, ["read_file", "finish"]);
+        assert!(
+            scoped.warnings[0].contains("cannot offer `bash` for some commands or paths only"),
+            "{:?}",
+            scoped.warnings
+        );
+        let whole =
+            parse_role("---\nname: r\ndisallowedTools: [\"Bash(*)\"]\n---\n", "<t>").unwrap();
+        assert!(!whole.tools.iter().any(|t| t == "bash"));
+        let err = parse_role(
+            "---\nname: r\ndisallowedTools: [\"Bash(git push\"]\n---\n",
+            "<t>",
+        )
+        .unwrap_err();
+        assert!(
+            err.message.contains("is not `Tool` or `Tool(pattern)`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn max_turns_and_hooks() {
+        let role = parse_role("---\nname: r\nmaxTurns: 32\n---\n", "<t>").unwrap();
+        assert_eq!(role.max_turns, 32);
+        let err = parse_role("---\nname: r\nmaxTurns: 32\nmax_turns: 5\n---\n", "<t>").unwrap_err();
+        assert!(err.message.contains("disagree"), "{err}");
+        let err = parse_role(
+            "---\nname: r\nhooks:\n  PreToolUse:\n    - matcher: Bash\n---\n",
+            "x/r.md",
+        )
+        .unwrap_err();
+        assert!(
+            err.message
+                .contains("orch does not run an agent file's hooks"),
+            "{err}"
+        );
+        assert_eq!(err.file, "x/r.md");
     }
 
     #[test]
@@ -718,18 +884,19 @@ mod tests {
             "{}",
             role.description
         );
-        assert_eq!(role.warnings.len(), 4, "{:?}", role.warnings);
+        assert_eq!(role.warnings.len(), 3, "{:?}", role.warnings);
         assert!(
             role.warnings[0].contains("not strict YAML (line 3:"),
             "{:?}",
             role.warnings
         );
         assert!(role.warnings[1].contains("`memory`"));
-        assert!(role.warnings[2].contains("`permissionMode`"));
         assert!(
-            role.warnings[3]
+            role.warnings[2]
                 .contains("WebFetch, WebSearch, TodoWrite, mcp__github__get_issue not offered")
         );
+        // `permissionMode: ask`: every command asks first.
+        assert_eq!(role.bash.ask, ["*"]);
         assert_eq!(role.sampling.temperature, Some(0.2));
         assert_eq!(role.sampling.seed, Some(3));
         assert_eq!(role.sampling.max_tokens, Some(512));

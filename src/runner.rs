@@ -15,6 +15,7 @@
 mod bootstrap;
 mod flow;
 mod lanes;
+pub(crate) mod models;
 mod pr;
 mod stage;
 
@@ -100,6 +101,10 @@ pub(crate) struct Session {
     pub replay_file: Option<String>,
     /// The sampling settings the model sends, for the record.
     pub sampling: Option<crate::runlog::SamplingRecord>,
+    /// The limits and model flags of the run, for the record (`resume` reuses them).
+    pub settings: crate::runlog::RunSettings,
+    /// The models stages name (`model:`), by base stage id; see [`models`].
+    pub stage_models: std::collections::BTreeMap<String, models::StageModel>,
     /// Values to redact from every record (API keys).
     pub secrets: Vec<String>,
     /// `--yes`: allow commands a role's `ask` rules would ask about.
@@ -390,6 +395,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
         base_url: session.base_url.clone(),
         replay_file: session.replay_file.clone(),
         sampling: session.sampling,
+        settings: Some(session.settings.clone()),
         pr_title: None,
         pr_url: None,
         stages: plan
@@ -600,6 +606,7 @@ pub(crate) async fn resume_run(
     state.base_url = session.base_url.clone();
     state.replay_file = session.replay_file.clone();
     state.sampling = session.sampling;
+    state.settings = Some(session.settings.clone());
     state.updated = now();
     run_dir.write_state(&state)?;
     ui.run_started(&state);

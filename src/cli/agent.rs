@@ -165,23 +165,27 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
             text_tool_calls: true,
             // An `orch agent` question is answered in text or by `finish`.
             text_result: true,
+            model: None,
         }],
         origin: "orch agent".to_owned(),
         project_instructions: !args.instructions.no_project_instructions,
         setup: None,
     };
     let mut roles = roles_for(&catalog, &pipeline)?;
-    route_role_models(&mut roles, &args.model, &args.repo, None)?;
     let session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(1)
         .build(&args.limits)?;
     events.redacting(&session.secrets);
     if args.dry_run {
+        // No request at all: a role's own model is kept only when mapped.
+        route_role_models(&mut roles, &args.model, &args.repo, None)?;
         let (repo, base) = (&args.repo, &args.base);
         return super::dryrun::dry_run(repo, &pipeline, &roles, "", &session, base, args.json);
     }
-    super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
+    // As `orch run`: the role's model is kept when the server lists it.
+    super::session::preflight_and_route(&mut roles, &args.model, &args.repo, &args.base, &session)
+        .await?;
     let read_only = role.read_only;
     let ui = Ui::new(false).with_events(events.clone());
     let summary = run_pipeline(

@@ -123,15 +123,44 @@ pub struct LimitArgs {
     /// Cost budget of the whole run, in US dollars (enforced only when the model's price is known)
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
-    /// Compact the conversation when a request passes this share of the context window
-    #[arg(long, value_name = "SHARE", default_value_t = DEFAULT_COMPACT_AT)]
-    pub compact_at: f64,
+    /// Compact the conversation when a request passes this share of the context window [default: 0.7]
+    #[arg(long, value_name = "SHARE")]
+    pub compact_at: Option<f64>,
     /// The model's context window, in tokens (default: the profile's `context_window`, else 128000)
     #[arg(long, value_name = "N")]
     pub context_window: Option<u64>,
 }
 
 impl LimitArgs {
+    /// These flags, each one not given taken from `recorded` (the run's
+    /// record): a resumed run keeps the limits it was started with.
+    pub fn or_recorded(&self, recorded: Option<&crate::runlog::RunSettings>) -> LimitArgs {
+        let Some(r) = recorded else {
+            return self.clone();
+        };
+        LimitArgs {
+            max_tokens: self.max_tokens.or(r.max_tokens),
+            max_time: self.max_time.or(r.max_time_secs),
+            max_cost: self.max_cost.or(r.max_cost_usd),
+            compact_at: self.compact_at.or(r.compact_at),
+            context_window: self.context_window.or(r.context_window),
+        }
+    }
+
+    /// The flags as the run records them (with the model's `profile` and
+    /// `no_stream`).
+    pub fn record(&self, profile: Option<String>, no_stream: bool) -> crate::runlog::RunSettings {
+        crate::runlog::RunSettings {
+            max_tokens: self.max_tokens,
+            max_time_secs: self.max_time,
+            max_cost_usd: self.max_cost,
+            compact_at: self.compact_at,
+            context_window: self.context_window,
+            profile,
+            no_stream,
+        }
+    }
+
     /// Checks the flags and turns them into the run's limits.
     /// `model_window` is the model's configured context window, used when
     /// `--context-window` is not given.
@@ -151,10 +180,10 @@ impl LimitArgs {
                 "failed to use --max-tokens 0: expected at least 1".to_owned(),
             ));
         }
-        if !(self.compact_at > 0.0 && self.compact_at <= 1.0) {
+        let compact_at = self.compact_at.unwrap_or(DEFAULT_COMPACT_AT);
+        if !(compact_at > 0.0 && compact_at <= 1.0) {
             return Err(CliError::Invalid(format!(
-                "failed to use --compact-at {}: expected a share of the context window, greater than 0 and at most 1",
-                self.compact_at
+                "failed to use --compact-at {compact_at}: expected a share of the context window, greater than 0 and at most 1"
             )));
         }
         if context_window < 1000 {
@@ -171,7 +200,7 @@ impl LimitArgs {
             },
             compaction: CompactConfig {
                 context_window,
-                compact_at: self.compact_at,
+                compact_at,
                 ..CompactConfig::default()
             },
         })

@@ -96,7 +96,7 @@ pub(super) async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
     };
     let session = SessionBuilder::new(&replay, None)?
         .interactive(false)
-        .build_with(Default::default());
+        .build_with(Default::default(), Default::default());
     let summary = run_pipeline(
         RunOptions {
             repo: repo.clone(),

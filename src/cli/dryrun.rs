@@ -101,6 +101,7 @@ pub(super) fn plan_json(d: &DryRun<'_>) -> Value {
 
 fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
     let role = d.roles.get(&stage.role);
+    let chosen = role.map(|r| crate::runner::models::model_for(d.session, stage, r));
     let mut v = json!({
         "id": stage.id,
         "role": stage.role,
@@ -111,7 +112,9 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
         "budget": stage.budget,
         "verify": stage.verify,
         "read_only": role.map(|r| r.read_only),
-        "model": role.and_then(|r| r.model.clone()).unwrap_or_else(|| d.session.model.model_name()),
+        "model": chosen.as_ref().map_or_else(|| d.session.model.model_name(), |c| c.model.model_name()),
+        "model_source": chosen.as_ref().map(|c| c.source.clone()),
+        "model_base_url": chosen.as_ref().and_then(|c| c.base_url.clone()),
         "tools": role.map(|r| offered_tools(r, d.session)).unwrap_or_default(),
         "first_wave": stage.needs.is_empty(),
     });
@@ -226,6 +229,12 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
             text(&st["model"]),
             st["max_turns"]
         )?;
+        if let Some(source) = st["model_source"].as_str() {
+            match st["model_base_url"].as_str() {
+                Some(url) => writeln!(out, "model from: {source}, at {url}")?,
+                None => writeln!(out, "model from: {source}")?,
+            }
+        }
         writeln!(out, "tools: {}", tools.join(", "))?;
         if let Some(by) = st["runs_if_changes_requested_by"].as_str() {
             writeln!(out, "runs only if `{by}` requests changes")?;

@@ -4,7 +4,6 @@
 use super::args::{LimitArgs, ModelArgs, SamplingArgs};
 use super::output::{Out, ignore_closed};
 use super::{CliError, exit};
-use crate::agent::compact::DEFAULT_COMPACT_AT;
 use crate::catalog::Catalog;
 use crate::eval::{EvalError, EvalOptions, EvalReport, TaskSet, default_out_dir, run_eval};
 use crate::ui::Ui;
@@ -277,10 +276,7 @@ fn run_flags(args: &EvalArgs) -> Result<Vec<String>, CliError> {
     pair("--max-tokens", max_tokens.map(|v| v.to_string()));
     pair("--max-time", max_time.map(|v| v.to_string()));
     pair("--max-cost", max_cost.map(|v| v.to_string()));
-    pair(
-        "--compact-at",
-        (*compact_at != DEFAULT_COMPACT_AT).then(|| compact_at.to_string()),
-    );
+    pair("--compact-at", compact_at.map(|v| v.to_string()));
     pair("--context-window", context_window.map(|v| v.to_string()));
     if *no_stream {
         out.push("--no-stream".to_owned());

@@ -41,6 +41,8 @@ pub(super) struct Chosen {
     pub replay_file: Option<String>,
     /// The sampling settings every request carries (not for replays).
     pub sampling: Option<SamplingRecord>,
+    /// The `orch.toml` profile the model was resolved through.
+    pub profile: Option<String>,
 }
 
 /// Resolves flags, environment and the `orch.toml` files of `repo` (when
@@ -65,12 +67,23 @@ pub(super) fn choose_with_record(
             secrets: secrets(),
             replay_file: Some(file.display().to_string()),
             sampling: None,
+            profile: None,
         });
     }
     let resolved = resolve_config(args, repo)?;
+    chosen_from(&resolved, &args.sampling, recorded)
+}
+
+/// The backend of `resolved`, with `recorded` sampling for the fields no
+/// flag gives.
+fn chosen_from(
+    resolved: &ResolvedConfig,
+    flags: &SamplingArgs,
+    recorded: Option<&SamplingRecord>,
+) -> Result<Chosen, CliError> {
     let mut settings = with_knobs(resolved.model_settings()?);
     if let Some(recorded) = recorded {
-        apply_recorded(&mut settings, &args.sampling, recorded);
+        apply_recorded(&mut settings, flags, recorded);
     }
     let sampling = Some(sampling_of(&settings));
     let base_url = Some(settings.base_url.clone());
@@ -84,7 +97,50 @@ pub(super) fn choose_with_record(
         secrets,
         replay_file: None,
         sampling,
+        profile: resolved.profile.as_ref().map(|p| p.value.clone()),
     })
+}
+
+/// The backend of the `orch.toml` profile `name` (a stage's `model:`), or
+/// `None` when no file defines such a profile. The profile is the whole
+/// choice: `ORCH_BASE_URL`, `ORCH_MODEL` and `ORCH_PROFILE` do not reach
+/// it, and a profile that names its key variable (`api_key_env`) gets that
+/// key, not `ORCH_API_KEY` (the run's server's key must not go to another
+/// server). Sampling flags and `--no-stream` apply as to every request.
+pub(super) fn choose_profile(
+    name: &str,
+    flags: &ModelArgs,
+    repo: Option<&Path>,
+) -> Result<Option<Chosen>, CliError> {
+    let overrides = crate::config::Overrides {
+        base_url: None,
+        model: None,
+        profile: Some(name.to_owned()),
+        ..flags.overrides()
+    };
+    let user_dir = crate::catalog::user_config_dir();
+    let resolve = |hidden: &[&str]| {
+        let env = |k: &str| {
+            (!hidden.contains(&k))
+                .then(|| std::env::var(k).ok())
+                .flatten()
+                .filter(|v| !v.is_empty())
+        };
+        config::resolve(&overrides, repo, user_dir.as_deref(), &env)
+    };
+    const RUN_CHOICE: [&str; 3] = ["ORCH_BASE_URL", "ORCH_MODEL", "ORCH_PROFILE"];
+    let resolved = match resolve(&RUN_CHOICE) {
+        Err(ConfigError::UnknownProfile { .. }) => return Ok(None),
+        other => other.map_err(config_error)?,
+    };
+    let resolved = if resolved.api_key_env.is_some() {
+        let mut hidden = RUN_CHOICE.to_vec();
+        hidden.push("ORCH_API_KEY");
+        resolve(&hidden).map_err(config_error)?
+    } else {
+        resolved
+    };
+    chosen_from(&resolved, &flags.sampling, None).map(Some)
 }
 
 /// The recorded value of every sampling setting no flag in `flags` gives.

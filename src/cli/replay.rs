@@ -106,6 +106,7 @@ pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
         ..ModelArgs::default()
     };
     let session = SessionBuilder::new(&model, Some(&args.repo))?
+        .recorded_limits(state.settings.as_ref())
         .assume_yes(args.yes)
         .max_parallel(1)
         .build(&args.limits)?;

@@ -28,7 +28,7 @@ pub struct ResumeArgs {
     /// Model settings (default: the ones the run was started with, through orch.toml; the key comes from the environment)
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Budget and compaction settings for what is left of the run.
+    /// Budget and compaction settings for what is left of the run (default: the ones the run recorded).
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Allow commands that a role's `ask` rules would ask about
@@ -74,8 +74,8 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
     check_events(events, args.json, false)?;
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let info = crate::git::open_repo(&args.repo)?;
-    let (_, state, _) = runner::load_run(&info.common_dir, run_id.as_str())?;
-    let session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
+    let (_, state, plan) = runner::load_run(&info.common_dir, run_id.as_str())?;
+    let mut session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
         .lane_pool(!args.parallel.no_lane_pool)
@@ -85,6 +85,7 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
             args.memory,
         )?)
         .build(&args.limits)?;
+    super::session::route_stage_models(&mut session, &plan.pipeline, &args.model, &args.repo)?;
     events.redacting(&session.secrets);
     let ui = Ui::new(false).with_events(events.clone());
     let summary = runner::resume_run(

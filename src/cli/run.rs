@@ -4,7 +4,10 @@ use super::CliError;
 use super::args::{EventArgs, InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::dryrun::dry_run;
 use super::output::ignore_closed;
-use super::session::{SessionBuilder, roles_for, route_role_models, start_base};
+use super::session::{
+    SessionBuilder, preflight_and_route, roles_for, route_role_models, route_stage_models,
+    start_base,
+};
 use super::summary::{check_events, clear_failed_run, end_events, exit_code_of, report_summary};
 use crate::catalog::Catalog;
 use crate::events::Events;
@@ -110,7 +113,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     pipeline.project_instructions &= !args.instructions.no_project_instructions;
     let mut roles = roles_for(&catalog, &pipeline)?;
     let (issue, issue_json) = read_issue(&args.issue, &args.repo).await?;
-    let session = SessionBuilder::new(&args.model, Some(&args.repo))?
+    let mut session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
         .lane_pool(!args.parallel.no_lane_pool)
@@ -120,6 +123,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
             args.memory,
         )?)
         .build(&args.limits)?;
+    route_stage_models(&mut session, &pipeline, &args.model, &args.repo)?;
     events.redacting(&session.secrets);
     if args.dry_run {
         // No request at all: a role's own model is kept only when mapped.
@@ -143,15 +147,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
         return plan_remote(&args, url, opts).await;
     }
     // Nothing exists yet: a wrong server or key fails here, leaving nothing.
-    let served =
-        super::preflight::check_run(&args.repo, &args.base, session.model.as_ref()).await?;
-    tracing::debug!(served_models = ?served.served_models, "preflight passed");
-    route_role_models(
-        &mut roles,
-        &args.model,
-        &args.repo,
-        served.served_models.as_deref(),
-    )?;
+    preflight_and_route(&mut roles, &args.model, &args.repo, &args.base, &session).await?;
     let (base, dirt_note) = start_base(&args.repo, &args.base)?;
     let ui = Ui::new(false).with_events(events.clone());
     dirt_note.attach(&ui);

@@ -3,11 +3,14 @@
 //! parallelism), and finds the roles a pipeline names.
 //!
 //! A new run resolves its model from flags, environment and `orch.toml`. A
-//! resumed run does the same, with the model it recorded (base URL and model
-//! name) standing in for the flags when none names a model, so the profile's
-//! `stream`, timeouts, prices and `context_window` apply after a resume too.
-//! Its recorded sampling settings are sent again, field by field, unless a
-//! sampling flag of `resume` gives that field.
+//! resumed run does the same, with the model it recorded (base URL, model
+//! name and profile) standing in for the flags when none names a model or a
+//! profile, so the profile's `stream`, timeouts, prices and `context_window`
+//! apply after a resume too. Its recorded sampling settings are sent again,
+//! field by field, unless a sampling flag (or `--profile`) of `resume` gives
+//! that field; its recorded limits (`RunSettings`) apply to every limit flag
+//! not given again. Each stage's `model:` is resolved on top
+//! ([`route_stage_models`]).
 //! The API key always comes from this process's environment; the record never
 //! holds one.
 
@@ -27,6 +30,11 @@ use std::path::Path;
 /// default for `--context-window`), then set approvals and parallelism.
 pub(super) struct SessionBuilder {
     chosen: Chosen,
+    /// `--no-stream`, for the record.
+    no_stream: bool,
+    /// The settings a recorded run was started with: limits not given as
+    /// flags come from here.
+    recorded: Option<crate::runlog::RunSettings>,
     assume_yes: bool,
     interactive: bool,
     max_parallel: usize,
@@ -39,50 +47,69 @@ impl SessionBuilder {
     /// environment and the `orch.toml` files of `repo` (when given) and the
     /// user config dir.
     pub(super) fn new(model: &ModelArgs, repo: Option<&Path>) -> Result<SessionBuilder, CliError> {
-        Ok(SessionBuilder::with(choose_for_repo(model, repo)?))
+        Ok(SessionBuilder::with(
+            choose_for_repo(model, repo)?,
+            model.no_stream,
+        ))
+    }
+
+    /// Limits not given as flags come from `recorded` (a replay of a run
+    /// keeps that run's limits).
+    pub(super) fn recorded_limits(
+        mut self,
+        recorded: Option<&crate::runlog::RunSettings>,
+    ) -> SessionBuilder {
+        self.recorded = recorded.cloned();
+        self
     }
 
     /// A session to go on with a recorded run. Model flags, when any names a
-    /// model, win; otherwise the recorded replay file is replayed again, or
-    /// the recorded base URL and model are resolved through `orch.toml` like
-    /// flags (with this command's `--profile` and `--no-stream`).
+    /// model or a profile, win (`--profile strong` sends to that profile's
+    /// server and model); otherwise the recorded replay file is replayed
+    /// again, or the recorded base URL and model are resolved through
+    /// `orch.toml` like flags, with the recorded profile (and this command's
+    /// `--no-stream`). Limits not given as flags are the recorded ones.
     pub(super) fn resumed(
         state: &RunState,
         model: &ModelArgs,
         repo: &Path,
     ) -> Result<SessionBuilder, CliError> {
-        let recorded_sampling = state.sampling.as_ref();
-        if model.names_a_model() {
-            return Ok(SessionBuilder::with(choose_with_record(
-                model,
-                Some(repo),
-                recorded_sampling,
-            )?));
-        }
-        let recorded = match &state.replay_file {
-            Some(file) => ModelArgs {
-                replay: Some(file.into()),
-                ..ModelArgs::default()
-            },
-            None => ModelArgs {
-                base_url: state.base_url.clone(),
-                model: Some(state.model.clone()),
-                replay: None,
-                profile: model.profile.clone(),
-                no_stream: model.no_stream,
-                sampling: model.sampling,
-            },
+        // A profile given to `resume` brings its own sampling keys; flags
+        // still win over them.
+        let recorded_sampling = state.sampling.as_ref().filter(|_| model.profile.is_none());
+        let settings = state.settings.as_ref();
+        let no_stream = model.no_stream || settings.is_some_and(|s| s.no_stream);
+        let chosen = if model.names_a_model() || model.profile.is_some() {
+            let flags = ModelArgs {
+                no_stream,
+                ..model.clone()
+            };
+            choose_with_record(&flags, Some(repo), recorded_sampling)?
+        } else {
+            let recorded = match &state.replay_file {
+                Some(file) => ModelArgs {
+                    replay: Some(file.into()),
+                    ..ModelArgs::default()
+                },
+                None => ModelArgs {
+                    base_url: state.base_url.clone(),
+                    model: Some(state.model.clone()),
+                    replay: None,
+                    profile: settings.and_then(|s| s.profile.clone()),
+                    no_stream,
+                    sampling: model.sampling,
+                },
+            };
+            choose_with_record(&recorded, Some(repo), recorded_sampling)?
         };
-        Ok(SessionBuilder::with(choose_with_record(
-            &recorded,
-            Some(repo),
-            recorded_sampling,
-        )?))
+        Ok(SessionBuilder::with(chosen, no_stream).recorded_limits(settings))
     }
 
-    fn with(chosen: Chosen) -> SessionBuilder {
+    fn with(chosen: Chosen, no_stream: bool) -> SessionBuilder {
         SessionBuilder {
             chosen,
+            no_stream,
+            recorded: None,
             assume_yes: false,
             interactive: crate::policy::detect_interactive(),
             max_parallel: DEFAULT_MAX_PARALLEL,
@@ -122,21 +149,29 @@ impl SessionBuilder {
         self
     }
 
-    /// The session, with limits from the flags; the model's context window
-    /// applies when `--context-window` is not given.
+    /// The session, with limits from the flags (those not given from the
+    /// recorded run, when there is one); the model's context window applies
+    /// when `--context-window` is not given.
     pub(super) fn build(self, limits: &LimitArgs) -> Result<Session, CliError> {
-        let limits = limits.to_limits(self.chosen.model.context_window())?;
-        Ok(self.build_with(limits))
+        let limits = limits.or_recorded(self.recorded.as_ref());
+        let settings = limits.record(self.chosen.profile.clone(), self.no_stream);
+        let run_limits = limits.to_limits(self.chosen.model.context_window())?;
+        Ok(self.build_with(run_limits, settings))
     }
 
     /// The session, with limits as given.
-    pub(super) fn build_with(self, limits: RunLimits) -> Session {
+    pub(super) fn build_with(
+        self,
+        limits: RunLimits,
+        settings: crate::runlog::RunSettings,
+    ) -> Session {
         let Chosen {
             model,
             base_url,
             secrets,
             replay_file,
             sampling,
+            profile: _,
         } = self.chosen;
         Session {
             limits,
@@ -144,6 +179,8 @@ impl SessionBuilder {
             base_url,
             replay_file,
             sampling,
+            settings,
+            stage_models: Default::default(),
             secrets,
             assume_yes: self.assume_yes,
             interactive: self.interactive,
@@ -362,6 +399,35 @@ impl Drop for DirtNote {
     }
 }
 
+/// The preflight of the run's model server (see `cli::preflight`), then
+/// each role's model routed with the models that server lists: what `orch
+/// run` and `orch agent` do before anything exists.
+pub(super) async fn preflight_and_route(
+    roles: &mut HashMap<String, Role>,
+    model: &ModelArgs,
+    repo: &Path,
+    base: &str,
+    session: &Session,
+) -> Result<(), CliError> {
+    let served = super::preflight::check_run(repo, base, session.model.as_ref()).await?;
+    tracing::debug!(served_models = ?served.served_models, "preflight passed");
+    // The servers and models the stages name get the same check, once each.
+    let mut checked = std::collections::BTreeSet::new();
+    for (stage, m) in &session.stage_models {
+        if checked.insert((m.base_url.clone(), m.model.model_name())) {
+            super::preflight::check(m.model.as_ref())
+                .await
+                .map_err(|e| match e {
+                    CliError::Preflight(msg) => {
+                        CliError::Preflight(format!("{msg} (the model of stage `{stage}`)"))
+                    }
+                    other => other,
+                })?;
+        }
+    }
+    route_role_models(roles, model, repo, served.served_models.as_deref())
+}
+
 /// Decides each role's model once, before the plan is frozen (see
 /// [`crate::role::resolve_model`]): `--model` on the command line overrides
 /// every role; else `[models] aliases` maps it; else a model the server
@@ -403,6 +469,81 @@ pub(super) fn route_role_models(
         role.model = choice.model;
         role.model_alias = None;
         role.model_note = choice.note;
+    }
+    Ok(())
+}
+
+/// Resolves each stage's `model:` (see [`crate::runner::models`]) into the
+/// session, once per base stage: an `orch.toml` profile of that name gives
+/// its server, key and model; otherwise it is a model id asked of the run's
+/// server (through `[models] aliases` when they map it). `--model` on the
+/// command line overrides every stage, and a replay answers every stage.
+/// A model the run's backend cannot ask for is an error naming the stage.
+pub(super) fn route_stage_models(
+    session: &mut Session,
+    pipeline: &Pipeline,
+    flags: &ModelArgs,
+    repo: &Path,
+) -> Result<(), CliError> {
+    if session.replay_file.is_some() {
+        return Ok(());
+    }
+    let mut aliases = None;
+    for stage in &pipeline.stages {
+        let Some(wanted) = stage.model.as_deref() else {
+            continue;
+        };
+        let base = stage.base_id.as_str();
+        if session.stage_models.contains_key(base) {
+            continue;
+        }
+        if flags.model.is_some() {
+            if stage.round == 1 {
+                crate::ui::status_line(&format!(
+                    "orch: stage `{base}` names model `{wanted}`; --model overrides it"
+                ));
+            }
+            continue;
+        }
+        let chosen = match super::model::choose_profile(wanted, flags, Some(repo))? {
+            Some(profile) => {
+                for secret in profile.secrets {
+                    if !session.secrets.contains(&secret) {
+                        session.secrets.push(secret);
+                    }
+                }
+                crate::runner::models::StageModel {
+                    model: profile.model,
+                    base_url: profile.base_url,
+                    source: format!("stage model: profile `{wanted}`"),
+                }
+            }
+            None => {
+                let aliases = match &aliases {
+                    Some(a) => a,
+                    None => aliases
+                        .insert(super::model::resolve_config(flags, Some(repo))?.model_aliases),
+                };
+                let id = aliases.get(wanted).map_or(wanted, String::as_str);
+                let model = session.model.with_model(id).ok_or_else(|| {
+                    CliError::Invalid(format!(
+                        "failed to use model `{wanted}` of stage `{base}`: no orch.toml profile has that name, and the run's model ({}) cannot ask for another model",
+                        session.model.label()
+                    ))
+                })?;
+                let source = if id == wanted {
+                    format!("stage model: `{wanted}`")
+                } else {
+                    format!("stage model: `{wanted}`, which [models] aliases maps to `{id}`")
+                };
+                crate::runner::models::StageModel {
+                    model,
+                    base_url: session.base_url.clone(),
+                    source,
+                }
+            }
+        };
+        session.stage_models.insert(base.to_owned(), chosen);
     }
     Ok(())
 }

@@ -133,10 +133,11 @@ async fn stage(args: StageArgs, events: &crate::events::Events) -> Result<i32, C
         claim_timeout: Duration::from_secs(args.claim_timeout),
     };
     let fetched = worker::fetch(job.clone())?;
-    let session = SessionBuilder::resumed(&fetched.state, &args.model, &repo)?
+    let mut session = SessionBuilder::resumed(&fetched.state, &args.model, &repo)?
         .assume_yes(args.yes)
         .max_parallel(1)
         .build(&args.limits)?;
+    super::session::route_stage_models(&mut session, &fetched.plan.pipeline, &args.model, &repo)?;
     events.redacting(&session.secrets);
     let ui = Ui::new(false).with_events(events.clone());
     let (outcome, trips) = worker::claim_and_run(fetched, session, &ui).await?;

@@ -133,7 +133,8 @@ pub(crate) struct Fetched {
     tip: Oid,
     /// The run's state as the remote has it.
     pub state: RunState,
-    plan: Plan,
+    /// The run's frozen plan.
+    pub plan: Plan,
     trips: RoundTrips,
 }
 

@@ -180,6 +180,15 @@ fn check_stage_fields(
             ));
         }
     }
+    if let Some(model) = &stage.model
+        && model.value.trim().is_empty()
+    {
+        return Err(err(
+            &model.referenced,
+            "model is empty; give a model id or an orch.toml profile name, or leave model out"
+                .into(),
+        ));
+    }
     if let Some(rounds) = &stage.verify_rounds {
         if stage.verify.is_none() {
             return Err(err(
@@ -384,6 +393,11 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     .map_or(crate::agent::verify::DEFAULT_VERIFY_ROUNDS, |r| r.value),
                 text_tool_calls: spec.text_tool_calls.unwrap_or(true),
                 text_result: false,
+                model: spec
+                    .model
+                    .as_ref()
+                    .map(|m| m.value.trim().to_owned())
+                    .filter(|m| !m.is_empty()),
             }
         })
         .collect();
@@ -437,6 +451,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     verify_rounds: original.verify_rounds,
                     text_tool_calls: original.text_tool_calls,
                     text_result: original.text_result,
+                    model: original.model.clone(),
                 });
             }
             previous_review = round_id(lp.review, k);

@@ -69,6 +69,11 @@ pub struct Stage {
     /// `orch agent`; pipeline files use the role's `result:`).
     #[serde(default)]
     pub text_result: bool,
+    /// `model:` — a model id, or the name of an `orch.toml` profile (its
+    /// server, key and model); it wins over the role's `model:`, `--model`
+    /// wins over it. Resolved when the run starts and again on resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 fn default_verify_rounds() -> u32 {

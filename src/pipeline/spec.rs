@@ -108,6 +108,9 @@ pub(super) struct StageSpec {
     /// Recover tool calls written as text (default true).
     #[serde(default)]
     pub text_tool_calls: Option<bool>,
+    /// The stage's model: a model id, or the name of an `orch.toml` profile.
+    #[serde(default)]
+    pub model: Option<Spanned<String>>,
 }
 
 /// `verify:` as written: one command line, or a list of them.

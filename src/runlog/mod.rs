@@ -34,8 +34,8 @@ pub(crate) use actions::{ActionLog, redact};
 pub(crate) use lock::{RunLock, lock_run};
 pub(crate) use recover::{as_shown, attempts_from_log, heal_dead_run_ref_locks, sweep_dead_starts};
 pub(crate) use state::{
-    Attempt, DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, SetupRecord,
-    StageRecord, StageStatus, TokenCount,
+    Attempt, DIGEST_LINES, RUN_FORMAT, RunSettings, RunState, RunStatus, SamplingRecord,
+    SetupRecord, StageRecord, StageStatus, TokenCount,
 };
 
 use crate::ids::RunId;

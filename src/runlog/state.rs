@@ -151,6 +151,34 @@ pub struct SamplingRecord {
     pub tool_choice: Option<ToolChoice>,
 }
 
+/// The flags that shaped a run besides its model and sampling: its budget,
+/// compaction and the profile it resolved, so a resumed run keeps them (a
+/// flag given to `resume` overrides its field and is recorded in turn).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// `--max-tokens`: prompt + completion tokens of the whole run.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// `--max-time`: seconds of each process that runs the run's stages.
+    #[serde(default)]
+    pub max_time_secs: Option<f64>,
+    /// `--max-cost`: US dollars of the whole run.
+    #[serde(default)]
+    pub max_cost_usd: Option<f64>,
+    /// `--compact-at`, when given.
+    #[serde(default)]
+    pub compact_at: Option<f64>,
+    /// `--context-window`, when given (else the profile's applies).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// The `orch.toml` profile the model was resolved through.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// `--no-stream`.
+    #[serde(default)]
+    pub no_stream: bool,
+}
+
 /// What the lane's setup command did before a stage.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SetupRecord {
@@ -260,6 +288,11 @@ pub struct RunState {
     /// and in records written before orch recorded them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<SamplingRecord>,
+    /// The limits and model flags the run was started (or last resumed)
+    /// with, reused by `resume`, `orch stage` and `replay` (absent in
+    /// records written before orch recorded them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<RunSettings>,
     /// The PR title, once written.
     pub pr_title: Option<String>,
     /// The pull (merge) request's URL, once `orch publish` opened it.
@@ -311,6 +344,7 @@ impl RunState {
             base_url: None,
             replay_file: None,
             sampling: None,
+            settings: None,
             pr_title: None,
             pr_url: None,
             stages: vec![],

@@ -51,12 +51,9 @@ pub(super) async fn run_stage(
         ctx.session.secrets.clone(),
     )?
     .with_events(progress.stage_events(&id));
-    // A role may name its own model (same server and key).
-    let role_model = role
-        .model
-        .as_deref()
-        .and_then(|m| ctx.session.model.with_model(m));
-    let model = role_model.as_ref().unwrap_or(&ctx.session.model);
+    // The stage's, else its role's, else the run's model (`runner::models`).
+    let chosen = super::models::model_for(&ctx.session, stage, role);
+    let model = &chosen.model;
     // A role's sampling keys override the profile's for its stages.
     let sampled = (!role.sampling.is_empty())
         .then(|| model.with_sampling(&role.sampling))
@@ -64,7 +61,7 @@ pub(super) async fn run_stage(
     let model = sampled.as_ref().unwrap_or(model);
     log.append(
         "stage_start",
-        json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "lane_checkout": lane.checkout, "model": model.model_name()}),
+        json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "lane_checkout": lane.checkout, "model": model.model_name(), "model_source": chosen.source, "base_url": chosen.base_url}),
     )?;
     if !role.warnings.is_empty() || role.model_note.is_some() || !role.sampling.is_empty() {
         log.append(

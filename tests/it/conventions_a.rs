@@ -201,8 +201,9 @@ fn real_claude_code_agent_files_validate_with_warnings() {
         warning("visual-asset-generator", "mcp__prompt-to-asset not offered"),
         "{stderr}"
     );
-    assert!(warning("debugger", "key `permissionMode`"), "{stderr}");
-    assert!(warning("debugger", "key `disallowedTools`"), "{stderr}");
+    // Permission keys are mapped (agent_files.rs), not ignored.
+    assert!(!warning("debugger", "key `permissionMode`"), "{stderr}");
+    assert!(!warning("debugger", "key `disallowedTools`"), "{stderr}");
     assert!(
         !warning("debugger", "key `color`"),
         "color is a known display key: {stderr}"

@@ -11,6 +11,7 @@
 
 mod support;
 
+mod agent_files;
 mod bootstrap;
 mod budget;
 mod cli;
@@ -43,6 +44,7 @@ mod reap;
 mod request_size;
 mod review_cmds;
 mod run_e2e;
+mod run_settings;
 mod safety;
 mod sampling;
 mod sandbox;
@@ -50,6 +52,7 @@ mod sandbox_e2e;
 mod setup;
 mod setup_lane;
 mod sse;
+mod stage_models;
 mod streams;
 mod subagents;
 mod tool_faults;
