@@ -5,8 +5,9 @@
 //! exit path.
 //! With `--older-than`: whole runs whose last update is older — the record
 //! directory and the stage branches, the PR branch `orch/<run>/pr` only with
-//! `--include-pr`. A run is running while its run lock is held (by a live
-//! process: the kernel drops it on exit); such runs are left alone.
+//! `--include-pr`. A run is running while a live process holds its run lock
+//! (`runlog::run_is_live`, the test every command uses); such runs are left
+//! alone and named, and gc holds the lock of a run while it clears it.
 //!
 //! The same lane clean-up runs at the end of a failed run, and after a
 //! read-only `orch agent` question (see `summary.rs`).
@@ -142,7 +143,14 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     let now = std::time::SystemTime::now();
     for id in ids {
         let root = crate::runlog::runs_dir(&common).join(&id);
-        if is_running(&root) {
+        // A live run is left alone; a run gc clears is locked meanwhile, so
+        // no `resume` starts on it halfway (a dry run only asks).
+        let held = if args.dry_run || !root.join("lock").is_file() {
+            None
+        } else {
+            crate::runlog::lock_run(&root, &id).ok()
+        };
+        if held.is_none() && crate::runlog::run_is_live(&root) {
             report.running.push(id);
             continue;
         }
@@ -219,24 +227,6 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
         r.records.len()
     )?;
     out.finish()
-}
-
-/// Whether a live process holds the run lock of the run at `root` (tested
-/// with a lock taken and dropped at once on a read-only handle: nothing is
-/// written).
-fn is_running(root: &Path) -> bool {
-    use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(root.join("lock")) else {
-        return false;
-    };
-    // SAFETY: flock on a descriptor this function owns; no memory is shared.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return true;
-    }
-    // SAFETY: as above; dropping `file` would release it too.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
-    false
 }
 
 /// When the run at `root` was last updated: `state.json`'s `updated`, else

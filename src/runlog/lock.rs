@@ -141,6 +141,27 @@ pub(crate) fn lock_holder(run_root: &Path) -> LockHolder {
     }
 }
 
+/// Whether a live orch process drives the run at `run_root`: the one test
+/// of a run's liveness (`gc`, `runs`, `show`, `resume`, `rollback` all ask
+/// it). Asked without taking the lock, so a resume starting this instant
+/// never fails for it.
+pub(crate) fn run_is_live(run_root: &Path) -> bool {
+    lock_holder(run_root) == LockHolder::Live
+}
+
+/// Refuses to work on a run a live process drives: the [`RecordError::Locked`]
+/// error naming the run and the holder's pid (as it wrote it in the lock file).
+pub(crate) fn refuse_if_live(run_root: &Path, run_id: &str) -> Result<(), RecordError> {
+    if !run_is_live(run_root) {
+        return Ok(());
+    }
+    let holder = std::fs::read_to_string(run_root.join("lock")).unwrap_or_default();
+    Err(RecordError::Locked {
+        run: run_id.to_owned(),
+        holder: holder.trim().to_owned(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,7 @@ mod recover;
 mod state;
 
 pub(crate) use actions::{ActionLog, redact};
-pub(crate) use lock::{RunLock, lock_run};
+pub(crate) use lock::{RunLock, lock_run, refuse_if_live, run_is_live};
 pub(crate) use recover::{as_shown, attempts_from_log, heal_dead_run_ref_locks, sweep_dead_starts};
 pub(crate) use state::{
     Attempt, DIGEST_LINES, RUN_FORMAT, RunState, RunStatus, SamplingRecord, SetupRecord,

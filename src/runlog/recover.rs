@@ -3,7 +3,6 @@
 //! the tokens of an attempt that never reported its end are in its action
 //! log; a run directory killed before its first state write is debris.
 
-use super::lock::{LockHolder, lock_holder};
 use super::state::{Attempt, RunState, RunStatus, StageStatus, TokenCount};
 use super::{RunDir, runs_dir};
 use std::path::Path;
@@ -13,7 +12,7 @@ use std::path::Path;
 /// lock was killed (or crashed) and is `interrupted`, and resumable.
 pub(crate) fn shown_status(dir: &RunDir, state: &RunState) -> RunStatus {
     match state.status {
-        RunStatus::Starting | RunStatus::Running if lock_holder(&dir.root) == LockHolder::Free => {
+        RunStatus::Starting | RunStatus::Running if !super::run_is_live(&dir.root) => {
             RunStatus::Interrupted
         }
         s => s,
@@ -150,7 +149,7 @@ pub(crate) fn heal_dead_run_ref_locks(common_dir: &Path) -> usize {
             healed += usize::from(std::fs::remove_file(&path).is_ok());
             continue;
         }
-        if lock_holder(&root) != LockHolder::Free {
+        if super::run_is_live(&root) {
             continue;
         }
         let Ok(_held) = super::lock_run(&root, "") else {
