@@ -53,7 +53,7 @@ impl Ui {
         }
         match &self.bars {
             Some(b) => {
-                let _ = b.println(msg);
+                let _ = b.println(crate::text::untrusted(msg));
             }
             None => status_line(msg),
         }
@@ -167,7 +167,7 @@ impl LinePrinter {
     pub fn line(&self, msg: &str) {
         match &self.bars {
             Some(b) => {
-                let _ = b.println(msg);
+                let _ = b.println(crate::text::untrusted(msg));
             }
             None => status_line(msg),
         }
@@ -190,8 +190,10 @@ pub fn stderr_color() -> bool {
 
 /// Writes one line to stderr. A failed write is dropped: a status line is
 /// never worth a panic (`eprintln!` panics when stderr is a closed pipe).
+/// Status lines quote text from models, forges and files (reasons, titles),
+/// so control characters are shown as escapes ([`crate::text::untrusted`]).
 pub fn status_line(msg: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+    let _ = writeln!(std::io::stderr().lock(), "{}", crate::text::untrusted(msg));
 }
 
 /// Reports a running stage's turns to its progress line (cheap to clone,

@@ -164,16 +164,15 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
         "run", "pipeline", "status", "age", "tokens"
     )?;
     for s in rows {
-        writeln!(
-            out,
-            "{:<id_width$} {:<14} {:<12} {:>5} {:>9}  {}",
+        out.untrusted(&format!(
+            "{:<id_width$} {:<14} {:<12} {:>5} {:>9}  {}\n",
             s.run_id,
             s.pipeline,
             s.status.as_str(),
             age(&s.created),
             s.tokens().total(),
             s.model
-        )?;
+        ))?;
     }
     out.finish()?;
     Ok(exit::OK)
@@ -191,8 +190,8 @@ pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
             serde_json::to_string_pretty(&state).unwrap_or_default()
         )?;
     } else {
-        out.text(&render_show(&state, &root))?;
-        out.text(&memory_report(&common, &state))?;
+        out.untrusted(&render_show(&state, &root))?;
+        out.untrusted(&memory_report(&common, &state))?;
     }
     out.finish()?;
     Ok(exit::OK)
@@ -326,9 +325,9 @@ pub(super) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
     }
     let mut out = Out::stdout();
     for st in stages {
-        out.text(&render_review(&common, st)?)?;
+        out.untrusted(&render_review(&common, st)?)?;
     }
-    out.text(&memory_report(&common, &state))?;
+    out.untrusted(&memory_report(&common, &state))?;
     out.finish()?;
     Ok(exit::OK)
 }
@@ -432,7 +431,7 @@ pub(super) fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
                 .iter()
                 .find(|n| n.agent_path == path)
                 .map_or("?", |n| n.role.as_str());
-            writeln!(out, "=== {path} ({role})")?;
+            out.untrusted(&format!("=== {path} ({role})\n"))?;
             render_lines(&mut out, &text)?;
         }
         out.finish()?;
@@ -451,21 +450,20 @@ pub(super) fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
             out.text(&text)?;
             continue;
         }
-        writeln!(out, "=== {} ({})", st.id, st.role)?;
+        out.untrusted(&format!("=== {} ({})\n", st.id, st.role))?;
         render_lines(&mut out, &text)?;
         let prefix = format!("{}/", st.id);
         for n in agents.iter().filter(|n| n.agent_path.starts_with(&prefix)) {
-            writeln!(
-                out,
-                "  subagent {} ({}) {}, {} turns, {} tokens: orch log {} {}",
+            out.untrusted(&format!(
+                "  subagent {} ({}) {}, {}, {} tokens: orch log {} {}\n",
                 n.agent_path,
                 n.role,
                 n.status.as_str(),
-                n.turns,
+                plural(u64::from(n.turns), "turn", "turns"),
                 n.tokens.total(),
                 state.run_id,
                 n.agent_path
-            )?;
+            ))?;
         }
     }
     out.finish()?;
@@ -487,12 +485,11 @@ fn flatten<'a>(
 fn render_lines(out: &mut Out, text: &str) -> Result<(), CliError> {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         match serde_json::from_str::<serde_json::Value>(line) {
-            Ok(ev) => writeln!(out, "{}", render_event(&ev))?,
-            Err(_) => writeln!(
-                out,
-                "  [unreadable line: {}]",
+            Ok(ev) => out.untrusted(&format!("{}\n", render_event(&ev)))?,
+            Err(_) => out.untrusted(&format!(
+                "  [unreadable line: {}]\n",
                 crate::text::cap_bytes(line, 80)
-            )?,
+            ))?,
         }
     }
     Ok(())
