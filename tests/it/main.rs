@@ -42,6 +42,7 @@ mod reap;
 mod request_size;
 mod review_cmds;
 mod run_e2e;
+mod runs_cli;
 mod runs_live;
 mod safety;
 mod sampling;

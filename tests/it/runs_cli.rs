@@ -1,0 +1,101 @@
+//! What the run commands print and accept (issue 26.6, 26.7): every printed
+//! command line runs; run ids by unique prefix; `orch runs` before the first
+//! commit; the live numbers of a running stage; plurals; which pipeline files
+//! a run takes from where.
+
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, fix_add, orch, output_logged, run_text,
+    stdout_json, write_issue,
+};
+use std::path::Path;
+use std::process::Command;
+
+/// A shell running a command line orch printed, with the environment the
+/// tests give `orch` and the binary first on `PATH`, in `cwd`.
+fn shell(line: &str, cwd: &Path) -> Command {
+    let base = orch();
+    let mut sh = Command::new("sh");
+    sh.env_clear();
+    for (k, v) in base.get_envs() {
+        if let Some(v) = v {
+            sh.env(k, v);
+        }
+    }
+    let bin = Path::new(base.get_program()).parent().unwrap().to_owned();
+    let path = std::env::var("PATH").unwrap_or_default();
+    sh.env("PATH", format!("{}:{path}", bin.display()))
+        .current_dir(cwd)
+        .args(["-c", line]);
+    sh
+}
+
+/// The built-in issue-to-pr, run on a scripted model: code, review, docs.
+fn built_in_run() -> (TestRepo, FakeServer, String) {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("r1", "Right.", Some("approve"))],
+            )
+            .agent("docs", vec![Reply::finish("d1", "No docs needed.", None)]),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# add() subtracts\n\nFix it.\n");
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .json()
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    (repo, server, run_id)
+}
+
+#[test]
+fn the_command_replay_export_prints_runs_and_plays_the_run_again() {
+    let (repo, server, run_id) = built_in_run();
+    let requests = server.requests().len();
+    // Elsewhere than the repository, as a user in another directory would.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = output_logged(
+        orch()
+            .current_dir(elsewhere.path())
+            .args(["replay", &run_id, "--export", "run.replay.json", "--repo"])
+            .arg(&repo.path),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let hint = stdout
+        .split_once("play it with: ")
+        .map(|(_, h)| h.trim().to_owned())
+        .unwrap_or_else(|| panic!("a command to play it: {stdout}"));
+    assert!(hint.starts_with("orch run "), "{hint}");
+    let out = output_logged(&mut shell(&hint, elsewhere.path()));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the printed command runs: {hint}"
+    );
+    assert_eq!(
+        server.requests().len(),
+        requests,
+        "the replay calls no model"
+    );
+    let pr_trees: Vec<String> = repo
+        .git(&[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/orch/*/pr",
+        ])
+        .lines()
+        .map(|b| repo.git(&["rev-parse", &format!("{b}^{{tree}}")]))
+        .collect();
+    assert_eq!(pr_trees.len(), 2, "{pr_trees:?}");
+    assert_eq!(pr_trees[0], pr_trees[1], "the replay made the same tree");
+    let _ = run_text;
+}
