@@ -119,7 +119,14 @@ impl Report {
 
 /// `orch gc`.
 pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
-    let info = crate::git::open_repo(&args.repo)?;
+    let info = match crate::git::open_repo(&args.repo) {
+        // No commit, so no run and no lane: nothing to clear.
+        Err(crate::git::GitError::NoCommits { .. }) => {
+            ignore_closed(print_report(&Report::default(), args.dry_run, args.json))?;
+            return Ok(exit::OK);
+        }
+        other => other?,
+    };
     let common = info.common_dir;
     if args.empty_trash {
         // Off everyone's critical path: a run started meanwhile comes first.

@@ -113,7 +113,20 @@ fn age(created: &str) -> String {
 
 /// `orch runs`.
 pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
-    let info = git::open_repo(&args.repo)?;
+    let info = match git::open_repo(&args.repo) {
+        // No commit, so no run: nothing to list, not a failure.
+        Err(git::GitError::NoCommits { path }) => {
+            let mut out = Out::stdout();
+            if args.json {
+                writeln!(out, "[]")?;
+            } else {
+                writeln!(out, "no runs in {} (it has no commits yet)", path.display())?;
+            }
+            out.finish()?;
+            return Ok(exit::OK);
+        }
+        other => other?,
+    };
     let mut rows = Vec::new();
     for id in runlog::list_run_ids(&info.common_dir)
         .into_iter()

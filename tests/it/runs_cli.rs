@@ -97,5 +97,28 @@ fn the_command_replay_export_prints_runs_and_plays_the_run_again() {
         .collect();
     assert_eq!(pr_trees.len(), 2, "{pr_trees:?}");
     assert_eq!(pr_trees[0], pr_trees[1], "the replay made the same tree");
-    let _ = run_text;
+}
+
+#[test]
+fn runs_and_gc_in_a_repository_without_commits_say_there_is_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("git")
+        .args(["init", "-q"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (code, out, err) = run_text(orch().current_dir(dir.path()).arg("runs"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("no runs in "), "{out}");
+    assert!(out.contains("no commits yet"), "{out}");
+    let (code, out, err) = run_text(orch().current_dir(dir.path()).args(["runs", "--json"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), "[]");
+    let (code, out, err) = run_text(orch().current_dir(dir.path()).arg("gc"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("removed: 0 worktrees, 0 branches, 0 run records"),
+        "{out}"
+    );
 }
