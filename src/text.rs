@@ -124,6 +124,11 @@ pub(crate) fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `n` with the singular or plural noun: `1 turn`, `2 turns`, `0 turns`.
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// The last (at most) `max` bytes of `text`, starting on a char boundary.
 pub(crate) fn tail_bytes(text: &str, max: usize) -> &str {
     let mut start = text.len().saturating_sub(max);

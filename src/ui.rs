@@ -124,13 +124,13 @@ impl Ui {
             .map(|r| format!(" — {r}"))
             .unwrap_or_default();
         self.line(&format!(
-            "orch: stage {} ({}) {} in {:.1}s, {} turns, {} tokens{verdict}{reason}",
+            "orch: stage {} ({}) {} in {:.1}s, {}, {}{verdict}{reason}",
             rec.id,
             rec.role,
             rec.status.as_str(),
             rec.duration_ms as f64 / 1000.0,
-            rec.turns,
-            rec.tokens.total(),
+            crate::text::plural(u64::from(rec.turns), "turn", "turns"),
+            crate::text::plural(rec.tokens.total(), "token", "tokens"),
         ));
     }
 

@@ -226,12 +226,13 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
     for p in &r.pooled_in_use {
         writeln!(out, "kept pooled lane {p}: a run is using it")?;
     }
+    let n = |v: &Vec<String>| v.len() as u64;
     writeln!(
         out,
-        "{verb}: {} worktrees, {} branches, {} run records",
-        r.worktrees.len(),
-        r.branches.len(),
-        r.records.len()
+        "{verb}: {}, {}, {}",
+        crate::text::plural(n(&r.worktrees), "worktree", "worktrees"),
+        crate::text::plural(n(&r.branches), "branch", "branches"),
+        crate::text::plural(n(&r.records), "run record", "run records"),
     )?;
     out.finish()
 }

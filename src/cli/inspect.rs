@@ -271,20 +271,20 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
         }
         for (n, a) in st.attempts.iter().enumerate() {
             o.push_str(&format!(
-                "            ↳ attempt {} ({}): {}, {} tokens, cost {}\n",
+                "            ↳ attempt {} ({}): {}, {}, cost {}\n",
                 n + 1,
                 a.status,
                 plural(u64::from(a.turns), "turn", "turns"),
-                a.tokens.total(),
+                plural(a.tokens.total(), "token", "tokens"),
                 a.cost_usd.map_or("unknown".to_owned(), usd),
             ));
         }
         if !st.attempts.is_empty() && st.turns > 0 {
             o.push_str(&format!(
-                "            ↳ attempt {} (this one): {}, {} tokens\n",
+                "            ↳ attempt {} (this one): {}, {}\n",
                 st.attempts.len() + 1,
                 plural(u64::from(st.turns), "turn", "turns"),
-                st.tokens.total(),
+                plural(st.tokens.total(), "token", "tokens"),
             ));
         }
     }
@@ -299,10 +299,7 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     o
 }
 
-/// `n` with the singular or plural noun: `1 turn`, `2 turns`.
-pub(super) fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
+pub(super) use crate::text::plural;
 
 /// Dollars to four places, never `-0.0000` (a float sum of nothing is -0.0).
 pub(super) fn usd(v: f64) -> String {
@@ -312,13 +309,13 @@ pub(super) fn usd(v: f64) -> String {
 fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
     let task = crate::text::cap_bytes(&n.task.replace('\n', " "), 60);
     o.push_str(&format!(
-        "{:indent$}{} ({}) {} — {} turns, {} tokens — \"{task}\"\n",
+        "{:indent$}{} ({}) {} — {}, {} — \"{task}\"\n",
         "",
         n.agent_path,
         n.role,
         n.status.as_str(),
-        n.turns,
-        n.tokens.total(),
+        plural(u64::from(n.turns), "turn", "turns"),
+        plural(n.tokens.total(), "token", "tokens"),
         indent = depth * 2
     ));
     for c in &n.children {
@@ -468,12 +465,12 @@ pub(super) fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
         let prefix = format!("{}/", st.id);
         for n in agents.iter().filter(|n| n.agent_path.starts_with(&prefix)) {
             out.untrusted(&format!(
-                "  subagent {} ({}) {}, {}, {} tokens: orch log {} {}\n",
+                "  subagent {} ({}) {}, {}, {}: orch log {} {}\n",
                 n.agent_path,
                 n.role,
                 n.status.as_str(),
                 plural(u64::from(n.turns), "turn", "turns"),
-                n.tokens.total(),
+                plural(n.tokens.total(), "token", "tokens"),
                 state.run_id,
                 n.agent_path
             ))?;
@@ -588,9 +585,9 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
         ),
         "memory" => match ev["memory_used"].as_array().filter(|a| !a.is_empty()) {
             Some(_) => format!(
-                "memory: used {} (of {} lessons)",
+                "memory: used {} (of {})",
                 call_names_or_list(&ev["memory_used"]),
-                n("lessons")
+                plural(n("lessons"), "lesson", "lessons")
             ),
             None if ev["error"].is_string() => format!("memory: not read: {}", s("error")),
             None => format!("memory: no lesson applies (of {})", n("lessons")),
@@ -789,8 +786,8 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
                 .unwrap_or_default()
         ),
         "verify_failed" => format!(
-            "verify failed after {} rounds: {}",
-            n("rounds"),
+            "verify failed after {}: {}",
+            plural(n("rounds"), "round", "rounds"),
             s("reason")
         ),
         "read_only_violation" => format!(
@@ -800,10 +797,10 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
         ),
         "killed" => format!("killed by {}", s("signal")),
         "agent_end" => format!(
-            "agent {} ends: {} after {} turns, {}+{} tokens{}{}{}",
+            "agent {} ends: {} after {}, {}+{} tokens{}{}{}",
             s("agent"),
             s("end"),
-            n("turns"),
+            plural(n("turns"), "turn", "turns"),
             n("prompt_tokens"),
             n("completion_tokens"),
             budget_text(", used", &ev["budget"]["used"]),
@@ -814,10 +811,10 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
                 .unwrap_or_default()
         ),
         "stage_end" => format!(
-            "end: {} {} ({} files, +{} -{}){}",
+            "end: {} {} ({}, +{} -{}){}",
             s("status"),
             short(ev["commit"].as_str()),
-            n("files_changed"),
+            plural(n("files_changed"), "file", "files"),
             n("insertions"),
             n("deletions"),
             opt_fields(ev, &["reason", "verify"])

@@ -129,9 +129,9 @@ pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
         let mut out = Out::stdout();
         let result = writeln!(
             out,
-            "wrote {} ({} agents); play it with: {}",
+            "wrote {} ({}); play it with: {}",
             file.display(),
-            recorded.len(),
+            crate::text::plural(recorded.len() as u64, "agent", "agents"),
             play_command(&state, &plan.pipeline.origin, &run_dir.root, file)
         )
         .and_then(|()| out.finish());

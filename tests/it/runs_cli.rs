@@ -122,3 +122,67 @@ fn runs_and_gc_in_a_repository_without_commits_say_there_is_nothing() {
         "{out}"
     );
 }
+
+/// Counts of one written with a plural noun (`1 turns`, `1 files`, …).
+fn bad_plurals(text: &str) -> Vec<String> {
+    let re = regex::Regex::new(
+        // `0+1 tokens` is a sum, not a count.
+        r"(?m)(^|[ (])1 (turns|tokens|files|tasks|agents|lessons|rounds|worktrees|branches|run records)\b",
+    )
+    .unwrap();
+    re.find_iter(text).map(|m| m.as_str().to_owned()).collect()
+}
+
+#[test]
+fn a_count_of_one_is_singular_in_every_view_of_a_run() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    // `review` takes one turn and one token; `code` changes one file.
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("r1", "Right.", Some("approve")).with_usage(0, 1)],
+            )
+            .agent("docs", vec![Reply::finish("d1", "No docs needed.", None)]),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# add() subtracts\n");
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let mut seen = vec![
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ];
+    let summary = &seen[0];
+    assert!(
+        summary.lines().any(|l| l.trim_start().starts_with("review")
+            && l.contains(" 1 turn ")
+            && l.contains(" 1 token ")),
+        "{summary}"
+    );
+    assert!(seen[1].contains("1 turn, 1 token"), "{}", seen[1]);
+    for args in [
+        vec!["show", "last"],
+        vec!["review", "last"],
+        vec!["log", "last"],
+        vec!["runs"],
+    ] {
+        let (code, out, err) = run_text(orch().current_dir(&repo.path).args(&args));
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        seen.push(out);
+    }
+    assert!(seen[4].contains("(1 file, +1 -1)"), "{}", seen[4]);
+    // One lane of the finished run is left for gc to clear (the pool's).
+    let (_, gc, _) = run_text(orch().current_dir(&repo.path).args(["gc", "--dry-run"]));
+    seen.push(gc);
+    for text in &seen {
+        assert_eq!(bad_plurals(text), Vec::<String>::new(), "{text}");
+    }
+}
