@@ -360,7 +360,7 @@ fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
         t.runs,
         t.solved_pct,
         crate::text::plural(t.tasks as u64, "task", "tasks"),
-        crate::text::plural(u64::from(t.turns), "turn", "turns"),
+        crate::text::plural(t.turns, "turn", "turns"),
         crate::text::plural(t.tokens.total, "token", "tokens"),
         cost(t.cost_usd),
         t.wall_secs,

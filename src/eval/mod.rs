@@ -216,7 +216,7 @@ fn progress_line(done: u32, total: u32, row: &RunRow) -> String {
         row.task,
         row.run,
         row.wall_secs,
-        crate::text::plural(u64::from(row.turns), "turn", "turns"),
+        crate::text::plural(row.turns, "turn", "turns"),
         crate::text::plural(row.tokens.total, "token", "tokens"),
     )
 }
