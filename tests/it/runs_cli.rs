@@ -186,3 +186,65 @@ fn a_count_of_one_is_singular_in_every_view_of_a_run() {
         assert_eq!(bad_plurals(text), Vec::<String>::new(), "{text}");
     }
 }
+
+/// A one-stage run on `repo` (the model edits calc.py and finishes); its id.
+fn one_stage_run(repo: &TestRepo, tag: &str) -> String {
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
+    ));
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), &format!("# {tag}\n"));
+    let pipeline = crate::support::write_pipeline(
+        scratch.path(),
+        "one",
+        "stages:\n  code:\n    role: coder\n",
+    );
+    let out = OrchRun::new(&pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .json()
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    stdout_json(&out)["run_id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_unique_prefix_names_a_run_and_an_ambiguous_one_lists_the_candidates() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let first = one_stage_run(&repo, "first");
+    let second = one_stage_run(&repo, "second");
+    let orch_in = |args: &[&str]| run_text(orch().current_dir(&repo.path).args(args));
+    // A unique prefix (the id without its last characters) is that run.
+    let prefix = &first[..first.len() - 4];
+    assert!(!second.starts_with(prefix));
+    let (code, out, err) = orch_in(&["show", prefix]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with(&format!("run {first} ")), "{out}");
+    let (code, out, err) = orch_in(&["show", prefix, "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("\"run_id\": \"{first}\"")), "{out}");
+    let (code, _, err) = orch_in(&["rollback", prefix, "--to", "code"]);
+    assert_eq!(code, Some(0), "{err}");
+    // The full id still works; a prefix of both is refused with both named.
+    let (code, _, err) = orch_in(&["review", &second]);
+    assert_eq!(code, Some(0), "{err}");
+    let common: String = first
+        .chars()
+        .zip(second.chars())
+        .take_while(|(a, b)| a == b)
+        .map(|(a, _)| a)
+        .collect();
+    assert!(!common.is_empty());
+    for cmd in ["show", "log", "review", "resume", "replay", "publish"] {
+        let (code, _, err) = orch_in(&[cmd, &common]);
+        assert_eq!(code, Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains(&format!("`{common}`")) && err.contains(&first) && err.contains(&second),
+            "{cmd}: {err}"
+        );
+    }
+    let (code, _, err) = orch_in(&["show", "zz-no-such-run"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("known runs") && err.contains(&first), "{err}");
+}
