@@ -197,7 +197,9 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         &ui,
     )
     .await?;
-    if read_only && !args.keep {
+    // A question's branches go: it reports no branch then, not a deleted one.
+    let cleared = read_only && !args.keep;
+    if cleared {
         super::summary::clear_question(&args.repo, summary.state.run_id.as_str());
     } else if summary.state.status == crate::runlog::RunStatus::Failed {
         super::summary::clear_failed_run(&args.repo, summary.state.run_id.as_str());
@@ -212,7 +214,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         "turns": st.turns,
         "tokens": {"prompt": st.tokens.prompt, "completion": st.tokens.completion},
         "commit": st.commit,
-        "branch": st.branch,
+        "branch": st.branch.as_ref().filter(|_| !cleared),
         "transcript": summary.record_dir.join("stages").join(&st.id).join("transcript.json").display().to_string(),
     });
     if events.is_on() {

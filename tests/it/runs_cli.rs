@@ -248,3 +248,39 @@ fn a_unique_prefix_names_a_run_and_an_ambiguous_one_lists_the_candidates() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("known runs") && err.contains(&first), "{err}");
 }
+
+#[test]
+fn agent_json_of_a_question_names_no_deleted_branch_and_a_kept_one_that_exists() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a + b\n")], "base");
+    let ask = |extra: &[&str]| {
+        let server = FakeServer::start(
+            Script::new().agent("explore", vec![Reply::finish("f", "calc.py", None)]),
+        );
+        let out = output_logged(
+            orch()
+                .current_dir(&repo.path)
+                .args([
+                    "agent",
+                    "--role",
+                    "explore",
+                    "--task",
+                    "Where is add?",
+                    "--json",
+                ])
+                .args(["--base-url", &server.base_url, "--model", "m"])
+                .args(extra),
+        );
+        assert_eq!(out.status.code(), Some(0));
+        stdout_json(&out)
+    };
+    let question = ask(&[]);
+    assert_eq!(question["branch"], serde_json::Value::Null, "{question}");
+    assert!(repo.git(&["branch", "--list", "orch/*"]).is_empty());
+    let kept = ask(&["--keep"]);
+    let branch = kept["branch"].as_str().unwrap_or_else(|| panic!("{kept}"));
+    assert_eq!(
+        repo.git(&["rev-parse", branch]).trim(),
+        kept["commit"].as_str().unwrap(),
+        "the branch named is there and holds the commit named"
+    );
+}
