@@ -104,6 +104,8 @@ struct Report {
     running: Vec<String>,
     /// Pooled lanes a running run holds (kept).
     pooled_in_use: Vec<String>,
+    /// PR branches of removed runs, kept without `--include-pr`.
+    kept_pr: Vec<String>,
 }
 
 impl Report {
@@ -141,7 +143,12 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     report.add(pooled.into_iter().map(Removed::Worktree).collect());
     report.pooled_in_use = in_use.iter().map(|p| p.display().to_string()).collect();
     let mut ids = crate::runlog::list_run_ids(&common);
-    for id in gc::runs_with_lanes(&common) {
+    // Runs with lanes, and runs whose record an earlier `--older-than`
+    // removed while it kept their PR branch: a later gc still finds them.
+    for id in gc::runs_with_lanes(&common)
+        .into_iter()
+        .chain(runs_with_branches(&common)?)
+    {
         if !ids.contains(&id) {
             ids.push(id);
         }
@@ -165,8 +172,8 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
         let Some(limit) = args.older_than else {
             continue;
         };
-        let old =
-            last_update(&root).is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > limit));
+        let updated = last_update(&root).or_else(|| newest_branch_commit(&common, &id));
+        let old = updated.is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > limit));
         if !old {
             continue;
         }
@@ -176,6 +183,10 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
             args.include_pr,
             args.dry_run,
         )?);
+        let pr = format!("orch/{id}/pr");
+        if !args.include_pr && crate::git::branch_sha(&common, &pr)?.is_some() {
+            report.kept_pr.push(pr);
+        }
         if root.is_dir() {
             if !args.dry_run {
                 crate::distributed::runref::delete_run_refs(&common, &id)?;
@@ -206,6 +217,7 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
                 "records": r.records,
                 "running": r.running,
                 "pooled_in_use": r.pooled_in_use,
+                "kept_pr_branches": r.kept_pr,
             })
         )?;
         return out.finish();
@@ -223,6 +235,12 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
     for id in &r.running {
         writeln!(out, "kept run {id}: it is running")?;
     }
+    for b in &r.kept_pr {
+        writeln!(
+            out,
+            "kept branch {b}: a PR branch (`orch gc --older-than … --include-pr` removes it)"
+        )?;
+    }
     for p in &r.pooled_in_use {
         writeln!(out, "kept pooled lane {p}: a run is using it")?;
     }
@@ -235,6 +253,32 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
         crate::text::plural(n(&r.records), "run record", "run records"),
     )?;
     out.finish()
+}
+
+/// Run ids that have branches `orch/<run>/…`.
+fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
+    let mut ids: Vec<String> = crate::git::list_branches(common, "orch/")?
+        .into_iter()
+        .filter_map(|(b, _)| Some(b.strip_prefix("orch/")?.split_once('/')?.0.to_owned()))
+        .collect();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// When the newest commit on a run's branches was made: the age of a run
+/// whose record is gone.
+fn newest_branch_commit(common: &Path, id: &str) -> Option<std::time::SystemTime> {
+    let repo = crate::git::open_at(common).ok()?;
+    crate::git::list_branches(common, &format!("orch/{id}/"))
+        .ok()?
+        .iter()
+        .filter_map(|(_, sha)| {
+            let oid = git2::Oid::from_str(sha).ok()?;
+            let secs = repo.find_commit(oid).ok()?.time().seconds();
+            let secs = u64::try_from(secs).ok()?;
+            Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
+        })
+        .max()
 }
 
 /// When the run at `root` was last updated: `state.json`'s `updated`, else

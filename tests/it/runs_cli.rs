@@ -284,3 +284,36 @@ fn agent_json_of_a_question_names_no_deleted_branch_and_a_kept_one_that_exists()
         "the branch named is there and holds the commit named"
     );
 }
+
+#[test]
+fn a_pr_branch_gc_kept_without_its_record_is_found_and_removed_by_a_later_gc() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let run = one_stage_run(&repo, "old");
+    let gc = |args: &[&str]| {
+        let (code, out, err) = run_text(orch().current_dir(&repo.path).arg("gc").args(args));
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        out
+    };
+    let pr = format!("orch/{run}/pr");
+    let out = gc(&["--older-than", "0s"]);
+    assert!(!repo.path.join(".git/orch/runs").join(&run).exists());
+    assert!(out.contains(&format!("kept branch {pr}")), "{out}");
+    assert_eq!(repo.git(&["branch", "--list", "orch/*"]).trim(), pr);
+    // The record is gone; a later gc still finds the run by its branch.
+    let listed: serde_json::Value = serde_json::from_str(&gc(&[
+        "--older-than",
+        "0s",
+        "--include-pr",
+        "--dry-run",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(listed["branches"], serde_json::json!([pr]), "{listed}");
+    // Younger than a week: kept.
+    let listed: serde_json::Value =
+        serde_json::from_str(&gc(&["--older-than", "7d", "--include-pr", "--json"])).unwrap();
+    assert_eq!(listed["branches"], serde_json::json!([]), "{listed}");
+    let out = gc(&["--older-than", "0s", "--include-pr"]);
+    assert!(out.contains(&format!("removed branch {pr}")), "{out}");
+    assert_eq!(repo.git(&["branch", "--list", "orch/*"]).trim(), "");
+}
