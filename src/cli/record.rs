@@ -46,6 +46,14 @@ pub(super) fn open(repo: &Path, run: &str) -> Result<(PathBuf, PathBuf, RunState
 /// The run's cost: the sum over stages that ran, "unknown" when any of
 /// them ran on a model without a known price.
 pub(super) fn run_cost(s: &RunState) -> String {
+    let running = s
+        .stages
+        .iter()
+        .any(|st| st.status == runlog::StageStatus::Running && st.turns > 0);
+    if running {
+        // Its price is applied when it ends; "$0" so far would be a lie.
+        return "unknown until the running stage ends".to_owned();
+    }
     run_cost_usd(s).map_or("unknown".to_owned(), super::inspect::usd)
 }
 

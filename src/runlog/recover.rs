@@ -26,6 +26,17 @@ pub(crate) fn shown_status(dir: &RunDir, state: &RunState) -> RunStatus {
 pub(crate) fn as_shown(dir: &RunDir, mut state: RunState) -> RunState {
     let shown = shown_status(dir, &state);
     if shown == state.status {
+        // A live run's running stages: their turns and tokens so far, from
+        // their action logs (the state has them only when a stage ends).
+        for rec in &mut state.stages {
+            if rec.status == StageStatus::Running {
+                let log = dir.root.join("stages").join(&rec.id).join("actions.jsonl");
+                if let Some(last) = attempts_from_log(&log).pop() {
+                    rec.turns = last.turns;
+                    rec.tokens = last.tokens;
+                }
+            }
+        }
         return state;
     }
     state.status = shown;

@@ -101,7 +101,7 @@ fn gc_in_every_form_leaves_a_live_run_alone_and_resume_and_rollback_refuse_it() 
             .agent(
                 "code",
                 vec![
-                    fix_add("e"),
+                    fix_add("e").with_usage(100, 20),
                     Reply::finish("f", "add() adds now.", None).await_peers(2, AWAIT_LIMIT * 3),
                 ],
             )
@@ -206,6 +206,26 @@ fn gc_in_every_form_leaves_a_live_run_alone_and_resume_and_rollback_refuse_it() 
     );
     let (_, show, _) = orch_in(&repo.path, &["show", &run_id]);
     assert!(show.contains(": running"), "{show}");
+    // The running stage's numbers so far, from its action log.
+    let code = show
+        .lines()
+        .find(|l| l.starts_with("code "))
+        .unwrap_or_else(|| panic!("{show}"));
+    let cols: Vec<&str> = code.split_whitespace().collect();
+    assert_eq!(
+        (cols[1], cols[5], cols[6]),
+        ("running", "1", "120"),
+        "{code}"
+    );
+    assert!(
+        show.contains("tokens 120 (prompt 100, completion 20)"),
+        "{show}"
+    );
+    assert!(!show.contains("$0.0000"), "{show}");
+    let (_, json, _) = orch_in(&repo.path, &["show", &run_id, "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["stages"][0]["turns"], 1, "{json}");
+    assert_eq!(json["stages"][0]["tokens"]["completion"], 20, "{json}");
     for args in [
         vec!["resume", run_id.as_str(), "--replay", "/nonexistent"],
         vec!["rollback", run_id.as_str(), "--to", "code"],
