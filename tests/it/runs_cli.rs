@@ -317,3 +317,42 @@ fn a_pr_branch_gc_kept_without_its_record_is_found_and_removed_by_a_later_gc() {
     assert!(out.contains(&format!("removed branch {pr}")), "{out}");
     assert_eq!(repo.git(&["branch", "--list", "orch/*"]).trim(), "");
 }
+
+#[test]
+fn uncommitted_pipeline_files_are_said_to_be_read_from_the_working_tree() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    // Not committed: a pipeline the run uses by name, and a code change it
+    // does not get.
+    repo.write(
+        ".orch/pipelines/p.yaml",
+        "stages:\n  code:\n    role: coder\n",
+    );
+    repo.write("notes.txt", "draft\n");
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
+    ));
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# add() subtracts\n");
+    let out = OrchRun::new("p", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .json()
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout_json(&out)["pipeline"], "p");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let settings = err
+        .lines()
+        .find(|l| l.contains("reads its settings from the working tree"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(settings.contains(".orch/pipelines/p.yaml"), "{settings}");
+    let left_out = err
+        .lines()
+        .find(|l| l.contains("starts from HEAD without them"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        left_out.contains("1 uncommitted change(s) (e.g. notes.txt)"),
+        "{left_out}"
+    );
+}
