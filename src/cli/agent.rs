@@ -228,7 +228,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         if let Some(r) = &st.reason {
             crate::ui::status_line(&format!("orch: agent {}: {r}", st.status.as_str()));
         }
-        writeln!(out, "{}", summary.last_summary.trim_end())
+        out.untrusted(&format!("{}\n", summary.last_summary.trim_end()))
     };
     ignore_closed(printed.and_then(|()| out.finish()))?;
     super::gc::empty_trash_in_background(&args.repo);
@@ -308,7 +308,7 @@ async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
         if let Some(r) = &result.reason {
             crate::ui::status_line(&format!("orch: agent {}: {r}", result.status.as_str()));
         }
-        writeln!(out, "{}", result.report.trim_end())
+        out.untrusted(&format!("{}\n", result.report.trim_end()))
     };
     ignore_closed(printed.and_then(|()| out.finish()))?;
     Ok(match result.status {

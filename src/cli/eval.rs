@@ -339,7 +339,7 @@ fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
                 .and_then(|c| c.output.lines().rev().find(|l| !l.trim().is_empty()))
                 .map(|l| format!(": {}", l.trim()))
                 .unwrap_or_default();
-            writeln!(out, "      {reason}{detail}")?;
+            out.untrusted(&format!("      {reason}{detail}\n"))?;
         }
         if let Some(dir) = &row.workdir {
             writeln!(out, "      kept: {dir}")?;
