@@ -19,34 +19,25 @@ pub(crate) fn shown_status(dir: &RunDir, state: &RunState) -> RunStatus {
     }
 }
 
-/// The run as it stands, for display: [`shown_status`], and when no live
-/// process drives it, its `running` stages are shown as interrupted (pending
-/// with a reason, as Ctrl-C leaves them) with the turns and tokens their last
-/// attempt logged.
+/// The run as it stands, for display: [`shown_status`]; its `running`
+/// stages with the turns and tokens their last attempt logged so far (the
+/// state has them only when a stage ends), and when no live process drives
+/// the run, shown as interrupted (pending with a reason, as Ctrl-C leaves
+/// them).
 pub(crate) fn as_shown(dir: &RunDir, mut state: RunState) -> RunState {
     let shown = shown_status(dir, &state);
-    if shown == state.status {
-        // A live run's running stages: their turns and tokens so far, from
-        // their action logs (the state has them only when a stage ends).
-        for rec in &mut state.stages {
-            if rec.status == StageStatus::Running {
-                let log = dir.root.join("stages").join(&rec.id).join("actions.jsonl");
-                if let Some(last) = attempts_from_log(&log).pop() {
-                    rec.turns = last.turns;
-                    rec.tokens = last.tokens;
-                }
-            }
-        }
-        return state;
-    }
+    let interrupted = shown != state.status;
     state.status = shown;
     for rec in &mut state.stages {
-        if rec.status == StageStatus::Running {
-            let log = dir.root.join("stages").join(&rec.id).join("actions.jsonl");
-            if let Some(last) = attempts_from_log(&log).pop() {
-                rec.turns = last.turns;
-                rec.tokens = last.tokens;
-            }
+        if rec.status != StageStatus::Running {
+            continue;
+        }
+        let log = dir.root.join("stages").join(&rec.id).join("actions.jsonl");
+        if let Some(last) = attempts_from_log(&log).pop() {
+            rec.turns = last.turns;
+            rec.tokens = last.tokens;
+        }
+        if interrupted {
             rec.status = StageStatus::Pending;
             rec.reason = Some(
                 "interrupted: no live orch process drives the run (killed or crashed); `orch resume` restarts it from its start commit"

@@ -29,8 +29,9 @@ fn shell(line: &str, cwd: &Path) -> Command {
     sh
 }
 
-/// The built-in issue-to-pr, run on a scripted model: code, review, docs.
-fn built_in_run() -> (TestRepo, FakeServer, String) {
+/// The built-in issue-to-pr, run on a scripted model: code (one file
+/// changed), review (one turn, one token), docs; its output.
+fn built_in_run_with(extra: &[&str]) -> (TestRepo, FakeServer, std::process::Output) {
     let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
     let server = FakeServer::start(
         Script::new()
@@ -40,7 +41,7 @@ fn built_in_run() -> (TestRepo, FakeServer, String) {
             )
             .agent(
                 "review",
-                vec![Reply::finish("r1", "Right.", Some("approve"))],
+                vec![Reply::finish("r1", "Right.", Some("approve")).with_usage(0, 1)],
             )
             .agent("docs", vec![Reply::finish("d1", "No docs needed.", None)]),
     );
@@ -49,9 +50,15 @@ fn built_in_run() -> (TestRepo, FakeServer, String) {
     let out = OrchRun::new("issue-to-pr", &repo)
         .issue(&issue)
         .model(&server.base_url, "fake-model")
-        .json()
+        .args(extra)
         .output();
     assert_eq!(out.status.code(), Some(0));
+    (repo, server, out)
+}
+
+/// [`built_in_run_with`] `--json`; its run id.
+fn built_in_run() -> (TestRepo, FakeServer, String) {
+    let (repo, server, out) = built_in_run_with(&["--json"]);
     let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
     (repo, server, run_id)
 }
@@ -135,27 +142,8 @@ fn bad_plurals(text: &str) -> Vec<String> {
 
 #[test]
 fn a_count_of_one_is_singular_in_every_view_of_a_run() {
-    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
     // `review` takes one turn and one token; `code` changes one file.
-    let server = FakeServer::start(
-        Script::new()
-            .agent(
-                "code",
-                vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
-            )
-            .agent(
-                "review",
-                vec![Reply::finish("r1", "Right.", Some("approve")).with_usage(0, 1)],
-            )
-            .agent("docs", vec![Reply::finish("d1", "No docs needed.", None)]),
-    );
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# add() subtracts\n");
-    let out = OrchRun::new("issue-to-pr", &repo)
-        .issue(&issue)
-        .model(&server.base_url, "fake-model")
-        .output();
-    assert_eq!(out.status.code(), Some(0));
+    let (repo, _server, out) = built_in_run_with(&[]);
     let mut seen = vec![
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
