@@ -106,6 +106,8 @@ struct Report {
     pooled_in_use: Vec<String>,
     /// PR branches of removed runs, kept without `--include-pr`.
     kept_pr: Vec<String>,
+    /// The command that removes them too.
+    kept_pr_hint: String,
 }
 
 impl Report {
@@ -186,6 +188,11 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
         let pr = format!("orch/{id}/pr");
         if !args.include_pr && crate::git::branch_sha(&common, &pr)?.is_some() {
             report.kept_pr.push(pr);
+            report.kept_pr_hint = format!(
+                "orch gc --repo '{}' --older-than {}s --include-pr",
+                info.workdir.display().to_string().replace('\'', "'\\''"),
+                limit.as_secs()
+            );
         }
         if root.is_dir() {
             if !args.dry_run {
@@ -238,7 +245,8 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
     for b in &r.kept_pr {
         writeln!(
             out,
-            "kept branch {b}: a PR branch (`orch gc --older-than … --include-pr` removes it)"
+            "kept branch {b}: a PR branch (`{}` removes it)",
+            r.kept_pr_hint
         )?;
     }
     for p in &r.pooled_in_use {
