@@ -104,7 +104,6 @@ fn is_unsafe_char(c: char) -> bool {
 /// each unsafe character (see [`is_unsafe_char`]) becomes a visible escape —
 /// `\e` for ESC, `\xNN` for the other C0/C1 controls and DEL, `\u{NNNN}`
 /// for the bidi controls. Borrowed when there is nothing to escape.
-#[allow(dead_code)] // used by the print sites of issue 25.3 (being wired in)
 pub(crate) fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
     use std::fmt::Write as _;
     if !text.chars().any(is_unsafe_char) {
@@ -123,6 +122,11 @@ pub(crate) fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// `n` with the singular or plural noun: `1 turn`, `2 turns`, `0 turns`.
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The last (at most) `max` bytes of `text`, starting on a char boundary.

@@ -53,7 +53,7 @@ impl Ui {
         }
         match &self.bars {
             Some(b) => {
-                let _ = b.println(msg);
+                let _ = b.println(crate::text::untrusted(msg));
             }
             None => status_line(msg),
         }
@@ -124,13 +124,13 @@ impl Ui {
             .map(|r| format!(" — {r}"))
             .unwrap_or_default();
         self.line(&format!(
-            "orch: stage {} ({}) {} in {:.1}s, {} turns, {} tokens{verdict}{reason}",
+            "orch: stage {} ({}) {} in {:.1}s, {}, {}{verdict}{reason}",
             rec.id,
             rec.role,
             rec.status.as_str(),
             rec.duration_ms as f64 / 1000.0,
-            rec.turns,
-            rec.tokens.total(),
+            crate::text::plural(u64::from(rec.turns), "turn", "turns"),
+            crate::text::plural(rec.tokens.total(), "token", "tokens"),
         ));
     }
 
@@ -167,7 +167,7 @@ impl LinePrinter {
     pub fn line(&self, msg: &str) {
         match &self.bars {
             Some(b) => {
-                let _ = b.println(msg);
+                let _ = b.println(crate::text::untrusted(msg));
             }
             None => status_line(msg),
         }
@@ -190,8 +190,10 @@ pub fn stderr_color() -> bool {
 
 /// Writes one line to stderr. A failed write is dropped: a status line is
 /// never worth a panic (`eprintln!` panics when stderr is a closed pipe).
+/// Status lines quote text from models, forges and files (reasons, titles),
+/// so control characters are shown as escapes ([`crate::text::untrusted`]).
 pub fn status_line(msg: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{msg}");
+    let _ = writeln!(std::io::stderr().lock(), "{}", crate::text::untrusted(msg));
 }
 
 /// Reports a running stage's turns to its progress line (cheap to clone,

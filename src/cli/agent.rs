@@ -201,7 +201,9 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         &ui,
     )
     .await?;
-    if read_only && !args.keep {
+    // A question's branches go: it reports no branch then, not a deleted one.
+    let cleared = read_only && !args.keep;
+    if cleared {
         super::summary::clear_question(&args.repo, summary.state.run_id.as_str());
     } else if summary.state.status == crate::runlog::RunStatus::Failed {
         super::summary::clear_failed_run(&args.repo, summary.state.run_id.as_str());
@@ -216,7 +218,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         "turns": st.turns,
         "tokens": {"prompt": st.tokens.prompt, "completion": st.tokens.completion},
         "commit": st.commit,
-        "branch": st.branch,
+        "branch": st.branch.as_ref().filter(|_| !cleared),
         "transcript": summary.record_dir.join("stages").join(&st.id).join("transcript.json").display().to_string(),
     });
     if events.is_on() {
@@ -230,7 +232,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         if let Some(r) = &st.reason {
             crate::ui::status_line(&format!("orch: agent {}: {r}", st.status.as_str()));
         }
-        writeln!(out, "{}", summary.last_summary.trim_end())
+        out.untrusted(&format!("{}\n", summary.last_summary.trim_end()))
     };
     ignore_closed(printed.and_then(|()| out.finish()))?;
     super::gc::empty_trash_in_background(&args.repo);
@@ -310,7 +312,7 @@ async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
         if let Some(r) = &result.reason {
             crate::ui::status_line(&format!("orch: agent {}: {r}", result.status.as_str()));
         }
-        writeln!(out, "{}", result.report.trim_end())
+        out.untrusted(&format!("{}\n", result.report.trim_end()))
     };
     ignore_closed(printed.and_then(|()| out.finish()))?;
     Ok(match result.status {

@@ -241,14 +241,14 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
         }
         if let Some(system) = st["system_prompt"].as_str() {
             writeln!(out, "--- system prompt")?;
-            out.text(system)?;
+            out.untrusted(system)?;
             writeln!(out)?;
             writeln!(out, "--- first message")?;
-            out.text(text(&st["first_message"]))?;
+            out.untrusted(text(&st["first_message"]))?;
             writeln!(out)?;
         } else {
             for line in st["receives"].as_array().into_iter().flatten() {
-                writeln!(out, "receives {}", text(line))?;
+                out.untrusted(&format!("receives {}\n", text(line)))?;
             }
         }
         writeln!(out)?;

@@ -335,7 +335,7 @@ fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
                 .and_then(|c| c.output.lines().rev().find(|l| !l.trim().is_empty()))
                 .map(|l| format!(": {}", l.trim()))
                 .unwrap_or_default();
-            writeln!(out, "      {reason}{detail}")?;
+            out.untrusted(&format!("      {reason}{detail}\n"))?;
         }
         if let Some(dir) = &row.workdir {
             writeln!(out, "      kept: {dir}")?;
@@ -351,13 +351,13 @@ fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
     writeln!(out)?;
     writeln!(
         out,
-        "total: {}/{} runs solved ({:.1}%) over {} tasks; {} turns, {} tokens, cost {}, {:.1}s{}",
+        "total: {}/{} runs solved ({:.1}%) over {}; {}, {}, cost {}, {:.1}s{}",
         t.solved,
         t.runs,
         t.solved_pct,
-        t.tasks,
-        t.turns,
-        t.tokens.total,
+        crate::text::plural(t.tasks as u64, "task", "tasks"),
+        crate::text::plural(t.turns, "turn", "turns"),
+        crate::text::plural(t.tokens.total, "token", "tokens"),
         cost(t.cost_usd),
         t.wall_secs,
         if r.interrupted { " (interrupted)" } else { "" }

@@ -5,8 +5,9 @@
 //! exit path.
 //! With `--older-than`: whole runs whose last update is older — the record
 //! directory and the stage branches, the PR branch `orch/<run>/pr` only with
-//! `--include-pr`. A run is running while its run lock is held (by a live
-//! process: the kernel drops it on exit); such runs are left alone.
+//! `--include-pr`. A run is running while a live process holds its run lock
+//! (`runlog::run_is_live`, the test every command uses); such runs are left
+//! alone and named, and gc holds the lock of a run while it clears it.
 //!
 //! The same lane clean-up runs at the end of a failed run, and after a
 //! read-only `orch agent` question (see `summary.rs`).
@@ -103,6 +104,10 @@ struct Report {
     running: Vec<String>,
     /// Pooled lanes a running run holds (kept).
     pooled_in_use: Vec<String>,
+    /// PR branches of removed runs, kept without `--include-pr`.
+    kept_pr: Vec<String>,
+    /// The command that removes them too.
+    kept_pr_hint: String,
 }
 
 impl Report {
@@ -118,7 +123,14 @@ impl Report {
 
 /// `orch gc`.
 pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
-    let info = crate::git::open_repo(&args.repo)?;
+    let info = match crate::git::open_repo(&args.repo) {
+        // No commit, so no run and no lane: nothing to clear.
+        Err(crate::git::GitError::NoCommits { .. }) => {
+            ignore_closed(print_report(&Report::default(), args.dry_run, args.json))?;
+            return Ok(exit::OK);
+        }
+        other => other?,
+    };
     let common = info.common_dir;
     if args.empty_trash {
         // Off everyone's critical path: a run started meanwhile comes first.
@@ -133,7 +145,12 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     report.add(pooled.into_iter().map(Removed::Worktree).collect());
     report.pooled_in_use = in_use.iter().map(|p| p.display().to_string()).collect();
     let mut ids = crate::runlog::list_run_ids(&common);
-    for id in gc::runs_with_lanes(&common) {
+    // Runs with lanes, and runs whose record an earlier `--older-than`
+    // removed while it kept their PR branch: a later gc still finds them.
+    for id in gc::runs_with_lanes(&common)
+        .into_iter()
+        .chain(runs_with_branches(&common)?)
+    {
         if !ids.contains(&id) {
             ids.push(id);
         }
@@ -142,7 +159,14 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     let now = std::time::SystemTime::now();
     for id in ids {
         let root = crate::runlog::runs_dir(&common).join(&id);
-        if is_running(&root) {
+        // A live run is left alone; a run gc clears is locked meanwhile, so
+        // no `resume` starts on it halfway (a dry run only asks).
+        let held = if args.dry_run || !root.join("lock").is_file() {
+            None
+        } else {
+            crate::runlog::lock_run(&root, &id).ok()
+        };
+        if held.is_none() && crate::runlog::run_is_live(&root) {
             report.running.push(id);
             continue;
         }
@@ -150,8 +174,8 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
         let Some(limit) = args.older_than else {
             continue;
         };
-        let old =
-            last_update(&root).is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > limit));
+        let updated = last_update(&root).or_else(|| newest_branch_commit(&common, &id));
+        let old = updated.is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > limit));
         if !old {
             continue;
         }
@@ -161,6 +185,15 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
             args.include_pr,
             args.dry_run,
         )?);
+        let pr = format!("orch/{id}/pr");
+        if !args.include_pr && crate::git::branch_sha(&common, &pr)?.is_some() {
+            report.kept_pr.push(pr);
+            report.kept_pr_hint = format!(
+                "orch gc --repo '{}' --older-than {}s --include-pr",
+                info.workdir.display().to_string().replace('\'', "'\\''"),
+                limit.as_secs()
+            );
+        }
         if root.is_dir() {
             if !args.dry_run {
                 crate::distributed::runref::delete_run_refs(&common, &id)?;
@@ -191,6 +224,7 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
                 "records": r.records,
                 "running": r.running,
                 "pooled_in_use": r.pooled_in_use,
+                "kept_pr_branches": r.kept_pr,
             })
         )?;
         return out.finish();
@@ -208,35 +242,51 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
     for id in &r.running {
         writeln!(out, "kept run {id}: it is running")?;
     }
+    for b in &r.kept_pr {
+        writeln!(
+            out,
+            "kept branch {b}: a PR branch (`{}` removes it)",
+            r.kept_pr_hint
+        )?;
+    }
     for p in &r.pooled_in_use {
         writeln!(out, "kept pooled lane {p}: a run is using it")?;
     }
+    let n = |v: &Vec<String>| v.len() as u64;
     writeln!(
         out,
-        "{verb}: {} worktrees, {} branches, {} run records",
-        r.worktrees.len(),
-        r.branches.len(),
-        r.records.len()
+        "{verb}: {}, {}, {}",
+        crate::text::plural(n(&r.worktrees), "worktree", "worktrees"),
+        crate::text::plural(n(&r.branches), "branch", "branches"),
+        crate::text::plural(n(&r.records), "run record", "run records"),
     )?;
     out.finish()
 }
 
-/// Whether a live process holds the run lock of the run at `root` (tested
-/// with a lock taken and dropped at once on a read-only handle: nothing is
-/// written).
-fn is_running(root: &Path) -> bool {
-    use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(root.join("lock")) else {
-        return false;
-    };
-    // SAFETY: flock on a descriptor this function owns; no memory is shared.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return true;
-    }
-    // SAFETY: as above; dropping `file` would release it too.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
-    false
+/// Run ids that have branches `orch/<run>/…`.
+fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
+    let mut ids: Vec<String> = crate::git::list_branches(common, "orch/")?
+        .into_iter()
+        .filter_map(|(b, _)| Some(b.strip_prefix("orch/")?.split_once('/')?.0.to_owned()))
+        .collect();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// When the newest commit on a run's branches was made: the age of a run
+/// whose record is gone.
+fn newest_branch_commit(common: &Path, id: &str) -> Option<std::time::SystemTime> {
+    let repo = crate::git::open_at(common).ok()?;
+    crate::git::list_branches(common, &format!("orch/{id}/"))
+        .ok()?
+        .iter()
+        .filter_map(|(_, sha)| {
+            let oid = git2::Oid::from_str(sha).ok()?;
+            let secs = repo.find_commit(oid).ok()?.time().seconds();
+            let secs = u64::try_from(secs).ok()?;
+            Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
+        })
+        .max()
 }
 
 /// When the run at `root` was last updated: `state.json`'s `updated`, else

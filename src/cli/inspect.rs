@@ -113,7 +113,20 @@ fn age(created: &str) -> String {
 
 /// `orch runs`.
 pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
-    let info = git::open_repo(&args.repo)?;
+    let info = match git::open_repo(&args.repo) {
+        // No commit, so no run: nothing to list, not a failure.
+        Err(git::GitError::NoCommits { path }) => {
+            let mut out = Out::stdout();
+            if args.json {
+                writeln!(out, "[]")?;
+            } else {
+                writeln!(out, "no runs in {} (it has no commits yet)", path.display())?;
+            }
+            out.finish()?;
+            return Ok(exit::OK);
+        }
+        other => other?,
+    };
     let mut rows = Vec::new();
     for id in runlog::list_run_ids(&info.common_dir)
         .into_iter()
@@ -164,16 +177,15 @@ pub(super) fn cmd_runs(args: RunsArgs) -> Result<i32, CliError> {
         "run", "pipeline", "status", "age", "tokens"
     )?;
     for s in rows {
-        writeln!(
-            out,
-            "{:<id_width$} {:<14} {:<12} {:>5} {:>9}  {}",
+        out.untrusted(&format!(
+            "{:<id_width$} {:<14} {:<12} {:>5} {:>9}  {}\n",
             s.run_id,
             s.pipeline,
             s.status.as_str(),
             age(&s.created),
             s.tokens().total(),
             s.model
-        )?;
+        ))?;
     }
     out.finish()?;
     Ok(exit::OK)
@@ -191,8 +203,8 @@ pub(super) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
             serde_json::to_string_pretty(&state).unwrap_or_default()
         )?;
     } else {
-        out.text(&render_show(&state, &root))?;
-        out.text(&memory_report(&common, &state))?;
+        out.untrusted(&render_show(&state, &root))?;
+        out.untrusted(&memory_report(&common, &state))?;
     }
     out.finish()?;
     Ok(exit::OK)
@@ -259,20 +271,20 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
         }
         for (n, a) in st.attempts.iter().enumerate() {
             o.push_str(&format!(
-                "            ↳ attempt {} ({}): {}, {} tokens, cost {}\n",
+                "            ↳ attempt {} ({}): {}, {}, cost {}\n",
                 n + 1,
                 a.status,
                 plural(u64::from(a.turns), "turn", "turns"),
-                a.tokens.total(),
+                plural(a.tokens.total(), "token", "tokens"),
                 a.cost_usd.map_or("unknown".to_owned(), usd),
             ));
         }
         if !st.attempts.is_empty() && st.turns > 0 {
             o.push_str(&format!(
-                "            ↳ attempt {} (this one): {}, {} tokens\n",
+                "            ↳ attempt {} (this one): {}, {}\n",
                 st.attempts.len() + 1,
                 plural(u64::from(st.turns), "turn", "turns"),
-                st.tokens.total(),
+                plural(st.tokens.total(), "token", "tokens"),
             ));
         }
     }
@@ -287,10 +299,7 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     o
 }
 
-/// `n` with the singular or plural noun: `1 turn`, `2 turns`.
-pub(super) fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
+pub(super) use crate::text::plural;
 
 /// Dollars to four places, never `-0.0000` (a float sum of nothing is -0.0).
 pub(super) fn usd(v: f64) -> String {
@@ -300,13 +309,13 @@ pub(super) fn usd(v: f64) -> String {
 fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
     let task = crate::text::cap_bytes(&n.task.replace('\n', " "), 60);
     o.push_str(&format!(
-        "{:indent$}{} ({}) {} — {} turns, {} tokens — \"{task}\"\n",
+        "{:indent$}{} ({}) {} — {}, {} — \"{task}\"\n",
         "",
         n.agent_path,
         n.role,
         n.status.as_str(),
-        n.turns,
-        n.tokens.total(),
+        plural(u64::from(n.turns), "turn", "turns"),
+        plural(n.tokens.total(), "token", "tokens"),
         indent = depth * 2
     ));
     for c in &n.children {
@@ -326,9 +335,9 @@ pub(super) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
     }
     let mut out = Out::stdout();
     for st in stages {
-        out.text(&render_review(&common, st)?)?;
+        out.untrusted(&render_review(&common, st)?)?;
     }
-    out.text(&memory_report(&common, &state))?;
+    out.untrusted(&memory_report(&common, &state))?;
     out.finish()?;
     Ok(exit::OK)
 }
@@ -432,7 +441,7 @@ pub(super) fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
                 .iter()
                 .find(|n| n.agent_path == path)
                 .map_or("?", |n| n.role.as_str());
-            writeln!(out, "=== {path} ({role})")?;
+            out.untrusted(&format!("=== {path} ({role})\n"))?;
             render_lines(&mut out, &text)?;
         }
         out.finish()?;
@@ -451,21 +460,20 @@ pub(super) fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
             out.text(&text)?;
             continue;
         }
-        writeln!(out, "=== {} ({})", st.id, st.role)?;
+        out.untrusted(&format!("=== {} ({})\n", st.id, st.role))?;
         render_lines(&mut out, &text)?;
         let prefix = format!("{}/", st.id);
         for n in agents.iter().filter(|n| n.agent_path.starts_with(&prefix)) {
-            writeln!(
-                out,
-                "  subagent {} ({}) {}, {} turns, {} tokens: orch log {} {}",
+            out.untrusted(&format!(
+                "  subagent {} ({}) {}, {}, {}: orch log {} {}\n",
                 n.agent_path,
                 n.role,
                 n.status.as_str(),
-                n.turns,
-                n.tokens.total(),
+                plural(u64::from(n.turns), "turn", "turns"),
+                plural(n.tokens.total(), "token", "tokens"),
                 state.run_id,
                 n.agent_path
-            )?;
+            ))?;
         }
     }
     out.finish()?;
@@ -487,12 +495,11 @@ fn flatten<'a>(
 fn render_lines(out: &mut Out, text: &str) -> Result<(), CliError> {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         match serde_json::from_str::<serde_json::Value>(line) {
-            Ok(ev) => writeln!(out, "{}", render_event(&ev))?,
-            Err(_) => writeln!(
-                out,
-                "  [unreadable line: {}]",
+            Ok(ev) => out.untrusted(&format!("{}\n", render_event(&ev)))?,
+            Err(_) => out.untrusted(&format!(
+                "  [unreadable line: {}]\n",
                 crate::text::cap_bytes(line, 80)
-            )?,
+            ))?,
         }
     }
     Ok(())
@@ -578,9 +585,9 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
         ),
         "memory" => match ev["memory_used"].as_array().filter(|a| !a.is_empty()) {
             Some(_) => format!(
-                "memory: used {} (of {} lessons)",
+                "memory: used {} (of {})",
                 call_names_or_list(&ev["memory_used"]),
-                n("lessons")
+                plural(n("lessons"), "lesson", "lessons")
             ),
             None if ev["error"].is_string() => format!("memory: not read: {}", s("error")),
             None => format!("memory: no lesson applies (of {})", n("lessons")),
@@ -779,8 +786,8 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
                 .unwrap_or_default()
         ),
         "verify_failed" => format!(
-            "verify failed after {} rounds: {}",
-            n("rounds"),
+            "verify failed after {}: {}",
+            plural(n("rounds"), "round", "rounds"),
             s("reason")
         ),
         "read_only_violation" => format!(
@@ -790,10 +797,10 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
         ),
         "killed" => format!("killed by {}", s("signal")),
         "agent_end" => format!(
-            "agent {} ends: {} after {} turns, {}+{} tokens{}{}{}",
+            "agent {} ends: {} after {}, {}+{} tokens{}{}{}",
             s("agent"),
             s("end"),
-            n("turns"),
+            plural(n("turns"), "turn", "turns"),
             n("prompt_tokens"),
             n("completion_tokens"),
             budget_text(", used", &ev["budget"]["used"]),
@@ -804,10 +811,10 @@ pub(super) fn render_event(ev: &serde_json::Value) -> String {
                 .unwrap_or_default()
         ),
         "stage_end" => format!(
-            "end: {} {} ({} files, +{} -{}){}",
+            "end: {} {} ({}, +{} -{}){}",
             s("status"),
             short(ev["commit"].as_str()),
-            n("files_changed"),
+            plural(n("files_changed"), "file", "files"),
             n("insertions"),
             n("deletions"),
             opt_fields(ev, &["reason", "verify"])

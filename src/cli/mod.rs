@@ -240,6 +240,7 @@ impl CliError {
             CliError::Git(_) | CliError::Remote(_) => exit::GIT,
             CliError::Record(
                 crate::runlog::RecordError::UnknownRun { .. }
+                | crate::runlog::RecordError::AmbiguousRun { .. }
                 | crate::runlog::RecordError::Locked { .. },
             ) => exit::INVALID,
             CliError::Record(_) | CliError::Run(_) | CliError::Internal(_) => exit::INTERNAL,

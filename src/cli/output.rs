@@ -38,6 +38,13 @@ impl Out {
         self.w.write_all(text.as_bytes()).map_err(stdout_error)
     }
 
+    /// Writes text that quotes what came from a model, a forge, a lesson or
+    /// a file, its control characters shown as visible escapes
+    /// ([`crate::text::untrusted`]): human output, never JSON or a patch.
+    pub(crate) fn untrusted(&mut self, text: &str) -> Result<(), CliError> {
+        self.text(&crate::text::untrusted(text))
+    }
+
     /// Flushes what is buffered.
     pub(crate) fn finish(mut self) -> Result<(), CliError> {
         self.w.flush().map_err(stdout_error)

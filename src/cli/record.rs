@@ -7,8 +7,10 @@ use crate::ids::RunId;
 use crate::runlog::{self, RunState};
 use std::path::{Path, PathBuf};
 
-/// The run id for `last` (the newest run), or the id as given. A string that
-/// cannot be a run id is an unknown run, reported with the runs that exist.
+/// The run id for `last` (the newest run), or the id as given, or the one
+/// id a unique prefix starts (an ambiguous prefix names its candidates). A
+/// string that cannot be a run id is an unknown run, reported with the runs
+/// that exist.
 pub(super) fn resolve_run_id(repo: &Path, run: &str) -> Result<RunId, CliError> {
     let info = git::open_repo(repo)?;
     if run == "last" {
@@ -22,6 +24,7 @@ pub(super) fn resolve_run_id(repo: &Path, run: &str) -> Result<RunId, CliError> 
                 ))
             });
     }
+    let run = &runlog::find_run_id(&info.common_dir, run)?;
     run.parse::<RunId>().map_err(|bad| {
         match runlog::RunDir::open(&info.common_dir, run) {
             Err(unknown) => unknown.into(),
@@ -43,6 +46,14 @@ pub(super) fn open(repo: &Path, run: &str) -> Result<(PathBuf, PathBuf, RunState
 /// The run's cost: the sum over stages that ran, "unknown" when any of
 /// them ran on a model without a known price.
 pub(super) fn run_cost(s: &RunState) -> String {
+    let running = s
+        .stages
+        .iter()
+        .any(|st| st.status == runlog::StageStatus::Running && st.turns > 0);
+    if running {
+        // Its price is applied when it ends; "$0" so far would be a lie.
+        return "unknown until the running stage ends".to_owned();
+    }
     run_cost_usd(s).map_or("unknown".to_owned(), super::inspect::usd)
 }
 

@@ -47,6 +47,50 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
+/// The `orch run` line that plays an exported replay file: the run's
+/// pipeline (by name when it was a built-in, else its file), its repository,
+/// its issue (as the record holds it) and base, every path absolute and
+/// quoted for a shell, so it runs from any directory.
+fn play_command(state: &RunState, origin: &str, record: &Path, file: &Path) -> String {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let pipeline = match origin.strip_prefix("built-in ") {
+        Some(_) => state.pipeline.clone(),
+        None if Path::new(origin).is_file() => absolute(Path::new(origin)).display().to_string(),
+        None => state.pipeline.clone(),
+    };
+    let words = [
+        "orch".to_owned(),
+        "run".to_owned(),
+        pipeline,
+        "--repo".to_owned(),
+        state.repo.clone(),
+        "--issue".to_owned(),
+        absolute(&record.join("issue.md")).display().to_string(),
+        "--replay".to_owned(),
+        absolute(file).display().to_string(),
+        "--base".to_owned(),
+        state.base_commit.clone(),
+    ];
+    words
+        .iter()
+        .map(|w| shell_word(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `w` as one shell word: as it is when it holds only characters no shell
+/// treats specially, else single-quoted.
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c));
+    if plain {
+        w.to_owned()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
 /// The first tool result of a stage that differs from the recorded one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Divergence {
@@ -85,12 +129,10 @@ pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
         let mut out = Out::stdout();
         let result = writeln!(
             out,
-            "wrote {} ({} agents); play it with: orch run {} --replay {} --base {}",
+            "wrote {} ({}); play it with: {}",
             file.display(),
-            recorded.len(),
-            plan.pipeline.origin,
-            file.display(),
-            state.base_commit
+            crate::text::plural(recorded.len() as u64, "agent", "agents"),
+            play_command(&state, &plan.pipeline.origin, &run_dir.root, file)
         )
         .and_then(|()| out.finish());
         ignore_closed(result)?;

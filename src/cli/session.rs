@@ -280,13 +280,41 @@ fn dirt_lines(workdir: &Path, from_head: bool) -> Vec<String> {
     };
     let mut lines: Vec<String> = submodule_warning(&dirt).into_iter().collect();
     if from_head && dirt.is_dirty() {
-        lines.push(format!(
-            "orch: note: the working tree has {} uncommitted change(s) (e.g. {}); the run starts from HEAD without them (pass --base worktree to include them)",
-            dirt.paths.len(),
-            dirt.paths[0]
-        ));
+        // orch reads its own settings from the working tree, so those
+        // changes do count; the lanes get the rest from HEAD only.
+        let (settings, code): (Vec<&String>, Vec<&String>) =
+            dirt.paths.iter().partition(|p| read_from_working_tree(p));
+        if let Some(first) = code.first() {
+            lines.push(format!(
+                "orch: note: the working tree has {} uncommitted change(s) (e.g. {first}); the run starts from HEAD without them (pass --base worktree to include them)",
+                code.len(),
+            ));
+        }
+        if !settings.is_empty() {
+            let shown: Vec<&str> = settings.iter().take(5).map(|p| p.as_str()).collect();
+            lines.push(format!(
+                "orch: note: orch reads its settings from the working tree, uncommitted changes included: {}{} (used by this run; its worktrees do not contain them unless --base worktree)",
+                shown.join(", "),
+                if settings.len() > shown.len() {
+                    format!(" and {} more", settings.len() - shown.len())
+                } else {
+                    String::new()
+                }
+            ));
+        }
     }
     lines
+}
+
+/// Whether orch reads the repository file at `path` (relative, `/`
+/// separated) from the working tree as it is, rather than from the run's
+/// base commit: its pipelines, roles and settings under `.orch/` (lessons
+/// excepted: they are read from the base commit), Claude Code agent files,
+/// and `.worktreeinclude`.
+fn read_from_working_tree(path: &str) -> bool {
+    (path.starts_with(".orch/") && !path.starts_with(".orch/memory/"))
+        || path.starts_with(".claude/agents/")
+        || path == ".worktreeinclude"
 }
 
 /// The working-tree check of a run, running on its own thread: its lines

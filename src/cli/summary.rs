@@ -7,6 +7,7 @@ use super::{CliError, exit};
 use crate::events::Events;
 use crate::runlog::{RunStatus, StageStatus};
 use crate::runner::RunSummary;
+use std::fmt::Write as _;
 use std::path::Path;
 
 /// The exit code of a finished run.
@@ -97,25 +98,27 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliE
         writeln!(out, "{}", summary_json(summary))?;
         return out.finish();
     }
+    // Titles, reasons and labels quote models and forges.
+    let mut o = String::new();
     let s = &summary.state;
-    writeln!(
-        out,
+    let _ = writeln!(
+        o,
         "run {}: {} (pipeline {})",
         s.run_id,
         s.status.as_str(),
         s.pipeline
-    )?;
-    writeln!(out, "model: {}", s.model_label)?;
+    );
+    let _ = writeln!(o, "model: {}", s.model_label);
     let t = s.tokens();
-    writeln!(
-        out,
+    let _ = writeln!(
+        o,
         "tokens: {} (prompt {}, completion {}), cost: {}",
         t.total(),
         t.prompt,
         t.completion,
         super::record::run_cost(s)
-    )?;
-    writeln!(out)?;
+    );
+    let _ = writeln!(o);
     for st in &s.stages {
         let commit = st.commit.as_deref().map_or("-", |c| &c[..c.len().min(10)]);
         let verdict = st
@@ -127,37 +130,44 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliE
             }
             _ => String::new(),
         };
-        writeln!(
-            out,
-            "  {:<10} {:<9} {:<9} {:>3} turns {:>7} tokens  {}  {}{verdict}{detail}",
+        let _ = writeln!(
+            o,
+            "  {:<10} {:<9} {:<9} {:>3} {:<5} {:>7} {:<6}  {}  {}{verdict}{detail}",
             st.id,
             st.role,
             st.status.as_str(),
             st.turns,
+            if st.turns == 1 { "turn" } else { "turns" },
             st.tokens.total(),
+            if st.tokens.total() == 1 {
+                "token"
+            } else {
+                "tokens"
+            },
             commit,
             st.branch.as_deref().unwrap_or("-"),
-        )?;
+        );
     }
-    writeln!(out)?;
+    let _ = writeln!(o);
     if s.status == RunStatus::Succeeded {
-        writeln!(out, "final branch: {}", s.final_branch)?;
+        let _ = writeln!(o, "final branch: {}", s.final_branch);
     } else {
-        writeln!(
-            out,
+        let _ = writeln!(
+            o,
             "partial work is on the stage branches: orch review {}",
             s.run_id
-        )?;
+        );
     }
     if let Some((title, _)) = &summary.pr {
-        writeln!(out, "PR title: {title}")?;
-        writeln!(
-            out,
+        let _ = writeln!(o, "PR title: {title}");
+        let _ = writeln!(
+            o,
             "PR body:  {}",
             summary.record_dir.join("pr.md").display()
-        )?;
+        );
     }
-    writeln!(out, "record:   {}", summary.record_dir.display())?;
+    let _ = writeln!(o, "record:   {}", summary.record_dir.display());
+    out.untrusted(&o)?;
     out.finish()
 }
 

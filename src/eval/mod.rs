@@ -152,9 +152,9 @@ pub(crate) async fn run_eval(opts: &EvalOptions, ui: &Ui) -> Result<EvalReport, 
     };
     let total_runs = opts.tasks.tasks.len() as u32 * opts.runs;
     ui.line(&format!(
-        "orch eval {eval_id}: {} tasks × {} run(s), pipeline {}",
-        opts.tasks.tasks.len(),
-        opts.runs,
+        "orch eval {eval_id}: {} × {}, pipeline {}",
+        crate::text::plural(opts.tasks.tasks.len() as u64, "task", "tasks"),
+        crate::text::plural(u64::from(opts.runs), "run", "runs"),
         opts.pipeline
     ));
     let ctrl_c = tokio::signal::ctrl_c();
@@ -212,8 +212,12 @@ fn progress_line(done: u32, total: u32, row: &RunRow) -> String {
         format!("not solved ({})", row.reason.as_deref().unwrap_or(""))
     };
     format!(
-        "orch eval: [{done}/{total}] {} run {}: {outcome} in {:.1}s, {} turns, {} tokens",
-        row.task, row.run, row.wall_secs, row.turns, row.tokens.total
+        "orch eval: [{done}/{total}] {} run {}: {outcome} in {:.1}s, {}, {}",
+        row.task,
+        row.run,
+        row.wall_secs,
+        crate::text::plural(row.turns, "turn", "turns"),
+        crate::text::plural(row.tokens.total, "token", "tokens"),
     )
 }
 

@@ -3,6 +3,7 @@
 //! nothing new.
 
 use super::{Forge, ForgeApi, ForgeError, Project, percent_encode};
+use crate::text::untrusted;
 use serde_json::{Value, json};
 
 /// What `orch publish` asks for.
@@ -82,14 +83,16 @@ impl Dialect {
 }
 
 /// The body of an update of the open request `existing`: new title and text.
+/// Title and text are untrusted (an issue's, a model's): their control
+/// characters go as visible escapes, here as in `pr.md`.
 fn update_body(pr: &PullRequest<'_>, existing: &Value) -> Value {
     match pr.project.forge {
-        Forge::GitHub => json!({"title": pr.title, "body": pr.body}),
+        Forge::GitHub => json!({"title": untrusted(pr.title), "body": untrusted(pr.body)}),
         Forge::GitLab => {
             // Keep a draft a draft: its title carries the marker.
             let was_draft = existing["draft"] == Value::Bool(true)
                 || existing["work_in_progress"] == Value::Bool(true);
-            json!({"title": draft_title(pr.title, was_draft), "description": pr.body})
+            json!({"title": draft_title(&untrusted(pr.title), was_draft), "description": untrusted(pr.body)})
         }
     }
 }
@@ -98,8 +101,8 @@ fn update_body(pr: &PullRequest<'_>, existing: &Value) -> Value {
 fn create_body(pr: &PullRequest<'_>, base: &str) -> Value {
     match pr.project.forge {
         Forge::GitHub => json!({
-            "title": pr.title,
-            "body": pr.body,
+            "title": untrusted(pr.title),
+            "body": untrusted(pr.body),
             "head": pr.head,
             "base": base,
             "draft": pr.draft,
@@ -108,8 +111,8 @@ fn create_body(pr: &PullRequest<'_>, base: &str) -> Value {
         Forge::GitLab => json!({
             "source_branch": pr.head,
             "target_branch": base,
-            "title": draft_title(pr.title, pr.draft),
-            "description": pr.body,
+            "title": draft_title(&untrusted(pr.title), pr.draft),
+            "description": untrusted(pr.body),
         }),
     }
 }

@@ -141,6 +141,39 @@ pub(crate) fn lock_holder(run_root: &Path) -> LockHolder {
     }
 }
 
+/// Whether a live orch process drives the run at `run_root`: the one test
+/// of a run's liveness (`gc`, `runs`, `show`, `resume`, `rollback` all ask
+/// it). Asked without taking the lock, so a resume starting this instant
+/// never fails for it.
+pub(crate) fn run_is_live(run_root: &Path) -> bool {
+    lock_holder(run_root) == LockHolder::Live
+}
+
+/// Refuses to work on a run a live process drives: the [`RecordError::Locked`]
+/// error naming the run and the holder's pid (as it wrote it in the lock file).
+/// A lock whose recorded holder is dead is waited for, as [`lock_run`] does
+/// (a killed run's forked child may hold it until it execs).
+pub(crate) fn refuse_if_live(run_root: &Path, run_id: &str) -> Result<(), RecordError> {
+    if !run_is_live(run_root) {
+        return Ok(());
+    }
+    let holder = std::fs::read_to_string(run_root.join("lock")).unwrap_or_default();
+    let holder = holder.trim().to_owned();
+    if holder_is_dead(&holder) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < DEAD_HOLDER_WAIT {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            if !run_is_live(run_root) {
+                return Ok(());
+            }
+        }
+    }
+    Err(RecordError::Locked {
+        run: run_id.to_owned(),
+        holder,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,7 @@ mod recover;
 mod state;
 
 pub(crate) use actions::{ActionLog, redact};
-pub(crate) use lock::{RunLock, lock_run};
+pub(crate) use lock::{RunLock, lock_run, refuse_if_live, run_is_live};
 pub(crate) use recover::{as_shown, attempts_from_log, heal_dead_run_ref_locks, sweep_dead_starts};
 pub(crate) use state::{
     Attempt, DIGEST_LINES, RUN_FORMAT, RunSettings, RunState, RunStatus, SamplingRecord,
@@ -75,6 +75,14 @@ pub enum RecordError {
         run: String,
         /// The holder's pid, as it wrote it.
         holder: String,
+    },
+    /// More than one run's id starts with the prefix given.
+    #[error("find run `{prefix}`: it is the start of {} run ids ({}); type more of the one you mean", .candidates.len(), .candidates.join(", "))]
+    AmbiguousRun {
+        /// The prefix given.
+        prefix: String,
+        /// The ids it starts, newest first.
+        candidates: Vec<String>,
     },
     /// No run with this id exists.
     #[error("find run `{run}` under {dir} (known runs: {known})")]
@@ -452,6 +460,35 @@ impl StateWriter {
         bytes.extend_from_slice(&header[split..]);
         bytes.push(b'\n');
         Ok(bytes)
+    }
+}
+
+/// The id of the run `run` names: the id itself, or else the one recorded
+/// run whose id starts with it (as git takes a unique prefix of a commit
+/// id). A prefix of several ids is [`RecordError::AmbiguousRun`], naming
+/// them; no match is [`RecordError::UnknownRun`] (from [`RunDir::open`]).
+pub(crate) fn find_run_id(common_dir: &Path, run: &str) -> Result<String, RecordError> {
+    if !run.is_empty()
+        && !run.contains(['/', '\\'])
+        && runs_dir(common_dir).join(run).join("state.json").is_file()
+    {
+        return Ok(run.to_owned());
+    }
+    let mut candidates: Vec<String> = if run.is_empty() {
+        Vec::new()
+    } else {
+        list_run_ids(common_dir)
+            .into_iter()
+            .filter(|id| id.starts_with(run))
+            .collect()
+    };
+    match candidates.len() {
+        0 => RunDir::open(common_dir, run).map(|_| run.to_owned()),
+        1 => Ok(candidates.remove(0)),
+        _ => Err(RecordError::AmbiguousRun {
+            prefix: run.to_owned(),
+            candidates,
+        }),
     }
 }
 

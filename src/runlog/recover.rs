@@ -3,7 +3,6 @@
 //! the tokens of an attempt that never reported its end are in its action
 //! log; a run directory killed before its first state write is debris.
 
-use super::lock::{LockHolder, lock_holder};
 use super::state::{Attempt, RunState, RunStatus, StageStatus, TokenCount};
 use super::{RunDir, runs_dir};
 use std::path::Path;
@@ -13,30 +12,32 @@ use std::path::Path;
 /// lock was killed (or crashed) and is `interrupted`, and resumable.
 pub(crate) fn shown_status(dir: &RunDir, state: &RunState) -> RunStatus {
     match state.status {
-        RunStatus::Starting | RunStatus::Running if lock_holder(&dir.root) == LockHolder::Free => {
+        RunStatus::Starting | RunStatus::Running if !super::run_is_live(&dir.root) => {
             RunStatus::Interrupted
         }
         s => s,
     }
 }
 
-/// The run as it stands, for display: [`shown_status`], and when no live
-/// process drives it, its `running` stages are shown as interrupted (pending
-/// with a reason, as Ctrl-C leaves them) with the turns and tokens their last
-/// attempt logged.
+/// The run as it stands, for display: [`shown_status`]; its `running`
+/// stages with the turns and tokens their last attempt logged so far (the
+/// state has them only when a stage ends), and when no live process drives
+/// the run, shown as interrupted (pending with a reason, as Ctrl-C leaves
+/// them).
 pub(crate) fn as_shown(dir: &RunDir, mut state: RunState) -> RunState {
     let shown = shown_status(dir, &state);
-    if shown == state.status {
-        return state;
-    }
+    let interrupted = shown != state.status;
     state.status = shown;
     for rec in &mut state.stages {
-        if rec.status == StageStatus::Running {
-            let log = dir.root.join("stages").join(&rec.id).join("actions.jsonl");
-            if let Some(last) = attempts_from_log(&log).pop() {
-                rec.turns = last.turns;
-                rec.tokens = last.tokens;
-            }
+        if rec.status != StageStatus::Running {
+            continue;
+        }
+        let log = dir.root.join("stages").join(&rec.id).join("actions.jsonl");
+        if let Some(last) = attempts_from_log(&log).pop() {
+            rec.turns = last.turns;
+            rec.tokens = last.tokens;
+        }
+        if interrupted {
             rec.status = StageStatus::Pending;
             rec.reason = Some(
                 "interrupted: no live orch process drives the run (killed or crashed); `orch resume` restarts it from its start commit"
@@ -150,7 +151,7 @@ pub(crate) fn heal_dead_run_ref_locks(common_dir: &Path) -> usize {
             healed += usize::from(std::fs::remove_file(&path).is_ok());
             continue;
         }
-        if lock_holder(&root) != LockHolder::Free {
+        if super::run_is_live(&root) {
             continue;
         }
         let Ok(_held) = super::lock_run(&root, "") else {

@@ -176,7 +176,10 @@ fn the_table_names_each_task_and_the_total() {
         stdout.contains("check.sh exited 1: log_msg is still used"),
         "{stdout}"
     );
-    assert!(stdout.contains("total: 0/1 runs solved (0.0%)"), "{stdout}");
+    assert!(
+        stdout.contains("total: 0/1 runs solved (0.0%) over 1 task;"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! updating, the pull / merge request; the forge token never leaving orch.
 
 use crate::support::forge_server::{
-    ForgeServer, GH_COMMENT, GH_ISSUE_BODY, GH_ISSUE_TITLE, GL_ISSUE_TITLE, GL_NOTE,
+    ForgeServer, GH_COMMENT, GH_HOSTILE_TITLE, GH_ISSUE_BODY, GH_ISSUE_TITLE, GL_ISSUE_TITLE,
+    GL_NOTE,
 };
 use crate::support::{
     FakeServer, Reply, Script, TestRepo, assert_exit, orch, output_logged, record_dir, resume,
@@ -328,6 +329,84 @@ fn a_github_issue_is_frozen_resumed_offline_and_published_idempotently() {
 
     s.assert_no_leak(GH_TOKEN, &[&model, &model2]);
     s.assert_no_leak(GL_TOKEN, &[&model, &model2]);
+}
+
+/// The control characters of `text` that must not reach a terminal, a
+/// `pr.md` or a forge raw (all but newline and tab).
+fn raw_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| c.is_control() && c != '\n' && c != '\t')
+        .collect()
+}
+
+#[test]
+fn terminal_escapes_from_a_forge_issue_and_a_model_never_reach_the_terminal_pr_md_or_the_forge() {
+    let mut s = Setup::new();
+    // The model's words carry escapes too: a command, a text answer, a summary.
+    let model = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call("c1", "bash", json!({"command": "echo '\u{1b}[2Jcleared'"})),
+                    write_call("c2"),
+                    Reply::finish("c3", "add() \u{1b}]0;pwned\u{7}now adds.\u{1b}[2J", None),
+                ],
+            )
+            .agent(
+                "docs",
+                vec![Reply::finish("d1", "No docs \u{1b}[31mneeded\0.", None)],
+            ),
+    );
+    let (out, run_id) = s.run("github:o/r#66", &model);
+    assert_exit(&out, 0);
+    // The agent read the title as it is (it is the issue's text).
+    assert!(user_text(&model.requests_for("code")[0]).contains(GH_HOSTILE_TITLE));
+    let repo = s.repo.path.to_str().unwrap().to_owned();
+    let mut printed = Vec::new();
+    for args in [
+        vec!["show", run_id.as_str()],
+        vec!["review", run_id.as_str()],
+        vec!["log", run_id.as_str()],
+        vec!["runs"],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--repo", repo.as_str()]);
+        let out = s.orch(&all);
+        assert_exit(&out, 0);
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(
+            raw_controls(&stdout),
+            Vec::<char>::new(),
+            "{args:?}: {stdout}"
+        );
+        printed.push(stdout);
+    }
+    // Shown as visible escapes, not dropped.
+    assert!(
+        printed[0].contains("\\e[2J\\e]0;t\\x07add() subtracts\\x00 again"),
+        "{}",
+        printed[0]
+    );
+    assert!(printed[2].contains("\\e[2Jcleared"), "{}", printed[2]);
+    let pr_md = std::fs::read_to_string(record_dir(&s.repo, &run_id).join("pr.md")).unwrap();
+    assert_eq!(raw_controls(&pr_md), Vec::<char>::new(), "{pr_md}");
+    assert!(pr_md.starts_with("\\e[2J"), "{pr_md}");
+
+    let out = s.publish(&run_id, &[]);
+    assert_exit(&out, 0);
+    for text in [
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    ] {
+        assert_eq!(raw_controls(&text), Vec::<char>::new(), "{text}");
+    }
+    let sent = request_titles(&s.forge, "POST", "/pulls");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    for field in ["title", "body"] {
+        let text = sent[0][field].as_str().unwrap();
+        assert_eq!(raw_controls(text), Vec::<char>::new(), "{field}: {text}");
+    }
 }
 
 #[test]

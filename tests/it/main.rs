@@ -45,6 +45,8 @@ mod request_size;
 mod review_cmds;
 mod run_e2e;
 mod run_settings;
+mod runs_cli;
+mod runs_live;
 mod safety;
 mod sampling;
 mod sandbox;

@@ -159,7 +159,7 @@ index X..Y 100644
         lines
             .last()
             .unwrap()
-            .starts_with("T end: succeeded SHA10 (1 files, +1 -1)"),
+            .starts_with("T end: succeeded SHA10 (1 file, +1 -1)"),
         "{log}"
     );
     let (_, raw, _) = stdout(&["log", &run_id, "code", "--json"], &repo);

@@ -22,6 +22,9 @@ pub const GH_ISSUE_TITLE: &str = "add() subtracts instead of adding";
 pub const GH_ISSUE_BODY: &str = "`calc.add(2, 3)` returns -1; it should return 5.";
 /// The one comment of `o/r#7`.
 pub const GH_COMMENT: &str = "Also please keep `add` a one-liner.";
+/// Title of the GitHub fixture issue `o/r#66`: terminal escapes (clear the
+/// screen, set the window title) and a NUL, as a hostile issue may carry.
+pub const GH_HOSTILE_TITLE: &str = "\u{1b}[2J\u{1b}]0;t\u{7}add() subtracts\0 again";
 /// Title of the GitLab fixture issue `grp/sub/proj#3`.
 pub const GL_ISSUE_TITLE: &str = "add() subtracts on GitLab too";
 /// The one user note of `grp/sub/proj#3` (a system note is served too).
@@ -279,6 +282,15 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
                 "labels": [{"name": "bug"}, {"name": "orch"}],
             }),
         ),
+        ("GET", ["repos", "o", "r", "issues", "66"]) => (
+            200,
+            json!({
+                "number": 66, "title": GH_HOSTILE_TITLE, "body": "It \u{1b}[31mstill\u{1b}[0m subtracts.",
+                "state": "open", "html_url": "https://github.com/o/r/issues/66",
+                "user": {"login": "mallory"}, "labels": [],
+            }),
+        ),
+        ("GET", ["repos", "o", "r", "issues", "66", "comments"]) => (200, json!([])),
         ("GET", ["repos", "o", "r", "issues", "7", "comments"]) => (
             200,
             json!([{ "user": {"login": "bob"}, "body": GH_COMMENT, "created_at": "2026-01-02T03:04:05Z" }]),
