@@ -57,6 +57,7 @@ mod builtin;
 mod expand;
 mod git;
 mod outside;
+mod paths;
 mod programs;
 mod scripts;
 mod shell;

@@ -11,6 +11,7 @@ use super::MAX_DEPTH;
 use super::expand::whole_substitution;
 use super::git::{git_env_rule, git_rule};
 use super::outside::{outside_rule, protected_write};
+use super::paths::{fold, home_relative};
 use super::programs::{
     SHELLS, basename, find_parts, interpreter_reading_stdin, is_interpreter, is_unknown_program,
     reads_script_from_stdin,
@@ -498,6 +499,22 @@ fn dangerous_target(target: &str, include_cwd: bool) -> Option<String> {
             "`{t}`, whose output is only known when the shell runs it (it may be `/`); name the paths instead"
         ));
     }
+    // An absolute spelling of a home (`/home/alice`, the passwd entry's
+    // home, a symlink to it) is the home as much as `~` is.
+    let abs;
+    let t = if t.starts_with('/') {
+        abs = fold(t);
+        if let Some(rel) = home_relative(&abs)
+            && rel
+                .split('/')
+                .all(|c| c.chars().all(|ch| matches!(ch, '*' | '.' | '?')))
+        {
+            return Some(format!("the home directory (`{target}`)"));
+        }
+        abs.as_str()
+    } else {
+        t
+    };
     let (base, rest) = split_base(t);
     let mut up = 0usize;
     let mut comps: Vec<&str> = Vec::new();

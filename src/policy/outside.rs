@@ -6,6 +6,7 @@
 //! give the model a clear reason instead of a permission error, and they
 //! are what remains where the sandbox is unavailable.
 
+use super::paths::{fold, home_relative};
 use super::programs::basename;
 use super::unwrap::Unit;
 
@@ -53,12 +54,20 @@ const SYSTEM_WRITES: &[&str] = &[
     "/var/spool/cron",
 ];
 
-/// `path` relative to the home directory, when it is written from `~`/`$HOME`.
-fn in_home(path: &str) -> Option<&str> {
-    ["~/", "$HOME/", "${HOME}/"]
-        .iter()
-        .find_map(|h| path.strip_prefix(h))
-        .map(|rest| rest.trim_start_matches("./"))
+/// `path` relative to a home directory, in any spelling of it (`~`,
+/// `$HOME`, `/home/alice`, the passwd entry's home, …; see
+/// [`super::paths`]).
+fn in_home(path: &str) -> Option<String> {
+    home_relative(path)
+}
+
+/// An absolute path with `.`/`..` folded (`/tmp/../etc/x` is `/etc/x`).
+fn folded(path: &str) -> String {
+    if path.starts_with('/') {
+        fold(path)
+    } else {
+        path.to_owned()
+    }
 }
 
 fn under(rel: &str, entries: &[&str]) -> Option<String> {
@@ -71,6 +80,7 @@ fn under(rel: &str, entries: &[&str]) -> Option<String> {
 /// Why writing (or deleting) `path` is refused, if it is.
 pub(super) fn protected_write(path: &str) -> Option<String> {
     if let Some(rel) = in_home(path) {
+        let rel = rel.as_str();
         if under(rel, HOME_SECRETS).is_some() {
             return Some(format!("the user's keys or credentials (`{path}`)"));
         }
@@ -80,9 +90,10 @@ pub(super) fn protected_write(path: &str) -> Option<String> {
             ));
         }
     }
+    let abs = folded(path);
     SYSTEM_WRITES
         .iter()
-        .any(|d| path.starts_with(d))
+        .any(|d| abs.starts_with(d))
         .then(|| format!("the system file `{path}`"))
 }
 
@@ -90,7 +101,7 @@ pub(super) fn protected_write(path: &str) -> Option<String> {
 /// another process's environment or memory (orch's keys live there).
 pub(super) fn secret_read(path: &str) -> Option<String> {
     if let Some(rel) = in_home(path)
-        && under(rel, HOME_SECRETS).is_some()
+        && under(&rel, HOME_SECRETS).is_some()
     {
         let public = rel.ends_with(".pub")
             || rel.ends_with("known_hosts")
@@ -98,7 +109,8 @@ pub(super) fn secret_read(path: &str) -> Option<String> {
             || rel == ".aws/config";
         return (!public).then(|| format!("`{path}` holds the user's keys or credentials"));
     }
-    if let Some(rest) = path.strip_prefix("/proc/") {
+    let abs = folded(path);
+    if let Some(rest) = abs.strip_prefix("/proc/") {
         let (pid, file) = rest.split_once('/')?;
         let own = pid == "self" || pid == "$$" || pid == "thread-self";
         if !own && ["environ", "mem"].contains(&file) {
@@ -112,7 +124,7 @@ pub(super) fn secret_read(path: &str) -> Option<String> {
             ));
         }
     }
-    (path == "/etc/shadow" || path == "/etc/gshadow")
+    (abs == "/etc/shadow" || abs == "/etc/gshadow")
         .then(|| format!("`{path}` holds the system's password hashes"))
 }
 
