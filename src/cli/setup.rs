@@ -28,9 +28,12 @@ pub struct SetupArgs {
     /// Only reconnaissance runs; print the plan (and save plan.json), change nothing
     #[arg(long)]
     pub plan_only: bool,
-    /// Run install/system steps without a terminal (CI); `ask_user` is answered yes
+    /// Run project-local (install) steps without a terminal (CI); `ask_user` is answered yes. System steps (risk `system`, `sudo`) are not covered: they need --yes-system
     #[arg(long)]
     pub yes: bool,
+    /// Also run system steps (risk `system`, anything with `sudo`, which runs outside the sandbox) without a terminal; implies --yes. Without it, on a terminal each system step is confirmed on its own
+    #[arg(long)]
+    pub yes_system: bool,
     /// Continue a setup from its first unverified step
     #[arg(long, value_name = "ID", conflicts_with = "goal")]
     pub resume: Option<String>,
@@ -87,7 +90,8 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
         cwd: lane.as_ref().map_or(cwd, |l| l.path().to_path_buf()),
         lane: lane.is_some(),
         plan_only: args.plan_only,
-        yes: args.yes,
+        yes: args.yes || args.yes_system,
+        yes_system: args.yes_system,
         interactive: crate::policy::detect_interactive(),
         prompt: role.prompt.clone(),
         max_rounds: role.max_turns.clamp(1, setup::MAX_ROUNDS),

@@ -178,6 +178,101 @@ pub(super) fn outside_rule(u: &Unit) -> Option<String> {
     }
 }
 
+/// Key file names that are secret wherever they are.
+const KEY_FILES: &[&str] = &[
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    "id_ecdsa_sk",
+    "id_ed25519_sk",
+    "authorized_keys",
+];
+
+/// The first path in `command` that names a secret or startup path of a
+/// home — keys, credentials, `.netrc`, cloud credentials, shell rc files,
+/// `authorized_keys` — in any word of any simple command at any depth, in
+/// any redirection, or anywhere in the text between quotes (inline code);
+/// with the reason. Stricter than the deny list: a path counts by its
+/// names (`/.ssh/`, `.bashrc`, `id_ed25519`) whatever comes before them,
+/// so `"$X"/.ssh/id_rsa` and `os.environ['HOME'] + '/.ssh/id_rsa'` count
+/// too. For commands no run needs to point at such paths (`orch setup`'s
+/// steps); public keys (`*.pub`, `known_hosts`) do not count.
+pub(crate) fn secret_path_in(command: &str, units: &[Unit]) -> Option<String> {
+    let mut words: Vec<&str> = Vec::new();
+    for u in units {
+        words.extend(u.raw.iter().map(String::as_str));
+        words.extend(u.argv.iter().map(String::as_str));
+        words.extend(u.redirects.iter().map(|(_, t)| t.as_str()));
+    }
+    words.push(command);
+    words.into_iter().find_map(|w| {
+        w.split(|c: char| {
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    '\'' | '"'
+                        | '`'
+                        | '='
+                        | ':'
+                        | ';'
+                        | ','
+                        | '('
+                        | ')'
+                        | '['
+                        | ']'
+                        | '{'
+                        | '}'
+                        | '<'
+                        | '>'
+                        | '|'
+                        | '&'
+                        | '@'
+                        | '+'
+                )
+        })
+        .find_map(secret_named)
+    })
+}
+
+/// Why `token` (one path-like word) names a secret or startup path.
+fn secret_named(token: &str) -> Option<String> {
+    if token.is_empty() {
+        return None;
+    }
+    let comps: Vec<&str> = token
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    let public = |c: &str| c.ends_with(".pub") || c == "known_hosts";
+    if comps.last().is_some_and(|c| public(c)) {
+        return None;
+    }
+    let what = |entries: &[&str]| {
+        entries.iter().find_map(|e| {
+            let want: Vec<&str> = e.split('/').collect();
+            comps
+                .windows(want.len())
+                .any(|w| w == want.as_slice())
+                .then(|| (*e).to_owned())
+        })
+    };
+    if let Some(e) = what(HOME_SECRETS) {
+        return Some(format!(
+            "`{token}` is under `~/{e}`, which holds the user's keys or credentials"
+        ));
+    }
+    if let Some(e) = what(HOME_STARTUP) {
+        return Some(format!(
+            "`{token}` is the user's shell or git startup configuration (`~/{e}`)"
+        ));
+    }
+    comps
+        .iter()
+        .find(|c| KEY_FILES.contains(c))
+        .map(|k| format!("`{token}` names the key file `{k}`"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

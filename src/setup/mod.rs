@@ -77,8 +77,12 @@ pub(crate) struct SetupOptions {
     pub(crate) cwd: PathBuf,
     /// Stop after the plan; only reconnaissance runs.
     pub(crate) plan_only: bool,
-    /// `--yes`: install/system steps run without a terminal; `ask_user` answers yes.
+    /// `--yes`: project-local (read and install) steps run without a
+    /// terminal; `ask_user` answers yes.
     pub(crate) yes: bool,
+    /// `--yes-system`: system steps (risk `system`, `sudo`) run without a
+    /// terminal too; implies `yes`.
+    pub(crate) yes_system: bool,
     /// A user can answer on a terminal.
     pub(crate) interactive: bool,
     /// The system prompt (the `setup` role's body).
