@@ -54,8 +54,13 @@
 //! collapsed and against each simple command in it.
 
 mod builtin;
+mod detach;
+mod disk;
 mod expand;
+#[cfg(test)]
+mod family_tests;
 mod git;
+mod inline;
 mod outside;
 mod paths;
 mod programs;

@@ -8,8 +8,11 @@
 //! for a command that merely starts like one.
 
 use super::MAX_DEPTH;
+use super::detach::detach_rule;
+use super::disk::allocation_rule;
 use super::expand::whole_substitution;
 use super::git::{git_env_rule, git_rule};
+use super::inline::inline_rule;
 use super::outside::{outside_rule, protected_write};
 use super::paths::{fold, home_relative};
 use super::programs::{
@@ -133,6 +136,8 @@ fn check(command: &str, an: &Analysis, allowlist: &[Entry]) -> Option<String> {
             } else {
                 git_env_rule(unit)
                     .or_else(|| outside_rule(unit))
+                    .or_else(|| detach_rule(unit))
+                    .or_else(|| inline_rule(unit))
                     .or_else(|| argv_rule(&unit.argv))
             }
         });
@@ -263,6 +268,9 @@ fn program_rule(argv: &[String]) -> Option<String> {
     let prog = basename(argv.first()?);
     let args = &argv[1..];
     if let Some(reason) = download_into_shell_arg(prog, args) {
+        return Some(reason);
+    }
+    if let Some(reason) = allocation_rule(argv) {
         return Some(reason);
     }
     match prog {

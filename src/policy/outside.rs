@@ -128,6 +128,67 @@ pub(super) fn secret_read(path: &str) -> Option<String> {
         .then(|| format!("`{path}` holds the system's password hashes"))
 }
 
+/// Why a link pointing at `path` is refused: it is a secret (or another
+/// process's environment), a startup file, the home directory itself or a
+/// directory holding a secret (`~/.config` holds `~/.config/gh`) — reading
+/// or writing through the link would reach them.
+pub(super) fn link_target_problem(path: &str) -> Option<String> {
+    if let Some(why) = secret_read(path) {
+        return Some(why);
+    }
+    let rel = in_home(path)?;
+    if rel.is_empty() {
+        return Some(format!(
+            "the home directory (`{path}`), which holds the user's keys and startup files"
+        ));
+    }
+    if under(&rel, HOME_STARTUP).is_some() {
+        return Some(format!(
+            "the user's shell or git startup configuration (`{path}`)"
+        ));
+    }
+    HOME_SECRETS
+        .iter()
+        .any(|s| {
+            s.strip_prefix(rel.as_str())
+                .is_some_and(|r| r.starts_with('/'))
+        })
+        .then(|| format!("`{path}`, a directory holding the user's credentials"))
+}
+
+/// `ln [-s] TARGET… LINK` (or `-t DIR TARGET…`) pointing at what
+/// [`link_target_problem`] refuses.
+fn link_rule(prog: &str, args: &[String]) -> Option<String> {
+    let mut ops: Vec<&str> = Vec::new();
+    let mut to_dir = false;
+    let mut it = args.iter();
+    let mut opts_done = false;
+    while let Some(a) = it.next() {
+        if !opts_done && a == "--" {
+            opts_done = true;
+        } else if !opts_done && (a == "-t" || a == "--target-directory") {
+            to_dir = true;
+            it.next();
+        } else if !opts_done && a.starts_with("--target-directory=") {
+            to_dir = true;
+        } else if opts_done || !a.starts_with('-') || a == "-" {
+            ops.push(a);
+        }
+    }
+    let targets = if to_dir || ops.len() < 2 {
+        &ops[..]
+    } else {
+        &ops[..ops.len() - 1]
+    };
+    targets.iter().find_map(|t| {
+        link_target_problem(t).map(|why| {
+            format!(
+                "`{prog}` makes a link to {why}: reading or writing through the link reaches it; copy what the task needs into the worktree, or leave it alone"
+            )
+        })
+    })
+}
+
 /// Reads of secrets, crontab changes and signals to orch.
 pub(super) fn outside_rule(u: &Unit) -> Option<String> {
     for (op, source) in &u.redirects {
@@ -142,6 +203,11 @@ pub(super) fn outside_rule(u: &Unit) -> Option<String> {
     }
     let prog = basename(u.argv.first()?);
     let args = &u.argv[1..];
+    if prog == "ln"
+        && let Some(why) = link_rule(prog, args)
+    {
+        return Some(why);
+    }
     if !["echo", "printf"].contains(&prog)
         && let Some(why) = args.iter().find_map(|a| {
             // `--file=PATH`, `curl -d @PATH`.
