@@ -62,6 +62,10 @@ const DENIED: &[(&str, &str)] = &[
         "python3 -c \"open('/root/.bashrc', 'a').write('x')\"",
         "outside the worktree",
     ),
+    (
+        "python3 -c \"open('/tmp/shared.txt', 'w').write('x')\"",
+        "writes `/tmp/shared.txt`",
+    ),
     ("perl -e 'unlink \"/home/alice/.bashrc\"'", "calls `unlink"),
     ("perl -e 'unlink(\"/srv/x\")'", "removes `/srv/x`"),
     (
@@ -229,8 +233,8 @@ const BENIGN: &[&str] = &[
     "python3 -c \"import shutil; shutil.copy('a.txt', 'b.txt')\"",
     "python3 -c \"import shutil; shutil.move('a.txt', 'docs/a.txt')\"",
     "python3 -c \"import os; os.rename('old.py', 'new.py')\"",
-    "python3 -c \"open('/tmp/x', 'w').write('y')\"",
-    "python3 -c \"import os; os.remove('/tmp/scratch.txt')\"",
+    "python3 -c \"import tempfile; open(tempfile.mktemp(), 'w').write('y')\"",
+    "python3 -c \"import os; open(os.environ['TMPDIR'] + '/x', 'w').write('y')\"",
     "python3 -c \"from pathlib import Path; Path('src/gen.py').write_text('x = 1')\"",
     "python3 -c \"from pathlib import Path; print(Path('/usr/lib').exists())\"",
     "python3 -c \"print('/usr/bin'.replace('/usr', '/opt'))\"",

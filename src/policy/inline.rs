@@ -303,7 +303,8 @@ fn call_args(text: &str) -> Vec<Option<String>> {
     args
 }
 
-/// Whether a removal or write of `path` stays in the lane or a temp dir.
+/// Whether a removal or write of `path` stays in the lane or the call's
+/// private temp dir (`$TMPDIR`).
 fn stays_in_lane(path: &str) -> bool {
     let p = path.trim();
     if p.is_empty() {
@@ -316,12 +317,10 @@ fn stays_in_lane(path: &str) -> bool {
     }
     if p.starts_with('/') {
         let f = fold(p);
-        let temp = ["/tmp", "/var/tmp", "/dev/shm"]
-            .iter()
-            .any(|t| f.strip_prefix(t).is_some_and(|r| r.starts_with('/')))
-            || ["/dev/null", "/dev/stdout", "/dev/stderr"].contains(&f.as_str())
+        // Not `/tmp` itself: it is shared with every other process (the
+        // sandbox grants the call's private `$TMPDIR` only).
+        return ["/dev/null", "/dev/stdout", "/dev/stderr"].contains(&f.as_str())
             || f.starts_with("/dev/fd/");
-        return temp;
     }
     home_relative(p).is_none() && stays_inside(p)
 }
