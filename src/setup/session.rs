@@ -49,6 +49,9 @@ pub(crate) struct SetupOutcome {
     pub(crate) end: SetupEnd,
     /// The plan, when the model made one.
     pub(crate) plan: Option<Plan>,
+    /// The command line that continues this setup (or, for `--lane`, runs
+    /// it again) with the approvals it was given.
+    pub(crate) resume_hint: String,
 }
 
 /// A setup that could not go on: the model server or the record failed.
@@ -60,6 +63,9 @@ pub(crate) enum SetupError {
     /// The setup record, the sandbox, or bad input (the message says which).
     #[error("{0}")]
     Other(String),
+    /// A resume of a setup that cannot be resumed (the message says why).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// Runs a new setup, or resumes `opts.resume`.
@@ -103,11 +109,19 @@ pub(crate) async fn run_setup(
     .to_owned();
     s.save_state()?;
     s.record.log("end", json!({"status": s.state.status}));
+    let given = if s.opts.yes_system {
+        " --yes-system"
+    } else if s.opts.yes {
+        " --yes"
+    } else {
+        ""
+    };
     Ok(SetupOutcome {
         id: s.state.id.clone(),
         dir: s.record.dir().to_path_buf(),
         end,
         plan: s.plan.clone(),
+        resume_hint: s.resume_hint(given),
     })
 }
 
@@ -160,6 +174,8 @@ impl<'a> Session<'a> {
             plan_version: 0,
             steps: Vec::new(),
             recovered: Vec::new(),
+            model: opts.model.clone(),
+            lane: opts.lane,
         };
         let messages = first_messages(&opts);
         console.say(&format!(
@@ -198,6 +214,17 @@ impl<'a> Session<'a> {
     ) -> Result<Self, SetupError> {
         let record = SetupRecord::open(id, opts.secrets.clone()).map_err(other)?;
         let mut state = record.read_state().map_err(other)?;
+        if state.lane {
+            return Err(SetupError::Invalid(format!(
+                "setup {id} prepared a scratch lane, which is gone: a `--lane` setup is not resumed; run `orch setup --lane` again"
+            )));
+        }
+        // The flags given now (merged with the recorded ones by the
+        // command line) are what later resumes reuse.
+        if opts.model.is_some() {
+            state.model = opts.model.clone();
+            record.write_state(&state).map_err(other)?;
+        }
         let plan = record.read_plan().ok();
         if let Some(p) = &plan {
             state.steps.resize(p.steps.len(), StepState::default());
@@ -575,7 +602,10 @@ impl<'a> Session<'a> {
     /// The command line that resumes this setup with `flags` (the model
     /// settings come from the record).
     fn resume_hint(&self, flags: &str) -> String {
-        format!("orch setup --resume {}{flags}", self.state.id)
+        match &self.opts.rerun {
+            Some((before, after)) => format!("{before}{flags}{after}"),
+            None => format!("orch setup --resume {}{flags}", self.state.id),
+        }
     }
 
     /// Prints `{prefix}$ command`, runs it, prints its output and status.

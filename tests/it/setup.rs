@@ -1036,3 +1036,148 @@ fn a_failed_steps_output_is_redacted_and_capped_before_the_model_sees_it() {
     assert!(failure.contains("[REDACTED]"), "{failure}");
     assert!(failure.len() < 10_000, "{} bytes", failure.len());
 }
+
+/// The command line in the first `` `orch setup …` `` of `text`, split
+/// into words as a shell would (single quotes only: what orch prints).
+fn printed_command(text: &str) -> Vec<String> {
+    let start = text
+        .find("`orch setup ")
+        .unwrap_or_else(|| panic!("no `orch setup …` hint in:\n{text}"));
+    let rest = &text[start + 1..];
+    let line = &rest[..rest.find('`').unwrap()];
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                word.get_or_insert_with(String::new);
+            }
+            ' ' if !quoted => words.extend(word.take()),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// Issue 26.6: every command line `orch setup` prints runs — the
+/// not-confirmed hint of a setup whose model came from flags
+/// (`--base-url`/`--model`, `--replay`) and none from the environment, the
+/// system-step hint, and the failed hint.
+#[test]
+fn every_hint_setup_prints_runs_when_the_model_came_from_flags() {
+    // 1. `--base-url`/`--model` flags, headless, no --yes.
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![plan_call(
+            "p1",
+            vec![step("touch made", "install", "test -f made")],
+            &[],
+        )],
+    ));
+    let bare = |args: &[String]| {
+        let mut c = crate::support::orch();
+        c.current_dir(&s.work)
+            .env("ORCH_SETUP_DIR", &s.records)
+            .env("ORCH_CONFIG_DIR", &s.config)
+            .args(args);
+        c
+    };
+    let first: Vec<String> = [
+        "setup",
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "fake-model",
+        "a file",
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .collect();
+    let out = bare(&first).output().unwrap();
+    assert_exit(&out, 9);
+    let hint = printed_command(&stdout(&out));
+    assert_eq!(hint[..3], ["orch", "setup", "--resume"], "{hint:?}");
+    let out = bare(&hint[1..]).output().unwrap();
+    assert_exit(&out, 0);
+    assert!(s.work.join("made").exists());
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "the resume needed no model round"
+    );
+
+    // 2. `--replay FILE`, `--yes`, a system step: the hint names --yes-system.
+    let s = Scratch::new();
+    let replay = s.tmp.path().join("replay.json");
+    std::fs::write(
+        &replay,
+        json!({"format": "orch-replay/1", "agents": {"setup": [
+            {"tool_calls": [{"id": "p", "name": "plan", "arguments": {"steps": [
+                {"command": "touch local", "why": "w", "risk": "install", "check": "test -f local"},
+                {"command": "touch system-wide", "why": "w", "risk": "system", "check": "test -f system-wide"}
+            ]}}]}
+        ]}})
+        .to_string(),
+    )
+    .unwrap();
+    let bare = |args: &[String]| {
+        let mut c = crate::support::orch();
+        c.current_dir(&s.work)
+            .env("ORCH_SETUP_DIR", &s.records)
+            .env("ORCH_CONFIG_DIR", &s.config)
+            .args(args);
+        c
+    };
+    let first: Vec<String> = ["setup", "--replay", "../replay.json", "--yes", "two files"]
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
+    let out = bare(&first).output().unwrap();
+    assert_exit(&out, 9);
+    let hint = printed_command(&stdout(&out));
+    assert!(hint.contains(&"--yes-system".to_owned()), "{hint:?}");
+    let out = bare(&hint[1..]).output().unwrap();
+    assert_exit(&out, 0);
+    assert!(s.work.join("local").exists() && s.work.join("system-wide").exists());
+
+    // 3. A failed setup's hint (stderr) runs too: the model came from flags.
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            plan_call("p1", vec![step("test -f go", "install", "true")], &[]),
+            plan_call("p2", vec![step("test -f go", "install", "true")], &[]),
+        ],
+    ));
+    let bare = |args: &[String]| {
+        let mut c = crate::support::orch();
+        c.current_dir(&s.work)
+            .env("ORCH_SETUP_DIR", &s.records)
+            .env("ORCH_CONFIG_DIR", &s.config)
+            .args(args);
+        c
+    };
+    let first: Vec<String> = [
+        "setup",
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "fake-model",
+        "--yes",
+        "a go file",
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .collect();
+    let out = bare(&first).output().unwrap();
+    assert_exit(&out, 1);
+    let hint = printed_command(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(hint[..3], ["orch", "setup", "--resume"], "{hint:?}");
+    std::fs::write(s.work.join("go"), "").unwrap();
+    let out = bare(&hint[1..]).output().unwrap();
+    assert_exit(&out, 0);
+}
