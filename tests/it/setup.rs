@@ -1062,6 +1062,20 @@ fn printed_command(text: &str) -> Vec<String> {
     words
 }
 
+/// `orch setup` in the work dir with no model in the environment.
+fn bare(s: &Scratch, args: &[String]) -> Command {
+    let mut c = crate::support::orch();
+    c.current_dir(&s.work)
+        .env("ORCH_SETUP_DIR", &s.records)
+        .env("ORCH_CONFIG_DIR", &s.config)
+        .args(args);
+    c
+}
+
+fn words(ws: &[&str]) -> Vec<String> {
+    ws.iter().map(|w| w.to_string()).collect()
+}
+
 /// Issue 26.6: every command line `orch setup` prints runs — the
 /// not-confirmed hint of a setup whose model came from flags
 /// (`--base-url`/`--model`, `--replay`) and none from the environment, the
@@ -1078,30 +1092,19 @@ fn every_hint_setup_prints_runs_when_the_model_came_from_flags() {
             &[],
         )],
     ));
-    let bare = |args: &[String]| {
-        let mut c = crate::support::orch();
-        c.current_dir(&s.work)
-            .env("ORCH_SETUP_DIR", &s.records)
-            .env("ORCH_CONFIG_DIR", &s.config)
-            .args(args);
-        c
-    };
-    let first: Vec<String> = [
+    let first = words(&[
         "setup",
         "--base-url",
         &server.base_url,
         "--model",
         "fake-model",
         "a file",
-    ]
-    .iter()
-    .map(|w| w.to_string())
-    .collect();
-    let out = bare(&first).output().unwrap();
+    ]);
+    let out = bare(&s, &first).output().unwrap();
     assert_exit(&out, 9);
     let hint = printed_command(&stdout(&out));
     assert_eq!(hint[..3], ["orch", "setup", "--resume"], "{hint:?}");
-    let out = bare(&hint[1..]).output().unwrap();
+    let out = bare(&s, &hint[1..]).output().unwrap();
     assert_exit(&out, 0);
     assert!(s.work.join("made").exists());
     assert_eq!(
@@ -1124,23 +1127,12 @@ fn every_hint_setup_prints_runs_when_the_model_came_from_flags() {
         .to_string(),
     )
     .unwrap();
-    let bare = |args: &[String]| {
-        let mut c = crate::support::orch();
-        c.current_dir(&s.work)
-            .env("ORCH_SETUP_DIR", &s.records)
-            .env("ORCH_CONFIG_DIR", &s.config)
-            .args(args);
-        c
-    };
-    let first: Vec<String> = ["setup", "--replay", "../replay.json", "--yes", "two files"]
-        .iter()
-        .map(|w| w.to_string())
-        .collect();
-    let out = bare(&first).output().unwrap();
+    let first = words(&["setup", "--replay", "../replay.json", "--yes", "two files"]);
+    let out = bare(&s, &first).output().unwrap();
     assert_exit(&out, 9);
     let hint = printed_command(&stdout(&out));
     assert!(hint.contains(&"--yes-system".to_owned()), "{hint:?}");
-    let out = bare(&hint[1..]).output().unwrap();
+    let out = bare(&s, &hint[1..]).output().unwrap();
     assert_exit(&out, 0);
     assert!(s.work.join("local").exists() && s.work.join("system-wide").exists());
 
@@ -1153,15 +1145,7 @@ fn every_hint_setup_prints_runs_when_the_model_came_from_flags() {
             plan_call("p2", vec![step("test -f go", "install", "true")], &[]),
         ],
     ));
-    let bare = |args: &[String]| {
-        let mut c = crate::support::orch();
-        c.current_dir(&s.work)
-            .env("ORCH_SETUP_DIR", &s.records)
-            .env("ORCH_CONFIG_DIR", &s.config)
-            .args(args);
-        c
-    };
-    let first: Vec<String> = [
+    let first = words(&[
         "setup",
         "--base-url",
         &server.base_url,
@@ -1169,15 +1153,12 @@ fn every_hint_setup_prints_runs_when_the_model_came_from_flags() {
         "fake-model",
         "--yes",
         "a go file",
-    ]
-    .iter()
-    .map(|w| w.to_string())
-    .collect();
-    let out = bare(&first).output().unwrap();
+    ]);
+    let out = bare(&s, &first).output().unwrap();
     assert_exit(&out, 1);
     let hint = printed_command(&String::from_utf8_lossy(&out.stderr));
     assert_eq!(hint[..3], ["orch", "setup", "--resume"], "{hint:?}");
     std::fs::write(s.work.join("go"), "").unwrap();
-    let out = bare(&hint[1..]).output().unwrap();
+    let out = bare(&s, &hint[1..]).output().unwrap();
     assert_exit(&out, 0);
 }
