@@ -34,7 +34,7 @@ pub struct SetupArgs {
     /// Also run system steps (risk `system`, anything with `sudo`, which runs outside the sandbox) without a terminal; implies --yes. Without it, on a terminal each system step is confirmed on its own
     #[arg(long)]
     pub yes_system: bool,
-    /// Continue a setup from its first unverified step
+    /// Continue a setup from its first unverified step, with the model settings it recorded (a model flag given now wins)
     #[arg(long, value_name = "ID", conflicts_with = "goal")]
     pub resume: Option<String>,
     /// Prepare a scratch lane of the repository and save the verified

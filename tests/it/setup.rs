@@ -466,33 +466,24 @@ fn detect_system_matches_os_release_uname_and_command_v() {
     assert_eq!(result["root"], root);
 }
 
-/// On a terminal (a pseudo-terminal from util-linux `script`): `ask_user`
-/// gets the typed answer, install steps are confirmed one by one, `n`
-/// skips a step (exit 9 at the end, the report says so).
-#[test]
-fn on_a_terminal_steps_are_confirmed_one_by_one() {
+/// Runs `orch setup <args>` on a pseudo-terminal (util-linux `script`),
+/// typing `input`; `None` where `script` is missing.
+fn on_terminal(
+    s: &Scratch,
+    server: &FakeServer,
+    args: &str,
+    input: &[u8],
+) -> Option<(Option<i32>, String)> {
     use std::io::{Read, Write};
     if Command::new("script").arg("--version").output().is_err() {
         eprintln!("skipped: no `script` to make a pseudo-terminal");
-        return;
+        return None;
     }
-    let s = Scratch::new();
-    let steps = ["a", "b", "c"]
-        .iter()
-        .map(|f| step(&format!("touch {f}"), "install", &format!("test -f {f}")))
-        .collect();
-    let server = FakeServer::start(Script::new().agent(
-        "setup",
-        vec![
-            Reply::tool_call("q1", "ask_user", json!({"question": "Which files?"})),
-            plan_call("p1", steps, &[]),
-        ],
-    ));
-    let inner = s.setup(&server, &["three files"]);
+    let inner = s.setup(server, &[]);
     let mut cmd = Command::new("script");
     cmd.args(["-qec"])
         .arg(format!(
-            "{} setup 'three files'",
+            "{} setup {args}",
             inner.get_program().to_string_lossy()
         ))
         .arg("/dev/null")
@@ -508,7 +499,7 @@ fn on_a_terminal_steps_are_confirmed_one_by_one() {
         .stdout(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"some files\ny\nn\ny\n").unwrap();
+    stdin.write_all(input).unwrap();
     let mut out = String::new();
     child
         .stdout
@@ -518,7 +509,31 @@ fn on_a_terminal_steps_are_confirmed_one_by_one() {
         .unwrap();
     let status = child.wait().unwrap();
     drop(stdin);
-    assert_eq!(status.code(), Some(9), "{out}");
+    Some((status.code(), out))
+}
+
+/// On a terminal (a pseudo-terminal from util-linux `script`): `ask_user`
+/// gets the typed answer, install steps are confirmed one by one, `n`
+/// skips a step (exit 9 at the end, the report says so).
+#[test]
+fn on_a_terminal_steps_are_confirmed_one_by_one() {
+    let s = Scratch::new();
+    let steps = ["a", "b", "c"]
+        .iter()
+        .map(|f| step(&format!("touch {f}"), "install", &format!("test -f {f}")))
+        .collect();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::tool_call("q1", "ask_user", json!({"question": "Which files?"})),
+            plan_call("p1", steps, &[]),
+        ],
+    ));
+    let Some((code, out)) = on_terminal(&s, &server, "'three files'", b"some files\ny\nn\ny\n")
+    else {
+        return;
+    };
+    assert_eq!(code, Some(9), "{out}");
     assert!(out.contains("answer: some files (terminal)"), "{out}");
     assert!(out.contains("run step 1 `touch a`? [y/n/a(ll)/q]"), "{out}");
     assert!(out.contains("skipped step 2 (not confirmed)"), "{out}");
@@ -527,6 +542,39 @@ fn on_a_terminal_steps_are_confirmed_one_by_one() {
     assert!(!s.work.join("b").exists());
     let reqs = server.requests();
     assert!(tool_results(&reqs[1])[0].contains("the user answered: some files (terminal)"));
+}
+
+/// Issue 25.1: on a terminal a system step is asked for on its own, even
+/// after `a` (all) at an install step and even with `--yes`.
+#[test]
+fn on_a_terminal_system_steps_are_confirmed_each_on_its_own() {
+    for (args, input) in [
+        ("'three files'", &b"a\ny\n"[..]),
+        ("--yes 'three files'", &b"y\n"[..]),
+    ] {
+        let s = Scratch::new();
+        let steps = vec![
+            step("touch a", "install", "test -f a"),
+            step("touch b", "system", "test -f b"),
+            step("touch c", "install", "test -f c"),
+        ];
+        let server =
+            FakeServer::start(Script::new().agent("setup", vec![plan_call("p1", steps, &[])]));
+        let Some((code, out)) = on_terminal(&s, &server, args, input) else {
+            return;
+        };
+        assert_eq!(code, Some(0), "{out}");
+        assert!(
+            out.contains(
+                "run step 2 `touch b` (a system step: it may write /usr, /etc, /var, …)? [y/n/q]"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("run step 3"), "{out}");
+        for f in ["a", "b", "c"] {
+            assert!(s.work.join(f).exists(), "{f}: {out}");
+        }
+    }
 }
 
 #[test]
