@@ -295,3 +295,32 @@ impl SetupRecord {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_print_as_shell_words() {
+        assert_eq!(shell_word("http://h:1/v1"), "http://h:1/v1");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+        let f = ModelFlags {
+            replay: Some(PathBuf::from("/r/my replay.json")),
+            temperature: Some(0.5),
+            tool_choice: Some(crate::llm::ToolChoice::Required),
+            no_stream: true,
+            ..ModelFlags::default()
+        };
+        assert_eq!(
+            f.to_args(),
+            [
+                "--replay '/r/my replay.json'",
+                "--temperature 0.5",
+                "--tool-choice required",
+                "--no-stream"
+            ]
+        );
+    }
+}
