@@ -607,7 +607,12 @@ fn absolute_home_paths_and_the_new_deny_list_families_are_refused_with_clear_rea
             format!("ln -s {h}/.ssh/id_ed25519 k && cat k"),
             "keys or credentials",
         ),
-        ("fallocate -l 50G big".to_owned(), "allocates 50.0 GiB"),
+        // 1 EiB: refused by the policy; were it not, the file system
+        // refuses it at once instead of filling the disk.
+        (
+            "fallocate -l 1E big".to_owned(),
+            "allocates 1073741824.0 GiB",
+        ),
         ("nohup sh -c 'sleep 300' &".to_owned(), "`nohup … &`"),
         ("setsid sleep 300".to_owned(), "`setsid`"),
     ];
