@@ -54,9 +54,15 @@
 //! collapsed and against each simple command in it.
 
 mod builtin;
+mod detach;
+mod disk;
 mod expand;
+#[cfg(test)]
+mod family_tests;
 mod git;
+mod inline;
 mod outside;
+mod paths;
 mod programs;
 mod scripts;
 mod shell;
@@ -215,6 +221,23 @@ pub(crate) fn simple_commands(command: &str) -> Option<Vec<SimpleCommand>> {
             })
             .collect(),
     )
+}
+
+/// Why `command` names a secret or startup path of a home (keys,
+/// credentials, `.netrc`, cloud credentials, shell rc files,
+/// `authorized_keys`) in any argument, redirection or quoted text at any
+/// nesting level, whatever spelling of the home it uses; `None` when it
+/// names none. Stricter than [`BashPolicy::decide`]: for `orch setup`'s
+/// steps, which never need such a path (`sudo` or not).
+pub(crate) fn secret_path_in(command: &str) -> Option<String> {
+    outside::secret_path_in(command, &analyze(command).units)
+}
+
+/// The home directory of the passwd entry of the user orch runs as (which
+/// differs from `$HOME` when something set its own).
+pub(crate) fn passwd_home() -> Option<std::path::PathBuf> {
+    // SAFETY: getuid cannot fail and touches no memory.
+    paths::passwd_home_of_uid(unsafe { libc::getuid() })
 }
 
 /// True when a user can answer a prompt: stdin and stderr are terminals and

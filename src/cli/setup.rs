@@ -28,10 +28,13 @@ pub struct SetupArgs {
     /// Only reconnaissance runs; print the plan (and save plan.json), change nothing
     #[arg(long)]
     pub plan_only: bool,
-    /// Run install/system steps without a terminal (CI); `ask_user` is answered yes
+    /// Run project-local (install) steps without a terminal (CI); `ask_user` is answered yes. System steps (risk `system`, `sudo`) are not covered: they need --yes-system
     #[arg(long)]
     pub yes: bool,
-    /// Continue a setup from its first unverified step
+    /// Also run system steps (risk `system`, anything with `sudo`, which runs outside the sandbox) without a terminal; implies --yes. Without it, on a terminal each system step is confirmed on its own
+    #[arg(long)]
+    pub yes_system: bool,
+    /// Continue a setup from its first unverified step, with the model settings it recorded (a model flag given now wins)
     #[arg(long, value_name = "ID", conflicts_with = "goal")]
     pub resume: Option<String>,
     /// Prepare a scratch lane of the repository and save the verified
@@ -67,7 +70,12 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
     };
     let catalog = Catalog::load(repo.as_deref())?;
     let role = catalog.role("setup")?;
-    let chosen = choose_for_repo(&args.model, repo.as_deref())?;
+    // A resume talks to the model the setup recorded, flag by flag unless
+    // a flag given now says otherwise.
+    let recorded = args.resume.as_deref().and_then(setup::recorded_model);
+    let model_args = merged(&args.model, recorded.as_ref());
+    let model_flags = flags_of(&model_args, &cwd);
+    let chosen = choose_for_repo(&model_args, repo.as_deref())?;
     // As `orch run` does: a dead server or a refused key fails at once (exit
     // 3), before any round, not after the client's retries.
     if let Err(e) = super::preflight::check(chosen.model.as_ref()).await {
@@ -81,13 +89,34 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
         (None, Some(_)) => DEFAULT_LANE_GOAL.to_owned(),
         (None, None) => String::new(),
     };
+    let rerun = lane.as_ref().map(|_| {
+        let at = args.repo.clone().unwrap_or_else(|| cwd.clone());
+        let at = std::path::absolute(&at).unwrap_or(at);
+        let mut before = format!(
+            "orch setup --lane --repo {}",
+            setup::shell_word(&at.display().to_string())
+        );
+        for a in model_flags.to_args() {
+            before.push(' ');
+            before.push_str(&a);
+        }
+        let after = args
+            .goal
+            .as_deref()
+            .map(|g| format!(" {}", setup::shell_word(g)))
+            .unwrap_or_default();
+        (before, after)
+    });
     let opts = SetupOptions {
         goal,
         house_rules: setup::house_rules(repo.as_deref().unwrap_or(&cwd)),
         cwd: lane.as_ref().map_or(cwd, |l| l.path().to_path_buf()),
         lane: lane.is_some(),
         plan_only: args.plan_only,
-        yes: args.yes,
+        yes: args.yes || args.yes_system,
+        yes_system: args.yes_system,
+        model: Some(model_flags),
+        rerun,
         interactive: crate::policy::detect_interactive(),
         prompt: role.prompt.clone(),
         max_rounds: role.max_turns.clamp(1, setup::MAX_ROUNDS),
@@ -132,6 +161,9 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
     let outcome = match outcome {
         Ok(o) => o,
         Err(setup::SetupError::Model(e)) => return Err(CliError::Model(e)),
+        Err(setup::SetupError::Invalid(e)) => {
+            return Err(CliError::Invalid(format!("failed to resume: {e}")));
+        }
         Err(setup::SetupError::Other(e)) if args.resume.is_some() && e.starts_with("no setup") => {
             return Err(CliError::Invalid(format!("failed to resume: {e}")));
         }
@@ -146,10 +178,15 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
         SetupEnd::Failed(why) => (
             super::exit::STAGE_FAILED,
             Some(format!(
-                "setup {}: failed: {why} (record: {}; `orch setup --resume {}` continues)",
+                "setup {}: failed: {why} (record: {}; `{}` {})",
                 outcome.id,
                 outcome.dir.display(),
-                outcome.id
+                outcome.resume_hint,
+                if args.lane {
+                    "runs it again"
+                } else {
+                    "continues"
+                }
             )),
         ),
     };
@@ -157,6 +194,58 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
         crate::ui::status_line(&line);
     }
     Ok(code)
+}
+
+/// The model flags given now, each missing one taken from `recorded` (a
+/// flag naming a model drops the recorded replay, and `--replay` the
+/// recorded server).
+fn merged(given: &ModelArgs, recorded: Option<&setup::ModelFlags>) -> ModelArgs {
+    let Some(r) = recorded else {
+        return given.clone();
+    };
+    let mut m = given.clone();
+    let names_server = given.base_url.is_some() || given.model.is_some();
+    if given.replay.is_none() && !names_server {
+        m.replay = r.replay.clone();
+    }
+    if given.replay.is_none() {
+        m.base_url = m.base_url.or_else(|| r.base_url.clone());
+        m.model = m.model.or_else(|| r.model.clone());
+    }
+    m.profile = m.profile.or_else(|| r.profile.clone());
+    m.no_stream |= r.no_stream;
+    let s = &mut m.sampling;
+    s.temperature = s.temperature.or(r.temperature);
+    s.seed = s.seed.or(r.seed);
+    s.max_output_tokens = s.max_output_tokens.or(r.max_output_tokens);
+    s.tool_choice = s.tool_choice.or(r.tool_choice);
+    m
+}
+
+/// What to record of the model settings: the flags, else the
+/// `ORCH_BASE_URL`/`ORCH_MODEL`/`ORCH_PROFILE` they came from (never the
+/// key); the replay file made absolute.
+fn flags_of(m: &ModelArgs, cwd: &std::path::Path) -> setup::ModelFlags {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let replay = m.replay_file().map(|f| cwd.join(f));
+    let from_env = replay.is_none();
+    setup::ModelFlags {
+        base_url: m
+            .base_url
+            .clone()
+            .or_else(|| from_env.then(|| env("ORCH_BASE_URL")).flatten()),
+        model: match &replay {
+            Some(_) => None,
+            None => m.model.clone().or_else(|| env("ORCH_MODEL")),
+        },
+        replay,
+        profile: m.profile.clone().or_else(|| env("ORCH_PROFILE")),
+        no_stream: m.no_stream,
+        temperature: m.sampling.temperature,
+        seed: m.sampling.seed,
+        max_output_tokens: m.sampling.max_output_tokens,
+        tool_choice: m.sampling.tool_choice,
+    }
 }
 
 /// The goal of `orch setup --lane` without one.

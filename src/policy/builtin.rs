@@ -8,9 +8,13 @@
 //! for a command that merely starts like one.
 
 use super::MAX_DEPTH;
+use super::detach::detach_rule;
+use super::disk::allocation_rule;
 use super::expand::whole_substitution;
 use super::git::{git_env_rule, git_rule};
+use super::inline::inline_rule;
 use super::outside::{outside_rule, protected_write};
+use super::paths::{fold, home_relative};
 use super::programs::{
     SHELLS, basename, find_parts, interpreter_reading_stdin, is_interpreter, is_unknown_program,
     reads_script_from_stdin,
@@ -132,6 +136,8 @@ fn check(command: &str, an: &Analysis, allowlist: &[Entry]) -> Option<String> {
             } else {
                 git_env_rule(unit)
                     .or_else(|| outside_rule(unit))
+                    .or_else(|| detach_rule(unit))
+                    .or_else(|| inline_rule(unit))
                     .or_else(|| argv_rule(&unit.argv))
             }
         });
@@ -262,6 +268,9 @@ fn program_rule(argv: &[String]) -> Option<String> {
     let prog = basename(argv.first()?);
     let args = &argv[1..];
     if let Some(reason) = download_into_shell_arg(prog, args) {
+        return Some(reason);
+    }
+    if let Some(reason) = allocation_rule(argv) {
         return Some(reason);
     }
     match prog {
@@ -498,6 +507,22 @@ fn dangerous_target(target: &str, include_cwd: bool) -> Option<String> {
             "`{t}`, whose output is only known when the shell runs it (it may be `/`); name the paths instead"
         ));
     }
+    // An absolute spelling of a home (`/home/alice`, the passwd entry's
+    // home, a symlink to it) is the home as much as `~` is.
+    let abs;
+    let t = if t.starts_with('/') {
+        abs = fold(t);
+        if let Some(rel) = home_relative(&abs)
+            && rel
+                .split('/')
+                .all(|c| c.chars().all(|ch| matches!(ch, '*' | '.' | '?')))
+        {
+            return Some(format!("the home directory (`{target}`)"));
+        }
+        abs.as_str()
+    } else {
+        t
+    };
     let (base, rest) = split_base(t);
     let mut up = 0usize;
     let mut comps: Vec<&str> = Vec::new();

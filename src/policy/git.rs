@@ -12,6 +12,7 @@ use super::unwrap::{Unit, is_assignment};
 /// Variables that point git at another repository or worktree.
 const GIT_PATH_VARS: &[&str] = &[
     "GIT_DIR",
+    "GIT_EXEC_PATH",
     "GIT_WORK_TREE",
     "GIT_COMMON_DIR",
     "GIT_INDEX_FILE",
@@ -30,6 +31,9 @@ pub(super) fn git_env_rule(u: &Unit) -> Option<String> {
     {
         assigned.extend(u.argv.iter().skip(1));
     }
+    if let Some(why) = git_config_env_rule(&assigned) {
+        return Some(why);
+    }
     assigned.into_iter().find_map(|w| {
         let (name, value) = w.split_once('=')?;
         (is_assignment(w) && GIT_PATH_VARS.contains(&name) && !stays_inside(value)).then(|| {
@@ -37,6 +41,66 @@ pub(super) fn git_env_rule(u: &Unit) -> Option<String> {
                 "`{name}={value}` points git outside this worktree; run git in the worktree without setting {name}"
             )
         })
+    })
+}
+
+/// Configuration keys whose value is a path git reads hooks, config or a
+/// work tree from (or runs): pointed outside the worktree, they make a
+/// `git commit` in the lane run or write what lies there.
+fn is_path_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    [
+        "core.hookspath",
+        "core.worktree",
+        "include.path",
+        "init.templatedir",
+        "core.fsmonitor",
+    ]
+    .contains(&k.as_str())
+        || (k.starts_with("includeif.") && k.ends_with(".path"))
+}
+
+/// `git -c KEY=VALUE` / `--config-env=KEY=VAR` giving a path key a value
+/// outside the worktree (for `--config-env` the value is an environment
+/// variable, unknown here).
+fn config_override_rule(opt: &str, pair: &str) -> Option<String> {
+    let (key, value) = pair.split_once('=')?;
+    if !is_path_key(key) {
+        return None;
+    }
+    let boolean = ["true", "false", "yes", "no", "on", "off", "0", "1", ""]
+        .contains(&value.to_ascii_lowercase().as_str());
+    let outside =
+        opt == "--config-env" || (!boolean && value != "/dev/null" && !stays_inside(value));
+    outside.then(|| {
+        format!(
+            "`git {opt} {pair}` points git's `{key}` outside this worktree, so git would run or read what lies there; leave `{key}` as it is (a path inside the worktree is fine)"
+        )
+    })
+}
+
+/// `GIT_CONFIG_KEY_<n>`/`GIT_CONFIG_VALUE_<n>` pairs and
+/// `GIT_CONFIG_PARAMETERS` (how `git -c` reaches a child git) setting a
+/// path key outside the worktree.
+fn git_config_env_rule(assigned: &[&String]) -> Option<String> {
+    let get = |name: &str| {
+        assigned
+            .iter()
+            .find_map(|w| w.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+    };
+    for w in assigned {
+        if let Some((name, key)) = w.split_once('=')
+            && let Some(n) = name.strip_prefix("GIT_CONFIG_KEY_")
+            && let Some(value) = get(&format!("GIT_CONFIG_VALUE_{n}"))
+            && let Some(why) = config_override_rule("-c", &format!("{key}={value}"))
+        {
+            return Some(format!("`{name}`/`GIT_CONFIG_VALUE_{n}` set what {why}"));
+        }
+    }
+    let params = get("GIT_CONFIG_PARAMETERS")?;
+    params.split_whitespace().find_map(|p| {
+        let p = p.replace(['\'', '"'], "");
+        config_override_rule("-c", &p).map(|why| format!("`GIT_CONFIG_PARAMETERS` sets what {why}"))
     })
 }
 
@@ -121,6 +185,12 @@ pub(super) fn git_rule(args: &[String]) -> Option<String> {
         .contains(&opt);
         if takes_arg {
             let v = value.or_else(|| args.get(i + 1).map(String::as_str));
+            if let Some(v) = v
+                && (opt == "-c" || opt == "--config-env")
+                && let Some(why) = config_override_rule(opt, v)
+            {
+                return Some(why);
+            }
             if let Some(v) = v
                 && ["-C", "--git-dir", "--work-tree"].contains(&opt)
                 && !stays_inside(v)

@@ -6,6 +6,7 @@
 //! give the model a clear reason instead of a permission error, and they
 //! are what remains where the sandbox is unavailable.
 
+use super::paths::{fold, home_relative};
 use super::programs::basename;
 use super::unwrap::Unit;
 
@@ -53,12 +54,20 @@ const SYSTEM_WRITES: &[&str] = &[
     "/var/spool/cron",
 ];
 
-/// `path` relative to the home directory, when it is written from `~`/`$HOME`.
-fn in_home(path: &str) -> Option<&str> {
-    ["~/", "$HOME/", "${HOME}/"]
-        .iter()
-        .find_map(|h| path.strip_prefix(h))
-        .map(|rest| rest.trim_start_matches("./"))
+/// `path` relative to a home directory, in any spelling of it (`~`,
+/// `$HOME`, `/home/alice`, the passwd entry's home, …; see
+/// [`super::paths`]).
+fn in_home(path: &str) -> Option<String> {
+    home_relative(path)
+}
+
+/// An absolute path with `.`/`..` folded (`/tmp/../etc/x` is `/etc/x`).
+fn folded(path: &str) -> String {
+    if path.starts_with('/') {
+        fold(path)
+    } else {
+        path.to_owned()
+    }
 }
 
 fn under(rel: &str, entries: &[&str]) -> Option<String> {
@@ -71,6 +80,7 @@ fn under(rel: &str, entries: &[&str]) -> Option<String> {
 /// Why writing (or deleting) `path` is refused, if it is.
 pub(super) fn protected_write(path: &str) -> Option<String> {
     if let Some(rel) = in_home(path) {
+        let rel = rel.as_str();
         if under(rel, HOME_SECRETS).is_some() {
             return Some(format!("the user's keys or credentials (`{path}`)"));
         }
@@ -80,9 +90,10 @@ pub(super) fn protected_write(path: &str) -> Option<String> {
             ));
         }
     }
+    let abs = folded(path);
     SYSTEM_WRITES
         .iter()
-        .any(|d| path.starts_with(d))
+        .any(|d| abs.starts_with(d))
         .then(|| format!("the system file `{path}`"))
 }
 
@@ -90,7 +101,7 @@ pub(super) fn protected_write(path: &str) -> Option<String> {
 /// another process's environment or memory (orch's keys live there).
 pub(super) fn secret_read(path: &str) -> Option<String> {
     if let Some(rel) = in_home(path)
-        && under(rel, HOME_SECRETS).is_some()
+        && under(&rel, HOME_SECRETS).is_some()
     {
         let public = rel.ends_with(".pub")
             || rel.ends_with("known_hosts")
@@ -98,7 +109,8 @@ pub(super) fn secret_read(path: &str) -> Option<String> {
             || rel == ".aws/config";
         return (!public).then(|| format!("`{path}` holds the user's keys or credentials"));
     }
-    if let Some(rest) = path.strip_prefix("/proc/") {
+    let abs = folded(path);
+    if let Some(rest) = abs.strip_prefix("/proc/") {
         let (pid, file) = rest.split_once('/')?;
         let own = pid == "self" || pid == "$$" || pid == "thread-self";
         if !own && ["environ", "mem"].contains(&file) {
@@ -112,8 +124,69 @@ pub(super) fn secret_read(path: &str) -> Option<String> {
             ));
         }
     }
-    (path == "/etc/shadow" || path == "/etc/gshadow")
+    (abs == "/etc/shadow" || abs == "/etc/gshadow")
         .then(|| format!("`{path}` holds the system's password hashes"))
+}
+
+/// Why a link pointing at `path` is refused: it is a secret (or another
+/// process's environment), a startup file, the home directory itself or a
+/// directory holding a secret (`~/.config` holds `~/.config/gh`) — reading
+/// or writing through the link would reach them.
+pub(super) fn link_target_problem(path: &str) -> Option<String> {
+    if let Some(why) = secret_read(path) {
+        return Some(why);
+    }
+    let rel = in_home(path)?;
+    if rel.is_empty() {
+        return Some(format!(
+            "the home directory (`{path}`), which holds the user's keys and startup files"
+        ));
+    }
+    if under(&rel, HOME_STARTUP).is_some() {
+        return Some(format!(
+            "the user's shell or git startup configuration (`{path}`)"
+        ));
+    }
+    HOME_SECRETS
+        .iter()
+        .any(|s| {
+            s.strip_prefix(rel.as_str())
+                .is_some_and(|r| r.starts_with('/'))
+        })
+        .then(|| format!("`{path}`, a directory holding the user's credentials"))
+}
+
+/// `ln [-s] TARGET… LINK` (or `-t DIR TARGET…`) pointing at what
+/// [`link_target_problem`] refuses.
+fn link_rule(prog: &str, args: &[String]) -> Option<String> {
+    let mut ops: Vec<&str> = Vec::new();
+    let mut to_dir = false;
+    let mut it = args.iter();
+    let mut opts_done = false;
+    while let Some(a) = it.next() {
+        if !opts_done && a == "--" {
+            opts_done = true;
+        } else if !opts_done && (a == "-t" || a == "--target-directory") {
+            to_dir = true;
+            it.next();
+        } else if !opts_done && a.starts_with("--target-directory=") {
+            to_dir = true;
+        } else if opts_done || !a.starts_with('-') || a == "-" {
+            ops.push(a);
+        }
+    }
+    let targets = if to_dir || ops.len() < 2 {
+        &ops[..]
+    } else {
+        &ops[..ops.len() - 1]
+    };
+    targets.iter().find_map(|t| {
+        link_target_problem(t).map(|why| {
+            format!(
+                "`{prog}` makes a link to {why}: reading or writing through the link reaches it; copy what the task needs into the worktree, or leave it alone"
+            )
+        })
+    })
 }
 
 /// Reads of secrets, crontab changes and signals to orch.
@@ -130,6 +203,11 @@ pub(super) fn outside_rule(u: &Unit) -> Option<String> {
     }
     let prog = basename(u.argv.first()?);
     let args = &u.argv[1..];
+    if prog == "ln"
+        && let Some(why) = link_rule(prog, args)
+    {
+        return Some(why);
+    }
     if !["echo", "printf"].contains(&prog)
         && let Some(why) = args.iter().find_map(|a| {
             // `--file=PATH`, `curl -d @PATH`.
@@ -164,6 +242,101 @@ pub(super) fn outside_rule(u: &Unit) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Key file names that are secret wherever they are.
+const KEY_FILES: &[&str] = &[
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    "id_ecdsa_sk",
+    "id_ed25519_sk",
+    "authorized_keys",
+];
+
+/// The first path in `command` that names a secret or startup path of a
+/// home — keys, credentials, `.netrc`, cloud credentials, shell rc files,
+/// `authorized_keys` — in any word of any simple command at any depth, in
+/// any redirection, or anywhere in the text between quotes (inline code);
+/// with the reason. Stricter than the deny list: a path counts by its
+/// names (`/.ssh/`, `.bashrc`, `id_ed25519`) whatever comes before them,
+/// so `"$X"/.ssh/id_rsa` and `os.environ['HOME'] + '/.ssh/id_rsa'` count
+/// too. For commands no run needs to point at such paths (`orch setup`'s
+/// steps); public keys (`*.pub`, `known_hosts`) do not count.
+pub(crate) fn secret_path_in(command: &str, units: &[Unit]) -> Option<String> {
+    let mut words: Vec<&str> = Vec::new();
+    for u in units {
+        words.extend(u.raw.iter().map(String::as_str));
+        words.extend(u.argv.iter().map(String::as_str));
+        words.extend(u.redirects.iter().map(|(_, t)| t.as_str()));
+    }
+    words.push(command);
+    words.into_iter().find_map(|w| {
+        w.split(|c: char| {
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    '\'' | '"'
+                        | '`'
+                        | '='
+                        | ':'
+                        | ';'
+                        | ','
+                        | '('
+                        | ')'
+                        | '['
+                        | ']'
+                        | '{'
+                        | '}'
+                        | '<'
+                        | '>'
+                        | '|'
+                        | '&'
+                        | '@'
+                        | '+'
+                )
+        })
+        .find_map(secret_named)
+    })
+}
+
+/// Why `token` (one path-like word) names a secret or startup path.
+fn secret_named(token: &str) -> Option<String> {
+    if token.is_empty() {
+        return None;
+    }
+    let comps: Vec<&str> = token
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    let public = |c: &str| c.ends_with(".pub") || c == "known_hosts";
+    if comps.last().is_some_and(|c| public(c)) {
+        return None;
+    }
+    let what = |entries: &[&str]| {
+        entries.iter().find_map(|e| {
+            let want: Vec<&str> = e.split('/').collect();
+            comps
+                .windows(want.len())
+                .any(|w| w == want.as_slice())
+                .then(|| (*e).to_owned())
+        })
+    };
+    if let Some(e) = what(HOME_SECRETS) {
+        return Some(format!(
+            "`{token}` is under `~/{e}`, which holds the user's keys or credentials"
+        ));
+    }
+    if let Some(e) = what(HOME_STARTUP) {
+        return Some(format!(
+            "`{token}` is the user's shell or git startup configuration (`~/{e}`)"
+        ));
+    }
+    comps
+        .iter()
+        .find(|c| KEY_FILES.contains(c))
+        .map(|k| format!("`{token}` names the key file `{k}`"))
 }
 
 #[cfg(test)]

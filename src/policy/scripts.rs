@@ -123,7 +123,7 @@ fn first_argument(text: &str) -> Option<String> {
 }
 
 /// A quoted literal at the start of `t`: its content and what follows.
-fn string_literal(t: &str) -> Option<(String, &str)> {
+pub(super) fn string_literal(t: &str) -> Option<(String, &str)> {
     let t = t.trim_start_matches(['r', 'b', 'f', 'u', 'R', 'B', 'F', 'U']);
     let quote = t.chars().next().filter(|c| matches!(c, '\'' | '"'))?;
     let mut out = String::new();

@@ -15,6 +15,8 @@ pub(super) struct Simple {
     /// What the command reads on stdin from the line itself: here-document
     /// bodies (`<<EOF`) and here-strings (`<<<word`), in order.
     pub(super) stdin_texts: Vec<String>,
+    /// Its pipeline is started in the background (`… &`).
+    pub(super) background: bool,
 }
 
 /// A parsed command line: pipelines of simple commands, plus the texts of
@@ -33,8 +35,10 @@ enum Tok {
     Word(String),
     /// `|` or `|&`: continues the pipeline.
     Pipe,
-    /// `;`, `&`, `&&`, `||`, newline, `(`, `)`: ends the pipeline.
+    /// `;`, `&&`, `||`, newline, `(`, `)`: ends the pipeline.
     Sep,
+    /// `&`: ends the pipeline, which runs in the background.
+    Background,
     Redir(String),
 }
 
@@ -360,9 +364,12 @@ impl Lexer {
                     };
                     self.i += op.len();
                     self.toks.push(Tok::Redir(op.to_owned()));
-                } else {
-                    self.i += if self.peek(1) == Some('&') { 2 } else { 1 };
+                } else if self.peek(1) == Some('&') {
+                    self.i += 2;
                     self.toks.push(Tok::Sep);
+                } else {
+                    self.i += 1;
+                    self.toks.push(Tok::Background);
                 }
             }
             ';' | '(' | ')' => {
@@ -460,6 +467,15 @@ pub(super) fn parse(text: &str) -> Parsed {
             Tok::Pipe => end_simple(&mut simple, &mut pipeline),
             Tok::Sep => {
                 end_simple(&mut simple, &mut pipeline);
+                if !pipeline.is_empty() {
+                    parsed.pipelines.push(std::mem::take(&mut pipeline));
+                }
+            }
+            Tok::Background => {
+                end_simple(&mut simple, &mut pipeline);
+                for s in &mut pipeline {
+                    s.background = true;
+                }
                 if !pipeline.is_empty() {
                     parsed.pipelines.push(std::mem::take(&mut pipeline));
                 }

@@ -718,3 +718,69 @@ fn truncated_wrapper_options_do_not_panic() {
         let _ = policy().decide(cmd);
     }
 }
+
+/// Issue 25.1: the absolute spellings of the home (the value of `$HOME`,
+/// the passwd entry's home, `~user`, `..`, a symlink to the home) are the
+/// home as much as `~` is.
+#[test]
+fn absolute_home_forms_are_the_home() {
+    let home = std::env::var("HOME").expect("HOME");
+    // SAFETY: getuid cannot fail.
+    let real = super::paths::passwd_home_of_uid(unsafe { libc::getuid() })
+        .expect("a passwd entry")
+        .display()
+        .to_string();
+    let link_dir = tempfile::tempdir().unwrap();
+    let link = link_dir.path().join("h");
+    std::os::unix::fs::symlink(&home, &link).unwrap();
+    let link = link.display().to_string();
+    let mut denied = Vec::new();
+    for h in [
+        home.as_str(),
+        real.as_str(),
+        link.as_str(),
+        "/home/alice",
+        "~root",
+    ] {
+        denied.extend([
+            format!("cat {h}/.ssh/id_rsa"),
+            format!("cat {h}/.ssh/id_ed25519"),
+            format!("echo x >> {h}/.bashrc"),
+            format!("echo ssh-ed25519 AAAA >> {h}/.ssh/authorized_keys"),
+            format!("cp evil {h}/.profile"),
+            format!("cat {h}/.netrc"),
+            format!("cat {h}/.aws/credentials"),
+            format!("cat {h}/x/../.ssh/id_rsa"),
+            format!("sudo sh -c 'cat {h}/.ssh/id_ed25519; exit 1'"),
+            format!("sudo sh -c 'echo X >> {h}/.bashrc'"),
+            format!("bash -c \"tee -a {h}/.ssh/authorized_keys < k\""),
+        ]);
+    }
+    for h in [home.as_str(), real.as_str(), link.as_str()] {
+        denied.extend([
+            format!("rm -rf {h}"),
+            format!("rm -rf {h}/"),
+            format!("rm -rf {h}/*"),
+            format!("sudo rm -rf {h}"),
+            format!("rm -rf {h}/x/.."),
+            format!("python3 -c \"import shutil; shutil.rmtree('{h}')\""),
+        ]);
+    }
+    let failures: Vec<String> = denied
+        .iter()
+        .filter_map(|cmd| match policy().decide(cmd) {
+            Decision::Deny(_) => None,
+            other => Some(format!("should deny: {cmd:?} (got {other:?})")),
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for cmd in [
+        format!("cat {home}/.ssh/id_ed25519.pub"),
+        format!("ls {home}/.cache"),
+        format!("rm -rf {home}/.cache/pip"),
+        format!("echo x >> {home}/notes.txt"),
+        "cat ~nosuchuser-orch/.ssh/id_rsa".to_owned(),
+    ] {
+        assert_eq!(policy().decide(&cmd), Decision::Allow, "{cmd}");
+    }
+}

@@ -33,6 +33,8 @@ pub(super) struct Unit {
     /// How its words were derived when they differ from what was written,
     /// e.g. "`$x` is `/`", for the denial message.
     pub(super) note: Option<String>,
+    /// It runs in the background (`… &`).
+    pub(super) background: bool,
 }
 
 #[derive(Debug, Default)]
@@ -100,6 +102,7 @@ fn walk(text: &str, depth: usize, an: &mut Analysis, scope: &mut Scope) {
             words,
             redirects,
             stdin_texts,
+            background,
         } in pipeline
         {
             scope.record(&words);
@@ -132,6 +135,7 @@ fn walk(text: &str, depth: usize, an: &mut Analysis, scope: &mut Scope) {
                     an,
                     scope,
                 );
+                an.units[id].background = background;
                 first.get_or_insert(id);
             }
             let Some(id) = first else { continue };
@@ -453,6 +457,7 @@ fn add_unit(
         argv,
         redirects,
         note,
+        background: false,
     });
     an.units.len() - 1
 }

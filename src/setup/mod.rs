@@ -33,6 +33,7 @@ mod steps;
 
 pub(crate) use lane::{ScratchLane, save_lane_setup, saved_lane_setup};
 pub use record::SETUP_DIR_VAR;
+pub(crate) use record::{ModelFlags, recorded_model, shell_word};
 pub(crate) use session::{SetupEnd, SetupError, run_setup};
 
 use std::path::PathBuf;
@@ -77,8 +78,18 @@ pub(crate) struct SetupOptions {
     pub(crate) cwd: PathBuf,
     /// Stop after the plan; only reconnaissance runs.
     pub(crate) plan_only: bool,
-    /// `--yes`: install/system steps run without a terminal; `ask_user` answers yes.
+    /// `--yes`: project-local (read and install) steps run without a
+    /// terminal; `ask_user` answers yes.
     pub(crate) yes: bool,
+    /// `--yes-system`: system steps (risk `system`, `sudo`) run without a
+    /// terminal too; implies `yes`.
+    pub(crate) yes_system: bool,
+    /// The model flags to record (a resume without flags reuses them).
+    pub(crate) model: Option<record::ModelFlags>,
+    /// For `--lane`, which is run again rather than resumed: the command
+    /// line that runs it again, as `(before the approval flags, after
+    /// them)`.
+    pub(crate) rerun: Option<(String, String)>,
     /// A user can answer on a terminal.
     pub(crate) interactive: bool,
     /// The system prompt (the `setup` role's body).

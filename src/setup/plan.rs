@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::readonly::not_read_only;
-use crate::policy::{BashPolicy, Decision};
+use crate::policy::{BashPolicy, Decision, secret_path_in};
 
 /// Most steps in one plan.
 pub(crate) const MAX_STEPS: usize = 30;
@@ -147,10 +147,19 @@ pub(crate) fn parse(args: &Value) -> Result<Plan, String> {
                 ))?,
         };
         for (what, cmd) in [("command", Some(&command)), ("check", check.as_ref())] {
-            if let Some(cmd) = cmd
-                && let Decision::Deny(reason) = deny.decide(cmd)
-            {
-                return Err(format!("step {n}: its {what} `{cmd}` is refused: {reason}"));
+            let Some(cmd) = cmd else { continue };
+            let which = if what == "command" {
+                String::new()
+            } else {
+                format!(": its check `{cmd}`")
+            };
+            if let Decision::Deny(reason) = deny.decide(cmd) {
+                return Err(format!("step {n} `{command}`{which} is refused: {reason}"));
+            }
+            if let Some(why) = secret_path_in(cmd) {
+                return Err(format!(
+                    "step {n} `{command}`{which} is refused: {why}; setup steps never read or write keys, credentials or shell startup files, sudo or not (put a change to a startup file in `next` for the user)"
+                ));
             }
         }
         let sudo = uses_sudo(&command);

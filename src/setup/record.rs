@@ -52,7 +52,7 @@ pub(crate) struct StepState {
 }
 
 /// `state.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SetupState {
     /// The setup id.
     pub(crate) id: String,
@@ -71,6 +71,105 @@ pub(crate) struct SetupState {
     /// Step positions (0-based) that already had their one retry or plan change.
     #[serde(default)]
     pub(crate) recovered: Vec<usize>,
+    /// The model settings the setup was started (or last resumed) with, so
+    /// `orch setup --resume ID` without model flags talks to the same model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<ModelFlags>,
+    /// A `--lane` setup: its scratch lane is gone when it ends, so it is
+    /// run again, not resumed.
+    #[serde(default)]
+    pub(crate) lane: bool,
+}
+
+/// The model flags of a setup as recorded (never the API key: that stays
+/// in the environment or the profile).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ModelFlags {
+    /// `--base-url` (or `ORCH_BASE_URL` when no flag gave it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) base_url: Option<String>,
+    /// `--model` (or `ORCH_MODEL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
+    /// `--replay FILE`, absolute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) replay: Option<PathBuf>,
+    /// `--profile` (or `ORCH_PROFILE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) profile: Option<String>,
+    /// `--no-stream`.
+    #[serde(default)]
+    pub(crate) no_stream: bool,
+    /// `--temperature`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) temperature: Option<f64>,
+    /// `--seed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) seed: Option<u64>,
+    /// `--max-output-tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max_output_tokens: Option<u64>,
+    /// `--tool-choice`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tool_choice: Option<crate::llm::ToolChoice>,
+}
+
+impl ModelFlags {
+    /// The flags as command-line words (shell-quoted), for a printed hint.
+    pub(crate) fn to_args(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut flag = |name: &str, value: Option<String>| {
+            if let Some(v) = value {
+                out.push(format!("--{name} {}", shell_word(&v)));
+            }
+        };
+        flag(
+            "replay",
+            self.replay.as_ref().map(|p| p.display().to_string()),
+        );
+        flag("base-url", self.base_url.clone());
+        flag("model", self.model.clone());
+        flag("profile", self.profile.clone());
+        flag("temperature", self.temperature.map(|t| t.to_string()));
+        flag("seed", self.seed.map(|t| t.to_string()));
+        flag(
+            "max-output-tokens",
+            self.max_output_tokens.map(|t| t.to_string()),
+        );
+        flag(
+            "tool-choice",
+            self.tool_choice.map(|c| match c {
+                crate::llm::ToolChoice::Auto => "auto".to_owned(),
+                crate::llm::ToolChoice::Required => "required".to_owned(),
+            }),
+        );
+        if self.no_stream {
+            out.push("--no-stream".to_owned());
+        }
+        out
+    }
+}
+
+/// `s` as one shell word: as is when it is plain, else single-quoted.
+pub(crate) fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The model flags recorded for setup `id`; `None` when there is no such
+/// setup or it recorded none.
+pub(crate) fn recorded_model(id: &str) -> Option<ModelFlags> {
+    SetupRecord::open(id, Vec::new())
+        .ok()?
+        .read_state()
+        .ok()?
+        .model
 }
 
 /// The root of all setup records.
@@ -194,5 +293,34 @@ impl SetupRecord {
         if let Err(e) = res {
             tracing::warn!("failed to append to {}: {e}", path.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_print_as_shell_words() {
+        assert_eq!(shell_word("http://h:1/v1"), "http://h:1/v1");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word(""), "''");
+        let f = ModelFlags {
+            replay: Some(PathBuf::from("/r/my replay.json")),
+            temperature: Some(0.5),
+            tool_choice: Some(crate::llm::ToolChoice::Required),
+            no_stream: true,
+            ..ModelFlags::default()
+        };
+        assert_eq!(
+            f.to_args(),
+            [
+                "--replay '/r/my replay.json'",
+                "--temperature 0.5",
+                "--tool-choice required",
+                "--no-stream"
+            ]
+        );
     }
 }

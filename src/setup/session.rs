@@ -14,7 +14,7 @@ use super::{Confirm, Console, KILL_STEP_VERIFIED, SetupOptions, detect, readonly
 use crate::llm::{
     ChatMessage, ChatModel, ChatRequest, LlmError, Sampling, ToolCall, ToolChoice, ToolDef,
 };
-use crate::policy::{BashPolicy, Decision};
+use crate::policy::{BashPolicy, Decision, secret_path_in};
 
 /// The agent path of setup requests (`X-Orch-Agent`).
 const AGENT_PATH: &str = "setup";
@@ -49,6 +49,9 @@ pub(crate) struct SetupOutcome {
     pub(crate) end: SetupEnd,
     /// The plan, when the model made one.
     pub(crate) plan: Option<Plan>,
+    /// The command line that continues this setup (or, for `--lane`, runs
+    /// it again) with the approvals it was given.
+    pub(crate) resume_hint: String,
 }
 
 /// A setup that could not go on: the model server or the record failed.
@@ -60,6 +63,9 @@ pub(crate) enum SetupError {
     /// The setup record, the sandbox, or bad input (the message says which).
     #[error("{0}")]
     Other(String),
+    /// A resume of a setup that cannot be resumed (the message says why).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// Runs a new setup, or resumes `opts.resume`.
@@ -103,11 +109,19 @@ pub(crate) async fn run_setup(
     .to_owned();
     s.save_state()?;
     s.record.log("end", json!({"status": s.state.status}));
+    let given = if s.opts.yes_system {
+        " --yes-system"
+    } else if s.opts.yes {
+        " --yes"
+    } else {
+        ""
+    };
     Ok(SetupOutcome {
         id: s.state.id.clone(),
         dir: s.record.dir().to_path_buf(),
         end,
         plan: s.plan.clone(),
+        resume_hint: s.resume_hint(given),
     })
 }
 
@@ -160,6 +174,8 @@ impl<'a> Session<'a> {
             plan_version: 0,
             steps: Vec::new(),
             recovered: Vec::new(),
+            model: opts.model.clone(),
+            lane: opts.lane,
         };
         let messages = first_messages(&opts);
         console.say(&format!(
@@ -170,7 +186,7 @@ impl<'a> Session<'a> {
         ));
         record.log(
             "start",
-            json!({"goal": opts.goal, "cwd": opts.cwd, "plan_only": opts.plan_only, "yes": opts.yes, "interactive": opts.interactive, "house_rules": opts.house_rules.iter().map(|(p, _)| p).collect::<Vec<_>>()}),
+            json!({"goal": opts.goal, "cwd": opts.cwd, "plan_only": opts.plan_only, "yes": opts.yes, "yes_system": opts.yes_system, "interactive": opts.interactive, "house_rules": opts.house_rules.iter().map(|(p, _)| p).collect::<Vec<_>>()}),
         );
         let s = Self {
             opts,
@@ -198,6 +214,17 @@ impl<'a> Session<'a> {
     ) -> Result<Self, SetupError> {
         let record = SetupRecord::open(id, opts.secrets.clone()).map_err(other)?;
         let mut state = record.read_state().map_err(other)?;
+        if state.lane {
+            return Err(SetupError::Invalid(format!(
+                "setup {id} prepared a scratch lane, which is gone: a `--lane` setup is not resumed; run `orch setup --lane` again"
+            )));
+        }
+        // The flags given now (merged with the recorded ones by the
+        // command line) are what later resumes reuse.
+        if opts.model.is_some() {
+            state.model = opts.model.clone();
+            record.write_state(&state).map_err(other)?;
+        }
         let plan = record.read_plan().ok();
         if let Some(p) = &plan {
             state.steps.resize(p.steps.len(), StepState::default());
@@ -294,9 +321,32 @@ impl<'a> Session<'a> {
             .unwrap_or(self.state.steps.len())
     }
 
-    /// Whether a step of `risk` may run without asking.
-    fn pre_confirmed(&self) -> bool {
-        self.opts.yes || self.confirm_all
+    /// Whether `step` may run without asking: read steps always; install
+    /// steps with `--yes` (or `a` at a prompt); system steps only with
+    /// `--yes-system` — `--yes` approves project-local steps only.
+    fn approved(&self, step: &plan::Step) -> bool {
+        if is_system(step) {
+            self.opts.yes_system
+        } else {
+            step.risk == Risk::Read || self.opts.yes || self.opts.yes_system || self.confirm_all
+        }
+    }
+
+    /// The flags that approve what `steps` need: `--yes`, `--yes-system`.
+    fn approving_flags<'s>(&self, steps: impl Iterator<Item = &'s plan::Step>) -> String {
+        let (mut install, mut system) = (false, false);
+        for st in steps.filter(|st| !self.approved(st)) {
+            if is_system(st) {
+                system = true;
+            } else {
+                install = true;
+            }
+        }
+        match (install, system) {
+            (_, true) => " --yes-system".to_owned(),
+            (true, false) => " --yes".to_owned(),
+            (false, false) => String::new(),
+        }
     }
 
     async fn execute(&mut self) -> Result<SetupEnd, SetupError> {
@@ -322,19 +372,31 @@ impl<'a> Session<'a> {
                     format!(": {}", step.why)
                 }
             ));
-            if step.risk != Risk::Read && !self.pre_confirmed() {
-                let what = if step.sudo {
-                    " (uses sudo, runs outside the sandbox)"
+            if !self.approved(&step) {
+                // A system step is asked for on its own, always: `a` at an
+                // install step does not cover it, and `a` here means `y`.
+                let system = is_system(&step);
+                let (what, choices) = if step.sudo {
+                    (
+                        " (a system step: it uses sudo and runs outside the sandbox)",
+                        "[y/n/q]",
+                    )
+                } else if system {
+                    (
+                        " (a system step: it may write /usr, /etc, /var, …)",
+                        "[y/n/q]",
+                    )
                 } else {
-                    ""
+                    ("", "[y/n/a(ll)/q]")
                 };
                 match self.console.confirm(&format!(
-                    "run step {} `{}`{what}? [y/n/a(ll)/q]",
+                    "run step {} `{}`{what}? {choices}",
                     i + 1,
                     step.command
                 )) {
                     Some(Confirm::Yes) => {}
-                    Some(Confirm::All) => self.confirm_all = true,
+                    Some(Confirm::All) if !system => self.confirm_all = true,
+                    Some(Confirm::All) => {}
                     Some(Confirm::No) => {
                         self.console
                             .say(&format!("skipped step {} (not confirmed)", i + 1));
@@ -354,8 +416,9 @@ impl<'a> Session<'a> {
                     }
                     None => {
                         return Ok(SetupEnd::NotConfirmed(format!(
-                            "step {} needs confirmation and there is no terminal: pass --yes",
-                            i + 1
+                            "step {} needs confirmation and there is no terminal: run `{}`",
+                            i + 1,
+                            self.resume_hint(&self.approving_flags(std::iter::once(&step)))
                         )));
                     }
                 }
@@ -365,6 +428,15 @@ impl<'a> Session<'a> {
             if let Decision::Deny(reason) = BashPolicy::default().decide(&step.command) {
                 return Ok(SetupEnd::Failed(format!(
                     "step {} is refused: {reason}",
+                    i + 1
+                )));
+            }
+            if let Some(why) = std::iter::once(&step.command)
+                .chain(&step.check)
+                .find_map(|c| secret_path_in(c))
+            {
+                return Ok(SetupEnd::Failed(format!(
+                    "step {} is refused: {why}; setup steps never read or write keys, credentials or shell startup files",
                     i + 1
                 )));
             }
@@ -441,8 +513,8 @@ impl<'a> Session<'a> {
             if let Some(end) = self.headless_refusal(&plan, i) {
                 return Ok(end);
             }
-            let changes = plan.steps.iter().skip(i).any(|s| s.risk != Risk::Read);
-            if changes && !self.pre_confirmed() {
+            let unapproved = plan.steps.iter().skip(i).any(|s| !self.approved(s));
+            if unapproved {
                 match self.console.confirm("run the changed plan? [y/n/a(ll)/q]") {
                     Some(Confirm::Yes) => {}
                     Some(Confirm::All) => self.confirm_all = true,
@@ -471,31 +543,69 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Headless without `--yes`, a plan with install/system steps from
-    /// `from` on runs nothing at all.
+    /// Headless, a plan with steps from `from` on that no flag approves
+    /// (install steps without `--yes`, system steps without
+    /// `--yes-system`) runs nothing at all; the refusal names each such
+    /// step and the flag it needs.
     fn headless_refusal(&self, plan: &Plan, from: usize) -> Option<SetupEnd> {
-        if self.opts.interactive || self.opts.yes {
+        if self.opts.interactive {
             return None;
         }
-        let needs: Vec<String> = plan
+        let pending: Vec<(usize, &plan::Step)> = plan
             .steps
             .iter()
             .enumerate()
             .skip(from)
-            .filter(|(_, s)| s.risk != Risk::Read)
-            .map(|(n, _)| (n + 1).to_string())
+            .filter(|(_, s)| !self.approved(s))
             .collect();
-        if needs.is_empty() {
+        if pending.is_empty() {
             return None;
         }
+        let numbers = |system: bool| -> Vec<String> {
+            pending
+                .iter()
+                .filter(|(_, s)| is_system(s) == system)
+                .map(|(n, _)| (n + 1).to_string())
+                .collect()
+        };
+        let mut parts = Vec::new();
+        let install = numbers(false);
+        if !install.is_empty() {
+            parts.push(format!(
+                "step(s) {} change the system and need confirmation, and there is no terminal",
+                install.join(", ")
+            ));
+        }
+        let system = numbers(true);
+        if !system.is_empty() {
+            let commands: Vec<String> = pending
+                .iter()
+                .filter(|(_, s)| is_system(s))
+                .map(|(n, s)| format!("{}. `{}`", n + 1, s.command))
+                .collect();
+            parts.push(format!(
+                "step(s) {} are system steps ({}): --yes approves project-local steps only; system steps run with --yes-system, or on a terminal where each is confirmed on its own",
+                system.join(", "),
+                commands.join("; ")
+            ));
+        }
+        let flags = self.approving_flags(pending.iter().map(|(_, s)| *s));
         let why = format!(
-            "step(s) {} change the system and need confirmation, and there is no terminal: nothing was run. \
-             Run `orch setup --resume {} --yes` to run them, or run it on a terminal",
-            needs.join(", "),
-            self.state.id
+            "{}: nothing was run. Run `{}` to run them, or run it on a terminal",
+            parts.join("; "),
+            self.resume_hint(&flags)
         );
         self.console.say(&why);
         Some(SetupEnd::NotConfirmed(why))
+    }
+
+    /// The command line that resumes this setup with `flags` (the model
+    /// settings come from the record).
+    fn resume_hint(&self, flags: &str) -> String {
+        match &self.opts.rerun {
+            Some((before, after)) => format!("{before}{flags}{after}"),
+            None => format!("orch setup --resume {}{flags}", self.state.id),
+        }
     }
 
     /// Prints `{prefix}$ command`, runs it, prints its output and status.
@@ -507,7 +617,7 @@ impl<'a> Session<'a> {
         sandboxing: Sandboxing,
     ) -> Result<Ran, SetupError> {
         self.console.say(&format!("{prefix}$ {command}"));
-        let ran = steps::run(
+        let mut ran = steps::run(
             command,
             &self.opts.cwd,
             self.tmp.path(),
@@ -516,6 +626,9 @@ impl<'a> Session<'a> {
         )
         .await
         .map_err(other)?;
+        // What a command prints goes to the user, the record and the model:
+        // never a known secret or a private key.
+        ran.output = steps::redact(&ran.output, &self.opts.secrets);
         self.show(&ran, timeout);
         Ok(ran)
     }
@@ -734,10 +847,13 @@ impl<'a> Session<'a> {
                     ),
                     Some(p),
                 ),
-                Err(e) => (
-                    format!("error: the plan is refused: {e}. Call `plan` again with the fix."),
-                    None,
-                ),
+                Err(e) => {
+                    self.console.say(&format!("plan refused: {e}"));
+                    (
+                        format!("error: the plan is refused: {e}. Call `plan` again with the fix."),
+                        None,
+                    )
+                }
             },
             other => (
                 format!(
@@ -777,6 +893,13 @@ impl<'a> Session<'a> {
         if let Decision::Deny(reason) = BashPolicy::default().decide(command) {
             return Ok(format!("error: run_command refused `{command}`: {reason}"));
         }
+        if let Some(why) = secret_path_in(command) {
+            self.console
+                .say(&format!("refused run_command `{command}`: {why}"));
+            return Ok(format!(
+                "error: run_command refused `{command}`: {why}; setup never reads keys, credentials or shell startup files"
+            ));
+        }
         let timeout = args
             .get("timeout_secs")
             .and_then(Value::as_u64)
@@ -814,6 +937,12 @@ impl<'a> Session<'a> {
         );
         format!("the user answered: {answer} ({how})")
     }
+}
+
+/// A step that changes the machine beyond the project: risk `system`, or
+/// one that uses `sudo`.
+fn is_system(step: &plan::Step) -> bool {
+    step.risk == Risk::System || step.sudo
 }
 
 fn first_line(text: &str) -> Option<String> {

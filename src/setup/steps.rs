@@ -169,6 +169,12 @@ pub(crate) async fn run(
 
 fn policy(profile: Profile, cwd: &Path, tmp: &Path, roots: &[PathBuf]) -> Result<Policy, String> {
     let mut p = Policy::new(profile, cwd, tmp).map_err(|e| format!("failed to {e}"))?;
+    // The passwd entry's home holds keys too when `$HOME` points elsewhere.
+    for s in passwd_secret_paths() {
+        if !p.secret_paths.contains(&s) {
+            p.secret_paths.push(s);
+        }
+    }
     p.writable.extend(roots.iter().cloned());
     p.network = true;
     Ok(p)
@@ -190,8 +196,16 @@ fn secret_paths() -> Vec<PathBuf> {
         crate::catalog::user_config_dir().as_deref(),
     )
     .into_iter()
+    .chain(passwd_secret_paths())
     .filter_map(|p| p.canonicalize().ok())
     .collect()
+}
+
+/// The secret paths under the passwd entry's home.
+fn passwd_secret_paths() -> Vec<PathBuf> {
+    crate::policy::passwd_home()
+        .map(|h| crate::sandbox::default_secret_paths(Some(&h), None))
+        .unwrap_or_default()
 }
 
 /// Whether granting `root` would grant one of `secrets` too.
@@ -222,6 +236,37 @@ fn env(tmp: &Path) -> Vec<(String, String)> {
     env
 }
 
+/// `text` with every known secret value ([`crate::runlog::redact`]: the
+/// model key, secret-looking variables, `~/.netrc` passwords, …) and every
+/// PEM private key block (`-----BEGIN … PRIVATE KEY-----` to its end, or
+/// to the end of the text when a cap cut it) replaced.
+pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
+    let mut out = crate::runlog::redact(text, secrets);
+    let mut from = 0;
+    while let Some(at) = out[from..].find("-----BEGIN ").map(|i| i + from) {
+        let header_end = out[at..].find('\n').map_or(out.len(), |i| at + i);
+        if !out[at..header_end].contains("PRIVATE KEY") {
+            from = header_end;
+            continue;
+        }
+        let end = out[header_end..]
+            .find("-----END ")
+            .map(|i| header_end + i)
+            .map_or(out.len(), |e| {
+                let close = out[e + 9..]
+                    .find("-----")
+                    .map_or(out.len(), |c| e + 9 + c + 5);
+                close.min(out.len())
+            });
+        out.replace_range(at..end, PRIVATE_KEY_REDACTED);
+        from = at + PRIVATE_KEY_REDACTED.len();
+    }
+    out
+}
+
+/// What a private key block becomes.
+const PRIVATE_KEY_REDACTED: &str = "[REDACTED private key]";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +280,18 @@ mod tests {
         assert!(holds_secret(t.path(), &secrets));
         assert!(holds_secret(Path::new("/"), &secrets));
         assert!(!holds_secret(&t.path().join(".local"), &secrets));
+    }
+
+    #[test]
+    fn private_key_blocks_are_redacted() {
+        let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----";
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----";
+        let out = redact(&format!("a\n{key}\nb\n{cert}\n{key}"), &[]);
+        assert_eq!(
+            out,
+            format!("a\n[REDACTED private key]\nb\n{cert}\n[REDACTED private key]")
+        );
+        let cut = redact("x -----BEGIN RSA PRIVATE KEY-----\nMII", &[]);
+        assert_eq!(cut, "x [REDACTED private key]");
     }
 }

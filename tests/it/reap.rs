@@ -15,7 +15,9 @@ use std::path::Path;
 const ONE: &str = "name: p\nstages:\n  work:\n    role: coder\n";
 /// What the model of the first run of each pair leaves behind: a process in
 /// a session of its own that writes `late.txt` into the lane a second later.
-const LATE: &str = "setsid sh -c 'sleep 1; echo late > late.txt' >/dev/null 2>&1 &";
+/// `setsid` is spelled so the deny list cannot read it (it refuses `setsid`
+/// as typed): what is tested is the reaper, behind the approval layer.
+const LATE: &str = "$(printf set)sid sh -c 'sleep 1; echo late > late.txt' >/dev/null 2>&1 &";
 /// Pairs of runs (the bar: no survivor in 20). A pair costs about
 /// 1.8 s here, most of it the second run's 1.5 s stage.
 const PAIRS: usize = 20;

@@ -566,3 +566,89 @@ fn the_repo_allowlist_exempts_a_command_from_the_built_in_deny_list() {
     assert!(results[1].contains("denied by policy"), "{}", results[1]);
     before.assert_unchanged(&repo.snapshot());
 }
+
+/// Issues 25.1 and 25.6: the absolute spellings of the home and the new
+/// deny-list families, sent by the model as `bash` calls, are refused with
+/// a reason the model can act on; the canary HOME, the key and the user's
+/// repository are unchanged and no key reaches the model.
+#[test]
+fn absolute_home_paths_and_the_new_deny_list_families_are_refused_with_clear_reasons() {
+    let repo = repo();
+    let before = repo.snapshot();
+    let scratch = Scratch::new("coder", 12);
+    let home = scratch.path("home");
+    let key =
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nCANARY-KEY-25-6\n-----END OPENSSH PRIVATE KEY-----\n";
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), key).unwrap();
+    std::fs::write(home.join(".bashrc"), "# canary\n").unwrap();
+    let h = home.display();
+    let app = repo.path.join("app.py");
+    let calls: Vec<(String, &str)> = vec![
+        (format!("cat {h}/.ssh/id_ed25519"), "holds the user's keys"),
+        (format!("echo x >> {h}/.bashrc"), "startup configuration"),
+        (
+            format!("rm -rf {h}"),
+            "recursive delete of the home directory",
+        ),
+        (
+            format!("python3 -c \"import os; os.remove('{}')\"", app.display()),
+            "outside the worktree",
+        ),
+        (
+            "perl -e 'unlink \"/srv/orch-canary\"'".to_owned(),
+            "removes `/srv/orch-canary`, outside the worktree",
+        ),
+        (
+            "git -c core.hooksPath=/tmp/x commit --allow-empty -m y".to_owned(),
+            "`core.hooksPath` outside this worktree",
+        ),
+        (
+            format!("ln -s {h}/.ssh/id_ed25519 k && cat k"),
+            "keys or credentials",
+        ),
+        // 1 EiB: refused by the policy; were it not, the file system
+        // refuses it at once instead of filling the disk.
+        (
+            "fallocate -l 1E big".to_owned(),
+            "allocates 1073741824.0 GiB",
+        ),
+        ("nohup sh -c 'sleep 300' &".to_owned(), "`nohup … &`"),
+        ("setsid sleep 300".to_owned(), "`setsid`"),
+    ];
+    let mut replies: Vec<Reply> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (c, _))| Reply::tool_call(&format!("c{i}"), "bash", json!({"command": c})))
+        .collect();
+    replies.push(Reply::finish("done", "Tried; all refused.", None));
+    let server = FakeServer::start(Script::new().agent("work", replies));
+    let out = run_solo(&repo, &scratch, &server)
+        .env("HOME", &home)
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let reqs = server.requests_for("work");
+    assert_eq!(reqs.len(), calls.len() + 1);
+    for (i, (cmd, want)) in calls.iter().enumerate() {
+        let results = tool_results(&reqs[i + 1]);
+        let result = results.last().unwrap();
+        assert!(
+            result.contains("denied by policy") && result.contains(want),
+            "{cmd}: {result}"
+        );
+    }
+    let sent: String = reqs.iter().map(|r| r.body.to_string()).collect();
+    assert!(
+        !sent.contains("CANARY-KEY-25-6"),
+        "the key reached the model"
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join(".ssh/id_ed25519")).unwrap(),
+        key
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+        "# canary\n"
+    );
+    before.assert_unchanged(&repo.snapshot());
+}

@@ -324,10 +324,12 @@ fn script(fx: &Fixture, probes: &[&str], finish: bool) -> Script {
     Script::new().agent("work", work).agent(
         "work/explore-1",
         vec![
+            // Relative to a `cd` into HOME, which the deny list (refusing
+            // `{home}/.netrc` as typed) does not follow: the kernel is tested.
             bash(
                 "e1",
                 &format!(
-                    "cat {home}/.gitconfig; cat {home}/.netrc; echo x >> {home}/.bashrc",
+                    "cd {home} && cat .gitconfig; cat .netrc; echo x >> .bashrc",
                     home = fx.home.display()
                 ),
             ),

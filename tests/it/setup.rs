@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 /// A scratch setup: the directory commands run in, the records root and a
 /// config dir for house rules.
 struct Scratch {
-    _tmp: tempfile::TempDir,
+    tmp: tempfile::TempDir,
     work: PathBuf,
     records: PathBuf,
     config: PathBuf,
@@ -31,7 +31,7 @@ impl Scratch {
             work,
             records,
             config,
-            _tmp: tmp,
+            tmp,
         }
     }
 
@@ -466,33 +466,24 @@ fn detect_system_matches_os_release_uname_and_command_v() {
     assert_eq!(result["root"], root);
 }
 
-/// On a terminal (a pseudo-terminal from util-linux `script`): `ask_user`
-/// gets the typed answer, install steps are confirmed one by one, `n`
-/// skips a step (exit 9 at the end, the report says so).
-#[test]
-fn on_a_terminal_steps_are_confirmed_one_by_one() {
+/// Runs `orch setup <args>` on a pseudo-terminal (util-linux `script`),
+/// typing `input`; `None` where `script` is missing.
+fn on_terminal(
+    s: &Scratch,
+    server: &FakeServer,
+    args: &str,
+    input: &[u8],
+) -> Option<(Option<i32>, String)> {
     use std::io::{Read, Write};
     if Command::new("script").arg("--version").output().is_err() {
         eprintln!("skipped: no `script` to make a pseudo-terminal");
-        return;
+        return None;
     }
-    let s = Scratch::new();
-    let steps = ["a", "b", "c"]
-        .iter()
-        .map(|f| step(&format!("touch {f}"), "install", &format!("test -f {f}")))
-        .collect();
-    let server = FakeServer::start(Script::new().agent(
-        "setup",
-        vec![
-            Reply::tool_call("q1", "ask_user", json!({"question": "Which files?"})),
-            plan_call("p1", steps, &[]),
-        ],
-    ));
-    let inner = s.setup(&server, &["three files"]);
+    let inner = s.setup(server, &[]);
     let mut cmd = Command::new("script");
     cmd.args(["-qec"])
         .arg(format!(
-            "{} setup 'three files'",
+            "{} setup {args}",
             inner.get_program().to_string_lossy()
         ))
         .arg("/dev/null")
@@ -508,7 +499,7 @@ fn on_a_terminal_steps_are_confirmed_one_by_one() {
         .stdout(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"some files\ny\nn\ny\n").unwrap();
+    stdin.write_all(input).unwrap();
     let mut out = String::new();
     child
         .stdout
@@ -518,7 +509,31 @@ fn on_a_terminal_steps_are_confirmed_one_by_one() {
         .unwrap();
     let status = child.wait().unwrap();
     drop(stdin);
-    assert_eq!(status.code(), Some(9), "{out}");
+    Some((status.code(), out))
+}
+
+/// On a terminal (a pseudo-terminal from util-linux `script`): `ask_user`
+/// gets the typed answer, install steps are confirmed one by one, `n`
+/// skips a step (exit 9 at the end, the report says so).
+#[test]
+fn on_a_terminal_steps_are_confirmed_one_by_one() {
+    let s = Scratch::new();
+    let steps = ["a", "b", "c"]
+        .iter()
+        .map(|f| step(&format!("touch {f}"), "install", &format!("test -f {f}")))
+        .collect();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::tool_call("q1", "ask_user", json!({"question": "Which files?"})),
+            plan_call("p1", steps, &[]),
+        ],
+    ));
+    let Some((code, out)) = on_terminal(&s, &server, "'three files'", b"some files\ny\nn\ny\n")
+    else {
+        return;
+    };
+    assert_eq!(code, Some(9), "{out}");
     assert!(out.contains("answer: some files (terminal)"), "{out}");
     assert!(out.contains("run step 1 `touch a`? [y/n/a(ll)/q]"), "{out}");
     assert!(out.contains("skipped step 2 (not confirmed)"), "{out}");
@@ -527,6 +542,39 @@ fn on_a_terminal_steps_are_confirmed_one_by_one() {
     assert!(!s.work.join("b").exists());
     let reqs = server.requests();
     assert!(tool_results(&reqs[1])[0].contains("the user answered: some files (terminal)"));
+}
+
+/// Issue 25.1: on a terminal a system step is asked for on its own, even
+/// after `a` (all) at an install step and even with `--yes`.
+#[test]
+fn on_a_terminal_system_steps_are_confirmed_each_on_its_own() {
+    for (args, input) in [
+        ("'three files'", &b"a\ny\n"[..]),
+        ("--yes 'three files'", &b"y\n"[..]),
+    ] {
+        let s = Scratch::new();
+        let steps = vec![
+            step("touch a", "install", "test -f a"),
+            step("touch b", "system", "test -f b"),
+            step("touch c", "install", "test -f c"),
+        ];
+        let server =
+            FakeServer::start(Script::new().agent("setup", vec![plan_call("p1", steps, &[])]));
+        let Some((code, out)) = on_terminal(&s, &server, args, input) else {
+            return;
+        };
+        assert_eq!(code, Some(0), "{out}");
+        assert!(
+            out.contains(
+                "run step 2 `touch b` (a system step: it may write /usr, /etc, /var, …)? [y/n/q]"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("run step 3"), "{out}");
+        for f in ["a", "b", "c"] {
+            assert!(s.work.join(f).exists(), "{f}: {out}");
+        }
+    }
 }
 
 #[test]
@@ -566,8 +614,10 @@ fn home_of(cmd: &Command) -> PathBuf {
 fn a_step_cannot_read_the_secret_paths() {
     for in_home in [false, true] {
         let s = Scratch::new();
-        let read_key =
-            "python3 -c \"import os; print(open(os.environ['HOME'] + '/.ssh/id_ed25519').read())\"";
+        // Spelled so that no check before the run sees a key path (the plan
+        // check refuses `/.ssh/id_ed25519` in any spelling): the sandbox
+        // is what stops it.
+        let read_key = "python3 -c \"import os; print(open(os.path.join(os.environ['HOME'], '.s' + 'sh', 'id_ed' + '25519')).read())\"";
         let server = FakeServer::start(Script::new().agent(
             "setup",
             vec![
@@ -822,4 +872,341 @@ fn the_replay_of_the_real_gemma_run_ends_as_the_run_did() {
         std::fs::read_dir(&s.work).unwrap().next().is_none(),
         "nothing was changed"
     );
+}
+
+/// A fake passwordless `sudo` (it runs its arguments) in a dir to put first
+/// on `PATH`, as in a root container or on CI.
+fn fake_sudo_path(s: &Scratch) -> std::ffi::OsString {
+    let bin = s.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let sudo = bin.join("sudo");
+    std::fs::write(&sudo, "#!/bin/sh\nexec \"$@\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&sudo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = std::ffi::OsString::from(&bin);
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    path
+}
+
+const CANARY_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nCANARY-KEY-b3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
+
+/// A canary HOME: a fake key, a `.bashrc`, `authorized_keys`. Returns the
+/// files and their contents, to compare after the run.
+fn canary_home(home: &Path) -> Vec<(PathBuf, String)> {
+    let files = [
+        (".ssh/id_ed25519", CANARY_KEY),
+        (
+            ".ssh/authorized_keys",
+            "ssh-ed25519 AAAA-canary user@host\n",
+        ),
+        (".bashrc", "# canary bashrc\n"),
+        (
+            ".netrc",
+            "machine example.com login u password canary-netrc-pw-123\n",
+        ),
+    ];
+    files
+        .iter()
+        .map(|(rel, text)| {
+            let p = home.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, text).unwrap();
+            (p, (*text).to_owned())
+        })
+        .collect()
+}
+
+fn all_requests_text(server: &FakeServer) -> String {
+    server
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Issue 25.1: `orch setup --yes` with a passwordless `sudo` and a plan that
+/// names the absolute home (as `detect_system` hands it to the model):
+/// every step touching a key, `.bashrc` or `authorized_keys` is refused in
+/// any spelling, a system step does not run under `--yes` (it needs
+/// `--yes-system`), the run names the refused steps and why, nothing in
+/// HOME changes and no key reaches the model.
+#[test]
+fn yes_refuses_system_steps_and_steps_naming_the_absolute_home() {
+    let s = Scratch::new();
+    let path = fake_sudo_path(&s);
+    let home = s.tmp.path().join("home");
+    let canaries = canary_home(&home);
+    let setup = |server: &FakeServer, args: &[&str]| {
+        let mut c = s.setup(server, args);
+        c.env("PATH", &path).env("HOME", &home);
+        c
+    };
+    let h = home.display().to_string();
+    let sys = |c: &str| step(c, "system", "true");
+    let attacks = [
+        format!("sudo rm -rf {h}"),
+        format!("sudo sh -c 'cat {h}/.ssh/id_ed25519; exit 1'"),
+        format!("sudo sh -c 'echo X >> {h}/.bashrc'"),
+        format!("sudo sh -c 'echo X >> {h}/.ssh/authorized_keys'"),
+        format!("cat {h}/x/../.ssh/id_ed25519"),
+        "sudo sh -c 'cat \"$HOME\"/.ssh/id_ed25519'".to_owned(),
+        "python3 -c \"import os; print(open(os.environ['HOME'] + '/.ssh/id_ed25519').read())\""
+            .to_owned(),
+    ];
+    let mut replies: Vec<Reply> = attacks
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let risk = if a.starts_with("sudo") {
+                "system"
+            } else {
+                "install"
+            };
+            plan_call(&format!("p{i}"), vec![step(a, risk, "true")], &[])
+        })
+        .collect();
+    replies.push(plan_call(
+        "ok",
+        vec![
+            step("touch made-local", "install", "test -f made-local"),
+            sys("sudo touch made-by-sudo"),
+        ],
+        &[],
+    ));
+    let server = FakeServer::start(Script::new().agent("setup", replies));
+    let out = setup(&server, &["a machine", "--yes"]).output().unwrap();
+    let text = stdout(&out);
+    assert_exit(&out, 9);
+    for (p, want) in &canaries {
+        assert_eq!(
+            &std::fs::read_to_string(p).unwrap(),
+            want,
+            "{}",
+            p.display()
+        );
+    }
+    let sent = all_requests_text(&server);
+    assert!(!sent.contains("CANARY-KEY"), "a key reached the model");
+    assert!(!text.contains("CANARY-KEY"), "{text}");
+    // Every attack was refused as a plan, with the reason, to the model and
+    // on the output.
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), attacks.len() + 1);
+    for (i, a) in attacks.iter().enumerate() {
+        let result = &tool_results(&reqs[i + 1])[0];
+        assert!(
+            result.contains("the plan is refused") && result.contains("step 1"),
+            "{a}: {result}"
+        );
+        assert!(
+            text.contains(&format!("plan refused: step 1 `{a}`")),
+            "{a}\n{text}"
+        );
+    }
+    // The valid plan: its system step needs --yes-system, so nothing ran.
+    assert!(
+        text.contains("step(s) 2 are system steps")
+            && text.contains("--yes approves project-local steps only")
+            && text.contains("--yes-system"),
+        "{text}"
+    );
+    assert!(!s.work.join("made-local").exists() && !s.work.join("made-by-sudo").exists());
+    assert!(!text.contains("$ sudo touch made-by-sudo"), "{text}");
+
+    // With --yes-system the system step runs (through the fake sudo).
+    let id = s.only_id();
+    let out = setup(&server, &["--resume", &id, "--yes-system"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert!(s.work.join("made-local").exists() && s.work.join("made-by-sudo").exists());
+    for (p, want) in &canaries {
+        assert_eq!(
+            &std::fs::read_to_string(p).unwrap(),
+            want,
+            "{}",
+            p.display()
+        );
+    }
+}
+
+/// Issue 25.1: the output of a failed step reaches the model redacted (the
+/// secrets registry: the API key, `~/.netrc` passwords; private key blocks)
+/// and capped.
+#[test]
+fn a_failed_steps_output_is_redacted_and_capped_before_the_model_sees_it() {
+    let s = Scratch::new();
+    let home = s.tmp.path().join("home");
+    canary_home(&home);
+    std::fs::write(
+        s.work.join("leak.txt"),
+        format!(
+            "key={}\nnetrc=canary-netrc-pw-123\n{CANARY_KEY}",
+            crate::support::FAKE_API_KEY
+        ),
+    )
+    .unwrap();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            plan_call(
+                "p1",
+                vec![step("cat leak.txt; seq 1 40000; exit 1", "install", "true")],
+                &[],
+            ),
+            plan_call("p2", vec![step("true", "install", "true")], &[]),
+        ],
+    ));
+    let out = s
+        .setup(&server, &["leak", "--yes"])
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let failure = server.requests()[1].messages().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(failure.contains("Step 1 failed"), "{failure}");
+    for leak in [
+        crate::support::FAKE_API_KEY,
+        "canary-netrc-pw-123",
+        "CANARY-KEY",
+    ] {
+        assert!(
+            !failure.contains(leak),
+            "{leak} reached the model: {failure}"
+        );
+        assert!(!stdout(&out).contains(leak), "{leak} printed");
+    }
+    assert!(failure.contains("[REDACTED]"), "{failure}");
+    assert!(failure.len() < 10_000, "{} bytes", failure.len());
+}
+
+/// The command line in the first `` `orch setup …` `` of `text`, split
+/// into words as a shell would (single quotes only: what orch prints).
+fn printed_command(text: &str) -> Vec<String> {
+    let start = text
+        .find("`orch setup ")
+        .unwrap_or_else(|| panic!("no `orch setup …` hint in:\n{text}"));
+    let rest = &text[start + 1..];
+    let line = &rest[..rest.find('`').unwrap()];
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                word.get_or_insert_with(String::new);
+            }
+            ' ' if !quoted => words.extend(word.take()),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// `orch setup` in the work dir with no model in the environment.
+fn bare(s: &Scratch, args: &[String]) -> Command {
+    let mut c = crate::support::orch();
+    c.current_dir(&s.work)
+        .env("ORCH_SETUP_DIR", &s.records)
+        .env("ORCH_CONFIG_DIR", &s.config)
+        .args(args);
+    c
+}
+
+fn words(ws: &[&str]) -> Vec<String> {
+    ws.iter().map(|w| w.to_string()).collect()
+}
+
+/// Issue 26.6: every command line `orch setup` prints runs — the
+/// not-confirmed hint of a setup whose model came from flags
+/// (`--base-url`/`--model`, `--replay`) and none from the environment, the
+/// system-step hint, and the failed hint.
+#[test]
+fn every_hint_setup_prints_runs_when_the_model_came_from_flags() {
+    // 1. `--base-url`/`--model` flags, headless, no --yes.
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![plan_call(
+            "p1",
+            vec![step("touch made", "install", "test -f made")],
+            &[],
+        )],
+    ));
+    let first = words(&[
+        "setup",
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "fake-model",
+        "a file",
+    ]);
+    let out = bare(&s, &first).output().unwrap();
+    assert_exit(&out, 9);
+    let hint = printed_command(&stdout(&out));
+    assert_eq!(hint[..3], ["orch", "setup", "--resume"], "{hint:?}");
+    let out = bare(&s, &hint[1..]).output().unwrap();
+    assert_exit(&out, 0);
+    assert!(s.work.join("made").exists());
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "the resume needed no model round"
+    );
+
+    // 2. `--replay FILE`, `--yes`, a system step: the hint names --yes-system.
+    let s = Scratch::new();
+    let replay = s.tmp.path().join("replay.json");
+    std::fs::write(
+        &replay,
+        json!({"format": "orch-replay/1", "agents": {"setup": [
+            {"tool_calls": [{"id": "p", "name": "plan", "arguments": {"steps": [
+                {"command": "touch local", "why": "w", "risk": "install", "check": "test -f local"},
+                {"command": "touch system-wide", "why": "w", "risk": "system", "check": "test -f system-wide"}
+            ]}}]}
+        ]}})
+        .to_string(),
+    )
+    .unwrap();
+    let first = words(&["setup", "--replay", "../replay.json", "--yes", "two files"]);
+    let out = bare(&s, &first).output().unwrap();
+    assert_exit(&out, 9);
+    let hint = printed_command(&stdout(&out));
+    assert!(hint.contains(&"--yes-system".to_owned()), "{hint:?}");
+    let out = bare(&s, &hint[1..]).output().unwrap();
+    assert_exit(&out, 0);
+    assert!(s.work.join("local").exists() && s.work.join("system-wide").exists());
+
+    // 3. A failed setup's hint (stderr) runs too: the model came from flags.
+    let s = Scratch::new();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            plan_call("p1", vec![step("test -f go", "install", "true")], &[]),
+            plan_call("p2", vec![step("test -f go", "install", "true")], &[]),
+        ],
+    ));
+    let first = words(&[
+        "setup",
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "fake-model",
+        "--yes",
+        "a go file",
+    ]);
+    let out = bare(&s, &first).output().unwrap();
+    assert_exit(&out, 1);
+    let hint = printed_command(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(hint[..3], ["orch", "setup", "--resume"], "{hint:?}");
+    std::fs::write(s.work.join("go"), "").unwrap();
+    let out = bare(&s, &hint[1..]).output().unwrap();
+    assert_exit(&out, 0);
 }
