@@ -46,7 +46,7 @@ pub use objects::{MigrateError, migrate_objects};
 pub use policy::{LaneGit, Policy, Profile, default_secret_paths};
 pub use secrets::{
     ChildSecrets, MIN_SECRET_LEN, SecretInFile, home_secrets, known_secrets, mask, read_secret_fd,
-    register_secrets, scan_files, write_secret_pipe,
+    redactable, register_secrets, scan_files, write_secret_pipe,
 };
 pub use settings::SandboxSettings;
 pub use tool::{SandboxCall, SandboxChoice, ToolSandbox, refuse_secrets, refuse_secrets_in};

@@ -1,0 +1,85 @@
+//! Holes found from outside around the sandbox (issues 25.5, 25.7, 26.7),
+//! each through the real `orch` binary with a scripted model whose `bash`
+//! calls really run inside the sandbox: metadata changes outside the lane
+//! (`chmod`, `chown`, `touch -d`) against canaries in the user's repository
+//! and a canary HOME, the per-stage disk quota, and a short API key that must
+//! not mangle orch's output.
+
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, read_jsonl, record_dir, state_json, stdout_json,
+    tool_results, write_issue, write_pipeline,
+};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+/// A scratch dir with the issue and a one-stage pipeline `solo` (`coder`).
+fn scratch() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_issue(dir.path(), "# text\n\nLook at the text.\n");
+    write_pipeline(
+        dir.path(),
+        "solo",
+        "name: solo\ndescription: one stage\nstages:\n  work:\n    role: coder\n    max_turns: 12\n",
+    );
+    dir
+}
+
+/// `orch run solo.yaml --json` against `server`.
+fn run_solo(repo: &TestRepo, scratch: &Path, server: &FakeServer) -> OrchRun {
+    OrchRun::new(scratch.join("solo.yaml"), repo)
+        .issue(&scratch.join("ISSUE.md"))
+        .model(&server.base_url, "fake-model")
+        .json()
+}
+
+#[test]
+fn an_api_key_shorter_than_8_characters_is_not_redacted_and_a_warning_names_the_variable() {
+    let repo = TestRepo::with_commit(&[("notes.txt", "text\n")], "init");
+    let scratch = scratch();
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "echo text-box-x"})),
+            Reply::finish("c2", "the text is fixed", None),
+        ],
+    ));
+    let out = run_solo(&repo, scratch.path(), &server)
+        .env("ORCH_API_KEY", "x")
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("ORCH_API_KEY"))
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning naming the variable: {stderr}"
+    );
+    assert!(
+        warnings[0].contains("shorter than 8 characters") && warnings[0].contains("not redact"),
+        "{}",
+        warnings[0]
+    );
+    // The key itself still reaches the server, in the header.
+    let reqs = server.requests_for("work");
+    let auth = reqs[0]
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        .map(|(_, v)| v.clone());
+    assert_eq!(auth.as_deref(), Some("Bearer x"));
+    assert!(tool_results(&reqs[1])[0].contains("text-box-x"));
+    // Nothing orch wrote or printed is mangled.
+    let j = stdout_json(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("REDACTED"), "{stdout}");
+    assert_eq!(j["pr_title"], "text", "{stdout}");
+    let record = record_dir(&repo, j["run_id"].as_str().unwrap());
+    let log = std::fs::read_to_string(record.join("stages/work/actions.jsonl")).unwrap();
+    assert!(!log.contains("REDACTED"), "{log}");
+    assert!(log.contains("text-box-x"), "{log}");
+    let pr = std::fs::read_to_string(record.join("pr.md")).unwrap();
+    assert!(pr.contains("the text is fixed"), "{pr}");
+}
