@@ -6,11 +6,11 @@
 //! not mangle orch's output.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, read_jsonl, record_dir, state_json, stdout_json,
-    tool_results, write_issue, write_pipeline,
+    FakeServer, OrchRun, Reply, Script, TestRepo, record_dir, stdout_json, tool_results,
+    write_issue, write_pipeline,
 };
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// A scratch dir with the issue and a one-stage pipeline `solo` (`coder`).
 fn scratch() -> tempfile::TempDir {
