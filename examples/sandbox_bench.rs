@@ -6,8 +6,15 @@
 //! to see the guard's per-file cost).
 //!
 //! ```text
-//! cargo run --release --example sandbox_bench -- [files] [packed-refs] [rounds] [loose-refs]
+//! cargo run --release --example sandbox_bench -- [files] [packed-refs] [rounds] [loose-refs] [home-entries]
 //! ```
+//!
+//! With `home-entries` > 0, `HOME` is a fresh directory of that many entries
+//! (files and directories) plus the usual secret paths (`.ssh`, `.aws`,
+//! `.config/gh`, `.docker/config.json`, `.kube/config`, …), so the ruleset's
+//! sibling grants (`grant_excluding`) list and open all of them: the case of
+//! issue 25.7. `prepare` is what every call paid before the ruleset was kept
+//! per stage; "wired call" is what a call pays now.
 //!
 //! Each spawn runs `/bin/true` (so the child's own work is ~nothing) from the
 //! lane of a real linked worktree, with `HOME` and the default secret paths
@@ -43,6 +50,32 @@ fn main() -> anyhow::Result<()> {
     let packed: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(2_000);
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(300);
     let loose: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(20);
+    let home_entries: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(0);
+    let fake_home = tempfile::tempdir()?;
+    if home_entries > 0 {
+        let home = fake_home.path();
+        for rel in [".ssh", ".aws", ".config/gh", ".gnupg", ".docker", ".kube"] {
+            std::fs::create_dir_all(home.join(rel))?;
+        }
+        for rel in [
+            ".netrc",
+            ".docker/config.json",
+            ".kube/config",
+            ".git-credentials",
+        ] {
+            std::fs::write(home.join(rel), "x")?;
+        }
+        for i in 0..home_entries {
+            if i % 4 == 0 {
+                std::fs::create_dir_all(home.join(format!("dir{i}")))?;
+            } else {
+                std::fs::write(home.join(format!(".file{i}")), "x")?;
+            }
+        }
+        // SAFETY: still single-threaded; nothing else reads the environment.
+        unsafe { std::env::set_var("HOME", home) };
+        println!("HOME: {} entries", std::fs::read_dir(home)?.count());
+    }
     println!("{}", sandbox::availability());
     println!("rounds: {rounds}; times in µs (median / p90)\n");
     println!(

@@ -62,6 +62,9 @@ pub struct ToolSandbox {
     migrate: bool,
     tmp: tempfile::TempDir,
     guard: tokio::sync::Mutex<Option<RepoGuard>>,
+    /// The last call's policy and sandbox, reused while the policy is the
+    /// same and the sandbox [current](Prepared::is_current).
+    last: std::sync::Mutex<Option<(Policy, Arc<Prepared>)>>,
 }
 
 /// One call in progress: holds the agent's call lock until
@@ -88,6 +91,7 @@ impl ToolSandbox {
             migrate: true,
             tmp,
             guard: tokio::sync::Mutex::new(None),
+            last: std::sync::Mutex::new(None),
         })
     }
 
@@ -131,8 +135,9 @@ impl ToolSandbox {
         let policy = self
             .policy(lane)
             .map_err(|e| format!("failed to set up the sandbox: {e}"))?;
-        let prepared =
-            super::prepare(&policy).map_err(|e| format!("failed to set up the sandbox: {e}"))?;
+        let prepared = self
+            .prepared(&policy)
+            .map_err(|e| format!("failed to set up the sandbox: {e}"))?;
         if let Some(git) = &policy.git {
             match lock.as_mut() {
                 Some(guard) => guard.before_call(),
@@ -164,10 +169,26 @@ impl ToolSandbox {
         Ok(SandboxCall {
             lock,
             policy,
-            prepared: Arc::new(prepared),
+            prepared,
             env,
             summary,
         })
+    }
+
+    /// The sandbox for `policy`: the last call's when its policy is the same
+    /// and it is still current, else a fresh one (kept for the next call).
+    /// Within a stage the policy rarely changes, so the ruleset is built once.
+    fn prepared(&self, policy: &Policy) -> Result<Arc<Prepared>, SandboxError> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, prepared)) = last.as_ref()
+            && p == policy
+            && prepared.is_current()
+        {
+            return Ok(Arc::clone(prepared));
+        }
+        let prepared = Arc::new(super::prepare(policy)?);
+        *last = Some((policy.clone(), Arc::clone(&prepared)));
+        Ok(prepared)
     }
 
     /// Whether the kernel keeps this sandbox's tool processes out of the

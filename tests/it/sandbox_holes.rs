@@ -83,3 +83,93 @@ fn an_api_key_shorter_than_8_characters_is_not_redacted_and_a_warning_names_the_
     let pr = std::fs::read_to_string(record.join("pr.md")).unwrap();
     assert!(pr.contains("the text is fixed"), "{pr}");
 }
+
+/// Mode, owner and modification time of `path`.
+fn meta_of(path: &Path) -> (u32, u32, u32, i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).unwrap();
+    (m.mode(), m.uid(), m.gid(), m.mtime(), m.mtime_nsec())
+}
+
+#[test]
+fn metadata_outside_the_lane_cannot_change_from_inside_the_sandbox() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "init");
+    let home = repo.path.parent().unwrap().join("canary-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let bashrc = home.join(".bashrc");
+    std::fs::write(&bashrc, "# canary bashrc\n").unwrap();
+    let calc = repo.path.join("calc.py");
+    for p in [&bashrc, &calc] {
+        let st = std::process::Command::new("touch")
+            .args(["-d", "2020-02-02 02:02:02"])
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let before = [meta_of(&bashrc), meta_of(&calc), meta_of(&home)];
+    let (b, c) = (bashrc.display(), calc.display());
+    // Out of the deny list's sight: a script the model wrote, run next.
+    let script = format!(
+        "chmod 777 {c}; echo \"chmod-repo $?\"\n\
+         chmod 000 {b}; echo \"chmod-home $?\"\n\
+         chown 4321:4321 {c} {b}; echo \"chown $?\"\n\
+         touch -d '2001-01-01' {c} {b}; echo \"touch $?\"\n\
+         chmod 700 {h}; echo \"chmod-homedir $?\"\n\
+         chmod 600 lane.txt && stat -c 'lane-mode %a' lane.txt\n",
+        h = home.display()
+    );
+    let scratch = scratch();
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": format!("chmod 777 {c}")})),
+            Reply::tool_call(
+                "c2",
+                "bash",
+                json!({"command": format!("touch -d 2001-01-01 {b}")}),
+            ),
+            Reply::tool_call(
+                "c3",
+                "write_file",
+                json!({"path": "meta.sh", "content": script}),
+            ),
+            Reply::tool_call(
+                "c4",
+                "bash",
+                json!({"command": "echo lane > lane.txt && bash meta.sh; rm meta.sh lane.txt"}),
+            ),
+            Reply::finish("c5", "tried", None),
+        ],
+    ));
+    let out = run_solo(&repo, scratch.path(), &server)
+        .env("HOME", &home)
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let reqs = server.requests_for("work");
+    let refused = |r: &str| r.contains("Read-only file system") || r.contains("refused");
+    let r1 = tool_results(&reqs[1]).pop().unwrap();
+    let r2 = tool_results(&reqs[2]).pop().unwrap();
+    assert!(refused(&r1), "chmod of the user's file: {r1}");
+    assert!(refused(&r2), "touch -d of a HOME file: {r2}");
+    let r4 = tool_results(&reqs[4]).pop().unwrap();
+    for step in [
+        "chmod-repo",
+        "chmod-home",
+        "chown",
+        "touch",
+        "chmod-homedir",
+    ] {
+        let line = r4
+            .lines()
+            .find(|l| l.starts_with(&format!("{step} ")))
+            .unwrap_or_else(|| panic!("{step} ran: {r4}"));
+        assert_ne!(line, format!("{step} 0"), "{step} succeeded: {r4}");
+    }
+    assert!(r4.contains("Read-only file system"), "{r4}");
+    // Inside the lane, metadata is the agent's to change.
+    assert!(r4.contains("lane-mode 600"), "{r4}");
+    let after = [meta_of(&bashrc), meta_of(&calc), meta_of(&home)];
+    assert_eq!(before, after, "modes, owners and mtimes of the canaries");
+    assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
