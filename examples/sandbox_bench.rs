@@ -51,7 +51,12 @@ fn main() -> anyhow::Result<()> {
     let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(300);
     let loose: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(20);
     let home_entries: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(0);
-    let fake_home = tempfile::tempdir()?;
+    // Not under /tmp: the secrets' ancestors are listed entry by entry, and
+    // a shared /tmp holds thousands of other entries; a real HOME's parent
+    // (/home) holds a few.
+    let fake_home = tempfile::Builder::new()
+        .prefix("bench-home-")
+        .tempdir_in(std::env::current_dir()?)?;
     if home_entries > 0 {
         let home = fake_home.path();
         for rel in [".ssh", ".aws", ".config/gh", ".gnupg", ".docker", ".kube"] {

@@ -38,6 +38,7 @@ mod linux;
 mod mounts;
 mod objects;
 mod policy;
+mod quota;
 mod secrets;
 mod settings;
 mod tool;
@@ -46,6 +47,7 @@ pub use environ::{SecretVars, take_secrets_from_environ};
 pub use guard::{GuardError, HookChange, RACY_WINDOW, RepoChange, RepoGuard};
 pub use objects::{MigrateError, migrate_objects};
 pub use policy::{LaneGit, Policy, Profile, default_secret_paths};
+pub use quota::DEFAULT_DISK_QUOTA;
 pub use secrets::{
     ChildSecrets, MIN_SECRET_LEN, SecretInFile, home_secrets, known_secrets, mask, read_secret_fd,
     redactable, register_secrets, scan_files, write_secret_pipe,

@@ -65,6 +65,8 @@ pub struct ToolSandbox {
     /// The last call's policy and sandbox, reused while the policy is the
     /// same and the sandbox [current](Prepared::is_current).
     last: std::sync::Mutex<Option<(Policy, Arc<Prepared>)>>,
+    /// The stage's disk quota (`None`: off), counted from the first call.
+    quota: Option<super::quota::DiskQuota>,
 }
 
 /// One call in progress: holds the agent's call lock until
@@ -92,6 +94,7 @@ impl ToolSandbox {
             tmp,
             guard: tokio::sync::Mutex::new(None),
             last: std::sync::Mutex::new(None),
+            quota: None,
         })
     }
 
@@ -99,6 +102,13 @@ impl ToolSandbox {
     /// git objects are left for the parent to migrate.
     pub fn in_subagent(mut self) -> Self {
         self.migrate = false;
+        self
+    }
+
+    /// With a disk quota of `cap` bytes for what the calls write into the
+    /// lane and the temp dir (`None`: no quota); see `quota.rs`.
+    pub fn with_disk_quota(mut self, cap: Option<u64>) -> Self {
+        self.quota = cap.map(super::quota::DiskQuota::new);
         self
     }
 
@@ -148,6 +158,9 @@ impl ToolSandbox {
                 }),
             }
             .map_err(|e| format!("failed to fingerprint the user's repository: {e}"))?;
+        }
+        if let Some(q) = &self.quota {
+            q.watch(&[lane, self.tmp.path()]);
         }
         let mut env = vec![("TMPDIR".to_owned(), self.tmp.path().display().to_string())];
         if let Some(git) = &policy.git
@@ -203,6 +216,19 @@ impl ToolSandbox {
     /// meanwhile (noted, the run goes on); `Err`: the stage must stop.
     pub fn finish(&self, call: SandboxCall<'_>) -> Result<Option<String>, String> {
         let SandboxCall { lock, policy, .. } = call;
+        let quota = self.quota.as_ref().map_or(Ok(()), |q| q.check());
+        let outcome = self.settle(&lock, &policy);
+        // Over its quota, the stage stops after the call was settled.
+        quota?;
+        outcome
+    }
+
+    /// The repository side of [`finish`](Self::finish).
+    fn settle(
+        &self,
+        lock: &tokio::sync::MutexGuard<'_, Option<RepoGuard>>,
+        policy: &Policy,
+    ) -> Result<Option<String>, String> {
         let Some(git) = &policy.git else {
             return Ok(None);
         };
@@ -265,7 +291,10 @@ impl ToolSandbox {
             home.as_deref(),
         )
         .map_err(std::io::Error::other)?;
-        Self::new(settings.for_role(role.sandbox, role.network, role.read_only))
+        Ok(
+            Self::new(settings.for_role(role.sandbox, role.network, role.read_only))?
+                .with_disk_quota(settings.disk_quota()),
+        )
     }
 }
 

@@ -6,8 +6,8 @@
 //! not mangle orch's output.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, record_dir, stdout_json, tool_results,
-    write_issue, write_pipeline,
+    FakeServer, OrchRun, Reply, Script, TestRepo, record_dir, state_json, stdout_json,
+    tool_results, write_issue, write_pipeline,
 };
 use serde_json::json;
 use std::path::Path;
@@ -172,4 +172,44 @@ fn metadata_outside_the_lane_cannot_change_from_inside_the_sandbox() {
     let after = [meta_of(&bashrc), meta_of(&calc), meta_of(&home)];
     assert_eq!(before, after, "modes, owners and mtimes of the canaries");
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_stage_writing_past_its_disk_quota_fails_with_the_reason_and_the_run_is_failed() {
+    let repo = TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            (".orch/orch.toml", "[sandbox]\ndisk_quota = \"1M\"\n"),
+        ],
+        "init",
+    );
+    let scratch = scratch();
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            Reply::tool_call(
+                "c1",
+                "bash",
+                json!({"command": "head -c 5M /dev/urandom > big && echo wrote"}),
+            ),
+            Reply::tool_call("c2", "bash", json!({"command": "echo still going"})),
+            Reply::finish("c3", "filled", None),
+        ],
+    ));
+    let out = run_solo(&repo, scratch.path(), &server).output();
+    assert_ne!(out.status.code(), Some(0));
+    let run_id = crate::support::only_run_id(&repo.path);
+    let state = state_json(&repo, &run_id);
+    assert_eq!(state["status"], "failed", "{state}");
+    let stage = crate::support::stage_record(&state, "work");
+    assert_eq!(stage["status"], "failed", "{stage}");
+    let reason = stage["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("over its disk quota of 1.0 MiB") && reason.contains("disk_quota"),
+        "{reason}"
+    );
+    // Stopped after the call that wrote: the model never saw a next turn.
+    assert_eq!(server.requests_for("work").len(), 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("disk quota"), "{stderr}");
 }
