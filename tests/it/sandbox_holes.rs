@@ -213,3 +213,81 @@ fn a_stage_writing_past_its_disk_quota_fails_with_the_reason_and_the_run_is_fail
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("disk quota"), "{stderr}");
 }
+
+/// A full disk, for real: `orch` runs in a mount namespace of its own
+/// (`unshare -m`, root as here and on CI) where the repository lives on a
+/// 2 MiB tmpfs, and the agent fills it. Whatever orch's next write is (the
+/// action log, the stage's objects, its commit), the run must end `failed`
+/// with the reason, never stay `running`.
+#[test]
+fn a_full_disk_ends_the_running_stage_failed_with_the_reason() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "init");
+    let scratch = scratch();
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            Reply::tool_call(
+                "c1",
+                "bash",
+                json!({"command": "head -c 8M /dev/urandom > big; echo \"rc=$?\""}),
+            ),
+            Reply::tool_call("c2", "bash", json!({"command": "echo again"})),
+            Reply::finish("c3", "filled the disk", None),
+        ],
+    ));
+    let mnt = scratch.path().join("small-disk");
+    let out_dir = scratch.path().join("out");
+    std::fs::create_dir_all(&mnt).unwrap();
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let orch = crate::support::orch();
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.env_clear();
+    for (k, v) in orch.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    cmd.arg("-m")
+        .arg("--propagation")
+        .arg("private")
+        .arg("sh")
+        .arg("-c")
+        .arg(
+            r#"set -u
+mount -t tmpfs -o size=2M tmpfs "$1" || exit 90
+cp -a "$2" "$1/repo" || exit 91
+"$3" run "$4" --repo "$1/repo" --issue "$5" --base-url "$6" --model fake-model --json
+echo "orch-exit=$?"
+cp "$1"/repo/.git/orch/runs/*/state.json "$7/state.json"
+"#,
+        )
+        .arg("sh")
+        .arg(&mnt)
+        .arg(&repo.path)
+        .arg(orch.get_program())
+        .arg(scratch.path().join("solo.yaml"))
+        .arg(scratch.path().join("ISSUE.md"))
+        .arg(&server.base_url)
+        .arg(&out_dir)
+        .stdin(std::process::Stdio::null());
+    let out = crate::support::output_logged(&mut cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the tiny tmpfs could not be set up (needs root): {stdout}"
+    );
+    assert!(!stdout.contains("orch-exit=0"), "{stdout}");
+    // The agent really hit the full disk.
+    let first = server.requests_for("work");
+    if first.len() > 1 {
+        let r = tool_results(&first[1]).pop().unwrap();
+        assert!(r.contains("No space left on device"), "{r}");
+    }
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["status"], "failed", "{state}");
+    let stage = crate::support::stage_record(&state, "work");
+    assert_eq!(stage["status"], "failed", "{stage}");
+    let reason = stage["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("No space left on device"), "{reason}");
+}
