@@ -29,6 +29,8 @@
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+#[cfg(test)]
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -222,4 +224,50 @@ pub(crate) fn available() -> bool {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    #[test]
+    fn outside_the_writable_paths_metadata_and_writes_fail_with_erofs() {
+        if !available() {
+            // Not root and no user namespaces: the mounts cannot be made.
+            eprintln!("mount namespaces unavailable here; nothing to check");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let (rw, ro) = (root.join("rw"), root.join("ro"));
+        std::fs::create_dir_all(rw.join("keep")).unwrap();
+        std::fs::create_dir_all(&ro).unwrap();
+        std::fs::write(ro.join("f"), "x").unwrap();
+        std::fs::write(rw.join("f"), "x").unwrap();
+        let plan = MountPlan::unprobed(&[rw.clone()], &[rw.join("keep")]);
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(
+                "chmod 600 ../ro/f; echo ro=$?; touch keep/n; echo keep=$?; \
+                 chmod 600 f && echo x >> f && touch n; echo rw=$?; echo hi > /dev/null; echo dev=$?",
+            )
+            .current_dir(&rw);
+        // SAFETY: the hook only makes raw system calls.
+        unsafe { cmd.pre_exec(move || plan.apply()) };
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            text.contains("ro=1") && text.contains("Read-only file system"),
+            "{text}"
+        );
+        assert!(text.contains("keep=1"), "{text}");
+        assert!(text.contains("rw=0") && text.contains("dev=0"), "{text}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_ne!(mode(&ro.join("f")), 0o600);
+        assert_eq!(mode(&rw.join("f")), 0o600);
+        assert!(rw.join("n").exists() && !rw.join("keep/n").exists());
+    }
 }
