@@ -245,7 +245,7 @@ mod tests {
         std::fs::create_dir_all(&ro).unwrap();
         std::fs::write(ro.join("f"), "x").unwrap();
         std::fs::write(rw.join("f"), "x").unwrap();
-        let plan = MountPlan::unprobed(&[rw.clone()], &[rw.join("keep")]);
+        let plan = MountPlan::unprobed(std::slice::from_ref(&rw), &[rw.join("keep")]);
         let mut cmd = std::process::Command::new("sh");
         cmd.arg("-c")
             .arg(
