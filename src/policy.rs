@@ -56,6 +56,7 @@
 mod builtin;
 mod expand;
 mod git;
+mod metadata;
 mod outside;
 mod programs;
 mod scripts;
@@ -146,6 +147,10 @@ impl BashPolicy {
             allowlisted: builtin.lifted.clone(),
         };
         if let Some(reason) = &builtin.deny {
+            return with(Decision::Deny(format!("{reason} (built-in deny list)")));
+        }
+        // Only where the kernel cannot refuse it (see `policy/metadata.rs`).
+        if let Some(reason) = analysis.units.iter().find_map(metadata::metadata_rule) {
             return with(Decision::Deny(format!("{reason} (built-in deny list)")));
         }
         let mut candidates = vec![collapse_ws(command)];

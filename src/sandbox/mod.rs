@@ -213,6 +213,21 @@ pub struct Features {
 
 /// The sandbox availability of this process, detected on the first call
 /// (reads [`DISABLE_VAR`] and asks the kernel once).
+/// Whether the kernel keeps metadata (mode, owner, times, attributes)
+/// outside a tool process's writable paths read-only here: Landlock is
+/// available and this process can give its children read-only mounts
+/// (`mounts.rs`). Where not, the deny list's metadata rule applies.
+pub fn metadata_enforced() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        availability().abi().is_some() && mounts::available()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 pub fn availability() -> &'static Availability {
     static CACHE: OnceLock<Availability> = OnceLock::new();
     CACHE.get_or_init(|| {

@@ -293,3 +293,57 @@ cp "$1"/repo/.git/orch/runs/*/state.json "$7/state.json"
     let reason = stage["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("No space left on device"), "{reason}");
 }
+
+/// Where the kernel cannot keep metadata read-only (here: Landlock turned
+/// off, so no read-only mounts either), the deny list refuses `chmod`,
+/// `chown` and `touch -d` of paths outside the lane with a message, and lets
+/// the same commands on lane files through.
+#[test]
+fn without_the_kernel_layer_the_deny_list_refuses_metadata_changes_outside_the_lane() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "init");
+    let home = repo.path.parent().unwrap().join("canary-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let bashrc = home.join(".bashrc");
+    std::fs::write(&bashrc, "# canary bashrc\n").unwrap();
+    let calc = repo.path.join("calc.py");
+    let before = [meta_of(&bashrc), meta_of(&calc)];
+    let scratch = scratch();
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "chmod 000 ~/.bashrc"})),
+            Reply::tool_call(
+                "c2",
+                "bash",
+                json!({"command": format!("chmod 777 {}", calc.display())}),
+            ),
+            Reply::tool_call(
+                "c3",
+                "bash",
+                json!({"command": format!("touch -d 2001-01-01 {}", bashrc.display())}),
+            ),
+            Reply::tool_call(
+                "c4",
+                "bash",
+                json!({"command": "chmod 600 calc.py && stat -c 'lane-mode %a' calc.py"}),
+            ),
+            Reply::finish("c5", "tried", None),
+        ],
+    ));
+    let out = run_solo(&repo, scratch.path(), &server)
+        .env("HOME", &home)
+        .env("ORCH_SANDBOX_DISABLE", "1")
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let reqs = server.requests_for("work");
+    // `chmod ~/.bashrc` was already refused as a startup-file write; the
+    // absolute forms are what the metadata rule adds.
+    for (i, what) in [(1, "chmod ~"), (2, "chmod repo"), (3, "touch -d home")] {
+        let r = tool_results(&reqs[i]).pop().unwrap();
+        assert!(r.contains("denied by policy"), "{what}: {r}");
+        assert!(i == 1 || r.contains("outside the lane"), "{what}: {r}");
+    }
+    let r4 = tool_results(&reqs[4]).pop().unwrap();
+    assert!(r4.contains("lane-mode 600"), "{r4}");
+    assert_eq!([meta_of(&bashrc), meta_of(&calc)], before);
+}
