@@ -46,7 +46,7 @@ fn main() {
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     orch::sandbox::register_secrets(
         secrets
-            .values()
+            .redactable_values()
             .map(|v| v.to_string_lossy().into_owned())
             .chain(inherited)
             .chain(gh_token)

@@ -61,6 +61,7 @@ mod expand;
 mod family_tests;
 mod git;
 mod inline;
+mod metadata;
 mod outside;
 mod paths;
 mod programs;
@@ -152,6 +153,10 @@ impl BashPolicy {
             allowlisted: builtin.lifted.clone(),
         };
         if let Some(reason) = &builtin.deny {
+            return with(Decision::Deny(format!("{reason} (built-in deny list)")));
+        }
+        // Only where the kernel cannot refuse it (see `policy/metadata.rs`).
+        if let Some(reason) = analysis.units.iter().find_map(metadata::metadata_rule) {
             return with(Decision::Deny(format!("{reason} (built-in deny list)")));
         }
         let mut candidates = vec![collapse_ws(command)];

@@ -408,6 +408,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
     // The state exists before any lane, ref or worktree: a run killed from
     // here on is listed, and `resume` finishes (or cleans) it.
     run_dir.write_state_unsynced(&state)?;
+    flow::reserve_space(&run_dir.root);
     crate::killpoint::reached("state-starting");
     Ok(Started {
         info,
@@ -609,6 +610,7 @@ pub(crate) async fn resume_run(
     state.settings = Some(session.settings.clone());
     state.updated = now();
     run_dir.write_state(&state)?;
+    flow::reserve_space(&run_dir.root);
     ui.run_started(&state);
     let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
     // The run's budget counts what its finished stages already used.
@@ -844,6 +846,7 @@ async fn drive(
         fail_on_error(&ctx, &mut state, &e);
         return Err(e);
     }
+    flow::release_space(&ctx.run_dir.root);
     ui.run_finished(&state);
     Ok(RunSummary {
         state,
@@ -869,7 +872,11 @@ fn fail_on_error(ctx: &RunCtx, state: &mut RunState, e: &RunError) {
     }
     state.status = RunStatus::Failed;
     state.updated = now();
-    let _ = ctx.run_dir.write_state(state);
+    // A full disk: the space held since the start takes the state.
+    if ctx.run_dir.write_state(state).is_err() && flow::release_space(&ctx.run_dir.root) {
+        let _ = ctx.run_dir.write_state(state);
+    }
+    flow::release_space(&ctx.run_dir.root);
 }
 
 /// Fills a stage record that never got its outcome (interrupted, or ended

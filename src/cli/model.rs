@@ -88,8 +88,14 @@ fn chosen_from(
     let sampling = Some(sampling_of(&settings));
     let base_url = Some(settings.base_url.clone());
     let mut secrets = secrets();
-    if let Some(k) = &settings.api_key {
-        secrets.push(k.clone());
+    if let Some(k) = &resolved.api_key {
+        let name = match &k.source {
+            config::Source::Env(name) => name.as_str(),
+            _ => "the API key",
+        };
+        if crate::sandbox::redactable(name, &k.value) {
+            secrets.push(k.value.clone());
+        }
     }
     Ok(Chosen {
         model: Arc::new(OpenAiClient::new(settings)?),

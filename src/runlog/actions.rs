@@ -39,7 +39,10 @@ impl ActionLog {
             file,
             path: path.to_path_buf(),
             started: Instant::now(),
-            secrets: secrets.into_iter().filter(|s| s.len() >= 4).collect(),
+            secrets: secrets
+                .into_iter()
+                .filter(|s| s.len() >= crate::sandbox::MIN_SECRET_LEN)
+                .collect(),
             events: None,
         })
     }
@@ -91,7 +94,10 @@ const MIN_CUT_PREFIX: usize = 4;
 pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
     let mut out = text.to_owned();
     let known = crate::sandbox::known_secrets();
-    for s in secrets.iter().chain(known).filter(|s| !s.is_empty()) {
+    // A value shorter than a secret's minimum is not one: redacting it would
+    // mangle ordinary text (an API key of `x` in every word with an "x").
+    let long_enough = |s: &&String| s.len() >= crate::sandbox::MIN_SECRET_LEN;
+    for s in secrets.iter().chain(known).filter(long_enough) {
         let escaped = json_escaped(s);
         for form in [s.as_str(), escaped.as_str()] {
             if out.contains(form) {

@@ -280,3 +280,33 @@ pub(super) async fn write_stage_patch(
     })
     .await
 }
+
+/// The file in a run's record dir that holds disk space for the run's last
+/// state write (issue 25.5): when the disk fills, an error ends the run, and
+/// its `failed` state must still reach the disk or the run would stay
+/// `running`. Named `.tmp…` so the run ref leaves it out.
+const SPACE_RESERVE: &str = ".tmp-space-reserve";
+
+/// How much space is held: a run state with many stages fits many times.
+const RESERVE_BYTES: i64 = 256 << 10;
+
+/// Holds [`RESERVE_BYTES`] in `run_dir` (allocated, not sparse). Best
+/// effort: without it a full disk may leave the state unwritten, as before.
+pub(super) fn reserve_space(run_dir: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let path = run_dir.join(SPACE_RESERVE);
+    let Ok(file) = std::fs::File::create(&path) else {
+        return;
+    };
+    // SAFETY: fallocate on a descriptor we own.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, RESERVE_BYTES) };
+    if rc != 0 {
+        // Not supported here (or no space): no reserve rather than a sparse one.
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// Gives the reserved space back; true when there was a reserve to free.
+pub(super) fn release_space(run_dir: &std::path::Path) -> bool {
+    std::fs::remove_file(run_dir.join(SPACE_RESERVE)).is_ok()
+}

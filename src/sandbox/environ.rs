@@ -39,6 +39,15 @@ impl SecretVars {
             .filter(|v| !v.is_empty())
     }
 
+    /// The values long enough to redact ([`super::secrets::redactable`]
+    /// warns once about each shorter one).
+    pub fn redactable_values(&self) -> impl Iterator<Item = &OsStr> {
+        self.vars
+            .iter()
+            .filter(|(k, v)| super::secrets::redactable(k, &v.to_string_lossy()))
+            .map(|(_, v)| v.as_os_str())
+    }
+
     /// Whether no secret variable was set.
     pub fn is_empty(&self) -> bool {
         self.vars.is_empty()

@@ -83,9 +83,98 @@ struct Grant {
     optional: bool,
 }
 
-/// Builds the ruleset for `policy` at `abi` and returns its descriptor and a
-/// one-line summary.
-pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<(OwnedFd, String), SandboxError> {
+/// What a ruleset was built from that can change under it: the directories
+/// [`grant_excluding`] listed (a new entry in one would be missing from the
+/// rules) and which optional writable roots existed. While
+/// [`Listing::unchanged`] holds, the ruleset is still exactly what building
+/// it again would give, so a stage builds it once (issue 25.7: with a HOME
+/// of ~520 entries every build listed and opened ~580 paths).
+#[derive(Debug)]
+pub(crate) struct Listing {
+    dirs: Vec<(PathBuf, Option<Stamp>)>,
+    writable: Vec<(PathBuf, bool)>,
+    taken_ns: i128,
+}
+
+/// A directory's identity and times: any entry added, removed or renamed in
+/// it moves its mtime and ctime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        })
+    }
+}
+
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+impl Listing {
+    fn new(policy: &Policy) -> Listing {
+        Listing {
+            dirs: Vec::new(),
+            writable: policy
+                .writable
+                .iter()
+                .map(|r| (r.clone(), r.canonicalize().is_ok()))
+                .collect(),
+            taken_ns: now_ns(),
+        }
+    }
+
+    /// Whether every listed directory is as it was (same inode, same times,
+    /// none changed within [`super::RACY_WINDOW`] of the listing: the kernel's
+    /// file clock is coarse, so a change in the same tick may not move it) and
+    /// every optional writable root still exists or not as it did. A few
+    /// `lstat`s.
+    pub(crate) fn unchanged(&self) -> bool {
+        let racy = super::RACY_WINDOW.as_nanos() as i128;
+        self.dirs.iter().all(|(dir, stamp)| {
+            let now = Stamp::of(dir);
+            now == *stamp && stamp.is_none_or(|s| s.mtime_ns.max(s.ctime_ns) + racy < self.taken_ns)
+        }) && self
+            .writable
+            .iter()
+            .all(|(root, existed)| root.canonicalize().is_ok() == *existed)
+    }
+}
+
+/// A built ruleset and what goes with it.
+pub(crate) struct Built {
+    /// The ruleset's descriptor.
+    pub fd: OwnedFd,
+    /// One line saying what it enforces.
+    pub summary: String,
+    /// What it was built from.
+    pub listing: Listing,
+    /// The paths it lets the child write (for [`super::mounts::MountPlan`]).
+    pub writable: Vec<PathBuf>,
+    /// Paths inside a writable one that it keeps read-only.
+    pub kept_read_only: Vec<PathBuf>,
+}
+
+/// Builds the ruleset for `policy` at `abi`.
+pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<Built, SandboxError> {
+    let mut listing = Listing::new(policy);
+    let mut writable = Vec::new();
+    let mut kept_read_only = Vec::new();
     let abi_l = ABI::from(abi);
     let all = AccessFs::from_all(abi_l);
     let read = AccessFs::from_read(abi_l);
@@ -122,6 +211,7 @@ pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<(OwnedFd, Strin
     let secret_refs: Vec<&Path> = secrets.iter().map(PathBuf::as_path).collect();
     grant_excluding(
         &mut grants,
+        &mut listing,
         Path::new("/"),
         &secret_refs,
         read & !AccessFs::ReadDir,
@@ -133,8 +223,11 @@ pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<(OwnedFd, Strin
         let dot_git = lane.join(".git");
         if dot_git.is_dir() {
             // A main worktree as lane: its own .git stays read-only.
-            grant_excluding(&mut grants, &lane, &[&dot_git], all)?;
+            grant_excluding(&mut grants, &mut listing, &lane, &[&dot_git], all)?;
+            writable.push(lane.clone());
+            kept_read_only.push(dot_git);
         } else {
+            writable.push(lane.clone());
             grants.push(Grant {
                 path: lane,
                 access: all,
@@ -201,6 +294,11 @@ pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<(OwnedFd, Strin
         }
     }
 
+    let grants_written: Vec<PathBuf> = grants
+        .iter()
+        .filter(|g| g.access == all && !writable.iter().any(|w| g.path.starts_with(w)))
+        .map(|g| g.path.clone())
+        .collect();
     for g in grants {
         let fd = match open_path(&g.path) {
             Ok(fd) => fd,
@@ -252,7 +350,16 @@ pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<(OwnedFd, Strin
     if scoped {
         summary.push_str("; signals and abstract sockets scoped");
     }
-    Ok((fd, summary))
+    for g in &grants_written {
+        writable.push(g.clone());
+    }
+    Ok(Built {
+        fd,
+        summary,
+        listing,
+        writable,
+        kept_read_only,
+    })
 }
 
 /// Grants `access` on `root` minus the `excluded` paths under it: `root`
@@ -261,6 +368,7 @@ pub(crate) fn build_ruleset(policy: &Policy, abi: i32) -> Result<(OwnedFd, Strin
 /// skipped: their targets are granted through their own real paths.
 fn grant_excluding(
     out: &mut Vec<Grant>,
+    listing: &mut Listing,
     root: &Path,
     excluded: &[&Path],
     access: BitFlags<AccessFs>,
@@ -281,6 +389,8 @@ fn grant_excluding(
     if inside.contains(&root) {
         return Ok(());
     }
+    // Stamped before listing: an entry added while listing moves the stamp.
+    listing.dirs.push((root.to_path_buf(), Stamp::of(root)));
     let entries = match std::fs::read_dir(root) {
         Ok(entries) => entries,
         // Vanished since its parent was listed: nothing left to grant.
@@ -301,7 +411,7 @@ fn grant_excluding(
         if is_symlink {
             continue;
         }
-        grant_excluding(out, &entry.path(), &inside, access)?;
+        grant_excluding(out, listing, &entry.path(), &inside, access)?;
     }
     Ok(())
 }
@@ -385,7 +495,18 @@ mod tests {
         std::os::unix::fs::symlink(root.join("a/secret"), root.join("a/link")).unwrap();
         let mut out = Vec::new();
         let secret = root.join("a/secret");
-        grant_excluding(&mut out, &root, &[&secret], AccessFs::ReadFile.into()).unwrap();
+        let policy = Policy::new(Profile::ReadOnly, &root, &root).unwrap();
+        let mut listing = Listing::new(&policy);
+        grant_excluding(
+            &mut out,
+            &mut listing,
+            &root,
+            &[&secret],
+            AccessFs::ReadFile.into(),
+        )
+        .unwrap();
+        let listed: Vec<&Path> = listing.dirs.iter().map(|(d, _)| d.as_path()).collect();
+        assert_eq!(listed, [root.as_path(), root.join("a").as_path()]);
         let mut got: Vec<String> = out
             .iter()
             .map(|g| g.path.strip_prefix(&root).unwrap().display().to_string())

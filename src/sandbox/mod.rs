@@ -34,8 +34,11 @@ mod environ;
 mod guard;
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod mounts;
 mod objects;
 mod policy;
+mod quota;
 mod secrets;
 mod settings;
 mod tool;
@@ -44,9 +47,10 @@ pub use environ::{SecretVars, take_secrets_from_environ};
 pub use guard::{GuardError, HookChange, RACY_WINDOW, RepoChange, RepoGuard};
 pub use objects::{MigrateError, migrate_objects};
 pub use policy::{LaneGit, Policy, Profile, default_secret_paths};
+pub use quota::DEFAULT_DISK_QUOTA;
 pub use secrets::{
     ChildSecrets, MIN_SECRET_LEN, SecretInFile, home_secrets, known_secrets, mask, read_secret_fd,
-    register_secrets, scan_files, write_secret_pipe,
+    redactable, register_secrets, scan_files, write_secret_pipe,
 };
 pub use settings::SandboxSettings;
 pub use tool::{SandboxCall, SandboxChoice, ToolSandbox, refuse_secrets, refuse_secrets_in};
@@ -209,6 +213,21 @@ pub struct Features {
 
 /// The sandbox availability of this process, detected on the first call
 /// (reads [`DISABLE_VAR`] and asks the kernel once).
+/// Whether the kernel keeps metadata (mode, owner, times, attributes)
+/// outside a tool process's writable paths read-only here: Landlock is
+/// available and this process can give its children read-only mounts
+/// (`mounts.rs`). Where not, the deny list's metadata rule applies.
+pub fn metadata_enforced() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        availability().abi().is_some() && mounts::available()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 pub fn availability() -> &'static Availability {
     static CACHE: OnceLock<Availability> = OnceLock::new();
     CACHE.get_or_init(|| {
@@ -237,6 +256,12 @@ pub struct Prepared {
     ruleset: Option<std::os::fd::OwnedFd>,
     drop_caps: bool,
     summary: String,
+    /// What the ruleset was built from (`None`: nothing that can go stale).
+    #[cfg(target_os = "linux")]
+    listing: Option<linux::Listing>,
+    /// The read-only mounts the child enters (`None`: not possible here).
+    #[cfg(target_os = "linux")]
+    mounts: Option<mounts::MountPlan>,
 }
 
 impl Prepared {
@@ -263,6 +288,21 @@ impl Prepared {
         &self.summary
     }
 
+    /// Whether preparing the same [`Policy`] again would give this sandbox:
+    /// no directory listed to build the ruleset has changed since (a few
+    /// `lstat`s). [`ToolSandbox`] reuses a current one for every call of a
+    /// stage instead of listing and opening the paths again.
+    pub fn is_current(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            self.listing.as_ref().is_none_or(linux::Listing::unchanged)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            true
+        }
+    }
+
     /// Enters the sandbox: call in the child between `fork` and `exec`.
     ///
     /// Only raw system calls on already-prepared values: no allocation, no
@@ -276,6 +316,10 @@ impl Prepared {
         #[cfg(target_os = "linux")]
         {
             use std::os::fd::AsRawFd;
+            // Mounting needs CAP_SYS_ADMIN and no Landlock domain yet.
+            if let Some(m) = &self.mounts {
+                m.apply()?;
+            }
             linux::set_no_new_privs()?;
             if self.drop_caps {
                 caps::drop_dangerous()?;
@@ -319,22 +363,38 @@ pub fn prepare_with(policy: &Policy, avail: &Availability) -> Result<Prepared, S
             ruleset: None,
             drop_caps: false,
             summary: "sandbox off".into(),
+            #[cfg(target_os = "linux")]
+            listing: None,
+            #[cfg(target_os = "linux")]
+            mounts: None,
         });
     }
     #[cfg(target_os = "linux")]
     {
-        let (ruleset, summary) = match avail.abi() {
+        let (ruleset, summary, listing, mounts) = match avail.abi() {
             Some(abi) => {
-                let (fd, summary) = linux::build_ruleset(policy, abi)?;
-                (Some(fd), summary)
+                let built = linux::build_ruleset(policy, abi)?;
+                let mounts = mounts::MountPlan::new(&built.writable, &built.kept_read_only);
+                let summary = format!(
+                    "{}; metadata outside the writable paths {}",
+                    built.summary,
+                    if mounts.is_some() {
+                        "read-only (mount namespace)"
+                    } else {
+                        "not enforced here (the deny list refuses chmod/chown/touch/setfacl/chattr outside the lane)"
+                    }
+                );
+                (Some(built.fd), summary, Some(built.listing), mounts)
             }
-            None => (None, avail.describe()),
+            None => (None, avail.describe(), None, None),
         };
         Ok(Prepared {
             profile: policy.profile,
             ruleset,
             drop_caps,
             summary,
+            listing,
+            mounts,
         })
     }
     #[cfg(not(target_os = "linux"))]

@@ -26,6 +26,34 @@ const MAX_HOME_FILE: u64 = 1 << 20;
 
 static REGISTRY: OnceLock<Vec<String>> = OnceLock::new();
 
+/// Whether the value of the secret variable `name` is long enough to redact
+/// ([`MIN_SECRET_LEN`]). A shorter non-empty value is not treated as a
+/// secret — redacting an `ORCH_API_KEY` of `x` would mask every "x" orch
+/// prints — and the first time a name is seen with one, a warning naming the
+/// variable (never the value) goes to stderr.
+pub fn redactable(name: &str, value: &str) -> bool {
+    if value.len() >= MIN_SECRET_LEN {
+        return true;
+    }
+    if value.is_empty() {
+        return false;
+    }
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let first = match WARNED.lock() {
+        Ok(mut warned) if !warned.iter().any(|n| n == name) => {
+            warned.push(name.to_owned());
+            true
+        }
+        _ => false,
+    };
+    if first {
+        crate::ui::status_line(&format!(
+            "orch: warning: {name} is shorter than {MIN_SECRET_LEN} characters, so orch does not treat it as a secret and does not redact it from its output"
+        ));
+    }
+    false
+}
+
 /// Registers the process's secret values (first call wins; later calls are
 /// ignored and return false). Short and duplicate values are dropped.
 pub fn register_secrets(values: impl IntoIterator<Item = String>) -> bool {

@@ -7,6 +7,7 @@
 //! network = true                # default: on for writing roles, off for read-only ones
 //! writable = ["~/.cache/pip"]   # extra writable roots (absolute or ~/…)
 //! deny_read = ["~/.vault"]      # extra unreadable paths, on top of the defaults
+//! disk_quota = "4G"             # per stage: how much its lane and temp dir may grow; "off"
 //! ```
 //!
 //! Precedence: a role's own key, then the repository's `.orch/orch.toml`,
@@ -30,6 +31,9 @@ pub struct SandboxSettings {
     pub writable: Vec<PathBuf>,
     /// `deny_read` paths.
     pub deny_read: Vec<PathBuf>,
+    /// `disk_quota`: `Some(None)` is `"off"`; `None`: not set (the default,
+    /// [`super::DEFAULT_DISK_QUOTA`]).
+    pub disk_quota: Option<Option<u64>>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -43,6 +47,8 @@ struct SectionSpec {
     writable: Vec<String>,
     #[serde(default)]
     deny_read: Vec<String>,
+    #[serde(default)]
+    disk_quota: Option<toml::Value>,
 }
 
 impl SandboxSettings {
@@ -84,6 +90,19 @@ impl SandboxSettings {
                 })?);
             }
             out.network = out.network.or(spec.network);
+            if out.disk_quota.is_none()
+                && let Some(raw) = &spec.disk_quota
+            {
+                let text = match raw {
+                    toml::Value::String(s) => s.clone(),
+                    toml::Value::Integer(n) if *n >= 0 => n.to_string(),
+                    other => format!("{other:?}"),
+                };
+                out.disk_quota = Some(
+                    super::quota::parse_size(&text)
+                        .map_err(|e| format!("{}: sandbox.disk_quota = {e}", path.display()))?,
+                );
+            }
             for (key, list, into) in [
                 ("writable", &spec.writable, &mut out.writable),
                 ("deny_read", &spec.deny_read, &mut out.deny_read),
@@ -103,6 +122,11 @@ impl SandboxSettings {
 
     /// The choice for a role with its own `sandbox:`/`network:` keys (if
     /// any) that is read-only or not.
+    /// The per-stage disk quota in bytes (`None`: off).
+    pub fn disk_quota(&self) -> Option<u64> {
+        self.disk_quota.unwrap_or(Some(super::DEFAULT_DISK_QUOTA))
+    }
+
     pub fn for_role(
         &self,
         role_profile: Option<Profile>,

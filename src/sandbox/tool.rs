@@ -62,6 +62,11 @@ pub struct ToolSandbox {
     migrate: bool,
     tmp: tempfile::TempDir,
     guard: tokio::sync::Mutex<Option<RepoGuard>>,
+    /// The last call's policy and sandbox, reused while the policy is the
+    /// same and the sandbox [current](Prepared::is_current).
+    last: std::sync::Mutex<Option<(Policy, Arc<Prepared>)>>,
+    /// The stage's disk quota (`None`: off), counted from the first call.
+    quota: Option<super::quota::DiskQuota>,
 }
 
 /// One call in progress: holds the agent's call lock until
@@ -88,6 +93,8 @@ impl ToolSandbox {
             migrate: true,
             tmp,
             guard: tokio::sync::Mutex::new(None),
+            last: std::sync::Mutex::new(None),
+            quota: None,
         })
     }
 
@@ -95,6 +102,13 @@ impl ToolSandbox {
     /// git objects are left for the parent to migrate.
     pub fn in_subagent(mut self) -> Self {
         self.migrate = false;
+        self
+    }
+
+    /// With a disk quota of `cap` bytes for what the calls write into the
+    /// lane and the temp dir (`None`: no quota); see `quota.rs`.
+    pub fn with_disk_quota(mut self, cap: Option<u64>) -> Self {
+        self.quota = cap.map(super::quota::DiskQuota::new);
         self
     }
 
@@ -131,8 +145,9 @@ impl ToolSandbox {
         let policy = self
             .policy(lane)
             .map_err(|e| format!("failed to set up the sandbox: {e}"))?;
-        let prepared =
-            super::prepare(&policy).map_err(|e| format!("failed to set up the sandbox: {e}"))?;
+        let prepared = self
+            .prepared(&policy)
+            .map_err(|e| format!("failed to set up the sandbox: {e}"))?;
         if let Some(git) = &policy.git {
             match lock.as_mut() {
                 Some(guard) => guard.before_call(),
@@ -143,6 +158,9 @@ impl ToolSandbox {
                 }),
             }
             .map_err(|e| format!("failed to fingerprint the user's repository: {e}"))?;
+        }
+        if let Some(q) = &self.quota {
+            q.watch(&[lane, self.tmp.path()]);
         }
         let mut env = vec![("TMPDIR".to_owned(), self.tmp.path().display().to_string())];
         if let Some(git) = &policy.git
@@ -164,10 +182,26 @@ impl ToolSandbox {
         Ok(SandboxCall {
             lock,
             policy,
-            prepared: Arc::new(prepared),
+            prepared,
             env,
             summary,
         })
+    }
+
+    /// The sandbox for `policy`: the last call's when its policy is the same
+    /// and it is still current, else a fresh one (kept for the next call).
+    /// Within a stage the policy rarely changes, so the ruleset is built once.
+    fn prepared(&self, policy: &Policy) -> Result<Arc<Prepared>, SandboxError> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, prepared)) = last.as_ref()
+            && p == policy
+            && prepared.is_current()
+        {
+            return Ok(Arc::clone(prepared));
+        }
+        let prepared = Arc::new(super::prepare(policy)?);
+        *last = Some((policy.clone(), Arc::clone(&prepared)));
+        Ok(prepared)
     }
 
     /// Whether the kernel keeps this sandbox's tool processes out of the
@@ -182,6 +216,19 @@ impl ToolSandbox {
     /// meanwhile (noted, the run goes on); `Err`: the stage must stop.
     pub fn finish(&self, call: SandboxCall<'_>) -> Result<Option<String>, String> {
         let SandboxCall { lock, policy, .. } = call;
+        let quota = self.quota.as_ref().map_or(Ok(()), |q| q.check());
+        let outcome = self.settle(&lock, &policy);
+        // Over its quota, the stage stops after the call was settled.
+        quota?;
+        outcome
+    }
+
+    /// The repository side of [`finish`](Self::finish).
+    fn settle(
+        &self,
+        lock: &tokio::sync::MutexGuard<'_, Option<RepoGuard>>,
+        policy: &Policy,
+    ) -> Result<Option<String>, String> {
         let Some(git) = &policy.git else {
             return Ok(None);
         };
@@ -244,7 +291,10 @@ impl ToolSandbox {
             home.as_deref(),
         )
         .map_err(std::io::Error::other)?;
-        Self::new(settings.for_role(role.sandbox, role.network, role.read_only))
+        Ok(
+            Self::new(settings.for_role(role.sandbox, role.network, role.read_only))?
+                .with_disk_quota(settings.disk_quota()),
+        )
     }
 }
 

@@ -51,6 +51,7 @@ mod safety;
 mod sampling;
 mod sandbox;
 mod sandbox_e2e;
+mod sandbox_holes;
 mod setup;
 mod setup_lane;
 mod sse;

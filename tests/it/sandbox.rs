@@ -131,12 +131,16 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Asserts the command failed and said `Permission denied` (EACCES).
+/// Asserts the command failed and said `Permission denied` (EACCES, Landlock)
+/// or `Read-only file system` (EROFS, the read-only mounts outside the
+/// writable paths, checked before Landlock).
 fn assert_denied(o: &Output, what: &str) {
     let t = text(o);
     assert!(!o.status.success(), "{what} succeeded: {t}");
     assert!(
-        t.contains("Permission denied") || t.contains("Operation not permitted"),
+        t.contains("Permission denied")
+            || t.contains("Operation not permitted")
+            || t.contains("Read-only file system"),
         "{what}: {t}"
     );
 }

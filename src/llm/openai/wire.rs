@@ -156,7 +156,9 @@ impl OpenAiClient {
     /// Masks any echo of the API key (some servers quote the key they rejected).
     pub(super) fn redact(&self, text: &str) -> String {
         match &self.settings.api_key {
-            Some(key) if !key.is_empty() && text.contains(key.as_str()) => {
+            Some(key)
+                if key.len() >= crate::sandbox::MIN_SECRET_LEN && text.contains(key.as_str()) =>
+            {
                 text.replace(key.as_str(), "<redacted>")
             }
             _ => text.to_owned(),
