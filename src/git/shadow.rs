@@ -357,14 +357,19 @@ impl Quarantine {
             let p = dir.path().join(sub);
             fs::create_dir_all(&p).map_err(io_err("create the object quarantine", &p))?;
         }
+        // The lock is taken under another name and then renamed into place,
+        // so a cleaner in another stage or process never finds `lock`
+        // unlocked while this quarantine lives.
         let path = dir.path().join(QUARANTINE_LOCK);
+        let fresh = dir.path().join(format!("{QUARANTINE_LOCK}.new"));
         let lock =
-            fs::File::create(&path).map_err(io_err("create the object quarantine", &path))?;
+            fs::File::create(&fresh).map_err(io_err("create the object quarantine", &fresh))?;
         if !try_lock(&lock) {
-            return Err(io_err("lock the object quarantine", &path)(
+            return Err(io_err("lock the object quarantine", &fresh)(
                 std::io::Error::last_os_error(),
             ));
         }
+        fs::rename(&fresh, &path).map_err(io_err("lock the object quarantine", &path))?;
         Ok(Quarantine {
             dir: Some(dir),
             store: store.to_path_buf(),
@@ -480,5 +485,30 @@ mod tests {
         assert!(!dead.exists());
         let other = Quarantine::new(&store).unwrap();
         assert!(live.objects().exists() && other.objects().exists());
+    }
+
+    #[test]
+    fn quarantines_made_at_once_never_clean_each_other_away() {
+        // Two stages of one run stage at the same moment: one's cleaner must
+        // never find the other's lock free while it is being made.
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("objects");
+        fs::create_dir_all(&store).unwrap();
+        let threads: Vec<_> = (0..6)
+            .map(|_| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..60 {
+                        let q = Quarantine::new(&store).expect("a quarantine is made");
+                        object_in(q.objects());
+                        assert!(q.objects().exists(), "a live quarantine was removed");
+                        q.discard();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 }

@@ -98,8 +98,12 @@ fn metadata_outside_the_lane_cannot_change_from_inside_the_sandbox() {
     std::fs::create_dir_all(&home).unwrap();
     let bashrc = home.join(".bashrc");
     std::fs::write(&bashrc, "# canary bashrc\n").unwrap();
+    // A HOME file that is no startup file: the deny list's rc-file rule does
+    // not cover it, so the kernel layer is what refuses its `touch -d`.
+    let notes = home.join("notes.txt");
+    std::fs::write(&notes, "canary notes\n").unwrap();
     let calc = repo.path.join("calc.py");
-    for p in [&bashrc, &calc] {
+    for p in [&bashrc, &calc, &notes] {
         let st = std::process::Command::new("touch")
             .args(["-d", "2020-02-02 02:02:02"])
             .arg(p)
@@ -107,8 +111,13 @@ fn metadata_outside_the_lane_cannot_change_from_inside_the_sandbox() {
             .unwrap();
         assert!(st.success());
     }
-    let before = [meta_of(&bashrc), meta_of(&calc), meta_of(&home)];
-    let (b, c) = (bashrc.display(), calc.display());
+    let before = [
+        meta_of(&bashrc),
+        meta_of(&calc),
+        meta_of(&home),
+        meta_of(&notes),
+    ];
+    let (b, c, n) = (bashrc.display(), calc.display(), notes.display());
     // Out of the deny list's sight: a script the model wrote, run next.
     let script = format!(
         "chmod 777 {c}; echo \"chmod-repo $?\"\n\
@@ -127,7 +136,7 @@ fn metadata_outside_the_lane_cannot_change_from_inside_the_sandbox() {
             Reply::tool_call(
                 "c2",
                 "bash",
-                json!({"command": format!("touch -d 2001-01-01 {b}")}),
+                json!({"command": format!("touch -d 2001-01-01 {n}")}),
             ),
             Reply::tool_call(
                 "c3",
@@ -169,7 +178,12 @@ fn metadata_outside_the_lane_cannot_change_from_inside_the_sandbox() {
     assert!(r4.contains("Read-only file system"), "{r4}");
     // Inside the lane, metadata is the agent's to change.
     assert!(r4.contains("lane-mode 600"), "{r4}");
-    let after = [meta_of(&bashrc), meta_of(&calc), meta_of(&home)];
+    let after = [
+        meta_of(&bashrc),
+        meta_of(&calc),
+        meta_of(&home),
+        meta_of(&notes),
+    ];
     assert_eq!(before, after, "modes, owners and mtimes of the canaries");
     assert_eq!(repo.git(&["status", "--porcelain"]), "");
 }
@@ -305,8 +319,10 @@ fn without_the_kernel_layer_the_deny_list_refuses_metadata_changes_outside_the_l
     std::fs::create_dir_all(&home).unwrap();
     let bashrc = home.join(".bashrc");
     std::fs::write(&bashrc, "# canary bashrc\n").unwrap();
+    let notes = home.join("notes.txt");
+    std::fs::write(&notes, "canary notes\n").unwrap();
     let calc = repo.path.join("calc.py");
-    let before = [meta_of(&bashrc), meta_of(&calc)];
+    let before = [meta_of(&bashrc), meta_of(&calc), meta_of(&notes)];
     let scratch = scratch();
     let server = FakeServer::start(Script::new().agent(
         "work",
@@ -320,7 +336,7 @@ fn without_the_kernel_layer_the_deny_list_refuses_metadata_changes_outside_the_l
             Reply::tool_call(
                 "c3",
                 "bash",
-                json!({"command": format!("touch -d 2001-01-01 {}", bashrc.display())}),
+                json!({"command": format!("touch -d 2001-01-01 {}", notes.display())}),
             ),
             Reply::tool_call(
                 "c4",
@@ -345,5 +361,5 @@ fn without_the_kernel_layer_the_deny_list_refuses_metadata_changes_outside_the_l
     }
     let r4 = tool_results(&reqs[4]).pop().unwrap();
     assert!(r4.contains("lane-mode 600"), "{r4}");
-    assert_eq!([meta_of(&bashrc), meta_of(&calc)], before);
+    assert_eq!([meta_of(&bashrc), meta_of(&calc), meta_of(&notes)], before);
 }
