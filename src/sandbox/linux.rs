@@ -127,6 +127,11 @@ fn now_ns() -> i128 {
 }
 
 impl Listing {
+    /// How many directories were listed to build the ruleset.
+    pub(crate) fn dirs_listed(&self) -> usize {
+        self.dirs.len()
+    }
+
     fn new(policy: &Policy) -> Listing {
         Listing {
             dirs: Vec::new(),

@@ -374,6 +374,10 @@ pub fn prepare_with(policy: &Policy, avail: &Availability) -> Result<Prepared, S
         let (ruleset, summary, listing, mounts) = match avail.abi() {
             Some(abi) => {
                 let built = linux::build_ruleset(policy, abi)?;
+                tracing::debug!(
+                    listed_dirs = built.listing.dirs_listed(),
+                    "sandbox ruleset built"
+                );
                 let mounts = mounts::MountPlan::new(&built.writable, &built.kept_read_only);
                 let summary = format!(
                     "{}; metadata outside the writable paths {}",

@@ -363,3 +363,60 @@ fn without_the_kernel_layer_the_deny_list_refuses_metadata_changes_outside_the_l
     assert!(r4.contains("lane-mode 600"), "{r4}");
     assert_eq!([meta_of(&bashrc), meta_of(&calc), meta_of(&notes)], before);
 }
+
+/// Issue 25.7: the Landlock ruleset lists the directories on the path to
+/// every secret path (all of a large HOME); it is built once per stage and
+/// kept while none of them changes, not again for every tool call. The HOME
+/// lives under `/var/tmp`, away from the churn of `/tmp` where parallel tests
+/// make files (a change in a listed directory rightly rebuilds the ruleset).
+#[test]
+fn the_sandbox_ruleset_is_built_once_per_stage_with_a_large_home() {
+    let base = tempfile::Builder::new()
+        .prefix("orch-ruleset-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let home = base.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "fake key\n").unwrap();
+    for i in 0..520 {
+        std::fs::write(home.join(format!("entry-{i:03}")), "x\n").unwrap();
+    }
+    let repo = TestRepo::with_commit(&[("notes.txt", "text\n")], "init");
+    let scratch = scratch();
+    let calls = 5;
+    let mut replies: Vec<Reply> = (0..calls)
+        .map(|i| {
+            Reply::tool_call(
+                &format!("c{i}"),
+                "bash",
+                json!({"command": format!("echo call-{i}")}),
+            )
+        })
+        .collect();
+    replies.push(Reply::finish("cf", "ran the calls", None));
+    let server = FakeServer::start(Script::new().agent("work", replies));
+    let out = run_solo(&repo, scratch.path(), &server)
+        .env("HOME", &home)
+        .env("ORCH_LOG", "orch=debug")
+        .output();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let builds: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("sandbox ruleset built"))
+        .collect();
+    assert!(
+        !builds.is_empty() && builds.len() < calls,
+        "{calls} bash calls, the ruleset built {} times:\n{}",
+        builds.len(),
+        builds.join("\n")
+    );
+    // The one build listed the large HOME.
+    let listed: usize = builds[0]
+        .split("listed_dirs=")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(listed >= 1, "{}", builds[0]);
+}
