@@ -8,77 +8,13 @@
 use super::{Agent, AgentEnd};
 use crate::llm::ChatModel;
 use crate::runlog::{ActionLog, RecordError, TokenCount};
+pub(crate) use crate::runlog::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};
 use crate::tools::ToolContext;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
 
-/// The default number of extra rounds an agent gets to make verify pass.
-pub(crate) const DEFAULT_VERIFY_ROUNDS: u32 = 2;
+use serde_json::json;
 
 /// Bytes of a failing command's output sent back to the agent (head and tail).
 const FEEDBACK_BYTES: usize = 8 * 1024;
-
-/// One command's run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VerifyRun {
-    /// The command line.
-    pub command: String,
-    /// Its exit code (`None` when it was killed or timed out).
-    pub exit_code: Option<i32>,
-    /// True when the timeout fired.
-    #[serde(default)]
-    pub timed_out: bool,
-    /// Wall time.
-    pub duration_ms: u64,
-}
-
-impl VerifyRun {
-    fn passed(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out
-    }
-
-    /// `` `cmd` exit 1 ``, `` `cmd` timed out `` or `` `cmd` killed ``.
-    fn status(&self) -> String {
-        match (self.timed_out, self.exit_code) {
-            (true, _) => format!("`{}` timed out", self.command),
-            (false, Some(c)) => format!("`{}` exit {c}", self.command),
-            (false, None) => format!("`{}` killed", self.command),
-        }
-    }
-}
-
-/// A stage's verify gate: what ran in each round and whether it passed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VerifyReport {
-    /// The commands, in order.
-    pub commands: Vec<String>,
-    /// The extra rounds the agent was allowed.
-    pub max_rounds: u32,
-    /// Each round's runs (round 1 is after the agent's first finish; a
-    /// round stops at its first failing command).
-    pub rounds: Vec<Vec<VerifyRun>>,
-    /// True when the last round passed every command.
-    pub passed: bool,
-}
-
-impl VerifyReport {
-    /// One line for hand-offs and the PR body: `pass (`cmd` exit 0; 2 rounds)`.
-    pub fn line(&self) -> String {
-        let last = self.rounds.last().map(Vec::as_slice).unwrap_or_default();
-        let runs: Vec<String> = last.iter().map(VerifyRun::status).collect();
-        let runs = if runs.is_empty() {
-            "not run: the agent did not finish".to_owned()
-        } else {
-            runs.join(", ")
-        };
-        format!(
-            "{} ({runs}; {} round{})",
-            if self.passed { "pass" } else { "fail" },
-            self.rounds.len(),
-            if self.rounds.len() == 1 { "" } else { "s" }
-        )
-    }
-}
 
 /// What the gate needs besides the agent.
 pub(crate) struct Gate<'a> {
@@ -231,67 +167,6 @@ async fn run_logged(
 
 /// Bytes of a failing baseline command's output kept for the hand-off (its tail).
 const BASELINE_TAIL_BYTES: usize = 1024;
-
-/// One verify command's run on the start commit, before the agent began.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BaselineRun {
-    /// The run, as the gate records its own.
-    #[serde(flatten)]
-    pub run: VerifyRun,
-    /// The last lines of its output when it failed (redacted, capped).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub output_tail: String,
-}
-
-/// The stage's verify commands run once on its start commit before the
-/// agent began: which failures were already there before the change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BaselineReport {
-    /// The commit they ran on.
-    pub commit: String,
-    /// Every command's run (all run, even after a failure).
-    pub runs: Vec<BaselineRun>,
-}
-
-impl BaselineReport {
-    /// True when every command passed before the change.
-    pub fn passed(&self) -> bool {
-        self.runs.iter().all(|r| r.run.passed())
-    }
-
-    /// The hand-off paragraph a downstream stage (a reviewer) reads.
-    pub fn handoff(&self) -> String {
-        let short = &self.commit[..self.commit.len().min(12)];
-        let runs: Vec<String> = self
-            .runs
-            .iter()
-            .map(|r| {
-                if r.run.passed() {
-                    r.run.status()
-                } else {
-                    format!("{} (already failing before the change)", r.run.status())
-                }
-            })
-            .collect();
-        let mut s = format!(
-            "Baseline (verify run by orch on the start commit {short}, before any change): {}.\n",
-            runs.join(", ")
-        );
-        if self.passed() {
-            s.push_str("Every verify failure after the change is therefore a regression.\n");
-            return s;
-        }
-        s.push_str("A failure of these commands after the change is not by itself a regression: compare with their output before it.\n");
-        for r in self.runs.iter().filter(|r| !r.output_tail.is_empty()) {
-            s.push_str(&format!(
-                "Output of `{}` before the change (last lines):\n```\n{}\n```\n",
-                r.run.command,
-                r.output_tail.trim_end()
-            ));
-        }
-        s
-    }
-}
 
 /// Runs every command of `commands` once in the lane, which is at `commit`
 /// (the stage's start, before the agent), logging a `baseline` event each;

@@ -9,8 +9,8 @@
 //! event, no call.
 
 use super::{Evidence, Kind, Lesson, MemoryError, Origin, Scope, Status};
-use crate::agent::verify::VerifyReport;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, MessageRole};
+use crate::runlog::VerifyReport;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;

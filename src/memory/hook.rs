@@ -136,7 +136,7 @@ pub(crate) struct StageEnd<'a> {
     /// Its transcript.
     pub transcript: &'a [ChatMessage],
     /// Its verify gate.
-    pub verify: Option<&'a crate::agent::verify::VerifyReport>,
+    pub verify: Option<&'a crate::runlog::VerifyReport>,
     /// True when it failed.
     pub failed: bool,
     /// True when an earlier attempt had failed.

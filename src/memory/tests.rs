@@ -1,7 +1,7 @@
 use super::distill::{StageFacts, detect, parse_reply};
 use super::*;
-use crate::agent::verify::{VerifyReport, VerifyRun};
 use crate::llm::{ChatMessage, FunctionCall, MessageRole, ToolCall};
+use crate::runlog::{VerifyReport, VerifyRun};
 
 fn lesson(id: &str, summary: &str, paths: &[&str]) -> Lesson {
     Lesson {

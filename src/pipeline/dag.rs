@@ -390,7 +390,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                 verify_rounds: spec
                     .verify_rounds
                     .as_ref()
-                    .map_or(crate::agent::verify::DEFAULT_VERIFY_ROUNDS, |r| r.value),
+                    .map_or(super::DEFAULT_VERIFY_ROUNDS, |r| r.value),
                 text_tool_calls: spec.text_tool_calls.unwrap_or(true),
                 text_result: false,
                 model: spec

@@ -76,8 +76,11 @@ pub struct Stage {
     pub model: Option<String>,
 }
 
+/// The default number of extra rounds an agent gets to make verify pass.
+pub(crate) const DEFAULT_VERIFY_ROUNDS: u32 = 2;
+
 fn default_verify_rounds() -> u32 {
-    crate::agent::verify::DEFAULT_VERIFY_ROUNDS
+    DEFAULT_VERIFY_ROUNDS
 }
 
 fn default_true() -> bool {

@@ -29,6 +29,7 @@ mod actions;
 mod lock;
 mod recover;
 mod state;
+mod verify;
 
 pub(crate) use actions::{ActionLog, redact};
 pub(crate) use lock::{RunLock, lock_run, refuse_if_live, run_is_live};
@@ -37,6 +38,7 @@ pub(crate) use state::{
     Attempt, DIGEST_LINES, RUN_FORMAT, RunSettings, RunState, RunStatus, SamplingRecord,
     SetupRecord, StageRecord, StageStatus, TokenCount,
 };
+pub(crate) use verify::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};
 
 use crate::ids::RunId;
 use std::io::Write;
