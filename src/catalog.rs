@@ -335,21 +335,7 @@ impl Catalog {
     }
 }
 
-/// The user config dir: `$ORCH_CONFIG_DIR`, else `$XDG_CONFIG_HOME/orch`,
-/// else `$HOME/.config/orch`. Empty or relative XDG values are ignored, as
-/// the XDG spec asks.
-pub(crate) fn user_config_dir() -> Option<PathBuf> {
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    if let Some(dir) = var("ORCH_CONFIG_DIR") {
-        return Some(PathBuf::from(dir));
-    }
-    if let Some(xdg) = var("XDG_CONFIG_HOME").map(PathBuf::from)
-        && xdg.is_absolute()
-    {
-        return Some(xdg.join("orch"));
-    }
-    var("HOME").map(|home| PathBuf::from(home).join(".config").join("orch"))
-}
+pub(crate) use crate::dirs::user_config_dir;
 
 /// The files in `dir` with one of `extensions`, as (stem, path) sorted by
 /// stem; an absent directory holds nothing. Names that are not UTF-8 are

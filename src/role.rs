@@ -133,7 +133,7 @@ pub struct Role {
     /// `sandbox:` — the kernel sandbox profile of its tool processes
     /// (default: `read-only` for read-only roles, else `workspace-write`).
     #[serde(default)]
-    pub sandbox: Option<crate::sandbox::Profile>,
+    pub sandbox: Option<crate::sandbox_profile::Profile>,
     /// `network: on | off` — TCP for its tool processes (default: on for
     /// writing roles, off for read-only ones).
     #[serde(default)]
@@ -470,7 +470,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
     let sandbox = match &spec.sandbox {
         None => None,
         Some(p) => Some(
-            crate::sandbox::Profile::parse(p.value.trim()).ok_or_else(|| {
+            crate::sandbox_profile::Profile::parse(p.value.trim()).ok_or_else(|| {
                 at(
                     &p.referenced,
                     format!(

@@ -477,7 +477,7 @@ async fn run_orch(
     let json = std::fs::read_to_string(&stdout)
         .ok()
         .and_then(|text| serde_json::from_str::<RunJson>(text.trim()).ok());
-    if exec.exit_code == Some(crate::cli::exit::INVALID) && json.is_none() {
+    if exec.exit_code == Some(crate::exit::INVALID) && json.is_none() {
         return Err(EvalError::RunRejected {
             task: task.name.clone(),
             message: last_lines(&exec.output),

@@ -4,41 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::SandboxError;
-
-/// How much a tool process may change (`sandbox:` in a role or `orch.toml`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Profile {
-    /// The lane worktree, its git admin dir, the private temp dir and the
-    /// configured extra roots are writable; everything else is read-only.
-    WorkspaceWrite,
-    /// Only the private temp dir (and extra roots) are writable: the lane is
-    /// read-only too (explore, reviewer).
-    ReadOnly,
-    /// No restriction at all (explicit opt-out; the caller logs it per call).
-    Off,
-}
-
-impl Profile {
-    /// Parses the config spelling: `workspace-write`, `read-only`, `off`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "workspace-write" => Some(Self::WorkspaceWrite),
-            "read-only" => Some(Self::ReadOnly),
-            "off" => Some(Self::Off),
-            _ => None,
-        }
-    }
-
-    /// The config spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::WorkspaceWrite => "workspace-write",
-            Self::ReadOnly => "read-only",
-            Self::Off => "off",
-        }
-    }
-}
+pub use crate::sandbox_profile::Profile;
 
 /// The git layout of a lane that is a linked worktree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,10 +150,8 @@ impl Policy {
     /// `$HOME` and orch config dir, network on.
     pub fn new(profile: Profile, lane: &Path, tmp_dir: &Path) -> Result<Self, SandboxError> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let secret_paths = default_secret_paths(
-            home.as_deref(),
-            crate::catalog::user_config_dir().as_deref(),
-        );
+        let secret_paths =
+            default_secret_paths(home.as_deref(), crate::dirs::user_config_dir().as_deref());
         Ok(Self {
             profile,
             lane: lane.to_path_buf(),

@@ -287,7 +287,7 @@ impl ToolSandbox {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let settings = super::SandboxSettings::load(
             common.parent(),
-            crate::catalog::user_config_dir().as_deref(),
+            crate::dirs::user_config_dir().as_deref(),
             home.as_deref(),
         )
         .map_err(std::io::Error::other)?;
