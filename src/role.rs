@@ -144,6 +144,20 @@ pub struct Role {
     pub origin: String,
 }
 
+impl crate::sandbox::RoleAccess for Role {
+    fn sandbox_profile(&self) -> Option<crate::sandbox_profile::Profile> {
+        self.sandbox
+    }
+
+    fn network(&self) -> Option<bool> {
+        self.network
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
 /// Which model a role's stages use, and why (for the record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelChoice {

@@ -161,7 +161,7 @@ pub struct MigrateError {
 /// returns how many files were moved. A missing store moves nothing.
 ///
 /// A loose object that holds a known secret value
-/// ([`crate::sandbox::known_secrets`]) — a blob the agent's own `git add`
+/// ([`crate::secrets::known_secrets`]) — a blob the agent's own `git add`
 /// wrote of a file with a key — is not moved: it stays in the lane's store
 /// and goes with the lane, so it never sits in the user's store. (Packs
 /// are moved whole, unread.)
@@ -178,7 +178,7 @@ impl SecretObjects {
     /// A reader of the loose objects in `store` (none when no secret is
     /// known, so nothing is read).
     fn of(store: &Path) -> SecretObjects {
-        let odb = (!crate::sandbox::known_secrets().is_empty())
+        let odb = (!crate::secrets::known_secrets().is_empty())
             .then(|| {
                 let odb = git2::Odb::new().ok()?;
                 odb.add_disk_alternate(&store.to_string_lossy()).ok()?;
@@ -205,7 +205,7 @@ impl SecretObjects {
             return false;
         };
         let data = obj.data();
-        crate::sandbox::known_secrets()
+        crate::secrets::known_secrets()
             .iter()
             .any(|s| !s.is_empty() && data.windows(s.len()).any(|w| w == s.as_bytes()))
     }

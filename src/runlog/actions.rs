@@ -6,6 +6,7 @@
 //! written.
 
 use super::RecordError;
+pub(crate) use crate::secrets::redact;
 use serde_json::{Value, json};
 use std::fs::File;
 use std::io::Write;
@@ -41,7 +42,7 @@ impl ActionLog {
             started: Instant::now(),
             secrets: secrets
                 .into_iter()
-                .filter(|s| s.len() >= crate::sandbox::MIN_SECRET_LEN)
+                .filter(|s| s.len() >= crate::secrets::MIN_SECRET_LEN)
                 .collect(),
             events: None,
         })
@@ -75,67 +76,6 @@ impl ActionLog {
                 source,
             })
     }
-}
-
-/// How the marker starts that [`crate::text`] puts where it cut a long field.
-const CAP_MARKER: &str = crate::text::CUT_MARKER;
-
-/// Shortest prefix of a secret that is still redacted when a field cap cut
-/// the secret in half; shorter stubs reveal too little to matter.
-const MIN_CUT_PREFIX: usize = 4;
-
-/// Replaces every occurrence of each secret in `text`, and of every value
-/// registered at start ([`crate::sandbox::known_secrets`]), with `[REDACTED]`.
-///
-/// Three spellings are caught: the secret as is, its JSON-escaped form (the
-/// log and the transcript are JSON, and a secret with a quote, a backslash or
-/// a control character is escaped there), and a prefix of it left just before
-/// a `[… N more bytes …]` cap marker when capping cut through the secret.
-pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
-    let mut out = text.to_owned();
-    let known = crate::sandbox::known_secrets();
-    // A value shorter than a secret's minimum is not one: redacting it would
-    // mangle ordinary text (an API key of `x` in every word with an "x").
-    let long_enough = |s: &&String| s.len() >= crate::sandbox::MIN_SECRET_LEN;
-    for s in secrets.iter().chain(known).filter(long_enough) {
-        let escaped = json_escaped(s);
-        for form in [s.as_str(), escaped.as_str()] {
-            if out.contains(form) {
-                out = out.replace(form, "[REDACTED]");
-            }
-        }
-        if out.contains(CAP_MARKER) {
-            out = redact_cut_prefixes(&out, s);
-        }
-    }
-    out
-}
-
-/// `s` as it appears inside a JSON string literal.
-fn json_escaped(s: &str) -> String {
-    let quoted = serde_json::to_string(s).unwrap_or_default();
-    quoted
-        .strip_prefix('"')
-        .and_then(|q| q.strip_suffix('"'))
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// Redacts a prefix of `secret` that ends right at a cap marker.
-fn redact_cut_prefixes(text: &str, secret: &str) -> String {
-    let mut out = text.to_owned();
-    let cuts: Vec<usize> = secret
-        .char_indices()
-        .map(|(i, _)| i)
-        .filter(|&i| i >= MIN_CUT_PREFIX)
-        .collect();
-    for end in cuts.into_iter().rev() {
-        let stub = format!("{}{CAP_MARKER}", &secret[..end]);
-        if out.contains(&stub) {
-            out = out.replace(&stub, &format!("[REDACTED]{CAP_MARKER}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

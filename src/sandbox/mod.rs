@@ -53,7 +53,9 @@ pub use secrets::{
     redactable, register_secrets, scan_files, write_secret_pipe,
 };
 pub use settings::SandboxSettings;
-pub use tool::{SandboxCall, SandboxChoice, ToolSandbox, refuse_secrets, refuse_secrets_in};
+pub use tool::{
+    RoleAccess, SandboxCall, SandboxChoice, ToolSandbox, refuse_secrets, refuse_secrets_in,
+};
 
 use std::fmt;
 use std::path::PathBuf;

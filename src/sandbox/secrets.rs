@@ -15,63 +15,12 @@
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
-/// Shortest value treated as a secret.
-pub const MIN_SECRET_LEN: usize = 8;
+pub use crate::secrets::{MIN_SECRET_LEN, known_secrets, redactable, register_secrets};
 
 /// Largest secrets file orch reads from `$HOME` (a larger `~/.netrc` is not a
 /// netrc).
 const MAX_HOME_FILE: u64 = 1 << 20;
-
-static REGISTRY: OnceLock<Vec<String>> = OnceLock::new();
-
-/// Whether the value of the secret variable `name` is long enough to redact
-/// ([`MIN_SECRET_LEN`]). A shorter non-empty value is not treated as a
-/// secret — redacting an `ORCH_API_KEY` of `x` would mask every "x" orch
-/// prints — and the first time a name is seen with one, a warning naming the
-/// variable (never the value) goes to stderr.
-pub fn redactable(name: &str, value: &str) -> bool {
-    if value.len() >= MIN_SECRET_LEN {
-        return true;
-    }
-    if value.is_empty() {
-        return false;
-    }
-    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let first = match WARNED.lock() {
-        Ok(mut warned) if !warned.iter().any(|n| n == name) => {
-            warned.push(name.to_owned());
-            true
-        }
-        _ => false,
-    };
-    if first {
-        crate::ui::status_line(&format!(
-            "orch: warning: {name} is shorter than {MIN_SECRET_LEN} characters, so orch does not treat it as a secret and does not redact it from its output"
-        ));
-    }
-    false
-}
-
-/// Registers the process's secret values (first call wins; later calls are
-/// ignored and return false). Short and duplicate values are dropped.
-pub fn register_secrets(values: impl IntoIterator<Item = String>) -> bool {
-    let mut v: Vec<String> = values
-        .into_iter()
-        .filter(|s| s.len() >= MIN_SECRET_LEN)
-        .collect();
-    // Longest first: a secret that contains another is replaced whole.
-    v.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
-    v.dedup();
-    REGISTRY.set(v).is_ok()
-}
-
-/// Every secret value registered at start (empty when nothing registered, as
-/// in unit tests).
-pub fn known_secrets() -> &'static [String] {
-    REGISTRY.get().map(Vec::as_slice).unwrap_or(&[])
-}
 
 /// Secret values in files of `home` orch reads at start, only those that
 /// exist: `~/.netrc` `password`/`account` values, and `user:password@` parts

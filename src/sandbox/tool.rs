@@ -278,12 +278,24 @@ impl ToolSandbox {
     }
 }
 
+/// What the sandbox needs to know of a role (its `sandbox:`, `network:` and
+/// whether it is read-only). Defined here and implemented by `role::Role`,
+/// so the sandbox, a floor below the role files, does not import them.
+pub trait RoleAccess {
+    /// The role's `sandbox:` profile, when it names one.
+    fn sandbox_profile(&self) -> Option<super::Profile>;
+    /// The role's `network:`, when it sets it.
+    fn network(&self) -> Option<bool>;
+    /// Whether the role may not change the tree.
+    fn read_only(&self) -> bool;
+}
+
 impl ToolSandbox {
     /// The sandbox of `role`'s tool processes in a run on the repository
     /// whose common git dir is `common` (its parent is the working tree
     /// holding `.orch/`): `[sandbox]` of its
     /// `.orch/orch.toml` and the user's `orch.toml`, then the role's keys.
-    pub fn for_role(common: &Path, role: &crate::role::Role) -> std::io::Result<Self> {
+    pub fn for_role(common: &Path, role: &impl RoleAccess) -> std::io::Result<Self> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let settings = super::SandboxSettings::load(
             common.parent(),
@@ -292,7 +304,7 @@ impl ToolSandbox {
         )
         .map_err(std::io::Error::other)?;
         Ok(
-            Self::new(settings.for_role(role.sandbox, role.network, role.read_only))?
+            Self::new(settings.for_role(role.sandbox_profile(), role.network(), role.read_only()))?
                 .with_disk_quota(settings.disk_quota()),
         )
     }

@@ -157,7 +157,7 @@ impl OpenAiClient {
     pub(super) fn redact(&self, text: &str) -> String {
         match &self.settings.api_key {
             Some(key)
-                if key.len() >= crate::sandbox::MIN_SECRET_LEN && text.contains(key.as_str()) =>
+                if key.len() >= crate::secrets::MIN_SECRET_LEN && text.contains(key.as_str()) =>
             {
                 text.replace(key.as_str(), "<redacted>")
             }
