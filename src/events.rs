@@ -281,6 +281,12 @@ pub(crate) struct StageEvents {
     stage: String,
 }
 
+impl crate::runlog::ActionObserver for StageEvents {
+    fn action(&self, event: &str, log: &Value, secrets: &[String]) {
+        StageEvents::action(self, event, log, secrets);
+    }
+}
+
 impl StageEvents {
     /// Derives the stream's events from one action-log event (`event` and
     /// its whole object); most log events have none. `secrets` are the

@@ -21,7 +21,17 @@ pub(crate) struct ActionLog {
     started: Instant,
     secrets: Vec<String>,
     /// The event stream's view of this log (`--events`); `None` when off.
-    events: Option<crate::events::StageEvents>,
+    events: Option<Box<dyn ActionObserver>>,
+}
+
+/// Told every event an [`ActionLog`] appends, before it is written (the
+/// public event stream derives its events from them). Defined here and
+/// implemented by `events::StageEvents`, so the run record does not import
+/// the event stream.
+pub(crate) trait ActionObserver: std::fmt::Debug + Send + Sync {
+    /// One appended event: its name, its whole object, and the log's own
+    /// secrets (the object is not redacted yet).
+    fn action(&self, event: &str, log: &Value, secrets: &[String]);
 }
 
 impl ActionLog {
@@ -49,8 +59,11 @@ impl ActionLog {
     }
 
     /// Also tells `events` (the `--events` stream) what this log records.
-    pub(crate) fn with_events(mut self, events: Option<crate::events::StageEvents>) -> ActionLog {
-        self.events = events;
+    pub(crate) fn with_events(
+        mut self,
+        events: Option<impl ActionObserver + 'static>,
+    ) -> ActionLog {
+        self.events = events.map(|e| Box::new(e) as Box<dyn ActionObserver>);
         self
     }
 

@@ -31,7 +31,7 @@ mod recover;
 mod state;
 mod verify;
 
-pub(crate) use actions::{ActionLog, redact};
+pub(crate) use actions::{ActionLog, ActionObserver, redact};
 pub(crate) use lock::{RunLock, lock_run, refuse_if_live, run_is_live};
 pub(crate) use recover::{as_shown, attempts_from_log, heal_dead_run_ref_locks, sweep_dead_starts};
 pub(crate) use state::{
