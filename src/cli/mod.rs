@@ -230,6 +230,7 @@ impl CliError {
 /// Runs a parsed command line; returns the exit code for a finished command.
 /// A closed stdout ends a command normally: `Ok(exit::OK)`, never an error.
 pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {
+    crate::distributed::runref::install_run_ref_sink();
     match run_command(cli.command).await {
         Err(CliError::StdoutClosed) => Ok(exit::OK),
         other => other,

@@ -425,6 +425,33 @@ impl Recorder {
     }
 }
 
+/// The run record's [`StateSink`](crate::runlog::StateSink): each durable
+/// state write is committed on the run ref through a [`Recorder`] (deferred
+/// to its background thread when the record allows it).
+#[derive(Debug, Default)]
+pub(crate) struct RunRefSink(std::sync::Arc<Recorder>);
+
+impl crate::runlog::StateSink for RunRefSink {
+    fn state_written(
+        &self,
+        root: &Path,
+        status: &str,
+        changed: Option<&[&str]>,
+        defer: bool,
+    ) -> Result<(), String> {
+        match (defer, changed) {
+            (true, Some(ids)) => self.0.defer(root, status, ids),
+            (_, ids) => self.0.record(root, status, ids),
+        }
+    }
+}
+
+/// Makes every run record opened from now on commit itself on its run ref
+/// (called by the entry, `cli::dispatch`, before any record is opened).
+pub(crate) fn install_run_ref_sink() {
+    crate::runlog::install_state_sink(|| std::sync::Arc::new(RunRefSink::default()));
+}
+
 /// The tree of commit `parent` with the run's top-level entries and the
 /// directories of `stages` read again.
 fn updated_tree(

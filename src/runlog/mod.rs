@@ -118,8 +118,45 @@ pub(crate) struct RunDir {
     /// Files replaced without an fsync since the last [`RunDir::write_state`]
     /// (shared by the clones of this handle).
     unsynced: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
-    /// Records the run on its run ref (shared by the clones of this handle).
-    recorder: std::sync::Arc<crate::distributed::runref::Recorder>,
+    /// Told after every durable state write: records the run on its run ref
+    /// (shared by the clones of this handle); `None` when no sink is
+    /// installed ([`install_state_sink`]).
+    sink: Option<std::sync::Arc<dyn StateSink>>,
+}
+
+/// Told after every durable write of a run's state (every stage boundary):
+/// the run-ref recorder of `distributed` commits the record on its git ref.
+/// Defined here and implemented there, so the run record does not import
+/// `distributed`; the entry (`cli::dispatch`) installs it before any record
+/// is opened ([`install_state_sink`]).
+pub(crate) trait StateSink: std::fmt::Debug + Send + Sync {
+    /// The record at `root` was written with run status `status`.
+    /// `changed`: the stages whose records changed, when known; `defer`:
+    /// the work may be left to a background thread (a stage boundary of
+    /// the scheduler), else it is done before this returns.
+    fn state_written(
+        &self,
+        root: &Path,
+        status: &str,
+        changed: Option<&[&str]>,
+        defer: bool,
+    ) -> Result<(), String>;
+}
+
+/// Makes the [`StateSink`] of each record opened from now on (first call
+/// wins).
+static STATE_SINK: std::sync::OnceLock<fn() -> std::sync::Arc<dyn StateSink>> =
+    std::sync::OnceLock::new();
+
+/// Installs the factory of the [`StateSink`] every [`RunDir`] opened from
+/// now on gets (first call wins; later calls are ignored).
+pub(crate) fn install_state_sink(new: fn() -> std::sync::Arc<dyn StateSink>) {
+    let _ = STATE_SINK.set(new);
+}
+
+/// A new [`StateSink`] from the installed factory; `None` when none is.
+pub(crate) fn new_state_sink() -> Option<std::sync::Arc<dyn StateSink>> {
+    STATE_SINK.get().map(|new| new())
 }
 
 impl RunDir {
@@ -200,7 +237,7 @@ impl RunDir {
         RunDir {
             root,
             unsynced: Default::default(),
-            recorder: Default::default(),
+            sink: new_state_sink(),
         }
     }
 
@@ -276,7 +313,7 @@ impl RunDir {
 
     /// After every durable state write (every stage boundary): the run's
     /// record is committed on its run ref `refs/orch/runs/<id>` (see
-    /// [`crate::distributed::runref`]). `changed`: the stages whose records
+    /// [`StateSink`], implemented by `distributed::runref`). `changed`: the stages whose records
     /// changed, when known; `defer`: the commit is left to the recorder's
     /// background thread (a stage boundary of the scheduler), else it is
     /// made before this returns, after whatever was deferred.
@@ -293,14 +330,14 @@ impl RunDir {
                 .collect()
         });
         let status = state.status.as_str();
-        match (defer, ids.as_deref()) {
-            (true, Some(ids)) => self.recorder.defer(&self.root, status, ids),
-            (_, ids) => self.recorder.record(&self.root, status, ids),
-        }
-        .map_err(|e| RecordError::Io {
-            path: self.root.clone(),
-            source: std::io::Error::other(format!("record the run on its git ref: {e}")),
-        })
+        let Some(sink) = &self.sink else {
+            return Ok(());
+        };
+        sink.state_written(&self.root, status, ids.as_deref(), defer)
+            .map_err(|e| RecordError::Io {
+                path: self.root.clone(),
+                source: std::io::Error::other(format!("record the run on its git ref: {e}")),
+            })
     }
 
     /// Reads the run state.

@@ -166,8 +166,10 @@ pub(crate) fn heal_dead_run_ref_locks(common_dir: &Path) -> usize {
             .and_then(|dir| dir.read_state().ok())
             .map(|s| s.status.as_str().to_owned());
         if let Some(status) = status {
-            let recorder = crate::distributed::runref::Recorder::default();
-            if let Err(e) = recorder.record(&root, &status, None) {
+            let recorded = super::new_state_sink().map_or(Ok(()), |sink| {
+                sink.state_written(&root, &status, None, false)
+            });
+            if let Err(e) = recorded {
                 tracing::debug!(run = id, "the healed run's ref was not recorded again: {e}");
             }
         }
