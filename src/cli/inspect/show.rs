@@ -1,0 +1,136 @@
+//! `orch show`: a run's stages, attempts and subagents.
+
+use super::{memory_report, plural, short, usd};
+use crate::cli::output::Out;
+use crate::cli::record::{open, run_cost};
+use crate::cli::{CliError, exit};
+use crate::runlog::{self, RunState};
+use std::path::{Path, PathBuf};
+
+/// Arguments of `orch show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The run id (`last` is the newest)
+    pub run: String,
+    /// The repository
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The run state as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `orch show`.
+pub(in crate::cli) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
+    let (common, root, state) = open(&args.repo, &args.run)?;
+    let state = runlog::as_shown(&runlog::RunDir::at(root.clone()), state);
+    let mut out = Out::stdout();
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&state).unwrap_or_default()
+        )?;
+    } else {
+        out.untrusted(&render_show(&state, &root))?;
+        out.untrusted(&memory_report(&common, &state))?;
+    }
+    out.finish()?;
+    Ok(exit::OK)
+}
+
+/// The text of `orch show`.
+pub(super) fn render_show(s: &RunState, root: &Path) -> String {
+    let mut o = String::new();
+    let t = s.tokens();
+    o.push_str(&format!(
+        "run {} ({}): {}\n",
+        s.run_id,
+        s.pipeline,
+        s.status.as_str()
+    ));
+    o.push_str(&format!(
+        "created {}  base {}  model {}\n",
+        s.created,
+        short(Some(&s.base_commit)),
+        s.model_label
+    ));
+    o.push_str(&format!(
+        "tokens {} (prompt {}, completion {}), cost {}\n",
+        t.total(),
+        t.prompt,
+        t.completion,
+        run_cost(s)
+    ));
+    if let Some(title) = &s.pr_title {
+        o.push_str(&format!("PR: {title} ({})\n", s.final_branch));
+    }
+    if let Some(url) = &s.pr_url {
+        o.push_str(&format!("published: {url}\n"));
+    }
+    o.push_str(&format!(
+        "\n{:<11} {:<12} {:<9} {:<16} {:>7} {:>5} {:>8}  {:<10} branch\n",
+        "stage", "status", "role", "verdict", "time", "turns", "tokens", "commit"
+    ));
+    for st in &s.stages {
+        o.push_str(&format!(
+            "{:<11} {:<12} {:<9} {:<16} {:>6.1}s {:>5} {:>8}  {:<10} {}\n",
+            st.id,
+            st.status.as_str(),
+            st.role,
+            st.verdict.map_or("-", |v| v.as_str()),
+            st.duration_ms as f64 / 1000.0,
+            st.turns,
+            st.tokens.total(),
+            short(st.commit.as_deref()),
+            st.branch.as_deref().unwrap_or("-"),
+        ));
+        if let Some(r) = &st.reason {
+            o.push_str(&format!("            ↳ {r}\n"));
+        }
+        for (n, a) in st.attempts.iter().enumerate() {
+            o.push_str(&format!(
+                "            ↳ attempt {} ({}): {}, {}, cost {}\n",
+                n + 1,
+                a.status,
+                plural(u64::from(a.turns), "turn", "turns"),
+                plural(a.tokens.total(), "token", "tokens"),
+                a.cost_usd.map_or("unknown".to_owned(), usd),
+            ));
+        }
+        if !st.attempts.is_empty() && st.turns > 0 {
+            o.push_str(&format!(
+                "            ↳ attempt {} (this one): {}, {}\n",
+                st.attempts.len() + 1,
+                plural(u64::from(st.turns), "turn", "turns"),
+                plural(st.tokens.total(), "token", "tokens"),
+            ));
+        }
+    }
+    let tree = crate::subagent::agent_tree(root);
+    if !tree.is_empty() {
+        o.push_str("\nsubagents (who spawned whom):\n");
+        for node in &tree {
+            render_agent(&mut o, node, 1);
+        }
+    }
+    o.push_str(&format!("\nrecord: {}\n", root.display()));
+    o
+}
+
+fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {
+    let task = crate::text::cap_bytes(&n.task.replace('\n', " "), 60);
+    o.push_str(&format!(
+        "{:indent$}{} ({}) {} — {}, {} — \"{task}\"\n",
+        "",
+        n.agent_path,
+        n.role,
+        n.status.as_str(),
+        plural(u64::from(n.turns), "turn", "turns"),
+        plural(n.tokens.total(), "token", "tokens"),
+        indent = depth * 2
+    ));
+    for c in &n.children {
+        render_agent(o, c, depth + 1);
+    }
+}

@@ -1,0 +1,82 @@
+//! A slot's lease: an exclusive `flock` on `<git>/orch/pool/lane-N.lease`,
+//! taken without waiting and dropped by the kernel when the holder dies.
+
+use super::{lease_path, slot_name, slot_path};
+use crate::git::{GitError, io_err};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// A held lease on one slot; released on drop.
+#[derive(Debug)]
+pub struct Lease {
+    _file: fs::File,
+    /// The slot number.
+    pub slot: usize,
+    /// The slot's worktree directory.
+    pub path: PathBuf,
+    /// The slot's admin name.
+    pub name: String,
+}
+
+/// Takes slot `n`'s lease if nobody holds it.
+pub(super) fn try_lease(common_dir: &Path, n: usize) -> Result<Option<Lease>, GitError> {
+    use std::os::fd::AsRawFd;
+    let path = lease_path(common_dir, n);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
+    }
+    loop {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err("open the lane lease", &path))?;
+        // SAFETY: flock on a descriptor `file` owns; no memory is shared.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // A retired slot's lease file is unlinked by its holder: a lock
+            // on the unlinked file is no lease; open the new one.
+            use std::os::unix::fs::MetadataExt;
+            let same = match (file.metadata(), fs::metadata(&path)) {
+                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            // Only the lease holder runs git in the slot, so a lock file
+            // in its admin dir (`index.lock`, `HEAD.lock`) is a killed
+            // holder's: nobody will finish or remove it.
+            remove_dead_locks(&common_dir.join("worktrees").join(slot_name(n)))?;
+            return Ok(Some(Lease {
+                _file: file,
+                slot: n,
+                path: slot_path(common_dir, n),
+                name: slot_name(n),
+            }));
+        }
+        let err = std::io::Error::last_os_error();
+        match err.kind() {
+            std::io::ErrorKind::Interrupted => continue,
+            std::io::ErrorKind::WouldBlock => return Ok(None),
+            _ => return Err(io_err("lock the lane lease", &path)(err)),
+        }
+    }
+}
+
+/// Removes the `*.lock` files directly in a slot's admin dir `admin`.
+fn remove_dead_locks(admin: &Path) -> Result<(), GitError> {
+    for entry in fs::read_dir(admin).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "lock") && path.is_file() {
+            match fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::debug!(lock = %path.display(), "removed a dead holder's lock file")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove the stale lock file", &path)(e)),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! Taking a lane: the lease on a free slot, then the slot readied at the
+//! start commit (moved by git when whole, else made anew).
+
+use super::lease::{Lease, try_lease};
+use super::slots::{clear_slot, is_whole, slot_head, slots};
+use crate::git::{GitError, create_worktree, move_tracked};
+use std::path::Path;
+
+/// How a taken lane was readied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readied {
+    /// A pooled lane, moved to the start commit by its difference; its
+    /// untracked and ignored files are not cleaned yet
+    /// ([`crate::git::clean_moved`]).
+    Warm,
+    /// A new worktree (no free pooled lane, or the pooled one was refused).
+    Created,
+}
+
+/// Takes a free slot (one already at `start` first, then the lowest
+/// number; a new one when every slot is taken: the run's hand-back trims
+/// the pool to its bound again, [`super::trim`]) and readies it at `start`,
+/// detached, its tracked files exactly as git checks `start` out. A
+/// [`Readied::Warm`] lane still holds what its last user left untracked:
+/// the caller runs [`crate::git::clean_moved`] before anything reads it (the
+/// runner does it beside the first model request, behind the lane's
+/// readiness barrier). Returns the lease, how
+/// the lane was readied and why a pooled lane there was not reused (empty
+/// when it was, or none was).
+pub fn take(common_dir: &Path, start: &str) -> Result<(Lease, Readied, String), GitError> {
+    let mut existing = slots(common_dir);
+    existing.sort_by_key(|&n| (slot_head(common_dir, n).as_deref() != Some(start), n));
+    let mut lease = None;
+    for &n in &existing {
+        if let Some(l) = try_lease(common_dir, n)? {
+            lease = Some(l);
+            break;
+        }
+    }
+    if lease.is_none() {
+        for n in 1.. {
+            if existing.contains(&n) {
+                continue;
+            }
+            if let Some(l) = try_lease(common_dir, n)? {
+                lease = Some(l);
+                break;
+            }
+        }
+    }
+    let Some(lease) = lease else {
+        unreachable!("the loop over slot numbers ends with a lease")
+    };
+    let (readied, note) = ready(common_dir, &lease, start)?;
+    Ok((lease, readied, note))
+}
+
+/// Readies the leased slot at `start`: moved by git if it is whole, else
+/// (or when the move fails) removed and created anew. The note says why a
+/// pooled lane was not reused, if one was there.
+fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, String), GitError> {
+    let n = lease.slot;
+    let mut note = String::new();
+    if is_whole(common_dir, n) {
+        let admin = common_dir.join("worktrees").join(&lease.name);
+        let moved = crate::git::shadow::attach(common_dir, &admin, &lease.name)
+            .and_then(|_| move_tracked(&lease.path, start));
+        match moved {
+            Ok(()) => return Ok((Readied::Warm, note)),
+            Err(e) => note = format!("failed to {e}"),
+        }
+    }
+    clear_slot(common_dir, n)?;
+    create_worktree(common_dir, &lease.name, &lease.path, start)?;
+    Ok((Readied::Created, note))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::pool::retire;
+    use crate::git::testutil::TestRepo;
+
+    #[test]
+    fn lanes_taken_side_by_side_are_distinct_slots_and_leave_no_branch() {
+        // Eight takers at once, made and retired again: each gets a slot of
+        // its own, and git's worktree adds under orch's names never collide.
+        let repo = TestRepo::new();
+        let common = repo.git_dir();
+        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        for round in 0..10 {
+            let takers: Vec<_> = (0..8)
+                .map(|_| {
+                    let (c, h) = (common.clone(), head.clone());
+                    std::thread::spawn(move || take(&c, &h))
+                })
+                .collect();
+            let leases: Vec<Lease> = takers
+                .into_iter()
+                .map(|t| {
+                    let (lease, _, _) = t
+                        .join()
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+                    lease
+                })
+                .collect();
+            let mut slots: Vec<usize> = leases.iter().map(|l| l.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            assert_eq!(slots.len(), 8, "round {round}: {slots:?}");
+            for lease in leases {
+                retire(&common, lease).unwrap();
+            }
+        }
+        assert_eq!(repo.git(&["for-each-ref", "refs/heads/orch-lanes/"]), "");
+    }
+}

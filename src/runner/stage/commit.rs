@@ -1,0 +1,91 @@
+//! The stage commit: its message, the commit on the stage's branch (an
+//! earlier attempt's branch kept as `<branch>.vN`) and its patch.
+
+use super::settle::Settled;
+use super::{Committed, MAX_SUMMARY_BYTES, StageRun};
+use crate::agent::{AgentOutcome, verify::VerifyReport};
+use crate::git::{self, GitError};
+use crate::runner::{RunError, blocking, pr};
+use std::path::Path;
+
+impl StageRun<'_> {
+    /// Commits the settled tree on the stage's branch and writes its patch;
+    /// the stage failed when its agent did or a secret was refused.
+    pub(super) async fn commit(
+        &mut self,
+        outcome: &AgentOutcome,
+        verify: Option<&VerifyReport>,
+        settled: Settled,
+    ) -> Result<Committed, RunError> {
+        let (ctx, lane, start, id) = (self.ctx, self.lane, self.start, self.id.clone());
+        let Settled {
+            tree,
+            leaked,
+            from_watch,
+        } = settled;
+        let failure = match (outcome.end.failure_reason(self.cfg.max_turns), leaked) {
+            (Some(f), Some(l)) => Some(format!("{f}; {l}")),
+            (f, l) => f.or(l),
+        }
+        .map(|f| self.redact(&crate::text::model_text(&f, MAX_SUMMARY_BYTES)));
+        let duration_ms = self.started.elapsed().as_millis() as u64;
+        let message = pr::commit_message(&pr::CommitInfo {
+            run_id: ctx.run_id.as_str(),
+            stage: &id,
+            role: &self.role.name,
+            model: &self.model.model_name(),
+            summary: failure.as_deref().unwrap_or(&outcome.summary),
+            verdict: outcome.verdict,
+            turns: outcome.turns,
+            tokens: outcome.tokens,
+            cost_usd: outcome.budget.used.cost_usd,
+            duration_ms,
+            failed: failure.is_some(),
+            verify: verify.map(|v| v.passed),
+            memory: &self.memory.ids,
+        });
+        let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.get().await);
+        let commit = blocking(move || {
+            let commit = git::commit_tree(&wt, &message, &parent, &tree)?;
+            // The record restarts from the commit (the next stage in this lane
+            // starts there); one that cannot is replaced when the lane is next
+            // acquired.
+            if let Some(w) = watch {
+                w.restart(&commit);
+            }
+            Ok(commit)
+        })
+        .await?;
+        let branch = format!("orch/{}/{id}", ctx.run_id);
+        let retried_after_failure = crate::memory::hook::prior_attempt_failed(&ctx.common, &branch);
+        let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
+        blocking(move || {
+            keep_old_branch(&c, &b)?;
+            git::set_branch(&c, &b, &s)
+        })
+        .await?;
+        let stat = crate::runner::flow::write_stage_patch(ctx, &id, start, &commit).await?;
+        Ok(Committed {
+            failure,
+            duration_ms,
+            commit,
+            branch,
+            retried_after_failure,
+            stat,
+            from_watch,
+        })
+    }
+}
+
+/// Before a stage runs again (retry, rollback), its old branch is moved to
+/// the first free `<branch>.vN`, so every attempt stays reviewable.
+fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
+    if git::branch_sha(common, branch)?.is_none() {
+        return Ok(());
+    }
+    let mut n = 1;
+    while git::branch_sha(common, &format!("{branch}.v{n}"))?.is_some() {
+        n += 1;
+    }
+    git::rename_branch(common, branch, &format!("{branch}.v{n}"))
+}

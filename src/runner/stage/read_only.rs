@@ -1,0 +1,24 @@
+//! A read-only role's changes, discarded.
+
+use crate::git;
+use crate::runlog::ActionLog;
+use crate::runner::{RunError, blocking};
+use serde_json::json;
+use std::path::Path;
+
+/// A read-only role must not change the tree; if its shell commands did,
+/// the changes (`changed`, non-empty) are discarded and the log says so.
+pub(super) async fn discard_changes_of_read_only_role(
+    worktree: &Path,
+    head: &str,
+    changed: &[String],
+    log: &mut ActionLog,
+) -> Result<(), RunError> {
+    let (wt, h) = (worktree.to_path_buf(), head.to_owned());
+    blocking(move || git::reset_worktree(&wt, &h)).await?;
+    log.append(
+        "read_only_violation",
+        json!({"discarded": changed, "reason": "a read-only role changed the worktree; its changes were discarded"}),
+    )?;
+    Ok(())
+}
