@@ -289,8 +289,14 @@ fn enter(control: RawFd, reports: RawFd, mut fallbacks: u32) -> std::io::Result<
 /// Only in the reaper branch of [`enter`]: a forked copy of orch that must
 /// never return into Rust code that could allocate or take a lock.
 unsafe fn supervise(command: libc::pid_t, control: RawFd, reports: RawFd, mut fallbacks: u32) -> ! {
-    // SAFETY (whole body): raw system calls on stack values and on the
-    // descriptors this process owns; nothing allocates.
+    // SAFETY: the caller guarantees we are the reaper branch of `enter`, a
+    // single-threaded forked child. Every call below is a raw,
+    // async-signal-safe system call on stack values (sigset_t, pollfd arrays,
+    // the status ints) or on descriptors this process owns: `control` and
+    // `reports` (inherited from orch, kept open by `close_all_but`) and the
+    // signalfd made here. `write_record` and `close_all_but` need exactly
+    // that. Nothing allocates, and `_exit` ends the process without running
+    // Rust or libc exit handlers.
     unsafe {
         write_record(reports, REC_PID, command);
         close_all_but(control, reports);

@@ -93,12 +93,15 @@ impl MountPlan {
         let have_cwd = !unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null();
         match &self.userns {
             Some((uid_map, gid_map)) => {
+                // SAFETY: unshare takes only flags and touches no memory of
+                // ours; the child is single-threaded (between fork and exec),
+                // which CLONE_NEWUSER requires.
                 check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) })?;
                 write_proc(c"/proc/self/setgroups", b"deny")?;
                 write_proc(c"/proc/self/uid_map", uid_map)?;
                 write_proc(c"/proc/self/gid_map", gid_map)?;
             }
-            // SAFETY: a plain syscall with a flag.
+            // SAFETY: unshare takes only a flag and touches no memory of ours.
             None => check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?,
         }
         // Nothing done here may reach the parent namespace.
