@@ -248,8 +248,8 @@ pub(crate) fn passwd_home() -> Option<std::path::PathBuf> {
 /// True when a user can answer a prompt: stdin and stderr are terminals and
 /// `CI` is not `true`.
 pub fn detect_interactive() -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    let ttys = unsafe { libc::isatty(0) == 1 && libc::isatty(2) == 1 };
+    use std::io::IsTerminal;
+    let ttys = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     ttys && std::env::var("CI").map(|v| v != "true").unwrap_or(true)
 }
 

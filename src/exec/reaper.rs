@@ -817,8 +817,7 @@ mod tests {
         let parent = parent_of(child.id() as libc::pid_t);
         child.kill().unwrap();
         child.wait().unwrap();
-        // SAFETY: getpid has no preconditions.
-        assert_eq!(parent, Some(unsafe { libc::getpid() }));
+        assert_eq!(parent, Some(std::process::id() as libc::pid_t));
         assert_eq!(parent_of(0), None);
     }
 
