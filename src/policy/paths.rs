@@ -202,8 +202,7 @@ mod tests {
     #[test]
     fn every_spelling_of_a_home() {
         let home = std::env::var("HOME").unwrap();
-        // SAFETY: getuid has no preconditions and cannot fail.
-        let real = passwd_home_of_uid(unsafe { libc::getuid() }).unwrap();
+        let real = passwd_home_of_uid(rustix::process::getuid().as_raw()).unwrap();
         let real = real.to_string_lossy().into_owned();
         for (p, want) in [
             ("~".to_owned(), Some("")),
