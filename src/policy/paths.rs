@@ -28,8 +28,7 @@ fn homes() -> &'static [String] {
         if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
             dirs.push(PathBuf::from(h));
         }
-        // SAFETY: getuid cannot fail and touches no memory.
-        let uid = unsafe { libc::getuid() };
+        let uid = rustix::process::getuid().as_raw();
         dirs.extend(passwd_home_of_uid(uid));
         let mut out: Vec<String> = Vec::new();
         for d in dirs {
