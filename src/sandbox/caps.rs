@@ -79,8 +79,7 @@ fn capget() -> std::io::Result<[CapData; 2]> {
 /// Whether this process holds any capability (root, or a binary with file
 /// capabilities): then children must drop [`DROPPED`].
 pub(crate) fn running_with_caps() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     root || capget().is_ok_and(|d| d.iter().any(|s| s.effective | s.permitted != 0))
 }
 

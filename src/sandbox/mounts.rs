@@ -193,8 +193,8 @@ fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()> {
 /// The identity maps of a user namespace for a process that is not root
 /// (a root one mounts in its own namespace without one).
 fn user_maps() -> Option<(Vec<u8>, Vec<u8>)> {
-    // SAFETY: plain getters.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let uid = rustix::process::geteuid().as_raw();
+    let gid = rustix::process::getegid().as_raw();
     if uid == 0 {
         return None;
     }
