@@ -61,7 +61,7 @@
 use rustix::fs::inotify;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -121,7 +121,9 @@ pub struct Directories {
 pub struct LaneWatch {
     root: PathBuf,
     shared: Arc<Shared>,
-    stop: OwnedFd,
+    /// The eventfd that stops the drain thread (which holds the other
+    /// reference while it polls it).
+    stop: Arc<OwnedFd>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -233,6 +235,7 @@ impl LaneWatch {
         use rustix::fs::inotify::CreateFlags;
         let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
         let stop = rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+        let stop = Arc::new(stop);
         let exclude = common.join("info").join("exclude");
         let shared = Arc::new(Shared {
             fd,
@@ -248,10 +251,10 @@ impl LaneWatch {
             let mut state = shared.lock();
             shared.watch_tree(&mut state, lane, b"");
         }
-        let (s, stop_fd) = (Arc::clone(&shared), stop.as_raw_fd());
+        let (s, stop_fd) = (Arc::clone(&shared), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("lane-watch".to_owned())
-            .spawn(move || s.run(stop_fd))?;
+            .spawn(move || s.run(&stop_fd))?;
         Ok(LaneWatch {
             root: lane.to_path_buf(),
             shared,
@@ -443,35 +446,27 @@ impl Shared {
 
     /// The drain thread: waits for events (or the stop eventfd) and records
     /// them.
-    fn run(&self, stop: i32) {
+    fn run(&self, stop: &OwnedFd) {
+        use rustix::event::{PollFd, PollFlags};
         loop {
             let mut fds = [
-                libc::pollfd {
-                    fd: self.fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: stop,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                PollFd::new(&self.fd, PollFlags::IN),
+                PollFd::new(stop, PollFlags::IN),
             ];
-            // SAFETY: `fds` is a live array of two pollfds.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if n < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(errno) => {
+                    let err = std::io::Error::from(errno);
+                    self.lock()
+                        .give_up(format!("poll the inotify queue: {err}"));
+                    return;
                 }
-                self.lock()
-                    .give_up(format!("poll the inotify queue: {err}"));
+            }
+            if !fds[1].revents().is_empty() {
                 return;
             }
-            if fds[1].revents != 0 {
-                return;
-            }
-            if fds[0].revents != 0 {
+            if !fds[0].revents().is_empty() {
                 let mut state = self.lock();
                 self.drain(&mut state);
             }
