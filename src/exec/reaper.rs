@@ -438,8 +438,9 @@ impl State {
         }
         for &signal in buf.iter().take(n as usize) {
             if self.status.is_none() && signal != 0 {
-                // SAFETY: plain syscall; the command is not reaped, so its
-                // group id is not a recycled one.
+                // SAFETY: killpg takes only integers and is async-signal-safe;
+                // the command is not reaped, so its group id is not a
+                // recycled one.
                 unsafe { libc::killpg(self.command, signal as libc::c_int) };
             }
         }
@@ -680,7 +681,8 @@ fn monotonic_us() -> u64 {
 /// is left to the sweep's bound).
 fn kill_child(pid: libc::pid_t) {
     if pid > 1 {
-        // SAFETY: plain syscall on our own unreaped child.
+        // SAFETY: kill takes only integers and is async-signal-safe; `pid`
+        // is our own unreaped child, so not a recycled id.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
@@ -753,7 +755,9 @@ mod tests {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0);
-        // SAFETY: the reaper's hook (see `hook`).
+        // SAFETY: the hook runs between fork and exec and only makes raw,
+        // async-signal-safe system calls on stack values and the two pipe
+        // ends `ends` keeps open until the spawn (see `enter`).
         unsafe {
             cmd.pre_exec(hook(&ends));
         }

@@ -62,10 +62,12 @@ pub(crate) fn passwd_home_of_uid(uid: libc::uid_t) -> Option<PathBuf> {
 fn passwd_home_of_name(name: &str) -> Option<PathBuf> {
     let cname = CString::new(name).ok()?;
     let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: as in `passwd_home_of_uid`.
+    // SAFETY: all-zero bytes are a valid `passwd` (null pointers, zero ids).
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: as in `passwd_home_of_uid`; `cname` is NUL-terminated.
+    // SAFETY: `cname` is NUL-terminated, `pw` and `found` are writable
+    // locals, and the strings getpwnam_r writes live in `buf` (`buf.len()`
+    // bytes), which outlives their use in `home_of`.
     let rc = unsafe {
         libc::getpwnam_r(
             cname.as_ptr(),

@@ -98,7 +98,7 @@ pub(crate) fn drop_dangerous() -> std::io::Result<()> {
             // 0: not in the set; -1 (EINVAL): unknown to this kernel.
             continue;
         }
-        // SAFETY: as above.
+        // SAFETY: prctl with integer arguments only; async-signal-safe.
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         if rc != 0 && root {
             return Err(std::io::Error::last_os_error());

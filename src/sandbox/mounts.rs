@@ -256,7 +256,9 @@ mod tests {
                  chmod 600 f && echo x >> f && touch n; echo rw=$?; echo hi > /dev/null; echo dev=$?",
             )
             .current_dir(&rw);
-        // SAFETY: the hook only makes raw system calls.
+        // SAFETY: `apply` runs between fork and exec and only makes raw,
+        // async-signal-safe system calls on buffers the plan built before
+        // the fork (it allocates nothing).
         unsafe { cmd.pre_exec(move || plan.apply()) };
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
