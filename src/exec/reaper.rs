@@ -204,11 +204,9 @@ impl Reaper {
         let Some(fd) = &self.control else {
             return false;
         };
-        let byte = [signal as u8];
-        // SAFETY: write of one byte from a stack buffer to a descriptor we
-        // own; the pipe is non-blocking, and EPIPE is an error return (Rust
+        // The pipe is non-blocking, and EPIPE is an error return (Rust
         // programs ignore SIGPIPE).
-        unsafe { libc::write(fd.as_raw_fd(), byte.as_ptr().cast(), 1) == 1 }
+        rustix::io::write(fd, &[signal as u8]) == Ok(1)
     }
 
     /// Ends the call: the reaper SIGKILLs the command's group and every
@@ -219,14 +217,8 @@ impl Reaper {
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
-    // SAFETY: fcntl with integer arguments on a descriptor we own.
-    let rc = unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK)
-    };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)?;
     Ok(())
 }
 
