@@ -76,10 +76,8 @@ mod debug {
             return;
         }
         if SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n {
-            // SAFETY: sending a signal to this very process; no memory involved.
-            unsafe {
-                libc::kill(libc::getpid(), libc::SIGKILL);
-            }
+            let me = rustix::process::getpid();
+            let _ = rustix::process::kill_process(me, rustix::process::Signal::KILL);
         }
     }
 }

@@ -241,15 +241,14 @@ pub(crate) fn secret_path_in(command: &str) -> Option<String> {
 /// The home directory of the passwd entry of the user orch runs as (which
 /// differs from `$HOME` when something set its own).
 pub(crate) fn passwd_home() -> Option<std::path::PathBuf> {
-    // SAFETY: getuid cannot fail and touches no memory.
-    paths::passwd_home_of_uid(unsafe { libc::getuid() })
+    paths::passwd_home_of_uid(rustix::process::getuid().as_raw())
 }
 
 /// True when a user can answer a prompt: stdin and stderr are terminals and
 /// `CI` is not `true`.
 pub fn detect_interactive() -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    let ttys = unsafe { libc::isatty(0) == 1 && libc::isatty(2) == 1 };
+    use std::io::IsTerminal;
+    let ttys = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     ttys && std::env::var("CI").map(|v| v != "true").unwrap_or(true)
 }
 

@@ -415,10 +415,7 @@ impl DirtNote {
 /// `setpriority(PRIO_PROCESS, 0, …)` applies to the calling thread only):
 /// work off the critical path yields the CPU to the run's own steps.
 pub(super) fn lower_priority() {
-    // SAFETY: setpriority on this thread; no memory is involved.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
-    }
+    let _ = rustix::process::setpriority_process(None, 10);
 }
 
 impl Drop for DirtNote {

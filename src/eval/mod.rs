@@ -227,13 +227,14 @@ fn interrupt_run(work: &Path) -> bool {
     let pid = std::fs::read_to_string(work.join(PID_FILE))
         .ok()
         .and_then(|t| t.trim().parse::<libc::pid_t>().ok())
-        .filter(|p| *p > 0);
+        .filter(|p| *p > 0)
+        .and_then(rustix::process::Pid::from_raw);
     match pid {
-        // SAFETY: plain syscall on the group `run_shell` created for the
-        // child (`process_group(0)`, so its id is the child's pid); the pid
-        // file is removed as soon as the child is reaped, so the id is not a
-        // recycled one. ESRCH is harmless.
-        Some(pid) => unsafe { libc::killpg(pid, libc::SIGINT) == 0 },
+        // The group `run_shell` created for the child (`process_group(0)`,
+        // so its id is the child's pid); the pid file is removed as soon as
+        // the child is reaped, so the id is not a recycled one. ESRCH is
+        // harmless.
+        Some(pid) => rustix::process::kill_process_group(pid, rustix::process::Signal::INT).is_ok(),
         None => false,
     }
 }

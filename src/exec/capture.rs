@@ -76,13 +76,7 @@ impl PipeCapture {
 /// A pipe whose both ends are close-on-exec (the child gets its copies via
 /// stdio redirection only).
 pub(crate) fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    use std::os::fd::FromRawFd;
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    // `std::io::pipe` is `pipe2(O_CLOEXEC)` on Linux.
+    let (read, write) = std::io::pipe()?;
+    Ok((read.into(), write.into()))
 }

@@ -26,7 +26,6 @@
 //!   running, by the run marker in the environment (the reaper of a killed
 //!   orch also sweeps its tree by itself when its control pipe closes).
 
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::Arc;
@@ -145,7 +144,7 @@ impl ProcessGroup {
                     "the reaper of a command died before it; killing the command's group, what left it may outlive it"
                 );
                 if let Some(pid) = report.pid {
-                    signal_group(pid, libc::SIGKILL);
+                    signal_group(pid, rustix::process::Signal::KILL);
                 }
                 own
             }
@@ -196,43 +195,32 @@ impl Drop for ProcessGroup {
 /// Blocks until the child `pid` exited (without reaping it: tokio does), at
 /// most `bound`.
 fn wait_exited(pid: libc::pid_t, bound: Duration) {
+    use rustix::event::{PollFd, PollFlags};
+    use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions};
     let deadline = Instant::now() + bound;
-    // SAFETY: pidfd_open on our own unreaped child (its pid cannot be
-    // recycled); the returned descriptor is ours to own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd >= 0 {
-        // SAFETY: pidfd_open returned a new descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-        let mut pfd = libc::pollfd {
-            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+    let Some(pid) = Pid::from_raw(pid.max(0)) else {
+        return;
+    };
+    // On our own unreaped child, so the pid is not a recycled one.
+    if let Ok(fd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        let mut pfd = [PollFd::new(&fd, PollFlags::IN)];
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            // SAFETY: poll on one stack pollfd.
-            let rc = unsafe { libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) };
-            if rc >= 0
-                || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)
-                || left.is_zero()
-            {
+            let timeout = Duration::from_millis(left.as_millis() as u64);
+            let rc = match rustix::time::Timespec::try_from(timeout) {
+                Ok(t) => rustix::event::poll(&mut pfd, Some(&t)),
+                Err(_) => rustix::event::poll(&mut pfd, None),
+            };
+            if rc != Err(rustix::io::Errno::INTR) || left.is_zero() {
                 return;
             }
         }
     }
     // No pidfd (before Linux 5.3): look without reaping, every millisecond.
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
     while Instant::now() < deadline {
-        // SAFETY: waitid with WNOWAIT into a stack value on our own child.
-        let exited = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            ) != 0
-                || info.si_pid() == pid
-        };
+        // An error, or a state of the child: it exited.
+        let exited = !matches!(rustix::process::waitid(WaitId::Pid(pid), options), Ok(None));
         if exited {
             return;
         }
@@ -279,15 +267,12 @@ fn log_report(report: &Report) {
 }
 
 /// Sends `signal` to the process group `pgid`; a gone group is fine.
-fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
-    if pgid > 0 {
-        // SAFETY: plain syscall. Only used when the command's reaper died
-        // before reaping it (so the command, re-parented, most likely still
-        // leads the group); ESRCH (group already gone) is expected and
-        // ignored.
-        unsafe {
-            libc::killpg(pgid, signal);
-        }
+fn signal_group(pgid: libc::pid_t, signal: rustix::process::Signal) {
+    // Only used when the command's reaper died before reaping it (so the
+    // command, re-parented, most likely still leads the group); ESRCH (group
+    // already gone) is expected and ignored.
+    if let Some(pgid) = rustix::process::Pid::from_raw(pgid.max(0)) {
+        let _ = rustix::process::kill_process_group(pgid, signal);
     }
 }
 
@@ -318,14 +303,14 @@ pub(crate) fn reap_run_orphans(run_id: &str) -> usize {
         };
         if environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
             found += 1;
-            let pid = pid as libc::pid_t;
-            // SAFETY: plain signal syscalls on a pid read from /proc.
-            unsafe {
-                let pgid = libc::getpgid(pid);
-                if pgid > 0 {
-                    libc::killpg(pgid, libc::SIGKILL);
+            use rustix::process::{Pid, Signal};
+            // A pid read from /proc is positive; an error (the process is
+            // gone) is fine.
+            if let Some(pid) = libc::pid_t::try_from(pid).ok().and_then(Pid::from_raw) {
+                if let Ok(pgid) = rustix::process::getpgid(Some(pid)) {
+                    let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
                 }
-                libc::kill(pid, libc::SIGKILL);
+                let _ = rustix::process::kill_process(pid, Signal::KILL);
             }
         }
     }
@@ -359,9 +344,10 @@ pub(crate) mod tests {
     /// orphans is init's job, and a loaded machine can be slow at it.
     pub(crate) fn group_gone(pgid: libc::pid_t) -> bool {
         for _ in 0..250 {
-            // SAFETY: signal 0 only checks for existence.
-            let rc = unsafe { libc::killpg(pgid, 0) };
-            if rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            // Signal 0 only checks for existence.
+            let rc = rustix::process::Pid::from_raw(pgid.max(0))
+                .map(rustix::process::test_kill_process_group);
+            if rc == Some(Err(rustix::io::Errno::SRCH)) {
                 return true;
             }
             if live_members(pgid) == 0 {

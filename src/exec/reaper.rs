@@ -204,11 +204,9 @@ impl Reaper {
         let Some(fd) = &self.control else {
             return false;
         };
-        let byte = [signal as u8];
-        // SAFETY: write of one byte from a stack buffer to a descriptor we
-        // own; the pipe is non-blocking, and EPIPE is an error return (Rust
+        // The pipe is non-blocking, and EPIPE is an error return (Rust
         // programs ignore SIGPIPE).
-        unsafe { libc::write(fd.as_raw_fd(), byte.as_ptr().cast(), 1) == 1 }
+        rustix::io::write(fd, &[signal as u8]) == Ok(1)
     }
 
     /// Ends the call: the reaper SIGKILLs the command's group and every
@@ -219,14 +217,8 @@ impl Reaper {
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
-    // SAFETY: fcntl with integer arguments on a descriptor we own.
-    let rc = unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK)
-    };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)?;
     Ok(())
 }
 
@@ -289,8 +281,14 @@ fn enter(control: RawFd, reports: RawFd, mut fallbacks: u32) -> std::io::Result<
 /// Only in the reaper branch of [`enter`]: a forked copy of orch that must
 /// never return into Rust code that could allocate or take a lock.
 unsafe fn supervise(command: libc::pid_t, control: RawFd, reports: RawFd, mut fallbacks: u32) -> ! {
-    // SAFETY (whole body): raw system calls on stack values and on the
-    // descriptors this process owns; nothing allocates.
+    // SAFETY: the caller guarantees we are the reaper branch of `enter`, a
+    // single-threaded forked child. Every call below is a raw,
+    // async-signal-safe system call on stack values (sigset_t, pollfd arrays,
+    // the status ints) or on descriptors this process owns: `control` and
+    // `reports` (inherited from orch, kept open by `close_all_but`) and the
+    // signalfd made here. `write_record` and `close_all_but` need exactly
+    // that. Nothing allocates, and `_exit` ends the process without running
+    // Rust or libc exit handlers.
     unsafe {
         write_record(reports, REC_PID, command);
         close_all_but(control, reports);
@@ -432,8 +430,9 @@ impl State {
         }
         for &signal in buf.iter().take(n as usize) {
             if self.status.is_none() && signal != 0 {
-                // SAFETY: plain syscall; the command is not reaped, so its
-                // group id is not a recycled one.
+                // SAFETY: killpg takes only integers and is async-signal-safe;
+                // the command is not reaped, so its group id is not a
+                // recycled one.
                 unsafe { libc::killpg(self.command, signal as libc::c_int) };
             }
         }
@@ -674,7 +673,8 @@ fn monotonic_us() -> u64 {
 /// is left to the sweep's bound).
 fn kill_child(pid: libc::pid_t) {
     if pid > 1 {
-        // SAFETY: plain syscall on our own unreaped child.
+        // SAFETY: kill takes only integers and is async-signal-safe; `pid`
+        // is our own unreaped child, so not a recycled id.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
@@ -747,7 +747,9 @@ mod tests {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0);
-        // SAFETY: the reaper's hook (see `hook`).
+        // SAFETY: the hook runs between fork and exec and only makes raw,
+        // async-signal-safe system calls on stack values and the two pipe
+        // ends `ends` keeps open until the spawn (see `enter`).
         unsafe {
             cmd.pre_exec(hook(&ends));
         }
@@ -811,8 +813,7 @@ mod tests {
         let parent = parent_of(child.id() as libc::pid_t);
         child.kill().unwrap();
         child.wait().unwrap();
-        // SAFETY: getpid has no preconditions.
-        assert_eq!(parent, Some(unsafe { libc::getpid() }));
+        assert_eq!(parent, Some(std::process::id() as libc::pid_t));
         assert_eq!(parent_of(0), None);
     }
 

@@ -194,10 +194,12 @@ impl Git {
             std::thread::spawn(move || {
                 if until.recv_timeout(TIMEOUT) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
                     timed_out.store(true, std::sync::atomic::Ordering::SeqCst);
-                    // SAFETY: killpg of the child's own group (spawned with
-                    // `process_group(0)`, not yet reaped: the waiter is
-                    // still blocked on it), a plain syscall.
-                    unsafe { libc::killpg(pid, libc::SIGKILL) };
+                    // The child's own group (spawned with `process_group(0)`,
+                    // not yet reaped: the waiter is still blocked on it).
+                    if let Some(pid) = rustix::process::Pid::from_raw(pid.max(0)) {
+                        let signal = rustix::process::Signal::KILL;
+                        let _ = rustix::process::kill_process_group(pid, signal);
+                    }
                 }
             })
         };

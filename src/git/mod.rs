@@ -190,7 +190,8 @@ pub unsafe fn limit_memory() -> Result<(), GitError> {
     // SAFETY: the caller guarantees no other thread uses libgit2 yet.
     unsafe { git2::opts::set_cache_max_size(size) }
         .map_err(git_err("cap libgit2's object cache"))?;
-    // SAFETY: as above.
+    // SAFETY: the caller guarantees no other thread uses libgit2 yet, so
+    // these unsynchronised writes of its globals race with nothing.
     unsafe {
         git2::opts::set_mwindow_size(PACK_WINDOW_BYTES)
             .and_then(|()| git2::opts::set_mwindow_mapped_limit(PACK_MAPPED_MAX_BYTES))

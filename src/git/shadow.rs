@@ -334,9 +334,8 @@ const QUARANTINE_LOCK: &str = "lock";
 
 /// Takes an exclusive `flock` on `file` without waiting; whether it was taken.
 fn try_lock(file: &fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor `file` owns; no memory is shared.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    // std's `File::try_lock` is `flock(LOCK_EX | LOCK_NB)` on Linux.
+    file.try_lock().is_ok()
 }
 
 impl Quarantine {

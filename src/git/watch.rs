@@ -58,9 +58,10 @@
 //! kernel's queue of 16,384 events rarely overflows), polling the inotify
 //! descriptor and an eventfd that stops it.
 
+use rustix::fs::inotify;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -120,7 +121,9 @@ pub struct Directories {
 pub struct LaneWatch {
     root: PathBuf,
     shared: Arc<Shared>,
-    stop: OwnedFd,
+    /// The eventfd that stops the drain thread (which holds the other
+    /// reference while it polls it).
+    stop: Arc<OwnedFd>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -228,20 +231,11 @@ impl LaneWatch {
     /// everything still starts, incomplete (its [`LaneWatch::changes`] is
     /// `None`); an error means inotify itself is unavailable.
     pub fn start(lane: &Path, common: &Path, base: &str) -> std::io::Result<LaneWatch> {
-        // SAFETY: plain syscalls; the descriptors are owned at once.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: as above.
-        let stop = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if stop < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: as above.
-        let stop = unsafe { OwnedFd::from_raw_fd(stop) };
+        use rustix::event::EventfdFlags;
+        use rustix::fs::inotify::CreateFlags;
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
+        let stop = rustix::event::eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+        let stop = Arc::new(stop);
         let exclude = common.join("info").join("exclude");
         let shared = Arc::new(Shared {
             fd,
@@ -257,10 +251,10 @@ impl LaneWatch {
             let mut state = shared.lock();
             shared.watch_tree(&mut state, lane, b"");
         }
-        let (s, stop_fd) = (Arc::clone(&shared), stop.as_raw_fd());
+        let (s, stop_fd) = (Arc::clone(&shared), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("lane-watch".to_owned())
-            .spawn(move || s.run(stop_fd))?;
+            .spawn(move || s.run(&stop_fd))?;
         Ok(LaneWatch {
             root: lane.to_path_buf(),
             shared,
@@ -393,8 +387,8 @@ impl LaneWatch {
             }
         }
         for wd in std::mem::take(&mut state.moved) {
-            // SAFETY: removes a watch of our own descriptor.
-            unsafe { libc::inotify_rm_watch(shared.fd.as_raw_fd(), wd) };
+            // EINVAL (the kernel already dropped the watch) changes nothing.
+            let _ = inotify::remove_watch(&shared.fd, wd);
             state.wds.remove(&wd);
         }
         shared.drain(&mut state);
@@ -437,15 +431,8 @@ pub fn drop_together(watches: Vec<Arc<LaneWatch>>) {
 
 impl Drop for LaneWatch {
     fn drop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
-        unsafe {
-            libc::write(
-                self.stop.as_raw_fd(),
-                (&raw const one).cast::<libc::c_void>(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        // Adds 1 to the eventfd's counter: the drain thread wakes and ends.
+        let _ = rustix::io::write(&self.stop, &1u64.to_ne_bytes());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -459,35 +446,27 @@ impl Shared {
 
     /// The drain thread: waits for events (or the stop eventfd) and records
     /// them.
-    fn run(&self, stop: i32) {
+    fn run(&self, stop: &OwnedFd) {
+        use rustix::event::{PollFd, PollFlags};
         loop {
             let mut fds = [
-                libc::pollfd {
-                    fd: self.fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: stop,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+                PollFd::new(&self.fd, PollFlags::IN),
+                PollFd::new(stop, PollFlags::IN),
             ];
-            // SAFETY: `fds` is a live array of two pollfds.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-            if n < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(errno) => {
+                    let err = std::io::Error::from(errno);
+                    self.lock()
+                        .give_up(format!("poll the inotify queue: {err}"));
+                    return;
                 }
-                self.lock()
-                    .give_up(format!("poll the inotify queue: {err}"));
+            }
+            if !fds[1].revents().is_empty() {
                 return;
             }
-            if fds[1].revents != 0 {
-                return;
-            }
-            if fds[0].revents != 0 {
+            if !fds[0].revents().is_empty() {
                 let mut state = self.lock();
                 self.drain(&mut state);
             }
@@ -510,13 +489,15 @@ impl Shared {
                 state.give_up("a directory path holds a NUL");
                 return;
             };
-            // SAFETY: `c` is a NUL-terminated path; the descriptor is ours.
-            let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), MASK) };
-            if wd < 0 {
-                let err = std::io::Error::last_os_error();
-                state.give_up(format!("watch {}: {err}", full.display()));
-                return;
-            }
+            let flags = inotify::WatchFlags::from_bits_retain(MASK);
+            let wd = match inotify::add_watch(&self.fd, c.as_c_str(), flags) {
+                Ok(wd) => wd,
+                Err(errno) => {
+                    let err = std::io::Error::from(errno);
+                    state.give_up(format!("watch {}: {err}", full.display()));
+                    return;
+                }
+            };
             state.moved.remove(&wd);
             state.wds.insert(wd, dir.clone());
             let entries = match std::fs::read_dir(&full) {
@@ -554,36 +535,24 @@ impl Shared {
 
     /// Reads every queued event (until `EAGAIN`) into `state`.
     fn drain(&self, state: &mut State) {
-        // Aligned for `inotify_event`; room for many events per read.
-        let mut buf = vec![0u64; 8192];
-        let bytes = std::mem::size_of_val(buf.as_slice());
+        // Room for many events per read (`parse` reads the records byte by
+        // byte, so the buffer needs no alignment).
+        let mut buf = vec![0u8; 64 * 1024];
         loop {
-            // SAFETY: reads into our own live buffer of `bytes` bytes.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast::<libc::c_void>(),
-                    bytes,
-                )
-            };
-            if n < 0 {
-                let err = std::io::Error::last_os_error();
-                match err.kind() {
-                    std::io::ErrorKind::Interrupted => continue,
-                    std::io::ErrorKind::WouldBlock => return,
-                    _ => {
-                        state.give_up(format!("read the inotify queue: {err}"));
-                        return;
-                    }
+            let n = match rustix::io::read(&self.fd, &mut buf) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(errno) => {
+                    let err = std::io::Error::from(errno);
+                    state.give_up(format!("read the inotify queue: {err}"));
+                    return;
                 }
-            }
+            };
             if n == 0 {
                 return;
             }
-            let n = n.cast_unsigned();
-            // SAFETY: the first `n` bytes of `buf` were just written.
-            let raw = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
-            parse(state, raw);
+            parse(state, &buf[..n]);
         }
     }
 }

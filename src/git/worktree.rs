@@ -332,7 +332,6 @@ pub struct AdminLock {
 /// writes race each other on shared directories). `exclusive: false` takes
 /// a shared lock, for readers that only need no admin dir to be half-made.
 pub fn admin_lock(common_dir: &Path, exclusive: bool) -> Result<AdminLock, GitError> {
-    use std::os::fd::AsRawFd;
     let path = admin_lock_path(common_dir);
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
@@ -343,17 +342,17 @@ pub fn admin_lock(common_dir: &Path, exclusive: bool) -> Result<AdminLock, GitEr
         .write(true)
         .open(&path)
         .map_err(io_err("open the worktree admin lock", &path))?;
-    let op = if exclusive {
-        libc::LOCK_EX
-    } else {
-        libc::LOCK_SH
-    };
     loop {
-        // SAFETY: flock on a descriptor `file` owns; no memory is shared.
-        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        // std's `File::lock`/`lock_shared` are `flock(LOCK_EX)`/`flock(LOCK_SH)`
+        // on Linux, without a retry on EINTR.
+        let locked = if exclusive {
+            file.lock()
+        } else {
+            file.lock_shared()
+        };
+        let Err(err) = locked else {
             return Ok(AdminLock { _file: file });
-        }
-        let err = std::io::Error::last_os_error();
+        };
         if err.kind() != std::io::ErrorKind::Interrupted {
             return Err(io_err("lock the worktree admin lock", &path)(err));
         }

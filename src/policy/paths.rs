@@ -28,8 +28,7 @@ fn homes() -> &'static [String] {
         if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
             dirs.push(PathBuf::from(h));
         }
-        // SAFETY: getuid cannot fail and touches no memory.
-        let uid = unsafe { libc::getuid() };
+        let uid = rustix::process::getuid().as_raw();
         dirs.extend(passwd_home_of_uid(uid));
         let mut out: Vec<String> = Vec::new();
         for d in dirs {
@@ -63,10 +62,12 @@ pub(crate) fn passwd_home_of_uid(uid: libc::uid_t) -> Option<PathBuf> {
 fn passwd_home_of_name(name: &str) -> Option<PathBuf> {
     let cname = CString::new(name).ok()?;
     let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: as in `passwd_home_of_uid`.
+    // SAFETY: all-zero bytes are a valid `passwd` (null pointers, zero ids).
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: as in `passwd_home_of_uid`; `cname` is NUL-terminated.
+    // SAFETY: `cname` is NUL-terminated, `pw` and `found` are writable
+    // locals, and the strings getpwnam_r writes live in `buf` (`buf.len()`
+    // bytes), which outlives their use in `home_of`.
     let rc = unsafe {
         libc::getpwnam_r(
             cname.as_ptr(),
@@ -202,7 +203,7 @@ mod tests {
     #[test]
     fn every_spelling_of_a_home() {
         let home = std::env::var("HOME").unwrap();
-        let real = passwd_home_of_uid(unsafe { libc::getuid() }).unwrap();
+        let real = passwd_home_of_uid(rustix::process::getuid().as_raw()).unwrap();
         let real = real.to_string_lossy().into_owned();
         for (p, want) in [
             ("~".to_owned(), Some("")),

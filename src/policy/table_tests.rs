@@ -725,8 +725,7 @@ fn truncated_wrapper_options_do_not_panic() {
 #[test]
 fn absolute_home_forms_are_the_home() {
     let home = std::env::var("HOME").expect("HOME");
-    // SAFETY: getuid cannot fail.
-    let real = super::paths::passwd_home_of_uid(unsafe { libc::getuid() })
+    let real = super::paths::passwd_home_of_uid(rustix::process::getuid().as_raw())
         .expect("a passwd entry")
         .display()
         .to_string();

@@ -71,9 +71,11 @@ fn holder_is_dead(holder: &str) -> bool {
     if pid <= 0 || pid == libc::pid_t::try_from(std::process::id()).unwrap_or(0) {
         return false;
     }
-    // SAFETY: signal 0 sends nothing; it only asks whether `pid` exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    // Signal 0 sends nothing; it only asks whether `pid` exists.
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
 }
 
 /// Retries [`try_lock`] every 10 ms for at most `wait`.

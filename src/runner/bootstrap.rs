@@ -213,16 +213,12 @@ impl Cloner {
             .open(dst)?;
         #[cfg(target_os = "linux")]
         if self.reflink {
-            use std::os::fd::AsRawFd;
-            // SAFETY: both descriptors are open files owned by this frame;
-            // FICLONE reads no memory of ours.
-            let rc = unsafe { libc::ioctl(to.as_raw_fd(), libc::FICLONE, from.as_raw_fd()) };
-            if rc == 0 {
+            let Err(errno) = rustix::fs::ioctl_ficlone(&to, &from) else {
                 return Ok("reflink");
-            }
+            };
             // Not supported here (ext4, tmpfs, across filesystems): copy
             // from now on. Any other error is a real one.
-            let err = std::io::Error::last_os_error();
+            let err = std::io::Error::from(errno);
             match err.raw_os_error() {
                 Some(
                     libc::EOPNOTSUPP | libc::EXDEV | libc::EINVAL | libc::ENOTTY | libc::ENOSYS,

@@ -288,19 +288,17 @@ pub(super) async fn write_stage_patch(
 const SPACE_RESERVE: &str = ".tmp-space-reserve";
 
 /// How much space is held: a run state with many stages fits many times.
-const RESERVE_BYTES: i64 = 256 << 10;
+const RESERVE_BYTES: u64 = 256 << 10;
 
 /// Holds [`RESERVE_BYTES`] in `run_dir` (allocated, not sparse). Best
 /// effort: without it a full disk may leave the state unwritten, as before.
 pub(super) fn reserve_space(run_dir: &std::path::Path) {
-    use std::os::fd::AsRawFd;
     let path = run_dir.join(SPACE_RESERVE);
     let Ok(file) = std::fs::File::create(&path) else {
         return;
     };
-    // SAFETY: fallocate on a descriptor we own.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, RESERVE_BYTES) };
-    if rc != 0 {
+    let mode = rustix::fs::FallocateFlags::empty();
+    if rustix::fs::fallocate(&file, mode, 0, RESERVE_BYTES).is_err() {
         // Not supported here (or no space): no reserve rather than a sparse one.
         let _ = std::fs::remove_file(&path);
     }

@@ -79,8 +79,7 @@ fn capget() -> std::io::Result<[CapData; 2]> {
 /// Whether this process holds any capability (root, or a binary with file
 /// capabilities): then children must drop [`DROPPED`].
 pub(crate) fn running_with_caps() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     root || capget().is_ok_and(|d| d.iter().any(|s| s.effective | s.permitted != 0))
 }
 
@@ -99,7 +98,7 @@ pub(crate) fn drop_dangerous() -> std::io::Result<()> {
             // 0: not in the set; -1 (EINVAL): unknown to this kernel.
             continue;
         }
-        // SAFETY: as above.
+        // SAFETY: prctl with integer arguments only; async-signal-safe.
         let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         if rc != 0 && root {
             return Err(std::io::Error::last_os_error());

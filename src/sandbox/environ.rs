@@ -93,8 +93,7 @@ pub unsafe fn take_secrets_from_environ() -> SecretVars {
         // writable stack memory of this process.
         unsafe { std::ptr::write_bytes(start, 0, len) };
     }
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     SecretVars {
         vars: found.into_iter().map(|(k, v, _, _)| (k, v)).collect(),
     }

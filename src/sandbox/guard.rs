@@ -154,32 +154,24 @@ impl RepoFingerprint {
         name: &str,
         prev: Option<&RepoFingerprint>,
     ) -> Result<(), GuardError> {
-        use std::os::fd::AsRawFd;
         let Ok(cname) = std::ffi::CString::new(name) else {
             return self.visit_file(common, rel, prev);
         };
-        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: valid dirfd, NUL-terminated name, a writable stat buffer.
-        let rc = unsafe {
-            libc::fstatat(
-                dir.as_raw_fd(),
-                cname.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::NotFound {
-                return Ok(());
+        let st = match rustix::fs::statat(
+            dir,
+            cname.as_c_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(errno) => {
+                return Err(GuardError::Io {
+                    action: "stat",
+                    path: common.join(rel),
+                    source: errno.into(),
+                });
             }
-            return Err(GuardError::Io {
-                action: "stat",
-                path: common.join(rel),
-                source: e,
-            });
-        }
+        };
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             return self.visit_dir(common, rel, prev);
         }

@@ -423,29 +423,22 @@ fn grant_excluding(
 
 /// Opens `path` as an `O_PATH` descriptor without following a final symlink.
 fn open_path(path: &Path) -> Result<File, SandboxError> {
-    use std::os::fd::FromRawFd;
+    use rustix::fs::{Mode, OFlags};
     use std::os::unix::ffi::OsStrExt;
     let err = |source| SandboxError::Path {
         path: path.to_path_buf(),
         source,
     };
-    // `libc::open`, not `OpenOptions::custom_flags`: on musl `O_ACCMODE`
+    // `open(2)` itself, not `OpenOptions::custom_flags`: on musl `O_ACCMODE`
     // includes `O_PATH`, so std strips it and the file is really opened
     // (`/dev/tty` without a terminal: ENXIO).
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
-    // SAFETY: `c_path` is a valid NUL-terminated string for the call.
-    let fd = unsafe {
-        libc::open(
-            c_path.as_ptr(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(err(std::io::Error::last_os_error()));
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::open(c_path.as_c_str(), flags, Mode::empty()) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(errno) => Err(err(errno.into())),
     }
-    // SAFETY: `fd` was just opened by us and is owned by nothing else.
-    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// The directories holding the lane branch's ref file and reflog in the

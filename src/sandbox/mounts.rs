@@ -93,12 +93,15 @@ impl MountPlan {
         let have_cwd = !unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null();
         match &self.userns {
             Some((uid_map, gid_map)) => {
+                // SAFETY: unshare takes only flags and touches no memory of
+                // ours; the child is single-threaded (between fork and exec),
+                // which CLONE_NEWUSER requires.
                 check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) })?;
                 write_proc(c"/proc/self/setgroups", b"deny")?;
                 write_proc(c"/proc/self/uid_map", uid_map)?;
                 write_proc(c"/proc/self/gid_map", gid_map)?;
             }
-            // SAFETY: a plain syscall with a flag.
+            // SAFETY: unshare takes only a flag and touches no memory of ours.
             None => check(unsafe { libc::unshare(libc::CLONE_NEWNS) })?,
         }
         // Nothing done here may reach the parent namespace.
@@ -190,8 +193,8 @@ fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()> {
 /// The identity maps of a user namespace for a process that is not root
 /// (a root one mounts in its own namespace without one).
 fn user_maps() -> Option<(Vec<u8>, Vec<u8>)> {
-    // SAFETY: plain getters.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let uid = rustix::process::geteuid().as_raw();
+    let gid = rustix::process::getegid().as_raw();
     if uid == 0 {
         return None;
     }
@@ -253,7 +256,9 @@ mod tests {
                  chmod 600 f && echo x >> f && touch n; echo rw=$?; echo hi > /dev/null; echo dev=$?",
             )
             .current_dir(&rw);
-        // SAFETY: the hook only makes raw system calls.
+        // SAFETY: `apply` runs between fork and exec and only makes raw,
+        // async-signal-safe system calls on buffers the plan built before
+        // the fork (it allocates nothing).
         unsafe { cmd.pre_exec(move || plan.apply()) };
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()

@@ -100,16 +100,8 @@ impl DiskQuota {
 /// changed after this moment has a `ctime` at or after it (the fine clock
 /// can be ahead of the file times by a tick).
 fn coarse_now() -> (i64, i64) {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec we own.
-    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
-        return (0, 0);
-    }
-    #[allow(clippy::unnecessary_cast)] // the field types differ between libcs
-    (ts.tv_sec as i64, ts.tv_nsec as i64)
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
+    (ts.tv_sec, ts.tv_nsec)
 }
 
 /// Used bytes summed over the distinct file systems of `roots`.
@@ -128,19 +120,10 @@ fn used_bytes(roots: &[PathBuf]) -> u64 {
 }
 
 /// The file system id and used bytes of the file system holding `path`.
-#[allow(clippy::unnecessary_cast)] // the field types differ between libcs
 fn statvfs_used(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: a NUL-terminated path and a zeroed struct statvfs fills.
-    unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
-            return None;
-        }
-        let used = (s.f_blocks as u64).saturating_sub(s.f_bfree as u64);
-        Some((s.f_fsid as u64, used.saturating_mul(s.f_frsize as u64)))
-    }
+    let s = rustix::fs::statvfs(path).ok()?;
+    let used = s.f_blocks.saturating_sub(s.f_bfree);
+    Some((s.f_fsid, used.saturating_mul(s.f_frsize)))
 }
 
 /// Allocated bytes of the files under `roots` whose status changed at or

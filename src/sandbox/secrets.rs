@@ -103,17 +103,11 @@ pub struct ChildSecrets {
 /// small (well under the pipe buffer), so the write never blocks.
 pub fn write_secret_pipe(secrets: &ChildSecrets) -> std::io::Result<OwnedFd> {
     let payload = serde_json::to_vec(secrets).map_err(std::io::Error::other)?;
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two descriptors into the array we own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut w = std::fs::File::from(write);
-    std::io::Write::write_all(&mut w, &payload)?;
-    drop(w);
-    Ok(read)
+    // `std::io::pipe` is `pipe2(O_CLOEXEC)` on Linux.
+    let (read, mut write) = std::io::pipe()?;
+    std::io::Write::write_all(&mut write, &payload)?;
+    drop(write);
+    Ok(read.into())
 }
 
 /// Reads (and closes) the secret pipe a parent passed as descriptor `fd`.

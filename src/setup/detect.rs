@@ -98,7 +98,7 @@ pub(crate) async fn detect_system(cwd: &Path) -> Value {
     let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
     let os = parse_os_release(&os_release);
     let uts = uname();
-    let uid = unsafe_uid();
+    let uid = rustix::process::getuid().as_raw();
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let shell = std::env::var("SHELL").unwrap_or_default();
 
@@ -316,45 +316,16 @@ struct Uts {
 }
 
 fn uname() -> Uts {
-    // SAFETY: `uname` fills the zeroed struct it is given; the fields are
-    // NUL-terminated C strings within their arrays.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) != 0 {
-            return Uts {
-                release: String::new(),
-                machine: String::new(),
-            };
-        }
-        let s = |f: &[libc::c_char]| {
-            std::ffi::CStr::from_ptr(f.as_ptr())
-                .to_string_lossy()
-                .into_owned()
-        };
-        Uts {
-            release: s(&u.release),
-            machine: s(&u.machine),
-        }
+    let u = rustix::system::uname();
+    Uts {
+        release: u.release().to_string_lossy().into_owned(),
+        machine: u.machine().to_string_lossy().into_owned(),
     }
-}
-
-fn unsafe_uid() -> u32 {
-    // SAFETY: getuid cannot fail and touches no memory.
-    unsafe { libc::getuid() }
 }
 
 fn free_bytes(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs writes into the zeroed struct; `c` is NUL-terminated.
-    unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut s) != 0 {
-            return None;
-        }
-        #[allow(clippy::unnecessary_cast)]
-        Some(s.f_bavail as u64 * s.f_frsize as u64)
-    }
+    let s = rustix::fs::statvfs(path).ok()?;
+    Some(s.f_bavail * s.f_frsize)
 }
 
 fn human_bytes(b: u64) -> String {

@@ -20,7 +20,6 @@ pub struct Lease {
 
 /// Takes slot `n`'s lease if nobody holds it.
 pub(super) fn try_lease(common_dir: &Path, n: usize) -> Result<Option<Lease>, GitError> {
-    use std::os::fd::AsRawFd;
     let path = lease_path(common_dir, n);
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
@@ -32,8 +31,8 @@ pub(super) fn try_lease(common_dir: &Path, n: usize) -> Result<Option<Lease>, Gi
             .write(true)
             .open(&path)
             .map_err(io_err("open the lane lease", &path))?;
-        // SAFETY: flock on a descriptor `file` owns; no memory is shared.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        // std's `File::try_lock` is `flock(LOCK_EX | LOCK_NB)` on Linux.
+        if file.try_lock().is_ok() {
             // A retired slot's lease file is unlinked by its holder: a lock
             // on the unlinked file is no lease; open the new one.
             use std::os::unix::fs::MetadataExt;
