@@ -144,20 +144,27 @@ impl Listing {
         }
     }
 
-    /// Whether every listed directory is as it was (same inode, same times,
-    /// none changed within [`super::RACY_WINDOW`] of the listing: the kernel's
-    /// file clock is coarse, so a change in the same tick may not move it) and
-    /// every optional writable root still exists or not as it did. A few
+    /// The first listed directory (or optional writable root) that changed
+    /// since the listing, if any: why the ruleset must be built again. A
+    /// directory counts as changed unless it has the same inode and times and
+    /// none changed within [`super::RACY_WINDOW`] of the listing (the
+    /// kernel's file clock is coarse, so a change in the same tick may not
+    /// move it); a writable root, when it appeared or vanished. A few
     /// `lstat`s.
-    pub(crate) fn unchanged(&self) -> bool {
+    pub(crate) fn changed(&self) -> Option<&Path> {
         let racy = super::RACY_WINDOW.as_nanos() as i128;
-        self.dirs.iter().all(|(dir, stamp)| {
+        let dir = self.dirs.iter().find(|(dir, stamp)| {
             let now = Stamp::of(dir);
-            now == *stamp && stamp.is_none_or(|s| s.mtime_ns.max(s.ctime_ns) + racy < self.taken_ns)
-        }) && self
-            .writable
+            !(now == *stamp
+                && stamp.is_none_or(|s| s.mtime_ns.max(s.ctime_ns) + racy < self.taken_ns))
+        });
+        if let Some((dir, _)) = dir {
+            return Some(dir);
+        }
+        self.writable
             .iter()
-            .all(|(root, existed)| root.canonicalize().is_ok() == *existed)
+            .find(|(root, existed)| root.canonicalize().is_ok() != *existed)
+            .map(|(root, _)| root.as_path())
     }
 }
 

@@ -295,13 +295,18 @@ impl Prepared {
     /// `lstat`s). [`ToolSandbox`] reuses a current one for every call of a
     /// stage instead of listing and opening the paths again.
     pub fn is_current(&self) -> bool {
+        self.stale_because().is_none()
+    }
+
+    /// The listed directory whose change makes this sandbox stale, if any.
+    pub fn stale_because(&self) -> Option<&std::path::Path> {
         #[cfg(target_os = "linux")]
         {
-            self.listing.as_ref().is_none_or(linux::Listing::unchanged)
+            self.listing.as_ref().and_then(linux::Listing::changed)
         }
         #[cfg(not(target_os = "linux"))]
         {
-            true
+            None
         }
     }
 

@@ -195,9 +195,14 @@ impl ToolSandbox {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((p, prepared)) = last.as_ref()
             && p == policy
-            && prepared.is_current()
         {
-            return Ok(Arc::clone(prepared));
+            match prepared.stale_because() {
+                None => return Ok(Arc::clone(prepared)),
+                Some(dir) => tracing::debug!(
+                    changed = %dir.display(),
+                    "sandbox ruleset rebuilt: a directory it listed changed"
+                ),
+            }
         }
         let prepared = Arc::new(super::prepare(policy)?);
         *last = Some((policy.clone(), Arc::clone(&prepared)));
