@@ -40,10 +40,23 @@ pub(super) fn is_whole(common_dir: &Path, n: usize) -> bool {
     let admin = common_dir.join("worktrees").join(slot_name(n));
     let path = slot_path(common_dir, n);
     let gitdir = fs::read_to_string(admin.join("gitdir")).unwrap_or_default();
+    // The lane's `.git` must name this admin dir: a kill between renaming
+    // git's admin dir to orch's name and rewriting `.git` leaves it naming
+    // git's (gone) one, which git run with an explicit git dir would not
+    // notice but libgit2 opening the lane would.
+    let dot_git = fs::read_to_string(path.join(".git")).unwrap_or_default();
+    let names_admin = dot_git
+        .trim_end()
+        .strip_prefix("gitdir: ")
+        .is_some_and(|d| {
+            let d = Path::new(d);
+            d == admin || std::path::absolute(d).ok() == std::path::absolute(&admin).ok()
+        });
     admin.join("commondir").is_file()
         && admin.join("HEAD").is_file()
         && Path::new(gitdir.trim()) == path.join(".git")
         && path.join(".git").is_file()
+        && names_admin
 }
 
 /// The commit slot `n`'s detached `HEAD` names, if it is detached.

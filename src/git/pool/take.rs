@@ -115,4 +115,26 @@ mod tests {
         }
         assert_eq!(repo.git(&["for-each-ref", "refs/heads/orch-lanes/"]), "");
     }
+
+    #[test]
+    fn a_lane_whose_dot_git_names_gits_gone_admin_dir_is_made_anew() {
+        // A kill between renaming git's admin dir to orch's name and
+        // rewriting the lane's `.git` leaves `.git` naming the old one.
+        let repo = TestRepo::new();
+        let common = repo.git_dir();
+        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        let (lease, readied, _) = take(&common, &head).unwrap();
+        assert_eq!(readied, Readied::Created);
+        let path = lease.path.clone();
+        drop(lease); // handed back: the lane stays in the pool
+        let (lease, readied, _) = take(&common, &head).unwrap();
+        assert_eq!(readied, Readied::Warm, "a whole lane is reused");
+        let gone = common.join("worktrees").join("lane-gone");
+        std::fs::write(path.join(".git"), format!("gitdir: {}\n", gone.display())).unwrap();
+        drop(lease);
+        let (lease, readied, _) = take(&common, &head).unwrap();
+        assert_eq!(readied, Readied::Created, "the broken lane is made anew");
+        git2::Repository::open(&lease.path).expect("libgit2 opens the lane");
+        retire(&common, lease).unwrap();
+    }
 }
