@@ -24,13 +24,11 @@ pub(crate) mod verify;
 
 use crate::ids::Verdict;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, MessageRole};
-use crate::runlog::{ActionLog, RecordError, TokenCount};
+use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
 use crate::text::cap_bytes;
 // The compaction's field cap (`super::cap` there) is the same policy.
 use crate::text::cap_bytes as cap;
 use crate::tools::{self, ToolContext};
-use serde_json::json;
-
 use repeat::MAX_IDENTICAL_FAILURES;
 
 /// Cap on tool arguments and results copied into the action log; the
@@ -195,21 +193,18 @@ impl<'c> Agent<'c> {
         // keeps the whole conversation; each turn sends a compacted view of it.
         let tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
         let compactor = compact::Compactor::new(cfg.compaction);
-        log.append(
-            "agent_start",
-            json!({
-                "agent": cfg.agent_path,
-                "max_turns": cfg.max_turns,
-                "tools": req.tools.iter().map(|t| t.name).collect::<Vec<_>>(),
-                "system_prompt_bytes": cfg.system_prompt.len(),
-                "task_bytes": cfg.task.len(),
-                "budget": tracker.report().limits,
-                "budget_notes": tracker.notes(),
-                "compact_at_tokens": compactor.trigger_tokens(),
-                "text_result": cfg.text_result,
-                "text_tool_calls": cfg.text_tool_calls,
-            }),
-        )?;
+        log.append(&ActionEvent::AgentStart(event::AgentStart {
+            agent: cfg.agent_path.clone(),
+            max_turns: cfg.max_turns,
+            tools: req.tools.iter().map(|t| t.name.to_owned()).collect(),
+            system_prompt_bytes: cfg.system_prompt.len(),
+            task_bytes: cfg.task.len(),
+            budget: tracker.report().limits,
+            budget_notes: tracker.notes().to_vec(),
+            compact_at_tokens: compactor.trigger_tokens(),
+            text_result: cfg.text_result,
+            text_tool_calls: cfg.text_tool_calls,
+        }))?;
         Ok(Agent {
             cfg,
             req,
@@ -256,19 +251,20 @@ impl<'c> Agent<'c> {
         let mut out = self.out;
         out.tokens.add(self.compactor.summary_tokens());
         out.budget = self.tracker.report();
-        log.append(
-            "agent_end",
-            json!({
-                "agent": self.cfg.agent_path,
-                "end": format!("{:?}", out.end).split('(').next().unwrap_or_default(),
-                "turns": out.turns,
-                "prompt_tokens": out.tokens.prompt,
-                "completion_tokens": out.tokens.completion,
-                "verdict": out.verdict,
-                "verdict_from_text": out.verdict_from_text,
-                "budget": out.budget,
-            }),
-        )?;
+        log.append(&ActionEvent::AgentEnd(event::AgentEnd {
+            agent: self.cfg.agent_path.clone(),
+            end: format!("{:?}", out.end)
+                .split('(')
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+            turns: out.turns,
+            prompt_tokens: out.tokens.prompt,
+            completion_tokens: out.tokens.completion,
+            verdict: out.verdict,
+            verdict_from_text: out.verdict_from_text,
+            budget: out.budget.clone(),
+        }))?;
         out.transcript = std::mem::take(&mut self.req.messages);
         Ok(out)
     }
@@ -300,7 +296,7 @@ impl<'c> Agent<'c> {
         'turns: while out.turns < cfg.max_turns {
             // Budget hook: no turn starts once a limit is used up.
             if let Some(why) = tracker.before_turn() {
-                log.append("budget_exceeded", json!({"turn": out.turns, "reason": why}))?;
+                log.append(&budget_exceeded(out.turns, None, &why))?;
                 out.end = AgentEnd::Budget(why);
                 break;
             }
@@ -311,15 +307,16 @@ impl<'c> Agent<'c> {
             let resp = match compact::send_turn(model, req, turn, compactor, tracker, log).await? {
                 compact::Sent::Reply(r) => r,
                 compact::Sent::OutOfBudget(why) => {
-                    log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
+                    log.append(&budget_exceeded(turn, None, &why))?;
                     out.end = AgentEnd::Budget(why);
                     break;
                 }
                 compact::Sent::Failed(e) => {
-                    log.append(
-                        "model_error",
-                        json!({"turn": turn, "error": format!("failed to {e}")}),
-                    )?;
+                    log.append(&ActionEvent::ModelError(event::ModelError {
+                        turn,
+                        error: format!("failed to {e}"),
+                        retry: None,
+                    }))?;
                     out.end = AgentEnd::ModelError(e);
                     break;
                 }
@@ -332,22 +329,16 @@ impl<'c> Agent<'c> {
             tracker.record_turn(tokens, usage.cost_usd);
             out.tokens.add(tokens);
             let mut msg = normalize_assistant(resp.message);
-            log.append(
-                "response",
-                json!({
-                    "turn": turn,
-                    "latency_ms": started.elapsed().as_millis() as u64,
-                    "prompt_tokens": usage.prompt_tokens,
-                    "completion_tokens": usage.completion_tokens,
-                    "cost_usd": usage.cost_usd,
-                    "finish_reason": resp.finish_reason,
-                    "content": msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
-                    "tool_calls": msg.tool_calls.iter().map(|c| json!({
-                        "id": c.id, "name": c.function.name,
-                        "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
-                    })).collect::<Vec<_>>(),
-                }),
-            )?;
+            log.append(&ActionEvent::Response(event::Response {
+                turn,
+                latency_ms: started.elapsed().as_millis() as u64,
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                cost_usd: usage.cost_usd,
+                finish_reason: resp.finish_reason.clone(),
+                content: msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
+                tool_calls: logged_calls(&msg.tool_calls),
+            }))?;
             on_turn(turn, out.tokens);
             // Tool calls written as text run like native ones.
             if cfg.text_tool_calls
@@ -357,18 +348,14 @@ impl<'c> Agent<'c> {
                     &format!("text{turn}"),
                 )
             {
-                log.append(
-                    "tool_calls_recovered",
-                    json!({
-                        "turn": turn,
-                        "recovered_from": "text",
-                        "format": format.as_str(),
-                        "tool_calls": msg.tool_calls.iter().map(|c| json!({
-                            "id": c.id, "name": c.function.name,
-                            "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
-                        })).collect::<Vec<_>>(),
-                    }),
-                )?;
+                log.append(&ActionEvent::ToolCallsRecovered(
+                    event::ToolCallsRecovered {
+                        turn,
+                        recovered_from: "text".to_owned(),
+                        format: format.as_str().to_owned(),
+                        tool_calls: logged_calls(&msg.tool_calls),
+                    },
+                ))?;
             }
             let calls = msg.tool_calls.clone();
             let content = msg.content.clone();
@@ -380,7 +367,7 @@ impl<'c> Agent<'c> {
                 && !calls.is_empty()
                 && !calls.iter().any(|c| c.function.name == "finish")
             {
-                log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
+                log.append(&budget_exceeded(turn, None, &why))?;
                 answer_remaining(&mut req.messages, &calls);
                 out.end = AgentEnd::Budget(why);
                 break;
@@ -396,10 +383,10 @@ impl<'c> Agent<'c> {
                     outcome::TextReply::Accept { summary, verdict } => {
                         if verdict.is_some() {
                             out.verdict_from_text = true;
-                            log.append(
-                                "verdict_from_text",
-                                json!({"turn": turn, "verdict": verdict}),
-                            )?;
+                            log.append(&ActionEvent::VerdictFromText(event::VerdictFromText {
+                                turn,
+                                verdict,
+                            }))?;
                         }
                         out.summary = summary;
                         out.verdict = verdict;
@@ -408,12 +395,18 @@ impl<'c> Agent<'c> {
                     }
                     outcome::TextReply::Nudge(text) => {
                         *nudged = true;
-                        log.append("nudge", json!({"turn": turn, "message": text}))?;
+                        log.append(&ActionEvent::Nudge(event::Nudge {
+                            turn,
+                            message: text.to_owned(),
+                        }))?;
                         req.messages.push(ChatMessage::user(text));
                         continue;
                     }
                     outcome::TextReply::Fail(why) => {
-                        log.append("no_result", json!({"turn": turn, "reason": why}))?;
+                        log.append(&ActionEvent::NoResult(event::NoResult {
+                            turn,
+                            reason: why.clone(),
+                        }))?;
                         out.summary = content.unwrap_or_default();
                         out.end = AgentEnd::NoResult(why);
                         break;
@@ -438,10 +431,11 @@ impl<'c> Agent<'c> {
                     let why = format!(
                         "stopped: the model made the same `{name}` call {times} times in a row after it was told it was repeating itself"
                     );
-                    log.append(
-                        "stuck",
-                        json!({"turn": turn, "call_id": call.id, "reason": why}),
-                    )?;
+                    log.append(&ActionEvent::Stuck(event::Stuck {
+                        turn,
+                        call_id: Some(call.id.clone()),
+                        reason: why.clone(),
+                    }))?;
                     answer_remaining(&mut req.messages, &calls);
                     out.end = AgentEnd::Stuck(why);
                     break 'turns;
@@ -460,10 +454,7 @@ impl<'c> Agent<'c> {
                     None => match tracker.bounded(tools::call(tool_ctx, name, args)).await {
                         Ok(result) => result,
                         Err(why) => {
-                            log.append(
-                                "budget_exceeded",
-                                json!({"turn": turn, "call_id": call.id, "reason": why}),
-                            )?;
+                            log.append(&budget_exceeded(turn, Some(&call.id), &why))?;
                             req.messages.push(ChatMessage::tool(
                                 call.id.clone(),
                                 format!("error: stopped: {why}"),
@@ -479,13 +470,12 @@ impl<'c> Agent<'c> {
                     Err(fault) => {
                         // orch's own fault: the stage ends here, and the model is
                         // never sent this call's result (nor any other request).
-                        log.append(
-                            "tool_fault",
-                            json!({
-                                "turn": turn, "call_id": call.id, "name": name,
-                                "reason": fault.reason,
-                            }),
-                        )?;
+                        log.append(&ActionEvent::ToolFault(event::ToolFault {
+                            turn,
+                            call_id: call.id.clone(),
+                            name: name.to_owned(),
+                            reason: fault.reason.clone(),
+                        }))?;
                         answer_remaining(&mut req.messages, &calls);
                         out.end = AgentEnd::ToolFault(fault);
                         break 'turns;
@@ -511,28 +501,25 @@ impl<'c> Agent<'c> {
                 if seen == repeat::Repeat::Warn {
                     outcome.content.push_str(&repeat::warning(name));
                 }
-                log.append(
-                    "tool",
-                    json!({
-                        "turn": turn,
-                        "call_id": call.id,
-                        "name": name,
-                        "is_error": outcome.is_error,
-                        "summary": outcome.summary,
-                        "exit_code": outcome.exit_code,
-                        "duration_ms": outcome.duration_ms,
-                        "policy": outcome.policy,
-                        "sandbox": outcome.sandbox,
-                        "changed_path": outcome.changed_path,
-                        "repeat": match seen {
-                            repeat::Repeat::Warn => Some("warned"),
-                            repeat::Repeat::SameTurn => Some("same_turn"),
-                            _ => None,
-                        },
-                        "result_bytes": outcome.content.len(),
-                        "result": cap_bytes(&outcome.content, LOG_FIELD_CAP),
-                    }),
-                )?;
+                log.append(&ActionEvent::Tool(event::Tool {
+                    turn,
+                    call_id: call.id.clone(),
+                    name: name.to_owned(),
+                    is_error: outcome.is_error,
+                    summary: outcome.summary.clone(),
+                    exit_code: outcome.exit_code,
+                    duration_ms: outcome.duration_ms,
+                    policy: outcome.policy.clone(),
+                    sandbox: outcome.sandbox.clone(),
+                    changed_path: outcome.changed_path.clone(),
+                    repeat: match seen {
+                        repeat::Repeat::Warn => Some("warned".to_owned()),
+                        repeat::Repeat::SameTurn => Some("same_turn".to_owned()),
+                        _ => None,
+                    },
+                    result_bytes: outcome.content.len(),
+                    result: cap_bytes(&outcome.content, LOG_FIELD_CAP),
+                }))?;
                 if name != "finish" {
                     out.digest.push(outcome.summary.clone());
                 }
@@ -551,7 +538,11 @@ impl<'c> Agent<'c> {
                     let why = format!(
                         "stopped: the model made the same failing `{name}` call {MAX_IDENTICAL_FAILURES} times in a row"
                     );
-                    log.append("stuck", json!({"turn": turn, "reason": why}))?;
+                    log.append(&ActionEvent::Stuck(event::Stuck {
+                        turn,
+                        call_id: None,
+                        reason: why.clone(),
+                    }))?;
                     // Subagents that already ran still count and report.
                     for (c, o) in calls.iter().zip(spawned.iter_mut()).skip(i + 1) {
                         if let Some(Ok(o)) = o.take() {
@@ -597,6 +588,27 @@ async fn spawn_concurrently(
         slots[i] = Some(o);
     }
     slots
+}
+
+/// A `budget_exceeded` event (`call_id`: the tool call cut short).
+fn budget_exceeded(turn: u32, call_id: Option<&str>, why: &str) -> ActionEvent {
+    ActionEvent::BudgetExceeded(event::BudgetExceeded {
+        turn,
+        call_id: call_id.map(str::to_owned),
+        reason: why.to_owned(),
+    })
+}
+
+/// Tool calls as the log keeps them: arguments capped at [`LOG_FIELD_CAP`].
+fn logged_calls(calls: &[crate::llm::ToolCall]) -> Vec<event::LoggedCall> {
+    calls
+        .iter()
+        .map(|c| event::LoggedCall {
+            id: c.id.clone(),
+            name: c.function.name.clone(),
+            arguments: cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
+        })
+        .collect()
 }
 
 /// Gives every tool call of an assistant message an id (some servers omit

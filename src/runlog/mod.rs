@@ -26,12 +26,14 @@
 //! the first stage ends can lose the run's plan, never a stage's result.
 
 mod actions;
+pub(crate) mod event;
 mod lock;
 mod recover;
 mod state;
 mod verify;
 
 pub(crate) use actions::{ActionLog, ActionObserver, redact};
+pub(crate) use event::ActionEvent;
 pub(crate) use lock::{RunLock, lock_run, refuse_if_live, run_is_live};
 pub(crate) use recover::{as_shown, attempts_from_log, heal_dead_run_ref_locks, sweep_dead_starts};
 pub(crate) use state::{
