@@ -98,22 +98,7 @@ fn describe(event: &ActionEvent) -> String {
         ActionEvent::Memory(e) => memory(e),
         ActionEvent::Distill(e) => distill(e),
         ActionEvent::ProjectInstructions(e) => project_instructions(e),
-        ActionEvent::AgentStart(e) => format!(
-            "agent {} starts: max {} turns, tools {}, compacts at {} tokens, system prompt {} bytes, task {} bytes{}{}{}",
-            one(&e.agent),
-            e.max_turns,
-            list(&e.tools),
-            e.compact_at_tokens,
-            e.system_prompt_bytes,
-            e.task_bytes,
-            budget_text(", budget", &json(&e.budget)),
-            if e.text_tool_calls {
-                ", tool calls written as text accepted"
-            } else {
-                ""
-            },
-            opt_field("budget_notes", &e.budget_notes)
-        ),
+        ActionEvent::AgentStart(e) => agent_start(e),
         ActionEvent::ChildStart(e) => format!(
             "subagent {} ({}) starts: depth {}/{}, pid {}{}{}",
             one(&e.agent),
@@ -203,31 +188,8 @@ fn describe(event: &ActionEvent) -> String {
             list(&e.discarded)
         ),
         ActionEvent::Killed(e) => format!("killed by {}", one(&e.signal)),
-        ActionEvent::AgentEnd(e) => format!(
-            "agent {} ends: {} after {}, {}+{} tokens{}{}{}",
-            one(&e.agent),
-            one(&e.end),
-            plural(u64::from(e.turns), "turn", "turns"),
-            e.prompt_tokens,
-            e.completion_tokens,
-            budget_text(", used", &json(&e.budget.used)),
-            opt_field("verdict", &e.verdict),
-            e.budget
-                .exceeded
-                .as_deref()
-                .map(|x| format!(", exceeded {x}"))
-                .unwrap_or_default()
-        ),
-        ActionEvent::StageEnd(e) => format!(
-            "end: {} {} ({}, +{} -{}){}{}",
-            one(&e.status),
-            short(Some(&e.commit)),
-            plural(e.files_changed as u64, "file", "files"),
-            e.insertions,
-            e.deletions,
-            opt_field("reason", &e.reason),
-            opt_field("verify", &e.verify)
-        ),
+        ActionEvent::AgentEnd(e) => agent_end(e),
+        ActionEvent::StageEnd(e) => stage_end(e),
         // No readable line yet: shown as their JSON.
         ActionEvent::WorktreeInclude(_)
         | ActionEvent::LaneSetup(_)
@@ -239,6 +201,59 @@ fn describe(event: &ActionEvent) -> String {
             as_json(&name, &line)
         }
     }
+}
+
+/// `agent_start`: its limits, tools and prompt sizes.
+fn agent_start(e: &event::AgentStart) -> String {
+    format!(
+        "agent {} starts: max {} turns, tools {}, compacts at {} tokens, system prompt {} bytes, task {} bytes{}{}{}",
+        one(&e.agent),
+        e.max_turns,
+        list(&e.tools),
+        e.compact_at_tokens,
+        e.system_prompt_bytes,
+        e.task_bytes,
+        budget_text(", budget", &json(&e.budget)),
+        if e.text_tool_calls {
+            ", tool calls written as text accepted"
+        } else {
+            ""
+        },
+        opt_field("budget_notes", &e.budget_notes)
+    )
+}
+
+/// `agent_end`: how it ended, and what it used.
+fn agent_end(e: &event::AgentEnd) -> String {
+    format!(
+        "agent {} ends: {} after {}, {}+{} tokens{}{}{}",
+        one(&e.agent),
+        one(&e.end),
+        plural(u64::from(e.turns), "turn", "turns"),
+        e.prompt_tokens,
+        e.completion_tokens,
+        budget_text(", used", &json(&e.budget.used)),
+        opt_field("verdict", &e.verdict),
+        e.budget
+            .exceeded
+            .as_deref()
+            .map(|x| format!(", exceeded {x}"))
+            .unwrap_or_default()
+    )
+}
+
+/// `stage_end`: its status, commit and change counts.
+fn stage_end(e: &event::StageEnd) -> String {
+    format!(
+        "end: {} {} ({}, +{} -{}){}{}",
+        one(&e.status),
+        short(Some(&e.commit)),
+        plural(e.files_changed as u64, "file", "files"),
+        e.insertions,
+        e.deletions,
+        opt_field("reason", &e.reason),
+        opt_field("verify", &e.verify)
+    )
 }
 
 /// `memory`: the lessons used, or why none.
