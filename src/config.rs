@@ -52,7 +52,7 @@
 
 use crate::llm::openai::ModelSettings;
 use crate::llm::price::{BUILTIN_PRICES_DATE, Price, PriceTable};
-use crate::llm::settings::ToolChoice;
+use crate::llm::settings::{Sampling, ToolChoice};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -157,14 +157,9 @@ pub struct Overrides {
     pub profile: Option<String>,
     /// `--no-stream`.
     pub no_stream: bool,
-    /// `--temperature`.
-    pub temperature: Option<f64>,
-    /// `--seed`.
-    pub seed: Option<u64>,
-    /// `--max-output-tokens` (0: send no cap).
-    pub max_output_tokens: Option<u64>,
-    /// `--tool-choice`.
-    pub tool_choice: Option<ToolChoice>,
+    /// `--temperature`, `--seed`, `--max-output-tokens` (0: send no cap)
+    /// and `--tool-choice`.
+    pub sampling: Sampling,
 }
 
 /// Highest `temperature` accepted (OpenAI's documented range is 0 to 2, and
@@ -282,10 +277,12 @@ impl ResolvedConfig {
         s.request_deadline = self.request_deadline.value;
         s.max_reply_bytes = self.max_reply_bytes.value;
         s.prices = self.prices.clone();
-        s.temperature = self.temperature.as_ref().map(|t| t.value);
-        s.seed = self.seed.as_ref().map(|t| t.value);
-        s.max_tokens = self.max_tokens.value;
-        s.tool_choice = self.tool_choice.as_ref().map(|t| t.value);
+        s.sampling = Sampling {
+            temperature: self.temperature.as_ref().map(|t| t.value),
+            seed: self.seed.as_ref().map(|t| t.value),
+            max_tokens: self.max_tokens.value,
+            tool_choice: self.tool_choice.as_ref().map(|t| t.value),
+        };
         Ok(s)
     }
 }

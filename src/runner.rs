@@ -99,7 +99,7 @@ pub(crate) struct Session {
     /// The replay file, for the record, when replaying.
     pub replay_file: Option<String>,
     /// The sampling settings the model sends, for the record.
-    pub sampling: Option<crate::runlog::SamplingRecord>,
+    pub sampling: Option<crate::llm::Sampling>,
     /// The limits and model flags of the run, for the record (`resume` reuses them).
     pub settings: crate::runlog::RunSettings,
     /// The models stages name (`model:`), by base stage id; see [`models`].

@@ -322,7 +322,7 @@ pub(super) const MAX_RETRIES: Key<u32, u32, Or<u32>> = Key {
 
 /// `--temperature`, `temperature` (0 to [`MAX_TEMPERATURE`]; unset: none sent).
 pub(super) const TEMPERATURE: Key<f64, f64, Optional> = Key {
-    flag: Some(("--temperature", |o| o.temperature)),
+    flag: Some(("--temperature", |o| o.sampling.temperature)),
     env: None,
     file: FileKey::Profile(|p| p.temperature.as_ref()),
     check: |t| {
@@ -339,7 +339,7 @@ pub(super) const TEMPERATURE: Key<f64, f64, Optional> = Key {
 
 /// `--seed`, `seed` (unset: none sent).
 pub(super) const SEED: Key<u64, u64, Optional> = Key {
-    flag: Some(("--seed", |o| o.seed)),
+    flag: Some(("--seed", |o| o.sampling.seed)),
     env: None,
     file: FileKey::Profile(|p| p.seed.as_ref()),
     check: any,
@@ -348,7 +348,7 @@ pub(super) const SEED: Key<u64, u64, Optional> = Key {
 
 /// `--max-output-tokens`, `max_tokens` (0: send no cap).
 pub(super) const MAX_TOKENS: Key<u64, Option<u64>, Or<Option<u64>>> = Key {
-    flag: Some(("--max-output-tokens", |o| o.max_output_tokens)),
+    flag: Some(("--max-output-tokens", |o| o.sampling.max_tokens)),
     env: None,
     file: FileKey::Profile(|p| p.max_tokens.as_ref()),
     check: |n| Ok(Some(n).filter(|&n| n > 0)),
@@ -357,7 +357,7 @@ pub(super) const MAX_TOKENS: Key<u64, Option<u64>, Or<Option<u64>>> = Key {
 
 /// `--tool-choice`, `tool_choice` (unset: `auto` when tools are offered).
 pub(super) const TOOL_CHOICE: Key<ToolChoice, ToolChoice, Optional> = Key {
-    flag: Some(("--tool-choice", |o| o.tool_choice)),
+    flag: Some(("--tool-choice", |o| o.sampling.tool_choice)),
     env: None,
     file: FileKey::Profile(|p| p.tool_choice.as_ref()),
     check: any,

@@ -210,7 +210,7 @@ impl OpenAiClient {
                 }
                 Err(Attempt::StreamOnly(why)) => return Err(self.bad(why)),
                 Err(Attempt::WantsMaxCompletionTokens(e)) => {
-                    if self.settings.max_tokens.is_none()
+                    if self.settings.sampling.max_tokens.is_none()
                         || self.max_completion_tokens.swap(true, Ordering::Relaxed)
                     {
                         return Err(e);
