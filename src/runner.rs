@@ -128,7 +128,10 @@ fn lane_pool_bound(workdir: &Path, session: &Session) -> Result<usize, RunError>
     if let Some(n) = session.lane_pool {
         return Ok(n);
     }
-    if let Some(v) = std::env::var_os("ORCH_LANE_POOL").filter(|v| !v.is_empty()) {
+    if let Some(v) = crate::environment::current()
+        .var_os(crate::environment::ORCH_LANE_POOL)
+        .filter(|v| !v.is_empty())
+    {
         let v = v.to_string_lossy();
         return v
             .trim()
