@@ -96,6 +96,16 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// An environment variable's value is unusable.
+    #[error("use {var}={value}: expected {expected}")]
+    EnvValue {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What it must be.
+        expected: String,
+    },
     /// The selected profile is defined in no file.
     #[error("select profile `{name}` (from {at}): no orch.toml defines it{known}")]
     UnknownProfile {
@@ -346,13 +356,29 @@ struct LanesSpec {
 /// Most warm lanes `[lanes] pool` may ask for.
 pub const MAX_LANE_POOL: i64 = 64;
 
-/// `[lanes] pool` from the repo file (`<repo>/.orch/orch.toml`), else the
-/// user file (`<user_dir>/orch.toml`); `None` when neither sets it. The
-/// error names the file, line and value.
+/// The lane pool's size: `ORCH_LANE_POOL` (`env`, when set and not empty),
+/// else `[lanes] pool` from the repo file (`<repo>/.orch/orch.toml`), else
+/// the user file (`<user_dir>/orch.toml`); `None` when none sets it. The
+/// error names the variable or the file and line, and the value.
 pub fn lane_pool(
+    env: Option<&std::ffi::OsStr>,
     repo: Option<&Path>,
     user_dir: Option<&Path>,
 ) -> Result<Option<usize>, ConfigError> {
+    if let Some(v) = env.filter(|v| !v.is_empty()) {
+        let v = v.to_string_lossy();
+        return v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n as i64 <= MAX_LANE_POOL)
+            .map(Some)
+            .ok_or_else(|| ConfigError::EnvValue {
+                var: crate::environment::ORCH_LANE_POOL,
+                value: v.into_owned(),
+                expected: format!("a number of lanes from 0 (no pool) to {MAX_LANE_POOL}"),
+            });
+    }
     let paths = repo
         .map(|r| r.join(".orch").join(CONFIG_FILE))
         .into_iter()
@@ -840,6 +866,25 @@ mod bounds_tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
         resolve(&Overrides::default(), None, Some(dir.path()), &|_| None)
+    }
+
+    #[test]
+    fn lane_pool_env_wins_over_the_files_and_a_bad_value_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), "[lanes]\npool = 3\n").unwrap();
+        let user = Some(dir.path());
+        let env = |v: &str| Some(std::ffi::OsString::from(v));
+        assert_eq!(lane_pool(None, None, user).unwrap(), Some(3));
+        assert_eq!(lane_pool(env("").as_deref(), None, user).unwrap(), Some(3));
+        assert_eq!(
+            lane_pool(env(" 0 ").as_deref(), None, user).unwrap(),
+            Some(0)
+        );
+        let err = lane_pool(env("65").as_deref(), None, user).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "use ORCH_LANE_POOL=65: expected a number of lanes from 0 (no pool) to 64"
+        );
     }
 
     #[test]
