@@ -599,16 +599,7 @@ pub fn resolve(
         sections: &sections,
     };
     let api_key_env = s.get(&API_KEY_ENV)?;
-    let from_env = |var: &str| {
-        env(var).map(|value| Setting {
-            value,
-            source: Source::Env(var.to_owned()),
-        })
-    };
-    let api_key = from_env("ORCH_API_KEY").or_else(|| match &api_key_env {
-        Some(var) => from_env(&var.value),
-        None => from_env("OPENAI_API_KEY"),
-    });
+    let api_key = api_key(&env, api_key_env.as_ref());
     let mut config = ResolvedConfig {
         base_url: s.get(&BASE_URL)?,
         model: s.get(&MODEL)?,
@@ -647,6 +638,24 @@ pub fn resolve(
     let profile_name = config.profile.as_ref().map(|p| p.value.as_str());
     (config.prices, config.price_sources) = prices(&loaded, profile_name, profile_model)?;
     Ok(config)
+}
+
+/// The API key: `ORCH_API_KEY`, else the variable `api_key_env` names, else
+/// (only when the profile names none) `OPENAI_API_KEY`.
+fn api_key(
+    env: &dyn Fn(&str) -> Option<String>,
+    api_key_env: Option<&Setting<String>>,
+) -> Option<Setting<String>> {
+    let from_env = |var: &str| {
+        env(var).map(|value| Setting {
+            value,
+            source: Source::Env(var.to_owned()),
+        })
+    };
+    from_env("ORCH_API_KEY").or_else(|| match api_key_env {
+        Some(var) => from_env(&var.value),
+        None => from_env("OPENAI_API_KEY"),
+    })
 }
 
 /// The files looked at (and whether each exists), and the loaded ones.
