@@ -47,6 +47,9 @@
 //! keys are never written in the file. Unknown keys and wrong types are errors
 //! naming `file:line:column`.
 //!
+//! Each plain setting is one entry of the table in `config/table.rs`
+//! (flag, variable, file key, check, default), which [`resolve`] walks.
+//!
 //! The resolver reads nothing implicitly: the caller passes the directories
 //! and an environment lookup, so tests need no `set_var`.
 
@@ -574,7 +577,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// Resolves the model configuration from `overrides` (flags), `env`, the repo
 /// file (`<repo>/.orch/orch.toml`) and the user file (`<user_dir>/orch.toml`).
 ///
-/// The plain settings come from [`table`], walked in the order below (which
+/// The plain settings come from the table in `config/table.rs`, walked in the order below (which
 /// is the order their errors are found in); the rest is the profile
 /// selection, the API key and the prices.
 pub fn resolve(
