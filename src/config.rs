@@ -577,9 +577,9 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// Resolves the model configuration from `overrides` (flags), `env`, the repo
 /// file (`<repo>/.orch/orch.toml`) and the user file (`<user_dir>/orch.toml`).
 ///
-/// The plain settings come from the table in `config/table.rs`, walked in the order below (which
-/// is the order their errors are found in); the rest is the profile
-/// selection, the API key and the prices.
+/// The plain settings come from the table in `config/table.rs`, walked in
+/// the order below (the order their errors are found in); the rest is the
+/// profile selection, the API key and the prices.
 pub fn resolve(
     overrides: &Overrides,
     repo: Option<&Path>,
