@@ -459,7 +459,7 @@ fn setup_context(
     stage: &ToolContext,
     timeout: Duration,
 ) -> std::io::Result<ToolContext> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = crate::environment::current().home();
     let settings = crate::sandbox::SandboxSettings::load(
         Some(&ctx.bootstrap.workdir),
         crate::catalog::user_config_dir().as_deref(),
