@@ -24,6 +24,7 @@
 //!   the `tool_choice` of each request.
 
 mod detect;
+mod event;
 pub(crate) mod lane;
 mod plan;
 mod readonly;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use super::event::SetupEvent;
 use super::plan::Plan;
 use crate::llm::ChatMessage;
 
@@ -273,15 +274,16 @@ impl SetupRecord {
             .map_err(|e| e.to_string())
     }
 
-    /// Appends one event to `log.jsonl` (`event` plus `fields`, a timestamp).
-    pub(crate) fn log(&self, event: &str, fields: serde_json::Value) {
-        let mut line = serde_json::json!({
-            "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            "event": event,
-        });
-        if let (Some(obj), serde_json::Value::Object(more)) = (line.as_object_mut(), fields) {
-            obj.extend(more);
-        }
+    /// Appends one event to `log.jsonl`, with a timestamp.
+    pub(crate) fn log(&self, event: &SetupEvent) {
+        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let line = match event.to_line(&ts) {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::warn!("failed to encode a setup log event: {e}");
+                return;
+            }
+        };
         let text = crate::runlog::redact(&line.to_string(), &self.secrets);
         let path = self.dir.join("log.jsonl");
         // The log is a record of what happened; a failed append must not

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::event::{self, SetupEvent};
 use super::plan::{self, Plan, Risk};
 use super::record::{SetupRecord, SetupState, StepState, StepStatus};
 use super::steps::{self, Ran, Sandboxing};
@@ -95,8 +96,10 @@ pub(crate) async fn run_setup(
             // The record says how it ended even when the model server did it.
             s.state.status = "failed".into();
             let _ = s.save_state();
-            s.record
-                .log("end", json!({"status": "failed", "error": e.to_string()}));
+            s.record.log(&SetupEvent::End(event::End {
+                status: "failed".into(),
+                error: Some(e.to_string()),
+            }));
             return Err(e);
         }
     };
@@ -108,7 +111,10 @@ pub(crate) async fn run_setup(
     }
     .to_owned();
     s.save_state()?;
-    s.record.log("end", json!({"status": s.state.status}));
+    s.record.log(&SetupEvent::End(event::End {
+        status: s.state.status.clone(),
+        error: None,
+    }));
     let given = if s.opts.yes_system {
         " --yes-system"
     } else if s.opts.yes {
@@ -184,10 +190,15 @@ impl<'a> Session<'a> {
             model.label(),
             record.dir().display()
         ));
-        record.log(
-            "start",
-            json!({"goal": opts.goal, "cwd": opts.cwd, "plan_only": opts.plan_only, "yes": opts.yes, "yes_system": opts.yes_system, "interactive": opts.interactive, "house_rules": opts.house_rules.iter().map(|(p, _)| p).collect::<Vec<_>>()}),
-        );
+        record.log(&SetupEvent::Start(event::Start {
+            goal: opts.goal.clone(),
+            cwd: opts.cwd.clone(),
+            plan_only: opts.plan_only,
+            yes: opts.yes,
+            yes_system: opts.yes_system,
+            interactive: opts.interactive,
+            house_rules: opts.house_rules.iter().map(|(p, _)| p.clone()).collect(),
+        }));
         let s = Self {
             opts,
             console,
@@ -240,7 +251,9 @@ impl<'a> Session<'a> {
             state.goal,
             record.dir().display()
         ));
-        record.log("resume", json!({"status": state.status}));
+        record.log(&SetupEvent::Resume(event::Resume {
+            status: state.status.clone(),
+        }));
         Ok(Self {
             opts,
             console,
@@ -304,10 +317,11 @@ impl<'a> Session<'a> {
             .write_plan(&plan, self.state.plan_version)
             .map_err(other)?;
         self.save_state()?;
-        self.record.log(
-            "plan",
-            json!({"version": self.state.plan_version, "from_step": from + 1, "plan": plan}),
-        );
+        self.record.log(&SetupEvent::Plan(event::NewPlan {
+            version: self.state.plan_version,
+            from_step: from + 1,
+            plan: plan.clone(),
+        }));
         self.console.say(plan::render(&plan, title).trim_end());
         self.plan = Some(plan);
         Ok(())
@@ -403,7 +417,10 @@ impl<'a> Session<'a> {
                         self.state.steps[i].status = StepStatus::Skipped;
                         self.save_state()?;
                         self.record
-                            .log("step", json!({"step": i + 1, "status": "skipped"}));
+                            .log(&SetupEvent::Step(event::StepEvent::Skipped {
+                                step: i + 1,
+                                status: StepStatus::Skipped,
+                            }));
                         skipped.push(i + 1);
                         i += 1;
                         continue;
@@ -470,13 +487,19 @@ impl<'a> Session<'a> {
                 StepStatus::Failed
             };
             self.save_state()?;
-            self.record.log(
-                "step",
-                json!({"step": i + 1, "command": step.command, "risk": step.risk, "exit_code": ran.exit_code,
-                       "timed_out": ran.timed_out, "sandbox": ran.sandbox, "output": ran.output,
-                       "check": step.check, "check_exit_code": check_ran.as_ref().and_then(|c| c.exit_code),
-                       "check_output": check_ran.as_ref().map(|c| c.output.clone()), "verified": verified}),
-            );
+            self.record.log(&SetupEvent::Step(event::StepEvent::Ran {
+                step: i + 1,
+                command: step.command.clone(),
+                risk: step.risk,
+                exit_code: ran.exit_code,
+                timed_out: ran.timed_out,
+                sandbox: ran.sandbox.clone(),
+                output: ran.output.clone(),
+                check: step.check.clone(),
+                check_exit_code: check_ran.as_ref().and_then(|c| c.exit_code),
+                check_output: check_ran.as_ref().map(|c| c.output.clone()),
+                verified,
+            }));
             if verified {
                 self.console.say(&format!("step {} verified", i + 1));
                 crate::killpoint::reached(KILL_STEP_VERIFIED);
@@ -709,34 +732,41 @@ impl<'a> Session<'a> {
                 agent_path: AGENT_PATH.into(),
             };
             let (model, tool_choice, why) = self.request_model();
-            self.record.log(
-                "request",
-                json!({"round": self.state.rounds, "tool_choice": tool_choice, "tool_choice_from": why,
-                       "sampling": self.opts.sampling, "messages": req.messages.len()}),
-            );
+            self.record.log(&SetupEvent::Request(event::Request {
+                round: self.state.rounds,
+                tool_choice,
+                tool_choice_from: why.to_owned(),
+                sampling: self.opts.sampling,
+                messages: req.messages.len(),
+            }));
             let started = std::time::Instant::now();
             let resp = model.complete(&req).await?;
-            self.record.log(
-                "response",
-                json!({"round": self.state.rounds, "latency_ms": started.elapsed().as_millis() as u64,
-                       "prompt_tokens": resp.usage.prompt_tokens, "completion_tokens": resp.usage.completion_tokens,
-                       "finish_reason": resp.finish_reason, "tool_calls": resp.message.tool_calls.len()}),
-            );
+            self.record.log(&SetupEvent::Response(event::Response {
+                round: self.state.rounds,
+                latency_ms: started.elapsed().as_millis() as u64,
+                prompt_tokens: resp.usage.prompt_tokens,
+                completion_tokens: resp.usage.completion_tokens,
+                finish_reason: resp.finish_reason.clone(),
+                tool_calls: resp.message.tool_calls.len(),
+            }));
             let mut message = resp.message;
             let id_prefix = format!("text{}", self.state.rounds);
             if let Some(format) =
                 crate::llm::textcalls::recover_into(&mut message, &tools, &id_prefix)
             {
-                self.record.log(
-                    "tool_calls_recovered",
-                    json!({"recovered_from": "text", "format": format!("{format:?}")}),
-                );
+                self.record
+                    .log(&SetupEvent::ToolCallsRecovered(event::ToolCallsRecovered {
+                        recovered_from: "text".into(),
+                        format: format!("{format:?}"),
+                    }));
             }
             self.messages.push(message.clone());
             if message.tool_calls.is_empty() {
                 let text = message.content.clone().unwrap_or_default();
                 self.console.say(&format!("model: {}", text.trim()));
-                self.record.log("model_text", json!({"text": text}));
+                self.record.log(&SetupEvent::ModelText(event::ModelText {
+                    text: text.clone(),
+                }));
                 if nudged {
                     self.save_transcript()?;
                     return Ok(Err("the model answered without calling `plan`".into()));
@@ -867,10 +897,11 @@ impl<'a> Session<'a> {
     }
 
     fn log_tool(&self, name: &str, args: &Value, text: &str) {
-        self.record.log(
-            "tool",
-            json!({"tool": name, "args": args, "result": crate::text::cap_bytes(text, LOGGED_RESULT_CHARS)}),
-        );
+        self.record.log(&SetupEvent::Tool(event::Tool {
+            tool: name.to_owned(),
+            args: args.clone(),
+            result: crate::text::cap_bytes(text, LOGGED_RESULT_CHARS).to_string(),
+        }));
     }
 
     /// `run_command`: reconnaissance only (read-only commands, enforced).
@@ -931,10 +962,11 @@ impl<'a> Session<'a> {
             None => ("no".to_owned(), "headless, no --yes"),
         };
         self.console.say(&format!("answer: {answer} ({how})"));
-        self.record.log(
-            "ask_user",
-            json!({"question": question, "answer": answer, "how": how}),
-        );
+        self.record.log(&SetupEvent::AskUser(event::AskUser {
+            question: question.to_owned(),
+            answer: answer.clone(),
+            how: how.to_owned(),
+        }));
         format!("the user answered: {answer} ({how})")
     }
 }

@@ -1,0 +1,128 @@
+use super::*;
+
+/// Lines written by orch before the log was typed: one of every shape the
+/// setup integration tests (`cargo test --test it setup`) wrote, taken from
+/// their `log.jsonl` files.
+const BEFORE_TYPED: &str = include_str!("before-typed.jsonl");
+
+/// Shapes no integration test logged, written as the untyped code wrote
+/// them (its `json!` objects, keys sorted).
+const HAND_WRITTEN: &[&str] = &[
+    r#"{"check":null,"check_exit_code":null,"check_output":null,"command":"sleep 9","event":"step","exit_code":null,"output":"","risk":"read","sandbox":"no_new_privs","step":1,"timed_out":true,"ts":"2026-12-05T19:35:07.170Z","verified":false}"#,
+    r#"{"completion_tokens":0,"event":"response","finish_reason":null,"latency_ms":5,"prompt_tokens":0,"round":3,"tool_calls":0,"ts":"2026-12-05T19:35:07.170Z"}"#,
+    r#"{"event":"tool_calls_recovered","format":"ToolCallTags","recovered_from":"text","ts":"2026-12-05T19:35:07.170Z"}"#,
+    r#"{"event":"plan","from_step":2,"plan":{"next":["open a new shell"],"steps":[{"command":"apt-get install -y jq","risk":"system","sudo":true,"timeout_secs":600,"why":"jq"}]},"ts":"2026-12-05T19:35:07.170Z","version":2}"#,
+];
+
+/// A line of the log read back: an event this orch knows, or a line it
+/// does not (an event a newer orch writes, or fields that do not fit),
+/// kept whole.
+#[derive(Debug, Clone, PartialEq)]
+enum Logged {
+    /// A known event.
+    Known(SetupEvent),
+    /// Any other JSON value: its `event` name (`?` when none) and the
+    /// whole value.
+    Unknown { name: String, line: Value },
+}
+
+/// Parses one line of a setup log; `None` when it is not JSON (a torn
+/// last line left by a kill mid-write).
+fn parse_line(line: &str) -> Option<Logged> {
+    let value: Value = serde_json::from_str(line).ok()?;
+    Some(match SetupEvent::deserialize(&value) {
+        Ok(known) => Logged::Known(known),
+        Err(_) => Logged::Unknown {
+            name: value
+                .get("event")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned(),
+            line: value,
+        },
+    })
+}
+
+/// The event's name, by an exhaustive match: a new variant must be named
+/// here (and gets its line in docs/setup.md).
+fn name(event: &SetupEvent) -> &'static str {
+    match event {
+        SetupEvent::Start(_) => "start",
+        SetupEvent::Resume(_) => "resume",
+        SetupEvent::Request(_) => "request",
+        SetupEvent::Response(_) => "response",
+        SetupEvent::ToolCallsRecovered(_) => "tool_calls_recovered",
+        SetupEvent::ModelText(_) => "model_text",
+        SetupEvent::Tool(_) => "tool",
+        SetupEvent::AskUser(_) => "ask_user",
+        SetupEvent::Plan(_) => "plan",
+        SetupEvent::Step(_) => "step",
+        SetupEvent::End(_) => "end",
+    }
+}
+
+#[test]
+fn setup_log_lines_written_before_the_log_was_typed_read_as_events_and_write_back_byte_for_byte() {
+    let mut names = std::collections::BTreeSet::new();
+    for line in BEFORE_TYPED.lines().chain(HAND_WRITTEN.iter().copied()) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let ts = v["ts"].as_str().unwrap();
+        let Some(Logged::Known(event)) = parse_line(line) else {
+            panic!("not read as a known event: {line}");
+        };
+        assert_eq!(
+            event.to_line(ts).unwrap().to_string(),
+            line,
+            "written back differently"
+        );
+        assert_eq!(v["event"], name(&event));
+        names.insert(name(&event));
+    }
+    // Every event name orch setup writes is among them.
+    assert_eq!(names.len(), 11, "{names:?}");
+}
+
+#[test]
+fn an_unknown_or_misfit_setup_log_line_is_kept_whole_and_a_torn_one_skipped() {
+    let newer = r#"{"event":"novel","a":{"b":1}}"#;
+    assert_eq!(
+        parse_line(newer),
+        Some(Logged::Unknown {
+            name: "novel".into(),
+            line: serde_json::from_str(newer).unwrap()
+        })
+    );
+    // A known name whose fields do not fit is kept as it is too.
+    let misfit = r#"{"event":"step","step":"one","status":"skipped"}"#;
+    assert!(matches!(
+        parse_line(misfit),
+        Some(Logged::Unknown { ref name, .. }) if name == "step"
+    ));
+    // A field an older orch did not write takes its default.
+    let older = r#"{"event":"response","round":2,"prompt_tokens":7}"#;
+    let Some(Logged::Known(SetupEvent::Response(r))) = parse_line(older) else {
+        panic!("an older response line is a response");
+    };
+    assert_eq!((r.round, r.prompt_tokens, r.tool_calls), (2, 7, 0));
+    // `error` is left out when there is none.
+    let ended = r#"{"event":"end","status":"done"}"#;
+    assert_eq!(
+        parse_line(ended),
+        Some(Logged::Known(SetupEvent::End(End {
+            status: "done".into(),
+            error: None
+        })))
+    );
+    assert_eq!(
+        parse_line(r#"{"event":"step","status":"skipped","step":2}"#),
+        Some(Logged::Known(SetupEvent::Step(StepEvent::Skipped {
+            step: 2,
+            status: StepStatus::Skipped
+        })))
+    );
+    assert!(parse_line(r#"{"event":"resp"#).is_none());
+    assert!(matches!(
+        parse_line("[1]"),
+        Some(Logged::Unknown { ref name, .. }) if name == "?"
+    ));
+}
