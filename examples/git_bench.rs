@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
     generate(&git, &repo, files)?;
     eprintln!("generated {files} files in {:?}", t.elapsed());
     let info = orch::git::open_repo(&repo)?;
-    let base = orch::git::resolve_commit(&info.common_dir, "HEAD")?;
+    let base = orch::git::Repo::at(&info.common_dir).resolve_commit("HEAD")?;
 
     let mut orch_times = Times::default();
     let mut cli_times = Times::default();
@@ -157,17 +157,18 @@ fn run_orch(common: &Path, name: &str, path: &Path, base: &str) -> anyhow::Resul
     let t = Instant::now();
     orch::git::create_worktree(common, name, path, base)?;
     round[0] = t.elapsed();
-    let mut parent = base.to_string();
+    let repo = orch::git::Repo::at(common);
+    let mut parent = orch::git::CommitId::parse(base)?;
     for stage in 0..STAGES {
         change_files(path, stage)?;
         let t = Instant::now();
         parent = orch::git::commit_all(path, &format!("stage {stage}"), &parent)?;
-        orch::git::set_branch(common, &format!("orch/{name}/s{stage}"), &parent)?;
+        repo.set_branch(&format!("orch/{name}/s{stage}"), &parent)?;
         round[1 + stage] = t.elapsed();
     }
     let t = Instant::now();
     let sha = orch::git::commit_all(path, "empty stage", &parent)?;
-    orch::git::set_branch(common, &format!("orch/{name}/empty"), &sha)?;
+    repo.set_branch(&format!("orch/{name}/empty"), &sha)?;
     round[1 + STAGES] = t.elapsed();
     Ok(round)
 }

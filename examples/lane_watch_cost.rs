@@ -12,7 +12,7 @@ use std::time::Instant;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (lane, common) = (Path::new(&args[0]), Path::new(&args[1]));
-    let head = orch::git::resolve_commit(lane, "HEAD").unwrap();
+    let head = orch::git::Repo::at(lane).resolve_commit("HEAD").unwrap();
     let t = Instant::now();
     let watch = orch::git::watch::LaneWatch::start(lane, common, &head).unwrap();
     println!("watch start: {:?}", t.elapsed());

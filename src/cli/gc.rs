@@ -14,7 +14,7 @@
 
 use super::output::{Out, ignore_closed};
 use super::{CliError, exit};
-use crate::git::gc::{self, Removed};
+use crate::git::gc::Removed;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -141,13 +141,15 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
         return Ok(exit::OK);
     }
     let mut report = Report::default();
+    let repo = crate::git::Repo::at(&common);
     let (pooled, in_use) = crate::git::pool::remove_all(&common, args.dry_run)?;
     report.add(pooled.into_iter().map(Removed::Worktree).collect());
     report.pooled_in_use = in_use.iter().map(|p| p.display().to_string()).collect();
     let mut ids = crate::runlog::list_run_ids(&common);
     // Runs with lanes, and runs whose record an earlier `--older-than`
     // removed while it kept their PR branch: a later gc still finds them.
-    for id in gc::runs_with_lanes(&common)
+    for id in repo
+        .runs_with_lanes()
         .into_iter()
         .chain(runs_with_branches(&common)?)
     {
@@ -170,7 +172,7 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
             report.running.push(id);
             continue;
         }
-        report.add(gc::remove_lanes(&common, &id, args.dry_run)?);
+        report.add(repo.remove_lanes(&id, args.dry_run)?);
         let Some(limit) = args.older_than else {
             continue;
         };
@@ -179,14 +181,9 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
         if !old {
             continue;
         }
-        report.add(gc::remove_run_branches(
-            &common,
-            &id,
-            args.include_pr,
-            args.dry_run,
-        )?);
+        report.add(repo.remove_run_branches(&id, args.include_pr, args.dry_run)?);
         let pr = format!("orch/{id}/pr");
-        if !args.include_pr && crate::git::branch_sha(&common, &pr)?.is_some() {
+        if !args.include_pr && repo.branch_sha(&pr)?.is_some() {
             report.kept_pr.push(pr);
             report.kept_pr_hint = format!(
                 "orch gc --repo '{}' --older-than {}s --include-pr",
@@ -265,7 +262,8 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
 
 /// Run ids that have branches `orch/<run>/…`.
 fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
-    let mut ids: Vec<String> = crate::git::list_branches(common, "orch/")?
+    let mut ids: Vec<String> = crate::git::Repo::at(common)
+        .list_branches("orch/")?
         .into_iter()
         .filter_map(|(b, _)| Some(b.strip_prefix("orch/")?.split_once('/')?.0.to_owned()))
         .collect();
@@ -277,7 +275,8 @@ fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
 /// whose record is gone.
 fn newest_branch_commit(common: &Path, id: &str) -> Option<std::time::SystemTime> {
     let repo = crate::git::open_at(common).ok()?;
-    crate::git::list_branches(common, &format!("orch/{id}/"))
+    crate::git::Repo::at(common)
+        .list_branches(&format!("orch/{id}/"))
         .ok()?
         .iter()
         .filter_map(|(_, sha)| {

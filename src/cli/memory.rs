@@ -118,7 +118,7 @@ pub(super) fn cmd_memory(args: MemoryArgs) -> Result<i32, CliError> {
 }
 
 fn all(common: &Path, workdir: &Path) -> Result<Vec<Lesson>, CliError> {
-    let head = crate::git::resolve_commit(common, "HEAD").ok();
+    let head = crate::git::Repo::at(common).resolve_commit("HEAD").ok();
     let (lessons, problems) =
         crate::memory::load_all_at(common, head.as_deref(), workdir).map_err(mem_err)?;
     for p in problems {

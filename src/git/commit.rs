@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{GitError, find_commit, git_err, open_linked_worktree, signature};
+use super::{CommitId, GitError, find_commit, git_err, open_linked_worktree, signature};
 
 /// Commits everything in the linked worktree at `worktree` on top of
 /// `parent_sha`, as `git add -A && git commit` would stage it, and detaches
@@ -12,7 +12,7 @@ use super::{GitError, find_commit, git_err, open_linked_worktree, signature};
 ///
 /// A stage that changed nothing still gets its (empty) commit. The author
 /// is the repository's `user.name`/`user.email`, else `orch <orch@localhost>`.
-pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<String, GitError> {
+pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<CommitId, GitError> {
     // Refuse the user's own working tree before git touches its index.
     drop(open_linked_worktree(worktree)?);
     let (tree, _) = super::stage_tree(worktree, parent_sha, None)?;
@@ -28,7 +28,7 @@ pub fn commit_tree(
     message: &str,
     parent_sha: &str,
     tree: &str,
-) -> Result<String, GitError> {
+) -> Result<CommitId, GitError> {
     let lane = open_linked_worktree(worktree)?;
     // The commit is written through the user's repository: a lane's own
     // common dir is its shadow, whose object store is the lane's.
@@ -61,7 +61,7 @@ pub fn commit_tree(
         ])
         .arg(oid.to_string())
         .run()?;
-    Ok(oid.to_string())
+    Ok(CommitId::from_oid(oid))
 }
 
 /// Whether `p` lies below a directory for which `is_whole` holds.

@@ -17,7 +17,7 @@ use super::*;
 struct Fixture {
     repo: TestRepo,
     lane: PathBuf,
-    base: String,
+    base: CommitId,
 }
 
 fn fixture() -> Fixture {
@@ -33,7 +33,9 @@ fn fixture() -> Fixture {
     repo.git(&["add", "-f", "ign/tracked.log"]);
     repo.git(&["commit", "-q", "-m", "more"]);
     let info = open_repo(&repo.path).expect("open");
-    let base = resolve_commit(&info.common_dir, "HEAD").expect("HEAD");
+    let base = Repo::at(&info.common_dir)
+        .resolve_commit("HEAD")
+        .expect("HEAD");
     let lane = info.common_dir.join("orch/worktrees/lane");
     create_worktree(&info.common_dir, "lane", &lane, &base).expect("lane");
     Fixture { repo, lane, base }
@@ -109,7 +111,7 @@ fn round(
     watch: &LaneWatch,
     parent: &str,
     ops: &[(u8, usize, usize)],
-) -> (String, bool) {
+) -> (CommitId, bool) {
     for &(op, p, q) in ops {
         let script = op_script(op, PATHS[p % PATHS.len()], PATHS[q % PATHS.len()]);
         sh(&fx.lane, &format!("{{ {script}; }} 2>/dev/null; true"));

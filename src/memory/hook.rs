@@ -241,7 +241,8 @@ pub(crate) fn run_report(common: &Path, run_id: &str, stages: &[(&str, Option<&s
     let mut o = String::new();
     for (stage, commit) in stages {
         let Some(sha) = commit else { continue };
-        let used = crate::git::commit_message_trailers(common, sha)
+        let used = crate::git::Repo::at(common)
+            .commit_message_trailers(sha)
             .unwrap_or_default()
             .into_iter()
             .find(|(k, _)| k == "Orch-Memory");

@@ -1,6 +1,7 @@
 //! The run state (`state.json`): one owner (the runner) rewrites it whole,
 //! atomically, after every stage transition.
 
+use crate::git::CommitId;
 use crate::ids::Verdict;
 use crate::llm::settings::ToolChoice;
 use serde::{Deserialize, Serialize};
@@ -90,9 +91,9 @@ pub struct StageRecord {
     /// `orch/<run>/<stage>` once committed.
     pub branch: Option<String>,
     /// The stage's commit.
-    pub commit: Option<String>,
+    pub commit: Option<CommitId>,
     /// The commit the stage started from.
-    pub parent_commit: Option<String>,
+    pub parent_commit: Option<CommitId>,
     /// A reviewer's verdict.
     pub verdict: Option<Verdict>,
     /// The agent's final summary (or the failure reason).
@@ -270,7 +271,7 @@ pub struct RunState {
     /// The user's repository (top of its working tree).
     pub repo: String,
     /// The base commit the run started from.
-    pub base_commit: String,
+    pub base_commit: CommitId,
     /// The run's worktree.
     pub worktree: String,
     /// `orch/<run>/pr`.
@@ -336,7 +337,7 @@ impl RunState {
             created: "2026-01-01T00:00:00Z".into(),
             updated: "2026-01-01T00:00:00Z".into(),
             repo: "/r".into(),
-            base_commit: "0".repeat(40),
+            base_commit: CommitId::parse(&"0".repeat(40)).expect("a test commit id"),
             worktree: "/w".into(),
             final_branch: format!("orch/{run_id}/pr"),
             model: "m".into(),

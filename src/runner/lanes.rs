@@ -441,8 +441,9 @@ fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
             }
         }
     }
-    for (branch, _) in git::list_branches(common, &format!("orch-lanes/{run}/"))? {
-        git::delete_branch(common, &branch)?;
+    let repo = git::Repo::at(common);
+    for (branch, _) in repo.list_branches(&format!("orch-lanes/{run}/"))? {
+        repo.delete_branch(&branch)?;
     }
     Ok(())
 }
@@ -508,8 +509,9 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
                 }
             }
         }
-        for (branch, _) in git::list_branches(&c, &format!("orch-lanes/{run}/"))? {
-            git::delete_branch(&c, &branch)?;
+        let repo = git::Repo::at(&c);
+        for (branch, _) in repo.list_branches(&format!("orch-lanes/{run}/"))? {
+            repo.delete_branch(&branch)?;
         }
         let _ = std::fs::remove_dir(&dir);
         Ok(())

@@ -87,7 +87,7 @@ pub(crate) async fn resume_run(
         let done = match (rec.status, &rec.branch, &rec.commit) {
             (StageStatus::Succeeded, Some(b), Some(c)) => {
                 let (cd, b) = (common.clone(), b.clone());
-                blocking(move || git::branch_sha(&cd, &b)).await? == Some(c.clone())
+                blocking(move || git::Repo::at(cd).branch_sha(&b)).await? == Some(c.clone())
             }
             _ => false,
         };
@@ -226,7 +226,7 @@ pub(crate) async fn rollback_run(
         }
     }
     let (c, b, s) = (common.clone(), state.final_branch.clone(), commit);
-    blocking(move || git::set_branch(&c, &b, &s)).await?;
+    blocking(move || git::Repo::at(c).set_branch(&b, &s)).await?;
     state.status = RunStatus::RolledBack;
     state.updated = now();
     run_dir.write_state(&state)?;

@@ -53,7 +53,7 @@ pub(super) async fn run_stage(
     stage: &Stage,
     role: &Role,
     lane: &Lane,
-    start: &str,
+    start: &crate::git::CommitId,
     upstream: Vec<prompt::Upstream>,
     progress: &crate::ui::ProgressHandle,
 ) -> Result<StageOutcome, RunError> {
@@ -103,7 +103,7 @@ struct StageRun<'a> {
     stage: &'a Stage,
     role: &'a Role,
     lane: &'a Lane,
-    start: &'a str,
+    start: &'a crate::git::CommitId,
     progress: &'a crate::ui::ProgressHandle,
     id: String,
     started: Instant,
@@ -125,7 +125,7 @@ struct StageRun<'a> {
 struct Committed {
     failure: Option<String>,
     duration_ms: u64,
-    commit: String,
+    commit: crate::git::CommitId,
     branch: String,
     /// Whether an earlier attempt of the stage failed (for memory).
     retried_after_failure: bool,
@@ -142,7 +142,7 @@ impl<'a> StageRun<'a> {
         stage: &'a Stage,
         role: &'a Role,
         lane: &'a Lane,
-        start: &'a str,
+        start: &'a crate::git::CommitId,
         upstream: Vec<prompt::Upstream>,
         progress: &'a crate::ui::ProgressHandle,
     ) -> Result<Self, RunError> {

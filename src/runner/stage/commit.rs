@@ -6,7 +6,6 @@ use super::{Committed, MAX_SUMMARY_BYTES, StageRun};
 use crate::agent::{AgentOutcome, verify::VerifyReport};
 use crate::git::{self, GitError};
 use crate::runner::{RunError, blocking, pr};
-use std::path::Path;
 
 impl StageRun<'_> {
     /// Commits the settled tree on the stage's branch and writes its patch;
@@ -60,8 +59,9 @@ impl StageRun<'_> {
         let retried_after_failure = crate::memory::hook::prior_attempt_failed(&ctx.common, &branch);
         let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
         blocking(move || {
-            keep_old_branch(&c, &b)?;
-            git::set_branch(&c, &b, &s)
+            let repo = git::Repo::at(c);
+            keep_old_branch(&repo, &b)?;
+            repo.set_branch(&b, &s)
         })
         .await?;
         let stat = crate::runner::flow::write_stage_patch(ctx, &id, start, &commit).await?;
@@ -79,13 +79,13 @@ impl StageRun<'_> {
 
 /// Before a stage runs again (retry, rollback), its old branch is moved to
 /// the first free `<branch>.vN`, so every attempt stays reviewable.
-fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
-    if git::branch_sha(common, branch)?.is_none() {
+fn keep_old_branch(repo: &git::Repo, branch: &str) -> Result<(), GitError> {
+    if repo.branch_sha(branch)?.is_none() {
         return Ok(());
     }
     let mut n = 1;
-    while git::branch_sha(common, &format!("{branch}.v{n}"))?.is_some() {
+    while repo.branch_sha(&format!("{branch}.v{n}"))?.is_some() {
         n += 1;
     }
-    git::rename_branch(common, branch, &format!("{branch}.v{n}"))
+    repo.rename_branch(branch, &format!("{branch}.v{n}"))
 }
