@@ -74,7 +74,7 @@ fn main() -> anyhow::Result<()> {
             }
             // Untimed: drop the worktree so later rounds start from the same
             // state (and the same amount of dirty page cache).
-            orch::git::remove_worktree(&info.common_dir, &name, &path)?;
+            orch::git::Repo::at(&info.common_dir).remove_worktree(&name, &path)?;
             git.run(&repo, &["gc", "--auto", "--quiet"])?;
         }
         // Before issue 14: libgit2's own checkout on worktree add, with
@@ -82,7 +82,7 @@ fn main() -> anyhow::Result<()> {
         let name = format!("old-{round}");
         let path = info.common_dir.join("orch/worktrees").join(&name);
         old_adds.push(old_add(&info.common_dir, &name, &path, &base)?);
-        orch::git::remove_worktree(&info.common_dir, &name, &path)?;
+        orch::git::Repo::at(&info.common_dir).remove_worktree(&name, &path)?;
     }
 
     println!(
@@ -155,7 +155,7 @@ impl Times {
 fn run_orch(common: &Path, name: &str, path: &Path, base: &str) -> anyhow::Result<Round> {
     let mut round = Round::default();
     let t = Instant::now();
-    orch::git::create_worktree(common, name, path, base)?;
+    orch::git::Repo::at(common).create_worktree(name, path, base)?;
     round[0] = t.elapsed();
     let repo = orch::git::Repo::at(common);
     let mut parent = orch::git::CommitId::parse(base)?;

@@ -4,7 +4,7 @@
 //! (`orch/<run>/…`). Whether a run may be cleared (not running) is the
 //! caller's question; these functions only do, or list, the git side.
 
-use super::{GitError, Repo, remove_worktree};
+use super::{GitError, Repo};
 use std::path::PathBuf;
 
 /// One thing removed (or, in a dry run, that would be).
@@ -68,7 +68,7 @@ impl Repo {
         lanes.sort();
         for (name, path) in lanes {
             if !dry_run {
-                remove_worktree(common_dir, &name, &path)?;
+                self.remove_worktree(&name, &path)?;
             }
             removed.push(Removed::Worktree(path));
         }

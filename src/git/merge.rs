@@ -103,7 +103,7 @@ impl Repo {
 
     /// Renames `refs/heads/<from>` to `<to>` (refusing to overwrite `to`).
     pub fn rename_branch(&self, from: &str, to: &str) -> Result<(), GitError> {
-        let _admin = super::admin_lock(self.common_dir(), true)?;
+        let _admin = self.admin_lock(true)?;
         let mut branch = self
             .git2()?
             .find_branch(from, git2::BranchType::Local)
@@ -116,7 +116,7 @@ impl Repo {
 
     /// Deletes `refs/heads/<branch>` if it exists.
     pub fn delete_branch(&self, branch: &str) -> Result<(), GitError> {
-        let _admin = super::admin_lock(self.common_dir(), true)?;
+        let _admin = self.admin_lock(true)?;
         match self.git2()?.find_branch(branch, git2::BranchType::Local) {
             Ok(mut b) => b
                 .delete()

@@ -44,10 +44,7 @@ pub use merge::MergeOutcome;
 pub use repo::{CommitId, InvalidCommitId, Repo};
 pub use shadow::Quarantine;
 pub use staging::{Staged, stage_tree, stage_tree_held};
-pub use worktree::{
-    AdminLock, admin_lock, admin_lock_path, clean_moved, create_worktree, move_tracked,
-    move_worktree, prune_broken_lanes, remove_stale_ref_locks, remove_worktree, reset_worktree,
-};
+pub use worktree::{AdminLock, clean_moved, move_tracked, move_worktree, reset_worktree};
 
 /// An error of the git layer; its message reads after "failed to …".
 #[derive(Debug, thiserror::Error)]
@@ -345,7 +342,7 @@ impl Repo {
         // run setting `orch/<run>/a` and `orch/<run>/b` at once failed with
         // "failed to make directory …: No such file or directory"), so ref
         // updates are serialised too.
-        let _admin = admin_lock(self.common_dir(), true)?;
+        let _admin = self.admin_lock(true)?;
         set_branch_locked(self.git2()?, branch, sha)
     }
 

@@ -19,7 +19,9 @@ fn start_run(repo: &TestRepo, run_id: &str) -> Run {
         .resolve_commit("HEAD")
         .expect("resolve HEAD");
     let path = info.common_dir.join("orch/worktrees").join(run_id);
-    create_worktree(&info.common_dir, run_id, &path, &base).expect("create worktree");
+    Repo::at(&info.common_dir)
+        .create_worktree(run_id, &path, &base)
+        .expect("create worktree");
     Run {
         name: run_id.to_string(),
         path,
@@ -317,7 +319,9 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
     // The user's HEAD, index, files and status are exactly as they were.
     assert_eq!(repo.snapshot(), before);
 
-    remove_worktree(common, &run.name, &run.path).expect("remove");
+    Repo::at(common)
+        .remove_worktree(&run.name, &run.path)
+        .expect("remove");
     assert!(!run.path.exists());
     assert!(!repo.git_dir().join("worktrees").join(&run.name).exists());
     let list = repo.git(&["worktree", "list", "--porcelain"]);
@@ -332,7 +336,9 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
     assert_fsck_clean(&repo);
     assert_eq!(repo.snapshot(), before);
     // Removing it again is a no-op.
-    remove_worktree(common, &run.name, &run.path).expect("remove twice");
+    Repo::at(common)
+        .remove_worktree(&run.name, &run.path)
+        .expect("remove twice");
 }
 
 #[test]
@@ -458,12 +464,16 @@ fn create_worktree_on_an_existing_path_fails_cleanly() {
     let base = repo.rev("HEAD");
     let taken = repo.root().join("taken");
     fs::create_dir_all(&taken).expect("mkdir");
-    let err = create_worktree(&common, "r1", &taken, &base).expect_err("exists");
+    let err = Repo::at(&common)
+        .create_worktree("r1", &taken, &base)
+        .expect_err("exists");
     assert!(matches!(err, GitError::PathExists { .. }), "{err:?}");
     assert!(!admin_left(&repo, "r1"));
 
     let path = repo.root().join("nested/dirs/r1");
-    create_worktree(&common, "r1", &path, &base).expect("second try");
+    Repo::at(&common)
+        .create_worktree("r1", &path, &base)
+        .expect("second try");
     assert_eq!(
         fs::read_to_string(path.join("README.md")).expect("read"),
         "# demo\n"
@@ -484,12 +494,16 @@ fn create_worktree_failing_inside_git_leaves_nothing() {
     // A file where git wants the admin directory's parent.
     fs::write(common.join("worktrees"), "in the way").expect("block");
     let path = repo.root().join("wt");
-    let err = create_worktree(&common, "r2", &path, &base).expect_err("blocked");
+    let err = Repo::at(&common)
+        .create_worktree("r2", &path, &base)
+        .expect_err("blocked");
     assert!(matches!(err, GitError::Cli { .. }), "{err:?}");
     assert!(!path.exists());
 
     fs::remove_file(common.join("worktrees")).expect("unblock");
-    create_worktree(&common, "r2", &path, &base).expect("retry");
+    Repo::at(&common)
+        .create_worktree("r2", &path, &base)
+        .expect("retry");
     assert!(admin_left(&repo, "r2"));
 }
 
@@ -499,17 +513,25 @@ fn create_worktree_refuses_a_taken_or_bad_name_and_a_bad_base() {
     let common = repo.git_dir();
     let base = repo.rev("HEAD");
     let path = repo.root().join("wt3");
-    create_worktree(&common, "r3", &path, &base).expect("first");
+    Repo::at(&common)
+        .create_worktree("r3", &path, &base)
+        .expect("first");
     let other = repo.root().join("wt3b");
-    let err = create_worktree(&common, "r3", &other, &base).expect_err("taken");
+    let err = Repo::at(&common)
+        .create_worktree("r3", &other, &base)
+        .expect_err("taken");
     assert!(matches!(err, GitError::WorktreeNameTaken { .. }), "{err:?}");
     assert!(!other.exists());
-    let err = create_worktree(&common, "a/b", &other, &base).expect_err("name");
+    let err = Repo::at(&common)
+        .create_worktree("a/b", &other, &base)
+        .expect_err("name");
     assert!(
         matches!(err, GitError::InvalidWorktreeName { .. }),
         "{err:?}"
     );
-    let err = create_worktree(&common, "r4", &other, "nope").expect_err("base");
+    let err = Repo::at(&common)
+        .create_worktree("r4", &other, "nope")
+        .expect_err("base");
     assert!(matches!(err, GitError::Cli { .. }), "{err:?}");
     assert!(!other.exists());
     assert!(!admin_left(&repo, "r4"));
@@ -713,9 +735,13 @@ fn remove_worktree_refuses_a_path_that_is_not_that_worktree() {
     let run = start_run(&repo, "keep");
     let other = repo.root().join("precious");
     write_file(&other.join("data.txt"), "keep me\n");
-    let err = remove_worktree(&repo.git_dir(), "keep", &other).expect_err("mismatch");
+    let err = Repo::at(repo.git_dir())
+        .remove_worktree("keep", &other)
+        .expect_err("mismatch");
     assert!(matches!(err, GitError::WorktreeMismatch { .. }), "{err:?}");
-    let err = remove_worktree(&repo.git_dir(), "unknown", &other).expect_err("unknown");
+    let err = Repo::at(repo.git_dir())
+        .remove_worktree("unknown", &other)
+        .expect_err("unknown");
     assert!(matches!(err, GitError::WorktreeMismatch { .. }), "{err:?}");
     assert!(other.join("data.txt").exists());
     assert!(run.path.join("README.md").exists());
@@ -841,8 +867,9 @@ fn a_lock_conflict_is_reported_whole_and_a_run_heals_its_own_ref_locks() {
         !err.trim_end().ends_with(':') && err.contains("the lock file exists"),
         "{err}"
     );
-    let removed =
-        remove_stale_ref_locks(&common, &["orch/r1".into(), "orch-lanes/r1".into()]).unwrap();
+    let removed = Repo::at(&common)
+        .remove_stale_ref_locks(&["orch/r1".into(), "orch-lanes/r1".into()])
+        .unwrap();
     assert_eq!(removed, vec![ours.clone()]);
     assert!(theirs.is_file(), "another run's lock is not ours to remove");
     Repo::at(&common).delete_branch("orch-lanes/r1/1").unwrap();
@@ -855,10 +882,14 @@ fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
     let head = Repo::at(&common).resolve_commit("HEAD").unwrap();
     // A healthy lane of run r1, and a half-made one (no `gitdir`).
     let lane = common.join("orch/worktrees/r1/lane-1");
-    create_worktree(&common, "orch-r1-1", &lane, &head).unwrap();
+    Repo::at(&common)
+        .create_worktree("orch-r1-1", &lane, &head)
+        .unwrap();
     // A lane whose worktree directory is gone.
     let gone = common.join("orch/worktrees/r1/lane-2");
-    create_worktree(&common, "orch-r1-2", &gone, &head).unwrap();
+    Repo::at(&common)
+        .create_worktree("orch-r1-2", &gone, &head)
+        .unwrap();
     fs::remove_dir_all(&gone).unwrap();
     let half = common.join("worktrees/orch-r1-3");
     fs::create_dir_all(&half).unwrap();
@@ -870,7 +901,7 @@ fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
         fs::write(d.join("HEAD"), "ref: refs/heads/x\n").unwrap();
     }
 
-    let mut pruned = prune_broken_lanes(&common, "r1").unwrap();
+    let mut pruned = Repo::at(&common).prune_broken_lanes("r1").unwrap();
     pruned.sort();
     assert_eq!(pruned, vec!["orch-r1-2", "orch-r1-3"]);
     assert!(common.join("worktrees/orch-r1-1/gitdir").is_file());
@@ -884,5 +915,7 @@ fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
         fs::remove_dir_all(common.join("worktrees").join(other)).unwrap();
     }
     Repo::at(&common).delete_branch("orch-lanes/r1/2").unwrap();
-    create_worktree(&common, "orch-r1-2", &gone, &head).unwrap();
+    Repo::at(&common)
+        .create_worktree("orch-r1-2", &gone, &head)
+        .unwrap();
 }

@@ -37,7 +37,9 @@ fn fixture() -> Fixture {
         .resolve_commit("HEAD")
         .expect("HEAD");
     let lane = info.common_dir.join("orch/worktrees/lane");
-    create_worktree(&info.common_dir, "lane", &lane, &base).expect("lane");
+    Repo::at(&info.common_dir)
+        .create_worktree("lane", &lane, &base)
+        .expect("lane");
     Fixture { repo, lane, base }
 }
 

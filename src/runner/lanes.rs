@@ -293,7 +293,7 @@ impl Lanes {
             watch: WatchSlot::none(),
         };
         let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
-        blocking(move || git::create_worktree(&c, &l.name, &l.path, &sha)).await?;
+        blocking(move || git::Repo::at(&c).create_worktree(&l.name, &l.path, &sha)).await?;
         watch_from(&self.common, &mut lane, start, false);
         Ok(lane)
     }
@@ -417,6 +417,7 @@ impl Lanes {
 /// drops their admin entries and branches: the files are deleted later.
 /// Only call it while holding the run's lock.
 fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
+    let repo = git::Repo::at(common);
     let dir = lanes_dir(common, run);
     if std::fs::symlink_metadata(&dir).is_ok() {
         pool::trash(common, &dir)?;
@@ -424,7 +425,7 @@ fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
     {
         // The admin entries first: while one names a branch, libgit2
         // refuses to delete it.
-        let _admin = git::admin_lock(common, true)?;
+        let _admin = repo.admin_lock(true)?;
         for entry in std::fs::read_dir(common.join("worktrees"))
             .into_iter()
             .flatten()
@@ -441,7 +442,6 @@ fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
             }
         }
     }
-    let repo = git::Repo::at(common);
     for (branch, _) in repo.list_branches(&format!("orch-lanes/{run}/"))? {
         repo.delete_branch(&branch)?;
     }
@@ -459,7 +459,8 @@ fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
 pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunError> {
     let (c, run) = (common.to_path_buf(), run_id.to_owned());
     blocking(move || {
-        git::remove_stale_ref_locks(&c, &[format!("orch/{run}"), format!("orch-lanes/{run}")])?;
+        let repo = git::Repo::at(&c);
+        repo.remove_stale_ref_locks(&[format!("orch/{run}"), format!("orch-lanes/{run}")])?;
         // The run's record ref (`refs/orch/runs/<run>`) is written only by
         // the run lock's holder: a lock file there is a killed one's.
         let run_ref_lock = c.join("refs/orch/runs").join(format!("{run}.lock"));
@@ -474,7 +475,7 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
                 });
             }
         }
-        git::prune_broken_lanes(&c, &run)?;
+        repo.prune_broken_lanes(&run)?;
         // Pooled lanes a kill left half-made (their leases died with it).
         pool::heal(&c)?;
         let dir = lanes_dir(&c, &run);
@@ -486,7 +487,7 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
                 };
                 let name = format!("orch-{run}-{k}");
                 if c.join("worktrees").join(&name).exists() {
-                    git::remove_worktree(&c, &name, &entry.path())?;
+                    repo.remove_worktree(&name, &entry.path())?;
                 } else {
                     // A lane directory without an admin dir (a kill between
                     // the checkout and the registration, or a pruned admin
@@ -505,11 +506,10 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if let Some(k) = name.strip_prefix(&format!("orch-{run}-")) {
-                    git::remove_worktree(&c, &name, &dir.join(format!("lane-{k}")))?;
+                    repo.remove_worktree(&name, &dir.join(format!("lane-{k}")))?;
                 }
             }
         }
-        let repo = git::Repo::at(&c);
         for (branch, _) in repo.list_branches(&format!("orch-lanes/{run}/"))? {
             repo.delete_branch(&branch)?;
         }

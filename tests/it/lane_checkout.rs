@@ -57,7 +57,9 @@ fn lane_and_git_agree(repo: &TestRepo) -> Files {
     let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
     let common = repo.path.join(".git");
     let lane = repo.dir.path().join("lanes/deep/lane-1");
-    orch::git::create_worktree(&common, "lane-1", &lane, &head).unwrap();
+    orch::git::Repo::at(&common)
+        .create_worktree("lane-1", &lane, &head)
+        .unwrap();
     let by_git = repo.dir.path().join("by-git");
     repo.git(&[
         "worktree",
@@ -277,7 +279,9 @@ fn a_path_of_4095_bytes_gets_the_saturated_name_length_in_the_index() {
     let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
 
     let lane = repo.dir.path().join("lane");
-    orch::git::create_worktree(&repo.path.join(".git"), "lane", &lane, &head).unwrap();
+    orch::git::Repo::at(repo.path.join(".git"))
+        .create_worktree("lane", &lane, &head)
+        .unwrap();
     // The index carries a cache-tree, so the first commit does not re-hash
     // every tree.
     let admin = repo.path.join(".git/worktrees/lane/index");
@@ -304,7 +308,9 @@ fn an_empty_tree_checks_out_to_an_empty_index() {
     let empty = repo.git(&["hash-object", "-t", "tree", "-w", "/dev/null"]);
     let commit = repo.git(&["commit-tree", empty.trim(), "-m", "empty"]);
     let lane = repo.dir.path().join("lane");
-    orch::git::create_worktree(&repo.path.join(".git"), "lane", &lane, commit.trim()).unwrap();
+    orch::git::Repo::at(repo.path.join(".git"))
+        .create_worktree("lane", &lane, commit.trim())
+        .unwrap();
     let names: Vec<_> = std::fs::read_dir(&lane)
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -4,7 +4,7 @@
 use super::lease::Lease;
 use super::trash::into_trash;
 use super::{lease_path, pool_dir, slot_name, slot_path};
-use crate::git::{GitError, admin_lock, io_err, remove_worktree};
+use crate::git::{GitError, Repo, io_err};
 use std::fs;
 use std::path::Path;
 
@@ -75,11 +75,11 @@ pub(super) fn clear_slot(common_dir: &Path, n: usize) -> Result<(), GitError> {
     if fs::symlink_metadata(&admin).is_ok() {
         if !is_whole(common_dir, n) {
             // Half-made or pointing elsewhere: libgit2 may not open it.
-            let _admin = admin_lock(common_dir, true)?;
+            let _admin = Repo::at(common_dir).admin_lock(true)?;
             fs::remove_dir_all(&admin)
                 .map_err(io_err("remove the broken worktree admin directory", &admin))?;
         } else {
-            remove_worktree(common_dir, &name, &path)?;
+            Repo::at(common_dir).remove_worktree(&name, &path)?;
         }
     }
     if fs::symlink_metadata(&path).is_ok() {
@@ -98,7 +98,7 @@ pub fn retire(common_dir: &Path, lease: Lease) -> Result<(), GitError> {
     }
     let admin = common_dir.join("worktrees").join(&lease.name);
     if fs::symlink_metadata(&admin).is_ok() {
-        let _admin = admin_lock(common_dir, true)?;
+        let _admin = Repo::at(common_dir).admin_lock(true)?;
         fs::remove_dir_all(&admin)
             .map_err(io_err("remove the worktree admin directory", &admin))?;
     }

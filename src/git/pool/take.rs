@@ -3,7 +3,7 @@
 
 use super::lease::{Lease, try_lease};
 use super::slots::{clear_slot, is_whole, slot_head, slots};
-use crate::git::{GitError, create_worktree, move_tracked};
+use crate::git::{GitError, Repo, move_tracked};
 use std::path::Path;
 
 /// How a taken lane was readied.
@@ -71,7 +71,7 @@ fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, Stri
         }
     }
     clear_slot(common_dir, n)?;
-    create_worktree(common_dir, &lease.name, &lease.path, start)?;
+    Repo::at(common_dir).create_worktree(&lease.name, &lease.path, start)?;
     Ok((Readied::Created, note))
 }
 
