@@ -50,7 +50,10 @@ pub(super) fn empty_trash_in_background(repo: &Path) {
     let Ok(info) = crate::git::open_repo(repo) else {
         return;
     };
-    if crate::git::pool::trash_is_empty(&info.common_dir) {
+    if crate::git::Repo::at(&info.common_dir)
+        .pool()
+        .trash_is_empty()
+    {
         return;
     }
     let Ok(exe) = std::env::current_exe() else {
@@ -135,14 +138,14 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     if args.empty_trash {
         // Off everyone's critical path: a run started meanwhile comes first.
         super::session::lower_priority();
-        if let Err(e) = crate::git::pool::empty_trash(&common) {
+        if let Err(e) = crate::git::Repo::at(&common).pool().empty_trash() {
             tracing::debug!("emptying the trash failed: {e}");
         }
         return Ok(exit::OK);
     }
     let mut report = Report::default();
     let repo = crate::git::Repo::at(&common);
-    let (pooled, in_use) = crate::git::pool::remove_all(&common, args.dry_run)?;
+    let (pooled, in_use) = repo.pool().remove_all(args.dry_run)?;
     report.add(pooled.into_iter().map(Removed::Worktree).collect());
     report.pooled_in_use = in_use.iter().map(|p| p.display().to_string()).collect();
     let mut ids = crate::runlog::list_run_ids(&common);

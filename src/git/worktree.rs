@@ -123,7 +123,7 @@ impl Repo {
     }
 }
 
-/// Removes what a failed [`create_worktree`] made: the admin dir (under
+/// Removes what a failed [`Repo::create_worktree`] made: the admin dir (under
 /// either name) and the worktree directory.
 fn undo_create(admin: &Path, path: &Path) {
     if let Ok(text) = fs::read_to_string(path.join(".git"))

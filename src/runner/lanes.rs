@@ -257,7 +257,8 @@ impl Lanes {
         if self.pool_bound > 0 {
             let (c, sha) = (self.common.clone(), start.to_owned());
             let started = std::time::Instant::now();
-            let (lease, readied, note) = blocking(move || pool::take(&c, &sha)).await?;
+            let (lease, readied, note) =
+                blocking(move || git::Repo::at(c).pool().take(&sha)).await?;
             tracing::debug!(
                 lane = %lease.name,
                 elapsed_us = started.elapsed().as_micros() as u64,
@@ -380,7 +381,7 @@ impl Lanes {
     /// dropped; each is detached at its last stage commit; its next taker
     /// moves it with git) and the pool is trimmed to its
     /// bound; the run's own lanes (no pool) are moved into the trash. What
-    /// goes to the trash is deleted later ([`pool::empty_trash`]).
+    /// goes to the trash is deleted later ([`pool::Pool::empty_trash`]).
     pub(crate) async fn hand_back(&self) -> Result<(), RunError> {
         if let Some(handle) = self.prewarm.lock().await.take() {
             let _ = handle.await;
@@ -406,8 +407,9 @@ impl Lanes {
             // The watchers stop before their lanes are let go.
             git::watch::drop_together(watches);
             drop(leases);
-            pool::trim(&c, bound)?;
-            retire_run_lanes(&c, &run)
+            let repo = git::Repo::at(c);
+            repo.pool().trim(bound)?;
+            retire_run_lanes(&repo, &run)
         })
         .await
     }
@@ -416,11 +418,11 @@ impl Lanes {
 /// Moves run `run`'s own lanes (no pool) into the trash in one rename, then
 /// drops their admin entries and branches: the files are deleted later.
 /// Only call it while holding the run's lock.
-fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
-    let repo = git::Repo::at(common);
+fn retire_run_lanes(repo: &git::Repo, run: &str) -> Result<(), GitError> {
+    let common = repo.common_dir();
     let dir = lanes_dir(common, run);
     if std::fs::symlink_metadata(&dir).is_ok() {
-        pool::trash(common, &dir)?;
+        repo.pool().trash(&dir)?;
     }
     {
         // The admin entries first: while one names a branch, libgit2
@@ -477,7 +479,7 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
         }
         repo.prune_broken_lanes(&run)?;
         // Pooled lanes a kill left half-made (their leases died with it).
-        pool::heal(&c)?;
+        repo.pool().heal()?;
         let dir = lanes_dir(&c, &run);
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for entry in entries.flatten() {
