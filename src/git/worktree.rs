@@ -56,7 +56,7 @@ impl Repo {
                     .run()?;
                 crate::killpoint::reached("lane-branch-created");
                 self.name_admin_dir(&path, name)?;
-                super::shadow::attach(common_dir, &admin, name)?;
+                self.attach_shadow(&admin, name)?;
             }
             // What `git worktree add` runs to check the files out, outside the
             // lock so parallel lanes check out at the same time.
@@ -69,7 +69,7 @@ impl Repo {
         if result.is_err() {
             let _admin = self.admin_lock(true);
             undo_create(&admin, &path);
-            let _ = super::shadow::remove(common_dir, name);
+            let _ = self.remove_shadow(name);
         }
         result
     }
@@ -257,7 +257,6 @@ impl Repo {
     /// Refuses when `path` is not where worktree `name` lives. Removing a worktree
     /// that is already gone is not an error.
     pub fn remove_worktree(&self, name: &str, path: &Path) -> Result<(), GitError> {
-        let common_dir = self.common_dir();
         let _admin = self.admin_lock(true)?;
         let worktree = match self.git2()?.find_worktree(name) {
             Ok(worktree) => worktree,
@@ -306,7 +305,7 @@ impl Repo {
             fs::remove_dir_all(&admin)
                 .map_err(io_err("remove the worktree admin directory", &admin))?;
         }
-        super::shadow::remove(common_dir, name)
+        self.remove_shadow(name)
     }
 
     /// The file whose lock serialises worktree admin-dir changes across

@@ -90,7 +90,7 @@ impl Pool<'_> {
         if fs::symlink_metadata(&path).is_ok() {
             fs::remove_dir_all(&path).map_err(io_err("remove the pooled lane directory", &path))?;
         }
-        crate::git::shadow::remove(common_dir, &name)
+        self.remove_shadow(&name)
     }
 
     /// Takes slot `n` out of the pool at once (its lease held): its directory
@@ -109,6 +109,6 @@ impl Pool<'_> {
                 .map_err(io_err("remove the worktree admin directory", &admin))?;
         }
         let _ = fs::remove_file(self.lease_path(lease.slot));
-        crate::git::shadow::remove(common_dir, &lease.name)
+        self.remove_shadow(&lease.name)
     }
 }

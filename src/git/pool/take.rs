@@ -64,7 +64,8 @@ impl Pool<'_> {
         let mut note = String::new();
         if self.is_whole(n) {
             let admin = common_dir.join("worktrees").join(&lease.name);
-            let moved = crate::git::shadow::attach(common_dir, &admin, &lease.name)
+            let moved = self
+                .attach_shadow(&admin, &lease.name)
                 .and_then(|_| move_tracked(&lease.path, start));
             match moved {
                 Ok(()) => return Ok((Readied::Warm, note)),
