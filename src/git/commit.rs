@@ -12,7 +12,11 @@ use super::{CommitId, GitError, find_commit, git_err, open_linked_worktree, sign
 ///
 /// A stage that changed nothing still gets its (empty) commit. The author
 /// is the repository's `user.name`/`user.email`, else `orch <orch@localhost>`.
-pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<CommitId, GitError> {
+pub fn commit_all(
+    worktree: &Path,
+    message: &str,
+    parent_sha: &CommitId,
+) -> Result<CommitId, GitError> {
     // Refuse the user's own working tree before git touches its index.
     drop(open_linked_worktree(worktree)?);
     let (tree, _) = super::stage_tree(worktree, parent_sha, None)?;
@@ -26,7 +30,7 @@ pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<Co
 pub fn commit_tree(
     worktree: &Path,
     message: &str,
-    parent_sha: &str,
+    parent_sha: &CommitId,
     tree: &str,
 ) -> Result<CommitId, GitError> {
     let lane = open_linked_worktree(worktree)?;

@@ -127,7 +127,7 @@ impl Repo {
     }
 
     /// The tree id of a commit (equal trees mean equal content).
-    pub fn tree_of(&self, sha: &str) -> Result<String, GitError> {
+    pub fn tree_of(&self, sha: &CommitId) -> Result<String, GitError> {
         Ok(find_commit(self.git2()?, sha)?
             .tree()
             .map_err(git_err("read a commit's tree"))?

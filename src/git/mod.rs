@@ -395,7 +395,10 @@ impl Repo {
     }
 
     /// The `Key: value` trailers at the end of a commit's message, in order.
-    pub fn commit_message_trailers(&self, sha: &str) -> Result<Vec<(String, String)>, GitError> {
+    pub fn commit_message_trailers(
+        &self,
+        sha: &CommitId,
+    ) -> Result<Vec<(String, String)>, GitError> {
         let commit = find_commit(self.git2()?, sha)?;
         let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
         let trailers = git2::message_trailers_strs(&message)

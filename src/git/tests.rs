@@ -530,7 +530,7 @@ fn create_worktree_refuses_a_taken_or_bad_name_and_a_bad_base() {
         "{err:?}"
     );
     let err = Repo::at(&common)
-        .create_worktree("r4", &other, "nope")
+        .create_worktree("r4", &other, &CommitId::parse(&"1".repeat(40)).unwrap())
         .expect_err("base");
     assert!(matches!(err, GitError::Cli { .. }), "{err:?}");
     assert!(!other.exists());

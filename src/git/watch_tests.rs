@@ -111,7 +111,7 @@ fn op_script(op: u8, p: &str, q: &str) -> String {
 fn round(
     fx: &Fixture,
     watch: &LaneWatch,
-    parent: &str,
+    parent: &CommitId,
     ops: &[(u8, usize, usize)],
 ) -> (CommitId, bool) {
     for &(op, p, q) in ops {
@@ -119,7 +119,7 @@ fn round(
         sh(&fx.lane, &format!("{{ {script}; }} 2>/dev/null; true"));
     }
     let marks = watch.changes().expect("the record is complete");
-    assert_eq!(marks.base, parent);
+    assert_eq!(marks.base, *parent);
     let (tree, how) = stage_tree(&fx.lane, parent, Some(&marks)).expect("stage");
     // The oracle: git itself, staging the whole lane.
     git_in(&fx.lane, &["add", "-A"]);

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use git2::ErrorCode;
 
 use super::cli::git;
-use super::{GitError, Repo, git_err, io_err, open_linked_worktree};
+use super::{CommitId, GitError, Repo, git_err, io_err, open_linked_worktree};
 
 impl Repo {
     /// Creates a linked worktree named `name` at `path`, its `HEAD` detached at
@@ -21,7 +21,12 @@ impl Repo {
     /// Fails early when `path` exists or the name is taken; creates the parent
     /// directories of `path`. On failure nothing it created is left behind, so a
     /// later call with the same arguments can succeed.
-    pub fn create_worktree(&self, name: &str, path: &Path, base_sha: &str) -> Result<(), GitError> {
+    pub fn create_worktree(
+        &self,
+        name: &str,
+        path: &Path,
+        base_sha: &CommitId,
+    ) -> Result<(), GitError> {
         let common_dir = self.common_dir();
         if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
             return Err(GitError::InvalidWorktreeName {
@@ -143,14 +148,14 @@ fn undo_create(admin: &Path, path: &Path) {
 ///
 /// Used to discard a stage's changes and to restart an interrupted stage
 /// from its start commit.
-pub fn reset_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
+pub fn reset_worktree(worktree: &Path, sha: &CommitId) -> Result<(), GitError> {
     checkout_detached(worktree, sha, &[])?;
     git(worktree).args(["clean", "-ffdq"]).run().map(drop)
 }
 
 /// `git checkout -f --detach <sha>` (no submodule recursion) in orch's
 /// linked worktree at `worktree`, with `config` (`-c` pairs) for it only.
-fn checkout_detached(worktree: &Path, sha: &str, config: &[&str]) -> Result<(), GitError> {
+fn checkout_detached(worktree: &Path, sha: &CommitId, config: &[&str]) -> Result<(), GitError> {
     drop(open_linked_worktree(worktree)?);
     git(worktree)
         .args(config.iter().flat_map(|c| ["-c", c]))
@@ -179,7 +184,7 @@ fn checkout_detached(worktree: &Path, sha: &str, config: &[&str]) -> Result<(), 
 ///   go; nothing of the previous user leaks.
 /// - every gitlink's directory is emptied: `clean` leaves what is inside a
 ///   submodule's path, a fresh checkout leaves it empty.
-pub fn move_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
+pub fn move_worktree(worktree: &Path, sha: &CommitId) -> Result<(), GitError> {
     move_tracked(worktree, sha)?;
     clean_moved(worktree)
 }
@@ -187,7 +192,7 @@ pub fn move_worktree(worktree: &Path, sha: &str) -> Result<(), GitError> {
 /// The first half of [`move_worktree`]: `git checkout -f --detach <sha>`
 /// (tracked files exactly `sha`'s). What the last user left untracked is
 /// still there until [`clean_moved`]: nothing may read the lane before it.
-pub fn move_tracked(worktree: &Path, sha: &str) -> Result<(), GitError> {
+pub fn move_tracked(worktree: &Path, sha: &CommitId) -> Result<(), GitError> {
     checkout_detached(worktree, sha, &["core.fileMode=true"])?;
     crate::killpoint::reached("pool-lane-moved");
     Ok(())

@@ -237,11 +237,16 @@ pub(crate) async fn after_stage(
 /// Lines for `orch show` and `orch review`: the lessons each stage was
 /// given (its commit's `Orch-Memory` trailer) and those the run proposed.
 /// Empty when the run touched no memory.
-pub(crate) fn run_report(common: &Path, run_id: &str, stages: &[(&str, Option<&str>)]) -> String {
+pub(crate) fn run_report(
+    common: &Path,
+    run_id: &str,
+    stages: &[(&str, Option<&crate::git::CommitId>)],
+) -> String {
     let mut o = String::new();
+    let repo = crate::git::Repo::at(common);
     for (stage, commit) in stages {
         let Some(sha) = commit else { continue };
-        let used = crate::git::Repo::at(common)
+        let used = repo
             .commit_message_trailers(sha)
             .unwrap_or_default()
             .into_iter()

@@ -44,7 +44,7 @@ pub(crate) struct Lane {
     pub name: String,
     /// The commit its tree is known to match exactly (clean, nothing
     /// untracked but ignored files), if known.
-    pub clean_at: Option<String>,
+    pub clean_at: Option<git::CommitId>,
     /// How the last `acquire` readied it: `created`, `warm` (a pooled lane
     /// moved to the start commit by the difference), `reset` or `clean`
     /// (already at the start commit: no git work at all).
@@ -122,14 +122,14 @@ impl WatchSlot {
 /// taken warm from the pool and still holds its last user's untracked
 /// files; they are removed first ([`git::clean_moved`]), before the watcher
 /// starts and before anything reads the lane.
-fn watch_from(common: &Path, lane: &mut Lane, start: &str, clean: bool) {
+fn watch_from(common: &Path, lane: &mut Lane, start: &git::CommitId, clean: bool) {
     use futures_util::FutureExt as _;
     let watching = git::watch::enabled();
     let (old, path, c, s) = (
         std::mem::replace(&mut lane.watch, WatchSlot::none()),
         lane.path.clone(),
         common.to_path_buf(),
-        start.to_owned(),
+        start.clone(),
     );
     let task = tokio::spawn(async move {
         let old = old.get().await;
@@ -158,7 +158,7 @@ fn watch_from(common: &Path, lane: &mut Lane, start: &str, clean: bool) {
 fn ready_lane(
     path: &Path,
     common: &Path,
-    start: &str,
+    start: &git::CommitId,
     old: Option<std::sync::Arc<git::watch::LaneWatch>>,
     watching: bool,
 ) -> Option<std::sync::Arc<git::watch::LaneWatch>> {
@@ -235,13 +235,13 @@ impl Lanes {
 
     /// Starts creating a lane at `start` in the background, so the first
     /// stage finds it ready.
-    pub(crate) async fn prewarm(self: &std::sync::Arc<Self>, start: &str) {
+    pub(crate) async fn prewarm(self: &std::sync::Arc<Self>, start: &git::CommitId) {
         let k = {
             let mut pool = self.pool();
             pool.created += 1;
             pool.created
         };
-        let (this, sha) = (std::sync::Arc::clone(self), start.to_owned());
+        let (this, sha) = (std::sync::Arc::clone(self), start.clone());
         *self.prewarm.lock().await = Some(tokio::spawn(async move {
             let mut lane = this.create(k, &sha).await?;
             lane.checkout = if lane.checkout == "warm" {
@@ -253,9 +253,9 @@ impl Lanes {
         }));
     }
 
-    async fn create(&self, k: usize, start: &str) -> Result<Lane, RunError> {
+    async fn create(&self, k: usize, start: &git::CommitId) -> Result<Lane, RunError> {
         if self.pool_bound > 0 {
-            let (c, sha) = (self.common.clone(), start.to_owned());
+            let (c, sha) = (self.common.clone(), start.clone());
             let started = std::time::Instant::now();
             let (lease, readied, note) =
                 blocking(move || git::Repo::at(c).pool().take(&sha)).await?;
@@ -270,7 +270,7 @@ impl Lanes {
             let mut lane = Lane {
                 path: lease.path.clone(),
                 name: lease.name.clone(),
-                clean_at: Some(start.to_owned()),
+                clean_at: Some(start.clone()),
                 checkout: match readied {
                     pool::Readied::Warm => "warm",
                     pool::Readied::Created => "created",
@@ -289,11 +289,11 @@ impl Lanes {
         let mut lane = Lane {
             path: lanes_dir(&self.common, self.run_id.as_str()).join(format!("lane-{k}")),
             name: format!("orch-{}-{k}", self.run_id),
-            clean_at: Some(start.to_owned()),
+            clean_at: Some(start.clone()),
             checkout: "created",
             watch: WatchSlot::none(),
         };
-        let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
+        let (c, l, sha) = (self.common.clone(), lane.clone(), start.clone());
         blocking(move || git::Repo::at(&c).create_worktree(&l.name, &l.path, &sha)).await?;
         watch_from(&self.common, &mut lane, start, false);
         Ok(lane)
@@ -304,7 +304,7 @@ impl Lanes {
     }
 
     /// A lane checked out at `start`: a free one reset there, or a new one.
-    pub(crate) async fn acquire(&self, start: &str) -> Result<Lane, RunError> {
+    pub(crate) async fn acquire(&self, start: &git::CommitId) -> Result<Lane, RunError> {
         if let Some(handle) = self.prewarm.lock().await.take() {
             let lane = handle.await.map_err(|e| RunError::Join(e.to_string()))??;
             self.release(lane);
@@ -321,7 +321,7 @@ impl Lanes {
             }
         };
         match reused {
-            Ok(mut lane) if lane.clean_at.as_deref() == Some(start) => {
+            Ok(mut lane) if lane.clean_at.as_ref() == Some(start) => {
                 // A lane made ahead of need is still "created" (or "warm")
                 // on first use, and its readying is the one started then.
                 let fresh = matches!(lane.checkout, "prewarmed" | "prewarmed-warm");
@@ -341,13 +341,13 @@ impl Lanes {
             Ok(mut lane) => {
                 // Whatever readying the lane still has in flight ends first.
                 lane.watch.get().await;
-                let (path, sha) = (lane.path.clone(), start.to_owned());
+                let (path, sha) = (lane.path.clone(), start.clone());
                 if let Err(e) = blocking(move || git::reset_worktree(&path, &sha)).await {
                     lane.clean_at = None;
                     self.release(lane);
                     return Err(e);
                 }
-                lane.clean_at = Some(start.to_owned());
+                lane.clean_at = Some(start.clone());
                 lane.checkout = "reset";
                 watch_from(&self.common, &mut lane, start, false);
                 Ok(lane)
@@ -364,12 +364,12 @@ impl Lanes {
 
     /// Takes the free lane already clean at `start`, if there is one, to the
     /// top of the pool.
-    fn prefer(&self, start: &str) {
+    fn prefer(&self, start: &git::CommitId) {
         let mut pool = self.pool();
         if let Some(i) = pool
             .free
             .iter()
-            .position(|l| l.clean_at.as_deref() == Some(start))
+            .position(|l| l.clean_at.as_ref() == Some(start))
         {
             let lane = pool.free.remove(i);
             pool.free.push(lane);

@@ -390,7 +390,7 @@ async fn schedule(
                             run_stage(&ctx2, &stage2, &role, &lane, &start, upstream, &progress)
                                 .await;
                         // The stage committed its whole tree: the lane is clean there.
-                        lane.clean_at = r.as_ref().ok().map(|o| o.commit.to_string());
+                        lane.clean_at = r.as_ref().ok().map(|o| o.commit.clone());
                         lanes.release(lane);
                         r
                     }

@@ -54,7 +54,7 @@ fn tree_bytes(root: &Path) -> Files {
 /// `create_worktree` of HEAD next to `git worktree add --detach` of HEAD;
 /// asserts both hold the same bytes and returns the lane's files.
 fn lane_and_git_agree(repo: &TestRepo) -> Files {
-    let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let head: orch::git::CommitId = repo.git(&["rev-parse", "HEAD"]).trim().parse().unwrap();
     let common = repo.path.join(".git");
     let lane = repo.dir.path().join("lanes/deep/lane-1");
     orch::git::Repo::at(&common)
@@ -276,7 +276,7 @@ fn a_path_of_4095_bytes_gets_the_saturated_name_length_in_the_index() {
         &format!("100644,{blob},{long}"),
     ]);
     repo.git(&["commit", "-q", "-m", "long path"]);
-    let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let head: orch::git::CommitId = repo.git(&["rev-parse", "HEAD"]).trim().parse().unwrap();
 
     let lane = repo.dir.path().join("lane");
     orch::git::Repo::at(repo.path.join(".git"))
@@ -309,7 +309,7 @@ fn an_empty_tree_checks_out_to_an_empty_index() {
     let commit = repo.git(&["commit-tree", empty.trim(), "-m", "empty"]);
     let lane = repo.dir.path().join("lane");
     orch::git::Repo::at(repo.path.join(".git"))
-        .create_worktree("lane", &lane, commit.trim())
+        .create_worktree("lane", &lane, &commit.trim().parse().unwrap())
         .unwrap();
     let names: Vec<_> = std::fs::read_dir(&lane)
         .unwrap()

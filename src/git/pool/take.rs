@@ -3,7 +3,7 @@
 
 use super::Pool;
 use super::lease::Lease;
-use crate::git::{GitError, move_tracked};
+use crate::git::{CommitId, GitError, move_tracked};
 
 /// How a taken lane was readied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +27,7 @@ impl Pool<'_> {
     /// readiness barrier). Returns the lease, how
     /// the lane was readied and why a pooled lane there was not reused (empty
     /// when it was, or none was).
-    pub fn take(&self, start: &str) -> Result<(Lease, Readied, String), GitError> {
+    pub fn take(&self, start: &CommitId) -> Result<(Lease, Readied, String), GitError> {
         let mut existing = self.slots();
         existing.sort_by_key(|&n| (self.slot_head(n).as_deref() != Some(start), n));
         let mut lease = None;
@@ -58,7 +58,7 @@ impl Pool<'_> {
     /// Readies the leased slot at `start`: moved by git if it is whole, else
     /// (or when the move fails) removed and created anew. The note says why a
     /// pooled lane was not reused, if one was there.
-    fn ready(&self, lease: &Lease, start: &str) -> Result<(Readied, String), GitError> {
+    fn ready(&self, lease: &Lease, start: &CommitId) -> Result<(Readied, String), GitError> {
         let common_dir = self.common_dir();
         let n = lease.slot;
         let mut note = String::new();
@@ -90,7 +90,7 @@ mod tests {
         // its own, and git's worktree adds under orch's names never collide.
         let repo = TestRepo::new();
         let common = repo.git_dir();
-        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        let head = repo.rev("HEAD");
         for round in 0..10 {
             let takers: Vec<_> = (0..8)
                 .map(|_| {
@@ -125,7 +125,7 @@ mod tests {
         // rewriting the lane's `.git` leaves `.git` naming the old one.
         let repo = TestRepo::new();
         let common = repo.git_dir();
-        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        let head = repo.rev("HEAD");
         let (lease, readied, _) = Repo::at(&common).pool().take(&head).unwrap();
         assert_eq!(readied, Readied::Created);
         let path = lease.path.clone();
