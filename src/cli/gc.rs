@@ -277,8 +277,9 @@ fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
 /// When the newest commit on a run's branches was made: the age of a run
 /// whose record is gone.
 fn newest_branch_commit(common: &Path, id: &str) -> Option<std::time::SystemTime> {
-    let repo = crate::git::open_at(common).ok()?;
-    crate::git::Repo::at(common)
+    let handle = crate::git::Repo::at(common);
+    let repo = handle.git2().ok()?;
+    handle
         .list_branches(&format!("orch/{id}/"))
         .ok()?
         .iter()

@@ -388,9 +388,7 @@ fn final_tree(common: &Path, state: &RunState) -> Result<Option<String>, CliErro
     let Some(commit) = commit else {
         return Ok(None);
     };
-    let repo = crate::git::open_at(common)?;
-    let tree = crate::git::find_commit(&repo, &commit)?.tree_id();
-    Ok(Some(tree.to_string()))
+    Ok(Some(crate::git::Repo::at(common).tree_of(&commit)?))
 }
 
 #[cfg(test)]

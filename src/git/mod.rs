@@ -509,13 +509,14 @@ pub(crate) fn signature(repo: &Repository) -> Result<git2::Signature<'static>, G
 /// sorted, as `git status` reports them.
 pub fn changed_paths(worktree: &Path) -> Result<Vec<String>, GitError> {
     drop(open_linked_worktree(worktree)?);
-    changed_paths_in(worktree)
+    status_paths(worktree)
 }
 
-/// Like [`changed_paths`], for any repository or worktree at `root` (a
-/// subagent's read-only guard checks the worktree it shares). Never writes
-/// the index (`--no-optional-locks`).
-pub fn changed_paths_in(root: &Path) -> Result<Vec<String>, GitError> {
+/// What `git status` lists at `root`, any repository or worktree (a
+/// subagent's read-only guard checks the worktree it shares), as
+/// [`changed_paths`] gives it for a lane. Never writes the index
+/// (`--no-optional-locks`).
+pub fn status_paths(root: &Path) -> Result<Vec<String>, GitError> {
     let out = cli::git(root)
         .args(["--no-optional-locks", "status", "--porcelain=v1", "-z"])
         .args(["--untracked-files=all", "--no-renames"])

@@ -107,8 +107,8 @@ fn choose(
 
 /// Whether the current tip of `branch` (an earlier attempt of the stage,
 /// before it is moved aside) is a failed stage commit.
-pub(crate) fn prior_attempt_failed(common: &Path, branch: &str) -> bool {
-    let Ok(repo) = crate::git::open_at(common) else {
+pub(crate) fn prior_attempt_failed(handle: &crate::git::Repo, branch: &str) -> bool {
+    let Ok(repo) = handle.git2() else {
         return false;
     };
     repo.find_reference(&format!("refs/heads/{branch}"))

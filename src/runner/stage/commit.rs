@@ -56,12 +56,15 @@ impl StageRun<'_> {
         })
         .await?;
         let branch = format!("orch/{}/{id}", ctx.run_id);
-        let retried_after_failure = crate::memory::hook::prior_attempt_failed(&ctx.common, &branch);
         let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
-        blocking(move || {
+        // One blocking task, one repository handle: the earlier attempt's
+        // tip is read before it is moved aside, then the branch is set.
+        let retried_after_failure = blocking(move || {
             let repo = git::Repo::at(c);
+            let retried = crate::memory::hook::prior_attempt_failed(&repo, &b);
             keep_old_branch(&repo, &b)?;
-            repo.set_branch(&b, &s)
+            repo.set_branch(&b, &s)?;
+            Ok(retried)
         })
         .await?;
         let stat = crate::runner::flow::write_stage_patch(ctx, &id, start, &commit).await?;
