@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use git2::{Delta, DiffFindOptions, DiffOptions, Patch};
 use serde::{Deserialize, Serialize};
 
-use super::{GitError, Repo, find_commit, git_err};
+use super::{CommitId, GitError, Repo, find_commit, git_err};
 use git2::Repository;
 
 /// Lines changed in one file.
@@ -63,8 +63,8 @@ impl Repo {
     /// at most the budget plus one file's patch, whatever the size of the diff.
     pub fn diff(
         &self,
-        from_sha: &str,
-        to_sha: &str,
+        from_sha: &CommitId,
+        to_sha: &CommitId,
         max_patch_bytes: usize,
     ) -> Result<Diff, GitError> {
         let mut patch = PatchSoFar::default();
@@ -82,7 +82,7 @@ impl Repo {
 
     /// Only the stat of the diff from `from_sha` to `to_sha` (what `pr.md`
     /// shows): no patch text is made at all.
-    pub fn diff_stat(&self, from_sha: &str, to_sha: &str) -> Result<DiffStat, GitError> {
+    pub fn diff_stat(&self, from_sha: &CommitId, to_sha: &CommitId) -> Result<DiffStat, GitError> {
         each_file(self.for_diff()?, from_sha, to_sha, false, &mut |_| Ok(()))
     }
 
@@ -92,8 +92,8 @@ impl Repo {
     /// never the whole patch: a stage's `diff.patch` is streamed to its file.
     pub(crate) fn write_patch(
         &self,
-        from_sha: &str,
-        to_sha: &str,
+        from_sha: &CommitId,
+        to_sha: &CommitId,
         out: &mut dyn std::io::Write,
         filter: &dyn Fn(&str) -> String,
     ) -> Result<DiffStat, GitError> {
@@ -139,8 +139,8 @@ pub(crate) fn without_index(repo: &Repository) -> Result<(), GitError> {
 /// patch text are libgit2's, the cost is what changed.
 fn each_file(
     repo: &Repository,
-    from_sha: &str,
-    to_sha: &str,
+    from_sha: &CommitId,
+    to_sha: &CommitId,
     text: bool,
     sink: &mut dyn FnMut(String) -> Result<(), GitError>,
 ) -> Result<DiffStat, GitError> {
@@ -703,10 +703,12 @@ mod tests {
     fn the_streamed_patch_is_the_whole_patch_and_the_same_stat() {
         let (repo, base) = changed_repo();
         let handle = Repo::at(repo.git_dir());
-        let whole = handle.diff(&base, "HEAD", usize::MAX).unwrap();
+        let whole = handle.diff(&base, &repo.rev("HEAD"), usize::MAX).unwrap();
         let mut out = Vec::new();
         let stat = handle
-            .write_patch(&base, "HEAD", &mut out, &|t: &str| t.replace("11", "[N]"))
+            .write_patch(&base, &repo.rev("HEAD"), &mut out, &|t: &str| {
+                t.replace("11", "[N]")
+            })
             .unwrap();
         assert_eq!(stat, whole.stat);
         assert_eq!(
@@ -723,14 +725,16 @@ mod tests {
         // it would fail the diff.
         std::fs::write(repo.git_dir().join("index"), b"DIRC not an index").unwrap();
         let d = Repo::at(repo.git_dir())
-            .diff(&base, "HEAD", usize::MAX)
+            .diff(&base, &repo.rev("HEAD"), usize::MAX)
             .unwrap();
         assert_eq!(d.stat.files_changed, 3);
-        let stat = Repo::at(repo.git_dir()).diff_stat(&base, "HEAD").unwrap();
+        let stat = Repo::at(repo.git_dir())
+            .diff_stat(&base, &repo.rev("HEAD"))
+            .unwrap();
         assert_eq!(stat, d.stat);
         let plain = crate::git::open_at(&repo.git_dir()).unwrap();
         assert!(
-            each_file(&plain, &base, "HEAD", false, &mut |_| Ok(())).is_err(),
+            each_file(&plain, &base, &repo.rev("HEAD"), false, &mut |_| Ok(())).is_err(),
             "the test's index must be one libgit2 refuses"
         );
     }
@@ -740,7 +744,7 @@ mod tests {
         let (repo, base) = changed_repo();
         repo.write(".gitattributes", "*.dat binary\n");
         let d = Repo::at(repo.git_dir())
-            .diff(&base, "HEAD", usize::MAX)
+            .diff(&base, &repo.rev("HEAD"), usize::MAX)
             .unwrap();
         let dat = d.stat.files.iter().find(|f| f.path == "notes.dat").unwrap();
         assert_eq!(dat.binary, Some((0, 16)), "{:?}", d.stat);
@@ -778,7 +782,7 @@ mod tests {
         repo.git(&["add", "-A"]);
         repo.git(&["commit", "-q", "-m", "changes"]);
         let d = Repo::at(repo.git_dir())
-            .diff(&base, "HEAD", usize::MAX)
+            .diff(&base, &repo.rev("HEAD"), usize::MAX)
             .unwrap();
         assert_eq!(
             d.patch,
@@ -809,7 +813,9 @@ mod tests {
             .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
             .count();
         let before = loose;
-        Repo::at(repo.git_dir()).diff(&base, "HEAD", 100).unwrap();
+        Repo::at(repo.git_dir())
+            .diff(&base, &repo.rev("HEAD"), 100)
+            .unwrap();
         let after = std::fs::read_dir(repo.git_dir().join("objects"))
             .unwrap()
             .flatten()

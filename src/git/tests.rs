@@ -624,12 +624,12 @@ fn diff_over_budget_is_cut_at_a_file_boundary_with_a_marker() {
     repo.git(&["add", "-A"]);
     repo.git(&["commit", "-q", "-m", "big"]);
     let full = Repo::at(repo.git_dir())
-        .diff(&base, "HEAD", usize::MAX)
+        .diff(&base, &repo.rev("HEAD"), usize::MAX)
         .expect("full");
     let first_file_end = full.patch.find("diff --git a/b.txt").expect("b.txt");
     let max = first_file_end + 200;
     let cut = Repo::at(repo.git_dir())
-        .diff(&base, "HEAD", max)
+        .diff(&base, &repo.rev("HEAD"), max)
         .expect("cut");
     assert!(cut.truncated);
     assert!(cut.patch.len() <= max);
@@ -655,12 +655,12 @@ fn a_budgeted_diff_keeps_only_what_it_can_show_and_the_stat_needs_no_patch() {
     repo.git(&["add", "-A"]);
     repo.git(&["commit", "-q", "-m", "many"]);
     let full = Repo::at(repo.git_dir())
-        .diff(&base, "HEAD", usize::MAX)
+        .diff(&base, &repo.rev("HEAD"), usize::MAX)
         .expect("full");
     // Files 2.. are only measured, never kept: the marker still counts them.
     let second = full.patch.find("diff --git a/f01.txt").expect("f01");
     let cut = Repo::at(repo.git_dir())
-        .diff(&base, "HEAD", second + 200)
+        .diff(&base, &repo.rev("HEAD"), second + 200)
         .expect("cut");
     let omitted = full.patch.len() - second;
     assert_eq!(
@@ -671,7 +671,7 @@ fn a_budgeted_diff_keeps_only_what_it_can_show_and_the_stat_needs_no_patch() {
         )
     );
     let stat = Repo::at(repo.git_dir())
-        .diff_stat(&base, "HEAD")
+        .diff_stat(&base, &repo.rev("HEAD"))
         .expect("stat");
     assert_eq!(stat, full.stat);
     assert_eq!(stat.files_changed, 30);

@@ -122,10 +122,16 @@ pub(super) async fn handoff(
         let baseline = first_round
             .and_then(|r| r.baseline.as_ref())
             .map(|b| b.handoff());
-        let from = first
-            .or_else(|| rec.parent_commit.clone())
-            .map(String::from)
-            .unwrap_or_default();
+        // A committed stage's record always has its start commit (it is
+        // written when the stage starts); git's answer for a missing one.
+        let Some(from) = first.or_else(|| rec.parent_commit.clone()) else {
+            return Err(RunError::Git(git::GitError::Resolve {
+                rev: String::new(),
+                source: git2::Error::from_str(&format!(
+                    "stage `{id}` has no start commit in its record"
+                )),
+            }));
+        };
         let c = ctx.common.clone();
         let diff = blocking(move || git::Repo::at(c).diff(&from, &to, share)).await?;
         out.push(prompt::Upstream {
@@ -245,14 +251,14 @@ pub(super) async fn finish_run(
 pub(super) async fn write_stage_patch(
     ctx: &RunCtx,
     id: &str,
-    from: &str,
-    to: &str,
+    from: &CommitId,
+    to: &CommitId,
 ) -> Result<git::DiffStat, RunError> {
     let dir = ctx.run_dir.stage_dir(id)?;
     let (c, from, to, secrets) = (
         ctx.common.clone(),
-        from.to_owned(),
-        to.to_owned(),
+        from.clone(),
+        to.clone(),
         ctx.session.secrets.clone(),
     );
     blocking(move || {
