@@ -154,7 +154,7 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     for id in repo
         .runs_with_lanes()
         .into_iter()
-        .chain(runs_with_branches(&common)?)
+        .chain(runs_with_branches(&repo)?)
     {
         if !ids.contains(&id) {
             ids.push(id);
@@ -179,7 +179,7 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
         let Some(limit) = args.older_than else {
             continue;
         };
-        let updated = last_update(&root).or_else(|| newest_branch_commit(&common, &id));
+        let updated = last_update(&root).or_else(|| newest_branch_commit(&repo, &id));
         let old = updated.is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > limit));
         if !old {
             continue;
@@ -264,8 +264,8 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
 }
 
 /// Run ids that have branches `orch/<run>/…`.
-fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
-    let mut ids: Vec<String> = crate::git::Repo::at(common)
+fn runs_with_branches(repo: &crate::git::Repo) -> Result<Vec<String>, CliError> {
+    let mut ids: Vec<String> = repo
         .list_branches("orch/")?
         .into_iter()
         .filter_map(|(b, _)| Some(b.strip_prefix("orch/")?.split_once('/')?.0.to_owned()))
@@ -276,8 +276,7 @@ fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
 
 /// When the newest commit on a run's branches was made: the age of a run
 /// whose record is gone.
-fn newest_branch_commit(common: &Path, id: &str) -> Option<std::time::SystemTime> {
-    let handle = crate::git::Repo::at(common);
+fn newest_branch_commit(handle: &crate::git::Repo, id: &str) -> Option<std::time::SystemTime> {
     let repo = handle.git2().ok()?;
     handle
         .list_branches(&format!("orch/{id}/"))
