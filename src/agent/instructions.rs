@@ -20,7 +20,7 @@
 //! branch reads them (turn them off with `--no-project-instructions` or
 //! `project_instructions: false` in the pipeline file).
 
-use crate::git::{GitError, git_err};
+use crate::git::{CommitId, GitError, git_err};
 use git2::{ObjectType, Oid, Repository, Tree};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -63,7 +63,7 @@ pub(crate) struct ProjectInstructions {
 /// their directories).
 pub(crate) fn load(
     common: &Path,
-    commit: &str,
+    commit: &CommitId,
     hints: &[&str],
 ) -> Result<ProjectInstructions, GitError> {
     let handle = crate::git::Repo::at(common);
