@@ -707,7 +707,7 @@ pub(crate) fn push_planned(
     common: &Path,
     url: &str,
     run_id: &str,
-    base: &str,
+    base: &crate::git::CommitId,
 ) -> Result<Duration, DistError> {
     let repo = Repository::open_bare(common).map_err(git2_err("open the repository"))?;
     let name = run_ref(run_id);
