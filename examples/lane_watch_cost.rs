@@ -37,7 +37,9 @@ fn main() {
     let changed = orch::git::changed_paths(lane).unwrap();
     println!("status walk: {:?} ({} paths)", t.elapsed(), changed.len());
     let t = Instant::now();
-    let c = orch::git::commit_tree(lane, "from marks", &head, &tree).unwrap();
+    let c = orch::git::Repo::of_lane(lane)
+        .and_then(|repo| repo.commit_tree(lane, "from marks", &head, &tree))
+        .unwrap();
     println!("commit_tree: {:?}", t.elapsed());
     let t = Instant::now();
     assert!(watch.restart(&c));

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{ErrorCode, Oid, Repository};
 
-pub use commit::{commit_all, commit_tree};
+pub use commit::commit_all;
 pub(crate) use diff::without_index;
 pub use diff::{Diff, DiffStat, FileStat};
 pub use merge::MergeOutcome;

@@ -125,7 +125,9 @@ fn round(
     git_in(&fx.lane, &["add", "-A"]);
     let oracle = git_in(&fx.lane, &["write-tree"]).trim().to_owned();
     assert_eq!(tree, oracle, "trees after {ops:?} ({how:?})");
-    let commit = commit_tree(&fx.lane, "from marks", parent, &tree).expect("commit");
+    let commit = Repo::of_lane(&fx.lane)
+        .and_then(|repo| repo.commit_tree(&fx.lane, "from marks", parent, &tree))
+        .expect("commit");
     assert_eq!(
         changed_paths(&fx.lane).expect("status"),
         Vec::<String>::new(),

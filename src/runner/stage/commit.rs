@@ -44,27 +44,23 @@ impl StageRun<'_> {
             memory: &self.memory.ids,
         });
         let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.get().await);
-        let commit = blocking(move || {
-            let commit = git::commit_tree(&wt, &message, &parent, &tree)?;
+        let branch = format!("orch/{}/{id}", ctx.run_id);
+        let (c, b) = (ctx.common.clone(), branch.clone());
+        // One blocking task, one repository handle: the commit, the earlier
+        // attempt's tip (read before it is moved aside), the branch.
+        let (commit, retried_after_failure) = blocking(move || {
+            let repo = git::Repo::at(c);
+            let commit = repo.commit_tree(&wt, &message, &parent, &tree)?;
             // The record restarts from the commit (the next stage in this lane
             // starts there); one that cannot is replaced when the lane is next
             // acquired.
             if let Some(w) = watch {
                 w.restart(&commit);
             }
-            Ok(commit)
-        })
-        .await?;
-        let branch = format!("orch/{}/{id}", ctx.run_id);
-        let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
-        // One blocking task, one repository handle: the earlier attempt's
-        // tip is read before it is moved aside, then the branch is set.
-        let retried_after_failure = blocking(move || {
-            let repo = git::Repo::at(c);
             let retried = crate::memory::hook::prior_attempt_failed(&repo, &b);
             keep_old_branch(&repo, &b)?;
-            repo.set_branch(&b, &s)?;
-            Ok(retried)
+            repo.set_branch(&b, &commit)?;
+            Ok((commit, retried))
         })
         .await?;
         let stat = crate::runner::flow::write_stage_patch(ctx, &id, start, &commit).await?;
