@@ -95,7 +95,7 @@ impl Pool<'_> {
 
     /// Takes slot `n` out of the pool at once (its lease held): its directory
     /// is renamed into the trash and its admin entry removed, so `git worktree
-    /// list` forgets it; the files are deleted by [`super::empty_trash`].
+    /// list` forgets it; the files are deleted by [`Pool::empty_trash`].
     pub fn retire(&self, lease: Lease) -> Result<(), GitError> {
         let common_dir = self.common_dir();
         if fs::symlink_metadata(&lease.path).is_ok() {
