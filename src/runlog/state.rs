@@ -380,4 +380,21 @@ mod tests {
         let back: RunState = serde_json::from_value(v).unwrap();
         assert_eq!(back.sampling, state.sampling);
     }
+
+    #[test]
+    fn commit_ids_are_plain_strings_on_disk_and_a_bad_one_is_named() {
+        let state = RunState::new_for_test("r1");
+        let text = serde_json::to_string(&state).unwrap();
+        assert!(
+            text.contains(&format!("\"base_commit\":\"{}\"", "0".repeat(40))),
+            "{text}"
+        );
+        let back: RunState = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.base_commit, state.base_commit);
+        let bad = text.replace(&"0".repeat(40), "main");
+        let err = serde_json::from_str::<RunState>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("read `main` as a commit id"), "{err}");
+    }
 }
