@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
     generate(&git, &repo, files)?;
     eprintln!("generated {files} files in {:?}", t.elapsed());
     let info = orch::git::open_repo(&repo)?;
-    let base = orch::git::resolve_commit(&info.common_dir, "HEAD")?;
+    let base = orch::git::Repo::at(&info.common_dir).resolve_commit("HEAD")?;
 
     let mut orch_times = Times::default();
     let mut cli_times = Times::default();
@@ -74,7 +74,7 @@ fn main() -> anyhow::Result<()> {
             }
             // Untimed: drop the worktree so later rounds start from the same
             // state (and the same amount of dirty page cache).
-            orch::git::remove_worktree(&info.common_dir, &name, &path)?;
+            orch::git::Repo::at(&info.common_dir).remove_worktree(&name, &path)?;
             git.run(&repo, &["gc", "--auto", "--quiet"])?;
         }
         // Before issue 14: libgit2's own checkout on worktree add, with
@@ -82,7 +82,7 @@ fn main() -> anyhow::Result<()> {
         let name = format!("old-{round}");
         let path = info.common_dir.join("orch/worktrees").join(&name);
         old_adds.push(old_add(&info.common_dir, &name, &path, &base)?);
-        orch::git::remove_worktree(&info.common_dir, &name, &path)?;
+        orch::git::Repo::at(&info.common_dir).remove_worktree(&name, &path)?;
     }
 
     println!(
@@ -154,20 +154,21 @@ impl Times {
 
 fn run_orch(common: &Path, name: &str, path: &Path, base: &str) -> anyhow::Result<Round> {
     let mut round = Round::default();
+    let repo = orch::git::Repo::at(common);
+    let mut parent = orch::git::CommitId::parse(base)?;
     let t = Instant::now();
-    orch::git::create_worktree(common, name, path, base)?;
+    repo.create_worktree(name, path, &parent)?;
     round[0] = t.elapsed();
-    let mut parent = base.to_string();
     for stage in 0..STAGES {
         change_files(path, stage)?;
         let t = Instant::now();
         parent = orch::git::commit_all(path, &format!("stage {stage}"), &parent)?;
-        orch::git::set_branch(common, &format!("orch/{name}/s{stage}"), &parent)?;
+        repo.set_branch(&format!("orch/{name}/s{stage}"), &parent)?;
         round[1 + stage] = t.elapsed();
     }
     let t = Instant::now();
     let sha = orch::git::commit_all(path, "empty stage", &parent)?;
-    orch::git::set_branch(common, &format!("orch/{name}/empty"), &sha)?;
+    repo.set_branch(&format!("orch/{name}/empty"), &sha)?;
     round[1 + STAGES] = t.elapsed();
     Ok(round)
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (lane, common) = (Path::new(&args[0]), Path::new(&args[1]));
-    let head = orch::git::resolve_commit(lane, "HEAD").unwrap();
+    let head = orch::git::Repo::at(lane).resolve_commit("HEAD").unwrap();
     let t = Instant::now();
     let watch = orch::git::watch::LaneWatch::start(lane, common, &head).unwrap();
     println!("watch start: {:?}", t.elapsed());
@@ -37,7 +37,9 @@ fn main() {
     let changed = orch::git::changed_paths(lane).unwrap();
     println!("status walk: {:?} ({} paths)", t.elapsed(), changed.len());
     let t = Instant::now();
-    let c = orch::git::commit_tree(lane, "from marks", &head, &tree).unwrap();
+    let c = orch::git::Repo::of_lane(lane)
+        .and_then(|repo| repo.commit_tree(lane, "from marks", &head, &tree))
+        .unwrap();
     println!("commit_tree: {:?}", t.elapsed());
     let t = Instant::now();
     assert!(watch.restart(&c));

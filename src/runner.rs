@@ -190,7 +190,7 @@ struct RunCtx {
     issue: String,
     session: Session,
     allowlist: Vec<String>,
-    base_commit: String,
+    base_commit: crate::git::CommitId,
     /// What every stage's lane gets before its agent starts.
     bootstrap: bootstrap::Bootstrap,
     /// Held while this process drives the run.
@@ -210,7 +210,7 @@ struct StageDone {
 
 struct StageOutcome {
     budget: crate::budget::BudgetReport,
-    commit: String,
+    commit: crate::git::CommitId,
     branch: String,
     failure: Option<String>,
     model_failed: bool,

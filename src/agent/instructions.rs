@@ -20,7 +20,7 @@
 //! branch reads them (turn them off with `--no-project-instructions` or
 //! `project_instructions: false` in the pipeline file).
 
-use crate::git::{GitError, git_err, open_at};
+use crate::git::{CommitId, GitError, git_err};
 use git2::{ObjectType, Oid, Repository, Tree};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -52,10 +52,11 @@ pub(crate) struct ProjectInstructions {
 /// their directories).
 pub(crate) fn load(
     common: &Path,
-    commit: &str,
+    commit: &CommitId,
     hints: &[&str],
 ) -> Result<ProjectInstructions, GitError> {
-    let repo = open_at(common)?;
+    let handle = crate::git::Repo::at(common);
+    let repo = handle.git2()?;
     let oid = Oid::from_str(commit).map_err(git_err(format!("parse commit id {commit}")))?;
     let tree = repo
         .find_commit(oid)
@@ -64,8 +65,8 @@ pub(crate) fn load(
     let dirs = directories(&tree, hints);
     let mut found: Vec<(String, Oid, Vec<u8>)> = Vec::new();
     for dir in &dirs {
-        let agents = read_first(&repo, &tree, dir, &["AGENTS.override.md", "AGENTS.md"]);
-        let claude = read_first(&repo, &tree, dir, &["CLAUDE.md"]);
+        let agents = read_first(repo, &tree, dir, &["AGENTS.override.md", "AGENTS.md"]);
+        let claude = read_first(repo, &tree, dir, &["CLAUDE.md"]);
         let agents_blob = agents.as_ref().map(|(_, oid, _)| *oid);
         found.extend(agents);
         if let Some(claude) = claude

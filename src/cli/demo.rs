@@ -125,6 +125,7 @@ pub(super) async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
         .iter()
         .rev()
         .find_map(|s| s.commit.clone())
+        .map(String::from)
         .unwrap_or_default();
     export_tree(&repo, &final_commit, &result)?;
     let after = python(&result, &["-c", REPRO]);

@@ -21,7 +21,7 @@ pub(super) struct DryBase {
     /// The revision as given (`HEAD`, a SHA, `worktree`).
     pub rev: String,
     /// The commit it resolves to now, when it names one.
-    pub commit: Option<String>,
+    pub commit: Option<crate::git::CommitId>,
     /// Paths that differ from `HEAD` in the user's working tree.
     pub dirty: Vec<String>,
     /// The repository's common git dir (project instructions are read there).
@@ -138,11 +138,11 @@ fn memory_notes(d: &DryRun<'_>, task: &str) -> String {
     if d.session.memory == crate::memory::MemoryMode::Off {
         return String::new();
     }
-    let commit = d
-        .base
-        .commit
-        .clone()
-        .or_else(|| crate::git::resolve_commit(&d.base.common, "HEAD").ok());
+    let commit = d.base.commit.clone().or_else(|| {
+        crate::git::Repo::at(&d.base.common)
+            .resolve_commit("HEAD")
+            .ok()
+    });
     let paths = crate::memory::paths_in(task);
     crate::memory::hook::notes_for(&d.base.common, commit.as_deref(), d.repo, task, &paths)
         .map(|(n, _, _)| n.text)
@@ -265,7 +265,7 @@ fn instructions(d: &DryRun<'_>, stage: &Stage) -> String {
     }
     let commit = match &d.base.commit {
         Some(c) => c.clone(),
-        None => match crate::git::resolve_commit(&d.base.common, "HEAD") {
+        None => match crate::git::Repo::at(&d.base.common).resolve_commit("HEAD") {
             Ok(c) => c,
             Err(_) => return String::new(),
         },
@@ -287,7 +287,7 @@ pub(super) fn dry_base(repo: &Path, rev: &str) -> Result<DryBase, CliError> {
     let commit = if rev == super::session::WORKTREE_BASE {
         None
     } else {
-        Some(crate::git::resolve_commit(&info.common_dir, rev)?)
+        Some(crate::git::Repo::at(&info.common_dir).resolve_commit(rev)?)
     };
     Ok(DryBase {
         rev: rev.to_owned(),

@@ -14,7 +14,7 @@
 
 use super::output::{Out, ignore_closed};
 use super::{CliError, exit};
-use crate::git::gc::{self, Removed};
+use crate::git::gc::Removed;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -50,7 +50,10 @@ pub(super) fn empty_trash_in_background(repo: &Path) {
     let Ok(info) = crate::git::open_repo(repo) else {
         return;
     };
-    if crate::git::pool::trash_is_empty(&info.common_dir) {
+    if crate::git::Repo::at(&info.common_dir)
+        .pool()
+        .trash_is_empty()
+    {
         return;
     }
     let Ok(exe) = std::env::current_exe() else {
@@ -135,21 +138,23 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
     if args.empty_trash {
         // Off everyone's critical path: a run started meanwhile comes first.
         super::session::lower_priority();
-        if let Err(e) = crate::git::pool::empty_trash(&common) {
+        if let Err(e) = crate::git::Repo::at(&common).pool().empty_trash() {
             tracing::debug!("emptying the trash failed: {e}");
         }
         return Ok(exit::OK);
     }
     let mut report = Report::default();
-    let (pooled, in_use) = crate::git::pool::remove_all(&common, args.dry_run)?;
+    let repo = crate::git::Repo::at(&common);
+    let (pooled, in_use) = repo.pool().remove_all(args.dry_run)?;
     report.add(pooled.into_iter().map(Removed::Worktree).collect());
     report.pooled_in_use = in_use.iter().map(|p| p.display().to_string()).collect();
     let mut ids = crate::runlog::list_run_ids(&common);
     // Runs with lanes, and runs whose record an earlier `--older-than`
     // removed while it kept their PR branch: a later gc still finds them.
-    for id in gc::runs_with_lanes(&common)
+    for id in repo
+        .runs_with_lanes()
         .into_iter()
-        .chain(runs_with_branches(&common)?)
+        .chain(runs_with_branches(&repo)?)
     {
         if !ids.contains(&id) {
             ids.push(id);
@@ -170,23 +175,18 @@ pub(super) fn cmd_gc(args: GcArgs) -> Result<i32, CliError> {
             report.running.push(id);
             continue;
         }
-        report.add(gc::remove_lanes(&common, &id, args.dry_run)?);
+        report.add(repo.remove_lanes(&id, args.dry_run)?);
         let Some(limit) = args.older_than else {
             continue;
         };
-        let updated = last_update(&root).or_else(|| newest_branch_commit(&common, &id));
+        let updated = last_update(&root).or_else(|| newest_branch_commit(&repo, &id));
         let old = updated.is_some_and(|t| now.duration_since(t).is_ok_and(|age| age > limit));
         if !old {
             continue;
         }
-        report.add(gc::remove_run_branches(
-            &common,
-            &id,
-            args.include_pr,
-            args.dry_run,
-        )?);
+        report.add(repo.remove_run_branches(&id, args.include_pr, args.dry_run)?);
         let pr = format!("orch/{id}/pr");
-        if !args.include_pr && crate::git::branch_sha(&common, &pr)?.is_some() {
+        if !args.include_pr && repo.branch_sha(&pr)?.is_some() {
             report.kept_pr.push(pr);
             report.kept_pr_hint = format!(
                 "orch gc --repo '{}' --older-than {}s --include-pr",
@@ -264,8 +264,9 @@ fn print_report(r: &Report, dry_run: bool, json: bool) -> Result<(), CliError> {
 }
 
 /// Run ids that have branches `orch/<run>/…`.
-fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
-    let mut ids: Vec<String> = crate::git::list_branches(common, "orch/")?
+fn runs_with_branches(repo: &crate::git::Repo) -> Result<Vec<String>, CliError> {
+    let mut ids: Vec<String> = repo
+        .list_branches("orch/")?
         .into_iter()
         .filter_map(|(b, _)| Some(b.strip_prefix("orch/")?.split_once('/')?.0.to_owned()))
         .collect();
@@ -275,9 +276,10 @@ fn runs_with_branches(common: &Path) -> Result<Vec<String>, CliError> {
 
 /// When the newest commit on a run's branches was made: the age of a run
 /// whose record is gone.
-fn newest_branch_commit(common: &Path, id: &str) -> Option<std::time::SystemTime> {
-    let repo = crate::git::open_at(common).ok()?;
-    crate::git::list_branches(common, &format!("orch/{id}/"))
+fn newest_branch_commit(handle: &crate::git::Repo, id: &str) -> Option<std::time::SystemTime> {
+    let repo = handle.git2().ok()?;
+    handle
+        .list_branches(&format!("orch/{id}/"))
         .ok()?
         .iter()
         .filter_map(|(_, sha)| {

@@ -58,7 +58,7 @@ struct Published {
     project: String,
     remote: String,
     branch: String,
-    commit: String,
+    commit: crate::git::CommitId,
     draft: bool,
     stage_branches: Vec<String>,
     published: String,
@@ -93,7 +93,7 @@ pub(super) async fn cmd_publish(args: PublishArgs) -> Result<i32, CliError> {
             "failed to use --branch {branch:?}: not a valid git branch name"
         )));
     }
-    let commit = crate::git::resolve_commit(&common, &state.final_branch)?;
+    let commit = crate::git::Repo::at(&common).resolve_commit(&state.final_branch)?;
     let mut refspecs = vec![format!("{commit}:refs/heads/{branch}")];
     let stage_branches = if args.stages {
         stage_branches(&common, &state)
@@ -231,7 +231,11 @@ fn stage_branches(common: &Path, state: &RunState) -> Vec<String> {
         .stages
         .iter()
         .filter_map(|s| s.branch.clone())
-        .filter(|b| crate::git::resolve_commit(common, &format!("refs/heads/{b}")).is_ok())
+        .filter(|b| {
+            crate::git::Repo::at(common)
+                .resolve_commit(&format!("refs/heads/{b}"))
+                .is_ok()
+        })
         .collect()
 }
 

@@ -69,7 +69,7 @@ fn play_command(state: &RunState, origin: &str, record: &Path, file: &Path) -> S
         "--replay".to_owned(),
         absolute(file).display().to_string(),
         "--base".to_owned(),
-        state.base_commit.clone(),
+        state.base_commit.to_string(),
     ];
     words
         .iter()
@@ -161,7 +161,7 @@ pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
             roles: plan.roles,
             issue,
             issue_json: None,
-            base: state.base_commit.clone(),
+            base: state.base_commit.to_string(),
             session,
         },
         &ui,
@@ -376,7 +376,7 @@ fn first_difference(a: Option<&str>, b: Option<&str>) -> (Option<String>, Option
 /// The tree id of a run's final branch when it succeeded, else of its last
 /// succeeded stage's commit (`None` when no stage succeeded).
 fn final_tree(common: &Path, state: &RunState) -> Result<Option<String>, CliError> {
-    let commit = match crate::git::branch_sha(common, &state.final_branch)? {
+    let commit = match crate::git::Repo::at(common).branch_sha(&state.final_branch)? {
         Some(sha) => Some(sha),
         None => state
             .stages
@@ -388,9 +388,7 @@ fn final_tree(common: &Path, state: &RunState) -> Result<Option<String>, CliErro
     let Some(commit) = commit else {
         return Ok(None);
     };
-    let repo = crate::git::open_at(common)?;
-    let tree = crate::git::find_commit(&repo, &commit)?.tree_id();
-    Ok(Some(tree.to_string()))
+    Ok(Some(crate::git::Repo::at(common).tree_of(&commit)?))
 }
 
 #[cfg(test)]

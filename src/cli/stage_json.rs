@@ -15,7 +15,7 @@ const REVIEW_PATCH_BUDGET: usize = 256 * 1024;
 /// One stage's review: its record, and its diff when it has a commit.
 fn stage_review(common: &Path, st: &StageRecord, budget: usize) -> Result<Value, CliError> {
     let diff = match (&st.commit, &st.parent_commit) {
-        (Some(commit), Some(parent)) => Some(git::diff(common, parent, commit, budget)?),
+        (Some(commit), Some(parent)) => Some(git::Repo::at(common).diff(parent, commit, budget)?),
         _ => None,
     };
     Ok(json!({

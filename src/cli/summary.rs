@@ -175,7 +175,7 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliE
 /// `orch review`). Failing to clear them is said, not fatal.
 pub(super) fn clear_failed_run(repo: &Path, run_id: &str) {
     let cleared = crate::git::open_repo(repo)
-        .and_then(|info| crate::git::gc::remove_lanes(&info.common_dir, run_id, false));
+        .and_then(|info| crate::git::Repo::at(&info.common_dir).remove_lanes(run_id, false));
     if let Err(e) = cleared {
         crate::ui::status_line(&format!(
             "orch: warning: failed to remove the worktrees of run {run_id}: {e} (`orch gc` retries)"
@@ -187,8 +187,9 @@ pub(super) fn clear_failed_run(repo: &Path, run_id: &str) {
 /// go (nothing was written worth keeping); the record stays.
 pub(super) fn clear_question(repo: &Path, run_id: &str) {
     let cleared = crate::git::open_repo(repo).and_then(|info| {
-        crate::git::gc::remove_lanes(&info.common_dir, run_id, false)?;
-        crate::git::gc::remove_run_branches(&info.common_dir, run_id, true, false)
+        let repo = crate::git::Repo::at(&info.common_dir);
+        repo.remove_lanes(run_id, false)?;
+        repo.remove_run_branches(run_id, true, false)
     });
     if let Err(e) = cleared {
         crate::ui::status_line(&format!(

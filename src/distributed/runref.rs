@@ -150,7 +150,7 @@ pub(crate) fn commit_on_ref(
     let commit = repo
         .commit(None, &sig, &sig, message, &tree_obj, &parents)
         .map_err(git_err(op()))?;
-    let _admin = crate::git::admin_lock(common, true)?;
+    let _admin = crate::git::Repo::at(common).admin_lock(true)?;
     match parent {
         Some(p) => repo.reference_matching(name, commit, true, p, message),
         None => repo.reference(name, commit, false, message),
@@ -505,7 +505,7 @@ fn updated_tree(
 pub(crate) fn delete_run_refs(common: &Path, run_id: &str) -> Result<(), GitError> {
     let repo =
         Repository::open_bare(common).map_err(git_err(format!("open {}", common.display())))?;
-    let _admin = crate::git::admin_lock(common, true)?;
+    let _admin = crate::git::Repo::at(common).admin_lock(true)?;
     for name in [
         run_ref(run_id),
         format!("refs/orch/remote-runs/{run_id}"),

@@ -259,7 +259,7 @@ pub(crate) fn fetch(job: StageJob) -> Result<Fetched, DistError> {
         let mut trips = RoundTrips::default();
         let run = job.run_id.as_str();
         let took = {
-            let _admin = crate::git::admin_lock(&common, true)?;
+            let _admin = crate::git::Repo::at(&common).admin_lock(true)?;
             remote::fetch(&common, &job.url, &run_refspecs(run)).map_err(|e| match e {
                 DistError::Remote { detail, .. } if detail.contains("couldn't find remote ref") => {
                     DistError::Refused(format!(
@@ -437,7 +437,7 @@ impl Fetched {
     fn refetch(&mut self) -> Result<(), DistError> {
         let run = self.job.run_id.as_str();
         let took = {
-            let _admin = crate::git::admin_lock(&self.common, true)?;
+            let _admin = crate::git::Repo::at(&self.common).admin_lock(true)?;
             remote::fetch(&self.common, &self.job.url, &run_refspecs(run))?
         };
         self.trips.fetch_ms += ms(took);
@@ -470,7 +470,7 @@ impl Fetched {
         if pushed == Pushed::Done {
             self.tip = commit;
             let repo = self.repo()?;
-            let _admin = crate::git::admin_lock(&self.common, true)?;
+            let _admin = crate::git::Repo::at(&self.common).admin_lock(true)?;
             for r in [remote_run_ref(self.job.run_id.as_str()), name] {
                 repo.reference(&r, commit, true, "orch stage: pushed")
                     .map_err(git2_err(format!("set `{r}`")))?;
@@ -571,7 +571,7 @@ impl Fetched {
         if let Some(e) = failed {
             return Err(e);
         }
-        let _admin = crate::git::admin_lock(&self.common, true)?;
+        let _admin = crate::git::Repo::at(&self.common).admin_lock(true)?;
         repo.reference(&run_ref(run), self.tip, true, "orch stage: claimed")
             .map_err(git2_err("set the run ref"))?;
         Ok(run_dir)
@@ -707,7 +707,7 @@ pub(crate) fn push_planned(
     common: &Path,
     url: &str,
     run_id: &str,
-    base: &str,
+    base: &crate::git::CommitId,
 ) -> Result<Duration, DistError> {
     let repo = Repository::open_bare(common).map_err(git2_err("open the repository"))?;
     let name = run_ref(run_id);

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{GitError, find_commit, git_err, open_linked_worktree, signature};
+use super::{CommitId, GitError, Repo, find_commit, git_err, open_linked_worktree, signature};
 
 /// Commits everything in the linked worktree at `worktree` on top of
 /// `parent_sha`, as `git add -A && git commit` would stage it, and detaches
@@ -12,56 +12,70 @@ use super::{GitError, find_commit, git_err, open_linked_worktree, signature};
 ///
 /// A stage that changed nothing still gets its (empty) commit. The author
 /// is the repository's `user.name`/`user.email`, else `orch <orch@localhost>`.
-pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<String, GitError> {
-    // Refuse the user's own working tree before git touches its index.
-    drop(open_linked_worktree(worktree)?);
-    let (tree, _) = super::stage_tree(worktree, parent_sha, None)?;
-    commit_tree(worktree, message, parent_sha, &tree)
-}
-
-/// Commits tree `tree` (written by git, e.g. [`super::stage_tree`]) on top
-/// of `parent_sha` with `message` and detaches the lane's `HEAD` at the new
-/// commit. Never follows the lane's `HEAD`: whatever branch the agent left
-/// it on (its own `git checkout`) is not moved.
-pub fn commit_tree(
+pub fn commit_all(
     worktree: &Path,
     message: &str,
-    parent_sha: &str,
-    tree: &str,
-) -> Result<String, GitError> {
-    let lane = open_linked_worktree(worktree)?;
-    // The commit is written through the user's repository: a lane's own
-    // common dir is its shadow, whose object store is the lane's.
-    let common = match super::shadow::of_lane(worktree) {
-        Some((real, _)) => real,
-        None => lane.commondir().to_path_buf(),
-    };
-    drop(lane);
-    let repo = super::open_at(&common)?;
-    let at = worktree.display();
-    let parent = find_commit(&repo, parent_sha)?;
-    let tree_id = git2::Oid::from_str(tree).map_err(git_err(format!("read tree id `{tree}`")))?;
-    let tree = repo
-        .find_tree(tree_id)
-        .map_err(git_err(format!("read tree {tree_id}")))?;
-    let sig = signature(&repo)?;
-    let message =
-        git2::message_prettify(message, None).map_err(git_err("clean up the commit message"))?;
-    let oid = repo
-        .commit(None, &sig, &sig, &message, &tree, &[&parent])
-        .map_err(git_err(format!("commit in {at}")))?;
-    crate::killpoint::reached("stage-committed");
-    super::cli::git(worktree)
-        .args([
-            "update-ref",
-            "--no-deref",
-            "-m",
-            "orch: stage commit",
-            "HEAD",
-        ])
-        .arg(oid.to_string())
-        .run()?;
-    Ok(oid.to_string())
+    parent_sha: &CommitId,
+) -> Result<CommitId, GitError> {
+    // Refuse the user's own working tree before git touches its index.
+    let repo = Repo::of_lane(worktree)?;
+    let (tree, _) = super::stage_tree(worktree, parent_sha, None)?;
+    repo.commit_tree(worktree, message, parent_sha, &tree)
+}
+
+impl Repo {
+    /// The user's repository the linked worktree at `worktree` (a lane)
+    /// belongs to: a lane's own common dir is its shadow, whose object store
+    /// is the lane's, so commits are written through the user's.
+    pub fn of_lane(worktree: &Path) -> Result<Repo, GitError> {
+        let lane = open_linked_worktree(worktree)?;
+        Ok(Repo::at(match super::shadow::of_lane(worktree) {
+            Some((real, _)) => real,
+            None => lane.commondir().to_path_buf(),
+        }))
+    }
+
+    /// Commits tree `tree` (written by git, e.g. [`super::stage_tree`]) on
+    /// top of `parent_sha` with `message`, through this handle (the user's
+    /// repository, [`Repo::of_lane`] of the lane), and detaches the lane at
+    /// `worktree` at the new commit. Never follows the lane's `HEAD`:
+    /// whatever branch the agent left it on (its own `git checkout`) is not
+    /// moved.
+    pub fn commit_tree(
+        &self,
+        worktree: &Path,
+        message: &str,
+        parent_sha: &CommitId,
+        tree: &str,
+    ) -> Result<CommitId, GitError> {
+        drop(open_linked_worktree(worktree)?);
+        let repo = self.git2()?;
+        let at = worktree.display();
+        let parent = find_commit(repo, parent_sha)?;
+        let tree_id =
+            git2::Oid::from_str(tree).map_err(git_err(format!("read tree id `{tree}`")))?;
+        let tree = repo
+            .find_tree(tree_id)
+            .map_err(git_err(format!("read tree {tree_id}")))?;
+        let sig = signature(repo)?;
+        let message = git2::message_prettify(message, None)
+            .map_err(git_err("clean up the commit message"))?;
+        let oid = repo
+            .commit(None, &sig, &sig, &message, &tree, &[&parent])
+            .map_err(git_err(format!("commit in {at}")))?;
+        crate::killpoint::reached("stage-committed");
+        super::cli::git(worktree)
+            .args([
+                "update-ref",
+                "--no-deref",
+                "-m",
+                "orch: stage commit",
+                "HEAD",
+            ])
+            .arg(oid.to_string())
+            .run()?;
+        Ok(CommitId::from_oid(oid))
+    }
 }
 
 /// Whether `p` lies below a directory for which `is_whole` holds.

@@ -7,12 +7,11 @@
 //! hunk fits) a line boundary, and ends with a marker saying what was left out.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use git2::{Delta, DiffFindOptions, DiffOptions, Patch};
 use serde::{Deserialize, Serialize};
 
-use super::{GitError, find_commit, git_err, open_at};
+use super::{CommitId, GitError, Repo, find_commit, git_err};
 use git2::Repository;
 
 /// Lines changed in one file.
@@ -55,45 +54,58 @@ const STAT_WIDTH: usize = 80;
 /// Longest path `render` shows before eliding its start with `...`.
 const STAT_NAME_MAX: usize = 50;
 
-/// The diff from `from_sha` to `to_sha`, its patch capped at `max_patch_bytes`
-/// (the truncation marker included).
-///
-/// The patch is made file by file and only what can still be shown is kept:
-/// past the budget, a file's patch is measured and dropped, so memory holds
-/// at most the budget plus one file's patch, whatever the size of the diff.
-pub fn diff(
-    common_dir: &Path,
-    from_sha: &str,
-    to_sha: &str,
-    max_patch_bytes: usize,
-) -> Result<Diff, GitError> {
-    diff_in(
-        &open_for_diff(common_dir)?,
-        from_sha,
-        to_sha,
-        max_patch_bytes,
-    )
-}
+impl Repo {
+    /// The diff from `from_sha` to `to_sha`, its patch capped at `max_patch_bytes`
+    /// (the truncation marker included).
+    ///
+    /// The patch is made file by file and only what can still be shown is kept:
+    /// past the budget, a file's patch is measured and dropped, so memory holds
+    /// at most the budget plus one file's patch, whatever the size of the diff.
+    pub fn diff(
+        &self,
+        from_sha: &CommitId,
+        to_sha: &CommitId,
+        max_patch_bytes: usize,
+    ) -> Result<Diff, GitError> {
+        let mut patch = PatchSoFar::default();
+        let stat = each_file(self.for_diff()?, from_sha, to_sha, true, &mut |text| {
+            patch.push(text, max_patch_bytes);
+            Ok(())
+        })?;
+        let (patch, truncated) = fit_kept(&patch.kept, patch.total, patch.files, max_patch_bytes);
+        Ok(Diff {
+            patch,
+            stat,
+            truncated,
+        })
+    }
 
-/// Only the stat of the diff from `from_sha` to `to_sha` (what `pr.md`
-/// shows): no patch text is made at all.
-pub fn diff_stat(common_dir: &Path, from_sha: &str, to_sha: &str) -> Result<DiffStat, GitError> {
-    diff_stat_in(&open_for_diff(common_dir)?, from_sha, to_sha)
-}
+    /// Only the stat of the diff from `from_sha` to `to_sha` (what `pr.md`
+    /// shows): no patch text is made at all.
+    pub fn diff_stat(&self, from_sha: &CommitId, to_sha: &CommitId) -> Result<DiffStat, GitError> {
+        each_file(self.for_diff()?, from_sha, to_sha, false, &mut |_| Ok(()))
+    }
 
-/// The repository at `common_dir`, opened for diffs between commits only:
-/// it has an empty in-memory index ([`without_index`]) and writes objects to
-/// memory (the sparse trees of [`each_file`]), so it must never be used to
-/// commit, merge or stage anything.
-pub(crate) fn open_for_diff(common_dir: &Path) -> Result<Repository, GitError> {
-    let repo = open_at(common_dir)?;
-    without_index(&repo)?;
-    let op = || format!("open {} for a diff", common_dir.display());
-    let odb = repo.odb().map_err(git_err(op()))?;
-    // Above the loose (1) and pack (2) backends: every write lands here.
-    odb.add_new_mempack_backend(1000).map_err(git_err(op()))?;
-    drop(odb);
-    Ok(repo)
+    /// Writes the whole unified patch from `from_sha` to `to_sha` to `out`, one
+    /// file's patch at a time (each passed through `filter` first, e.g. to
+    /// redact it), and returns the diff's stat. Memory holds one file's patch,
+    /// never the whole patch: a stage's `diff.patch` is streamed to its file.
+    pub(crate) fn write_patch(
+        &self,
+        from_sha: &CommitId,
+        to_sha: &CommitId,
+        out: &mut dyn std::io::Write,
+        filter: &dyn Fn(&str) -> String,
+    ) -> Result<DiffStat, GitError> {
+        each_file(self.for_diff()?, from_sha, to_sha, true, &mut |text| {
+            out.write_all(filter(&text).as_bytes())
+                .map_err(|source| GitError::Io {
+                    op: "write the patch",
+                    path: std::path::PathBuf::new(),
+                    source,
+                })
+        })
+    }
 }
 
 /// Gives `repo` an empty in-memory index, so that nothing done with this
@@ -114,59 +126,9 @@ pub(crate) fn without_index(repo: &Repository) -> Result<(), GitError> {
         .map_err(git_err("give the repository handle an empty index"))
 }
 
-/// [`diff_stat`] in a repository opened with [`open_for_diff`].
-pub(crate) fn diff_stat_in(
-    repo: &Repository,
-    from_sha: &str,
-    to_sha: &str,
-) -> Result<DiffStat, GitError> {
-    each_file(repo, from_sha, to_sha, false, &mut |_| Ok(()))
-}
-
-/// The diff in an open repository, its patch capped at `max_patch_bytes`.
-fn diff_in(
-    repo: &Repository,
-    from_sha: &str,
-    to_sha: &str,
-    max_patch_bytes: usize,
-) -> Result<Diff, GitError> {
-    let mut patch = PatchSoFar::default();
-    let stat = each_file(repo, from_sha, to_sha, true, &mut |text| {
-        patch.push(text, max_patch_bytes);
-        Ok(())
-    })?;
-    let (patch, truncated) = fit_kept(&patch.kept, patch.total, patch.files, max_patch_bytes);
-    Ok(Diff {
-        patch,
-        stat,
-        truncated,
-    })
-}
-
-/// Writes the whole unified patch from `from_sha` to `to_sha` to `out`, one
-/// file's patch at a time (each passed through `filter` first, e.g. to
-/// redact it), and returns the diff's stat. Memory holds one file's patch,
-/// never the whole patch: a stage's `diff.patch` is streamed to its file.
-pub(crate) fn write_patch_in(
-    repo: &Repository,
-    from_sha: &str,
-    to_sha: &str,
-    out: &mut dyn std::io::Write,
-    filter: &dyn Fn(&str) -> String,
-) -> Result<DiffStat, GitError> {
-    each_file(repo, from_sha, to_sha, true, &mut |text| {
-        out.write_all(filter(&text).as_bytes())
-            .map_err(|source| GitError::Io {
-                op: "write the patch",
-                path: std::path::PathBuf::new(),
-                source,
-            })
-    })
-}
-
 /// The diff from `from_sha` to `to_sha`, file by file: each file's patch
 /// text goes to `sink` when `text` is set (none is made otherwise); returns
-/// the stat of all files. `repo` is a handle from [`open_for_diff`].
+/// the stat of all files. `repo` is a handle from [`Repo::for_diff`].
 ///
 /// libgit2's tree-to-tree diff walks every entry of both trees (it does not
 /// skip a subtree whose id is the same on both sides): 100,000 tracked files
@@ -177,8 +139,8 @@ pub(crate) fn write_patch_in(
 /// patch text are libgit2's, the cost is what changed.
 fn each_file(
     repo: &Repository,
-    from_sha: &str,
-    to_sha: &str,
+    from_sha: &CommitId,
+    to_sha: &CommitId,
     text: bool,
     sink: &mut dyn FnMut(String) -> Result<(), GitError>,
 ) -> Result<DiffStat, GitError> {
@@ -726,7 +688,7 @@ mod tests {
     }
 
     /// A repository with a two-commit history: text, binary, rename, deletion.
-    fn changed_repo() -> (crate::git::testutil::TestRepo, String) {
+    fn changed_repo() -> (crate::git::testutil::TestRepo, crate::git::CommitId) {
         let repo = crate::git::testutil::TestRepo::new();
         let base = repo.rev("HEAD");
         repo.write("src/lib.rs", "pub fn one() -> u32 {\n    11\n}\n");
@@ -740,13 +702,14 @@ mod tests {
     #[test]
     fn the_streamed_patch_is_the_whole_patch_and_the_same_stat() {
         let (repo, base) = changed_repo();
-        let whole = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
-        let handle = open_for_diff(&repo.git_dir()).unwrap();
+        let handle = Repo::at(repo.git_dir());
+        let whole = handle.diff(&base, &repo.rev("HEAD"), usize::MAX).unwrap();
         let mut out = Vec::new();
-        let stat = write_patch_in(&handle, &base, "HEAD", &mut out, &|t: &str| {
-            t.replace("11", "[N]")
-        })
-        .unwrap();
+        let stat = handle
+            .write_patch(&base, &repo.rev("HEAD"), &mut out, &|t: &str| {
+                t.replace("11", "[N]")
+            })
+            .unwrap();
         assert_eq!(stat, whole.stat);
         assert_eq!(
             String::from_utf8(out).unwrap(),
@@ -761,13 +724,17 @@ mod tests {
         // An index libgit2 cannot parse: any attribute lookup that loaded
         // it would fail the diff.
         std::fs::write(repo.git_dir().join("index"), b"DIRC not an index").unwrap();
-        let d = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
+        let d = Repo::at(repo.git_dir())
+            .diff(&base, &repo.rev("HEAD"), usize::MAX)
+            .unwrap();
         assert_eq!(d.stat.files_changed, 3);
-        let stat = diff_stat(&repo.git_dir(), &base, "HEAD").unwrap();
+        let stat = Repo::at(repo.git_dir())
+            .diff_stat(&base, &repo.rev("HEAD"))
+            .unwrap();
         assert_eq!(stat, d.stat);
-        let plain = open_at(&repo.git_dir()).unwrap();
+        let plain = crate::git::open_at(&repo.git_dir()).unwrap();
         assert!(
-            diff_stat_in(&plain, &base, "HEAD").is_err(),
+            each_file(&plain, &base, &repo.rev("HEAD"), false, &mut |_| Ok(())).is_err(),
             "the test's index must be one libgit2 refuses"
         );
     }
@@ -776,7 +743,9 @@ mod tests {
     fn working_tree_attributes_still_apply_to_the_diff() {
         let (repo, base) = changed_repo();
         repo.write(".gitattributes", "*.dat binary\n");
-        let d = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
+        let d = Repo::at(repo.git_dir())
+            .diff(&base, &repo.rev("HEAD"), usize::MAX)
+            .unwrap();
         let dat = d.stat.files.iter().find(|f| f.path == "notes.dat").unwrap();
         assert_eq!(dat.binary, Some((0, 16)), "{:?}", d.stat);
         assert!(!d.patch.contains("plain text data"), "{}", d.patch);
@@ -812,7 +781,9 @@ mod tests {
         repo.git(&["mv", "d3/sub/f4.txt", "d4/moved.txt"]);
         repo.git(&["add", "-A"]);
         repo.git(&["commit", "-q", "-m", "changes"]);
-        let d = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).unwrap();
+        let d = Repo::at(repo.git_dir())
+            .diff(&base, &repo.rev("HEAD"), usize::MAX)
+            .unwrap();
         assert_eq!(
             d.patch,
             repo.git(&["diff", "-M", "--no-color", &base, "HEAD"])
@@ -842,7 +813,9 @@ mod tests {
             .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
             .count();
         let before = loose;
-        diff(&repo.git_dir(), &base, "HEAD", 100).unwrap();
+        Repo::at(repo.git_dir())
+            .diff(&base, &repo.rev("HEAD"), 100)
+            .unwrap();
         let after = std::fs::read_dir(repo.git_dir().join("objects"))
             .unwrap()
             .flatten()

@@ -4,8 +4,8 @@
 //! (`orch/<run>/…`). Whether a run may be cleared (not running) is the
 //! caller's question; these functions only do, or list, the git side.
 
-use super::{GitError, delete_branch, list_branches, remove_worktree};
-use std::path::{Path, PathBuf};
+use super::{GitError, Repo};
+use std::path::PathBuf;
 
 /// One thing removed (or, in a dry run, that would be).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,94 +16,95 @@ pub enum Removed {
     Branch(String),
 }
 
-/// The directory holding run `run_id`'s lanes.
-pub fn lanes_root(common_dir: &Path, run_id: &str) -> PathBuf {
-    common_dir.join("orch").join("worktrees").join(run_id)
-}
-
-/// Run ids that have a lanes directory (also those whose record is gone).
-pub fn runs_with_lanes(common_dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(common_dir.join("orch").join("worktrees")) else {
-        return Vec::new();
-    };
-    let mut ids: Vec<String> = entries
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    ids.sort();
-    ids
-}
-
-/// Removes (or, with `dry_run`, lists) the lanes of `run_id`: their
-/// worktrees, admin entries and `orch-lanes/<run>/` branches.
-pub fn remove_lanes(
-    common_dir: &Path,
-    run_id: &str,
-    dry_run: bool,
-) -> Result<Vec<Removed>, GitError> {
-    let dir = lanes_root(common_dir, run_id);
-    let mut removed = Vec::new();
-    let mut lanes: Vec<(String, PathBuf)> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        for entry in entries.flatten() {
-            let file = entry.file_name();
-            if let Some(k) = file.to_str().and_then(|n| n.strip_prefix("lane-")) {
-                lanes.push((format!("orch-{run_id}-{k}"), entry.path()));
-            }
-        }
+impl Repo {
+    /// The directory holding run `run_id`'s lanes.
+    pub fn lanes_root(&self, run_id: &str) -> PathBuf {
+        let common_dir = self.common_dir();
+        common_dir.join("orch").join("worktrees").join(run_id)
     }
-    // Admin entries whose directory is already gone.
-    if let Ok(entries) = std::fs::read_dir(common_dir.join("worktrees")) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(k) = name.strip_prefix(&format!("orch-{run_id}-")) {
-                let path = dir.join(format!("lane-{k}"));
-                if !lanes.iter().any(|(n, _)| *n == name) {
-                    lanes.push((name, path));
+
+    /// Run ids that have a lanes directory (also those whose record is gone).
+    pub fn runs_with_lanes(&self) -> Vec<String> {
+        let common_dir = self.common_dir();
+        let Ok(entries) = std::fs::read_dir(common_dir.join("orch").join("worktrees")) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Removes (or, with `dry_run`, lists) the lanes of `run_id`: their
+    /// worktrees, admin entries and `orch-lanes/<run>/` branches.
+    pub fn remove_lanes(&self, run_id: &str, dry_run: bool) -> Result<Vec<Removed>, GitError> {
+        let common_dir = self.common_dir();
+        let dir = self.lanes_root(run_id);
+        let mut removed = Vec::new();
+        let mut lanes: Vec<(String, PathBuf)> = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                let file = entry.file_name();
+                if let Some(k) = file.to_str().and_then(|n| n.strip_prefix("lane-")) {
+                    lanes.push((format!("orch-{run_id}-{k}"), entry.path()));
                 }
             }
         }
-    }
-    lanes.sort();
-    for (name, path) in lanes {
-        if !dry_run {
-            remove_worktree(common_dir, &name, &path)?;
+        // Admin entries whose directory is already gone.
+        if let Ok(entries) = std::fs::read_dir(common_dir.join("worktrees")) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some(k) = name.strip_prefix(&format!("orch-{run_id}-")) {
+                    let path = dir.join(format!("lane-{k}"));
+                    if !lanes.iter().any(|(n, _)| *n == name) {
+                        lanes.push((name, path));
+                    }
+                }
+            }
         }
-        removed.push(Removed::Worktree(path));
-    }
-    for (branch, _) in list_branches(common_dir, &format!("orch-lanes/{run_id}/"))? {
-        if !dry_run {
-            delete_branch(common_dir, &branch)?;
+        lanes.sort();
+        for (name, path) in lanes {
+            if !dry_run {
+                self.remove_worktree(&name, &path)?;
+            }
+            removed.push(Removed::Worktree(path));
         }
-        removed.push(Removed::Branch(branch));
+        for (branch, _) in self.list_branches(&format!("orch-lanes/{run_id}/"))? {
+            if !dry_run {
+                self.delete_branch(&branch)?;
+            }
+            removed.push(Removed::Branch(branch));
+        }
+        if !dry_run {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        Ok(removed)
     }
-    if !dry_run {
-        let _ = std::fs::remove_dir(&dir);
-    }
-    Ok(removed)
-}
 
-/// Removes (or lists) run `run_id`'s stage branches `orch/<run>/…`, keeping
-/// the PR branch `orch/<run>/pr` unless `include_pr`.
-pub fn remove_run_branches(
-    common_dir: &Path,
-    run_id: &str,
-    include_pr: bool,
-    dry_run: bool,
-) -> Result<Vec<Removed>, GitError> {
-    let pr = format!("orch/{run_id}/pr");
-    let mut removed = Vec::new();
-    for (branch, _) in list_branches(common_dir, &format!("orch/{run_id}/"))? {
-        if branch == pr && !include_pr {
-            continue;
+    /// Removes (or lists) run `run_id`'s stage branches `orch/<run>/…`, keeping
+    /// the PR branch `orch/<run>/pr` unless `include_pr`.
+    pub fn remove_run_branches(
+        &self,
+        run_id: &str,
+        include_pr: bool,
+        dry_run: bool,
+    ) -> Result<Vec<Removed>, GitError> {
+        let pr = format!("orch/{run_id}/pr");
+        let mut removed = Vec::new();
+        for (branch, _) in self.list_branches(&format!("orch/{run_id}/"))? {
+            if branch == pr && !include_pr {
+                continue;
+            }
+            if !dry_run {
+                self.delete_branch(&branch)?;
+            }
+            removed.push(Removed::Branch(branch));
         }
-        if !dry_run {
-            delete_branch(common_dir, &branch)?;
-        }
-        removed.push(Removed::Branch(branch));
+        Ok(removed)
     }
-    Ok(removed)
 }
 
 #[cfg(test)]
@@ -123,20 +124,26 @@ mod tests {
         ] {
             repo.git(&["branch", b]);
         }
-        let listed = remove_run_branches(&common, "r1", false, true).unwrap();
+        let listed = Repo::at(&common)
+            .remove_run_branches("r1", false, true)
+            .unwrap();
         assert_eq!(listed.len(), 2, "{listed:?}");
         assert!(
             repo.git(&["branch", "--list", "orch/r1/*"])
                 .contains("code.v1")
         );
-        remove_run_branches(&common, "r1", false, false).unwrap();
+        Repo::at(&common)
+            .remove_run_branches("r1", false, false)
+            .unwrap();
         let left = repo.git(&["branch", "--list", "orch/*"]);
         assert!(
             left.contains("orch/r1/pr") && left.contains("orch/r2/code"),
             "{left}"
         );
         assert!(!left.contains("orch/r1/code"), "{left}");
-        remove_run_branches(&common, "r1", true, false).unwrap();
+        Repo::at(&common)
+            .remove_run_branches("r1", true, false)
+            .unwrap();
         assert!(!repo.git(&["branch", "--list", "orch/r1/*"]).contains("pr"));
     }
 }

@@ -2,15 +2,14 @@
 //! merge of their commits, made in memory (no checkout, no worktree), so it
 //! costs what the merge touches, not the repository's size.
 
-use super::{GitError, find_commit, git_err, open_at, signature};
-use git2::{MergeOptions, Oid, Repository};
-use std::path::Path;
+use super::{CommitId, GitError, Repo, find_commit, git_err, signature};
+use git2::{MergeOptions, Oid};
 
 /// The result of merging several stage commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MergeOutcome {
     /// The merged commit (one of the inputs when the others are its ancestors).
-    Merged(String),
+    Merged(CommitId),
     /// The commits conflict; nothing was written.
     Conflict {
         /// The two commits (labels as given) whose merge conflicted.
@@ -20,137 +19,127 @@ pub enum MergeOutcome {
     },
 }
 
-/// Merges `commits` (label, sha) into one commit: duplicates and commits that
-/// are ancestors of another are dropped; one left is returned as is; several
-/// are merged pairwise in the given order, each merge a real two-parent
-/// commit with `message` (plus the labels merged).
-///
-/// A single full sha (a stage with one input, the run's first stage) needs
-/// no merge and no repository: it is returned as given.
-pub fn merge_commits(
-    common_dir: &Path,
-    commits: &[(String, String)],
-    message: &str,
-) -> Result<MergeOutcome, GitError> {
-    if let [(_, sha)] = commits
-        && sha.len() == 40
-        && Oid::from_str(sha).is_ok()
-    {
-        return Ok(MergeOutcome::Merged(sha.to_ascii_lowercase()));
-    }
-    merge_commits_in(&open_at(common_dir)?, commits, message)
-}
-
-/// [`merge_commits`] in an open repository.
-pub(crate) fn merge_commits_in(
-    repo: &Repository,
-    commits: &[(String, String)],
-    message: &str,
-) -> Result<MergeOutcome, GitError> {
-    let mut tips: Vec<(String, Oid)> = Vec::new();
-    for (label, sha) in commits {
-        let oid = find_commit(repo, sha)?.id();
-        if tips.iter().any(|(_, t)| *t == oid) {
-            continue;
+impl Repo {
+    /// Merges `commits` (label, sha) into one commit: duplicates and commits that
+    /// are ancestors of another are dropped; one left is returned as is; several
+    /// are merged pairwise in the given order, each merge a real two-parent
+    /// commit with `message` (plus the labels merged).
+    ///
+    /// A single commit (a stage with one input, the run's first stage) needs
+    /// no merge and does not open the repository: it is returned as given.
+    pub fn merge_commits(
+        &self,
+        commits: &[(String, CommitId)],
+        message: &str,
+    ) -> Result<MergeOutcome, GitError> {
+        if let [(_, sha)] = commits {
+            return Ok(MergeOutcome::Merged(sha.clone()));
         }
-        tips.push((label.clone(), oid));
-    }
-    // Drop tips already contained in another tip.
-    let all = tips.clone();
-    tips.retain(|(_, oid)| {
-        !all.iter().any(|(_, other)| {
-            other != oid && repo.graph_descendant_of(*other, *oid).unwrap_or(false)
-        })
-    });
-    let Some((first_label, first)) = tips.first().cloned() else {
-        return Err(GitError::Git {
-            op: "merge stage commits: none given".into(),
-            source: git2::Error::from_str("empty input"),
+        let repo = self.git2()?;
+        let mut tips: Vec<(String, Oid)> = Vec::new();
+        for (label, sha) in commits {
+            let oid = find_commit(repo, sha)?.id();
+            if tips.iter().any(|(_, t)| *t == oid) {
+                continue;
+            }
+            tips.push((label.clone(), oid));
+        }
+        // Drop tips already contained in another tip.
+        let all = tips.clone();
+        tips.retain(|(_, oid)| {
+            !all.iter().any(|(_, other)| {
+                other != oid && repo.graph_descendant_of(*other, *oid).unwrap_or(false)
+            })
         });
-    };
-    let sig = signature(repo)?;
-    let (mut acc_label, mut acc) = (first_label, first);
-    for (label, oid) in tips.into_iter().skip(1) {
-        let ours = repo
-            .find_commit(acc)
-            .map_err(git_err("find a commit to merge"))?;
-        let theirs = repo
-            .find_commit(oid)
-            .map_err(git_err("find a commit to merge"))?;
-        let mut opts = MergeOptions::new();
-        opts.fail_on_conflict(false);
-        let mut index = repo
-            .merge_commits(&ours, &theirs, Some(&opts))
-            .map_err(git_err(format!("merge {acc_label} and {label}")))?;
-        if index.has_conflicts() {
-            let mut paths: Vec<String> = index
-                .conflicts()
-                .map_err(git_err("list merge conflicts"))?
-                .flatten()
-                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
-                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-                .collect();
-            paths.sort();
-            paths.dedup();
-            return Ok(MergeOutcome::Conflict {
-                between: (acc_label, label),
-                paths,
+        let Some((first_label, first)) = tips.first().cloned() else {
+            return Err(GitError::Git {
+                op: "merge stage commits: none given".into(),
+                source: git2::Error::from_str("empty input"),
             });
+        };
+        let sig = signature(repo)?;
+        let (mut acc_label, mut acc) = (first_label, first);
+        for (label, oid) in tips.into_iter().skip(1) {
+            let ours = repo
+                .find_commit(acc)
+                .map_err(git_err("find a commit to merge"))?;
+            let theirs = repo
+                .find_commit(oid)
+                .map_err(git_err("find a commit to merge"))?;
+            let mut opts = MergeOptions::new();
+            opts.fail_on_conflict(false);
+            let mut index = repo
+                .merge_commits(&ours, &theirs, Some(&opts))
+                .map_err(git_err(format!("merge {acc_label} and {label}")))?;
+            if index.has_conflicts() {
+                let mut paths: Vec<String> = index
+                    .conflicts()
+                    .map_err(git_err("list merge conflicts"))?
+                    .flatten()
+                    .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                    .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                    .collect();
+                paths.sort();
+                paths.dedup();
+                return Ok(MergeOutcome::Conflict {
+                    between: (acc_label, label),
+                    paths,
+                });
+            }
+            let tree_id = index
+                .write_tree_to(repo)
+                .map_err(git_err("write the merged tree"))?;
+            let tree = repo
+                .find_tree(tree_id)
+                .map_err(git_err("find the merged tree"))?;
+            let msg = format!("{message}\n\nOrch-Merge: {acc_label}, {label}\n");
+            acc = repo
+                .commit(None, &sig, &sig, &msg, &tree, &[&ours, &theirs])
+                .map_err(git_err("commit the merge"))?;
+            acc_label = format!("{acc_label}+{label}");
         }
-        let tree_id = index
-            .write_tree_to(repo)
-            .map_err(git_err("write the merged tree"))?;
-        let tree = repo
-            .find_tree(tree_id)
-            .map_err(git_err("find the merged tree"))?;
-        let msg = format!("{message}\n\nOrch-Merge: {acc_label}, {label}\n");
-        acc = repo
-            .commit(None, &sig, &sig, &msg, &tree, &[&ours, &theirs])
-            .map_err(git_err("commit the merge"))?;
-        acc_label = format!("{acc_label}+{label}");
+        Ok(MergeOutcome::Merged(CommitId::from_oid(acc)))
     }
-    Ok(MergeOutcome::Merged(acc.to_string()))
-}
 
-/// Renames `refs/heads/<from>` to `<to>` (refusing to overwrite `to`).
-pub fn rename_branch(common_dir: &Path, from: &str, to: &str) -> Result<(), GitError> {
-    let _admin = super::admin_lock(common_dir, true)?;
-    let repo = open_at(common_dir)?;
-    let mut branch = repo
-        .find_branch(from, git2::BranchType::Local)
-        .map_err(git_err(format!("find branch `{from}`")))?;
-    branch
-        .rename(to, false)
-        .map_err(git_err(format!("rename branch `{from}` to `{to}`")))?;
-    Ok(())
-}
-
-/// Deletes `refs/heads/<branch>` if it exists.
-pub fn delete_branch(common_dir: &Path, branch: &str) -> Result<(), GitError> {
-    let _admin = super::admin_lock(common_dir, true)?;
-    let repo = open_at(common_dir)?;
-    match repo.find_branch(branch, git2::BranchType::Local) {
-        Ok(mut b) => b
-            .delete()
-            .map_err(git_err(format!("delete branch `{branch}`"))),
-        Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(()),
-        Err(e) => Err(git_err(format!("find branch `{branch}`"))(e)),
+    /// Renames `refs/heads/<from>` to `<to>` (refusing to overwrite `to`).
+    pub fn rename_branch(&self, from: &str, to: &str) -> Result<(), GitError> {
+        let _admin = self.admin_lock(true)?;
+        let mut branch = self
+            .git2()?
+            .find_branch(from, git2::BranchType::Local)
+            .map_err(git_err(format!("find branch `{from}`")))?;
+        branch
+            .rename(to, false)
+            .map_err(git_err(format!("rename branch `{from}` to `{to}`")))?;
+        Ok(())
     }
-}
 
-/// The tree id of a commit (equal trees mean equal content).
-pub fn tree_of(common_dir: &Path, sha: &str) -> Result<String, GitError> {
-    let repo = open_at(common_dir)?;
-    Ok(find_commit(&repo, sha)?
-        .tree()
-        .map_err(git_err("read a commit's tree"))?
-        .id()
-        .to_string())
+    /// Deletes `refs/heads/<branch>` if it exists.
+    pub fn delete_branch(&self, branch: &str) -> Result<(), GitError> {
+        let _admin = self.admin_lock(true)?;
+        match self.git2()?.find_branch(branch, git2::BranchType::Local) {
+            Ok(mut b) => b
+                .delete()
+                .map_err(git_err(format!("delete branch `{branch}`"))),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(()),
+            Err(e) => Err(git_err(format!("find branch `{branch}`"))(e)),
+        }
+    }
+
+    /// The tree id of a commit (equal trees mean equal content).
+    pub fn tree_of(&self, sha: &CommitId) -> Result<String, GitError> {
+        Ok(find_commit(self.git2()?, sha)?
+            .tree()
+            .map_err(git_err("read a commit's tree"))?
+            .id()
+            .to_string())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn git(dir: &Path, args: &[&str]) -> String {
         let out = std::process::Command::new("git")
@@ -172,12 +161,12 @@ mod tests {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    fn commit_file(dir: &Path, branch: &str, file: &str, text: &str) -> String {
+    fn commit_file(dir: &Path, branch: &str, file: &str, text: &str) -> CommitId {
         git(dir, &["checkout", "-q", branch]);
         std::fs::write(dir.join(file), text).unwrap();
         git(dir, &["add", "-A"]);
         git(dir, &["commit", "-qm", file]);
-        git(dir, &["rev-parse", "HEAD"])
+        CommitId::parse(&git(dir, &["rev-parse", "HEAD"])).unwrap()
     }
 
     #[test]
@@ -197,12 +186,12 @@ mod tests {
         let a2 = commit_file(d, "a", "shared.txt", "one\ntwo by a\nthree\n");
         let gitdir = d.join(".git");
 
-        let out = merge_commits(
-            &gitdir,
-            &[("a".into(), a.clone()), ("b".into(), b.clone())],
-            "orch: merge",
-        )
-        .unwrap();
+        let out = Repo::at(&gitdir)
+            .merge_commits(
+                &[("a".into(), a.clone()), ("b".into(), b.clone())],
+                "orch: merge",
+            )
+            .unwrap();
         let MergeOutcome::Merged(m) = out else {
             panic!("{out:?}")
         };
@@ -212,14 +201,17 @@ mod tests {
             "{files}"
         );
         let parents = git(d, &["rev-list", "--parents", "-n1", &m]);
-        assert!(parents.contains(&a) && parents.contains(&b));
+        assert!(parents.contains(a.as_str()) && parents.contains(b.as_str()));
 
         // An ancestor is dropped: merging a with a2 (its descendant) is a2.
-        let out =
-            merge_commits(&gitdir, &[("a".into(), a), ("a2".into(), a2.clone())], "m").unwrap();
+        let out = Repo::at(&gitdir)
+            .merge_commits(&[("a".into(), a), ("a2".into(), a2.clone())], "m")
+            .unwrap();
         assert_eq!(out, MergeOutcome::Merged(a2.clone()));
 
-        let out = merge_commits(&gitdir, &[("left".into(), a2), ("right".into(), c)], "m").unwrap();
+        let out = Repo::at(&gitdir)
+            .merge_commits(&[("left".into(), a2), ("right".into(), c)], "m")
+            .unwrap();
         assert_eq!(
             out,
             MergeOutcome::Conflict {
@@ -239,7 +231,9 @@ mod tests {
         git(d, &["commit", "-qm", "base"]);
         git(d, &["branch", "orch/r/code"]);
         let gitdir = d.join(".git");
-        rename_branch(&gitdir, "orch/r/code", "orch/r/code.v1").unwrap();
+        Repo::at(&gitdir)
+            .rename_branch("orch/r/code", "orch/r/code.v1")
+            .unwrap();
         assert_eq!(
             git(
                 d,
@@ -247,8 +241,8 @@ mod tests {
             ),
             "orch/r/code.v1"
         );
-        delete_branch(&gitdir, "orch/r/code.v1").unwrap();
-        delete_branch(&gitdir, "orch/r/missing").unwrap();
+        Repo::at(&gitdir).delete_branch("orch/r/code.v1").unwrap();
+        Repo::at(&gitdir).delete_branch("orch/r/missing").unwrap();
         assert_eq!(git(d, &["branch", "--list", "orch/*"]), "");
     }
 }

@@ -6,12 +6,13 @@
 //!   written. Everything orch changes lives in its own linked worktree (under the
 //!   common git dir) and in `refs/heads/orch/…`. Functions that write files or an
 //!   index ([`commit_all`], [`reset_worktree`]) refuse anything but a linked
-//!   worktree, and [`set_branch`] refuses the branch the user has checked out.
-//! - Every function is synchronous and opens a fresh [`git2::Repository`]: a
-//!   repository handle cannot be shared between threads, so async callers run
-//!   these through `spawn_blocking`. A blocking task that does several steps
-//!   opens the repository once and uses the `*_in` variants (each open
-//!   re-reads the git config files and the refs).
+//!   worktree, and [`Repo::set_branch`] refuses the branch the user has checked out.
+//! - The operations on the user's repository are methods of one handle,
+//!   [`Repo`], which opens the repository (reads its config files and refs)
+//!   on first use and keeps it: make one per blocking task and pass `&Repo`
+//!   down. Everything here is synchronous (libgit2 blocks, and a handle
+//!   cannot be shared between threads), so async callers run it through
+//!   `spawn_blocking`.
 //! - Work is proportional to what changed as far as libgit2 allows: staging
 //!   walks the worktree once, trusting the index's stat cache for unchanged files.
 
@@ -22,6 +23,7 @@ pub mod gc;
 pub mod ignored;
 mod merge;
 pub mod pool;
+mod repo;
 pub mod shadow;
 pub mod snapshot;
 mod staging;
@@ -35,17 +37,14 @@ use std::path::{Path, PathBuf};
 
 use git2::{ErrorCode, Oid, Repository};
 
-pub use commit::{commit_all, commit_tree};
-pub use diff::{Diff, DiffStat, FileStat, diff, diff_stat};
-pub(crate) use diff::{diff_stat_in, open_for_diff, without_index, write_patch_in};
-pub(crate) use merge::merge_commits_in;
-pub use merge::{MergeOutcome, delete_branch, merge_commits, rename_branch, tree_of};
+pub use commit::commit_all;
+pub(crate) use diff::without_index;
+pub use diff::{Diff, DiffStat, FileStat};
+pub use merge::MergeOutcome;
+pub use repo::{CommitId, InvalidCommitId, Repo};
 pub use shadow::Quarantine;
 pub use staging::{Staged, stage_tree, stage_tree_held};
-pub use worktree::{
-    AdminLock, admin_lock, admin_lock_path, clean_moved, create_worktree, move_tracked,
-    move_worktree, prune_broken_lanes, remove_stale_ref_locks, remove_worktree, reset_worktree,
-};
+pub use worktree::{AdminLock, clean_moved, move_tracked, move_worktree, reset_worktree};
 
 /// An error of the git layer; its message reads after "failed to …".
 #[derive(Debug, thiserror::Error)]
@@ -218,16 +217,16 @@ pub fn open_repo(path: &Path) -> Result<RepoInfo, GitError> {
     Ok(discover(path)?.1)
 }
 
-/// [`open_repo`] and [`resolve_commit`] of `rev` in its common dir, with one
+/// [`open_repo`] and [`Repo::resolve_commit`] of `rev` in its common dir, with one
 /// open of the repository when `path` is not inside a linked worktree.
-pub fn open_repo_at(path: &Path, rev: &str) -> Result<(RepoInfo, String), GitError> {
+pub fn open_repo_at(path: &Path, rev: &str) -> Result<(RepoInfo, CommitId), GitError> {
     let (repo, info) = discover(path)?;
     // In a linked worktree, `HEAD` of the common dir is the main working
-    // tree's, as `resolve_commit` reads it.
+    // tree's, as `Repo::resolve_commit` reads it.
     let sha = if repo.is_worktree() {
-        resolve_commit(&info.common_dir, rev)?
+        Repo::at(&info.common_dir).resolve_commit(rev)?
     } else {
-        find_commit(&repo, rev)?.id().to_string()
+        CommitId::from_oid(find_commit(&repo, rev)?.id())
     };
     Ok((info, sha))
 }
@@ -310,16 +309,6 @@ pub(crate) fn find_commit<'r>(
     object.peel_to_commit().map_err(resolve)
 }
 
-/// Resolves `rev` (`HEAD`, a branch, a tag, a sha…) to a full commit sha.
-///
-/// `common_dir` is opened as is: given the common git dir, `HEAD` is the main
-/// working tree's `HEAD`; given the top of a linked worktree, it is that
-/// worktree's `HEAD`.
-pub fn resolve_commit(common_dir: &Path, rev: &str) -> Result<String, GitError> {
-    let repo = open_at(common_dir)?;
-    Ok(find_commit(&repo, rev)?.id().to_string())
-}
-
 fn branch_ref(branch: &str) -> Result<String, GitError> {
     let name = format!("refs/heads/{branch}");
     if branch.is_empty() || !git2::Reference::is_valid_name(&name) {
@@ -330,32 +319,139 @@ fn branch_ref(branch: &str) -> Result<String, GitError> {
     Ok(name)
 }
 
-/// Creates `refs/heads/<branch>` at `sha`, or force-moves it there.
-///
-/// Refuses a branch the user has checked out (in the main working tree or in
-/// one of their own linked worktrees), so the user's `HEAD` never moves under
-/// them. Branches checked out in worktrees under the common git dir (orch's
-/// own) may be moved.
-pub fn set_branch(common_dir: &Path, branch: &str, sha: &str) -> Result<(), GitError> {
-    branch_ref(branch)?;
-    // Looking for the worktrees that have the branch checked out must not
-    // meet another process's half-made worktree; and libgit2's loose-ref
-    // writes race each other on the shared directories (two stages of one
-    // run setting `orch/<run>/a` and `orch/<run>/b` at once failed with
-    // "failed to make directory …: No such file or directory"), so ref
-    // updates are serialised too.
-    let _admin = admin_lock(common_dir, true)?;
-    set_branch_locked(&open_at(common_dir)?, branch, sha)
+impl Repo {
+    /// Resolves `rev` (`HEAD`, a branch, a tag, a sha…) to a full commit id.
+    ///
+    /// `HEAD` is the main working tree's when the handle is of the common
+    /// git dir, a linked worktree's when it is of that worktree's top.
+    pub fn resolve_commit(&self, rev: &str) -> Result<CommitId, GitError> {
+        Ok(CommitId::from_oid(find_commit(self.git2()?, rev)?.id()))
+    }
+
+    /// Creates `refs/heads/<branch>` at `sha`, or force-moves it there.
+    ///
+    /// Refuses a branch the user has checked out (in the main working tree or in
+    /// one of their own linked worktrees), so the user's `HEAD` never moves under
+    /// them. Branches checked out in worktrees under the common git dir (orch's
+    /// own) may be moved.
+    pub fn set_branch(&self, branch: &str, sha: &CommitId) -> Result<(), GitError> {
+        branch_ref(branch)?;
+        // Looking for the worktrees that have the branch checked out must not
+        // meet another process's half-made worktree; and libgit2's loose-ref
+        // writes race each other on the shared directories (two stages of one
+        // run setting `orch/<run>/a` and `orch/<run>/b` at once failed with
+        // "failed to make directory …: No such file or directory"), so ref
+        // updates are serialised too.
+        let _admin = self.admin_lock(true)?;
+        set_branch_locked(self.git2()?, branch, sha)
+    }
+
+    /// The commit `refs/heads/<branch>` points at, or `None` when it does not exist.
+    pub fn branch_sha(&self, branch: &str) -> Result<Option<CommitId>, GitError> {
+        let name = branch_ref(branch)?;
+        let repo = self.git2()?;
+        let reference = match repo.find_reference(&name) {
+            Ok(reference) => reference,
+            Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(git_err(format!("read branch `{branch}`"))(e)),
+        };
+        let commit = reference
+            .peel_to_commit()
+            .map_err(git_err(format!("read branch `{branch}`")))?;
+        Ok(Some(CommitId::from_oid(commit.id())))
+    }
+
+    /// `(name, sha)` of every branch whose name starts with `prefix`, sorted by name.
+    ///
+    /// Branches that do not point at a commit are skipped.
+    pub fn list_branches(&self, prefix: &str) -> Result<Vec<(String, CommitId)>, GitError> {
+        let repo = self.git2()?;
+        let full_prefix = format!("refs/heads/{prefix}");
+        let op = || {
+            format!(
+                "list branches `{prefix}*` in {}",
+                self.common_dir().display()
+            )
+        };
+        let mut out = Vec::new();
+        for reference in repo.references().map_err(git_err(op()))? {
+            let reference = reference.map_err(git_err(op()))?;
+            // Branch names orch writes are UTF-8; skip any that are not.
+            let Ok(name) = reference.name() else {
+                continue;
+            };
+            let Some(short) = name.strip_prefix("refs/heads/") else {
+                continue;
+            };
+            if !name.starts_with(&full_prefix) {
+                continue;
+            }
+            if let Ok(commit) = reference.peel_to_commit() {
+                out.push((short.to_string(), CommitId::from_oid(commit.id())));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The `Key: value` trailers at the end of a commit's message, in order.
+    pub fn commit_message_trailers(
+        &self,
+        sha: &CommitId,
+    ) -> Result<Vec<(String, String)>, GitError> {
+        let commit = find_commit(self.git2()?, sha)?;
+        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+        let trailers = git2::message_trailers_strs(&message)
+            .map_err(git_err(format!("parse the trailers of commit {sha}")))?;
+        Ok(trailers
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect())
+    }
+
+    /// The paths whose entries differ between commit `from` and tree `to`
+    /// (blobs, modes, symlinks, gitlinks), sorted: what a stage changed, from
+    /// the objects git wrote. `git diff-tree` compares subtrees by id and
+    /// descends only into those that differ (libgit2's tree diff loaded every
+    /// subtree: 11 MB of heap at 100,000 files). Non-UTF-8 paths are given
+    /// lossily. `held`: the quarantine `to_tree`'s new objects are in.
+    pub fn changed_between(
+        &self,
+        from: &CommitId,
+        to_tree: &str,
+        held: Option<&Quarantine>,
+    ) -> Result<Vec<String>, GitError> {
+        let common_dir = self.common_dir();
+        let git = match held {
+            Some(q) => cli::git(common_dir).env("GIT_ALTERNATE_OBJECT_DIRECTORIES", q.objects()),
+            None => cli::git(common_dir),
+        };
+        let out = git
+            .args([
+                "diff-tree",
+                "-r",
+                "-z",
+                "--name-only",
+                "--no-renames",
+                "--no-commit-id",
+            ])
+            .arg(format!("{from}^{{tree}}"))
+            .arg(to_tree)
+            .run()?;
+        let mut paths: Vec<String> = out
+            .stdout
+            .split(|&b| b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
+    }
 }
 
-/// [`set_branch`] in an open repository (of the common dir).
-pub(crate) fn set_branch_in(repo: &Repository, branch: &str, sha: &str) -> Result<(), GitError> {
-    let _admin = admin_lock(repo.commondir(), true)?;
-    set_branch_locked(repo, branch, sha)
-}
-
-/// [`set_branch`] with the admin lock held.
-fn set_branch_locked(repo: &Repository, branch: &str, sha: &str) -> Result<(), GitError> {
+/// [`Repo::set_branch`] with the admin lock held.
+fn set_branch_locked(repo: &Repository, branch: &str, sha: &CommitId) -> Result<(), GitError> {
     let name = branch_ref(branch)?;
     let commit = find_commit(repo, sha)?;
     if checked_out_by_user(repo, &name) {
@@ -397,72 +493,6 @@ fn checked_out_by_user(repo: &Repository, refname: &str) -> bool {
     })
 }
 
-/// The commit `refs/heads/<branch>` points at, or `None` when it does not exist.
-pub fn branch_sha(common_dir: &Path, branch: &str) -> Result<Option<String>, GitError> {
-    let name = branch_ref(branch)?;
-    let repo = open_at(common_dir)?;
-    let reference = match repo.find_reference(&name) {
-        Ok(reference) => reference,
-        Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
-        Err(e) => return Err(git_err(format!("read branch `{branch}`"))(e)),
-    };
-    let commit = reference
-        .peel_to_commit()
-        .map_err(git_err(format!("read branch `{branch}`")))?;
-    Ok(Some(commit.id().to_string()))
-}
-
-/// `(name, sha)` of every branch whose name starts with `prefix`, sorted by name.
-///
-/// Branches that do not point at a commit are skipped.
-pub fn list_branches(common_dir: &Path, prefix: &str) -> Result<Vec<(String, String)>, GitError> {
-    let repo = open_at(common_dir)?;
-    let full_prefix = format!("refs/heads/{prefix}");
-    let op = || format!("list branches `{prefix}*` in {}", common_dir.display());
-    let mut out = Vec::new();
-    for reference in repo.references().map_err(git_err(op()))? {
-        let reference = reference.map_err(git_err(op()))?;
-        // Branch names orch writes are UTF-8; skip any that are not.
-        let Ok(name) = reference.name() else {
-            continue;
-        };
-        let Some(short) = name.strip_prefix("refs/heads/") else {
-            continue;
-        };
-        if !name.starts_with(&full_prefix) {
-            continue;
-        }
-        if let Ok(commit) = reference.peel_to_commit() {
-            out.push((short.to_string(), commit.id().to_string()));
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// The `Key: value` trailers at the end of a commit's message, in order.
-pub fn commit_message_trailers(
-    common_dir: &Path,
-    sha: &str,
-) -> Result<Vec<(String, String)>, GitError> {
-    commit_message_trailers_in(&open_at(common_dir)?, sha)
-}
-
-/// [`commit_message_trailers`] in an open repository.
-pub(crate) fn commit_message_trailers_in(
-    repo: &Repository,
-    sha: &str,
-) -> Result<Vec<(String, String)>, GitError> {
-    let commit = find_commit(repo, sha)?;
-    let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
-    let trailers = git2::message_trailers_strs(&message)
-        .map_err(git_err(format!("parse the trailers of commit {sha}")))?;
-    Ok(trailers
-        .iter()
-        .map(|(key, value)| (key.to_string(), value.to_string()))
-        .collect())
-}
-
 /// The signature orch commits with: the repository's configured identity, or
 /// `orch <orch@localhost>` when none is configured.
 pub(crate) fn signature(repo: &Repository) -> Result<git2::Signature<'static>, GitError> {
@@ -479,13 +509,14 @@ pub(crate) fn signature(repo: &Repository) -> Result<git2::Signature<'static>, G
 /// sorted, as `git status` reports them.
 pub fn changed_paths(worktree: &Path) -> Result<Vec<String>, GitError> {
     drop(open_linked_worktree(worktree)?);
-    changed_paths_in(worktree)
+    status_paths(worktree)
 }
 
-/// Like [`changed_paths`], for any repository or worktree at `root` (a
-/// subagent's read-only guard checks the worktree it shares). Never writes
-/// the index (`--no-optional-locks`).
-pub fn changed_paths_in(root: &Path) -> Result<Vec<String>, GitError> {
+/// What `git status` lists at `root`, any repository or worktree (a
+/// subagent's read-only guard checks the worktree it shares), as
+/// [`changed_paths`] gives it for a lane. Never writes the index
+/// (`--no-optional-locks`).
+pub fn status_paths(root: &Path) -> Result<Vec<String>, GitError> {
     let out = cli::git(root)
         .args(["--no-optional-locks", "status", "--porcelain=v1", "-z"])
         .args(["--untracked-files=all", "--no-renames"])
@@ -496,45 +527,6 @@ pub fn changed_paths_in(root: &Path) -> Result<Vec<String>, GitError> {
         .filter(|r| r.len() > 3)
         .filter_map(|r| String::from_utf8(r[3..].to_vec()).ok())
         .map(|p| p.trim_end_matches('/').to_owned())
-        .collect();
-    paths.sort();
-    paths.dedup();
-    Ok(paths)
-}
-
-/// The paths whose entries differ between commit `from` and tree `to`
-/// (blobs, modes, symlinks, gitlinks), sorted: what a stage changed, from
-/// the objects git wrote. `git diff-tree` compares subtrees by id and
-/// descends only into those that differ (libgit2's tree diff loaded every
-/// subtree: 11 MB of heap at 100,000 files). Non-UTF-8 paths are given
-/// lossily. `held`: the quarantine `to_tree`'s new objects are in.
-pub fn changed_between(
-    common_dir: &Path,
-    from: &str,
-    to_tree: &str,
-    held: Option<&Quarantine>,
-) -> Result<Vec<String>, GitError> {
-    let git = match held {
-        Some(q) => cli::git(common_dir).env("GIT_ALTERNATE_OBJECT_DIRECTORIES", q.objects()),
-        None => cli::git(common_dir),
-    };
-    let out = git
-        .args([
-            "diff-tree",
-            "-r",
-            "-z",
-            "--name-only",
-            "--no-renames",
-            "--no-commit-id",
-        ])
-        .arg(format!("{from}^{{tree}}"))
-        .arg(to_tree)
-        .run()?;
-    let mut paths: Vec<String> = out
-        .stdout
-        .split(|&b| b == 0)
-        .filter(|p| !p.is_empty())
-        .map(|p| String::from_utf8_lossy(p).into_owned())
         .collect();
     paths.sort();
     paths.dedup();

@@ -31,7 +31,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{GitError, io_err};
+use super::{GitError, Repo, io_err};
 
 /// The file in a shadow dir naming the user's common dir it mirrors.
 const MARKER: &str = "orch-shadow";
@@ -59,9 +59,16 @@ const LINKED: &[&str] = &[
     "remotes",
 ];
 
-/// The shadow common dir of lane `name`.
-pub fn shadow_dir(common_dir: &Path, name: &str) -> PathBuf {
-    common_dir.join("orch").join("shadow").join(name)
+impl Repo {
+    /// The shadow common dir of lane `name`.
+    pub fn shadow_dir(&self, name: &str) -> PathBuf {
+        shadow_under(self.common_dir(), name)
+    }
+}
+
+/// The shadow common dir of lane `name` of the common dir `common`.
+fn shadow_under(common: &Path, name: &str) -> PathBuf {
+    common.join("orch").join("shadow").join(name)
 }
 
 /// The lane's own object store in its shadow dir.
@@ -69,48 +76,51 @@ pub fn objects_dir(shadow: &Path) -> PathBuf {
     shadow.join("objects")
 }
 
-/// Makes (or repairs) the shadow common dir of the lane whose admin dir is
-/// `admin` (named `name`) and points the admin dir's `commondir` at it.
-/// Idempotent; a lane made by an older orch (its `commondir` at the user's
-/// common dir) is converted.
-pub fn attach(common_dir: &Path, admin: &Path, name: &str) -> Result<PathBuf, GitError> {
-    let common = std::path::absolute(common_dir).map_err(io_err("resolve", common_dir))?;
-    let shadow = shadow_dir(&common, name);
-    let objects = objects_dir(&shadow);
-    let info = objects.join("info");
-    fs::create_dir_all(&info).map_err(io_err("create the lane's object store", &info))?;
-    fs::create_dir_all(objects.join("pack"))
-        .map_err(io_err("create the lane's object store", &objects))?;
-    let alternates = info.join("alternates");
-    let want = format!("{}\n", common.join("objects").display());
-    if fs::read_to_string(&alternates).ok().as_deref() != Some(want.as_str()) {
-        write_atomic(&alternates, &want)?;
-    }
-    for entry in LINKED {
-        let link = shadow.join(entry);
-        let target = common.join(entry);
-        if fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
-            continue;
+impl Repo {
+    /// Makes (or repairs) the shadow common dir of the lane whose admin dir is
+    /// `admin` (named `name`) and points the admin dir's `commondir` at it.
+    /// Idempotent; a lane made by an older orch (its `commondir` at the user's
+    /// common dir) is converted.
+    pub fn attach_shadow(&self, admin: &Path, name: &str) -> Result<PathBuf, GitError> {
+        let common_dir = self.common_dir();
+        let common = std::path::absolute(common_dir).map_err(io_err("resolve", common_dir))?;
+        let shadow = shadow_under(&common, name);
+        let objects = objects_dir(&shadow);
+        let info = objects.join("info");
+        fs::create_dir_all(&info).map_err(io_err("create the lane's object store", &info))?;
+        fs::create_dir_all(objects.join("pack"))
+            .map_err(io_err("create the lane's object store", &objects))?;
+        let alternates = info.join("alternates");
+        let want = format!("{}\n", common.join("objects").display());
+        if fs::read_to_string(&alternates).ok().as_deref() != Some(want.as_str()) {
+            write_atomic(&alternates, &want)?;
         }
-        match fs::symlink_metadata(&link) {
-            Ok(m) if m.is_dir() => fs::remove_dir_all(&link),
-            Ok(_) => fs::remove_file(&link),
-            Err(_) => Ok(()),
+        for entry in LINKED {
+            let link = shadow.join(entry);
+            let target = common.join(entry);
+            if fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
+                continue;
+            }
+            match fs::symlink_metadata(&link) {
+                Ok(m) if m.is_dir() => fs::remove_dir_all(&link),
+                Ok(_) => fs::remove_file(&link),
+                Err(_) => Ok(()),
+            }
+            .map_err(io_err("replace", &link))?;
+            std::os::unix::fs::symlink(&target, &link).map_err(io_err("link", &link))?;
         }
-        .map_err(io_err("replace", &link))?;
-        std::os::unix::fs::symlink(&target, &link).map_err(io_err("link", &link))?;
+        let marker = shadow.join(MARKER);
+        let named = format!("{}\n", common.display());
+        if fs::read_to_string(&marker).ok().as_deref() != Some(named.as_str()) {
+            write_atomic(&marker, &named)?;
+        }
+        let commondir = admin.join("commondir");
+        let pointed = format!("{}\n", shadow.display());
+        if fs::read_to_string(&commondir).ok().as_deref() != Some(pointed.as_str()) {
+            write_atomic(&commondir, &pointed)?;
+        }
+        Ok(shadow)
     }
-    let marker = shadow.join(MARKER);
-    let named = format!("{}\n", common.display());
-    if fs::read_to_string(&marker).ok().as_deref() != Some(named.as_str()) {
-        write_atomic(&marker, &named)?;
-    }
-    let commondir = admin.join("commondir");
-    let pointed = format!("{}\n", shadow.display());
-    if fs::read_to_string(&commondir).ok().as_deref() != Some(pointed.as_str()) {
-        write_atomic(&commondir, &pointed)?;
-    }
-    Ok(shadow)
 }
 
 /// The user's common dir a shadow dir mirrors, if `dir` is one.
@@ -129,15 +139,17 @@ pub fn of_lane(lane: &Path) -> Option<(PathBuf, PathBuf)> {
     real_common_dir(&shadow).map(|real| (real, shadow))
 }
 
-/// Removes lane `name`'s shadow dir (its objects were migrated after every
-/// call; what is left is garbage).
-pub fn remove(common_dir: &Path, name: &str) -> Result<(), GitError> {
-    let shadow = shadow_dir(common_dir, name);
-    match fs::remove_dir_all(&shadow) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(io_err("remove the lane's shadow common dir", &shadow)(e))
+impl Repo {
+    /// Removes lane `name`'s shadow dir (its objects were migrated after every
+    /// call; what is left is garbage).
+    pub fn remove_shadow(&self, name: &str) -> Result<(), GitError> {
+        let shadow = self.shadow_dir(name);
+        match fs::remove_dir_all(&shadow) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(io_err("remove the lane's shadow common dir", &shadow)(e))
+            }
+            _ => Ok(()),
         }
-        _ => Ok(()),
     }
 }
 

@@ -25,10 +25,10 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::GitError;
 use super::cli::Git;
 use super::shadow::Quarantine;
 use super::watch::Marks;
+use super::{CommitId, GitError};
 
 /// Ignored directories listed per `git ls-files` (its command line).
 const LS_FILES_CHUNK: usize = 512;
@@ -48,7 +48,7 @@ pub enum Staged {
 /// since then (`None`: it cannot vouch).
 pub fn stage_tree(
     lane: &Path,
-    start: &str,
+    start: &CommitId,
     marks: Option<&Marks>,
 ) -> Result<(String, Staged), GitError> {
     let (tree, staged, held) = stage_tree_held(lane, start, marks)?;
@@ -63,7 +63,7 @@ pub fn stage_tree(
 /// beside): the caller keeps them once it commits, or discards them.
 pub fn stage_tree_held(
     lane: &Path,
-    start: &str,
+    start: &CommitId,
     marks: Option<&Marks>,
 ) -> Result<(String, Staged, Option<Quarantine>), GitError> {
     let lane = Lane::at(lane)?;
@@ -166,7 +166,7 @@ struct Specs {
 /// The pathspecs to stage, or why the whole lane is staged instead.
 fn narrow_reason(
     lane: &Lane<'_>,
-    start: &str,
+    start: &CommitId,
     marks: Option<&Marks>,
 ) -> Result<Result<Specs, String>, GitError> {
     let Some(marks) = marks else {
@@ -174,7 +174,7 @@ fn narrow_reason(
             "the lane's watcher cannot vouch for what changed".into()
         ));
     };
-    if marks.base != start {
+    if marks.base != *start {
         return Ok(Err(format!(
             "the watcher's record starts at {}, the stage at {start}",
             marks.base
@@ -391,7 +391,7 @@ mod tests {
 
     fn marks(paths: &[&str], whole: &[&str]) -> Marks {
         Marks {
-            base: "x".into(),
+            base: CommitId::parse(&"0".repeat(40)).unwrap(),
             paths: paths.iter().map(|p| p.as_bytes().to_vec()).collect(),
             whole: whole.iter().map(|p| p.as_bytes().to_vec()).collect(),
         }

@@ -10,14 +10,18 @@ use super::*;
 struct Run {
     name: String,
     path: PathBuf,
-    base: String,
+    base: CommitId,
 }
 
 fn start_run(repo: &TestRepo, run_id: &str) -> Run {
     let info = open_repo(&repo.path).expect("open repo");
-    let base = resolve_commit(&info.common_dir, "HEAD").expect("resolve HEAD");
+    let base = Repo::at(&info.common_dir)
+        .resolve_commit("HEAD")
+        .expect("resolve HEAD");
     let path = info.common_dir.join("orch/worktrees").join(run_id);
-    create_worktree(&info.common_dir, run_id, &path, &base).expect("create worktree");
+    Repo::at(&info.common_dir)
+        .create_worktree(run_id, &path, &base)
+        .expect("create worktree");
     Run {
         name: run_id.to_string(),
         path,
@@ -75,10 +79,12 @@ fn open_repo_in_a_linked_worktree_reports_the_main_common_dir() {
         &linked,
         &["commit", "-q", "--allow-empty", "-m", "side work"],
     );
-    let side = resolve_commit(&linked, "HEAD").expect("resolve");
+    let side = Repo::at(&linked).resolve_commit("HEAD").expect("resolve");
     assert_eq!(side, repo.rev("side"));
     assert_eq!(
-        resolve_commit(&info.common_dir, "HEAD").expect("resolve"),
+        Repo::at(&info.common_dir)
+            .resolve_commit("HEAD")
+            .expect("resolve"),
         repo.rev("main")
     );
 }
@@ -131,19 +137,40 @@ fn resolve_commit_understands_head_branches_tags_and_short_shas() {
     repo.git(&["branch", "feature", &first]);
     let second = repo.rev("HEAD");
     let dir = repo.git_dir();
-    assert_eq!(resolve_commit(&dir, "HEAD").expect("HEAD"), second);
-    assert_eq!(resolve_commit(&dir, "main").expect("main"), second);
-    assert_eq!(resolve_commit(&dir, "feature").expect("feature"), first);
-    assert_eq!(resolve_commit(&dir, "v1").expect("annotated tag"), first);
-    assert_eq!(resolve_commit(&dir, &first[..8]).expect("short sha"), first);
-    assert_eq!(resolve_commit(&dir, &first).expect("full sha"), first);
-    assert_eq!(resolve_commit(&dir, "HEAD~1").expect("HEAD~1"), first);
+    assert_eq!(Repo::at(&dir).resolve_commit("HEAD").expect("HEAD"), second);
+    assert_eq!(Repo::at(&dir).resolve_commit("main").expect("main"), second);
+    assert_eq!(
+        Repo::at(&dir).resolve_commit("feature").expect("feature"),
+        first
+    );
+    assert_eq!(
+        Repo::at(&dir).resolve_commit("v1").expect("annotated tag"),
+        first
+    );
+    assert_eq!(
+        Repo::at(&dir)
+            .resolve_commit(&first[..8])
+            .expect("short sha"),
+        first
+    );
+    assert_eq!(
+        Repo::at(&dir).resolve_commit(&first).expect("full sha"),
+        first
+    );
+    assert_eq!(
+        Repo::at(&dir).resolve_commit("HEAD~1").expect("HEAD~1"),
+        first
+    );
 
-    let err = resolve_commit(&dir, "no-such-branch").expect_err("unknown");
+    let err = Repo::at(&dir)
+        .resolve_commit("no-such-branch")
+        .expect_err("unknown");
     assert!(matches!(&err, GitError::Resolve { rev, .. } if rev == "no-such-branch"));
     assert!(err.to_string().contains("`no-such-branch`"), "{err}");
     let missing = "0123456789abcdef0123456789abcdef01234567";
-    let err = resolve_commit(&dir, missing).expect_err("missing object");
+    let err = Repo::at(&dir)
+        .resolve_commit(missing)
+        .expect_err("missing object");
     assert!(err.to_string().contains(missing), "{err}");
 }
 
@@ -211,7 +238,9 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
         "pub fn one() -> u32 {\n    1 + 0\n}\n"
     );
     assert_eq!(show(&repo, &format!("{code}:gen/out.txt")), "generated\n");
-    set_branch(common, "orch/01RUN/code", &code).expect("stage branch");
+    Repo::at(common)
+        .set_branch("orch/01RUN/code", &code)
+        .expect("stage branch");
 
     // The worktree's HEAD is detached at the commit, and git sees it clean.
     assert_eq!(repo.rev_in(&run.path, "HEAD"), code);
@@ -229,7 +258,9 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
         "Test User <test@example.com>|Test User <test@example.com>"
     );
     assert_eq!(
-        commit_message_trailers(common, &code).expect("trailers"),
+        Repo::at(common)
+            .commit_message_trailers(&code)
+            .expect("trailers"),
         [
             ("Orch-Stage".to_string(), "code".to_string()),
             ("Orch-Role".to_string(), "coder".to_string())
@@ -244,18 +275,22 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
         repo.rev(&format!("{review}^{{tree}}")),
         repo.rev(&format!("{code}^{{tree}}"))
     );
-    set_branch(common, "orch/01RUN/review", &review).expect("stage branch");
+    Repo::at(common)
+        .set_branch("orch/01RUN/review", &review)
+        .expect("stage branch");
     assert_eq!(repo.rev_in(&run.path, "HEAD"), review);
 
     assert_eq!(
-        list_branches(common, "orch/01RUN/").expect("list"),
+        Repo::at(common).list_branches("orch/01RUN/").expect("list"),
         [
             ("orch/01RUN/code".to_string(), code.clone()),
             ("orch/01RUN/review".to_string(), review.clone()),
         ]
     );
 
-    let d = diff(common, &run.base, &review, 1 << 20).expect("diff");
+    let d = Repo::at(common)
+        .diff(&run.base, &review, 1 << 20)
+        .expect("diff");
     assert!(!d.truncated);
     assert_eq!(d.stat.files_changed, 4);
     let numstat = repo.git(&["diff", "--numstat", &run.base, &review]);
@@ -284,20 +319,26 @@ fn a_run_commits_every_stage_and_never_touches_the_users_tree() {
     // The user's HEAD, index, files and status are exactly as they were.
     assert_eq!(repo.snapshot(), before);
 
-    remove_worktree(common, &run.name, &run.path).expect("remove");
+    Repo::at(common)
+        .remove_worktree(&run.name, &run.path)
+        .expect("remove");
     assert!(!run.path.exists());
     assert!(!repo.git_dir().join("worktrees").join(&run.name).exists());
     let list = repo.git(&["worktree", "list", "--porcelain"]);
     assert!(!list.contains(&*run_path), "{list}");
     // Branches outlive the worktree.
     assert_eq!(
-        branch_sha(common, "orch/01RUN/code").expect("code"),
+        Repo::at(common)
+            .branch_sha("orch/01RUN/code")
+            .expect("code"),
         Some(code)
     );
     assert_fsck_clean(&repo);
     assert_eq!(repo.snapshot(), before);
     // Removing it again is a no-op.
-    remove_worktree(common, &run.name, &run.path).expect("remove twice");
+    Repo::at(common)
+        .remove_worktree(&run.name, &run.path)
+        .expect("remove twice");
 }
 
 #[test]
@@ -353,7 +394,7 @@ fn commit_all_stages_tracked_ignored_files_and_dotfiles() {
 fn two_runs_commit_concurrently() {
     let repo = TestRepo::new();
     let runs = [start_run(&repo, "lane-a"), start_run(&repo, "lane-b")];
-    let shas: Vec<String> = std::thread::scope(|scope| {
+    let shas: Vec<CommitId> = std::thread::scope(|scope| {
         let handles: Vec<_> = runs
             .iter()
             .map(|run| {
@@ -391,16 +432,22 @@ fn writers_refuse_the_users_own_working_tree() {
     assert!(matches!(err, GitError::NotLinkedWorktree { .. }), "{err:?}");
     let err = reset_worktree(&repo.path, &head).expect_err("main tree");
     assert!(matches!(err, GitError::NotLinkedWorktree { .. }), "{err:?}");
-    let err = set_branch(&repo.git_dir(), "main", &head).expect_err("checked out");
+    let err = Repo::at(repo.git_dir())
+        .set_branch("main", &head)
+        .expect_err("checked out");
     assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err:?}");
     // Nor a branch the user has checked out in a linked worktree of their own.
     let linked = repo.root().join("users-linked");
     let linked_str = linked.to_string_lossy().into_owned();
     repo.git(&["worktree", "add", "-q", "-b", "users-side", &linked_str]);
-    let err = set_branch(&repo.git_dir(), "users-side", &head).expect_err("checked out");
+    let err = Repo::at(repo.git_dir())
+        .set_branch("users-side", &head)
+        .expect_err("checked out");
     assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err:?}");
     // orch's own branches move freely.
-    set_branch(&repo.git_dir(), "orch/free/pr", &head).expect("orch's branch");
+    Repo::at(repo.git_dir())
+        .set_branch("orch/free/pr", &head)
+        .expect("orch's branch");
     assert_eq!(repo.snapshot(), before);
 }
 
@@ -417,12 +464,16 @@ fn create_worktree_on_an_existing_path_fails_cleanly() {
     let base = repo.rev("HEAD");
     let taken = repo.root().join("taken");
     fs::create_dir_all(&taken).expect("mkdir");
-    let err = create_worktree(&common, "r1", &taken, &base).expect_err("exists");
+    let err = Repo::at(&common)
+        .create_worktree("r1", &taken, &base)
+        .expect_err("exists");
     assert!(matches!(err, GitError::PathExists { .. }), "{err:?}");
     assert!(!admin_left(&repo, "r1"));
 
     let path = repo.root().join("nested/dirs/r1");
-    create_worktree(&common, "r1", &path, &base).expect("second try");
+    Repo::at(&common)
+        .create_worktree("r1", &path, &base)
+        .expect("second try");
     assert_eq!(
         fs::read_to_string(path.join("README.md")).expect("read"),
         "# demo\n"
@@ -443,12 +494,16 @@ fn create_worktree_failing_inside_git_leaves_nothing() {
     // A file where git wants the admin directory's parent.
     fs::write(common.join("worktrees"), "in the way").expect("block");
     let path = repo.root().join("wt");
-    let err = create_worktree(&common, "r2", &path, &base).expect_err("blocked");
+    let err = Repo::at(&common)
+        .create_worktree("r2", &path, &base)
+        .expect_err("blocked");
     assert!(matches!(err, GitError::Cli { .. }), "{err:?}");
     assert!(!path.exists());
 
     fs::remove_file(common.join("worktrees")).expect("unblock");
-    create_worktree(&common, "r2", &path, &base).expect("retry");
+    Repo::at(&common)
+        .create_worktree("r2", &path, &base)
+        .expect("retry");
     assert!(admin_left(&repo, "r2"));
 }
 
@@ -458,17 +513,25 @@ fn create_worktree_refuses_a_taken_or_bad_name_and_a_bad_base() {
     let common = repo.git_dir();
     let base = repo.rev("HEAD");
     let path = repo.root().join("wt3");
-    create_worktree(&common, "r3", &path, &base).expect("first");
+    Repo::at(&common)
+        .create_worktree("r3", &path, &base)
+        .expect("first");
     let other = repo.root().join("wt3b");
-    let err = create_worktree(&common, "r3", &other, &base).expect_err("taken");
+    let err = Repo::at(&common)
+        .create_worktree("r3", &other, &base)
+        .expect_err("taken");
     assert!(matches!(err, GitError::WorktreeNameTaken { .. }), "{err:?}");
     assert!(!other.exists());
-    let err = create_worktree(&common, "a/b", &other, &base).expect_err("name");
+    let err = Repo::at(&common)
+        .create_worktree("a/b", &other, &base)
+        .expect_err("name");
     assert!(
         matches!(err, GitError::InvalidWorktreeName { .. }),
         "{err:?}"
     );
-    let err = create_worktree(&common, "r4", &other, "nope").expect_err("base");
+    let err = Repo::at(&common)
+        .create_worktree("r4", &other, &CommitId::parse(&"1".repeat(40)).unwrap())
+        .expect_err("base");
     assert!(matches!(err, GitError::Cli { .. }), "{err:?}");
     assert!(!other.exists());
     assert!(!admin_left(&repo, "r4"));
@@ -496,7 +559,9 @@ fn diff_shows_text_binary_renames_and_deletions_like_git() {
     repo.git(&["commit", "-q", "-m", "rename"]);
     let head = repo.rev("HEAD");
 
-    let d = diff(&repo.git_dir(), &base, &mid, 1 << 20).expect("diff");
+    let d = Repo::at(repo.git_dir())
+        .diff(&base, &mid, 1 << 20)
+        .expect("diff");
     let paths: Vec<&str> = d.stat.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(
         paths,
@@ -528,7 +593,9 @@ fn diff_shows_text_binary_renames_and_deletions_like_git() {
         Some(d.stat.summary().as_str())
     );
 
-    let renamed = diff(&repo.git_dir(), &mid, &head, 1 << 20).expect("rename diff");
+    let renamed = Repo::at(repo.git_dir())
+        .diff(&mid, &head, 1 << 20)
+        .expect("rename diff");
     assert_eq!(
         renamed.stat.files[0].path,
         "docs/guide.md => docs/manual.md"
@@ -539,7 +606,9 @@ fn diff_shows_text_binary_renames_and_deletions_like_git() {
             .contains("rename from docs/guide.md\nrename to docs/manual.md\n")
     );
 
-    let nothing = diff(&repo.git_dir(), &head, &head, 100).expect("empty diff");
+    let nothing = Repo::at(repo.git_dir())
+        .diff(&head, &head, 100)
+        .expect("empty diff");
     assert_eq!(nothing.patch, "");
     assert_eq!(nothing.stat.summary(), " 0 files changed");
 }
@@ -554,10 +623,14 @@ fn diff_over_budget_is_cut_at_a_file_boundary_with_a_marker() {
     repo.write("c.txt", &block);
     repo.git(&["add", "-A"]);
     repo.git(&["commit", "-q", "-m", "big"]);
-    let full = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).expect("full");
+    let full = Repo::at(repo.git_dir())
+        .diff(&base, &repo.rev("HEAD"), usize::MAX)
+        .expect("full");
     let first_file_end = full.patch.find("diff --git a/b.txt").expect("b.txt");
     let max = first_file_end + 200;
-    let cut = diff(&repo.git_dir(), &base, "HEAD", max).expect("cut");
+    let cut = Repo::at(repo.git_dir())
+        .diff(&base, &repo.rev("HEAD"), max)
+        .expect("cut");
     assert!(cut.truncated);
     assert!(cut.patch.len() <= max);
     assert_eq!(cut.stat, full.stat);
@@ -581,10 +654,14 @@ fn a_budgeted_diff_keeps_only_what_it_can_show_and_the_stat_needs_no_patch() {
     }
     repo.git(&["add", "-A"]);
     repo.git(&["commit", "-q", "-m", "many"]);
-    let full = diff(&repo.git_dir(), &base, "HEAD", usize::MAX).expect("full");
+    let full = Repo::at(repo.git_dir())
+        .diff(&base, &repo.rev("HEAD"), usize::MAX)
+        .expect("full");
     // Files 2.. are only measured, never kept: the marker still counts them.
     let second = full.patch.find("diff --git a/f01.txt").expect("f01");
-    let cut = diff(&repo.git_dir(), &base, "HEAD", second + 200).expect("cut");
+    let cut = Repo::at(repo.git_dir())
+        .diff(&base, &repo.rev("HEAD"), second + 200)
+        .expect("cut");
     let omitted = full.patch.len() - second;
     assert_eq!(
         cut.patch,
@@ -593,7 +670,9 @@ fn a_budgeted_diff_keeps_only_what_it_can_show_and_the_stat_needs_no_patch() {
             &full.patch[..second]
         )
     );
-    let stat = diff_stat(&repo.git_dir(), &base, "HEAD").expect("stat");
+    let stat = Repo::at(repo.git_dir())
+        .diff_stat(&base, &repo.rev("HEAD"))
+        .expect("stat");
     assert_eq!(stat, full.stat);
     assert_eq!(stat.files_changed, 30);
     assert_eq!(stat.insertions, 30 * 50);
@@ -656,9 +735,13 @@ fn remove_worktree_refuses_a_path_that_is_not_that_worktree() {
     let run = start_run(&repo, "keep");
     let other = repo.root().join("precious");
     write_file(&other.join("data.txt"), "keep me\n");
-    let err = remove_worktree(&repo.git_dir(), "keep", &other).expect_err("mismatch");
+    let err = Repo::at(repo.git_dir())
+        .remove_worktree("keep", &other)
+        .expect_err("mismatch");
     assert!(matches!(err, GitError::WorktreeMismatch { .. }), "{err:?}");
-    let err = remove_worktree(&repo.git_dir(), "unknown", &other).expect_err("unknown");
+    let err = Repo::at(repo.git_dir())
+        .remove_worktree("unknown", &other)
+        .expect_err("unknown");
     assert!(matches!(err, GitError::WorktreeMismatch { .. }), "{err:?}");
     assert!(other.join("data.txt").exists());
     assert!(run.path.join("README.md").exists());
@@ -673,25 +756,49 @@ fn branches_are_listed_by_prefix_and_moved_by_force() {
     let first = repo.rev("HEAD");
     repo.git(&["commit", "-q", "--allow-empty", "-m", "two"]);
     let second = repo.rev("HEAD");
-    assert_eq!(branch_sha(&common, "orch/x/pr").expect("missing"), None);
-    set_branch(&common, "orch/x/pr", &first).expect("create");
-    set_branch(&common, "orch/x/code", &second).expect("create");
-    set_branch(&common, "orch/xy/pr", &second).expect("create");
-    set_branch(&common, "orch/x/pr", &second).expect("move");
     assert_eq!(
-        branch_sha(&common, "orch/x/pr").expect("moved"),
+        Repo::at(&common).branch_sha("orch/x/pr").expect("missing"),
+        None
+    );
+    Repo::at(&common)
+        .set_branch("orch/x/pr", &first)
+        .expect("create");
+    Repo::at(&common)
+        .set_branch("orch/x/code", &second)
+        .expect("create");
+    Repo::at(&common)
+        .set_branch("orch/xy/pr", &second)
+        .expect("create");
+    Repo::at(&common)
+        .set_branch("orch/x/pr", &second)
+        .expect("move");
+    assert_eq!(
+        Repo::at(&common).branch_sha("orch/x/pr").expect("moved"),
         Some(second.clone())
     );
     assert_eq!(
-        list_branches(&common, "orch/x/").expect("list"),
+        Repo::at(&common).list_branches("orch/x/").expect("list"),
         [
             ("orch/x/code".to_string(), second.clone()),
             ("orch/x/pr".to_string(), second.clone())
         ]
     );
-    assert_eq!(list_branches(&common, "orch/").expect("all").len(), 3);
-    assert!(list_branches(&common, "nothing/").expect("none").is_empty());
-    let err = set_branch(&common, "orch/x/pr", "nope").expect_err("bad sha");
+    assert_eq!(
+        Repo::at(&common).list_branches("orch/").expect("all").len(),
+        3
+    );
+    assert!(
+        Repo::at(&common)
+            .list_branches("nothing/")
+            .expect("none")
+            .is_empty()
+    );
+    let err = Repo::at(&common)
+        .set_branch(
+            "orch/x/pr",
+            &CommitId::parse(&"1".repeat(40)).expect("well-formed"),
+        )
+        .expect_err("bad sha");
     assert!(matches!(err, GitError::Resolve { .. }), "{err:?}");
     // main never moved.
     assert_eq!(repo.rev("main"), second);
@@ -706,7 +813,9 @@ fn trailers_come_back_in_order_and_a_message_without_them_has_none() {
     repo.git(&["commit", "-q", "--allow-empty", "-m", msg]);
     let sha = repo.rev("HEAD");
     assert_eq!(
-        commit_message_trailers(&common, &sha).expect("trailers"),
+        Repo::at(&common)
+            .commit_message_trailers(&sha)
+            .expect("trailers"),
         [
             ("Orch-Stage".to_string(), "docs".to_string()),
             ("Orch-Tokens".to_string(), "1234".to_string()),
@@ -715,7 +824,8 @@ fn trailers_come_back_in_order_and_a_message_without_them_has_none() {
     );
     let first = repo.rev("HEAD~1");
     assert!(
-        commit_message_trailers(&common, &first)
+        Repo::at(&common)
+            .commit_message_trailers(&first)
             .expect("none")
             .is_empty()
     );
@@ -738,38 +848,48 @@ fn errors_read_after_failed_to() {
 fn a_lock_conflict_is_reported_whole_and_a_run_heals_its_own_ref_locks() {
     let repo = TestRepo::new();
     let common = repo.git_dir();
-    let head = resolve_commit(&common, "HEAD").unwrap();
-    set_branch(&common, "orch-lanes/r1/1", &head).unwrap();
-    set_branch(&common, "orch-lanes/r2/1", &head).unwrap();
+    let head = Repo::at(&common).resolve_commit("HEAD").unwrap();
+    Repo::at(&common)
+        .set_branch("orch-lanes/r1/1", &head)
+        .unwrap();
+    Repo::at(&common)
+        .set_branch("orch-lanes/r2/1", &head)
+        .unwrap();
     let ours = common.join("refs/heads/orch-lanes/r1/1.lock");
     let theirs = common.join("refs/heads/orch-lanes/r2/1.lock");
     fs::write(&ours, "").unwrap();
     fs::write(&theirs, "").unwrap();
-    let err = delete_branch(&common, "orch-lanes/r1/1")
+    let err = Repo::at(&common)
+        .delete_branch("orch-lanes/r1/1")
         .unwrap_err()
         .to_string();
     assert!(
         !err.trim_end().ends_with(':') && err.contains("the lock file exists"),
         "{err}"
     );
-    let removed =
-        remove_stale_ref_locks(&common, &["orch/r1".into(), "orch-lanes/r1".into()]).unwrap();
+    let removed = Repo::at(&common)
+        .remove_stale_ref_locks(&["orch/r1".into(), "orch-lanes/r1".into()])
+        .unwrap();
     assert_eq!(removed, vec![ours.clone()]);
     assert!(theirs.is_file(), "another run's lock is not ours to remove");
-    delete_branch(&common, "orch-lanes/r1/1").unwrap();
+    Repo::at(&common).delete_branch("orch-lanes/r1/1").unwrap();
 }
 
 #[test]
 fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
     let repo = TestRepo::new();
     let common = repo.git_dir();
-    let head = resolve_commit(&common, "HEAD").unwrap();
+    let head = Repo::at(&common).resolve_commit("HEAD").unwrap();
     // A healthy lane of run r1, and a half-made one (no `gitdir`).
     let lane = common.join("orch/worktrees/r1/lane-1");
-    create_worktree(&common, "orch-r1-1", &lane, &head).unwrap();
+    Repo::at(&common)
+        .create_worktree("orch-r1-1", &lane, &head)
+        .unwrap();
     // A lane whose worktree directory is gone.
     let gone = common.join("orch/worktrees/r1/lane-2");
-    create_worktree(&common, "orch-r1-2", &gone, &head).unwrap();
+    Repo::at(&common)
+        .create_worktree("orch-r1-2", &gone, &head)
+        .unwrap();
     fs::remove_dir_all(&gone).unwrap();
     let half = common.join("worktrees/orch-r1-3");
     fs::create_dir_all(&half).unwrap();
@@ -781,7 +901,7 @@ fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
         fs::write(d.join("HEAD"), "ref: refs/heads/x\n").unwrap();
     }
 
-    let mut pruned = prune_broken_lanes(&common, "r1").unwrap();
+    let mut pruned = Repo::at(&common).prune_broken_lanes("r1").unwrap();
     pruned.sort();
     assert_eq!(pruned, vec!["orch-r1-2", "orch-r1-3"]);
     assert!(common.join("worktrees/orch-r1-1/gitdir").is_file());
@@ -794,6 +914,8 @@ fn broken_lane_admin_dirs_of_the_run_are_pruned_and_no_others() {
     for other in ["orch-r10-1", "orch-r1-x", "mine"] {
         fs::remove_dir_all(common.join("worktrees").join(other)).unwrap();
     }
-    delete_branch(&common, "orch-lanes/r1/2").unwrap();
-    create_worktree(&common, "orch-r1-2", &gone, &head).unwrap();
+    Repo::at(&common).delete_branch("orch-lanes/r1/2").unwrap();
+    Repo::at(&common)
+        .create_worktree("orch-r1-2", &gone, &head)
+        .unwrap();
 }

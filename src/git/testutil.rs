@@ -117,12 +117,13 @@ impl TestRepo {
     }
 
     /// Full sha of a revision, per the `git` CLI.
-    pub(crate) fn rev_in(&self, dir: &Path, rev: &str) -> String {
-        self.git_in(dir, &["rev-parse", rev]).trim().to_owned()
+    pub(crate) fn rev_in(&self, dir: &Path, rev: &str) -> crate::git::CommitId {
+        let sha = self.git_in(dir, &["rev-parse", rev]);
+        crate::git::CommitId::parse(sha.trim()).expect("git rev-parse gives a full sha")
     }
 
-    pub(crate) fn rev(&self, rev: &str) -> String {
-        self.git(&["rev-parse", rev]).trim().to_string()
+    pub(crate) fn rev(&self, rev: &str) -> crate::git::CommitId {
+        self.rev_in(&self.path, rev)
     }
 
     /// Everything of the user's repository that orch must never change.
@@ -154,7 +155,7 @@ impl TestRepo {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Snapshot {
     head: Vec<u8>,
-    head_sha: String,
+    head_sha: crate::git::CommitId,
     index: Vec<u8>,
     files: BTreeMap<PathBuf, Vec<u8>>,
     status: String,

@@ -58,6 +58,7 @@
 //! kernel's queue of 16,384 events rarely overflows), polling the inotify
 //! descriptor and an eventfd that stops it.
 
+use super::CommitId;
 use rustix::fs::inotify;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -97,10 +98,10 @@ pub fn enabled() -> bool {
 
 /// What a lane's processes touched since the record's base commit: paths
 /// relative to the lane (raw bytes, `/`-separated), to re-examine on disk.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Marks {
     /// The commit the lane was at when the record (re)started.
-    pub base: String,
+    pub base: CommitId,
     /// Entries that may have changed (files, symlinks, directories; maybe
     /// gone, maybe stale names of moved directories).
     pub paths: BTreeSet<Vec<u8>>,
@@ -142,7 +143,6 @@ struct Shared {
     state: Mutex<State>,
 }
 
-#[derive(Default)]
 struct State {
     /// The lane's top directory.
     root: PathBuf,
@@ -154,7 +154,7 @@ struct State {
     whole: BTreeSet<Vec<u8>>,
     /// Why the record cannot vouch for completeness, if it cannot.
     incomplete: Option<String>,
-    base: String,
+    base: CommitId,
     /// Everything marked since the watcher started, across restarts (the
     /// marks of earlier records folded in): kept only when asked for
     /// ([`LaneWatch::keep_history`]).
@@ -162,6 +162,24 @@ struct State {
     /// `info/exclude` of the common dir as it was at the start.
     exclude: Option<PathBuf>,
     exclude_stamp: Option<(SystemTime, u64)>,
+}
+
+impl State {
+    /// The record of the lane at `root`, empty, starting at `base`.
+    fn new(root: PathBuf, base: CommitId) -> State {
+        State {
+            root,
+            wds: HashMap::new(),
+            moved: HashSet::new(),
+            paths: BTreeSet::new(),
+            whole: BTreeSet::new(),
+            incomplete: None,
+            base,
+            history: None,
+            exclude: None,
+            exclude_stamp: None,
+        }
+    }
 }
 
 /// Paths and whole-marked directories of earlier records.
@@ -232,7 +250,7 @@ impl LaneWatch {
     /// (its `info/exclude` is stamped). A watcher that could not watch
     /// everything still starts, incomplete (its [`LaneWatch::changes`] is
     /// `None`); an error means inotify itself is unavailable.
-    pub fn start(lane: &Path, common: &Path, base: &str) -> std::io::Result<LaneWatch> {
+    pub fn start(lane: &Path, common: &Path, base: &CommitId) -> std::io::Result<LaneWatch> {
         use rustix::event::EventfdFlags;
         use rustix::fs::inotify::CreateFlags;
         let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
@@ -242,11 +260,9 @@ impl LaneWatch {
         let shared = Arc::new(Shared {
             fd,
             state: Mutex::new(State {
-                root: lane.to_path_buf(),
-                base: base.to_owned(),
                 exclude_stamp: stamp(&exclude),
                 exclude: Some(exclude),
-                ..State::default()
+                ..State::new(lane.to_path_buf(), base.clone())
             }),
         });
         {
@@ -271,7 +287,7 @@ impl LaneWatch {
     }
 
     /// The commit the record started from.
-    pub fn base(&self) -> String {
+    pub fn base(&self) -> CommitId {
         self.shared.lock().base.clone()
     }
 
@@ -366,7 +382,7 @@ impl LaneWatch {
     /// what is queued, gives the directories marked whole their watches,
     /// drops watches that moved out of sight, clears the marks. Returns
     /// `false` when the record stays incomplete (start a new watcher).
-    pub fn restart(&self, base: &str) -> bool {
+    pub fn restart(&self, base: &CommitId) -> bool {
         let shared = &self.shared;
         let mut state = shared.lock();
         shared.drain(&mut state);
@@ -404,7 +420,7 @@ impl LaneWatch {
         state.paths.clear();
         state.whole.clear();
         state.moved.clear();
-        state.base = base.to_owned();
+        state.base = base.clone();
         state.exclude_stamp = state.exclude.as_deref().and_then(stamp);
         true
     }
@@ -644,7 +660,7 @@ mod tests {
 
     #[test]
     fn parses_packed_events_and_keeps_names_without_padding() {
-        let mut state = State::default();
+        let mut state = State::new(PathBuf::new(), CommitId::parse(&"0".repeat(40)).unwrap());
         state.wds.insert(1, b"".to_vec());
         state.wds.insert(2, b"src".to_vec());
         let mut raw = Vec::new();

@@ -17,7 +17,7 @@ use super::*;
 struct Fixture {
     repo: TestRepo,
     lane: PathBuf,
-    base: String,
+    base: CommitId,
 }
 
 fn fixture() -> Fixture {
@@ -33,9 +33,13 @@ fn fixture() -> Fixture {
     repo.git(&["add", "-f", "ign/tracked.log"]);
     repo.git(&["commit", "-q", "-m", "more"]);
     let info = open_repo(&repo.path).expect("open");
-    let base = resolve_commit(&info.common_dir, "HEAD").expect("HEAD");
+    let base = Repo::at(&info.common_dir)
+        .resolve_commit("HEAD")
+        .expect("HEAD");
     let lane = info.common_dir.join("orch/worktrees/lane");
-    create_worktree(&info.common_dir, "lane", &lane, &base).expect("lane");
+    Repo::at(&info.common_dir)
+        .create_worktree("lane", &lane, &base)
+        .expect("lane");
     Fixture { repo, lane, base }
 }
 
@@ -107,21 +111,23 @@ fn op_script(op: u8, p: &str, q: &str) -> String {
 fn round(
     fx: &Fixture,
     watch: &LaneWatch,
-    parent: &str,
+    parent: &CommitId,
     ops: &[(u8, usize, usize)],
-) -> (String, bool) {
+) -> (CommitId, bool) {
     for &(op, p, q) in ops {
         let script = op_script(op, PATHS[p % PATHS.len()], PATHS[q % PATHS.len()]);
         sh(&fx.lane, &format!("{{ {script}; }} 2>/dev/null; true"));
     }
     let marks = watch.changes().expect("the record is complete");
-    assert_eq!(marks.base, parent);
+    assert_eq!(marks.base, *parent);
     let (tree, how) = stage_tree(&fx.lane, parent, Some(&marks)).expect("stage");
     // The oracle: git itself, staging the whole lane.
     git_in(&fx.lane, &["add", "-A"]);
     let oracle = git_in(&fx.lane, &["write-tree"]).trim().to_owned();
     assert_eq!(tree, oracle, "trees after {ops:?} ({how:?})");
-    let commit = commit_tree(&fx.lane, "from marks", parent, &tree).expect("commit");
+    let commit = Repo::of_lane(&fx.lane)
+        .and_then(|repo| repo.commit_tree(&fx.lane, "from marks", parent, &tree))
+        .expect("commit");
     assert_eq!(
         changed_paths(&fx.lane).expect("status"),
         Vec::<String>::new(),

@@ -117,8 +117,8 @@ fn choose(
 
 /// Whether the current tip of `branch` (an earlier attempt of the stage,
 /// before it is moved aside) is a failed stage commit.
-pub(crate) fn prior_attempt_failed(common: &Path, branch: &str) -> bool {
-    let Ok(repo) = crate::git::open_at(common) else {
+pub(crate) fn prior_attempt_failed(handle: &crate::git::Repo, branch: &str) -> bool {
+    let Ok(repo) = handle.git2() else {
         return false;
     };
     repo.find_reference(&format!("refs/heads/{branch}"))
@@ -256,11 +256,17 @@ pub(crate) async fn after_stage(
 /// Lines for `orch show` and `orch review`: the lessons each stage was
 /// given (its commit's `Orch-Memory` trailer) and those the run proposed.
 /// Empty when the run touched no memory.
-pub(crate) fn run_report(common: &Path, run_id: &str, stages: &[(&str, Option<&str>)]) -> String {
+pub(crate) fn run_report(
+    common: &Path,
+    run_id: &str,
+    stages: &[(&str, Option<&crate::git::CommitId>)],
+) -> String {
     let mut o = String::new();
+    let repo = crate::git::Repo::at(common);
     for (stage, commit) in stages {
         let Some(sha) = commit else { continue };
-        let used = crate::git::commit_message_trailers(common, sha)
+        let used = repo
+            .commit_message_trailers(sha)
             .unwrap_or_default()
             .into_iter()
             .find(|(k, _)| k == "Orch-Memory");

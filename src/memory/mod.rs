@@ -551,7 +551,8 @@ pub fn load_all_at(
 /// submodule. Named under `dir`, sorted.
 fn committed_lessons(common: &Path, commit: &str, dir: &Path) -> Result<LessonFiles, MemoryError> {
     let dir = dir.join(".orch").join("memory");
-    let repo = crate::git::open_at(common)?;
+    let handle = crate::git::Repo::at(common);
+    let repo = handle.git2()?;
     let mut files = Vec::new();
     let tree = repo
         .revparse_single(&format!("{commit}:.orch/memory"))

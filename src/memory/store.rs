@@ -71,7 +71,7 @@ pub fn update(
     trailers: &str,
     change: impl FnOnce(&[Lesson]) -> Result<Vec<Lesson>, MemoryError>,
 ) -> Result<Option<String>, MemoryError> {
-    let _admin = git::admin_lock(common, true)?;
+    let _admin = git::Repo::at(common).admin_lock(true)?;
     heal_stale_lock(common);
     let current = read(common)?;
     let changed = change(&current)?;

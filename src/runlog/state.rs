@@ -1,6 +1,7 @@
 //! The run state (`state.json`): one owner (the runner) rewrites it whole,
 //! atomically, after every stage transition.
 
+use crate::git::CommitId;
 use crate::ids::Verdict;
 use crate::llm::settings::Sampling;
 use serde::{Deserialize, Serialize};
@@ -90,9 +91,9 @@ pub struct StageRecord {
     /// `orch/<run>/<stage>` once committed.
     pub branch: Option<String>,
     /// The stage's commit.
-    pub commit: Option<String>,
+    pub commit: Option<CommitId>,
     /// The commit the stage started from.
-    pub parent_commit: Option<String>,
+    pub parent_commit: Option<CommitId>,
     /// A reviewer's verdict.
     pub verdict: Option<Verdict>,
     /// The agent's final summary (or the failure reason).
@@ -273,7 +274,7 @@ pub struct RunState {
     /// The user's repository (top of its working tree).
     pub repo: String,
     /// The base commit the run started from.
-    pub base_commit: String,
+    pub base_commit: CommitId,
     /// The run's worktree.
     pub worktree: String,
     /// `orch/<run>/pr`.
@@ -346,7 +347,7 @@ impl RunState {
             created: "2026-01-01T00:00:00Z".into(),
             updated: "2026-01-01T00:00:00Z".into(),
             repo: "/r".into(),
-            base_commit: "0".repeat(40),
+            base_commit: CommitId::parse(&"0".repeat(40)).expect("a test commit id"),
             worktree: "/w".into(),
             final_branch: format!("orch/{run_id}/pr"),
             model: "m".into(),
@@ -389,5 +390,22 @@ mod tests {
         );
         let back: RunState = serde_json::from_value(v).unwrap();
         assert_eq!(back.sampling, state.sampling);
+    }
+
+    #[test]
+    fn commit_ids_are_plain_strings_on_disk_and_a_bad_one_is_named() {
+        let state = RunState::new_for_test("r1");
+        let text = serde_json::to_string(&state).unwrap();
+        assert!(
+            text.contains(&format!("\"base_commit\":\"{}\"", "0".repeat(40))),
+            "{text}"
+        );
+        let back: RunState = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.base_commit, state.base_commit);
+        let bad = text.replace(&"0".repeat(40), "main");
+        let err = serde_json::from_str::<RunState>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("read `main` as a commit id"), "{err}");
     }
 }

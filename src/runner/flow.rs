@@ -5,7 +5,7 @@
 
 use super::{RunCtx, RunError, blocking, pr_text};
 use crate::agent::prompt;
-use crate::git::{self, MergeOutcome};
+use crate::git::{self, CommitId, MergeOutcome};
 use crate::ids::Verdict;
 use crate::pipeline::{Pipeline, Stage};
 use crate::runlog::{RunState, StageStatus};
@@ -27,7 +27,7 @@ pub(crate) fn skip_reason(stage: &Stage, state: &RunState) -> Option<String> {
 /// The commits a stage starts from, labelled with their branches: each
 /// need's commit, looking through skipped stages (they pass their input on);
 /// the base commit for a stage without needs.
-pub(super) fn inputs(ctx: &RunCtx, stage: &Stage, state: &RunState) -> Vec<(String, String)> {
+pub(super) fn inputs(ctx: &RunCtx, stage: &Stage, state: &RunState) -> Vec<(String, CommitId)> {
     let mut out = Vec::new();
     for need in &stage.needs {
         let Some(rec) = state.stage(need.as_str()) else {
@@ -55,7 +55,7 @@ pub(super) async fn start_commit(
     ctx: &RunCtx,
     stage: &Stage,
     state: &RunState,
-) -> Result<Result<String, String>, RunError> {
+) -> Result<Result<CommitId, String>, RunError> {
     let inputs = inputs(ctx, stage, state);
     let (c, msg) = (
         ctx.common.clone(),
@@ -64,7 +64,7 @@ pub(super) async fn start_commit(
             stage.id, ctx.run_id, stage.id
         ),
     );
-    let outcome = blocking(move || git::merge_commits(&c, &inputs, &msg)).await?;
+    let outcome = blocking(move || git::Repo::at(c).merge_commits(&inputs, &msg)).await?;
     Ok(match outcome {
         MergeOutcome::Merged(sha) => Ok(sha),
         MergeOutcome::Conflict { between, paths } => Err(format!(
@@ -122,11 +122,18 @@ pub(super) async fn handoff(
         let baseline = first_round
             .and_then(|r| r.baseline.as_ref())
             .map(|b| b.handoff());
-        let from = first
-            .or_else(|| rec.parent_commit.clone())
-            .unwrap_or_default();
+        // A committed stage's record always has its start commit (it is
+        // written when the stage starts); git's answer for a missing one.
+        let Some(from) = first.or_else(|| rec.parent_commit.clone()) else {
+            return Err(RunError::Git(git::GitError::Resolve {
+                rev: String::new(),
+                source: git2::Error::from_str(&format!(
+                    "stage `{id}` has no start commit in its record"
+                )),
+            }));
+        };
         let c = ctx.common.clone();
-        let diff = blocking(move || git::diff(&c, &from, &to, share)).await?;
+        let diff = blocking(move || git::Repo::at(c).diff(&from, &to, share)).await?;
         out.push(prompt::Upstream {
             id: id.clone(),
             role: rec.role.clone(),
@@ -192,12 +199,12 @@ pub(super) async fn finish_run(
     // diffstat (tree to tree, no patch text: `pr.md` shows only the stat) and
     // the models.
     let finished = blocking(move || {
+        let repo = git::Repo::at(c);
         // Nothing here stages anything: an empty in-memory index keeps the
         // merge's attribute lookups from loading the repository's index
         // (O(tracked files)).
-        let repo = git::open_at(&c)?;
-        git::without_index(&repo)?;
-        let final_commit = match git::merge_commits_in(&repo, &tips, &msg)? {
+        repo.without_index()?;
+        let final_commit = match repo.merge_commits(&tips, &msg)? {
             MergeOutcome::Merged(sha) => sha,
             MergeOutcome::Conflict { between, paths } => {
                 return Ok(Err(format!(
@@ -208,14 +215,13 @@ pub(super) async fn finish_run(
                 )));
             }
         };
-        git::set_branch_in(&repo, &branch, &final_commit)?;
-        // A handle of its own: a diff handle keeps what it writes in memory.
-        let stat = git::diff_stat_in(&git::open_for_diff(&c)?, &base, &final_commit)?;
+        repo.set_branch(&branch, &final_commit)?;
+        let stat = repo.diff_stat(&base, &final_commit)?;
         // Each stage's model, from its commit's `Orch-Model` trailer.
         let mut models = std::collections::BTreeMap::new();
         for s in stages {
             if let Some(commit) = &s.commit {
-                let trailers = git::commit_message_trailers_in(&repo, commit)?;
+                let trailers = repo.commit_message_trailers(commit)?;
                 if let Some((_, m)) = trailers.into_iter().find(|(k, _)| k == "Orch-Model") {
                     models.insert(s.id.clone(), m);
                 }
@@ -245,14 +251,14 @@ pub(super) async fn finish_run(
 pub(super) async fn write_stage_patch(
     ctx: &RunCtx,
     id: &str,
-    from: &str,
-    to: &str,
+    from: &CommitId,
+    to: &CommitId,
 ) -> Result<git::DiffStat, RunError> {
     let dir = ctx.run_dir.stage_dir(id)?;
     let (c, from, to, secrets) = (
         ctx.common.clone(),
-        from.to_owned(),
-        to.to_owned(),
+        from.clone(),
+        to.clone(),
         ctx.session.secrets.clone(),
     );
     blocking(move || {
@@ -260,10 +266,10 @@ pub(super) async fn write_stage_patch(
         let tmp = tempfile::NamedTempFile::new_in(&dir)
             .map_err(git::io_err("create a temp file in", &dir))?;
         let mut out = std::io::BufWriter::new(tmp);
-        let repo = git::open_for_diff(&c)?;
         let redact = |text: &str| crate::runlog::redact(text, &secrets);
-        let stat =
-            git::write_patch_in(&repo, &from, &to, &mut out, &redact).map_err(|e| match e {
+        let stat = git::Repo::at(c)
+            .write_patch(&from, &to, &mut out, &redact)
+            .map_err(|e| match e {
                 git::GitError::Io { op, source, .. } => git::GitError::Io {
                     op,
                     path: path.clone(),

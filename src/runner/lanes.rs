@@ -44,7 +44,7 @@ pub(crate) struct Lane {
     pub name: String,
     /// The commit its tree is known to match exactly (clean, nothing
     /// untracked but ignored files), if known.
-    pub clean_at: Option<String>,
+    pub clean_at: Option<git::CommitId>,
     /// How the last `acquire` readied it: `created`, `warm` (a pooled lane
     /// moved to the start commit by the difference), `reset` or `clean`
     /// (already at the start commit: no git work at all).
@@ -122,14 +122,14 @@ impl WatchSlot {
 /// taken warm from the pool and still holds its last user's untracked
 /// files; they are removed first ([`git::clean_moved`]), before the watcher
 /// starts and before anything reads the lane.
-fn watch_from(common: &Path, lane: &mut Lane, start: &str, clean: bool) {
+fn watch_from(common: &Path, lane: &mut Lane, start: &git::CommitId, clean: bool) {
     use futures_util::FutureExt as _;
     let watching = git::watch::enabled();
     let (old, path, c, s) = (
         std::mem::replace(&mut lane.watch, WatchSlot::none()),
         lane.path.clone(),
         common.to_path_buf(),
-        start.to_owned(),
+        start.clone(),
     );
     let task = tokio::spawn(async move {
         let old = old.get().await;
@@ -158,7 +158,7 @@ fn watch_from(common: &Path, lane: &mut Lane, start: &str, clean: bool) {
 fn ready_lane(
     path: &Path,
     common: &Path,
-    start: &str,
+    start: &git::CommitId,
     old: Option<std::sync::Arc<git::watch::LaneWatch>>,
     watching: bool,
 ) -> Option<std::sync::Arc<git::watch::LaneWatch>> {
@@ -235,13 +235,13 @@ impl Lanes {
 
     /// Starts creating a lane at `start` in the background, so the first
     /// stage finds it ready.
-    pub(crate) async fn prewarm(self: &std::sync::Arc<Self>, start: &str) {
+    pub(crate) async fn prewarm(self: &std::sync::Arc<Self>, start: &git::CommitId) {
         let k = {
             let mut pool = self.pool();
             pool.created += 1;
             pool.created
         };
-        let (this, sha) = (std::sync::Arc::clone(self), start.to_owned());
+        let (this, sha) = (std::sync::Arc::clone(self), start.clone());
         *self.prewarm.lock().await = Some(tokio::spawn(async move {
             let mut lane = this.create(k, &sha).await?;
             lane.checkout = if lane.checkout == "warm" {
@@ -253,11 +253,12 @@ impl Lanes {
         }));
     }
 
-    async fn create(&self, k: usize, start: &str) -> Result<Lane, RunError> {
+    async fn create(&self, k: usize, start: &git::CommitId) -> Result<Lane, RunError> {
         if self.pool_bound > 0 {
-            let (c, sha) = (self.common.clone(), start.to_owned());
+            let (c, sha) = (self.common.clone(), start.clone());
             let started = std::time::Instant::now();
-            let (lease, readied, note) = blocking(move || pool::take(&c, &sha)).await?;
+            let (lease, readied, note) =
+                blocking(move || git::Repo::at(c).pool().take(&sha)).await?;
             tracing::debug!(
                 lane = %lease.name,
                 elapsed_us = started.elapsed().as_micros() as u64,
@@ -269,7 +270,7 @@ impl Lanes {
             let mut lane = Lane {
                 path: lease.path.clone(),
                 name: lease.name.clone(),
-                clean_at: Some(start.to_owned()),
+                clean_at: Some(start.clone()),
                 checkout: match readied {
                     pool::Readied::Warm => "warm",
                     pool::Readied::Created => "created",
@@ -288,12 +289,12 @@ impl Lanes {
         let mut lane = Lane {
             path: lanes_dir(&self.common, self.run_id.as_str()).join(format!("lane-{k}")),
             name: format!("orch-{}-{k}", self.run_id),
-            clean_at: Some(start.to_owned()),
+            clean_at: Some(start.clone()),
             checkout: "created",
             watch: WatchSlot::none(),
         };
-        let (c, l, sha) = (self.common.clone(), lane.clone(), start.to_owned());
-        blocking(move || git::create_worktree(&c, &l.name, &l.path, &sha)).await?;
+        let (c, l, sha) = (self.common.clone(), lane.clone(), start.clone());
+        blocking(move || git::Repo::at(&c).create_worktree(&l.name, &l.path, &sha)).await?;
         watch_from(&self.common, &mut lane, start, false);
         Ok(lane)
     }
@@ -303,7 +304,7 @@ impl Lanes {
     }
 
     /// A lane checked out at `start`: a free one reset there, or a new one.
-    pub(crate) async fn acquire(&self, start: &str) -> Result<Lane, RunError> {
+    pub(crate) async fn acquire(&self, start: &git::CommitId) -> Result<Lane, RunError> {
         if let Some(handle) = self.prewarm.lock().await.take() {
             let lane = handle.await.map_err(|e| RunError::Join(e.to_string()))??;
             self.release(lane);
@@ -320,7 +321,7 @@ impl Lanes {
             }
         };
         match reused {
-            Ok(mut lane) if lane.clean_at.as_deref() == Some(start) => {
+            Ok(mut lane) if lane.clean_at.as_ref() == Some(start) => {
                 // A lane made ahead of need is still "created" (or "warm")
                 // on first use, and its readying is the one started then.
                 let fresh = matches!(lane.checkout, "prewarmed" | "prewarmed-warm");
@@ -340,13 +341,13 @@ impl Lanes {
             Ok(mut lane) => {
                 // Whatever readying the lane still has in flight ends first.
                 lane.watch.get().await;
-                let (path, sha) = (lane.path.clone(), start.to_owned());
+                let (path, sha) = (lane.path.clone(), start.clone());
                 if let Err(e) = blocking(move || git::reset_worktree(&path, &sha)).await {
                     lane.clean_at = None;
                     self.release(lane);
                     return Err(e);
                 }
-                lane.clean_at = Some(start.to_owned());
+                lane.clean_at = Some(start.clone());
                 lane.checkout = "reset";
                 watch_from(&self.common, &mut lane, start, false);
                 Ok(lane)
@@ -363,12 +364,12 @@ impl Lanes {
 
     /// Takes the free lane already clean at `start`, if there is one, to the
     /// top of the pool.
-    fn prefer(&self, start: &str) {
+    fn prefer(&self, start: &git::CommitId) {
         let mut pool = self.pool();
         if let Some(i) = pool
             .free
             .iter()
-            .position(|l| l.clean_at.as_deref() == Some(start))
+            .position(|l| l.clean_at.as_ref() == Some(start))
         {
             let lane = pool.free.remove(i);
             pool.free.push(lane);
@@ -380,7 +381,7 @@ impl Lanes {
     /// dropped; each is detached at its last stage commit; its next taker
     /// moves it with git) and the pool is trimmed to its
     /// bound; the run's own lanes (no pool) are moved into the trash. What
-    /// goes to the trash is deleted later ([`pool::empty_trash`]).
+    /// goes to the trash is deleted later ([`pool::Pool::empty_trash`]).
     pub(crate) async fn hand_back(&self) -> Result<(), RunError> {
         if let Some(handle) = self.prewarm.lock().await.take() {
             let _ = handle.await;
@@ -406,8 +407,9 @@ impl Lanes {
             // The watchers stop before their lanes are let go.
             git::watch::drop_together(watches);
             drop(leases);
-            pool::trim(&c, bound)?;
-            retire_run_lanes(&c, &run)
+            let repo = git::Repo::at(c);
+            repo.pool().trim(bound)?;
+            retire_run_lanes(&repo, &run)
         })
         .await
     }
@@ -416,15 +418,16 @@ impl Lanes {
 /// Moves run `run`'s own lanes (no pool) into the trash in one rename, then
 /// drops their admin entries and branches: the files are deleted later.
 /// Only call it while holding the run's lock.
-fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
+fn retire_run_lanes(repo: &git::Repo, run: &str) -> Result<(), GitError> {
+    let common = repo.common_dir();
     let dir = lanes_dir(common, run);
     if std::fs::symlink_metadata(&dir).is_ok() {
-        pool::trash(common, &dir)?;
+        repo.pool().trash(&dir)?;
     }
     {
         // The admin entries first: while one names a branch, libgit2
         // refuses to delete it.
-        let _admin = git::admin_lock(common, true)?;
+        let _admin = repo.admin_lock(true)?;
         for entry in std::fs::read_dir(common.join("worktrees"))
             .into_iter()
             .flatten()
@@ -441,8 +444,8 @@ fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
             }
         }
     }
-    for (branch, _) in git::list_branches(common, &format!("orch-lanes/{run}/"))? {
-        git::delete_branch(common, &branch)?;
+    for (branch, _) in repo.list_branches(&format!("orch-lanes/{run}/"))? {
+        repo.delete_branch(&branch)?;
     }
     Ok(())
 }
@@ -458,7 +461,8 @@ fn retire_run_lanes(common: &Path, run: &str) -> Result<(), GitError> {
 pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunError> {
     let (c, run) = (common.to_path_buf(), run_id.to_owned());
     blocking(move || {
-        git::remove_stale_ref_locks(&c, &[format!("orch/{run}"), format!("orch-lanes/{run}")])?;
+        let repo = git::Repo::at(&c);
+        repo.remove_stale_ref_locks(&[format!("orch/{run}"), format!("orch-lanes/{run}")])?;
         // The run's record ref (`refs/orch/runs/<run>`) is written only by
         // the run lock's holder: a lock file there is a killed one's.
         let run_ref_lock = c.join("refs/orch/runs").join(format!("{run}.lock"));
@@ -473,9 +477,9 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
                 });
             }
         }
-        git::prune_broken_lanes(&c, &run)?;
+        repo.prune_broken_lanes(&run)?;
         // Pooled lanes a kill left half-made (their leases died with it).
-        pool::heal(&c)?;
+        repo.pool().heal()?;
         let dir = lanes_dir(&c, &run);
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for entry in entries.flatten() {
@@ -485,7 +489,7 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
                 };
                 let name = format!("orch-{run}-{k}");
                 if c.join("worktrees").join(&name).exists() {
-                    git::remove_worktree(&c, &name, &entry.path())?;
+                    repo.remove_worktree(&name, &entry.path())?;
                 } else {
                     // A lane directory without an admin dir (a kill between
                     // the checkout and the registration, or a pruned admin
@@ -504,12 +508,12 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if let Some(k) = name.strip_prefix(&format!("orch-{run}-")) {
-                    git::remove_worktree(&c, &name, &dir.join(format!("lane-{k}")))?;
+                    repo.remove_worktree(&name, &dir.join(format!("lane-{k}")))?;
                 }
             }
         }
-        for (branch, _) in git::list_branches(&c, &format!("orch-lanes/{run}/"))? {
-            git::delete_branch(&c, &branch)?;
+        for (branch, _) in repo.list_branches(&format!("orch-lanes/{run}/"))? {
+            repo.delete_branch(&branch)?;
         }
         let _ = std::fs::remove_dir(&dir);
         Ok(())

@@ -79,18 +79,35 @@ pub(crate) async fn resume_run(
             "resume run `{run_id}`: it already succeeded (roll it back first to redo stages)"
         )));
     }
-    // A stage counts as done only if its branch still points at its commit.
-    for rec in &mut state.stages {
-        if opts.only.as_ref().is_some_and(|only| *only != rec.id) {
+    // A stage counts as done only if its branch still points at its commit
+    // (the branches read in one blocking task, with one repository handle).
+    let skip = |id: &str| opts.only.as_ref().is_some_and(|only| *only != id);
+    let wanted: Vec<Option<(String, git::CommitId)>> = state
+        .stages
+        .iter()
+        .map(|rec| match (rec.status, &rec.branch, &rec.commit) {
+            (StageStatus::Succeeded, Some(b), Some(c)) if !skip(&rec.id) => {
+                Some((b.clone(), c.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    let cd = common.clone();
+    let done: Vec<bool> = blocking(move || {
+        let repo = git::Repo::at(cd);
+        wanted
+            .into_iter()
+            .map(|w| match w {
+                Some((b, c)) => Ok(repo.branch_sha(&b)? == Some(c)),
+                None => Ok(false),
+            })
+            .collect()
+    })
+    .await?;
+    for (rec, done) in state.stages.iter_mut().zip(done) {
+        if skip(&rec.id) {
             continue;
         }
-        let done = match (rec.status, &rec.branch, &rec.commit) {
-            (StageStatus::Succeeded, Some(b), Some(c)) => {
-                let (cd, b) = (common.clone(), b.clone());
-                blocking(move || git::branch_sha(&cd, &b)).await? == Some(c.clone())
-            }
-            _ => false,
-        };
         if !done {
             rec.status = StageStatus::Pending;
             rec.reason = None;
@@ -226,7 +243,7 @@ pub(crate) async fn rollback_run(
         }
     }
     let (c, b, s) = (common.clone(), state.final_branch.clone(), commit);
-    blocking(move || git::set_branch(&c, &b, &s)).await?;
+    blocking(move || git::Repo::at(c).set_branch(&b, &s)).await?;
     state.status = RunStatus::RolledBack;
     state.updated = now();
     run_dir.write_state(&state)?;

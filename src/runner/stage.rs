@@ -52,7 +52,7 @@ pub(super) async fn run_stage(
     stage: &Stage,
     role: &Role,
     lane: &Lane,
-    start: &str,
+    start: &crate::git::CommitId,
     upstream: Vec<prompt::Upstream>,
     progress: &crate::ui::ProgressHandle,
 ) -> Result<StageOutcome, RunError> {
@@ -112,7 +112,7 @@ struct StageRun<'a> {
     stage: &'a Stage,
     role: &'a Role,
     lane: &'a Lane,
-    start: &'a str,
+    start: &'a crate::git::CommitId,
     progress: &'a crate::ui::ProgressHandle,
     id: String,
     started: Instant,
@@ -134,7 +134,7 @@ struct StageRun<'a> {
 struct Committed {
     failure: Option<String>,
     duration_ms: u64,
-    commit: String,
+    commit: crate::git::CommitId,
     branch: String,
     /// Whether an earlier attempt of the stage failed (for memory).
     retried_after_failure: bool,
@@ -151,7 +151,7 @@ impl<'a> StageRun<'a> {
         stage: &'a Stage,
         role: &'a Role,
         lane: &'a Lane,
-        start: &'a str,
+        start: &'a crate::git::CommitId,
         upstream: Vec<prompt::Upstream>,
         progress: &'a crate::ui::ProgressHandle,
     ) -> Result<Self, RunError> {
@@ -301,7 +301,7 @@ impl<'a> StageRun<'a> {
                 "succeeded"
             }
             .to_owned(),
-            commit: commit.clone(),
+            commit: commit.to_string(),
             branch: branch.clone(),
             reason: failure.clone(),
             files_changed: stat.files_changed,

@@ -74,7 +74,7 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
 struct Started {
     info: git::RepoInfo,
     common: PathBuf,
-    base_sha: String,
+    base_sha: git::CommitId,
     boot: bootstrap::Bootstrap,
     run_id: RunId,
     run_dir: RunDir,

@@ -321,7 +321,7 @@ impl ToolSandbox {
 /// failure reason is returned, naming the files with the values masked.
 pub async fn refuse_secrets(
     lane: &Path,
-    start: &str,
+    start: &crate::git::CommitId,
     secrets: &[String],
 ) -> std::io::Result<Option<String>> {
     refuse_secrets_in(lane, start, secrets, None).await
@@ -331,11 +331,11 @@ pub async fn refuse_secrets(
 /// from its watcher), or the paths a status walk finds when `None`.
 pub async fn refuse_secrets_in(
     lane: &Path,
-    start: &str,
+    start: &crate::git::CommitId,
     secrets: &[String],
     changed: Option<Vec<String>>,
 ) -> std::io::Result<Option<String>> {
-    let (lane, start, secrets) = (lane.to_path_buf(), start.to_owned(), secrets.to_vec());
+    let (lane, start, secrets) = (lane.to_path_buf(), start.clone(), secrets.to_vec());
     let work = move || -> Result<Option<String>, crate::git::GitError> {
         let changed = match changed {
             Some(paths) => paths,

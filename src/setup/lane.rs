@@ -109,7 +109,10 @@ impl ScratchLane {
     /// Takes a pool lane of the repository at or above `repo`, at its `HEAD`.
     pub(crate) fn take(repo: &Path) -> Result<ScratchLane, String> {
         let (info, sha) = git::open_repo_at(repo, "HEAD").map_err(|e| e.to_string())?;
-        let (lease, readied, _) = pool::take(&info.common_dir, &sha).map_err(|e| e.to_string())?;
+        let (lease, readied, _) = git::Repo::at(&info.common_dir)
+            .pool()
+            .take(&sha)
+            .map_err(|e| e.to_string())?;
         if readied == pool::Readied::Warm {
             git::clean_moved(&lease.path).map_err(|e| e.to_string())?;
         }
@@ -127,9 +130,10 @@ impl ScratchLane {
 
     /// Takes the lane out of the pool (what it installed goes with it).
     pub(crate) fn retire(self) -> Result<(), String> {
-        pool::retire(&self.common_dir, self.lease).map_err(|e| e.to_string())?;
+        let repo = git::Repo::at(&self.common_dir);
+        repo.pool().retire(self.lease).map_err(|e| e.to_string())?;
         // Best effort: `orch gc` or a later run empties what is left.
-        let _ = pool::empty_trash(&self.common_dir);
+        let _ = repo.pool().empty_trash();
         Ok(())
     }
 }

@@ -123,7 +123,7 @@ fn take(root: &Path) -> Snapshot {
 
 /// Paths `git status` lists (the one status walk of [`crate::git`]).
 fn changed_paths(root: &Path) -> Result<Vec<String>, crate::git::GitError> {
-    crate::git::changed_paths_in(root)
+    crate::git::status_paths(root)
 }
 
 /// Restores every path that differs from `before`; returns those paths.

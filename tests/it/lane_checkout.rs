@@ -54,10 +54,12 @@ fn tree_bytes(root: &Path) -> Files {
 /// `create_worktree` of HEAD next to `git worktree add --detach` of HEAD;
 /// asserts both hold the same bytes and returns the lane's files.
 fn lane_and_git_agree(repo: &TestRepo) -> Files {
-    let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let head: orch::git::CommitId = repo.git(&["rev-parse", "HEAD"]).trim().parse().unwrap();
     let common = repo.path.join(".git");
     let lane = repo.dir.path().join("lanes/deep/lane-1");
-    orch::git::create_worktree(&common, "lane-1", &lane, &head).unwrap();
+    orch::git::Repo::at(&common)
+        .create_worktree("lane-1", &lane, &head)
+        .unwrap();
     let by_git = repo.dir.path().join("by-git");
     repo.git(&[
         "worktree",
@@ -274,10 +276,12 @@ fn a_path_of_4095_bytes_gets_the_saturated_name_length_in_the_index() {
         &format!("100644,{blob},{long}"),
     ]);
     repo.git(&["commit", "-q", "-m", "long path"]);
-    let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let head: orch::git::CommitId = repo.git(&["rev-parse", "HEAD"]).trim().parse().unwrap();
 
     let lane = repo.dir.path().join("lane");
-    orch::git::create_worktree(&repo.path.join(".git"), "lane", &lane, &head).unwrap();
+    orch::git::Repo::at(repo.path.join(".git"))
+        .create_worktree("lane", &lane, &head)
+        .unwrap();
     // The index carries a cache-tree, so the first commit does not re-hash
     // every tree.
     let admin = repo.path.join(".git/worktrees/lane/index");
@@ -304,7 +308,9 @@ fn an_empty_tree_checks_out_to_an_empty_index() {
     let empty = repo.git(&["hash-object", "-t", "tree", "-w", "/dev/null"]);
     let commit = repo.git(&["commit-tree", empty.trim(), "-m", "empty"]);
     let lane = repo.dir.path().join("lane");
-    orch::git::create_worktree(&repo.path.join(".git"), "lane", &lane, commit.trim()).unwrap();
+    orch::git::Repo::at(repo.path.join(".git"))
+        .create_worktree("lane", &lane, &commit.trim().parse().unwrap())
+        .unwrap();
     let names: Vec<_> = std::fs::read_dir(&lane)
         .unwrap()
         .map(|e| e.unwrap().file_name())

@@ -37,10 +37,10 @@ fn short(sha: Option<&str>) -> &str {
 
 /// The lessons a run's stages were given and those it proposed.
 fn memory_report(common: &Path, s: &RunState) -> String {
-    let stages: Vec<(&str, Option<&str>)> = s
+    let stages: Vec<(&str, Option<&crate::git::CommitId>)> = s
         .stages
         .iter()
-        .map(|st| (st.id.as_str(), st.commit.as_deref()))
+        .map(|st| (st.id.as_str(), st.commit.as_ref()))
         .collect();
     crate::memory::hook::run_report(common, s.run_id.as_str(), &stages)
 }

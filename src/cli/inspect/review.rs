@@ -93,7 +93,7 @@ pub(super) fn render_review(common: &Path, st: &StageRecord) -> Result<String, C
             o.push_str(&format!("  - {line}\n"));
         }
     }
-    let d = git::diff(common, parent, commit, 256 * 1024)?;
+    let d = git::Repo::at(common).diff(parent, commit, 256 * 1024)?;
     o.push_str(&format!("\n{}", d.stat.render()));
     if !d.patch.is_empty() {
         o.push('\n');
@@ -121,7 +121,11 @@ pub(in crate::cli) fn cmd_diff(args: DiffArgs) -> Result<i32, CliError> {
         )));
     };
     let mut out = Out::stdout();
-    out.text(&git::diff(&common, parent, commit, usize::MAX)?.patch)?;
+    out.text(
+        &git::Repo::at(&common)
+            .diff(parent, commit, usize::MAX)?
+            .patch,
+    )?;
     out.finish()?;
     Ok(exit::OK)
 }

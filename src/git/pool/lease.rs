@@ -1,7 +1,8 @@
 //! A slot's lease: an exclusive `flock` on `<git>/orch/pool/lane-N.lease`,
 //! taken without waiting and dropped by the kernel when the holder dies.
 
-use super::{lease_path, slot_name, slot_path};
+use super::Pool;
+use super::slot_name;
 use crate::git::{GitError, io_err};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,47 +19,50 @@ pub struct Lease {
     pub name: String,
 }
 
-/// Takes slot `n`'s lease if nobody holds it.
-pub(super) fn try_lease(common_dir: &Path, n: usize) -> Result<Option<Lease>, GitError> {
-    let path = lease_path(common_dir, n);
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
-    }
-    loop {
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io_err("open the lane lease", &path))?;
-        // std's `File::try_lock` is `flock(LOCK_EX | LOCK_NB)` on Linux.
-        if file.try_lock().is_ok() {
-            // A retired slot's lease file is unlinked by its holder: a lock
-            // on the unlinked file is no lease; open the new one.
-            use std::os::unix::fs::MetadataExt;
-            let same = match (file.metadata(), fs::metadata(&path)) {
-                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
-                _ => false,
-            };
-            if !same {
-                continue;
-            }
-            // Only the lease holder runs git in the slot, so a lock file
-            // in its admin dir (`index.lock`, `HEAD.lock`) is a killed
-            // holder's: nobody will finish or remove it.
-            remove_dead_locks(&common_dir.join("worktrees").join(slot_name(n)))?;
-            return Ok(Some(Lease {
-                _file: file,
-                slot: n,
-                path: slot_path(common_dir, n),
-                name: slot_name(n),
-            }));
+impl Pool<'_> {
+    /// Takes slot `n`'s lease if nobody holds it.
+    pub(super) fn try_lease(&self, n: usize) -> Result<Option<Lease>, GitError> {
+        let common_dir = self.common_dir();
+        let path = self.lease_path(n);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io_err("create the directory", parent))?;
         }
-        let err = std::io::Error::last_os_error();
-        match err.kind() {
-            std::io::ErrorKind::Interrupted => continue,
-            std::io::ErrorKind::WouldBlock => return Ok(None),
-            _ => return Err(io_err("lock the lane lease", &path)(err)),
+        loop {
+            let file = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(io_err("open the lane lease", &path))?;
+            // std's `File::try_lock` is `flock(LOCK_EX | LOCK_NB)` on Linux.
+            if file.try_lock().is_ok() {
+                // A retired slot's lease file is unlinked by its holder: a lock
+                // on the unlinked file is no lease; open the new one.
+                use std::os::unix::fs::MetadataExt;
+                let same = match (file.metadata(), fs::metadata(&path)) {
+                    (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                    _ => false,
+                };
+                if !same {
+                    continue;
+                }
+                // Only the lease holder runs git in the slot, so a lock file
+                // in its admin dir (`index.lock`, `HEAD.lock`) is a killed
+                // holder's: nobody will finish or remove it.
+                remove_dead_locks(&common_dir.join("worktrees").join(slot_name(n)))?;
+                return Ok(Some(Lease {
+                    _file: file,
+                    slot: n,
+                    path: self.slot_path(n),
+                    name: slot_name(n),
+                }));
+            }
+            let err = std::io::Error::last_os_error();
+            match err.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(io_err("lock the lane lease", &path)(err)),
+            }
         }
     }
 }

@@ -11,14 +11,14 @@
 //! lease can be taken belongs to nobody: whatever it holds (a dead run's
 //! half-written files, a half-made worktree) may be cleaned or removed.
 //!
-//! A slot taken warm is moved by git ([`move_worktree`]: `git checkout -f
+//! A slot taken warm is moved by git ([`super::move_worktree`]: `git checkout -f
 //! --detach <start>` rewrites only what differs and discards local
 //! changes, `git clean -ffdx` removes untracked and ignored files), so it
 //! holds exactly what a fresh `git worktree add --detach` would, whatever
 //! its last user left in it; a slot that is missing, broken or that git
 //! cannot move is (re)created from scratch. Removing a slot off the exit
-//! path ([`retire`]) renames it into `<git>/orch/trash/` and drops its admin
-//! entry (both O(1)); the files go later ([`empty_trash`], run in the
+//! path ([`Pool::retire`]) renames it into `<git>/orch/trash/` and drops its admin
+//! entry (both O(1)); the files go later ([`Pool::empty_trash`], run in the
 //! background or by `orch gc`).
 //!
 //! A kill -9 at any point leaves nothing a later taker trips on: the lease
@@ -33,26 +33,48 @@ mod trash;
 mod upkeep;
 
 pub use lease::Lease;
-pub use slots::{retire, slots};
-pub use take::{Readied, take};
-pub use trash::{empty_trash, trash, trash_is_empty};
-pub use upkeep::{heal, remove_all, trim};
+pub use take::Readied;
 
-use std::path::{Path, PathBuf};
+use super::Repo;
+use std::path::PathBuf;
 
-/// The directory holding the pool's slots and their leases.
-pub fn pool_dir(common_dir: &Path) -> PathBuf {
-    common_dir.join("orch").join("pool")
+/// The pool of a repository: [`Repo::pool`]. Its methods are the pool's
+/// operations; it reads as the [`Repo`] it belongs to (the handle is
+/// shared, not re-opened).
+#[derive(Debug, Clone, Copy)]
+pub struct Pool<'r>(&'r Repo);
+
+impl Repo {
+    /// The repository's pool of warm lanes.
+    pub fn pool(&self) -> Pool<'_> {
+        Pool(self)
+    }
 }
 
-/// The directory a slot's files are renamed into before they are deleted.
-pub fn trash_dir(common_dir: &Path) -> PathBuf {
-    common_dir.join("orch").join("trash")
+impl std::ops::Deref for Pool<'_> {
+    type Target = Repo;
+    fn deref(&self) -> &Repo {
+        self.0
+    }
 }
 
-/// The worktree directory of slot `n`.
-pub fn slot_path(common_dir: &Path, n: usize) -> PathBuf {
-    pool_dir(common_dir).join(format!("lane-{n}"))
+impl Pool<'_> {
+    /// The directory holding the pool's slots and their leases.
+    pub fn pool_dir(&self) -> PathBuf {
+        let common_dir = self.common_dir();
+        common_dir.join("orch").join("pool")
+    }
+
+    /// The directory a slot's files are renamed into before they are deleted.
+    pub fn trash_dir(&self) -> PathBuf {
+        let common_dir = self.common_dir();
+        common_dir.join("orch").join("trash")
+    }
+
+    /// The worktree directory of slot `n`.
+    pub fn slot_path(&self, n: usize) -> PathBuf {
+        self.pool_dir().join(format!("lane-{n}"))
+    }
 }
 
 /// The admin name of slot `n`.
@@ -60,6 +82,8 @@ pub fn slot_name(n: usize) -> String {
     format!("orch-pool-{n}")
 }
 
-fn lease_path(common_dir: &Path, n: usize) -> PathBuf {
-    pool_dir(common_dir).join(format!("lane-{n}.lease"))
+impl Pool<'_> {
+    fn lease_path(&self, n: usize) -> PathBuf {
+        self.pool_dir().join(format!("lane-{n}.lease"))
+    }
 }

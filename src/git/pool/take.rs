@@ -1,10 +1,9 @@
 //! Taking a lane: the lease on a free slot, then the slot readied at the
 //! start commit (moved by git when whole, else made anew).
 
-use super::lease::{Lease, try_lease};
-use super::slots::{clear_slot, is_whole, slot_head, slots};
-use crate::git::{GitError, create_worktree, move_tracked};
-use std::path::Path;
+use super::Pool;
+use super::lease::Lease;
+use crate::git::{CommitId, GitError, move_tracked};
 
 /// How a taken lane was readied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,68 +16,72 @@ pub enum Readied {
     Created,
 }
 
-/// Takes a free slot (one already at `start` first, then the lowest
-/// number; a new one when every slot is taken: the run's hand-back trims
-/// the pool to its bound again, [`super::trim`]) and readies it at `start`,
-/// detached, its tracked files exactly as git checks `start` out. A
-/// [`Readied::Warm`] lane still holds what its last user left untracked:
-/// the caller runs [`crate::git::clean_moved`] before anything reads it (the
-/// runner does it beside the first model request, behind the lane's
-/// readiness barrier). Returns the lease, how
-/// the lane was readied and why a pooled lane there was not reused (empty
-/// when it was, or none was).
-pub fn take(common_dir: &Path, start: &str) -> Result<(Lease, Readied, String), GitError> {
-    let mut existing = slots(common_dir);
-    existing.sort_by_key(|&n| (slot_head(common_dir, n).as_deref() != Some(start), n));
-    let mut lease = None;
-    for &n in &existing {
-        if let Some(l) = try_lease(common_dir, n)? {
-            lease = Some(l);
-            break;
-        }
-    }
-    if lease.is_none() {
-        for n in 1.. {
-            if existing.contains(&n) {
-                continue;
-            }
-            if let Some(l) = try_lease(common_dir, n)? {
+impl Pool<'_> {
+    /// Takes a free slot (one already at `start` first, then the lowest
+    /// number; a new one when every slot is taken: the run's hand-back trims
+    /// the pool to its bound again, [`Pool::trim`]) and readies it at `start`,
+    /// detached, its tracked files exactly as git checks `start` out. A
+    /// [`Readied::Warm`] lane still holds what its last user left untracked:
+    /// the caller runs [`crate::git::clean_moved`] before anything reads it (the
+    /// runner does it beside the first model request, behind the lane's
+    /// readiness barrier). Returns the lease, how
+    /// the lane was readied and why a pooled lane there was not reused (empty
+    /// when it was, or none was).
+    pub fn take(&self, start: &CommitId) -> Result<(Lease, Readied, String), GitError> {
+        let mut existing = self.slots();
+        existing.sort_by_key(|&n| (self.slot_head(n).as_deref() != Some(start), n));
+        let mut lease = None;
+        for &n in &existing {
+            if let Some(l) = self.try_lease(n)? {
                 lease = Some(l);
                 break;
             }
         }
-    }
-    let Some(lease) = lease else {
-        unreachable!("the loop over slot numbers ends with a lease")
-    };
-    let (readied, note) = ready(common_dir, &lease, start)?;
-    Ok((lease, readied, note))
-}
-
-/// Readies the leased slot at `start`: moved by git if it is whole, else
-/// (or when the move fails) removed and created anew. The note says why a
-/// pooled lane was not reused, if one was there.
-fn ready(common_dir: &Path, lease: &Lease, start: &str) -> Result<(Readied, String), GitError> {
-    let n = lease.slot;
-    let mut note = String::new();
-    if is_whole(common_dir, n) {
-        let admin = common_dir.join("worktrees").join(&lease.name);
-        let moved = crate::git::shadow::attach(common_dir, &admin, &lease.name)
-            .and_then(|_| move_tracked(&lease.path, start));
-        match moved {
-            Ok(()) => return Ok((Readied::Warm, note)),
-            Err(e) => note = format!("failed to {e}"),
+        if lease.is_none() {
+            for n in 1.. {
+                if existing.contains(&n) {
+                    continue;
+                }
+                if let Some(l) = self.try_lease(n)? {
+                    lease = Some(l);
+                    break;
+                }
+            }
         }
+        let Some(lease) = lease else {
+            unreachable!("the loop over slot numbers ends with a lease")
+        };
+        let (readied, note) = self.ready(&lease, start)?;
+        Ok((lease, readied, note))
     }
-    clear_slot(common_dir, n)?;
-    create_worktree(common_dir, &lease.name, &lease.path, start)?;
-    Ok((Readied::Created, note))
+
+    /// Readies the leased slot at `start`: moved by git if it is whole, else
+    /// (or when the move fails) removed and created anew. The note says why a
+    /// pooled lane was not reused, if one was there.
+    fn ready(&self, lease: &Lease, start: &CommitId) -> Result<(Readied, String), GitError> {
+        let common_dir = self.common_dir();
+        let n = lease.slot;
+        let mut note = String::new();
+        if self.is_whole(n) {
+            let admin = common_dir.join("worktrees").join(&lease.name);
+            let moved = self
+                .attach_shadow(&admin, &lease.name)
+                .and_then(|_| move_tracked(&lease.path, start));
+            match moved {
+                Ok(()) => return Ok((Readied::Warm, note)),
+                Err(e) => note = format!("failed to {e}"),
+            }
+        }
+        self.clear_slot(n)?;
+        self.create_worktree(&lease.name, &lease.path, start)?;
+        Ok((Readied::Created, note))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::git::pool::retire;
+    use crate::git::Repo;
     use crate::git::testutil::TestRepo;
 
     #[test]
@@ -87,12 +90,12 @@ mod tests {
         // its own, and git's worktree adds under orch's names never collide.
         let repo = TestRepo::new();
         let common = repo.git_dir();
-        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+        let head = repo.rev("HEAD");
         for round in 0..10 {
             let takers: Vec<_> = (0..8)
                 .map(|_| {
                     let (c, h) = (common.clone(), head.clone());
-                    std::thread::spawn(move || take(&c, &h))
+                    std::thread::spawn(move || Repo::at(&c).pool().take(&h))
                 })
                 .collect();
             let leases: Vec<Lease> = takers
@@ -110,7 +113,7 @@ mod tests {
             slots.dedup();
             assert_eq!(slots.len(), 8, "round {round}: {slots:?}");
             for lease in leases {
-                retire(&common, lease).unwrap();
+                Repo::at(&common).pool().retire(lease).unwrap();
             }
         }
         assert_eq!(repo.git(&["for-each-ref", "refs/heads/orch-lanes/"]), "");
@@ -122,19 +125,19 @@ mod tests {
         // rewriting the lane's `.git` leaves `.git` naming the old one.
         let repo = TestRepo::new();
         let common = repo.git_dir();
-        let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
-        let (lease, readied, _) = take(&common, &head).unwrap();
+        let head = repo.rev("HEAD");
+        let (lease, readied, _) = Repo::at(&common).pool().take(&head).unwrap();
         assert_eq!(readied, Readied::Created);
         let path = lease.path.clone();
         drop(lease); // handed back: the lane stays in the pool
-        let (lease, readied, _) = take(&common, &head).unwrap();
+        let (lease, readied, _) = Repo::at(&common).pool().take(&head).unwrap();
         assert_eq!(readied, Readied::Warm, "a whole lane is reused");
         let gone = common.join("worktrees").join("lane-gone");
         std::fs::write(path.join(".git"), format!("gitdir: {}\n", gone.display())).unwrap();
         drop(lease);
-        let (lease, readied, _) = take(&common, &head).unwrap();
+        let (lease, readied, _) = Repo::at(&common).pool().take(&head).unwrap();
         assert_eq!(readied, Readied::Created, "the broken lane is made anew");
         git2::Repository::open(&lease.path).expect("libgit2 opens the lane");
-        retire(&common, lease).unwrap();
+        Repo::at(&common).pool().retire(lease).unwrap();
     }
 }

@@ -6,7 +6,6 @@ use super::{Committed, MAX_SUMMARY_BYTES, StageRun};
 use crate::agent::{AgentOutcome, verify::VerifyReport};
 use crate::git::{self, GitError};
 use crate::runner::{RunError, blocking, pr};
-use std::path::Path;
 
 impl StageRun<'_> {
     /// Commits the settled tree on the stage's branch and writes its patch;
@@ -45,23 +44,23 @@ impl StageRun<'_> {
             memory: &self.memory.ids,
         });
         let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.get().await);
-        let commit = blocking(move || {
-            let commit = git::commit_tree(&wt, &message, &parent, &tree)?;
+        let branch = format!("orch/{}/{id}", ctx.run_id);
+        let (c, b) = (ctx.common.clone(), branch.clone());
+        // One blocking task, one repository handle: the commit, the earlier
+        // attempt's tip (read before it is moved aside), the branch.
+        let (commit, retried_after_failure) = blocking(move || {
+            let repo = git::Repo::at(c);
+            let commit = repo.commit_tree(&wt, &message, &parent, &tree)?;
             // The record restarts from the commit (the next stage in this lane
             // starts there); one that cannot is replaced when the lane is next
             // acquired.
             if let Some(w) = watch {
                 w.restart(&commit);
             }
-            Ok(commit)
-        })
-        .await?;
-        let branch = format!("orch/{}/{id}", ctx.run_id);
-        let retried_after_failure = crate::memory::hook::prior_attempt_failed(&ctx.common, &branch);
-        let (c, b, s) = (ctx.common.clone(), branch.clone(), commit.clone());
-        blocking(move || {
-            keep_old_branch(&c, &b)?;
-            git::set_branch(&c, &b, &s)
+            let retried = crate::memory::hook::prior_attempt_failed(&repo, &b);
+            keep_old_branch(&repo, &b)?;
+            repo.set_branch(&b, &commit)?;
+            Ok((commit, retried))
         })
         .await?;
         let stat = crate::runner::flow::write_stage_patch(ctx, &id, start, &commit).await?;
@@ -79,13 +78,13 @@ impl StageRun<'_> {
 
 /// Before a stage runs again (retry, rollback), its old branch is moved to
 /// the first free `<branch>.vN`, so every attempt stays reviewable.
-fn keep_old_branch(common: &Path, branch: &str) -> Result<(), GitError> {
-    if git::branch_sha(common, branch)?.is_none() {
+fn keep_old_branch(repo: &git::Repo, branch: &str) -> Result<(), GitError> {
+    if repo.branch_sha(branch)?.is_none() {
         return Ok(());
     }
     let mut n = 1;
-    while git::branch_sha(common, &format!("{branch}.v{n}"))?.is_some() {
+    while repo.branch_sha(&format!("{branch}.v{n}"))?.is_some() {
         n += 1;
     }
-    git::rename_branch(common, branch, &format!("{branch}.v{n}"))
+    repo.rename_branch(branch, &format!("{branch}.v{n}"))
 }

@@ -30,7 +30,7 @@ pub(super) async fn project_instructions(
     log.append(&ActionEvent::ProjectInstructions(
         event::ProjectInstructions {
             enabled: true,
-            commit: Some(ctx.base_commit.clone()),
+            commit: Some(ctx.base_commit.to_string()),
             files: found.files,
             cut: Some(found.cut),
             limit_bytes: Some(agent::instructions::INSTRUCTIONS_BUDGET),

@@ -51,7 +51,7 @@ impl StageRun<'_> {
                 evidence: crate::memory::Evidence {
                     run: ctx.run_id.to_string(),
                     stage: self.id.clone(),
-                    commit: c.commit.clone(),
+                    commit: c.commit.to_string(),
                     event: String::new(),
                 },
                 task: &self.task,

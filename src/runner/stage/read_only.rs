@@ -9,11 +9,11 @@ use std::path::Path;
 /// the changes (`changed`, non-empty) are discarded and the log says so.
 pub(super) async fn discard_changes_of_read_only_role(
     worktree: &Path,
-    head: &str,
+    head: &git::CommitId,
     changed: &[String],
     log: &mut ActionLog,
 ) -> Result<(), RunError> {
-    let (wt, h) = (worktree.to_path_buf(), head.to_owned());
+    let (wt, h) = (worktree.to_path_buf(), head.clone());
     blocking(move || git::reset_worktree(&wt, &h)).await?;
     log.append(&ActionEvent::ReadOnlyViolation(event::ReadOnlyViolation {
         discarded: changed.to_vec(),

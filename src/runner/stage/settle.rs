@@ -82,7 +82,11 @@ struct StagedLane {
 
 /// Stages the lane with git ([`git::stage_tree`], given the watcher's
 /// marks when it can vouch for them) and reads what changed since `start`.
-async fn stage_lane(lane: &Lane, common: &Path, start: &str) -> Result<StagedLane, RunError> {
+async fn stage_lane(
+    lane: &Lane,
+    common: &Path,
+    start: &git::CommitId,
+) -> Result<StagedLane, RunError> {
     // A pooled lane whose last user's files could not be removed holds more
     // than the stage did: nothing of it is committed.
     if let Some(why) = lane.watch.failure().await {
@@ -92,12 +96,13 @@ async fn stage_lane(lane: &Lane, common: &Path, start: &str) -> Result<StagedLan
         }));
     }
     let watch = lane.watch.get().await;
-    let (path, common, start) = (lane.path.clone(), common.to_path_buf(), start.to_owned());
+    let (path, common, start) = (lane.path.clone(), common.to_path_buf(), start.clone());
     blocking(move || {
         let marks = watch.and_then(|w| w.changes());
         let (tree, how, held) = git::stage_tree_held(&path, &start, marks.as_ref())?;
-        let changed = git::changed_between(&common, &start, &tree, held.as_ref())?;
-        let start_tree = git::tree_of(&common, &start)?;
+        let repo = git::Repo::at(common);
+        let changed = repo.changed_between(&start, &tree, held.as_ref())?;
+        let start_tree = repo.tree_of(&start)?;
         Ok(StagedLane {
             tree,
             start_tree,
