@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::RUN_MARKER;
+use super::env::RUN_MARKER;
 use super::reaper::{self, Reaper, Report, fallback};
 
 /// Time between SIGTERM and SIGKILL when a process group is stopped.
