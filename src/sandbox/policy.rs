@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::SandboxError;
+use super::error::SandboxError;
 pub use crate::sandbox_profile::Profile;
 
 /// The git layout of a lane that is a linked worktree.
