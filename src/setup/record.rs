@@ -62,7 +62,7 @@ pub(crate) struct SetupState {
     pub(crate) cwd: PathBuf,
     /// `planning`, `planned`, `running`, `done`, `failed`, `not_confirmed`.
     pub(crate) status: String,
-    /// Model rounds used so far (at most [`super::MAX_ROUNDS`]).
+    /// Model rounds used so far (at most [`super::options::MAX_ROUNDS`]).
     pub(crate) rounds: u32,
     /// How many plans the model made.
     pub(crate) plan_version: u32,
