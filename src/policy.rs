@@ -70,6 +70,7 @@ mod shell;
 #[cfg(test)]
 mod table_tests;
 mod unwrap;
+mod wrappers;
 
 use std::path::Path;
 

@@ -20,7 +20,8 @@ use super::programs::{
     reads_script_from_stdin,
 };
 use super::shell::parse;
-use super::unwrap::{Analysis, MAX_WALKED_BYTES, MAX_WALKS, Unit, strip_wrappers};
+use super::unwrap::{Analysis, MAX_WALKED_BYTES, MAX_WALKS, Unit};
+use super::wrappers::strip_wrappers;
 
 /// One line of the repo allowlist, parsed like a command.
 #[derive(Debug)]
