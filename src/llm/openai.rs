@@ -15,7 +15,7 @@
 //! - The API key only ever travels in the `Authorization` header (marked
 //!   sensitive). Error messages carry the endpoint URL and a trimmed snippet of
 //!   the server's body with any echo of the key masked and no control
-//!   characters (see `wire::snippet`); `Debug` of
+//!   characters (see `snippet::snippet`); `Debug` of
 //!   [`ModelSettings`] hides it.
 //! - Bounded in time: only `data` lines of a stream reset the idle timer
 //!   (keep-alive comments do not), a timeout or a stall is retried once (not
@@ -71,12 +71,14 @@ pub const PID_HEADER: &str = "x-orch-pid";
 
 mod classify;
 mod http;
+mod snippet;
 mod window;
 mod wire;
 
 use classify::{Attempt, Kind, Transient, timed_out};
 use http::{BodyError, build_client, read_capped};
-use wire::{agent_header_value, finalize, snippet};
+use snippet::snippet;
+use wire::{agent_header_value, finalize};
 
 pub use http::{http_client, http_client_for, http_client_with};
 

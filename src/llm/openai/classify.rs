@@ -2,7 +2,7 @@
 //! error, an error inside a stream) and whether retrying can help.
 
 use super::http::error_chain;
-use super::wire::{compact, snippet};
+use super::snippet::{compact, snippet};
 use super::{OpenAiClient, human_duration};
 use crate::llm::LlmError;
 use crate::llm::retry::{
