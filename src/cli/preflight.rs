@@ -33,7 +33,7 @@ pub(crate) async fn check_run(
     base: &str,
     model: &dyn ChatModel,
 ) -> Result<Served, CliError> {
-    if base == super::session::WORKTREE_BASE {
+    if base == super::args::WORKTREE_BASE {
         crate::git::open_repo(repo)?;
     } else {
         crate::git::open_repo_at(repo, base)?;

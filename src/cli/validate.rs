@@ -73,7 +73,7 @@ fn print_catalog(catalog: &Catalog, errors: usize) -> Result<(), CliError> {
         writeln!(
             out,
             "{}",
-            super::inspect::plural(errors as u64, "error", "errors")
+            crate::text::plural(errors as u64, "error", "errors")
         )?;
     }
     out.finish()

@@ -1,6 +1,6 @@
 //! `orch review` and `orch diff`: what a stage changed.
 
-use super::{memory_report, stage};
+use super::shared::{memory_report, stage};
 use crate::cli::output::Out;
 use crate::cli::record::open;
 use crate::cli::{CliError, exit};
