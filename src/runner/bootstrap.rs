@@ -527,6 +527,19 @@ fn wildcard(pattern: &str, name: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
+/// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
+/// off the async threads; a bad file is an input error.
+pub(super) async fn load_bootstrap(
+    workdir: &Path,
+    pipeline: &Pipeline,
+) -> Result<Bootstrap, RunError> {
+    let (w, p) = (workdir.to_path_buf(), pipeline.clone());
+    tokio::task::spawn_blocking(move || Bootstrap::load(&w, &p))
+        .await
+        .map_err(|e| RunError::Join(e.to_string()))?
+        .map_err(RunError::Config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,9 @@
 //! Resuming a run where it stopped, and rolling one back to a stage.
 
+use super::bootstrap::load_bootstrap;
 use super::flow::descendants;
 use super::lanes::Lanes;
 use super::schedule::drive;
-use super::start::load_bootstrap;
 use super::{
     Plan, RunCtx, RunError, RunSummary, Session, blocking, flow, lane_pool_bound, lanes, now,
 };

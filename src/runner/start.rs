@@ -1,5 +1,6 @@
 //! Starting a run: its plan and record, then its stages driven to the end.
 
+use super::bootstrap::load_bootstrap;
 use super::flow::finish_run;
 use super::lanes::Lanes;
 use super::resume::load_run;
@@ -10,7 +11,6 @@ use super::{
 };
 use crate::git;
 use crate::ids::RunId;
-use crate::pipeline::Pipeline;
 use crate::policy::BashPolicy;
 use crate::runlog::{RUN_FORMAT, RunDir, RunState, RunStatus, StageRecord, StageStatus};
 use crate::ui::Ui;
@@ -238,17 +238,4 @@ pub(crate) async fn finish_distributed(
     state.updated = now();
     ctx.run_dir.write_state(&state)?;
     Ok(state)
-}
-
-/// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
-/// off the async threads; a bad file is an input error.
-pub(super) async fn load_bootstrap(
-    workdir: &Path,
-    pipeline: &Pipeline,
-) -> Result<bootstrap::Bootstrap, RunError> {
-    let (w, p) = (workdir.to_path_buf(), pipeline.clone());
-    tokio::task::spawn_blocking(move || bootstrap::Bootstrap::load(&w, &p))
-        .await
-        .map_err(|e| RunError::Join(e.to_string()))?
-        .map_err(RunError::Config)
 }
