@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use super::{GitError, find_commit, git_err, open_linked_worktree, signature};
+use super::error::{GitError, git_err};
+use super::open::{find_commit, open_linked_worktree, signature};
 
 /// Commits everything in the linked worktree at `worktree` on top of
 /// `parent_sha`, as `git add -A && git commit` would stage it, and detaches
@@ -15,7 +16,7 @@ use super::{GitError, find_commit, git_err, open_linked_worktree, signature};
 pub fn commit_all(worktree: &Path, message: &str, parent_sha: &str) -> Result<String, GitError> {
     // Refuse the user's own working tree before git touches its index.
     drop(open_linked_worktree(worktree)?);
-    let (tree, _) = super::stage_tree(worktree, parent_sha, None)?;
+    let (tree, _) = super::staging::stage_tree(worktree, parent_sha, None)?;
     commit_tree(worktree, message, parent_sha, &tree)
 }
 
@@ -37,7 +38,7 @@ pub fn commit_tree(
         None => lane.commondir().to_path_buf(),
     };
     drop(lane);
-    let repo = super::open_at(&common)?;
+    let repo = super::open::open_at(&common)?;
     let at = worktree.display();
     let parent = find_commit(&repo, parent_sha)?;
     let tree_id = git2::Oid::from_str(tree).map_err(git_err(format!("read tree id `{tree}`")))?;
@@ -62,11 +63,4 @@ pub fn commit_tree(
         .arg(oid.to_string())
         .run()?;
     Ok(oid.to_string())
-}
-
-/// Whether `p` lies below a directory for which `is_whole` holds.
-pub(super) fn below(p: &[u8], is_whole: impl Fn(&[u8]) -> bool) -> bool {
-    p.iter()
-        .enumerate()
-        .any(|(i, &b)| b == b'/' && is_whole(&p[..i]))
 }

@@ -12,7 +12,8 @@ use std::path::Path;
 use git2::{Delta, DiffFindOptions, DiffOptions, Patch};
 use serde::{Deserialize, Serialize};
 
-use super::{GitError, find_commit, git_err, open_at};
+use super::error::{GitError, git_err};
+use super::open::{find_commit, open_at};
 use git2::Repository;
 
 /// Lines changed in one file.

@@ -2,7 +2,8 @@
 //! merge of their commits, made in memory (no checkout, no worktree), so it
 //! costs what the merge touches, not the repository's size.
 
-use super::{GitError, find_commit, git_err, open_at, signature};
+use super::error::{GitError, git_err};
+use super::open::{find_commit, open_at, signature};
 use git2::{MergeOptions, Oid, Repository};
 use std::path::Path;
 
@@ -114,7 +115,7 @@ pub(crate) fn merge_commits_in(
 
 /// Renames `refs/heads/<from>` to `<to>` (refusing to overwrite `to`).
 pub fn rename_branch(common_dir: &Path, from: &str, to: &str) -> Result<(), GitError> {
-    let _admin = super::admin_lock(common_dir, true)?;
+    let _admin = super::worktree::admin_lock(common_dir, true)?;
     let repo = open_at(common_dir)?;
     let mut branch = repo
         .find_branch(from, git2::BranchType::Local)
@@ -127,7 +128,7 @@ pub fn rename_branch(common_dir: &Path, from: &str, to: &str) -> Result<(), GitE
 
 /// Deletes `refs/heads/<branch>` if it exists.
 pub fn delete_branch(common_dir: &Path, branch: &str) -> Result<(), GitError> {
-    let _admin = super::admin_lock(common_dir, true)?;
+    let _admin = super::worktree::admin_lock(common_dir, true)?;
     let repo = open_at(common_dir)?;
     match repo.find_branch(branch, git2::BranchType::Local) {
         Ok(mut b) => b

@@ -25,8 +25,8 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::GitError;
 use super::cli::Git;
+use super::error::GitError;
 use super::shadow::Quarantine;
 use super::watch::Marks;
 

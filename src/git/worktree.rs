@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use git2::ErrorCode;
 
 use super::cli::git;
-use super::{GitError, git_err, io_err, open_at, open_linked_worktree};
+use super::error::{GitError, git_err, io_err};
+use super::open::{open_at, open_linked_worktree};
 
 /// Creates a linked worktree named `name` at `path`, its `HEAD` detached at
 /// `base_sha`, checked out by git (`git worktree add --detach`).
