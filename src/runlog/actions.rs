@@ -5,7 +5,7 @@
 //! rewrites earlier ones. Known secrets are redacted before anything is
 //! written.
 
-use super::RecordError;
+use super::error::RecordError;
 pub(crate) use crate::secrets::redact;
 use serde_json::{Value, json};
 use std::fs::File;

@@ -8,7 +8,7 @@
 //! process holds the lock (`F_OFD_GETLK`) without taking it, so `orch runs`
 //! looking at a run never makes a `resume` starting at that moment fail.
 
-use super::RecordError;
+use super::error::RecordError;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
