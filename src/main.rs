@@ -2,7 +2,8 @@
 //! command, map its error to an exit code. Everything else is in the library.
 
 use clap::Parser;
-use orch::cli::{Cli, Command, dispatch, exit};
+use orch::cli::{Cli, Command, dispatch};
+use orch::exit;
 use orch::ui::{status_line, stderr_color};
 
 fn main() {

@@ -316,5 +316,5 @@ pub(super) fn dry_run(
         base: dry_base(repo, base)?,
     };
     super::output::ignore_closed(print_plan(&plan, json_out))?;
-    Ok(super::exit::OK)
+    Ok(crate::exit::OK)
 }

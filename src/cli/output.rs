@@ -84,7 +84,7 @@ mod tests {
     fn a_broken_pipe_is_a_closed_stdout_and_other_errors_name_stdout() {
         let closed = stdout_error(io::Error::from(io::ErrorKind::BrokenPipe));
         assert!(matches!(closed, CliError::StdoutClosed));
-        assert_eq!(closed.exit_code(), super::super::exit::OK);
+        assert_eq!(closed.exit_code(), crate::exit::OK);
         let full = stdout_error(io::Error::other("disk full"));
         assert!(
             full.to_string().contains("write to stdout: disk full"),

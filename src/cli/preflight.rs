@@ -174,6 +174,6 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("reach the model server"), "{err}");
-        assert_eq!(err.exit_code(), super::super::exit::MODEL);
+        assert_eq!(err.exit_code(), crate::exit::MODEL);
     }
 }

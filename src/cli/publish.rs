@@ -159,7 +159,7 @@ pub(super) async fn cmd_publish(args: PublishArgs) -> Result<i32, CliError> {
         )?;
     }
     out.finish()?;
-    Ok(super::exit::OK)
+    Ok(crate::exit::OK)
 }
 
 /// `pr.md` is the title, a blank line, then the body.

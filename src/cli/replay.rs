@@ -12,11 +12,12 @@
 //! Exit codes: 0 when the replay reproduced the run (no divergence, equal
 //! final tree), 1 when it did not, and the usual codes for errors.
 
+use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
 use super::output::{Out, ignore_closed};
 use super::record::resolve_run_id;
 use super::session::SessionBuilder;
-use super::{CliError, exit};
+use crate::exit;
 use crate::llm::{ChatMessage, MessageRole};
 use crate::runlog::{RunState, StageStatus};
 use crate::runner::{self, RunOptions};

@@ -1,12 +1,13 @@
 //! `orch resume` and `orch rollback`.
 
+use super::CliError;
 use super::args::{EventArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::output::{Out, ignore_closed};
 use super::record::resolve_run_id;
 use super::session::SessionBuilder;
 use super::summary::{check_events, end_events, exit_code_of, report_summary};
-use super::{CliError, exit};
 use crate::events::Events;
+use crate::exit;
 use crate::runner::{self, ResumeOptions};
 use crate::ui::Ui;
 use std::path::PathBuf;

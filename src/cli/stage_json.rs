@@ -2,8 +2,9 @@
 //! (one object on stdout each, like every `--json`; the readable forms live
 //! with their commands).
 
+use super::CliError;
 use super::output::{Out, ignore_closed};
-use super::{CliError, exit};
+use crate::exit;
 use crate::git;
 use crate::runlog::{RunState, StageRecord};
 use serde_json::{Value, json};

@@ -1,8 +1,9 @@
 //! `orch validate` and `orch graph`.
 
+use super::CliError;
 use super::output::{Out, ignore_closed};
-use super::{CliError, exit};
 use crate::catalog::Catalog;
+use crate::exit;
 use std::path::PathBuf;
 
 /// Arguments of `orch validate`.

@@ -2,9 +2,10 @@
 
 use super::render::render_event;
 use super::shared::stage;
+use crate::cli::CliError;
 use crate::cli::output::Out;
 use crate::cli::record::open;
-use crate::cli::{CliError, exit};
+use crate::exit;
 use crate::runlog::StageRecord;
 use crate::text::plural;
 use std::path::PathBuf;
