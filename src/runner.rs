@@ -142,7 +142,7 @@ fn lane_pool_bound(workdir: &Path, session: &Session) -> Result<usize, RunError>
                 ))
             });
     }
-    let user = crate::catalog::user_config_dir();
+    let user = crate::dirs::user_config_dir();
     let configured = crate::config::lane_pool(Some(workdir), user.as_deref())
         .map_err(|e| RunError::Refused(e.to_string()))?;
     Ok(configured.unwrap_or(session.max_parallel.max(DEFAULT_MAX_PARALLEL)))

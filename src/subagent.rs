@@ -578,7 +578,7 @@ fn child_hook(ctx: &SpawnContext) -> Result<crate::exec::PreExec, ToolError> {
                 .map_err(|e| ToolError::Fatal(format!("failed to set up the sandbox: {e}")))?
                 .for_subagent(
                     &ctx.record_dir.join("agents"),
-                    crate::catalog::user_config_dir().as_deref(),
+                    crate::dirs::user_config_dir().as_deref(),
                 );
             Some(
                 crate::sandbox::prepare(&policy)

@@ -20,7 +20,7 @@ pub(super) fn resolve_config(
     repo: Option<&Path>,
 ) -> Result<ResolvedConfig, CliError> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let user_dir = crate::catalog::user_config_dir();
+    let user_dir = crate::dirs::user_config_dir();
     config::resolve(&args.overrides(), repo, user_dir.as_deref(), &env).map_err(config_error)
 }
 
@@ -124,7 +124,7 @@ pub(super) fn choose_profile(
         profile: Some(name.to_owned()),
         ..flags.overrides()
     };
-    let user_dir = crate::catalog::user_config_dir();
+    let user_dir = crate::dirs::user_config_dir();
     let resolve = |hidden: &[&str]| {
         let env = |k: &str| {
             (!hidden.contains(&k))

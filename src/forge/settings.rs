@@ -47,7 +47,7 @@ impl ForgeSettings {
         let mut out = ForgeSettings::default();
         let files = [
             repo.map(|r| r.join(".orch").join(crate::config::CONFIG_FILE)),
-            crate::catalog::user_config_dir().map(|d| d.join(crate::config::CONFIG_FILE)),
+            crate::dirs::user_config_dir().map(|d| d.join(crate::config::CONFIG_FILE)),
         ];
         for path in files.into_iter().flatten() {
             let text = match std::fs::read_to_string(&path) {

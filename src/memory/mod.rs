@@ -628,7 +628,7 @@ fn load_with(
 ) -> Result<(Vec<Lesson>, Vec<MemoryError>), MemoryError> {
     let mut lessons = store::read(common)?;
     let mut problems = Vec::new();
-    let user = match crate::catalog::user_config_dir() {
+    let user = match crate::dirs::user_config_dir() {
         Some(d) => lesson_files(&d.join("memory"))?,
         None => Vec::new(),
     };

@@ -441,7 +441,7 @@ fn setup_context(
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let settings = crate::sandbox::SandboxSettings::load(
         Some(&ctx.bootstrap.workdir),
-        crate::catalog::user_config_dir().as_deref(),
+        crate::dirs::user_config_dir().as_deref(),
         home.as_deref(),
     )
     .map_err(std::io::Error::other)?;

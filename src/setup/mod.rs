@@ -46,7 +46,7 @@ use std::path::PathBuf;
 /// first directory with a `.git`; no git needed).
 pub(crate) fn house_rules(cwd: &std::path::Path) -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
-    if let Some(cfg) = crate::catalog::user_config_dir() {
+    if let Some(cfg) = crate::dirs::user_config_dir() {
         files.push(cfg.join("setup.md"));
     }
     if let Some(repo) = cwd.ancestors().find(|d| d.join(".git").exists()) {

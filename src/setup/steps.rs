@@ -191,14 +191,11 @@ fn hook_for(policy: Policy) -> Result<(Option<PreExec>, String), String> {
 /// The secret paths that exist, resolved.
 fn secret_paths() -> Vec<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    crate::sandbox::default_secret_paths(
-        home.as_deref(),
-        crate::catalog::user_config_dir().as_deref(),
-    )
-    .into_iter()
-    .chain(passwd_secret_paths())
-    .filter_map(|p| p.canonicalize().ok())
-    .collect()
+    crate::sandbox::default_secret_paths(home.as_deref(), crate::dirs::user_config_dir().as_deref())
+        .into_iter()
+        .chain(passwd_secret_paths())
+        .filter_map(|p| p.canonicalize().ok())
+        .collect()
 }
 
 /// The secret paths under the passwd entry's home.
