@@ -88,7 +88,7 @@ impl Events {
     }
 
     /// Values redacted from every later line, besides the ones registered
-    /// process-wide ([`crate::sandbox::known_secrets`]).
+    /// process-wide ([`crate::secrets::known_secrets`]).
     pub fn redacting(&self, secrets: &[String]) {
         if let Some(inner) = &self.0 {
             let _ = inner.secrets.set(secrets.to_vec());

@@ -45,7 +45,7 @@ fn main() {
     // secret too: known before anything is recorded.
     let gh_token = orch::forge::startup_token(cli.command.needs_forge_token());
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    orch::sandbox::register_secrets(
+    orch::secrets::register_secrets(
         secrets
             .redactable_values()
             .map(|v| v.to_string_lossy().into_owned())

@@ -560,7 +560,7 @@ fn child_hook(ctx: &SpawnContext) -> Result<crate::exec::PreExec, ToolError> {
     use std::os::fd::AsRawFd;
     let mut secrets = crate::sandbox::ChildSecrets {
         env: Vec::new(),
-        redact: crate::sandbox::known_secrets().to_vec(),
+        redact: crate::secrets::known_secrets().to_vec(),
     };
     if let ModelSpawn::Http {
         api_key: Some(key), ..

@@ -93,7 +93,7 @@ fn chosen_from(
             config::Source::Env(name) => name.as_str(),
             _ => "the API key",
         };
-        if crate::sandbox::redactable(name, &k.value) {
+        if crate::secrets::redactable(name, &k.value) {
             secrets.push(k.value.clone());
         }
     }

@@ -391,7 +391,7 @@ impl Lesson {
     /// Redacts known secrets (and `secrets`) from every text field.
     pub(crate) fn redact(&mut self, secrets: &[String]) {
         let r = |t: &mut String| {
-            if !secrets.is_empty() || !crate::sandbox::known_secrets().is_empty() {
+            if !secrets.is_empty() || !crate::secrets::known_secrets().is_empty() {
                 *t = crate::runlog::redact(t, secrets);
             }
         };

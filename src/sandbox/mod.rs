@@ -49,15 +49,14 @@ pub use environ::{SecretVars, take_secrets_from_environ};
 pub use error::SandboxError;
 pub use guard::{GuardError, HookChange, RACY_WINDOW, RepoChange, RepoGuard};
 pub use objects::{MigrateError, migrate_objects};
-pub use policy::{LaneGit, Policy, Profile, default_secret_paths};
+pub use policy::{LaneGit, Policy, default_secret_paths};
 pub use prepare::{
     Availability, DISABLE_VAR, Features, Prepared, availability, metadata_enforced, prepare,
     prepare_with,
 };
 pub use quota::DEFAULT_DISK_QUOTA;
 pub use secrets::{
-    ChildSecrets, MIN_SECRET_LEN, SecretInFile, home_secrets, known_secrets, mask, read_secret_fd,
-    redactable, register_secrets, scan_files, write_secret_pipe,
+    ChildSecrets, SecretInFile, home_secrets, mask, read_secret_fd, scan_files, write_secret_pipe,
 };
 pub use settings::{SandboxChoice, SandboxSettings};
 pub use tool::{RoleAccess, SandboxCall, ToolSandbox, refuse_secrets, refuse_secrets_in};

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::error::SandboxError;
-pub use crate::sandbox_profile::Profile;
+use crate::sandbox_profile::Profile;
 
 /// The git layout of a lane that is a linked worktree.
 #[derive(Debug, Clone, PartialEq, Eq)]

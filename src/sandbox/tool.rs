@@ -298,7 +298,7 @@ impl ToolSandbox {
 }
 
 /// Before a stage commit: scans the files changed in `lane` for known secret
-/// values (`secrets` and [`super::known_secrets`]). When one holds a value,
+/// values (`secrets` and [`crate::secrets::known_secrets`]). When one holds a value,
 /// every change of the lane is discarded (reset to `start`) and the stage's
 /// failure reason is returned, naming the files with the values masked.
 pub async fn refuse_secrets(

@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use super::plan::Risk;
 use crate::exec::{self, ExecLimits, PreExec};
-use crate::sandbox::{Policy, Profile};
+use crate::sandbox::Policy;
+use crate::sandbox_profile::Profile;
 
 /// Output bytes of a command shown to the model and the user (head + tail).
 pub(crate) const MAX_OUTPUT_BYTES: usize = 4000;

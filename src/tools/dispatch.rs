@@ -43,7 +43,7 @@ pub async fn call(
     outcome.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     // Known secret values (orch's keys, `~/.netrc`, credential URLs) never
     // reach the model, whichever tool printed them.
-    if !crate::sandbox::known_secrets().is_empty() {
+    if !crate::secrets::known_secrets().is_empty() {
         outcome.content = crate::runlog::redact(&outcome.content, &[]);
         outcome.summary = crate::runlog::redact(&outcome.summary, &[]);
     }
