@@ -149,7 +149,7 @@ impl ForgeApi {
 
     /// `text` with the token and every registered secret removed.
     fn redact(&self, text: &str) -> String {
-        crate::runlog::redact(text, self.token.as_slice())
+        crate::secrets::redact(text, self.token.as_slice())
     }
 }
 

@@ -38,7 +38,7 @@ pub(crate) async fn push_refs(
         } else {
             ""
         };
-        return Err(ForgeError::Push(without_userinfo(&crate::runlog::redact(
+        return Err(ForgeError::Push(without_userinfo(&crate::secrets::redact(
             &format!("failed to push to {remote}:\n{}{hint}", text.trim()),
             &[],
         ))));

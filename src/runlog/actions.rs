@@ -6,7 +6,7 @@
 //! written.
 
 use super::error::RecordError;
-pub(crate) use crate::secrets::redact;
+use crate::secrets::redact;
 use serde_json::{Value, json};
 use std::fs::File;
 use std::io::Write;

@@ -33,7 +33,7 @@ mod recover;
 mod state;
 mod verify;
 
-pub(crate) use actions::{ActionLog, ActionObserver, redact};
+pub(crate) use actions::{ActionLog, ActionObserver};
 pub(crate) use dir::{
     RunDir, StateSink, StateWriter, find_run_id, install_state_sink, list_run_ids, runs_dir,
     write_atomic,

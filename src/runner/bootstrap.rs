@@ -362,7 +362,7 @@ async fn run_setup(
         source,
     })?;
     let ran = crate::tools::run_sandboxed(&setup_ctx, &setup.command, timeout).await;
-    let redact = |t: &str| crate::runlog::redact(t, &ctx.session.secrets);
+    let redact = |t: &str| crate::secrets::redact(t, &ctx.session.secrets);
     let (output, why) = match ran {
         Err(fatal) => (String::new(), Some(fatal)),
         Ok((Err(e), _)) => (String::new(), Some(format!("could not start bash: {e}"))),

@@ -231,7 +231,7 @@ pub(super) async fn finish_run(
     let (title, body) = pr_text(&ctx.issue, state, &stat.render(), &models);
     ctx.run_dir.write_file(
         "pr.md",
-        crate::runlog::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),
+        crate::secrets::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),
     )?;
     state.pr_title = Some(title.clone());
     Ok(Ok((title, body)))
@@ -261,7 +261,7 @@ pub(super) async fn write_stage_patch(
             .map_err(git::io_err("create a temp file in", &dir))?;
         let mut out = std::io::BufWriter::new(tmp);
         let repo = git::open_for_diff(&c)?;
-        let redact = |text: &str| crate::runlog::redact(text, &secrets);
+        let redact = |text: &str| crate::secrets::redact(text, &secrets);
         let stat =
             git::write_patch_in(&repo, &from, &to, &mut out, &redact).map_err(|e| match e {
                 git::GitError::Io { op, source, .. } => git::GitError::Io {

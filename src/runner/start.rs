@@ -123,12 +123,12 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
     // `write_state` (a stage's result) makes these files durable first.
     run_dir.write_file_unsynced(
         "issue.md",
-        crate::runlog::redact(&opts.issue, secrets).as_bytes(),
+        crate::secrets::redact(&opts.issue, secrets).as_bytes(),
     )?;
     if let Some(json) = &opts.issue_json {
         run_dir.write_file(
             "issue.json",
-            crate::runlog::redact(json, secrets).as_bytes(),
+            crate::secrets::redact(json, secrets).as_bytes(),
         )?;
     }
     let plan = Plan {

@@ -234,12 +234,12 @@ fn env(tmp: &Path) -> Vec<(String, String)> {
     env
 }
 
-/// `text` with every known secret value ([`crate::runlog::redact`]: the
+/// `text` with every known secret value ([`crate::secrets::redact`]: the
 /// model key, secret-looking variables, `~/.netrc` passwords, …) and every
 /// PEM private key block (`-----BEGIN … PRIVATE KEY-----` to its end, or
 /// to the end of the text when a cap cut it) replaced.
 pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
-    let mut out = crate::runlog::redact(text, secrets);
+    let mut out = crate::secrets::redact(text, secrets);
     let mut from = 0;
     while let Some(at) = out[from..].find("-----BEGIN ").map(|i| i + from) {
         let header_end = out[at..].find('\n').map_or(out.len(), |i| at + i);

@@ -28,7 +28,8 @@ use crate::llm::{
 };
 use crate::policy::BashPolicy;
 use crate::role::Role;
-use crate::runlog::{ActionLog, RecordError, redact};
+use crate::runlog::{ActionLog, RecordError};
+use crate::secrets::redact;
 use crate::tools::{ReadOnlyGuard, ToolContext};
 
 /// Bytes of a partial report built from the tool calls made so far.

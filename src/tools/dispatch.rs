@@ -44,8 +44,8 @@ pub async fn call(
     // Known secret values (orch's keys, `~/.netrc`, credential URLs) never
     // reach the model, whichever tool printed them.
     if !crate::secrets::known_secrets().is_empty() {
-        outcome.content = crate::runlog::redact(&outcome.content, &[]);
-        outcome.summary = crate::runlog::redact(&outcome.summary, &[]);
+        outcome.content = crate::secrets::redact(&outcome.content, &[]);
+        outcome.summary = crate::secrets::redact(&outcome.summary, &[]);
     }
     Ok(outcome)
 }
