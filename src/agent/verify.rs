@@ -8,7 +8,7 @@
 use super::{Agent, AgentEnd};
 use crate::llm::ChatModel;
 use crate::runlog::{ActionLog, RecordError, TokenCount};
-pub(crate) use crate::runlog::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};
+use crate::runlog::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};
 use crate::tools::ToolContext;
 
 use serde_json::json;
