@@ -203,7 +203,7 @@ pub(crate) async fn finish_distributed(
     let common = info.common_dir.clone();
     let id = run_id.as_str();
     let lock = crate::runlog::lock_run(&RunDir::open(&common, id)?.root, id)?;
-    let (run_dir, mut state, plan) = load_run(&common, id)?;
+    let (run_dir, mut state, plan) = load_run(&common, run_id)?;
     let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
     let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
     let any_failed = state
