@@ -164,7 +164,8 @@ impl Catalog {
     /// `$HOME/.claude/agents` from the environment.
     pub(crate) fn load(repo: Option<&Path>) -> Result<Catalog, CatalogError> {
         let user_dir = user_config_dir();
-        let claude_user = std::env::var_os("HOME")
+        let claude_user = crate::environment::current()
+            .var_os(crate::environment::HOME)
             .filter(|h| !h.is_empty())
             .map(|h| PathBuf::from(h).join(".claude").join("agents"));
         Self::load_from_places(repo, user_dir.as_deref(), claude_user.as_deref())

@@ -47,23 +47,23 @@
 //! keys are never written in the file. Unknown keys and wrong types are errors
 //! naming `file:line:column`.
 //!
+//! Each plain setting is one entry of the table in `config/table.rs`
+//! (flag, variable, file key, check, default), which [`resolve`] walks.
+//!
 //! The resolver reads nothing implicitly: the caller passes the directories
 //! and an environment lookup, so tests need no `set_var`.
 
-use crate::llm::openai::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_RETRIES, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_RETRY_MAX_TOTAL, DEFAULT_STREAM_IDLE_TIMEOUT, ModelSettings,
-};
+use crate::llm::openai::ModelSettings;
 use crate::llm::price::{BUILTIN_PRICES_DATE, Price, PriceTable};
-use crate::llm::settings::{
-    DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS, DEFAULT_REQUEST_DEADLINE, ToolChoice,
-};
+use crate::llm::settings::{Sampling, ToolChoice};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
+
+mod table;
 
 /// The config file's name, in `<repo>/.orch/` and the user config dir.
 pub const CONFIG_FILE: &str = "orch.toml";
@@ -98,6 +98,16 @@ pub enum ConfigError {
         at: Source,
         /// What is wrong.
         message: String,
+    },
+    /// An environment variable's value is unusable.
+    #[error("use {var}={value}: expected {expected}")]
+    EnvValue {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What it must be.
+        expected: String,
     },
     /// The selected profile is defined in no file.
     #[error("select profile `{name}` (from {at}): no orch.toml defines it{known}")]
@@ -160,14 +170,9 @@ pub struct Overrides {
     pub profile: Option<String>,
     /// `--no-stream`.
     pub no_stream: bool,
-    /// `--temperature`.
-    pub temperature: Option<f64>,
-    /// `--seed`.
-    pub seed: Option<u64>,
-    /// `--max-output-tokens` (0: send no cap).
-    pub max_output_tokens: Option<u64>,
-    /// `--tool-choice`.
-    pub tool_choice: Option<ToolChoice>,
+    /// `--temperature`, `--seed`, `--max-output-tokens` (0: send no cap)
+    /// and `--tool-choice`.
+    pub sampling: Sampling,
 }
 
 /// Highest `temperature` accepted (OpenAI's documented range is 0 to 2, and
@@ -212,7 +217,7 @@ pub struct ResolvedConfig {
     /// Sampling seed; `None`: none is sent.
     pub seed: Option<Setting<u64>>,
     /// Cap on the tokens of one reply; a value of `None` sends no cap
-    /// (configured as 0), the default is [`DEFAULT_MAX_TOKENS`].
+    /// (configured as 0), the default is [`crate::llm::settings::DEFAULT_MAX_TOKENS`].
     pub max_tokens: Setting<Option<u64>>,
     /// `tool_choice`; `None`: `auto` is sent when tools are offered.
     pub tool_choice: Option<Setting<ToolChoice>>,
@@ -285,10 +290,12 @@ impl ResolvedConfig {
         s.request_deadline = self.request_deadline.value;
         s.max_reply_bytes = self.max_reply_bytes.value;
         s.prices = self.prices.clone();
-        s.temperature = self.temperature.as_ref().map(|t| t.value);
-        s.seed = self.seed.as_ref().map(|t| t.value);
-        s.max_tokens = self.max_tokens.value;
-        s.tool_choice = self.tool_choice.as_ref().map(|t| t.value);
+        s.sampling = Sampling {
+            temperature: self.temperature.as_ref().map(|t| t.value),
+            seed: self.seed.as_ref().map(|t| t.value),
+            max_tokens: self.max_tokens.value,
+            tool_choice: self.tool_choice.as_ref().map(|t| t.value),
+        };
         Ok(s)
     }
 }
@@ -352,13 +359,29 @@ struct LanesSpec {
 /// Most warm lanes `[lanes] pool` may ask for.
 pub const MAX_LANE_POOL: i64 = 64;
 
-/// `[lanes] pool` from the repo file (`<repo>/.orch/orch.toml`), else the
-/// user file (`<user_dir>/orch.toml`); `None` when neither sets it. The
-/// error names the file, line and value.
+/// The lane pool's size: `ORCH_LANE_POOL` (`env`, when set and not empty),
+/// else `[lanes] pool` from the repo file (`<repo>/.orch/orch.toml`), else
+/// the user file (`<user_dir>/orch.toml`); `None` when none sets it. The
+/// error names the variable or the file and line, and the value.
 pub fn lane_pool(
+    env: Option<&std::ffi::OsStr>,
     repo: Option<&Path>,
     user_dir: Option<&Path>,
 ) -> Result<Option<usize>, ConfigError> {
+    if let Some(v) = env.filter(|v| !v.is_empty()) {
+        let v = v.to_string_lossy();
+        return v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n as i64 <= MAX_LANE_POOL)
+            .map(Some)
+            .ok_or_else(|| ConfigError::EnvValue {
+                var: crate::environment::ORCH_LANE_POOL,
+                value: v.into_owned(),
+                expected: format!("a number of lanes from 0 (no pool) to {MAX_LANE_POOL}"),
+            });
+    }
     let paths = repo
         .map(|r| r.join(".orch").join(CONFIG_FILE))
         .into_iter()
@@ -553,294 +576,206 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 /// Resolves the model configuration from `overrides` (flags), `env`, the repo
 /// file (`<repo>/.orch/orch.toml`) and the user file (`<user_dir>/orch.toml`).
+///
+/// The plain settings come from the table in `config/table.rs`, walked in
+/// the order below (the order their errors are found in); the rest is the
+/// profile selection, the API key and the prices.
 pub fn resolve(
     overrides: &Overrides,
     repo: Option<&Path>,
     user_dir: Option<&Path>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ResolvedConfig, ConfigError> {
+    use table::*;
     let env = |k: &str| {
         env(k)
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
     };
-    let paths: Vec<PathBuf> = repo
-        .map(|r| r.join(".orch").join(CONFIG_FILE))
-        .into_iter()
-        .chain(user_dir.map(|d| d.join(CONFIG_FILE)))
-        .collect();
-    // Highest precedence first: repo, then user.
-    let mut loaded: Vec<LoadedFile> = Vec::new();
-    let mut files = Vec::new();
-    for path in &paths {
-        let file = load(path)?;
-        files.push((path.clone(), file.is_some()));
-        loaded.extend(file);
-    }
-
-    let flag = |v: &Option<String>, name: &'static str| {
-        v.as_ref()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .map(|value| Setting {
-                value,
-                source: Source::Flag(name),
-            })
+    let (files, loaded) = load_files(repo, user_dir)?;
+    let profile = select_profile(overrides, &env, &loaded);
+    let sections = profile_sections(profile.as_ref(), &loaded)?;
+    let s = Sources {
+        overrides,
+        env: &env,
+        loaded: &loaded,
+        sections: &sections,
     };
+    let api_key_env = s.get(&API_KEY_ENV)?;
+    let api_key = api_key(&env, api_key_env.as_ref());
+    let mut config = ResolvedConfig {
+        base_url: s.get(&BASE_URL)?,
+        model: s.get(&MODEL)?,
+        api_key,
+        api_key_env,
+        stream: s.get(&STREAM)?,
+        context_window: s.get(&CONTEXT_WINDOW)?,
+        stream_idle_timeout: s.get(&STREAM_IDLE_TIMEOUT)?,
+        request_timeout: s.get(&REQUEST_TIMEOUT)?,
+        connect_timeout: s.get(&CONNECT_TIMEOUT)?,
+        retry_max_total: s.get(&RETRY_MAX_TOTAL)?,
+        request_deadline: s.get(&REQUEST_DEADLINE)?,
+        max_reply_bytes: s.get(&MAX_REPLY_BYTES)?,
+        max_retries: s.get(&MAX_RETRIES)?,
+        temperature: s.get(&TEMPERATURE)?,
+        seed: s.get(&SEED)?,
+        max_tokens: s.get(&MAX_TOKENS)?,
+        tool_choice: s.get(&TOOL_CHOICE)?,
+        memory: s.get(&MEMORY)?,
+        model_aliases: loaded
+            .iter()
+            .rev()
+            .flat_map(|f| f.spec.models.aliases.clone())
+            .collect(),
+        // Filled below: a bad price is reported after the settings' errors.
+        prices: PriceTable::builtin(),
+        price_sources: BTreeMap::new(),
+        files,
+        profile,
+    };
+    // A profile's `prices` are the price of the profile's own model.
+    let profile_model = s
+        .in_file(&MODEL.file)
+        .or_else(|| config.model.clone())
+        .map(|m| m.value);
+    let profile_name = config.profile.as_ref().map(|p| p.value.as_str());
+    (config.prices, config.price_sources) = prices(&loaded, profile_name, profile_model)?;
+    Ok(config)
+}
+
+/// The API key: `ORCH_API_KEY`, else the variable `api_key_env` names, else
+/// (only when the profile names none) `OPENAI_API_KEY`.
+fn api_key(
+    env: &dyn Fn(&str) -> Option<String>,
+    api_key_env: Option<&Setting<String>>,
+) -> Option<Setting<String>> {
     let from_env = |var: &str| {
         env(var).map(|value| Setting {
             value,
             source: Source::Env(var.to_owned()),
         })
     };
-
-    // The profile.
-    let profile = flag(&overrides.profile, "--profile")
-        .or_else(|| from_env("ORCH_PROFILE"))
-        .or_else(|| {
-            loaded.iter().find_map(|f| {
-                f.spec
-                    .default_profile
-                    .as_ref()
-                    .map(|p| f.setting(p))
-                    .filter(|s| !s.value.trim().is_empty())
-            })
-        });
-    // The selected profile's sections, repo first.
-    let sections: Vec<(&LoadedFile, &ProfileSpec)> = match &profile {
-        None => Vec::new(),
-        Some(p) => {
-            let found: Vec<_> = loaded
-                .iter()
-                .filter_map(|f| f.spec.profiles.get(&p.value).map(|s| (f, s.get_ref())))
-                .collect();
-            if found.is_empty() {
-                let mut names: Vec<&str> = loaded
-                    .iter()
-                    .flat_map(|f| f.spec.profiles.keys().map(String::as_str))
-                    .collect();
-                names.sort_unstable();
-                names.dedup();
-                return Err(ConfigError::UnknownProfile {
-                    name: p.value.clone(),
-                    at: p.source.clone(),
-                    known: if names.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; defined: {}", names.join(", "))
-                    },
-                });
-            }
-            found
-        }
-    };
-    // The first section (repo before user) that sets a key.
-    macro_rules! from_profile {
-        ($field:ident) => {
-            sections
-                .iter()
-                .find_map(|(f, s)| s.$field.as_ref().map(|v| f.setting(v)))
-        };
-    }
-
-    let base_url = flag(&overrides.base_url, "--base-url")
-        .or_else(|| from_env("ORCH_BASE_URL"))
-        .or_else(|| from_profile!(base_url));
-    let model = flag(&overrides.model, "--model")
-        .or_else(|| from_env("ORCH_MODEL"))
-        .or_else(|| from_profile!(model));
-    let api_key_env: Option<Setting<String>> = from_profile!(api_key_env);
-    if let Some(var) = &api_key_env
-        && (var.value.is_empty()
-            || !var
-                .value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_'))
-    {
-        return Err(ConfigError::Invalid {
-            at: var.source.clone(),
-            message: format!(
-                "api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not `{}`",
-                if var.value.len() > 8 {
-                    mask_secret(&var.value)
-                } else {
-                    var.value.clone()
-                }
-            ),
-        });
-    }
-    let api_key = from_env("ORCH_API_KEY").or_else(|| match &api_key_env {
+    from_env("ORCH_API_KEY").or_else(|| match api_key_env {
         Some(var) => from_env(&var.value),
         None => from_env("OPENAI_API_KEY"),
-    });
+    })
+}
 
-    let stream = if overrides.no_stream {
-        Setting {
-            value: false,
-            source: Source::Flag("--no-stream"),
-        }
-    } else {
-        from_profile!(stream).unwrap_or_else(|| default(true))
-    };
-    let context_window =
-        from_profile!(context_window).unwrap_or_else(|| default(DEFAULT_CONTEXT_WINDOW));
-    if context_window.value == 0 {
-        return Err(ConfigError::Invalid {
-            at: context_window.source,
-            message: "context_window must be a positive number of tokens".to_owned(),
-        });
+/// The files looked at (and whether each exists), and the loaded ones.
+type Files = (Vec<(PathBuf, bool)>, Vec<LoadedFile>);
+
+/// The files, highest precedence first (repo, then user): which were looked
+/// at and whether each exists, and the ones that do, parsed.
+fn load_files(repo: Option<&Path>, user_dir: Option<&Path>) -> Result<Files, ConfigError> {
+    let paths = repo
+        .map(|r| r.join(".orch").join(CONFIG_FILE))
+        .into_iter()
+        .chain(user_dir.map(|d| d.join(CONFIG_FILE)));
+    let mut loaded = Vec::new();
+    let mut files = Vec::new();
+    for path in paths {
+        let file = load(&path)?;
+        files.push((path, file.is_some()));
+        loaded.extend(file);
     }
-    let secs = |s: Option<Setting<f64>>,
-                dflt: Duration|
-     -> Result<Setting<Duration>, ConfigError> {
-        match s {
-            None => Ok(default(dflt)),
-            Some(s) if s.value.is_finite() && s.value > 0.0 && s.value <= 86_400.0 => Ok(Setting {
-                value: Duration::from_secs_f64(s.value),
-                source: s.source,
-            }),
-            Some(s) => Err(ConfigError::Invalid {
-                at: s.source,
-                message: format!(
-                    "a timeout is a number of seconds above 0 and at most 86400, not {}",
-                    s.value
-                ),
-            }),
-        }
-    };
-    let stream_idle_timeout = secs(
-        from_profile!(stream_idle_timeout),
-        DEFAULT_STREAM_IDLE_TIMEOUT,
-    )?;
-    let request_timeout = secs(from_profile!(request_timeout), DEFAULT_REQUEST_TIMEOUT)?;
-    let connect_timeout = secs(from_profile!(connect_timeout), DEFAULT_CONNECT_TIMEOUT)?;
-    let retry_max_total = secs(from_profile!(retry_max_total), DEFAULT_RETRY_MAX_TOTAL)?;
-    let request_deadline = secs(from_profile!(request_deadline), DEFAULT_REQUEST_DEADLINE)?;
-    let max_reply_bytes = match from_profile!(max_reply_bytes) {
-        None => default(DEFAULT_MAX_REPLY_BYTES),
-        Some(s) if (1024..=(1u64 << 30)).contains(&s.value) => Setting {
-            value: s.value as usize,
-            source: s.source,
-        },
-        Some(s) => {
-            return Err(ConfigError::Invalid {
-                at: s.source,
-                message: format!(
-                    "max_reply_bytes is a number of bytes from 1024 to 1073741824, not {}",
-                    s.value
-                ),
-            });
-        }
-    };
-    let max_retries = from_profile!(max_retries).unwrap_or_else(|| default(DEFAULT_MAX_RETRIES));
+    Ok((files, loaded))
+}
 
-    // Sampling: flag > profile > default (no environment variables).
-    fn by_flag<T>(name: &'static str) -> impl Fn(T) -> Setting<T> {
-        move |value| Setting {
+/// The profile: `--profile`, else `ORCH_PROFILE`, else the first file's
+/// non-blank `default_profile`.
+fn select_profile(
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+    loaded: &[LoadedFile],
+) -> Option<Setting<String>> {
+    let flag = overrides
+        .profile
+        .as_ref()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .map(|value| Setting {
             value,
-            source: Source::Flag(name),
-        }
-    }
-    let temperature = overrides
-        .temperature
-        .map(by_flag("--temperature"))
-        .or_else(|| from_profile!(temperature));
-    if let Some(t) = &temperature
-        && !(t.value.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&t.value))
-    {
-        return Err(ConfigError::Invalid {
-            at: t.source.clone(),
-            message: format!(
-                "temperature must be a number from 0 to {MAX_TEMPERATURE}, not {}",
-                t.value
-            ),
+            source: Source::Flag("--profile"),
         });
-    }
-    let seed = overrides
-        .seed
-        .map(by_flag("--seed"))
-        .or_else(|| from_profile!(seed));
-    let max_tokens = overrides
-        .max_output_tokens
-        .map(by_flag("--max-output-tokens"))
-        .or_else(|| from_profile!(max_tokens))
-        .map(|s| Setting {
-            value: Some(s.value).filter(|&n| n > 0),
-            source: s.source,
+    flag.or_else(|| {
+        env("ORCH_PROFILE").map(|value| Setting {
+            value,
+            source: Source::Env("ORCH_PROFILE".to_owned()),
         })
-        .unwrap_or_else(|| default(Some(DEFAULT_MAX_TOKENS)));
-    let tool_choice = overrides
-        .tool_choice
-        .map(by_flag("--tool-choice"))
-        .or_else(|| from_profile!(tool_choice));
+    })
+    .or_else(|| {
+        loaded.iter().find_map(|f| {
+            f.spec
+                .default_profile
+                .as_ref()
+                .map(|p| f.setting(p))
+                .filter(|s| !s.value.trim().is_empty())
+        })
+    })
+}
 
-    // Prices: built-in, then the user file, then the repo file; in each file
-    // `[prices]` first, then the selected profile's `prices`.
+/// The selected profile's sections, repo first; an error naming the
+/// defined profiles when no file defines it.
+fn profile_sections<'a>(
+    profile: Option<&Setting<String>>,
+    loaded: &'a [LoadedFile],
+) -> Result<Vec<(&'a LoadedFile, &'a ProfileSpec)>, ConfigError> {
+    let Some(p) = profile else {
+        return Ok(Vec::new());
+    };
+    let found: Vec<_> = loaded
+        .iter()
+        .filter_map(|f| f.spec.profiles.get(&p.value).map(|s| (f, s.get_ref())))
+        .collect();
+    if !found.is_empty() {
+        return Ok(found);
+    }
+    let mut names: Vec<&str> = loaded
+        .iter()
+        .flat_map(|f| f.spec.profiles.keys().map(String::as_str))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    Err(ConfigError::UnknownProfile {
+        name: p.value.clone(),
+        at: p.source.clone(),
+        known: if names.is_empty() {
+            String::new()
+        } else {
+            format!("; defined: {}", names.join(", "))
+        },
+    })
+}
+
+/// Prices: built-in, then the user file, then the repo file; in each file
+/// `[prices]` first, then the selected profile's `prices` (the price of
+/// `profile_model`). With where each came from.
+fn prices(
+    loaded: &[LoadedFile],
+    profile: Option<&str>,
+    profile_model: Option<String>,
+) -> Result<(PriceTable, BTreeMap<String, Source>), ConfigError> {
     let mut prices = PriceTable::builtin();
-    let mut price_sources: BTreeMap<String, Source> = prices
+    let mut sources: BTreeMap<String, Source> = prices
         .iter()
         .map(|(m, _)| (m.to_owned(), Source::Default))
         .collect();
-    let profile_model = from_profile!(model)
-        .map(|m| m.value)
-        .or_else(|| model.as_ref().map(|m| m.value.clone()));
     for file in loaded.iter().rev() {
         for (name, price) in &file.spec.prices {
             check_price(price.get_ref(), || file.at(price.span()))?;
             prices.set(name, *price.get_ref());
-            price_sources.insert(name.clone(), file.at(price.span()));
+            sources.insert(name.clone(), file.at(price.span()));
         }
         let profile_prices = profile
-            .as_ref()
-            .and_then(|p| file.spec.profiles.get(&p.value))
+            .and_then(|p| file.spec.profiles.get(p))
             .and_then(|s| s.get_ref().prices.as_ref());
         if let (Some(price), Some(name)) = (profile_prices, &profile_model) {
             check_price(price.get_ref(), || file.at(price.span()))?;
             prices.set(name, *price.get_ref());
-            price_sources.insert(name.clone(), file.at(price.span()));
+            sources.insert(name.clone(), file.at(price.span()));
         }
     }
-
-    Ok(ResolvedConfig {
-        files,
-        profile,
-        base_url,
-        model,
-        api_key,
-        api_key_env,
-        stream,
-        context_window,
-        stream_idle_timeout,
-        request_timeout,
-        connect_timeout,
-        max_retries,
-        retry_max_total,
-        request_deadline,
-        max_reply_bytes,
-        temperature,
-        seed,
-        max_tokens,
-        tool_choice,
-        prices,
-        price_sources,
-        model_aliases: loaded
-            .iter()
-            .rev()
-            .flat_map(|f| f.spec.models.aliases.clone())
-            .collect(),
-        memory: loaded
-            .iter()
-            .find_map(|f| f.spec.memory.as_ref().map(|m| f.setting(m)))
-            .unwrap_or_else(|| default(crate::memory::MemoryMode::default())),
-    })
-}
-
-/// A default value.
-fn default<T>(value: T) -> Setting<T> {
-    Setting {
-        value,
-        source: Source::Default,
-    }
+    Ok((prices, sources))
 }
 
 fn check_price(price: &Price, at: impl Fn() -> Source) -> Result<(), ConfigError> {
@@ -863,6 +798,7 @@ pub fn builtin_prices_note() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::openai::DEFAULT_CONTEXT_WINDOW;
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let pairs: Vec<(String, String)> = pairs
@@ -936,11 +872,31 @@ mod tests {
 #[cfg(test)]
 mod bounds_tests {
     use super::*;
+    use crate::llm::settings::{DEFAULT_MAX_REPLY_BYTES, DEFAULT_REQUEST_DEADLINE};
 
     fn resolve_text(text: &str) -> Result<ResolvedConfig, ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
         resolve(&Overrides::default(), None, Some(dir.path()), &|_| None)
+    }
+
+    #[test]
+    fn lane_pool_env_wins_over_the_files_and_a_bad_value_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), "[lanes]\npool = 3\n").unwrap();
+        let user = Some(dir.path());
+        let env = |v: &str| Some(std::ffi::OsString::from(v));
+        assert_eq!(lane_pool(None, None, user).unwrap(), Some(3));
+        assert_eq!(lane_pool(env("").as_deref(), None, user).unwrap(), Some(3));
+        assert_eq!(
+            lane_pool(env(" 0 ").as_deref(), None, user).unwrap(),
+            Some(0)
+        );
+        let err = lane_pool(env("65").as_deref(), None, user).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "use ORCH_LANE_POOL=65: expected a number of lanes from 0 (no pool) to 64"
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 /// else `$HOME/.config/orch`. Empty or relative XDG values are ignored, as
 /// the XDG spec asks.
 pub(crate) fn user_config_dir() -> Option<PathBuf> {
-    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let env = crate::environment::current();
+    let var = |name: &str| env.var_os(name).filter(|v| !v.is_empty());
     if let Some(dir) = var("ORCH_CONFIG_DIR") {
         return Some(PathBuf::from(dir));
     }

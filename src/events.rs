@@ -14,7 +14,7 @@
 //! - Every `stage_started` is followed by exactly one `stage_finished` for
 //!   that stage, and the last line is `run_finished`.
 
-use crate::runlog::{RunState, StageRecord};
+use crate::runlog::{ActionEvent, RunState, StageRecord};
 use serde_json::{Map, Value, json};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -282,17 +282,16 @@ pub(crate) struct StageEvents {
 }
 
 impl crate::runlog::ActionObserver for StageEvents {
-    fn action(&self, event: &str, log: &Value, secrets: &[String]) {
-        StageEvents::action(self, event, log, secrets);
+    fn action(&self, event: &ActionEvent, secrets: &[String]) {
+        StageEvents::action(self, event, secrets);
     }
 }
 
 impl StageEvents {
-    /// Derives the stream's events from one action-log event (`event` and
-    /// its whole object); most log events have none. `secrets` are the
-    /// log's.
-    pub(crate) fn action(&self, event: &str, log: &Value, secrets: &[String]) {
-        for (kind, fields) in derive(event, log) {
+    /// Derives the stream's events from one action-log event; most log
+    /// events have none. `secrets` are the log's.
+    pub(crate) fn action(&self, event: &ActionEvent, secrets: &[String]) {
+        for (kind, fields) in derive(event) {
             let mut map = Map::new();
             map.insert("stage".to_owned(), json!(self.stage));
             if let Value::Object(f) = fields {
@@ -304,106 +303,126 @@ impl StageEvents {
 }
 
 /// The stream's events (type and fields, without `stage`) for one
-/// action-log event; none for most.
-fn derive(event: &str, log: &Value) -> Vec<(&'static str, Value)> {
-    let get = |k: &str| log.get(k).cloned().unwrap_or(Value::Null);
-    let mut out: Vec<(&'static str, Value)> = Vec::new();
+/// action-log event; none for most. Every variant has its own decision
+/// here (no catch-all arm), so a new event does not compile until it has
+/// one.
+fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
     match event {
-            "response" => {
-                let calls: Vec<Value> = log
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().map(|c| json!({"id": c["id"], "name": c["name"]})).collect())
-                    .unwrap_or_default();
+        ActionEvent::Response(r) => vec![(
+            "turn",
+            json!({
+                "turn": r.turn,
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens,
+                "latency_ms": r.latency_ms,
+                "finish_reason": r.finish_reason,
+                "tool_calls": r.tool_calls.iter().map(|c| json!({"id": c.id, "name": c.name})).collect::<Vec<_>>(),
+            }),
+        )],
+        ActionEvent::Tool(t) => {
+            let mut out = vec![(
+                "tool_call",
+                json!({
+                    "turn": t.turn,
+                    "call_id": t.call_id,
+                    "name": t.name,
+                    "is_error": t.is_error,
+                    "exit_code": t.exit_code,
+                    "duration_ms": t.duration_ms,
+                    "summary": t.summary,
+                    "result_bytes": t.result_bytes,
+                    "preview": crate::text::cap_bytes(&t.result, PREVIEW_BYTES),
+                }),
+            )];
+            // A decision worth telling: a denial, or an allow by an
+            // exception (`--yes`, the user, the repo allowlist).
+            if let Some(policy) = t.policy.as_deref()
+                && policy != "allow"
+            {
+                let (decision, rule) = policy
+                    .split_once([':', ' '])
+                    .map_or((policy, ""), |(d, r)| (d, r.trim()));
                 out.push((
-                    "turn",
+                    "policy",
                     json!({
-                        "turn": get("turn"),
-                        "prompt_tokens": get("prompt_tokens"),
-                        "completion_tokens": get("completion_tokens"),
-                        "latency_ms": get("latency_ms"),
-                        "finish_reason": get("finish_reason"),
-                        "tool_calls": calls,
+                        "turn": t.turn, "call_id": t.call_id, "tool": t.name,
+                        "decision": if decision == "deny" { "deny" } else { "allow" },
+                        "reason": if rule.is_empty() { policy } else { rule },
                     }),
                 ));
             }
-            "tool" => {
-                let result = log.get("result").and_then(Value::as_str).unwrap_or("");
-                out.push((
-                    "tool_call",
-                    json!({
-                        "turn": get("turn"),
-                        "call_id": get("call_id"),
-                        "name": get("name"),
-                        "is_error": get("is_error"),
-                        "exit_code": get("exit_code"),
-                        "duration_ms": get("duration_ms"),
-                        "summary": get("summary"),
-                        "result_bytes": get("result_bytes"),
-                        "preview": crate::text::cap_bytes(result, PREVIEW_BYTES),
-                    }),
-                ));
-                // A decision worth telling: a denial, or an allow by an
-                // exception (`--yes`, the user, the repo allowlist).
-                if let Some(policy) = log.get("policy").and_then(Value::as_str)
-                    && policy != "allow"
-                {
-                    let (decision, rule) = policy
-                        .split_once([':', ' '])
-                        .map_or((policy, ""), |(d, r)| (d, r.trim()));
-                    out.push((
-                        "policy",
-                        json!({
-                            "turn": get("turn"), "call_id": get("call_id"), "tool": get("name"),
-                            "decision": if decision == "deny" { "deny" } else { "allow" },
-                            "reason": if rule.is_empty() { policy } else { rule },
-                        }),
-                    ));
-                }
-            }
-            "read_only_violation" => out.push((
-                "policy",
-                json!({
-                    "turn": null, "call_id": null, "tool": null, "decision": "discard",
-                    "reason": get("reason"), "paths": get("discarded"),
-                }),
-            )),
-            "sandbox" => out.push((
-                "sandbox",
-                json!({"profile": get("profile"), "kernel": get("kernel")}),
-            )),
-            "verify" => out.push((
-                "verify",
-                json!({
-                    "round": get("round"), "command": get("command"),
-                    "exit_code": get("exit_code"), "timed_out": get("timed_out"),
-                    "duration_ms": get("duration_ms"), "passed": get("passed"),
-                }),
-            )),
-            "verify_failed" => out.push((
-                "verify_gate",
-                json!({"passed": false, "rounds": get("rounds"), "reason": get("reason")}),
-            )),
-            "stage_end" if log.get("verify").and_then(Value::as_str) == Some("pass") => out.push((
+            out
+        }
+        ActionEvent::ReadOnlyViolation(v) => vec![(
+            "policy",
+            json!({
+                "turn": null, "call_id": null, "tool": null, "decision": "discard",
+                "reason": v.reason, "paths": v.discarded,
+            }),
+        )],
+        ActionEvent::Sandbox(s) => {
+            vec![("sandbox", json!({"profile": s.profile, "kernel": s.kernel}))]
+        }
+        ActionEvent::Verify(v) => vec![(
+            "verify",
+            json!({
+                "round": v.round, "command": v.run.command,
+                "exit_code": v.run.exit_code, "timed_out": v.run.timed_out,
+                "duration_ms": v.run.duration_ms, "passed": v.run.passed,
+            }),
+        )],
+        ActionEvent::VerifyFailed(v) => vec![(
+            "verify_gate",
+            json!({"passed": false, "rounds": v.rounds, "reason": v.reason}),
+        )],
+        ActionEvent::StageEnd(e) => match e.verify.as_deref() {
+            Some("pass") => vec![(
                 "verify_gate",
                 json!({"passed": true, "rounds": null, "reason": null}),
-            )),
-            "budget_exceeded" => out.push((
-                "budget",
-                json!({"kind": "exceeded", "turn": get("turn"), "reason": get("reason"), "budget": null}),
-            )),
-            "agent_end" => out.push((
-                "budget",
-                json!({"kind": "report", "turn": get("turns"), "reason": null, "budget": get("budget")}),
-            )),
-            _ => {}
-        }
-    out
+            )],
+            _ => Vec::new(),
+        },
+        ActionEvent::BudgetExceeded(b) => vec![(
+            "budget",
+            json!({"kind": "exceeded", "turn": b.turn, "reason": b.reason, "budget": null}),
+        )],
+        ActionEvent::AgentEnd(e) => vec![(
+            "budget",
+            json!({"kind": "report", "turn": e.turns, "reason": null, "budget": e.budget}),
+        )],
+        // Not public: the action log and `orch log` show these.
+        ActionEvent::StageStart(_)
+        | ActionEvent::RoleNotes(_)
+        | ActionEvent::ProjectInstructions(_)
+        | ActionEvent::Memory(_)
+        | ActionEvent::MemoryUses(_)
+        | ActionEvent::Distill(_)
+        | ActionEvent::WorktreeInclude(_)
+        | ActionEvent::LaneSetup(_)
+        | ActionEvent::AgentStart(_)
+        | ActionEvent::ChildStart(_)
+        | ActionEvent::ContextWindow(_)
+        | ActionEvent::Request(_)
+        | ActionEvent::Retry(_)
+        | ActionEvent::StreamFallback(_)
+        | ActionEvent::ToolCallsRecovered(_)
+        | ActionEvent::Compaction(_)
+        | ActionEvent::ModelError(_)
+        | ActionEvent::ToolFault(_)
+        | ActionEvent::VerdictFromText(_)
+        | ActionEvent::Nudge(_)
+        | ActionEvent::NoResult(_)
+        | ActionEvent::Stuck(_)
+        | ActionEvent::Baseline(_)
+        | ActionEvent::Staged(_)
+        | ActionEvent::Killed(_) => Vec::new(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runlog::event;
 
     #[test]
     fn off_is_a_no_op_and_on_derives_events_from_the_log() {
@@ -416,12 +435,17 @@ mod tests {
 
     #[test]
     fn policy_decisions_other_than_a_plain_allow_are_events() {
-        let tool = |policy: &str| {
-            derive(
-                "tool",
-                &json!({"turn": 1, "call_id": "c", "name": "bash", "policy": policy, "result": "x"}),
-            )
+        let call = |policy: &str, result: String| {
+            ActionEvent::Tool(event::Tool {
+                turn: 1,
+                call_id: "c".into(),
+                name: "bash".into(),
+                policy: Some(policy.into()),
+                result,
+                ..event::Tool::default()
+            })
         };
+        let tool = |policy: &str| derive(&call(policy, "x".into()));
         assert_eq!(
             tool("allow").len(),
             1,
@@ -434,15 +458,21 @@ mod tests {
         let deny = tool("deny: fork bomb");
         assert_eq!(deny[1].1["decision"], "deny");
         assert_eq!(deny[1].1["reason"], "fork bomb");
-        let long = derive("tool", &json!({"result": "y".repeat(10_000)}));
+        let long = derive(&call("allow", "y".repeat(10_000)));
         assert!(
             long[0].1["preview"].as_str().unwrap().len() < 400,
             "bounded"
         );
-        assert!(derive("request", &json!({})).is_empty());
-        let gate = derive("stage_end", &json!({"verify": "pass"}));
+        assert!(derive(&ActionEvent::Request(event::Request::default())).is_empty());
+        let end = |verify: &str| {
+            derive(&ActionEvent::StageEnd(event::StageEnd {
+                verify: Some(verify.into()),
+                ..event::StageEnd::default()
+            }))
+        };
+        let gate = end("pass");
         assert_eq!(gate[0].1["passed"], true);
-        assert!(derive("stage_end", &json!({"verify": "fail"})).is_empty());
+        assert!(end("fail").is_empty());
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub(crate) mod dirs;
 pub(crate) mod distributed;
+pub mod environment;
 pub(crate) mod eval;
 pub mod events;
 pub(crate) mod exec;

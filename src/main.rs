@@ -41,10 +41,14 @@ fn main() {
             std::process::exit(exit::INTERNAL);
         }
     };
+    // The variables that are orch's settings, read once for the library
+    // (after the inherited secrets are set, so the read is of the final
+    // environment).
+    orch::environment::install(orch::cli::read_environment());
     // A token from `gh auth token` (none in the environment) is orch's
     // secret too: known before anything is recorded.
     let gh_token = orch::forge::startup_token(cli.command.needs_forge_token());
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let home = orch::environment::current().home();
     orch::secrets::register_secrets(
         secrets
             .redactable_values()

@@ -250,7 +250,9 @@ pub(crate) fn passwd_home() -> Option<std::path::PathBuf> {
 pub fn detect_interactive() -> bool {
     use std::io::IsTerminal;
     let ttys = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-    ttys && std::env::var("CI").map(|v| v != "true").unwrap_or(true)
+    ttys && crate::environment::current()
+        .var(crate::environment::CI)
+        .is_none_or(|v| v != "true")
 }
 
 /// Whether a role pattern matches a command.

@@ -99,7 +99,7 @@ pub(crate) struct Session {
     /// The replay file, for the record, when replaying.
     pub replay_file: Option<String>,
     /// The sampling settings the model sends, for the record.
-    pub sampling: Option<crate::runlog::SamplingRecord>,
+    pub sampling: Option<crate::llm::Sampling>,
     /// The limits and model flags of the run, for the record (`resume` reuses them).
     pub settings: crate::runlog::RunSettings,
     /// The models stages name (`model:`), by base stage id; see [`models`].
@@ -128,22 +128,9 @@ fn lane_pool_bound(workdir: &Path, session: &Session) -> Result<usize, RunError>
     if let Some(n) = session.lane_pool {
         return Ok(n);
     }
-    if let Some(v) = std::env::var_os("ORCH_LANE_POOL").filter(|v| !v.is_empty()) {
-        let v = v.to_string_lossy();
-        return v
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|&n| n as i64 <= crate::config::MAX_LANE_POOL)
-            .ok_or_else(|| {
-                RunError::Refused(format!(
-                    "use ORCH_LANE_POOL={v}: expected a number of lanes from 0 (no pool) to {}",
-                    crate::config::MAX_LANE_POOL
-                ))
-            });
-    }
     let user = crate::dirs::user_config_dir();
-    let configured = crate::config::lane_pool(Some(workdir), user.as_deref())
+    let env = crate::environment::current().var_os(crate::environment::ORCH_LANE_POOL);
+    let configured = crate::config::lane_pool(env, Some(workdir), user.as_deref())
         .map_err(|e| RunError::Refused(e.to_string()))?;
     Ok(configured.unwrap_or(session.max_parallel.max(DEFAULT_MAX_PARALLEL)))
 }

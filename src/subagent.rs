@@ -110,7 +110,8 @@ impl SpawnLimits {
     /// `ORCH_SUBAGENT_MAX_CHILDREN`, `ORCH_SUBAGENT_TIME_SECS` and
     /// `ORCH_SUBAGENT_TOKENS` (invalid values are ignored with a warning).
     pub fn from_env() -> Self {
-        Self::from_lookup(&|k| std::env::var(k).ok())
+        let env = crate::environment::current();
+        Self::from_lookup(&|k| env.var(k).map(str::to_owned))
     }
 
     fn from_lookup(env: &dyn Fn(&str) -> Option<String>) -> Self {

@@ -184,7 +184,7 @@ pub fn color_allowed(is_terminal: bool, no_color: Option<&OsStr>) -> bool {
 pub fn stderr_color() -> bool {
     color_allowed(
         std::io::stderr().is_terminal(),
-        std::env::var_os("NO_COLOR").as_deref(),
+        crate::environment::current().var_os(crate::environment::NO_COLOR),
     )
 }
 

@@ -42,8 +42,7 @@
 
 use super::budget::Tracker;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, MessageRole, ToolCall};
-use crate::runlog::{ActionLog, RecordError, TokenCount};
-use serde_json::json;
+use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -312,35 +311,33 @@ impl Compactor {
         let live = self.live_start(msgs);
         let mut pinned_sorted: Vec<usize> = pinned.iter().copied().collect();
         pinned_sorted.sort_unstable();
-        log.append(
-            "compaction",
-            json!({
-                "turn": turn,
-                "trigger": match trigger {
-                    Trigger::Threshold => "threshold",
-                    Trigger::ContextLengthError => "context_length_error",
-                },
-                "method": method,
-                "stubbed": ids(&mut stubbed_now.iter().copied()),
-                "summarized": summarized.as_ref().map(|(r, len)| json!({
-                    "messages": r.len(),
-                    "call_ids": ids(&mut r.clone().filter(|&i| msgs[i].role == MessageRole::Tool)),
-                    "summary_bytes": len,
-                })),
-                "summary_error": summary_error,
-                "kept": ids(&mut pinned_sorted.into_iter()),
-                "kept_turns": keep,
-                "live_from": live,
-                "bytes_before": bytes_before,
-                "bytes_after": bytes,
-                "est_tokens_before": self.est(bytes_before),
-                "est_tokens_after": self.est(bytes),
-                "trigger_tokens": goal,
-                "context_window": self.window(),
-                "estimate": self.method(),
-                "under_trigger": self.est(bytes) <= goal,
+        log.append(&ActionEvent::Compaction(event::Compaction {
+            turn,
+            trigger: match trigger {
+                Trigger::Threshold => "threshold",
+                Trigger::ContextLengthError => "context_length_error",
+            }
+            .to_owned(),
+            method: method.to_owned(),
+            stubbed: ids(&mut stubbed_now.iter().copied()),
+            summarized: summarized.as_ref().map(|(r, len)| event::Summarized {
+                messages: r.len(),
+                call_ids: ids(&mut r.clone().filter(|&i| msgs[i].role == MessageRole::Tool)),
+                summary_bytes: *len,
             }),
-        )?;
+            summary_error,
+            kept: ids(&mut pinned_sorted.into_iter()),
+            kept_turns: keep,
+            live_from: live,
+            bytes_before,
+            bytes_after: bytes,
+            est_tokens_before: self.est(bytes_before),
+            est_tokens_after: self.est(bytes),
+            trigger_tokens: goal,
+            context_window: self.window(),
+            estimate: self.method(),
+            under_trigger: self.est(bytes) <= goal,
+        }))?;
         if self.est(bytes) > goal {
             tracing::warn!(
                 turn,

@@ -22,7 +22,6 @@
 
 use crate::git::{GitError, git_err, open_at};
 use git2::{ObjectType, Oid, Repository, Tree};
-use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -33,19 +32,9 @@ pub(crate) const INSTRUCTIONS_BUDGET: usize = 16 * 1024;
 /// issue naming hundreds of paths must not make the prompt a directory walk).
 const MAX_HINT_DIRS: usize = 32;
 
-/// One instruction file that was found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct InstructionFile {
-    /// The path in the repository, e.g. `AGENTS.md` or `src/api/CLAUDE.md`.
-    pub path: String,
-    /// Its git blob id (SHA-1 of the blob, as `git hash-object` prints it).
-    pub blob: String,
-    /// Its size in bytes.
-    pub bytes: usize,
-    /// The bytes of it the prompt holds (less than `bytes` when cut, 0 when
-    /// the budget was used up before it).
-    pub included: usize,
-}
+/// One instruction file that was found (a record type of the action log's
+/// `project_instructions` event, so it lives with the run record).
+pub(crate) use crate::runlog::event::InstructionFile;
 
 /// The instructions of one stage: the files and the prompt section.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

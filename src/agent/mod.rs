@@ -20,18 +20,15 @@ pub(crate) mod instructions;
 pub(crate) mod outcome;
 pub(crate) mod prompt;
 pub(crate) mod repeat;
+mod turn;
 pub(crate) mod verify;
 
 use crate::ids::Verdict;
-use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError, MessageRole};
-use crate::runlog::{ActionLog, RecordError, TokenCount};
-use crate::text::cap_bytes;
+use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError};
+use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
 // The compaction's field cap (`super::cap` there) is the same policy.
 use crate::text::cap_bytes as cap;
 use crate::tools::{self, ToolContext};
-use serde_json::json;
-
-use repeat::MAX_IDENTICAL_FAILURES;
 
 /// Cap on tool arguments and results copied into the action log; the
 /// transcript keeps everything.
@@ -82,7 +79,7 @@ pub(crate) enum AgentEnd {
     Answered,
     /// `max_turns` model turns were used without finishing.
     TurnLimit,
-    /// The model repeated the same failing call [`MAX_IDENTICAL_FAILURES`]
+    /// The model repeated the same failing call [`repeat::MAX_IDENTICAL_FAILURES`]
     /// times, or the same call after it was told it repeats itself.
     Stuck(String),
     /// The model's replies gave no result (empty, cut off, text from a role
@@ -195,21 +192,18 @@ impl<'c> Agent<'c> {
         // keeps the whole conversation; each turn sends a compacted view of it.
         let tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
         let compactor = compact::Compactor::new(cfg.compaction);
-        log.append(
-            "agent_start",
-            json!({
-                "agent": cfg.agent_path,
-                "max_turns": cfg.max_turns,
-                "tools": req.tools.iter().map(|t| t.name).collect::<Vec<_>>(),
-                "system_prompt_bytes": cfg.system_prompt.len(),
-                "task_bytes": cfg.task.len(),
-                "budget": tracker.report().limits,
-                "budget_notes": tracker.notes(),
-                "compact_at_tokens": compactor.trigger_tokens(),
-                "text_result": cfg.text_result,
-                "text_tool_calls": cfg.text_tool_calls,
-            }),
-        )?;
+        log.append(&ActionEvent::AgentStart(event::AgentStart {
+            agent: cfg.agent_path.clone(),
+            max_turns: cfg.max_turns,
+            tools: req.tools.iter().map(|t| t.name.to_owned()).collect(),
+            system_prompt_bytes: cfg.system_prompt.len(),
+            task_bytes: cfg.task.len(),
+            budget: tracker.report().limits,
+            budget_notes: tracker.notes().to_vec(),
+            compact_at_tokens: compactor.trigger_tokens(),
+            text_result: cfg.text_result,
+            text_tool_calls: cfg.text_tool_calls,
+        }))?;
         Ok(Agent {
             cfg,
             req,
@@ -256,24 +250,26 @@ impl<'c> Agent<'c> {
         let mut out = self.out;
         out.tokens.add(self.compactor.summary_tokens());
         out.budget = self.tracker.report();
-        log.append(
-            "agent_end",
-            json!({
-                "agent": self.cfg.agent_path,
-                "end": format!("{:?}", out.end).split('(').next().unwrap_or_default(),
-                "turns": out.turns,
-                "prompt_tokens": out.tokens.prompt,
-                "completion_tokens": out.tokens.completion,
-                "verdict": out.verdict,
-                "verdict_from_text": out.verdict_from_text,
-                "budget": out.budget,
-            }),
-        )?;
+        log.append(&ActionEvent::AgentEnd(event::AgentEnd {
+            agent: self.cfg.agent_path.clone(),
+            end: format!("{:?}", out.end)
+                .split('(')
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+            turns: out.turns,
+            prompt_tokens: out.tokens.prompt,
+            completion_tokens: out.tokens.completion,
+            verdict: out.verdict,
+            verdict_from_text: out.verdict_from_text,
+            budget: out.budget.clone(),
+        }))?;
         out.transcript = std::mem::take(&mut self.req.messages);
         Ok(out)
     }
 
-    /// Runs the loop until the agent ends (see [`AgentEnd`]).
+    /// Runs the loop until the agent ends (see [`AgentEnd`]): one
+    /// [`Agent::turn`] after another, within the turn limit.
     pub(crate) async fn run(
         &mut self,
         model: &dyn ChatModel,
@@ -281,369 +277,15 @@ impl<'c> Agent<'c> {
         log: &mut ActionLog,
         on_turn: &(dyn Fn(u32, TokenCount) + Sync),
     ) -> Result<(), RecordError> {
-        let cfg = self.cfg;
-        let rules = outcome::ReplyRules {
-            text_result: cfg.text_result,
-            require_verdict: cfg.require_verdict,
-        };
-        let Agent {
-            req,
-            out,
-            tracker,
-            compactor,
-            repeats,
-            nudged,
-            ..
-        } = self;
-        out.end = AgentEnd::TurnLimit;
-
-        'turns: while out.turns < cfg.max_turns {
-            // Budget hook: no turn starts once a limit is used up.
-            if let Some(why) = tracker.before_turn() {
-                log.append("budget_exceeded", json!({"turn": out.turns, "reason": why}))?;
-                out.end = AgentEnd::Budget(why);
-                break;
-            }
-            out.turns += 1;
-            let turn = out.turns;
-            let started = std::time::Instant::now();
-            // Compaction and time-budget hook: sends the (compacted) request.
-            let resp = match compact::send_turn(model, req, turn, compactor, tracker, log).await? {
-                compact::Sent::Reply(r) => r,
-                compact::Sent::OutOfBudget(why) => {
-                    log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
-                    out.end = AgentEnd::Budget(why);
-                    break;
-                }
-                compact::Sent::Failed(e) => {
-                    log.append(
-                        "model_error",
-                        json!({"turn": turn, "error": format!("failed to {e}")}),
-                    )?;
-                    out.end = AgentEnd::ModelError(e);
-                    break;
-                }
-            };
-            let usage = resp.usage;
-            let tokens = TokenCount {
-                prompt: usage.prompt_tokens,
-                completion: usage.completion_tokens,
-            };
-            tracker.record_turn(tokens, usage.cost_usd);
-            out.tokens.add(tokens);
-            let mut msg = normalize_assistant(resp.message);
-            log.append(
-                "response",
-                json!({
-                    "turn": turn,
-                    "latency_ms": started.elapsed().as_millis() as u64,
-                    "prompt_tokens": usage.prompt_tokens,
-                    "completion_tokens": usage.completion_tokens,
-                    "cost_usd": usage.cost_usd,
-                    "finish_reason": resp.finish_reason,
-                    "content": msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
-                    "tool_calls": msg.tool_calls.iter().map(|c| json!({
-                        "id": c.id, "name": c.function.name,
-                        "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
-                    })).collect::<Vec<_>>(),
-                }),
-            )?;
-            on_turn(turn, out.tokens);
-            // Tool calls written as text run like native ones.
-            if cfg.text_tool_calls
-                && let Some(format) = crate::llm::textcalls::recover_into(
-                    &mut msg,
-                    &req.tools,
-                    &format!("text{turn}"),
-                )
+        self.out.end = AgentEnd::TurnLimit;
+        while self.out.turns < self.cfg.max_turns {
+            if let std::ops::ControlFlow::Break(end) =
+                self.turn(model, tool_ctx, log, on_turn).await?
             {
-                log.append(
-                    "tool_calls_recovered",
-                    json!({
-                        "turn": turn,
-                        "recovered_from": "text",
-                        "format": format.as_str(),
-                        "tool_calls": msg.tool_calls.iter().map(|c| json!({
-                            "id": c.id, "name": c.function.name,
-                            "arguments": cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
-                        })).collect::<Vec<_>>(),
-                    }),
-                )?;
-            }
-            let calls = msg.tool_calls.clone();
-            let content = msg.content.clone();
-            req.messages.push(msg);
-
-            // Budget hook: tokens and cost after every turn. A turn that finishes
-            // the stage may still finish it.
-            if let Some(why) = tracker.after_turn()
-                && !calls.is_empty()
-                && !calls.iter().any(|c| c.function.name == "finish")
-            {
-                log.append("budget_exceeded", json!({"turn": turn, "reason": why}))?;
-                answer_remaining(&mut req.messages, &calls);
-                out.end = AgentEnd::Budget(why);
-                break;
-            }
-
-            if calls.is_empty() {
-                match outcome::judge(
-                    rules,
-                    content.as_deref(),
-                    resp.finish_reason.as_deref(),
-                    *nudged,
-                ) {
-                    outcome::TextReply::Accept { summary, verdict } => {
-                        if verdict.is_some() {
-                            out.verdict_from_text = true;
-                            log.append(
-                                "verdict_from_text",
-                                json!({"turn": turn, "verdict": verdict}),
-                            )?;
-                        }
-                        out.summary = summary;
-                        out.verdict = verdict;
-                        out.end = AgentEnd::Answered;
-                        break;
-                    }
-                    outcome::TextReply::Nudge(text) => {
-                        *nudged = true;
-                        log.append("nudge", json!({"turn": turn, "message": text}))?;
-                        req.messages.push(ChatMessage::user(text));
-                        continue;
-                    }
-                    outcome::TextReply::Fail(why) => {
-                        log.append("no_result", json!({"turn": turn, "reason": why}))?;
-                        out.summary = content.unwrap_or_default();
-                        out.end = AgentEnd::NoResult(why);
-                        break;
-                    }
-                }
-            }
-            *nudged = false;
-            repeats.new_turn();
-
-            let mut finished = false;
-            // The subagents of one turn run concurrently; results keep call order.
-            let mut spawned = spawn_concurrently(tool_ctx, &calls).await;
-            for (i, call) in calls.iter().enumerate() {
-                let name = call.function.name.as_str();
-                let args = call.function.arguments.as_str();
-                let seen = if name == "finish" || spawned[i].is_some() {
-                    repeat::Repeat::Fresh
-                } else {
-                    repeats.observe(name, args)
-                };
-                if let repeat::Repeat::Stuck(times) = seen {
-                    let why = format!(
-                        "stopped: the model made the same `{name}` call {times} times in a row after it was told it was repeating itself"
-                    );
-                    log.append(
-                        "stuck",
-                        json!({"turn": turn, "call_id": call.id, "reason": why}),
-                    )?;
-                    answer_remaining(&mut req.messages, &calls);
-                    out.end = AgentEnd::Stuck(why);
-                    break 'turns;
-                }
-                let result = match spawned[i].take() {
-                    Some(r) => r,
-                    None if seen == repeat::Repeat::SameTurn => {
-                        let mut o = tools::ToolOutcome::error(
-                            name,
-                            "not run: the same call was already made in this turn",
-                        );
-                        o.content = repeat::same_turn(name);
-                        Ok(o)
-                    }
-                    // Time-budget hook: a tool call cannot outlive the budget.
-                    None => match tracker.bounded(tools::call(tool_ctx, name, args)).await {
-                        Ok(result) => result,
-                        Err(why) => {
-                            log.append(
-                                "budget_exceeded",
-                                json!({"turn": turn, "call_id": call.id, "reason": why}),
-                            )?;
-                            req.messages.push(ChatMessage::tool(
-                                call.id.clone(),
-                                format!("error: stopped: {why}"),
-                            ));
-                            answer_remaining(&mut req.messages, &calls);
-                            out.end = AgentEnd::Budget(why);
-                            break 'turns;
-                        }
-                    },
-                };
-                let mut outcome = match result {
-                    Ok(outcome) => outcome,
-                    Err(fault) => {
-                        // orch's own fault: the stage ends here, and the model is
-                        // never sent this call's result (nor any other request).
-                        log.append(
-                            "tool_fault",
-                            json!({
-                                "turn": turn, "call_id": call.id, "name": name,
-                                "reason": fault.reason,
-                            }),
-                        )?;
-                        answer_remaining(&mut req.messages, &calls);
-                        out.end = AgentEnd::ToolFault(fault);
-                        break 'turns;
-                    }
-                };
-                if let Some(t) = outcome.child_tokens {
-                    // Subagents spend the stage's tokens too; the spawner has
-                    // already charged them to the stage's account.
-                    out.tokens.add(t);
-                }
-                if let Some(fin) = outcome.finish.take() {
-                    if cfg.require_verdict && fin.verdict.is_none() {
-                        outcome.is_error = true;
-                        outcome.content = "error: finish: this stage is a review; call `finish` again with `verdict`: `approve` or `request_changes`".to_owned();
-                        outcome.summary = "error: finish without verdict".to_owned();
-                    } else {
-                        out.summary = fin.summary;
-                        out.verdict = fin.verdict;
-                        out.verdict_from_text = false;
-                        finished = true;
-                    }
-                }
-                if seen == repeat::Repeat::Warn {
-                    outcome.content.push_str(&repeat::warning(name));
-                }
-                log.append(
-                    "tool",
-                    json!({
-                        "turn": turn,
-                        "call_id": call.id,
-                        "name": name,
-                        "is_error": outcome.is_error,
-                        "summary": outcome.summary,
-                        "exit_code": outcome.exit_code,
-                        "duration_ms": outcome.duration_ms,
-                        "policy": outcome.policy,
-                        "sandbox": outcome.sandbox,
-                        "changed_path": outcome.changed_path,
-                        "repeat": match seen {
-                            repeat::Repeat::Warn => Some("warned"),
-                            repeat::Repeat::SameTurn => Some("same_turn"),
-                            _ => None,
-                        },
-                        "result_bytes": outcome.content.len(),
-                        "result": cap_bytes(&outcome.content, LOG_FIELD_CAP),
-                    }),
-                )?;
-                if name != "finish" {
-                    out.digest.push(outcome.summary.clone());
-                }
-                // A command that ran and exited non-zero failed too.
-                let failed = outcome.is_error
-                    || (name == "bash" && outcome.exit_code.is_some_and(|c| c != 0));
-                // A call not run (same turn) is neither a new failure nor a success.
-                let identical_failures = if seen == repeat::Repeat::SameTurn {
-                    0
-                } else {
-                    repeats.record_result(name, args, failed)
-                };
-                req.messages
-                    .push(ChatMessage::tool(call.id.clone(), outcome.content));
-                if identical_failures >= MAX_IDENTICAL_FAILURES {
-                    let why = format!(
-                        "stopped: the model made the same failing `{name}` call {MAX_IDENTICAL_FAILURES} times in a row"
-                    );
-                    log.append("stuck", json!({"turn": turn, "reason": why}))?;
-                    // Subagents that already ran still count and report.
-                    for (c, o) in calls.iter().zip(spawned.iter_mut()).skip(i + 1) {
-                        if let Some(Ok(o)) = o.take() {
-                            out.tokens.add(o.child_tokens.unwrap_or_default());
-                            req.messages
-                                .push(ChatMessage::tool(c.id.clone(), o.content));
-                        }
-                    }
-                    answer_remaining(&mut req.messages, &calls);
-                    out.end = AgentEnd::Stuck(why);
-                    break 'turns;
-                }
-            }
-            if finished {
-                out.end = AgentEnd::Finished;
+                self.out.end = end;
                 break;
             }
         }
         Ok(())
-    }
-}
-
-/// Runs the `spawn_agent` calls of a turn together when there are several;
-/// slot `i` holds the outcome of call `i` (`None`: run it in order).
-async fn spawn_concurrently(
-    tool_ctx: &ToolContext,
-    calls: &[crate::llm::ToolCall],
-) -> Vec<Option<Result<tools::ToolOutcome, tools::FatalToolError>>> {
-    let mut slots: Vec<Option<Result<tools::ToolOutcome, tools::FatalToolError>>> =
-        calls.iter().map(|_| None).collect();
-    let idx: Vec<usize> = (0..calls.len())
-        .filter(|&i| calls[i].function.name == "spawn_agent")
-        .collect();
-    if idx.len() < 2 {
-        return slots;
-    }
-    let batch: Vec<(&str, &str)> = idx
-        .iter()
-        .map(|&i| ("spawn_agent", calls[i].function.arguments.as_str()))
-        .collect();
-    let outs = tools::call_concurrently(tool_ctx, &batch).await;
-    for (i, o) in idx.into_iter().zip(outs) {
-        slots[i] = Some(o);
-    }
-    slots
-}
-
-/// Gives every tool call of an assistant message an id (some servers omit
-/// them) so each tool result can answer exactly one call.
-fn normalize_assistant(mut msg: ChatMessage) -> ChatMessage {
-    msg.role = MessageRole::Assistant;
-    for (i, call) in msg.tool_calls.iter_mut().enumerate() {
-        if call.id.is_empty() {
-            call.id = format!("call_{i}");
-        }
-    }
-    msg
-}
-
-/// Adds a "not run" result for calls left unanswered when the loop stops
-/// mid-turn, so the saved transcript stays a valid conversation.
-fn answer_remaining(messages: &mut Vec<ChatMessage>, calls: &[crate::llm::ToolCall]) {
-    for call in calls {
-        let answered = messages
-            .iter()
-            .any(|m| m.tool_call_id.as_deref() == Some(call.id.as_str()));
-        if !answered {
-            messages.push(ChatMessage::tool(
-                call.id.clone(),
-                "error: not run: the stage was stopped",
-            ));
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn remaining_calls_get_answers() {
-        let call = |id: &str| crate::llm::ToolCall {
-            id: id.into(),
-            kind: "function".into(),
-            function: crate::llm::FunctionCall {
-                name: "bash".into(),
-                arguments: "{}".into(),
-            },
-        };
-        let mut msgs = vec![ChatMessage::tool("a", "done")];
-        answer_remaining(&mut msgs, &[call("a"), call("b")]);
-        assert_eq!(msgs.len(), 2);
-        assert_eq!(msgs[1].tool_call_id.as_deref(), Some("b"));
     }
 }

@@ -7,11 +7,9 @@
 
 use super::{Agent, AgentEnd};
 use crate::llm::ChatModel;
-use crate::runlog::{ActionLog, RecordError, TokenCount};
+use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
 use crate::runlog::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};
 use crate::tools::ToolContext;
-
-use serde_json::json;
 
 /// Bytes of a failing command's output sent back to the agent (head and tail).
 const FEEDBACK_BYTES: usize = 8 * 1024;
@@ -62,7 +60,10 @@ pub(crate) async fn run_gate(
                 if round == 1 { "" } else { "s" },
                 gate.rounds
             );
-            log.append("verify_failed", json!({"rounds": round, "reason": why}))?;
+            log.append(&ActionEvent::VerifyFailed(event::VerifyFailed {
+                rounds: round,
+                reason: why.clone(),
+            }))?;
             agent.fail(AgentEnd::VerifyFailed(why));
             return Ok(Some(report));
         }
@@ -140,28 +141,23 @@ fn from_source(ctx: &ToolContext) -> ToolContext {
     ctx
 }
 
-/// [`run_one`], logged as a `kind` event (with one more field, `extra`).
+/// [`run_one`], logged as the event `as_event` makes of its run.
 async fn run_logged(
     command: &str,
     ctx: &ToolContext,
     log: &mut ActionLog,
-    kind: &str,
-    extra: (&str, serde_json::Value),
+    as_event: impl FnOnce(event::CommandRun) -> ActionEvent,
 ) -> Result<(VerifyRun, String), RecordError> {
     let (run, output, sandbox) = run_one(command, ctx).await;
-    let mut event = json!({
-        extra.0: extra.1,
-        "command": run.command,
-        "exit_code": run.exit_code,
-        "timed_out": run.timed_out,
-        "duration_ms": run.duration_ms,
-        "passed": run.passed(),
-        "output": crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
-    });
-    if let Some(sandbox) = sandbox {
-        event["sandbox"] = json!(sandbox);
-    }
-    log.append(kind, event)?;
+    log.append(&as_event(event::CommandRun {
+        command: run.command.clone(),
+        exit_code: run.exit_code,
+        timed_out: run.timed_out,
+        duration_ms: run.duration_ms,
+        passed: run.passed(),
+        output: crate::text::head_tail_lines(&output, super::LOG_FIELD_CAP),
+        sandbox,
+    }))?;
     Ok((run, output))
 }
 
@@ -180,8 +176,13 @@ pub(crate) async fn run_baseline(
 ) -> Result<BaselineReport, RecordError> {
     let mut runs = Vec::new();
     for command in commands {
-        let (run, output) =
-            run_logged(command, ctx, log, "baseline", ("commit", json!(commit))).await?;
+        let (run, output) = run_logged(command, ctx, log, |run| {
+            ActionEvent::Baseline(event::Baseline {
+                commit: commit.to_owned(),
+                run,
+            })
+        })
+        .await?;
         let passed = run.passed();
         let output_tail = if passed {
             String::new()
@@ -209,8 +210,10 @@ async fn run_commands(
 ) -> Result<(Vec<VerifyRun>, Option<(String, String)>), RecordError> {
     let mut runs = Vec::new();
     for command in commands {
-        let (run, output) =
-            run_logged(command, ctx, log, "verify", ("round", json!(round))).await?;
+        let (run, output) = run_logged(command, ctx, log, |run| {
+            ActionEvent::Verify(event::Verify { round, run })
+        })
+        .await?;
         let passed = run.passed();
         let status = match (run.timed_out, run.exit_code) {
             (true, _) => format!("timed out after {}s", ctx.limits.max_timeout.as_secs()),

@@ -7,7 +7,7 @@ use crate::agent::RunLimits;
 use crate::agent::compact::{CompactConfig, DEFAULT_COMPACT_AT, DEFAULT_CONTEXT_WINDOW};
 use crate::budget::Budget;
 use crate::config::Overrides;
-use crate::llm::settings::ToolChoice;
+use crate::llm::settings::{Sampling, ToolChoice};
 use std::path::PathBuf;
 
 /// The `--base` value that snapshots the user's working tree.
@@ -55,6 +55,17 @@ pub struct SamplingArgs {
     pub tool_choice: Option<ToolChoice>,
 }
 
+impl From<SamplingArgs> for Sampling {
+    fn from(a: SamplingArgs) -> Sampling {
+        Sampling {
+            temperature: a.temperature,
+            seed: a.seed,
+            max_tokens: a.max_output_tokens,
+            tool_choice: a.tool_choice,
+        }
+    }
+}
+
 impl ModelArgs {
     /// The flags as config overrides.
     pub fn overrides(&self) -> Overrides {
@@ -63,10 +74,7 @@ impl ModelArgs {
             model: self.model.clone(),
             profile: self.profile.clone(),
             no_stream: self.no_stream,
-            temperature: self.sampling.temperature,
-            seed: self.sampling.seed,
-            max_output_tokens: self.sampling.max_output_tokens,
-            tool_choice: self.sampling.tool_choice,
+            sampling: self.sampling.into(),
         }
     }
 

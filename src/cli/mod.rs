@@ -226,6 +226,13 @@ impl CliError {
     }
 }
 
+/// The variables of [`crate::environment::VARS`] from this process's
+/// environment, for `main` to install before anything else runs: the one
+/// place the library's environment settings are read.
+pub fn read_environment() -> crate::environment::Environment {
+    crate::environment::Environment::read(&|k| std::env::var_os(k))
+}
+
 /// Runs a parsed command line; returns the exit code for a finished command.
 /// A closed stdout ends a command normally: `Ok(exit::OK)`, never an error.
 pub async fn dispatch(cli: Cli) -> Result<i32, CliError> {

@@ -7,9 +7,9 @@ use super::CliError;
 use super::args::{ModelArgs, SamplingArgs};
 use crate::config::{self, ConfigError, ResolvedConfig};
 use crate::llm::ChatModel;
+use crate::llm::Sampling;
 use crate::llm::openai::{ModelSettings, OpenAiClient};
 use crate::llm::replay::ReplayModel;
-use crate::runlog::SamplingRecord;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -40,7 +40,7 @@ pub(super) struct Chosen {
     /// The replay file, when replaying.
     pub replay_file: Option<String>,
     /// The sampling settings every request carries (not for replays).
-    pub sampling: Option<SamplingRecord>,
+    pub sampling: Option<Sampling>,
     /// The `orch.toml` profile the model was resolved through.
     pub profile: Option<String>,
 }
@@ -57,7 +57,7 @@ pub(super) fn choose_for_repo(args: &ModelArgs, repo: Option<&Path>) -> Result<C
 pub(super) fn choose_with_record(
     args: &ModelArgs,
     repo: Option<&Path>,
-    recorded: Option<&SamplingRecord>,
+    recorded: Option<&Sampling>,
 ) -> Result<Chosen, CliError> {
     if let Some(file) = args.replay_file() {
         let model = ReplayModel::from_file(&file)?;
@@ -79,13 +79,13 @@ pub(super) fn choose_with_record(
 fn chosen_from(
     resolved: &ResolvedConfig,
     flags: &SamplingArgs,
-    recorded: Option<&SamplingRecord>,
+    recorded: Option<&Sampling>,
 ) -> Result<Chosen, CliError> {
     let mut settings = with_knobs(resolved.model_settings()?);
     if let Some(recorded) = recorded {
         apply_recorded(&mut settings, flags, recorded);
     }
-    let sampling = Some(sampling_of(&settings));
+    let sampling = Some(settings.sampling);
     let base_url = Some(settings.base_url.clone());
     let mut secrets = secrets();
     if let Some(k) = &resolved.api_key {
@@ -151,40 +151,31 @@ pub(super) fn choose_profile(
 
 /// The recorded value of every sampling setting no flag in `flags` gives.
 /// The fields are taken apart one by one so a new one cannot be forgotten.
-fn apply_recorded(settings: &mut ModelSettings, flags: &SamplingArgs, recorded: &SamplingRecord) {
+fn apply_recorded(settings: &mut ModelSettings, flags: &SamplingArgs, recorded: &Sampling) {
     let SamplingArgs {
         temperature,
         seed,
         max_output_tokens,
         tool_choice,
     } = *flags;
-    let SamplingRecord {
+    let Sampling {
         temperature: rec_temperature,
         seed: rec_seed,
         max_tokens: rec_max_tokens,
         tool_choice: rec_tool_choice,
     } = *recorded;
+    let s = &mut settings.sampling;
     if temperature.is_none() {
-        settings.temperature = rec_temperature;
+        s.temperature = rec_temperature;
     }
     if seed.is_none() {
-        settings.seed = rec_seed;
+        s.seed = rec_seed;
     }
     if max_output_tokens.is_none() {
-        settings.max_tokens = rec_max_tokens;
+        s.max_tokens = rec_max_tokens;
     }
     if tool_choice.is_none() {
-        settings.tool_choice = rec_tool_choice;
-    }
-}
-
-/// What requests with `settings` carry, for the run record.
-fn sampling_of(settings: &ModelSettings) -> SamplingRecord {
-    SamplingRecord {
-        temperature: settings.temperature,
-        seed: settings.seed,
-        max_tokens: settings.max_tokens,
-        tool_choice: settings.tool_choice,
+        s.tool_choice = rec_tool_choice;
     }
 }
 

@@ -95,12 +95,17 @@ impl ForgeSettings {
     /// The API base for `forge`, without a trailing slash.
     pub(crate) fn api_url(&self, forge: Forge) -> String {
         let (configured, ci_var) = match forge {
-            Forge::GitHub => (&self.github, "GITHUB_API_URL"),
-            Forge::GitLab => (&self.gitlab, "CI_API_V4_URL"),
+            Forge::GitHub => (&self.github, crate::environment::GITHUB_API_URL),
+            Forge::GitLab => (&self.gitlab, crate::environment::CI_API_V4_URL),
         };
         configured
             .clone()
-            .or_else(|| std::env::var(ci_var).ok().filter(|v| !v.trim().is_empty()))
+            .or_else(|| {
+                crate::environment::current()
+                    .var(ci_var)
+                    .filter(|v| !v.trim().is_empty())
+                    .map(str::to_owned)
+            })
             .unwrap_or_else(|| forge.default_api().to_owned())
             .trim()
             .trim_end_matches('/')

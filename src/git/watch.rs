@@ -73,7 +73,7 @@ use std::time::SystemTime;
 pub const MAX_WATCHES: usize = 65_536;
 
 /// The environment variable that turns lane watchers off when `0`.
-pub const WATCH_ENV: &str = "ORCH_LANE_WATCH";
+pub const WATCH_ENV: &str = crate::environment::ORCH_LANE_WATCH;
 
 const MASK: u32 = libc::IN_CREATE
     | libc::IN_DELETE
@@ -90,7 +90,9 @@ const MASK: u32 = libc::IN_CREATE
 
 /// Whether lane watchers are on (`ORCH_LANE_WATCH` is not `0`).
 pub fn enabled() -> bool {
-    std::env::var_os(WATCH_ENV).is_none_or(|v| v != "0")
+    crate::environment::current()
+        .var_os(WATCH_ENV)
+        .is_none_or(|v| v != "0")
 }
 
 /// What a lane's processes touched since the record's base commit: paths

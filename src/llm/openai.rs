@@ -212,7 +212,7 @@ impl OpenAiClient {
                 }
                 Err(Attempt::StreamOnly(why)) => return Err(self.bad(why)),
                 Err(Attempt::WantsMaxCompletionTokens(e)) => {
-                    if self.settings.max_tokens.is_none()
+                    if self.settings.sampling.max_tokens.is_none()
                         || self.max_completion_tokens.swap(true, Ordering::Relaxed)
                     {
                         return Err(e);
@@ -392,13 +392,13 @@ impl OpenAiClient {
         stream: bool,
         call_deadline: Instant,
     ) -> Result<Assembled, Attempt> {
-        let limit = Limit::earlier(
-            Limit {
+        let limit = Deadline::earlier(
+            Deadline {
                 at: Instant::now() + self.settings.request_timeout,
                 after: self.settings.request_timeout,
                 setting: "request_timeout",
             },
-            self.call_limit(call_deadline),
+            self.call_deadline_of(call_deadline),
         );
         let builder = self
             .http
@@ -483,9 +483,9 @@ impl OpenAiClient {
         Err(self.classify_status(status, retry_after, &bytes))
     }
 
-    /// The completion's own deadline as a [`Limit`].
-    fn call_limit(&self, call_deadline: Instant) -> Limit {
-        Limit {
+    /// The completion's own deadline.
+    fn call_deadline_of(&self, call_deadline: Instant) -> Deadline {
+        Deadline {
             at: call_deadline,
             after: self.settings.request_deadline,
             setting: "request_deadline",
@@ -500,7 +500,7 @@ impl OpenAiClient {
         call_deadline: Instant,
     ) -> Result<Assembled, Attempt> {
         let idle = self.settings.stream_idle_timeout;
-        let call = self.call_limit(call_deadline);
+        let call = self.call_deadline_of(call_deadline);
         let mut decoder = SseDecoder::new(self.settings.max_body_bytes());
         let mut assembler = StreamAssembler::with_limit(self.settings.max_reply_bytes);
         // Only `data` lines are life: a server that sends nothing but
@@ -624,9 +624,10 @@ fn is_empty(reply: &Assembled) -> bool {
 /// Most bytes of an error body read (it is only quoted in part).
 const ERROR_BODY_BYTES: usize = 64 << 10;
 
-/// A point in time some setting puts a limit at.
+/// A point in time some setting puts a deadline at (the budget's caps are
+/// [`crate::budget::Limit`]; this is a timeout's moment, not a budget).
 #[derive(Clone, Copy)]
-struct Limit {
+struct Deadline {
     at: Instant,
     /// The setting's value.
     after: Duration,
@@ -634,8 +635,8 @@ struct Limit {
     setting: &'static str,
 }
 
-impl Limit {
-    fn earlier(a: Limit, b: Limit) -> Limit {
+impl Deadline {
+    fn earlier(a: Deadline, b: Deadline) -> Deadline {
         if b.at < a.at { b } else { a }
     }
 

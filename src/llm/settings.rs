@@ -43,8 +43,13 @@ pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// turn runs unbounded (llama.cpp generates until its context is full).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
-/// Sampling settings that override a profile's where set (a role's
-/// front matter); unset fields keep the profile's.
+/// The sampling settings of a request: `temperature`, `seed`, `max_tokens`,
+/// `tool_choice`. The one type for them: what a client sends
+/// ([`ModelSettings::sampling`], where `None` sends none), what overrides a
+/// profile (a role's front matter, [`Sampling::apply`]: `None` keeps the
+/// profile's), what the run record keeps and what the command line and
+/// `orch.toml` resolve to. Serialized, unset fields are left out (a role
+/// file's shape); the run record writes them as `null`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sampling {
     /// `temperature`.
@@ -69,17 +74,22 @@ impl Sampling {
 
     /// Writes the set fields over `settings`.
     pub fn apply(&self, settings: &mut ModelSettings) {
-        if let Some(t) = self.temperature {
-            settings.temperature = Some(t);
-        }
-        if let Some(s) = self.seed {
-            settings.seed = Some(s);
-        }
-        if let Some(m) = self.max_tokens {
-            settings.max_tokens = Some(m);
-        }
-        if let Some(c) = self.tool_choice {
-            settings.tool_choice = Some(c);
+        settings.sampling = self.over(settings.sampling);
+    }
+
+    /// Each field of `self`, else `base`'s.
+    pub fn over(self, base: Sampling) -> Sampling {
+        let Sampling {
+            temperature,
+            seed,
+            max_tokens,
+            tool_choice,
+        } = self;
+        Sampling {
+            temperature: temperature.or(base.temperature),
+            seed: seed.or(base.seed),
+            max_tokens: max_tokens.or(base.max_tokens),
+            tool_choice: tool_choice.or(base.tool_choice),
         }
     }
 }
@@ -167,16 +177,11 @@ pub struct ModelSettings {
     pub context_window: u64,
     /// Prices for [`super::ChatModel::cost_usd`].
     pub prices: PriceTable,
-    /// Sampling temperature (`temperature`); sent only when set.
-    pub temperature: Option<f64>,
-    /// Sampling seed (`seed`); sent only when set.
-    pub seed: Option<u64>,
-    /// Cap on the tokens of one reply (`max_tokens`): [`DEFAULT_MAX_TOKENS`]
-    /// unless configured; `None` sends none (the server's own limit).
-    pub max_tokens: Option<u64>,
-    /// `tool_choice` when tools are offered; `None` sends `auto` (requests
-    /// without tools never carry one).
-    pub tool_choice: Option<ToolChoice>,
+    /// What every request carries: `temperature` and `seed` only when set;
+    /// `max_tokens` [`DEFAULT_MAX_TOKENS`] unless configured, `None` sending
+    /// none (the server's own limit); `tool_choice` when tools are offered,
+    /// `None` sending `auto` (requests without tools never carry one).
+    pub sampling: Sampling,
 }
 
 impl fmt::Debug for ModelSettings {
@@ -196,10 +201,7 @@ impl fmt::Debug for ModelSettings {
             .field("request_deadline", &self.request_deadline)
             .field("max_reply_bytes", &self.max_reply_bytes)
             .field("context_window", &self.context_window)
-            .field("temperature", &self.temperature)
-            .field("seed", &self.seed)
-            .field("max_tokens", &self.max_tokens)
-            .field("tool_choice", &self.tool_choice)
+            .field("sampling", &self.sampling)
             .finish_non_exhaustive()
     }
 }
@@ -225,10 +227,10 @@ impl ModelSettings {
             max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             context_window: DEFAULT_CONTEXT_WINDOW,
             prices: PriceTable::builtin(),
-            temperature: None,
-            seed: None,
-            max_tokens: Some(DEFAULT_MAX_TOKENS),
-            tool_choice: None,
+            sampling: Sampling {
+                max_tokens: Some(DEFAULT_MAX_TOKENS),
+                ..Sampling::default()
+            },
         }
     }
 

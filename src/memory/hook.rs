@@ -7,8 +7,7 @@
 use super::distill::{self, KeyEvent, StageFacts};
 use super::{Evidence, MemoryMode, Origin, Query, Status, store};
 use crate::llm::{ChatMessage, ChatModel};
-use crate::runlog::{ActionLog, RecordError};
-use serde_json::json;
+use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
 use std::path::{Path, PathBuf};
 
 /// Lessons chosen for a stage.
@@ -57,21 +56,32 @@ pub(crate) async fn inject(
     .await;
     match found {
         Ok(Ok((injected, known, problems))) => {
-            log.append(
-                "memory",
-                json!({"memory_used": injected.ids, "lessons": known, "problems": problems, "bytes": injected.text.len()}),
-            )?;
+            log.append(&ActionEvent::Memory(event::Memory {
+                memory_used: injected.ids.clone(),
+                lessons: Some(known),
+                problems: Some(problems),
+                bytes: Some(injected.text.len()),
+                error: None,
+            }))?;
             Ok(injected)
         }
         Ok(Err(e)) => {
-            log.append("memory", json!({"memory_used": [], "error": e.to_string()}))?;
+            log.append(&memory_error(e.to_string()))?;
             Ok(Injected::default())
         }
         Err(e) => {
-            log.append("memory", json!({"memory_used": [], "error": e.to_string()}))?;
+            log.append(&memory_error(e.to_string()))?;
             Ok(Injected::default())
         }
     }
+}
+
+/// A `memory` event for lessons that could not be read.
+fn memory_error(error: String) -> ActionEvent {
+    ActionEvent::Memory(event::Memory {
+        error: Some(error),
+        ..event::Memory::default()
+    })
 }
 
 /// The notes for a stage whose text is `text` and known paths `paths`
@@ -182,7 +192,9 @@ pub(crate) async fn after_stage(
         })
         .await;
         if let Ok(Err(e)) = counted {
-            log.append("memory_uses", json!({"error": e.to_string()}))?;
+            log.append(&ActionEvent::MemoryUses(event::MemoryUses {
+                error: e.to_string(),
+            }))?;
         }
     }
     let event: Option<KeyEvent> = distill::detect(&StageFacts {
@@ -193,10 +205,10 @@ pub(crate) async fn after_stage(
         approved_after_changes: end.approved_after_changes,
     });
     let Some(event) = event else {
-        log.append(
-            "distill",
-            json!({"skipped": true, "reason": "no key event"}),
-        )?;
+        log.append(&ActionEvent::Distill(event::Distill::Skipped {
+            skipped: true,
+            reason: "no key event".to_owned(),
+        }))?;
         return Ok(0);
     };
     let status = if end.mode == MemoryMode::AutoAccept {
@@ -221,14 +233,21 @@ pub(crate) async fn after_stage(
     .await;
     match done {
         Ok(d) => {
-            log.append(
-                "distill",
-                json!({"key_event": event.kind, "what": event.what, "lessons": d.ids, "status": status.as_str(), "memory_commit": d.commit, "usage": d.usage}),
-            )?;
+            log.append(&ActionEvent::Distill(event::Distill::Done {
+                key_event: event.kind.to_owned(),
+                what: event.what.clone(),
+                lessons: d.ids,
+                status: status.as_str().to_owned(),
+                memory_commit: d.commit,
+                usage: d.usage,
+            }))?;
             Ok(d.usage.prompt_tokens + d.usage.completion_tokens)
         }
         Err(e) => {
-            log.append("distill", json!({"key_event": event.kind, "error": e}))?;
+            log.append(&ActionEvent::Distill(event::Distill::Failed {
+                key_event: event.kind.to_owned(),
+                error: e,
+            }))?;
             Ok(0)
         }
     }

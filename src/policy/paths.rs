@@ -25,7 +25,10 @@ fn homes() -> &'static [String] {
     static HOMES: OnceLock<Vec<String>> = OnceLock::new();
     HOMES.get_or_init(|| {
         let mut dirs: Vec<PathBuf> = Vec::new();
-        if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        if let Some(h) = crate::environment::current()
+            .var_os(crate::environment::HOME)
+            .filter(|h| !h.is_empty())
+        {
             dirs.push(PathBuf::from(h));
         }
         let uid = rustix::process::getuid().as_raw();

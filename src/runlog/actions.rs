@@ -6,8 +6,8 @@
 //! written.
 
 use super::error::RecordError;
+use super::event::ActionEvent;
 use crate::secrets::redact;
-use serde_json::{Value, json};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,9 +29,9 @@ pub(crate) struct ActionLog {
 /// implemented by `events::StageEvents`, so the run record does not import
 /// the event stream.
 pub(crate) trait ActionObserver: std::fmt::Debug + Send + Sync {
-    /// One appended event: its name, its whole object, and the log's own
-    /// secrets (the object is not redacted yet).
-    fn action(&self, event: &str, log: &Value, secrets: &[String]);
+    /// One appended event and the log's own secrets (the event is not
+    /// redacted yet).
+    fn action(&self, event: &ActionEvent, secrets: &[String]);
 }
 
 impl ActionLog {
@@ -67,18 +67,19 @@ impl ActionLog {
         self
     }
 
-    /// Appends one event: `{"ts", "elapsed_ms", "event", …fields}`.
-    pub(crate) fn append(&mut self, event: &str, fields: Value) -> Result<(), RecordError> {
-        let mut obj = json!({
-            "ts": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            "elapsed_ms": self.started.elapsed().as_millis() as u64,
-            "event": event,
-        });
-        if let (Some(o), Value::Object(extra)) = (obj.as_object_mut(), fields) {
-            o.extend(extra);
-        }
+    /// Appends one event: its fields with `event` (its name), `ts` and
+    /// `elapsed_ms`, as one line ([`ActionEvent::to_line`]).
+    pub(crate) fn append(&mut self, event: &ActionEvent) -> Result<(), RecordError> {
+        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let elapsed_ms = self.started.elapsed().as_millis() as u64;
+        let obj = event
+            .to_line(&ts, elapsed_ms)
+            .map_err(|e| RecordError::Io {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
         if let Some(events) = &self.events {
-            events.action(event, &obj, &self.secrets);
+            events.action(event, &self.secrets);
         }
         let mut line = redact(&obj.to_string(), &self.secrets);
         line.push('\n');
@@ -94,18 +95,27 @@ impl ActionLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runlog::event;
+    use serde_json::{Value, json};
 
     #[test]
     fn appends_whole_lines_and_redacts() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("a.jsonl");
         let mut log = ActionLog::open(&p, vec!["sk-secret-123".into()]).unwrap();
-        log.append("request", json!({"n": 1})).unwrap();
-        log.append("error", json!({"msg": "key sk-secret-123 rejected"}))
-            .unwrap();
+        let request = ActionEvent::Request(event::Request {
+            turn: 1,
+            messages: 2,
+            approx_bytes: 3,
+        });
+        log.append(&request).unwrap();
+        log.append(&ActionEvent::MemoryUses(event::MemoryUses {
+            error: "key sk-secret-123 rejected".into(),
+        }))
+        .unwrap();
         drop(log);
         let mut log = ActionLog::open(&p, vec![]).unwrap();
-        log.append("again", json!({})).unwrap();
+        log.append(&request).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         let lines: Vec<Value> = text
             .lines()
@@ -113,7 +123,7 @@ mod tests {
             .collect();
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0]["event"], "request");
-        assert_eq!(lines[0]["n"], 1);
+        assert_eq!(lines[0]["messages"], 2);
         assert!(!text.contains("sk-secret-123"));
         assert!(text.contains("[REDACTED]"));
     }

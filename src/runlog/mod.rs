@@ -28,6 +28,7 @@
 mod actions;
 mod dir;
 mod error;
+pub(crate) mod event;
 mod lock;
 mod recover;
 mod state;
@@ -39,10 +40,11 @@ pub(crate) use dir::{
     write_atomic,
 };
 pub(crate) use error::RecordError;
+pub(crate) use event::ActionEvent;
 pub(crate) use lock::{RunLock, lock_run, refuse_if_live, run_is_live};
 pub(crate) use recover::{as_shown, attempts_from_log, heal_dead_run_ref_locks, sweep_dead_starts};
 pub(crate) use state::{
-    Attempt, DIGEST_LINES, RUN_FORMAT, RunSettings, RunState, RunStatus, SamplingRecord,
-    SetupRecord, StageRecord, StageStatus, TokenCount,
+    Attempt, DIGEST_LINES, RUN_FORMAT, RunSettings, RunState, RunStatus, SetupRecord, StageRecord,
+    StageStatus, TokenCount,
 };
 pub(crate) use verify::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};

@@ -4,6 +4,7 @@
 //! log; a run directory killed before its first state write is debris.
 
 use super::dir::{RunDir, new_state_sink, runs_dir};
+use super::event::{ActionEvent, Logged};
 use super::lock::{lock_run, run_is_live};
 use super::state::{Attempt, RunState, RunStatus, StageStatus, TokenCount};
 use std::path::Path;
@@ -58,12 +59,11 @@ pub(crate) fn attempts_from_log(path: &Path) -> Vec<Attempt> {
         return Vec::new();
     };
     let mut out: Vec<Attempt> = Vec::new();
-    for line in text.lines() {
-        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+    for line in super::event::parse_log(&text) {
+        let Logged::Known(event) = line.event else {
             continue;
         };
-        let kind = event["event"].as_str().unwrap_or_default();
-        if kind == "stage_start" {
+        if let ActionEvent::StageStart(_) = event {
             out.push(Attempt {
                 status: "interrupted".into(),
                 ..Attempt::default()
@@ -73,17 +73,17 @@ pub(crate) fn attempts_from_log(path: &Path) -> Vec<Attempt> {
         let Some(current) = out.last_mut() else {
             continue;
         };
-        match kind {
-            "response" => {
+        match event {
+            ActionEvent::Response(r) => {
                 current.turns += 1;
                 current.tokens.add(TokenCount {
-                    prompt: event["prompt_tokens"].as_u64().unwrap_or(0),
-                    completion: event["completion_tokens"].as_u64().unwrap_or(0),
+                    prompt: r.prompt_tokens,
+                    completion: r.completion_tokens,
                 });
             }
-            "stage_end" => {
-                current.status = event["status"].as_str().unwrap_or("failed").to_owned();
-            }
+            ActionEvent::StageEnd(e) if e.status.is_empty() => current.status = "failed".into(),
+            ActionEvent::StageEnd(e) => current.status = e.status,
+            // The other events carry no turns, tokens or status.
             _ => {}
         }
     }

@@ -2,7 +2,7 @@
 //! atomically, after every stage transition.
 
 use crate::ids::Verdict;
-use crate::llm::settings::ToolChoice;
+use crate::llm::settings::Sampling;
 use serde::{Deserialize, Serialize};
 
 /// The version tag written into every `state.json`.
@@ -132,23 +132,26 @@ pub struct StageRecord {
     pub attempts: Vec<Attempt>,
 }
 
-/// The sampling settings every request of a run carried, so `orch resume`
-/// sends the same ones (a flag given to `resume` overrides its field). Each
-/// field is written even when unset (`null`: not sent).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct SamplingRecord {
-    /// `temperature`; `null`: none was sent.
-    #[serde(default)]
-    pub temperature: Option<f64>,
-    /// `seed`; `null`: none was sent.
-    #[serde(default)]
-    pub seed: Option<u64>,
-    /// `max_tokens` (or `max_completion_tokens`); `null`: no cap was sent.
-    #[serde(default)]
-    pub max_tokens: Option<u64>,
-    /// `tool_choice`; `null`: `auto` was sent with tools.
-    #[serde(default)]
-    pub tool_choice: Option<ToolChoice>,
+/// The run record's shape of [`Sampling`]: every field written, `null`
+/// when unset (not sent), so the record says what was not sent rather than
+/// leaving the reader to guess. Read back by `Sampling`'s own `Deserialize`.
+fn every_key<S: serde::Serializer>(v: &Option<Sampling>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let Some(Sampling {
+        temperature,
+        seed,
+        max_tokens,
+        tool_choice,
+    }) = v
+    else {
+        return s.serialize_none();
+    };
+    let mut m = s.serialize_struct("Sampling", 4)?;
+    m.serialize_field("temperature", temperature)?;
+    m.serialize_field("seed", seed)?;
+    m.serialize_field("max_tokens", max_tokens)?;
+    m.serialize_field("tool_choice", tool_choice)?;
+    m.end()
 }
 
 /// The flags that shaped a run besides its model and sampling: its budget,
@@ -284,10 +287,17 @@ pub struct RunState {
     /// The replay file, when the replay model was used.
     #[serde(default)]
     pub replay_file: Option<String>,
-    /// The sampling settings sent to the model server (absent for replays
-    /// and in records written before orch recorded them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sampling: Option<SamplingRecord>,
+    /// The sampling settings every request of the run carried, so `orch
+    /// resume` sends the same ones (a flag given to `resume` overrides its
+    /// field); absent for replays and in records written before orch
+    /// recorded them. Each field is written even when unset (`null`: not
+    /// sent; `max_tokens` may have been sent as `max_completion_tokens`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "every_key"
+    )]
+    pub sampling: Option<Sampling>,
     /// The limits and model flags the run was started (or last resumed)
     /// with, reused by `resume`, `orch stage` and `replay` (absent in
     /// records written before orch recorded them).
@@ -355,6 +365,7 @@ impl RunState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::settings::ToolChoice;
 
     #[test]
     fn records_without_sampling_still_load_and_unset_fields_are_written_as_null() {
@@ -365,7 +376,7 @@ mod tests {
         let loaded: RunState = serde_json::from_value(old).unwrap();
         assert_eq!(loaded.sampling, None);
 
-        state.sampling = Some(SamplingRecord {
+        state.sampling = Some(Sampling {
             temperature: Some(0.0),
             max_tokens: None,
             seed: Some(3),

@@ -25,10 +25,9 @@ mod include;
 use super::{RunCtx, RunError, blocking};
 use crate::git::{self, GitError};
 use crate::pipeline::{LaneSetup, Pipeline};
-use crate::runlog::{ActionLog, SetupRecord};
+use crate::runlog::{ActionEvent, ActionLog, SetupRecord, event};
 use crate::tools::ToolContext;
 use include::{Include, included_files};
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -275,17 +274,27 @@ pub(super) async fn prepare_lane(
             .await
             .map_err(|e| RunError::Join(e.to_string()))?;
         match copied {
-            Ok(r) => log.append(
-                "worktree_include",
-                json!({
-                    "copied": r.copied, "unchanged": r.unchanged,
-                    "not_ignored_in_lane": r.not_ignored_in_lane, "missing": r.missing,
-                    "method": if r.copied.is_empty() { "none" } else { r.method },
-                    "duration_us": started.elapsed().as_micros() as u64,
-                }),
-            )?,
+            Ok(r) => log.append(&ActionEvent::WorktreeInclude(event::WorktreeInclude {
+                method: Some(
+                    if r.copied.is_empty() {
+                        "none"
+                    } else {
+                        r.method
+                    }
+                    .to_owned(),
+                ),
+                copied: Some(r.copied),
+                unchanged: Some(r.unchanged),
+                not_ignored_in_lane: Some(r.not_ignored_in_lane),
+                missing: Some(r.missing),
+                duration_us: Some(started.elapsed().as_micros() as u64),
+                error: None,
+            }))?,
             Err(why) => {
-                log.append("worktree_include", json!({"error": why}))?;
+                log.append(&ActionEvent::WorktreeInclude(event::WorktreeInclude {
+                    error: Some(why.clone()),
+                    ..event::WorktreeInclude::default()
+                }))?;
                 return Ok(Prepared {
                     setup: None,
                     failure: Some(format!("lane bootstrap failed: {why}; no model was called")),
@@ -338,10 +347,16 @@ async fn run_setup(
         ..SetupRecord::default()
     };
     if cached {
-        log.append(
-            "lane_setup",
-            json!({"command": setup.command, "origin": origin, "key": key, "lockfiles": lockfiles, "ran": false, "reason": "the lane already ran this setup with the same lockfiles"}),
-        )?;
+        log.append(&ActionEvent::LaneSetup(event::LaneSetup {
+            command: setup.command.clone(),
+            origin: origin.to_owned(),
+            key: key.clone(),
+            lockfiles: lockfiles.clone(),
+            ran: false,
+            outcome: event::SetupOutcome::Skipped {
+                reason: "the lane already ran this setup with the same lockfiles".to_owned(),
+            },
+        }))?;
         return Ok(Prepared {
             setup: Some(record),
             failure: None,
@@ -380,16 +395,22 @@ async fn run_setup(
                 (false, Some(c)) => Some(format!("exited {c}")),
                 (false, None) => Some(format!("was killed by signal {}", r.signal.unwrap_or(0))),
             };
-            log.append(
-                "lane_setup",
-                json!({
-                    "command": setup.command, "origin": origin, "key": key,
-                    "lockfiles": lockfiles, "ran": true, "exit_code": r.exit_code,
-                    "timed_out": r.timed_out, "duration_ms": record.duration_ms,
-                    "sandbox": sandbox, "passed": status.is_none(), "changed": changed,
-                    "output": crate::text::head_tail_lines(&r.output, 4096),
-                }),
-            )?;
+            log.append(&ActionEvent::LaneSetup(event::LaneSetup {
+                command: setup.command.clone(),
+                origin: origin.to_owned(),
+                key: key.clone(),
+                lockfiles: lockfiles.clone(),
+                ran: true,
+                outcome: event::SetupOutcome::Ran {
+                    exit_code: r.exit_code,
+                    timed_out: r.timed_out,
+                    duration_ms: record.duration_ms,
+                    sandbox,
+                    passed: status.is_none(),
+                    changed,
+                    output: crate::text::head_tail_lines(&r.output, 4096),
+                },
+            }))?;
             (r.output, status)
         }
     };
@@ -438,7 +459,7 @@ fn setup_context(
     stage: &ToolContext,
     timeout: Duration,
 ) -> std::io::Result<ToolContext> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = crate::environment::current().home();
     let settings = crate::sandbox::SandboxSettings::load(
         Some(&ctx.bootstrap.workdir),
         crate::dirs::user_config_dir().as_deref(),

@@ -24,11 +24,10 @@ use crate::llm::ChatModel;
 use crate::memory::hook::Injected;
 use crate::pipeline::{Pipeline, Stage};
 use crate::role::Role;
-use crate::runlog::{ActionLog, DIGEST_LINES, TokenCount};
+use crate::runlog::{ActionEvent, ActionLog, DIGEST_LINES, TokenCount, event};
 use crate::runlog::{BaselineReport, VerifyReport};
 use crate::tools::ToolContext;
 use progress::ProgressModel;
-use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -84,15 +83,25 @@ fn stage_model(
         .then(|| model.with_sampling(&role.sampling))
         .flatten();
     let model = sampled.as_ref().unwrap_or(model);
-    log.append(
-        "stage_start",
-        json!({"run": ctx.run_id, "stage": id, "role": role.name, "parent": start, "lane": lane.name, "lane_checkout": lane.checkout, "model": model.model_name(), "model_source": chosen.source, "base_url": chosen.base_url}),
-    )?;
+    log.append(&ActionEvent::StageStart(event::StageStart {
+        run: ctx.run_id.to_string(),
+        stage: id.to_owned(),
+        role: role.name.clone(),
+        parent: start.to_owned(),
+        lane: lane.name.clone(),
+        lane_checkout: lane.checkout.to_owned(),
+        model: model.model_name().to_owned(),
+        model_source: chosen.source.clone(),
+        base_url: chosen.base_url.clone(),
+    }))?;
     if !role.warnings.is_empty() || role.model_note.is_some() || !role.sampling.is_empty() {
-        log.append(
-            "role_notes",
-            json!({"role": role.name, "origin": role.origin, "warnings": role.warnings, "model_note": role.model_note, "sampling": role.sampling}),
-        )?;
+        log.append(&ActionEvent::RoleNotes(event::RoleNotes {
+            role: role.name.clone(),
+            origin: role.origin.clone(),
+            warnings: role.warnings.clone(),
+            model_note: role.model_note.clone(),
+            sampling: role.sampling,
+        }))?;
     }
     Ok(Arc::clone(model))
 }
@@ -285,20 +294,27 @@ impl<'a> StageRun<'a> {
             from_watch,
             ..
         } = c;
-        self.log.append(
-            "stage_end",
-            json!({
-                "status": if failure.is_some() { "failed" } else { "succeeded" },
-                "commit": commit, "branch": branch, "reason": failure,
-                "files_changed": stat.files_changed,
-                "insertions": stat.insertions, "deletions": stat.deletions,
-                "duration_ms": duration_ms,
-                "verify": verify.as_ref().map(|v| if v.passed { "pass" } else { "fail" }),
-                "verdict_from_text": outcome.verdict_from_text,
-                // Whether the lane's watcher said what changed (else: walked).
-                "changes_from_watch": from_watch,
-            }),
-        )?;
+        self.log.append(&ActionEvent::StageEnd(event::StageEnd {
+            status: if failure.is_some() {
+                "failed"
+            } else {
+                "succeeded"
+            }
+            .to_owned(),
+            commit: commit.clone(),
+            branch: branch.clone(),
+            reason: failure.clone(),
+            files_changed: stat.files_changed,
+            insertions: stat.insertions,
+            deletions: stat.deletions,
+            duration_ms,
+            verify: verify
+                .as_ref()
+                .map(|v| if v.passed { "pass" } else { "fail" }.to_owned()),
+            verdict_from_text: outcome.verdict_from_text,
+            // Whether the lane's watcher said what changed (else: walked).
+            changes_from_watch: from_watch,
+        }))?;
         let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
         let digest = outcome.digest[skip..]
             .iter()

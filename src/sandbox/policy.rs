@@ -149,7 +149,7 @@ impl Policy {
     /// dir `tmp_dir`, no extra roots, [`default_secret_paths`] of the current
     /// `$HOME` and orch config dir, network on.
     pub fn new(profile: Profile, lane: &Path, tmp_dir: &Path) -> Result<Self, SandboxError> {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let home = crate::environment::current().home();
         let secret_paths =
             default_secret_paths(home.as_deref(), crate::dirs::user_config_dir().as_deref());
         Ok(Self {

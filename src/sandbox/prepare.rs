@@ -16,7 +16,7 @@ use crate::sandbox_profile::Profile;
 /// Set to `1` to run as if the kernel had no Landlock: [`availability`]
 /// reports [`Availability::Unavailable`] and [`prepare`] enforces only
 /// `no_new_privs` and the capability drop.
-pub const DISABLE_VAR: &str = "ORCH_SANDBOX_DISABLE";
+pub const DISABLE_VAR: &str = crate::environment::ORCH_SANDBOX_DISABLE;
 
 /// What the running kernel can enforce, detected once per process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,8 +161,8 @@ pub fn metadata_enforced() -> bool {
 pub fn availability() -> &'static Availability {
     static CACHE: OnceLock<Availability> = OnceLock::new();
     CACHE.get_or_init(|| {
-        let disable = std::env::var(DISABLE_VAR).ok();
-        Availability::from_parts(disable.as_deref(), query_abi())
+        let disable = crate::environment::current().var(DISABLE_VAR);
+        Availability::from_parts(disable, query_abi())
     })
 }
 

@@ -22,7 +22,7 @@
 //! before/after pair must bracket exactly one command), so two `bash` calls
 //! of one agent never overlap.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::error::SandboxError;
@@ -283,7 +283,7 @@ impl ToolSandbox {
     /// holding `.orch/`): `[sandbox]` of its
     /// `.orch/orch.toml` and the user's `orch.toml`, then the role's keys.
     pub fn for_role(common: &Path, role: &impl RoleAccess) -> std::io::Result<Self> {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let home = crate::environment::current().home();
         let settings = SandboxSettings::load(
             common.parent(),
             crate::dirs::user_config_dir().as_deref(),

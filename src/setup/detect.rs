@@ -99,7 +99,7 @@ pub(crate) async fn detect_system(cwd: &Path) -> Value {
     let os = parse_os_release(&os_release);
     let uts = uname();
     let uid = rustix::process::getuid().as_raw();
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = crate::environment::current().home();
     let shell = std::env::var("SHELL").unwrap_or_default();
 
     let managers: Vec<Value> = PACKAGE_MANAGERS

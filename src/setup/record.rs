@@ -18,7 +18,7 @@ use super::plan::Plan;
 use crate::llm::ChatMessage;
 
 /// Overrides where setup records live (tests, packaging).
-pub const SETUP_DIR_VAR: &str = "ORCH_SETUP_DIR";
+pub const SETUP_DIR_VAR: &str = crate::environment::ORCH_SETUP_DIR;
 
 /// A step's progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -175,7 +175,8 @@ pub(crate) fn recorded_model(id: &str) -> Option<ModelFlags> {
 /// The root of all setup records.
 pub(crate) fn records_root() -> Option<PathBuf> {
     let env = |k: &str| {
-        std::env::var_os(k)
+        crate::environment::current()
+            .var_os(k)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };

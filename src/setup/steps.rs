@@ -191,7 +191,7 @@ fn hook_for(policy: Policy) -> Result<(Option<PreExec>, String), String> {
 
 /// The secret paths that exist, resolved.
 fn secret_paths() -> Vec<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = crate::environment::current().home();
     crate::sandbox::default_secret_paths(home.as_deref(), crate::dirs::user_config_dir().as_deref())
         .into_iter()
         .chain(passwd_secret_paths())
@@ -215,7 +215,7 @@ fn holds_secret(root: &Path, secrets: &[PathBuf]) -> bool {
 /// `/usr/local`, `/opt` and the per-user package dirs that exist.
 fn user_roots() -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = vec!["/usr/local".into(), "/opt".into()];
-    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+    if let Some(home) = crate::environment::current().home() {
         roots.extend(USER_PACKAGE_DIRS.iter().map(|d| home.join(d)));
     }
     roots

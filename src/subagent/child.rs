@@ -16,8 +16,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::{AgentResult, AgentStatus, SpawnContext, SpawnLimits, agent_dir, write_result};
 use crate::agent::budget::ModelPrice;
 use crate::agent::compact::CompactConfig;
@@ -28,7 +26,7 @@ use crate::llm::{
 };
 use crate::policy::BashPolicy;
 use crate::role::Role;
-use crate::runlog::{ActionLog, RecordError};
+use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
 use crate::secrets::redact;
 use crate::tools::{ReadOnlyGuard, ToolContext};
 
@@ -170,15 +168,15 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         compaction: opts.compaction,
     };
     let mut log = ActionLog::open(&dir.join("actions.jsonl"), opts.secrets.clone())?;
-    log.append(
-        "child_start",
-        json!({
-            "agent": opts.agent_path, "role": role.name, "depth": opts.depth,
-            "max_depth": opts.limits.max_depth, "pid": std::process::id(),
-            "token_budget": opts.token_budget,
-            "time_budget_secs": opts.time_budget.map(|t| t.as_secs()),
-        }),
-    )?;
+    log.append(&ActionEvent::ChildStart(event::ChildStart {
+        agent: opts.agent_path.clone(),
+        role: role.name.clone(),
+        depth: opts.depth,
+        max_depth: opts.limits.max_depth,
+        pid: std::process::id(),
+        token_budget: opts.token_budget,
+        time_budget_secs: opts.time_budget.map(|t| t.as_secs()),
+    }))?;
 
     let mut sigterm =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -225,7 +223,9 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
             out.transcript
         }
         None => {
-            log.append("killed", json!({"signal": "SIGTERM"}))?;
+            log.append(&ActionEvent::Killed(event::Killed {
+                signal: "SIGTERM".to_owned(),
+            }))?;
             base.turns = progress.turns;
             base.tokens = budget.used_tokens();
             base.status = AgentStatus::Killed;

@@ -490,10 +490,12 @@ fn config_sampling_keys_flag_over_repo_over_user_over_default() {
     assert_eq!(c.source, file(&user_file, 6));
 
     let flags = Overrides {
-        temperature: Some(0.0),
-        seed: Some(8),
-        max_output_tokens: Some(128),
-        tool_choice: Some("auto".parse().unwrap()),
+        sampling: orch::llm::Sampling {
+            temperature: Some(0.0),
+            seed: Some(8),
+            max_tokens: Some(128),
+            tool_choice: Some("auto".parse().unwrap()),
+        },
         base_url: Some("http://127.0.0.1:9/v1".into()),
         model: Some("m".into()),
         ..Overrides::default()
@@ -513,10 +515,10 @@ fn config_sampling_keys_flag_over_repo_over_user_over_default() {
     let s = r.model_settings().unwrap();
     assert_eq!(
         (
-            s.temperature,
-            s.seed,
-            s.max_tokens,
-            s.tool_choice.map(|c| c.as_str())
+            s.sampling.temperature,
+            s.sampling.seed,
+            s.sampling.max_tokens,
+            s.sampling.tool_choice.map(|c| c.as_str())
         ),
         (Some(0.0), Some(8), Some(128), Some("auto"))
     );

@@ -120,18 +120,18 @@ async fn wire_sampling_and_tool_choice_appear_exactly_when_set() {
         .unwrap();
     // Everything set.
     let mut s = settings(&server);
-    s.temperature = Some(0.2);
-    s.seed = Some(7);
-    s.max_tokens = Some(512);
-    s.tool_choice = Some(ToolChoice::Required);
+    s.sampling.temperature = Some(0.2);
+    s.sampling.seed = Some(7);
+    s.sampling.max_tokens = Some(512);
+    s.sampling.tool_choice = Some(ToolChoice::Required);
     let set = OpenAiClient::new(s).unwrap();
     complete(&set, &tool_turn_request("code", tools.clone()))
         .await
         .unwrap();
     // No max_tokens at all, and `required` without tools sends no tool_choice.
     let mut s = settings(&server);
-    s.max_tokens = None;
-    s.tool_choice = Some(ToolChoice::Required);
+    s.sampling.max_tokens = None;
+    s.sampling.tool_choice = Some(ToolChoice::Required);
     let unbounded = OpenAiClient::new(s).unwrap();
     complete(&unbounded, &tool_turn_request("code", Vec::new()))
         .await

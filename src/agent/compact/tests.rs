@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::llm::{BoxFuture, ChatResponse, FunctionCall, LlmError, Usage};
+use serde_json::json;
 use std::sync::Mutex;
 
 fn call(id: &str, name: &str, args: serde_json::Value) -> ChatMessage {

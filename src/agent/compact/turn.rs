@@ -5,8 +5,7 @@
 use super::{Compactor, Trigger};
 use crate::agent::budget::Tracker;
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
-use crate::runlog::{ActionLog, RecordError};
-use serde_json::json;
+use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
 
 /// What sending one turn came to.
 #[derive(Debug)]
@@ -44,11 +43,13 @@ pub(crate) async fn send_turn(
             Err(why) => return Ok(Sent::OutOfBudget(why)),
             Ok(Some(tokens)) => {
                 compactor.learn_window(tokens);
-                log.append(
-                    "context_window",
-                    json!({"turn": turn, "source": "server", "tokens": tokens,
-                           "configured": compactor.cfg.context_window, "used": compactor.window()}),
-                )?;
+                log.append(&ActionEvent::ContextWindow(event::ContextWindow {
+                    turn,
+                    source: "server".to_owned(),
+                    tokens,
+                    configured: compactor.cfg.context_window,
+                    used: compactor.window(),
+                }))?;
             }
             Ok(None) => {}
         }
@@ -64,18 +65,20 @@ pub(crate) async fn send_turn(
             && bytes >= refused_bytes
         {
             let err = unshrinkable(e, bytes, compactor.est(bytes), compactor.window());
-            log.append(
-                "model_error",
-                json!({"turn": turn, "error": format!("failed to {err}"), "retry": "none: compaction could not shrink the request"}),
-            )?;
+            log.append(&ActionEvent::ModelError(event::ModelError {
+                turn,
+                error: format!("failed to {err}"),
+                retry: Some("none: compaction could not shrink the request".to_owned()),
+            }))?;
             return Ok(Sent::Failed(err));
         }
         // Retries of a compaction summary, made while preparing.
         log_retries(model, &full.agent_path, turn, log)?;
-        log.append(
-            "request",
-            json!({"turn": turn, "messages": req.messages.len(), "approx_bytes": bytes}),
-        )?;
+        log.append(&ActionEvent::Request(event::Request {
+            turn,
+            messages: req.messages.len(),
+            approx_bytes: bytes,
+        }))?;
         let result = tracker.bounded(model.complete(&req)).await;
         log_retries(model, &full.agent_path, turn, log)?;
         log_stream_fallback(model, turn, compactor, log)?;
@@ -90,10 +93,11 @@ pub(crate) async fn send_turn(
                 return Ok(Sent::Reply(resp));
             }
             Ok(Err(e)) if trigger == Trigger::Threshold && e.is_context_length() => {
-                log.append(
-                    "model_error",
-                    json!({"turn": turn, "error": format!("failed to {e}"), "retry": "compacting the conversation and retrying once"}),
-                )?;
+                log.append(&ActionEvent::ModelError(event::ModelError {
+                    turn,
+                    error: format!("failed to {e}"),
+                    retry: Some("compacting the conversation and retrying once".to_owned()),
+                }))?;
                 // The server refused this size: the real window is no larger
                 // than the one it names, nor than this request.
                 if let LlmError::ContextLength {
@@ -125,11 +129,15 @@ fn log_retries(
     let summary_path = format!("{agent_path}{}", super::SUMMARY_AGENT_SUFFIX);
     for (path, request) in [(agent_path, "turn"), (summary_path.as_str(), "summary")] {
         for note in model.take_retries(path) {
-            log.append(
-                "retry",
-                json!({"turn": turn, "request": request, "attempt": note.attempt, "of": note.of,
-                       "wait_ms": note.wait_ms, "status": note.status, "reason": note.reason}),
-            )?;
+            log.append(&ActionEvent::Retry(event::Retry {
+                turn,
+                request: request.to_owned(),
+                attempt: note.attempt,
+                of: note.of,
+                wait_ms: note.wait_ms,
+                status: note.status,
+                reason: note.reason,
+            }))?;
         }
     }
     Ok(())
@@ -147,10 +155,11 @@ fn log_stream_fallback(
     }
     if let Some(why) = model.stream_fallback() {
         compactor.stream_fallback_logged = true;
-        log.append(
-            "stream_fallback",
-            json!({"turn": turn, "reason": why, "streaming": false}),
-        )?;
+        log.append(&ActionEvent::StreamFallback(event::StreamFallback {
+            turn,
+            reason: why.to_string(),
+            streaming: false,
+        }))?;
     }
     Ok(())
 }

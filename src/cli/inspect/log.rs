@@ -108,9 +108,9 @@ fn flatten<'a>(
 /// Each JSONL line of an action log as one readable line.
 fn render_lines(out: &mut Out, text: &str) -> Result<(), CliError> {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        match serde_json::from_str::<serde_json::Value>(line) {
-            Ok(ev) => out.untrusted(&format!("{}\n", render_event(&ev)))?,
-            Err(_) => out.untrusted(&format!(
+        match crate::runlog::event::parse_line(line) {
+            Some(ev) => out.untrusted(&format!("{}\n", render_event(&ev)))?,
+            None => out.untrusted(&format!(
                 "  [unreadable line: {}]\n",
                 crate::text::cap_bytes(line, 80)
             ))?,

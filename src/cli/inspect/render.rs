@@ -2,6 +2,7 @@
 
 use super::shared::short;
 use crate::cli::output::usd;
+use crate::runlog::event::{self, ActionEvent, LogLine, Logged};
 use crate::text::plural;
 
 /// Longest text field shown on a line.
@@ -22,15 +23,27 @@ fn oneline(v: &serde_json::Value) -> String {
 }
 
 /// The names of a list of tool calls: `read_file, bash`.
-fn call_names(v: &serde_json::Value) -> String {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|c| c["name"].as_str().unwrap_or("?"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default()
+fn call_names(calls: &[event::LoggedCall]) -> String {
+    calls
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A text field on one line, capped.
+fn one(text: &str) -> String {
+    oneline(&serde_json::Value::from(text))
+}
+
+/// A value as JSON (what the log holds for it).
+fn json(v: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
+/// A list of words: `a, b, c`.
+fn list(words: &[String]) -> String {
+    words.join(", ")
 }
 
 /// Milliseconds as `1.23s`.
@@ -38,300 +51,381 @@ fn secs(ms: u64) -> String {
     format!("{:.2}s", ms as f64 / 1000.0)
 }
 
-/// ` key value` for each field that is set (not null, not empty).
-fn opt_fields(ev: &serde_json::Value, keys: &[&str]) -> String {
-    let mut o = String::new();
-    for k in keys {
-        match &ev[*k] {
-            serde_json::Value::Null => {}
-            serde_json::Value::String(s) if s.is_empty() => {}
-            serde_json::Value::Array(a) if a.is_empty() => {}
-            v => o.push_str(&format!(", {k} {}", oneline(v))),
-        }
+/// `, key value` when the field is set (not null, not empty), else nothing.
+fn opt_field(key: &str, value: &impl serde::Serialize) -> String {
+    match json(value) {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s) if s.is_empty() => String::new(),
+        serde_json::Value::Array(a) if a.is_empty() => String::new(),
+        v => format!(", {key} {}", oneline(&v)),
     }
-    o
 }
 
-/// One action-log event as a readable line: elapsed time, then what
-/// happened. An unknown kind is shown as `kind: {compact json}`.
-pub(super) fn render_event(ev: &serde_json::Value) -> String {
-    let ms = ev["elapsed_ms"].as_u64().unwrap_or(0);
-    let t = format!("{:>7.2}s", ms as f64 / 1000.0);
-    let s = |k: &str| oneline(&ev[k]);
-    let n = |k: &str| ev[k].as_u64().unwrap_or(0);
-    let turn = ev["turn"]
-        .as_u64()
-        .map(|t| format!("turn {t}: "))
-        .unwrap_or_default();
-    let kind = ev["event"].as_str().unwrap_or("?");
-    let body = match kind {
-        "stage_start" => format!(
+/// One action-log line as a readable line: elapsed time, then what
+/// happened. A line this orch does not know is shown as
+/// `kind: {compact json}`.
+pub(super) fn render_event(line: &LogLine) -> String {
+    let body = match &line.event {
+        Logged::Known(event) => describe(event),
+        Logged::Unknown { name, line } => as_json(name, line),
+    };
+    format!("{:>7.2}s {body}", line.elapsed_ms as f64 / 1000.0)
+}
+
+/// What happened, in words. Every event has its own arm (no catch-all), so
+/// a new event does not compile until it has a rendering; the few shown
+/// as their JSON say so in theirs.
+fn describe(event: &ActionEvent) -> String {
+    let turn = |t: u32| format!("turn {t}: ");
+    match event {
+        ActionEvent::StageStart(e) => format!(
             "start {} ({}) from {}",
-            s("stage"),
-            s("role"),
-            short(ev["parent"].as_str())
+            one(&e.stage),
+            one(&e.role),
+            short(Some(&e.parent))
         ),
-        "role_notes" => format!(
-            "role {} from {}{}",
-            s("role"),
-            s("origin"),
-            opt_fields(ev, &["warnings", "model_note", "sampling"])
+        ActionEvent::RoleNotes(e) => format!(
+            "role {} from {}{}{}{}",
+            one(&e.role),
+            one(&e.origin),
+            opt_field("warnings", &e.warnings),
+            opt_field("model_note", &e.model_note),
+            opt_field("sampling", &e.sampling)
         ),
-        "sandbox" => format!(
+        ActionEvent::Sandbox(e) => format!(
             "sandbox {} — {}",
-            s("profile"),
-            s("kernel").trim_start_matches("sandbox: ")
+            one(&e.profile),
+            one(&e.kernel).trim_start_matches("sandbox: ")
         ),
-        "memory" => match ev["memory_used"].as_array().filter(|a| !a.is_empty()) {
-            Some(_) => format!(
-                "memory: used {} (of {})",
-                call_names_or_list(&ev["memory_used"]),
-                plural(n("lessons"), "lesson", "lessons")
-            ),
-            None if ev["error"].is_string() => format!("memory: not read: {}", s("error")),
-            None => format!("memory: no lesson applies (of {})", n("lessons")),
-        },
-        "distill" => match (ev["skipped"].as_bool(), ev["error"].as_str()) {
-            (Some(true), _) => format!("distill: skipped ({})", s("reason")),
-            (_, Some(e)) => format!("distill on {}: failed: {e}", s("key_event")),
-            _ => format!(
-                "distill on {}: {} proposed as {}",
-                s("key_event"),
-                call_names_or_list(&ev["lessons"]),
-                s("status")
-            ),
-        },
-        "project_instructions" => match ev["enabled"].as_bool() {
-            Some(false) => "project instructions: off".to_owned(),
-            _ => {
-                let files = call_names_or_list(&ev["files"]);
-                format!(
-                    "project instructions: {}{}",
-                    if files.is_empty() {
-                        "none found".to_owned()
-                    } else {
-                        files
-                    },
-                    if ev["cut"].as_bool() == Some(true) {
-                        format!(" (cut at {} bytes)", n("limit_bytes"))
-                    } else {
-                        String::new()
-                    }
-                )
-            }
-        },
-        "agent_start" => format!(
-            "agent {} starts: max {} turns, tools {}, compacts at {} tokens, system prompt {} bytes, task {} bytes{}{}{}",
-            s("agent"),
-            n("max_turns"),
-            call_names_or_list(&ev["tools"]),
-            n("compact_at_tokens"),
-            n("system_prompt_bytes"),
-            n("task_bytes"),
-            budget_text(", budget", &ev["budget"]),
-            if ev["text_tool_calls"].as_bool() == Some(true) {
-                ", tool calls written as text accepted"
-            } else {
-                ""
-            },
-            opt_fields(ev, &["budget_notes"])
+        ActionEvent::Memory(e) => memory(e),
+        ActionEvent::Distill(e) => distill(e),
+        ActionEvent::ProjectInstructions(e) => project_instructions(e),
+        ActionEvent::AgentStart(e) => agent_start(e),
+        ActionEvent::ChildStart(e) => format!(
+            "subagent {} ({}) starts: depth {}/{}, pid {}{}{}",
+            one(&e.agent),
+            one(&e.role),
+            e.depth,
+            e.max_depth,
+            e.pid,
+            opt_field("token_budget", &e.token_budget),
+            opt_field("time_budget_secs", &e.time_budget_secs)
         ),
-        "child_start" => format!(
-            "subagent {} ({}) starts: depth {}/{}, pid {}{}",
-            s("agent"),
-            s("role"),
-            n("depth"),
-            n("max_depth"),
-            n("pid"),
-            opt_fields(ev, &["token_budget", "time_budget_secs"])
+        ActionEvent::ContextWindow(e) => format!(
+            "{}context window {} tokens from the {} (configured {}, using {})",
+            turn(e.turn),
+            e.tokens,
+            one(&e.source),
+            e.configured,
+            e.used
         ),
-        "context_window" => format!(
-            "{turn}context window {} tokens from the {} (configured {}, using {})",
-            n("tokens"),
-            s("source"),
-            s("configured"),
-            n("used")
-        ),
-        "request" => format!(
+        ActionEvent::Request(e) => format!(
             "→ model turn {} ({} messages, ~{} bytes)",
-            n("turn"),
-            n("messages"),
-            n("approx_bytes")
+            e.turn, e.messages, e.approx_bytes
         ),
-        "retry" => format!(
-            "{turn}retry{}: attempt {}/{} failed{} ({}); waiting {}",
-            if ev["request"] == "summary" {
+        ActionEvent::Retry(e) => format!(
+            "{}retry{}: attempt {}/{} failed{} ({}); waiting {}",
+            turn(e.turn),
+            if e.request == "summary" {
                 " of a compaction summary"
             } else {
                 ""
             },
-            n("attempt"),
-            n("of"),
-            ev["status"]
-                .as_u64()
+            e.attempt,
+            e.of,
+            e.status
                 .map(|c| format!(" with HTTP {c}"))
                 .unwrap_or_default(),
-            s("reason"),
-            secs(n("wait_ms"))
+            one(&e.reason),
+            secs(e.wait_ms)
         ),
-        "stream_fallback" => format!("{turn}streaming off: {}", s("reason")),
-        "response" => {
-            let calls = call_names(&ev["tool_calls"]);
-            let text = ev["content"]
-                .as_str()
-                .filter(|c| !c.trim().is_empty())
-                .map(|_| format!(" \"{}\"", s("content")))
-                .unwrap_or_default();
-            format!(
-                "← model turn {} in {}ms, {}+{} tokens{text}{}",
-                n("turn"),
-                n("latency_ms"),
-                n("prompt_tokens"),
-                n("completion_tokens"),
-                if calls.is_empty() {
-                    String::new()
-                } else {
-                    format!(" calls: {calls}")
-                }
-            )
+        ActionEvent::StreamFallback(e) => {
+            format!("{}streaming off: {}", turn(e.turn), one(&e.reason))
         }
-        "tool_calls_recovered" => format!(
-            "{turn}tool calls recovered from {} ({}): {}",
-            s("recovered_from"),
-            s("format"),
-            call_names(&ev["tool_calls"])
+        ActionEvent::Response(e) => response(e),
+        ActionEvent::ToolCallsRecovered(e) => format!(
+            "{}tool calls recovered from {} ({}): {}",
+            turn(e.turn),
+            one(&e.recovered_from),
+            one(&e.format),
+            call_names(&e.tool_calls)
         ),
-        "tool" => {
-            // The summary names the tool (`bash `ls` → exit 0 (0.1s)`).
-            let summary = s("summary");
-            let mut o = format!(
-                "  {}",
-                if summary.is_empty() {
-                    s("name")
-                } else {
-                    summary
-                }
-            );
-            if ev["is_error"].as_bool() == Some(true) {
-                o.push_str(" [error]");
-            }
-            if let Some(c) = ev["exit_code"].as_i64() {
-                o.push_str(&format!(" [exit {c}]"));
-            }
-            // `allow` is the usual case; only other decisions are news.
-            if ev["policy"].as_str().is_some_and(|p| p != "allow") {
-                o.push_str(&format!(" [policy: {}]", s("policy")));
-            }
-            if ev["sandbox"].is_string() {
-                o.push_str(&format!(" [sandbox: {}]", s("sandbox")));
-            }
-            if let Some(r) = ev["repeat"].as_str() {
-                o.push_str(&format!(" [repeat: {r}]"));
-            }
-            o
-        }
-        "compaction" => {
-            let mut o = format!(
-                "{turn}compaction ({}, {}): {} → {} bytes",
-                s("trigger"),
-                s("method"),
-                n("bytes_before"),
-                n("bytes_after")
-            );
-            if let Some(a) = ev["stubbed"].as_array().filter(|a| !a.is_empty()) {
-                o.push_str(&format!(", {} tool results stubbed", a.len()));
-            }
-            if ev["summarized"].is_object() {
-                o.push_str(&format!(
-                    ", {} messages summarized into {} bytes",
-                    ev["summarized"]["messages"].as_u64().unwrap_or(0),
-                    ev["summarized"]["summary_bytes"].as_u64().unwrap_or(0)
-                ));
-            }
-            o.push_str(&opt_fields(ev, &["kept_turns", "summary_error"]));
-            o
-        }
-        "model_error" => format!(
-            "{turn}model error: {}{}",
-            s("error"),
-            opt_fields(ev, &["retry"])
+        ActionEvent::Tool(e) => tool(e),
+        ActionEvent::Compaction(e) => compaction(e),
+        ActionEvent::ModelError(e) => format!(
+            "{}model error: {}{}",
+            turn(e.turn),
+            one(&e.error),
+            opt_field("retry", &e.retry)
         ),
-        "budget_exceeded" => format!(
-            "{turn}budget exceeded: {}{}",
-            s("reason"),
-            opt_fields(ev, &["call_id"])
+        ActionEvent::BudgetExceeded(e) => format!(
+            "{}budget exceeded: {}{}",
+            turn(e.turn),
+            one(&e.reason),
+            opt_field("call_id", &e.call_id)
         ),
-        "tool_fault" => format!("{turn}tool fault in {}: {}", s("name"), s("reason")),
-        "verdict_from_text" => format!("{turn}verdict read from the text: {}", s("verdict")),
-        "nudge" => format!("{turn}nudge: {}", s("message")),
-        "no_result" => format!("{turn}no result: {}", s("reason")),
-        "stuck" => format!("{turn}stuck: {}", s("reason")),
-        "verify" => format!(
-            "verify round {}: `{}` {} in {}{}",
-            n("round"),
-            s("command"),
-            match (ev["passed"].as_bool(), ev["timed_out"].as_bool()) {
-                (_, Some(true)) => "timed out".to_owned(),
-                (Some(true), _) => "passed".to_owned(),
-                _ => ev["exit_code"]
-                    .as_i64()
-                    .map_or("failed".to_owned(), |c| format!("failed (exit {c})")),
-            },
-            secs(n("duration_ms")),
-            ev["passed"]
-                .as_bool()
-                .filter(|p| !p)
-                .map(|_| format!(": {}", s("output")))
-                .unwrap_or_default()
+        ActionEvent::ToolFault(e) => format!(
+            "{}tool fault in {}: {}",
+            turn(e.turn),
+            one(&e.name),
+            one(&e.reason)
         ),
-        "verify_failed" => format!(
+        ActionEvent::VerdictFromText(e) => format!(
+            "{}verdict read from the text: {}",
+            turn(e.turn),
+            oneline(&json(&e.verdict))
+        ),
+        ActionEvent::Nudge(e) => format!("{}nudge: {}", turn(e.turn), one(&e.message)),
+        ActionEvent::NoResult(e) => format!("{}no result: {}", turn(e.turn), one(&e.reason)),
+        ActionEvent::Stuck(e) => format!("{}stuck: {}", turn(e.turn), one(&e.reason)),
+        ActionEvent::Verify(e) => verify(e),
+        ActionEvent::VerifyFailed(e) => format!(
             "verify failed after {}: {}",
-            plural(n("rounds"), "round", "rounds"),
-            s("reason")
+            plural(u64::from(e.rounds), "round", "rounds"),
+            one(&e.reason)
         ),
-        "read_only_violation" => format!(
+        ActionEvent::ReadOnlyViolation(e) => format!(
             "read-only violation: {} (discarded {})",
-            s("reason"),
-            call_names_or_list(&ev["discarded"])
+            one(&e.reason),
+            list(&e.discarded)
         ),
-        "killed" => format!("killed by {}", s("signal")),
-        "agent_end" => format!(
-            "agent {} ends: {} after {}, {}+{} tokens{}{}{}",
-            s("agent"),
-            s("end"),
-            plural(n("turns"), "turn", "turns"),
-            n("prompt_tokens"),
-            n("completion_tokens"),
-            budget_text(", used", &ev["budget"]["used"]),
-            opt_fields(ev, &["verdict"]),
-            ev["budget"]["exceeded"]
-                .as_str()
-                .map(|x| format!(", exceeded {x}"))
-                .unwrap_or_default()
-        ),
-        "stage_end" => format!(
-            "end: {} {} ({}, +{} -{}){}",
-            s("status"),
-            short(ev["commit"].as_str()),
-            plural(n("files_changed"), "file", "files"),
-            n("insertions"),
-            n("deletions"),
-            opt_fields(ev, &["reason", "verify"])
-        ),
-        other => {
-            let mut rest = ev.clone();
-            if let Some(o) = rest.as_object_mut() {
-                for k in ["ts", "elapsed_ms", "event"] {
-                    o.remove(k);
-                }
-            }
-            format!(
-                "{other}: {}",
-                crate::text::cap_bytes(&rest.to_string(), 200)
-            )
+        ActionEvent::Killed(e) => format!("killed by {}", one(&e.signal)),
+        ActionEvent::AgentEnd(e) => agent_end(e),
+        ActionEvent::StageEnd(e) => stage_end(e),
+        // No readable line yet: shown as their JSON.
+        ActionEvent::WorktreeInclude(_)
+        | ActionEvent::LaneSetup(_)
+        | ActionEvent::Baseline(_)
+        | ActionEvent::MemoryUses(_)
+        | ActionEvent::Staged(_) => {
+            let line = json(event);
+            let name = line["event"].as_str().unwrap_or("?").to_owned();
+            as_json(&name, &line)
         }
+    }
+}
+
+/// `agent_start`: its limits, tools and prompt sizes.
+fn agent_start(e: &event::AgentStart) -> String {
+    format!(
+        "agent {} starts: max {} turns, tools {}, compacts at {} tokens, system prompt {} bytes, task {} bytes{}{}{}",
+        one(&e.agent),
+        e.max_turns,
+        list(&e.tools),
+        e.compact_at_tokens,
+        e.system_prompt_bytes,
+        e.task_bytes,
+        budget_text(", budget", &json(&e.budget)),
+        if e.text_tool_calls {
+            ", tool calls written as text accepted"
+        } else {
+            ""
+        },
+        opt_field("budget_notes", &e.budget_notes)
+    )
+}
+
+/// `agent_end`: how it ended, and what it used.
+fn agent_end(e: &event::AgentEnd) -> String {
+    format!(
+        "agent {} ends: {} after {}, {}+{} tokens{}{}{}",
+        one(&e.agent),
+        one(&e.end),
+        plural(u64::from(e.turns), "turn", "turns"),
+        e.prompt_tokens,
+        e.completion_tokens,
+        budget_text(", used", &json(&e.budget.used)),
+        opt_field("verdict", &e.verdict),
+        e.budget
+            .exceeded
+            .as_deref()
+            .map(|x| format!(", exceeded {x}"))
+            .unwrap_or_default()
+    )
+}
+
+/// `stage_end`: its status, commit and change counts.
+fn stage_end(e: &event::StageEnd) -> String {
+    format!(
+        "end: {} {} ({}, +{} -{}){}{}",
+        one(&e.status),
+        short(Some(&e.commit)),
+        plural(e.files_changed as u64, "file", "files"),
+        e.insertions,
+        e.deletions,
+        opt_field("reason", &e.reason),
+        opt_field("verify", &e.verify)
+    )
+}
+
+/// `memory`: the lessons used, or why none.
+fn memory(e: &event::Memory) -> String {
+    let lessons = e.lessons.unwrap_or(0) as u64;
+    if !e.memory_used.is_empty() {
+        format!(
+            "memory: used {} (of {})",
+            list(&e.memory_used),
+            plural(lessons, "lesson", "lessons")
+        )
+    } else if let Some(error) = &e.error {
+        format!("memory: not read: {}", one(error))
+    } else {
+        format!("memory: no lesson applies (of {lessons})")
+    }
+}
+
+/// `distill`: skipped, failed, or the lessons proposed.
+fn distill(e: &event::Distill) -> String {
+    match e {
+        event::Distill::Skipped { reason, .. } => format!("distill: skipped ({})", one(reason)),
+        event::Distill::Failed { key_event, error } => {
+            format!("distill on {}: failed: {error}", one(key_event))
+        }
+        event::Distill::Done {
+            key_event,
+            lessons,
+            status,
+            ..
+        } => format!(
+            "distill on {}: {} proposed as {}",
+            one(key_event),
+            list(lessons),
+            one(status)
+        ),
+    }
+}
+
+/// `project_instructions`: off, none found, or the files (and the cut).
+fn project_instructions(e: &event::ProjectInstructions) -> String {
+    if !e.enabled {
+        return "project instructions: off".to_owned();
+    }
+    let files: Vec<String> = e.files.iter().map(|f| json(f).to_string()).collect();
+    format!(
+        "project instructions: {}{}",
+        if files.is_empty() {
+            "none found".to_owned()
+        } else {
+            files.join(", ")
+        },
+        if e.cut == Some(true) {
+            format!(" (cut at {} bytes)", e.limit_bytes.unwrap_or(0))
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// `response`: the turn, its tokens, its text and the calls it made.
+fn response(e: &event::Response) -> String {
+    let calls = call_names(&e.tool_calls);
+    let text = e
+        .content
+        .as_deref()
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| format!(" \"{}\"", one(c)))
+        .unwrap_or_default();
+    format!(
+        "← model turn {} in {}ms, {}+{} tokens{text}{}",
+        e.turn,
+        e.latency_ms,
+        e.prompt_tokens,
+        e.completion_tokens,
+        if calls.is_empty() {
+            String::new()
+        } else {
+            format!(" calls: {calls}")
+        }
+    )
+}
+
+/// `tool`: its summary (which names the tool) and what is news about it.
+fn tool(e: &event::Tool) -> String {
+    let summary = one(&e.summary);
+    let mut o = format!(
+        "  {}",
+        if summary.is_empty() {
+            one(&e.name)
+        } else {
+            summary
+        }
+    );
+    if e.is_error {
+        o.push_str(" [error]");
+    }
+    if let Some(c) = e.exit_code {
+        o.push_str(&format!(" [exit {c}]"));
+    }
+    // `allow` is the usual case; only other decisions are news.
+    if let Some(policy) = e.policy.as_deref().filter(|p| *p != "allow") {
+        o.push_str(&format!(" [policy: {}]", one(policy)));
+    }
+    if let Some(sandbox) = &e.sandbox {
+        o.push_str(&format!(" [sandbox: {}]", one(sandbox)));
+    }
+    if let Some(r) = &e.repeat {
+        o.push_str(&format!(" [repeat: {r}]"));
+    }
+    o
+}
+
+/// `compaction`: how, and how much smaller.
+fn compaction(e: &event::Compaction) -> String {
+    let mut o = format!(
+        "turn {}: compaction ({}, {}): {} → {} bytes",
+        e.turn,
+        one(&e.trigger),
+        one(&e.method),
+        e.bytes_before,
+        e.bytes_after
+    );
+    if !e.stubbed.is_empty() {
+        o.push_str(&format!(", {} tool results stubbed", e.stubbed.len()));
+    }
+    if let Some(s) = &e.summarized {
+        o.push_str(&format!(
+            ", {} messages summarized into {} bytes",
+            s.messages, s.summary_bytes
+        ));
+    }
+    o.push_str(&opt_field("kept_turns", &e.kept_turns));
+    o.push_str(&opt_field("summary_error", &e.summary_error));
+    o
+}
+
+/// `verify`: the command, how it ended, and the output of a failure.
+fn verify(e: &event::Verify) -> String {
+    let run = &e.run;
+    let how = match (run.passed, run.timed_out) {
+        (_, true) => "timed out".to_owned(),
+        (true, _) => "passed".to_owned(),
+        _ => run
+            .exit_code
+            .map_or("failed".to_owned(), |c| format!("failed (exit {c})")),
     };
-    format!("{t} {body}")
+    format!(
+        "verify round {}: `{}` {how} in {}{}",
+        e.round,
+        one(&run.command),
+        secs(run.duration_ms),
+        if run.passed {
+            String::new()
+        } else {
+            format!(": {}", one(&run.output))
+        }
+    )
+}
+
+/// A line shown as `name: {its fields as compact json}` (without `ts`,
+/// `elapsed_ms` and `event`).
+fn as_json(name: &str, line: &serde_json::Value) -> String {
+    let mut rest = line.clone();
+    if let Some(o) = rest.as_object_mut() {
+        for k in ["ts", "elapsed_ms", "event"] {
+            o.remove(k);
+        }
+    }
+    format!("{name}: {}", crate::text::cap_bytes(&rest.to_string(), 200))
 }
 
 /// The set fields of a budget object (`{"turns": 40, "tokens": null, …}`)
@@ -364,21 +458,14 @@ fn budget_text(label: &str, v: &serde_json::Value) -> String {
     }
 }
 
-/// A JSON array of strings (or of anything) as `a, b, c`.
-fn call_names_or_list(v: &serde_json::Value) -> String {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `ev` as the log reader reads its line.
+    fn read(ev: &serde_json::Value) -> LogLine {
+        crate::runlog::event::parse_line(&ev.to_string()).unwrap()
+    }
 
     #[test]
     fn every_known_event_is_one_readable_line_and_unknown_ones_compact_json() {
@@ -414,10 +501,10 @@ mod tests {
         for kind in kinds {
             let ev = serde_json::json!({
                 "elapsed_ms": 1500, "event": kind, "turn": 2, "reason": "why\nnot",
-                "output": {"nested": [1, 2]}, "passed": false, "exit_code": 1,
+                "output": "some\noutput", "passed": false, "exit_code": 1,
                 "tool_calls": [{"name": "bash"}], "summarized": {"messages": 3, "summary_bytes": 9},
             });
-            let line = render_event(&ev);
+            let line = render_event(&read(&ev));
             assert!(line.starts_with("   1.50s "), "{kind}: {line}");
             assert!(!line.contains('\n'), "{kind}: {line}");
             assert!(
@@ -428,17 +515,20 @@ mod tests {
         let retry = serde_json::json!({"elapsed_ms": 0, "event": "retry", "turn": 1,
             "attempt": 1, "of": 5, "wait_ms": 250, "status": 429, "reason": "HTTP 429: slow down"});
         assert_eq!(
-            render_event(&retry),
+            render_event(&read(&retry)),
             "   0.00s turn 1: retry: attempt 1/5 failed with HTTP 429 (HTTP 429: slow down); waiting 0.25s"
         );
         let bash = serde_json::json!({"elapsed_ms": 0, "event": "tool", "name": "bash",
             "summary": "bash `rm -rf /` → denied", "is_error": true, "exit_code": null,
             "policy": "deny: recursive delete of /", "sandbox": "workspace-write, network off"});
         assert_eq!(
-            render_event(&bash),
+            render_event(&read(&bash)),
             "   0.00s   bash `rm -rf /` → denied [error] [policy: deny: recursive delete of /] [sandbox: workspace-write, network off]"
         );
         let odd = serde_json::json!({"elapsed_ms": 0, "ts": "x", "event": "novel", "a": {"b": 1}});
-        assert_eq!(render_event(&odd), r#"   0.00s novel: {"a":{"b":1}}"#);
+        assert_eq!(
+            render_event(&read(&odd)),
+            r#"   0.00s novel: {"a":{"b":1}}"#
+        );
     }
 }

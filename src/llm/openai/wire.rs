@@ -6,7 +6,7 @@ use super::OpenAiClient;
 use super::classify::Attempt;
 use super::snippet::{compact, snippet};
 use crate::llm::retry::{context_window_in_message, is_context_length_message};
-use crate::llm::settings::ToolChoice;
+use crate::llm::settings::{Sampling, ToolChoice};
 use crate::llm::stream::{
     Assembled, MAX_TOOL_CALLS, oversize, reply_bytes, unique_call_ids, usage_of,
 };
@@ -26,20 +26,18 @@ impl OpenAiClient {
     ) -> Result<Vec<u8>, LlmError> {
         let settings = &self.settings;
         let offers_tools = !req.tools.is_empty();
+        let wants_mct = self.wants_max_completion_tokens();
+        let sampling = settings.sampling;
         let wire = WireRequest {
             model: &settings.model,
             messages: req.messages.iter().map(WireOutMessage).collect(),
             tools: &req.tools,
-            tool_choice: offers_tools
-                .then(|| settings.tool_choice.unwrap_or(ToolChoice::Auto).as_str()),
-            temperature: settings.temperature,
-            seed: settings.seed,
-            max_tokens: settings
-                .max_tokens
-                .filter(|_| !self.wants_max_completion_tokens()),
-            max_completion_tokens: settings
-                .max_tokens
-                .filter(|_| self.wants_max_completion_tokens()),
+            sampling: Sampling {
+                tool_choice: offers_tools.then(|| sampling.tool_choice.unwrap_or(ToolChoice::Auto)),
+                max_tokens: sampling.max_tokens.filter(|_| !wants_mct),
+                ..sampling
+            },
+            max_completion_tokens: sampling.max_tokens.filter(|_| wants_mct),
             stream,
             stream_options: stream.then_some(StreamOptions {
                 include_usage: true,
@@ -186,14 +184,9 @@ pub(super) struct WireRequest<'a> {
     messages: Vec<WireOutMessage<'a>>,
     #[serde(skip_serializing_if = "<[ToolDef]>::is_empty")]
     tools: &'a [ToolDef],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seed: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u64>,
+    /// `temperature`, `seed`, `max_tokens`, `tool_choice`, each when set.
+    #[serde(flatten)]
+    sampling: Sampling,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_completion_tokens: Option<u64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]

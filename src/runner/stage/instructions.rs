@@ -3,9 +3,8 @@
 
 use crate::agent;
 use crate::pipeline::Stage;
-use crate::runlog::ActionLog;
+use crate::runlog::{ActionEvent, ActionLog, event};
 use crate::runner::{RunCtx, RunError, blocking};
-use serde_json::json;
 
 /// The repository's instruction files for this stage, read from the run's
 /// base commit, logged as a `project_instructions` event (path and blob id
@@ -16,10 +15,9 @@ pub(super) async fn project_instructions(
     log: &mut ActionLog,
 ) -> Result<String, RunError> {
     if !ctx.plan.pipeline.project_instructions {
-        log.append(
-            "project_instructions",
-            json!({"enabled": false, "files": []}),
-        )?;
+        log.append(&ActionEvent::ProjectInstructions(
+            event::ProjectInstructions::default(),
+        ))?;
         return Ok(String::new());
     }
     let (common, base) = (ctx.common.clone(), ctx.base_commit.clone());
@@ -29,9 +27,14 @@ pub(super) async fn project_instructions(
         agent::instructions::load(&common, &base, &hints)
     })
     .await?;
-    log.append(
-        "project_instructions",
-        json!({"enabled": true, "commit": ctx.base_commit, "files": found.files, "cut": found.cut, "limit_bytes": agent::instructions::INSTRUCTIONS_BUDGET}),
-    )?;
+    log.append(&ActionEvent::ProjectInstructions(
+        event::ProjectInstructions {
+            enabled: true,
+            commit: Some(ctx.base_commit.clone()),
+            files: found.files,
+            cut: Some(found.cut),
+            limit_bytes: Some(agent::instructions::INSTRUCTIONS_BUDGET),
+        },
+    ))?;
     Ok(found.text)
 }

@@ -1,9 +1,8 @@
 //! A read-only role's changes, discarded.
 
 use crate::git;
-use crate::runlog::ActionLog;
+use crate::runlog::{ActionEvent, ActionLog, event};
 use crate::runner::{RunError, blocking};
-use serde_json::json;
 use std::path::Path;
 
 /// A read-only role must not change the tree; if its shell commands did,
@@ -16,9 +15,9 @@ pub(super) async fn discard_changes_of_read_only_role(
 ) -> Result<(), RunError> {
     let (wt, h) = (worktree.to_path_buf(), head.to_owned());
     blocking(move || git::reset_worktree(&wt, &h)).await?;
-    log.append(
-        "read_only_violation",
-        json!({"discarded": changed, "reason": "a read-only role changed the worktree; its changes were discarded"}),
-    )?;
+    log.append(&ActionEvent::ReadOnlyViolation(event::ReadOnlyViolation {
+        discarded: changed.to_vec(),
+        reason: "a read-only role changed the worktree; its changes were discarded".to_owned(),
+    }))?;
     Ok(())
 }

@@ -4,9 +4,9 @@
 use super::StageRun;
 use super::read_only::discard_changes_of_read_only_role;
 use crate::git::{self, GitError};
+use crate::runlog::{ActionEvent, event};
 use crate::runner::lanes::Lane;
 use crate::runner::{RunError, blocking};
-use serde_json::json;
 use std::path::Path;
 
 /// What settling a stage's changes left to commit.
@@ -28,10 +28,10 @@ impl StageRun<'_> {
         let from_watch = staged.how == "paths";
         let mut tree = staged.tree;
         let mut changed = staged.changed;
-        self.log.append(
-            "staged",
-            json!({"how": staged.how, "changed": changed.len()}),
-        )?;
+        self.log.append(&ActionEvent::Staged(event::Staged {
+            how: staged.how.to_owned(),
+            changed: changed.len(),
+        }))?;
         if role.read_only && !changed.is_empty() {
             discard_changes_of_read_only_role(&lane.path, start, &changed, &mut self.log).await?;
             tree = staged.start_tree.clone();

@@ -5,11 +5,10 @@ use crate::budget::StageBudget;
 use crate::llm::ChatModel;
 use crate::policy::BashPolicy;
 use crate::role::Role;
-use crate::runlog::ActionLog;
+use crate::runlog::{ActionEvent, ActionLog, event};
 use crate::runner::lanes::Lane;
 use crate::runner::{RunCtx, RunError};
 use crate::tools::ToolContext;
-use serde_json::json;
 use std::sync::Arc;
 
 /// The tool context of stage `id` in `lane`: the role's tools under its bash
@@ -50,10 +49,10 @@ pub(super) fn tool_context(
             source,
         }
     })?;
-    log.append(
-        "sandbox",
-        json!({"profile": sandbox.choice().label(), "kernel": crate::sandbox::availability().describe()}),
-    )?;
+    log.append(&ActionEvent::Sandbox(event::Sandbox {
+        profile: sandbox.choice().label(),
+        kernel: crate::sandbox::availability().describe(),
+    }))?;
     tool_ctx.sandbox = Some(Arc::new(sandbox));
     tool_ctx.ready = Some(lane.watch.barrier());
     Ok(tool_ctx)

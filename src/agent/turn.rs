@@ -1,0 +1,513 @@
+//! One turn of the agent loop, as steps over the [`Agent`]: ask the model
+//! ([`Agent::ask`]), then judge a reply without tool calls
+//! ([`Agent::judge_text`]) or run its calls ([`Agent::run_calls`], one
+//! [`Agent::run_call`] each). Each step says whether the loop goes on
+//! (`Continue`) or how the agent ends (`Break`); only a failure to write
+//! the action log is an `Err`.
+
+use super::{Agent, AgentEnd, LOG_FIELD_CAP, compact, outcome, repeat};
+use crate::llm::{ChatMessage, ChatModel, MessageRole, ToolCall};
+use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
+use crate::text::cap_bytes;
+use crate::tools::{self, ToolContext};
+use repeat::{MAX_IDENTICAL_FAILURES, Repeat};
+use std::ops::ControlFlow::{self, Break, Continue};
+
+/// What a step came to: go on (with a value), or end the agent.
+type Step<T = ()> = Result<ControlFlow<AgentEnd, T>, RecordError>;
+
+/// The outcomes of a turn's subagents run together, by call index
+/// (`None`: the call runs in order).
+type Spawned = Vec<Option<Result<tools::ToolOutcome, tools::FatalToolError>>>;
+
+impl Agent<'_> {
+    /// One model turn: the budget check, the model's reply, then its text
+    /// judged or its tool calls run.
+    pub(super) async fn turn(
+        &mut self,
+        model: &dyn ChatModel,
+        tool_ctx: &ToolContext,
+        log: &mut ActionLog,
+        on_turn: &(dyn Fn(u32, TokenCount) + Sync),
+    ) -> Step {
+        // Budget hook: no turn starts once a limit is used up.
+        if let Some(why) = self.tracker.before_turn() {
+            log.append(&budget_exceeded(self.out.turns, None, &why))?;
+            return Ok(Break(AgentEnd::Budget(why)));
+        }
+        self.out.turns += 1;
+        let turn = self.out.turns;
+        let (msg, finish_reason) = match self.ask(model, turn, log, on_turn).await? {
+            Continue(reply) => reply,
+            Break(end) => return Ok(Break(end)),
+        };
+        let calls = msg.tool_calls.clone();
+        let content = msg.content.clone();
+        self.req.messages.push(msg);
+
+        // Budget hook: tokens and cost after every turn. A turn that finishes
+        // the stage may still finish it.
+        if let Some(why) = self.tracker.after_turn()
+            && !calls.is_empty()
+            && !calls.iter().any(|c| c.function.name == "finish")
+        {
+            log.append(&budget_exceeded(turn, None, &why))?;
+            answer_remaining(&mut self.req.messages, &calls);
+            return Ok(Break(AgentEnd::Budget(why)));
+        }
+        if calls.is_empty() {
+            return self.judge_text(turn, content, finish_reason.as_deref(), log);
+        }
+        self.nudged = false;
+        self.repeats.new_turn();
+        self.run_calls(tool_ctx, turn, &calls, log).await
+    }
+
+    /// Sends the turn's (compacted) request and logs the reply, with the
+    /// tool calls the model wrote as text recovered into it; the reply and
+    /// its finish reason.
+    async fn ask(
+        &mut self,
+        model: &dyn ChatModel,
+        turn: u32,
+        log: &mut ActionLog,
+        on_turn: &(dyn Fn(u32, TokenCount) + Sync),
+    ) -> Step<(ChatMessage, Option<String>)> {
+        let started = std::time::Instant::now();
+        // Compaction and time-budget hook: sends the (compacted) request.
+        let sent = compact::send_turn(
+            model,
+            &self.req,
+            turn,
+            &mut self.compactor,
+            &mut self.tracker,
+            log,
+        )
+        .await?;
+        let resp = match sent {
+            compact::Sent::Reply(r) => r,
+            compact::Sent::OutOfBudget(why) => {
+                log.append(&budget_exceeded(turn, None, &why))?;
+                return Ok(Break(AgentEnd::Budget(why)));
+            }
+            compact::Sent::Failed(e) => {
+                log.append(&ActionEvent::ModelError(event::ModelError {
+                    turn,
+                    error: format!("failed to {e}"),
+                    retry: None,
+                }))?;
+                return Ok(Break(AgentEnd::ModelError(e)));
+            }
+        };
+        let usage = resp.usage;
+        let tokens = TokenCount {
+            prompt: usage.prompt_tokens,
+            completion: usage.completion_tokens,
+        };
+        self.tracker.record_turn(tokens, usage.cost_usd);
+        self.out.tokens.add(tokens);
+        let mut msg = normalize_assistant(resp.message);
+        log.append(&ActionEvent::Response(event::Response {
+            turn,
+            latency_ms: started.elapsed().as_millis() as u64,
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            cost_usd: usage.cost_usd,
+            finish_reason: resp.finish_reason.clone(),
+            content: msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),
+            tool_calls: logged_calls(&msg.tool_calls),
+        }))?;
+        on_turn(turn, self.out.tokens);
+        // Tool calls written as text run like native ones.
+        if self.cfg.text_tool_calls
+            && let Some(format) = crate::llm::textcalls::recover_into(
+                &mut msg,
+                &self.req.tools,
+                &format!("text{turn}"),
+            )
+        {
+            log.append(&ActionEvent::ToolCallsRecovered(
+                event::ToolCallsRecovered {
+                    turn,
+                    recovered_from: "text".to_owned(),
+                    format: format.as_str().to_owned(),
+                    tool_calls: logged_calls(&msg.tool_calls),
+                },
+            ))?;
+        }
+        Ok(Continue((msg, resp.finish_reason)))
+    }
+
+    /// A reply without tool calls: the result, a nudge (the loop goes on),
+    /// or no result ([`outcome::judge`]).
+    fn judge_text(
+        &mut self,
+        turn: u32,
+        content: Option<String>,
+        finish_reason: Option<&str>,
+        log: &mut ActionLog,
+    ) -> Step {
+        let rules = outcome::ReplyRules {
+            text_result: self.cfg.text_result,
+            require_verdict: self.cfg.require_verdict,
+        };
+        match outcome::judge(rules, content.as_deref(), finish_reason, self.nudged) {
+            outcome::TextReply::Accept { summary, verdict } => {
+                if verdict.is_some() {
+                    self.out.verdict_from_text = true;
+                    log.append(&ActionEvent::VerdictFromText(event::VerdictFromText {
+                        turn,
+                        verdict,
+                    }))?;
+                }
+                self.out.summary = summary;
+                self.out.verdict = verdict;
+                Ok(Break(AgentEnd::Answered))
+            }
+            outcome::TextReply::Nudge(text) => {
+                self.nudged = true;
+                log.append(&ActionEvent::Nudge(event::Nudge {
+                    turn,
+                    message: text.to_owned(),
+                }))?;
+                self.req.messages.push(ChatMessage::user(text));
+                Ok(Continue(()))
+            }
+            outcome::TextReply::Fail(why) => {
+                log.append(&ActionEvent::NoResult(event::NoResult {
+                    turn,
+                    reason: why.clone(),
+                }))?;
+                self.out.summary = content.unwrap_or_default();
+                Ok(Break(AgentEnd::NoResult(why)))
+            }
+        }
+    }
+
+    /// Runs a turn's tool calls in order (its subagents together); the
+    /// agent ends when one of them calls `finish` or the loop must stop.
+    async fn run_calls(
+        &mut self,
+        tool_ctx: &ToolContext,
+        turn: u32,
+        calls: &[ToolCall],
+        log: &mut ActionLog,
+    ) -> Step {
+        let mut finished = false;
+        // The subagents of one turn run concurrently; results keep call order.
+        let mut spawned = spawn_concurrently(tool_ctx, calls).await;
+        for i in 0..calls.len() {
+            match self
+                .run_call(tool_ctx, turn, calls, i, &mut spawned, log)
+                .await?
+            {
+                Continue(fin) => finished |= fin,
+                Break(end) => return Ok(Break(end)),
+            }
+        }
+        Ok(if finished {
+            Break(AgentEnd::Finished)
+        } else {
+            Continue(())
+        })
+    }
+
+    /// Runs call `i` of `calls` (or takes its subagent's outcome), logs it
+    /// and answers it; `Continue(true)` when it was an accepted `finish`.
+    async fn run_call(
+        &mut self,
+        tool_ctx: &ToolContext,
+        turn: u32,
+        calls: &[ToolCall],
+        i: usize,
+        spawned: &mut Spawned,
+        log: &mut ActionLog,
+    ) -> Step<bool> {
+        let call = &calls[i];
+        let name = call.function.name.as_str();
+        let args = call.function.arguments.as_str();
+        let seen = if name == "finish" || spawned[i].is_some() {
+            Repeat::Fresh
+        } else {
+            self.repeats.observe(name, args)
+        };
+        if let Repeat::Stuck(times) = seen {
+            let why = format!(
+                "stopped: the model made the same `{name}` call {times} times in a row after it was told it was repeating itself"
+            );
+            log.append(&ActionEvent::Stuck(event::Stuck {
+                turn,
+                call_id: Some(call.id.clone()),
+                reason: why.clone(),
+            }))?;
+            answer_remaining(&mut self.req.messages, calls);
+            return Ok(Break(AgentEnd::Stuck(why)));
+        }
+        let slot = spawned[i].take();
+        let mut outcome = match self
+            .call_result(tool_ctx, turn, calls, call, slot, seen, log)
+            .await?
+        {
+            Continue(outcome) => outcome,
+            Break(end) => return Ok(Break(end)),
+        };
+        if let Some(t) = outcome.child_tokens {
+            // Subagents spend the stage's tokens too; the spawner has
+            // already charged them to the stage's account.
+            self.out.tokens.add(t);
+        }
+        let finished = self.take_finish(&mut outcome);
+        if seen == Repeat::Warn {
+            outcome.content.push_str(&repeat::warning(name));
+        }
+        log.append(&tool_event(turn, call, &outcome, seen))?;
+        if name != "finish" {
+            self.out.digest.push(outcome.summary.clone());
+        }
+        // A command that ran and exited non-zero failed too.
+        let failed =
+            outcome.is_error || (name == "bash" && outcome.exit_code.is_some_and(|c| c != 0));
+        // A call not run (same turn) is neither a new failure nor a success.
+        let identical_failures = if seen == Repeat::SameTurn {
+            0
+        } else {
+            self.repeats.record_result(name, args, failed)
+        };
+        self.req
+            .messages
+            .push(ChatMessage::tool(call.id.clone(), outcome.content));
+        if identical_failures >= MAX_IDENTICAL_FAILURES {
+            return self.stop_repeated_failure(turn, calls, i, spawned, log);
+        }
+        Ok(Continue(finished))
+    }
+
+    /// The outcome of `call`: its subagent's (`slot`), a "not run" for a
+    /// repeat within the turn, or the tool's, run within the time budget.
+    /// The agent ends when the budget runs out or the tool fault is orch's.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_result(
+        &mut self,
+        tool_ctx: &ToolContext,
+        turn: u32,
+        calls: &[ToolCall],
+        call: &ToolCall,
+        slot: Option<Result<tools::ToolOutcome, tools::FatalToolError>>,
+        seen: Repeat,
+        log: &mut ActionLog,
+    ) -> Step<tools::ToolOutcome> {
+        let name = call.function.name.as_str();
+        let result = match slot {
+            Some(r) => r,
+            None if seen == Repeat::SameTurn => {
+                let mut o = tools::ToolOutcome::error(
+                    name,
+                    "not run: the same call was already made in this turn",
+                );
+                o.content = repeat::same_turn(name);
+                Ok(o)
+            }
+            // Time-budget hook: a tool call cannot outlive the budget.
+            None => match self
+                .tracker
+                .bounded(tools::call(tool_ctx, name, &call.function.arguments))
+                .await
+            {
+                Ok(result) => result,
+                Err(why) => {
+                    log.append(&budget_exceeded(turn, Some(&call.id), &why))?;
+                    self.req.messages.push(ChatMessage::tool(
+                        call.id.clone(),
+                        format!("error: stopped: {why}"),
+                    ));
+                    answer_remaining(&mut self.req.messages, calls);
+                    return Ok(Break(AgentEnd::Budget(why)));
+                }
+            },
+        };
+        match result {
+            Ok(outcome) => Ok(Continue(outcome)),
+            Err(fault) => {
+                // orch's own fault: the stage ends here, and the model is
+                // never sent this call's result (nor any other request).
+                log.append(&ActionEvent::ToolFault(event::ToolFault {
+                    turn,
+                    call_id: call.id.clone(),
+                    name: name.to_owned(),
+                    reason: fault.reason.clone(),
+                }))?;
+                answer_remaining(&mut self.req.messages, calls);
+                Ok(Break(AgentEnd::ToolFault(fault)))
+            }
+        }
+    }
+
+    /// Takes a `finish` out of `outcome`: the summary and verdict when it is
+    /// accepted (true), or an error result for a review without a verdict.
+    fn take_finish(&mut self, outcome: &mut tools::ToolOutcome) -> bool {
+        let Some(fin) = outcome.finish.take() else {
+            return false;
+        };
+        if self.cfg.require_verdict && fin.verdict.is_none() {
+            outcome.is_error = true;
+            outcome.content = "error: finish: this stage is a review; call `finish` again with `verdict`: `approve` or `request_changes`".to_owned();
+            outcome.summary = "error: finish without verdict".to_owned();
+            return false;
+        }
+        self.out.summary = fin.summary;
+        self.out.verdict = fin.verdict;
+        self.out.verdict_from_text = false;
+        true
+    }
+
+    /// Ends the agent as stuck after call `i` failed the same way
+    /// [`MAX_IDENTICAL_FAILURES`] times; subagents of the turn that already
+    /// ran still count and report.
+    fn stop_repeated_failure(
+        &mut self,
+        turn: u32,
+        calls: &[ToolCall],
+        i: usize,
+        spawned: &mut Spawned,
+        log: &mut ActionLog,
+    ) -> Step<bool> {
+        let name = calls[i].function.name.as_str();
+        let why = format!(
+            "stopped: the model made the same failing `{name}` call {MAX_IDENTICAL_FAILURES} times in a row"
+        );
+        log.append(&ActionEvent::Stuck(event::Stuck {
+            turn,
+            call_id: None,
+            reason: why.clone(),
+        }))?;
+        for (c, o) in calls.iter().zip(spawned.iter_mut()).skip(i + 1) {
+            if let Some(Ok(o)) = o.take() {
+                self.out.tokens.add(o.child_tokens.unwrap_or_default());
+                self.req
+                    .messages
+                    .push(ChatMessage::tool(c.id.clone(), o.content));
+            }
+        }
+        answer_remaining(&mut self.req.messages, calls);
+        Ok(Break(AgentEnd::Stuck(why)))
+    }
+}
+
+/// The `tool` event of `call`, whose outcome is `outcome`.
+fn tool_event(
+    turn: u32,
+    call: &ToolCall,
+    outcome: &tools::ToolOutcome,
+    seen: Repeat,
+) -> ActionEvent {
+    ActionEvent::Tool(event::Tool {
+        turn,
+        call_id: call.id.clone(),
+        name: call.function.name.clone(),
+        is_error: outcome.is_error,
+        summary: outcome.summary.clone(),
+        exit_code: outcome.exit_code,
+        duration_ms: outcome.duration_ms,
+        policy: outcome.policy.clone(),
+        sandbox: outcome.sandbox.clone(),
+        changed_path: outcome.changed_path.clone(),
+        repeat: match seen {
+            Repeat::Warn => Some("warned".to_owned()),
+            Repeat::SameTurn => Some("same_turn".to_owned()),
+            _ => None,
+        },
+        result_bytes: outcome.content.len(),
+        result: cap_bytes(&outcome.content, LOG_FIELD_CAP),
+    })
+}
+
+/// Runs the `spawn_agent` calls of a turn together when there are several;
+/// slot `i` holds the outcome of call `i` (`None`: run it in order).
+async fn spawn_concurrently(tool_ctx: &ToolContext, calls: &[ToolCall]) -> Spawned {
+    let mut slots: Spawned = calls.iter().map(|_| None).collect();
+    let idx: Vec<usize> = (0..calls.len())
+        .filter(|&i| calls[i].function.name == "spawn_agent")
+        .collect();
+    if idx.len() < 2 {
+        return slots;
+    }
+    let batch: Vec<(&str, &str)> = idx
+        .iter()
+        .map(|&i| ("spawn_agent", calls[i].function.arguments.as_str()))
+        .collect();
+    let outs = tools::call_concurrently(tool_ctx, &batch).await;
+    for (i, o) in idx.into_iter().zip(outs) {
+        slots[i] = Some(o);
+    }
+    slots
+}
+
+/// A `budget_exceeded` event (`call_id`: the tool call cut short).
+fn budget_exceeded(turn: u32, call_id: Option<&str>, why: &str) -> ActionEvent {
+    ActionEvent::BudgetExceeded(event::BudgetExceeded {
+        turn,
+        call_id: call_id.map(str::to_owned),
+        reason: why.to_owned(),
+    })
+}
+
+/// Tool calls as the log keeps them: arguments capped at [`LOG_FIELD_CAP`].
+fn logged_calls(calls: &[ToolCall]) -> Vec<event::LoggedCall> {
+    calls
+        .iter()
+        .map(|c| event::LoggedCall {
+            id: c.id.clone(),
+            name: c.function.name.clone(),
+            arguments: cap_bytes(&c.function.arguments, LOG_FIELD_CAP),
+        })
+        .collect()
+}
+
+/// Gives every tool call of an assistant message an id (some servers omit
+/// them) so each tool result can answer exactly one call.
+fn normalize_assistant(mut msg: ChatMessage) -> ChatMessage {
+    msg.role = MessageRole::Assistant;
+    for (i, call) in msg.tool_calls.iter_mut().enumerate() {
+        if call.id.is_empty() {
+            call.id = format!("call_{i}");
+        }
+    }
+    msg
+}
+
+/// Adds a "not run" result for calls left unanswered when the loop stops
+/// mid-turn, so the saved transcript stays a valid conversation.
+fn answer_remaining(messages: &mut Vec<ChatMessage>, calls: &[ToolCall]) {
+    for call in calls {
+        let answered = messages
+            .iter()
+            .any(|m| m.tool_call_id.as_deref() == Some(call.id.as_str()));
+        if !answered {
+            messages.push(ChatMessage::tool(
+                call.id.clone(),
+                "error: not run: the stage was stopped",
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remaining_calls_get_answers() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            kind: "function".into(),
+            function: crate::llm::FunctionCall {
+                name: "bash".into(),
+                arguments: "{}".into(),
+            },
+        };
+        let mut msgs = vec![ChatMessage::tool("a", "done")];
+        answer_remaining(&mut msgs, &[call("a"), call("b")]);
+        assert_eq!(msgs.len(), 2);
+        assert_eq!(msgs[1].tool_call_id.as_deref(), Some("b"));
+    }
+}

@@ -1,0 +1,658 @@
+//! The events of an action log (`stages/<id>/actions.jsonl`, and each
+//! subagent's), as one type: [`ActionEvent`].
+//!
+//! Every writer of the log appends a variant ([`super::ActionLog::append`]),
+//! and every reader matches variants: token recovery
+//! ([`super::attempts_from_log`]), the public event stream (`events.rs`,
+//! which maps each variant to its public events or says it has none) and
+//! `orch log`'s renderer. Both the mapping and the renderer match without a
+//! catch-all arm, so a new variant without a rendering and a public-event
+//! decision does not compile.
+//!
+//! Invariants:
+//! - The JSON of a variant is the line format of `orch-run/1`
+//!   (docs/run-record.md): the tag is the `event` key, the fields are the
+//!   variant's, keys in sorted order (the log serializes through
+//!   [`serde_json::Value`], whose maps are sorted), `null` for a field that
+//!   is `None` unless the field says it is left out.
+//! - Reading is tolerant: a field missing from an older line takes its
+//!   default, and a line whose event is unknown (a newer orch) or whose
+//!   fields do not fit is kept as it is ([`Logged::Unknown`]), so old and
+//!   new logs stay readable.
+
+use crate::budget::{BudgetReport, ReportLimits};
+use crate::ids::Verdict;
+use crate::llm::{Sampling, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One action-log event. `ts` and `elapsed_ms` are added by the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub(crate) enum ActionEvent {
+    /// A stage's attempt starts (one per attempt; recovery splits on it).
+    StageStart(StageStart),
+    /// A role's notes worth keeping: warnings, model note, sampling keys.
+    RoleNotes(RoleNotes),
+    /// The stage's kernel sandbox.
+    Sandbox(Sandbox),
+    /// The repository's instruction files given to the stage.
+    ProjectInstructions(ProjectInstructions),
+    /// The lessons injected into the task.
+    Memory(Memory),
+    /// Counting the uses of injected lessons failed.
+    MemoryUses(MemoryUses),
+    /// What distilling a lesson after the stage came to.
+    Distill(Distill),
+    /// Files copied into the lane (`worktree_include`).
+    WorktreeInclude(WorktreeInclude),
+    /// The lane setup command: ran, or skipped as already done.
+    LaneSetup(LaneSetup),
+    /// An agent's loop starts.
+    AgentStart(AgentStart),
+    /// A subagent's process starts (its own log).
+    ChildStart(ChildStart),
+    /// The model server named its context window.
+    ContextWindow(ContextWindow),
+    /// A request is sent to the model.
+    Request(Request),
+    /// The model client retried a request.
+    Retry(Retry),
+    /// The model client stopped streaming.
+    StreamFallback(StreamFallback),
+    /// The model answered (one per model turn; recovery counts them).
+    Response(Response),
+    /// Tool calls the model wrote as text, recovered.
+    ToolCallsRecovered(ToolCallsRecovered),
+    /// One tool call and its result.
+    Tool(Tool),
+    /// The conversation was compacted.
+    Compaction(Compaction),
+    /// The model failed.
+    ModelError(ModelError),
+    /// A token, time or cost budget ran out.
+    BudgetExceeded(BudgetExceeded),
+    /// A tool fault that is orch's own (the stage ends).
+    ToolFault(ToolFault),
+    /// A reviewer's verdict was read from its text.
+    VerdictFromText(VerdictFromText),
+    /// A reply that gave no result, answered with a nudge.
+    Nudge(Nudge),
+    /// The same after the nudge: no result.
+    NoResult(NoResult),
+    /// The model repeated itself and was stopped.
+    Stuck(Stuck),
+    /// A verify command run on the stage's start commit, before the agent.
+    Baseline(Baseline),
+    /// A verify command run after the agent finished.
+    Verify(Verify),
+    /// The verify gate did not pass.
+    VerifyFailed(VerifyFailed),
+    /// A read-only role changed the tree; its changes were discarded.
+    ReadOnlyViolation(ReadOnlyViolation),
+    /// The lane's changes were staged.
+    Staged(Staged),
+    /// A subagent was killed.
+    Killed(Killed),
+    /// An agent's loop ended.
+    AgentEnd(AgentEnd),
+    /// A stage's attempt ended (recovery reads its status).
+    StageEnd(StageEnd),
+}
+
+/// `stage_start`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct StageStart {
+    pub run: String,
+    pub stage: String,
+    pub role: String,
+    /// The commit the stage starts from.
+    pub parent: String,
+    pub lane: String,
+    /// `created`, `reset` or `clean`.
+    pub lane_checkout: String,
+    pub model: String,
+    pub model_source: String,
+    pub base_url: Option<String>,
+}
+
+/// `role_notes`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct RoleNotes {
+    pub role: String,
+    pub origin: String,
+    pub warnings: Vec<String>,
+    pub model_note: Option<String>,
+    pub sampling: Sampling,
+}
+
+/// `sandbox`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Sandbox {
+    pub profile: String,
+    pub kernel: String,
+}
+
+/// One instruction file that was found (`project_instructions`' `files`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct InstructionFile {
+    /// The path in the repository, e.g. `AGENTS.md` or `src/api/CLAUDE.md`.
+    pub path: String,
+    /// Its git blob id (SHA-1 of the blob, as `git hash-object` prints it).
+    pub blob: String,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// The bytes of it the prompt holds (less than `bytes` when cut, 0 when
+    /// the budget was used up before it).
+    pub included: usize,
+}
+
+/// `project_instructions`: off (`enabled: false, files: []` only), or the
+/// files read from `commit`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ProjectInstructions {
+    pub enabled: bool,
+    pub files: Vec<InstructionFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<usize>,
+}
+
+/// `memory`: the lessons used, and either what was seen or the error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Memory {
+    pub memory_used: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lessons: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problems: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `memory_uses`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct MemoryUses {
+    pub error: String,
+}
+
+/// `distill`: one of three shapes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Distill {
+    /// Lessons were distilled (`memory_commit` is `null` when none came out).
+    Done {
+        key_event: String,
+        what: String,
+        lessons: Vec<String>,
+        status: String,
+        memory_commit: Option<String>,
+        usage: Usage,
+    },
+    /// The distill call failed.
+    Failed { key_event: String, error: String },
+    /// No key event: nothing to distill.
+    Skipped { skipped: bool, reason: String },
+}
+
+/// `worktree_include`: what was copied, or the error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct WorktreeInclude {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copied: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_ignored_in_lane: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<Vec<String>>,
+    /// `reflink`, `copy` or `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `lane_setup`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LaneSetup {
+    pub command: String,
+    pub origin: String,
+    pub key: String,
+    pub lockfiles: Vec<String>,
+    /// False when the lane had the key already.
+    pub ran: bool,
+    #[serde(flatten)]
+    pub outcome: SetupOutcome,
+}
+
+/// What a `lane_setup` came to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum SetupOutcome {
+    /// The command ran.
+    Ran {
+        exit_code: Option<i32>,
+        timed_out: bool,
+        duration_ms: u64,
+        sandbox: Option<String>,
+        passed: bool,
+        /// Tracked paths it changed.
+        changed: Vec<String>,
+        /// Head and tail of its output.
+        output: String,
+    },
+    /// It did not run, and why.
+    Skipped { reason: String },
+}
+
+/// `agent_start`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct AgentStart {
+    pub agent: String,
+    pub max_turns: u32,
+    /// The tools offered.
+    pub tools: Vec<String>,
+    pub system_prompt_bytes: usize,
+    pub task_bytes: usize,
+    pub budget: ReportLimits,
+    pub budget_notes: Vec<String>,
+    pub compact_at_tokens: u64,
+    pub text_result: bool,
+    pub text_tool_calls: bool,
+}
+
+/// `child_start`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ChildStart {
+    pub agent: String,
+    pub role: String,
+    pub depth: u32,
+    pub max_depth: u32,
+    pub pid: u32,
+    pub token_budget: Option<u64>,
+    pub time_budget_secs: Option<u64>,
+}
+
+/// `context_window`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ContextWindow {
+    pub turn: u32,
+    /// `server`.
+    pub source: String,
+    pub tokens: u64,
+    pub configured: u64,
+    pub used: u64,
+}
+
+/// `request`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Request {
+    pub turn: u32,
+    pub messages: usize,
+    /// Of the request sent, after compaction.
+    pub approx_bytes: usize,
+}
+
+/// `retry`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Retry {
+    pub turn: u32,
+    /// `turn` or `summary`.
+    pub request: String,
+    pub attempt: u32,
+    pub of: u32,
+    pub wait_ms: u64,
+    pub status: Option<u16>,
+    pub reason: String,
+}
+
+/// `stream_fallback`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct StreamFallback {
+    pub turn: u32,
+    pub reason: String,
+    pub streaming: bool,
+}
+
+/// A tool call as the log keeps it (arguments capped).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct LoggedCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// `response`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Response {
+    pub turn: u32,
+    pub latency_ms: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_usd: Option<f64>,
+    pub finish_reason: Option<String>,
+    pub content: Option<String>,
+    pub tool_calls: Vec<LoggedCall>,
+}
+
+/// `tool_calls_recovered`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ToolCallsRecovered {
+    pub turn: u32,
+    /// `text`.
+    pub recovered_from: String,
+    pub format: String,
+    pub tool_calls: Vec<LoggedCall>,
+}
+
+/// `tool`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Tool {
+    pub turn: u32,
+    pub call_id: String,
+    pub name: String,
+    pub is_error: bool,
+    pub summary: String,
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    pub policy: Option<String>,
+    pub sandbox: Option<String>,
+    pub changed_path: Option<String>,
+    /// `warned`, `same_turn` or `null`.
+    pub repeat: Option<String>,
+    pub result_bytes: usize,
+    /// The result's beginning (capped).
+    pub result: String,
+}
+
+/// The messages a compaction summarized.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Summarized {
+    pub messages: usize,
+    pub call_ids: Vec<String>,
+    pub summary_bytes: usize,
+}
+
+/// `compaction` (see docs/budgets-and-compaction.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Compaction {
+    pub turn: u32,
+    /// `threshold` or `context_length_error`.
+    pub trigger: String,
+    /// `stub`, `summary`, `stub+summary` or `none`.
+    pub method: String,
+    pub stubbed: Vec<String>,
+    pub summarized: Option<Summarized>,
+    pub summary_error: Option<String>,
+    pub kept: Vec<String>,
+    pub kept_turns: usize,
+    pub live_from: usize,
+    pub bytes_before: usize,
+    pub bytes_after: usize,
+    pub est_tokens_before: u64,
+    pub est_tokens_after: u64,
+    pub trigger_tokens: u64,
+    pub context_window: u64,
+    pub estimate: String,
+    pub under_trigger: bool,
+}
+
+/// `model_error`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ModelError {
+    pub turn: u32,
+    pub error: String,
+    /// What orch does about it, when it retries (left out otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<String>,
+}
+
+/// `budget_exceeded`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct BudgetExceeded {
+    pub turn: u32,
+    /// The tool call cut short, if one was (left out otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    pub reason: String,
+}
+
+/// `tool_fault`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ToolFault {
+    pub turn: u32,
+    pub call_id: String,
+    pub name: String,
+    pub reason: String,
+}
+
+/// `verdict_from_text`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct VerdictFromText {
+    pub turn: u32,
+    pub verdict: Option<Verdict>,
+}
+
+/// `nudge`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Nudge {
+    pub turn: u32,
+    pub message: String,
+}
+
+/// `no_result`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct NoResult {
+    pub turn: u32,
+    pub reason: String,
+}
+
+/// `stuck`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Stuck {
+    pub turn: u32,
+    /// The repeated call, when it was stopped before running (left out
+    /// otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    pub reason: String,
+}
+
+/// One verify (or baseline) command's run, as `verify` and `baseline` log it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct CommandRun {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub passed: bool,
+    /// Head and tail of its output.
+    pub output: String,
+    /// What the sandbox enforced (left out when it could not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+}
+
+/// `baseline`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Baseline {
+    /// The stage's start commit.
+    pub commit: String,
+    #[serde(flatten)]
+    pub run: CommandRun,
+}
+
+/// `verify`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Verify {
+    pub round: u32,
+    #[serde(flatten)]
+    pub run: CommandRun,
+}
+
+/// `verify_failed`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct VerifyFailed {
+    pub rounds: u32,
+    pub reason: String,
+}
+
+/// `read_only_violation`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ReadOnlyViolation {
+    /// The paths discarded.
+    pub discarded: Vec<String>,
+    pub reason: String,
+}
+
+/// `staged`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Staged {
+    /// `paths` (the watcher's) or how else the lane was staged.
+    pub how: String,
+    /// How many paths changed.
+    pub changed: usize,
+}
+
+/// `killed`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Killed {
+    pub signal: String,
+}
+
+/// `agent_end`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct AgentEnd {
+    pub agent: String,
+    /// How the loop ended (`Finished`, `Answered`, `TurnLimit`, …).
+    pub end: String,
+    pub turns: u32,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub verdict: Option<Verdict>,
+    pub verdict_from_text: bool,
+    pub budget: BudgetReport,
+}
+
+/// `stage_end`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct StageEnd {
+    /// `succeeded` or `failed`.
+    pub status: String,
+    pub commit: String,
+    pub branch: String,
+    pub reason: Option<String>,
+    pub files_changed: usize,
+    pub insertions: usize,
+    pub deletions: usize,
+    pub duration_ms: u64,
+    /// `pass`, `fail` or `null` (no gate).
+    pub verify: Option<String>,
+    pub verdict_from_text: bool,
+    /// The lane watcher said what changed (false: the lane was walked).
+    pub changes_from_watch: bool,
+}
+
+impl ActionEvent {
+    /// The event's line object: its fields, `event`, and the `ts` and
+    /// `elapsed_ms` the log adds (keys sorted, as every line has them).
+    pub(crate) fn to_line(&self, ts: &str, elapsed_ms: u64) -> Result<Value, serde_json::Error> {
+        let mut line = serde_json::to_value(self)?;
+        if let Value::Object(o) = &mut line {
+            o.insert("ts".to_owned(), Value::from(ts));
+            o.insert("elapsed_ms".to_owned(), Value::from(elapsed_ms));
+        }
+        Ok(line)
+    }
+}
+
+/// One line of an action log as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LogLine {
+    /// Milliseconds since the stage (or subagent) started; 0 when absent.
+    pub elapsed_ms: u64,
+    /// The event.
+    pub event: Logged,
+}
+
+/// An event read back: one this orch knows, or a line it does not (an
+/// event a newer orch writes, or fields that do not fit), kept whole.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Logged {
+    /// A known event.
+    Known(ActionEvent),
+    /// Any other JSON object: its `event` name (`?` when none) and the
+    /// whole object.
+    Unknown { name: String, line: Value },
+}
+
+/// Parses one line of an action log; `None` when it is not JSON (a torn
+/// last line left by a kill mid-write).
+pub(crate) fn parse_line(line: &str) -> Option<LogLine> {
+    let value: Value = serde_json::from_str(line).ok()?;
+    let elapsed_ms = value.get("elapsed_ms").and_then(Value::as_u64).unwrap_or(0);
+    let event = match ActionEvent::deserialize(&value) {
+        Ok(known) => Logged::Known(known),
+        Err(_) => Logged::Unknown {
+            name: value
+                .get("event")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned(),
+            line: value,
+        },
+    };
+    Some(LogLine { elapsed_ms, event })
+}
+
+/// The lines of a whole action log that parse ([`parse_line`]), in order.
+pub(crate) fn parse_log(text: &str) -> impl Iterator<Item = LogLine> + '_ {
+    text.lines().filter_map(parse_line)
+}
+
+#[cfg(test)]
+mod tests;

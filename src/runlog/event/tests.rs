@@ -1,0 +1,89 @@
+use super::*;
+
+/// Lines written by orch before the log was typed: the demo's `code` stage
+/// and one line of every shape the integration tests produced (taken from
+/// their `actions.jsonl` files).
+const BEFORE_TYPED: &str = include_str!("before-typed.jsonl");
+
+/// Shapes no test above logged, written as the untyped code wrote them
+/// (its `json!` objects, keys sorted).
+const HAND_WRITTEN: &[&str] = &[
+    r#"{"agent":"code/1","depth":1,"elapsed_ms":0,"event":"child_start","max_depth":2,"pid":4242,"role":"explore","time_budget_secs":null,"token_budget":5000,"ts":"2026-12-05T18:54:05.754Z"}"#,
+    r#"{"configured":128000,"elapsed_ms":3,"event":"context_window","source":"server","tokens":8192,"ts":"2026-12-05T18:54:05.754Z","turn":1,"used":8192}"#,
+    r#"{"elapsed_ms":9,"event":"killed","signal":"SIGTERM","ts":"2026-12-05T18:54:05.754Z"}"#,
+    r#"{"elapsed_ms":9,"error":"write the memory ref: locked","event":"memory_uses","ts":"2026-12-05T18:54:05.754Z"}"#,
+    r#"{"elapsed_ms":9,"error":"read lessons: bad tree","event":"memory","memory_used":[],"ts":"2026-12-05T18:54:05.754Z"}"#,
+    r#"{"elapsed_ms":1,"error":"copy .env: permission denied","event":"worktree_include","ts":"2026-12-05T18:54:05.754Z"}"#,
+    r#"{"command":"false","commit":"abc","duration_ms":0,"elapsed_ms":1,"event":"baseline","exit_code":null,"output":"orch could not run it: x","passed":false,"timed_out":false,"ts":"2026-12-05T18:54:05.754Z"}"#,
+];
+
+/// Every line: (its `ts`, its `elapsed_ms`, the line).
+fn lines() -> Vec<(String, u64, &'static str)> {
+    BEFORE_TYPED
+        .lines()
+        .chain(HAND_WRITTEN.iter().copied())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["ts"].as_str().unwrap().to_owned(),
+                v["elapsed_ms"].as_u64().unwrap(),
+                l,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn lines_written_before_the_log_was_typed_read_as_events_and_write_back_byte_for_byte() {
+    let all = lines();
+    let mut names = std::collections::BTreeSet::new();
+    for (ts, ms, line) in &all {
+        let read = parse_line(line).unwrap();
+        assert_eq!(read.elapsed_ms, *ms);
+        let Logged::Known(event) = read.event else {
+            panic!("not read as a known event: {line}");
+        };
+        let again = event.to_line(ts, *ms).unwrap().to_string();
+        assert_eq!(&again, line, "written back differently");
+        names.insert(
+            serde_json::to_value(&event).unwrap()["event"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Every event name orch writes is among them.
+    assert_eq!(names.len(), 34, "{names:?}");
+}
+
+#[test]
+fn an_unknown_or_misfit_line_is_kept_whole_and_a_torn_one_skipped() {
+    let newer = r#"{"elapsed_ms":5,"event":"novel","a":{"b":1}}"#;
+    let read = parse_line(newer).unwrap();
+    assert_eq!(read.elapsed_ms, 5);
+    assert_eq!(
+        read.event,
+        Logged::Unknown {
+            name: "novel".into(),
+            line: serde_json::from_str(newer).unwrap()
+        }
+    );
+    // A known name whose fields do not fit is kept as it is too.
+    let misfit = r#"{"event":"response","turn":"one"}"#;
+    assert!(matches!(
+        parse_line(misfit).unwrap().event,
+        Logged::Unknown { ref name, .. } if name == "response"
+    ));
+    // A field an older orch did not write takes its default.
+    let older = r#"{"event":"response","turn":2,"prompt_tokens":7}"#;
+    let Logged::Known(ActionEvent::Response(r)) = parse_line(older).unwrap().event else {
+        panic!("an older response line is a response");
+    };
+    assert_eq!((r.turn, r.prompt_tokens, r.completion_tokens), (2, 7, 0));
+    assert!(parse_line(r#"{"event":"resp"#).is_none());
+    assert!(matches!(
+        parse_line("[1]").unwrap().event,
+        Logged::Unknown { ref name, .. } if name == "?"
+    ));
+    assert_eq!(parse_log(&format!("{newer}\n\n{older}\n{{")).count(), 2);
+}
