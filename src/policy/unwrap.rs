@@ -12,7 +12,6 @@
 //! prints (`/` when that cannot be told), and `find`'s `{}` is the starting
 //! point itself when no test narrows the match.
 
-use super::MAX_DEPTH;
 use super::expand::{Scope, Written, produced_items};
 use super::paths::stays_inside;
 use super::programs::{
@@ -22,6 +21,10 @@ use super::programs::{
 use super::scripts::{download_outputs, file_key, inline_code, scan_inline, script_operand};
 use super::shell::{Simple, parse};
 use super::wrappers::strip_wrappers;
+
+/// Deepest nesting of `bash -c`, `$(…)`, `eval`, … that is analysed; deeper
+/// commands are denied rather than run unchecked.
+pub const MAX_DEPTH: usize = 8;
 
 /// One simple command found anywhere in the command line.
 #[derive(Debug)]
