@@ -194,10 +194,6 @@ fn with_knobs(mut settings: ModelSettings) -> ModelSettings {
 /// it low so exhausting the retries against a broken server stays fast.
 pub(super) const RETRY_BASE_ENV: &str = "ORCH_RETRY_BASE_MS";
 
-/// Shortest value treated as a secret: shorter ones are not keys, and
-/// redacting them would mangle ordinary text.
-const MIN_SECRET_LEN: usize = 8;
-
 /// Values of secret-looking environment variables, to redact from records.
 fn secrets() -> Vec<String> {
     secret_values(std::env::vars_os().map(|(k, v)| {
@@ -210,9 +206,11 @@ fn secrets() -> Vec<String> {
 
 /// The values of `vars` whose names look secret ([`crate::exec::is_secret_name`]).
 fn secret_values(vars: impl Iterator<Item = (String, String)>) -> Vec<String> {
-    vars.filter(|(k, v)| v.len() >= MIN_SECRET_LEN && crate::exec::is_secret_name(k))
-        .map(|(_, v)| v)
-        .collect()
+    vars.filter(|(k, v)| {
+        v.len() >= crate::secrets::MIN_SECRET_LEN && crate::exec::is_secret_name(k)
+    })
+    .map(|(_, v)| v)
+    .collect()
 }
 
 #[cfg(test)]
