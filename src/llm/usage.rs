@@ -15,12 +15,12 @@ pub struct Usage {
     #[serde(default)]
     pub total_tokens: u64,
     /// True when the server reported no usage and the counts are an estimate
-    /// (bytes / 4, see [`estimate_usage`]).
+    /// (bytes / 4, see [`crate::llm::estimate_usage`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
     /// The call's cost in US dollars as the server reported it (OpenRouter's
     /// `usage.cost`, LiteLLM's `x-litellm-response-cost` header); it wins
-    /// over the price table ([`ChatModel::cost_usd`]).
+    /// over the price table ([`crate::llm::ChatModel::cost_usd`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
 }

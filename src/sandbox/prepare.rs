@@ -220,7 +220,7 @@ impl Prepared {
 
     /// Whether preparing the same [`Policy`] again would give this sandbox:
     /// no directory listed to build the ruleset has changed since (a few
-    /// `lstat`s). [`ToolSandbox`] reuses a current one for every call of a
+    /// `lstat`s). [`super::ToolSandbox`] reuses a current one for every call of a
     /// stage instead of listing and opening the paths again.
     pub fn is_current(&self) -> bool {
         self.stale_because().is_none()

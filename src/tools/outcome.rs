@@ -6,7 +6,7 @@ use crate::ids::Verdict;
 use crate::text::one_line;
 
 /// Every tool name orch knows, in the order they are offered
-/// ([`ToolName::ALL`]).
+/// ([`crate::toolname::ToolName::ALL`]).
 pub const ALL_TOOLS: &[&str] = &crate::toolname::NAMES;
 
 /// Largest `arguments` text accepted from the model.
@@ -72,7 +72,7 @@ pub struct ToolOutcome {
     pub changed_path: Option<String>,
     /// `spawn_agent`: tokens the subagent (and its own subagents) used; they
     /// count towards the caller's tokens (its budget was already charged by
-    /// the [`Spawner`]).
+    /// the [`super::Spawner`]).
     pub child_tokens: Option<TokenCount>,
     /// `bash`: what the sandbox enforced for this call, e.g.
     /// `workspace-write, network on: landlock ABI 7: writable …` or

@@ -2,8 +2,8 @@
 //! actually send it (lenient about nulls and omissions), and the snippets of
 //! server bodies quoted in errors.
 
-use super::OpenAiClient;
 use super::classify::Attempt;
+use super::client::OpenAiClient;
 use super::snippet::{compact, snippet};
 use crate::llm::retry::{context_window_in_message, is_context_length_message};
 use crate::llm::settings::{Sampling, ToolChoice};
