@@ -33,7 +33,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use orch::sandbox::{self, Policy, Profile, RepoGuard};
+use orch::sandbox::{self, Policy, RepoGuard};
+use orch::sandbox_profile::Profile;
 
 // Shared with the other benchmarks; this one needs no `orch` binary.
 #[path = "support/bench.rs"]

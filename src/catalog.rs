@@ -11,6 +11,7 @@
 //! command that uses that role, and breaks nothing else. Pipelines are parsed
 //! on use, against the role names the catalog holds.
 
+use crate::dirs::user_config_dir;
 use crate::pipeline::{Pipeline, SpecError, parse_pipeline};
 use crate::role::{Role, parse_role};
 use std::collections::BTreeMap;
@@ -335,8 +336,6 @@ impl Catalog {
             .collect()
     }
 }
-
-pub(crate) use crate::dirs::user_config_dir;
 
 /// The files in `dir` with one of `extensions`, as (stem, path) sorted by
 /// stem; an absent directory holds nothing. Names that are not UTF-8 are

@@ -2,7 +2,7 @@
 //! environment into [`ModelSettings`], remembering where each value came from.
 //!
 //! Files (both optional): `<repo>/.orch/orch.toml` and
-//! `<user config dir>/orch.toml` ([`crate::catalog::user_config_dir`]).
+//! `<user config dir>/orch.toml` ([`crate::dirs::user_config_dir`]).
 //!
 //! ```toml
 //! default_profile = "openai"

@@ -7,7 +7,7 @@
 //! - Every line is one whole object `{"v": 1, "type", "run_id", "ts", …}`,
 //!   written with one `write_all` under the stdout lock and flushed at once,
 //!   so concurrent stages never interleave and a consumer sees it live.
-//! - Every line is redacted like the action log ([`crate::runlog::redact`]).
+//! - Every line is redacted like the action log ([`crate::secrets::redact`]).
 //! - Off, an [`Events`] is `None` inside: each hook is one branch, nothing
 //!   is allocated.
 //! - A closed or failing stdout stops the stream, never the run.
@@ -88,7 +88,7 @@ impl Events {
     }
 
     /// Values redacted from every later line, besides the ones registered
-    /// process-wide ([`crate::sandbox::known_secrets`]).
+    /// process-wide ([`crate::secrets::known_secrets`]).
     pub fn redacting(&self, secrets: &[String]) {
         if let Some(inner) = &self.0 {
             let _ = inner.secrets.set(secrets.to_vec());
@@ -268,7 +268,7 @@ fn render(
     }
     line.push('}');
     let all: Vec<String> = secrets.iter().chain(more_secrets).cloned().collect();
-    let mut line = crate::runlog::redact(&line, &all);
+    let mut line = crate::secrets::redact(&line, &all);
     line.push('\n');
     line
 }

@@ -31,7 +31,7 @@ pub(crate) mod runlog;
 pub(crate) mod runner;
 pub mod sandbox;
 pub mod sandbox_profile;
-pub(crate) mod secrets;
+pub mod secrets;
 pub mod setup;
 pub mod subagent;
 pub(crate) mod text;

@@ -2,7 +2,8 @@
 //! command, map its error to an exit code. Everything else is in the library.
 
 use clap::Parser;
-use orch::cli::{Cli, Command, dispatch, exit};
+use orch::cli::{Cli, Command, dispatch};
+use orch::exit;
 use orch::ui::{status_line, stderr_color};
 
 fn main() {
@@ -48,7 +49,7 @@ fn main() {
     // secret too: known before anything is recorded.
     let gh_token = orch::forge::startup_token(cli.command.needs_forge_token());
     let home = orch::environment::current().home();
-    orch::sandbox::register_secrets(
+    orch::secrets::register_secrets(
         secrets
             .redactable_values()
             .map(|v| v.to_string_lossy().into_owned())

@@ -70,15 +70,13 @@ mod shell;
 #[cfg(test)]
 mod table_tests;
 mod unwrap;
+mod wrappers;
 
 use std::path::Path;
 
 use builtin::{Entry, builtin_deny};
+pub use unwrap::MAX_DEPTH;
 use unwrap::analyze;
-
-/// Deepest nesting of `bash -c`, `$(…)`, `eval`, … that is analysed; deeper
-/// commands are denied rather than run unchecked.
-pub const MAX_DEPTH: usize = 8;
 
 /// The policy's answer for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -128,7 +128,7 @@ fn lane_pool_bound(workdir: &Path, session: &Session) -> Result<usize, RunError>
     if let Some(n) = session.lane_pool {
         return Ok(n);
     }
-    let user = crate::catalog::user_config_dir();
+    let user = crate::dirs::user_config_dir();
     let env = crate::environment::current().var_os(crate::environment::ORCH_LANE_POOL);
     let configured = crate::config::lane_pool(env, Some(workdir), user.as_deref())
         .map_err(|e| RunError::Refused(e.to_string()))?;
@@ -217,9 +217,9 @@ struct StageOutcome {
     internal_failed: bool,
     verdict: Option<Verdict>,
     verdict_from_text: bool,
-    verify: Option<crate::agent::verify::VerifyReport>,
+    verify: Option<crate::runlog::VerifyReport>,
     setup: Option<crate::runlog::SetupRecord>,
-    baseline: Option<crate::agent::verify::BaselineReport>,
+    baseline: Option<crate::runlog::BaselineReport>,
     summary: String,
     turns: u32,
     tokens: TokenCount,

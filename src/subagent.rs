@@ -31,8 +31,8 @@ mod record;
 
 use record::append_event;
 pub use record::{
-    AgentEvent, AgentNode, AgentResult, AgentStatus, agent_dir, agent_tree, parent_path,
-    read_result, write_result,
+    AgentEvent, AgentNode, AgentResult, AgentStatus, RESULT_FORMAT, agent_dir, agent_tree,
+    parent_path, read_result, write_result,
 };
 
 use std::collections::HashMap;
@@ -47,8 +47,6 @@ use crate::exec::ProcessGroup;
 use crate::llm::{ChatModel, ModelSpawn};
 use crate::tools::{SpawnFuture, Spawner, ToolError, ToolOutcome};
 
-/// Schema of `result.json`.
-pub const RESULT_FORMAT: &str = "orch-agent-result/1";
 /// Default depth limit: a stage's children are depth 1, theirs depth 2.
 pub const DEFAULT_MAX_DEPTH: u32 = 2;
 /// Default number of children of one agent running at once.
@@ -561,7 +559,7 @@ fn child_hook(ctx: &SpawnContext) -> Result<crate::exec::PreExec, ToolError> {
     use std::os::fd::AsRawFd;
     let mut secrets = crate::sandbox::ChildSecrets {
         env: Vec::new(),
-        redact: crate::sandbox::known_secrets().to_vec(),
+        redact: crate::secrets::known_secrets().to_vec(),
     };
     if let ModelSpawn::Http {
         api_key: Some(key), ..
@@ -579,7 +577,7 @@ fn child_hook(ctx: &SpawnContext) -> Result<crate::exec::PreExec, ToolError> {
                 .map_err(|e| ToolError::Fatal(format!("failed to set up the sandbox: {e}")))?
                 .for_subagent(
                     &ctx.record_dir.join("agents"),
-                    crate::catalog::user_config_dir().as_deref(),
+                    crate::dirs::user_config_dir().as_deref(),
                 );
             Some(
                 crate::sandbox::prepare(&policy)

@@ -8,7 +8,7 @@
 use super::{Agent, AgentEnd};
 use crate::llm::ChatModel;
 use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
-pub(crate) use crate::runlog::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};
+use crate::runlog::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};
 use crate::tools::ToolContext;
 
 /// Bytes of a failing command's output sent back to the agent (head and tail).

@@ -316,8 +316,8 @@ async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
     };
     ignore_closed(printed.and_then(|()| out.finish()))?;
     Ok(match result.status {
-        AgentStatus::Succeeded => super::exit::OK,
-        AgentStatus::ModelError => super::exit::MODEL,
-        _ => super::exit::STAGE_FAILED,
+        AgentStatus::Succeeded => crate::exit::OK,
+        AgentStatus::ModelError => crate::exit::MODEL,
+        _ => crate::exit::STAGE_FAILED,
     })
 }

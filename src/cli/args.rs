@@ -10,6 +10,9 @@ use crate::config::Overrides;
 use crate::llm::settings::{Sampling, ToolChoice};
 use std::path::PathBuf;
 
+/// The `--base` value that snapshots the user's working tree.
+pub(super) const WORKTREE_BASE: &str = "worktree";
+
 /// Model flags shared by the commands that run agents.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ModelArgs {

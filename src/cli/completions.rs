@@ -3,7 +3,8 @@
 //! definition (`clap_complete`), so it never falls behind a new flag.
 
 use super::output::{Out, ignore_closed};
-use super::{Cli, CliError, exit};
+use super::{Cli, CliError};
+use crate::exit;
 use clap::CommandFactory;
 use clap_complete::Shell;
 

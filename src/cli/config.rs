@@ -1,11 +1,12 @@
 //! `orch config`: the resolved model settings and where each came from
 //! (flag, env, file:line, default), secrets masked.
 
+use super::CliError;
 use super::args::ModelArgs;
 use super::model::resolve_config;
 use super::output::Out;
-use super::{CliError, exit};
 use crate::config::{ResolvedConfig, Setting, Source, builtin_prices_note, mask_secret};
+use crate::exit;
 use crate::llm::price::Price;
 use serde_json::{Value, json};
 use std::path::PathBuf;

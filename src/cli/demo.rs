@@ -3,12 +3,13 @@
 //! the recorded replay model (tools run for real; only the model's replies
 //! are replayed), and then runs the fixture's own tests on the PR branch.
 
+use super::CliError;
 use super::args::ModelArgs;
 use super::output::{Out, ignore_closed};
 use super::session::{SessionBuilder, roles_for};
 use super::summary::{exit_code_of, print_summary};
-use super::{CliError, exit};
 use crate::catalog::Catalog;
+use crate::exit;
 use crate::runner::{RunOptions, run_pipeline};
 use crate::ui::Ui;
 use std::path::{Path, PathBuf};

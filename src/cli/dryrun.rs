@@ -284,7 +284,7 @@ fn text(v: &Value) -> &str {
 pub(super) fn dry_base(repo: &Path, rev: &str) -> Result<DryBase, CliError> {
     let info = crate::git::open_repo(repo)?;
     let dirty = crate::git::snapshot::working_tree_dirt(&info.workdir)?.paths;
-    let commit = if rev == super::session::WORKTREE_BASE {
+    let commit = if rev == super::args::WORKTREE_BASE {
         None
     } else {
         Some(crate::git::Repo::at(&info.common_dir).resolve_commit(rev)?)
@@ -316,5 +316,5 @@ pub(super) fn dry_run(
         base: dry_base(repo, base)?,
     };
     super::output::ignore_closed(print_plan(&plan, json_out))?;
-    Ok(super::exit::OK)
+    Ok(crate::exit::OK)
 }

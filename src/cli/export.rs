@@ -5,9 +5,10 @@
 //! review it answers asked for changes (`orch stage` would skip it anyway,
 //! so the condition only saves a runner). See `docs/distributed.md`.
 
+use super::CliError;
 use super::output::Out;
-use super::{CliError, exit};
 use crate::catalog::Catalog;
+use crate::exit;
 use crate::pipeline::{Pipeline, Stage};
 use std::collections::HashMap;
 use std::fmt::Write as _;

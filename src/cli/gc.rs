@@ -12,8 +12,9 @@
 //! The same lane clean-up runs at the end of a failed run, and after a
 //! read-only `orch agent` question (see `summary.rs`).
 
+use super::CliError;
 use super::output::{Out, ignore_closed};
-use super::{CliError, exit};
+use crate::exit;
 use crate::git::gc::Removed;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

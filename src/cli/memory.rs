@@ -4,8 +4,9 @@
 //! the commit at `HEAD` (what a run started there reads), and every string
 //! that came from a lesson is printed through [`crate::text::untrusted`].
 
+use super::CliError;
 use super::output::Out;
-use super::{CliError, exit};
+use crate::exit;
 use crate::memory::{Evidence, Kind, Lesson, MemoryError, Origin, Scope, Status, store};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -45,8 +45,7 @@ use crate::runlog::RecordError;
 use crate::runner::RunError;
 use clap::{Parser, Subcommand};
 
-/// Process exit codes (also listed in the README).
-pub use crate::exit;
+use crate::exit;
 
 const EXAMPLES: &str = "\
 Examples:

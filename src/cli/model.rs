@@ -20,7 +20,7 @@ pub(super) fn resolve_config(
     repo: Option<&Path>,
 ) -> Result<ResolvedConfig, CliError> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let user_dir = crate::catalog::user_config_dir();
+    let user_dir = crate::dirs::user_config_dir();
     config::resolve(&args.overrides(), repo, user_dir.as_deref(), &env).map_err(config_error)
 }
 
@@ -93,7 +93,7 @@ fn chosen_from(
             config::Source::Env(name) => name.as_str(),
             _ => "the API key",
         };
-        if crate::sandbox::redactable(name, &k.value) {
+        if crate::secrets::redactable(name, &k.value) {
             secrets.push(k.value.clone());
         }
     }
@@ -124,7 +124,7 @@ pub(super) fn choose_profile(
         profile: Some(name.to_owned()),
         ..flags.overrides()
     };
-    let user_dir = crate::catalog::user_config_dir();
+    let user_dir = crate::dirs::user_config_dir();
     let resolve = |hidden: &[&str]| {
         let env = |k: &str| {
             (!hidden.contains(&k))
@@ -194,10 +194,6 @@ fn with_knobs(mut settings: ModelSettings) -> ModelSettings {
 /// it low so exhausting the retries against a broken server stays fast.
 pub(super) const RETRY_BASE_ENV: &str = "ORCH_RETRY_BASE_MS";
 
-/// Shortest value treated as a secret: shorter ones are not keys, and
-/// redacting them would mangle ordinary text.
-const MIN_SECRET_LEN: usize = 8;
-
 /// Values of secret-looking environment variables, to redact from records.
 fn secrets() -> Vec<String> {
     secret_values(std::env::vars_os().map(|(k, v)| {
@@ -210,9 +206,11 @@ fn secrets() -> Vec<String> {
 
 /// The values of `vars` whose names look secret ([`crate::exec::is_secret_name`]).
 fn secret_values(vars: impl Iterator<Item = (String, String)>) -> Vec<String> {
-    vars.filter(|(k, v)| v.len() >= MIN_SECRET_LEN && crate::exec::is_secret_name(k))
-        .map(|(_, v)| v)
-        .collect()
+    vars.filter(|(k, v)| {
+        v.len() >= crate::secrets::MIN_SECRET_LEN && crate::exec::is_secret_name(k)
+    })
+    .map(|(_, v)| v)
+    .collect()
 }
 
 #[cfg(test)]

@@ -70,15 +70,21 @@ pub(crate) fn ignore_closed(printed: Result<(), CliError>) -> Result<(), CliErro
     }
 }
 
+/// Dollars to four places, never `-0.0000` (a float sum of nothing is -0.0).
+pub(super) fn usd(v: f64) -> String {
+    format!("${:.4}", v + 0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::plural;
 
     #[test]
     fn a_broken_pipe_is_a_closed_stdout_and_other_errors_name_stdout() {
         let closed = stdout_error(io::Error::from(io::ErrorKind::BrokenPipe));
         assert!(matches!(closed, CliError::StdoutClosed));
-        assert_eq!(closed.exit_code(), super::super::exit::OK);
+        assert_eq!(closed.exit_code(), crate::exit::OK);
         let full = stdout_error(io::Error::other("disk full"));
         assert!(
             full.to_string().contains("write to stdout: disk full"),
@@ -86,5 +92,16 @@ mod tests {
         );
         assert!(ignore_closed(Err(CliError::StdoutClosed)).is_ok());
         assert!(ignore_closed(Err(full)).is_err());
+    }
+
+    #[test]
+    fn counts_are_singular_or_plural_and_costs_never_negative_zero() {
+        assert_eq!(plural(1, "error", "errors"), "1 error");
+        assert_eq!(plural(0, "error", "errors"), "0 errors");
+        assert_eq!(plural(2, "turn", "turns"), "2 turns");
+        let nothing: f64 = std::iter::empty::<f64>().sum();
+        assert_eq!(usd(nothing), "$0.0000");
+        assert_eq!(usd(-0.0), "$0.0000");
+        assert_eq!(usd(0.01234), "$0.0123");
     }
 }

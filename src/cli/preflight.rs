@@ -33,7 +33,7 @@ pub(crate) async fn check_run(
     base: &str,
     model: &dyn ChatModel,
 ) -> Result<Served, CliError> {
-    if base == super::session::WORKTREE_BASE {
+    if base == super::args::WORKTREE_BASE {
         crate::git::open_repo(repo)?;
     } else {
         crate::git::open_repo_at(repo, base)?;
@@ -174,6 +174,6 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("reach the model server"), "{err}");
-        assert_eq!(err.exit_code(), super::super::exit::MODEL);
+        assert_eq!(err.exit_code(), crate::exit::MODEL);
     }
 }

@@ -159,7 +159,7 @@ pub(super) async fn cmd_publish(args: PublishArgs) -> Result<i32, CliError> {
         )?;
     }
     out.finish()?;
-    Ok(super::exit::OK)
+    Ok(crate::exit::OK)
 }
 
 /// `pr.md` is the title, a blank line, then the body.
@@ -182,7 +182,7 @@ fn target_project(args: &PublishArgs, issue: Option<&FrozenIssue>) -> Result<Pro
         CliError::Invalid(format!(
             "failed to tell which forge to open the request on: the run's issue was a file and the remote {} ({}) is not on github.com or a gitlab host; pass --forge github:OWNER/REPO or gitlab:GROUP/PROJECT",
             args.remote,
-            without_userinfo(&runlog::redact(&url, &[]))
+            without_userinfo(&crate::secrets::redact(&url, &[]))
         ))
     })
 }

@@ -54,7 +54,7 @@ pub(super) fn run_cost(s: &RunState) -> String {
         // Its price is applied when it ends; "$0" so far would be a lie.
         return "unknown until the running stage ends".to_owned();
     }
-    run_cost_usd(s).map_or("unknown".to_owned(), super::inspect::usd)
+    run_cost_usd(s).map_or("unknown".to_owned(), super::output::usd)
 }
 
 /// The run's cost in USD (earlier attempts included), `None` when unknown.

@@ -12,11 +12,12 @@
 //! Exit codes: 0 when the replay reproduced the run (no divergence, equal
 //! final tree), 1 when it did not, and the usual codes for errors.
 
+use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
 use super::output::{Out, ignore_closed};
 use super::record::resolve_run_id;
 use super::session::SessionBuilder;
-use super::{CliError, exit};
+use crate::exit;
 use crate::llm::{ChatMessage, MessageRole};
 use crate::runlog::{RunState, StageStatus};
 use crate::runner::{self, RunOptions};
@@ -110,7 +111,7 @@ pub(crate) struct Divergence {
 pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let info = crate::git::open_repo(&args.repo)?;
-    let (run_dir, state, plan) = runner::load_run(&info.common_dir, run_id.as_str())?;
+    let (run_dir, state, plan) = runner::load_run(&info.common_dir, &run_id)?;
     let recorded = transcripts(&run_dir.root)?;
     if recorded.is_empty() {
         return Err(CliError::Invalid(format!(
@@ -167,7 +168,7 @@ pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
         &ui,
     )
     .await?;
-    let (new_dir, _, _) = runner::load_run(&info.common_dir, summary.state.run_id.as_str())?;
+    let (new_dir, _, _) = runner::load_run(&info.common_dir, &summary.state.run_id)?;
     let replayed = transcripts(&new_dir.root)?;
     let divergences = diverged(&recorded, &replayed);
     let original_tree = final_tree(&info.common_dir, &state)?;

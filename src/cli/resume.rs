@@ -1,12 +1,13 @@
 //! `orch resume` and `orch rollback`.
 
+use super::CliError;
 use super::args::{EventArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::output::{Out, ignore_closed};
 use super::record::resolve_run_id;
 use super::session::SessionBuilder;
 use super::summary::{check_events, end_events, exit_code_of, report_summary};
-use super::{CliError, exit};
 use crate::events::Events;
+use crate::exit;
 use crate::runner::{self, ResumeOptions};
 use crate::ui::Ui;
 use std::path::PathBuf;
@@ -74,8 +75,8 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
     check_events(events, args.json, false)?;
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let info = crate::git::open_repo(&args.repo)?;
-    let (dir, state, plan) = runner::load_run(&info.common_dir, run_id.as_str())?;
-    crate::runlog::refuse_if_live(&dir.root, run_id.as_str())?;
+    let (dir, state, plan) = runner::load_run(&info.common_dir, &run_id)?;
+    crate::runlog::refuse_if_live(&dir.root, &run_id)?;
     let mut session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
         .max_parallel(args.parallel.max_parallel)
@@ -110,10 +111,10 @@ pub(super) async fn cmd_rollback(args: RollbackArgs) -> Result<i32, CliError> {
     let run_id = resolve_run_id(&args.repo, &args.run)?;
     let info = crate::git::open_repo(&args.repo)?;
     let root = crate::runlog::RunDir::open(&info.common_dir, run_id.as_str())?.root;
-    crate::runlog::refuse_if_live(&root, run_id.as_str())?;
+    crate::runlog::refuse_if_live(&root, &run_id)?;
     let rolled = runner::rollback_run(&args.repo, &run_id, &args.to).await?;
     if args.json {
-        return super::stage_json::print_rollback(run_id.as_str(), &args.to, &rolled);
+        return super::stage_json::print_rollback(&run_id, &args.to, &rolled);
     }
     let mut out = Out::stdout();
     writeln!(

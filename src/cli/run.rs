@@ -190,5 +190,5 @@ async fn plan_remote(args: &RunArgs, url: &str, opts: RunOptions) -> Result<i32,
         writeln!(out, "{run_id}")?;
     }
     ignore_closed(out.finish())?;
-    Ok(super::exit::OK)
+    Ok(crate::exit::OK)
 }

@@ -222,9 +222,6 @@ pub(super) fn roles_for(
     Ok(roles)
 }
 
-/// The `--base` value that snapshots the user's working tree.
-pub(super) const WORKTREE_BASE: &str = "worktree";
-
 /// The base a new run starts from, as given by `--base`, and the note about
 /// the user's working tree. `worktree` writes a snapshot commit of the
 /// user's working tree (their index, HEAD and branch untouched) and returns
@@ -235,7 +232,7 @@ pub(super) const WORKTREE_BASE: &str = "worktree";
 /// off the way to the first model request; the returned [`DirtNote`] prints
 /// what it found when it finishes.
 pub(super) fn start_base(repo: &Path, base: &str) -> Result<(String, DirtNote), CliError> {
-    if base != WORKTREE_BASE {
+    if base != super::args::WORKTREE_BASE {
         let info = crate::git::open_repo(repo)?;
         return Ok((
             base.to_owned(),

@@ -170,13 +170,13 @@ pub(super) async fn cmd_setup(args: SetupArgs) -> Result<i32, CliError> {
         Err(setup::SetupError::Other(e)) => return Err(CliError::Internal(e)),
     };
     let (code, line) = match &outcome.end {
-        SetupEnd::Planned | SetupEnd::Done => (super::exit::OK, None),
+        SetupEnd::Planned | SetupEnd::Done => (crate::exit::OK, None),
         SetupEnd::NotConfirmed(why) => (
-            super::exit::NOT_CONFIRMED,
+            crate::exit::NOT_CONFIRMED,
             Some(format!("setup {}: not confirmed: {why}", outcome.id)),
         ),
         SetupEnd::Failed(why) => (
-            super::exit::STAGE_FAILED,
+            crate::exit::STAGE_FAILED,
             Some(format!(
                 "setup {}: failed: {why} (record: {}; `{}` {})",
                 outcome.id,

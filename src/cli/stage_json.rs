@@ -2,9 +2,11 @@
 //! (one object on stdout each, like every `--json`; the readable forms live
 //! with their commands).
 
+use super::CliError;
 use super::output::{Out, ignore_closed};
-use super::{CliError, exit};
+use crate::exit;
 use crate::git;
+use crate::ids::RunId;
 use crate::runlog::{RunState, StageRecord};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -68,9 +70,9 @@ pub(super) fn print_diff(
 }
 
 /// `orch rollback --json`.
-pub(super) fn print_rollback(run_id: &str, to: &str, rolled: &[String]) -> Result<i32, CliError> {
+pub(super) fn print_rollback(run_id: &RunId, to: &str, rolled: &[String]) -> Result<i32, CliError> {
     print(&json!({
-        "run_id": run_id,
+        "run_id": run_id.as_str(),
         "to": to,
         "final_branch": format!("orch/{run_id}/pr"),
         "rolled_back": rolled,

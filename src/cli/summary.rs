@@ -2,9 +2,10 @@
 //! the exit code its outcome maps to. Shared by `run`, `resume`, `agent` and
 //! `demo`.
 
+use super::CliError;
 use super::output::Out;
-use super::{CliError, exit};
 use crate::events::Events;
+use crate::exit;
 use crate::runlog::{RunStatus, StageStatus};
 use crate::runner::RunSummary;
 use std::fmt::Write as _;

@@ -1,8 +1,9 @@
 //! `orch validate` and `orch graph`.
 
+use super::CliError;
 use super::output::{Out, ignore_closed};
-use super::{CliError, exit};
 use crate::catalog::Catalog;
+use crate::exit;
 use std::path::PathBuf;
 
 /// Arguments of `orch validate`.
@@ -73,7 +74,7 @@ fn print_catalog(catalog: &Catalog, errors: usize) -> Result<(), CliError> {
         writeln!(
             out,
             "{}",
-            super::inspect::plural(errors as u64, "error", "errors")
+            crate::text::plural(errors as u64, "error", "errors")
         )?;
     }
     out.finish()

@@ -2,11 +2,12 @@
 //! run by this machine as a worker (see `distributed::worker` and
 //! `docs/distributed.md`).
 
+use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
 use super::output::{Out, ignore_closed};
 use super::session::SessionBuilder;
-use super::{CliError, exit};
 use crate::distributed::worker::{self, Outcome, RoundTrips, StageJob};
+use crate::exit;
 use crate::ids::RunId;
 use crate::runlog::StageStatus;
 use crate::ui::Ui;

@@ -4,7 +4,7 @@
 //! Both the `--json` object and every JSONL line carry
 //! `"format": "orch-eval/1"`; fields are only ever added under that format.
 
-use super::EvalError;
+use super::error::EvalError;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@
 //! A task set is a directory of task directories (sorted by name; names
 //! starting with `.` are skipped), or a single task directory.
 
-use super::EvalError;
+use super::error::EvalError;
 use std::path::{Path, PathBuf};
 
 /// Where a task's starting repository comes from.

@@ -32,8 +32,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::RUN_MARKER;
+use super::env::RUN_MARKER;
 use super::reaper::{self, Reaper, Report, fallback};
+use crate::ids::RunId;
 
 /// Time between SIGTERM and SIGKILL when a process group is stopped.
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
@@ -280,7 +281,7 @@ fn signal_group(pgid: libc::pid_t, signal: rustix::process::Signal) {
 /// with its process group: what an `orch` that was SIGKILLed in the middle
 /// of a tool call or a subagent left running. Returns how many processes
 /// were found. Linux only (reads `/proc`); elsewhere it finds nothing.
-pub(crate) fn reap_run_orphans(run_id: &str) -> usize {
+pub(crate) fn reap_run_orphans(run_id: &RunId) -> usize {
     let marker = format!("{RUN_MARKER}={run_id}");
     let me = std::process::id();
     let mut found = 0;

@@ -151,8 +151,8 @@ impl Reaper {
     /// Creates both pipes (close-on-exec: only the reaper, which never execs,
     /// keeps its ends past the spawn).
     pub(crate) fn pipes() -> std::io::Result<(Reaper, ReaperEnds)> {
-        let (control_read, control_write) = super::capture::cloexec_pipe()?;
-        let (reports_read, reports_write) = super::capture::cloexec_pipe()?;
+        let (control_read, control_write) = super::pipe::cloexec_pipe()?;
+        let (reports_read, reports_write) = super::pipe::cloexec_pipe()?;
         set_nonblocking(&control_write)?;
         set_nonblocking(&reports_read)?;
         Ok((

@@ -8,9 +8,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use super::capture::{PipeCapture, cloexec_pipe};
+use super::capture::PipeCapture;
 use super::group::{PreExec, ProcessGroup};
-use super::{ExecLimits, ExecResult};
+use super::limits::{ExecLimits, ExecResult};
+use super::pipe::cloexec_pipe;
 
 /// Runs `bash -c command` in `cwd` with exactly `env`, stdin closed, in its own
 /// process group, and waits at most `timeout` (then SIGTERM to the group,
@@ -91,9 +92,9 @@ pub(crate) async fn run_shell_with(
 
 #[cfg(test)]
 mod tests {
-    use super::super::MAX_OUTPUT_BYTES;
     use super::super::env::scrubbed_env;
     use super::super::group::tests::group_gone;
+    use super::super::limits::MAX_OUTPUT_BYTES;
     use super::*;
     use std::path::Path;
 

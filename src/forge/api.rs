@@ -1,7 +1,8 @@
 //! One forge's REST API: JSON requests with the token in a header and
 //! errors that name the request (never the token).
 
-use super::{Forge, ForgeError, ForgeSettings};
+use super::settings::ForgeSettings;
+use super::types::{Forge, ForgeError};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ impl ForgeApi {
         Ok(ForgeApi {
             forge,
             base,
-            token: super::token(forge),
+            token: super::token::token(forge),
             http,
         })
     }
@@ -148,7 +149,7 @@ impl ForgeApi {
 
     /// `text` with the token and every registered secret removed.
     fn redact(&self, text: &str) -> String {
-        crate::runlog::redact(text, self.token.as_slice())
+        crate::secrets::redact(text, self.token.as_slice())
     }
 }
 

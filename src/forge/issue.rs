@@ -2,7 +2,8 @@
 //! run record keeps the Markdown the agents saw (`issue.md`) and the
 //! fetched fields (`issue.json`), so `orch resume` never asks the forge again.
 
-use super::{Forge, ForgeApi, ForgeError, IssueRef, Project};
+use super::api::ForgeApi;
+use super::types::{Forge, ForgeError, IssueRef, Project};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -2,7 +2,8 @@
 //! open one that already exists for that head: a second publish creates
 //! nothing new.
 
-use super::{Forge, ForgeApi, ForgeError, Project, percent_encode};
+use super::api::ForgeApi;
+use super::types::{Forge, ForgeError, Project, percent_encode};
 use crate::text::untrusted;
 use serde_json::{Value, json};
 

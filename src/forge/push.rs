@@ -6,7 +6,7 @@
 //! credentials (ssh agent, credential helpers, the `extraheader` that
 //! `actions/checkout` configures) and none of orch's.
 
-use super::{Forge, ForgeError, Project};
+use super::types::{Forge, ForgeError, Project};
 use std::path::Path;
 
 /// Pushes `refspecs` (`<src>:refs/heads/<dst>`) to `remote` (a remote's
@@ -38,7 +38,7 @@ pub(crate) async fn push_refs(
         } else {
             ""
         };
-        return Err(ForgeError::Push(without_userinfo(&crate::runlog::redact(
+        return Err(ForgeError::Push(without_userinfo(&crate::secrets::redact(
             &format!("failed to push to {remote}:\n{}{hint}", text.trim()),
             &[],
         ))));

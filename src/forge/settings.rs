@@ -12,9 +12,9 @@
 //! Precedence per forge: the repository's `.orch/orch.toml`, then the
 //! user's `orch.toml`, then the variable the forge's CI sets
 //! (`GITHUB_API_URL` in GitHub Actions, `CI_API_V4_URL` in GitLab CI), then
-//! the public API. Tokens are never written here (see [`super::token`]).
+//! the public API. Tokens are never written here (see `super::token`).
 
-use super::{Forge, ForgeError};
+use super::types::{Forge, ForgeError};
 use std::path::Path;
 
 /// The API base per forge, where one was configured.
@@ -47,7 +47,7 @@ impl ForgeSettings {
         let mut out = ForgeSettings::default();
         let files = [
             repo.map(|r| r.join(".orch").join(crate::config::CONFIG_FILE)),
-            crate::catalog::user_config_dir().map(|d| d.join(crate::config::CONFIG_FILE)),
+            crate::dirs::user_config_dir().map(|d| d.join(crate::config::CONFIG_FILE)),
         ];
         for path in files.into_iter().flatten() {
             let text = match std::fs::read_to_string(&path) {

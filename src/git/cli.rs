@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::GitError;
+use super::error::GitError;
 
 /// The oldest git orch runs: `--pathspec-from-file` (2.25), `worktree add`
 /// copying the sparse-checkout patterns and `config.worktree` to the new
@@ -159,7 +159,7 @@ impl Git {
 
     /// Feeds the file at `path` to the command's stdin (else it is closed).
     pub(crate) fn stdin_file(mut self, path: &Path) -> Result<Self, GitError> {
-        let file = std::fs::File::open(path).map_err(super::io_err("open", path))?;
+        let file = std::fs::File::open(path).map_err(super::error::io_err("open", path))?;
         self.cmd.stdin(file);
         Ok(self)
     }

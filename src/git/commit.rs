@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use super::{CommitId, GitError, Repo, find_commit, git_err, open_linked_worktree, signature};
+use super::error::{GitError, git_err};
+use super::open::{find_commit, open_linked_worktree, signature};
+use super::repo::{CommitId, Repo};
 
 /// Commits everything in the linked worktree at `worktree` on top of
 /// `parent_sha`, as `git add -A && git commit` would stage it, and detaches
@@ -76,11 +78,4 @@ impl Repo {
             .run()?;
         Ok(CommitId::from_oid(oid))
     }
-}
-
-/// Whether `p` lies below a directory for which `is_whole` holds.
-pub(super) fn below(p: &[u8], is_whole: impl Fn(&[u8]) -> bool) -> bool {
-    p.iter()
-        .enumerate()
-        .any(|(i, &b)| b == b'/' && is_whole(&p[..i]))
 }

@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 use git2::{Delta, DiffFindOptions, DiffOptions, Patch};
 use serde::{Deserialize, Serialize};
 
-use super::{CommitId, GitError, Repo, find_commit, git_err};
+use super::error::{GitError, git_err};
+use super::open::find_commit;
+use super::repo::{CommitId, Repo};
 use git2::Repository;
 
 /// Lines changed in one file.

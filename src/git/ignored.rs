@@ -6,7 +6,8 @@
 //!
 //! Reads only; the user's tree, index and refs are never written.
 
-use super::{GitError, git_err, open_at, open_linked_worktree};
+use super::error::{GitError, git_err};
+use super::open::{open_at, open_linked_worktree};
 use std::path::{Path, PathBuf};
 
 /// One ignored entry of a working tree.

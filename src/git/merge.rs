@@ -2,7 +2,9 @@
 //! merge of their commits, made in memory (no checkout, no worktree), so it
 //! costs what the merge touches, not the repository's size.
 
-use super::{CommitId, GitError, Repo, find_commit, git_err, signature};
+use super::error::{GitError, git_err};
+use super::open::{find_commit, signature};
+use super::repo::{CommitId, Repo};
 use git2::{MergeOptions, Oid};
 
 /// The result of merging several stage commits.

@@ -31,7 +31,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{GitError, Repo, io_err};
+use super::error::{GitError, io_err};
+use super::repo::Repo;
 
 /// The file in a shadow dir naming the user's common dir it mirrors.
 const MARKER: &str = "orch-shadow";

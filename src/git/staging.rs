@@ -26,9 +26,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::cli::Git;
+use super::error::GitError;
+use super::repo::CommitId;
 use super::shadow::Quarantine;
 use super::watch::Marks;
-use super::{CommitId, GitError};
 
 /// Ignored directories listed per `git ls-files` (its command line).
 const LS_FILES_CHUNK: usize = 512;

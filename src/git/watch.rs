@@ -192,7 +192,7 @@ struct History {
 impl History {
     /// Whether `p` lies below a directory this history marks whole.
     fn covers(&self, p: &[u8]) -> bool {
-        super::commit::below(p, |dir| self.whole.contains(dir))
+        below(p, |dir| self.whole.contains(dir))
     }
 
     /// Folds one record's marks in (paths below a whole-marked directory
@@ -652,6 +652,13 @@ fn event(state: &mut State, wd: i32, mask: u32, name: &[u8]) {
         }
     }
     state.paths.insert(path);
+}
+
+/// Whether `p` lies below a directory for which `is_whole` holds.
+fn below(p: &[u8], is_whole: impl Fn(&[u8]) -> bool) -> bool {
+    p.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'/' && is_whole(&p[..i]))
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use git2::ErrorCode;
 
 use super::cli::git;
-use super::{CommitId, GitError, Repo, git_err, io_err, open_linked_worktree};
+use super::error::{GitError, git_err, io_err};
+use super::open::open_linked_worktree;
+use super::repo::{CommitId, Repo};
 
 impl Repo {
     /// Creates a linked worktree named `name` at `path`, its `HEAD` detached at

@@ -8,6 +8,7 @@
 //! See `docs/model-client.md` for the user-facing behaviour (streaming,
 //! retry schedule, error classes, configuration, prices).
 
+mod error;
 pub mod openai;
 pub mod price;
 pub mod replay;
@@ -16,9 +17,13 @@ pub mod settings;
 pub mod sse;
 pub mod stream;
 pub mod textcalls;
+mod usage;
 
+pub use error::LlmError;
 pub use price::{Price, PriceTable, cost_usd};
 pub use settings::{Sampling, ToolChoice};
+pub use usage::Usage;
+pub(crate) use usage::reported_cost;
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -134,37 +139,6 @@ impl Serialize for ToolDef {
         })
         .serialize(s)
     }
-}
-
-/// Token usage of one completion, and its cost when the server reported it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Usage {
-    /// Tokens in the prompt.
-    #[serde(default)]
-    pub prompt_tokens: u64,
-    /// Tokens generated.
-    #[serde(default)]
-    pub completion_tokens: u64,
-    /// Sum of both.
-    #[serde(default)]
-    pub total_tokens: u64,
-    /// True when the server reported no usage and the counts are an estimate
-    /// (bytes / 4, see [`estimate_usage`]).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub estimated: bool,
-    /// The call's cost in US dollars as the server reported it (OpenRouter's
-    /// `usage.cost`, LiteLLM's `x-litellm-response-cost` header); it wins
-    /// over the price table ([`ChatModel::cost_usd`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_usd: Option<f64>,
-}
-
-// `cost_usd` is never NaN: [`reported_cost`] keeps only finite values.
-impl Eq for Usage {}
-
-/// A cost a server reported, when it is a finite amount of 0 or more.
-pub(crate) fn reported_cost(value: f64) -> Option<f64> {
-    (value.is_finite() && value >= 0.0).then_some(value)
 }
 
 /// Bytes per token assumed by [`estimate_usage`].
@@ -441,119 +415,5 @@ impl std::fmt::Debug for ModelSpawn {
                 .finish(),
             ModelSpawn::Replay(p) => f.debug_tuple("Replay").field(p).finish(),
         }
-    }
-}
-
-/// Errors from a model backend.
-#[derive(Debug, thiserror::Error)]
-pub enum LlmError {
-    /// 401/403: the key is missing or wrong.
-    #[error(
-        "authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY, or the env var named by the profile's api_key_env)"
-    )]
-    Auth {
-        /// Endpoint URL.
-        url: String,
-        /// HTTP status.
-        status: u16,
-        /// Server's message (trimmed).
-        body: String,
-    },
-    /// 404: wrong base URL or unknown model.
-    #[error("find the model or endpoint at {url} (HTTP 404): {body}; check --base-url and --model")]
-    NotFound {
-        /// Endpoint URL.
-        url: String,
-        /// Server's message (trimmed).
-        body: String,
-    },
-    /// The request does not fit the model's context window (HTTP 400/413 with
-    /// `context_length_exceeded`, "maximum context length", "too many tokens",
-    /// …). Not retried by the client: the agent loop compacts and retries.
-    #[error("fit the conversation into the model's context window ({url}, HTTP {status}): {body}")]
-    ContextLength {
-        /// Endpoint URL.
-        url: String,
-        /// HTTP status (200 when the error came inside a stream).
-        status: u16,
-        /// Server's message (trimmed).
-        body: String,
-        /// The context window the server named in its message (llama.cpp's
-        /// `n_ctx`, "maximum context length is N tokens", …), if it did.
-        window: Option<u64>,
-    },
-    /// Another 4xx that retrying will not fix.
-    #[error("get a completion from {url}: HTTP {status}: {body}")]
-    Rejected {
-        /// Endpoint URL.
-        url: String,
-        /// HTTP status.
-        status: u16,
-        /// Server's message (trimmed).
-        body: String,
-    },
-    /// 429/5xx, connection errors, timeouts, stalled or cut streams that
-    /// persisted through every retry.
-    #[error("get a completion from {url} after {attempts} attempts: {last}{hint}")]
-    Exhausted {
-        /// Endpoint URL.
-        url: String,
-        /// Attempts made.
-        attempts: u32,
-        /// The last error seen.
-        last: String,
-        /// What to do about it, starting with `; ` (may be empty).
-        hint: String,
-    },
-    /// The server answered 200 with something that is not a completion.
-    #[error("understand the reply from {url}: {reason}")]
-    BadResponse {
-        /// Endpoint URL.
-        url: String,
-        /// What was wrong, with a snippet of the body.
-        reason: String,
-    },
-    /// The replay file has no more responses for this agent.
-    #[error(
-        "replay the next response for agent `{agent}`: the replay file {file} has only {available} for it"
-    )]
-    ReplayExhausted {
-        /// Agent path.
-        agent: String,
-        /// Replay file.
-        file: String,
-        /// How many responses it had.
-        available: usize,
-    },
-    /// The replay file could not be read or parsed.
-    #[error("load the replay file {file}: {reason}")]
-    ReplayFile {
-        /// Replay file.
-        file: String,
-        /// What went wrong.
-        reason: String,
-    },
-    /// No base URL / model was configured.
-    #[error("configure a model: {0}")]
-    Config(String),
-}
-
-impl LlmError {
-    /// True when the conversation must shrink before the request can
-    /// succeed: [`LlmError::ContextLength`], or a rejection whose body uses
-    /// the servers' context-length wording (the one classifier,
-    /// [`retry::is_context_length_message`]).
-    pub fn is_context_length(&self) -> bool {
-        match self {
-            LlmError::ContextLength { .. } => true,
-            LlmError::Rejected { body, .. } => retry::is_context_length_message(body),
-            _ => false,
-        }
-    }
-
-    /// True for errors a retry at a later time might fix (what was left after
-    /// the client's own retries): [`LlmError::Exhausted`].
-    pub fn is_transient(&self) -> bool {
-        matches!(self, LlmError::Exhausted { .. })
     }
 }

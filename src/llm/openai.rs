@@ -15,7 +15,7 @@
 //! - The API key only ever travels in the `Authorization` header (marked
 //!   sensitive). Error messages carry the endpoint URL and a trimmed snippet of
 //!   the server's body with any echo of the key masked and no control
-//!   characters (see `wire::snippet`); `Debug` of
+//!   characters (see `snippet::snippet`); `Debug` of
 //!   [`ModelSettings`] hides it.
 //! - Bounded in time: only `data` lines of a stream reset the idle timer
 //!   (keep-alive comments do not), a timeout or a stall is retried once (not
@@ -58,7 +58,6 @@ use super::sse::SseDecoder;
 use super::stream::{Assembled, ChunkError, StreamAssembler};
 use super::{BoxFuture, ChatModel, ChatRequest, ChatResponse, DeltaFn, LlmError, Usage};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
-use std::fmt;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::time::{Duration, Instant};
@@ -70,42 +69,19 @@ pub const AGENT_HEADER: &str = "x-orch-agent";
 pub const PID_HEADER: &str = "x-orch-pid";
 
 mod classify;
+mod client;
 mod http;
+mod snippet;
 mod window;
 mod wire;
 
-use classify::{Attempt, Kind, Transient, timed_out};
+use classify::{Attempt, Kind, Transient, human_duration, timed_out};
+pub use client::OpenAiClient;
 use http::{BodyError, build_client, read_capped};
-use wire::{agent_header_value, finalize, snippet};
+use snippet::snippet;
+use wire::{agent_header_value, finalize};
 
 pub use http::{http_client, http_client_for, http_client_with};
-
-/// A [`ChatModel`] that calls an OpenAI-compatible Chat Completions endpoint.
-pub struct OpenAiClient {
-    settings: ModelSettings,
-    endpoint: String,
-    http: reqwest::Client,
-    /// Set once a stream-only failure was answered by a plain request: why.
-    /// From then on this client does not stream.
-    stream_off: OnceLock<String>,
-    /// The server's context window, once asked ([`window`]).
-    probed_window: tokio::sync::OnceCell<Option<u64>>,
-    /// Send the reply cap as `max_completion_tokens` (the server refused
-    /// `max_tokens`, as OpenAI's reasoning models do).
-    max_completion_tokens: AtomicBool,
-    /// Retries made and not yet taken ([`ChatModel::take_retries`]), by
-    /// agent path: stages running at once share one client.
-    retries: std::sync::Mutex<Vec<(String, super::RetryNote)>>,
-}
-
-impl fmt::Debug for OpenAiClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiClient")
-            .field("settings", &self.settings)
-            .field("stream_off", &self.stream_off.get())
-            .finish_non_exhaustive()
-    }
-}
 
 impl OpenAiClient {
     /// A client for `settings`; fails on a malformed base URL.
@@ -640,14 +616,6 @@ impl Deadline {
 
     fn timed_out(&self, what: &str) -> Attempt {
         timed_out(self.after, what, self.setting)
-    }
-}
-/// `1.5s`, `250ms`.
-fn human_duration(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{}s", d.as_secs_f64())
-    } else {
-        format!("{}ms", d.as_millis())
     }
 }
 

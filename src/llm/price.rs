@@ -12,7 +12,7 @@
 //! last `/` (`openai/gpt-4o-mini` on OpenRouter); and both of those with a
 //! trailing date snapshot suffix removed (`gpt-4o-mini-2024-07-18`).
 
-use super::Usage;
+use super::usage::Usage;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 //! [`crate::config`]; [`ModelSettings::resolve`] is the flags-and-env-only
 //! shortcut.
 
-use super::LlmError;
+use super::error::LlmError;
 use super::price::PriceTable;
 use super::retry::RetryPolicy;
 use serde::{Deserialize, Serialize};

@@ -110,7 +110,7 @@ fn choose(
 ) -> (Injected, usize, Vec<String>) {
     let chosen = super::select(&lessons, &Query { text, paths }, &super::today());
     let (text, ids) = super::render_notes(&chosen);
-    let text = crate::runlog::redact(&text, secrets);
+    let text = crate::secrets::redact(&text, secrets);
     let problems = problems.iter().map(ToString::to_string).collect();
     (Injected { text, ids }, lessons.len(), problems)
 }

@@ -391,8 +391,8 @@ impl Lesson {
     /// Redacts known secrets (and `secrets`) from every text field.
     pub(crate) fn redact(&mut self, secrets: &[String]) {
         let r = |t: &mut String| {
-            if !secrets.is_empty() || !crate::sandbox::known_secrets().is_empty() {
-                *t = crate::runlog::redact(t, secrets);
+            if !secrets.is_empty() || !crate::secrets::known_secrets().is_empty() {
+                *t = crate::secrets::redact(t, secrets);
             }
         };
         r(&mut self.title);
@@ -407,7 +407,7 @@ impl Lesson {
 
     /// Applies the size caps and redacts known secrets (and `secrets`).
     pub(crate) fn sanitize(&mut self, secrets: &[String]) {
-        let r = |t: &str| crate::runlog::redact(t, secrets);
+        let r = |t: &str| crate::secrets::redact(t, secrets);
         self.title = r(&crate::text::model_text(self.title.trim(), 200)).replace('\n', " ");
         let summary = r(self.summary.trim()).replace('\n', " ");
         self.summary = cut_chars(&summary, MAX_SUMMARY_CHARS);
@@ -629,7 +629,7 @@ fn load_with(
 ) -> Result<(Vec<Lesson>, Vec<MemoryError>), MemoryError> {
     let mut lessons = store::read(common)?;
     let mut problems = Vec::new();
-    let user = match crate::catalog::user_config_dir() {
+    let user = match crate::dirs::user_config_dir() {
         Some(d) => lesson_files(&d.join("memory"))?,
         None => Vec::new(),
     };

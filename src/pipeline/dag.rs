@@ -5,8 +5,11 @@
 //! loop into `max_rounds` extra rounds and orders the result topologically,
 //! breaking ties by file order (a round right after the review it answers).
 
+use super::error::SpecError;
 use super::spec::{BudgetSpec, PipelineSpec, StageSpec};
-use super::{MAX_REWORK_ROUNDS, SpecError, Stage, is_valid_stage_id};
+use super::types::{
+    DEFAULT_VERIFY_ROUNDS, MAX_REWORK_ROUNDS, MAX_VERIFY_ROUNDS, Stage, is_valid_stage_id,
+};
 use crate::budget::Budget;
 use crate::ids::StageId;
 use petgraph::Direction;
@@ -196,13 +199,12 @@ fn check_stage_fields(
                 "verify_rounds needs a verify command on the same stage".into(),
             ));
         }
-        if rounds.value > crate::pipeline::MAX_VERIFY_ROUNDS {
+        if rounds.value > MAX_VERIFY_ROUNDS {
             return Err(err(
                 &rounds.referenced,
                 format!(
                     "verify_rounds must be at most {}, got {}",
-                    crate::pipeline::MAX_VERIFY_ROUNDS,
-                    rounds.value
+                    MAX_VERIFY_ROUNDS, rounds.value
                 ),
             ));
         }
@@ -390,7 +392,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                 verify_rounds: spec
                     .verify_rounds
                     .as_ref()
-                    .map_or(super::DEFAULT_VERIFY_ROUNDS, |r| r.value),
+                    .map_or(DEFAULT_VERIFY_ROUNDS, |r| r.value),
                 text_tool_calls: spec.text_tool_calls.unwrap_or(true),
                 text_result: false,
                 model: spec

@@ -3,7 +3,7 @@
 //! Node ids are positional (`s0`, `s1`, …) because stage ids may hold `-` and
 //! `.`, which Mermaid reads as edge syntax; the label carries the real id.
 
-use super::Pipeline;
+use super::types::Pipeline;
 use std::fmt::Write;
 
 /// `flowchart TD`, one node per stage labelled `id (role)`; an edge into a
@@ -29,4 +29,11 @@ pub(super) fn render(pipeline: &Pipeline) -> String {
         }
     }
     out
+}
+
+impl Pipeline {
+    /// The plan as a Mermaid `flowchart TD`; conditional rework edges are dotted.
+    pub fn to_mermaid(&self) -> String {
+        render(self)
+    }
 }

@@ -16,181 +16,16 @@ mod mermaid;
 mod spec;
 #[cfg(test)]
 mod tests;
+mod types;
 
 pub use error::SpecError;
+pub use types::{
+    LaneSetup, MAX_REWORK_ROUNDS, MAX_SETUP_TIMEOUT_SECS, MAX_VERIFY_ROUNDS, OnFailure, Pipeline,
+    Stage, is_valid_stage_id,
+};
 
-use crate::budget::Budget;
-use crate::ids::StageId;
-use serde::{Deserialize, Serialize};
 use spec::PipelineSpec;
 use std::path::Path;
-
-/// The most extra rounds a rework loop may ask for.
-pub const MAX_REWORK_ROUNDS: u32 = 5;
-
-/// One planned stage.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stage {
-    /// The stage id (`code`, or `code.r2` for an unrolled rework round).
-    pub id: StageId,
-    /// The role that runs the stage.
-    pub role: String,
-    /// Stages that must finish first.
-    pub needs: Vec<StageId>,
-    /// The task template (may be empty; the runtime adds the issue and hand-off).
-    pub task: String,
-    /// A turn limit overriding the role's.
-    pub max_turns: Option<u32>,
-    /// Token, time and cost limits of the stage (each round has its own).
-    #[serde(default)]
-    pub budget: Budget,
-    /// 1 for a stage as written; k for its k-th rework round.
-    pub round: u32,
-    /// The id as written (`code` for `code.r2`).
-    pub base_id: StageId,
-    /// For a rework round: the review stage whose `request_changes` verdict
-    /// this round answers. The runtime skips the stage unless that review
-    /// requested changes (and skips stages that depend on a skipped round).
-    pub run_if_changes_requested_by: Option<StageId>,
-    /// What a failure of this stage does to the rest of the run.
-    #[serde(default)]
-    pub on_failure: OnFailure,
-    /// Commands that must pass after the agent finishes (`verify:`); the
-    /// stage succeeds only when they do.
-    #[serde(default)]
-    pub verify: Vec<String>,
-    /// Extra rounds the agent gets to make verify pass (`verify_rounds:`).
-    #[serde(default = "default_verify_rounds")]
-    pub verify_rounds: u32,
-    /// Recover tool calls the model wrote as text (`text_tool_calls:`).
-    #[serde(default = "default_true")]
-    pub text_tool_calls: bool,
-    /// A text answer is this stage's result whatever its role says (set for
-    /// `orch agent`; pipeline files use the role's `result:`).
-    #[serde(default)]
-    pub text_result: bool,
-    /// `model:` — a model id, or the name of an `orch.toml` profile (its
-    /// server, key and model); it wins over the role's `model:`, `--model`
-    /// wins over it. Resolved when the run starts and again on resume.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-}
-
-/// The default number of extra rounds an agent gets to make verify pass.
-pub(crate) const DEFAULT_VERIFY_ROUNDS: u32 = 2;
-
-fn default_verify_rounds() -> u32 {
-    DEFAULT_VERIFY_ROUNDS
-}
-
-fn default_true() -> bool {
-    true
-}
-
-/// The most extra rounds `verify_rounds` may ask for.
-pub const MAX_VERIFY_ROUNDS: u32 = 10;
-
-/// A stage's failure policy (`on_failure:` in the pipeline file).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
-pub enum OnFailure {
-    /// Start nothing new; stages already running finish; the run fails.
-    #[default]
-    Stop,
-    /// Skip only the stages that depend on this one; the others go on.
-    Continue,
-}
-
-/// A validated, planned pipeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pipeline {
-    /// The pipeline name (the file stem).
-    pub name: String,
-    /// One line saying what the pipeline does.
-    pub description: String,
-    /// Every stage, rework rounds included, in a deterministic topological order.
-    pub stages: Vec<Stage>,
-    /// Where the pipeline came from: a file path, or `built-in pipelines/<name>.yaml`.
-    pub origin: String,
-    /// Whether stages get the repository's AGENTS.md/CLAUDE.md in their
-    /// system prompt (`project_instructions:`, `--no-project-instructions`).
-    #[serde(default = "yes")]
-    pub project_instructions: bool,
-    /// The lane setup command of the pipeline (`setup:`); it overrides the
-    /// repository's `[setup]` in `orch.toml` (see `docs/lane-bootstrap.md`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub setup: Option<LaneSetup>,
-}
-
-/// The most a lane setup command may be given to run (`timeout_secs`).
-pub const MAX_SETUP_TIMEOUT_SECS: u64 = 4 * 3600;
-
-/// A command that prepares a lane (`npm ci`, `uv sync`), run once per lane
-/// and skipped while the lockfiles it names (and the command) are unchanged.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaneSetup {
-    /// The command line (`bash -c`, in the lane).
-    pub command: String,
-    /// Lockfiles (paths relative to the repository root; `*` and `?` in the
-    /// file name) whose contents key the cache; `None`: the common ones.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lockfiles: Option<Vec<String>>,
-    /// How long it may run, in seconds (default 600).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_secs: Option<u64>,
-}
-
-impl LaneSetup {
-    /// What is wrong with it, as a fragment naming the key (`None`: fine).
-    pub fn problem(&self) -> Option<String> {
-        if self.command.trim().is_empty() {
-            return Some("setup command is empty".to_owned());
-        }
-        if let Some(t) = self.timeout_secs
-            && (t == 0 || t > MAX_SETUP_TIMEOUT_SECS)
-        {
-            return Some(format!(
-                "setup timeout_secs must be between 1 and {MAX_SETUP_TIMEOUT_SECS}, got {t}"
-            ));
-        }
-        for l in self.lockfiles.iter().flatten() {
-            let bad = l.trim().is_empty()
-                || l.starts_with('/')
-                || l.split('/').any(|c| c == ".." || c.is_empty());
-            if bad {
-                return Some(format!(
-                    "setup lockfile {l:?} must be a relative path inside the repository (no `..`, no leading `/`)"
-                ));
-            }
-        }
-        None
-    }
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl Pipeline {
-    /// The stage with id `id`.
-    pub fn stage(&self, id: &str) -> Option<&Stage> {
-        self.stages.iter().find(|stage| stage.id.as_str() == id)
-    }
-
-    /// The stages that directly need `id`, in plan order.
-    pub fn dependents(&self, id: &StageId) -> Vec<StageId> {
-        self.stages
-            .iter()
-            .filter(|stage| stage.needs.contains(id))
-            .map(|stage| stage.id.clone())
-            .collect()
-    }
-
-    /// The plan as a Mermaid `flowchart TD`; conditional rework edges are dotted.
-    pub fn to_mermaid(&self) -> String {
-        mermaid::render(self)
-    }
-}
 
 /// Parses, checks and plans a pipeline file.
 ///
@@ -257,14 +92,4 @@ fn pipeline_file_stem(origin: &str) -> Option<&str> {
         return None;
     }
     path.file_stem()?.to_str()
-}
-
-/// Whether `id` may be written as a stage id: `^[a-z0-9][a-z0-9_-]*$`, so it
-/// is a valid git ref component and cannot collide with unrolled `.rN` ids.
-pub fn is_valid_stage_id(id: &str) -> bool {
-    let mut chars = id.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }

@@ -32,7 +32,7 @@ pub(super) struct PipelineSpec {
 /// `setup:` as written: a command line, or a mapping with the command, the
 /// lockfiles whose contents key its cache, and a timeout.
 #[derive(Debug)]
-pub(super) struct SetupSpec(pub crate::pipeline::LaneSetup);
+pub(super) struct SetupSpec(pub super::types::LaneSetup);
 
 impl<'de> Deserialize<'de> for SetupSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -56,12 +56,12 @@ impl<'de> Deserialize<'de> for SetupSpec {
                 "setup must be a command line or a mapping with `command` and optional `lockfiles` (a list) and `timeout_secs`",
             )
         })? {
-            Inner::One(command) => crate::pipeline::LaneSetup {
+            Inner::One(command) => super::types::LaneSetup {
                 command,
                 lockfiles: None,
                 timeout_secs: None,
             },
-            Inner::Full(f) => crate::pipeline::LaneSetup {
+            Inner::Full(f) => super::types::LaneSetup {
                 command: f.command,
                 lockfiles: f.lockfiles,
                 timeout_secs: f.timeout_secs,
@@ -95,7 +95,7 @@ pub(super) struct StageSpec {
     pub rework: Option<Spanned<ReworkSpec>>,
     /// What a failure of this stage does to the run (`stop` by default).
     #[serde(default)]
-    pub on_failure: crate::pipeline::OnFailure,
+    pub on_failure: super::types::OnFailure,
     /// Token, time and cost limits of the stage.
     #[serde(default)]
     pub budget: Option<Spanned<BudgetSpec>>,

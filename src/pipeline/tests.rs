@@ -2,6 +2,7 @@
 //! located errors for every bad fixture under `fixtures/`.
 
 use super::*;
+use crate::ids::StageId;
 use crate::role::parse_role;
 
 fn roles() -> Vec<String> {

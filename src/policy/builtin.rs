@@ -7,7 +7,6 @@
 //! an entry word for word (after quotes and spacing are normalised), never
 //! for a command that merely starts like one.
 
-use super::MAX_DEPTH;
 use super::detach::detach_rule;
 use super::disk::allocation_rule;
 use super::expand::whole_substitution;
@@ -20,7 +19,9 @@ use super::programs::{
     reads_script_from_stdin,
 };
 use super::shell::parse;
-use super::unwrap::{Analysis, MAX_WALKED_BYTES, MAX_WALKS, Unit, strip_wrappers};
+use super::unwrap::MAX_DEPTH;
+use super::unwrap::{Analysis, MAX_WALKED_BYTES, MAX_WALKS, Unit};
+use super::wrappers::strip_wrappers;
 
 /// One line of the repo allowlist, parsed like a command.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use super::programs::basename;
 use super::shell::parse;
-use super::unwrap::{is_assignment, strip_wrappers};
+use super::wrappers::{is_assignment, strip_wrappers};
 
 /// Most variants of one simple command that are analysed (each variable with
 /// several values multiplies them).

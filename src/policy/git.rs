@@ -7,7 +7,9 @@
 //! Each message says what was refused and what to do instead, because it
 //! goes back to the model as the tool result.
 
-use super::unwrap::{Unit, is_assignment};
+use super::paths::stays_inside;
+use super::unwrap::Unit;
+use super::wrappers::is_assignment;
 
 /// Variables that point git at another repository or worktree.
 const GIT_PATH_VARS: &[&str] = &[
@@ -102,28 +104,6 @@ fn git_config_env_rule(assigned: &[&String]) -> Option<String> {
         let p = p.replace(['\'', '"'], "");
         config_override_rule("-c", &p).map(|why| format!("`GIT_CONFIG_PARAMETERS` sets what {why}"))
     })
-}
-
-/// A path that stays inside the worktree: relative, no `..` above it, no
-/// variable or substitution whose value is unknown.
-pub(super) fn stays_inside(path: &str) -> bool {
-    if path.starts_with('/') || path.starts_with('~') || path.contains('$') || path.contains('`') {
-        return false;
-    }
-    let mut depth = 0i32;
-    for c in path.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                depth -= 1;
-                if depth < 0 {
-                    return false;
-                }
-            }
-            _ => depth += 1,
-        }
-    }
-    true
 }
 
 /// `orch/…` or `orch-lanes/…`, with or without `refs/heads/`.

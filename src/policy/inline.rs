@@ -10,8 +10,8 @@
 //! found by name and their literal arguments read. A path built at run time
 //! is not seen; the kernel sandbox bounds that.
 
-use super::git::stays_inside;
 use super::outside::{link_target_problem, secret_read};
+use super::paths::stays_inside;
 use super::paths::{fold, home_relative};
 use super::programs::basename;
 use super::scripts::{inline_code, string_literal};

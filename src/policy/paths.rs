@@ -191,6 +191,28 @@ fn resolve_existing(path: &Path) -> Option<PathBuf> {
     None
 }
 
+/// A path that stays inside the worktree: relative, no `..` above it, no
+/// variable or substitution whose value is unknown.
+pub(crate) fn stays_inside(path: &str) -> bool {
+    if path.starts_with('/') || path.starts_with('~') || path.contains('$') || path.contains('`') {
+        return false;
+    }
+    let mut depth = 0i32;
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return false;
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,9 +5,9 @@
 //! rewrites earlier ones. Known secrets are redacted before anything is
 //! written.
 
-use super::RecordError;
+use super::error::RecordError;
 use super::event::ActionEvent;
-pub(crate) use crate::secrets::redact;
+use crate::secrets::redact;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,8 @@
 //! process holds the lock (`F_OFD_GETLK`) without taking it, so `orch runs`
 //! looking at a run never makes a `resume` starting at that moment fail.
 
-use super::RecordError;
+use super::error::RecordError;
+use crate::ids::RunId;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -155,7 +156,7 @@ pub(crate) fn run_is_live(run_root: &Path) -> bool {
 /// error naming the run and the holder's pid (as it wrote it in the lock file).
 /// A lock whose recorded holder is dead is waited for, as [`lock_run`] does
 /// (a killed run's forked child may hold it until it execs).
-pub(crate) fn refuse_if_live(run_root: &Path, run_id: &str) -> Result<(), RecordError> {
+pub(crate) fn refuse_if_live(run_root: &Path, run_id: &RunId) -> Result<(), RecordError> {
     if !run_is_live(run_root) {
         return Ok(());
     }
@@ -171,7 +172,7 @@ pub(crate) fn refuse_if_live(run_root: &Path, run_id: &str) -> Result<(), Record
         }
     }
     Err(RecordError::Locked {
-        run: run_id.to_owned(),
+        run: run_id.to_string(),
         holder,
     })
 }

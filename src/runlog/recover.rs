@@ -3,9 +3,10 @@
 //! the tokens of an attempt that never reported its end are in its action
 //! log; a run directory killed before its first state write is debris.
 
+use super::dir::{RunDir, new_state_sink, runs_dir};
 use super::event::{ActionEvent, Logged};
+use super::lock::{lock_run, run_is_live};
 use super::state::{Attempt, RunState, RunStatus, StageStatus, TokenCount};
-use super::{RunDir, runs_dir};
 use std::path::Path;
 
 /// The status to show for a run: what `state.json` says, except that a run
@@ -13,7 +14,7 @@ use std::path::Path;
 /// lock was killed (or crashed) and is `interrupted`, and resumable.
 pub(crate) fn shown_status(dir: &RunDir, state: &RunState) -> RunStatus {
     match state.status {
-        RunStatus::Starting | RunStatus::Running if !super::run_is_live(&dir.root) => {
+        RunStatus::Starting | RunStatus::Running if !run_is_live(&dir.root) => {
             RunStatus::Interrupted
         }
         s => s,
@@ -116,7 +117,7 @@ pub(crate) fn sweep_dead_starts(common_dir: &Path, min_age: std::time::Duration)
         // Take the lock while removing, so a run starting under this id
         // this instant (impossible with fresh ids, but cheap to rule out)
         // is never removed under it.
-        let Ok(_held) = super::lock_run(&root, "") else {
+        let Ok(_held) = lock_run(&root, "") else {
             continue;
         };
         if !root.join("state.json").exists() && std::fs::remove_dir_all(&root).is_ok() {
@@ -151,10 +152,10 @@ pub(crate) fn heal_dead_run_ref_locks(common_dir: &Path) -> usize {
             healed += usize::from(std::fs::remove_file(&path).is_ok());
             continue;
         }
-        if super::run_is_live(&root) {
+        if run_is_live(&root) {
             continue;
         }
-        let Ok(_held) = super::lock_run(&root, "") else {
+        let Ok(_held) = lock_run(&root, "") else {
             continue;
         };
         if std::fs::remove_file(&path).is_err() {
@@ -166,7 +167,7 @@ pub(crate) fn heal_dead_run_ref_locks(common_dir: &Path) -> usize {
             .and_then(|dir| dir.read_state().ok())
             .map(|s| s.status.as_str().to_owned());
         if let Some(status) = status {
-            let recorded = super::new_state_sink().map_or(Ok(()), |sink| {
+            let recorded = new_state_sink().map_or(Ok(()), |sink| {
                 sink.state_written(&root, &status, None, false)
             });
             if let Err(e) = recorded {

@@ -117,7 +117,7 @@ pub struct StageRecord {
     pub verdict_from_text: bool,
     /// The stage's verify gate (absent when it has no `verify:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verify: Option<super::VerifyReport>,
+    pub verify: Option<super::verify::VerifyReport>,
     /// The lane's setup command for this stage: run, or skipped as cached
     /// (absent when no setup command is configured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,7 +125,7 @@ pub struct StageRecord {
     /// The verify commands run on the start commit before the agent began
     /// (first rounds of stages with `verify:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub baseline: Option<super::BaselineReport>,
+    pub baseline: Option<super::verify::BaselineReport>,
     /// Earlier attempts of this stage (interrupted, failed or rolled back
     /// ones), oldest first, with what each used: the run's totals count
     /// them too.

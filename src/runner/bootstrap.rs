@@ -377,7 +377,7 @@ async fn run_setup(
         source,
     })?;
     let ran = crate::tools::run_sandboxed(&setup_ctx, &setup.command, timeout).await;
-    let redact = |t: &str| crate::runlog::redact(t, &ctx.session.secrets);
+    let redact = |t: &str| crate::secrets::redact(t, &ctx.session.secrets);
     let (output, why) = match ran {
         Err(fatal) => (String::new(), Some(fatal)),
         Ok((Err(e), _)) => (String::new(), Some(format!("could not start bash: {e}"))),
@@ -462,7 +462,7 @@ fn setup_context(
     let home = crate::environment::current().home();
     let settings = crate::sandbox::SandboxSettings::load(
         Some(&ctx.bootstrap.workdir),
-        crate::catalog::user_config_dir().as_deref(),
+        crate::dirs::user_config_dir().as_deref(),
         home.as_deref(),
     )
     .map_err(std::io::Error::other)?;
@@ -546,6 +546,19 @@ fn wildcard(pattern: &str, name: &str) -> bool {
         }
     }
     p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
+/// off the async threads; a bad file is an input error.
+pub(super) async fn load_bootstrap(
+    workdir: &Path,
+    pipeline: &Pipeline,
+) -> Result<Bootstrap, RunError> {
+    let (w, p) = (workdir.to_path_buf(), pipeline.clone());
+    tokio::task::spawn_blocking(move || Bootstrap::load(&w, &p))
+        .await
+        .map_err(|e| RunError::Join(e.to_string()))?
+        .map_err(RunError::Config)
 }
 
 #[cfg(test)]

@@ -237,7 +237,7 @@ pub(super) async fn finish_run(
     let (title, body) = pr_text(&ctx.issue, state, &stat.render(), &models);
     ctx.run_dir.write_file(
         "pr.md",
-        crate::runlog::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),
+        crate::secrets::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),
     )?;
     state.pr_title = Some(title.clone());
     Ok(Ok((title, body)))
@@ -266,7 +266,7 @@ pub(super) async fn write_stage_patch(
         let tmp = tempfile::NamedTempFile::new_in(&dir)
             .map_err(git::io_err("create a temp file in", &dir))?;
         let mut out = std::io::BufWriter::new(tmp);
-        let redact = |text: &str| crate::runlog::redact(text, &secrets);
+        let redact = |text: &str| crate::secrets::redact(text, &secrets);
         let stat = git::Repo::at(c)
             .write_patch(&from, &to, &mut out, &redact)
             .map_err(|e| match e {

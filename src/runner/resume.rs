@@ -1,9 +1,9 @@
 //! Resuming a run where it stopped, and rolling one back to a stage.
 
+use super::bootstrap::load_bootstrap;
 use super::flow::descendants;
 use super::lanes::Lanes;
 use super::schedule::drive;
-use super::start::load_bootstrap;
 use super::{
     Plan, RunCtx, RunError, RunSummary, Session, blocking, flow, lane_pool_bound, lanes, now,
 };
@@ -26,8 +26,11 @@ pub(crate) struct ResumeOptions {
 }
 
 /// Loads a run's state and plan.
-pub(crate) fn load_run(common: &Path, run_id: &str) -> Result<(RunDir, RunState, Plan), RunError> {
-    let run_dir = RunDir::open(common, run_id)?;
+pub(crate) fn load_run(
+    common: &Path,
+    run_id: &RunId,
+) -> Result<(RunDir, RunState, Plan), RunError> {
+    let run_dir = RunDir::open(common, run_id.as_str())?;
     let state = run_dir.read_state()?;
     let plan_path = run_dir.root.join("plan.json");
     let plan: Plan = std::fs::read_to_string(&plan_path)
@@ -60,7 +63,7 @@ pub(crate) async fn resume_run(
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();
     let lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
-    let (run_dir, mut state, plan) = load_run(&common, run_id)?;
+    let (run_dir, mut state, plan) = load_run(&common, id)?;
     let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
     let failed: Vec<&str> = state
         .stages
@@ -130,7 +133,7 @@ pub(crate) async fn resume_run(
     let orphans = if opts.only.is_some() {
         0
     } else {
-        crate::exec::reap_run_orphans(run_id)
+        crate::exec::reap_run_orphans(id)
     };
     if orphans > 0 {
         ui.line(&format!(
@@ -214,12 +217,13 @@ pub(crate) async fn rollback_run(
     run_id: &RunId,
     stage: &str,
 ) -> Result<Vec<String>, RunError> {
+    let id = run_id;
     let run_id = run_id.as_str();
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir.clone();
     let _lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
-    let (run_dir, mut state, plan) = load_run(&common, run_id)?;
+    let (run_dir, mut state, plan) = load_run(&common, id)?;
     let Some(target) = state.stage(stage).cloned() else {
         let known: Vec<&str> = state.stages.iter().map(|s| s.id.as_str()).collect();
         return Err(RunError::Refused(format!(

@@ -19,13 +19,13 @@ mod verify;
 use super::bootstrap::Prepared;
 use super::lanes::Lane;
 use super::{RunCtx, RunError, StageOutcome};
-use crate::agent::verify::VerifyReport;
-use crate::agent::{self, AgentConfig, AgentEnd, AgentOutcome, prompt, verify::BaselineReport};
+use crate::agent::{self, AgentConfig, AgentEnd, AgentOutcome, prompt};
 use crate::llm::ChatModel;
 use crate::memory::hook::Injected;
 use crate::pipeline::{Pipeline, Stage};
 use crate::role::Role;
 use crate::runlog::{ActionEvent, ActionLog, DIGEST_LINES, TokenCount, event};
+use crate::runlog::{BaselineReport, VerifyReport};
 use crate::tools::ToolContext;
 use progress::ProgressModel;
 use std::sync::Arc;
@@ -166,7 +166,7 @@ impl<'a> StageRun<'a> {
         let model = &stage_model(ctx, stage, role, lane, start, &id, &mut log)?;
         let instructions = instructions::project_instructions(ctx, stage, &mut log).await?;
         let mut tool_ctx = tools::tool_context(ctx, role, lane, &id, &mut log)?;
-        let redact = |text: &str| crate::runlog::redact(text, &ctx.session.secrets);
+        let redact = |text: &str| crate::secrets::redact(text, &ctx.session.secrets);
         // The lane gets its included files and its setup, and the verify
         // commands run once on the start commit, before any model call.
         let boot =
@@ -342,6 +342,6 @@ impl<'a> StageRun<'a> {
 
     /// A text with the run's known secret values masked.
     fn redact(&self, text: &str) -> String {
-        crate::runlog::redact(text, &self.ctx.session.secrets)
+        crate::secrets::redact(text, &self.ctx.session.secrets)
     }
 }

@@ -1,5 +1,6 @@
 //! Starting a run: its plan and record, then its stages driven to the end.
 
+use super::bootstrap::load_bootstrap;
 use super::flow::finish_run;
 use super::lanes::Lanes;
 use super::resume::load_run;
@@ -10,7 +11,6 @@ use super::{
 };
 use crate::git;
 use crate::ids::RunId;
-use crate::pipeline::Pipeline;
 use crate::policy::BashPolicy;
 use crate::runlog::{RUN_FORMAT, RunDir, RunState, RunStatus, StageRecord, StageStatus};
 use crate::ui::Ui;
@@ -123,12 +123,12 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
     // `write_state` (a stage's result) makes these files durable first.
     run_dir.write_file_unsynced(
         "issue.md",
-        crate::runlog::redact(&opts.issue, secrets).as_bytes(),
+        crate::secrets::redact(&opts.issue, secrets).as_bytes(),
     )?;
     if let Some(json) = &opts.issue_json {
         run_dir.write_file(
             "issue.json",
-            crate::runlog::redact(json, secrets).as_bytes(),
+            crate::secrets::redact(json, secrets).as_bytes(),
         )?;
     }
     let plan = Plan {
@@ -203,7 +203,7 @@ pub(crate) async fn finish_distributed(
     let common = info.common_dir.clone();
     let id = run_id.as_str();
     let lock = crate::runlog::lock_run(&RunDir::open(&common, id)?.root, id)?;
-    let (run_dir, mut state, plan) = load_run(&common, id)?;
+    let (run_dir, mut state, plan) = load_run(&common, run_id)?;
     let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
     let issue = std::fs::read_to_string(run_dir.root.join("issue.md")).unwrap_or_default();
     let any_failed = state
@@ -238,17 +238,4 @@ pub(crate) async fn finish_distributed(
     state.updated = now();
     ctx.run_dir.write_state(&state)?;
     Ok(state)
-}
-
-/// Reads the run's lane bootstrap (`.worktreeinclude`, the setup command)
-/// off the async threads; a bad file is an input error.
-pub(super) async fn load_bootstrap(
-    workdir: &Path,
-    pipeline: &Pipeline,
-) -> Result<bootstrap::Bootstrap, RunError> {
-    let (w, p) = (workdir.to_path_buf(), pipeline.clone());
-    tokio::task::spawn_blocking(move || bootstrap::Bootstrap::load(&w, &p))
-        .await
-        .map_err(|e| RunError::Join(e.to_string()))?
-        .map_err(RunError::Config)
 }

@@ -39,12 +39,12 @@ impl SecretVars {
             .filter(|v| !v.is_empty())
     }
 
-    /// The values long enough to redact ([`super::secrets::redactable`]
+    /// The values long enough to redact ([`crate::secrets::redactable`]
     /// warns once about each shorter one).
     pub fn redactable_values(&self) -> impl Iterator<Item = &OsStr> {
         self.vars
             .iter()
-            .filter(|(k, v)| super::secrets::redactable(k, &v.to_string_lossy()))
+            .filter(|(k, v)| crate::secrets::redactable(k, &v.to_string_lossy()))
             .map(|(_, v)| v.as_os_str())
     }
 

@@ -549,7 +549,7 @@ impl RepoGuard {
     /// reflog are the agent's (its own `git commit` or `git checkout` in the
     /// lane): orch never follows the lane's `HEAD` (the stage commit names
     /// its parent and detaches the lane at the commit).
-    pub fn watch_lane(&mut self, git: &super::LaneGit) -> Result<(), GuardError> {
+    pub fn watch_lane(&mut self, git: &super::policy::LaneGit) -> Result<(), GuardError> {
         let common = self
             .common_dir
             .canonicalize()

@@ -16,7 +16,9 @@ use landlock::{
     RulesetCreatedAttr, Scope,
 };
 
-use super::{Policy, Profile, SandboxError};
+use super::error::SandboxError;
+use super::policy::Policy;
+use crate::sandbox_profile::Profile;
 
 /// Device files every shell needs to write (`> /dev/null`, terminals).
 const WRITABLE_DEVICES: &[&str] = &[
@@ -152,7 +154,7 @@ impl Listing {
     /// move it); a writable root, when it appeared or vanished. A few
     /// `lstat`s.
     pub(crate) fn changed(&self) -> Option<&Path> {
-        let racy = super::RACY_WINDOW.as_nanos() as i128;
+        let racy = super::guard::RACY_WINDOW.as_nanos() as i128;
         let dir = self.dirs.iter().find(|(dir, stamp)| {
             let now = Stamp::of(dir);
             !(now == *stamp
@@ -452,7 +454,7 @@ fn open_path(path: &Path) -> Result<File, SandboxError> {
 /// common dir: git replaces a ref by `<ref>.lock` + rename in the same
 /// directory, so the directory (shared with the run's other lane refs, all
 /// orch's own) is the narrowest writable unit.
-fn lane_ref_dirs(git: &super::LaneGit, branch: &str) -> Vec<PathBuf> {
+fn lane_ref_dirs(git: &super::policy::LaneGit, branch: &str) -> Vec<PathBuf> {
     let parent = Path::new(branch)
         .parent()
         .unwrap_or(Path::new("refs/heads"));

@@ -3,7 +3,7 @@
 //! (outside the sandbox) after each call — git's own receive-pack
 //! quarantine, done by hand ([`crate::git::shadow::migrate`]).
 
-use super::LaneGit;
+use super::policy::LaneGit;
 
 pub use crate::git::shadow::MigrateError;
 

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::SandboxError;
-pub use crate::sandbox_profile::Profile;
+use super::error::SandboxError;
+use crate::sandbox_profile::Profile;
 
 /// The git layout of a lane that is a linked worktree.
 #[derive(Debug, Clone, PartialEq, Eq)]

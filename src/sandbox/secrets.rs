@@ -16,7 +16,7 @@ use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
-pub use crate::secrets::{MIN_SECRET_LEN, known_secrets, redactable, register_secrets};
+use crate::secrets::{MIN_SECRET_LEN, known_secrets};
 
 /// Largest secrets file orch reads from `$HOME` (a larger `~/.netrc` is not a
 /// netrc).

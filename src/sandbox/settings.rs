@@ -17,8 +17,32 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Profile;
-use super::tool::SandboxChoice;
+use crate::sandbox_profile::Profile;
+
+/// The resolved sandbox choice of a role: profile, network, extra roots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxChoice {
+    /// The profile.
+    pub profile: Profile,
+    /// TCP connect/bind allowed.
+    pub network: bool,
+    /// Extra writable roots (`sandbox.writable`).
+    pub writable: Vec<PathBuf>,
+    /// Extra unreadable paths (`sandbox.deny_read`), on top of the defaults.
+    pub deny_read: Vec<PathBuf>,
+}
+
+impl SandboxChoice {
+    /// One word per setting, for the tool event and the start message:
+    /// `workspace-write, network on`.
+    pub fn label(&self) -> String {
+        format!(
+            "{}, network {}",
+            self.profile.as_str(),
+            if self.network { "on" } else { "off" }
+        )
+    }
+}
 
 /// The `[sandbox]` settings of the config files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,7 +56,7 @@ pub struct SandboxSettings {
     /// `deny_read` paths.
     pub deny_read: Vec<PathBuf>,
     /// `disk_quota`: `Some(None)` is `"off"`; `None`: not set (the default,
-    /// [`super::DEFAULT_DISK_QUOTA`]).
+    /// [`super::quota::DEFAULT_DISK_QUOTA`]).
     pub disk_quota: Option<Option<u64>>,
 }
 
@@ -124,7 +148,8 @@ impl SandboxSettings {
     /// any) that is read-only or not.
     /// The per-stage disk quota in bytes (`None`: off).
     pub fn disk_quota(&self) -> Option<u64> {
-        self.disk_quota.unwrap_or(Some(super::DEFAULT_DISK_QUOTA))
+        self.disk_quota
+            .unwrap_or(Some(super::quota::DEFAULT_DISK_QUOTA))
     }
 
     pub fn for_role(

@@ -22,35 +22,17 @@
 //! before/after pair must bracket exactly one command), so two `bash` calls
 //! of one agent never overlap.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use super::{Policy, Prepared, Profile, RepoGuard, SandboxError};
-
-/// The resolved sandbox choice of a role: profile, network, extra roots.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxChoice {
-    /// The profile.
-    pub profile: Profile,
-    /// TCP connect/bind allowed.
-    pub network: bool,
-    /// Extra writable roots (`sandbox.writable`).
-    pub writable: Vec<PathBuf>,
-    /// Extra unreadable paths (`sandbox.deny_read`), on top of the defaults.
-    pub deny_read: Vec<PathBuf>,
-}
-
-impl SandboxChoice {
-    /// One word per setting, for the tool event and the start message:
-    /// `workspace-write, network on`.
-    pub fn label(&self) -> String {
-        format!(
-            "{}, network {}",
-            self.profile.as_str(),
-            if self.network { "on" } else { "off" }
-        )
-    }
-}
+use super::error::SandboxError;
+use super::guard::{RepoChange, RepoGuard};
+use super::objects::migrate_objects;
+use super::policy::Policy;
+use super::prepare::{Prepared, availability, prepare};
+use super::secrets::scan_files;
+use super::settings::{SandboxChoice, SandboxSettings};
+use crate::sandbox_profile::Profile;
 
 /// The sandbox of one agent's tool calls (see the module docs).
 #[derive(Debug)]
@@ -125,7 +107,7 @@ impl ToolSandbox {
     /// Whether the kernel enforces the read-only profile here (then the
     /// snapshot/restore guard of read-only subagents is not needed).
     pub fn enforces_read_only(&self) -> bool {
-        self.choice.profile == Profile::ReadOnly && super::availability().abi().is_some()
+        self.choice.profile == Profile::ReadOnly && availability().abi().is_some()
     }
 
     /// The policy of a child working in `lane`.
@@ -204,7 +186,7 @@ impl ToolSandbox {
                 ),
             }
         }
-        let prepared = Arc::new(super::prepare(policy)?);
+        let prepared = Arc::new(prepare(policy)?);
         *last = Some((policy.clone(), Arc::clone(&prepared)));
         Ok(prepared)
     }
@@ -212,7 +194,7 @@ impl ToolSandbox {
     /// Whether the kernel keeps this sandbox's tool processes out of the
     /// user's common git dir (so a change there is the user's).
     pub fn enforces_repo(&self) -> bool {
-        self.choice.profile != Profile::Off && super::availability().abi().is_some()
+        self.choice.profile != Profile::Off && availability().abi().is_some()
     }
 
     /// Ends a call whose child is gone: migrates the lane's new git objects
@@ -238,7 +220,7 @@ impl ToolSandbox {
             return Ok(None);
         };
         if self.migrate {
-            super::migrate_objects(git).map_err(|e| format!("failed to {e}"))?;
+            migrate_objects(git).map_err(|e| format!("failed to {e}"))?;
         }
         let Some(guard) = lock.as_ref() else {
             return Ok(None);
@@ -251,8 +233,8 @@ impl ToolSandbox {
         }
         let (lane, user): (Vec<_>, Vec<_>) = changes
             .iter()
-            .partition(|c| matches!(c, super::RepoChange::LaneFile { .. }));
-        let list = |cs: &[&super::RepoChange]| {
+            .partition(|c| matches!(c, RepoChange::LaneFile { .. }));
+        let list = |cs: &[&RepoChange]| {
             cs.iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
@@ -288,7 +270,7 @@ impl ToolSandbox {
 /// so the sandbox, a floor below the role files, does not import them.
 pub trait RoleAccess {
     /// The role's `sandbox:` profile, when it names one.
-    fn sandbox_profile(&self) -> Option<super::Profile>;
+    fn sandbox_profile(&self) -> Option<Profile>;
     /// The role's `network:`, when it sets it.
     fn network(&self) -> Option<bool>;
     /// Whether the role may not change the tree.
@@ -302,7 +284,7 @@ impl ToolSandbox {
     /// `.orch/orch.toml` and the user's `orch.toml`, then the role's keys.
     pub fn for_role(common: &Path, role: &impl RoleAccess) -> std::io::Result<Self> {
         let home = crate::environment::current().home();
-        let settings = super::SandboxSettings::load(
+        let settings = SandboxSettings::load(
             common.parent(),
             crate::dirs::user_config_dir().as_deref(),
             home.as_deref(),
@@ -316,7 +298,7 @@ impl ToolSandbox {
 }
 
 /// Before a stage commit: scans the files changed in `lane` for known secret
-/// values (`secrets` and [`super::known_secrets`]). When one holds a value,
+/// values (`secrets` and [`crate::secrets::known_secrets`]). When one holds a value,
 /// every change of the lane is discarded (reset to `start`) and the stage's
 /// failure reason is returned, naming the files with the values masked.
 pub async fn refuse_secrets(
@@ -341,7 +323,7 @@ pub async fn refuse_secrets_in(
             Some(paths) => paths,
             None => crate::git::changed_paths(&lane)?,
         };
-        let hits = super::scan_files(&lane, &changed, &secrets);
+        let hits = scan_files(&lane, &changed, &secrets);
         if hits.is_empty() {
             return Ok(None);
         }

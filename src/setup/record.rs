@@ -63,7 +63,7 @@ pub(crate) struct SetupState {
     pub(crate) cwd: PathBuf,
     /// `planning`, `planned`, `running`, `done`, `failed`, `not_confirmed`.
     pub(crate) status: String,
-    /// Model rounds used so far (at most [`super::MAX_ROUNDS`]).
+    /// Model rounds used so far (at most [`super::options::MAX_ROUNDS`]).
     pub(crate) rounds: u32,
     /// How many plans the model made.
     pub(crate) plan_version: u32,
@@ -224,7 +224,7 @@ impl SetupRecord {
     fn write_json<T: Serialize>(&self, name: &str, value: &T) -> Result<(), String> {
         let text =
             serde_json::to_string_pretty(value).map_err(|e| format!("encode {name}: {e}"))?;
-        let text = crate::runlog::redact(&text, &self.secrets);
+        let text = crate::secrets::redact(&text, &self.secrets);
         let path = self.dir.join(name);
         crate::runlog::write_atomic(&path, text.as_bytes()).map_err(|e| e.to_string())
     }
@@ -269,7 +269,7 @@ impl SetupRecord {
 
     /// Writes `report.md`.
     pub(crate) fn write_report(&self, text: &str) -> Result<(), String> {
-        let text = crate::runlog::redact(text, &self.secrets);
+        let text = crate::secrets::redact(text, &self.secrets);
         crate::runlog::write_atomic(&self.dir.join("report.md"), text.as_bytes())
             .map_err(|e| e.to_string())
     }
@@ -284,7 +284,7 @@ impl SetupRecord {
                 return;
             }
         };
-        let text = crate::runlog::redact(&line.to_string(), &self.secrets);
+        let text = crate::secrets::redact(&line.to_string(), &self.secrets);
         let path = self.dir.join("log.jsonl");
         // The log is a record of what happened; a failed append must not
         // stop a half-done installation, so it is reported, not fatal.

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::event::{self, SetupEvent};
+use super::options::{Confirm, Console, KILL_STEP_VERIFIED, SetupOptions};
 use super::plan::{self, Plan, Risk};
 use super::record::{SetupRecord, SetupState, StepState, StepStatus};
 use super::steps::{self, Ran, Sandboxing};
-use super::{Confirm, Console, KILL_STEP_VERIFIED, SetupOptions, detect, readonly};
+use super::{detect, readonly};
 use crate::llm::{
     ChatMessage, ChatModel, ChatRequest, LlmError, Sampling, ToolCall, ToolChoice, ToolDef,
 };

@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use super::plan::Risk;
 use crate::exec::{self, ExecLimits, PreExec};
-use crate::sandbox::{Policy, Profile};
+use crate::sandbox::Policy;
+use crate::sandbox_profile::Profile;
 
 /// Output bytes of a command shown to the model and the user (head + tail).
 pub(crate) const MAX_OUTPUT_BYTES: usize = 4000;
@@ -191,14 +192,11 @@ fn hook_for(policy: Policy) -> Result<(Option<PreExec>, String), String> {
 /// The secret paths that exist, resolved.
 fn secret_paths() -> Vec<PathBuf> {
     let home = crate::environment::current().home();
-    crate::sandbox::default_secret_paths(
-        home.as_deref(),
-        crate::catalog::user_config_dir().as_deref(),
-    )
-    .into_iter()
-    .chain(passwd_secret_paths())
-    .filter_map(|p| p.canonicalize().ok())
-    .collect()
+    crate::sandbox::default_secret_paths(home.as_deref(), crate::dirs::user_config_dir().as_deref())
+        .into_iter()
+        .chain(passwd_secret_paths())
+        .filter_map(|p| p.canonicalize().ok())
+        .collect()
 }
 
 /// The secret paths under the passwd entry's home.
@@ -236,12 +234,12 @@ fn env(tmp: &Path) -> Vec<(String, String)> {
     env
 }
 
-/// `text` with every known secret value ([`crate::runlog::redact`]: the
+/// `text` with every known secret value ([`crate::secrets::redact`]: the
 /// model key, secret-looking variables, `~/.netrc` passwords, …) and every
 /// PEM private key block (`-----BEGIN … PRIVATE KEY-----` to its end, or
 /// to the end of the text when a cap cut it) replaced.
 pub(crate) fn redact(text: &str, secrets: &[String]) -> String {
-    let mut out = crate::runlog::redact(text, secrets);
+    let mut out = crate::secrets::redact(text, secrets);
     let mut from = 0;
     while let Some(at) = out[from..].find("-----BEGIN ").map(|i| i + from) {
         let header_end = out[at..].find('\n').map_or(out.len(), |i| at + i);

@@ -26,7 +26,8 @@ use crate::llm::{
 };
 use crate::policy::BashPolicy;
 use crate::role::Role;
-use crate::runlog::{ActionEvent, ActionLog, RecordError, event, redact};
+use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
+use crate::secrets::redact;
 use crate::tools::{ReadOnlyGuard, ToolContext};
 
 /// Bytes of a partial report built from the tool calls made so far.

@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::RESULT_FORMAT;
 use crate::runlog::{RecordError, TokenCount, write_atomic};
+
+/// Schema of `result.json`.
+pub const RESULT_FORMAT: &str = "orch-agent-result/1";
 
 /// Where a subagent is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::MAX_ARGUMENT_BYTES;
+use super::outcome::MAX_ARGUMENT_BYTES;
 use crate::text::one_line;
 
 /// A call's arguments: a JSON object, with typed accessors whose errors tell

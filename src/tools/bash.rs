@@ -12,9 +12,12 @@ use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Args, ToolContext, ToolError, ToolOutcome, one_line};
+use super::args::Args;
+use super::context::ToolContext;
+use super::outcome::{SUMMARY_CHARS, ToolError, ToolOutcome};
 use crate::exec;
 use crate::policy::Decision;
+use crate::text::one_line;
 
 /// One prompt at a time: concurrent stages must not interleave questions.
 static PROMPT: Mutex<()> = Mutex::new(());
@@ -57,10 +60,7 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, T
                 "bash",
                 &format!("command not run: denied by policy: {reason}"),
             );
-            out.summary = one_line(
-                &format!("bash `{shown}` → denied: {reason}"),
-                super::SUMMARY_CHARS,
-            );
+            out.summary = one_line(&format!("bash `{shown}` → denied: {reason}"), SUMMARY_CHARS);
             out.policy = Some(format!("deny: {reason}"));
             out.sandbox = ctx.sandbox.as_ref().map(|s| s.choice().label());
             return Ok(out);
@@ -89,7 +89,7 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, T
         );
         o.summary = one_line(
             &format!("bash `{shown}` → timed out ({secs:.1}s)"),
-            super::SUMMARY_CHARS,
+            SUMMARY_CHARS,
         );
         o
     } else {

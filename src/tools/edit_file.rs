@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
+use super::args::{Args, io_message};
 use super::fence::{self, Access};
+use super::outcome::ToolOutcome;
 use super::write_file::{atomic_write, report};
-use super::{Args, ToolOutcome, io_message};
 
 pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     let path = args.string("path", "a file path relative to the worktree root")?;

@@ -1,7 +1,9 @@
 //! `finish`: ends the stage with the agent's summary and, for reviewers, a verdict.
 
-use super::{Args, FinishCall, ToolOutcome, one_line};
+use super::args::Args;
+use super::outcome::{FinishCall, ToolOutcome};
 use crate::ids::Verdict;
+use crate::text::one_line;
 
 pub(crate) fn run(args: &Args) -> Result<ToolOutcome, String> {
     let summary = args.string("summary", "what you did and found")?;

@@ -6,9 +6,11 @@ use std::path::Path;
 
 use regex::RegexBuilder;
 
+use super::args::Args;
 use super::fence::{self, Access};
 use super::list_files::walk_files;
-use super::{Args, ToolOutcome, one_line};
+use super::outcome::ToolOutcome;
+use crate::text::one_line;
 
 /// Matching lines returned at most.
 pub(super) const MAX_MATCHES: usize = 200;

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use ignore::WalkBuilder;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+use super::args::{Args, io_message};
 use super::fence::{self, Access, Fenced};
-use super::{Args, ToolOutcome};
+use super::outcome::ToolOutcome;
 
 /// Paths listed at most per call.
 pub(super) const MAX_ENTRIES: usize = 500;
@@ -98,7 +99,7 @@ pub(crate) fn walk_files(
             .as_ref()
             .is_none_or(|m| m.matched_path_or_any_parents(rel, false).is_ignore())
     };
-    let meta = std::fs::metadata(&target.abs).map_err(|e| super::io_message(&target.rel, &e))?;
+    let meta = std::fs::metadata(&target.abs).map_err(|e| io_message(&target.rel, &e))?;
     if !meta.is_dir() {
         let hit = matches(&target_rel);
         if hit {

@@ -4,8 +4,9 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
+use super::args::{Args, io_message};
 use super::fence::{self, Access};
-use super::{Args, ToolOutcome, io_message};
+use super::outcome::ToolOutcome;
 
 /// Lines returned when the model gives no `limit`.
 pub(super) const DEFAULT_LIMIT: u64 = 2000;

@@ -20,7 +20,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::{ToolError, ToolOutcome};
+use super::outcome::{ToolError, ToolOutcome, join_failure};
+use crate::text::one_line;
 
 /// Files larger than this are compared by size and mtime only, and are not
 /// restored from the snapshot.
@@ -56,7 +57,7 @@ impl ReadOnlyGuard {
         tokio::task::spawn_blocking(move || take(&root))
             .await
             .unwrap_or_else(|e| Snapshot {
-                fault: Some(super::join_failure(&e)),
+                fault: Some(join_failure(&e)),
                 ..Snapshot::default()
             })
     }
@@ -75,7 +76,7 @@ impl ReadOnlyGuard {
         let root = self.root.clone();
         let discarded = tokio::task::spawn_blocking(move || restore(&root, &before))
             .await
-            .map_err(|e| ToolError::Fatal(super::join_failure(&e)))?;
+            .map_err(|e| ToolError::Fatal(join_failure(&e)))?;
         let note = match discarded {
             Ok(paths) if paths.is_empty() => return outcome,
             Ok(paths) => format!(
@@ -93,7 +94,7 @@ impl ReadOnlyGuard {
         };
         out.is_error = true;
         out.content = format!("error: bash: {note}\n{}", out.content);
-        out.summary = super::one_line(&format!("bash → discarded: {note}"), 120);
+        out.summary = one_line(&format!("bash → discarded: {note}"), 120);
         out.policy = Some(format!("read-only: {note}"));
         Ok(out)
     }

@@ -5,7 +5,8 @@
 
 use serde_json::{Value, json};
 
-use super::{ALL_TOOLS, ToolContext, spawn_agent};
+use super::context::ToolContext;
+use super::outcome::ALL_TOOLS;
 use crate::llm::ToolDef;
 
 /// The tools offered to the model in `ctx`: [`definitions`] plus
@@ -34,7 +35,7 @@ fn schemas(allowed: &[String], can_spawn: bool) -> Vec<ToolDef> {
         .iter()
         .filter(|t| allowed.iter().any(|a| a == *t))
         .filter_map(|t| match *t {
-            "spawn_agent" => can_spawn.then(spawn_agent::definition),
+            "spawn_agent" => can_spawn.then(spawn_agent_definition),
             other => definition(other),
         })
         .collect()
@@ -47,6 +48,18 @@ pub(super) fn schema(props: Value, required: &[&str]) -> Value {
         return json!({"type": "object", "properties": props});
     }
     json!({"type": "object", "properties": props, "required": required})
+}
+
+/// The schema of `spawn_agent` offered to the model.
+fn spawn_agent_definition() -> ToolDef {
+    ToolDef {
+        name: "spawn_agent",
+        description: "Run a subagent (fresh history) on a subtask; returns its report.",
+        parameters: schema(
+            json!({"role": {"type": "string", "description": "e.g. explore (read-only)"}, "task": {"type": "string"}}),
+            &["role", "task"],
+        ),
+    }
 }
 
 fn definition(name: &str) -> Option<ToolDef> {

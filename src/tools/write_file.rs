@@ -11,8 +11,9 @@ use std::path::Path;
 
 use similar::{ChangeTag, TextDiff};
 
+use super::args::{Args, io_message};
 use super::fence::{self, Access, Fenced};
-use super::{Args, ToolOutcome, io_message};
+use super::outcome::ToolOutcome;
 
 /// Bytes of diff shown to the model (head + tail beyond this).
 pub(super) const MAX_DIFF_BYTES: usize = 8 * 1024;

@@ -10,9 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use orch::sandbox::{
-    self, Availability, Policy, Profile, RepoChange, RepoGuard, default_secret_paths,
-};
+use orch::sandbox::{self, Availability, Policy, RepoChange, RepoGuard, default_secret_paths};
+use orch::sandbox_profile::Profile;
 
 use crate::support::TestRepo;
 use crate::support::repo::GIT_DATE;

@@ -1,11 +1,13 @@
 //! `orch log`: a stage's or a subagent's action log, one line per event.
 
 use super::render::render_event;
-use super::{plural, stage};
+use super::shared::stage;
+use crate::cli::CliError;
 use crate::cli::output::Out;
 use crate::cli::record::open;
-use crate::cli::{CliError, exit};
+use crate::exit;
 use crate::runlog::StageRecord;
+use crate::text::plural;
 use std::path::PathBuf;
 
 /// Arguments of `orch log`.

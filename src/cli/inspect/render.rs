@@ -1,7 +1,9 @@
 //! The action-log renderer: one readable line per event.
 
-use super::{plural, short, usd};
+use super::shared::short;
+use crate::cli::output::usd;
 use crate::runlog::event::{self, ActionEvent, LogLine, Logged};
+use crate::text::plural;
 
 /// Longest text field shown on a line.
 const FIELD_CHARS: usize = 100;

@@ -1,9 +1,10 @@
 //! `orch review` and `orch diff`: what a stage changed.
 
-use super::{memory_report, stage};
+use super::shared::{memory_report, stage};
+use crate::cli::CliError;
 use crate::cli::output::Out;
 use crate::cli::record::open;
-use crate::cli::{CliError, exit};
+use crate::exit;
 use crate::git;
 use crate::runlog::StageRecord;
 use std::path::{Path, PathBuf};

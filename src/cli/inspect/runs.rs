@@ -1,7 +1,8 @@
 //! `orch runs`: the runs of a repository, newest first.
 
+use crate::cli::CliError;
 use crate::cli::output::Out;
-use crate::cli::{CliError, exit};
+use crate::exit;
 use crate::git;
 use crate::runlog;
 use std::path::PathBuf;

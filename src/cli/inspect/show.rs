@@ -1,10 +1,13 @@
 //! `orch show`: a run's stages, attempts and subagents.
 
-use super::{memory_report, plural, short, usd};
+use super::shared::{memory_report, short};
+use crate::cli::CliError;
 use crate::cli::output::Out;
+use crate::cli::output::usd;
 use crate::cli::record::{open, run_cost};
-use crate::cli::{CliError, exit};
+use crate::exit;
 use crate::runlog::{self, RunState};
+use crate::text::plural;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `orch show`.

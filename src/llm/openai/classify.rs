@@ -1,9 +1,9 @@
 //! Failure classification: what a failed attempt was (a status, a transport
 //! error, an error inside a stream) and whether retrying can help.
 
+use super::client::OpenAiClient;
 use super::http::error_chain;
-use super::wire::{compact, snippet};
-use super::{OpenAiClient, human_duration};
+use super::snippet::{compact, snippet};
 use crate::llm::LlmError;
 use crate::llm::retry::{
     context_window_in_message, is_context_length_message, is_deterministic_message,
@@ -213,4 +213,13 @@ pub(super) fn timed_out(limit: Duration, what: &str, setting: &str) -> Attempt {
         ),
         Kind::Timeout,
     ))
+}
+
+/// `1.5s`, `250ms`.
+pub(super) fn human_duration(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{}s", d.as_secs_f64())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
 }

@@ -1,8 +1,8 @@
 //! Building `reqwest` clients: the one place that installs the TLS provider
 //! the build relies on (reqwest is built with `rustls-no-provider`).
 
-use super::DEFAULT_CONNECT_TIMEOUT;
 use crate::llm::LlmError;
+use crate::llm::settings::DEFAULT_CONNECT_TIMEOUT;
 use std::time::Duration;
 
 /// Builds an HTTP client with `timeout` per request and a connect timeout of

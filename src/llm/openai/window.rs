@@ -12,7 +12,7 @@
 //! "not said", each request is bounded by [`PROBE_TIMEOUT`], and nothing
 //! here is retried.
 
-use super::OpenAiClient;
+use super::client::OpenAiClient;
 use super::http::read_capped;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use serde_json::Value;

@@ -3,8 +3,9 @@
 
 use super::settle::Settled;
 use super::{Committed, MAX_SUMMARY_BYTES, StageRun};
-use crate::agent::{AgentOutcome, verify::VerifyReport};
+use crate::agent::AgentOutcome;
 use crate::git::{self, GitError};
+use crate::runlog::VerifyReport;
 use crate::runner::{RunError, blocking, pr};
 
 impl StageRun<'_> {

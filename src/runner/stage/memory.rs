@@ -2,9 +2,10 @@
 //! from it when it ends.
 
 use super::{Committed, StageRun};
-use crate::agent::{AgentOutcome, prompt, verify::VerifyReport};
+use crate::agent::{AgentOutcome, prompt};
 use crate::memory::hook::Injected;
 use crate::runlog::ActionLog;
+use crate::runlog::VerifyReport;
 use crate::runner::lanes::Lane;
 use crate::runner::{RunCtx, RunError};
 

@@ -2,10 +2,11 @@
 //! agent's first turn, and the gate after its last (which may send it back
 //! to work).
 
-use crate::agent::{self, Agent, verify::BaselineReport, verify::VerifyReport};
+use crate::agent::{self, Agent};
 use crate::llm::ChatModel;
 use crate::pipeline::Stage;
 use crate::runlog::{ActionLog, TokenCount};
+use crate::runlog::{BaselineReport, VerifyReport};
 use crate::runner::RunError;
 use crate::runner::bootstrap::Prepared;
 use crate::tools::ToolContext;

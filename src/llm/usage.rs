@@ -1,0 +1,34 @@
+//! Token usage of one completion and its reported cost (a leaf of `llm`).
+
+use serde::{Deserialize, Serialize};
+
+/// Token usage of one completion, and its cost when the server reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    #[serde(default)]
+    pub completion_tokens: u64,
+    /// Sum of both.
+    #[serde(default)]
+    pub total_tokens: u64,
+    /// True when the server reported no usage and the counts are an estimate
+    /// (bytes / 4, see [`crate::llm::estimate_usage`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+    /// The call's cost in US dollars as the server reported it (OpenRouter's
+    /// `usage.cost`, LiteLLM's `x-litellm-response-cost` header); it wins
+    /// over the price table ([`crate::llm::ChatModel::cost_usd`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+// `cost_usd` is never NaN: [`reported_cost`] keeps only finite values.
+impl Eq for Usage {}
+
+/// A cost a server reported, when it is a finite amount of 0 or more.
+pub(crate) fn reported_cost(value: f64) -> Option<f64> {
+    (value.is_finite() && value >= 0.0).then_some(value)
+}
