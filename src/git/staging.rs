@@ -95,6 +95,13 @@ struct Lane<'a> {
     /// Where orch's objects go until the commit is decided (beside the
     /// user's store, never in a lane's shadow store).
     held: Option<Quarantine>,
+    /// The lane's own store (its shadow's), read as one more alternate:
+    /// what [`super::shadow::migrate_into`] left there (an object holding a
+    /// known secret) may still be named by the lane's index, and git hashes
+    /// a file again only when its stat data says so, so `write-tree` must
+    /// find it. Only read: nothing is written there, and a tree naming it
+    /// is refused by the secret scan before anything is kept.
+    kept_back: Option<std::path::PathBuf>,
 }
 
 impl<'a> Lane<'a> {
@@ -102,24 +109,43 @@ impl<'a> Lane<'a> {
     /// own store moved into the user's first: its index may name those
     /// objects, and git skips writing an object it finds.
     fn at(path: &'a Path) -> Result<Self, GitError> {
+        let mut kept_back = None;
         let store = match super::shadow::of_lane(path) {
             Some((real, shadow)) => {
                 super::shadow::migrate_into(&shadow, &real)?;
+                kept_back = Some(super::shadow::objects_dir(&shadow));
                 Some(real.join("objects"))
             }
             None => store_of(path),
         };
         let held = store.map(|s| Quarantine::new(&s)).transpose()?;
-        Ok(Lane { path, held })
+        Ok(Lane {
+            path,
+            held,
+            kept_back,
+        })
     }
 
     /// A git command in the lane.
     fn git(&self) -> Git {
         let g = super::cli::git(self.path);
         match &self.held {
-            Some(q) => g
-                .env("GIT_OBJECT_DIRECTORY", q.objects())
-                .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", q.store()),
+            Some(q) => {
+                // The list is `:`-separated; a path holding `:` is left out
+                // rather than quoted (git's quoting of this variable is
+                // C-style and rarely needed).
+                let mut alternates = q.store().as_os_str().to_owned();
+                if let Some(kept) = self
+                    .kept_back
+                    .as_ref()
+                    .filter(|k| k.is_dir() && !k.as_os_str().as_encoded_bytes().contains(&b':'))
+                {
+                    alternates.push(":");
+                    alternates.push(kept);
+                }
+                g.env("GIT_OBJECT_DIRECTORY", q.objects())
+                    .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", alternates)
+            }
             None => g,
         }
     }

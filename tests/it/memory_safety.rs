@@ -323,6 +323,31 @@ fn a_secret_the_agents_own_git_stages_never_reaches_the_users_store() {
     snapshot.assert_unchanged(&repo.snapshot());
 }
 
+/// The same, with the file older than the index the agent's `git add`
+/// wrote: git then trusts the index entry and never hashes the file again,
+/// so staging must still find the blob the lane's store kept back (it once
+/// failed the stage with `git write-tree`'s "invalid object", exit 4,
+/// whenever the agent's command crossed a second boundary).
+#[test]
+fn a_secret_staged_by_the_agent_before_the_index_was_written_is_refused_not_an_error() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let snapshot = repo.snapshot();
+    let home = tempfile::tempdir().unwrap();
+    let bash = |id: &str, c: &str| Reply::tool_call(id, "bash", json!({ "command": c }));
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            bash(
+                "b1",
+                &format!("printf 'TOKEN = \"%s\"\\n' {FAKE_API_KEY} > creds.py && touch -d '2020-01-01 00:00:00' creds.py && git add creds.py && git status --short"),
+            ),
+            Reply::finish("f1", "Staged the token.", None),
+        ],
+    ));
+    assert_refused_and_no_object_holds_the_key(&repo, home.path(), &server);
+    snapshot.assert_unchanged(&repo.snapshot());
+}
+
 #[test]
 fn a_python_test_file_failing_twice_then_passing_distills_a_lesson() {
     let repo = TestRepo::with_commit(
