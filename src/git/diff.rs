@@ -716,7 +716,7 @@ mod tests {
             .diff_stat(&base, &repo.rev("HEAD"))
             .unwrap();
         assert_eq!(stat, d.stat);
-        let plain = crate::git::open_at(&repo.git_dir()).unwrap();
+        let plain = crate::git::open::open_at(&repo.git_dir()).unwrap();
         assert!(
             each_file(&plain, &base, &repo.rev("HEAD"), false, &mut |_| Ok(())).is_err(),
             "the test's index must be one libgit2 refuses"

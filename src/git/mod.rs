@@ -40,7 +40,7 @@ pub(crate) mod testutil;
 
 pub use error::GitError;
 pub(crate) use error::{git_err, io_err};
-pub(crate) use open::{open_at, signature};
+pub(crate) use open::signature;
 
 pub use commit::commit_all;
 pub use diff::{Diff, DiffStat, FileStat};

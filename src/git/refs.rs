@@ -195,3 +195,62 @@ fn checked_out_by_user(repo: &Repository, refname: &str) -> bool {
         !orchs_own && head_is(&common.join("worktrees").join(name).join("HEAD"))
     })
 }
+
+impl Repo {
+    /// The URL of remote `name`, `None` when there is no such remote or its
+    /// URL is not UTF-8.
+    pub fn remote_url(&self, name: &str) -> Result<Option<String>, GitError> {
+        let remote = self.git2()?.find_remote(name).ok();
+        Ok(remote.and_then(|rm| rm.url().ok().map(str::to_owned)))
+    }
+
+    /// Whether the repository has a remote called `name`.
+    pub fn has_remote(&self, name: &str) -> Result<bool, GitError> {
+        Ok(self.git2()?.find_remote(name).is_ok())
+    }
+
+    /// Whether reference `name` (a full ref name) exists.
+    pub fn has_reference(&self, name: &str) -> Result<bool, GitError> {
+        Ok(self.git2()?.find_reference(name).is_ok())
+    }
+
+    /// The bytes of `path` in `HEAD`'s tree, `None` when `HEAD` or the path
+    /// cannot be read there (no such file, a directory, an unborn `HEAD`).
+    pub fn file_at_head(&self, path: &Path) -> Result<Option<Vec<u8>>, GitError> {
+        let repo = self.git2()?;
+        let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+        Ok(head
+            .and_then(|t| t.get_path(path).ok())
+            .and_then(|e| repo.find_blob(e.id()).ok())
+            .map(|b| b.content().to_vec()))
+    }
+
+    /// Writes the files of commit `sha`'s tree into `dest` (no checkout, no
+    /// index): each blob at its path, directories made as needed.
+    pub fn export_tree(&self, sha: &CommitId, dest: &Path) -> Result<(), GitError> {
+        let repo = self.git2()?;
+        let op = || format!("export the tree of {sha}");
+        let tree = find_commit(repo, sha)?.tree().map_err(git_err(op()))?;
+        let mut files = Vec::new();
+        tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+            if entry.kind() == Some(git2::ObjectType::Blob) {
+                files.push((
+                    format!("{root}{}", entry.name().unwrap_or_default()),
+                    entry.id(),
+                ));
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .map_err(git_err(op()))?;
+        for (path, id) in files {
+            let blob = repo.find_blob(id).map_err(git_err(op()))?;
+            let target = dest.join(&path);
+            if let Some(p) = target.parent() {
+                std::fs::create_dir_all(p).map_err(super::error::io_err("create", p))?;
+            }
+            std::fs::write(&target, blob.content())
+                .map_err(super::error::io_err("write", &target))?;
+        }
+        Ok(())
+    }
+}

@@ -50,6 +50,29 @@ impl Repo {
         }
     }
 
+    /// The repository at or above `path`, found by libgit2's upward search
+    /// as `git` finds it from a working directory, opened now and kept. Its
+    /// directory is the git dir found (a linked worktree's admin dir when
+    /// `path` is inside one).
+    pub fn discover(path: &Path) -> Result<Repo, GitError> {
+        let repo = Repository::discover(path).map_err(|source| GitError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let dir = repo.path().components().collect();
+        Ok(Repo {
+            dir,
+            handle: OnceCell::from(repo),
+            diff: OnceCell::new(),
+        })
+    }
+
+    /// The shared `.git` directory of the repository as libgit2 opened it
+    /// (also when it was found from inside a linked worktree).
+    pub fn commondir(&self) -> Result<PathBuf, GitError> {
+        Ok(self.git2()?.commondir().components().collect())
+    }
+
     /// The directory the repository is opened at: the common git dir for
     /// every handle orch makes of the user's repository.
     pub fn common_dir(&self) -> &Path {
