@@ -170,7 +170,7 @@ const BASELINE_TAIL_BYTES: usize = 1024;
 pub(crate) async fn run_baseline(
     commands: &[String],
     ctx: &ToolContext,
-    commit: &str,
+    commit: &crate::git::CommitId,
     log: &mut ActionLog,
     redact: &(dyn Fn(&str) -> String + Sync),
 ) -> Result<BaselineReport, RecordError> {
@@ -178,7 +178,7 @@ pub(crate) async fn run_baseline(
     for command in commands {
         let (run, output) = run_logged(command, ctx, log, |run| {
             ActionEvent::Baseline(event::Baseline {
-                commit: commit.to_owned(),
+                commit: commit.to_string(),
                 run,
             })
         })
@@ -195,7 +195,7 @@ pub(crate) async fn run_baseline(
         runs.push(BaselineRun { run, output_tail });
     }
     Ok(BaselineReport {
-        commit: commit.to_owned(),
+        commit: commit.to_string(),
         runs,
     })
 }

@@ -126,9 +126,13 @@ pub(super) async fn cmd_demo(args: DemoArgs) -> Result<i32, CliError> {
         .iter()
         .rev()
         .find_map(|s| s.commit.clone())
-        .map(String::from)
-        .unwrap_or_default();
-    export_tree(&repo, &final_commit, &result)?;
+        .ok_or_else(|| {
+            CliError::Internal(
+                "failed to find the PR commit for the demo repository: no stage committed"
+                    .to_owned(),
+            )
+        })?;
+    crate::git::Repo::at(&repo).export_tree(&final_commit, &result)?;
     let after = python(&result, &["-c", REPRO]);
     let tests = Command::new("python3")
         .args(["-m", "unittest", "-v"])
@@ -256,39 +260,5 @@ fn build_repo(repo: &Path) -> Result<(), CliError> {
         .map_err(|e| git_err("sign", e))?;
     r.commit(Some("HEAD"), &sig, &sig, "textstats 0.1.0", &tree, &[])
         .map_err(|e| git_err("commit", e))?;
-    Ok(())
-}
-
-/// Writes the files of `commit`'s tree into `dest` (no checkout, no index).
-fn export_tree(repo: &Path, commit: &str, dest: &Path) -> Result<(), CliError> {
-    let r = git2::Repository::open(repo).map_err(|e| git_err("open", e))?;
-    let oid = git2::Oid::from_str(commit).map_err(|e| git_err("parse the commit id", e))?;
-    let tree = r
-        .find_commit(oid)
-        .and_then(|c| c.tree())
-        .map_err(|e| git_err("find the PR commit", e))?;
-    let mut files = Vec::new();
-    tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
-        if entry.kind() == Some(git2::ObjectType::Blob) {
-            files.push((
-                format!("{root}{}", entry.name().unwrap_or_default()),
-                entry.id(),
-            ));
-        }
-        git2::TreeWalkResult::Ok
-    })
-    .map_err(|e| git_err("walk the PR tree", e))?;
-    for (path, id) in files {
-        let blob = r.find_blob(id).map_err(|e| git_err("read a blob", e))?;
-        let target = dest.join(&path);
-        if let Some(p) = target.parent() {
-            std::fs::create_dir_all(p).map_err(|e| {
-                CliError::Internal(format!("failed to create {}: {e}", p.display()))
-            })?;
-        }
-        std::fs::write(&target, blob.content()).map_err(|e| {
-            CliError::Internal(format!("failed to write {}: {e}", target.display()))
-        })?;
-    }
     Ok(())
 }

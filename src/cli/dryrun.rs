@@ -144,7 +144,7 @@ fn memory_notes(d: &DryRun<'_>, task: &str) -> String {
             .ok()
     });
     let paths = crate::memory::paths_in(task);
-    crate::memory::hook::notes_for(&d.base.common, commit.as_deref(), d.repo, task, &paths)
+    crate::memory::hook::notes_for(&d.base.common, commit.as_ref(), d.repo, task, &paths)
         .map(|(n, _, _)| n.text)
         .unwrap_or_default()
 }

@@ -122,11 +122,11 @@ fn all(common: &Path, workdir: &Path) -> Result<Vec<Lesson>, CliError> {
     let repo = crate::git::Repo::at(common);
     let head = repo.resolve_commit("HEAD").ok();
     let (lessons, problems) =
-        crate::memory::load_all_at(common, head.as_deref(), workdir).map_err(mem_err)?;
+        crate::memory::load_all_at(common, head.as_ref(), workdir).map_err(mem_err)?;
     for p in problems {
         warn(&format!("failed to {p}"));
     }
-    for name in uncommitted_lessons(&repo, head.as_deref(), workdir) {
+    for name in uncommitted_lessons(&repo, head.as_ref(), workdir) {
         warn(&format!(
             ".orch/memory/{name} is not in the commit at HEAD: runs read checked-in lessons from the commit they start at, so it is not used until it is committed"
         ));
@@ -141,7 +141,11 @@ fn warn(text: &str) {
 /// The names of `.md` files in the working tree's `.orch/memory/` that the
 /// commit `head` does not hold (read as directory entries only: nothing is
 /// opened, no link followed).
-fn uncommitted_lessons(repo: &crate::git::Repo, head: Option<&str>, workdir: &Path) -> Vec<String> {
+fn uncommitted_lessons(
+    repo: &crate::git::Repo,
+    head: Option<&crate::git::CommitId>,
+    workdir: &Path,
+) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(workdir.join(".orch").join("memory")) else {
         return Vec::new();
     };

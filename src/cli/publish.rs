@@ -191,8 +191,8 @@ fn target_project(args: &PublishArgs, issue: Option<&FrozenIssue>) -> Result<Pro
 /// to: said before anything is asked of the forge or pushed.
 fn check_remote(repo: &Path, remote: &str) -> Result<(), CliError> {
     let url_or_path = remote.contains(':') || remote.contains('/') || Path::new(remote).exists();
-    let known = git2::Repository::discover(repo)
-        .map(|r| r.find_remote(remote).is_ok())
+    let known = crate::git::Repo::discover(repo)
+        .and_then(|r| r.has_remote(remote))
         .unwrap_or(false);
     if url_or_path || known {
         return Ok(());

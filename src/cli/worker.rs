@@ -121,7 +121,7 @@ async fn stage(args: StageArgs, events: &crate::events::Events) -> Result<i32, C
         (Some(r), _) => r.clone(),
         (None, Some(w)) => w.clone(),
         // A clone here (as other commands' `--repo .`), else a work dir.
-        (None, None) if git2::Repository::discover(".").is_ok() => PathBuf::from("."),
+        (None, None) if crate::git::Repo::discover(Path::new(".")).is_ok() => PathBuf::from("."),
         (None, None) => default_work_dir(&args.remote)?,
     };
     let job = StageJob {

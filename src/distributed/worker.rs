@@ -273,10 +273,11 @@ pub(crate) fn fetch(job: StageJob) -> Result<Fetched, DistError> {
         };
         trips.fetch_ms += ms(took);
         trips.fetches += 1;
-        let repo = Repository::open_bare(&common).map_err(git2_err("open the clone"))?;
-        let tip = runref::read_run_ref(&repo, &remote_run_ref(run))?
+        let handle = crate::git::Repo::at(&common);
+        let repo = handle.git2()?;
+        let tip = runref::read_run_ref(repo, &remote_run_ref(run))?
             .ok_or_else(|| DistError::Refused(format!("find run `{run}` on {}", job.url)))?;
-        let (state, plan, _) = read_record(&repo, tip, &job.stage)?;
+        let (state, plan, _) = read_record(repo, tip, &job.stage)?;
         if state.stage(&job.stage).is_none() {
             let known: Vec<&str> = state.stages.iter().map(|s| s.id.as_str()).collect();
             return Err(DistError::Refused(format!(
@@ -300,8 +301,8 @@ pub(crate) fn fetch(job: StageJob) -> Result<Fetched, DistError> {
 /// repository, else a new empty one made there (`git init`; what it needs
 /// is fetched into it).
 fn prepare_clone(repo: &Path) -> Result<PathBuf, DistError> {
-    if let Ok(found) = Repository::discover(repo) {
-        return Ok(found.commondir().components().collect());
+    if let Ok(common) = crate::git::Repo::discover(repo).and_then(|r| r.commondir()) {
+        return Ok(common);
     }
     std::fs::create_dir_all(repo).map_err(|source| {
         DistError::Git(crate::git::GitError::Io {
@@ -430,8 +431,9 @@ enum Entry {
 }
 
 impl Fetched {
-    fn repo(&self) -> Result<Repository, DistError> {
-        Repository::open_bare(&self.common).map_err(git2_err("open the clone"))
+    /// The clone's handle: `git2()` of it opens the repository.
+    fn repo(&self) -> crate::git::Repo {
+        crate::git::Repo::at(&self.common)
     }
 
     fn refetch(&mut self) -> Result<(), DistError> {
@@ -442,8 +444,9 @@ impl Fetched {
         };
         self.trips.fetch_ms += ms(took);
         self.trips.fetches += 1;
-        let repo = self.repo()?;
-        self.tip = runref::read_run_ref(&repo, &remote_run_ref(run))?
+        let handle = self.repo();
+        let repo = handle.git2()?;
+        self.tip = runref::read_run_ref(repo, &remote_run_ref(run))?
             .ok_or_else(|| DistError::Refused(format!("find run `{run}` on {}", self.job.url)))?;
         Ok(())
     }
@@ -469,7 +472,8 @@ impl Fetched {
         }
         if pushed == Pushed::Done {
             self.tip = commit;
-            let repo = self.repo()?;
+            let handle = self.repo();
+            let repo = handle.git2()?;
             let _admin = crate::git::Repo::at(&self.common).admin_lock(true)?;
             for r in [remote_run_ref(self.job.run_id.as_str()), name] {
                 repo.reference(&r, commit, true, "orch stage: pushed")
@@ -486,8 +490,9 @@ impl Fetched {
             if attempt > 0 {
                 self.refetch()?;
             }
-            let repo = self.repo()?;
-            let (mut state, plan, claim) = read_record(&repo, self.tip, &self.job.stage)?;
+            let handle = self.repo();
+            let repo = handle.git2()?;
+            let (mut state, plan, claim) = read_record(repo, self.tip, &self.job.stage)?;
             let settled = settle(&plan, &mut state);
             let decision = decide(&self.job, &state, &plan, claim);
             let mut files = Vec::new();
@@ -521,7 +526,7 @@ impl Fetched {
             };
             state.updated = now();
             files.push(("state.json".to_owned(), Entry::Blob(state_bytes(&state)?)));
-            let commit = commit_over(&repo, self.tip, &files, &message)?;
+            let commit = commit_over(repo, self.tip, &files, &message)?;
             if self.push(commit, &[], true)? == Pushed::Stale {
                 continue;
             }
@@ -540,7 +545,8 @@ impl Fetched {
             Ok(d) => d,
             Err(_) => RunDir::create(&self.common, run)?,
         };
-        let repo = self.repo()?;
+        let handle = self.repo();
+        let repo = handle.git2()?;
         let tree = repo
             .find_commit(self.tip)
             .and_then(|c| c.tree())
@@ -592,8 +598,9 @@ impl Fetched {
             if attempt > 0 {
                 blocking_io(|| self.refetch())?;
             }
-            let repo = self.repo()?;
-            let (mut state, plan, _) = read_record(&repo, self.tip, &stage)?;
+            let handle = self.repo();
+            let repo = handle.git2()?;
+            let (mut state, plan, _) = read_record(repo, self.tip, &stage)?;
             if let Some(rec) = state.stage_mut(&stage) {
                 *rec = record.clone();
             }
@@ -625,7 +632,7 @@ impl Fetched {
             }
             files.push(("state.json".to_owned(), Entry::Blob(state_bytes(&state)?)));
             let stage_dir = run_dir.root.join("stages").join(&stage);
-            if let Some(tree) = runref::tree_of_dir(&repo, &stage_dir)? {
+            if let Some(tree) = runref::tree_of_dir(repo, &stage_dir)? {
                 files.push((format!("stages/{stage}"), Entry::Tree(tree)));
             }
             let message = format!(
@@ -633,7 +640,7 @@ impl Fetched {
                 self.job.worker,
                 record.status.as_str()
             );
-            let commit = commit_over(&repo, self.tip, &files, &message)?;
+            let commit = commit_over(repo, self.tip, &files, &message)?;
             if blocking_io(|| self.push(commit, &extra, false))? == Pushed::Stale {
                 continue;
             }
@@ -709,9 +716,10 @@ pub(crate) fn push_planned(
     run_id: &str,
     base: &crate::git::CommitId,
 ) -> Result<Duration, DistError> {
-    let repo = Repository::open_bare(common).map_err(git2_err("open the repository"))?;
+    let handle = crate::git::Repo::at(common);
+    let repo = handle.git2()?;
     let name = run_ref(run_id);
-    let tip = runref::read_run_ref(&repo, &name)?
+    let tip = runref::read_run_ref(repo, &name)?
         .ok_or_else(|| DistError::Refused(format!("find the run ref `{name}`")))?;
     let specs = vec![
         format!("{tip}:{name}"),

@@ -267,8 +267,9 @@ async fn share_memory(
     fetch: bool,
 ) -> Result<(), EvalError> {
     let has_ref = |git_dir: &Path| {
-        git2::Repository::open(git_dir)
-            .is_ok_and(|r| r.find_reference(crate::memory::store::MEMORY_REF).is_ok())
+        crate::git::Repo::at(git_dir)
+            .has_reference(crate::memory::store::MEMORY_REF)
+            .unwrap_or(false)
     };
     let source = if fetch {
         store.to_path_buf()

@@ -240,8 +240,8 @@ pub(crate) fn row_line(eval_id: &str, row: &RunRow) -> serde_json::Value {
 /// `$XDG_STATE_HOME/orch/evals` (absolute values only), else
 /// `$HOME/.local/state/orch/evals`.
 pub(crate) fn default_out_dir(cwd: &Path, env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-    if let Ok(repo) = git2::Repository::discover(cwd) {
-        return Some(repo.commondir().join("orch").join("evals"));
+    if let Ok(common) = crate::git::Repo::discover(cwd).and_then(|r| r.commondir()) {
+        return Some(common.join("orch").join("evals"));
     }
     if let Some(xdg) = env("XDG_STATE_HOME").map(PathBuf::from)
         && xdg.is_absolute()

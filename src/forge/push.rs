@@ -72,11 +72,11 @@ pub(crate) fn without_userinfo(text: &str) -> String {
 /// The URL of the remote `name` of the repository at `repo` (`name` itself
 /// when it is already a URL or a path).
 pub(crate) fn remote_url(repo: &Path, name: &str) -> Option<String> {
-    let r = git2::Repository::discover(repo).ok()?;
-    let remote = r.find_remote(name).ok();
+    let r = crate::git::Repo::discover(repo).ok()?;
     Some(
-        remote
-            .and_then(|rm| rm.url().ok().map(str::to_owned))
+        r.remote_url(name)
+            .ok()
+            .flatten()
             .unwrap_or_else(|| name.to_owned()),
     )
 }

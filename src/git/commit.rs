@@ -21,7 +21,7 @@ pub fn commit_all(
 ) -> Result<CommitId, GitError> {
     // Refuse the user's own working tree before git touches its index.
     let repo = Repo::of_lane(worktree)?;
-    let (tree, _) = super::stage_tree(worktree, parent_sha, None)?;
+    let (tree, _) = super::staging::stage_tree(worktree, parent_sha, None)?;
     repo.commit_tree(worktree, message, parent_sha, &tree)
 }
 

@@ -110,24 +110,6 @@ impl Repo {
     }
 }
 
-/// Gives `repo` an empty in-memory index, so that nothing done with this
-/// handle reads the index file.
-///
-/// A diff (and a merge) looks up each changed file's attributes (`diff`,
-/// `merge`: the driver, whether it is binary), and libgit2 looks for
-/// `.gitattributes` in the working tree *and in the index*: the first
-/// lookup loads the whole index, O(tracked files) of reading and memory
-/// (9 MB at 100,000 files) for a diff that touches three files. With an
-/// empty index the attributes come from where `git diff` takes them for a
-/// working tree that has the files (the working tree's `.gitattributes`,
-/// `info/attributes`, `core.attributesfile`); a diff between two commits
-/// then costs what changed. Only for handles that never stage anything.
-pub(crate) fn without_index(repo: &Repository) -> Result<(), GitError> {
-    let mut empty = git2::Index::new().map_err(git_err("make an empty in-memory index"))?;
-    repo.set_index(&mut empty)
-        .map_err(git_err("give the repository handle an empty index"))
-}
-
 /// The diff from `from_sha` to `to_sha`, file by file: each file's patch
 /// text goes to `sink` when `text` is set (none is made otherwise); returns
 /// the stat of all files. `repo` is a handle from [`Repo::for_diff`].
@@ -734,7 +716,7 @@ mod tests {
             .diff_stat(&base, &repo.rev("HEAD"))
             .unwrap();
         assert_eq!(stat, d.stat);
-        let plain = crate::git::open_at(&repo.git_dir()).unwrap();
+        let plain = crate::git::open::open_at(&repo.git_dir()).unwrap();
         assert!(
             each_file(&plain, &base, &repo.rev("HEAD"), false, &mut |_| Ok(())).is_err(),
             "the test's index must be one libgit2 refuses"

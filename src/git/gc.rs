@@ -4,7 +4,8 @@
 //! (`orch/<run>/…`). Whether a run may be cleared (not running) is the
 //! caller's question; these functions only do, or list, the git side.
 
-use super::{GitError, Repo};
+use super::error::GitError;
+use super::repo::Repo;
 use std::path::PathBuf;
 
 /// One thing removed (or, in a dry run, that would be).

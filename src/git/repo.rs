@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use git2::Repository;
 use serde::{Deserialize, Serialize};
 
-use super::{GitError, git_err};
+use super::error::{GitError, git_err};
 
 /// One repository orch works on, with its libgit2 handles opened lazily,
 /// once each. See the module docs for the rule.
@@ -50,6 +50,29 @@ impl Repo {
         }
     }
 
+    /// The repository at or above `path`, found by libgit2's upward search
+    /// as `git` finds it from a working directory, opened now and kept. Its
+    /// directory is the git dir found (a linked worktree's admin dir when
+    /// `path` is inside one).
+    pub fn discover(path: &Path) -> Result<Repo, GitError> {
+        let repo = Repository::discover(path).map_err(|source| GitError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let dir = repo.path().components().collect();
+        Ok(Repo {
+            dir,
+            handle: OnceCell::from(repo),
+            diff: OnceCell::new(),
+        })
+    }
+
+    /// The shared `.git` directory of the repository as libgit2 opened it
+    /// (also when it was found from inside a linked worktree).
+    pub fn commondir(&self) -> Result<PathBuf, GitError> {
+        Ok(self.git2()?.commondir().components().collect())
+    }
+
     /// The directory the repository is opened at: the common git dir for
     /// every handle orch makes of the user's repository.
     pub fn common_dir(&self) -> &Path {
@@ -61,27 +84,27 @@ impl Repo {
         if let Some(repo) = self.handle.get() {
             return Ok(repo);
         }
-        let repo = super::open_at(&self.dir)?;
+        let repo = super::open::open_at(&self.dir)?;
         Ok(self.handle.get_or_init(|| repo))
     }
 
     /// Gives the plain handle an empty in-memory index
-    /// ([`super::without_index`]), for a task that stages nothing: a merge's
+    /// ([`super::open::without_index`]), for a task that stages nothing: a merge's
     /// attribute lookups then do not load the repository's index.
     pub(crate) fn without_index(&self) -> Result<(), GitError> {
-        super::without_index(self.git2()?)
+        super::open::without_index(self.git2()?)
     }
 
     /// The handle for diffs between commits only, opened on the first call:
-    /// it has an empty in-memory index ([`super::without_index`]) and writes
+    /// it has an empty in-memory index ([`super::open::without_index`]) and writes
     /// objects to memory (the sparse trees of a diff), so it never commits,
     /// merges or stages anything — hence a handle of its own.
     pub(crate) fn for_diff(&self) -> Result<&Repository, GitError> {
         if let Some(repo) = self.diff.get() {
             return Ok(repo);
         }
-        let repo = super::open_at(&self.dir)?;
-        super::without_index(&repo)?;
+        let repo = super::open::open_at(&self.dir)?;
+        super::open::without_index(&repo)?;
         let op = || format!("open {} for a diff", self.dir.display());
         let odb = repo.odb().map_err(git_err(op()))?;
         // Above the loose (1) and pack (2) backends: every write lands here.

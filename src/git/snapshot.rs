@@ -19,7 +19,10 @@
 //! untracked files, minus ignored ones. The commit object is written without
 //! moving any ref; the run's stage branches are what keep it alive.
 
-use super::{GitError, git_err, io_err, open_at, status_walk};
+use super::discover::{RepoInfo, discover};
+use super::error::{GitError, git_err, io_err};
+use super::open::{open_at, signature};
+use super::status::status_walk;
 use git2::{Oid, Repository};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -109,8 +112,8 @@ fn working_tree_dirt_with(git: &dyn Fn() -> Command, workdir: &Path) -> Result<D
 
 /// [`super::open_repo`] and the [`working_tree_dirt`] of its working tree,
 /// with one open of the repository.
-pub fn open_repo_with_dirt(path: &Path) -> Result<(super::RepoInfo, Dirt), GitError> {
-    let (repo, info) = super::discover(path)?;
+pub fn open_repo_with_dirt(path: &Path) -> Result<(RepoInfo, Dirt), GitError> {
+    let (repo, info) = discover(path)?;
     let dirt = dirt_of(&repo, &info.workdir)?;
     Ok((info, dirt))
 }
@@ -405,7 +408,7 @@ pub fn snapshot_worktree(workdir: &Path) -> Result<String, GitError> {
     let tree = Oid::from_str(&tree_id)
         .and_then(|id| repo.find_tree(id))
         .map_err(git_err("read the snapshot tree"))?;
-    let sig = super::signature(&repo)?;
+    let sig = signature(&repo)?;
     let id = repo
         .commit(
             None,

@@ -58,7 +58,7 @@
 //! kernel's queue of 16,384 events rarely overflows), polling the inotify
 //! descriptor and an eventfd that stops it.
 
-use super::CommitId;
+use super::repo::CommitId;
 use rustix::fs::inotify;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;

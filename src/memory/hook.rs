@@ -6,6 +6,7 @@
 
 use super::distill::{self, KeyEvent, StageFacts};
 use super::{Evidence, MemoryMode, Origin, Query, Status, store};
+use crate::git::CommitId;
 use crate::llm::{ChatMessage, ChatModel};
 use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
 use std::path::{Path, PathBuf};
@@ -37,7 +38,7 @@ pub(crate) async fn inject(
     mode: MemoryMode,
     common: &Path,
     lane: &Path,
-    start: &str,
+    start: &CommitId,
     text: String,
     mut paths: Vec<String>,
     secrets: &[String],
@@ -47,7 +48,7 @@ pub(crate) async fn inject(
         return Ok(Injected::default());
     }
     paths.extend(super::paths_in(&text));
-    let (common, lane, start) = (common.to_path_buf(), lane.to_path_buf(), start.to_owned());
+    let (common, lane, start) = (common.to_path_buf(), lane.to_path_buf(), start.clone());
     let secrets = secrets.to_vec();
     let found = tokio::task::spawn_blocking(move || {
         let (lessons, problems) = super::load_all_at(&common, Some(&start), &lane)?;
@@ -90,7 +91,7 @@ fn memory_error(error: String) -> ActionEvent {
 /// seen, and the malformed files skipped.
 pub(crate) fn notes_for(
     common: &Path,
-    commit: Option<&str>,
+    commit: Option<&CommitId>,
     dir: &Path,
     text: &str,
     paths: &[String],

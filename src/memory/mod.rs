@@ -535,7 +535,7 @@ pub(crate) fn new_id(title: &str, taken: &dyn Fn(&str) -> bool) -> String {
 /// known secrets.
 pub fn load_all_at(
     common: &Path,
-    commit: Option<&str>,
+    commit: Option<&crate::git::CommitId>,
     dir: &Path,
 ) -> Result<(Vec<Lesson>, Vec<MemoryError>), MemoryError> {
     let checked_in = match commit {
@@ -549,7 +549,11 @@ pub fn load_all_at(
 /// database (never the file system, so a link is never followed): a
 /// regular file's blob, or a [`MemoryError::NotAFile`] for a symlink or a
 /// submodule. Named under `dir`, sorted.
-fn committed_lessons(common: &Path, commit: &str, dir: &Path) -> Result<LessonFiles, MemoryError> {
+fn committed_lessons(
+    common: &Path,
+    commit: &crate::git::CommitId,
+    dir: &Path,
+) -> Result<LessonFiles, MemoryError> {
     let dir = dir.join(".orch").join("memory");
     let handle = crate::git::Repo::at(common);
     let repo = handle.git2()?;

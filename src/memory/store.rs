@@ -14,10 +14,6 @@ pub const MEMORY_REF: &str = "refs/orch/memory";
 /// The folder of lessons in the ref's tree.
 const LESSONS_DIR: &str = "lessons";
 
-fn open(common: &Path) -> Result<Repository, MemoryError> {
-    Ok(git::open_at(common)?)
-}
-
 fn tip(repo: &Repository) -> Result<Option<git2::Commit<'_>>, MemoryError> {
     match repo.find_reference(MEMORY_REF) {
         Ok(r) => Ok(Some(
@@ -31,8 +27,9 @@ fn tip(repo: &Repository) -> Result<Option<git2::Commit<'_>>, MemoryError> {
 
 /// The lessons at the ref's tip (none when it does not exist), by id.
 pub fn read(common: &Path) -> Result<Vec<Lesson>, MemoryError> {
-    let repo = open(common)?;
-    let Some(commit) = tip(&repo)? else {
+    let handle = git::Repo::at(common);
+    let repo = handle.git2()?;
+    let Some(commit) = tip(repo)? else {
         return Ok(Vec::new());
     };
     let tree = commit
@@ -86,8 +83,9 @@ pub fn update(
         message.push('\n');
     }
     let message = message.as_str();
-    let repo = open(common)?;
-    let parent = tip(&repo)?;
+    let handle = git::Repo::at(common);
+    let repo = handle.git2()?;
+    let parent = tip(repo)?;
     let op = || format!("write a commit on {MEMORY_REF}");
     let old_dir = parent
         .as_ref()
@@ -107,12 +105,12 @@ pub fn update(
         .map_err(git_err(op()))?;
     let root_id = root.write().map_err(git_err(op()))?;
     let tree = repo.find_tree(root_id).map_err(git_err(op()))?;
-    let sig = git::signature(&repo)?;
+    let sig = git::signature(repo)?;
     let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
     let oid = repo
         .commit(None, &sig, &sig, message, &tree, &parents)
         .map_err(git_err(op()))?;
-    set_ref(&repo, oid, parent.as_ref().map(|c| c.id()), message)?;
+    set_ref(repo, oid, parent.as_ref().map(|c| c.id()), message)?;
     Ok(Some(oid.to_string()))
 }
 
@@ -168,9 +166,10 @@ pub struct LogEntry {
 
 /// The ref's history, newest first.
 pub fn log(common: &Path) -> Result<Vec<LogEntry>, MemoryError> {
-    let repo = open(common)?;
+    let handle = git::Repo::at(common);
+    let repo = handle.git2()?;
     let mut out = Vec::new();
-    let mut next = tip(&repo)?;
+    let mut next = tip(repo)?;
     while let Some(c) = next {
         let when = chrono::DateTime::from_timestamp(c.time().seconds(), 0)
             .map(|t| t.to_rfc3339())

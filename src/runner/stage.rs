@@ -71,7 +71,7 @@ fn stage_model(
     stage: &Stage,
     role: &Role,
     lane: &Lane,
-    start: &str,
+    start: &crate::git::CommitId,
     id: &str,
     log: &mut ActionLog,
 ) -> Result<Arc<dyn ChatModel>, RunError> {
@@ -87,7 +87,7 @@ fn stage_model(
         run: ctx.run_id.to_string(),
         stage: id.to_owned(),
         role: role.name.clone(),
-        parent: start.to_owned(),
+        parent: start.to_string(),
         lane: lane.name.clone(),
         lane_checkout: lane.checkout.to_owned(),
         model: model.model_name().to_owned(),

@@ -137,8 +137,9 @@ fn restore(root: &Path, before: &Snapshot) -> Result<Vec<String>, String> {
     candidates.extend(before.files.keys().cloned());
     candidates.sort();
     candidates.dedup();
-    let repo = git2::Repository::open(root).map_err(|e| e.message().to_owned())?;
-    let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    let repo = crate::git::Repo::at(root);
+    // Opened here, so that a root that is no repository fails before any path.
+    repo.git2().map_err(|e| e.to_string())?;
     let mut discarded = Vec::new();
     for rel in candidates {
         let full = root.join(&rel);
@@ -146,11 +147,9 @@ fn restore(root: &Path, before: &Snapshot) -> Result<Vec<String>, String> {
         let wanted: Option<Vec<u8>> = match before.files.get(&rel) {
             Some(content) => content.clone(),
             // Not listed before: it equalled HEAD (or did not exist).
-            None => head
-                .as_ref()
-                .and_then(|t| t.get_path(Path::new(&rel)).ok())
-                .and_then(|e| repo.find_blob(e.id()).ok())
-                .map(|b| b.content().to_vec()),
+            None => repo
+                .file_at_head(Path::new(&rel))
+                .map_err(|e| e.to_string())?,
         };
         if current == wanted {
             continue;

@@ -1,9 +1,9 @@
 //! A slot's lease: an exclusive `flock` on `<git>/orch/pool/lane-N.lease`,
 //! taken without waiting and dropped by the kernel when the holder dies.
 
-use super::Pool;
-use super::slot_name;
-use crate::git::{GitError, io_err};
+use super::handle::Pool;
+use super::handle::slot_name;
+use crate::git::error::{GitError, io_err};
 use std::fs;
 use std::path::{Path, PathBuf};
 

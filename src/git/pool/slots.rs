@@ -1,10 +1,10 @@
 //! The slot table: which slots exist, whether one is a whole worktree,
 //! and removing or retiring one whose lease is held.
 
-use super::Pool;
+use super::handle::Pool;
+use super::handle::slot_name;
 use super::lease::Lease;
-use super::slot_name;
-use crate::git::{GitError, io_err};
+use crate::git::error::{GitError, io_err};
 use std::fs;
 use std::path::Path;
 

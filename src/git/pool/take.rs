@@ -1,9 +1,11 @@
 //! Taking a lane: the lease on a free slot, then the slot readied at the
 //! start commit (moved by git when whole, else made anew).
 
-use super::Pool;
+use super::handle::Pool;
 use super::lease::Lease;
-use crate::git::{CommitId, GitError, move_tracked};
+use crate::git::error::GitError;
+use crate::git::repo::CommitId;
+use crate::git::worktree::move_tracked;
 
 /// How a taken lane was readied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,8 @@
 //! The trash: directories renamed into `<git>/orch/trash/` in O(1), deleted
 //! later ([`Pool::empty_trash`], in the background or by `orch gc`).
 
-use super::Pool;
-use crate::git::{GitError, io_err};
+use super::handle::Pool;
+use crate::git::error::{GitError, io_err};
 use std::fs;
 use std::path::{Path, PathBuf};
 

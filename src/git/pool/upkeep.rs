@@ -1,8 +1,8 @@
 //! Keeping the pool in shape: trimming it to its bound, healing what a
 //! killed process left half-done, and removing it all (`orch gc`).
 
-use super::Pool;
-use crate::git::GitError;
+use super::handle::Pool;
+use crate::git::error::GitError;
 use std::fs;
 use std::path::PathBuf;
 

@@ -13,7 +13,7 @@ use crate::runner::{RunCtx, RunError};
 pub(super) async fn inject(
     ctx: &RunCtx,
     lane: &Lane,
-    start: &str,
+    start: &crate::git::CommitId,
     task: &str,
     upstream: &[prompt::Upstream],
     log: &mut ActionLog,

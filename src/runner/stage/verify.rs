@@ -18,7 +18,7 @@ pub(super) async fn baseline(
     stage: &Stage,
     boot: &Prepared,
     tool_ctx: &ToolContext,
-    start: &str,
+    start: &crate::git::CommitId,
     log: &mut ActionLog,
     redact: &(dyn Fn(&str) -> String + Sync),
 ) -> Result<Option<BaselineReport>, RunError> {
