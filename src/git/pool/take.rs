@@ -132,8 +132,8 @@ mod tests {
         assert_eq!(readied, Readied::Created);
         let path = lease.path.clone();
         drop(lease); // handed back: the lane stays in the pool
-        let (lease, readied, _) = Repo::at(&common).pool().take(&head).unwrap();
-        assert_eq!(readied, Readied::Warm, "a whole lane is reused");
+        let (lease, readied, note) = Repo::at(&common).pool().take(&head).unwrap();
+        assert_eq!(readied, Readied::Warm, "a whole lane is reused: {note}");
         let gone = common.join("worktrees").join("lane-gone");
         std::fs::write(path.join(".git"), format!("gitdir: {}\n", gone.display())).unwrap();
         drop(lease);
