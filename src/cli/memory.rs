@@ -122,7 +122,7 @@ fn all(common: &Path, workdir: &Path) -> Result<Vec<Lesson>, CliError> {
     let repo = crate::git::Repo::at(common);
     let head = repo.resolve_commit("HEAD").ok();
     let (lessons, problems) =
-        crate::memory::load_all_at(common, head.as_deref(), workdir).map_err(mem_err)?;
+        crate::memory::load::load_all_at(common, head.as_deref(), workdir).map_err(mem_err)?;
     for p in problems {
         warn(&format!("failed to {p}"));
     }

@@ -5,6 +5,7 @@
 //! fail the stage.
 
 use super::distill::{self, KeyEvent, StageFacts};
+use super::load::load_all_at;
 use super::{Evidence, MemoryMode, Origin, Query, Status, store};
 use crate::llm::{ChatMessage, ChatModel};
 use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
@@ -50,7 +51,7 @@ pub(crate) async fn inject(
     let (common, lane, start) = (common.to_path_buf(), lane.to_path_buf(), start.to_owned());
     let secrets = secrets.to_vec();
     let found = tokio::task::spawn_blocking(move || {
-        let (lessons, problems) = super::load_all_at(&common, Some(&start), &lane)?;
+        let (lessons, problems) = load_all_at(&common, Some(&start), &lane)?;
         Ok::<_, super::MemoryError>(choose(lessons, problems, &text, &paths, &secrets))
     })
     .await;
@@ -95,7 +96,7 @@ pub(crate) fn notes_for(
     text: &str,
     paths: &[String],
 ) -> Result<(Injected, usize, Vec<String>), super::MemoryError> {
-    let (lessons, problems) = super::load_all_at(common, commit, dir)?;
+    let (lessons, problems) = load_all_at(common, commit, dir)?;
     Ok(choose(lessons, problems, text, paths, &[]))
 }
 
