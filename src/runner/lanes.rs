@@ -29,7 +29,7 @@
 //! summary is out, in the background; an interrupted run keeps them, and
 //! `resume` clears them.
 
-use super::{RunError, blocking};
+use super::error::{RunError, blocking};
 use crate::git::{self, GitError, pool};
 use crate::ids::RunId;
 use std::path::{Path, PathBuf};

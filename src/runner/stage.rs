@@ -17,8 +17,9 @@ mod tools;
 mod verify;
 
 use super::bootstrap::Prepared;
+use super::ctx::{RunCtx, StageOutcome};
+use super::error::RunError;
 use super::lanes::Lane;
-use super::{RunCtx, RunError, StageOutcome};
 use crate::agent::{self, AgentConfig, AgentEnd, AgentOutcome, prompt};
 use crate::llm::ChatModel;
 use crate::memory::hook::Injected;

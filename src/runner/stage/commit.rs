@@ -6,7 +6,8 @@ use super::{Committed, MAX_SUMMARY_BYTES, StageRun};
 use crate::agent::AgentOutcome;
 use crate::git::{self, GitError};
 use crate::runlog::VerifyReport;
-use crate::runner::{RunError, blocking, pr};
+use crate::runner::error::{RunError, blocking};
+use crate::runner::pr;
 
 impl StageRun<'_> {
     /// Commits the settled tree on the stage's branch and writes its patch;

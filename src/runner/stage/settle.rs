@@ -5,8 +5,8 @@ use super::StageRun;
 use super::read_only::discard_changes_of_read_only_role;
 use crate::git::{self, GitError};
 use crate::runlog::{ActionEvent, event};
+use crate::runner::error::{RunError, blocking};
 use crate::runner::lanes::Lane;
-use crate::runner::{RunError, blocking};
 use std::path::Path;
 
 /// What settling a stage's changes left to commit.
