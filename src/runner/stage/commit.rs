@@ -2,7 +2,7 @@
 //! earlier attempt's branch kept as `<branch>.vN`) and its patch.
 
 use super::settle::Settled;
-use super::{Committed, MAX_SUMMARY_BYTES, StageRun};
+use super::state::{Committed, MAX_SUMMARY_BYTES, StageRun};
 use crate::agent::AgentOutcome;
 use crate::git::{self, GitError};
 use crate::runlog::VerifyReport;

@@ -1,7 +1,7 @@
 //! Memory: the accepted lessons given to a stage, and the lessons distilled
 //! from it when it ends.
 
-use super::{Committed, StageRun};
+use super::state::{Committed, StageRun};
 use crate::agent::{AgentOutcome, prompt};
 use crate::memory::hook::Injected;
 use crate::runlog::ActionLog;

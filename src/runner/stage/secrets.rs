@@ -1,6 +1,6 @@
 //! A known secret value in a changed file is never committed.
 
-use super::StageRun;
+use super::state::StageRun;
 use crate::runner::error::RunError;
 
 impl StageRun<'_> {
