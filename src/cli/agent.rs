@@ -9,8 +9,8 @@
 //! parent run's record and leaves committing to the parent stage; see
 //! [`crate::subagent`].
 
-use super::CliError;
 use super::args::{EventArgs, InstructionArgs, LimitArgs, ModelArgs};
+use super::error::CliError;
 use super::model::choose_for_repo;
 use super::output::{Out, ignore_closed};
 use super::session::{SessionBuilder, roles_for, route_role_models};

@@ -2,8 +2,9 @@
 //! elvish or PowerShell on stdout, generated from the command line's own
 //! definition (`clap_complete`), so it never falls behind a new flag.
 
+use super::Cli;
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
-use super::{Cli, CliError};
 use crate::exit;
 use clap::CommandFactory;
 use clap_complete::Shell;

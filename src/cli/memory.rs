@@ -4,7 +4,7 @@
 //! the commit at `HEAD` (what a run started there reads), and every string
 //! that came from a lesson is printed through [`crate::text::untrusted`].
 
-use super::CliError;
+use super::error::CliError;
 use super::output::Out;
 use crate::exit;
 use crate::memory::{Evidence, Kind, Lesson, MemoryError, Origin, Scope, Status, store};

@@ -3,7 +3,7 @@
 //! merge request with the run's PR text, or updates the open one for that
 //! branch. Idempotent: publishing twice creates one request.
 
-use super::CliError;
+use super::error::CliError;
 use super::output::Out;
 use super::record::open;
 use crate::forge::{

@@ -1,8 +1,8 @@
 //! `orch run <pipeline>`: an issue in, a PR branch and PR text out.
 
-use super::CliError;
 use super::args::{EventArgs, InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::dryrun::dry_run;
+use super::error::CliError;
 use super::output::ignore_closed;
 use super::session::{
     SessionBuilder, preflight_and_route, roles_for, route_role_models, route_stage_models,

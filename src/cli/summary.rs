@@ -2,7 +2,7 @@
 //! the exit code its outcome maps to. Shared by `run`, `resume`, `agent` and
 //! `demo`.
 
-use super::CliError;
+use super::error::CliError;
 use super::output::Out;
 use crate::events::Events;
 use crate::exit;

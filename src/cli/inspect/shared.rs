@@ -1,7 +1,7 @@
 //! What the review commands share: finding a stage of a run, a short
 //! commit id, and the memory report.
 
-use crate::cli::CliError;
+use crate::cli::error::CliError;
 use crate::runlog::{RunState, StageRecord};
 use std::path::Path;
 
