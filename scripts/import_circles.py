@@ -24,6 +24,7 @@ def strip(s):
         while d and j<len(s):
             d+= {'{':1,'}':-1}.get(s[j],0); j+=1
         s=s[:m.start()]+s[j:]
+    s=re.sub(r'pub\(in [\w:]+\)','pub',s)  # a visibility bound, not an import
     return re.sub(r'//[^\n]*','',s)
 def resolve(path):
     # longest prefix that is a module

@@ -171,7 +171,9 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Gc(a) => gc::cmd_gc(a),
         Command::Publish(a) => publish::cmd_publish(a).await,
         Command::Memory(a) => memory::cmd_memory(a),
-        Command::Completions(a) => completions::cmd_completions(a),
+        Command::Completions(a) => {
+            completions::cmd_completions(a, <Cli as clap::CommandFactory>::command())
+        }
         Command::Replay(a) => replay::cmd_replay(a).await,
         Command::Stage(a) => worker::cmd_stage(a).await,
         Command::Export(a) => export::cmd_export(a),
