@@ -204,9 +204,9 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
     // A question's branches go: it reports no branch then, not a deleted one.
     let cleared = read_only && !args.keep;
     if cleared {
-        super::summary::clear_question(&args.repo, summary.state.run_id.as_str());
+        super::summary::clear_question(&args.repo, &summary.state.run_id);
     } else if summary.state.status == crate::runlog::RunStatus::Failed {
-        super::summary::clear_failed_run(&args.repo, summary.state.run_id.as_str());
+        super::summary::clear_failed_run(&args.repo, &summary.state.run_id);
     }
     let st = &summary.state.stages[0];
     let result = serde_json::json!({

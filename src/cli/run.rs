@@ -165,7 +165,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     )
     .await?;
     if summary.state.status == RunStatus::Failed {
-        clear_failed_run(&args.repo, summary.state.run_id.as_str());
+        clear_failed_run(&args.repo, &summary.state.run_id);
     }
     dirt_note.finish();
     ignore_closed(report_summary(&summary, args.json, events))?;

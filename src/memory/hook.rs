@@ -259,7 +259,7 @@ pub(crate) async fn after_stage(
 /// Empty when the run touched no memory.
 pub(crate) fn run_report(
     common: &Path,
-    run_id: &str,
+    run_id: &crate::ids::RunId,
     stages: &[(&str, Option<&crate::git::CommitId>)],
 ) -> String {
     let mut o = String::new();
@@ -278,7 +278,11 @@ pub(crate) fn run_report(
     let proposed: Vec<String> = store::read(common)
         .unwrap_or_default()
         .into_iter()
-        .filter(|l| l.evidence.as_ref().is_some_and(|e| e.run == run_id))
+        .filter(|l| {
+            l.evidence
+                .as_ref()
+                .is_some_and(|e| e.run == run_id.as_str())
+        })
         .map(|l| {
             let e = l.evidence.as_ref().map_or("", |e| e.event.as_str());
             format!(

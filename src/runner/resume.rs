@@ -142,7 +142,7 @@ pub(crate) async fn resume_run(
             "orch: stopped {orphans} process(es) left running by the interrupted run"
         ));
     }
-    lanes::clear_stale(&common, run_id).await?;
+    lanes::clear_stale(&common, id).await?;
     let lanes = Arc::new(Lanes::new(
         &common,
         id,

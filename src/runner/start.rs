@@ -150,9 +150,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
         updated: now(),
         repo: info.workdir.display().to_string(),
         base_commit: base_sha.clone(),
-        worktree: lanes::lanes_dir(&common, run_id.as_str())
-            .display()
-            .to_string(),
+        worktree: lanes::lanes_dir(&common, &run_id).display().to_string(),
         final_branch: format!("orch/{run_id}/pr"),
         model: session.model.model_name(),
         model_label: session.model.label(),

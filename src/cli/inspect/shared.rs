@@ -27,5 +27,5 @@ pub(super) fn memory_report(common: &Path, s: &RunState) -> String {
         .iter()
         .map(|st| (st.id.as_str(), st.commit.as_ref()))
         .collect();
-    crate::memory::hook::run_report(common, s.run_id.as_str(), &stages)
+    crate::memory::hook::run_report(common, &s.run_id, &stages)
 }
