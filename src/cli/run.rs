@@ -178,7 +178,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
 async fn plan_remote(args: &RunArgs, url: &str, opts: RunOptions) -> Result<i32, CliError> {
     let state = crate::runner::plan_run(opts).await?;
     let common = crate::git::open_repo(&args.repo)?.common_dir;
-    let run_id = state.run_id.as_str();
+    let run_id = &state.run_id;
     crate::distributed::worker::push_planned(&common, url, run_id, &state.base_commit)?;
     let mut out = super::output::Out::stdout();
     if args.json {
