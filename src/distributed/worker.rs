@@ -538,7 +538,7 @@ impl Fetched {
         let run = &self.job.run_id;
         let run_dir = match RunDir::open(&self.common, run.as_str()) {
             Ok(d) => d,
-            Err(_) => RunDir::create(&self.common, run.as_str())?,
+            Err(_) => RunDir::create(&self.common, run)?,
         };
         let repo = self.repo()?;
         let tree = repo
