@@ -3,7 +3,8 @@
 # folder's mod.rs is the folder; test-only files and inline #[cfg(test)]
 # mods left out). Counts crate::/super:: paths, and in a parent module --
 # written as foo/mod.rs or as foo.rs with its files in foo/ -- its
-# child::item and self::child paths. Prints each strongly connected block
+# child::item and self::child paths (`pub(in crate::…)` bounds are not
+# imports and are ignored). Prints each strongly connected block
 # of more than one file. Run: python3 scripts/import_circles.py . [edges]
 # (with a second argument it also prints the edges inside each block).
 import os,re,sys,collections
