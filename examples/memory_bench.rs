@@ -18,7 +18,7 @@
 
 use orch::memory::index::Index;
 use orch::memory::{
-    Evidence, Kind, Lesson, Origin, Query, Scope, Status, load_all_at, select, store,
+    Evidence, Kind, Lesson, Origin, Query, Scope, Status, load::load_all_at, select, store,
 };
 use std::process::Command;
 use std::time::{Duration, Instant};

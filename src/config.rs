@@ -64,120 +64,13 @@ use std::time::Duration;
 use toml::Spanned;
 
 mod table;
+mod types;
+
+pub use types::{ConfigError, MAX_TEMPERATURE, Overrides, Setting, Source, mask_secret};
+use types::{LoadedFile, ProfileSpec, line_col};
 
 /// The config file's name, in `<repo>/.orch/` and the user config dir.
 pub const CONFIG_FILE: &str = "orch.toml";
-
-/// Errors reading or applying `orch.toml`.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file exists but could not be read.
-    #[error("read {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Bad TOML, an unknown key or a wrong type.
-    #[error("read {path}:{line}:{column}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line.
-        line: usize,
-        /// 1-based column.
-        column: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// A value is well-typed but unusable.
-    #[error("use {at}: {message}")]
-    Invalid {
-        /// Where the value came from.
-        at: Source,
-        /// What is wrong.
-        message: String,
-    },
-    /// An environment variable's value is unusable.
-    #[error("use {var}={value}: expected {expected}")]
-    EnvValue {
-        /// The variable.
-        var: &'static str,
-        /// Its value.
-        value: String,
-        /// What it must be.
-        expected: String,
-    },
-    /// The selected profile is defined in no file.
-    #[error("select profile `{name}` (from {at}): no orch.toml defines it{known}")]
-    UnknownProfile {
-        /// The profile asked for.
-        name: String,
-        /// Where it was asked for.
-        at: Source,
-        /// `; defined: a, b` or `` when none is.
-        known: String,
-    },
-}
-
-/// Where a resolved value came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// A command-line flag, e.g. `--model`.
-    Flag(&'static str),
-    /// An environment variable.
-    Env(String),
-    /// A config file, at a 1-based line.
-    File {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line.
-        line: usize,
-    },
-    /// The built-in default.
-    Default,
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::Flag(flag) => write!(f, "flag {flag}"),
-            Source::Env(var) => write!(f, "env {var}"),
-            Source::File { path, line } => write!(f, "{}:{line}", path.display()),
-            Source::Default => f.write_str("default"),
-        }
-    }
-}
-
-/// A value and where it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Setting<T> {
-    /// The value.
-    pub value: T,
-    /// Where it came from.
-    pub source: Source,
-}
-
-/// What the command line asks for (the environment is passed separately).
-#[derive(Debug, Clone, Default)]
-pub struct Overrides {
-    /// `--base-url`.
-    pub base_url: Option<String>,
-    /// `--model`.
-    pub model: Option<String>,
-    /// `--profile`.
-    pub profile: Option<String>,
-    /// `--no-stream`.
-    pub no_stream: bool,
-    /// `--temperature`, `--seed`, `--max-output-tokens` (0: send no cap)
-    /// and `--tool-choice`.
-    pub sampling: Sampling,
-}
-
-/// Highest `temperature` accepted (OpenAI's documented range is 0 to 2, and
-/// the local servers orch is used with share it).
-pub const MAX_TEMPERATURE: f64 = 2.0;
 
 /// Everything about the model connection, resolved, with sources.
 #[derive(Clone)]
@@ -300,61 +193,7 @@ impl ResolvedConfig {
     }
 }
 
-/// `sk-proj-abcdef123456` → `sk-****3456`; short values → `****`.
-pub fn mask_secret(secret: &str) -> String {
-    let chars: Vec<char> = secret.chars().collect();
-    if chars.len() < 12 {
-        return "****".to_owned();
-    }
-    let prefix: String = match secret.find('-') {
-        Some(i) if i <= 4 => secret[..=i].to_owned(),
-        _ => String::new(),
-    };
-    let tail: String = chars[chars.len() - 4..].iter().collect();
-    format!("{prefix}****{tail}")
-}
-
 // ---- the file format ----
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSpec {
-    #[serde(default)]
-    default_profile: Option<Spanned<String>>,
-    #[serde(default)]
-    profiles: BTreeMap<String, Spanned<ProfileSpec>>,
-    #[serde(default)]
-    prices: BTreeMap<String, Spanned<Price>>,
-    /// `[sandbox]`: read by [`crate::sandbox::SandboxSettings`].
-    #[serde(default)]
-    #[allow(dead_code)]
-    sandbox: Option<toml::Value>,
-    /// `[setup]`: the repository's lane setup command, read by [`lane_setup`].
-    #[serde(default)]
-    #[allow(dead_code)]
-    setup: Option<toml::Value>,
-    /// `[forge]`: read by `crate::forge::ForgeSettings`.
-    #[serde(default)]
-    #[allow(dead_code)]
-    forge: Option<toml::Value>,
-    /// `[models] aliases = { sonnet = "qwen2.5-coder" }`: what a role's
-    /// `model:` is sent as.
-    #[serde(default)]
-    models: ModelsSpec,
-    /// `memory = "off" | "propose" | "auto-accept"` (see `docs/memory.md`).
-    #[serde(default)]
-    memory: Option<Spanned<crate::memory::MemoryMode>>,
-    /// `[lanes] pool = N`: how many warm lanes the repository keeps.
-    #[serde(default)]
-    lanes: LanesSpec,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LanesSpec {
-    #[serde(default)]
-    pool: Option<Spanned<i64>>,
-}
 
 /// Most warm lanes `[lanes] pool` may ask for.
 pub const MAX_LANE_POOL: i64 = 64;
@@ -405,81 +244,6 @@ pub fn lane_pool(
         return Ok(usize::try_from(n).ok());
     }
     Ok(None)
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ModelsSpec {
-    #[serde(default)]
-    aliases: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProfileSpec {
-    #[serde(default)]
-    base_url: Option<Spanned<String>>,
-    #[serde(default)]
-    model: Option<Spanned<String>>,
-    #[serde(default)]
-    api_key_env: Option<Spanned<String>>,
-    #[serde(default)]
-    context_window: Option<Spanned<u64>>,
-    #[serde(default)]
-    stream: Option<Spanned<bool>>,
-    /// Seconds.
-    #[serde(default)]
-    stream_idle_timeout: Option<Spanned<f64>>,
-    /// Seconds.
-    #[serde(default)]
-    request_timeout: Option<Spanned<f64>>,
-    /// Seconds.
-    #[serde(default)]
-    connect_timeout: Option<Spanned<f64>>,
-    #[serde(default)]
-    max_retries: Option<Spanned<u32>>,
-    /// Seconds.
-    #[serde(default)]
-    retry_max_total: Option<Spanned<f64>>,
-    /// Seconds.
-    #[serde(default)]
-    request_deadline: Option<Spanned<f64>>,
-    #[serde(default)]
-    max_reply_bytes: Option<Spanned<u64>>,
-    #[serde(default)]
-    prices: Option<Spanned<Price>>,
-    #[serde(default)]
-    temperature: Option<Spanned<f64>>,
-    #[serde(default)]
-    seed: Option<Spanned<u64>>,
-    /// 0: send no cap.
-    #[serde(default)]
-    max_tokens: Option<Spanned<u64>>,
-    #[serde(default)]
-    tool_choice: Option<Spanned<ToolChoice>>,
-}
-
-/// One parsed file, with its text for turning spans into lines.
-struct LoadedFile {
-    path: PathBuf,
-    text: String,
-    spec: FileSpec,
-}
-
-impl LoadedFile {
-    fn at(&self, span: std::ops::Range<usize>) -> Source {
-        Source::File {
-            path: self.path.clone(),
-            line: line_col(&self.text, span.start).0,
-        }
-    }
-
-    fn setting<T: Clone>(&self, v: &Spanned<T>) -> Setting<T> {
-        Setting {
-            value: v.get_ref().clone(),
-            source: self.at(v.span()),
-        }
-    }
 }
 
 /// Reads and parses `path`; `Ok(None)` when it does not exist.
@@ -564,14 +328,6 @@ pub fn lane_setup(
         return Err(ConfigError::Invalid { at, message });
     }
     Ok(Some((setup, at)))
-}
-
-/// 1-based line and column (in characters) of byte `offset`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 /// Resolves the model configuration from `overrides` (flags), `env`, the repo
@@ -797,6 +553,7 @@ pub fn builtin_prices_note() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::types::FileSpec;
     use super::*;
     use crate::llm::openai::DEFAULT_CONTEXT_WINDOW;
 

@@ -23,18 +23,17 @@
 //! read-only role never holds `write_file` or `edit_file`.
 
 mod claude;
+mod tools;
+
+pub use tools::{BashRules, KNOWN_TOOLS};
+use tools::{ToolsSpec, orch_tool_name};
 
 use crate::pipeline::SpecError;
 use crate::toolname::ToolName;
-use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
-use std::fmt;
 use std::path::Path;
-
-/// Every tool orch can offer a model, in the order roles list them (one
-/// source of truth: [`ToolName`]).
-pub const KNOWN_TOOLS: &[&str] = &crate::toolname::NAMES;
 
 /// `model:` values that mean "the run's model" (Claude Code's aliases)
 /// unless the profile maps them (`[models] aliases`).
@@ -61,37 +60,8 @@ const KNOWN_KEYS: &[&str] = &[
     "hooks",
 ];
 
-/// Claude Code tool names and the orch tools they stand for.
-const CLAUDE_CODE_TOOLS: &[(&str, &str)] = &[
-    ("Read", "read_file"),
-    ("Write", "write_file"),
-    ("Edit", "edit_file"),
-    ("MultiEdit", "edit_file"),
-    ("Bash", "bash"),
-    ("Grep", "grep"),
-    ("Glob", "list_files"),
-    ("LS", "list_files"),
-    ("Task", "spawn_agent"),
-    ("Agent", "spawn_agent"),
-];
-
 /// The turn limit of a role that does not set `max_turns`.
 pub const DEFAULT_MAX_TURNS: u32 = 30;
-
-/// A role's shell policy: command patterns that run, ask first, or are refused.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BashRules {
-    /// Patterns that run without asking.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// Patterns that need confirmation (denied in non-interactive runs without `--yes`).
-    #[serde(default)]
-    pub ask: Vec<String>,
-    /// Patterns that are always refused.
-    #[serde(default)]
-    pub deny: Vec<String>,
-}
 
 /// A validated role.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -304,60 +274,6 @@ enum ResultSpec {
 enum OnOff {
     Bool(bool),
     Word(String),
-}
-
-/// `tools:` as written: a list, or a comma-separated string (Claude Code style).
-#[derive(Debug)]
-struct ToolsSpec(Vec<Spanned<String>>);
-
-enum ToolsInner {
-    CommaSeparated(String),
-    List(Vec<Spanned<String>>),
-}
-
-impl<'de> Deserialize<'de> for ToolsSpec {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let spanned = Spanned::<ToolsInner>::deserialize(deserializer)?;
-        let items = match spanned.value {
-            // One location for the whole string: the parser gives no finer one.
-            ToolsInner::CommaSeparated(text) => text
-                .split(',')
-                .map(str::trim)
-                .filter(|name| !name.is_empty())
-                .map(|name| Spanned::new(name.to_owned(), spanned.referenced, spanned.defined))
-                .collect(),
-            ToolsInner::List(items) => items,
-        };
-        Ok(ToolsSpec(items))
-    }
-}
-
-impl<'de> Deserialize<'de> for ToolsInner {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ToolsVisitor;
-
-        impl<'de> Visitor<'de> for ToolsVisitor {
-            type Value = ToolsInner;
-
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of tool names or a comma-separated string")
-            }
-
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<ToolsInner, E> {
-                Ok(ToolsInner::CommaSeparated(v.to_owned()))
-            }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ToolsInner, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = seq.next_element::<Spanned<String>>()? {
-                    items.push(item);
-                }
-                Ok(ToolsInner::List(items))
-            }
-        }
-
-        deserializer.deserialize_any(ToolsVisitor)
-    }
 }
 
 /// Parses a role file. `origin` names the file in errors; the role's id is
@@ -624,20 +540,6 @@ fn requote_plain_values(yaml: &str) -> Option<(String, Vec<usize>)> {
         }
     }
     (!changed.is_empty()).then_some((out, changed))
-}
-
-/// The orch name of a tool written as an orch or Claude Code name.
-fn orch_tool_name(written: &str) -> Option<&'static str> {
-    KNOWN_TOOLS
-        .iter()
-        .copied()
-        .find(|known| *known == written)
-        .or_else(|| {
-            CLAUDE_CODE_TOOLS
-                .iter()
-                .find(|(claude, _)| *claude == written)
-                .map(|(_, orch)| *orch)
-        })
 }
 
 /// The file stem of `origin` when it names a `.md` file.

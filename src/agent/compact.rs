@@ -49,10 +49,6 @@ use std::ops::Range;
 
 /// The context window assumed when none is configured (the model settings' one).
 pub(crate) use crate::llm::settings::DEFAULT_CONTEXT_WINDOW;
-/// The share of the context window at which compaction starts.
-pub(crate) const DEFAULT_COMPACT_AT: f64 = 0.7;
-/// Assistant turns (with their results) always kept whole when they fit.
-pub(crate) const DEFAULT_KEEP_TURNS: usize = 4;
 /// Compaction condenses down to this share of the trigger size, so the
 /// next one is some turns away.
 pub(crate) const LOW_WATER: f64 = 0.75;
@@ -65,56 +61,6 @@ const REQUEST_OVERHEAD_BYTES: usize = 256;
 const DEFAULT_TOKENS_PER_BYTE: f64 = 0.25;
 /// Room kept for the summary message when deciding whether one would help.
 const SUMMARY_RESERVE_BYTES: usize = 2048;
-/// Appended to the agent path of summary requests (`code/compact`).
-pub(crate) const SUMMARY_AGENT_SUFFIX: &str = "/compact";
-
-/// When and how to compact.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CompactConfig {
-    /// The model's context window in tokens.
-    pub context_window: u64,
-    /// Compact when the request passes this share of the window (0 < x ≤ 1).
-    pub compact_at: f64,
-    /// Assistant turns always kept whole when they fit.
-    pub keep_turns: usize,
-}
-
-impl Default for CompactConfig {
-    fn default() -> Self {
-        CompactConfig {
-            context_window: DEFAULT_CONTEXT_WINDOW,
-            compact_at: DEFAULT_COMPACT_AT,
-            keep_turns: DEFAULT_KEEP_TURNS,
-        }
-    }
-}
-
-/// Builds the request sent each turn from the full conversation.
-#[derive(Debug)]
-pub(crate) struct Compactor {
-    cfg: CompactConfig,
-    /// Indices (in the full conversation) of tool results shown as stubs.
-    stubbed: HashSet<usize>,
-    summary: Option<Summary>,
-    tokens_per_byte: Option<f64>,
-    /// A window below the configured one, learned from a context-length error.
-    window_cap: Option<u64>,
-    /// Whether the server was asked for its window ([`send_turn`]).
-    probed: bool,
-    /// Whether the client's switch away from streaming was logged.
-    stream_fallback_logged: bool,
-    /// Distinctive tokens of each tool result, by index (results never change).
-    result_tokens: HashMap<usize, Vec<String>>,
-    summary_tokens: TokenCount,
-}
-
-/// Why compaction runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Trigger {
-    Threshold,
-    ContextLengthError,
-}
-
 impl Compactor {
     /// A compactor with nothing condensed yet.
     pub(crate) fn new(cfg: CompactConfig) -> Self {
@@ -437,33 +383,6 @@ fn tail_start(msgs: &[ChatMessage], live: usize, keep: usize) -> usize {
     live
 }
 
-/// `read_file src/x.rs`, `bash \`cargo test\``, …: a call in a few words.
-fn describe(call: Option<&ToolCall>) -> String {
-    let Some(call) = call else {
-        return "a tool call".to_owned();
-    };
-    let name = call.function.name.as_str();
-    let args: serde_json::Value =
-        serde_json::from_str(&call.function.arguments).unwrap_or_default();
-    let arg = |k: &str| args.get(k).and_then(|v| v.as_str()).map(str::to_owned);
-    let detail = match name {
-        "bash" => arg("command").map(|c| {
-            let c = c.replace('\n', " ");
-            format!("`{}`", super::cap(&c, 60))
-        }),
-        "grep" => arg("pattern").map(|p| {
-            let at = arg("path").map_or(String::new(), |p| format!(" in {p}"));
-            format!("`{}`{at}", super::cap(&p, 40))
-        }),
-        "list_files" => arg("path").or_else(|| arg("pattern")),
-        _ => arg("path"),
-    };
-    match detail {
-        Some(d) => format!("{name} {d}"),
-        None => name.to_owned(),
-    }
-}
-
 fn size(bytes: usize) -> String {
     if bytes < 1024 {
         format!("{bytes} B")
@@ -483,11 +402,15 @@ fn stub_text(call: Option<&ToolCall>, content: &str) -> String {
 }
 
 mod refs;
+mod state;
 mod summary;
 mod turn;
 
 use refs::call_of;
-use summary::{Summary, summary_message};
+pub(crate) use state::CompactConfig;
+pub(crate) use state::{Compactor, DEFAULT_COMPACT_AT};
+use state::{Trigger, describe};
+use summary::summary_message;
 pub(crate) use turn::{Sent, send_turn};
 
 #[cfg(test)]

@@ -26,8 +26,6 @@ pub(crate) mod verify;
 use crate::ids::Verdict;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError};
 use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
-// The compaction's field cap (`super::cap` there) is the same policy.
-use crate::text::cap_bytes as cap;
 use crate::tools::{self, ToolContext};
 
 /// Cap on tool arguments and results copied into the action log; the

@@ -9,8 +9,8 @@
 //! parent run's record and leaves committing to the parent stage; see
 //! [`crate::subagent`].
 
-use super::CliError;
 use super::args::{EventArgs, InstructionArgs, LimitArgs, ModelArgs};
+use super::error::CliError;
 use super::model::choose_for_repo;
 use super::output::{Out, ignore_closed};
 use super::session::{SessionBuilder, roles_for, route_role_models};
@@ -204,9 +204,9 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
     // A question's branches go: it reports no branch then, not a deleted one.
     let cleared = read_only && !args.keep;
     if cleared {
-        super::summary::clear_question(&args.repo, summary.state.run_id.as_str());
+        super::summary::clear_question(&args.repo, &summary.state.run_id);
     } else if summary.state.status == crate::runlog::RunStatus::Failed {
-        super::summary::clear_failed_run(&args.repo, summary.state.run_id.as_str());
+        super::summary::clear_failed_run(&args.repo, &summary.state.run_id);
     }
     let st = &summary.state.stages[0];
     let result = serde_json::json!({

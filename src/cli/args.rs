@@ -2,7 +2,7 @@
 //! `Args` (`#[command(flatten)]`), so a subcommand never borrows another's
 //! flags: model selection and sampling, budgets and compaction, parallelism.
 
-use super::CliError;
+use super::error::CliError;
 use crate::agent::RunLimits;
 use crate::agent::compact::{CompactConfig, DEFAULT_COMPACT_AT, DEFAULT_CONTEXT_WINDOW};
 use crate::budget::Budget;

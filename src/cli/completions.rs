@@ -2,10 +2,9 @@
 //! elvish or PowerShell on stdout, generated from the command line's own
 //! definition (`clap_complete`), so it never falls behind a new flag.
 
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
-use super::{Cli, CliError};
 use crate::exit;
-use clap::CommandFactory;
 use clap_complete::Shell;
 
 /// Arguments of `orch completions`.
@@ -19,10 +18,14 @@ pub struct CompletionsArgs {
     pub shell: Shell,
 }
 
-/// `orch completions`.
-pub(super) fn cmd_completions(args: CompletionsArgs) -> Result<i32, CliError> {
+/// `orch completions`: the script for `command`, the command line's
+/// definition (the caller passes it, so this file does not import it).
+pub(super) fn cmd_completions(
+    args: CompletionsArgs,
+    mut command: clap::Command,
+) -> Result<i32, CliError> {
     let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut Cli::command(), "orch", &mut script);
+    clap_complete::generate(args.shell, &mut command, "orch", &mut script);
     let mut out = Out::stdout();
     let written = out.text(&String::from_utf8_lossy(&script));
     ignore_closed(written.and_then(|()| out.finish()))?;

@@ -1,8 +1,8 @@
 //! `orch config`: the resolved model settings and where each came from
 //! (flag, env, file:line, default), secrets masked.
 
-use super::CliError;
 use super::args::ModelArgs;
+use super::error::CliError;
 use super::model::resolve_config;
 use super::output::Out;
 use crate::config::{ResolvedConfig, Setting, Source, builtin_prices_note, mask_secret};

@@ -3,8 +3,8 @@
 //! the recorded replay model (tools run for real; only the model's replies
 //! are replayed), and then runs the fixture's own tests on the PR branch.
 
-use super::CliError;
 use super::args::ModelArgs;
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use super::session::{SessionBuilder, roles_for};
 use super::summary::{exit_code_of, print_summary};

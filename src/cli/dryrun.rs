@@ -6,7 +6,7 @@
 //! what it will receive from the stages it needs. Nothing is created: no
 //! model request, no run record, branch, ref, object or worktree.
 
-use super::CliError;
+use super::error::CliError;
 use super::output::Out;
 use crate::agent::prompt;
 use crate::pipeline::{Pipeline, Stage};

@@ -1,8 +1,8 @@
 //! `orch eval`: run a pipeline on every task of a task set and report how
 //! many runs its hidden checks call solved (see `docs/eval.md`).
 
-use super::CliError;
 use super::args::{LimitArgs, ModelArgs, SamplingArgs};
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use crate::catalog::Catalog;
 use crate::eval::{EvalError, EvalOptions, EvalReport, TaskSet, default_out_dir, run_eval};

@@ -5,7 +5,7 @@
 //! review it answers asked for changes (`orch stage` would skip it anyway,
 //! so the condition only saves a runner). See `docs/distributed.md`.
 
-use super::CliError;
+use super::error::CliError;
 use super::output::Out;
 use crate::catalog::Catalog;
 use crate::exit;

@@ -12,7 +12,7 @@
 //! The same lane clean-up runs at the end of a failed run, and after a
 //! read-only `orch agent` question (see `summary.rs`).
 
-use super::CliError;
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use crate::exit;
 use crate::git::gc::Removed;

@@ -4,7 +4,7 @@
 //! the commit at `HEAD` (what a run started there reads), and every string
 //! that came from a lesson is printed through [`crate::text::untrusted`].
 
-use super::CliError;
+use super::error::CliError;
 use super::output::Out;
 use crate::exit;
 use crate::memory::{Evidence, Kind, Lesson, MemoryError, Origin, Scope, Status, store};
@@ -122,7 +122,7 @@ fn all(common: &Path, workdir: &Path) -> Result<Vec<Lesson>, CliError> {
     let repo = crate::git::Repo::at(common);
     let head = repo.resolve_commit("HEAD").ok();
     let (lessons, problems) =
-        crate::memory::load_all_at(common, head.as_ref(), workdir).map_err(mem_err)?;
+        crate::memory::load::load_all_at(common, head.as_ref(), workdir).map_err(mem_err)?;
     for p in problems {
         warn(&format!("failed to {p}"));
     }

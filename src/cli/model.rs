@@ -3,8 +3,8 @@
 //! plus the secrets to redact from records and the sampling settings to
 //! record. Used by the session builder and `orch config`.
 
-use super::CliError;
 use super::args::{ModelArgs, SamplingArgs};
+use super::error::CliError;
 use crate::config::{self, ConfigError, ResolvedConfig};
 use crate::llm::ChatModel;
 use crate::llm::Sampling;

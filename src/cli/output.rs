@@ -9,7 +9,7 @@
 //! not anyone read the summary. Rust ignores `SIGPIPE`, so without this the
 //! write would panic (exit 101).
 
-use super::CliError;
+use super::error::CliError;
 use std::fmt;
 use std::io::{self, BufWriter, Stdout, Write};
 

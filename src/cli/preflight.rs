@@ -8,7 +8,7 @@
 //! too slowly (the run's own retries then apply). The replay model has no
 //! server and is not checked.
 
-use super::CliError;
+use super::error::CliError;
 use crate::llm::{ChatModel, ModelSpawn};
 use std::time::Duration;
 

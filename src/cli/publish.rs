@@ -3,13 +3,14 @@
 //! merge request with the run's PR text, or updates the open one for that
 //! branch. Idempotent: publishing twice creates one request.
 
-use super::CliError;
+use super::error::CliError;
 use super::output::Out;
 use super::record::open;
 use crate::forge::{
     ForgeApi, ForgeSettings, FrozenIssue, Project, PullRequest, project_of_url, push_refs,
     remote_url, upsert_pull, without_userinfo,
 };
+use crate::ids::RunId;
 use crate::runlog::{self, RunState, RunStatus};
 use std::path::{Path, PathBuf};
 
@@ -67,7 +68,7 @@ struct Published {
 /// `orch publish`.
 pub(super) async fn cmd_publish(args: PublishArgs) -> Result<i32, CliError> {
     let (common, root, state) = open(&args.repo, &args.run)?;
-    let run_id = state.run_id.to_string();
+    let run_id = state.run_id.clone();
     if state.status != RunStatus::Succeeded {
         return Err(CliError::Invalid(format!(
             "failed to publish run {run_id}: it is {}, and only a succeeded run has a PR to publish",
@@ -203,7 +204,7 @@ fn check_remote(repo: &Path, remote: &str) -> Result<(), CliError> {
 }
 
 /// `orch/<issue number, else run id>-<slug>`.
-fn default_branch_name(issue: Option<u64>, run_id: &str, title: &str) -> String {
+fn default_branch_name(issue: Option<u64>, run_id: &RunId, title: &str) -> String {
     let mut slug = String::new();
     for c in title.chars().flat_map(char::to_lowercase) {
         if c.is_ascii_alphanumeric() {
@@ -217,7 +218,7 @@ fn default_branch_name(issue: Option<u64>, run_id: &str, title: &str) -> String 
         slug.truncate(cut);
     }
     let slug = slug.trim_matches('-');
-    let id = issue.map_or_else(|| run_id.to_ascii_lowercase(), |n| n.to_string());
+    let id = issue.map_or_else(|| run_id.as_str().to_ascii_lowercase(), |n| n.to_string());
     if slug.is_empty() {
         format!("orch/{id}")
     } else {
@@ -253,8 +254,8 @@ fn with_issue_link(body: &str, issue: Option<&FrozenIssue>, project: &Project) -
 
 /// Writes `publish.json` and the request's URL into `state.json`, holding
 /// the run's lock (a run still being driven cannot be published into).
-fn record(root: &Path, run_id: &str, published: &Published) -> Result<(), CliError> {
-    let _lock = runlog::lock_run(root, run_id)?;
+fn record(root: &Path, run_id: &RunId, published: &Published) -> Result<(), CliError> {
+    let _lock = runlog::lock_run(root, run_id.as_str())?;
     let dir = runlog::RunDir::at(root.to_owned());
     let mut state = dir.read_state()?;
     state.pr_url = Some(published.url.clone());
@@ -285,18 +286,25 @@ mod tests {
     #[test]
     fn default_branch_names_are_readable() {
         assert_eq!(
-            default_branch_name(Some(7), "01ABC", "add() subtracts instead of adding"),
+            default_branch_name(
+                Some(7),
+                &"01ABC".parse().unwrap(),
+                "add() subtracts instead of adding"
+            ),
             "orch/7-add-subtracts-instead-of-adding"
         );
         assert_eq!(
             default_branch_name(
                 None,
-                "01ABC",
+                &"01ABC".parse().unwrap(),
                 "Fix: the very long title of an issue that goes on and on"
             ),
             "orch/01abc-fix-the-very-long-title-of-an-issue"
         );
-        assert_eq!(default_branch_name(None, "01ABC", "!!!"), "orch/01abc");
+        assert_eq!(
+            default_branch_name(None, &"01ABC".parse().unwrap(), "!!!"),
+            "orch/01abc"
+        );
     }
 
     #[test]

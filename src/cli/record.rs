@@ -1,7 +1,7 @@
 //! Finding a recorded run: `last` or an id, its directory and state, and
 //! what it cost. Shared by the review commands and `resume`/`rollback`.
 
-use super::CliError;
+use super::error::CliError;
 use crate::git;
 use crate::ids::RunId;
 use crate::runlog::{self, RunState};

@@ -12,8 +12,8 @@
 //! Exit codes: 0 when the replay reproduced the run (no divergence, equal
 //! final tree), 1 when it did not, and the usual codes for errors.
 
-use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use super::record::resolve_run_id;
 use super::session::SessionBuilder;

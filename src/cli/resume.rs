@@ -1,7 +1,7 @@
 //! `orch resume` and `orch rollback`.
 
-use super::CliError;
 use super::args::{EventArgs, LimitArgs, ModelArgs, ParallelArgs};
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use super::record::resolve_run_id;
 use super::session::SessionBuilder;

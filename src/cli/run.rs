@@ -1,8 +1,8 @@
 //! `orch run <pipeline>`: an issue in, a PR branch and PR text out.
 
-use super::CliError;
 use super::args::{EventArgs, InstructionArgs, LimitArgs, ModelArgs, ParallelArgs};
 use super::dryrun::dry_run;
+use super::error::CliError;
 use super::output::ignore_closed;
 use super::session::{
     SessionBuilder, preflight_and_route, roles_for, route_role_models, route_stage_models,
@@ -165,7 +165,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     )
     .await?;
     if summary.state.status == RunStatus::Failed {
-        clear_failed_run(&args.repo, summary.state.run_id.as_str());
+        clear_failed_run(&args.repo, &summary.state.run_id);
     }
     dirt_note.finish();
     ignore_closed(report_summary(&summary, args.json, events))?;
@@ -178,7 +178,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
 async fn plan_remote(args: &RunArgs, url: &str, opts: RunOptions) -> Result<i32, CliError> {
     let state = crate::runner::plan_run(opts).await?;
     let common = crate::git::open_repo(&args.repo)?.common_dir;
-    let run_id = state.run_id.as_str();
+    let run_id = &state.run_id;
     crate::distributed::worker::push_planned(&common, url, run_id, &state.base_commit)?;
     let mut out = super::output::Out::stdout();
     if args.json {

@@ -14,8 +14,8 @@
 //! The API key always comes from this process's environment; the record never
 //! holds one.
 
-use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
+use super::error::CliError;
 use super::model::{Chosen, choose_for_repo, choose_with_record};
 use crate::agent::RunLimits;
 use crate::catalog::Catalog;

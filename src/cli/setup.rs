@@ -10,8 +10,8 @@
 //! `--yes`, or the user said no or quit) — nothing unconfirmed ran; 2, 3, 5
 //! as everywhere.
 
-use super::CliError;
 use super::args::ModelArgs;
+use super::error::CliError;
 use super::model::choose_for_repo;
 use super::output::{Out, ignore_closed};
 use crate::catalog::Catalog;

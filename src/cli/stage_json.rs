@@ -2,7 +2,7 @@
 //! (one object on stdout each, like every `--json`; the readable forms live
 //! with their commands).
 
-use super::CliError;
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use crate::exit;
 use crate::git;

@@ -2,10 +2,11 @@
 //! the exit code its outcome maps to. Shared by `run`, `resume`, `agent` and
 //! `demo`.
 
-use super::CliError;
+use super::error::CliError;
 use super::output::Out;
 use crate::events::Events;
 use crate::exit;
+use crate::ids::RunId;
 use crate::runlog::{RunStatus, StageStatus};
 use crate::runner::RunSummary;
 use std::fmt::Write as _;
@@ -174,9 +175,10 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliE
 
 /// After a failed run: its lanes go (the stage branches keep its work; see
 /// `orch review`). Failing to clear them is said, not fatal.
-pub(super) fn clear_failed_run(repo: &Path, run_id: &str) {
-    let cleared = crate::git::open_repo(repo)
-        .and_then(|info| crate::git::Repo::at(&info.common_dir).remove_lanes(run_id, false));
+pub(super) fn clear_failed_run(repo: &Path, run_id: &RunId) {
+    let cleared = crate::git::open_repo(repo).and_then(|info| {
+        crate::git::Repo::at(&info.common_dir).remove_lanes(run_id.as_str(), false)
+    });
     if let Err(e) = cleared {
         crate::ui::status_line(&format!(
             "orch: warning: failed to remove the worktrees of run {run_id}: {e} (`orch gc` retries)"
@@ -186,11 +188,11 @@ pub(super) fn clear_failed_run(repo: &Path, run_id: &str) {
 
 /// After a read-only `orch agent` question: its lanes and all its branches
 /// go (nothing was written worth keeping); the record stays.
-pub(super) fn clear_question(repo: &Path, run_id: &str) {
+pub(super) fn clear_question(repo: &Path, run_id: &RunId) {
     let cleared = crate::git::open_repo(repo).and_then(|info| {
         let repo = crate::git::Repo::at(&info.common_dir);
-        repo.remove_lanes(run_id, false)?;
-        repo.remove_run_branches(run_id, true, false)
+        repo.remove_lanes(run_id.as_str(), false)?;
+        repo.remove_run_branches(run_id.as_str(), true, false)
     });
     if let Err(e) = cleared {
         crate::ui::status_line(&format!(

@@ -1,6 +1,6 @@
 //! `orch validate` and `orch graph`.
 
-use super::CliError;
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use crate::catalog::Catalog;
 use crate::exit;

@@ -2,8 +2,8 @@
 //! run by this machine as a worker (see `distributed::worker` and
 //! `docs/distributed.md`).
 
-use super::CliError;
 use super::args::{LimitArgs, ModelArgs};
+use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use super::session::SessionBuilder;
 use crate::distributed::worker::{self, Outcome, RoundTrips, StageJob};

@@ -10,7 +10,7 @@
 //! the variable another setting names), the prices and the model aliases
 //! (merged across files rather than taken from the first that sets them).
 
-use super::{
+use super::types::{
     ConfigError, FileSpec, LoadedFile, MAX_TEMPERATURE, Overrides, ProfileSpec, Setting, Source,
     mask_secret,
 };

@@ -12,6 +12,7 @@
 //! it had at the last boundary of this process is not hashed again.
 
 use crate::git::{GitError, git_err};
+use crate::ids::RunId;
 use git2::{FileMode, Oid, Repository};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ fn excluded(name: &str) -> bool {
 }
 
 /// `refs/orch/runs/<run-id>`.
-pub(crate) fn run_ref(run_id: &str) -> String {
+pub(crate) fn run_ref(run_id: &RunId) -> String {
     format!("{RUNS_REF_PREFIX}{run_id}")
 }
 
@@ -222,7 +223,8 @@ fn record_in(
     status: &str,
     changed: Option<&[&str]>,
 ) -> Result<(), GitError> {
-    let name = run_ref(run_id);
+    // `run_id` is the record directory's name, as found on disk.
+    let name = format!("{RUNS_REF_PREFIX}{run_id}");
     let parent = read_run_ref(repo, &name)?;
     let tree = match (changed, parent) {
         (Some(stages), Some(p)) => updated_tree(repo, root, p, stages)?,
@@ -507,7 +509,8 @@ pub(crate) fn delete_run_refs(common: &Path, run_id: &str) -> Result<(), GitErro
         Repository::open_bare(common).map_err(git_err(format!("open {}", common.display())))?;
     let _admin = crate::git::Repo::at(common).admin_lock(true)?;
     for name in [
-        run_ref(run_id),
+        // A name read from the record directory, as `orch gc` found it.
+        format!("{RUNS_REF_PREFIX}{run_id}"),
         format!("refs/orch/remote-runs/{run_id}"),
         format!("refs/orch/run-bases/{run_id}"),
     ] {

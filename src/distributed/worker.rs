@@ -43,12 +43,12 @@ use std::time::Duration;
 const LEASE_ATTEMPTS: usize = 32;
 
 /// Where the remote's run ref is kept after a fetch.
-fn remote_run_ref(run_id: &str) -> String {
+fn remote_run_ref(run_id: &RunId) -> String {
     format!("refs/orch/remote-runs/{run_id}")
 }
 
 /// The ref that keeps a run's base commit on the remote.
-pub(crate) fn base_ref(run_id: &str) -> String {
+pub(crate) fn base_ref(run_id: &RunId) -> String {
     format!("refs/orch/run-bases/{run_id}")
 }
 
@@ -150,7 +150,7 @@ fn git2_err(op: impl Into<String>) -> impl FnOnce(git2::Error) -> DistError {
 }
 
 /// The refspecs of a worker's fetch: the run ref, the base, the run's branches.
-fn run_refspecs(run_id: &str) -> Vec<String> {
+fn run_refspecs(run_id: &RunId) -> Vec<String> {
     vec![
         format!("+{}:{}", run_ref(run_id), remote_run_ref(run_id)),
         format!("+{0}:{0}", base_ref(run_id)),
@@ -257,7 +257,7 @@ pub(crate) fn fetch(job: StageJob) -> Result<Fetched, DistError> {
     blocking_io(|| {
         let common = prepare_clone(&job.repo)?;
         let mut trips = RoundTrips::default();
-        let run = job.run_id.as_str();
+        let run = &job.run_id;
         let took = {
             let _admin = crate::git::Repo::at(&common).admin_lock(true)?;
             remote::fetch(&common, &job.url, &run_refspecs(run)).map_err(|e| match e {
@@ -437,7 +437,7 @@ impl Fetched {
     }
 
     fn refetch(&mut self) -> Result<(), DistError> {
-        let run = self.job.run_id.as_str();
+        let run = &self.job.run_id;
         let took = {
             let _admin = crate::git::Repo::at(&self.common).admin_lock(true)?;
             remote::fetch(&self.common, &self.job.url, &run_refspecs(run))?
@@ -454,7 +454,7 @@ impl Fetched {
     /// Pushes `commit` as the run ref (with a lease on `self.tip`) and the
     /// extra refspecs, atomically.
     fn push(&mut self, commit: Oid, extra: &[String], claim: bool) -> Result<Pushed, DistError> {
-        let name = run_ref(self.job.run_id.as_str());
+        let name = run_ref(&self.job.run_id);
         let mut specs = vec![format!("{commit}:{name}")];
         specs.extend_from_slice(extra);
         let expected = self.tip.to_string();
@@ -475,7 +475,7 @@ impl Fetched {
             let handle = self.repo();
             let repo = handle.git2()?;
             let _admin = crate::git::Repo::at(&self.common).admin_lock(true)?;
-            for r in [remote_run_ref(self.job.run_id.as_str()), name] {
+            for r in [remote_run_ref(&self.job.run_id), name] {
                 repo.reference(&r, commit, true, "orch stage: pushed")
                     .map_err(git2_err(format!("set `{r}`")))?;
             }
@@ -540,8 +540,8 @@ impl Fetched {
     /// Writes the claimed record into the clone's run directory, so the
     /// runner finds the run as a local one.
     fn materialize(&self) -> Result<RunDir, DistError> {
-        let run = self.job.run_id.as_str();
-        let run_dir = match RunDir::open(&self.common, run) {
+        let run = &self.job.run_id;
+        let run_dir = match RunDir::open(&self.common, run.as_str()) {
             Ok(d) => d,
             Err(_) => RunDir::create(&self.common, run)?,
         };
@@ -713,7 +713,7 @@ pub(crate) async fn claim_and_run(
 pub(crate) fn push_planned(
     common: &Path,
     url: &str,
-    run_id: &str,
+    run_id: &RunId,
     base: &crate::git::CommitId,
 ) -> Result<Duration, DistError> {
     let handle = crate::git::Repo::at(common);

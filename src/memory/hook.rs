@@ -5,6 +5,7 @@
 //! fail the stage.
 
 use super::distill::{self, KeyEvent, StageFacts};
+use super::load::load_all_at;
 use super::{Evidence, MemoryMode, Origin, Query, Status, store};
 use crate::git::CommitId;
 use crate::llm::{ChatMessage, ChatModel};
@@ -51,7 +52,7 @@ pub(crate) async fn inject(
     let (common, lane, start) = (common.to_path_buf(), lane.to_path_buf(), start.clone());
     let secrets = secrets.to_vec();
     let found = tokio::task::spawn_blocking(move || {
-        let (lessons, problems) = super::load_all_at(&common, Some(&start), &lane)?;
+        let (lessons, problems) = load_all_at(&common, Some(&start), &lane)?;
         Ok::<_, super::MemoryError>(choose(lessons, problems, &text, &paths, &secrets))
     })
     .await;
@@ -96,7 +97,7 @@ pub(crate) fn notes_for(
     text: &str,
     paths: &[String],
 ) -> Result<(Injected, usize, Vec<String>), super::MemoryError> {
-    let (lessons, problems) = super::load_all_at(common, commit, dir)?;
+    let (lessons, problems) = load_all_at(common, commit, dir)?;
     Ok(choose(lessons, problems, text, paths, &[]))
 }
 
@@ -259,7 +260,7 @@ pub(crate) async fn after_stage(
 /// Empty when the run touched no memory.
 pub(crate) fn run_report(
     common: &Path,
-    run_id: &str,
+    run_id: &crate::ids::RunId,
     stages: &[(&str, Option<&crate::git::CommitId>)],
 ) -> String {
     let mut o = String::new();
@@ -278,7 +279,11 @@ pub(crate) fn run_report(
     let proposed: Vec<String> = store::read(common)
         .unwrap_or_default()
         .into_iter()
-        .filter(|l| l.evidence.as_ref().is_some_and(|e| e.run == run_id))
+        .filter(|l| {
+            l.evidence
+                .as_ref()
+                .is_some_and(|e| e.run == run_id.as_str())
+        })
         .map(|l| {
             let e = l.evidence.as_ref().map_or("", |e| e.event.as_str());
             format!(

@@ -7,7 +7,7 @@
 //! key whose narrowing orch cannot enforce, is an error naming the file,
 //! the key and the value.
 
-use super::{ToolsSpec, orch_tool_name};
+use super::tools::{BashRules, ToolsSpec, orch_tool_name};
 use crate::pipeline::SpecError;
 use crate::toolname::ToolName;
 use serde_saphyr::{Location, Spanned};
@@ -148,7 +148,7 @@ pub(super) fn apply(
     n: &Narrowing,
     mode: Mode,
     tools: &mut Vec<String>,
-    bash: &mut super::BashRules,
+    bash: &mut BashRules,
     warnings: &mut Vec<String>,
 ) {
     let taken: Vec<String> = tools

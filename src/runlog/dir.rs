@@ -85,7 +85,7 @@ impl RunDir {
         let mut taken = Vec::new();
         for _ in 0..CREATE_ATTEMPTS {
             let id = next_id();
-            match RunDir::create(common_dir, id.as_str()) {
+            match RunDir::create(common_dir, &id) {
                 Ok(dir) => return Ok((id, dir)),
                 Err(RecordError::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::AlreadyExists =>
@@ -109,10 +109,10 @@ impl RunDir {
 
     /// Creates the directory of the run `run_id` (and its `stages/`); fails
     /// with `AlreadyExists` when that run root exists.
-    pub(crate) fn create(common_dir: &Path, run_id: &str) -> Result<RunDir, RecordError> {
+    pub(crate) fn create(common_dir: &Path, run_id: &RunId) -> Result<RunDir, RecordError> {
         let runs = runs_dir(common_dir);
         std::fs::create_dir_all(&runs).map_err(io_err(&runs))?;
-        let root = runs.join(run_id);
+        let root = runs.join(run_id.as_str());
         std::fs::create_dir(&root).map_err(io_err(&root))?;
         let stages = root.join("stages");
         std::fs::create_dir(&stages).map_err(io_err(&stages))?;
@@ -505,7 +505,7 @@ mod tests {
     #[test]
     fn state_round_trips_and_unknown_run_lists_known_ones() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = RunDir::create(tmp.path(), "20260101-000000-abcd").unwrap();
+        let dir = RunDir::create(tmp.path(), &"20260101-000000-abcd".parse().unwrap()).unwrap();
         let state = RunState::new_for_test("20260101-000000-abcd");
         dir.write_state(&state).unwrap();
         let back = dir.read_state().unwrap();
@@ -572,14 +572,14 @@ mod tests {
         // Only taken ids: an error, and nothing is reused.
         let err = RunDir::create_unique(tmp.path(), || first.clone()).unwrap_err();
         assert!(err.to_string().contains("were all taken"), "{err}");
-        assert!(RunDir::create(tmp.path(), first.as_str()).is_err());
+        assert!(RunDir::create(tmp.path(), &first).is_err());
         assert_eq!(std::fs::read_dir(runs_dir(tmp.path())).unwrap().count(), 2);
     }
 
     #[test]
     fn the_state_writer_writes_exactly_what_write_state_does() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = RunDir::create(tmp.path(), "20260101-000000-abcd").unwrap();
+        let dir = RunDir::create(tmp.path(), &"20260101-000000-abcd".parse().unwrap()).unwrap();
         let mut state = RunState::new_for_test("20260101-000000-abcd");
         let mut writer = StateWriter::default();
         let full = |state: &RunState| {

@@ -210,11 +210,11 @@ mod tests {
     #[test]
     fn a_dead_start_is_swept_but_a_live_or_complete_run_is_not() {
         let tmp = tempfile::tempdir().unwrap();
-        let dead = RunDir::create(tmp.path(), "dead").unwrap();
+        let dead = RunDir::create(tmp.path(), &"dead".parse().unwrap()).unwrap();
         drop(super::super::lock_run(&dead.root, "dead").unwrap());
-        let live = RunDir::create(tmp.path(), "live").unwrap();
+        let live = RunDir::create(tmp.path(), &"live".parse().unwrap()).unwrap();
         let _held = super::super::lock_run(&live.root, "live").unwrap();
-        let done = RunDir::create(tmp.path(), "done").unwrap();
+        let done = RunDir::create(tmp.path(), &"done".parse().unwrap()).unwrap();
         std::fs::write(done.state_path(), "{}").unwrap();
         assert_eq!(
             sweep_dead_starts(tmp.path(), std::time::Duration::from_secs(3600)),

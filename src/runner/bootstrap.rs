@@ -22,13 +22,15 @@
 
 mod include;
 
-use super::{RunCtx, RunError, blocking};
+use super::ctx::Bootstrap;
+use super::ctx::RunCtx;
+use super::error::{RunError, blocking};
 use crate::git::{self, GitError};
 use crate::pipeline::{LaneSetup, Pipeline};
 use crate::runlog::{ActionEvent, ActionLog, SetupRecord, event};
 use crate::tools::ToolContext;
 use include::{Include, included_files};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Lockfiles that key a setup command naming none.
@@ -50,17 +52,6 @@ const SETUP_OUTPUT_BYTES: usize = 64 * 1024;
 const SETUP_STATE_FILE: &str = "orch-setup.json";
 /// Bumped when the key's recipe changes, so old keys never match.
 const KEY_FORMAT: &str = "orch-setup-key/1";
-
-/// A run's lane bootstrap, read once when the run starts (or resumes).
-#[derive(Debug, Default)]
-pub(crate) struct Bootstrap {
-    /// The user's working tree (where included files are copied from).
-    workdir: PathBuf,
-    /// Included files, relative to the root, sorted.
-    include: Vec<String>,
-    /// The setup command and where it was written.
-    setup: Option<(LaneSetup, String)>,
-}
 
 impl Bootstrap {
     /// Reads `.worktreeinclude` and lists the files it includes, and picks

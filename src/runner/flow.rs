@@ -3,7 +3,9 @@
 //! told about its upstream stages, what a rollback touches, and the final
 //! commit and PR text at the end.
 
-use super::{RunCtx, RunError, blocking, pr_text};
+use super::ctx::RunCtx;
+use super::error::{RunError, blocking};
+use super::pr::pr_text;
 use crate::agent::prompt;
 use crate::git::{self, CommitId, MergeOutcome};
 use crate::ids::Verdict;

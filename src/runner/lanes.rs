@@ -29,7 +29,7 @@
 //! summary is out, in the background; an interrupted run keeps them, and
 //! `resume` clears them.
 
-use super::{RunError, blocking};
+use super::error::{RunError, blocking};
 use crate::git::{self, GitError, pool};
 use crate::ids::RunId;
 use std::path::{Path, PathBuf};
@@ -216,8 +216,8 @@ struct Pool {
 }
 
 /// The directory holding a run's lanes.
-pub(crate) fn lanes_dir(common: &Path, run_id: &str) -> PathBuf {
-    common.join("orch").join("worktrees").join(run_id)
+pub(crate) fn lanes_dir(common: &Path, run_id: &RunId) -> PathBuf {
+    common.join("orch").join("worktrees").join(run_id.as_str())
 }
 
 impl Lanes {
@@ -287,7 +287,7 @@ impl Lanes {
             return Ok(lane);
         }
         let mut lane = Lane {
-            path: lanes_dir(&self.common, self.run_id.as_str()).join(format!("lane-{k}")),
+            path: lanes_dir(&self.common, &self.run_id).join(format!("lane-{k}")),
             name: format!("orch-{}-{k}", self.run_id),
             clean_at: Some(start.clone()),
             checkout: "created",
@@ -398,11 +398,7 @@ impl Lanes {
             watches.extend(lane.watch.get().await);
         }
         drop(free);
-        let (c, run, bound) = (
-            self.common.clone(),
-            self.run_id.to_string(),
-            self.pool_bound,
-        );
+        let (c, run, bound) = (self.common.clone(), self.run_id.clone(), self.pool_bound);
         blocking(move || {
             // The watchers stop before their lanes are let go.
             git::watch::drop_together(watches);
@@ -418,7 +414,7 @@ impl Lanes {
 /// Moves run `run`'s own lanes (no pool) into the trash in one rename, then
 /// drops their admin entries and branches: the files are deleted later.
 /// Only call it while holding the run's lock.
-fn retire_run_lanes(repo: &git::Repo, run: &str) -> Result<(), GitError> {
+fn retire_run_lanes(repo: &git::Repo, run: &RunId) -> Result<(), GitError> {
     let common = repo.common_dir();
     let dir = lanes_dir(common, run);
     if std::fs::symlink_metadata(&dir).is_ok() {
@@ -458,8 +454,8 @@ fn retire_run_lanes(repo: &git::Repo, run: &str) -> Result<(), GitError> {
 /// admin dir claims. Only call it while holding the run's lock (so whatever
 /// it finds belongs to a dead process); other runs' and the user's
 /// worktrees and refs are never touched.
-pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunError> {
-    let (c, run) = (common.to_path_buf(), run_id.to_owned());
+pub(crate) async fn clear_stale(common: &Path, run_id: &RunId) -> Result<(), RunError> {
+    let (c, run) = (common.to_path_buf(), run_id.clone());
     blocking(move || {
         let repo = git::Repo::at(&c);
         repo.remove_stale_ref_locks(&[format!("orch/{run}"), format!("orch-lanes/{run}")])?;
@@ -477,7 +473,7 @@ pub(crate) async fn clear_stale(common: &Path, run_id: &str) -> Result<(), RunEr
                 });
             }
         }
-        repo.prune_broken_lanes(&run)?;
+        repo.prune_broken_lanes(run.as_str())?;
         // Pooled lanes a kill left half-made (their leases died with it).
         repo.pool().heal()?;
         let dir = lanes_dir(&c, &run);

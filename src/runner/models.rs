@@ -3,23 +3,12 @@
 //! `model:` once per process (into [`StageModel`]s on the [`Session`]); the
 //! stage, `--dry-run` and the record read the choice from [`model_for`].
 
-use super::Session;
+use super::session::Session;
+pub(crate) use super::session::StageModel;
 use crate::llm::ChatModel;
 use crate::pipeline::Stage;
 use crate::role::Role;
 use std::sync::Arc;
-
-/// The model a stage's `model:` resolved to.
-#[derive(Clone)]
-pub(crate) struct StageModel {
-    /// The backend: another profile's client, or the run's client asking
-    /// for another model.
-    pub model: Arc<dyn ChatModel>,
-    /// Its server (never a key).
-    pub base_url: Option<String>,
-    /// Where it comes from, for the record: `stage model: profile \`strong\``.
-    pub source: String,
-}
 
 /// A stage's model and where it comes from.
 pub(crate) struct Chosen {

@@ -1,12 +1,14 @@
 //! Resuming a run where it stopped, and rolling one back to a stage.
 
 use super::bootstrap::load_bootstrap;
+use super::ctx::RunCtx;
+use super::error::{RunError, blocking};
+use super::flow;
 use super::flow::descendants;
+use super::lanes;
 use super::lanes::Lanes;
 use super::schedule::drive;
-use super::{
-    Plan, RunCtx, RunError, RunSummary, Session, blocking, flow, lane_pool_bound, lanes, now,
-};
+use super::session::{Plan, RunSummary, Session, lane_pool_bound, now};
 use crate::git;
 use crate::ids::RunId;
 use crate::policy::BashPolicy;
@@ -140,7 +142,7 @@ pub(crate) async fn resume_run(
             "orch: stopped {orphans} process(es) left running by the interrupted run"
         ));
     }
-    lanes::clear_stale(&common, run_id).await?;
+    lanes::clear_stale(&common, id).await?;
     let lanes = Arc::new(Lanes::new(
         &common,
         id,

@@ -2,10 +2,13 @@
 //! `max_parallel` at once), and the run state is written after every
 //! transition.
 
+use super::ctx::{RunCtx, StageDone};
+use super::error::RunError;
+use super::flow;
 use super::flow::{finish_run, handoff, skip_reason, start_commit};
 use super::lanes::Lanes;
+use super::session::{RunSummary, now};
 use super::stage::run_stage;
-use super::{RunCtx, RunError, RunSummary, StageDone, flow, now};
 use crate::pipeline::OnFailure;
 use crate::runlog::{
     RecordError, RunDir, RunState, RunStatus, StageRecord, StageStatus, StateWriter,

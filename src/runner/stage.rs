@@ -13,27 +13,23 @@ mod progress;
 mod read_only;
 mod secrets;
 mod settle;
+mod state;
 mod tools;
 mod verify;
 
-use super::bootstrap::Prepared;
+use super::ctx::{RunCtx, StageOutcome};
+use super::error::RunError;
 use super::lanes::Lane;
-use super::{RunCtx, RunError, StageOutcome};
 use crate::agent::{self, AgentConfig, AgentEnd, AgentOutcome, prompt};
 use crate::llm::ChatModel;
-use crate::memory::hook::Injected;
 use crate::pipeline::{Pipeline, Stage};
 use crate::role::Role;
+use crate::runlog::VerifyReport;
 use crate::runlog::{ActionEvent, ActionLog, DIGEST_LINES, TokenCount, event};
-use crate::runlog::{BaselineReport, VerifyReport};
-use crate::tools::ToolContext;
 use progress::ProgressModel;
+use state::{Committed, MAX_SUMMARY_BYTES, StageRun};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Most of a stage summary or failure reason kept in `state.json`, `pr.md`
-/// and the commit message; the transcript keeps the whole reply.
-const MAX_SUMMARY_BYTES: usize = 16 * 1024;
 
 /// Base ids of the stages whose verdict gates a rework round: those stages
 /// (and their later rounds) must give a verdict.
@@ -104,43 +100,6 @@ fn stage_model(
         }))?;
     }
     Ok(Arc::clone(model))
-}
-
-/// One stage being run: what every step reads, and what `prepare` made.
-struct StageRun<'a> {
-    ctx: &'a RunCtx,
-    stage: &'a Stage,
-    role: &'a Role,
-    lane: &'a Lane,
-    start: &'a crate::git::CommitId,
-    progress: &'a crate::ui::ProgressHandle,
-    id: String,
-    started: Instant,
-    log: ActionLog,
-    tool_ctx: ToolContext,
-    /// The stage's model, reporting streamed progress.
-    model: Arc<dyn ChatModel>,
-    /// The lane's preparation (included files, setup).
-    boot: Prepared,
-    baseline: Option<BaselineReport>,
-    /// The task message, before the baseline and the lessons are added.
-    task: String,
-    /// The lessons given to the stage.
-    memory: Injected,
-    cfg: AgentConfig,
-}
-
-/// What the `commit` step made.
-struct Committed {
-    failure: Option<String>,
-    duration_ms: u64,
-    commit: crate::git::CommitId,
-    branch: String,
-    /// Whether an earlier attempt of the stage failed (for memory).
-    retried_after_failure: bool,
-    stat: crate::git::DiffStat,
-    /// Whether the lane's watcher said what changed (else: walked).
-    from_watch: bool,
 }
 
 impl<'a> StageRun<'a> {

@@ -1,14 +1,15 @@
 //! Starting a run: its plan and record, then its stages driven to the end.
 
 use super::bootstrap::load_bootstrap;
+use super::ctx::RunCtx;
+use super::error::{RunError, blocking};
+use super::flow;
 use super::flow::finish_run;
+use super::lanes;
 use super::lanes::Lanes;
 use super::resume::load_run;
 use super::schedule::drive;
-use super::{
-    DEAD_START_AGE, Plan, RunCtx, RunError, RunOptions, RunSummary, Session, blocking, bootstrap,
-    flow, lane_pool_bound, lanes, now,
-};
+use super::session::{DEAD_START_AGE, Plan, RunOptions, RunSummary, Session, lane_pool_bound, now};
 use crate::git;
 use crate::ids::RunId;
 use crate::policy::BashPolicy;
@@ -75,7 +76,7 @@ struct Started {
     info: git::RepoInfo,
     common: PathBuf,
     base_sha: git::CommitId,
-    boot: bootstrap::Bootstrap,
+    boot: super::ctx::Bootstrap,
     run_id: RunId,
     run_dir: RunDir,
     lock: crate::runlog::RunLock,
@@ -149,9 +150,7 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
         updated: now(),
         repo: info.workdir.display().to_string(),
         base_commit: base_sha.clone(),
-        worktree: lanes::lanes_dir(&common, run_id.as_str())
-            .display()
-            .to_string(),
+        worktree: lanes::lanes_dir(&common, &run_id).display().to_string(),
         final_branch: format!("orch/{run_id}/pr"),
         model: session.model.model_name(),
         model_label: session.model.label(),

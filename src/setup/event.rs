@@ -17,7 +17,7 @@
 //!   (a newer orch) or whose fields do not fit stays a JSON value.
 
 use super::plan::{Plan, Risk};
-use super::record::StepStatus;
+use super::status::StepStatus;
 use crate::llm::{Sampling, ToolChoice};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -31,6 +31,7 @@ mod plan;
 mod readonly;
 mod record;
 mod session;
+mod status;
 mod steps;
 
 pub(crate) use lane::{ScratchLane, save_lane_setup, saved_lane_setup};

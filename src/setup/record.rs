@@ -16,25 +16,11 @@ use std::path::{Path, PathBuf};
 
 use super::event::SetupEvent;
 use super::plan::Plan;
+use super::status::StepStatus;
 use crate::llm::ChatMessage;
 
 /// Overrides where setup records live (tests, packaging).
 pub const SETUP_DIR_VAR: &str = crate::environment::ORCH_SETUP_DIR;
-
-/// A step's progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum StepStatus {
-    /// Not run yet (or interrupted while running).
-    #[default]
-    Pending,
-    /// Ran, and its check passed.
-    Verified,
-    /// Ran, and it or its check failed.
-    Failed,
-    /// The user said no.
-    Skipped,
-}
 
 /// What is known about one step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -10,7 +10,8 @@ use std::time::Duration;
 use super::event::{self, SetupEvent};
 use super::options::{Confirm, Console, KILL_STEP_VERIFIED, SetupOptions};
 use super::plan::{self, Plan, Risk};
-use super::record::{SetupRecord, SetupState, StepState, StepStatus};
+use super::record::{SetupRecord, SetupState, StepState};
+use super::status::StepStatus;
 use super::steps::{self, Ran, Sandboxing};
 use super::{detect, readonly};
 use crate::llm::{

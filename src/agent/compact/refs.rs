@@ -2,7 +2,7 @@
 //! refers to (by call id, by path, or by a distinctive token), so compaction
 //! keeps them whole.
 
-use super::Compactor;
+use super::state::Compactor;
 use crate::llm::{ChatMessage, MessageRole, ToolCall};
 use std::collections::HashSet;
 

@@ -2,7 +2,8 @@
 //! `<agent>/compact`) to condense the older part of the conversation, and the
 //! user message that stands for it in the view.
 
-use super::{Compactor, SUMMARY_AGENT_SUFFIX, call_of, describe};
+use super::refs::call_of;
+use super::state::{Compactor, SUMMARY_AGENT_SUFFIX, Summary, describe};
 use crate::agent::budget::Tracker;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, MessageRole};
 use crate::runlog::TokenCount;
@@ -12,16 +13,6 @@ use std::ops::Range;
 /// Cap on one message's text in the summary request.
 pub(super) const SUMMARY_MESSAGE_CAP: usize = 2048;
 pub(super) const SUMMARY_PROMPT: &str = "You condense the history of a coding agent's session so it can continue with less context. Summarise the conversation you are given for the agent itself: what it was asked, what it did, what it found (files, functions, facts, numbers, error messages), what it changed, and what is still open. Be specific and brief (at most 300 words). Do not call tools; answer with the summary only.";
-
-/// The older part of the conversation, replaced by a summary.
-#[derive(Debug)]
-pub(super) struct Summary {
-    /// Index in the full conversation of the first message not summarised
-    /// (always an assistant message).
-    pub(super) upto: usize,
-    /// The model's summary.
-    pub(super) text: String,
-}
 
 impl Compactor {
     /// Asks the model to summarise `range` of the conversation; on success
@@ -112,12 +103,12 @@ pub(super) fn render_for_summary(msgs: &[ChatMessage], i: usize, cap: usize) -> 
     let content = m.content.as_deref().unwrap_or("");
     match m.role {
         MessageRole::Assistant => {
-            let mut s = format!("assistant: {}", crate::agent::cap(content, cap));
+            let mut s = format!("assistant: {}", crate::text::cap_bytes(content, cap));
             for c in &m.tool_calls {
                 s.push_str(&format!(
                     "\n  calls {}({})",
                     c.function.name,
-                    crate::agent::cap(&c.function.arguments, 300)
+                    crate::text::cap_bytes(&c.function.arguments, 300)
                 ));
             }
             s
@@ -125,9 +116,9 @@ pub(super) fn render_for_summary(msgs: &[ChatMessage], i: usize, cap: usize) -> 
         MessageRole::Tool => format!(
             "result of {}: {}",
             describe(call_of(msgs, i)),
-            crate::agent::cap(content, cap)
+            crate::text::cap_bytes(content, cap)
         ),
-        MessageRole::User => format!("user: {}", crate::agent::cap(content, cap)),
-        MessageRole::System => format!("system: {}", crate::agent::cap(content, cap)),
+        MessageRole::User => format!("user: {}", crate::text::cap_bytes(content, cap)),
+        MessageRole::System => format!("system: {}", crate::text::cap_bytes(content, cap)),
     }
 }

@@ -1,5 +1,6 @@
 //! Tests of the compaction policy: stubs, references, summaries, estimates.
 
+use super::state::SUMMARY_AGENT_SUFFIX;
 use super::*;
 use crate::llm::{BoxFuture, ChatResponse, FunctionCall, LlmError, Usage};
 use serde_json::json;

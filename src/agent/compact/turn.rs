@@ -2,7 +2,7 @@
 //! waits for the model within the time budget, and handles a context-length
 //! error by compacting harder and retrying once.
 
-use super::{Compactor, Trigger};
+use super::state::{Compactor, Trigger};
 use crate::agent::budget::Tracker;
 use crate::llm::{ChatModel, ChatRequest, ChatResponse, LlmError};
 use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
@@ -126,7 +126,7 @@ fn log_retries(
     turn: u32,
     log: &mut ActionLog,
 ) -> Result<(), RecordError> {
-    let summary_path = format!("{agent_path}{}", super::SUMMARY_AGENT_SUFFIX);
+    let summary_path = format!("{agent_path}{}", super::state::SUMMARY_AGENT_SUFFIX);
     for (path, request) in [(agent_path, "turn"), (summary_path.as_str(), "summary")] {
         for note in model.take_retries(path) {
             log.append(&ActionEvent::Retry(event::Retry {

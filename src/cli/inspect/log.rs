@@ -2,7 +2,7 @@
 
 use super::render::render_event;
 use super::shared::stage;
-use crate::cli::CliError;
+use crate::cli::error::CliError;
 use crate::cli::output::Out;
 use crate::cli::record::open;
 use crate::exit;

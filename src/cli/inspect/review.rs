@@ -1,7 +1,7 @@
 //! `orch review` and `orch diff`: what a stage changed.
 
 use super::shared::{memory_report, stage};
-use crate::cli::CliError;
+use crate::cli::error::CliError;
 use crate::cli::output::Out;
 use crate::cli::record::open;
 use crate::exit;

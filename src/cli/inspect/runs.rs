@@ -1,6 +1,6 @@
 //! `orch runs`: the runs of a repository, newest first.
 
-use crate::cli::CliError;
+use crate::cli::error::CliError;
 use crate::cli::output::Out;
 use crate::exit;
 use crate::git;

@@ -1,7 +1,7 @@
 //! What the review commands share: finding a stage of a run, a short
 //! commit id, and the memory report.
 
-use crate::cli::CliError;
+use crate::cli::error::CliError;
 use crate::runlog::{RunState, StageRecord};
 use std::path::Path;
 
@@ -27,5 +27,5 @@ pub(super) fn memory_report(common: &Path, s: &RunState) -> String {
         .iter()
         .map(|st| (st.id.as_str(), st.commit.as_ref()))
         .collect();
-    crate::memory::hook::run_report(common, s.run_id.as_str(), &stages)
+    crate::memory::hook::run_report(common, &s.run_id, &stages)
 }

@@ -1,7 +1,7 @@
 //! `orch show`: a run's stages, attempts and subagents.
 
 use super::shared::{memory_report, short};
-use crate::cli::CliError;
+use crate::cli::error::CliError;
 use crate::cli::output::Out;
 use crate::cli::output::usd;
 use crate::cli::record::{open, run_cost};

@@ -2,11 +2,12 @@
 //! earlier attempt's branch kept as `<branch>.vN`) and its patch.
 
 use super::settle::Settled;
-use super::{Committed, MAX_SUMMARY_BYTES, StageRun};
+use super::state::{Committed, MAX_SUMMARY_BYTES, StageRun};
 use crate::agent::AgentOutcome;
 use crate::git::{self, GitError};
 use crate::runlog::VerifyReport;
-use crate::runner::{RunError, blocking, pr};
+use crate::runner::error::{RunError, blocking};
+use crate::runner::pr;
 
 impl StageRun<'_> {
     /// Commits the settled tree on the stage's branch and writes its patch;

@@ -4,7 +4,8 @@
 use crate::agent;
 use crate::pipeline::Stage;
 use crate::runlog::{ActionEvent, ActionLog, event};
-use crate::runner::{RunCtx, RunError, blocking};
+use crate::runner::ctx::RunCtx;
+use crate::runner::error::{RunError, blocking};
 
 /// The repository's instruction files for this stage, read from the run's
 /// base commit, logged as a `project_instructions` event (path and blob id

@@ -1,13 +1,14 @@
 //! Memory: the accepted lessons given to a stage, and the lessons distilled
 //! from it when it ends.
 
-use super::{Committed, StageRun};
+use super::state::{Committed, StageRun};
 use crate::agent::{AgentOutcome, prompt};
 use crate::memory::hook::Injected;
 use crate::runlog::ActionLog;
 use crate::runlog::VerifyReport;
+use crate::runner::ctx::RunCtx;
+use crate::runner::error::RunError;
 use crate::runner::lanes::Lane;
-use crate::runner::{RunCtx, RunError};
 
 /// Accepted lessons relevant to this stage, as the user's notes in its task.
 pub(super) async fn inject(

@@ -2,7 +2,7 @@
 
 use crate::git;
 use crate::runlog::{ActionEvent, ActionLog, event};
-use crate::runner::{RunError, blocking};
+use crate::runner::error::{RunError, blocking};
 use std::path::Path;
 
 /// A read-only role must not change the tree; if its shell commands did,

@@ -1,7 +1,7 @@
 //! A known secret value in a changed file is never committed.
 
-use super::StageRun;
-use crate::runner::RunError;
+use super::state::StageRun;
+use crate::runner::error::RunError;
 
 impl StageRun<'_> {
     /// Why the stage's changes must not be committed, when a changed file

@@ -1,12 +1,12 @@
 //! Settling a stage's changes: git stages the lane, and what must not be
 //! committed (a read-only role's changes, a known secret) is dropped.
 
-use super::StageRun;
 use super::read_only::discard_changes_of_read_only_role;
+use super::state::StageRun;
 use crate::git::{self, GitError};
 use crate::runlog::{ActionEvent, event};
+use crate::runner::error::{RunError, blocking};
 use crate::runner::lanes::Lane;
-use crate::runner::{RunError, blocking};
 use std::path::Path;
 
 /// What settling a stage's changes left to commit.

@@ -6,8 +6,9 @@ use crate::llm::ChatModel;
 use crate::policy::BashPolicy;
 use crate::role::Role;
 use crate::runlog::{ActionEvent, ActionLog, event};
+use crate::runner::ctx::RunCtx;
+use crate::runner::error::RunError;
 use crate::runner::lanes::Lane;
-use crate::runner::{RunCtx, RunError};
 use crate::tools::ToolContext;
 use std::sync::Arc;
 

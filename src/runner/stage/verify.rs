@@ -7,8 +7,8 @@ use crate::llm::ChatModel;
 use crate::pipeline::Stage;
 use crate::runlog::{ActionLog, TokenCount};
 use crate::runlog::{BaselineReport, VerifyReport};
-use crate::runner::RunError;
 use crate::runner::bootstrap::Prepared;
+use crate::runner::error::RunError;
 use crate::tools::ToolContext;
 
 /// The verify commands run once on the start commit, before any model

@@ -1,0 +1,65 @@
+//! One run's context, shared by its stages, and what a stage hands back.
+
+use super::error::RunError;
+use super::session::{Plan, Session};
+use crate::ids::Verdict;
+use crate::pipeline::LaneSetup;
+use crate::runlog::{RunDir, TokenCount};
+use std::path::PathBuf;
+
+/// Immutable facts of a run, shared with stage tasks.
+pub(super) struct RunCtx {
+    pub(super) run_id: crate::ids::RunId,
+    pub(super) common: PathBuf,
+    pub(super) run_dir: RunDir,
+    pub(super) plan: Plan,
+    pub(super) issue: String,
+    pub(super) session: Session,
+    pub(super) allowlist: Vec<String>,
+    pub(super) base_commit: crate::git::CommitId,
+    /// What every stage's lane gets before its agent starts.
+    pub(super) bootstrap: Bootstrap,
+    /// Held while this process drives the run.
+    pub(super) _lock: crate::runlog::RunLock,
+    /// Run only this stage (`orch stage`): no other stage starts, none is
+    /// marked skipped or blocked, and the run is not finished.
+    pub(super) only: Option<String>,
+    /// What the run's stages used of its budget (stages charge it as they end).
+    pub(super) ledger: std::sync::Mutex<crate::budget::RunLedger>,
+}
+
+/// What a stage task reports back to the scheduler.
+pub(super) struct StageDone {
+    pub(super) id: String,
+    pub(super) result: Result<StageOutcome, RunError>,
+}
+
+pub(super) struct StageOutcome {
+    pub(super) budget: crate::budget::BudgetReport,
+    pub(super) commit: crate::git::CommitId,
+    pub(super) branch: String,
+    pub(super) failure: Option<String>,
+    pub(super) model_failed: bool,
+    pub(super) internal_failed: bool,
+    pub(super) verdict: Option<Verdict>,
+    pub(super) verdict_from_text: bool,
+    pub(super) verify: Option<crate::runlog::VerifyReport>,
+    pub(super) setup: Option<crate::runlog::SetupRecord>,
+    pub(super) baseline: Option<crate::runlog::BaselineReport>,
+    pub(super) summary: String,
+    pub(super) turns: u32,
+    pub(super) tokens: TokenCount,
+    pub(super) duration_ms: u64,
+    pub(super) digest: Vec<String>,
+}
+
+/// A run's lane bootstrap, read once when the run starts (or resumes).
+#[derive(Debug, Default)]
+pub(crate) struct Bootstrap {
+    /// The user's working tree (where included files are copied from).
+    pub(super) workdir: PathBuf,
+    /// Included files, relative to the root, sorted.
+    pub(super) include: Vec<String>,
+    /// The setup command and where it was written.
+    pub(super) setup: Option<(LaneSetup, String)>,
+}
