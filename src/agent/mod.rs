@@ -153,7 +153,7 @@ pub(crate) async fn run_agent(
     log: &mut ActionLog,
     on_turn: &(dyn Fn(u32, TokenCount) + Sync),
 ) -> Result<AgentOutcome, RecordError> {
-    let mut agent = Agent::start(tool_ctx, cfg, log)?;
+    let mut agent = Agent::start(model, tool_ctx, cfg, log).await?;
     agent.run(model, tool_ctx, log, on_turn).await?;
     agent.finish(log)
 }
@@ -173,7 +173,12 @@ pub(crate) struct Agent<'c> {
 
 impl<'c> Agent<'c> {
     /// The conversation's start: system prompt, task, the offered tools.
-    pub(crate) fn start(
+    /// The server's context window is asked for first (the client keeps the
+    /// answer), so `agent_start`'s `compact_at_tokens` is the threshold the
+    /// turns use: `compact_at` × the smaller of the configured window and
+    /// the one the server reports.
+    pub(crate) async fn start(
+        model: &dyn ChatModel,
         tool_ctx: &ToolContext,
         cfg: &'c AgentConfig,
         log: &mut ActionLog,
@@ -188,8 +193,12 @@ impl<'c> Agent<'c> {
         };
         // Budget and compaction state (src/agent/budget.rs, compact.rs): `req`
         // keeps the whole conversation; each turn sends a compacted view of it.
-        let tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
-        let compactor = compact::Compactor::new(cfg.compaction);
+        let mut tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
+        let mut compactor = compact::Compactor::new(cfg.compaction);
+        // A time budget that runs out here is reported by the first turn.
+        if let Ok(Some(tokens)) = tracker.bounded(model.probe_context_window()).await {
+            compactor.learn_window(tokens);
+        }
         log.append(&ActionEvent::AgentStart(event::AgentStart {
             agent: cfg.agent_path.clone(),
             max_turns: cfg.max_turns,

@@ -194,7 +194,13 @@ impl<'a> StageRun<'a> {
         let (ctx, stage, progress) = (self.ctx, self.stage, self.progress);
         let on_turn =
             |turn: u32, tokens: TokenCount| progress.turn(stage.id.as_str(), turn, tokens);
-        let mut agent = agent::Agent::start(&self.tool_ctx, &self.cfg, &mut self.log)?;
+        let mut agent = agent::Agent::start(
+            self.model.as_ref(),
+            &self.tool_ctx,
+            &self.cfg,
+            &mut self.log,
+        )
+        .await?;
         let verify = match &self.boot.failure {
             Some(why) => {
                 agent.fail(AgentEnd::SetupFailed(why.clone()));

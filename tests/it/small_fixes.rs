@@ -1,0 +1,87 @@
+//! Small defects seen with small local models (issue 28, point 7): the
+//! compaction threshold `agent_start` logs, and the PR body of a pipeline
+//! without a reviewer. The real `orch` binary against the scripted fake
+//! model server, on real git repositories.
+
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, record_dir, stage_events, stdout_json,
+    write_issue, write_pipeline,
+};
+use serde_json::json;
+use std::process::Output;
+
+/// `orch run` of a one-stage pipeline whose stage `work` runs the coder.
+fn run_solo(repo: &TestRepo, server: &FakeServer) -> Output {
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# Add a note\n\nWrite NOTE.md.\n");
+    let pipeline = write_pipeline(
+        scratch.path(),
+        "solo",
+        "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
+    );
+    OrchRun::new(&pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .json()
+        .output()
+}
+
+fn coder_writing_a_note(verdict: Option<&str>) -> Vec<Reply> {
+    vec![
+        Reply::tool_call(
+            "w1",
+            "write_file",
+            json!({"path": "NOTE.md", "content": "a note\n"}),
+        ),
+        Reply::finish("f1", "Wrote NOTE.md.", verdict),
+    ]
+}
+
+fn assert_ok(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn agent_start_logs_the_compaction_threshold_of_the_servers_window() {
+    // llama.cpp's /props says the context is 8192 tokens (no
+    // `context_window` configured: the default would be 128000).
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let server = FakeServer::start(
+        Script::new()
+            .route(
+                "/props",
+                Reply::Raw(json!({"default_generation_settings": {"n_ctx": 8192}}).to_string()),
+            )
+            .agent("work", coder_writing_a_note(None)),
+    );
+    let out = run_solo(&repo, &server);
+    assert_ok(&out);
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let dir = record_dir(&repo, &run_id);
+    let start = &stage_events(&dir, "work", "agent_start")[0];
+    // 0.7 (the default `compact_at`) × 8192, rounded down.
+    assert_eq!(start["compact_at_tokens"], 5734, "{start}");
+    let window = &stage_events(&dir, "work", "context_window")[0];
+    assert_eq!(window["used"], 8192, "{window}");
+}
+
+#[test]
+fn a_pipeline_without_a_reviewer_shows_no_review_verdict_in_the_pr_body() {
+    // The coder's own `finish` says `verdict: approve`: that is no review.
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let server =
+        FakeServer::start(Script::new().agent("work", coder_writing_a_note(Some("approve"))));
+    let out = run_solo(&repo, &server);
+    assert_ok(&out);
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let pr = std::fs::read_to_string(record_dir(&repo, &run_id).join("pr.md")).unwrap();
+    assert!(!pr.contains("Final verdict"), "{pr}");
+    assert!(pr.contains("No reviewer stage"), "{pr}");
+    // The coder's summary is in the Summary, as without a verdict.
+    assert!(pr.contains("- **work** (coder): Wrote NOTE.md."), "{pr}");
+}
