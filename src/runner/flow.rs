@@ -236,7 +236,8 @@ pub(super) async fn finish_run(
         Ok(done) => done,
         Err(conflict) => return Ok(Err(conflict)),
     };
-    let (title, body) = pr_text(&ctx.issue, state, &stat.render(), &models);
+    let reviews = super::pr::review_stages(&ctx.plan);
+    let (title, body) = pr_text(&ctx.issue, state, &reviews, &stat.render(), &models);
     ctx.run_dir.write_file(
         "pr.md",
         crate::secrets::redact(&format!("{title}\n\n{body}"), &ctx.session.secrets).as_bytes(),

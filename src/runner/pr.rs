@@ -3,6 +3,7 @@
 
 use crate::ids::Verdict;
 use crate::runlog::{RunState, StageRecord, StageStatus, TokenCount};
+use std::collections::BTreeSet;
 
 pub(super) struct CommitInfo<'a> {
     pub(super) run_id: &'a str,
@@ -78,16 +79,35 @@ pub(super) fn shorten(s: &str, max: usize) -> String {
     format!("{}…", cut[..at].trim_end())
 }
 
+/// The ids of the pipeline's review stages: those whose role is read-only
+/// (the built-in `reviewer`) or whose verdict gates a rework round. Only
+/// their verdicts are reviews; a coder's own `finish` verdict is not.
+pub(super) fn review_stages(plan: &super::session::Plan) -> BTreeSet<String> {
+    let p = &plan.pipeline;
+    p.stages
+        .iter()
+        .filter(|s| {
+            plan.roles.get(&s.role).is_some_and(|r| r.read_only)
+                || super::stage::requires_verdict(p, s)
+        })
+        .map(|s| s.id.as_str().to_owned())
+        .collect()
+}
+
 /// The PR title and body, from the issue, the stages' summaries, the review
-/// verdict, the diffstat and each stage's model (`models`: stage id → its
-/// `Orch-Model` trailer). Stages that did not run (skipped rework rounds)
-/// are left out; nothing about the machine (URLs, paths) is in the body.
+/// verdict (of the `reviews` stages only: without one the body says no
+/// reviewer stage ran), the diffstat and each stage's model (`models`: stage
+/// id → its `Orch-Model` trailer). Stages that did not run (skipped rework
+/// rounds) are left out; nothing about the machine (URLs, paths) is in the
+/// body.
 pub(crate) fn pr_text(
     issue: &str,
     state: &RunState,
+    reviews: &BTreeSet<String>,
     diffstat: &str,
     models: &std::collections::BTreeMap<String, String>,
 ) -> (String, String) {
+    let is_review = |s: &StageRecord| reviews.contains(&s.id);
     let issue_title = issue
         .lines()
         .map(|l| l.trim().trim_start_matches('#').trim())
@@ -101,7 +121,10 @@ pub(crate) fn pr_text(
         .collect();
     let mut body = String::new();
     body.push_str("## Summary\n\n");
-    for s in ran.iter().filter(|s| s.verdict.is_none()) {
+    for s in ran
+        .iter()
+        .filter(|s| !(is_review(s) && s.verdict.is_some()))
+    {
         let summary = s.summary.as_deref().unwrap_or("").trim();
         if !summary.is_empty() {
             body.push_str(&format!(
@@ -112,7 +135,13 @@ pub(crate) fn pr_text(
             ));
         }
     }
-    if let Some(r) = ran.iter().rev().find(|s| s.verdict.is_some()) {
+    let reviewed: Vec<&&StageRecord> = ran.iter().filter(|s| is_review(s)).collect();
+    if reviews.is_empty() {
+        body.push_str(
+            "\n## Review\n\nNo reviewer stage in this pipeline, so nothing reviewed this change.\n",
+        );
+    }
+    if let Some(r) = reviewed.iter().rev().find(|s| s.verdict.is_some()) {
         body.push_str(&format!(
             "\n## Review\n\nFinal verdict: **{}** (`{}`{}). {}\n",
             r.verdict.map_or("none", Verdict::as_str),
@@ -124,7 +153,7 @@ pub(crate) fn pr_text(
             },
             r.summary.as_deref().unwrap_or("").trim().replace('\n', " ")
         ));
-        let rounds = ran.iter().filter(|s| s.verdict.is_some()).count();
+        let rounds = reviewed.iter().filter(|s| s.verdict.is_some()).count();
         if rounds > 1 {
             body.push_str(&format!("Review rounds: {rounds}.\n"));
         }

@@ -33,7 +33,7 @@ use std::time::Instant;
 
 /// Base ids of the stages whose verdict gates a rework round: those stages
 /// (and their later rounds) must give a verdict.
-fn requires_verdict(p: &Pipeline, stage: &Stage) -> bool {
+pub(super) fn requires_verdict(p: &Pipeline, stage: &Stage) -> bool {
     p.stages
         .iter()
         .filter_map(|s| s.run_if_changes_requested_by.as_ref())
