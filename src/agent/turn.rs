@@ -120,7 +120,7 @@ impl Agent<'_> {
         on_turn(turn, self.out.tokens);
         // Tool calls written as text run like native ones.
         if self.cfg.text_tool_calls
-            && let Some(format) = crate::llm::textcalls::recover_into(
+            && let Some((format, from)) = crate::llm::textcalls::recover_into(
                 &mut msg,
                 &self.req.tools,
                 &format!("text{turn}"),
@@ -129,7 +129,7 @@ impl Agent<'_> {
             log.append(&ActionEvent::ToolCallsRecovered(
                 event::ToolCallsRecovered {
                     turn,
-                    recovered_from: "text".to_owned(),
+                    recovered_from: from.to_owned(),
                     format: format.as_str().to_owned(),
                     tool_calls: logged_calls(&msg.tool_calls),
                 },

@@ -59,6 +59,22 @@ pub struct Recovered {
     pub calls: Vec<ToolCall>,
     /// Where they were found.
     pub format: TextCallFormat,
+    /// Whether the call was a bare arguments object without a tool name,
+    /// taken as the one offered tool whose schema it fits exactly
+    /// (`recovered_from: schema_fit`; see [`schema_fit`]).
+    pub schema_fit: bool,
+}
+
+impl Recovered {
+    /// What the calls were recovered from, for the log: `schema_fit` for a
+    /// nameless arguments object, `text` otherwise.
+    pub fn recovered_from(&self) -> &'static str {
+        if self.schema_fit {
+            "schema_fit"
+        } else {
+            "text"
+        }
+    }
 }
 
 /// The tool calls `text` consists of, when it is nothing but calls of the
@@ -83,6 +99,18 @@ pub fn recover_tool_calls(text: &str, tools: &[ToolDef], id_prefix: &str) -> Opt
     } else {
         return None;
     };
+    // A lone object without a tool name: the arguments of the one offered
+    // tool whose schema it fits exactly, if there is exactly one.
+    if let [Value::Object(obj)] = values.as_slice()
+        && call_of(&values[0], tools).is_none()
+        && let Some(call) = schema_fit(obj, tools)
+    {
+        return Some(Recovered {
+            calls: vec![into_call(0, call, id_prefix)],
+            format,
+            schema_fit: true,
+        });
+    }
     let mut calls = Vec::new();
     for value in values {
         match value {
@@ -100,35 +128,85 @@ pub fn recover_tool_calls(text: &str, tools: &[ToolDef], id_prefix: &str) -> Opt
     let calls = calls
         .into_iter()
         .enumerate()
-        .map(|(i, (name, arguments))| ToolCall {
-            id: format!("{id_prefix}_{i}"),
-            kind: "function".to_owned(),
-            function: FunctionCall {
-                name,
-                arguments: Value::Object(arguments).to_string(),
-            },
-        })
+        .map(|(i, call)| into_call(i, call, id_prefix))
         .collect();
-    Some(Recovered { calls, format })
+    Some(Recovered {
+        calls,
+        format,
+        schema_fit: false,
+    })
+}
+
+/// The `i`th recovered call as a [`ToolCall`] with id `{id_prefix}_{i}`.
+fn into_call(
+    i: usize,
+    (name, arguments): (String, Map<String, Value>),
+    id_prefix: &str,
+) -> ToolCall {
+    ToolCall {
+        id: format!("{id_prefix}_{i}"),
+        kind: "function".to_owned(),
+        function: FunctionCall {
+            name,
+            arguments: Value::Object(arguments).to_string(),
+        },
+    }
+}
+
+/// The one offered tool whose schema `args` fits exactly — every required
+/// property present, every key a declared property of the right type (and
+/// one of its `enum` values, if it has them), no other key whatever the
+/// schema's `additionalProperties` — with `args` as its arguments; `None`
+/// for an empty object or when zero or several tools fit.
+fn schema_fit(
+    args: &Map<String, Value>,
+    tools: &[ToolDef],
+) -> Option<(String, Map<String, Value>)> {
+    if args.is_empty() {
+        return None;
+    }
+    let fits = |tool: &&ToolDef| {
+        let Some(props) = tool.parameters.get("properties").and_then(Value::as_object) else {
+            return false;
+        };
+        let known = args.iter().all(|(key, value)| {
+            props.get(key).is_some_and(|prop| {
+                has_type(value, prop.get("type"))
+                    && prop
+                        .get("enum")
+                        .and_then(Value::as_array)
+                        .is_none_or(|allowed| allowed.contains(value))
+            })
+        });
+        known && validates(args, &tool.parameters)
+    };
+    let mut fitting = tools.iter().filter(fits);
+    let tool = fitting.next()?;
+    fitting
+        .next()
+        .is_none()
+        .then(|| (tool.name.to_owned(), args.clone()))
 }
 
 /// Applies [`recover_tool_calls`] to a reply: when `message` has no native
 /// tool calls and its text is nothing but calls of the offered `tools`, the
 /// calls become its `tool_calls` and its text is dropped (the calls are the
 /// message now; keeping both would show the model its call twice). Returns
-/// the format recovered from, for the `recovered_from: text` log entry.
+/// the format recovered from and what from ([`Recovered::recovered_from`]),
+/// for the `tool_calls_recovered` log entry.
 pub fn recover_into(
     message: &mut ChatMessage,
     tools: &[ToolDef],
     id_prefix: &str,
-) -> Option<TextCallFormat> {
+) -> Option<(TextCallFormat, &'static str)> {
     if !message.tool_calls.is_empty() {
         return None;
     }
     let recovered = recover_tool_calls(message.content.as_deref()?, tools, id_prefix)?;
+    let from = recovered.recovered_from();
     message.tool_calls = recovered.calls;
     message.content = None;
-    Some(recovered.format)
+    Some((recovered.format, from))
 }
 
 /// The JSON values of `open`…`close` blocks that make up all of `text`. The
@@ -450,6 +528,56 @@ mod tests {
     }
 
     #[test]
+    fn a_nameless_object_is_the_call_of_the_one_tool_it_fits() {
+        let mut tools = tools();
+        tools.push(ToolDef {
+            name: "list_files",
+            description: "List.",
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string"}, "pattern": {"type": "string"}}}),
+        });
+        tools[1].parameters = json!({"type": "object", "properties": {
+            "summary": {"type": "string"},
+            "verdict": {"type": "string", "enum": ["approve", "request_changes"]}},
+            "required": ["summary"]});
+        let fit = |text: &str| recover_tool_calls(text, &tools, "t1");
+        let r = fit(r#"{"summary": "Implemented median.", "verdict": "approve"}"#).unwrap();
+        assert!(r.schema_fit);
+        assert_eq!(r.recovered_from(), "schema_fit");
+        assert_eq!(r.format, TextCallFormat::BareJson);
+        assert_eq!(
+            names(&r),
+            [(
+                "t1_0",
+                "finish",
+                r#"{"summary":"Implemented median.","verdict":"approve"}"#
+            )]
+        );
+        let r = fit("```json\n{\"pattern\": \"*.py\"}\n```").unwrap();
+        assert_eq!(r.format, TextCallFormat::FencedJson);
+        assert_eq!(names(&r), [("t1_0", "list_files", r#"{"pattern":"*.py"}"#)]);
+        // A named call is not a schema fit.
+        let r = fit(r#"{"name": "finish", "arguments": {"summary": "s"}}"#).unwrap();
+        assert_eq!(r.recovered_from(), "text");
+        for text in [
+            // Fits two tools (read_file and list_files).
+            r#"{"path": "a.py"}"#,
+            // A key no tool declares; a required key missing; a wrong type; not in the enum.
+            r#"{"summary": "s", "verdict": "approve", "confidence": 1}"#,
+            r#"{"verdict": "approve"}"#,
+            r#"{"summary": 3}"#,
+            r#"{"summary": "s", "verdict": "yes"}"#,
+            // Empty, or several objects.
+            "{}",
+            "{\"summary\": \"a\"}\n{\"summary\": \"b\"}",
+            // Prose around it.
+            r#"Done: {"summary": "s"}"#,
+        ] {
+            assert_eq!(fit(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
     fn recover_into_replaces_the_text_only_when_there_are_no_native_calls() {
         let text =
             "<tool_call>{\"name\": \"finish\", \"arguments\": {\"summary\": \"s\"}}</tool_call>";
@@ -461,7 +589,7 @@ mod tests {
         };
         assert_eq!(
             recover_into(&mut m, &tools(), "text2"),
-            Some(TextCallFormat::ToolCallTags)
+            Some((TextCallFormat::ToolCallTags, "text"))
         );
         assert_eq!(m.content, None);
         assert_eq!(m.tool_calls[0].id, "text2_0");

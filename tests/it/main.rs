@@ -54,6 +54,7 @@ mod sandbox_e2e;
 mod sandbox_holes;
 mod setup;
 mod setup_lane;
+mod small_model;
 mod sse;
 mod stage_models;
 mod streams;
