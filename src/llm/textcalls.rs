@@ -14,12 +14,16 @@
 //! Inside, each call is an object `{"name"|"function": …, "arguments"|"parameters": …}`
 //! (also OpenAI's own `{"function": {"name", "arguments"}}` shape), whose
 //! arguments may be an object or a JSON string holding one, and which has no
-//! other keys than `type` and `id`. Every call must name an offered tool and
-//! its arguments must validate against that tool's schema (required
-//! properties present, the types of the top-level properties right, no
-//! unknown property when the schema forbids them). Anything else — prose
-//! around a JSON example, an unknown tool, arguments that do not fit — yields
-//! `None`, and the reply stays a text answer. [`recover_into`] applies it to
+//! other keys than `type` and `id`. A call of an offered tool must have
+//! arguments that validate against that tool's schema (required properties
+//! present, the types of the top-level properties right, no unknown property
+//! when the schema forbids them); a call naming a tool that is not offered is
+//! kept as written, so that it gets the tool error listing the offered tools
+//! instead of a nudge. A lone object without a tool name is the call of the
+//! one offered tool whose schema it fits exactly (`recovered_from:
+//! schema_fit`). Anything else — prose around a JSON example, arguments that
+//! do not fit, an object that fits zero or several tools — yields `None`,
+//! and the reply stays a text answer. [`recover_into`] applies it to
 //! a reply message in place.
 
 use super::{ChatMessage, FunctionCall, ToolCall, ToolDef};
@@ -288,7 +292,12 @@ fn call_of(value: &Value, tools: &[ToolDef]) -> Option<(String, Map<String, Valu
         }
         _ => return None,
     };
-    let tool = tools.iter().find(|t| t.name == name)?;
+    // A call of a tool that is not offered is still the model's call: it
+    // runs into the tool error that lists the offered tools, rather than a
+    // nudge about answering in text.
+    let Some(tool) = tools.iter().find(|t| t.name == name) else {
+        return (!name.trim().is_empty()).then(|| (name.to_owned(), args));
+    };
     validates(&args, &tool.parameters).then(|| (name.to_owned(), args))
 }
 
@@ -495,8 +504,6 @@ mod tests {
             "To read it I would call {\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}} next.",
             "Here is the call:\n```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}\n```",
             "<tool_call>{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}</tool_call> and then I stop",
-            // Not offered.
-            "{\"name\": \"rm_rf\", \"arguments\": {\"path\": \"/\"}}",
             // Required property missing; wrong type; unknown property of a closed schema.
             "{\"name\": \"read_file\", \"arguments\": {}}",
             "{\"name\": \"read_file\", \"arguments\": {\"path\": 7}}",
@@ -516,6 +523,13 @@ mod tests {
         ] {
             assert_eq!(recover(text), None, "{text:?}");
         }
+        // A call of a tool that is not offered is kept, to get the tool error.
+        let r = recover(r#"{"name": "digitSum", "arguments": {"solution.py": {"content": "x"}}}"#)
+            .unwrap();
+        assert_eq!(
+            names(&r),
+            [("t1_0", "digitSum", r#"{"solution.py":{"content":"x"}}"#)]
+        );
         // And never without offered tools.
         assert_eq!(
             recover_tool_calls(

@@ -1,11 +1,13 @@
 //! What a small local model meant, recovered and no more (issue 28, point
 //! 4), end to end through the real binary against the scripted server: a
 //! bare arguments object without a tool name is the call of the one offered
-//! tool whose schema it fits exactly (`recovered_from: schema_fit`).
+//! tool whose schema it fits exactly (`recovered_from: schema_fit`); a
+//! call naming a tool that does not exist, native or written as text, gets
+//! a tool error listing the offered tools with their required arguments.
 
 use crate::support::{
     FakeServer, OrchRun, Reply, Script, TestRepo, only_run_id, record_dir, stage_events,
-    stage_record, state_json, write_issue, write_pipeline,
+    stage_record, state_json, tool_results, write_issue, write_pipeline,
 };
 use serde_json::json;
 
@@ -93,4 +95,52 @@ fn a_nameless_object_that_fits_no_tool_stays_text() {
     let record = record_dir(&repo, &run_id);
     assert!(stage_events(&record, "code", "tool_calls_recovered").is_empty());
     assert_eq!(stage_events(&record, "code", "nudge").len(), 1);
+}
+
+#[test]
+fn a_tool_that_does_not_exist_gets_the_offered_tools_with_their_arguments() {
+    let repo = repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            // Native, then written as text: the function's name as the tool's.
+            Reply::tool_call(
+                "u1",
+                "digitSum",
+                json!({"solution.py": {"content": "def digitSum(n): ..."}}),
+            ),
+            Reply::text(
+                r#"{"name": "median", "arguments": {"solution.py": {"content": "def median(xs): ..."}}}"#,
+            ),
+            Reply::tool_call(
+                "w1",
+                "write_file",
+                json!({"path": "solution.py", "content": SOLVED}),
+            ),
+            Reply::finish("f1", "Implemented median.", None),
+        ],
+    ));
+    let (code, run_id) = run(&repo, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 4);
+    for (i, name) in [(1, "digitSum"), (2, "median")] {
+        let result = tool_results(&reqs[i]).pop().unwrap();
+        assert!(
+            result.starts_with(&format!("error: {name}: unknown tool")),
+            "{result}"
+        );
+        for tool in [
+            "read_file(path)",
+            "write_file(path, content)",
+            "finish(summary)",
+        ] {
+            assert!(result.contains(tool), "{tool} in {result}");
+        }
+    }
+    let record = record_dir(&repo, &run_id);
+    assert!(stage_events(&record, "code", "nudge").is_empty());
+    let recovered = stage_events(&record, "code", "tool_calls_recovered");
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert_eq!(recovered[0]["tool_calls"][0]["name"], "median");
 }
