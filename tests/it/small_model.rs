@@ -144,3 +144,39 @@ fn a_tool_that_does_not_exist_gets_the_offered_tools_with_their_arguments() {
     assert_eq!(recovered.len(), 1, "{recovered:?}");
     assert_eq!(recovered[0]["tool_calls"][0]["name"], "median");
 }
+
+#[test]
+fn writing_a_tool_result_back_into_the_file_is_refused() {
+    let repo = repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call(
+                "w1",
+                "write_file",
+                json!({"path": "solution.py", "content": SOLVED}),
+            ),
+            // The first line of the result it just got, as the file's content.
+            Reply::tool_call(
+                "w2",
+                "write_file",
+                json!({"path": "solution.py", "content": "updated solution.py (+3 −1)"}),
+            ),
+            Reply::finish("f1", "Implemented median.", None),
+        ],
+    ));
+    let (code, run_id) = run(&repo, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    let first = tool_results(&reqs[1]).pop().unwrap();
+    assert!(first.starts_with("updated solution.py (+3 −1)"), "{first}");
+    let second = tool_results(&reqs[2]).pop().unwrap();
+    assert!(
+        second.starts_with(
+            "error: write_file: refused: the content is the text of the previous tool result"
+        ),
+        "{second}"
+    );
+    let file = repo.git(&["show", &format!("orch/{run_id}/code:solution.py")]);
+    assert_eq!(file, SOLVED);
+}
