@@ -43,17 +43,22 @@ fn run(repo: &TestRepo, server: &FakeServer) -> (i32, String) {
 
 const SOLVED: &str = "def median(xs):\n    s = sorted(xs)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\n";
 
+/// A native `write_file` of [`SOLVED`] to `solution.py`.
+fn write_solved() -> Reply {
+    Reply::tool_call(
+        "w1",
+        "write_file",
+        json!({"path": "solution.py", "content": SOLVED}),
+    )
+}
+
 #[test]
 fn finish_arguments_without_the_tool_name_finish_the_stage() {
     let repo = repo();
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            Reply::tool_call(
-                "w1",
-                "write_file",
-                json!({"path": "solution.py", "content": SOLVED}),
-            ),
+            write_solved(),
             // What Qwen2.5-Coder-1.5B wrote: finish's arguments, no name.
             Reply::text(
                 r#"{"summary": "Resolved the issue by implementing median.", "verdict": "approve"}"#,
@@ -112,11 +117,7 @@ fn a_tool_that_does_not_exist_gets_the_offered_tools_with_their_arguments() {
             Reply::text(
                 r#"{"name": "median", "arguments": {"solution.py": {"content": "def median(xs): ..."}}}"#,
             ),
-            Reply::tool_call(
-                "w1",
-                "write_file",
-                json!({"path": "solution.py", "content": SOLVED}),
-            ),
+            write_solved(),
             Reply::finish("f1", "Implemented median.", None),
         ],
     ));
@@ -151,11 +152,7 @@ fn writing_a_tool_result_back_into_the_file_is_refused() {
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            Reply::tool_call(
-                "w1",
-                "write_file",
-                json!({"path": "solution.py", "content": SOLVED}),
-            ),
+            write_solved(),
             // The first line of the result it just got, as the file's content.
             Reply::tool_call(
                 "w2",
