@@ -120,7 +120,7 @@ impl Agent<'_> {
         on_turn(turn, self.out.tokens);
         // Tool calls written as text run like native ones.
         if self.cfg.text_tool_calls
-            && let Some(format) = crate::llm::textcalls::recover_into(
+            && let Some((format, from)) = crate::llm::textcalls::recover_into(
                 &mut msg,
                 &self.req.tools,
                 &format!("text{turn}"),
@@ -129,7 +129,7 @@ impl Agent<'_> {
             log.append(&ActionEvent::ToolCallsRecovered(
                 event::ToolCallsRecovered {
                     turn,
-                    recovered_from: "text".to_owned(),
+                    recovered_from: from.to_owned(),
                     format: format.as_str().to_owned(),
                     tool_calls: logged_calls(&msg.tool_calls),
                 },
@@ -306,6 +306,14 @@ impl Agent<'_> {
                 );
                 o.content = repeat::same_turn(name);
                 Ok(o)
+            }
+            None if name == "write_file"
+                && copies_last_tool_result(&self.req.messages, &call.function.arguments) =>
+            {
+                Ok(tools::ToolOutcome::error(
+                    name,
+                    "refused: the content is the text of the previous tool result (a report of what a tool did, not the file's content); nothing was written — write the file's full new content, or call finish if the work is done",
+                ))
             }
             // Time-budget hook: a tool call cannot outlive the budget.
             None => match self
@@ -489,6 +497,31 @@ fn answer_remaining(messages: &mut Vec<ChatMessage>, calls: &[ToolCall]) {
             ));
         }
     }
+}
+
+/// Whether a `write_file` call's `content` is the text of the last tool
+/// result in `messages` — all of it, or its first line (`updated
+/// solution.py (+2 −13)` without the diff below it): a small model copying
+/// a tool's report back into the file.
+fn copies_last_tool_result(messages: &[ChatMessage], arguments: &str) -> bool {
+    let Ok(args) = serde_json::from_str::<serde_json::Value>(arguments) else {
+        return false;
+    };
+    let Some(content) = args.get("content").and_then(serde_json::Value::as_str) else {
+        return false;
+    };
+    let content = content.trim();
+    let Some(last) = messages
+        .iter()
+        .rev()
+        .find(|m| m.role == MessageRole::Tool)
+        .and_then(|m| m.content.as_deref())
+        .map(str::trim)
+    else {
+        return false;
+    };
+    !content.is_empty()
+        && (content == last || last.lines().next().is_some_and(|l| l.trim() == content))
 }
 
 #[cfg(test)]

@@ -14,12 +14,16 @@
 //! Inside, each call is an object `{"name"|"function": …, "arguments"|"parameters": …}`
 //! (also OpenAI's own `{"function": {"name", "arguments"}}` shape), whose
 //! arguments may be an object or a JSON string holding one, and which has no
-//! other keys than `type` and `id`. Every call must name an offered tool and
-//! its arguments must validate against that tool's schema (required
-//! properties present, the types of the top-level properties right, no
-//! unknown property when the schema forbids them). Anything else — prose
-//! around a JSON example, an unknown tool, arguments that do not fit — yields
-//! `None`, and the reply stays a text answer. [`recover_into`] applies it to
+//! other keys than `type` and `id`. A call of an offered tool must have
+//! arguments that validate against that tool's schema (required properties
+//! present, the types of the top-level properties right, no unknown property
+//! when the schema forbids them); a call naming a tool that is not offered is
+//! kept as written, so that it gets the tool error listing the offered tools
+//! instead of a nudge. A lone object without a tool name is the call of the
+//! one offered tool whose schema it fits exactly (`recovered_from:
+//! schema_fit`). Anything else — prose around a JSON example, arguments that
+//! do not fit, an object that fits zero or several tools — yields `None`,
+//! and the reply stays a text answer. [`recover_into`] applies it to
 //! a reply message in place.
 
 use super::{ChatMessage, FunctionCall, ToolCall, ToolDef};
@@ -59,6 +63,22 @@ pub struct Recovered {
     pub calls: Vec<ToolCall>,
     /// Where they were found.
     pub format: TextCallFormat,
+    /// Whether the call was a bare arguments object without a tool name,
+    /// taken as the one offered tool whose schema it fits exactly
+    /// (`recovered_from: schema_fit`; see [`schema_fit`]).
+    pub schema_fit: bool,
+}
+
+impl Recovered {
+    /// What the calls were recovered from, for the log: `schema_fit` for a
+    /// nameless arguments object, `text` otherwise.
+    pub fn recovered_from(&self) -> &'static str {
+        if self.schema_fit {
+            "schema_fit"
+        } else {
+            "text"
+        }
+    }
 }
 
 /// The tool calls `text` consists of, when it is nothing but calls of the
@@ -83,6 +103,18 @@ pub fn recover_tool_calls(text: &str, tools: &[ToolDef], id_prefix: &str) -> Opt
     } else {
         return None;
     };
+    // A lone object without a tool name: the arguments of the one offered
+    // tool whose schema it fits exactly, if there is exactly one.
+    if let [Value::Object(obj)] = values.as_slice()
+        && call_of(&values[0], tools).is_none()
+        && let Some(call) = schema_fit(obj, tools)
+    {
+        return Some(Recovered {
+            calls: vec![into_call(0, call, id_prefix)],
+            format,
+            schema_fit: true,
+        });
+    }
     let mut calls = Vec::new();
     for value in values {
         match value {
@@ -100,35 +132,85 @@ pub fn recover_tool_calls(text: &str, tools: &[ToolDef], id_prefix: &str) -> Opt
     let calls = calls
         .into_iter()
         .enumerate()
-        .map(|(i, (name, arguments))| ToolCall {
-            id: format!("{id_prefix}_{i}"),
-            kind: "function".to_owned(),
-            function: FunctionCall {
-                name,
-                arguments: Value::Object(arguments).to_string(),
-            },
-        })
+        .map(|(i, call)| into_call(i, call, id_prefix))
         .collect();
-    Some(Recovered { calls, format })
+    Some(Recovered {
+        calls,
+        format,
+        schema_fit: false,
+    })
+}
+
+/// The `i`th recovered call as a [`ToolCall`] with id `{id_prefix}_{i}`.
+fn into_call(
+    i: usize,
+    (name, arguments): (String, Map<String, Value>),
+    id_prefix: &str,
+) -> ToolCall {
+    ToolCall {
+        id: format!("{id_prefix}_{i}"),
+        kind: "function".to_owned(),
+        function: FunctionCall {
+            name,
+            arguments: Value::Object(arguments).to_string(),
+        },
+    }
+}
+
+/// The one offered tool whose schema `args` fits exactly — every required
+/// property present, every key a declared property of the right type (and
+/// one of its `enum` values, if it has them), no other key whatever the
+/// schema's `additionalProperties` — with `args` as its arguments; `None`
+/// for an empty object or when zero or several tools fit.
+fn schema_fit(
+    args: &Map<String, Value>,
+    tools: &[ToolDef],
+) -> Option<(String, Map<String, Value>)> {
+    if args.is_empty() {
+        return None;
+    }
+    let fits = |tool: &&ToolDef| {
+        let Some(props) = tool.parameters.get("properties").and_then(Value::as_object) else {
+            return false;
+        };
+        let known = args.iter().all(|(key, value)| {
+            props.get(key).is_some_and(|prop| {
+                has_type(value, prop.get("type"))
+                    && prop
+                        .get("enum")
+                        .and_then(Value::as_array)
+                        .is_none_or(|allowed| allowed.contains(value))
+            })
+        });
+        known && validates(args, &tool.parameters)
+    };
+    let mut fitting = tools.iter().filter(fits);
+    let tool = fitting.next()?;
+    fitting
+        .next()
+        .is_none()
+        .then(|| (tool.name.to_owned(), args.clone()))
 }
 
 /// Applies [`recover_tool_calls`] to a reply: when `message` has no native
 /// tool calls and its text is nothing but calls of the offered `tools`, the
 /// calls become its `tool_calls` and its text is dropped (the calls are the
 /// message now; keeping both would show the model its call twice). Returns
-/// the format recovered from, for the `recovered_from: text` log entry.
+/// the format recovered from and what from ([`Recovered::recovered_from`]),
+/// for the `tool_calls_recovered` log entry.
 pub fn recover_into(
     message: &mut ChatMessage,
     tools: &[ToolDef],
     id_prefix: &str,
-) -> Option<TextCallFormat> {
+) -> Option<(TextCallFormat, &'static str)> {
     if !message.tool_calls.is_empty() {
         return None;
     }
     let recovered = recover_tool_calls(message.content.as_deref()?, tools, id_prefix)?;
+    let from = recovered.recovered_from();
     message.tool_calls = recovered.calls;
     message.content = None;
-    Some(recovered.format)
+    Some((recovered.format, from))
 }
 
 /// The JSON values of `open`…`close` blocks that make up all of `text`. The
@@ -210,7 +292,12 @@ fn call_of(value: &Value, tools: &[ToolDef]) -> Option<(String, Map<String, Valu
         }
         _ => return None,
     };
-    let tool = tools.iter().find(|t| t.name == name)?;
+    // A call of a tool that is not offered is still the model's call: it
+    // runs into the tool error that lists the offered tools, rather than a
+    // nudge about answering in text.
+    let Some(tool) = tools.iter().find(|t| t.name == name) else {
+        return (!name.trim().is_empty()).then(|| (name.to_owned(), args));
+    };
     validates(&args, &tool.parameters).then(|| (name.to_owned(), args))
 }
 
@@ -417,8 +504,6 @@ mod tests {
             "To read it I would call {\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}} next.",
             "Here is the call:\n```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}\n```",
             "<tool_call>{\"name\": \"read_file\", \"arguments\": {\"path\": \"a\"}}</tool_call> and then I stop",
-            // Not offered.
-            "{\"name\": \"rm_rf\", \"arguments\": {\"path\": \"/\"}}",
             // Required property missing; wrong type; unknown property of a closed schema.
             "{\"name\": \"read_file\", \"arguments\": {}}",
             "{\"name\": \"read_file\", \"arguments\": {\"path\": 7}}",
@@ -438,6 +523,13 @@ mod tests {
         ] {
             assert_eq!(recover(text), None, "{text:?}");
         }
+        // A call of a tool that is not offered is kept, to get the tool error.
+        let r = recover(r#"{"name": "digitSum", "arguments": {"solution.py": {"content": "x"}}}"#)
+            .unwrap();
+        assert_eq!(
+            names(&r),
+            [("t1_0", "digitSum", r#"{"solution.py":{"content":"x"}}"#)]
+        );
         // And never without offered tools.
         assert_eq!(
             recover_tool_calls(
@@ -447,6 +539,56 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn a_nameless_object_is_the_call_of_the_one_tool_it_fits() {
+        let mut tools = tools();
+        tools.push(ToolDef {
+            name: "list_files",
+            description: "List.",
+            parameters: json!({"type": "object", "properties": {
+                "path": {"type": "string"}, "pattern": {"type": "string"}}}),
+        });
+        tools[1].parameters = json!({"type": "object", "properties": {
+            "summary": {"type": "string"},
+            "verdict": {"type": "string", "enum": ["approve", "request_changes"]}},
+            "required": ["summary"]});
+        let fit = |text: &str| recover_tool_calls(text, &tools, "t1");
+        let r = fit(r#"{"summary": "Implemented median.", "verdict": "approve"}"#).unwrap();
+        assert!(r.schema_fit);
+        assert_eq!(r.recovered_from(), "schema_fit");
+        assert_eq!(r.format, TextCallFormat::BareJson);
+        assert_eq!(
+            names(&r),
+            [(
+                "t1_0",
+                "finish",
+                r#"{"summary":"Implemented median.","verdict":"approve"}"#
+            )]
+        );
+        let r = fit("```json\n{\"pattern\": \"*.py\"}\n```").unwrap();
+        assert_eq!(r.format, TextCallFormat::FencedJson);
+        assert_eq!(names(&r), [("t1_0", "list_files", r#"{"pattern":"*.py"}"#)]);
+        // A named call is not a schema fit.
+        let r = fit(r#"{"name": "finish", "arguments": {"summary": "s"}}"#).unwrap();
+        assert_eq!(r.recovered_from(), "text");
+        for text in [
+            // Fits two tools (read_file and list_files).
+            r#"{"path": "a.py"}"#,
+            // A key no tool declares; a required key missing; a wrong type; not in the enum.
+            r#"{"summary": "s", "verdict": "approve", "confidence": 1}"#,
+            r#"{"verdict": "approve"}"#,
+            r#"{"summary": 3}"#,
+            r#"{"summary": "s", "verdict": "yes"}"#,
+            // Empty, or several objects.
+            "{}",
+            "{\"summary\": \"a\"}\n{\"summary\": \"b\"}",
+            // Prose around it.
+            r#"Done: {"summary": "s"}"#,
+        ] {
+            assert_eq!(fit(text), None, "{text:?}");
+        }
     }
 
     #[test]
@@ -461,7 +603,7 @@ mod tests {
         };
         assert_eq!(
             recover_into(&mut m, &tools(), "text2"),
-            Some(TextCallFormat::ToolCallTags)
+            Some((TextCallFormat::ToolCallTags, "text"))
         );
         assert_eq!(m.content, None);
         assert_eq!(m.tool_calls[0].id, "text2_0");

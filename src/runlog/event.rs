@@ -364,7 +364,7 @@ pub(crate) struct Response {
 #[serde(default)]
 pub(crate) struct ToolCallsRecovered {
     pub turn: u32,
-    /// `text`.
+    /// `text`, or `schema_fit` (a nameless arguments object).
     pub recovered_from: String,
     pub format: String,
     pub tool_calls: Vec<LoggedCall>,

@@ -753,12 +753,12 @@ impl<'a> Session<'a> {
             }));
             let mut message = resp.message;
             let id_prefix = format!("text{}", self.state.rounds);
-            if let Some(format) =
+            if let Some((format, from)) =
                 crate::llm::textcalls::recover_into(&mut message, &tools, &id_prefix)
             {
                 self.record
                     .log(&SetupEvent::ToolCallsRecovered(event::ToolCallsRecovered {
-                        recovered_from: "text".into(),
+                        recovered_from: from.into(),
                         format: format!("{format:?}"),
                     }));
             }

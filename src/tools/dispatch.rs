@@ -93,7 +93,10 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
     if !ALL_TOOLS.contains(&name) {
         return Err((
             one_line(name, 60),
-            format!("unknown tool; available tools: {}", offered()),
+            format!(
+                "unknown tool; call one of the offered tools by name, with its required arguments: {}",
+                with_required(&super::schema::offered(ctx))
+            ),
         ));
     }
     if !ctx.allowed.iter().any(|a| a == name) {
@@ -112,6 +115,21 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
         ));
     }
     Args::parse(name, arguments).map_err(|msg| (name.to_owned(), msg))
+}
+
+/// The tools as `name(required, arguments)`, comma-separated: what a model
+/// that named a tool that does not exist needs to call one that does.
+fn with_required(defs: &[crate::llm::ToolDef]) -> String {
+    let sig = |d: &crate::llm::ToolDef| {
+        let required: Vec<&str> = d
+            .parameters
+            .get("required")
+            .and_then(serde_json::Value::as_array)
+            .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+            .unwrap_or_default();
+        format!("{}({})", d.name, required.join(", "))
+    };
+    defs.iter().map(sig).collect::<Vec<_>>().join(", ")
 }
 
 async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutcome, ToolError> {
@@ -255,7 +273,7 @@ mod tests {
         assert!(out.is_error);
         assert!(
             out.content.starts_with(
-                "error: rm_everything: unknown tool; available tools: bash, read_file"
+                "error: rm_everything: unknown tool; call one of the offered tools by name, with its required arguments: bash(command), read_file(path)"
             ),
             "{}",
             out.content

@@ -55,6 +55,7 @@ mod sandbox_holes;
 mod setup;
 mod setup_lane;
 mod small_fixes;
+mod small_model;
 mod sse;
 mod stage_models;
 mod streams;

@@ -208,11 +208,14 @@ fn a_verdict_in_the_reviewers_text_is_accepted_and_recorded_as_from_text() {
             .agent("code", vec![Reply::finish("c1", "Fixed add().", None)])
             .agent(
                 "review",
-                vec![Reply::text(
-                    "```json\n{\"verdict\": \"approve\", \"summary\": \"add() is right now.\"}\n```",
-                )],
+                // Prose: a bare `{"verdict", "summary"}` object is now a
+                // `finish` call (schema fit, tests/it/small_model.rs).
+                vec![Reply::text("add() is right now.\n\nVERDICT: approve")],
             )
-            .agent("docs", vec![Reply::finish("d1", "Nothing to document.", None)]),
+            .agent(
+                "docs",
+                vec![Reply::finish("d1", "Nothing to document.", None)],
+            ),
     );
     let (code, run_id) = run(&repo, "issue-to-pr", &server);
     assert_eq!(code, 0);
@@ -289,6 +292,8 @@ fn tool_calls_written_as_text_run_like_native_ones() {
     assert!(recovered.iter().all(|e| e["recovered_from"] == "text"));
 }
 
+/// Prose around a call is not run; a call of a tool that is not offered
+/// is recovered only to get the tool error (nothing runs).
 #[test]
 fn prose_with_a_json_example_and_unoffered_tools_are_not_run() {
     let repo = buggy_repo();
@@ -298,16 +303,25 @@ fn prose_with_a_json_example_and_unoffered_tools_are_not_run() {
         vec![
             Reply::text("To run a command you would send:\n```json\n{\"name\": \"bash\", \"arguments\": {\"command\": \"touch pwned\"}}\n```\nThat is how it works."),
             Reply::text(r#"<tool_call>{"name": "delete_repo", "arguments": {"path": "."}}</tool_call>"#),
+            Reply::text("I cannot do it."),
+            Reply::text("I still cannot do it."),
         ],
     ));
     let (code, run_id) = run(&repo, solo_pipeline(dir.path(), "coder", ""), &server);
     assert_eq!(code, 1);
     let reqs = server.requests_for("code");
-    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs.len(), 4);
     assert!(tool_results(&reqs[1]).is_empty());
+    let results = tool_results(&reqs[2]);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results[0].starts_with("error: delete_repo: unknown tool"),
+        "{results:?}"
+    );
     let record = record_dir(&repo, &run_id);
-    assert!(stage_events(&record, "code", "tool_calls_recovered").is_empty());
-    assert!(stage_events(&record, "code", "tool").is_empty());
+    let recovered = stage_events(&record, "code", "tool_calls_recovered");
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0]["tool_calls"][0]["name"], "delete_repo");
     let files = repo.git(&[
         "ls-tree",
         "-r",
