@@ -297,8 +297,11 @@ fn a_stage_commit_refused_for_a_secret_leaves_no_object_holding_it() {
     snapshot.assert_unchanged(&repo.snapshot());
 }
 
-#[test]
-fn a_secret_the_agents_own_git_stages_never_reaches_the_users_store() {
+/// Runs a coder whose one `bash` call writes `creds.py` with the key and
+/// `git add`s it (`touch` runs between the two), then asserts the stage is
+/// refused, no object of the user's store holds the key, the agent's
+/// `git add` did run, and the user's repository is unchanged.
+fn agent_git_adds_the_key(touch: &str) {
     let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
     let snapshot = repo.snapshot();
     let home = tempfile::tempdir().unwrap();
@@ -308,7 +311,7 @@ fn a_secret_the_agents_own_git_stages_never_reaches_the_users_store() {
         vec![
             bash(
                 "b1",
-                &format!("printf 'TOKEN = \"%s\"\\n' {FAKE_API_KEY} > creds.py && git add creds.py && git status --short"),
+                &format!("printf 'TOKEN = \"%s\"\\n' {FAKE_API_KEY} > creds.py && {touch}git add creds.py && git status --short"),
             ),
             Reply::finish("f1", "Staged the token.", None),
         ],
@@ -323,6 +326,11 @@ fn a_secret_the_agents_own_git_stages_never_reaches_the_users_store() {
     snapshot.assert_unchanged(&repo.snapshot());
 }
 
+#[test]
+fn a_secret_the_agents_own_git_stages_never_reaches_the_users_store() {
+    agent_git_adds_the_key("");
+}
+
 /// The same, with the file older than the index the agent's `git add`
 /// wrote: git then trusts the index entry and never hashes the file again,
 /// so staging must still find the blob the lane's store kept back (it once
@@ -330,22 +338,7 @@ fn a_secret_the_agents_own_git_stages_never_reaches_the_users_store() {
 /// whenever the agent's command crossed a second boundary).
 #[test]
 fn a_secret_staged_by_the_agent_before_the_index_was_written_is_refused_not_an_error() {
-    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
-    let snapshot = repo.snapshot();
-    let home = tempfile::tempdir().unwrap();
-    let bash = |id: &str, c: &str| Reply::tool_call(id, "bash", json!({ "command": c }));
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            bash(
-                "b1",
-                &format!("printf 'TOKEN = \"%s\"\\n' {FAKE_API_KEY} > creds.py && touch -d '2020-01-01 00:00:00' creds.py && git add creds.py && git status --short"),
-            ),
-            Reply::finish("f1", "Staged the token.", None),
-        ],
-    ));
-    assert_refused_and_no_object_holds_the_key(&repo, home.path(), &server);
-    snapshot.assert_unchanged(&repo.snapshot());
+    agent_git_adds_the_key("touch -d '2020-01-01 00:00:00' creds.py && ");
 }
 
 #[test]
