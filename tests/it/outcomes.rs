@@ -39,14 +39,7 @@ fn run(
     pipeline: impl AsRef<std::ffi::OsStr>,
     server: &FakeServer,
 ) -> (i32, String) {
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), ISSUE);
-    let out = OrchRun::new(pipeline, repo)
-        .issue(&issue)
-        .model(&server.base_url, "fake-model")
-        .output();
-    assert!(server.violations().is_empty(), "{:?}", server.violations());
-    (out.status.code().unwrap_or(-1), only_run_id(&repo.path))
+    crate::support::run_on_fake(repo, pipeline, ISSUE, server)
 }
 
 fn stage<'a>(state: &'a Value, id: &str) -> &'a Value {

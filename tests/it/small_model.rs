@@ -6,8 +6,8 @@
 //! a tool error listing the offered tools with their required arguments.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, only_run_id, record_dir, stage_events,
-    stage_record, state_json, tool_results, write_issue, write_pipeline,
+    FakeServer, Reply, Script, TestRepo, record_dir, stage_events, stage_record, state_json,
+    tool_results, write_pipeline,
 };
 use serde_json::json;
 
@@ -32,13 +32,7 @@ fn run(repo: &TestRepo, server: &FakeServer) -> (i32, String) {
         "solo",
         "stages:\n  code:\n    role: coder\n    task: Fix it.\n",
     );
-    let issue = write_issue(dir.path(), ISSUE);
-    let out = OrchRun::new(pipeline, repo)
-        .issue(&issue)
-        .model(&server.base_url, "fake-model")
-        .output();
-    assert!(server.violations().is_empty(), "{:?}", server.violations());
-    (out.status.code().unwrap_or(-1), only_run_id(&repo.path))
+    crate::support::run_on_fake(repo, &pipeline, ISSUE, server)
 }
 
 const SOLVED: &str = "def median(xs):\n    s = sorted(xs)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\n";

@@ -4,8 +4,8 @@
 //! action log, commit trailers, the reviewer's hand-off and the PR body.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, only_run_id, record_dir, stage_events,
-    state_json, user_text, write_issue, write_pipeline,
+    FakeServer, Reply, Script, TestRepo, record_dir, stage_events, state_json, user_text,
+    write_pipeline,
 };
 use serde_json::{Value, json};
 
@@ -22,14 +22,8 @@ fn buggy_repo() -> TestRepo {
 
 fn run(repo: &TestRepo, yaml: &str, server: &FakeServer) -> (i32, String) {
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = write_pipeline(scratch.path(), "gated", yaml);
-    let out = OrchRun::new(&pipeline, repo)
-        .issue(&issue)
-        .model(&server.base_url, "fake-model")
-        .output();
-    assert!(server.violations().is_empty(), "{:?}", server.violations());
-    (out.status.code().unwrap_or(-1), only_run_id(&repo.path))
+    crate::support::run_on_fake(repo, &pipeline, ISSUE, server)
 }
 
 fn code_stage(state: &Value) -> &Value {

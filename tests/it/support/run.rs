@@ -25,6 +25,28 @@ pub fn write_issue(dir: &Path, text: &str) -> PathBuf {
     p
 }
 
+/// Runs `pipeline` on `repo` with an issue of text `issue` against
+/// `server`'s fake model, and asserts the server saw no protocol violation;
+/// the exit code and the run id.
+pub fn run_on_fake(
+    repo: &TestRepo,
+    pipeline: impl AsRef<OsStr>,
+    issue: &str,
+    server: &super::fake_server::FakeServer,
+) -> (i32, String) {
+    let scratch = tempfile::tempdir().expect("scratch dir");
+    let issue = write_issue(scratch.path(), issue);
+    let out = OrchRun::new(pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .output();
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    (
+        out.status.code().unwrap_or(-1),
+        super::only_run_id(&repo.path),
+    )
+}
+
 /// A builder for `orch run <pipeline> --repo <repo> [--issue …] [--base-url … --model …] [--json] [args…]`.
 pub struct OrchRun {
     cmd: Command,
