@@ -60,5 +60,6 @@ mod sse;
 mod stage_models;
 mod streams;
 mod subagents;
+mod text_edits;
 mod tool_faults;
 mod verify;
