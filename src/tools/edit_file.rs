@@ -1,10 +1,13 @@
 //! `edit_file`: replaces an exact string in a file; the match must be unique
-//! unless `replace_all`. Writes atomically and reports a diff.
+//! unless `replace_all`. Writes atomically and reports a diff. When the exact
+//! text is not there, the one place it matches after whitespace
+//! normalisation is edited instead, and the result says so ([`fuzzy`]).
 
 use std::path::Path;
 
 use super::args::{Args, io_message};
-use super::fence::{self, Access};
+use super::fence::{self, Access, Fenced};
+use super::fuzzy::{self, Found};
 use super::outcome::ToolOutcome;
 use super::write_file::{atomic_write, report};
 
@@ -39,16 +42,7 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     };
     let count = text.matches(old_string.as_str()).count();
     if count == 0 {
-        let mut msg = format!(
-            "`old_string` was not found in {path}; it must match the file exactly, including whitespace and indentation (read_file the region first)"
-        );
-        let trimmed = old_string.trim();
-        if trimmed != old_string && !trimmed.is_empty() && text.contains(trimmed) {
-            msg.push_str("; the text matches without its leading/trailing whitespace");
-        } else if text.contains("\r\n") && !old_string.contains('\r') && old_string.contains('\n') {
-            msg.push_str("; note the file uses CRLF line endings");
-        }
-        return Err(msg);
+        return fuzzy_edit(&f, &path, &text, &old_string, &new_string);
     }
     if count > 1 && !replace_all {
         return Err(format!(
@@ -63,6 +57,72 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
     atomic_write(&f, new_text.as_bytes()).map_err(|e| io_message(&path, &e))?;
     let note = format!("{count} replacement{}", if count == 1 { "" } else { "s" });
     Ok(report("edit_file", &f, Some(&text), &new_text, Some(&note)))
+}
+
+/// `old_string` is not in the file exactly: applies it where it matches
+/// after whitespace normalisation when that is one place, and says so;
+/// otherwise the not-found error, with the places when there are several.
+fn fuzzy_edit(
+    f: &Fenced,
+    path: &str,
+    text: &str,
+    old_string: &str,
+    new_string: &str,
+) -> Result<ToolOutcome, String> {
+    let mut msg = format!(
+        "`old_string` was not found in {path}; it must match the file exactly, including whitespace and indentation (read_file the region first)"
+    );
+    match fuzzy::find(text, old_string) {
+        Found::One(m) => {
+            let new_text = m.apply(text, new_string);
+            atomic_write(f, new_text.as_bytes()).map_err(|e| io_message(path, &e))?;
+            let note = format!(
+                "1 replacement; matched after whitespace normalisation at line {}",
+                m.line
+            );
+            return Ok(report("edit_file", f, Some(text), &new_text, Some(&note)));
+        }
+        Found::Several(lines) => {
+            msg.push_str(&format!(
+                "; after whitespace normalisation it matches {} places ({}); include more surrounding lines to make it unique",
+                lines.len(),
+                line_list(&lines)
+            ));
+        }
+        Found::None => {
+            let trimmed = old_string.trim();
+            if trimmed != old_string && !trimmed.is_empty() && text.contains(trimmed) {
+                msg.push_str("; the text matches without its leading/trailing whitespace");
+            } else if text.contains("\r\n")
+                && !old_string.contains('\r')
+                && old_string.contains('\n')
+            {
+                msg.push_str("; note the file uses CRLF line endings");
+            }
+        }
+    }
+    Err(msg)
+}
+
+/// `lines 2 and 6`, `lines 2, 6 and 9`; at most [`MAX_LISTED`] of them.
+fn line_list(lines: &[usize]) -> String {
+    const MAX_LISTED: usize = 10;
+    let shown: Vec<String> = lines
+        .iter()
+        .take(MAX_LISTED)
+        .map(usize::to_string)
+        .collect();
+    let more = if lines.len() > MAX_LISTED {
+        ", …"
+    } else {
+        ""
+    };
+    match shown.split_last() {
+        Some((last, rest)) if !rest.is_empty() && more.is_empty() => {
+            format!("lines {} and {last}", rest.join(", "))
+        }
+        _ => format!("lines {}{more}", shown.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -125,10 +185,30 @@ mod tests {
             "x\nx\nx\n  y\n"
         );
 
+        // Not exact, but one line after whitespace normalisation.
         let out = call(
             &ctx,
             "edit_file",
-            json!({"path": "a.txt", "old_string": " y \n", "new_string": "q"}),
+            json!({"path": "a.txt", "old_string": " y \n", "new_string": "q\n"}),
+        )
+        .await;
+        assert!(
+            out.content.starts_with(
+                "updated a.txt (+1 −1); 1 replacement; matched after whitespace normalisation at line 4\n"
+            ),
+            "{}",
+            out.content
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "x\nx\nx\n q\n"
+        );
+        // Within a line, the whitespace hint stays.
+        std::fs::write(dir.path().join("b.txt"), "x = foo(1)\n").unwrap();
+        let out = call(
+            &ctx,
+            "edit_file",
+            json!({"path": "b.txt", "old_string": " foo(1) ", "new_string": "bar(1)"}),
         )
         .await;
         assert!(

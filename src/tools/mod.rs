@@ -33,6 +33,7 @@ mod dispatch;
 mod edit_file;
 pub mod fence;
 mod finish;
+mod fuzzy;
 mod grep;
 mod list_files;
 mod outcome;

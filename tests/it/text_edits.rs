@@ -14,7 +14,8 @@ use serde_json::json;
 
 const ISSUE: &str = "# median\n\nImplement `median` in solution.py.\n";
 
-const STUB: &str = "def median(xs):\n    \"\"\"The median of xs.\"\"\"\n    raise NotImplementedError\n";
+const STUB: &str =
+    "def median(xs):\n    \"\"\"The median of xs.\"\"\"\n    raise NotImplementedError\n";
 
 const SOLVED: &str = "def median(xs):\n    \"\"\"The median of xs.\"\"\"\n    s = sorted(xs)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\n";
 
@@ -76,7 +77,8 @@ fn a_search_replace_reply_edits_the_lane() {
 #[test]
 fn a_whole_file_reply_writes_the_files() {
     let repo = repo();
-    let test_file = "from solution import median\n\n\ndef test_median():\n    assert median([3, 1, 2]) == 2\n";
+    let test_file =
+        "from solution import median\n\n\ndef test_median():\n    assert median([3, 1, 2]) == 2\n";
     let reply = format!(
         "solution.py\n```python\n{SOLVED}```\n\n```python test_solution.py\n{test_file}```\n"
     );
@@ -170,20 +172,20 @@ fn an_old_string_that_matches_once_after_whitespace_normalisation_is_applied_and
     let repo = TestRepo::with_commit(
         &[(
             "calc.py",
-            "import math\r\n\r\ndef add(a, b):  \r\n        return a - b\r\n",
+            "class Calc:\r\n    def add(self, a, b):  \r\n        return a - b\r\n",
         )],
-        "crlf, trailing spaces, 8-space indent",
+        "crlf, trailing spaces, a method",
     );
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            // LF, no trailing spaces, 4-space indent.
+            // LF, no trailing spaces, written at column 0.
             Reply::tool_call(
                 "e1",
                 "edit_file",
                 json!({"path": "calc.py",
-                    "old_string": "def add(a, b):\n    return a - b\n",
-                    "new_string": "def add(a, b):\n    return a + b\n"}),
+                    "old_string": "def add(self, a, b):\n    return a - b\n",
+                    "new_string": "def add(self, a, b):\n    return a + b\n"}),
             ),
             Reply::finish("f1", "Fixed add.", None),
         ],
@@ -193,14 +195,14 @@ fn an_old_string_that_matches_once_after_whitespace_normalisation_is_applied_and
     let result = tool_results(&server.requests_for("code")[1]).pop().unwrap();
     assert!(
         result.starts_with(
-            "updated calc.py (+1 −1); 1 replacement; matched after whitespace normalisation at line 3\n"
+            "updated calc.py (+2 −2); 1 replacement; matched after whitespace normalisation at line 2\n"
         ),
         "{result}"
     );
-    // The file keeps its line endings, and the replacement its indentation.
+    // The file keeps its line endings, the replacement the file's indentation.
     assert_eq!(
         committed(&repo, &run_id, "calc.py"),
-        "import math\r\n\r\ndef add(a, b):  \r\n        return a + b\r\n"
+        "class Calc:\r\n    def add(self, a, b):\r\n        return a + b\r\n"
     );
 }
 
