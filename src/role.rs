@@ -54,6 +54,7 @@ const KNOWN_KEYS: &[&str] = &[
     "seed",
     "max_tokens",
     "tool_choice",
+    "text_edits",
     "permissionMode",
     "disallowedTools",
     "maxTurns",
@@ -96,6 +97,11 @@ pub struct Role {
     /// Sampling settings that override the profile for this role's stages.
     #[serde(default)]
     pub sampling: crate::llm::Sampling,
+    /// `text_edits:` as written: whether search/replace and whole-file
+    /// blocks in the model's text are applied (`None`: the default, see
+    /// [`crate::llm::textedits::text_edits_enabled`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_edits: Option<bool>,
     /// What was not taken from the file: tools orch does not have (not
     /// offered) and keys it does not know (ignored), one line each.
     #[serde(default)]
@@ -239,6 +245,8 @@ struct RoleSpec {
     max_tokens: Option<Spanned<u64>>,
     #[serde(default)]
     tool_choice: Option<crate::llm::ToolChoice>,
+    #[serde(default)]
+    text_edits: Option<bool>,
     #[serde(default)]
     sandbox: Option<Spanned<String>>,
     #[serde(default)]
@@ -438,6 +446,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         bash,
         text_result: spec.result == ResultSpec::Text,
         sampling,
+        text_edits: spec.text_edits,
         warnings,
         sandbox,
         network,

@@ -20,6 +20,7 @@ pub(crate) mod instructions;
 pub(crate) mod outcome;
 pub(crate) mod prompt;
 pub(crate) mod repeat;
+mod textedits;
 mod turn;
 pub(crate) mod verify;
 
@@ -52,6 +53,10 @@ pub(crate) struct AgentConfig {
     /// Recover tool calls the model wrote as text (on unless a stage sets
     /// `text_tool_calls: false`).
     pub text_tool_calls: bool,
+    /// Apply search/replace and whole-file blocks the model wrote as text
+    /// ([`crate::llm::textedits`]); only ever for a role offered the write
+    /// tools.
+    pub text_edits: bool,
     /// Token, time and cost limits ([`budget`]).
     pub budget: crate::budget::StageBudget,
     /// When the conversation is condensed ([`compact`]).

@@ -37,10 +37,11 @@ impl Agent<'_> {
         }
         self.out.turns += 1;
         let turn = self.out.turns;
-        let (msg, finish_reason) = match self.ask(model, turn, log, on_turn).await? {
+        let (mut msg, finish_reason) = match self.ask(model, turn, log, on_turn).await? {
             Continue(reply) => reply,
             Break(end) => return Ok(Break(end)),
         };
+        self.recover_text_edits(&mut msg, tool_ctx, turn, log)?;
         let calls = msg.tool_calls.clone();
         let content = msg.content.clone();
         self.req.messages.push(msg);
@@ -460,7 +461,7 @@ fn budget_exceeded(turn: u32, call_id: Option<&str>, why: &str) -> ActionEvent {
 }
 
 /// Tool calls as the log keeps them: arguments capped at [`LOG_FIELD_CAP`].
-fn logged_calls(calls: &[ToolCall]) -> Vec<event::LoggedCall> {
+pub(super) fn logged_calls(calls: &[ToolCall]) -> Vec<event::LoggedCall> {
     calls
         .iter()
         .map(|c| event::LoggedCall {

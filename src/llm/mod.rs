@@ -17,6 +17,7 @@ pub mod settings;
 pub mod sse;
 pub mod stream;
 pub mod textcalls;
+pub mod textedits;
 mod usage;
 
 pub use error::LlmError;

@@ -166,6 +166,7 @@ impl<'a> StageRun<'a> {
             require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
             text_result: role.text_result || stage.text_result,
             text_tool_calls: stage.text_tool_calls,
+            text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits),
         };
         Ok(Self {
             ctx,

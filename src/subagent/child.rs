@@ -164,6 +164,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         // `orch agent` and subagents answer whoever asked: text is a result.
         text_result: true,
         text_tool_calls: true,
+        text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits),
         budget: budget.clone(),
         compaction: opts.compaction,
     };

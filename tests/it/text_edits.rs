@@ -120,7 +120,10 @@ fn a_whole_file_block_outside_the_lane_is_refused_by_the_fence() {
     let (code, run_id) = run_role(&repo, &server, "coder");
     assert_eq!(code, 0);
     let result = tool_results(&server.requests_for("code")[1]).pop().unwrap();
-    assert!(result.starts_with("error: write_file: "), "{result}");
+    assert!(
+        result.starts_with("error: write_file: path `../escape.py` escapes the worktree root"),
+        "{result}"
+    );
     assert!(!repo.path.parent().unwrap().join("escape.py").exists());
     assert_eq!(committed(&repo, &run_id, "solution.py"), STUB);
 }
