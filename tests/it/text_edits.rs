@@ -264,3 +264,30 @@ fn a_search_that_matches_nothing_is_an_error_the_model_sees() {
     let recovered = stage_events(&record, "code", "tool_calls_recovered");
     assert_eq!(recovered[0]["recovered_from"], "search_replace");
 }
+
+#[test]
+fn a_search_block_written_without_the_files_indentation_applies_once_and_says_so() {
+    let original = "class Stats:\n    def median(self, xs):\n        raise NotImplementedError\n";
+    let repo = TestRepo::with_commit(&[("solution.py", original)], "a method");
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            // The method as the model remembers it: at column 0.
+            Reply::text(
+                "solution.py\n```python\n<<<<<<< SEARCH\ndef median(self, xs):\n    raise NotImplementedError\n=======\ndef median(self, xs):\n    return sorted(xs)[len(xs) // 2]\n>>>>>>> REPLACE\n```\n",
+            ),
+            Reply::finish("f1", "Implemented median.", None),
+        ],
+    ));
+    let (code, run_id) = run_role(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let result = tool_results(&server.requests_for("code")[1]).pop().unwrap();
+    assert!(
+        result.contains("; matched after whitespace normalisation at line 2\n"),
+        "{result}"
+    );
+    assert_eq!(
+        committed(&repo, &run_id, "solution.py"),
+        "class Stats:\n    def median(self, xs):\n        return sorted(xs)[len(xs) // 2]\n"
+    );
+}
