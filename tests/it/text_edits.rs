@@ -40,25 +40,28 @@ fn committed(repo: &TestRepo, run_id: &str, path: &str) -> String {
     repo.git(&["show", &format!("orch/{run_id}/code:{path}")])
 }
 
+/// Runs a `coder` stage whose model sends `first`, then `finish`; the run
+/// id and the results of `first`'s calls (what the model saw next).
+fn then_finish(repo: &TestRepo, first: Reply) -> (String, Vec<String>) {
+    let server = FakeServer::start(
+        Script::new().agent("code", vec![first, Reply::finish("f1", "Done.", None)]),
+    );
+    let (code, run_id) = run_role(repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 2, "no nudge");
+    (run_id, tool_results(&reqs[1]))
+}
+
 /// What Aider's `diff` format looks like, with a line of prose before it.
 const SEARCH_REPLACE: &str = "I will implement it.\n\nsolution.py\n```python\n<<<<<<< SEARCH\n    raise NotImplementedError\n=======\n    s = sorted(xs)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\n>>>>>>> REPLACE\n```\n";
 
 #[test]
 fn a_search_replace_reply_edits_the_lane() {
     let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::text(SEARCH_REPLACE),
-            Reply::finish("f1", "Implemented median.", None),
-        ],
-    ));
-    let (code, run_id) = run_role(&repo, &server, "coder");
-    assert_eq!(code, 0);
+    let (run_id, results) = then_finish(&repo, Reply::text(SEARCH_REPLACE));
     assert_eq!(committed(&repo, &run_id, "solution.py"), SOLVED);
-    let reqs = server.requests_for("code");
-    assert_eq!(reqs.len(), 2, "no nudge");
-    let result = tool_results(&reqs[1]).pop().unwrap();
+    let result = &results[0];
     assert!(
         result.starts_with("updated solution.py (+3 −1); 1 replacement\n"),
         "{result}"
@@ -82,18 +85,9 @@ fn a_whole_file_reply_writes_the_files() {
     let reply = format!(
         "solution.py\n```python\n{SOLVED}```\n\n```python test_solution.py\n{test_file}```\n"
     );
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::text(&reply),
-            Reply::finish("f1", "Implemented median.", None),
-        ],
-    ));
-    let (code, run_id) = run_role(&repo, &server, "coder");
-    assert_eq!(code, 0);
+    let (run_id, results) = then_finish(&repo, Reply::text(&reply));
     assert_eq!(committed(&repo, &run_id, "solution.py"), SOLVED);
     assert_eq!(committed(&repo, &run_id, "test_solution.py"), test_file);
-    let results = tool_results(&server.requests_for("code")[1]);
     assert!(results[0].starts_with("updated solution.py"), "{results:?}");
     assert!(
         results[1].starts_with("created test_solution.py (+5)"),
@@ -110,16 +104,11 @@ fn a_whole_file_reply_writes_the_files() {
 #[test]
 fn a_whole_file_block_outside_the_lane_is_refused_by_the_fence() {
     let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::text("../escape.py\n```python\nprint('out')\n```\n"),
-            Reply::finish("f1", "Gave up.", None),
-        ],
-    ));
-    let (code, run_id) = run_role(&repo, &server, "coder");
-    assert_eq!(code, 0);
-    let result = tool_results(&server.requests_for("code")[1]).pop().unwrap();
+    let (run_id, results) = then_finish(
+        &repo,
+        Reply::text("../escape.py\n```python\nprint('out')\n```\n"),
+    );
+    let result = &results[0];
     assert!(
         result.starts_with("error: write_file: path `../escape.py` escapes the worktree root"),
         "{result}"
@@ -179,23 +168,18 @@ fn an_old_string_that_matches_once_after_whitespace_normalisation_is_applied_and
         )],
         "crlf, trailing spaces, a method",
     );
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            // LF, no trailing spaces, written at column 0.
-            Reply::tool_call(
-                "e1",
-                "edit_file",
-                json!({"path": "calc.py",
-                    "old_string": "def add(self, a, b):\n    return a - b\n",
-                    "new_string": "def add(self, a, b):\n    return a + b\n"}),
-            ),
-            Reply::finish("f1", "Fixed add.", None),
-        ],
-    ));
-    let (code, run_id) = run_role(&repo, &server, "coder");
-    assert_eq!(code, 0);
-    let result = tool_results(&server.requests_for("code")[1]).pop().unwrap();
+    let (run_id, results) = then_finish(
+        &repo,
+        // LF, no trailing spaces, written at column 0.
+        Reply::tool_call(
+            "e1",
+            "edit_file",
+            json!({"path": "calc.py",
+            "old_string": "def add(self, a, b):\n    return a - b\n",
+            "new_string": "def add(self, a, b):\n    return a + b\n"}),
+        ),
+    );
+    let result = &results[0];
     assert!(
         result.starts_with(
             "updated calc.py (+2 −2); 1 replacement; matched after whitespace normalisation at line 2\n"
@@ -213,22 +197,17 @@ fn an_old_string_that_matches_once_after_whitespace_normalisation_is_applied_and
 fn an_old_string_that_matches_twice_after_normalisation_is_an_error_naming_both_lines() {
     let original = "class A:\n    def f(self):\n        return 1\n\nclass B:\n    def f(self):\n        return 1\n";
     let repo = TestRepo::with_commit(&[("ab.py", original)], "two fs");
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::tool_call(
-                "e1",
-                "edit_file",
-                json!({"path": "ab.py",
-                    "old_string": "def f(self):\n    return 1\n",
-                    "new_string": "def f(self):\n    return 2\n"}),
-            ),
-            Reply::finish("f1", "Could not.", None),
-        ],
-    ));
-    let (code, run_id) = run_role(&repo, &server, "coder");
-    assert_eq!(code, 0);
-    let result = tool_results(&server.requests_for("code")[1]).pop().unwrap();
+    let (run_id, results) = then_finish(
+        &repo,
+        Reply::tool_call(
+            "e1",
+            "edit_file",
+            json!({"path": "ab.py",
+            "old_string": "def f(self):\n    return 1\n",
+            "new_string": "def f(self):\n    return 2\n"}),
+        ),
+    );
+    let result = &results[0];
     assert!(
         result.starts_with("error: edit_file: `old_string` was not found in ab.py"),
         "{result}"
@@ -243,18 +222,13 @@ fn an_old_string_that_matches_twice_after_normalisation_is_an_error_naming_both_
 #[test]
 fn a_search_that_matches_nothing_is_an_error_the_model_sees() {
     let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::text(
-                "solution.py\n<<<<<<< SEARCH\n    return None\n=======\n    return 0\n>>>>>>> REPLACE\n",
-            ),
-            Reply::finish("f1", "Could not.", None),
-        ],
-    ));
-    let (code, run_id) = run_role(&repo, &server, "coder");
-    assert_eq!(code, 0);
-    let result = tool_results(&server.requests_for("code")[1]).pop().unwrap();
+    let (run_id, results) = then_finish(
+        &repo,
+        Reply::text(
+            "solution.py\n<<<<<<< SEARCH\n    return None\n=======\n    return 0\n>>>>>>> REPLACE\n",
+        ),
+    );
+    let result = &results[0];
     assert!(
         result.starts_with("error: edit_file: `old_string` was not found in solution.py"),
         "{result}"
@@ -269,19 +243,14 @@ fn a_search_that_matches_nothing_is_an_error_the_model_sees() {
 fn a_search_block_written_without_the_files_indentation_applies_once_and_says_so() {
     let original = "class Stats:\n    def median(self, xs):\n        raise NotImplementedError\n";
     let repo = TestRepo::with_commit(&[("solution.py", original)], "a method");
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            // The method as the model remembers it: at column 0.
-            Reply::text(
-                "solution.py\n```python\n<<<<<<< SEARCH\ndef median(self, xs):\n    raise NotImplementedError\n=======\ndef median(self, xs):\n    return sorted(xs)[len(xs) // 2]\n>>>>>>> REPLACE\n```\n",
-            ),
-            Reply::finish("f1", "Implemented median.", None),
-        ],
-    ));
-    let (code, run_id) = run_role(&repo, &server, "coder");
-    assert_eq!(code, 0);
-    let result = tool_results(&server.requests_for("code")[1]).pop().unwrap();
+    let (run_id, results) = then_finish(
+        &repo,
+        // The method as the model remembers it: at column 0.
+        Reply::text(
+            "solution.py\n```python\n<<<<<<< SEARCH\ndef median(self, xs):\n    raise NotImplementedError\n=======\ndef median(self, xs):\n    return sorted(xs)[len(xs) // 2]\n>>>>>>> REPLACE\n```\n",
+        ),
+    );
+    let result = &results[0];
     assert!(
         result.contains("; matched after whitespace normalisation at line 2\n"),
         "{result}"
