@@ -531,6 +531,18 @@ mod tests {
         let exists = |_: &str| true;
         let calls = edit_calls(&edits[1..2], &both, &exists, "e").unwrap();
         assert_eq!(calls[0].function.name, "edit_file");
+        // A path outside the lane is kept as written, for the fence to
+        // refuse (tests/it/text_edits.rs shows the refusal).
+        let out = [whole("../escape.py", "x\n")];
+        let calls = edit_calls(&out, &both, &none, "e").unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&calls[0].function.arguments).unwrap()["path"],
+            "../escape.py"
+        );
+        assert_eq!(
+            parsed("../escape.py\n```\nx\n```").unwrap().1,
+            [whole("../escape.py", "x\n")]
+        );
         // A read-only role is offered neither.
         let read_only = [tool("read_file"), tool("finish")];
         assert_eq!(edit_calls(&edits[..1], &read_only, &none, "e"), None);
