@@ -415,7 +415,8 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         | ActionEvent::Stuck(_)
         | ActionEvent::Baseline(_)
         | ActionEvent::Staged(_)
-        | ActionEvent::Killed(_) => Vec::new(),
+        | ActionEvent::Killed(_)
+        | ActionEvent::Escalated(_) => Vec::new(),
     }
 }
 
