@@ -131,6 +131,10 @@ pub struct StageRecord {
     /// them too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<Attempt>,
+    /// The model of the attempt whose commit the record holds (absent
+    /// before the stage ran, and in records written before orch kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The run record's shape of [`Sampling`]: every field written, `null`
@@ -259,6 +263,7 @@ impl StageRecord {
             setup: None,
             baseline: None,
             attempts: Vec::new(),
+            model: None,
         }
     }
 }

@@ -187,3 +187,39 @@ fn pending_escalation(log: &Path) -> Option<event::Escalated> {
     }
     pending
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(exceeded: &str, from_run: &[&str]) -> BudgetReport {
+        BudgetReport {
+            exceeded: Some(exceeded.to_owned()),
+            from_run: from_run.iter().map(|s| (*s).to_owned()).collect(),
+            ..BudgetReport::default()
+        }
+    }
+
+    #[test]
+    fn capability_failures_escalate_and_the_rest_do_not() {
+        let none = BudgetReport::default();
+        assert_eq!(cause(&AgentEnd::Stuck("x".into()), &none), Some("stuck"));
+        assert_eq!(
+            cause(&AgentEnd::NoResult("x".into()), &none),
+            Some("no_result")
+        );
+        assert_eq!(
+            cause(&AgentEnd::VerifyFailed("x".into()), &none),
+            Some("verify_failed")
+        );
+        assert_eq!(cause(&AgentEnd::TurnLimit, &none), Some("turn_limit"));
+        assert_eq!(cause(&AgentEnd::Finished, &none), None);
+        assert_eq!(cause(&AgentEnd::SetupFailed("x".into()), &none), None);
+        // The stage's own budget: a fresh one may do; the run's remainder
+        // is not renewed.
+        let own = budget("tokens", &[]);
+        assert_eq!(cause(&AgentEnd::Budget("x".into()), &own), Some("budget"));
+        let run = budget("cost", &["cost"]);
+        assert_eq!(cause(&AgentEnd::Budget("x".into()), &run), None);
+    }
+}

@@ -258,6 +258,7 @@ async fn drive_stages(
                 // An escalated stage's first attempt (failed) is kept with
                 // its model and reason; the record's own fields are the last.
                 rec.attempts.extend(out.earlier);
+                rec.model = Some(out.model);
                 ui.stage_finished(rec);
                 drove.model_failed |= out.model_failed;
                 drove.internal_failed |= out.internal_failed;
