@@ -415,6 +415,12 @@ fn an_unknown_escalation_profile_is_a_load_error_naming_the_file_and_the_name() 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // `--dry-run` says where a failed first attempt would go.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("escalates to: profile `strong` (model strong-model) if attempt 1 fails, from stage `code` of "),
+        "{stdout}"
+    );
 }
 
 #[test]
