@@ -477,3 +477,70 @@ fn a_run_killed_during_the_escalated_attempt_resumes_as_the_escalated_attempt() 
     assert_eq!(attempts[1]["status"], "interrupted");
     assert_eq!(attempts[1]["model"], "strong-model");
 }
+
+#[test]
+fn a_stage_rolled_back_after_an_escalation_runs_again_from_attempt_one() {
+    let mut two = weak_fails();
+    two.extend(strong_succeeds());
+    // After the rollback: the weak model is asked first again, and succeeds.
+    two.extend([
+        Reply::tool_call(
+            "w2",
+            "write_file",
+            json!({"path": "again.txt", "content": "again\n"}),
+        ),
+        Reply::finish("f2", "two again", None),
+    ]);
+    let one = vec![
+        Reply::tool_call(
+            "w0",
+            "write_file",
+            json!({"path": "one.txt", "content": "1\n"}),
+        ),
+        Reply::finish("f0", "one done", None),
+    ];
+    let server = FakeServer::start(Script::new().agent("one", one).agent("two", two));
+    let repo = repo(&server);
+    let (code, stderr, run_id) = run(
+        &repo,
+        "stages:\n  one:\n    role: coder\n  two:\n    role: coder\n    needs: [one]\n    escalate_to: strong\n",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let path = repo.path.to_str().unwrap();
+    let out = output_logged(
+        crate::support::orch().args(["rollback", &run_id, "--to", "one", "--repo", path]),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let out = output_logged(crate::support::orch().args(["resume", &run_id, "--repo", path]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let asked: Vec<String> = server
+        .requests_for("two")
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "weak-model",
+            "weak-model",
+            "weak-model",
+            "strong-model",
+            "strong-model",
+            "weak-model",
+            "weak-model"
+        ]
+    );
+    let branch = format!("orch/{run_id}/two");
+    assert_eq!(
+        trailer(&repo, &branch, "Orch-Model").as_deref(),
+        Some("weak-model")
+    );
+    assert_eq!(trailer(&repo, &branch, "Orch-Escalated-From"), None);
+    let state = state_json(&repo, &run_id);
+    assert_eq!(stage_record(&state, "two")["model"], "weak-model");
+}
