@@ -544,3 +544,109 @@ fn a_stage_rolled_back_after_an_escalation_runs_again_from_attempt_one() {
     let state = state_json(&repo, &run_id);
     assert_eq!(stage_record(&state, "two")["model"], "weak-model");
 }
+
+#[test]
+fn a_verify_gate_that_never_passes_escalates_and_the_stronger_attempt_passes_it() {
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            // Weak: a wrong file, `finish`; the gate fails (no rounds left).
+            Reply::tool_call(
+                "w1",
+                "write_file",
+                json!({"path": "junk.txt", "content": "x\n"}),
+            ),
+            Reply::finish("f0", "done", None),
+            // Strong: the right file; the gate passes.
+            Reply::tool_call(
+                "s1",
+                "write_file",
+                json!({"path": "hello.txt", "content": "hello\n"}),
+            ),
+            Reply::finish("f1", "added hello.txt", None),
+        ],
+    ));
+    let repo = repo(&server);
+    let (code, stderr, run_id) = run(
+        &repo,
+        "stages:\n  code:\n    role: coder\n    verify: test -f hello.txt\n    verify_rounds: 0\n    escalate_to: strong\n",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let record = record_dir(&repo, &run_id);
+    let e = stage_events(&record, "code", "escalated");
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(e[0]["cause"], "verify_failed");
+    let branch = format!("orch/{run_id}/code");
+    assert_eq!(
+        trailer(&repo, &branch, "Orch-Verify").as_deref(),
+        Some("pass")
+    );
+    assert_eq!(
+        trailer(&repo, &branch, "Orch-Model").as_deref(),
+        Some("strong-model")
+    );
+}
+
+#[test]
+fn a_stage_budget_escalates_with_a_fresh_budget_but_the_run_budget_does_not() {
+    let over = |r: Reply| r.with_usage(300, 10);
+    let under = |r: Reply| r.with_usage(20, 1);
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            // Weak: one turn spends more than the stage's 200 tokens.
+            over(Reply::tool_call(
+                "w1",
+                "write_file",
+                json!({"path": "junk.txt", "content": "x\n"}),
+            )),
+            // Strong: a fresh 200 for its two cheap turns.
+            under(Reply::tool_call(
+                "s1",
+                "write_file",
+                json!({"path": "hello.txt", "content": "hello\n"}),
+            )),
+            under(Reply::finish("f1", "added hello.txt", None)),
+        ],
+    ));
+    let repo = repo(&server);
+    let (code, stderr, run_id) = run(
+        &repo,
+        "stages:\n  code:\n    role: coder\n    budget: { tokens: 200 }\n    escalate_to: strong\n",
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        models_asked(&server),
+        ["weak-model", "strong-model", "strong-model"]
+    );
+    let e = stage_events(&record_dir(&repo, &run_id), "code", "escalated");
+    assert_eq!(e[0]["cause"], "budget");
+
+    // The run's own budget (`--max-tokens`) ran out: nothing is left to
+    // spend, so no escalation; the stage fails (exit 1).
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![over(Reply::tool_call(
+            "w1",
+            "write_file",
+            json!({"path": "junk.txt", "content": "x\n"}),
+        ))],
+    ));
+    let repo = self::repo(&server);
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let pipeline = write_pipeline(scratch.path(), "solo", ESCALATING);
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .args(["--max-tokens", "200"])
+        .output();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(models_asked(&server), ["weak-model"]);
+    let run_id = crate::support::only_run_id(&repo.path);
+    assert!(stage_events(&record_dir(&repo, &run_id), "code", "escalated").is_empty());
+}
