@@ -66,111 +66,103 @@ pub(super) fn cause(end: &AgentEnd, budget: &BudgetReport) -> Option<&'static st
     }
 }
 
-/// Runs a stage: its first attempt, and when that fails escalably and the
-/// stage has a profile to escalate to, its second attempt with that
-/// profile; a stage killed during its second attempt resumes there.
-pub(super) async fn run_attempts(
-    ctx: &RunCtx,
-    stage: &Stage,
-    role: &Role,
-    lanes: &Lanes,
-    start: &CommitId,
-    upstream: Vec<prompt::Upstream>,
-    progress: &crate::ui::ProgressHandle,
-) -> Result<StageOutcome, RunError> {
-    let id = stage.id.as_str();
-    let Some(to) = ctx.session.escalations.get(stage.base_id.as_str()) else {
-        return attempt(ctx, stage, role, lanes, start, upstream, progress, None).await;
-    };
-    let log_path = ctx.run_dir.stage_dir(id)?.join("actions.jsonl");
-    let (from_model, reason, earlier) = match pending_escalation(&log_path) {
-        Some(e) => (e.from_model, e.reason, Vec::new()),
-        None => {
-            let first = attempt(
-                ctx,
-                stage,
-                role,
-                lanes,
-                start,
-                upstream.clone(),
-                progress,
-                None,
-            )
-            .await?;
-            let (Some(cause), Some(reason)) = (first.cause, first.failure.clone()) else {
-                return Ok(first);
-            };
-            let escalated = event::Escalated {
-                attempt: 1,
-                from_model: first.model.clone(),
-                from_source: first.model_source.clone(),
-                to_profile: to.profile.clone(),
-                to_model: to.model.model_name(),
-                cause: cause.to_owned(),
-                reason: reason.clone(),
-                restart_from: start.to_string(),
-            };
-            ActionLog::open(&log_path, ctx.session.secrets.clone())?
-                .append(&ActionEvent::Escalated(escalated))?;
-            crate::ui::status_line(&format!(
-                "orch: stage `{id}`: attempt 1 with {} failed ({cause}); retrying once from its start commit with profile `{}` ({})",
-                first.model,
-                to.profile,
-                to.model.model_name()
-            ));
-            let record = Attempt {
-                status: "failed".into(),
-                turns: first.turns,
-                tokens: first.tokens,
-                cost_usd: first.budget.used.cost_usd,
-                model: Some(first.model.clone()),
-                reason: Some(reason.clone()),
-                escalated_to: Some(to.profile.clone()),
-            };
-            (first.model, reason, vec![record])
-        }
-    };
-    let esc = Escalated {
-        to,
-        from_model,
-        reason,
-    };
-    let mut second = attempt(
-        ctx,
-        stage,
-        role,
-        lanes,
-        start,
-        upstream,
-        progress,
-        Some(&esc),
-    )
-    .await?;
-    second.earlier = earlier;
-    Ok(second)
+/// A stage to run, attempt by attempt: everything but the hand-off and
+/// the escalation is the same for each attempt.
+pub(super) struct StageTask<'a> {
+    pub(super) ctx: &'a RunCtx,
+    pub(super) stage: &'a Stage,
+    pub(super) role: &'a Role,
+    pub(super) lanes: &'a Lanes,
+    pub(super) start: &'a CommitId,
+    pub(super) progress: &'a crate::ui::ProgressHandle,
 }
 
-/// One attempt in a lane readied at `start`, given back afterwards.
-#[allow(clippy::too_many_arguments)]
-async fn attempt(
-    ctx: &RunCtx,
-    stage: &Stage,
-    role: &Role,
-    lanes: &Lanes,
-    start: &CommitId,
-    upstream: Vec<prompt::Upstream>,
-    progress: &crate::ui::ProgressHandle,
-    escalated: Option<&Escalated<'_>>,
-) -> Result<StageOutcome, RunError> {
-    let mut lane = lanes.acquire(start).await?;
-    let r = run_stage(
-        ctx, stage, role, &lane, start, upstream, progress, escalated,
-    )
-    .await;
-    // The stage committed its whole tree: the lane is clean there.
-    lane.clean_at = r.as_ref().ok().map(|o| o.commit.clone());
-    lanes.release(lane);
-    r
+impl StageTask<'_> {
+    /// Runs the stage: its first attempt, and when that fails escalably
+    /// and the stage has a profile to escalate to, its second attempt with
+    /// that profile; a stage killed during its second attempt resumes there.
+    pub(super) async fn run(
+        &self,
+        upstream: Vec<prompt::Upstream>,
+    ) -> Result<StageOutcome, RunError> {
+        let (ctx, stage) = (self.ctx, self.stage);
+        let id = stage.id.as_str();
+        let Some(to) = ctx.session.escalations.get(stage.base_id.as_str()) else {
+            return self.attempt(upstream, None).await;
+        };
+        let log_path = ctx.run_dir.stage_dir(id)?.join("actions.jsonl");
+        let (from_model, reason, earlier) = match pending_escalation(&log_path) {
+            Some(e) => (e.from_model, e.reason, Vec::new()),
+            None => {
+                let first = self.attempt(upstream.clone(), None).await?;
+                let (Some(cause), Some(reason)) = (first.cause, first.failure.clone()) else {
+                    return Ok(first);
+                };
+                let escalated = event::Escalated {
+                    attempt: 1,
+                    from_model: first.model.clone(),
+                    from_source: first.model_source.clone(),
+                    to_profile: to.profile.clone(),
+                    to_model: to.model.model_name(),
+                    cause: cause.to_owned(),
+                    reason: reason.clone(),
+                    restart_from: self.start.to_string(),
+                };
+                ActionLog::open(&log_path, ctx.session.secrets.clone())?
+                    .append(&ActionEvent::Escalated(escalated))?;
+                crate::ui::status_line(&format!(
+                    "orch: stage `{id}`: attempt 1 with {} failed ({cause}); retrying once from its start commit with profile `{}` ({})",
+                    first.model,
+                    to.profile,
+                    to.model.model_name()
+                ));
+                let record = Attempt {
+                    status: "failed".into(),
+                    turns: first.turns,
+                    tokens: first.tokens,
+                    cost_usd: first.budget.used.cost_usd,
+                    model: Some(first.model.clone()),
+                    reason: Some(reason.clone()),
+                    escalated_to: Some(to.profile.clone()),
+                };
+                (first.model, reason, vec![record])
+            }
+        };
+        let esc = Escalated {
+            to,
+            from_model,
+            reason,
+        };
+        let mut second = self.attempt(upstream, Some(&esc)).await?;
+        second.earlier = earlier;
+        Ok(second)
+    }
+
+    /// One attempt in a lane readied at the start commit, given back
+    /// afterwards.
+    async fn attempt(
+        &self,
+        upstream: Vec<prompt::Upstream>,
+        escalated: Option<&Escalated<'_>>,
+    ) -> Result<StageOutcome, RunError> {
+        let (lanes, start) = (self.lanes, self.start);
+        let mut lane = lanes.acquire(start).await?;
+        let r = run_stage(
+            self.ctx,
+            self.stage,
+            self.role,
+            &lane,
+            start,
+            upstream,
+            self.progress,
+            escalated,
+        )
+        .await;
+        // The stage committed its whole tree: the lane is clean there.
+        lane.clean_at = r.as_ref().ok().map(|o| o.commit.clone());
+        lanes.release(lane);
+        r
+    }
 }
 
 /// The `escalated` event of an attempt 2 that never ended (its run was

@@ -390,10 +390,15 @@ async fn schedule(
             let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));
             running.spawn(async move {
                 let _ = &ui_id;
-                let result = super::escalate::run_attempts(
-                    &ctx2, &stage2, &role, &lanes, &start, upstream, &progress,
-                )
-                .await;
+                let task = super::escalate::StageTask {
+                    ctx: &ctx2,
+                    stage: &stage2,
+                    role: &role,
+                    lanes: &lanes,
+                    start: &start,
+                    progress: &progress,
+                };
+                let result = task.run(upstream).await;
                 StageDone {
                     id: stage2.id.to_string(),
                     result,

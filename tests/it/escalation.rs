@@ -30,13 +30,21 @@ fn repo(server: &FakeServer) -> TestRepo {
     repo
 }
 
-/// Runs the one-stage pipeline `yaml` (no `--model`: the profiles decide);
-/// the exit code, stderr and the run id.
+/// Runs the pipeline `yaml` (no `--model`: the profiles decide); the exit
+/// code, stderr and the run id.
 fn run(repo: &TestRepo, yaml: &str) -> (Option<i32>, String, String) {
+    run_with(repo, yaml, &[])
+}
+
+/// [`run`] with more arguments.
+fn run_with(repo: &TestRepo, yaml: &str, args: &[&str]) -> (Option<i32>, String, String) {
     let scratch = tempfile::tempdir().unwrap();
     let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = write_pipeline(scratch.path(), "solo", yaml);
-    let out = OrchRun::new(&pipeline, repo).issue(&issue).output();
+    let out = OrchRun::new(&pipeline, repo)
+        .issue(&issue)
+        .args(args)
+        .output();
     let run_id = crate::support::only_run_id(&repo.path);
     (
         out.status.code(),
@@ -52,11 +60,7 @@ const ESCALATING: &str =
 /// twice (the nudge in between): no result.
 fn weak_fails() -> Vec<Reply> {
     vec![
-        Reply::tool_call(
-            "w1",
-            "write_file",
-            json!({"path": "junk.txt", "content": "half-done\n"}),
-        ),
+        write("w1", "junk.txt", "half-done\n"),
         Reply::text("I added the greeting."),
         Reply::text("The greeting is there now."),
     ]
@@ -65,14 +69,25 @@ fn weak_fails() -> Vec<Reply> {
 /// The strong model's attempt: `hello.txt`, then `finish`.
 fn strong_succeeds() -> Vec<Reply> {
     vec![
-        Reply::tool_call(
-            "s1",
-            "write_file",
-            json!({"path": "hello.txt", "content": "hello\n"}),
-        ),
+        write("s1", "hello.txt", "hello\n"),
         Reply::finish("f1", "added hello.txt", None),
     ]
 }
+
+/// A native `write_file` of `content` to `path`.
+fn write(id: &str, path: &str, content: &str) -> Reply {
+    Reply::tool_call(id, "write_file", json!({"path": path, "content": content}))
+}
+
+/// The models [`weak_fails`] then [`strong_succeeds`] (or two prose
+/// replies) ask, in order.
+const WEAK_THEN_STRONG: [&str; 5] = [
+    "weak-model",
+    "weak-model",
+    "weak-model",
+    "strong-model",
+    "strong-model",
+];
 
 /// The `model` of each request the stage sent, in order.
 fn models_asked(server: &FakeServer) -> Vec<String> {
@@ -111,16 +126,7 @@ fn a_failed_stage_is_retried_once_with_the_stronger_profile_from_its_start_commi
 
     // Three requests to the weak model (write, prose, prose after the
     // nudge), then two to the strong one, whose conversation starts afresh.
-    assert_eq!(
-        models_asked(&server),
-        [
-            "weak-model",
-            "weak-model",
-            "weak-model",
-            "strong-model",
-            "strong-model"
-        ]
-    );
+    assert_eq!(models_asked(&server), WEAK_THEN_STRONG);
     let fourth = &server.requests_for("code")[3];
     assert_eq!(
         fourth.messages().len(),
@@ -261,16 +267,7 @@ fn an_escalated_attempt_that_fails_too_fails_the_stage_with_both_attempts_report
     let (code, stderr, run_id) = run(&repo, ESCALATING);
     // A failed stage: exit 1, as without escalation; no third attempt.
     assert_eq!(code, Some(1), "{stderr}");
-    assert_eq!(
-        models_asked(&server),
-        [
-            "weak-model",
-            "weak-model",
-            "weak-model",
-            "strong-model",
-            "strong-model"
-        ]
-    );
+    assert_eq!(models_asked(&server), WEAK_THEN_STRONG);
     let record = record_dir(&repo, &run_id);
     assert_eq!(stage_events(&record, "code", "escalated").len(), 1);
     let state = state_json(&repo, &run_id);
@@ -450,14 +447,7 @@ fn a_run_killed_during_the_escalated_attempt_resumes_as_the_escalated_attempt() 
     // not run again.
     assert_eq!(
         models_asked(&server),
-        [
-            "weak-model",
-            "weak-model",
-            "weak-model",
-            "strong-model",
-            "strong-model",
-            "strong-model"
-        ]
+        [&WEAK_THEN_STRONG[..], &["strong-model"]].concat()
     );
     let record = record_dir(&repo, &run_id);
     assert_eq!(stage_events(&record, "code", "escalated").len(), 1);
@@ -484,19 +474,11 @@ fn a_stage_rolled_back_after_an_escalation_runs_again_from_attempt_one() {
     two.extend(strong_succeeds());
     // After the rollback: the weak model is asked first again, and succeeds.
     two.extend([
-        Reply::tool_call(
-            "w2",
-            "write_file",
-            json!({"path": "again.txt", "content": "again\n"}),
-        ),
+        write("w2", "again.txt", "again\n"),
         Reply::finish("f2", "two again", None),
     ]);
     let one = vec![
-        Reply::tool_call(
-            "w0",
-            "write_file",
-            json!({"path": "one.txt", "content": "1\n"}),
-        ),
+        write("w0", "one.txt", "1\n"),
         Reply::finish("f0", "one done", None),
     ];
     let server = FakeServer::start(Script::new().agent("one", one).agent("two", two));
@@ -525,15 +507,7 @@ fn a_stage_rolled_back_after_an_escalation_runs_again_from_attempt_one() {
         .collect();
     assert_eq!(
         asked,
-        [
-            "weak-model",
-            "weak-model",
-            "weak-model",
-            "strong-model",
-            "strong-model",
-            "weak-model",
-            "weak-model"
-        ]
+        [&WEAK_THEN_STRONG[..], &["weak-model", "weak-model"]].concat()
     );
     let branch = format!("orch/{run_id}/two");
     assert_eq!(
@@ -551,18 +525,10 @@ fn a_verify_gate_that_never_passes_escalates_and_the_stronger_attempt_passes_it(
         "code",
         vec![
             // Weak: a wrong file, `finish`; the gate fails (no rounds left).
-            Reply::tool_call(
-                "w1",
-                "write_file",
-                json!({"path": "junk.txt", "content": "x\n"}),
-            ),
+            write("w1", "junk.txt", "x\n"),
             Reply::finish("f0", "done", None),
             // Strong: the right file; the gate passes.
-            Reply::tool_call(
-                "s1",
-                "write_file",
-                json!({"path": "hello.txt", "content": "hello\n"}),
-            ),
+            write("s1", "hello.txt", "hello\n"),
             Reply::finish("f1", "added hello.txt", None),
         ],
     ));
@@ -595,17 +561,9 @@ fn a_stage_budget_escalates_with_a_fresh_budget_but_the_run_budget_does_not() {
         "code",
         vec![
             // Weak: one turn spends more than the stage's 200 tokens.
-            over(Reply::tool_call(
-                "w1",
-                "write_file",
-                json!({"path": "junk.txt", "content": "x\n"}),
-            )),
+            over(write("w1", "junk.txt", "x\n")),
             // Strong: a fresh 200 for its two cheap turns.
-            under(Reply::tool_call(
-                "s1",
-                "write_file",
-                json!({"path": "hello.txt", "content": "hello\n"}),
-            )),
+            under(write("s1", "hello.txt", "hello\n")),
             under(Reply::finish("f1", "added hello.txt", None)),
         ],
     ));
@@ -624,29 +582,11 @@ fn a_stage_budget_escalates_with_a_fresh_budget_but_the_run_budget_does_not() {
 
     // The run's own budget (`--max-tokens`) ran out: nothing is left to
     // spend, so no escalation; the stage fails (exit 1).
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![over(Reply::tool_call(
-            "w1",
-            "write_file",
-            json!({"path": "junk.txt", "content": "x\n"}),
-        ))],
-    ));
+    let server =
+        FakeServer::start(Script::new().agent("code", vec![over(write("w1", "junk.txt", "x\n"))]));
     let repo = self::repo(&server);
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), ISSUE);
-    let pipeline = write_pipeline(scratch.path(), "solo", ESCALATING);
-    let out = OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .args(["--max-tokens", "200"])
-        .output();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, stderr, run_id) = run_with(&repo, ESCALATING, &["--max-tokens", "200"]);
+    assert_eq!(code, Some(1), "{stderr}");
     assert_eq!(models_asked(&server), ["weak-model"]);
-    let run_id = crate::support::only_run_id(&repo.path);
     assert!(stage_events(&record_dir(&repo, &run_id), "code", "escalated").is_empty());
 }
