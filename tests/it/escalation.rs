@@ -7,8 +7,8 @@
 //! model names, so the recorded requests say which model was asked.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, output_logged, record_dir, stage_events,
-    stage_record, state_json, write_issue, write_pipeline,
+    FakeServer, OrchRun, Reply, Script, TestRepo, assert_exit, output_logged, record_dir,
+    stage_events, stage_record, state_json, write_issue, write_pipeline,
 };
 use serde_json::{Value, json};
 
@@ -91,8 +91,13 @@ const WEAK_THEN_STRONG: [&str; 5] = [
 
 /// The `model` of each request the stage sent, in order.
 fn models_asked(server: &FakeServer) -> Vec<String> {
+    models_asked_by(server, "code")
+}
+
+/// The `model` of each request agent `agent` sent, in order.
+fn models_asked_by(server: &FakeServer, agent: &str) -> Vec<String> {
     server
-        .requests_for("code")
+        .requests_for(agent)
         .iter()
         .map(|r| r.body["model"].as_str().unwrap_or("").to_owned())
         .collect()
@@ -406,12 +411,7 @@ fn an_unknown_escalation_profile_is_a_load_error_naming_the_file_and_the_name() 
         .issue(&issue)
         .args(["--dry-run"])
         .output();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     // `--dry-run` says where a failed first attempt would go.
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -437,12 +437,7 @@ fn a_run_killed_during_the_escalated_attempt_resumes_as_the_escalated_attempt() 
         repo.path.to_str().unwrap(),
         "--json",
     ]));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     // After the kill only the strong model is asked: the weak attempt is
     // not run again.
     assert_eq!(
@@ -492,21 +487,11 @@ fn a_stage_rolled_back_after_an_escalation_runs_again_from_attempt_one() {
     let out = output_logged(
         crate::support::orch().args(["rollback", &run_id, "--to", "one", "--repo", path]),
     );
-    assert_eq!(out.status.code(), Some(0));
+    assert_exit(&out, 0);
     let out = output_logged(crate::support::orch().args(["resume", &run_id, "--repo", path]));
+    assert_exit(&out, 0);
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let asked: Vec<String> = server
-        .requests_for("two")
-        .iter()
-        .map(|r| r.body["model"].as_str().unwrap_or("").to_owned())
-        .collect();
-    assert_eq!(
-        asked,
+        models_asked_by(&server, "two"),
         [&WEAK_THEN_STRONG[..], &["weak-model", "weak-model"]].concat()
     );
     let branch = format!("orch/{run_id}/two");
