@@ -109,6 +109,7 @@ impl StageTask<'_> {
                     restart_from: self.start.to_string(),
                 };
                 ActionLog::open(&log_path, ctx.session.secrets.clone())?
+                    .with_events(self.progress.stage_events(id))
                     .append(&ActionEvent::Escalated(escalated))?;
                 crate::ui::status_line(&format!(
                     "orch: stage `{id}`: attempt 1 with {} failed ({cause}); retrying once from its start commit with profile `{}` ({})",

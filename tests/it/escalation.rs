@@ -38,6 +38,16 @@ fn run(repo: &TestRepo, yaml: &str) -> (Option<i32>, String, String) {
 
 /// [`run`] with more arguments.
 fn run_with(repo: &TestRepo, yaml: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let (out, run_id) = run_output(repo, yaml, args);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        run_id,
+    )
+}
+
+/// [`run_with`]'s whole output, and the run id.
+fn run_output(repo: &TestRepo, yaml: &str, args: &[&str]) -> (std::process::Output, String) {
     let scratch = tempfile::tempdir().unwrap();
     let issue = write_issue(scratch.path(), ISSUE);
     let pipeline = write_pipeline(scratch.path(), "solo", yaml);
@@ -45,12 +55,7 @@ fn run_with(repo: &TestRepo, yaml: &str, args: &[&str]) -> (Option<i32>, String,
         .issue(&issue)
         .args(args)
         .output();
-    let run_id = crate::support::only_run_id(&repo.path);
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        run_id,
-    )
+    (out, crate::support::only_run_id(&repo.path))
 }
 
 const ESCALATING: &str =
@@ -269,10 +274,19 @@ fn an_escalated_attempt_that_fails_too_fails_the_stage_with_both_attempts_report
     ]);
     let server = FakeServer::start(Script::new().agent("code", replies));
     let repo = repo(&server);
-    let (code, stderr, run_id) = run(&repo, ESCALATING);
+    let (out, run_id) = run_output(&repo, ESCALATING, &["--events", "jsonl"]);
     // A failed stage: exit 1, as without escalation; no third attempt.
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_exit(&out, 1);
     assert_eq!(models_asked(&server), WEAK_THEN_STRONG);
+    // The event stream (every line valid against its schema) says so.
+    let events = crate::events::events_of(&out);
+    let escalated: Vec<&Value> = events.iter().filter(|e| e["type"] == "escalated").collect();
+    assert_eq!(escalated.len(), 1, "{events:#?}");
+    assert_eq!(escalated[0]["stage"], "code");
+    assert_eq!(escalated[0]["from_model"], "weak-model");
+    assert_eq!(escalated[0]["to_profile"], "strong");
+    assert_eq!(escalated[0]["to_model"], "strong-model");
+    assert_eq!(escalated[0]["cause"], "no_result");
     let record = record_dir(&repo, &run_id);
     assert_eq!(stage_events(&record, "code", "escalated").len(), 1);
     let state = state_json(&repo, &run_id);
