@@ -382,6 +382,13 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
             )],
             _ => Vec::new(),
         },
+        ActionEvent::Escalated(e) => vec![(
+            "escalated",
+            json!({
+                "attempt": e.attempt, "from_model": e.from_model, "to_profile": e.to_profile,
+                "to_model": e.to_model, "cause": e.cause, "reason": e.reason,
+            }),
+        )],
         ActionEvent::BudgetExceeded(b) => vec![(
             "budget",
             json!({"kind": "exceeded", "turn": b.turn, "reason": b.reason, "budget": null}),

@@ -59,6 +59,7 @@ const KNOWN_KEYS: &[&str] = &[
     "disallowedTools",
     "maxTurns",
     "hooks",
+    "escalate_to",
 ];
 
 /// The turn limit of a role that does not set `max_turns`.
@@ -114,6 +115,10 @@ pub struct Role {
     /// writing roles, off for read-only ones).
     #[serde(default)]
     pub network: Option<bool>,
+    /// `escalate_to:` — the `orch.toml` profile that retries a failed stage
+    /// of this role once (a stage's own `escalate_to:` wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate_to: Option<String>,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -224,6 +229,8 @@ struct RoleSpec {
     tools: Option<ToolsSpec>,
     #[serde(default)]
     model: Option<String>,
+    #[serde(default)]
+    escalate_to: Option<Spanned<String>>,
     /// Claude Code's display colour: accepted so its files load, not used.
     #[serde(default)]
     #[allow(dead_code)]
@@ -434,6 +441,16 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         }),
     };
 
+    let escalate_to = match &spec.escalate_to {
+        Some(to) if to.value.trim().is_empty() => {
+            return Err(at(
+                &to.referenced,
+                "escalate_to is empty; give an orch.toml profile name, or leave escalate_to out"
+                    .into(),
+            ));
+        }
+        to => to.as_ref().map(|t| t.value.trim().to_owned()),
+    };
     Ok(Role {
         name,
         description: spec.description.trim().to_owned(),
@@ -450,6 +467,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         warnings,
         sandbox,
         network,
+        escalate_to,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })

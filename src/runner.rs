@@ -18,6 +18,7 @@
 mod bootstrap;
 mod ctx;
 mod error;
+mod escalate;
 mod flow;
 mod lanes;
 pub(crate) mod models;

@@ -115,6 +115,12 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
         "model": chosen.as_ref().map_or_else(|| d.session.model.model_name(), |c| c.model.model_name()),
         "model_source": chosen.as_ref().map(|c| c.source.clone()),
         "model_base_url": chosen.as_ref().and_then(|c| c.base_url.clone()),
+        // The profile a failed first attempt is retried with (`escalate_to:`).
+        "escalate_to": d.session.escalations.get(stage.base_id.as_str()).map(|e| json!({
+            "profile": e.profile,
+            "model": e.model.model_name(),
+            "origin": e.origin,
+        })),
         "tools": role.map(|r| offered_tools(r, d.session)).unwrap_or_default(),
         "first_wave": stage.needs.is_empty(),
     });
@@ -234,6 +240,15 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
                 Some(url) => writeln!(out, "model from: {source}, at {url}")?,
                 None => writeln!(out, "model from: {source}")?,
             }
+        }
+        if let Some(esc) = st["escalate_to"].as_object() {
+            writeln!(
+                out,
+                "escalates to: profile `{}` (model {}) if attempt 1 fails, from {}",
+                esc.get("profile").map(text).unwrap_or_default(),
+                esc.get("model").map(text).unwrap_or_default(),
+                esc.get("origin").map(text).unwrap_or_default(),
+            )?;
         }
         writeln!(out, "tools: {}", tools.join(", "))?;
         if let Some(by) = st["runs_if_changes_requested_by"].as_str() {

@@ -31,6 +31,7 @@ mod worker;
 mod args;
 mod dryrun;
 mod error;
+mod escalation;
 mod model;
 mod output;
 mod preflight;

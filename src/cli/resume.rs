@@ -88,6 +88,13 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
         )?)
         .build(&args.limits)?;
     super::session::route_stage_models(&mut session, &plan.pipeline, &args.model, &args.repo)?;
+    super::escalation::route_escalations(
+        &mut session,
+        &plan.pipeline,
+        &plan.roles,
+        &args.model,
+        &args.repo,
+    )?;
     events.redacting(&session.secrets);
     let ui = Ui::new(false).with_events(events.clone());
     let summary = runner::resume_run(

@@ -124,6 +124,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
         )?)
         .build(&args.limits)?;
     route_stage_models(&mut session, &pipeline, &args.model, &args.repo)?;
+    super::escalation::route_escalations(&mut session, &pipeline, &roles, &args.model, &args.repo)?;
     events.redacting(&session.secrets);
     if args.dry_run {
         // No request at all: a role's own model is kept only when mapped.

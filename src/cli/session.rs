@@ -181,6 +181,7 @@ impl SessionBuilder {
             sampling,
             settings,
             stage_models: Default::default(),
+            escalations: Default::default(),
             secrets,
             assume_yes: self.assume_yes,
             interactive: self.interactive,

@@ -139,6 +139,13 @@ async fn stage(args: StageArgs, events: &crate::events::Events) -> Result<i32, C
         .max_parallel(1)
         .build(&args.limits)?;
     super::session::route_stage_models(&mut session, &fetched.plan.pipeline, &args.model, &repo)?;
+    super::escalation::route_escalations(
+        &mut session,
+        &fetched.plan.pipeline,
+        &fetched.plan.roles,
+        &args.model,
+        &repo,
+    )?;
     events.redacting(&session.secrets);
     let ui = Ui::new(false).with_events(events.clone());
     let (outcome, trips) = worker::claim_and_run(fetched, session, &ui).await?;

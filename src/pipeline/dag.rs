@@ -192,6 +192,14 @@ fn check_stage_fields(
                 .into(),
         ));
     }
+    if let Some(to) = &stage.escalate_to
+        && to.value.trim().is_empty()
+    {
+        return Err(err(
+            &to.referenced,
+            "escalate_to is empty; give an orch.toml profile name, or leave escalate_to out".into(),
+        ));
+    }
     if let Some(rounds) = &stage.verify_rounds {
         if stage.verify.is_none() {
             return Err(err(
@@ -400,6 +408,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     .as_ref()
                     .map(|m| m.value.trim().to_owned())
                     .filter(|m| !m.is_empty()),
+                escalate_to: spec.escalate_to.as_ref().map(|m| m.value.trim().to_owned()),
             }
         })
         .collect();
@@ -454,6 +463,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     text_tool_calls: original.text_tool_calls,
                     text_result: original.text_result,
                     model: original.model.clone(),
+                    escalate_to: original.escalate_to.clone(),
                 });
             }
             previous_review = round_id(lp.review, k);

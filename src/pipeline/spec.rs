@@ -111,6 +111,9 @@ pub(super) struct StageSpec {
     /// The stage's model: a model id, or the name of an `orch.toml` profile.
     #[serde(default)]
     pub model: Option<Spanned<String>>,
+    /// The `orch.toml` profile a failed attempt is retried with, once.
+    #[serde(default)]
+    pub escalate_to: Option<Spanned<String>>,
 }
 
 /// `verify:` as written: one command line, or a list of them.

@@ -55,6 +55,12 @@ pub struct Stage {
     /// wins over it. Resolved when the run starts and again on resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// `escalate_to:` — the `orch.toml` profile that runs the stage once
+    /// more, from its start commit, when its first attempt fails in a way a
+    /// stronger model may not (see `runner::escalate`); it wins over the
+    /// role's `escalate_to:`. Resolved when the run starts and on resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate_to: Option<String>,
 }
 
 /// The default number of extra rounds an agent gets to make verify pass.

@@ -98,6 +98,9 @@ pub(crate) enum ActionEvent {
     AgentEnd(AgentEnd),
     /// A stage's attempt ended (recovery reads its status).
     StageEnd(StageEnd),
+    /// A failed attempt is retried once with the stage's `escalate_to:`
+    /// profile (written between its `stage_end` and the next `stage_start`).
+    Escalated(Escalated),
 }
 
 /// `stage_start`.
@@ -595,6 +598,30 @@ pub(crate) struct StageEnd {
     pub verdict_from_text: bool,
     /// The lane watcher said what changed (false: the lane was walked).
     pub changes_from_watch: bool,
+}
+
+/// `escalated`: the attempt that just ended failed in a way a stronger
+/// model may not, and the stage runs once more, from its start commit,
+/// with `to_profile`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Escalated {
+    /// The attempt that failed (1).
+    pub attempt: u32,
+    /// Its model.
+    pub from_model: String,
+    /// Where its model came from (`run model`, `stage model: …`).
+    pub from_source: String,
+    /// The profile the next attempt uses.
+    pub to_profile: String,
+    /// That profile's model.
+    pub to_model: String,
+    /// `stuck`, `no_result`, `verify_failed`, `turn_limit` or `budget`.
+    pub cause: String,
+    /// Why the attempt failed, as its `stage_end` says.
+    pub reason: String,
+    /// The commit the next attempt starts from (the stage's start commit).
+    pub restart_from: String,
 }
 
 impl ActionEvent {

@@ -63,9 +63,10 @@ pub(crate) fn attempts_from_log(path: &Path) -> Vec<Attempt> {
         let Logged::Known(event) = line.event else {
             continue;
         };
-        if let ActionEvent::StageStart(_) = event {
+        if let ActionEvent::StageStart(s) = event {
             out.push(Attempt {
                 status: "interrupted".into(),
+                model: Some(s.model).filter(|m| !m.is_empty()),
                 ..Attempt::default()
             });
             continue;
@@ -81,8 +82,15 @@ pub(crate) fn attempts_from_log(path: &Path) -> Vec<Attempt> {
                     completion: r.completion_tokens,
                 });
             }
-            ActionEvent::StageEnd(e) if e.status.is_empty() => current.status = "failed".into(),
-            ActionEvent::StageEnd(e) => current.status = e.status,
+            ActionEvent::StageEnd(e) => {
+                current.status = if e.status.is_empty() {
+                    "failed".into()
+                } else {
+                    e.status
+                };
+                current.reason = e.reason;
+            }
+            ActionEvent::Escalated(e) => current.escalated_to = Some(e.to_profile),
             // The other events carry no turns, tokens or status.
             _ => {}
         }

@@ -131,6 +131,10 @@ pub struct StageRecord {
     /// them too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<Attempt>,
+    /// The model of the attempt whose commit the record holds (absent
+    /// before the stage ran, and in records written before orch kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The run record's shape of [`Sampling`]: every field written, `null`
@@ -222,6 +226,15 @@ pub struct Attempt {
     /// What it cost, when the price is known.
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// The model it asked (absent in records written before orch kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The `escalate_to:` profile the stage was retried with after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalated_to: Option<String>,
 }
 
 /// How many action-digest lines a stage record keeps.
@@ -250,6 +263,7 @@ impl StageRecord {
             setup: None,
             baseline: None,
             attempts: Vec::new(),
+            model: None,
         }
     }
 }

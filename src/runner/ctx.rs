@@ -51,6 +51,14 @@ pub(super) struct StageOutcome {
     pub(super) tokens: TokenCount,
     pub(super) duration_ms: u64,
     pub(super) digest: Vec<String>,
+    /// The model the attempt asked, and where it comes from.
+    pub(super) model: String,
+    pub(super) model_source: String,
+    /// Why a failed attempt may be escalated (`runner::escalate::cause`).
+    pub(super) cause: Option<&'static str>,
+    /// Earlier attempts of the stage run by this process (an escalated
+    /// stage's first attempt), for the stage record.
+    pub(super) earlier: Vec<crate::runlog::Attempt>,
 }
 
 /// A run's lane bootstrap, read once when the run starts (or resumes).

@@ -219,13 +219,19 @@ pub(super) async fn finish_run(
         };
         repo.set_branch(&branch, &final_commit)?;
         let stat = repo.diff_stat(&base, &final_commit)?;
-        // Each stage's model, from its commit's `Orch-Model` trailer.
+        // Each stage's model, from its commit's `Orch-Model` trailer, and
+        // the model it was escalated from (`Orch-Escalated-From`).
         let mut models = std::collections::BTreeMap::new();
         for s in stages {
             if let Some(commit) = &s.commit {
                 let trailers = repo.commit_message_trailers(commit)?;
-                if let Some((_, m)) = trailers.into_iter().find(|(k, _)| k == "Orch-Model") {
-                    models.insert(s.id.clone(), m);
+                let value = |key: &str| trailers.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+                if let Some(m) = value("Orch-Model") {
+                    let shown = match value("Orch-Escalated-From") {
+                        Some(from) => format!("{m}, escalated from {from}"),
+                        None => m.clone(),
+                    };
+                    models.insert(s.id.clone(), shown);
                 }
             }
         }

@@ -48,3 +48,17 @@ pub(crate) fn model_for(session: &Session, stage: &Stage, role: &Role) -> Chosen
         source: "run model".to_owned(),
     }
 }
+
+/// The profile a stage escalates to (`escalate_to:` of the stage, else of
+/// its role), resolved once per process like a stage's `model:`.
+#[derive(Clone)]
+pub(crate) struct Escalation {
+    /// The profile's name, as written.
+    pub profile: String,
+    /// Its backend.
+    pub model: Arc<dyn ChatModel>,
+    /// Its server (never a key).
+    pub base_url: Option<String>,
+    /// Where the key is written: `stage \`code\` of <file>` or `role …`.
+    pub origin: String,
+}

@@ -21,6 +21,8 @@ pub(super) struct CommitInfo<'a> {
     pub(super) verify: Option<bool>,
     /// The ids of the lessons injected into the stage.
     pub(super) memory: &'a [String],
+    /// For an escalated attempt: the model whose attempt failed, and why.
+    pub(super) escalated_from: Option<&'a str>,
 }
 
 /// The stage commit's message: a subject, the summary, and trailers.
@@ -65,6 +67,12 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
     }
     if !c.memory.is_empty() {
         m.push_str(&format!("Orch-Memory: {}\n", c.memory.join(",")));
+    }
+    if let Some(from) = c.escalated_from {
+        m.push_str(&format!(
+            "Orch-Attempt: 2\nOrch-Escalated-From: {}\n",
+            from.replace('\n', " ")
+        ));
     }
     m
 }
@@ -190,9 +198,11 @@ pub(crate) fn pr_text(
             "| {} | {} | {} | {} | {} | {} | {} |\n",
             s.id,
             s.role,
+            // A reason quoted from an escalated attempt may hold a `|`.
             models
                 .get(&s.id)
-                .map_or(state.model.as_str(), String::as_str),
+                .map_or(state.model.as_str(), String::as_str)
+                .replace('|', "\\|"),
             s.verdict.map_or("", Verdict::as_str),
             verify,
             s.tokens.total(),
@@ -248,6 +258,7 @@ mod tests {
             failed: false,
             verify: Some(true),
             memory: &[],
+            escalated_from: None,
         });
         assert!(m.starts_with("orch(review): Looks good.\n\n"));
         for t in [

@@ -8,7 +8,6 @@ use super::flow;
 use super::flow::{finish_run, handoff, skip_reason, start_commit};
 use super::lanes::Lanes;
 use super::session::{RunSummary, now};
-use super::stage::run_stage;
 use crate::pipeline::OnFailure;
 use crate::runlog::{
     RecordError, RunDir, RunState, RunStatus, StageRecord, StageStatus, StateWriter,
@@ -256,6 +255,10 @@ async fn drive_stages(
                 rec.reason = out.failure.clone();
                 rec.digest = out.digest;
                 rec.budget = Some(out.budget);
+                // An escalated stage's first attempt (failed) is kept with
+                // its model and reason; the record's own fields are the last.
+                rec.attempts.extend(out.earlier);
+                rec.model = Some(out.model);
                 ui.stage_finished(rec);
                 drove.model_failed |= out.model_failed;
                 drove.internal_failed |= out.internal_failed;
@@ -387,18 +390,15 @@ async fn schedule(
             let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));
             running.spawn(async move {
                 let _ = &ui_id;
-                let result = match lanes.acquire(&start).await {
-                    Ok(mut lane) => {
-                        let r =
-                            run_stage(&ctx2, &stage2, &role, &lane, &start, upstream, &progress)
-                                .await;
-                        // The stage committed its whole tree: the lane is clean there.
-                        lane.clean_at = r.as_ref().ok().map(|o| o.commit.clone());
-                        lanes.release(lane);
-                        r
-                    }
-                    Err(e) => Err(e),
+                let task = super::escalate::StageTask {
+                    ctx: &ctx2,
+                    stage: &stage2,
+                    role: &role,
+                    lanes: &lanes,
+                    start: &start,
+                    progress: &progress,
                 };
+                let result = task.run(upstream).await;
                 StageDone {
                     id: stage2.id.to_string(),
                     result,

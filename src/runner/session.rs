@@ -35,6 +35,8 @@ pub(crate) struct Session {
     pub settings: crate::runlog::RunSettings,
     /// The models stages name (`model:`), by base stage id; see [`models`].
     pub stage_models: std::collections::BTreeMap<String, StageModel>,
+    /// The profiles stages escalate to (`escalate_to:`), by base stage id.
+    pub escalations: std::collections::BTreeMap<String, super::models::Escalation>,
     /// Values to redact from every record (API keys).
     pub secrets: Vec<String>,
     /// `--yes`: allow commands a role's `ask` rules would ask about.

@@ -19,6 +19,7 @@ mod verify;
 
 use super::ctx::{RunCtx, StageOutcome};
 use super::error::RunError;
+use super::escalate::Escalated;
 use super::lanes::Lane;
 use crate::agent::{self, AgentConfig, AgentEnd, AgentOutcome, prompt};
 use crate::llm::ChatModel;
@@ -41,8 +42,10 @@ pub(super) fn requires_verdict(p: &Pipeline, stage: &Stage) -> bool {
         .any(|s| s.base_id == stage.base_id)
 }
 
-/// Runs one stage in its lane: the agent, then the commit on the stage's
-/// branch, its diff and transcript. Runs as its own task; reports back.
+/// Runs one attempt of a stage in its lane: the agent, then the commit on
+/// the stage's branch, its diff and transcript; `escalated` when it is the
+/// attempt with the stage's `escalate_to:` profile (`runner::escalate`).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn run_stage(
     ctx: &RunCtx,
     stage: &Stage,
@@ -51,8 +54,10 @@ pub(super) async fn run_stage(
     start: &crate::git::CommitId,
     upstream: Vec<prompt::Upstream>,
     progress: &crate::ui::ProgressHandle,
+    escalated: Option<&Escalated<'_>>,
 ) -> Result<StageOutcome, RunError> {
-    let mut run = StageRun::prepare(ctx, stage, role, lane, start, upstream, progress).await?;
+    let mut run =
+        StageRun::prepare(ctx, stage, role, lane, start, upstream, progress, escalated).await?;
     let (outcome, verify) = run.run_agent().await?;
     let settled = run.settle_changes().await?;
     let committed = run.commit(&outcome, verify.as_ref(), settled).await?;
@@ -60,8 +65,9 @@ pub(super) async fn run_stage(
 }
 
 /// The stage's, else its role's, else the run's model (`runner::models`),
-/// with the role's sampling keys; the stage's start (and the role's notes)
-/// logged.
+/// or the escalation profile's for an escalated attempt, with the role's
+/// sampling keys; the stage's start (and the role's notes) logged.
+#[allow(clippy::too_many_arguments)]
 fn stage_model(
     ctx: &RunCtx,
     stage: &Stage,
@@ -69,10 +75,24 @@ fn stage_model(
     lane: &Lane,
     start: &crate::git::CommitId,
     id: &str,
+    escalated: Option<&Escalated<'_>>,
     log: &mut ActionLog,
-) -> Result<Arc<dyn ChatModel>, RunError> {
+) -> Result<(Arc<dyn ChatModel>, String), RunError> {
     // The stage's, else its role's, else the run's model (`runner::models`).
-    let chosen = super::models::model_for(&ctx.session, stage, role);
+    let chosen = match escalated {
+        Some(e) => super::models::Chosen {
+            model: Arc::clone(&e.to.model),
+            base_url: e.to.base_url.clone(),
+            source: format!(
+                "escalate_to: profile `{}` ({}), after attempt 1 with `{}` failed: {}",
+                e.to.profile,
+                e.to.origin,
+                e.from_model,
+                super::pr::shorten(e.reason.lines().next().unwrap_or(""), 200)
+            ),
+        },
+        None => super::models::model_for(&ctx.session, stage, role),
+    };
     let model = &chosen.model;
     // A role's sampling keys override the profile's for its stages.
     let sampled = (!role.sampling.is_empty())
@@ -99,12 +119,13 @@ fn stage_model(
             sampling: role.sampling,
         }))?;
     }
-    Ok(Arc::clone(model))
+    Ok((Arc::clone(model), chosen.source))
 }
 
 impl<'a> StageRun<'a> {
     /// Opens the stage's log, chooses its model, and readies its tools,
     /// lane (bootstrap, verify baseline), budget, task and lessons.
+    #[allow(clippy::too_many_arguments)]
     async fn prepare(
         ctx: &'a RunCtx,
         stage: &'a Stage,
@@ -113,6 +134,7 @@ impl<'a> StageRun<'a> {
         start: &'a crate::git::CommitId,
         upstream: Vec<prompt::Upstream>,
         progress: &'a crate::ui::ProgressHandle,
+        escalated: Option<&Escalated<'_>>,
     ) -> Result<Self, RunError> {
         let id = stage.id.to_string();
         let started = Instant::now();
@@ -122,7 +144,17 @@ impl<'a> StageRun<'a> {
             ctx.session.secrets.clone(),
         )?
         .with_events(progress.stage_events(&id));
-        let model = &stage_model(ctx, stage, role, lane, start, &id, &mut log)?;
+        let (model, model_source) =
+            stage_model(ctx, stage, role, lane, start, &id, escalated, &mut log)?;
+        let model = &model;
+        // The trailer and `orch show` say which model failed before this one.
+        let escalated_from = escalated.map(|e| {
+            format!(
+                "{} (attempt 1 failed: {})",
+                e.from_model,
+                super::pr::shorten(e.reason.lines().next().unwrap_or(""), 120)
+            )
+        });
         let instructions = instructions::project_instructions(ctx, stage, &mut log).await?;
         let mut tool_ctx = tools::tool_context(ctx, role, lane, &id, &mut log)?;
         let redact = |text: &str| crate::secrets::redact(text, &ctx.session.secrets);
@@ -185,6 +217,8 @@ impl<'a> StageRun<'a> {
             task,
             memory,
             cfg,
+            model_source,
+            escalated_from,
         })
     }
 
@@ -287,6 +321,11 @@ impl<'a> StageRun<'a> {
             .map(|l| self.redact(l))
             .collect();
         Ok(StageOutcome {
+            cause: super::escalate::cause(&outcome.end, &outcome.budget)
+                .filter(|_| failure.is_some()),
+            model: self.model.model_name(),
+            model_source: self.model_source.clone(),
+            earlier: Vec::new(),
             budget: outcome.budget.clone(),
             commit,
             branch,

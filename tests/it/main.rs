@@ -20,6 +20,7 @@ mod conventions_a;
 mod conventions_b;
 mod dag;
 mod distributed;
+mod escalation;
 mod eval;
 mod events;
 mod faults;

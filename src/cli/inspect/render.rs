@@ -192,6 +192,17 @@ fn describe(event: &ActionEvent) -> String {
         ActionEvent::Killed(e) => format!("killed by {}", one(&e.signal)),
         ActionEvent::AgentEnd(e) => agent_end(e),
         ActionEvent::StageEnd(e) => stage_end(e),
+        ActionEvent::Escalated(e) => format!(
+            "escalated: attempt {} with {} failed ({}: {}); attempt {} with profile {} ({}) restarts from {}",
+            e.attempt,
+            one(&e.from_model),
+            one(&e.cause),
+            one(&e.reason),
+            e.attempt + 1,
+            one(&e.to_profile),
+            one(&e.to_model),
+            short(Some(&e.restart_from))
+        ),
         // No readable line yet: shown as their JSON.
         ActionEvent::WorktreeInclude(_)
         | ActionEvent::LaneSetup(_)

@@ -93,20 +93,40 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
         }
         for (n, a) in st.attempts.iter().enumerate() {
             o.push_str(&format!(
-                "            ↳ attempt {} ({}): {}, {}, cost {}\n",
+                "            ↳ attempt {} ({}): {}, {}, cost {}{}\n",
                 n + 1,
                 a.status,
                 plural(u64::from(a.turns), "turn", "turns"),
                 plural(a.tokens.total(), "token", "tokens"),
                 a.cost_usd.map_or("unknown".to_owned(), usd),
+                a.model
+                    .as_deref()
+                    .map(|m| format!(", model {m}"))
+                    .unwrap_or_default(),
             ));
+            // An escalated attempt: which model failed, why, and what next.
+            if let Some(to) = &a.escalated_to {
+                o.push_str(&format!(
+                    "              attempt {} with {} failed because: {}; escalated to profile `{to}`\n",
+                    n + 1,
+                    a.model.as_deref().unwrap_or("its model"),
+                    crate::text::cap_bytes(
+                        &a.reason.as_deref().unwrap_or("-").replace('\n', " "),
+                        300
+                    ),
+                ));
+            }
         }
-        if !st.attempts.is_empty() && st.turns > 0 {
+        if !st.attempts.is_empty() && (st.turns > 0 || st.model.is_some()) {
             o.push_str(&format!(
-                "            ↳ attempt {} (this one): {}, {}\n",
+                "            ↳ attempt {} (this one): {}, {}{}\n",
                 st.attempts.len() + 1,
                 plural(u64::from(st.turns), "turn", "turns"),
                 plural(st.tokens.total(), "token", "tokens"),
+                st.model
+                    .as_deref()
+                    .map(|m| format!(", model {m}"))
+                    .unwrap_or_default(),
             ));
         }
     }

@@ -44,6 +44,7 @@ impl StageRun<'_> {
             failed: failure.is_some(),
             verify: verify.map(|v| v.passed),
             memory: &self.memory.ids,
+            escalated_from: self.escalated_from.as_deref(),
         });
         let (wt, parent, watch) = (lane.path.clone(), start.to_owned(), lane.watch.get().await);
         let branch = format!("orch/{}/{id}", ctx.run_id);

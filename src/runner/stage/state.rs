@@ -40,6 +40,11 @@ pub(super) struct StageRun<'a> {
     /// The lessons given to the stage.
     pub(super) memory: Injected,
     pub(super) cfg: AgentConfig,
+    /// Where the model comes from (the `stage_start`'s `model_source`).
+    pub(super) model_source: String,
+    /// For an escalated attempt: the model that failed before, and why
+    /// (the `Orch-Escalated-From` trailer).
+    pub(super) escalated_from: Option<String>,
 }
 
 /// What the `commit` step made.
