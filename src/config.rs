@@ -19,6 +19,8 @@
 //! seed = 7
 //! max_tokens = 2048          # cap on one reply; default 4096, 0 sends none
 //! tool_choice = "required"   # or "auto" (what is sent when unset)
+//! tool_calling = "constrained"   # or "auto" (default), "native", "text"
+//! constrained_dialect = "llamacpp"   # or "openai" (default), "vllm", "ollama"
 //!
 //! [prices."qwen2.5-coder"]
 //! prompt = 0
@@ -55,7 +57,7 @@
 
 use crate::llm::openai::ModelSettings;
 use crate::llm::price::{BUILTIN_PRICES_DATE, Price, PriceTable};
-use crate::llm::settings::{Sampling, ToolChoice};
+use crate::llm::settings::{ConstrainedDialect, Sampling, ToolCalling, ToolChoice};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -114,6 +116,10 @@ pub struct ResolvedConfig {
     pub max_tokens: Setting<Option<u64>>,
     /// `tool_choice`; `None`: `auto` is sent when tools are offered.
     pub tool_choice: Option<Setting<ToolChoice>>,
+    /// `tool_calling`: native, constrained or text calls (default `auto`).
+    pub tool_calling: Setting<ToolCalling>,
+    /// `constrained_dialect`: where a constrained turn's schema goes.
+    pub constrained_dialect: Setting<ConstrainedDialect>,
     /// Prices by model, built-in ones overridden by the files.
     pub prices: PriceTable,
     /// Where each price in `prices` came from.
@@ -189,6 +195,8 @@ impl ResolvedConfig {
             max_tokens: self.max_tokens.value,
             tool_choice: self.tool_choice.as_ref().map(|t| t.value),
         };
+        s.tool_calling = self.tool_calling.value;
+        s.constrained_dialect = self.constrained_dialect.value;
         Ok(s)
     }
 }
@@ -377,6 +385,8 @@ pub fn resolve(
         seed: s.get(&SEED)?,
         max_tokens: s.get(&MAX_TOKENS)?,
         tool_choice: s.get(&TOOL_CHOICE)?,
+        tool_calling: s.get(&TOOL_CALLING)?,
+        constrained_dialect: s.get(&CONSTRAINED_DIALECT)?,
         memory: s.get(&MEMORY)?,
         model_aliases: loaded
             .iter()

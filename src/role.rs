@@ -3,8 +3,8 @@
 //! The format is compatible with Claude Code agent files (`name`,
 //! `description`, `tools`, `model`, `color`) plus orch's own keys
 //! (`read_only`, `max_turns`, `bash`, `result`) and sampling keys
-//! (`temperature`, `seed`, `max_tokens`, `tool_choice`) that override the
-//! profile for this role's stages. The body after the front matter is the
+//! (`temperature`, `seed`, `max_tokens`, `tool_choice`) and `tool_calling`
+//! that override the profile for this role's stages. The body after the front matter is the
 //! system prompt template, kept verbatim apart from surrounding blank lines.
 //!
 //! Claude Code files load unchanged: a tool orch does not have (`WebFetch`,
@@ -54,6 +54,7 @@ const KNOWN_KEYS: &[&str] = &[
     "seed",
     "max_tokens",
     "tool_choice",
+    "tool_calling",
     "permissionMode",
     "disallowedTools",
     "maxTurns",
@@ -96,6 +97,10 @@ pub struct Role {
     /// Sampling settings that override the profile for this role's stages.
     #[serde(default)]
     pub sampling: crate::llm::Sampling,
+    /// `tool_calling:` — how this role's stages ask for tool calls,
+    /// overriding the profile's (`auto`, `native`, `constrained`, `text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calling: Option<crate::llm::ToolCalling>,
     /// What was not taken from the file: tools orch does not have (not
     /// offered) and keys it does not know (ignored), one line each.
     #[serde(default)]
@@ -239,6 +244,8 @@ struct RoleSpec {
     max_tokens: Option<Spanned<u64>>,
     #[serde(default)]
     tool_choice: Option<crate::llm::ToolChoice>,
+    #[serde(default)]
+    tool_calling: Option<crate::llm::ToolCalling>,
     #[serde(default)]
     sandbox: Option<Spanned<String>>,
     #[serde(default)]
@@ -438,6 +445,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         bash,
         text_result: spec.result == ResultSpec::Text,
         sampling,
+        tool_calling: spec.tool_calling,
         warnings,
         sandbox,
         network,

@@ -134,6 +134,7 @@ impl Agent<'_> {
                     tool_calls: logged_calls(&msg.tool_calls),
                 },
             ))?;
+            self.text_instead_of_call(turn, "the model wrote its tool call as text", log)?;
         }
         Ok(Continue((msg, resp.finish_reason)))
     }
@@ -165,6 +166,9 @@ impl Agent<'_> {
                 Ok(Break(AgentEnd::Answered))
             }
             outcome::TextReply::Nudge(text) => {
+                if !self.cfg.text_result && content.as_deref().is_some_and(|c| !c.trim().is_empty()) {
+                    self.text_instead_of_call(turn, "the model answered in prose", log)?;
+                }
                 self.nudged = true;
                 log.append(&ActionEvent::Nudge(event::Nudge {
                     turn,

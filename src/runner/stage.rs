@@ -79,6 +79,9 @@ fn stage_model(
         .then(|| model.with_sampling(&role.sampling))
         .flatten();
     let model = sampled.as_ref().unwrap_or(model);
+    // A role's `tool_calling:` overrides the profile's.
+    let calling = role.tool_calling.and_then(|t| model.with_tool_calling(t));
+    let model = calling.as_ref().unwrap_or(model);
     log.append(&ActionEvent::StageStart(event::StageStart {
         run: ctx.run_id.to_string(),
         stage: id.to_owned(),

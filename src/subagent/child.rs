@@ -374,6 +374,7 @@ mod tests {
             messages: vec![ChatMessage::system("s"), ChatMessage::user("t")],
             tools: vec![],
             agent_path: "p/explore-1".into(),
+            call_mode: crate::llm::CallMode::Native,
         }
     }
 
