@@ -344,6 +344,51 @@ mod tests {
         }
     }
 
+    fn tool_request(mode: crate::llm::CallMode) -> ChatRequest {
+        ChatRequest {
+            messages: vec![ChatMessage::system("sys"), ChatMessage::user("task")],
+            tools: vec![ToolDef {
+                name: "bash",
+                description: "run",
+                parameters: serde_json::json!({"type": "object"}),
+            }],
+            agent_path: "code".into(),
+            call_mode: mode,
+        }
+    }
+
+    #[test]
+    fn a_native_request_body_is_byte_for_byte_what_it_was() {
+        let c = client();
+        let body = c
+            .request_body(&tool_request(crate::llm::CallMode::Native), true)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            NATIVE_BODY,
+            "a native request must stay byte-stable (prompt caching)"
+        );
+    }
+
+    /// The body main sent before constrained calls existed.
+    const NATIVE_BODY: &str = r#"{"model":"m","messages":[{"role":"system","content":"sys"},{"role":"user","content":"task"}],"tools":[{"function":{"description":"run","name":"bash","parameters":{"type":"object"}},"type":"function"}],"max_tokens":4096,"tool_choice":"auto","stream":true,"stream_options":{"include_usage":true}}"#;
+
+    #[test]
+    fn a_constrained_request_has_no_tools_a_catalogue_and_the_schema() {
+        let c = client();
+        let body = c
+            .request_body(&tool_request(crate::llm::CallMode::Constrained), false)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(v.get("tools").is_none() && v.get("tool_choice").is_none(), "{v}");
+        assert_eq!(v["messages"].as_array().unwrap().len(), 2);
+        let system = v["messages"][0]["content"].as_str().unwrap();
+        assert!(system.starts_with("sys\n\n## Calling tools"), "{system}");
+        assert!(system.contains("- bash: run Arguments: {\"type\":\"object\"}"), "{system}");
+        let entry = &v["response_format"]["json_schema"]["schema"]["oneOf"][0];
+        assert_eq!(entry["properties"]["name"]["const"], "bash");
+    }
+
     #[test]
     fn parses_lenient_completions() {
         let c = client();
