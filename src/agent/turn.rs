@@ -166,7 +166,8 @@ impl Agent<'_> {
                 Ok(Break(AgentEnd::Answered))
             }
             outcome::TextReply::Nudge(text) => {
-                if !self.cfg.text_result && content.as_deref().is_some_and(|c| !c.trim().is_empty()) {
+                if !self.cfg.text_result && content.as_deref().is_some_and(|c| !c.trim().is_empty())
+                {
                     self.text_instead_of_call(turn, "the model answered in prose", log)?;
                 }
                 self.nudged = true;

@@ -235,7 +235,11 @@ mod tests {
         assert_eq!(s.text_instead_of_call(), Some(CallMode::Constrained));
         assert_eq!(s.text_instead_of_call(), None);
         assert_eq!(s.mode(), CallMode::Constrained);
-        for setting in [ToolCalling::Native, ToolCalling::Text, ToolCalling::Constrained] {
+        for setting in [
+            ToolCalling::Native,
+            ToolCalling::Text,
+            ToolCalling::Constrained,
+        ] {
             let mut s = CallState::new(setting);
             assert_eq!(s.text_instead_of_call(), None);
             assert_eq!(s.mode(), setting.first_mode());

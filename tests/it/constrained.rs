@@ -26,10 +26,7 @@ fn repo(profile: Option<&str>) -> TestRepo {
         None => TestRepo::with_commit(&[("solution.py", stub)], "stub"),
         Some(keys) => {
             let toml = format!("default_profile = \"small\"\n\n[profiles.small]\n{keys}\n");
-            TestRepo::with_commit(
-                &[("solution.py", stub), (".orch/orch.toml", &toml)],
-                "stub",
-            )
+            TestRepo::with_commit(&[("solution.py", stub), (".orch/orch.toml", &toml)], "stub")
         }
     }
 }
@@ -71,9 +68,14 @@ fn schema_of(req: &Recorded) -> &Value {
 
 /// Whether a request carries any of the schema fields orch may send.
 fn has_schema(req: &Recorded) -> bool {
-    ["response_format", "json_schema", "structured_outputs", "guided_json"]
-        .iter()
-        .any(|k| req.body.get(k).is_some())
+    [
+        "response_format",
+        "json_schema",
+        "structured_outputs",
+        "guided_json",
+    ]
+    .iter()
+    .any(|k| req.body.get(k).is_some())
 }
 
 #[test]
@@ -129,7 +131,10 @@ fn a_constrained_profile_sends_the_one_call_schema_and_its_json_reply_edits_the_
     let file = repo.git(&["show", &format!("orch/{run_id}/code:solution.py")]);
     assert_eq!(file, SOLVED);
     let state = state_json(&repo, &run_id);
-    assert_eq!(stage_record(&state, "code")["summary"], "Implemented median.");
+    assert_eq!(
+        stage_record(&state, "code")["summary"],
+        "Implemented median."
+    );
     let responses = stage_events(&record, "code", "response");
     assert_eq!(responses[0]["tool_calls"][0]["name"], "write_file");
     assert!(responses[0]["content"].is_null(), "{}", responses[0]);
@@ -158,7 +163,10 @@ fn auto_switches_to_constrained_after_a_turn_whose_call_came_as_text() {
     assert!(!offered_tools(&reqs[0]).is_empty());
     assert!(!has_schema(&reqs[0]), "{}", reqs[0].body);
     assert!(reqs[1].body.get("tools").is_none(), "{}", reqs[1].body);
-    assert_eq!(schema_of(&reqs[1])["oneOf"].as_array().unwrap().len(), offered_tools(&reqs[0]).len());
+    assert_eq!(
+        schema_of(&reqs[1])["oneOf"].as_array().unwrap().len(),
+        offered_tools(&reqs[0]).len()
+    );
     let record = record_dir(&repo, &run_id);
     let switches = stage_events(&record, "code", "tool_calling_switch");
     assert_eq!(switches.len(), 1, "{switches:?}");
@@ -166,7 +174,11 @@ fn auto_switches_to_constrained_after_a_turn_whose_call_came_as_text() {
     assert_eq!(switches[0]["from"], "native");
     assert_eq!(switches[0]["to"], "constrained");
     let requests = stage_events(&record, "code", "request");
-    assert!(requests[0].get("tool_calls_constrained").is_none(), "{}", requests[0]);
+    assert!(
+        requests[0].get("tool_calls_constrained").is_none(),
+        "{}",
+        requests[0]
+    );
     assert_eq!(requests[1]["tool_calls_constrained"], true);
     let file = repo.git(&["show", &format!("orch/{run_id}/code:solution.py")]);
     assert_eq!(file, SOLVED);
@@ -216,7 +228,11 @@ fn a_constrained_reply_that_is_not_a_valid_call_is_answered_not_dropped() {
     let reqs = server.requests_for("code");
     assert_eq!(reqs.len(), 4);
     // llama.cpp's own field, at the top level.
-    assert!(reqs[0].body["json_schema"]["oneOf"].is_array(), "{}", reqs[0].body);
+    assert!(
+        reqs[0].body["json_schema"]["oneOf"].is_array(),
+        "{}",
+        reqs[0].body
+    );
     assert!(reqs[0].body.get("response_format").is_none());
     let results = tool_results(&reqs[1]);
     assert!(results[0].starts_with("error"), "{results:?}");
@@ -241,9 +257,15 @@ fn a_text_profile_sends_neither_tools_nor_schema_and_recovers_the_call() {
         assert!(system.contains("- finish: "), "{system}");
     }
     let record = record_dir(&repo, &run_id);
-    assert_eq!(stage_events(&record, "code", "tool_calls_recovered").len(), 2);
+    assert_eq!(
+        stage_events(&record, "code", "tool_calls_recovered").len(),
+        2
+    );
     assert!(stage_events(&record, "code", "tool_calling_switch").is_empty());
-    assert_eq!(stage_events(&record, "code", "request")[0]["tool_calls_as_text"], true);
+    assert_eq!(
+        stage_events(&record, "code", "request")[0]["tool_calls_as_text"],
+        true
+    );
     let file = repo.git(&["show", &format!("orch/{run_id}/code:solution.py")]);
     assert_eq!(file, SOLVED);
 }

@@ -5,8 +5,8 @@
 use super::classify::Attempt;
 use super::client::OpenAiClient;
 use super::snippet::{compact, snippet};
-use crate::llm::retry::{context_window_in_message, is_context_length_message};
 use crate::llm::constrained;
+use crate::llm::retry::{context_window_in_message, is_context_length_message};
 use crate::llm::settings::{CallMode, Sampling, ToolChoice};
 use crate::llm::stream::{
     Assembled, MAX_TOOL_CALLS, oversize, reply_bytes, unique_call_ids, usage_of,
@@ -380,11 +380,17 @@ mod tests {
             .request_body(&tool_request(crate::llm::CallMode::Constrained), false)
             .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert!(v.get("tools").is_none() && v.get("tool_choice").is_none(), "{v}");
+        assert!(
+            v.get("tools").is_none() && v.get("tool_choice").is_none(),
+            "{v}"
+        );
         assert_eq!(v["messages"].as_array().unwrap().len(), 2);
         let system = v["messages"][0]["content"].as_str().unwrap();
         assert!(system.starts_with("sys\n\n## Calling tools"), "{system}");
-        assert!(system.contains("- bash: run Arguments: {\"type\":\"object\"}"), "{system}");
+        assert!(
+            system.contains("- bash: run Arguments: {\"type\":\"object\"}"),
+            "{system}"
+        );
         let entry = &v["response_format"]["json_schema"]["schema"]["oneOf"][0];
         assert_eq!(entry["properties"]["name"]["const"], "bash");
     }
