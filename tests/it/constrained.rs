@@ -269,3 +269,34 @@ fn a_text_profile_sends_neither_tools_nor_schema_and_recovers_the_call() {
     let file = repo.git(&["show", &format!("orch/{run_id}/code:solution.py")]);
     assert_eq!(file, SOLVED);
 }
+
+#[test]
+fn a_roles_tool_calling_overrides_the_profiles() {
+    // The profile says native; the role's front matter says constrained.
+    let repo = repo(Some("tool_calling = \"native\""));
+    repo.write(
+        ".orch/roles/small.md",
+        "---\nname: small\ndescription: A coder on a small model.\ntools: [read_file, write_file, finish]\ntool_calling: constrained\n---\nYou fix code.\n",
+    );
+    repo.commit_all("a small-model role");
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        dir.path(),
+        "solo",
+        "stages:\n  code:\n    role: small\n    task: Fix it.\n",
+    );
+    let server = FakeServer::start(Script::new().agent("code", vec![write_solved(), finish()]));
+    let (code, run_id) = crate::support::run_on_fake(&repo, &pipeline, ISSUE, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert!(reqs[0].body.get("tools").is_none(), "{}", reqs[0].body);
+    let names: Vec<&str> = schema_of(&reqs[0])["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["properties"]["name"]["const"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["read_file", "write_file", "finish"]);
+    let file = repo.git(&["show", &format!("orch/{run_id}/code:solution.py")]);
+    assert_eq!(file, SOLVED);
+}
