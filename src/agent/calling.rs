@@ -1,13 +1,13 @@
 //! The agent's side of `tool_calling` ([`crate::llm::constrained`]): under
-//! `auto`, the first turn that should have been a tool call but came as
-//! text (calls written as text and recovered, or prose where `finish` was
-//! due) switches the agent's following turns to constrained calls; the
-//! switch is logged once (event `tool_calling_switch`), and every turn's
-//! `request` event says how it asked (`tool_calls_constrained`,
-//! `tool_calls_as_text`).
+//! `auto`, the first turn whose tool calls came as text (recovered from the
+//! reply) switches the agent's following turns to constrained calls, and a
+//! server that refuses the schema (HTTP 4xx) switches them back for good,
+//! the refused turn sent again natively; each switch is logged (event
+//! `tool_calling_switch`), and every turn's `request` event says how it
+//! asked (`tool_calls_constrained`, `tool_calls_as_text`).
 
 use super::Agent;
-use crate::llm::CallMode;
+use crate::llm::{CallMode, LlmError};
 use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
 
 impl Agent<'_> {
@@ -33,6 +33,34 @@ impl Agent<'_> {
                 "{why} instead of a native tool call; the following turns ask for one call under a JSON schema"
             ),
         }))
+    }
+
+    /// The server refused turn `turn`'s request with `e`: when that request
+    /// was constrained because the loop switched to it, the agent goes back
+    /// to native calls (logged) and the turn is sent again (true).
+    pub(super) fn schema_refused(
+        &mut self,
+        turn: u32,
+        e: &LlmError,
+        log: &mut ActionLog,
+    ) -> Result<bool, RecordError> {
+        let LlmError::Rejected { status, body, .. } = e else {
+            return Ok(false);
+        };
+        let Some(to) = self.calling.schema_refused() else {
+            return Ok(false);
+        };
+        self.req.call_mode = to;
+        log.append(&ActionEvent::ToolCallingSwitch(event::ToolCallingSwitch {
+            turn,
+            from: mode_name(CallMode::Constrained).to_owned(),
+            to: mode_name(to).to_owned(),
+            reason: format!(
+                "the server refused the constrained request (HTTP {status}: {}); the turn is sent again with native tools, and the agent stays native",
+                crate::text::cap_bytes(body, 512)
+            ),
+        }))?;
+        Ok(true)
     }
 }
 

@@ -74,29 +74,33 @@ impl Agent<'_> {
         on_turn: &(dyn Fn(u32, TokenCount) + Sync),
     ) -> Step<(ChatMessage, Option<String>)> {
         let started = std::time::Instant::now();
-        // Compaction and time-budget hook: sends the (compacted) request.
-        let sent = compact::send_turn(
-            model,
-            &self.req,
-            turn,
-            &mut self.compactor,
-            &mut self.tracker,
-            log,
-        )
-        .await?;
-        let resp = match sent {
-            compact::Sent::Reply(r) => r,
-            compact::Sent::OutOfBudget(why) => {
-                log.append(&budget_exceeded(turn, None, &why))?;
-                return Ok(Break(AgentEnd::Budget(why)));
-            }
-            compact::Sent::Failed(e) => {
-                log.append(&ActionEvent::ModelError(event::ModelError {
-                    turn,
-                    error: format!("failed to {e}"),
-                    retry: None,
-                }))?;
-                return Ok(Break(AgentEnd::ModelError(e)));
+        let resp = loop {
+            // Compaction and time-budget hook: sends the (compacted) request.
+            let sent = compact::send_turn(
+                model,
+                &self.req,
+                turn,
+                &mut self.compactor,
+                &mut self.tracker,
+                log,
+            )
+            .await?;
+            match sent {
+                compact::Sent::Reply(r) => break r,
+                compact::Sent::OutOfBudget(why) => {
+                    log.append(&budget_exceeded(turn, None, &why))?;
+                    return Ok(Break(AgentEnd::Budget(why)));
+                }
+                // The schema the loop switched to was refused: again, native.
+                compact::Sent::Failed(e) if self.schema_refused(turn, &e, log)? => continue,
+                compact::Sent::Failed(e) => {
+                    log.append(&ActionEvent::ModelError(event::ModelError {
+                        turn,
+                        error: format!("failed to {e}"),
+                        retry: None,
+                    }))?;
+                    return Ok(Break(AgentEnd::ModelError(e)));
+                }
             }
         };
         let usage = resp.usage;
@@ -166,10 +170,6 @@ impl Agent<'_> {
                 Ok(Break(AgentEnd::Answered))
             }
             outcome::TextReply::Nudge(text) => {
-                if !self.cfg.text_result && content.as_deref().is_some_and(|c| !c.trim().is_empty())
-                {
-                    self.text_instead_of_call(turn, "the model answered in prose", log)?;
-                }
                 self.nudged = true;
                 log.append(&ActionEvent::Nudge(event::Nudge {
                     turn,

@@ -16,8 +16,8 @@
 //! - [`take_call`]: the reply's JSON made the turn's tool call, so it is
 //!   dispatched and logged like a native one;
 //! - [`CallState`]: an agent's mode from turn to turn, switching from native
-//!   to constrained once when `tool_calling = "auto"` and a turn that should
-//!   have been a call came as text.
+//!   to constrained once when `tool_calling = "auto"` and a turn's calls
+//!   came as text, and back (for good) when the server refuses the schema.
 //!
 //! Invariants: a request whose mode is [`CallMode::Native`], or that offers
 //! no tools, is built exactly as before this module existed (no field is
@@ -150,6 +150,10 @@ pub fn take_call(msg: &mut ChatMessage) -> bool {
 pub struct CallState {
     setting: ToolCalling,
     mode: CallMode,
+    /// Switched to constrained by [`CallState::text_instead_of_call`].
+    switched: bool,
+    /// Switched back by [`CallState::schema_refused`]: no more switches.
+    reverted: bool,
 }
 
 impl CallState {
@@ -158,6 +162,8 @@ impl CallState {
         CallState {
             setting,
             mode: setting.first_mode(),
+            switched: false,
+            reverted: false,
         }
     }
 
@@ -166,13 +172,30 @@ impl CallState {
         self.mode
     }
 
-    /// A turn that should have been a call was answered with text (calls
-    /// written as text, or prose where `finish` was due) instead of native
-    /// tool calls. Under `auto`, while still native, the following turns
-    /// are constrained: the new mode, once; `None` otherwise.
+    /// A turn's tool calls were written as text instead of sent natively.
+    /// Under `auto`, while still native, the following turns are
+    /// constrained: the new mode, once; `None` otherwise.
     pub fn text_instead_of_call(&mut self) -> Option<CallMode> {
-        if self.setting == ToolCalling::Auto && self.mode == CallMode::Native {
+        if self.setting == ToolCalling::Auto
+            && self.mode == CallMode::Native
+            && !self.switched
+            && !self.reverted
+        {
+            self.switched = true;
             self.mode = CallMode::Constrained;
+            return Some(self.mode);
+        }
+        None
+    }
+
+    /// The server refused a constrained request (HTTP 4xx). When the switch
+    /// to constrained was automatic, the agent goes back to native calls for
+    /// good: the new mode, once; `None` when the user asked for
+    /// constrained calls (the error then ends the turn as any other).
+    pub fn schema_refused(&mut self) -> Option<CallMode> {
+        if self.switched && !self.reverted && self.mode == CallMode::Constrained {
+            self.reverted = true;
+            self.mode = CallMode::Native;
             return Some(self.mode);
         }
         None
@@ -235,6 +258,14 @@ mod tests {
         assert_eq!(s.text_instead_of_call(), Some(CallMode::Constrained));
         assert_eq!(s.text_instead_of_call(), None);
         assert_eq!(s.mode(), CallMode::Constrained);
+        assert_eq!(s.schema_refused(), Some(CallMode::Native));
+        assert_eq!(s.schema_refused(), None);
+        assert_eq!(
+            s.text_instead_of_call(),
+            None,
+            "never again after a refusal"
+        );
+        assert_eq!(s.mode(), CallMode::Native);
         for setting in [
             ToolCalling::Native,
             ToolCalling::Text,
@@ -242,6 +273,7 @@ mod tests {
         ] {
             let mut s = CallState::new(setting);
             assert_eq!(s.text_instead_of_call(), None);
+            assert_eq!(s.schema_refused(), None);
             assert_eq!(s.mode(), setting.first_mode());
         }
     }

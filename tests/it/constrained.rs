@@ -300,3 +300,39 @@ fn a_roles_tool_calling_overrides_the_profiles() {
     let file = repo.git(&["show", &format!("orch/{run_id}/code:solution.py")]);
     assert_eq!(file, SOLVED);
 }
+
+#[test]
+fn a_server_that_refuses_the_schema_gets_the_turn_again_natively_after_an_auto_switch() {
+    let repo = repo(None);
+    let refusal = r#"{"error":{"code":400,"message":"'response_format' of type 'json_schema' is not supported","type":"invalid_request_error"}}"#;
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            write_solved(),
+            Reply::Status(400, refusal.to_owned()),
+            Reply::finish("f1", "Implemented median.", None),
+        ],
+    ));
+    let (code, run_id) = run(&repo, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 3);
+    assert!(has_schema(&reqs[1]) && reqs[1].body.get("tools").is_none());
+    // The refused turn again, natively, with the same conversation.
+    assert!(!has_schema(&reqs[2]), "{}", reqs[2].body);
+    assert!(!offered_tools(&reqs[2]).is_empty());
+    // The system prompt without the tool catalogue again; the rest as sent.
+    assert_eq!(reqs[2].messages()[0], reqs[0].messages()[0]);
+    assert_eq!(reqs[2].messages()[1..], reqs[1].messages()[1..]);
+    let record = record_dir(&repo, &run_id);
+    let switches = stage_events(&record, "code", "tool_calling_switch");
+    assert_eq!(switches.len(), 2, "{switches:?}");
+    assert_eq!(
+        (&switches[1]["from"], &switches[1]["to"]),
+        (&json!("constrained"), &json!("native"))
+    );
+    assert_eq!(switches[1]["turn"], 2);
+    assert!(switches[1]["reason"].as_str().unwrap().contains("HTTP 400"));
+    let state = state_json(&repo, &run_id);
+    assert_eq!(stage_record(&state, "code")["status"], "succeeded");
+}
