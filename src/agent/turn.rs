@@ -74,33 +74,36 @@ impl Agent<'_> {
         on_turn: &(dyn Fn(u32, TokenCount) + Sync),
     ) -> Step<(ChatMessage, Option<String>)> {
         let started = std::time::Instant::now();
-        let resp = loop {
-            // Compaction and time-budget hook: sends the (compacted) request.
-            let sent = compact::send_turn(
-                model,
-                &self.req,
-                turn,
-                &mut self.compactor,
-                &mut self.tracker,
-                log,
-            )
-            .await?;
-            match sent {
-                compact::Sent::Reply(r) => break r,
-                compact::Sent::OutOfBudget(why) => {
-                    log.append(&budget_exceeded(turn, None, &why))?;
-                    return Ok(Break(AgentEnd::Budget(why)));
-                }
-                // The schema the loop switched to was refused: again, native.
-                compact::Sent::Failed(e) if self.schema_refused(turn, &e, log)? => continue,
-                compact::Sent::Failed(e) => {
-                    log.append(&ActionEvent::ModelError(event::ModelError {
-                        turn,
-                        error: format!("failed to {e}"),
-                        retry: None,
-                    }))?;
-                    return Ok(Break(AgentEnd::ModelError(e)));
-                }
+        // Compaction and time-budget hook: sends the (compacted) request.
+        let mut sent = compact::send_turn(
+            model,
+            &self.req,
+            turn,
+            &mut self.compactor,
+            &mut self.tracker,
+            log,
+        )
+        .await?;
+        // The schema the loop switched to was refused: the turn again, native.
+        if let compact::Sent::Failed(e) = &sent
+            && self.schema_refused(turn, e, log)?
+        {
+            let (c, t) = (&mut self.compactor, &mut self.tracker);
+            sent = compact::send_turn(model, &self.req, turn, c, t, log).await?;
+        }
+        let resp = match sent {
+            compact::Sent::Reply(r) => r,
+            compact::Sent::OutOfBudget(why) => {
+                log.append(&budget_exceeded(turn, None, &why))?;
+                return Ok(Break(AgentEnd::Budget(why)));
+            }
+            compact::Sent::Failed(e) => {
+                log.append(&ActionEvent::ModelError(event::ModelError {
+                    turn,
+                    error: format!("failed to {e}"),
+                    retry: None,
+                }))?;
+                return Ok(Break(AgentEnd::ModelError(e)));
             }
         };
         let usage = resp.usage;
