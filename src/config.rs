@@ -667,6 +667,27 @@ mod bounds_tests {
     }
 
     #[test]
+    fn tool_calling_and_constrained_dialect_are_profile_keys() {
+        let r = resolve_text(
+            "default_profile = \"p\"\n[profiles.p]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\ntool_calling = \"text\"\nconstrained_dialect = \"vllm\"\n",
+        )
+        .unwrap();
+        let s = r.model_settings().unwrap();
+        assert_eq!(s.tool_calling, crate::llm::ToolCalling::Text);
+        assert_eq!(s.constrained_dialect, crate::llm::ConstrainedDialect::Vllm);
+        let d = resolve_text("").unwrap();
+        assert_eq!(d.tool_calling.value, crate::llm::ToolCalling::Auto);
+        assert_eq!(
+            d.constrained_dialect.value,
+            crate::llm::ConstrainedDialect::OpenAi
+        );
+        let err =
+            resolve_text("default_profile = \"p\"\n[profiles.p]\ntool_calling = \"grammar\"\n")
+                .unwrap_err();
+        assert!(err.to_string().contains(":3:"), "{err}");
+    }
+
+    #[test]
     fn request_deadline_and_max_reply_bytes_are_profile_keys() {
         let r = resolve_text(
             "default_profile = \"p\"\n[profiles.p]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nrequest_deadline = 30\nmax_reply_bytes = 4096\n",

@@ -836,6 +836,14 @@ mod tests {
         assert_eq!((err.line, err.column), (3, 14));
         assert!(err.message.contains("expected 0 to 2"), "{err}");
         assert!(parse_role("---\nname: a\ntool_choice: sometimes\n---\n", "<t>").is_err());
+        let role = parse_role("---\nname: a\ntool_calling: constrained\n---\n", "<t>").unwrap();
+        assert_eq!(
+            role.tool_calling,
+            Some(crate::llm::ToolCalling::Constrained)
+        );
+        assert!(role.warnings.is_empty(), "{:?}", role.warnings);
+        let err = parse_role("---\nname: a\ntool_calling: grammar\n---\n", "<t>").unwrap_err();
+        assert!(err.to_string().contains(":3:"), "{err}");
     }
 
     #[test]
