@@ -19,6 +19,8 @@
 //! seed = 7
 //! max_tokens = 2048          # cap on one reply; default 4096, 0 sends none
 //! tool_choice = "required"   # or "auto" (what is sent when unset)
+//! tool_calling = "constrained"   # or "auto" (default), "native", "text"
+//! constrained_dialect = "llamacpp"   # or "openai" (default), "vllm", "ollama"
 //!
 //! [prices."qwen2.5-coder"]
 //! prompt = 0
@@ -55,7 +57,7 @@
 
 use crate::llm::openai::ModelSettings;
 use crate::llm::price::{BUILTIN_PRICES_DATE, Price, PriceTable};
-use crate::llm::settings::{Sampling, ToolChoice};
+use crate::llm::settings::{ConstrainedDialect, Sampling, ToolCalling, ToolChoice};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -114,6 +116,10 @@ pub struct ResolvedConfig {
     pub max_tokens: Setting<Option<u64>>,
     /// `tool_choice`; `None`: `auto` is sent when tools are offered.
     pub tool_choice: Option<Setting<ToolChoice>>,
+    /// `tool_calling`: native, constrained or text calls (default `auto`).
+    pub tool_calling: Setting<ToolCalling>,
+    /// `constrained_dialect`: where a constrained turn's schema goes.
+    pub constrained_dialect: Setting<ConstrainedDialect>,
     /// Prices by model, built-in ones overridden by the files.
     pub prices: PriceTable,
     /// Where each price in `prices` came from.
@@ -189,6 +195,8 @@ impl ResolvedConfig {
             max_tokens: self.max_tokens.value,
             tool_choice: self.tool_choice.as_ref().map(|t| t.value),
         };
+        s.tool_calling = self.tool_calling.value;
+        s.constrained_dialect = self.constrained_dialect.value;
         Ok(s)
     }
 }
@@ -377,6 +385,8 @@ pub fn resolve(
         seed: s.get(&SEED)?,
         max_tokens: s.get(&MAX_TOKENS)?,
         tool_choice: s.get(&TOOL_CHOICE)?,
+        tool_calling: s.get(&TOOL_CALLING)?,
+        constrained_dialect: s.get(&CONSTRAINED_DIALECT)?,
         memory: s.get(&MEMORY)?,
         model_aliases: loaded
             .iter()
@@ -654,6 +664,27 @@ mod bounds_tests {
             err.to_string(),
             "use ORCH_LANE_POOL=65: expected a number of lanes from 0 (no pool) to 64"
         );
+    }
+
+    #[test]
+    fn tool_calling_and_constrained_dialect_are_profile_keys() {
+        let r = resolve_text(
+            "default_profile = \"p\"\n[profiles.p]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\ntool_calling = \"text\"\nconstrained_dialect = \"vllm\"\n",
+        )
+        .unwrap();
+        let s = r.model_settings().unwrap();
+        assert_eq!(s.tool_calling, crate::llm::ToolCalling::Text);
+        assert_eq!(s.constrained_dialect, crate::llm::ConstrainedDialect::Vllm);
+        let d = resolve_text("").unwrap();
+        assert_eq!(d.tool_calling.value, crate::llm::ToolCalling::Auto);
+        assert_eq!(
+            d.constrained_dialect.value,
+            crate::llm::ConstrainedDialect::OpenAi
+        );
+        let err =
+            resolve_text("default_profile = \"p\"\n[profiles.p]\ntool_calling = \"grammar\"\n")
+                .unwrap_err();
+        assert!(err.to_string().contains(":3:"), "{err}");
     }
 
     #[test]

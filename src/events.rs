@@ -413,6 +413,7 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         | ActionEvent::Retry(_)
         | ActionEvent::StreamFallback(_)
         | ActionEvent::ToolCallsRecovered(_)
+        | ActionEvent::ToolCallingSwitch(_)
         | ActionEvent::Compaction(_)
         | ActionEvent::ModelError(_)
         | ActionEvent::ToolFault(_)

@@ -3,8 +3,8 @@
 //! The format is compatible with Claude Code agent files (`name`,
 //! `description`, `tools`, `model`, `color`) plus orch's own keys
 //! (`read_only`, `max_turns`, `bash`, `result`) and sampling keys
-//! (`temperature`, `seed`, `max_tokens`, `tool_choice`) that override the
-//! profile for this role's stages. The body after the front matter is the
+//! (`temperature`, `seed`, `max_tokens`, `tool_choice`) and `tool_calling`
+//! that override the profile for this role's stages. The body after the front matter is the
 //! system prompt template, kept verbatim apart from surrounding blank lines.
 //!
 //! Claude Code files load unchanged: a tool orch does not have (`WebFetch`,
@@ -55,6 +55,7 @@ const KNOWN_KEYS: &[&str] = &[
     "max_tokens",
     "tool_choice",
     "text_edits",
+    "tool_calling",
     "permissionMode",
     "disallowedTools",
     "maxTurns",
@@ -103,6 +104,10 @@ pub struct Role {
     /// [`crate::llm::textedits::text_edits_enabled`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text_edits: Option<bool>,
+    /// `tool_calling:` — how this role's stages ask for tool calls,
+    /// overriding the profile's (`auto`, `native`, `constrained`, `text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calling: Option<crate::llm::ToolCalling>,
     /// What was not taken from the file: tools orch does not have (not
     /// offered) and keys it does not know (ignored), one line each.
     #[serde(default)]
@@ -254,6 +259,7 @@ struct RoleSpec {
     tool_choice: Option<crate::llm::ToolChoice>,
     #[serde(default)]
     text_edits: Option<bool>,
+    tool_calling: Option<crate::llm::ToolCalling>,
     #[serde(default)]
     sandbox: Option<Spanned<String>>,
     #[serde(default)]
@@ -464,6 +470,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         text_result: spec.result == ResultSpec::Text,
         sampling,
         text_edits: spec.text_edits,
+        tool_calling: spec.tool_calling,
         warnings,
         sandbox,
         network,
@@ -855,6 +862,14 @@ mod tests {
         assert_eq!((err.line, err.column), (3, 14));
         assert!(err.message.contains("expected 0 to 2"), "{err}");
         assert!(parse_role("---\nname: a\ntool_choice: sometimes\n---\n", "<t>").is_err());
+        let role = parse_role("---\nname: a\ntool_calling: constrained\n---\n", "<t>").unwrap();
+        assert_eq!(
+            role.tool_calling,
+            Some(crate::llm::ToolCalling::Constrained)
+        );
+        assert!(role.warnings.is_empty(), "{:?}", role.warnings);
+        let err = parse_role("---\nname: a\ntool_calling: grammar\n---\n", "<t>").unwrap_err();
+        assert!(err.to_string().contains(":3:"), "{err}");
     }
 
     #[test]

@@ -359,6 +359,7 @@ impl Compactor {
             messages: out,
             tools: full.tools.clone(),
             agent_path: full.agent_path.clone(),
+            call_mode: full.call_mode,
         })
     }
 }

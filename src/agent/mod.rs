@@ -15,6 +15,7 @@
 //! happens, so a killed process loses at most the turn in flight.
 
 pub(crate) mod budget;
+mod calling;
 pub(crate) mod compact;
 pub(crate) mod instructions;
 pub(crate) mod outcome;
@@ -174,6 +175,8 @@ pub(crate) struct Agent<'c> {
     repeats: repeat::RepeatGuard,
     /// Nudged since the last tool call (one nudge, then the stage fails).
     nudged: bool,
+    /// How turns ask for tool calls ([`crate::llm::constrained`]).
+    calling: crate::llm::constrained::CallState,
 }
 
 impl<'c> Agent<'c> {
@@ -188,6 +191,9 @@ impl<'c> Agent<'c> {
         cfg: &'c AgentConfig,
         log: &mut ActionLog,
     ) -> Result<Agent<'c>, RecordError> {
+        // Native, constrained or text calls: the profile's (or the role's)
+        // `tool_calling`, switched at most once by the loop ([`calling`]).
+        let calling = crate::llm::constrained::CallState::new(model.tool_calling());
         let req = ChatRequest {
             messages: vec![
                 ChatMessage::system(cfg.system_prompt.clone()),
@@ -195,6 +201,7 @@ impl<'c> Agent<'c> {
             ],
             tools: tools::offered(tool_ctx),
             agent_path: cfg.agent_path.clone(),
+            call_mode: calling.mode(),
         };
         // Budget and compaction state (src/agent/budget.rs, compact.rs): `req`
         // keeps the whole conversation; each turn sends a compacted view of it.
@@ -234,6 +241,7 @@ impl<'c> Agent<'c> {
             compactor,
             repeats: repeat::RepeatGuard::default(),
             nudged: false,
+            calling,
         })
     }
 

@@ -76,7 +76,7 @@ impl Agent<'_> {
     ) -> Step<(ChatMessage, Option<String>)> {
         let started = std::time::Instant::now();
         // Compaction and time-budget hook: sends the (compacted) request.
-        let sent = compact::send_turn(
+        let mut sent = compact::send_turn(
             model,
             &self.req,
             turn,
@@ -85,6 +85,13 @@ impl Agent<'_> {
             log,
         )
         .await?;
+        // The schema the loop switched to was refused: the turn again, native.
+        if let compact::Sent::Failed(e) = &sent
+            && self.schema_refused(turn, e, log)?
+        {
+            let (c, t) = (&mut self.compactor, &mut self.tracker);
+            sent = compact::send_turn(model, &self.req, turn, c, t, log).await?;
+        }
         let resp = match sent {
             compact::Sent::Reply(r) => r,
             compact::Sent::OutOfBudget(why) => {
@@ -135,6 +142,7 @@ impl Agent<'_> {
                     tool_calls: logged_calls(&msg.tool_calls),
                 },
             ))?;
+            self.text_instead_of_call(turn, "the model wrote its tool call as text", log)?;
         }
         Ok(Continue((msg, resp.finish_reason)))
     }

@@ -19,7 +19,8 @@ use crate::llm::openai::{
     DEFAULT_RETRY_MAX_TOTAL, DEFAULT_STREAM_IDLE_TIMEOUT,
 };
 use crate::llm::settings::{
-    DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS, DEFAULT_REQUEST_DEADLINE, ToolChoice,
+    ConstrainedDialect, DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS, DEFAULT_REQUEST_DEADLINE,
+    ToolCalling, ToolChoice,
 };
 use crate::memory::MemoryMode;
 use std::time::Duration;
@@ -362,6 +363,29 @@ pub(super) const TOOL_CHOICE: Key<ToolChoice, ToolChoice, Optional> = Key {
     file: FileKey::Profile(|p| p.tool_choice.as_ref()),
     check: any,
     default: Optional,
+};
+
+/// `tool_calling` (default `auto`: native, switched to constrained when the
+/// model writes its calls as text).
+pub(super) const TOOL_CALLING: Key<ToolCalling, ToolCalling, Or<ToolCalling>> = Key {
+    flag: None,
+    env: None,
+    file: FileKey::Profile(|p| p.tool_calling.as_ref()),
+    check: any,
+    default: Or(ToolCalling::Auto),
+};
+
+/// `constrained_dialect` (default `openai`: `response_format`).
+pub(super) const CONSTRAINED_DIALECT: Key<
+    ConstrainedDialect,
+    ConstrainedDialect,
+    Or<ConstrainedDialect>,
+> = Key {
+    flag: None,
+    env: None,
+    file: FileKey::Profile(|p| p.constrained_dialect.as_ref()),
+    check: any,
+    default: Or(ConstrainedDialect::OpenAi),
 };
 
 /// `memory =` (a top-level key; default `propose`).

@@ -2,7 +2,7 @@
 //! value came from, the flags, and the file format as parsed.
 
 use crate::llm::price::Price;
-use crate::llm::settings::{Sampling, ToolChoice};
+use crate::llm::settings::{ConstrainedDialect, Sampling, ToolCalling, ToolChoice};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -224,6 +224,12 @@ pub(super) struct ProfileSpec {
     pub(super) max_tokens: Option<Spanned<u64>>,
     #[serde(default)]
     pub(super) tool_choice: Option<Spanned<ToolChoice>>,
+    /// `auto`, `native`, `constrained` or `text`.
+    #[serde(default)]
+    pub(super) tool_calling: Option<Spanned<ToolCalling>>,
+    /// `openai`, `llamacpp`, `vllm` or `ollama`.
+    #[serde(default)]
+    pub(super) constrained_dialect: Option<Spanned<ConstrainedDialect>>,
 }
 
 /// One parsed file, with its text for turning spans into lines.

@@ -2,12 +2,13 @@
 //! [`ChatModel`] trait every backend implements, the HTTP client
 //! ([`openai`] with its [`settings`], streaming over SSE decoded by [`sse`]
 //! and assembled by [`stream`], retries in [`retry`]), the offline replay model ([`replay`]), token
-//! prices ([`price`]) and the recovery of tool calls written as text
-//! ([`textcalls`]).
+//! prices ([`price`]), the recovery of tool calls written as text
+//! ([`textcalls`]) and constrained tool calls ([`constrained`]).
 //!
 //! See `docs/model-client.md` for the user-facing behaviour (streaming,
 //! retry schedule, error classes, configuration, prices).
 
+pub mod constrained;
 mod error;
 pub mod openai;
 pub mod price;
@@ -22,7 +23,7 @@ mod usage;
 
 pub use error::LlmError;
 pub use price::{Price, PriceTable, cost_usd};
-pub use settings::{Sampling, ToolChoice};
+pub use settings::{CallMode, ConstrainedDialect, Sampling, ToolCalling, ToolChoice};
 pub use usage::Usage;
 pub(crate) use usage::reported_cost;
 
@@ -173,6 +174,9 @@ pub struct ChatRequest {
     /// Where this agent sits in the run, e.g. `code` or `code/explore-1`; sent as
     /// the `X-Orch-Agent` header and used by the replay model to pick a script.
     pub agent_path: String,
+    /// How this turn asks for tool calls ([`constrained`]); `Native` sends
+    /// the `tools` array as always.
+    pub call_mode: CallMode,
 }
 
 /// A model's answer.
@@ -295,6 +299,19 @@ pub trait ChatModel: Send + Sync {
     fn spawn_settings(&self) -> Option<ModelSpawn> {
         None
     }
+
+    /// How this backend's profile asks for tool calls (`tool_calling`);
+    /// default `auto`.
+    fn tool_calling(&self) -> ToolCalling {
+        ToolCalling::Auto
+    }
+
+    /// The same backend with `tool_calling` set to `setting` (a role's
+    /// `tool_calling:`), or `None` when it has no such setting.
+    fn with_tool_calling(&self, setting: ToolCalling) -> Option<std::sync::Arc<dyn ChatModel>> {
+        let _ = setting;
+        None
+    }
     // A method added here needs its forward in `impl<W: ModelWrapper>
     // ChatModel for W` below, or every wrapped model falls back to the default.
 }
@@ -382,6 +399,14 @@ impl<W: ModelWrapper> ChatModel for W {
 
     fn spawn_settings(&self) -> Option<ModelSpawn> {
         self.inner().spawn_settings()
+    }
+
+    fn tool_calling(&self) -> ToolCalling {
+        self.inner().tool_calling()
+    }
+
+    fn with_tool_calling(&self, setting: ToolCalling) -> Option<std::sync::Arc<dyn ChatModel>> {
+        self.inner().with_tool_calling(setting)
     }
 }
 

@@ -42,6 +42,10 @@
 //!   `temperature`, `seed`, `max_tokens` and `tool_choice` only as the
 //!   settings say, and every returned tool call has an id unique in the
 //!   conversation.
+//! - A request's [`super::CallMode`] shapes it: `Native` (the default) is
+//!   the body as always; `Constrained` and `Text` send no `tools`, describe
+//!   them in the system prompt, and `Constrained` adds the call schema and
+//!   takes the reply's JSON as the call ([`super::constrained`]).
 //! - Usage comes from the server when it reports it, else it is estimated
 //!   (bytes / 4) and marked [`Usage::estimated`].
 //!
@@ -686,6 +690,21 @@ impl ChatModel for OpenAiClient {
 
     fn take_retries(&self, agent_path: &str) -> Vec<super::RetryNote> {
         OpenAiClient::take_retries(self, agent_path)
+    }
+
+    fn tool_calling(&self) -> super::ToolCalling {
+        self.settings.tool_calling
+    }
+
+    fn with_tool_calling(
+        &self,
+        setting: super::ToolCalling,
+    ) -> Option<std::sync::Arc<dyn ChatModel>> {
+        let mut settings = self.settings.clone();
+        settings.tool_calling = setting;
+        OpenAiClient::new(settings)
+            .ok()
+            .map(|c| std::sync::Arc::new(c) as std::sync::Arc<dyn ChatModel>)
     }
 
     fn spawn_settings(&self) -> Option<super::ModelSpawn> {

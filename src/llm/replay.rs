@@ -333,6 +333,7 @@ mod tests {
                 parameters: serde_json::json!({"type": "object"}),
             }],
             agent_path: agent.to_owned(),
+            call_mode: crate::llm::CallMode::Native,
         }
     }
 

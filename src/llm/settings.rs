@@ -135,6 +135,110 @@ impl fmt::Display for ToolChoice {
     }
 }
 
+/// How tool calls are asked for (`tool_calling` in a profile or a role's
+/// front matter; see `docs/model-client.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolCalling {
+    /// Native `tools` (the default); an agent whose model answers a turn
+    /// that should have been a call with text instead switches to
+    /// [`ToolCalling::Constrained`] for its following turns, once.
+    #[default]
+    Auto,
+    /// Native `tools` only; never switched.
+    Native,
+    /// Every turn under a JSON schema admitting exactly one offered call
+    /// ([`super::constrained`]).
+    Constrained,
+    /// No `tools` and no schema: the tools are described in the system
+    /// prompt and calls are recovered from the reply's text.
+    Text,
+}
+
+impl ToolCalling {
+    /// The wire value: `auto`, `native`, `constrained` or `text`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolCalling::Auto => "auto",
+            ToolCalling::Native => "native",
+            ToolCalling::Constrained => "constrained",
+            ToolCalling::Text => "text",
+        }
+    }
+
+    /// How the first turn asks for calls.
+    pub fn first_mode(self) -> CallMode {
+        match self {
+            ToolCalling::Auto | ToolCalling::Native => CallMode::Native,
+            ToolCalling::Constrained => CallMode::Constrained,
+            ToolCalling::Text => CallMode::Text,
+        }
+    }
+}
+
+impl std::str::FromStr for ToolCalling {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(ToolCalling::Auto),
+            "native" => Ok(ToolCalling::Native),
+            "constrained" => Ok(ToolCalling::Constrained),
+            "text" => Ok(ToolCalling::Text),
+            other => Err(format!(
+                "unknown tool_calling `{other}`: expected `auto`, `native`, `constrained` or `text`"
+            )),
+        }
+    }
+}
+
+/// How one request asks for tool calls (what [`ToolCalling`] comes to on a
+/// given turn).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CallMode {
+    /// The `tools` array (and `tool_choice`): the request as it always was.
+    #[default]
+    Native,
+    /// No `tools`; a JSON schema admitting one offered call, the tools
+    /// described in the system prompt; the reply's JSON is the call.
+    Constrained,
+    /// No `tools`, no schema; the tools described in the system prompt.
+    Text,
+}
+
+/// Which request field carries a constrained turn's JSON schema
+/// (`constrained_dialect` in a profile).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConstrainedDialect {
+    /// `response_format: {"type": "json_schema", "json_schema": {"name",
+    /// "schema"}}` (OpenAI's shape; llama.cpp, vLLM, Ollama's `/v1`,
+    /// LM Studio read it). The default.
+    #[default]
+    OpenAi,
+    /// llama.cpp's own top-level `json_schema` (every llama.cpp build,
+    /// also those that read `response_format` differently).
+    LlamaCpp,
+    /// vLLM's `structured_outputs: {"json": …}` (vLLM 0.10.2 and later;
+    /// `guided_json` was removed in 0.12).
+    Vllm,
+    /// Ollama: its `/v1` endpoint maps `response_format` onto its native
+    /// `format`, so this sends what [`ConstrainedDialect::OpenAi`] sends.
+    Ollama,
+}
+
+impl ConstrainedDialect {
+    /// The configured name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConstrainedDialect::OpenAi => "openai",
+            ConstrainedDialect::LlamaCpp => "llamacpp",
+            ConstrainedDialect::Vllm => "vllm",
+            ConstrainedDialect::Ollama => "ollama",
+        }
+    }
+}
+
 /// Where and how to reach a model.
 #[derive(Clone)]
 pub struct ModelSettings {
@@ -182,6 +286,10 @@ pub struct ModelSettings {
     /// none (the server's own limit); `tool_choice` when tools are offered,
     /// `None` sending `auto` (requests without tools never carry one).
     pub sampling: Sampling,
+    /// How tool calls are asked for ([`ToolCalling`], default `auto`).
+    pub tool_calling: ToolCalling,
+    /// Where a constrained turn's schema goes ([`ConstrainedDialect`]).
+    pub constrained_dialect: ConstrainedDialect,
 }
 
 impl fmt::Debug for ModelSettings {
@@ -202,6 +310,8 @@ impl fmt::Debug for ModelSettings {
             .field("max_reply_bytes", &self.max_reply_bytes)
             .field("context_window", &self.context_window)
             .field("sampling", &self.sampling)
+            .field("tool_calling", &self.tool_calling)
+            .field("constrained_dialect", &self.constrained_dialect)
             .finish_non_exhaustive()
     }
 }
@@ -231,6 +341,8 @@ impl ModelSettings {
                 max_tokens: Some(DEFAULT_MAX_TOKENS),
                 ..Sampling::default()
             },
+            tool_calling: ToolCalling::Auto,
+            constrained_dialect: ConstrainedDialect::OpenAi,
         }
     }
 

@@ -79,13 +79,14 @@ pub enum TextEdit {
 }
 
 /// Whether text edits are applied for a role whose own setting is
-/// `explicit` (`text_edits:` in its front matter): what it says, else on.
-///
-/// The one place the default is decided. Issue 28 wants it on by default
-/// only for profiles whose `tool_calling` is `constrained` or `text`; that
-/// setting lands separately, and is to be passed in here.
-pub fn text_edits_enabled(explicit: Option<bool>) -> bool {
-    explicit.unwrap_or(true)
+/// `explicit` (`text_edits:` in its front matter) under a model whose
+/// `tool_calling` is `calling`: what the role says, else on unless the
+/// profile (or role) said `native` — a model that only ever calls tools
+/// natively has no use for edits recovered from its prose. `auto` counts
+/// as not native: it is the setting under which a model that writes calls
+/// as text is switched to constrained calls.
+pub fn text_edits_enabled(explicit: Option<bool>, calling: crate::llm::ToolCalling) -> bool {
+    explicit.unwrap_or(calling != crate::llm::ToolCalling::Native)
 }
 
 /// The edits `text` is written as, and in which format; `None` when it is
@@ -571,8 +572,12 @@ mod tests {
 
     #[test]
     fn text_edits_are_on_unless_set_off() {
-        assert!(text_edits_enabled(None));
-        assert!(text_edits_enabled(Some(true)));
-        assert!(!text_edits_enabled(Some(false)));
+        use crate::llm::ToolCalling::{Auto, Constrained, Native, Text};
+        for calling in [Auto, Constrained, Text] {
+            assert!(text_edits_enabled(None, calling));
+        }
+        assert!(!text_edits_enabled(None, Native));
+        assert!(text_edits_enabled(Some(true), Native));
+        assert!(!text_edits_enabled(Some(false), Text));
     }
 }

@@ -387,6 +387,7 @@ pub(crate) fn request(
         messages: vec![ChatMessage::system(system), ChatMessage::user(user)],
         tools: Vec::new(),
         agent_path,
+        call_mode: crate::llm::CallMode::Native,
     }
 }
 

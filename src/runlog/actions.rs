@@ -107,6 +107,7 @@ mod tests {
             turn: 1,
             messages: 2,
             approx_bytes: 3,
+            ..Default::default()
         });
         log.append(&request).unwrap();
         log.append(&ActionEvent::MemoryUses(event::MemoryUses {

@@ -64,6 +64,8 @@ pub(crate) enum ActionEvent {
     Response(Response),
     /// Tool calls the model wrote as text, recovered.
     ToolCallsRecovered(ToolCallsRecovered),
+    /// The agent's turns switched how they ask for tool calls.
+    ToolCallingSwitch(ToolCallingSwitch),
     /// One tool call and its result.
     Tool(Tool),
     /// The conversation was compacted.
@@ -314,6 +316,24 @@ pub(crate) struct Request {
     pub messages: usize,
     /// Of the request sent, after compaction.
     pub approx_bytes: usize,
+    /// The turn asked for one call under a JSON schema (left out when not).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tool_calls_constrained: bool,
+    /// The turn sent no tools and asked for calls as text (left out when not).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tool_calls_as_text: bool,
+}
+
+/// `tool_calling_switch`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ToolCallingSwitch {
+    pub turn: u32,
+    /// `native`.
+    pub from: String,
+    /// `constrained`.
+    pub to: String,
+    pub reason: String,
 }
 
 /// `retry`.

@@ -99,6 +99,9 @@ fn stage_model(
         .then(|| model.with_sampling(&role.sampling))
         .flatten();
     let model = sampled.as_ref().unwrap_or(model);
+    // A role's `tool_calling:` overrides the profile's.
+    let calling = role.tool_calling.and_then(|t| model.with_tool_calling(t));
+    let model = calling.as_ref().unwrap_or(model);
     log.append(&ActionEvent::StageStart(event::StageStart {
         run: ctx.run_id.to_string(),
         stage: id.to_owned(),
@@ -198,7 +201,7 @@ impl<'a> StageRun<'a> {
             require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
             text_result: role.text_result || stage.text_result,
             text_tool_calls: stage.text_tool_calls,
-            text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits),
+            text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits, model.tool_calling()),
         };
         Ok(Self {
             ctx,

@@ -732,6 +732,7 @@ impl<'a> Session<'a> {
                 messages: self.messages.clone(),
                 tools: tools.clone(),
                 agent_path: AGENT_PATH.into(),
+                call_mode: crate::llm::CallMode::Native,
             };
             let (model, tool_choice, why) = self.request_model();
             self.record.log(&SetupEvent::Request(event::Request {

@@ -164,7 +164,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         // `orch agent` and subagents answer whoever asked: text is a result.
         text_result: true,
         text_tool_calls: true,
-        text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits),
+        text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits, opts.model.tool_calling()),
         budget: budget.clone(),
         compaction: opts.compaction,
     };
@@ -375,6 +375,7 @@ mod tests {
             messages: vec![ChatMessage::system("s"), ChatMessage::user("t")],
             tools: vec![],
             agent_path: "p/explore-1".into(),
+            call_mode: crate::llm::CallMode::Native,
         }
     }
 

@@ -25,6 +25,7 @@ async fn complete(s: ModelSettings) -> Result<ChatResponse, LlmError> {
         messages: vec![ChatMessage::system("sys"), ChatMessage::user("go")],
         tools: Vec::new(),
         agent_path: "code".into(),
+        call_mode: orch::llm::CallMode::Native,
     };
     tokio::time::timeout(AWAIT_LIMIT, client.complete(&req))
         .await

@@ -35,6 +35,7 @@ fn request(agent: &str) -> ChatRequest {
         ],
         tools: Vec::new(),
         agent_path: agent.to_owned(),
+        call_mode: orch::llm::CallMode::Native,
     }
 }
 
@@ -158,6 +159,7 @@ async fn llm_request_carries_model_messages_tools_and_headers() {
         ],
         tools: vec![read_file_tool()],
         agent_path: "code/explore-1".into(),
+        call_mode: orch::llm::CallMode::Native,
     };
     // A trailing slash on the base URL is tolerated.
     let mut s = settings(&server);

@@ -58,6 +58,7 @@ fn tool_turn_request(agent: &str, tools: Vec<ToolDef>) -> ChatRequest {
         ],
         tools,
         agent_path: agent.to_owned(),
+        call_mode: orch::llm::CallMode::Native,
     }
 }
 

@@ -34,6 +34,7 @@ async fn the_client_reports_each_retry_to_the_agent_that_sent_the_request() {
         messages: vec![ChatMessage::system("Be terse."), ChatMessage::user("Hi.")],
         tools: Vec::new(),
         agent_path: agent.to_owned(),
+        call_mode: orch::llm::CallMode::Native,
     };
     let model: &dyn ChatModel = &client;
     for agent in ["code", "review"] {

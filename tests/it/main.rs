@@ -9,6 +9,7 @@
     clippy::print_stderr
 )]
 
+mod constrained;
 mod support;
 
 mod agent_files;

@@ -239,6 +239,12 @@ fn results_of(server: &FakeServer, i: usize) -> Vec<String> {
 #[test]
 fn tool_calls_written_as_text_run_like_native_ones() {
     let repo = buggy_repo();
+    // Text recovery itself: a `native` profile, so no turn switches to
+    // constrained calls (`tool_calling` defaults to `auto`; tests/it/constrained.rs).
+    repo.write(
+        ".orch/orch.toml",
+        "default_profile = \"p\"\n\n[profiles.p]\ntool_calling = \"native\"\n",
+    );
     let dir = tempfile::tempdir().unwrap();
     let server = FakeServer::start(Script::new().agent(
         "code",

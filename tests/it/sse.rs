@@ -24,6 +24,7 @@ fn request() -> ChatRequest {
         messages: vec![ChatMessage::system("sys"), ChatMessage::user("go")],
         tools: Vec::new(),
         agent_path: "code".into(),
+        call_mode: orch::llm::CallMode::Native,
     }
 }
 

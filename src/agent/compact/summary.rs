@@ -44,6 +44,7 @@ impl Compactor {
             messages: vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(text)],
             tools: Vec::new(),
             agent_path: format!("{}{SUMMARY_AGENT_SUFFIX}", full.agent_path),
+            call_mode: crate::llm::CallMode::Native,
         };
         let resp = match tracker.bounded(model.complete(&req)).await {
             Err(why) => return Err(why),

@@ -50,6 +50,7 @@ fn conversation(n: usize) -> ChatRequest {
         messages,
         tools: Vec::new(),
         agent_path: "code".into(),
+        call_mode: crate::llm::CallMode::Native,
     }
 }
 
@@ -524,6 +525,7 @@ async fn an_unshrinkable_request_is_not_resent_but_fails_with_the_numbers() {
         ],
         tools: Vec::new(),
         agent_path: "code".into(),
+        call_mode: crate::llm::CallMode::Native,
     };
     let sent = send_turn(&model, &full, 1, &mut c, &mut tracker(), &mut log)
         .await

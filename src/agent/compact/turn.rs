@@ -78,6 +78,10 @@ pub(crate) async fn send_turn(
             turn,
             messages: req.messages.len(),
             approx_bytes: bytes,
+            tool_calls_constrained: crate::llm::constrained::effective_mode(&req)
+                == crate::llm::CallMode::Constrained,
+            tool_calls_as_text: crate::llm::constrained::effective_mode(&req)
+                == crate::llm::CallMode::Text,
         }))?;
         let result = tracker.bounded(model.complete(&req)).await;
         log_retries(model, &full.agent_path, turn, log)?;

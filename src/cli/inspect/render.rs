@@ -120,8 +120,24 @@ fn describe(event: &ActionEvent) -> String {
             e.used
         ),
         ActionEvent::Request(e) => format!(
-            "→ model turn {} ({} messages, ~{} bytes)",
-            e.turn, e.messages, e.approx_bytes
+            "→ model turn {} ({} messages, ~{} bytes{})",
+            e.turn,
+            e.messages,
+            e.approx_bytes,
+            if e.tool_calls_constrained {
+                ", one call under a JSON schema"
+            } else if e.tool_calls_as_text {
+                ", calls as text"
+            } else {
+                ""
+            }
+        ),
+        ActionEvent::ToolCallingSwitch(e) => format!(
+            "{}tool calls: {} → {}: {}",
+            turn(e.turn),
+            one(&e.from),
+            one(&e.to),
+            one(&e.reason)
         ),
         ActionEvent::Retry(e) => format!(
             "{}retry{}: attempt {}/{} failed{} ({}); waiting {}",

@@ -5,8 +5,9 @@
 use super::classify::Attempt;
 use super::client::OpenAiClient;
 use super::snippet::{compact, snippet};
+use crate::llm::constrained;
 use crate::llm::retry::{context_window_in_message, is_context_length_message};
-use crate::llm::settings::{Sampling, ToolChoice};
+use crate::llm::settings::{CallMode, Sampling, ToolChoice};
 use crate::llm::stream::{
     Assembled, MAX_TOOL_CALLS, oversize, reply_bytes, unique_call_ids, usage_of,
 };
@@ -25,13 +26,40 @@ impl OpenAiClient {
         stream: bool,
     ) -> Result<Vec<u8>, LlmError> {
         let settings = &self.settings;
-        let offers_tools = !req.tools.is_empty();
+        let mode = constrained::effective_mode(req);
+        // A constrained or text turn sends no `tools` (llama.cpp answers
+        // `tools` with a JSON schema by its generic tool-call format, which
+        // wraps the schema): the tools are described in the system prompt.
+        let tools: &[ToolDef] = match mode {
+            CallMode::Native => &req.tools,
+            CallMode::Constrained | CallMode::Text => &[],
+        };
+        let system = (mode != CallMode::Native)
+            .then(|| constrained::system_with_catalogue(&req.messages, &req.tools));
+        let mut messages: Vec<WireOutMessage> = Vec::with_capacity(req.messages.len() + 1);
+        let mut rest = req.messages.iter();
+        if let Some(system) = &system {
+            messages.push(WireOutMessage(system));
+            if req.messages.first().map(|m| m.role) == Some(MessageRole::System) {
+                rest.next();
+            }
+        }
+        messages.extend(rest.map(WireOutMessage));
+        let mut extra = serde_json::Map::new();
+        if mode == CallMode::Constrained {
+            let (field, value) = constrained::schema_field(
+                settings.constrained_dialect,
+                constrained::call_schema(&req.tools),
+            );
+            extra.insert(field.to_owned(), value);
+        }
+        let offers_tools = !tools.is_empty();
         let wants_mct = self.wants_max_completion_tokens();
         let sampling = settings.sampling;
         let wire = WireRequest {
             model: &settings.model,
-            messages: req.messages.iter().map(WireOutMessage).collect(),
-            tools: &req.tools,
+            messages,
+            tools,
             sampling: Sampling {
                 tool_choice: offers_tools.then(|| sampling.tool_choice.unwrap_or(ToolChoice::Auto)),
                 max_tokens: sampling.max_tokens.filter(|_| !wants_mct),
@@ -42,6 +70,7 @@ impl OpenAiClient {
             stream_options: stream.then_some(StreamOptions {
                 include_usage: true,
             }),
+            constrained: extra,
         };
         serde_json::to_vec(&wire).map_err(|e| {
             LlmError::Config(format!(
@@ -165,6 +194,10 @@ impl OpenAiClient {
 /// The response for the agent loop: call ids unique in the conversation,
 /// usage estimated when the server sent none.
 pub(super) fn finalize(req: &ChatRequest, mut assembled: Assembled) -> ChatResponse {
+    // A constrained turn's JSON reply is its call, taken like a native one.
+    if constrained::effective_mode(req) == CallMode::Constrained {
+        constrained::take_call(&mut assembled.message);
+    }
     unique_call_ids(&mut assembled.message, &req.messages);
     let mut usage = match assembled.usage {
         Some(usage) => usage,
@@ -193,6 +226,10 @@ pub(super) struct WireRequest<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+    /// A constrained turn's schema field ([`constrained::schema_field`]);
+    /// empty, and so absent, otherwise.
+    #[serde(flatten)]
+    constrained: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A message as sent: like [`ChatMessage`]'s own form, except that a
@@ -305,6 +342,57 @@ mod tests {
             Err(Attempt::StreamOnly(why)) => panic!("stream only: {why}"),
             Err(Attempt::WantsMaxCompletionTokens(e)) => Err(e),
         }
+    }
+
+    fn tool_request(mode: crate::llm::CallMode) -> ChatRequest {
+        ChatRequest {
+            messages: vec![ChatMessage::system("sys"), ChatMessage::user("task")],
+            tools: vec![ToolDef {
+                name: "bash",
+                description: "run",
+                parameters: serde_json::json!({"type": "object"}),
+            }],
+            agent_path: "code".into(),
+            call_mode: mode,
+        }
+    }
+
+    #[test]
+    fn a_native_request_body_is_byte_for_byte_what_it_was() {
+        let c = client();
+        let body = c
+            .request_body(&tool_request(crate::llm::CallMode::Native), true)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            NATIVE_BODY,
+            "a native request must stay byte-stable (prompt caching)"
+        );
+    }
+
+    /// The body main sent before constrained calls existed.
+    const NATIVE_BODY: &str = r#"{"model":"m","messages":[{"role":"system","content":"sys"},{"role":"user","content":"task"}],"tools":[{"function":{"description":"run","name":"bash","parameters":{"type":"object"}},"type":"function"}],"max_tokens":4096,"tool_choice":"auto","stream":true,"stream_options":{"include_usage":true}}"#;
+
+    #[test]
+    fn a_constrained_request_has_no_tools_a_catalogue_and_the_schema() {
+        let c = client();
+        let body = c
+            .request_body(&tool_request(crate::llm::CallMode::Constrained), false)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            v.get("tools").is_none() && v.get("tool_choice").is_none(),
+            "{v}"
+        );
+        assert_eq!(v["messages"].as_array().unwrap().len(), 2);
+        let system = v["messages"][0]["content"].as_str().unwrap();
+        assert!(system.starts_with("sys\n\n## Calling tools"), "{system}");
+        assert!(
+            system.contains("- bash: run Arguments: {\"type\":\"object\"}"),
+            "{system}"
+        );
+        let entry = &v["response_format"]["json_schema"]["schema"]["oneOf"][0];
+        assert_eq!(entry["properties"]["name"]["const"], "bash");
     }
 
     #[test]
