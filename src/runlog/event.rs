@@ -76,6 +76,9 @@ pub(crate) enum ActionEvent {
     ToolFault(ToolFault),
     /// A reviewer's verdict was read from its text.
     VerdictFromText(VerdictFromText),
+    /// A writing stage's prose was taken as its `finish`, for its verify
+    /// gate to judge.
+    FinishFromText(FinishFromText),
     /// A reply that gave no result, answered with a nudge.
     Nudge(Nudge),
     /// The same after the nudge: no result.
@@ -465,6 +468,15 @@ pub(crate) struct VerdictFromText {
     pub verdict: Option<Verdict>,
 }
 
+/// `finish_from_text`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct FinishFromText {
+    pub turn: u32,
+    /// Paths of the lane that differ from its start (git status).
+    pub changed_paths: usize,
+}
+
 /// `nudge`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -581,7 +593,8 @@ pub(crate) struct AgentEnd {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub(crate) struct StageEnd {
-    /// `succeeded` or `failed`.
+    /// `succeeded`, `failed` or `no_change` (a stage not `required` that
+    /// produced no result).
     pub status: String,
     pub commit: String,
     pub branch: String,
@@ -593,6 +606,10 @@ pub(crate) struct StageEnd {
     /// `pass`, `fail` or `null` (no gate).
     pub verify: Option<String>,
     pub verdict_from_text: bool,
+    /// The stage ended on prose taken as its `finish` after its verify passed.
+    pub finish_from_text: bool,
+    /// The reviewer approved again after it was told the change failed its verify.
+    pub approved_despite_failed_verify: bool,
     /// The lane watcher said what changed (false: the lane was walked).
     pub changes_from_watch: bool,
 }
