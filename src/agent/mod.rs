@@ -253,6 +253,8 @@ impl<'c> Agent<'c> {
     /// gate that did not pass).
     pub(crate) fn fail(&mut self, end: AgentEnd) {
         self.out.end = end;
+        // Prose is a finish only when the gate passes.
+        self.out.finish_from_text = false;
     }
 
     /// Tells an agent that ended on its own terms something new (a new user

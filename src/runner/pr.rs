@@ -192,15 +192,12 @@ pub(crate) fn pr_text(
     body.push_str(
         "\n## Provenance\n\n| stage | role | model | verdict | verify | tokens | cost |\n|---|---|---|---|---|---|---|\n",
     );
-    let ran_at_all = state
-        .stages
-        .iter()
-        .filter(|s| {
-            matches!(
-                s.status,
-                StageStatus::Succeeded | StageStatus::Failed | StageStatus::NoChange
-            )
-        });
+    let ran_at_all = state.stages.iter().filter(|s| {
+        matches!(
+            s.status,
+            StageStatus::Succeeded | StageStatus::Failed | StageStatus::NoChange
+        )
+    });
     for s in ran_at_all {
         let cost = s
             .budget

@@ -18,7 +18,7 @@ const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should
 const CHECK: &str =
     "grep -q 'a + b' calc.py || { echo 'FAIL: add(2, 3) still returns -1'; exit 1; }";
 /// A check no change of these scripts makes pass.
-const NEVER: &str = "grep -q 'a \\* b' calc.py || { echo 'FAIL: wanted a product'; exit 1; }";
+const NEVER: &str = "grep -q 'a [*] b' calc.py || { echo 'FAIL: wanted a product'; exit 1; }";
 /// The exit code of a run whose optional stage produced nothing (README).
 const OPTIONAL_NOT_DONE: i32 = 10;
 
@@ -50,9 +50,8 @@ fn pr_md(repo: &TestRepo, run_id: &str) -> String {
 fn prose_after_a_passing_verify_finishes_the_stage_from_text() {
     let repo = buggy_repo();
     let prose = "I changed add() in calc.py so it returns a + b. Done.";
-    let server = FakeServer::start(
-        Script::new().agent("code", vec![fix_add("c1"), Reply::text(prose)]),
-    );
+    let server =
+        FakeServer::start(Script::new().agent("code", vec![fix_add("c1"), Reply::text(prose)]));
     let yaml = format!("stages:\n  code:\n    role: coder\n    verify: \"{CHECK}\"\n");
     let (code, run_id) = run(&repo, &yaml, &server);
     assert_eq!(code, 0);
