@@ -167,10 +167,11 @@ impl<'a> StageRun<'a> {
             text_result: role.text_result || stage.text_result,
             text_tool_calls: stage.text_tool_calls,
             // A writing stage with a gate may end on prose; the gate judges it.
-            finish_from_text: !stage.verify.is_empty()
-                && !role.read_only
-                && !(role.text_result || stage.text_result)
-                && !requires_verdict(&ctx.plan.pipeline, stage),
+            finish_from_text: !(stage.verify.is_empty()
+                || role.read_only
+                || role.text_result
+                || stage.text_result
+                || requires_verdict(&ctx.plan.pipeline, stage)),
         };
         Ok(Self {
             ctx,
