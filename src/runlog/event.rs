@@ -606,9 +606,12 @@ pub(crate) struct StageEnd {
     /// `pass`, `fail` or `null` (no gate).
     pub verify: Option<String>,
     pub verdict_from_text: bool,
-    /// The stage ended on prose taken as its `finish` after its verify passed.
+    /// The stage ended on prose taken as its `finish` after its verify
+    /// passed (written only when true, as are the keys added after it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub finish_from_text: bool,
     /// The reviewer approved again after it was told the change failed its verify.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub approved_despite_failed_verify: bool,
     /// The lane watcher said what changed (false: the lane was walked).
     pub changes_from_watch: bool,
