@@ -180,7 +180,7 @@ fn check_verify(
         if verify.is_none() {
             return Err(err(
                 &rounds.referenced,
-                "verify_rounds needs a verify command on the same stage".into(),
+                "verify_rounds needs a verify command beside it (on the same stage, or both at the top level)".into(),
             ));
         }
         if rounds.value > MAX_VERIFY_ROUNDS {
