@@ -69,9 +69,7 @@ impl VerifyReport {
             if self.rounds.len() == 1 { "" } else { "s" }
         )
     }
-}
 
-impl VerifyReport {
     /// [`VerifyReport::line`], and when it failed the failing command's
     /// last lines of output: what a downstream stage is told.
     pub fn handoff(&self) -> String {
