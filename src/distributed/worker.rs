@@ -695,7 +695,10 @@ pub(crate) async fn claim_and_run(
         DistError::Refused(format!("find stage `{}` after running it", job.stage))
     })?;
     let interrupted = summary.state.status == RunStatus::Interrupted
-        || !matches!(record.status, StageStatus::Succeeded | StageStatus::Failed);
+        || !matches!(
+            record.status,
+            StageStatus::Succeeded | StageStatus::Failed | StageStatus::NoChange
+        );
     let run_status = if interrupted {
         summary.state.status
     } else {
