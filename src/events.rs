@@ -418,6 +418,7 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         | ActionEvent::ModelError(_)
         | ActionEvent::ToolFault(_)
         | ActionEvent::VerdictFromText(_)
+        | ActionEvent::FinishFromText(_)
         | ActionEvent::Nudge(_)
         | ActionEvent::NoResult(_)
         | ActionEvent::Stuck(_)

@@ -23,5 +23,9 @@ pub const NOT_READY: i32 = 8;
 /// `orch setup`: steps that change the system were not confirmed
 /// (headless without `--yes`, or the user said no); they did not run.
 pub const NOT_CONFIRMED: i32 = 9;
+/// The run succeeded (final branch and `pr.md` written) but a stage the
+/// pipeline does not require (`required: false`, e.g. the built-in `docs`)
+/// produced no result: it ended `no_change`, and `pr.md` says why.
+pub const OPTIONAL_NOT_DONE: i32 = 10;
 /// Interrupted (Ctrl-C); the run is resumable.
 pub const INTERRUPTED: i32 = 130;

@@ -58,6 +58,10 @@ pub(crate) struct AgentConfig {
     /// ([`crate::llm::textedits`]); only ever for a role offered the write
     /// tools.
     pub text_edits: bool,
+    /// A writing stage with a verify gate: a prose reply after the lane
+    /// changed ends the loop as its `finish`, for the gate to judge
+    /// ([`outcome::TextReply::FinishFromText`]).
+    pub finish_from_text: bool,
     /// Token, time and cost limits ([`budget`]).
     pub budget: crate::budget::StageBudget,
     /// When the conversation is condensed ([`compact`]).
@@ -138,6 +142,12 @@ pub(crate) struct AgentOutcome {
     pub verdict: Option<Verdict>,
     /// The verdict was read from the reviewer's text, not from `finish`.
     pub verdict_from_text: bool,
+    /// The agent's last end was a prose reply taken as its `finish`
+    /// (the verify gate judges it).
+    pub finish_from_text: bool,
+    /// A reviewer approved again after it was told the change it approves
+    /// failed its verify.
+    pub approved_despite_failed_verify: bool,
     /// Model turns used.
     pub turns: u32,
     /// Tokens used.
@@ -231,6 +241,8 @@ impl<'c> Agent<'c> {
                 summary: String::new(),
                 verdict: None,
                 verdict_from_text: false,
+                finish_from_text: false,
+                approved_despite_failed_verify: false,
                 turns: 0,
                 tokens: TokenCount::default(),
                 digest: Vec::new(),
@@ -254,6 +266,8 @@ impl<'c> Agent<'c> {
     /// gate that did not pass).
     pub(crate) fn fail(&mut self, end: AgentEnd) {
         self.out.end = end;
+        // Prose is a finish only when the gate passes.
+        self.out.finish_from_text = false;
     }
 
     /// Tells an agent that ended on its own terms something new (a new user
@@ -263,6 +277,24 @@ impl<'c> Agent<'c> {
         self.req.messages.push(ChatMessage::user(text));
         self.out.end = AgentEnd::TurnLimit;
         self.nudged = false;
+        // Its next end is judged afresh (by `finish` or by prose again).
+        self.out.finish_from_text = false;
+    }
+
+    /// Model turns used so far.
+    pub(crate) fn turns(&self) -> u32 {
+        self.out.turns
+    }
+
+    /// The verdict of the agent's last end.
+    pub(crate) fn verdict(&self) -> Option<Verdict> {
+        self.out.verdict
+    }
+
+    /// Records that a reviewer approved again after it was told the change
+    /// failed its verify.
+    pub(crate) fn approved_despite_failed_verify(&mut self) {
+        self.out.approved_despite_failed_verify = true;
     }
 
     /// The agent's outcome; writes `agent_end` to the log.

@@ -2,7 +2,10 @@
 //! or a failure. A stage succeeds by `finish`, or — for roles whose result is
 //! a text answer — by a non-empty text answer; nothing else may end it as a
 //! success (an empty reply, a reply cut off at the output limit, a writing
-//! role that talks instead of acting, a reviewer without a verdict).
+//! role that talks instead of acting, a reviewer without a verdict). One
+//! exception, for small models that write prose where `finish` belongs: a
+//! writing stage with a verify gate whose lane changed ends on its prose,
+//! and the gate decides (a failing gate goes back to the agent as usual).
 
 use crate::ids::Verdict;
 use regex::Regex;
@@ -18,6 +21,9 @@ pub(crate) const NUDGE_FINISH: &str = "You answered in text without calling a to
 pub(crate) const NUDGE_VERDICT: &str =
     "Call the `finish` tool with your summary and a verdict: `approve` or `request_changes`.";
 
+/// Bytes of a prose reply kept as the summary of a stage it finished.
+const PROSE_SUMMARY_CAP: usize = 4096;
+
 /// Who the agent is, as far as a text reply is concerned.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReplyRules {
@@ -25,6 +31,9 @@ pub(crate) struct ReplyRules {
     pub text_result: bool,
     /// A review stage: the result must carry a verdict.
     pub require_verdict: bool,
+    /// A writing stage with a verify gate whose lane has changed: a prose
+    /// reply is taken as its `finish`, for the gate to judge.
+    pub prose_finishes: bool,
 }
 
 /// What to do with a reply that has no tool calls.
@@ -35,6 +44,9 @@ pub(crate) enum TextReply {
         summary: String,
         verdict: Option<Verdict>,
     },
+    /// A writing stage's prose, taken as its `finish` (its summary) because
+    /// a verify gate will judge the lane it changed.
+    FinishFromText { summary: String },
     /// Tell the model this once, then let it answer again.
     Nudge(&'static str),
     /// The stage fails with this reason.
@@ -83,6 +95,11 @@ pub(crate) fn judge(
         return TextReply::Accept {
             summary: text.to_owned(),
             verdict: None,
+        };
+    }
+    if rules.prose_finishes {
+        return TextReply::FinishFromText {
+            summary: crate::text::cap_bytes(text, PROSE_SUMMARY_CAP),
         };
     }
     if nudged {
@@ -140,15 +157,46 @@ mod tests {
     const WRITER: ReplyRules = ReplyRules {
         text_result: false,
         require_verdict: false,
+        prose_finishes: false,
     };
     const EXPLORER: ReplyRules = ReplyRules {
         text_result: true,
         require_verdict: false,
+        prose_finishes: false,
     };
     const REVIEWER: ReplyRules = ReplyRules {
         text_result: false,
         require_verdict: true,
+        prose_finishes: false,
     };
+    /// A writer with a verify gate whose lane changed.
+    const GATED_WRITER: ReplyRules = ReplyRules {
+        prose_finishes: true,
+        ..WRITER
+    };
+
+    #[test]
+    fn a_gated_writers_prose_finishes_but_not_an_empty_or_cut_off_reply() {
+        assert_eq!(
+            judge(GATED_WRITER, Some(" I fixed it. "), Some("stop"), false),
+            TextReply::FinishFromText {
+                summary: "I fixed it.".into()
+            }
+        );
+        let long = "x".repeat(PROSE_SUMMARY_CAP * 2);
+        assert!(matches!(
+            judge(GATED_WRITER, Some(&long), None, true),
+            TextReply::FinishFromText { summary } if summary.len() <= PROSE_SUMMARY_CAP + 64
+        ));
+        assert_eq!(
+            judge(GATED_WRITER, Some(""), None, false),
+            TextReply::Nudge(NUDGE_EMPTY)
+        );
+        assert_eq!(
+            judge(GATED_WRITER, Some("half"), Some("length"), false),
+            TextReply::Nudge(NUDGE_LENGTH)
+        );
+    }
 
     #[test]
     fn verdicts_in_text() {

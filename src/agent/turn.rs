@@ -57,7 +57,9 @@ impl Agent<'_> {
             return Ok(Break(AgentEnd::Budget(why)));
         }
         if calls.is_empty() {
-            return self.judge_text(turn, content, finish_reason.as_deref(), log);
+            return self
+                .judge_text(tool_ctx, turn, content, finish_reason.as_deref(), log)
+                .await;
         }
         self.nudged = false;
         self.repeats.new_turn();
@@ -148,19 +150,39 @@ impl Agent<'_> {
     }
 
     /// A reply without tool calls: the result, a nudge (the loop goes on),
-    /// or no result ([`outcome::judge`]).
-    fn judge_text(
+    /// or no result ([`outcome::judge`]). A gated writing stage's prose is
+    /// its `finish` once its lane changed (git status, asked only then).
+    async fn judge_text(
         &mut self,
+        tool_ctx: &ToolContext,
         turn: u32,
         content: Option<String>,
         finish_reason: Option<&str>,
         log: &mut ActionLog,
     ) -> Step {
+        let prose = content.as_deref().is_some_and(|c| !c.trim().is_empty())
+            && finish_reason != Some("length");
+        let changed = if self.cfg.finish_from_text && prose {
+            changed_paths(tool_ctx).await
+        } else {
+            0
+        };
         let rules = outcome::ReplyRules {
             text_result: self.cfg.text_result,
             require_verdict: self.cfg.require_verdict,
+            prose_finishes: changed > 0,
         };
         match outcome::judge(rules, content.as_deref(), finish_reason, self.nudged) {
+            outcome::TextReply::FinishFromText { summary } => {
+                log.append(&ActionEvent::FinishFromText(event::FinishFromText {
+                    turn,
+                    changed_paths: changed,
+                }))?;
+                self.out.summary = summary;
+                self.out.verdict = None;
+                self.out.finish_from_text = true;
+                Ok(Break(AgentEnd::Answered))
+            }
             outcome::TextReply::Accept { summary, verdict } => {
                 if verdict.is_some() {
                     self.out.verdict_from_text = true;
@@ -506,6 +528,15 @@ fn answer_remaining(messages: &mut Vec<ChatMessage>, calls: &[ToolCall]) {
             ));
         }
     }
+}
+
+/// How many paths of the lane differ from its start commit (`git status`;
+/// 0 when git cannot say, so an unknown lane never lets prose finish).
+async fn changed_paths(tool_ctx: &ToolContext) -> usize {
+    let root = tool_ctx.root.clone();
+    tokio::task::spawn_blocking(move || crate::git::status_paths(&root).map_or(0, |p| p.len()))
+        .await
+        .unwrap_or(0)
 }
 
 /// Whether a `write_file` call's `content` is the text of the last tool

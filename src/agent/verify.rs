@@ -4,8 +4,14 @@
 //! commands are the pipeline author's). When one fails, its output goes back
 //! to the same agent as a new user message, up to `verify_rounds` more
 //! times; the stage succeeds only when every command passes.
+//!
+//! A review stage's gate runs on the change it reviews, which the reviewer
+//! cannot fix: a failure is not sent back as work. When the reviewer
+//! approved, it is told once that the change failed its verify; an approve
+//! after that is recorded as approved despite a failed verify.
 
 use super::{Agent, AgentEnd};
+use crate::ids::Verdict;
 use crate::llm::ChatModel;
 use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
 use crate::runlog::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};
@@ -20,6 +26,9 @@ pub(crate) struct Gate<'a> {
     pub commands: &'a [String],
     /// Extra rounds after the first failure.
     pub rounds: u32,
+    /// The agent reviews the change (a reviewer): a failure is reported to
+    /// its verdict, not sent back as work.
+    pub review: bool,
 }
 
 /// Runs the gate after `agent` ended: while the agent ended on its own terms
@@ -50,10 +59,19 @@ pub(crate) async fn run_gate(
         let round = report.rounds.len() as u32 + 1;
         let (runs, failure) = run_commands(gate.commands, tool_ctx, round, log).await?;
         report.rounds.push(runs);
-        let Some((command, text)) = failure else {
+        let Some(failure) = failure else {
             report.passed = true;
+            report.output_tail.clear();
             return Ok(Some(report));
         };
+        report.output_tail =
+            crate::text::tail_bytes(failure.output.trim_end(), OUTPUT_TAIL_BYTES).to_owned();
+        if gate.review {
+            review_failed(&failure, agent, model, tool_ctx, log, on_turn).await?;
+            return Ok(Some(report));
+        }
+        let Failure { command, .. } = &failure;
+        let text = failure.feedback();
         if round > gate.rounds {
             let why = format!(
                 "verify failed: `{command}` did not pass after {round} round{} ({} more allowed by verify_rounds)",
@@ -200,14 +218,65 @@ pub(crate) async fn run_baseline(
     })
 }
 
-/// Runs the commands in order until one fails; the failing command and the
-/// message for the agent when one did.
+/// Bytes of a failing command's output kept in the report for the hand-off (its tail).
+const OUTPUT_TAIL_BYTES: usize = 1024;
+
+/// A verify command that failed: what it was, how it ended, its output.
+struct Failure {
+    command: String,
+    /// `exited 1`, `timed out after 60s`, `was killed`.
+    status: String,
+    /// Its output, capped (head and tail).
+    output: String,
+}
+
+impl Failure {
+    /// The message that sends a writing agent back to work.
+    fn feedback(&self) -> String {
+        format!(
+            "Verify failed: orch ran `{}` in your worktree and it {}. Its output:\n\n```\n{}\n```\n\nThe stage only succeeds when verify passes. Fix the problem, then call `finish` again.",
+            self.command, self.status, self.output
+        )
+    }
+}
+
+/// A review's gate failed: a reviewer that approved is told once, and an
+/// approve after that is recorded as approved despite a failed verify.
+async fn review_failed(
+    failure: &Failure,
+    agent: &mut Agent<'_>,
+    model: &dyn ChatModel,
+    tool_ctx: &ToolContext,
+    log: &mut ActionLog,
+    on_turn: &(dyn Fn(u32, TokenCount) + Sync),
+) -> Result<(), RecordError> {
+    if agent.verdict() != Some(Verdict::Approve) {
+        return Ok(());
+    }
+    let text = format!(
+        "The change you approve failed its verify: orch ran `{}` on it and it {}. Its output:\n\n```\n{}\n```\n\nCall `finish` again with your verdict: `request_changes` with what must be fixed, or `approve` only if the change should be merged despite this failure.",
+        failure.command, failure.status, failure.output
+    );
+    log.append(&ActionEvent::Nudge(event::Nudge {
+        turn: agent.turns(),
+        message: text.clone(),
+    }))?;
+    agent.tell(text);
+    agent.run(model, tool_ctx, log, on_turn).await?;
+    if agent.end().is_success() && agent.verdict() == Some(Verdict::Approve) {
+        agent.approved_despite_failed_verify();
+    }
+    Ok(())
+}
+
+/// Runs the commands in order until one fails; the runs, and the failure
+/// when one did.
 async fn run_commands(
     commands: &[String],
     ctx: &ToolContext,
     round: u32,
     log: &mut ActionLog,
-) -> Result<(Vec<VerifyRun>, Option<(String, String)>), RecordError> {
+) -> Result<(Vec<VerifyRun>, Option<Failure>), RecordError> {
     let mut runs = Vec::new();
     for command in commands {
         let (run, output) = run_logged(command, ctx, log, |run| {
@@ -223,10 +292,14 @@ async fn run_commands(
         runs.push(run);
         if !passed {
             let output = crate::text::head_tail_lines(output.trim_end(), FEEDBACK_BYTES);
-            let text = format!(
-                "Verify failed: orch ran `{command}` in your worktree and it {status}. Its output:\n\n```\n{output}\n```\n\nThe stage only succeeds when verify passes. Fix the problem, then call `finish` again."
-            );
-            return Ok((runs, Some((command.clone(), text))));
+            return Ok((
+                runs,
+                Some(Failure {
+                    command: command.clone(),
+                    status,
+                    output,
+                }),
+            ));
         }
     }
     Ok((runs, None))

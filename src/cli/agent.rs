@@ -167,6 +167,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
             text_result: true,
             model: None,
             escalate_to: None,
+            required: true,
         }],
         origin: "orch agent".to_owned(),
         project_instructions: !args.instructions.no_project_instructions,

@@ -15,6 +15,15 @@ use std::path::Path;
 /// The exit code of a finished run.
 pub(super) fn exit_code_of(summary: &RunSummary) -> i32 {
     match summary.state.status {
+        RunStatus::Succeeded
+            if summary
+                .state
+                .stages
+                .iter()
+                .any(|s| s.status == StageStatus::NoChange) =>
+        {
+            exit::OPTIONAL_NOT_DONE
+        }
         RunStatus::Succeeded => exit::OK,
         RunStatus::Interrupted => exit::INTERRUPTED,
         _ if summary.internal_failed => exit::INTERNAL,
@@ -127,7 +136,7 @@ pub(super) fn print_summary(summary: &RunSummary, json: bool) -> Result<(), CliE
             .verdict
             .map_or(String::new(), |v| format!(" verdict={v}"));
         let detail = match st.status {
-            StageStatus::Skipped | StageStatus::Failed => {
+            StageStatus::Skipped | StageStatus::Failed | StageStatus::NoChange => {
                 format!("  ({})", st.reason.as_deref().unwrap_or(""))
             }
             _ => String::new(),

@@ -171,6 +171,9 @@ fn exit_code(outcome: &Outcome) -> i32 {
             interrupted: true, ..
         } => exit::INTERRUPTED,
         Outcome::Ran { record, .. } if record.status == StageStatus::Succeeded => exit::OK,
+        Outcome::Ran { record, .. } if record.status == StageStatus::NoChange => {
+            exit::OPTIONAL_NOT_DONE
+        }
         Outcome::Ran {
             internal_failed: true,
             ..

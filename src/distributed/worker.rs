@@ -330,7 +330,9 @@ fn decide(job: &StageJob, state: &RunState, plan: &Plan, claim: Option<Claim>) -
         return Decision::Stop(Outcome::NotReady(Vec::new()));
     };
     match rec.status {
-        StageStatus::Succeeded | StageStatus::Skipped => Decision::Stop(Outcome::Done(rec.status)),
+        StageStatus::Succeeded | StageStatus::Skipped | StageStatus::NoChange => {
+            Decision::Stop(Outcome::Done(rec.status))
+        }
         StageStatus::Failed | StageStatus::Blocked => {
             Decision::Stop(Outcome::NotRunnable(rec.status, rec.reason.clone()))
         }
@@ -350,7 +352,11 @@ fn decide(job: &StageJob, state: &RunState, plan: &Plan, claim: Option<Claim>) -
                         .filter(|n| {
                             !matches!(
                                 state.stage(n.as_str()).map(|r| r.status),
-                                Some(StageStatus::Succeeded | StageStatus::Skipped)
+                                Some(
+                                    StageStatus::Succeeded
+                                        | StageStatus::Skipped
+                                        | StageStatus::NoChange
+                                )
                             )
                         })
                         .map(|n| n.to_string())
@@ -689,7 +695,10 @@ pub(crate) async fn claim_and_run(
         DistError::Refused(format!("find stage `{}` after running it", job.stage))
     })?;
     let interrupted = summary.state.status == RunStatus::Interrupted
-        || !matches!(record.status, StageStatus::Succeeded | StageStatus::Failed);
+        || !matches!(
+            record.status,
+            StageStatus::Succeeded | StageStatus::Failed | StageStatus::NoChange
+        );
     let run_status = if interrupted {
         summary.state.status
     } else {

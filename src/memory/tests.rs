@@ -224,6 +224,7 @@ fn key_events_are_failing_twice_then_passing_or_a_denial_worked_around() {
         max_rounds: 2,
         rounds: vec![vec![run(1)], vec![run(1)], vec![run(0)]],
         passed: true,
+        output_tail: String::new(),
     };
     assert_eq!(facts(&base, Some(&v)), Some("verify_fixed"));
     let once = VerifyReport {

@@ -6,7 +6,7 @@
 //! breaking ties by file order (a round right after the review it answers).
 
 use super::error::SpecError;
-use super::spec::{BudgetSpec, PipelineSpec, StageSpec};
+use super::spec::{BudgetSpec, CommandsSpec, PipelineSpec, StageSpec};
 use super::types::{
     DEFAULT_VERIFY_ROUNDS, MAX_REWORK_ROUNDS, MAX_VERIFY_ROUNDS, Stage, is_valid_stage_id,
 };
@@ -127,13 +127,73 @@ pub(super) fn plan(
     }
 
     let loops = check_rework(written, &index, &graph, &nodes, &err)?;
-    let stages = unroll(written, &loops);
+    let default_verify = pipeline_verify(spec, &err)?;
+    let stages = unroll(written, &loops, &default_verify);
     topological_order(stages, written, &loops).ok_or_else(|| {
         err(
             &spec.stages.referenced,
             "internal: planned graph has a cycle".into(),
         )
     })
+}
+
+/// The pipeline's `verify:` and `verify_rounds:` (the default of every
+/// stage that sets no `verify:` of its own), checked like a stage's.
+fn pipeline_verify(
+    spec: &PipelineSpec,
+    err: &dyn Fn(&serde_saphyr::Location, String) -> SpecError,
+) -> Result<(Vec<String>, u32), SpecError> {
+    check_verify(spec.verify.as_ref(), spec.verify_rounds.as_ref(), err)?;
+    Ok((
+        spec.verify
+            .as_ref()
+            .map(|v| v.value.0.clone())
+            .unwrap_or_default(),
+        spec.verify_rounds
+            .as_ref()
+            .map_or(DEFAULT_VERIFY_ROUNDS, |r| r.value),
+    ))
+}
+
+/// Checks `verify:` (no empty list, no empty command) and `verify_rounds:`
+/// (needs a `verify:` beside it, at most [`MAX_VERIFY_ROUNDS`]).
+fn check_verify(
+    verify: Option<&serde_saphyr::Spanned<CommandsSpec>>,
+    rounds: Option<&serde_saphyr::Spanned<u32>>,
+    err: &dyn Fn(&serde_saphyr::Location, String) -> SpecError,
+) -> Result<(), SpecError> {
+    if let Some(verify) = verify {
+        if verify.value.0.is_empty() {
+            return Err(err(
+                &verify.referenced,
+                "verify is an empty list; give a command line or leave verify out".into(),
+            ));
+        }
+        if let Some(i) = verify.value.0.iter().position(|c| c.trim().is_empty()) {
+            return Err(err(
+                &verify.referenced,
+                format!("verify command {} is empty", i + 1),
+            ));
+        }
+    }
+    if let Some(rounds) = rounds {
+        if verify.is_none() {
+            return Err(err(
+                &rounds.referenced,
+                "verify_rounds needs a verify command beside it (on the same stage, or both at the top level)".into(),
+            ));
+        }
+        if rounds.value > MAX_VERIFY_ROUNDS {
+            return Err(err(
+                &rounds.referenced,
+                format!(
+                    "verify_rounds must be at most {}, got {}",
+                    MAX_VERIFY_ROUNDS, rounds.value
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a stage's role, turn limit and rework bounds (not its references).
@@ -169,20 +229,7 @@ fn check_stage_fields(
     if let Some(budget) = &stage.budget {
         check_budget(&budget.value, err)?;
     }
-    if let Some(verify) = &stage.verify {
-        if verify.value.0.is_empty() {
-            return Err(err(
-                &verify.referenced,
-                "verify is an empty list; give a command line or leave verify out".into(),
-            ));
-        }
-        if let Some(i) = verify.value.0.iter().position(|c| c.trim().is_empty()) {
-            return Err(err(
-                &verify.referenced,
-                format!("verify command {} is empty", i + 1),
-            ));
-        }
-    }
+    check_verify(stage.verify.as_ref(), stage.verify_rounds.as_ref(), err)?;
     if let Some(model) = &stage.model
         && model.value.trim().is_empty()
     {
@@ -199,23 +246,6 @@ fn check_stage_fields(
             &to.referenced,
             "escalate_to is empty; give an orch.toml profile name, or leave escalate_to out".into(),
         ));
-    }
-    if let Some(rounds) = &stage.verify_rounds {
-        if stage.verify.is_none() {
-            return Err(err(
-                &rounds.referenced,
-                "verify_rounds needs a verify command on the same stage".into(),
-            ));
-        }
-        if rounds.value > MAX_VERIFY_ROUNDS {
-            return Err(err(
-                &rounds.referenced,
-                format!(
-                    "verify_rounds must be at most {}, got {}",
-                    MAX_VERIFY_ROUNDS, rounds.value
-                ),
-            ));
-        }
     }
     if let Some(rework) = &stage.rework {
         let rounds = &rework.value.max_rounds;
@@ -363,7 +393,13 @@ fn check_rework(
 
 /// The stages as written plus every rework round, with `needs` rewired so
 /// that stages after a review wait for its last round.
-fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]) -> Vec<Stage> {
+/// `default_verify`: the pipeline's `verify:` and `verify_rounds:`, taken
+/// by every stage that sets no `verify:` of its own.
+fn unroll(
+    written: &[(serde_saphyr::Spanned<String>, StageSpec)],
+    loops: &[Loop],
+    default_verify: &(Vec<String>, u32),
+) -> Vec<Stage> {
     let stage_id = |i: usize| StageId(written[i].0.value.clone());
     let round_id = |i: usize, k: u32| StageId(format!("{}.r{k}", written[i].0.value));
     let positions = positions(written);
@@ -395,12 +431,12 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                 verify: spec
                     .verify
                     .as_ref()
-                    .map(|v| v.value.0.clone())
-                    .unwrap_or_default(),
-                verify_rounds: spec
-                    .verify_rounds
-                    .as_ref()
-                    .map_or(DEFAULT_VERIFY_ROUNDS, |r| r.value),
+                    .map_or_else(|| default_verify.0.clone(), |v| v.value.0.clone()),
+                verify_rounds: match (&spec.verify, &spec.verify_rounds) {
+                    (_, Some(r)) => r.value,
+                    (Some(_), None) => DEFAULT_VERIFY_ROUNDS,
+                    (None, None) => default_verify.1,
+                },
                 text_tool_calls: spec.text_tool_calls.unwrap_or(true),
                 text_result: false,
                 model: spec
@@ -409,6 +445,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     .map(|m| m.value.trim().to_owned())
                     .filter(|m| !m.is_empty()),
                 escalate_to: spec.escalate_to.as_ref().map(|m| m.value.trim().to_owned()),
+                required: spec.required.unwrap_or(true),
             }
         })
         .collect();
@@ -464,6 +501,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     text_result: original.text_result,
                     model: original.model.clone(),
                     escalate_to: original.escalate_to.clone(),
+                    required: original.required,
                 });
             }
             previous_review = round_id(lp.review, k);

@@ -27,6 +27,12 @@ pub(super) struct PipelineSpec {
     /// The lane setup command (`setup: "npm ci"` or `setup: {command, lockfiles, timeout_secs}`).
     #[serde(default)]
     pub setup: Option<Spanned<SetupSpec>>,
+    /// The default `verify:` of every stage that sets none (one or a list).
+    #[serde(default)]
+    pub verify: Option<Spanned<CommandsSpec>>,
+    /// The default `verify_rounds:` of the stages that take the pipeline's `verify:`.
+    #[serde(default)]
+    pub verify_rounds: Option<Spanned<u32>>,
 }
 
 /// `setup:` as written: a command line, or a mapping with the command, the
@@ -114,6 +120,10 @@ pub(super) struct StageSpec {
     /// The `orch.toml` profile a failed attempt is retried with, once.
     #[serde(default)]
     pub escalate_to: Option<Spanned<String>>,
+    /// Whether the run fails when this stage produces no result (default
+    /// true); `false`: it ends `no_change` and the run goes on without it.
+    #[serde(default)]
+    pub required: Option<bool>,
 }
 
 /// `verify:` as written: one command line, or a list of them.

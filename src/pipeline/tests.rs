@@ -531,6 +531,39 @@ fn verify_keys_parse_and_carry_into_rework_rounds() {
 }
 
 #[test]
+fn a_pipeline_wide_verify_is_the_default_of_stages_without_their_own() {
+    let text = "name: x\nverify: make test\nverify_rounds: 3\nstages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: code\n    verify: make lint\n  docs:\n    role: docs\n    needs: review\n    required: false\n";
+    let p = parse_pipeline(text, "<t>", &roles()).unwrap();
+    let code = p.stage("code").unwrap();
+    assert_eq!(
+        (code.verify.clone(), code.verify_rounds),
+        (vec!["make test".to_owned()], 3)
+    );
+    assert!(code.required, "required by default");
+    let review = p.stage("review").unwrap();
+    assert_eq!(review.verify, ["make lint"]);
+    assert_eq!(
+        review.verify_rounds, 2,
+        "its own verify, the default rounds"
+    );
+    let docs = p.stage("docs").unwrap();
+    assert_eq!(docs.verify, ["make test"]);
+    assert!(!docs.required);
+    let err = parse_pipeline(
+        "name: p\nverify_rounds: 1\nstages:\n  a:\n    role: coder\n",
+        "p.yaml",
+        &roles(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.starts_with("p.yaml:2:16: "), "{err}");
+    assert!(
+        err.contains("verify_rounds needs a verify command"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_verify_keys_are_reported_at_the_right_place() {
     // (the stage's extra lines, line, column, message fragment)
     let cases: &[(&str, u64, u64, &str)] = &[

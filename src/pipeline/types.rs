@@ -61,6 +61,12 @@ pub struct Stage {
     /// role's `escalate_to:`. Resolved when the run starts and on resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalate_to: Option<String>,
+    /// `required:` — when false, a stage whose agent produces no result
+    /// (text without `finish`, turn limit, stuck, verify never passing)
+    /// ends `no_change` instead of failing the run; its partial work stays
+    /// on its branch and not in the run's result.
+    #[serde(default = "default_true")]
+    pub required: bool,
 }
 
 /// The default number of extra rounds an agent gets to make verify pass.

@@ -78,6 +78,9 @@ pub(crate) enum ActionEvent {
     ToolFault(ToolFault),
     /// A reviewer's verdict was read from its text.
     VerdictFromText(VerdictFromText),
+    /// A writing stage's prose was taken as its `finish`, for its verify
+    /// gate to judge.
+    FinishFromText(FinishFromText),
     /// A reply that gave no result, answered with a nudge.
     Nudge(Nudge),
     /// The same after the nudge: no result.
@@ -488,6 +491,15 @@ pub(crate) struct VerdictFromText {
     pub verdict: Option<Verdict>,
 }
 
+/// `finish_from_text`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct FinishFromText {
+    pub turn: u32,
+    /// Paths of the lane that differ from its start (git status).
+    pub changed_paths: usize,
+}
+
 /// `nudge`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -604,7 +616,8 @@ pub(crate) struct AgentEnd {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub(crate) struct StageEnd {
-    /// `succeeded` or `failed`.
+    /// `succeeded`, `failed` or `no_change` (a stage not `required` that
+    /// produced no result).
     pub status: String,
     pub commit: String,
     pub branch: String,
@@ -616,6 +629,13 @@ pub(crate) struct StageEnd {
     /// `pass`, `fail` or `null` (no gate).
     pub verify: Option<String>,
     pub verdict_from_text: bool,
+    /// The stage ended on prose taken as its `finish` after its verify
+    /// passed (written only when true, as are the keys added after it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub finish_from_text: bool,
+    /// The reviewer approved again after it was told the change failed its verify.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub approved_despite_failed_verify: bool,
     /// The lane watcher said what changed (false: the lane was walked).
     pub changes_from_watch: bool,
 }

@@ -46,6 +46,10 @@ pub enum StageStatus {
     Blocked,
     /// Rolled back by `orch rollback`; its branch is kept, `resume` re-runs it.
     RolledBack,
+    /// Ran but produced no result, and the pipeline does not require it
+    /// (`required: false`): the run goes on without it (its input passes
+    /// through); its partial work, if any, stays on its branch only.
+    NoChange,
 }
 
 impl StageStatus {
@@ -59,6 +63,7 @@ impl StageStatus {
             StageStatus::Skipped => "skipped",
             StageStatus::Blocked => "blocked",
             StageStatus::RolledBack => "rolled_back",
+            StageStatus::NoChange => "no_change",
         }
     }
 }
@@ -115,6 +120,12 @@ pub struct StageRecord {
     /// The verdict was read from the reviewer's text, not from `finish`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub verdict_from_text: bool,
+    /// The stage ended on prose taken as its `finish` after its verify passed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finish_from_text: bool,
+    /// The reviewer approved again after it was told the change failed its verify.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approved_despite_failed_verify: bool,
     /// The stage's verify gate (absent when it has no `verify:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<super::verify::VerifyReport>,
@@ -259,6 +270,8 @@ impl StageRecord {
             digest: Vec::new(),
             budget: None,
             verdict_from_text: false,
+            finish_from_text: false,
+            approved_despite_failed_verify: false,
             verify: None,
             setup: None,
             baseline: None,

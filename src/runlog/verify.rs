@@ -46,6 +46,10 @@ pub struct VerifyReport {
     pub rounds: Vec<Vec<VerifyRun>>,
     /// True when the last round passed every command.
     pub passed: bool,
+    /// The last lines of the failing command's output in the last round
+    /// (redacted, capped; empty when it passed), for the hand-off.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub output_tail: String,
 }
 
 impl VerifyReport {
@@ -64,6 +68,24 @@ impl VerifyReport {
             self.rounds.len(),
             if self.rounds.len() == 1 { "" } else { "s" }
         )
+    }
+
+    /// [`VerifyReport::line`], and when it failed the failing command's
+    /// last lines of output: what a downstream stage is told.
+    pub fn handoff(&self) -> String {
+        let mut s = self.line();
+        if !self.passed && !self.output_tail.trim().is_empty() {
+            let failing = self
+                .rounds
+                .last()
+                .and_then(|r| r.last())
+                .map_or("", |r| r.command.as_str());
+            s.push_str(&format!(
+                "\nOutput of `{failing}` (last lines):\n```\n{}\n```",
+                self.output_tail.trim_end()
+            ));
+        }
+        s
     }
 }
 

@@ -43,6 +43,11 @@ pub(super) struct StageOutcome {
     pub(super) internal_failed: bool,
     pub(super) verdict: Option<Verdict>,
     pub(super) verdict_from_text: bool,
+    pub(super) finish_from_text: bool,
+    pub(super) approved_despite_failed_verify: bool,
+    /// The stage produced no result but is not `required`: `failure` is
+    /// its reason, and it ends `no_change` instead of failing the run.
+    pub(super) no_change: bool,
     pub(super) verify: Option<crate::runlog::VerifyReport>,
     pub(super) setup: Option<crate::runlog::SetupRecord>,
     pub(super) baseline: Option<crate::runlog::BaselineReport>,

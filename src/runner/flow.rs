@@ -36,7 +36,8 @@ pub(super) fn inputs(ctx: &RunCtx, stage: &Stage, state: &RunState) -> Vec<(Stri
             continue;
         };
         match (rec.status, &rec.commit) {
-            (StageStatus::Skipped, _) => {
+            // A `no_change` stage's partial work is not its result.
+            (StageStatus::Skipped | StageStatus::NoChange, _) => {
                 if let Some(s) = ctx.plan.pipeline.stage(need.as_str()) {
                     out.extend(inputs(ctx, s, state));
                 }
@@ -95,7 +96,7 @@ pub(super) async fn handoff(
             continue;
         }
         match state.stage(&n).map(|r| r.status) {
-            Some(StageStatus::Skipped) => {
+            Some(StageStatus::Skipped | StageStatus::NoChange) => {
                 if let Some(s) = p.stage(&n) {
                     queue.extend(s.needs.iter().map(|x| x.to_string()));
                 }
@@ -144,7 +145,7 @@ pub(super) async fn handoff(
             diffstat: diff.stat.render(),
             patch: diff.patch,
             digest: rec.digest.clone(),
-            verify: rec.verify.as_ref().map(|v| v.line()),
+            verify: rec.verify.as_ref().map(|v| v.handoff()),
             baseline,
         });
     }

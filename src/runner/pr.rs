@@ -17,6 +17,10 @@ pub(super) struct CommitInfo<'a> {
     pub(super) cost_usd: Option<f64>,
     pub(super) duration_ms: u64,
     pub(super) failed: bool,
+    /// The stage is not `required` and produced no result (`failed` too).
+    pub(super) no_change: bool,
+    /// The stage ended on prose taken as its `finish` (its verify passed).
+    pub(super) finish_from_text: bool,
     /// The verify gate's result (`None`: the stage has none).
     pub(super) verify: Option<bool>,
     /// The ids of the lessons injected into the stage.
@@ -33,7 +37,11 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("");
     let first = shorten(first.trim(), 60);
-    let status = if c.failed { " [failed]" } else { "" };
+    let status = match (c.failed, c.no_change) {
+        (true, true) => " [no change]",
+        (true, false) => " [failed]",
+        _ => "",
+    };
     let mut m = format!("orch({}){status}: {first}\n\n", c.stage);
     if !c.summary.trim().is_empty() {
         m.push_str(c.summary.trim());
@@ -64,6 +72,9 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
             "Orch-Verify: {}\n",
             if passed { "pass" } else { "fail" }
         ));
+    }
+    if c.finish_from_text {
+        m.push_str("Orch-Finish: text (verify passed)\n");
     }
     if !c.memory.is_empty() {
         m.push_str(&format!("Orch-Memory: {}\n", c.memory.join(",")));
@@ -136,13 +147,19 @@ pub(crate) fn pr_text(
         let summary = s.summary.as_deref().unwrap_or("").trim();
         if !summary.is_empty() {
             body.push_str(&format!(
-                "- **{}** ({}): {}\n",
+                "- **{}** ({}){}: {}\n",
                 s.id,
                 s.role,
+                if s.finish_from_text {
+                    " (finished in prose without `finish`; accepted because its verify passed)"
+                } else {
+                    ""
+                },
                 summary.replace('\n', " ")
             ));
         }
     }
+    not_done(&mut body, state);
     let reviewed: Vec<&&StageRecord> = ran.iter().filter(|s| is_review(s)).collect();
     if reviews.is_empty() {
         body.push_str(
@@ -161,6 +178,9 @@ pub(crate) fn pr_text(
             },
             r.summary.as_deref().unwrap_or("").trim().replace('\n', " ")
         ));
+        if r.approved_despite_failed_verify {
+            body.push_str("The reviewer approved despite a failed verify: it was told the change failed its verify and approved again.\n");
+        }
         let rounds = reviewed.iter().filter(|s| s.verdict.is_some()).count();
         if rounds > 1 {
             body.push_str(&format!("Review rounds: {rounds}.\n"));
@@ -180,10 +200,12 @@ pub(crate) fn pr_text(
     body.push_str(
         "\n## Provenance\n\n| stage | role | model | verdict | verify | tokens | cost |\n|---|---|---|---|---|---|---|\n",
     );
-    let ran_at_all = state
-        .stages
-        .iter()
-        .filter(|s| matches!(s.status, StageStatus::Succeeded | StageStatus::Failed));
+    let ran_at_all = state.stages.iter().filter(|s| {
+        matches!(
+            s.status,
+            StageStatus::Succeeded | StageStatus::Failed | StageStatus::NoChange
+        )
+    });
     for s in ran_at_all {
         let cost = s
             .budget
@@ -221,6 +243,34 @@ pub(crate) fn pr_text(
     )
 }
 
+/// The `## Not done` section: the stages not `required` that produced no
+/// result (`no_change`), with why; nothing when every stage did its work.
+fn not_done(body: &mut String, state: &RunState) {
+    let none: Vec<&StageRecord> = state
+        .stages
+        .iter()
+        .filter(|s| s.status == StageStatus::NoChange)
+        .collect();
+    if none.is_empty() {
+        return;
+    }
+    body.push_str("\n## Not done\n\n");
+    for s in none {
+        body.push_str(&format!(
+            "- **{}** ({}) produced no change: {}. The pipeline does not require it, so this change goes without it; its partial work, if any, is only on `orch/{}/{}`.\n",
+            s.id,
+            s.role,
+            s.reason
+                .as_deref()
+                .unwrap_or("no reason recorded")
+                .trim()
+                .replace('\n', " "),
+            state.run_id,
+            s.id
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,6 +306,8 @@ mod tests {
             duration_ms: 1500,
             cost_usd: Some(0.0123),
             failed: false,
+            no_change: false,
+            finish_from_text: true,
             verify: Some(true),
             memory: &[],
             escalated_from: None,
@@ -272,6 +324,7 @@ mod tests {
             "Orch-Verdict: approve",
             "Orch-Cost: $0.0123",
             "Orch-Verify: pass",
+            "Orch-Finish: text (verify passed)",
         ] {
             assert!(m.contains(t), "{t} missing in {m}");
         }

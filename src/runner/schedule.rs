@@ -242,11 +242,17 @@ async fn drive_stages(
                 let done = joined.map_err(|e| RunError::Join(e.to_string()))?;
                 let out = done.result?;
                 let rec = index.rec(state, &done.id);
-                rec.status = if out.failure.is_some() { StageStatus::Failed } else { StageStatus::Succeeded };
+                rec.status = match (&out.failure, out.no_change) {
+                    (Some(_), true) => StageStatus::NoChange,
+                    (Some(_), false) => StageStatus::Failed,
+                    (None, _) => StageStatus::Succeeded,
+                };
                 rec.branch = Some(out.branch);
                 rec.commit = Some(out.commit);
                 rec.verdict = out.verdict;
                 (rec.verdict_from_text, rec.verify) = (out.verdict_from_text, out.verify);
+                rec.finish_from_text = out.finish_from_text;
+                rec.approved_despite_failed_verify = out.approved_despite_failed_verify;
                 (rec.setup, rec.baseline) = (out.setup, out.baseline);
                 rec.summary = Some(out.summary.clone());
                 rec.turns = out.turns;
@@ -263,7 +269,7 @@ async fn drive_stages(
                 drove.model_failed |= out.model_failed;
                 drove.internal_failed |= out.internal_failed;
                 drove.last_summary = out.summary;
-                if out.failure.is_some() {
+                if out.failure.is_some() && !out.no_change {
                     let stage = ctx.plan.pipeline.stage(&done.id);
                     if stage.is_none_or(|s| s.on_failure == OnFailure::Stop) {
                         drove.stopping = true;

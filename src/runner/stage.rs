@@ -202,6 +202,12 @@ impl<'a> StageRun<'a> {
             text_result: role.text_result || stage.text_result,
             text_tool_calls: stage.text_tool_calls,
             text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits, model.tool_calling()),
+            // A writing stage with a gate may end on prose; the gate judges it.
+            finish_from_text: !(stage.verify.is_empty()
+                || role.read_only
+                || role.text_result
+                || stage.text_result
+                || requires_verdict(&ctx.plan.pipeline, stage)),
         };
         Ok(Self {
             ctx,
@@ -250,6 +256,7 @@ impl<'a> StageRun<'a> {
                     .await?;
                 verify::gate(
                     stage,
+                    self.cfg.require_verdict || self.role.read_only,
                     &mut agent,
                     self.model.as_ref(),
                     &self.tool_ctx,
@@ -290,6 +297,7 @@ impl<'a> StageRun<'a> {
         self.distill(&outcome, verify.as_ref(), &c).await?;
         let Committed {
             failure,
+            no_change,
             duration_ms,
             commit,
             branch,
@@ -298,10 +306,10 @@ impl<'a> StageRun<'a> {
             ..
         } = c;
         self.log.append(&ActionEvent::StageEnd(event::StageEnd {
-            status: if failure.is_some() {
-                "failed"
-            } else {
-                "succeeded"
+            status: match (&failure, no_change) {
+                (Some(_), true) => "no_change",
+                (Some(_), false) => "failed",
+                (None, _) => "succeeded",
             }
             .to_owned(),
             commit: commit.to_string(),
@@ -315,6 +323,8 @@ impl<'a> StageRun<'a> {
                 .as_ref()
                 .map(|v| if v.passed { "pass" } else { "fail" }.to_owned()),
             verdict_from_text: outcome.verdict_from_text,
+            finish_from_text: outcome.finish_from_text,
+            approved_despite_failed_verify: outcome.approved_despite_failed_verify,
             // Whether the lane's watcher said what changed (else: walked).
             changes_from_watch: from_watch,
         }))?;
@@ -337,7 +347,13 @@ impl<'a> StageRun<'a> {
             failure,
             verdict: outcome.verdict,
             verdict_from_text: outcome.verdict_from_text,
-            verify,
+            finish_from_text: outcome.finish_from_text,
+            approved_despite_failed_verify: outcome.approved_despite_failed_verify,
+            no_change,
+            verify: verify.map(|mut v| {
+                v.output_tail = self.redact(&v.output_tail);
+                v
+            }),
             setup: self.boot.setup,
             baseline: self.baseline,
             summary: outcome.summary,

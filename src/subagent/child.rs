@@ -163,6 +163,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         require_verdict: false,
         // `orch agent` and subagents answer whoever asked: text is a result.
         text_result: true,
+        finish_from_text: false,
         text_tool_calls: true,
         text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits, opts.model.tool_calling()),
         budget: budget.clone(),

@@ -25,6 +25,7 @@ mod escalation;
 mod eval;
 mod events;
 mod faults;
+mod finish_text;
 mod forge;
 mod fuzz;
 mod git_compat;

@@ -191,6 +191,11 @@ fn describe(event: &ActionEvent) -> String {
             turn(e.turn),
             oneline(&json(&e.verdict))
         ),
+        ActionEvent::FinishFromText(e) => format!(
+            "{}prose taken as finish ({} changed paths; the verify gate judges it)",
+            turn(e.turn),
+            e.changed_paths
+        ),
         ActionEvent::Nudge(e) => format!("{}nudge: {}", turn(e.turn), one(&e.message)),
         ActionEvent::NoResult(e) => format!("{}no result: {}", turn(e.turn), one(&e.reason)),
         ActionEvent::Stuck(e) => format!("{}stuck: {}", turn(e.turn), one(&e.reason)),
@@ -515,6 +520,7 @@ mod tests {
             "budget_exceeded",
             "tool_fault",
             "verdict_from_text",
+            "finish_from_text",
             "nudge",
             "no_result",
             "stuck",

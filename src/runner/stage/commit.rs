@@ -3,7 +3,7 @@
 
 use super::settle::Settled;
 use super::state::{Committed, MAX_SUMMARY_BYTES, StageRun};
-use crate::agent::AgentOutcome;
+use crate::agent::{AgentEnd, AgentOutcome};
 use crate::git::{self, GitError};
 use crate::runlog::VerifyReport;
 use crate::runner::error::{RunError, blocking};
@@ -24,6 +24,17 @@ impl StageRun<'_> {
             leaked,
             from_watch,
         } = settled;
+        // A stage not `required` whose agent produced no result ends
+        // `no_change`; orch's own, the provider's and a refused secret still fail.
+        let no_change = !self.stage.required
+            && leaked.is_none()
+            && matches!(
+                outcome.end,
+                AgentEnd::NoResult(_)
+                    | AgentEnd::TurnLimit
+                    | AgentEnd::Stuck(_)
+                    | AgentEnd::VerifyFailed(_)
+            );
         let failure = match (outcome.end.failure_reason(self.cfg.max_turns), leaked) {
             (Some(f), Some(l)) => Some(format!("{f}; {l}")),
             (f, l) => f.or(l),
@@ -42,6 +53,8 @@ impl StageRun<'_> {
             cost_usd: outcome.budget.used.cost_usd,
             duration_ms,
             failed: failure.is_some(),
+            no_change,
+            finish_from_text: outcome.finish_from_text,
             verify: verify.map(|v| v.passed),
             memory: &self.memory.ids,
             escalated_from: self.escalated_from.as_deref(),
@@ -69,6 +82,7 @@ impl StageRun<'_> {
         let stat = crate::runner::flow::write_stage_patch(ctx, &id, start, &commit).await?;
         Ok(Committed {
             failure,
+            no_change,
             duration_ms,
             commit,
             branch,

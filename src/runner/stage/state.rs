@@ -50,6 +50,8 @@ pub(super) struct StageRun<'a> {
 /// What the `commit` step made.
 pub(super) struct Committed {
     pub(super) failure: Option<String>,
+    /// The failure is a `no_change` of a stage that is not `required`.
+    pub(super) no_change: bool,
     pub(super) duration_ms: u64,
     pub(super) commit: crate::git::CommitId,
     pub(super) branch: String,

@@ -30,9 +30,12 @@ pub(super) async fn baseline(
     })
 }
 
-/// The stage's verify gate after the agent's run.
+/// The stage's verify gate after the agent's run; `review`: the agent
+/// reviews the change (its failure informs the verdict, see
+/// [`agent::verify`]).
 pub(super) async fn gate(
     stage: &Stage,
+    review: bool,
     agent: &mut Agent<'_>,
     model: &dyn ChatModel,
     tool_ctx: &ToolContext,
@@ -42,6 +45,7 @@ pub(super) async fn gate(
     let gate = agent::verify::Gate {
         commands: &stage.verify,
         rounds: stage.verify_rounds,
+        review,
     };
     Ok(agent::verify::run_gate(&gate, agent, model, tool_ctx, log, on_turn).await?)
 }

@@ -1,0 +1,323 @@
+//! Finishing honestly with a small model (issue 28.6–7), end to end through
+//! the real binary: a writing role's prose reply after it changed the lane
+//! is its `finish` only when the stage's verify gate passes on that tree
+//! (`finish_from_text`); without a gate the old rule holds (one nudge, then
+//! the stage fails). A pipeline-wide `verify:` is every stage's default. A
+//! reviewer is shown the verify result of the change it reviews and is told
+//! once when it approves a change whose verify failed. A docs stage not
+//! marked `required` that produces nothing ends `no_change`, and the run
+//! keeps the coder's and reviewer's work.
+
+use crate::support::{
+    FakeServer, Reply, Script, TestRepo, fix_add, record_dir, stage_events, stage_record,
+    state_json, user_text, write_pipeline,
+};
+use serde_json::Value;
+
+const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should return 5.\n";
+const CHECK: &str =
+    "grep -q 'a + b' calc.py || { echo 'FAIL: add(2, 3) still returns -1'; exit 1; }";
+/// A check no change of these scripts makes pass.
+const NEVER: &str = "grep -q 'a [*] b' calc.py || { echo 'FAIL: wanted a product'; exit 1; }";
+/// The exit code of a run whose optional stage produced nothing (README).
+const OPTIONAL_NOT_DONE: i32 = 10;
+
+fn buggy_repo() -> TestRepo {
+    TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            ("README.md", "# calc\n"),
+        ],
+        "calc 0.1",
+    )
+}
+
+/// Runs the pipeline `yaml` (or a built-in by name) on `repo`: exit code, run id.
+fn run(repo: &TestRepo, yaml: &str, server: &FakeServer) -> (i32, String) {
+    let scratch = tempfile::tempdir().unwrap();
+    if !yaml.contains('\n') {
+        return crate::support::run_on_fake(repo, yaml, ISSUE, server);
+    }
+    let pipeline = write_pipeline(scratch.path(), "small", yaml);
+    crate::support::run_on_fake(repo, &pipeline, ISSUE, server)
+}
+
+fn pr_md(repo: &TestRepo, run_id: &str) -> String {
+    std::fs::read_to_string(record_dir(repo, run_id).join("pr.md")).unwrap()
+}
+
+#[test]
+fn prose_after_a_passing_verify_finishes_the_stage_from_text() {
+    let repo = buggy_repo();
+    let prose = "I changed add() in calc.py so it returns a + b. Done.";
+    let server =
+        FakeServer::start(Script::new().agent("code", vec![fix_add("c1"), Reply::text(prose)]));
+    let yaml = format!("stages:\n  code:\n    role: coder\n    verify: \"{CHECK}\"\n");
+    let (code, run_id) = run(&repo, &yaml, &server);
+    assert_eq!(code, 0);
+    // No nudge: the prose was taken at once, and the gate passed.
+    assert_eq!(server.requests_for("code").len(), 2);
+
+    let state = state_json(&repo, &run_id);
+    let stage = stage_record(&state, "code");
+    assert_eq!(stage["status"], "succeeded", "{stage}");
+    assert_eq!(stage["finish_from_text"], true, "{stage}");
+    assert_eq!(stage["summary"], prose);
+    assert_eq!(stage["verify"]["passed"], true);
+
+    let record = record_dir(&repo, &run_id);
+    let taken = stage_events(&record, "code", "finish_from_text");
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0]["turn"], 2);
+    let end = stage_events(&record, "code", "stage_end");
+    assert_eq!(end[0]["finish_from_text"], true, "{end:?}");
+
+    let msg = repo.git(&["log", "-1", "--format=%B", &format!("orch/{run_id}/code")]);
+    assert!(msg.contains("Orch-Verify: pass"), "{msg}");
+    assert!(msg.contains("Orch-Finish: text (verify passed)"), "{msg}");
+    assert!(pr_md(&repo, &run_id).contains("finished in prose"));
+}
+
+#[test]
+fn prose_without_a_verify_gate_is_nudged_once_then_fails() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            fix_add("c1"),
+            Reply::text("add() is fixed."),
+            Reply::text("Really, add() is fixed."),
+        ],
+    ));
+    let (code, run_id) = run(&repo, "stages:\n  code:\n    role: coder\n", &server);
+    assert_eq!(code, 1);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 3);
+    assert!(user_text(&reqs[2]).contains("Call `finish` with a summary"));
+    let state = state_json(&repo, &run_id);
+    let stage = stage_record(&state, "code");
+    assert_eq!(stage["status"], "failed");
+    assert!(
+        stage["reason"]
+            .as_str()
+            .unwrap()
+            .contains("without calling `finish`"),
+        "{stage}"
+    );
+    assert_ne!(stage["finish_from_text"], true);
+}
+
+#[test]
+fn prose_with_a_failing_verify_gets_its_output_and_fails_when_it_never_passes() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            fix_add("c1"),
+            Reply::text("Done: add() adds."),
+            Reply::text("Done, I am sure."),
+        ],
+    ));
+    let yaml = format!(
+        "stages:\n  code:\n    role: coder\n    verify: \"{NEVER}\"\n    verify_rounds: 1\n"
+    );
+    let (code, run_id) = run(&repo, &yaml, &server);
+    assert_eq!(code, 1);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 3);
+    let told = user_text(&reqs[2]);
+    assert!(told.contains("FAIL: wanted a product"), "{told}");
+    let state = state_json(&repo, &run_id);
+    let stage = stage_record(&state, "code");
+    assert_eq!(stage["status"], "failed");
+    let reason = stage["reason"].as_str().unwrap();
+    assert!(reason.contains("verify failed"), "{reason}");
+    assert_eq!(stage["verify"]["passed"], false);
+    assert_ne!(stage["finish_from_text"], true);
+    // The work is kept on the stage branch.
+    let calc = repo.git(&["show", &format!("orch/{run_id}/code:calc.py")]);
+    assert!(calc.contains("a + b"), "{calc}");
+}
+
+#[test]
+fn a_pipeline_wide_verify_is_every_stage_default_and_reaches_the_reviewer() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![fix_add("c1"), Reply::text("add() now adds a + b.")],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("r1", "Correct.", Some("approve"))],
+            ),
+    );
+    let yaml = format!(
+        "verify: \"{CHECK}\"\nstages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n"
+    );
+    let (code, run_id) = run(&repo, &yaml, &server);
+    assert_eq!(code, 0);
+    let state = state_json(&repo, &run_id);
+    let stage = stage_record(&state, "code");
+    assert_eq!(stage["finish_from_text"], true, "{stage}");
+    assert_eq!(stage["verify"]["commands"][0], CHECK);
+    let review = user_text(&server.requests_for("review")[0]);
+    assert!(
+        review.contains(&format!("Verify: pass (`{CHECK}` exit 0; 1 round)")),
+        "{review}"
+    );
+}
+
+/// A coder that changes nothing useful.
+fn unfixed_coder() -> Vec<Reply> {
+    vec![
+        Reply::tool_call(
+            "c1",
+            "write_file",
+            serde_json::json!({"path": "NOTES.md", "content": "looked\n"}),
+        ),
+        Reply::finish("c2", "Looked at add().", None),
+    ]
+}
+
+/// A coder, then a reviewer whose own verify runs the check on the change
+/// it reviews (one rework round).
+fn reviewed_with_verify() -> String {
+    format!(
+        "stages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n    verify: \"{CHECK}\"\n    rework: {{ stage: code, max_rounds: 1 }}\n"
+    )
+}
+
+#[test]
+fn a_reviewer_approving_a_change_whose_verify_failed_is_told_once() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(Script::new().agent("code", unfixed_coder()).agent(
+        "review",
+        vec![
+            Reply::finish("r1", "Looks fine.", Some("approve")),
+            Reply::finish("r2", "Approving anyway.", Some("approve")),
+        ],
+    ));
+    let (code, run_id) = run(&repo, &reviewed_with_verify(), &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("review");
+    assert_eq!(reqs.len(), 2, "told once, then its second approve stands");
+    let told = user_text(&reqs[1]);
+    assert!(
+        told.contains("The change you approve failed its verify"),
+        "{told}"
+    );
+    assert!(told.contains("FAIL: add(2, 3) still returns -1"), "{told}");
+    let state = state_json(&repo, &run_id);
+    let review = stage_record(&state, "review");
+    assert_eq!(review["status"], "succeeded", "{review}");
+    assert_eq!(review["verdict"], "approve");
+    assert_eq!(review["approved_despite_failed_verify"], true, "{review}");
+    assert_eq!(review["verify"]["passed"], false);
+    let pr = pr_md(&repo, &run_id);
+    assert!(pr.contains("approved despite a failed verify"), "{pr}");
+}
+
+#[test]
+fn a_reviewer_told_of_a_failed_verify_may_ask_for_changes_and_the_coder_sees_its_output() {
+    let repo = buggy_repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", unfixed_coder())
+            .agent(
+                "code.r2",
+                vec![fix_add("c3"), Reply::finish("c4", "Fixed.", None)],
+            )
+            .agent(
+                "review",
+                vec![
+                    Reply::finish("r1", "Looks fine.", Some("approve")),
+                    Reply::finish("r2", "add() still subtracts.", Some("request_changes")),
+                ],
+            )
+            .agent(
+                "review.r2",
+                vec![Reply::finish("r3", "Fixed now.", Some("approve"))],
+            ),
+    );
+    let (code, run_id) = run(&repo, &reviewed_with_verify(), &server);
+    assert_eq!(code, 0);
+    let state = state_json(&repo, &run_id);
+    let review = stage_record(&state, "review");
+    assert_eq!(review["verdict"], "request_changes");
+    assert_ne!(review["approved_despite_failed_verify"], true);
+    // The coder's second round is shown the review's failed verify with its output.
+    let told = user_text(&server.requests_for("code.r2")[0]);
+    assert!(told.contains("Verify: fail"), "{told}");
+    assert!(told.contains("FAIL: add(2, 3) still returns -1"), "{told}");
+    let review2 = stage_record(&state, "review.r2");
+    assert_eq!(review2["verify"]["passed"], true, "{review2}");
+}
+
+/// The built-in pipeline's coder fixes and finishes, its reviewer approves,
+/// and its docs stage answers in prose twice.
+fn docs_in_prose() -> FakeServer {
+    FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("r1", "Correct.", Some("approve"))],
+            )
+            .agent(
+                "docs",
+                vec![
+                    Reply::text("Document the change made for this issue."),
+                    Reply::text("Document the change made for this issue."),
+                ],
+            ),
+    )
+}
+
+#[test]
+fn a_docs_stage_that_produces_nothing_ends_no_change_and_the_run_keeps_the_fix() {
+    let repo = buggy_repo();
+    let server = docs_in_prose();
+    let (code, run_id) = run(&repo, "issue-to-pr", &server);
+    assert_eq!(code, OPTIONAL_NOT_DONE);
+    let state = state_json(&repo, &run_id);
+    assert_eq!(state["status"], "succeeded", "{state}");
+    assert_eq!(stage_record(&state, "code")["status"], "succeeded");
+    assert_eq!(stage_record(&state, "review")["status"], "succeeded");
+    let docs = stage_record(&state, "docs");
+    assert_eq!(docs["status"], "no_change", "{docs}");
+    assert!(
+        docs["reason"]
+            .as_str()
+            .unwrap()
+            .contains("without calling `finish`"),
+        "{docs}"
+    );
+    // The final branch holds the coder's fix (the reviewed commit).
+    let calc = repo.git(&["show", &format!("orch/{run_id}/pr:calc.py")]);
+    assert!(calc.contains("a + b"), "{calc}");
+    let review_commit = repo.git(&["rev-parse", &format!("orch/{run_id}/review")]);
+    let final_commit = repo.git(&["rev-parse", &format!("orch/{run_id}/pr")]);
+    assert_eq!(final_commit, review_commit);
+    let pr = pr_md(&repo, &run_id);
+    assert!(pr.contains("## Not done"), "{pr}");
+    assert!(pr.contains("**docs** (docs) produced no change"), "{pr}");
+    assert!(pr.contains("without calling `finish`"), "{pr}");
+}
+
+#[test]
+fn a_required_docs_stage_that_produces_nothing_fails_the_run() {
+    let repo = buggy_repo();
+    let server = docs_in_prose();
+    let yaml = "stages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n  docs:\n    role: docs\n    needs: [review]\n    required: true\n";
+    let (code, run_id) = run(&repo, yaml, &server);
+    assert_eq!(code, 1);
+    let state = state_json(&repo, &run_id);
+    assert_eq!(state["status"], "failed");
+    let docs: &Value = stage_record(&state, "docs");
+    assert_eq!(docs["status"], "failed", "{docs}");
+}
