@@ -16,6 +16,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod compact;
+pub(crate) mod context_files;
 pub(crate) mod instructions;
 pub(crate) mod outcome;
 pub(crate) mod prompt;

@@ -166,6 +166,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
             // An `orch agent` question is answered in text or by `finish`.
             text_result: true,
             model: None,
+            context_files: true,
         }],
         origin: "orch agent".to_owned(),
         project_instructions: !args.instructions.no_project_instructions,

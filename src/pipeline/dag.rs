@@ -400,6 +400,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     .as_ref()
                     .map(|m| m.value.trim().to_owned())
                     .filter(|m| !m.is_empty()),
+                context_files: spec.context_files.is_none_or(|c| c.0),
             }
         })
         .collect();
@@ -454,6 +455,7 @@ fn unroll(written: &[(serde_saphyr::Spanned<String>, StageSpec)], loops: &[Loop]
                     text_tool_calls: original.text_tool_calls,
                     text_result: original.text_result,
                     model: original.model.clone(),
+                    context_files: original.context_files,
                 });
             }
             previous_review = round_id(lp.review, k);

@@ -55,6 +55,10 @@ pub struct Stage {
     /// wins over it. Resolved when the run starts and again on resume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Show the files the task names in the first message
+    /// (`context_files:`, default on; the role can turn it off too).
+    #[serde(default = "default_true")]
+    pub context_files: bool,
 }
 
 /// The default number of extra rounds an agent gets to make verify pass.

@@ -7,6 +7,7 @@
 //! files of `stage/`.
 
 mod commit;
+mod context;
 mod instructions;
 mod memory;
 mod progress;
@@ -149,6 +150,9 @@ impl<'a> StageRun<'a> {
         // Accepted lessons relevant to this stage, as the user's notes in its task.
         let task = prompt::task_message(&stage.task, &ctx.issue, &upstream);
         let memory = memory::inject(ctx, lane, start, &task, &upstream, &mut log).await?;
+        // The files the task names, as read_file would show them, so a small
+        // model sees what it is asked to change before it writes it.
+        let files = context::named_files(ctx, stage, role, &tool_ctx, &mut log).await?;
         let cfg = AgentConfig {
             budget,
             compaction: ctx.session.limits.compaction,
@@ -159,7 +163,7 @@ impl<'a> StageRun<'a> {
             ),
             task: format!(
                 "{}{}",
-                verify::with_baseline(task.clone(), baseline.as_ref()),
+                verify::with_baseline(format!("{task}{files}"), baseline.as_ref()),
                 memory.text
             ),
             max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),

@@ -16,6 +16,7 @@ mod bootstrap;
 mod budget;
 mod cli;
 mod config;
+mod context_files;
 mod conventions_a;
 mod conventions_b;
 mod dag;
