@@ -24,6 +24,7 @@ mod distributed;
 mod eval;
 mod events;
 mod faults;
+mod first_token;
 mod forge;
 mod fuzz;
 mod git_compat;
