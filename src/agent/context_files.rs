@@ -392,6 +392,14 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_demo_issue_names_no_file_of_its_repository() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo");
+        let issue = std::fs::read_to_string(root.join("ISSUE.md")).unwrap();
+        let c = collect(&root.join("repo").canonicalize().unwrap(), &[&issue], &[]);
+        assert_eq!(c, ContextFiles::default(), "{:?}", named_paths(&issue));
+    }
+
     fn lane(files: &[(&str, &[u8])]) -> (tempfile::TempDir, PathBuf) {
         let d = tempfile::tempdir().unwrap();
         let root = d.path().canonicalize().unwrap();
