@@ -231,3 +231,30 @@ fn the_first_request_grows_by_the_named_file_and_no_more() {
     assert!(on > off + SOLUTION.len(), "{on} vs {off}");
     assert!(on < off + SOLUTION.len() + 1024, "{on} vs {off}");
 }
+
+#[test]
+fn dry_run_shows_the_named_file_in_the_first_message_and_not_when_off() {
+    for (extra, shown) in [("", true), ("    context_files: off\n", false)] {
+        let repo = repo();
+        let server = finish_server();
+        let dir = tempfile::tempdir().unwrap();
+        let issue = crate::support::write_issue(
+            dir.path(),
+            "Implement `below_zero` in solution.py; see .env.\n",
+        );
+        let out = OrchRun::new(pipeline(dir.path(), extra), &repo)
+            .issue(&issue)
+            .model(&server.base_url, "m")
+            .args(["--dry-run", "--json"])
+            .output();
+        assert_eq!(out.status.code(), Some(0));
+        let plan = crate::support::stdout_json(&out);
+        let first = plan["stages"][0]["first_message"].as_str().unwrap();
+        assert_eq!(
+            first.contains("     1\tdef below_zero(operations):\n"),
+            shown,
+            "{first}"
+        );
+        assert!(!first.contains("ctx-canary-7d1f0e"), "{first}");
+    }
+}
