@@ -186,36 +186,30 @@ fn vet(root: &Path, name: &str, deny: &[PathBuf]) -> Vet {
     })
 }
 
-/// Why a lane path is a secret file that is never shown unasked: `.env`
-/// files (not `.env.example` and the like), private keys and key stores,
-/// credential files, anything under `.git`, `.ssh`, `.aws` or `.gnupg`.
-/// `read_file` still reads them when the model asks (its output is
-/// redacted); they are only never put into a prompt by orch itself.
+/// Why a lane path is a secret file that is never shown unasked: what the
+/// bash policy calls a secret or startup path ([`crate::policy::secret_named`]:
+/// under `.ssh`, `.aws`, `.gnupg`, `.netrc`, key files like `id_rsa`, …),
+/// and besides `.env` files (not `.env.example` and the like), key stores
+/// and credential files, and anything under `.git`. `read_file` still reads
+/// them when the model asks (its output is redacted); they are only never
+/// put into a prompt by orch itself.
 pub(crate) fn secret_file(rel: &str) -> Option<String> {
-    const DIRS: &[&str] = &[".git", ".ssh", ".aws", ".gnupg"];
     const NAMES: &[&str] = &[
-        ".netrc",
         ".npmrc",
         ".pypirc",
-        ".pgpass",
-        ".git-credentials",
         ".htpasswd",
         "credentials",
         "credentials.json",
-        "id_rsa",
-        "id_dsa",
-        "id_ecdsa",
-        "id_ed25519",
-        "id_ecdsa_sk",
-        "id_ed25519_sk",
     ];
     const KEY_EXTENSIONS: &[&str] = &[".pem", ".key", ".p12", ".pfx", ".jks", ".keystore"];
     const PUBLIC_ENV: &[&str] = &[".example", ".sample", ".template", ".dist"];
-    let comps: Vec<&str> = rel.split('/').collect();
-    if let Some(d) = comps.iter().find(|c| DIRS.contains(c)) {
-        return Some(format!("a secret file (under `{d}`)"));
+    if rel.split('/').any(|c| c == ".git") {
+        return Some("a secret file (under `.git`)".to_owned());
     }
-    let name = comps.last().copied().unwrap_or(rel);
+    if let Some(why) = crate::policy::secret_named(rel) {
+        return Some(format!("a secret file: {why}"));
+    }
+    let name = rel.rsplit('/').next().unwrap_or(rel);
     let lower = name.to_ascii_lowercase();
     let env_file = (lower == ".env" || lower.starts_with(".env.") || lower.ends_with(".env"))
         && !PUBLIC_ENV.iter().any(|s| lower.ends_with(s));
@@ -384,10 +378,18 @@ mod tests {
             ".git/config",
             "home/.aws/credentials",
             ".npmrc",
+            "ci/.netrc",
+            "deploy/.ssh/config",
         ] {
             assert!(secret_file(p).is_some(), "{p}");
         }
-        for p in [".env.example", "solution.py", "src/env.rs", "keys.md"] {
+        for p in [
+            ".env.example",
+            "solution.py",
+            "src/env.rs",
+            "keys.md",
+            "id_rsa.pub",
+        ] {
             assert_eq!(secret_file(p), None, "{p}");
         }
     }
