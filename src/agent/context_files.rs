@@ -68,17 +68,25 @@ pub(crate) fn collect(root: &Path, texts: &[&str], deny: &[PathBuf]) -> ContextF
     let mut out = ContextFiles::default();
     let mut body = String::new();
     let mut seen: Vec<String> = Vec::new();
+    // Files left out for their size or for room: named in the text, so the
+    // model knows to read them.
+    let mut unshown: Vec<String> = Vec::new();
     let candidates = texts.iter().flat_map(|t| named_paths(t));
     for name in candidates.take(MAX_CANDIDATES) {
         let file = match vet(root, &name, deny) {
             Vet::Absent => continue,
+            Vet::File(f) => f,
+            // Named twice: recorded once.
+            _ if out.skipped.iter().any(|(p, _)| *p == name) => continue,
             Vet::Refused(why) => {
-                if !out.skipped.iter().any(|(p, _)| *p == name) {
-                    out.skipped.push((name, why));
-                }
+                out.skipped.push((name, why));
                 continue;
             }
-            Vet::File(f) => f,
+            Vet::TooLarge(why) => {
+                unshown.push(name.clone());
+                out.skipped.push((name, why));
+                continue;
+            }
         };
         if seen.contains(&file.rel) {
             continue;
@@ -86,6 +94,7 @@ pub(crate) fn collect(root: &Path, texts: &[&str], deny: &[PathBuf]) -> ContextF
         seen.push(file.rel.clone());
         let room = TOTAL_CAP.saturating_sub(body.len());
         if room < MIN_SHARE {
+            unshown.push(file.rel.clone());
             out.skipped.push((
                 file.rel,
                 format!(
@@ -109,16 +118,11 @@ pub(crate) fn collect(root: &Path, texts: &[&str], deny: &[PathBuf]) -> ContextF
         );
         out.text = crate::secrets::redact(&out.text, &[]);
     }
-    let not_shown: Vec<String> = out
-        .skipped
-        .iter()
-        .filter(|(_, why)| why.contains("used up") || why.contains("larger than"))
-        .map(|(p, _)| format!("`{p}`"))
-        .collect();
-    if !not_shown.is_empty() {
+    if !unshown.is_empty() {
+        let names: Vec<String> = unshown.iter().map(|p| format!("`{p}`")).collect();
         out.text.push_str(&format!(
             "\nAlso named, not shown here (call read_file): {}\n",
-            not_shown.join(", ")
+            names.join(", ")
         ));
     }
     out
@@ -136,6 +140,8 @@ enum Vet {
     Absent,
     /// It exists but may not be shown.
     Refused(String),
+    /// A file too large to read here (`read_file` reads it in parts).
+    TooLarge(String),
     File(Vetted),
 }
 
@@ -173,7 +179,7 @@ fn vet(root: &Path, name: &str, deny: &[PathBuf]) -> Vet {
         return Vet::Refused("a secret path of the sandbox".to_owned());
     }
     if meta.len() > MAX_FILE_BYTES {
-        return Vet::Refused(format!(
+        return Vet::TooLarge(format!(
             "larger than {} KiB ({} bytes)",
             MAX_FILE_BYTES / 1024,
             meta.len()
