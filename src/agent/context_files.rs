@@ -34,8 +34,9 @@ pub(crate) const TOTAL_CAP: usize = 24 * 1024;
 pub(crate) const MAX_FILE_BYTES: u64 = 1 << 20;
 /// Below this much room left in [`TOTAL_CAP`], a further file is not started.
 const MIN_SHARE: usize = 512;
-/// Paths looked up at most (an issue naming hundreds of files gets the first).
-const MAX_CANDIDATES: usize = 64;
+/// Path-like words looked up at most (one `stat` each; an issue naming
+/// thousands gets the first ones).
+const MAX_CANDIDATES: usize = 256;
 
 /// One named file that was shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
