@@ -95,6 +95,10 @@ pub struct ResolvedConfig {
     pub context_window: Setting<u64>,
     /// Longest silence inside a stream.
     pub stream_idle_timeout: Setting<Duration>,
+    /// Base of the wait for a stream's first token.
+    pub first_token_timeout: Setting<Duration>,
+    /// Prompt-evaluation rate the first-token wait assumes, tokens/s.
+    pub prompt_eval_rate: Setting<f64>,
     /// Limit on one request (on the headers of a stream).
     pub request_timeout: Setting<Duration>,
     /// Limit on connecting.
@@ -182,6 +186,8 @@ impl ResolvedConfig {
         s.stream = self.stream.value;
         s.context_window = self.context_window.value;
         s.stream_idle_timeout = self.stream_idle_timeout.value;
+        s.first_token_timeout = self.first_token_timeout.value;
+        s.prompt_eval_rate = self.prompt_eval_rate.value;
         s.request_timeout = self.request_timeout.value;
         s.connect_timeout = self.connect_timeout.value;
         s.max_retries = self.max_retries.value;
@@ -375,6 +381,8 @@ pub fn resolve(
         stream: s.get(&STREAM)?,
         context_window: s.get(&CONTEXT_WINDOW)?,
         stream_idle_timeout: s.get(&STREAM_IDLE_TIMEOUT)?,
+        first_token_timeout: s.get(&FIRST_TOKEN_TIMEOUT)?,
+        prompt_eval_rate: s.get(&PROMPT_EVAL_RATE)?,
         request_timeout: s.get(&REQUEST_TIMEOUT)?,
         connect_timeout: s.get(&CONNECT_TIMEOUT)?,
         retry_max_total: s.get(&RETRY_MAX_TOTAL)?,

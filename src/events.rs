@@ -401,6 +401,7 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         ActionEvent::StageStart(_)
         | ActionEvent::RoleNotes(_)
         | ActionEvent::ProjectInstructions(_)
+        | ActionEvent::ContextFiles(_)
         | ActionEvent::Memory(_)
         | ActionEvent::MemoryUses(_)
         | ActionEvent::Distill(_)

@@ -75,6 +75,7 @@ mod wrappers;
 use std::path::Path;
 
 use builtin::{Entry, builtin_deny};
+pub(crate) use outside::secret_named;
 pub use unwrap::MAX_DEPTH;
 use unwrap::analyze;
 

@@ -56,6 +56,7 @@ const KNOWN_KEYS: &[&str] = &[
     "tool_choice",
     "text_edits",
     "tool_calling",
+    "context_files",
     "permissionMode",
     "disallowedTools",
     "maxTurns",
@@ -124,6 +125,10 @@ pub struct Role {
     /// of this role once (a stage's own `escalate_to:` wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalate_to: Option<String>,
+    /// `context_files: on | off` — the files its task names are shown in
+    /// its stages' first message (default on; a stage can turn it off too).
+    #[serde(default = "on")]
+    pub context_files: bool,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -264,6 +269,8 @@ struct RoleSpec {
     sandbox: Option<Spanned<String>>,
     #[serde(default)]
     network: Option<Spanned<OnOff>>,
+    #[serde(default)]
+    context_files: Option<Spanned<OnOff>>,
     /// Claude Code's permission mode, mapped by [`claude::mode`].
     #[serde(default, rename = "permissionMode")]
     permission_mode: Option<Spanned<String>>,
@@ -287,6 +294,10 @@ enum ResultSpec {
     Finish,
     /// `finish`, or a non-empty text answer.
     Text,
+}
+
+fn on() -> bool {
+    true
 }
 
 /// `network:` as written: `on`/`off` or a YAML boolean.
@@ -432,20 +443,23 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
             })?,
         ),
     };
-    let network = match &spec.network {
-        None => None,
-        Some(n) => Some(match &n.value {
-            OnOff::Bool(b) => *b,
-            OnOff::Word(w) if w == "on" => true,
-            OnOff::Word(w) if w == "off" => false,
-            OnOff::Word(w) => {
-                return Err(at(
-                    &n.referenced,
-                    format!("network: {w:?} must be on or off"),
-                ));
-            }
-        }),
+    let switch = |key: &str, n: &Spanned<OnOff>| match &n.value {
+        OnOff::Bool(b) => Ok(*b),
+        OnOff::Word(w) if w == "on" => Ok(true),
+        OnOff::Word(w) if w == "off" => Ok(false),
+        OnOff::Word(w) => Err(at(&n.referenced, format!("{key}: {w:?} must be on or off"))),
     };
+    let network = spec
+        .network
+        .as_ref()
+        .map(|n| switch("network", n))
+        .transpose()?;
+    let context_files = spec
+        .context_files
+        .as_ref()
+        .map(|n| switch("context_files", n))
+        .transpose()?
+        .unwrap_or(true);
 
     let escalate_to = match &spec.escalate_to {
         Some(to) if to.value.trim().is_empty() => {
@@ -475,6 +489,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         sandbox,
         network,
         escalate_to,
+        context_files,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })
@@ -870,6 +885,22 @@ mod tests {
         assert!(role.warnings.is_empty(), "{:?}", role.warnings);
         let err = parse_role("---\nname: a\ntool_calling: grammar\n---\n", "<t>").unwrap_err();
         assert!(err.to_string().contains(":3:"), "{err}");
+    }
+
+    #[test]
+    fn context_files_is_a_switch_on_by_default() {
+        let role = |v: &str| parse_role(&format!("---\nname: a\n{v}---\n"), "r.md");
+        assert!(role("").unwrap().context_files);
+        assert!(!role("context_files: off\n").unwrap().context_files);
+        assert!(!role("context_files: false\n").unwrap().context_files);
+        assert!(role("context_files: on\n").unwrap().warnings.is_empty());
+        let err = role("context_files: maybe\n").unwrap_err();
+        assert_eq!(err.line, 3);
+        assert!(
+            err.message
+                .contains("context_files: \"maybe\" must be on or off"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@
 pub(crate) mod budget;
 mod calling;
 pub(crate) mod compact;
+pub(crate) mod context_files;
 pub(crate) mod instructions;
 pub(crate) mod outcome;
 pub(crate) mod prompt;

@@ -168,6 +168,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
             model: None,
             escalate_to: None,
             required: true,
+            context_files: true,
         }],
         origin: "orch agent".to_owned(),
         project_instructions: !args.instructions.no_project_instructions,

@@ -223,6 +223,8 @@ fn rows(r: &ResolvedConfig) -> Vec<Row> {
         plain("stream", &r.stream),
         plain("context_window", &r.context_window),
         secs("stream_idle_timeout", &r.stream_idle_timeout),
+        secs("first_token_timeout", &r.first_token_timeout),
+        plain("prompt_eval_rate", &r.prompt_eval_rate),
         secs("request_timeout", &r.request_timeout),
         secs("connect_timeout", &r.connect_timeout),
         plain("max_retries", &r.max_retries),

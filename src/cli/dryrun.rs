@@ -130,7 +130,15 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
         v["system_prompt"] = json!(prompt::with_instructions(system, &instructions(d, stage)));
         let task = prompt::task_message(&stage.task, d.issue, &[]);
         let notes = memory_notes(d, &task);
-        v["first_message"] = json!(format!("{task}{notes}"));
+        // The named files as the repository's working tree has them (the
+        // lane would check out the base; nothing is created here).
+        let files = match d.repo.canonicalize() {
+            Ok(root) if stage.context_files && role.context_files => {
+                crate::agent::context_files::collect(&root, &[&stage.task, d.issue], &[]).text
+            }
+            _ => String::new(),
+        };
+        v["first_message"] = json!(format!("{task}{files}{notes}"));
     } else {
         v["receives"] = json!(receives(stage));
     }

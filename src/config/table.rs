@@ -19,8 +19,8 @@ use crate::llm::openai::{
     DEFAULT_RETRY_MAX_TOTAL, DEFAULT_STREAM_IDLE_TIMEOUT,
 };
 use crate::llm::settings::{
-    ConstrainedDialect, DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS, DEFAULT_REQUEST_DEADLINE,
-    ToolCalling, ToolChoice,
+    ConstrainedDialect, DEFAULT_FIRST_TOKEN_TIMEOUT, DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS,
+    DEFAULT_PROMPT_EVAL_RATE, DEFAULT_REQUEST_DEADLINE, ToolCalling, ToolChoice,
 };
 use crate::memory::MemoryMode;
 use std::time::Duration;
@@ -275,6 +275,30 @@ pub(super) const STREAM_IDLE_TIMEOUT: Key<f64, Duration, Or<Duration>> = timeout
     |p| p.stream_idle_timeout.as_ref(),
     DEFAULT_STREAM_IDLE_TIMEOUT,
 );
+
+/// `first_token_timeout`, seconds: the base of the wait for a stream's
+/// first token.
+pub(super) const FIRST_TOKEN_TIMEOUT: Key<f64, Duration, Or<Duration>> = timeout(
+    |p| p.first_token_timeout.as_ref(),
+    DEFAULT_FIRST_TOKEN_TIMEOUT,
+);
+
+/// `prompt_eval_rate`, tokens per second the first-token wait assumes.
+pub(super) const PROMPT_EVAL_RATE: Key<f64, f64, Or<f64>> = Key {
+    flag: None,
+    env: None,
+    file: FileKey::Profile(|p| p.prompt_eval_rate.as_ref()),
+    check: |r| {
+        if r.is_finite() && r > 0.0 {
+            Ok(r)
+        } else {
+            Err(format!(
+                "prompt_eval_rate is a positive number of tokens per second, not {r}"
+            ))
+        }
+    },
+    default: Or(DEFAULT_PROMPT_EVAL_RATE),
+};
 
 /// `request_timeout`, seconds.
 pub(super) const REQUEST_TIMEOUT: Key<f64, Duration, Or<Duration>> =

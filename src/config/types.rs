@@ -199,6 +199,12 @@ pub(super) struct ProfileSpec {
     pub(super) stream_idle_timeout: Option<Spanned<f64>>,
     /// Seconds.
     #[serde(default)]
+    pub(super) first_token_timeout: Option<Spanned<f64>>,
+    /// Tokens per second.
+    #[serde(default)]
+    pub(super) prompt_eval_rate: Option<Spanned<f64>>,
+    /// Seconds.
+    #[serde(default)]
     pub(super) request_timeout: Option<Spanned<f64>>,
     /// Seconds.
     #[serde(default)]

@@ -228,7 +228,7 @@ impl OpenAiClient {
                 tracing::warn!(url = %self.endpoint, agent = %req.agent_path, "{}; not retried", failure.reason);
                 return Err(exhausted(failure.kind.hint().to_owned()));
             }
-            if matches!(failure.kind, Kind::Timeout | Kind::Stall) {
+            if matches!(failure.kind, Kind::Timeout | Kind::Stall | Kind::FirstToken) {
                 if slow_seen {
                     return Err(exhausted(format!(
                         "{} (stopped retrying: the server timed out twice)",
@@ -378,6 +378,7 @@ impl OpenAiClient {
             },
             self.call_deadline_of(call_deadline),
         );
+        let request_bytes = body.len();
         let builder = self
             .http
             .post(&self.endpoint)
@@ -402,7 +403,10 @@ impl OpenAiClient {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
         if status.is_success() && is_sse {
-            let assembled = self.read_stream(resp, on_delta, call_deadline).await?;
+            let first = self.settings.first_token_wait(request_bytes);
+            let assembled = self
+                .read_stream(resp, on_delta, call_deadline, first)
+                .await?;
             // finish_reason is advisory, but `tool_calls` with none arrived
             // means the stream lost them (LiteLLM's streaming path).
             if stream
@@ -470,12 +474,15 @@ impl OpenAiClient {
         }
     }
 
-    /// Reads an SSE response to its end (`[DONE]` or the end of the body).
+    /// Reads an SSE response to its end (`[DONE]` or the end of the body):
+    /// `first.wait` for its first `data` line (the server may still be
+    /// evaluating the prompt), then `stream_idle_timeout` between them.
     async fn read_stream(
         &self,
         mut resp: reqwest::Response,
         on_delta: Option<&DeltaFn<'_>>,
         call_deadline: Instant,
+        first: FirstTokenWait,
     ) -> Result<Assembled, Attempt> {
         let idle = self.settings.stream_idle_timeout;
         let call = self.call_deadline_of(call_deadline);
@@ -487,7 +494,7 @@ impl OpenAiClient {
         let mut comments = 0usize;
         let mut seen_data = false;
         loop {
-            let idle_at = last_data + idle;
+            let idle_at = last_data + if seen_data { idle } else { first.wait };
             let chunk = match tokio::time::timeout_at(idle_at.min(call.at), resp.chunk()).await {
                 Ok(Ok(Some(chunk))) => chunk,
                 Ok(Ok(None)) => break,
@@ -501,19 +508,29 @@ impl OpenAiClient {
                     };
                     // Only keep-alives, never a data line: the server is
                     // busy, not gone; a retry would queue the same work.
-                    let kind = if comments > 0 && !seen_data {
-                        Kind::KeepAlivesOnly
-                    } else {
-                        Kind::Stall
-                    };
-                    return Err(Attempt::Transient(Transient::new(
-                        format!(
-                            "the stream stalled: no data for {} after {} chunks{keep_alives}",
-                            human_duration(idle),
-                            assembler.chunks()
+                    let (kind, reason) = match (seen_data, comments > 0) {
+                        (true, _) => (
+                            Kind::Stall,
+                            format!(
+                                "the stream stalled: no data for {} after {} chunks{keep_alives}",
+                                human_duration(idle),
+                                assembler.chunks()
+                            ),
                         ),
-                        kind,
-                    )));
+                        (false, busy) => (
+                            if busy {
+                                Kind::KeepAlivesOnly
+                            } else {
+                                Kind::FirstToken
+                            },
+                            format!(
+                                "the stream stalled before its first token: no first token within {} ({}){keep_alives}",
+                                first.shown(),
+                                first
+                            ),
+                        ),
+                    };
+                    return Err(Attempt::Transient(Transient::new(reason, kind)));
                 }
             };
             let fed = decoder

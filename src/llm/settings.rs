@@ -28,6 +28,17 @@ pub const DEFAULT_RETRY_MAX_TOTAL: Duration = Duration::from_secs(120);
 /// Default longest silence of a streamed response: no `data` line for this
 /// long (keep-alive comments do not count) abandons it.
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default base of the wait for a stream's first `data` line, before the
+/// prompt's allowance is added ([`ModelSettings::first_token_wait`]).
+pub const DEFAULT_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default prompt-evaluation rate the first-token wait assumes, in tokens
+/// per second: a slow CPU server (a 1.5B model on 2 loaded cores evaluated
+/// orch's ~970-token first prompt in more than 60 s; SmolLM2-135M here, at
+/// rest, 22 tokens/s), so a real server is rarely slower.
+pub const DEFAULT_PROMPT_EVAL_RATE: f64 = 5.0;
+/// Request bytes per prompt token, for the first-token wait (the same
+/// estimate as usage a server does not report).
+pub const BYTES_PER_TOKEN: usize = 4;
 /// Default bound on one completion as a whole: every attempt, every retry
 /// wait, streamed or not.
 pub const DEFAULT_REQUEST_DEADLINE: Duration = Duration::from_secs(600);
@@ -265,8 +276,15 @@ pub struct ModelSettings {
     /// Stream responses (`stream: true`, SSE); false sends plain requests.
     pub stream: bool,
     /// A streamed response that sends no `data` line for this long (comment
-    /// keep-alives do not count) is abandoned; it is retried once.
+    /// keep-alives do not count) after its first one is abandoned; it is
+    /// retried once.
     pub stream_idle_timeout: Duration,
+    /// The base of the wait for a stream's first `data` line; the prompt's
+    /// allowance is added ([`Self::first_token_wait`]).
+    pub first_token_timeout: Duration,
+    /// The prompt-evaluation rate the first-token wait assumes, in tokens
+    /// per second (finite and positive).
+    pub prompt_eval_rate: f64,
     /// Bound on one completion as a whole (all attempts and the waits
     /// between them): when it passes, the request ends with
     /// [`super::LlmError::Exhausted`], whatever the other timeouts allow.
@@ -306,6 +324,8 @@ impl fmt::Debug for ModelSettings {
             .field("retry_max_total", &self.retry_max_total)
             .field("stream", &self.stream)
             .field("stream_idle_timeout", &self.stream_idle_timeout)
+            .field("first_token_timeout", &self.first_token_timeout)
+            .field("prompt_eval_rate", &self.prompt_eval_rate)
             .field("request_deadline", &self.request_deadline)
             .field("max_reply_bytes", &self.max_reply_bytes)
             .field("context_window", &self.context_window)
@@ -333,6 +353,8 @@ impl ModelSettings {
             retry_max_total: DEFAULT_RETRY_MAX_TOTAL,
             stream: true,
             stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
+            first_token_timeout: DEFAULT_FIRST_TOKEN_TIMEOUT,
+            prompt_eval_rate: DEFAULT_PROMPT_EVAL_RATE,
             request_deadline: DEFAULT_REQUEST_DEADLINE,
             max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             context_window: DEFAULT_CONTEXT_WINDOW,
@@ -402,6 +424,33 @@ impl ModelSettings {
             .saturating_add(64 << 10)
     }
 
+    /// How long a stream may send no `data` line before its first one, for a
+    /// request of `request_bytes`: a server evaluating the prompt streams
+    /// nothing until the first token. The rule: `first_token_timeout` plus
+    /// the prompt's tokens (`request_bytes / 4`) at `prompt_eval_rate`, and
+    /// never less than `stream_idle_timeout`. With the defaults, 60 s plus
+    /// 1 s for every 20 bytes: a 3.4 KB first request waits 230 s, a 32 KB
+    /// one 1,698 s (then `request_deadline`, 600 s, ends it first).
+    pub fn first_token_wait(&self, request_bytes: usize) -> FirstTokenWait {
+        let tokens = (request_bytes / BYTES_PER_TOKEN) as f64;
+        let rate = if self.prompt_eval_rate.is_finite() && self.prompt_eval_rate > 0.0 {
+            self.prompt_eval_rate
+        } else {
+            DEFAULT_PROMPT_EVAL_RATE
+        };
+        let allowance = Duration::try_from_secs_f64(tokens / rate).unwrap_or(Duration::MAX);
+        FirstTokenWait {
+            wait: self
+                .first_token_timeout
+                .saturating_add(allowance)
+                .max(self.stream_idle_timeout),
+            tokens: tokens as u64,
+            rate,
+            base: self.first_token_timeout,
+            idle: self.stream_idle_timeout,
+        }
+    }
+
     /// The retry bounds these settings describe.
     pub fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy {
@@ -410,6 +459,55 @@ impl ModelSettings {
             max_delay: self.retry_max_delay,
             max_total: self.retry_max_total,
         }
+    }
+}
+
+/// `1.5s`, `250ms`.
+pub(crate) fn human_duration(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{}s", d.as_secs_f64())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+impl FirstTokenWait {
+    /// The wait as a message shows it, to a tenth of a second (`4.4s`).
+    pub fn shown(&self) -> String {
+        let tenths = (self.wait.as_millis() + 50) / 100;
+        human_duration(Duration::from_millis(
+            u64::try_from(tenths * 100).unwrap_or(u64::MAX),
+        ))
+    }
+}
+
+/// The wait for a stream's first `data` line and how it was reckoned
+/// ([`ModelSettings::first_token_wait`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FirstTokenWait {
+    /// The wait.
+    pub wait: Duration,
+    /// The prompt's estimated tokens.
+    pub tokens: u64,
+    /// The assumed rate, tokens per second.
+    pub rate: f64,
+    /// `first_token_timeout`.
+    pub base: Duration,
+    /// `stream_idle_timeout` (the least the wait is).
+    pub idle: Duration,
+}
+
+impl fmt::Display for FirstTokenWait {
+    /// How the wait was reckoned, for an error message.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "first_token_timeout {} + ~{} prompt tokens at prompt_eval_rate {} tokens/s, at least stream_idle_timeout {}",
+            human_duration(self.base),
+            self.tokens,
+            self.rate,
+            human_duration(self.idle)
+        )
     }
 }
 
@@ -445,6 +543,25 @@ mod tests {
             ModelSettings::resolve(Some("https://x/v1".into()), Some("m".into()), &env).unwrap();
         assert_eq!(s.api_key.as_deref(), Some("sk-orch"));
         assert_eq!(s.max_retries, DEFAULT_MAX_RETRIES);
+    }
+
+    #[test]
+    fn the_first_token_wait_grows_with_the_prompt_and_is_at_least_the_idle_timeout() {
+        let mut s = ModelSettings::new("http://x/v1", "m");
+        // 60 s + 3400 / 4 = 850 tokens at 5 tokens/s = 170 s.
+        assert_eq!(s.first_token_wait(3400).wait, Duration::from_secs(230));
+        assert_eq!(s.first_token_wait(0).wait, Duration::from_secs(60));
+        s.stream_idle_timeout = Duration::from_secs(600);
+        assert_eq!(s.first_token_wait(3400).wait, Duration::from_secs(600));
+        s.stream_idle_timeout = Duration::from_secs(1);
+        s.first_token_timeout = Duration::from_secs(2);
+        s.prompt_eval_rate = 100.0;
+        let w = s.first_token_wait(4000);
+        assert_eq!(w.wait, Duration::from_secs(12));
+        assert_eq!(
+            w.to_string(),
+            "first_token_timeout 2s + ~1000 prompt tokens at prompt_eval_rate 100 tokens/s, at least stream_idle_timeout 1s"
+        );
     }
 
     #[test]

@@ -446,6 +446,7 @@ fn unroll(
                     .filter(|m| !m.is_empty()),
                 escalate_to: spec.escalate_to.as_ref().map(|m| m.value.trim().to_owned()),
                 required: spec.required.unwrap_or(true),
+                context_files: spec.context_files.is_none_or(|c| c.0),
             }
         })
         .collect();
@@ -502,6 +503,7 @@ fn unroll(
                     model: original.model.clone(),
                     escalate_to: original.escalate_to.clone(),
                     required: original.required,
+                    context_files: original.context_files,
                 });
             }
             previous_review = round_id(lp.review, k);

@@ -124,6 +124,38 @@ pub(super) struct StageSpec {
     /// true); `false`: it ends `no_change` and the run goes on without it.
     #[serde(default)]
     pub required: Option<bool>,
+    /// Show the files the task names in the first message (default on).
+    #[serde(default)]
+    pub context_files: Option<ContextFilesSpec>,
+}
+
+/// `context_files: on | off` as written (a YAML boolean too); anything else
+/// is an error at its line naming the value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextFilesSpec(pub bool);
+
+impl<'de> Deserialize<'de> for ContextFilesSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Inner {
+            Bool(bool),
+            Word(String),
+        }
+        let bad = |what: &str| {
+            de::Error::custom(format!(
+                "context_files: {what} is not a switch; use on or off"
+            ))
+        };
+        match Inner::deserialize(deserializer).map_err(|_| bad("this value"))? {
+            Inner::Bool(b) => Ok(ContextFilesSpec(b)),
+            Inner::Word(w) => match w.trim() {
+                "on" | "true" => Ok(ContextFilesSpec(true)),
+                "off" | "false" => Ok(ContextFilesSpec(false)),
+                other => Err(bad(&format!("{other:?}"))),
+            },
+        }
+    }
 }
 
 /// `verify:` as written: one command line, or a list of them.

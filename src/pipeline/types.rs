@@ -67,6 +67,10 @@ pub struct Stage {
     /// on its branch and not in the run's result.
     #[serde(default = "default_true")]
     pub required: bool,
+    /// Show the files the task names in the first message
+    /// (`context_files:`, default on; the role can turn it off too).
+    #[serde(default = "default_true")]
+    pub context_files: bool,
 }
 
 /// The default number of extra rounds an agent gets to make verify pass.

@@ -301,8 +301,10 @@ pub(crate) fn secret_path_in(command: &str, units: &[Unit]) -> Option<String> {
     })
 }
 
-/// Why `token` (one path-like word) names a secret or startup path.
-fn secret_named(token: &str) -> Option<String> {
+/// Why `token` (one path-like word) names a secret or startup path (also
+/// what keeps a lane file out of a stage's first message:
+/// `agent::context_files`).
+pub(crate) fn secret_named(token: &str) -> Option<String> {
     if token.is_empty() {
         return None;
     }

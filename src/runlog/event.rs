@@ -38,6 +38,8 @@ pub(crate) enum ActionEvent {
     Sandbox(Sandbox),
     /// The repository's instruction files given to the stage.
     ProjectInstructions(ProjectInstructions),
+    /// The files the task names, shown in the first message.
+    ContextFiles(ContextFiles),
     /// The lessons injected into the task.
     Memory(Memory),
     /// Counting the uses of injected lessons failed.
@@ -172,6 +174,42 @@ pub(crate) struct ProjectInstructions {
     pub cut: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_bytes: Option<usize>,
+}
+
+/// One named file shown in the first message (`context_files`' `files`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ContextFile {
+    /// The path in the lane, e.g. `solution.py`.
+    pub path: String,
+    /// Its size on disk.
+    pub bytes: u64,
+    /// Bytes of numbered text the message holds for it.
+    pub included: usize,
+    /// Whether it was cut at its cap.
+    pub truncated: bool,
+}
+
+/// A named path that exists but was not shown (`context_files`' `skipped`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ContextSkip {
+    pub path: String,
+    pub reason: String,
+}
+
+/// `context_files`: off (`enabled: false` and nothing else), or the files
+/// the task names that the first message shows, and those it does not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ContextFiles {
+    pub enabled: bool,
+    pub files: Vec<ContextFile>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<ContextSkip>,
+    /// Bytes the section adds to the first message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<usize>,
 }
 
 /// `memory`: the lessons used, and either what was seen or the error.

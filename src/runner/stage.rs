@@ -7,6 +7,7 @@
 //! files of `stage/`.
 
 mod commit;
+mod context;
 mod instructions;
 mod memory;
 mod progress;
@@ -184,6 +185,9 @@ impl<'a> StageRun<'a> {
         // Accepted lessons relevant to this stage, as the user's notes in its task.
         let task = prompt::task_message(&stage.task, &ctx.issue, &upstream);
         let memory = memory::inject(ctx, lane, start, &task, &upstream, &mut log).await?;
+        // The files the task names, as read_file would show them, so a small
+        // model sees what it is asked to change before it writes it.
+        let files = context::named_files(ctx, stage, role, &tool_ctx, &mut log).await?;
         let cfg = AgentConfig {
             budget,
             compaction: ctx.session.limits.compaction,
@@ -194,14 +198,17 @@ impl<'a> StageRun<'a> {
             ),
             task: format!(
                 "{}{}",
-                verify::with_baseline(task.clone(), baseline.as_ref()),
+                verify::with_baseline(format!("{task}{files}"), baseline.as_ref()),
                 memory.text
             ),
             max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
             require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
             text_result: role.text_result || stage.text_result,
             text_tool_calls: stage.text_tool_calls,
-            text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits, model.tool_calling()),
+            text_edits: crate::llm::textedits::text_edits_enabled(
+                role.text_edits,
+                model.tool_calling(),
+            ),
             // A writing stage with a gate may end on prose; the gate judges it.
             finish_from_text: !(stage.verify.is_empty()
                 || role.read_only

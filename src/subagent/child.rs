@@ -165,7 +165,10 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         text_result: true,
         finish_from_text: false,
         text_tool_calls: true,
-        text_edits: crate::llm::textedits::text_edits_enabled(role.text_edits, opts.model.tool_calling()),
+        text_edits: crate::llm::textedits::text_edits_enabled(
+            role.text_edits,
+            opts.model.tool_calling(),
+        ),
         budget: budget.clone(),
         compaction: opts.compaction,
     };

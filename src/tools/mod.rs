@@ -49,6 +49,7 @@ pub use dispatch::{call, call_concurrently, dispatch, dispatch_concurrently};
 pub use outcome::{
     ALL_TOOLS, FatalToolError, FinishCall, MAX_ARGUMENT_BYTES, ToolError, ToolOutcome,
 };
+pub(crate) use read_file::numbered_line;
 pub use readonly::{ReadOnlyGuard, Snapshot};
 pub use schema::{definitions, offered, offered_names};
 

@@ -60,14 +60,7 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
         if total < offset || total >= end || char_cap_hit {
             continue;
         }
-        let s = s.trim_end_matches('\n').trim_end_matches('\r');
-        let shown = if s.chars().count() > MAX_LINE_CHARS {
-            let cut: String = s.chars().take(MAX_LINE_CHARS).collect();
-            format!("{cut}… [line cut: {} chars]", s.chars().count())
-        } else {
-            s.to_owned()
-        };
-        let entry = format!("{total:>6}\t{shown}\n");
+        let entry = numbered_line(total, s);
         if text.len() + entry.len() > MAX_CHARS && last_shown > 0 {
             char_cap_hit = true;
             continue;
@@ -102,6 +95,21 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<ToolOutcome, String> {
             f.rel
         ),
     ))
+}
+
+/// Line `n` as `read_file` shows it: the number right-aligned in 6 columns,
+/// a tab, the line without its line ending (cut after [`MAX_LINE_CHARS`]
+/// characters, saying so), and a newline. The first message's named files
+/// (`agent::context_files`) are shown the same way.
+pub(crate) fn numbered_line(n: u64, line: &str) -> String {
+    let s = line.trim_end_matches('\n').trim_end_matches('\r');
+    let count = s.chars().count();
+    if count > MAX_LINE_CHARS {
+        let cut: String = s.chars().take(MAX_LINE_CHARS).collect();
+        format!("{n:>6}\t{cut}… [line cut: {count} chars]\n")
+    } else {
+        format!("{n:>6}\t{s}\n")
+    }
 }
 
 #[cfg(test)]

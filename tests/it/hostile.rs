@@ -201,7 +201,11 @@ fn assert_model_error(setup: &Setup, out: &Measured, needle: &str) -> String {
 
 #[test]
 fn hostile_keep_alive_flood_gives_up_on_the_idle_timeout() {
-    let setup = Setup::new("stream_idle_timeout = 5\n");
+    // Keep-alives before any data: the first-token wait applies, made the
+    // same 5 s (no allowance for the prompt).
+    let setup = Setup::new(
+        "stream_idle_timeout = 5\nfirst_token_timeout = 5\nprompt_eval_rate = 1000000000\n",
+    );
     let server = FakeServer::start(
         Script::new().agent("work", vec![Reply::KeepAliveFlood, Reply::KeepAliveFlood]),
     );

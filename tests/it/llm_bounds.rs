@@ -70,6 +70,9 @@ async fn bounds_an_idle_stream_of_only_keep_alives_is_not_retried() {
     ));
     let mut s = settings(&server);
     s.stream_idle_timeout = Duration::from_millis(400);
+    // Before the first token the first-token wait applies: made as short.
+    s.first_token_timeout = Duration::from_millis(400);
+    s.prompt_eval_rate = 1e9;
     let err = complete(s).await.unwrap_err();
     let (attempts, last) = exhausted(&err);
     assert_eq!(attempts, 1, "{err}");
@@ -93,6 +96,8 @@ async fn bounds_a_stream_silent_from_its_first_byte_is_retried_once() {
     ));
     let mut s = settings(&server);
     s.stream_idle_timeout = Duration::from_millis(400);
+    s.first_token_timeout = Duration::from_millis(400);
+    s.prompt_eval_rate = 1e9;
     let resp = complete(s).await.expect("the retry answers");
     assert_eq!(resp.message.content.as_deref(), Some("second try"));
     assert_eq!(server.requests().len(), 2);

@@ -100,6 +100,7 @@ fn describe(event: &ActionEvent) -> String {
         ActionEvent::Memory(e) => memory(e),
         ActionEvent::Distill(e) => distill(e),
         ActionEvent::ProjectInstructions(e) => project_instructions(e),
+        ActionEvent::ContextFiles(e) => context_files(e),
         ActionEvent::AgentStart(e) => agent_start(e),
         ActionEvent::ChildStart(e) => format!(
             "subagent {} ({}) starts: depth {}/{}, pid {}{}{}",
@@ -346,6 +347,31 @@ fn project_instructions(e: &event::ProjectInstructions) -> String {
             String::new()
         }
     )
+}
+
+/// `context_files`: off, none named, or the files shown (cut or whole) and
+/// those left out with the reason.
+fn context_files(e: &event::ContextFiles) -> String {
+    if !e.enabled {
+        return "context files: off".to_owned();
+    }
+    let mut parts: Vec<String> = e
+        .files
+        .iter()
+        .map(|f| {
+            let cut = if f.truncated { ", cut" } else { "" };
+            format!("{} ({} B{cut})", one(&f.path), f.bytes)
+        })
+        .collect();
+    parts.extend(
+        e.skipped
+            .iter()
+            .map(|s| format!("{} not shown: {}", one(&s.path), one(&s.reason))),
+    );
+    if parts.is_empty() {
+        return "context files: none named".to_owned();
+    }
+    format!("context files: {}", parts.join(", "))
 }
 
 /// `response`: the turn, its tokens, its text and the calls it made.

@@ -59,6 +59,9 @@ pub(super) enum Kind {
     Connect,
     Timeout,
     Stall,
+    /// No `data` line within the first-token wait (nothing at all, not even
+    /// a keep-alive): retried once, like a stall.
+    FirstToken,
     /// The idle timeout passed on a stream that sent keep-alive comments but
     /// never a `data` line: the server is alive and busy, so a retry would
     /// only queue the same work again. Not retried.
@@ -81,6 +84,9 @@ impl Kind {
             }
             Kind::Stall => {
                 "; the stream stalled: raise stream_idle_timeout in orch.toml for slow models, or try --no-stream"
+            }
+            Kind::FirstToken => {
+                "; the server sent no token in time, as when it is still evaluating a long prompt on a CPU: raise first_token_timeout or lower prompt_eval_rate (tokens/s) in orch.toml for slow servers, or try --no-stream"
             }
             Kind::KeepAlivesOnly => {
                 "; the server is alive but sent only keep-alive comments, no data: not retried (a retry would queue the same work again); raise stream_idle_timeout in orch.toml for slow models, or try --no-stream"
@@ -215,11 +221,4 @@ pub(super) fn timed_out(limit: Duration, what: &str, setting: &str) -> Attempt {
     ))
 }
 
-/// `1.5s`, `250ms`.
-pub(super) fn human_duration(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{}s", d.as_secs_f64())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
-}
+pub(super) use crate::llm::settings::human_duration;

@@ -14,6 +14,7 @@ const HAND_WRITTEN: &[&str] = &[
     r#"{"elapsed_ms":9,"error":"write the memory ref: locked","event":"memory_uses","ts":"2026-12-05T18:54:05.754Z"}"#,
     r#"{"elapsed_ms":9,"error":"read lessons: bad tree","event":"memory","memory_used":[],"ts":"2026-12-05T18:54:05.754Z"}"#,
     r#"{"elapsed_ms":1,"error":"copy .env: permission denied","event":"worktree_include","ts":"2026-12-05T18:54:05.754Z"}"#,
+    r#"{"bytes":180,"elapsed_ms":2,"enabled":true,"event":"context_files","files":[{"bytes":120,"included":150,"path":"solution.py","truncated":false}],"skipped":[{"path":".env","reason":"a secret file (`.env`)"}],"ts":"2026-12-05T18:54:05.754Z"}"#,
     r#"{"command":"false","commit":"abc","duration_ms":0,"elapsed_ms":1,"event":"baseline","exit_code":null,"output":"orch could not run it: x","passed":false,"timed_out":false,"ts":"2026-12-05T18:54:05.754Z"}"#,
     r#"{"changed_paths":1,"elapsed_ms":9,"event":"finish_from_text","ts":"2026-12-05T18:54:05.754Z","turn":2}"#,
 ];

@@ -43,6 +43,8 @@ pub(super) enum SseEnd {
     Stall(usize),
     /// After this many chunks, close without the terminating chunk.
     Cut(usize),
+    /// Nothing for this long after the headers, then every chunk and the end.
+    After(Duration),
 }
 
 pub(super) fn read_request(reader: &mut impl BufRead) -> std::io::Result<Option<Request>> {
@@ -193,8 +195,13 @@ pub(super) fn write_sse_body(
     end: SseEnd,
     shared: &Shared,
 ) {
+    if let SseEnd::After(delay) = end {
+        // Silent, as a server is while it evaluates the prompt; a client
+        // that left makes the first write below fail.
+        std::thread::sleep(delay);
+    }
     let limit = match end {
-        SseEnd::Finish => chunks.len(),
+        SseEnd::Finish | SseEnd::After(_) => chunks.len(),
         SseEnd::Stall(n) | SseEnd::Cut(n) => n.min(chunks.len()),
     };
     for chunk in &chunks[..limit] {
@@ -210,7 +217,7 @@ pub(super) fn write_sse_body(
         }
     }
     match end {
-        SseEnd::Finish => {
+        SseEnd::Finish | SseEnd::After(_) => {
             let _ = stream.write_all(b"0\r\n\r\n");
             let _ = stream.flush();
             let _ = stream.shutdown(Shutdown::Write);

@@ -69,6 +69,9 @@ pub enum Reply {
     /// The inner reply's SSE chunks, but after the first `n` chunks the
     /// connection is closed without ending the chunked body (a cut stream).
     CutAfter(usize, Box<Reply>),
+    /// The inner reply's SSE chunks, the headers at once and the first chunk
+    /// only after the delay (a CPU server evaluating a long prompt).
+    FirstByteAfter(Duration, Box<Reply>),
     // --- Hostile servers (issue 12): each ends when the client hangs up,
     // or after `HOSTILE_LIMIT` ---
     /// 200 `text/event-stream`, then a `: keep-alive` comment every 100 ms
@@ -165,6 +168,11 @@ impl Reply {
             timeout,
             then: Box::new(self),
         }
+    }
+
+    /// The same reply streamed, its headers at once and its first chunk after `delay`.
+    pub fn first_byte_after(self, delay: Duration) -> Reply {
+        Reply::FirstByteAfter(delay, Box::new(self))
     }
 
     /// The same reply, given after `delay`.
@@ -317,6 +325,7 @@ pub(super) fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
         },
         Reply::StallAfter(n, inner) => with_sse_end(*inner, request, SseEnd::Stall(n), shared),
         Reply::CutAfter(n, inner) => with_sse_end(*inner, request, SseEnd::Cut(n), shared),
+        Reply::FirstByteAfter(d, inner) => with_sse_end(*inner, request, SseEnd::After(d), shared),
         Reply::KillSender => Answer::Close,
         Reply::KeepAliveFlood => Answer::Hostile(Hostile::KeepAlives),
         Reply::Huge { bytes, sse } => Answer::Hostile(Hostile::Huge { bytes, sse }),
