@@ -54,8 +54,11 @@ fn lines_written_before_the_log_was_typed_read_as_events_and_write_back_byte_for
                 .to_owned(),
         );
     }
-    // Every event name orch writes is among them.
-    assert_eq!(names.len(), 35, "{names:?}");
+    // Every event name orch wrote before the log was typed is among them,
+    // and those added since with a hand-written line (`context_files`,
+    // `finish_from_text`); events first written by typed code
+    // (`escalated`, `tool_calling_switch`) are checked by their own tests.
+    assert_eq!(names.len(), 36, "{names:?}");
 }
 
 #[test]
