@@ -160,6 +160,39 @@ fn text_edits_false_leaves_the_blocks_as_text() {
 }
 
 #[test]
+fn a_native_tool_calling_role_gets_no_edits_from_text_unless_it_asks() {
+    // `text_edits` defaults on unless the model's `tool_calling` is
+    // `native`: a model set to call tools only natively keeps its blocks
+    // as text (one nudge), and `text_edits: true` turns them on again.
+    for (extra, applied) in [("", false), ("text_edits: true\n", true)] {
+        let repo = repo();
+        repo.write(
+            ".orch/roles/native.md",
+            &format!(
+                "---\nname: native\ndescription: A native coder.\ntool_calling: native\n{extra}---\nYou write code.\n"
+            ),
+        );
+        let server = FakeServer::start(Script::new().agent(
+            "code",
+            vec![
+                Reply::text(SEARCH_REPLACE),
+                Reply::finish("f1", "Done.", None),
+            ],
+        ));
+        let (code, run_id) = run_role(&repo, &server, "native");
+        assert_eq!(code, 0, "{extra:?}");
+        let record = record_dir(&repo, &run_id);
+        let recovered = stage_events(&record, "code", "tool_calls_recovered");
+        assert_eq!(!recovered.is_empty(), applied, "{extra:?}");
+        assert_eq!(
+            committed(&repo, &run_id, "solution.py") != STUB,
+            applied,
+            "{extra:?}"
+        );
+    }
+}
+
+#[test]
 fn an_old_string_that_matches_once_after_whitespace_normalisation_is_applied_and_said() {
     let repo = TestRepo::with_commit(
         &[(
