@@ -168,7 +168,7 @@ fn a_native_tool_calling_role_gets_no_edits_from_text_unless_it_asks() {
         let repo = repo();
         repo.write(
             ".orch/roles/native.md",
-            &format!(
+            format!(
                 "---\nname: native\ndescription: A native coder.\ntool_calling: native\n{extra}---\nYou write code.\n"
             ),
         );
