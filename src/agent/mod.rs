@@ -16,6 +16,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod compact;
+pub(crate) mod finish_check;
 pub(crate) mod instructions;
 pub(crate) mod outcome;
 pub(crate) mod prompt;
@@ -142,6 +143,12 @@ pub(crate) struct AgentOutcome {
     pub transcript: Vec<ChatMessage>,
     /// The budget and what was used of it.
     pub budget: crate::budget::BudgetReport,
+    /// A writing stage's `finish` was accepted with nothing changed in the
+    /// lane, after it was told so once ([`finish_check`]).
+    pub no_change: bool,
+    /// The first error of each changed file that did not parse when the
+    /// `finish` was accepted, after it was told so once.
+    pub syntax_errors: Vec<String>,
 }
 
 /// Runs one agent to its end. `on_turn` is told after each model turn (for
@@ -169,6 +176,8 @@ pub(crate) struct Agent<'c> {
     repeats: repeat::RepeatGuard,
     /// Nudged since the last tool call (one nudge, then the stage fails).
     nudged: bool,
+    /// What the agent was told about its changes ([`finish_check`]).
+    checks: finish_check::FinishChecks,
 }
 
 impl<'c> Agent<'c> {
@@ -224,11 +233,14 @@ impl<'c> Agent<'c> {
                 digest: Vec::new(),
                 transcript: Vec::new(),
                 budget: crate::budget::BudgetReport::default(),
+                no_change: false,
+                syntax_errors: Vec::new(),
             },
             tracker,
             compactor,
             repeats: repeat::RepeatGuard::default(),
             nudged: false,
+            checks: finish_check::FinishChecks::default(),
         })
     }
 
@@ -270,6 +282,7 @@ impl<'c> Agent<'c> {
             verdict: out.verdict,
             verdict_from_text: out.verdict_from_text,
             budget: out.budget.clone(),
+            no_change: out.no_change,
         }))?;
         out.transcript = std::mem::take(&mut self.req.messages);
         Ok(out)

@@ -256,6 +256,9 @@ impl Agent<'_> {
             // already charged them to the stage's account.
             self.out.tokens.add(t);
         }
+        // What orch checks of the work itself (src/agent/finish_check.rs).
+        self.check_written(tool_ctx, &mut outcome).await;
+        self.check_finish(tool_ctx, &mut outcome).await;
         let finished = self.take_finish(&mut outcome);
         if seen == Repeat::Warn {
             outcome.content.push_str(&repeat::warning(name));

@@ -279,6 +279,8 @@ impl<'a> StageRun<'a> {
             verdict_from_text: outcome.verdict_from_text,
             // Whether the lane's watcher said what changed (else: walked).
             changes_from_watch: from_watch,
+            no_change: outcome.no_change,
+            syntax_errors: outcome.syntax_errors.clone(),
         }))?;
         let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
         let digest = outcome.digest[skip..]

@@ -60,5 +60,6 @@ mod sse;
 mod stage_models;
 mod streams;
 mod subagents;
+mod syntax_check;
 mod tool_faults;
 mod verify;
