@@ -4,9 +4,15 @@
 //! is accepted, the lane's changes:
 //!
 //! - a writing stage (its role may `write_file`/`edit_file`; not a review,
-//!   not a text-result role) whose lane has no change is told so once — the
-//!   `finish` is refused with [`NO_CHANGE`] as its tool error — and a second
-//!   `finish` is accepted and recorded as `no_change: true`;
+//!   not a text-result role) whose lane has no change is recorded as
+//!   `no_change: true`; when its model writes its tool calls as text (the
+//!   small models of issue 28, which claimed "Resolved the issue" with
+//!   nothing done), it is first told so once — the `finish` is refused with
+//!   [`NO_CHANGE`] as its tool error — and a second `finish` is accepted. A
+//!   model that calls tools natively is taken at its word: a `finish`
+//!   without a change is a deliberate answer often enough (a docs stage with
+//!   nothing to document, a check that found nothing to fix) that refusing
+//!   it would cost every such stage a turn;
 //! - changed files (what `git status` lists in the lane: written by tools
 //!   or by `bash`) that do not parse refuse the `finish` once with their
 //!   errors; a second `finish` is accepted, recorded as `syntax_errors`, and
@@ -42,6 +48,17 @@ pub(super) struct FinishChecks {
     told_syntax: bool,
     /// Checkers already said to be unavailable (said once each).
     said_not_checked: BTreeSet<&'static str>,
+    /// The model wrote tool calls as text in this conversation (a small
+    /// model's sign): only such a model is told about a `finish` without
+    /// a change; one that calls tools natively is taken at its word.
+    calls_as_text: bool,
+}
+
+impl FinishChecks {
+    /// The model wrote a tool call as text (recovered and run).
+    pub(super) fn saw_calls_as_text(&mut self) {
+        self.calls_as_text = true;
+    }
 }
 
 impl Agent<'_> {
@@ -105,7 +122,7 @@ impl Agent<'_> {
             if !self.writes(tool_ctx) {
                 return;
             }
-            if !self.checks.told_no_change {
+            if self.checks.calls_as_text && !self.checks.told_no_change {
                 self.checks.told_no_change = true;
                 refuse(
                     outcome,

@@ -126,6 +126,7 @@ impl Agent<'_> {
                 &format!("text{turn}"),
             )
         {
+            self.checks.saw_calls_as_text();
             log.append(&ActionEvent::ToolCallsRecovered(
                 event::ToolCallsRecovered {
                     turn,

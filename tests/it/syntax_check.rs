@@ -4,8 +4,9 @@
 //! a file that does not parse gets the checker's error in its result; a
 //! `finish` while a changed file does not parse is refused once, and a
 //! second one is accepted with `syntax_errors` in the record; a writing
-//! stage's `finish` with nothing changed in the lane is refused once and
-//! recorded as `no_change: true`; a read-only role's `finish` is untouched;
+//! stage's `finish` with nothing changed in the lane is recorded as
+//! `no_change: true`, and refused once first when its model writes its
+//! calls as text (a small model); a read-only role's `finish` is untouched;
 //! the checks leave nothing in the lane (no `__pycache__`).
 
 use crate::support::{
@@ -237,14 +238,20 @@ fn a_broken_file_written_by_bash_is_caught_at_finish() {
     assert_no_bytecode(&repo, &run_id);
 }
 
+/// `finish` as a small model writes it: its arguments as bare JSON, no
+/// tool name (recovered as `finish`, `recovered_from: schema_fit`).
+fn text_finish(summary: &str) -> Reply {
+    Reply::text(&json!({ "summary": summary }).to_string())
+}
+
 #[test]
-fn a_writing_stage_that_changed_nothing_is_told_once() {
+fn a_writing_stage_whose_model_writes_calls_as_text_and_changed_nothing_is_told_once() {
     let repo = repo();
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            Reply::finish("f1", "Resolved the issue by implementing median.", None),
-            Reply::finish("f2", "Nothing to change: median already works.", None),
+            text_finish("Resolved the issue by implementing median."),
+            text_finish("Nothing to change: median already works."),
         ],
     ));
     let (code, run_id) = run(&repo, &server);
@@ -267,9 +274,9 @@ fn a_writing_stage_told_it_changed_nothing_can_still_make_the_change() {
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            Reply::finish("f1", "Resolved the issue by implementing median.", None),
+            text_finish("Resolved the issue by implementing median."),
             write("w1", "solution.py", FIXED),
-            Reply::finish("f2", "Implemented median.", None),
+            text_finish("Implemented median."),
         ],
     ));
     let (code, run_id) = run(&repo, &server);
@@ -278,6 +285,20 @@ fn a_writing_stage_told_it_changed_nothing_can_still_make_the_change() {
     let end = stage_end(&repo, &run_id);
     assert!(end.get("no_change").is_none(), "{end}");
     assert_eq!(end["files_changed"], json!(1), "{end}");
+}
+
+#[test]
+fn a_native_finish_without_a_change_is_taken_at_its_word_and_recorded() {
+    let repo = repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![Reply::finish("f1", "Nothing to change.", None)],
+    ));
+    let (code, run_id) = run(&repo, &server);
+    assert_eq!(code, 0);
+    assert_eq!(server.requests_for("code").len(), 1);
+    let end = stage_end(&repo, &run_id);
+    assert_eq!(end["no_change"], json!(true), "{end}");
 }
 
 #[test]
