@@ -47,6 +47,15 @@ fn run(repo: &TestRepo, server: &FakeServer) -> (i32, String) {
     run_role(repo, server, "coder")
 }
 
+/// Runs stage `code` (role `coder`) with `replies` scripted; the
+/// repository, the server, the exit code and the run id.
+fn run_script(replies: Vec<Reply>) -> (TestRepo, FakeServer, i32, String) {
+    let repo = repo();
+    let server = FakeServer::start(Script::new().agent("code", replies));
+    let (code, run_id) = run(&repo, &server);
+    (repo, server, code, run_id)
+}
+
 fn write(id: &str, path: &str, content: &str) -> Reply {
     Reply::tool_call(id, "write_file", json!({"path": path, "content": content}))
 }
@@ -93,17 +102,12 @@ fn assert_no_bytecode(repo: &TestRepo, run_id: &str) {
 
 #[test]
 fn a_write_that_does_not_parse_gets_the_error_and_finish_waits_for_the_fix() {
-    let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            write("w1", "solution.py", BROKEN),
-            Reply::finish("f1", "Implemented median.", None),
-            write("w2", "solution.py", FIXED),
-            Reply::finish("f2", "Implemented median.", None),
-        ],
-    ));
-    let (code, run_id) = run(&repo, &server);
+    let (repo, server, code, run_id) = run_script(vec![
+        write("w1", "solution.py", BROKEN),
+        Reply::finish("f1", "Implemented median.", None),
+        write("w2", "solution.py", FIXED),
+        Reply::finish("f2", "Implemented median.", None),
+    ]);
     assert_eq!(code, 0);
     assert_eq!(server.requests_for("code").len(), 4);
     // The write's own result names the error and its line.
@@ -130,16 +134,11 @@ fn a_write_that_does_not_parse_gets_the_error_and_finish_waits_for_the_fix() {
 
 #[test]
 fn a_second_finish_with_a_broken_file_is_accepted_and_the_record_says_so() {
-    let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            write("w1", "solution.py", BROKEN),
-            Reply::finish("f1", "Implemented median.", None),
-            Reply::finish("f2", "Implemented median.", None),
-        ],
-    ));
-    let (code, run_id) = run(&repo, &server);
+    let (repo, server, code, run_id) = run_script(vec![
+        write("w1", "solution.py", BROKEN),
+        Reply::finish("f1", "Implemented median.", None),
+        Reply::finish("f2", "Implemented median.", None),
+    ]);
     assert_eq!(code, 0);
     assert_eq!(server.requests_for("code").len(), 3, "refused once only");
     assert!(result_of(&server, 2).contains("do not parse"));
@@ -161,24 +160,29 @@ fn a_second_finish_with_a_broken_file_is_accepted_and_the_record_says_so() {
     assert_no_bytecode(&repo, &run_id);
 }
 
+/// Runs a stage that writes `path` as `broken`, then as `fixed`, then
+/// finishes (accepted at once); the results of the two writes.
+fn broken_then_fixed(path: &str, broken: &str, fixed: &str) -> (String, String) {
+    let (_repo, server, code, _) = run_script(vec![
+        write("w1", path, broken),
+        write("w2", path, fixed),
+        Reply::finish("f1", "Done.", None),
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        server.requests_for("code").len(),
+        3,
+        "finish accepted at once"
+    );
+    (result_of(&server, 1), result_of(&server, 2))
+}
+
 #[test]
 fn a_broken_json_file_is_caught_in_process() {
-    let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            write("w1", "config.json", "{\"a\": 1,\n}\n"),
-            write("w2", "config.json", "{\"a\": 1}\n"),
-            Reply::finish("f1", "Added the config.", None),
-        ],
-    ));
-    let (code, _) = run(&repo, &server);
-    assert_eq!(code, 0);
-    assert_eq!(server.requests_for("code").len(), 3);
-    let broken = result_of(&server, 1);
+    let (broken, fixed) = broken_then_fixed("config.json", "{\"a\": 1,\n}\n", "{\"a\": 1}\n");
     assert!(broken.contains("config.json:2:"), "{broken}");
     assert!(broken.contains("does not parse"), "{broken}");
-    assert!(!result_of(&server, 2).contains("parse"));
+    assert!(!fixed.contains("parse"), "{fixed}");
 }
 
 #[test]
@@ -191,41 +195,29 @@ fn a_broken_javascript_file_is_caught_by_node() {
         eprintln!("skipped: node is not installed");
         return;
     }
-    let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            write("w1", "lib/a.js", "function f( {\n  return 1;\n}\n"),
-            write("w2", "lib/a.js", "function f() {\n  return 1;\n}\n"),
-            Reply::finish("f1", "Added f.", None),
-        ],
-    ));
-    let (code, _) = run(&repo, &server);
-    assert_eq!(code, 0);
-    let broken = result_of(&server, 1);
+    let (broken, fixed) = broken_then_fixed(
+        "lib/a.js",
+        "function f( {\n  return 1;\n}\n",
+        "function f() {\n  return 1;\n}\n",
+    );
     assert!(broken.contains("lib/a.js:2"), "{broken}");
     assert!(broken.contains("SyntaxError"), "{broken}");
-    assert!(!result_of(&server, 2).contains("SyntaxError"));
+    assert!(!fixed.contains("SyntaxError"), "{fixed}");
 }
 
 #[test]
 fn a_broken_file_written_by_bash_is_caught_at_finish() {
-    let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::tool_call(
-                "b1",
-                "bash",
-                json!({"command": "printf 'def f(:\\n' > helper.py"}),
-            ),
-            Reply::finish("f1", "Added a helper.", None),
-            Reply::tool_call("b2", "bash", json!({"command": "rm helper.py"})),
-            write("w1", "solution.py", FIXED),
-            Reply::finish("f2", "Implemented median.", None),
-        ],
-    ));
-    let (code, run_id) = run(&repo, &server);
+    let (repo, server, code, run_id) = run_script(vec![
+        Reply::tool_call(
+            "b1",
+            "bash",
+            json!({"command": "printf 'def f(:\\n' > helper.py"}),
+        ),
+        Reply::finish("f1", "Added a helper.", None),
+        Reply::tool_call("b2", "bash", json!({"command": "rm helper.py"})),
+        write("w1", "solution.py", FIXED),
+        Reply::finish("f2", "Implemented median.", None),
+    ]);
     assert_eq!(code, 0);
     let refused = result_of(&server, 2);
     assert!(refused.contains("helper.py:1"), "{refused}");
@@ -246,15 +238,10 @@ fn text_finish(summary: &str) -> Reply {
 
 #[test]
 fn a_writing_stage_whose_model_writes_calls_as_text_and_changed_nothing_is_told_once() {
-    let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            text_finish("Resolved the issue by implementing median."),
-            text_finish("Nothing to change: median already works."),
-        ],
-    ));
-    let (code, run_id) = run(&repo, &server);
+    let (repo, server, code, run_id) = run_script(vec![
+        text_finish("Resolved the issue by implementing median."),
+        text_finish("Nothing to change: median already works."),
+    ]);
     assert_eq!(code, 0);
     assert_eq!(server.requests_for("code").len(), 2, "told once only");
     let told = result_of(&server, 1);
@@ -270,16 +257,11 @@ fn a_writing_stage_whose_model_writes_calls_as_text_and_changed_nothing_is_told_
 
 #[test]
 fn a_writing_stage_told_it_changed_nothing_can_still_make_the_change() {
-    let repo = repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            text_finish("Resolved the issue by implementing median."),
-            write("w1", "solution.py", FIXED),
-            text_finish("Implemented median."),
-        ],
-    ));
-    let (code, run_id) = run(&repo, &server);
+    let (repo, server, code, run_id) = run_script(vec![
+        text_finish("Resolved the issue by implementing median."),
+        write("w1", "solution.py", FIXED),
+        text_finish("Implemented median."),
+    ]);
     assert_eq!(code, 0);
     assert!(result_of(&server, 1).contains("nothing in the lane changed"));
     let end = stage_end(&repo, &run_id);
