@@ -18,6 +18,7 @@ pub(crate) mod budget;
 mod calling;
 pub(crate) mod compact;
 pub(crate) mod context_files;
+pub(crate) mod finish_check;
 pub(crate) mod instructions;
 pub(crate) mod outcome;
 pub(crate) mod prompt;
@@ -159,6 +160,12 @@ pub(crate) struct AgentOutcome {
     pub transcript: Vec<ChatMessage>,
     /// The budget and what was used of it.
     pub budget: crate::budget::BudgetReport,
+    /// A writing stage's `finish` was accepted with nothing changed in the
+    /// lane, after it was told so once ([`finish_check`]).
+    pub no_change: bool,
+    /// The first error of each changed file that did not parse when the
+    /// `finish` was accepted, after it was told so once.
+    pub syntax_errors: Vec<String>,
 }
 
 /// Runs one agent to its end. `on_turn` is told after each model turn (for
@@ -188,6 +195,8 @@ pub(crate) struct Agent<'c> {
     nudged: bool,
     /// How turns ask for tool calls ([`crate::llm::constrained`]).
     calling: crate::llm::constrained::CallState,
+    /// What the agent was told about its changes ([`finish_check`]).
+    checks: finish_check::FinishChecks,
 }
 
 impl<'c> Agent<'c> {
@@ -205,6 +214,7 @@ impl<'c> Agent<'c> {
         // Native, constrained or text calls: the profile's (or the role's)
         // `tool_calling`, switched at most once by the loop ([`calling`]).
         let calling = crate::llm::constrained::CallState::new(model.tool_calling());
+        let first_mode = calling.mode();
         let req = ChatRequest {
             messages: vec![
                 ChatMessage::system(cfg.system_prompt.clone()),
@@ -249,12 +259,15 @@ impl<'c> Agent<'c> {
                 digest: Vec::new(),
                 transcript: Vec::new(),
                 budget: crate::budget::BudgetReport::default(),
+                no_change: false,
+                syntax_errors: Vec::new(),
             },
             tracker,
             compactor,
             repeats: repeat::RepeatGuard::default(),
             nudged: false,
             calling,
+            checks: finish_check::FinishChecks::for_mode(first_mode),
         })
     }
 
@@ -316,6 +329,7 @@ impl<'c> Agent<'c> {
             verdict: out.verdict,
             verdict_from_text: out.verdict_from_text,
             budget: out.budget.clone(),
+            no_change: out.no_change,
         }))?;
         out.transcript = std::mem::take(&mut self.req.messages);
         Ok(out)

@@ -136,6 +136,7 @@ impl Agent<'_> {
                 &format!("text{turn}"),
             )
         {
+            self.checks.saw_calls_as_text();
             log.append(&ActionEvent::ToolCallsRecovered(
                 event::ToolCallsRecovered {
                     turn,
@@ -287,6 +288,9 @@ impl Agent<'_> {
             // already charged them to the stage's account.
             self.out.tokens.add(t);
         }
+        // What orch checks of the work itself (src/agent/finish_check.rs).
+        self.check_written(tool_ctx, &mut outcome).await;
+        self.check_finish(tool_ctx, &mut outcome).await;
         let finished = self.take_finish(&mut outcome);
         if seen == Repeat::Warn {
             outcome.content.push_str(&repeat::warning(name));

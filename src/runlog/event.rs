@@ -648,6 +648,10 @@ pub(crate) struct AgentEnd {
     pub verdict: Option<Verdict>,
     pub verdict_from_text: bool,
     pub budget: BudgetReport,
+    /// A writing stage finished with nothing changed (left out when false;
+    /// changed files that did not parse are on `stage_end`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_change: bool,
 }
 
 /// `stage_end`.
@@ -676,6 +680,13 @@ pub(crate) struct StageEnd {
     pub approved_despite_failed_verify: bool,
     /// The lane watcher said what changed (false: the lane was walked).
     pub changes_from_watch: bool,
+    /// A writing stage finished with nothing changed (left out when false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_change: bool,
+    /// The changed files that did not parse when the stage finished, one
+    /// first error each (left out when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub syntax_errors: Vec<String>,
 }
 
 /// `escalated`: the attempt that just ended failed in a way a stronger

@@ -334,6 +334,8 @@ impl<'a> StageRun<'a> {
             approved_despite_failed_verify: outcome.approved_despite_failed_verify,
             // Whether the lane's watcher said what changed (else: walked).
             changes_from_watch: from_watch,
+            no_change: outcome.no_change,
+            syntax_errors: outcome.syntax_errors.clone(),
         }))?;
         let skip = outcome.digest.len().saturating_sub(DIGEST_LINES);
         let digest = outcome.digest[skip..]

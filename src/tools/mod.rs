@@ -41,6 +41,7 @@ mod read_file;
 mod readonly;
 mod schema;
 mod spawn_agent;
+pub(crate) mod syntax;
 mod write_file;
 
 pub(crate) use bash::run_sandboxed;

@@ -336,3 +336,25 @@ fn a_server_that_refuses_the_schema_gets_the_turn_again_natively_after_an_auto_s
     let state = state_json(&repo, &run_id);
     assert_eq!(stage_record(&state, "code")["status"], "succeeded");
 }
+
+#[test]
+fn a_constrained_model_finishing_without_a_change_is_told_once() {
+    // A model set to constrained calls is one that does not call tools
+    // natively: its `finish` with nothing changed is refused once (as for a
+    // model that wrote its calls as text), then accepted and recorded.
+    let repo = repo(Some("tool_calling = \"constrained\""));
+    let server = FakeServer::start(Script::new().agent("code", vec![finish(), finish()]));
+    let (code, run_id) = run(&repo, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 2, "told once only");
+    let results = tool_results(&reqs[1]);
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("the task asks for a change; nothing in the lane changed")),
+        "{results:?}"
+    );
+    let ends = stage_events(&record_dir(&repo, &run_id), "code", "stage_end");
+    assert_eq!(ends[0]["no_change"], json!(true), "{}", ends[0]);
+}

@@ -65,6 +65,7 @@ mod sse;
 mod stage_models;
 mod streams;
 mod subagents;
+mod syntax_check;
 mod text_edits;
 mod tool_faults;
 mod verify;

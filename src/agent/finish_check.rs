@@ -1,0 +1,217 @@
+//! What orch checks of the agent's work itself, at once (issue 28, points 4
+//! and 5): the syntax of every file a write tool changed (its check goes
+//! into the tool's result, [`crate::tools::syntax`]), and before a `finish`
+//! is accepted, the lane's changes:
+//!
+//! - a writing stage (its role may `write_file`/`edit_file`; not a review,
+//!   not a text-result role) whose lane has no change is recorded as
+//!   `no_change: true`; when its model writes its tool calls as text, or is
+//!   set to `constrained` or `text` calls (the small models of issue 28,
+//!   which claimed "Resolved the issue" with nothing done), it is first told so once — the `finish` is refused with
+//!   [`NO_CHANGE`] as its tool error — and a second `finish` is accepted. A
+//!   model that calls tools natively is taken at its word: a `finish`
+//!   without a change is a deliberate answer often enough (a docs stage with
+//!   nothing to document, a check that found nothing to fix) that refusing
+//!   it would cost every such stage a turn;
+//! - changed files (what `git status` lists in the lane: written by tools
+//!   or by `bash`) that do not parse refuse the `finish` once with their
+//!   errors; a second `finish` is accepted, recorded as `syntax_errors`, and
+//!   its summary says the changed files do not parse.
+//!
+//! A read-only role's `finish` is never checked, and a lane whose changes
+//! cannot be read (not a git worktree) is not judged at all.
+
+use super::Agent;
+use crate::tools::syntax::{self, SyntaxCheck};
+use crate::tools::{ToolContext, ToolOutcome};
+use std::collections::BTreeSet;
+
+/// What a writing stage's `finish` without a change is told.
+pub(crate) const NO_CHANGE: &str = "the task asks for a change; nothing in the lane changed";
+
+/// Changed files checked before a `finish` (the rest are named as not
+/// checked): each check is a child process.
+const MAX_FINISH_CHECKS: usize = 20;
+
+/// Bytes of syntax errors a refused `finish` shows (head and tail).
+const REFUSAL_BYTES: usize = 6 * 1024;
+
+/// Longest one-line tool summary (as the tools keep theirs).
+const SUMMARY_CHARS: usize = 120;
+
+/// What the agent was already told.
+#[derive(Debug, Default)]
+pub(super) struct FinishChecks {
+    /// A `finish` was refused because nothing changed.
+    told_no_change: bool,
+    /// A `finish` was refused because changed files do not parse.
+    told_syntax: bool,
+    /// Checkers already said to be unavailable (said once each).
+    said_not_checked: BTreeSet<&'static str>,
+    /// The model wrote tool calls as text in this conversation (a small
+    /// model's sign): only such a model is told about a `finish` without
+    /// a change; one that calls tools natively is taken at its word.
+    calls_as_text: bool,
+}
+
+impl FinishChecks {
+    /// The checks of an agent whose first turn asks for calls in `mode`: a
+    /// model set to `constrained` or `text` calls is one that does not call
+    /// tools natively, as one that wrote a call as text.
+    pub(super) fn for_mode(mode: crate::llm::CallMode) -> Self {
+        let mut checks = Self::default();
+        if mode != crate::llm::CallMode::Native {
+            checks.saw_calls_as_text();
+        }
+        checks
+    }
+
+    /// The model wrote a tool call as text (recovered and run).
+    pub(super) fn saw_calls_as_text(&mut self) {
+        self.calls_as_text = true;
+    }
+}
+
+impl Agent<'_> {
+    /// After a write tool changed a file: the file's syntax check, its
+    /// errors (or why it could not be checked, once a checker) added to
+    /// the tool's result.
+    pub(super) async fn check_written(
+        &mut self,
+        tool_ctx: &ToolContext,
+        outcome: &mut ToolOutcome,
+    ) {
+        let Some(rel) = outcome.changed_path.clone() else {
+            return;
+        };
+        if outcome.is_error || outcome.finish.is_some() || !syntax::has_checker(&rel) {
+            return;
+        }
+        let checked = syntax::check(tool_ctx, &rel).await;
+        if let SyntaxCheck::NotChecked { tool, .. } = &checked
+            && !self.checks.said_not_checked.insert(tool)
+        {
+            return;
+        }
+        let Some(note) = checked.note(&rel) else {
+            return;
+        };
+        outcome.content.push_str("\n\n");
+        outcome
+            .content
+            .push_str(&crate::secrets::redact(&note, &[]));
+        if let SyntaxCheck::Errors { first, .. } = &checked {
+            outcome.summary = crate::text::one_line(
+                &format!("{}; does not parse: {first}", outcome.summary),
+                SUMMARY_CHARS,
+            );
+        }
+    }
+
+    /// Before the `finish` in `outcome` is accepted: refuses it once (the
+    /// outcome becomes the tool error the model sees) when a writing stage
+    /// changed nothing, and once when changed files do not parse; records
+    /// what an accepted one leaves ([`super::AgentOutcome::no_change`],
+    /// [`super::AgentOutcome::syntax_errors`]).
+    pub(super) async fn check_finish(&mut self, tool_ctx: &ToolContext, outcome: &mut ToolOutcome) {
+        let Some(fin) = &outcome.finish else {
+            return;
+        };
+        // A review without a verdict is refused anyway (`take_finish`).
+        if tool_ctx.read_only || (self.cfg.require_verdict && fin.verdict.is_none()) {
+            return;
+        }
+        let root = tool_ctx.root.clone();
+        let Ok(Ok(changed)) =
+            tokio::task::spawn_blocking(move || crate::git::status_paths(&root)).await
+        else {
+            return;
+        };
+        self.out.no_change = false;
+        self.out.syntax_errors.clear();
+        if changed.is_empty() {
+            if !self.writes(tool_ctx) {
+                return;
+            }
+            if self.checks.calls_as_text && !self.checks.told_no_change {
+                self.checks.told_no_change = true;
+                refuse(
+                    outcome,
+                    &format!(
+                        "{NO_CHANGE}. Make the change the task asks for (write_file or edit_file), then call `finish` again. If the task truly needs no change, call `finish` again and say why in the summary."
+                    ),
+                    "nothing in the lane changed",
+                );
+                return;
+            }
+            self.out.no_change = true;
+            return;
+        }
+        let (errors, text) = check_changed(tool_ctx, &changed).await;
+        if errors.is_empty() {
+            return;
+        }
+        if !self.checks.told_syntax {
+            self.checks.told_syntax = true;
+            refuse(
+                outcome,
+                &format!(
+                    "these changed files do not parse:\n\n{}\n\nFix them, then call `finish` again.",
+                    crate::text::head_tail_lines(&text, REFUSAL_BYTES)
+                ),
+                "changed files do not parse",
+            );
+            return;
+        }
+        if let Some(fin) = outcome.finish.as_mut() {
+            fin.summary.push_str(&format!(
+                "\n\nNote from orch: the changed files do not parse: {}",
+                errors.join("; ")
+            ));
+        }
+        self.out.syntax_errors = errors;
+    }
+
+    /// Whether this agent is a writing stage's: its role may change files,
+    /// and its result is neither a review nor a text answer.
+    fn writes(&self, tool_ctx: &ToolContext) -> bool {
+        !self.cfg.require_verdict
+            && !self.cfg.text_result
+            && tool_ctx
+                .allowed
+                .iter()
+                .any(|t| t == "write_file" || t == "edit_file")
+    }
+}
+
+/// Checks the changed files that exist and have a checker; the first error
+/// of each that does not parse, and all their errors as one text.
+async fn check_changed(tool_ctx: &ToolContext, changed: &[String]) -> (Vec<String>, String) {
+    let candidates: Vec<&String> = changed
+        .iter()
+        .filter(|p| syntax::has_checker(p) && tool_ctx.root.join(p).is_file())
+        .collect();
+    let (mut firsts, mut text) = (Vec::new(), String::new());
+    for rel in candidates.iter().take(MAX_FINISH_CHECKS) {
+        if let SyntaxCheck::Errors { first, text: t, .. } = syntax::check(tool_ctx, rel).await {
+            firsts.push(crate::secrets::redact(&first, &[]));
+            text.push_str(&crate::secrets::redact(&t, &[]));
+            text.push_str("\n\n");
+        }
+    }
+    if !firsts.is_empty() && candidates.len() > MAX_FINISH_CHECKS {
+        text.push_str(&format!(
+            "({} more changed files not checked)\n",
+            candidates.len() - MAX_FINISH_CHECKS
+        ));
+    }
+    (firsts, text.trim_end().to_owned())
+}
+
+/// Turns the `finish` in `outcome` into a tool error saying `why`.
+fn refuse(outcome: &mut ToolOutcome, why: &str, short: &str) {
+    outcome.finish = None;
+    outcome.is_error = true;
+    outcome.content = format!("error: finish: not accepted yet: {why}");
+    outcome.summary = format!("error: finish refused: {short}");
+}
