@@ -53,6 +53,7 @@ mod sandbox;
 mod sandbox_e2e;
 mod sandbox_holes;
 mod setup;
+mod setup_checks;
 mod setup_lane;
 mod small_fixes;
 mod small_model;
