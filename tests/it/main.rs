@@ -21,6 +21,7 @@ mod conventions_b;
 mod dag;
 mod distributed;
 mod eval;
+mod eval_import;
 mod events;
 mod faults;
 mod forge;
