@@ -16,6 +16,8 @@ pub enum EvalCommand {
         #[command(subcommand)]
         source: ImportSource,
     },
+    /// One model request with the tools of a JSON file, through orch's client and its text-call recovery; prints the calls as JSON (for tool-call benchmarks)
+    Call(super::eval_call::EvalCallArgs),
 }
 
 /// The benchmarks `orch eval import` reads.
@@ -46,9 +48,12 @@ pub struct HumanevalArgs {
 
 /// Runs `orch eval <subcommand>`.
 pub(super) async fn cmd_eval_command(cmd: EvalCommand) -> Result<i32, CliError> {
-    let EvalCommand::Import {
-        source: ImportSource::Humaneval(args),
-    } = cmd;
+    let args = match cmd {
+        EvalCommand::Import {
+            source: ImportSource::Humaneval(args),
+        } => args,
+        EvalCommand::Call(args) => return super::eval_call::cmd_eval_call(args).await,
+    };
     let bad = |e: String| CliError::Invalid(format!("failed to import HumanEval: {e}"));
     let ids = match &args.ids {
         Some(text) => import::parse_ids(text).map_err(|e| bad(format!("--ids: {e}")))?,

@@ -15,6 +15,7 @@ mod completions;
 mod config;
 mod demo;
 mod eval;
+mod eval_call;
 mod eval_import;
 mod export;
 mod gc;

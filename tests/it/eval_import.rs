@@ -264,3 +264,67 @@ fn an_imported_task_with_the_doctest_gate_is_solved_through_orch_eval() {
         "the hidden test reached the model"
     );
 }
+
+/// `orch eval call`: one request with the file's tools through orch's
+/// client; a call the model wrote as text is recovered, a prose answer is
+/// no call (a refusal, for the BFCL tier), and the tools reach the server.
+#[test]
+fn eval_call_sends_one_request_with_the_given_tools_and_prints_the_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let request = dir.path().join("req.json");
+    std::fs::write(
+        &request,
+        json!({
+            "messages": [{"role": "user", "content": "Area of a triangle, base 10, height 5?"}],
+            "tools": [{
+                "name": "calculate_triangle_area",
+                "description": "Area of a triangle.",
+                "parameters": {"type": "object", "properties": {"base": {"type": "integer"}, "height": {"type": "integer"}}, "required": ["base", "height"]}
+            }]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let server = FakeServer::start(Script::new().agent(
+        "eval-call",
+        vec![
+            Reply::text(
+                "```json\n{\"name\": \"calculate_triangle_area\", \"arguments\": {\"base\": 10, \"height\": 5}}\n```",
+            ),
+            Reply::text("I cannot help with that."),
+        ],
+    ));
+    let call = || {
+        let mut cmd = orch();
+        cmd.current_dir(dir.path())
+            .env("ORCH_API_KEY", FAKE_API_KEY)
+            .args(["eval", "call", "--request"])
+            .arg(&request)
+            .args([
+                "--base-url",
+                &server.base_url,
+                "--model",
+                "fake-model",
+                "--no-stream",
+            ]);
+        let out = output_logged(&mut cmd);
+        assert_exit(&out, 0);
+        stdout_json(&out)
+    };
+    let first = call();
+    assert_eq!(
+        first["tool_calls"],
+        json!([{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}]),
+        "{first:#}"
+    );
+    assert_eq!(first["recovered_from"], "text", "{first:#}");
+    let second = call();
+    assert_eq!(second["tool_calls"], json!([]), "{second:#}");
+    assert_eq!(second["content"], "I cannot help with that.");
+    let reqs = server.requests_for("eval-call");
+    assert_eq!(
+        reqs[0].body["tools"][0]["function"]["name"],
+        "calculate_triangle_area"
+    );
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+}
