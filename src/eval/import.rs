@@ -88,6 +88,9 @@ pub(crate) async fn read_dataset(file: &Path) -> Result<String, String> {
         return String::from_utf8(bytes)
             .map_err(|e| format!("{} is not UTF-8: {e}", file.display()));
     }
+    // gzip runs in the temp dir: the path must not be relative to ours.
+    let file = &std::path::absolute(file)
+        .map_err(|e| format!("failed to read {}: {e}", file.display()))?;
     let tmp = tempfile::tempdir().map_err(|e| format!("failed to create a temp dir: {e}"))?;
     let out = tmp.path().join("dataset.jsonl");
     let command = format!(
