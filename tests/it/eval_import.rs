@@ -25,6 +25,13 @@ fn problem(n: u32) -> Value {
         .unwrap()
 }
 
+/// `orch eval import humaneval FILE --ids IDS --out OUT extra…` in `cwd`.
+fn import_ids(cwd: &Path, file: &str, ids: &str, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![file, "--ids", ids, "--out", out.to_str().unwrap()];
+    args.extend(extra);
+    import(cwd, &args)
+}
+
 fn import(cwd: &Path, args: &[&str]) -> Output {
     orch()
         .current_dir(cwd)
@@ -65,16 +72,13 @@ fn humaneval_problems_become_tasks_whose_hidden_check_runs_the_problems_tests() 
     let dir = tempfile::tempdir().unwrap();
     gzipped(dir.path());
     let out_dir = dir.path().join("tasks");
-    let out = import(
+    let out = import_ids(
         dir.path(),
-        &[
-            // A relative path, as a user types it (import runs gzip elsewhere).
-            "HumanEval.jsonl.gz",
-            "--ids",
-            "900,901",
-            "--out",
-            out_dir.to_str().unwrap(),
-        ],
+        // A relative path, as a user types it (import runs gzip elsewhere).
+        "HumanEval.jsonl.gz",
+        "900,901",
+        &out_dir,
+        &[],
     );
     assert_exit(&out, 0);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -128,15 +132,12 @@ fn humaneval_problems_become_tasks_whose_hidden_check_runs_the_problems_tests() 
 fn held_out_problems_are_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("tasks");
-    let out = import(
+    let out = import_ids(
         dir.path(),
-        &[
-            fixture().to_str().unwrap(),
-            "--ids",
-            "900,3,160",
-            "--out",
-            out_dir.to_str().unwrap(),
-        ],
+        fixture().to_str().unwrap(),
+        "900,3,160",
+        &out_dir,
+        &[],
     );
     assert_exit(&out, 2);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -158,16 +159,7 @@ fn held_out_problems_are_refused_and_nothing_is_written() {
         err.contains("bad.jsonl:2: not a HumanEval problem"),
         "{err}"
     );
-    let out = import(
-        dir.path(),
-        &[
-            fixture().to_str().unwrap(),
-            "--ids",
-            "7",
-            "--out",
-            out_dir.to_str().unwrap(),
-        ],
-    );
+    let out = import_ids(dir.path(), fixture().to_str().unwrap(), "7", &out_dir, &[]);
     assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("problem 7 is not in the file"));
 }
@@ -176,16 +168,12 @@ fn held_out_problems_are_refused_and_nothing_is_written() {
 fn an_imported_task_with_the_doctest_gate_is_solved_through_orch_eval() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("tasks");
-    let out = import(
+    let out = import_ids(
         dir.path(),
-        &[
-            fixture().to_str().unwrap(),
-            "--ids",
-            "901",
-            "--out",
-            out_dir.to_str().unwrap(),
-            "--doctest-gate",
-        ],
+        fixture().to_str().unwrap(),
+        "901",
+        &out_dir,
+        &["--doctest-gate"],
     );
     assert_exit(&out, 0);
     let task = out_dir.join("humaneval-901");

@@ -11,6 +11,16 @@ use crate::setup::{Scratch, plan_call, stdout, step};
 use crate::support::{FakeServer, Reply, Script, assert_exit, tool_results};
 use serde_json::{Value, json};
 
+/// A fake model that answers each request with the next plan.
+fn planner(plans: Vec<Vec<Value>>) -> FakeServer {
+    let replies = plans
+        .into_iter()
+        .enumerate()
+        .map(|(i, steps)| plan_call(&format!("p{}", i + 1), steps, &[]))
+        .collect();
+    FakeServer::start(Script::new().agent("setup", replies))
+}
+
 /// The `log.jsonl` events of the only setup recorded, as JSON.
 fn log_events(s: &Scratch) -> Vec<Value> {
     let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
@@ -28,7 +38,7 @@ fn a_step_whose_check_already_passes_before_it_is_skipped_as_satisfied() {
         step("touch a", "install", "test -f a"),
         step("touch a; echo ran >> second.log", "install", "test -f a"),
     ];
-    let server = FakeServer::start(Script::new().agent("setup", vec![plan_call("p1", steps, &[])]));
+    let server = planner(vec![steps]);
     let out = s.run(&server, &["the file a", "--yes"]);
     assert_exit(&out, 0);
     let text = stdout(&out);
@@ -79,17 +89,10 @@ fn a_check_that_passes_before_its_step_sends_the_plan_back_once_and_the_report_s
     let s = Scratch::new();
     // `true` and `ls` exit 0 whatever the step did (as `pip list
     // --format=freeze` does): they verify nothing.
-    let server = FakeServer::start(Script::new().agent(
-        "setup",
-        vec![
-            plan_call(
-                "p1",
-                vec![step("echo x > deps.txt", "install", "true")],
-                &[],
-            ),
-            plan_call("p2", vec![step("echo x > deps.txt", "install", "ls")], &[]),
-        ],
-    ));
+    let server = planner(vec![
+        vec![step("echo x > deps.txt", "install", "true")],
+        vec![step("echo x > deps.txt", "install", "ls")],
+    ]);
     let out = s.run(&server, &["the project's dependencies", "--yes"]);
     assert_exit(&out, 0);
     let text = stdout(&out);
@@ -140,14 +143,11 @@ fn a_check_that_passes_before_its_step_sends_the_plan_back_once_and_the_report_s
 #[test]
 fn a_check_that_fails_before_and_passes_after_its_step_is_accepted() {
     let s = Scratch::new();
-    let server = FakeServer::start(Script::new().agent(
-        "setup",
-        vec![plan_call(
-            "p1",
-            vec![step("echo x > deps.txt", "install", "test -f deps.txt")],
-            &[],
-        )],
-    ));
+    let server = planner(vec![vec![step(
+        "echo x > deps.txt",
+        "install",
+        "test -f deps.txt",
+    )]]);
     let out = s.run(&server, &["the project's dependencies", "--yes"]);
     assert_exit(&out, 0);
     let text = stdout(&out);
@@ -171,22 +171,15 @@ fn a_check_that_fails_before_and_passes_after_its_step_is_accepted() {
 #[test]
 fn plan_only_runs_checks_before_read_only_and_flags_one_that_already_passes() {
     let s = Scratch::new();
-    let server = FakeServer::start(Script::new().agent(
-        "setup",
+    let server = planner(vec![
         vec![
-            plan_call(
-                "p1",
-                vec![
-                    step("touch made", "install", "true"),
-                    // A check that would write: before its step it runs
-                    // read-only (or not at all), so nothing is created.
-                    step("touch other", "install", "touch canary-check"),
-                ],
-                &[],
-            ),
-            plan_call("p2", vec![step("touch made", "install", "true")], &[]),
+            step("touch made", "install", "true"),
+            // A check that would write: before its step it runs read-only
+            // (or not at all), so nothing is created.
+            step("touch other", "install", "touch canary-check"),
         ],
-    ));
+        vec![step("touch made", "install", "true")],
+    ]);
     let out = s.run(&server, &["a file", "--plan-only"]);
     assert_exit(&out, 0);
     let text = stdout(&out);
