@@ -27,7 +27,9 @@
 #   MODEL_DIR    where fetch_model.sh puts the GGUF (default /opt/realmodel/models)
 #   PORT         server port (default: a free one)
 #   ORCH         the orch binary (default: cargo build, then target/debug/orch)
-#   EVAL_FLAGS   extra flags for `orch eval` (e.g. "--run-timeout 3600")
+#   EVAL_FLAGS   extra flags for `orch eval` (e.g. "--run-timeout 7200")
+#   STREAM_IDLE_TIMEOUT, REQUEST_TIMEOUT  seconds, for the `tiers` profile
+#                written to $WORK/config/orch.toml (default 1800 each)
 #   WORK         work dir (default: a new temp dir, kept: it holds the results)
 set -euo pipefail
 
@@ -87,7 +89,22 @@ PORT="${PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 say "INFO  serving $(basename "$GGUF") on 127.0.0.1:$PORT"
 SERVER_PID="$(LOG="$WORK/server.log" READY_TIMEOUT=600 bash "$REALMODEL/serve.sh" "$PORT" "$GGUF" --ctx 8192 --threads 2 --parallel 1 --alias local)"
 BASE="http://127.0.0.1:$PORT/v1"
-MODEL_FLAGS=(--base-url "$BASE" --model local --temperature 0 --seed 1)
+# A profile of its own (in a config dir of its own): a CPU server under load
+# streams nothing while it evaluates a long prompt, so the default 60 s
+# stream_idle_timeout and 300 s request_timeout are too short for it.
+mkdir -p "$WORK/config"
+cat >"$WORK/config/orch.toml" <<TOML
+[profiles.tiers]
+base_url = "$BASE"
+model = "local"
+stream_idle_timeout = ${STREAM_IDLE_TIMEOUT:-1800}
+request_timeout = ${REQUEST_TIMEOUT:-1800}
+context_window = 8192
+temperature = 0
+seed = 1
+TOML
+export ORCH_CONFIG_DIR="$WORK/config"
+MODEL_FLAGS=(--profile tiers)
 
 # ---- tier 1: the model asked directly ----
 if has direct; then
