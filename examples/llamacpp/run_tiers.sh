@@ -29,6 +29,7 @@
 #   ORCH         the orch binary (default: cargo build, then target/debug/orch)
 #   EVAL_FLAGS   extra flags for `orch eval` (e.g. "--run-timeout 7200")
 #   STREAM_IDLE_TIMEOUT, REQUEST_TIMEOUT  seconds, for the `tiers` profile
+#                (REQUEST_TIMEOUT is its request_deadline too)
 #                written to $WORK/config/orch.toml (default 1800 each)
 #   WORK         work dir (default: a new temp dir, kept: it holds the results)
 set -euo pipefail
@@ -90,8 +91,9 @@ say "INFO  serving $(basename "$GGUF") on 127.0.0.1:$PORT"
 SERVER_PID="$(LOG="$WORK/server.log" READY_TIMEOUT=600 bash "$REALMODEL/serve.sh" "$PORT" "$GGUF" --ctx 8192 --threads 2 --parallel 1 --alias local)"
 BASE="http://127.0.0.1:$PORT/v1"
 # A profile of its own (in a config dir of its own): a CPU server under load
-# streams nothing while it evaluates a long prompt, so the default 60 s
-# stream_idle_timeout and 300 s request_timeout are too short for it.
+# streams nothing while it evaluates a long prompt and then writes 1-4
+# tokens/s, so the default 60 s stream_idle_timeout, 300 s request_timeout
+# and 600 s request_deadline are too short for it.
 mkdir -p "$WORK/config"
 cat >"$WORK/config/orch.toml" <<TOML
 [profiles.tiers]
@@ -99,6 +101,7 @@ base_url = "$BASE"
 model = "local"
 stream_idle_timeout = ${STREAM_IDLE_TIMEOUT:-1800}
 request_timeout = ${REQUEST_TIMEOUT:-1800}
+request_deadline = ${REQUEST_TIMEOUT:-1800}
 context_window = 8192
 temperature = 0
 seed = 1
