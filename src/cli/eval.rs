@@ -20,8 +20,8 @@ const FALLBACK_PIPELINE: &str = "issue-to-pr";
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
     /// The task set: a directory of task directories (each with repo/ or repo.bundle, issue.md, check.sh), or one task directory
-    #[arg(long, value_name = "DIR")]
-    pub tasks: PathBuf,
+    #[arg(long, value_name = "DIR", required = true)]
+    pub tasks: Option<PathBuf>,
     /// The pipeline of every run: a name or a .yaml path (default: the task set's eval.yaml, else issue-to-pr)
     #[arg(long, value_name = "PIPELINE")]
     pub pipeline: Option<String>,
@@ -67,10 +67,19 @@ pub struct EvalArgs {
     /// Extra flags for every `orch run`, after `--` (e.g. `-- --max-parallel 2`)
     #[arg(last = true, value_name = "RUN_FLAGS")]
     pub run_flags: Vec<String>,
+    /// `orch eval import …` instead of a measurement.
+    #[command(subcommand)]
+    pub command: Option<super::eval_import::EvalCommand>,
 }
 
 /// `orch eval`.
 pub(super) async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
+    if let Some(cmd) = args.command {
+        return super::eval_import::cmd_eval_command(cmd).await;
+    }
+    let Some(tasks_dir) = args.tasks.as_deref() else {
+        return Err(CliError::Invalid("orch eval needs --tasks DIR".to_owned()));
+    };
     if let Some(p) = args.fail_under
         && !(0.0..=100.0).contains(&p)
     {
@@ -101,7 +110,7 @@ pub(super) async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
     // Only validates the limit flags; each `orch run` applies them itself.
     args.limits.to_limits(None)?;
     let tasks =
-        TaskSet::load(&args.tasks, args.scripted.as_deref(), &args.only).map_err(eval_error)?;
+        TaskSet::load(tasks_dir, args.scripted.as_deref(), &args.only).map_err(eval_error)?;
     let pipeline = choose_pipeline(args.pipeline.as_deref(), &tasks.dir)?;
     // Check the pipeline once, so a typo fails here rather than in every run.
     Catalog::load(None)?.pipeline(&pipeline)?;

@@ -15,6 +15,8 @@ mod completions;
 mod config;
 mod demo;
 mod eval;
+mod eval_call;
+mod eval_import;
 mod export;
 mod gc;
 mod inspect;
@@ -105,7 +107,8 @@ pub enum Command {
     Config(config::ConfigArgs),
     /// Replay a recorded run offline (same plan, same base, recorded model turns); report divergences.
     Replay(replay::ReplayArgs),
-    /// Measure a pipeline on a task set: per task, run it and a hidden check (`docs/eval.md`).
+    /// Measure a pipeline on a task set: per task, run it and a hidden check (`docs/eval.md`); `orch eval import humaneval` makes a task set.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Eval(eval::EvalArgs),
     /// Push a run's PR branch and open (or update) its pull or merge request.
     Publish(publish::PublishArgs),

@@ -16,6 +16,7 @@
 //!   stdin closed, a timeout followed by SIGTERM, grace, SIGKILL.
 
 mod error;
+pub(crate) mod import;
 mod report;
 mod task;
 

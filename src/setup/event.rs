@@ -17,7 +17,7 @@
 //!   (a newer orch) or whose fields do not fit stays a JSON value.
 
 use super::plan::{Plan, Risk};
-use super::status::StepStatus;
+use super::status::{CheckBefore, StepStatus};
 use crate::llm::{Sampling, ToolChoice};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -45,6 +45,11 @@ pub(crate) enum SetupEvent {
     AskUser(AskUser),
     /// The model made a plan (or a new one after a failed step).
     Plan(NewPlan),
+    /// A step's check ran before the step: at plan time or right before it.
+    CheckBefore(CheckRunBefore),
+    /// A plan whose checks already passed before their steps went back to
+    /// the model (once per setup).
+    PlanSentBack(PlanSentBack),
     /// A step ran, or the user skipped it.
     Step(StepEvent),
     /// The setup ended.
@@ -151,7 +156,33 @@ pub(crate) struct NewPlan {
     pub plan: Plan,
 }
 
-/// `step`: one of two shapes.
+/// `check_before`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CheckRunBefore {
+    /// 1-based, in the plan as it was then.
+    pub step: usize,
+    /// `plan` (when the plan was made, before it was accepted) or `step`
+    /// (right before the step would run).
+    pub when: String,
+    pub check: String,
+    /// `None` when it was not run or was killed.
+    pub exit_code: Option<i32>,
+    /// Head and tail of its output, or why it was not run.
+    pub output: String,
+    pub outcome: CheckBefore,
+}
+
+/// `plan_sent_back`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PlanSentBack {
+    /// The steps (1-based) whose checks passed before their steps.
+    pub steps: Vec<usize>,
+    /// What the model was told.
+    pub message: String,
+}
+
+/// `step`: one of three shapes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum StepEvent {
@@ -171,6 +202,18 @@ pub(crate) enum StepEvent {
         check_exit_code: Option<i32>,
         check_output: Option<String>,
         verified: bool,
+        /// The check passed before the step too, never having been seen
+        /// failing: the step is not verified (left out when false).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        check_passed_before: bool,
+    },
+    /// Not run: its check, seen failing earlier, passed right before the
+    /// step (`status` is `satisfied`).
+    Satisfied {
+        step: usize,
+        status: StepStatus,
+        check: String,
+        check_output: String,
     },
     /// The user said no (`status` is `skipped`).
     Skipped { step: usize, status: StepStatus },

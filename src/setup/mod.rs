@@ -11,6 +11,12 @@
 //!   every write is a plan step that orch runs after the plan was printed
 //!   and, for `install`/`system` steps, confirmed (a terminal answer, or
 //!   `--yes`); `--plan-only` stops after printing the plan;
+//! - the check of every `install`/`system` step also runs before its step
+//!   (when the plan is made, read-only, and right before the step): a
+//!   check that already passes sends the plan back once; one seen failing
+//!   that passes before its step marks it satisfied (not run); one never
+//!   seen failing that passes before and after makes the step
+//!   `unverified` (`session/precheck.rs`);
 //! - every plan and step command passes the built-in deny list; `sudo`
 //!   only in a step whose risk is `system`;
 //! - the record (`state.json` written after every step) lets

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::event::SetupEvent;
 use super::plan::Plan;
-use super::status::StepStatus;
+use super::status::{CheckBefore, StepStatus};
 use crate::llm::ChatMessage;
 
 /// Overrides where setup records live (tests, packaging).
@@ -36,6 +36,10 @@ pub(crate) struct StepState {
     /// The first line of the check's output (the version now).
     #[serde(default)]
     pub(crate) check_line: Option<String>,
+    /// What the check said when it last ran before the step (at plan time,
+    /// then right before the step); `failed` once it was seen failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) check_before: Option<CheckBefore>,
 }
 
 /// `state.json`.
@@ -58,6 +62,10 @@ pub(crate) struct SetupState {
     /// Step positions (0-based) that already had their one retry or plan change.
     #[serde(default)]
     pub(crate) recovered: Vec<usize>,
+    /// The steps (1-based, of the plan then) whose checks passed before
+    /// their steps when orch sent the plan back for it: once per setup.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) sent_back: Vec<usize>,
     /// The model settings the setup was started (or last resumed) with, so
     /// `orch setup --resume ID` without model flags talks to the same model.
     #[serde(default, skip_serializing_if = "Option::is_none")]

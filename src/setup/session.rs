@@ -7,11 +7,13 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod precheck;
+
 use super::event::{self, SetupEvent};
 use super::options::{Confirm, Console, KILL_STEP_VERIFIED, SetupOptions};
 use super::plan::{self, Plan, Risk};
 use super::record::{SetupRecord, SetupState, StepState};
-use super::status::StepStatus;
+use super::status::{CheckBefore, StepStatus};
 use super::steps::{self, Ran, Sandboxing};
 use super::{detect, readonly};
 use crate::llm::{
@@ -133,6 +135,9 @@ pub(crate) async fn run_setup(
     })
 }
 
+/// A plan the model made and what each step's check did before its step.
+type NewSteps = (Plan, Vec<Option<CheckBefore>>);
+
 struct Session<'a> {
     opts: SetupOptions,
     model: Arc<dyn ChatModel>,
@@ -182,6 +187,7 @@ impl<'a> Session<'a> {
             plan_version: 0,
             steps: Vec::new(),
             recovered: Vec::new(),
+            sent_back: Vec::new(),
             model: opts.model.clone(),
             lane: opts.lane,
         };
@@ -281,9 +287,9 @@ impl<'a> Session<'a> {
                 self.console.say(plan::render(&p, "Plan").trim_end());
                 p
             }
-            None => match self.converse().await? {
-                Ok(p) => {
-                    self.adopt(p.clone(), 0, "Plan")?;
+            None => match self.converse(0).await? {
+                Ok((p, checks)) => {
+                    self.adopt(p.clone(), &checks, 0, "Plan")?;
                     p
                 }
                 Err(why) => return Ok(SetupEnd::Failed(why)),
@@ -302,7 +308,14 @@ impl<'a> Session<'a> {
 
     /// Makes `new` the plan from step `from` on (earlier steps are kept),
     /// prints it and records it.
-    fn adopt(&mut self, new: Plan, from: usize, title: &str) -> Result<(), SetupError> {
+    /// `checks` says what each new step's check did before the step.
+    fn adopt(
+        &mut self,
+        new: Plan,
+        checks: &[Option<CheckBefore>],
+        from: usize,
+        title: &str,
+    ) -> Result<(), SetupError> {
         let mut plan = self.plan.clone().unwrap_or_default();
         plan.steps.truncate(from);
         plan.steps.extend(new.steps);
@@ -313,6 +326,9 @@ impl<'a> Session<'a> {
         self.state
             .steps
             .resize(plan.steps.len(), StepState::default());
+        for (st, c) in self.state.steps.iter_mut().skip(from).zip(checks) {
+            st.check_before = *c;
+        }
         self.state.plan_version += 1;
         self.state.status = "planned".into();
         self.record
@@ -325,6 +341,7 @@ impl<'a> Session<'a> {
             plan: plan.clone(),
         }));
         self.console.say(plan::render(&plan, title).trim_end());
+        self.warn_passing_checks(&plan);
         self.plan = Some(plan);
         Ok(())
     }
@@ -333,7 +350,7 @@ impl<'a> Session<'a> {
         self.state
             .steps
             .iter()
-            .position(|s| s.status != StepStatus::Verified)
+            .position(|s| !s.status.done())
             .unwrap_or(self.state.steps.len())
     }
 
@@ -466,6 +483,14 @@ impl<'a> Session<'a> {
             } else {
                 Sandboxing::Step(step.risk)
             };
+            let passed_before = match self.check_before_step(i, &step).await? {
+                precheck::BeforeStep::Satisfied => {
+                    i += 1;
+                    continue;
+                }
+                precheck::BeforeStep::PassedUnproven => true,
+                precheck::BeforeStep::Failed => false,
+            };
             let ran = self
                 .run_shown("", &step.command, timeout, sandboxing)
                 .await?;
@@ -478,15 +503,17 @@ impl<'a> Session<'a> {
                     .await?;
                 check_ran = Some(c);
             }
-            let verified = ran.ok() && check_ran.as_ref().is_none_or(Ran::ok);
+            let passed = ran.ok() && check_ran.as_ref().is_none_or(Ran::ok);
+            // A check that passed before the step too shows nothing.
+            let verified = passed && !passed_before;
             let st = &mut self.state.steps[i];
             st.exit_code = ran.exit_code;
             st.check_exit_code = check_ran.as_ref().and_then(|c| c.exit_code);
             st.check_line = check_ran.as_ref().and_then(|c| first_line(&c.output));
-            st.status = if verified {
-                StepStatus::Verified
-            } else {
-                StepStatus::Failed
+            st.status = match (passed, passed_before) {
+                (true, false) => StepStatus::Verified,
+                (true, true) => StepStatus::Unverified,
+                (false, _) => StepStatus::Failed,
             };
             self.save_state()?;
             self.record.log(&SetupEvent::Step(event::StepEvent::Ran {
@@ -501,10 +528,20 @@ impl<'a> Session<'a> {
                 check_exit_code: check_ran.as_ref().and_then(|c| c.exit_code),
                 check_output: check_ran.as_ref().map(|c| c.output.clone()),
                 verified,
+                check_passed_before: passed && passed_before,
             }));
             if verified {
                 self.console.say(&format!("step {} verified", i + 1));
                 crate::killpoint::reached(KILL_STEP_VERIFIED);
+                i += 1;
+                continue;
+            }
+            if passed {
+                self.console.say(&format!(
+                    "step {} ran, but its check `{}` passed before the step too: it verifies nothing (not verified)",
+                    i + 1,
+                    step.check.as_deref().unwrap_or_default()
+                ));
                 i += 1;
                 continue;
             }
@@ -525,13 +562,13 @@ impl<'a> Session<'a> {
                 check_ran.as_ref(),
                 timeout,
             )));
-            let new = match self.converse().await? {
+            let (new, checks) = match self.converse(i).await? {
                 Ok(p) => p,
                 Err(why) => {
                     return Ok(SetupEnd::Failed(format!("step {} failed and {why}", i + 1)));
                 }
             };
-            self.adopt(new, i, "Changed plan")?;
+            self.adopt(new, &checks, i, "Changed plan")?;
             let Some(plan) = self.plan.clone() else {
                 return Ok(SetupEnd::Failed("no plan".into()));
             };
@@ -694,6 +731,40 @@ impl<'a> Session<'a> {
         if !any {
             out.push_str("  (no checks printed a version)\n");
         }
+        let with = |status: StepStatus| -> Vec<(usize, &plan::Step)> {
+            plan.steps
+                .iter()
+                .zip(&self.state.steps)
+                .enumerate()
+                .filter(|(_, (_, st))| st.status == status)
+                .map(|(i, (s, _))| (i + 1, s))
+                .collect()
+        };
+        let satisfied = with(StepStatus::Satisfied);
+        if !satisfied.is_empty() {
+            out.push_str("Already satisfied (not run: the check passed before the step):\n");
+            for (n, s) in satisfied {
+                out.push_str(&format!("  {n}. {}\n", s.command));
+            }
+        }
+        let unverified = with(StepStatus::Unverified);
+        if !unverified.is_empty() {
+            out.push_str(&format!(
+                "Not verified (the check passed before the step too, so it shows nothing{}):\n",
+                if self.state.sent_back.is_empty() {
+                    ""
+                } else {
+                    "; the plan was sent back once for such checks"
+                }
+            ));
+            for (n, s) in unverified {
+                out.push_str(&format!(
+                    "  {n}. {}   (check: {})\n",
+                    s.command,
+                    s.check.as_deref().unwrap_or_default()
+                ));
+            }
+        }
         if !skipped.is_empty() {
             out.push_str(&format!(
                 "Skipped (not confirmed): step(s) {}\n",
@@ -714,9 +785,11 @@ impl<'a> Session<'a> {
         out
     }
 
-    /// Asks the model until it calls `plan` with a valid plan. `Ok(Err(why))`
-    /// when it will not (a text answer after a nudge, the round limit).
-    async fn converse(&mut self) -> Result<Result<Plan, String>, SetupError> {
+    /// Asks the model until it calls `plan` with a valid plan whose checks
+    /// do not already pass (or, after the one send-back, any valid plan),
+    /// for the steps from position `from` on. `Ok(Err(why))` when it will
+    /// not (a text answer after a nudge, the round limit).
+    async fn converse(&mut self, from: usize) -> Result<Result<NewSteps, String>, SetupError> {
         let tools = tool_defs();
         let mut nudged = false;
         loop {
@@ -788,6 +861,10 @@ impl<'a> Session<'a> {
             let mut accepted = None;
             for call in &message.tool_calls {
                 let (text, plan) = self.call_tool(call).await?;
+                let (text, plan) = match plan {
+                    Some(p) => self.review_plan(p, from, text).await?,
+                    None => (text, None),
+                };
                 if plan.is_some() {
                     accepted = plan;
                 }
@@ -890,7 +967,8 @@ impl<'a> Session<'a> {
             },
             other => (
                 format!(
-                    "error: unknown tool `{other}`; the tools are detect_system, check_command, run_command, ask_user, plan"
+                    "error: unknown tool `{other}`; call one of the offered tools by name, with its required arguments: {}",
+                    crate::tools::with_required(&tool_defs())
                 ),
                 None,
             ),

@@ -6,7 +6,9 @@
 //! The setup sandbox profiles (Landlock where the kernel has it; otherwise
 //! `no_new_privs` and the capability drop, see `docs/sandbox.md`):
 //! - reconnaissance and checks: `read-only` — only the private temp dir is
-//!   writable;
+//!   writable; a check run when the plan is made (before anything was
+//!   confirmed, also under `--plan-only`) runs only where that is kept:
+//!   Landlock enforces it, or the check is a known read-only command;
 //! - `install` steps: the setup directory, the private temp dir and the
 //!   per-user package-manager directories that exist ([`USER_PACKAGE_DIRS`]
 //!   under `$HOME`: `~/.local`, `~/.cache`, `~/.cargo`, …) and `/usr/local`,
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::plan::Risk;
+use super::readonly::not_read_only;
 use crate::exec::{self, ExecLimits, PreExec};
 use crate::sandbox::Policy;
 use crate::sandbox_profile::Profile;
@@ -151,6 +154,43 @@ pub(crate) async fn run(
             hook_for(policy(profile, cwd, tmp, &roots)?)?
         }
     };
+    exec_hooked(command, cwd, tmp, timeout, hook, sandbox).await
+}
+
+/// Runs a step's check before any step ran (when the plan is made, before
+/// anyone confirmed anything, and under `--plan-only`): under the
+/// read-only profile, and only where that is kept: Landlock enforces it,
+/// or the check is one [`not_read_only`] accepts. `Ok(Err(why))` when it
+/// was not run for that reason.
+pub(crate) async fn probe(
+    command: &str,
+    cwd: &Path,
+    tmp: &Path,
+    timeout: Duration,
+) -> Result<Result<Ran, String>, String> {
+    let prepared = crate::sandbox::prepare(&policy(Profile::ReadOnly, cwd, tmp, &[])?)
+        .map_err(|e| format!("failed to {e}"))?;
+    if !prepared.landlock_enforced()
+        && let Some(why) = not_read_only(command)
+    {
+        return Ok(Err(format!(
+            "not run before the step: it is not a known read-only command ({why}) and no kernel sandbox (Landlock) keeps it read-only here"
+        )));
+    }
+    let (hook, sandbox) = hook_of(prepared);
+    exec_hooked(command, cwd, tmp, timeout, hook, sandbox)
+        .await
+        .map(Ok)
+}
+
+async fn exec_hooked(
+    command: &str,
+    cwd: &Path,
+    tmp: &Path,
+    timeout: Duration,
+    hook: Option<PreExec>,
+    sandbox: String,
+) -> Result<Ran, String> {
     let limits = ExecLimits {
         max_output_bytes: MAX_OUTPUT_BYTES,
         max_timeout: timeout,
@@ -182,11 +222,15 @@ fn policy(profile: Profile, cwd: &Path, tmp: &Path, roots: &[PathBuf]) -> Result
 }
 
 fn hook_for(policy: Policy) -> Result<(Option<PreExec>, String), String> {
-    let prepared =
-        Arc::new(crate::sandbox::prepare(&policy).map_err(|e| format!("failed to {e}"))?);
+    let prepared = crate::sandbox::prepare(&policy).map_err(|e| format!("failed to {e}"))?;
+    Ok(hook_of(prepared))
+}
+
+fn hook_of(prepared: crate::sandbox::Prepared) -> (Option<PreExec>, String) {
+    let prepared = Arc::new(prepared);
     let summary = prepared.summary().to_owned();
     let hook = PreExec::new(move || prepared.apply_in_child());
-    Ok((Some(hook), summary))
+    (Some(hook), summary)
 }
 
 /// The secret paths that exist, resolved.

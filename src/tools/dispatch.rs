@@ -119,7 +119,7 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
 
 /// The tools as `name(required, arguments)`, comma-separated: what a model
 /// that named a tool that does not exist needs to call one that does.
-fn with_required(defs: &[crate::llm::ToolDef]) -> String {
+pub(crate) fn with_required(defs: &[crate::llm::ToolDef]) -> String {
     let sig = |d: &crate::llm::ToolDef| {
         let required: Vec<&str> = d
             .parameters

@@ -46,6 +46,7 @@ mod write_file;
 
 pub(crate) use bash::run_sandboxed;
 pub use context::{Barrier, SpawnFuture, Spawner, ToolContext};
+pub(crate) use dispatch::with_required;
 pub use dispatch::{call, call_concurrently, dispatch, dispatch_concurrently};
 pub use outcome::{
     ALL_TOOLS, FatalToolError, FinishCall, MAX_ARGUMENT_BYTES, ToolError, ToolOutcome,

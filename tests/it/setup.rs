@@ -11,15 +11,15 @@ use std::process::{Command, Output};
 
 /// A scratch setup: the directory commands run in, the records root and a
 /// config dir for house rules.
-struct Scratch {
+pub(crate) struct Scratch {
     tmp: tempfile::TempDir,
-    work: PathBuf,
-    records: PathBuf,
+    pub(crate) work: PathBuf,
+    pub(crate) records: PathBuf,
     config: PathBuf,
 }
 
 impl Scratch {
-    fn new() -> Scratch {
+    pub(crate) fn new() -> Scratch {
         let tmp = tempfile::tempdir().unwrap();
         let work = tmp.path().join("work");
         let records = tmp.path().join("records");
@@ -47,12 +47,12 @@ impl Scratch {
     }
 
     /// Runs `orch setup <args>` to its end.
-    fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, server: &FakeServer, args: &[&str]) -> Output {
         self.setup(server, args).output().unwrap()
     }
 
     /// The id of the only setup recorded.
-    fn only_id(&self) -> String {
+    pub(crate) fn only_id(&self) -> String {
         let ids: Vec<String> = std::fs::read_dir(&self.records)
             .unwrap()
             .flatten()
@@ -62,7 +62,7 @@ impl Scratch {
         ids[0].clone()
     }
 
-    fn record_json(&self, file: &str) -> Value {
+    pub(crate) fn record_json(&self, file: &str) -> Value {
         let p = self.records.join(self.only_id()).join(file);
         serde_json::from_str(
             &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
@@ -71,15 +71,15 @@ impl Scratch {
     }
 }
 
-fn step(command: &str, risk: &str, check: &str) -> Value {
+pub(crate) fn step(command: &str, risk: &str, check: &str) -> Value {
     json!({"command": command, "why": format!("why: {command}"), "risk": risk, "check": check})
 }
 
-fn plan_call(id: &str, steps: Vec<Value>, next: &[&str]) -> Reply {
+pub(crate) fn plan_call(id: &str, steps: Vec<Value>, next: &[&str]) -> Reply {
     Reply::tool_call(id, "plan", json!({"steps": steps, "next": next}))
 }
 
-fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -295,7 +295,7 @@ fn a_failing_step_reaches_the_model_and_the_changed_plan_is_printed_and_run() {
     let s = Scratch::new();
     let v1 = vec![
         step("echo one >> one.txt", "install", "test -f one.txt"),
-        step("echo boom-marker-42; exit 3", "install", "true"),
+        step("echo boom-marker-42; exit 3", "install", "test -f boom.txt"),
     ];
     let v2 = vec![step("echo fixed > fixed.txt", "install", "cat fixed.txt")];
     let server = FakeServer::start(Script::new().agent(
@@ -341,7 +341,7 @@ fn a_failing_step_reaches_the_model_and_the_changed_plan_is_printed_and_run() {
 #[test]
 fn a_step_that_fails_again_after_its_retry_fails_the_setup() {
     let s = Scratch::new();
-    let bad = || vec![step("exit 4", "install", "true")];
+    let bad = || vec![step("exit 4", "install", "test -f never")];
     let server = FakeServer::start(Script::new().agent(
         "setup",
         vec![plan_call("p1", bad(), &[]), plan_call("p2", bad(), &[])],
@@ -621,7 +621,11 @@ fn a_step_cannot_read_the_secret_paths() {
         let server = FakeServer::start(Script::new().agent(
             "setup",
             vec![
-                plan_call("p1", vec![step(read_key, "install", "true")], &[]),
+                plan_call(
+                    "p1",
+                    vec![step(read_key, "install", "test -f key-read")],
+                    &[],
+                ),
                 plan_call(
                     "p2",
                     vec![step("touch made-here", "install", "test -f made-here")],
@@ -944,7 +948,6 @@ fn yes_refuses_system_steps_and_steps_naming_the_absolute_home() {
         c
     };
     let h = home.display().to_string();
-    let sys = |c: &str| step(c, "system", "true");
     let attacks = [
         format!("sudo rm -rf {h}"),
         format!("sudo sh -c 'cat {h}/.ssh/id_ed25519; exit 1'"),
@@ -971,7 +974,7 @@ fn yes_refuses_system_steps_and_steps_naming_the_absolute_home() {
         "ok",
         vec![
             step("touch made-local", "install", "test -f made-local"),
-            sys("sudo touch made-by-sudo"),
+            step("sudo touch made-by-sudo", "system", "test -f made-by-sudo"),
         ],
         &[],
     ));
@@ -1053,10 +1056,14 @@ fn a_failed_steps_output_is_redacted_and_capped_before_the_model_sees_it() {
         vec![
             plan_call(
                 "p1",
-                vec![step("cat leak.txt; seq 1 40000; exit 1", "install", "true")],
+                vec![step(
+                    "cat leak.txt; seq 1 40000; exit 1",
+                    "install",
+                    "test -f leak-done",
+                )],
                 &[],
             ),
-            plan_call("p2", vec![step("true", "install", "true")], &[]),
+            plan_call("p2", vec![step("touch ok", "install", "test -f ok")], &[]),
         ],
     ));
     let out = s
@@ -1189,8 +1196,8 @@ fn every_hint_setup_prints_runs_when_the_model_came_from_flags() {
     let server = FakeServer::start(Script::new().agent(
         "setup",
         vec![
-            plan_call("p1", vec![step("test -f go", "install", "true")], &[]),
-            plan_call("p2", vec![step("test -f go", "install", "true")], &[]),
+            plan_call("p1", vec![step("test -f go", "install", "test -f go")], &[]),
+            plan_call("p2", vec![step("test -f go", "install", "test -f go")], &[]),
         ],
     ));
     let first = words(&[

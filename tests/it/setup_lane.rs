@@ -198,7 +198,11 @@ fn a_lane_install_step_cannot_write_outside_the_lane() {
     std::fs::create_dir_all(&outside).unwrap();
     let escape = format!("touch {}/escaped", outside.display());
     let server = setup_server(
-        vec![step(&escape, "install", "true")],
+        vec![step(
+            &escape,
+            "install",
+            &format!("test -f {}/escaped", outside.display()),
+        )],
         vec![Reply::tool_call(
             "s3",
             "plan",

@@ -14,6 +14,16 @@ const HAND_WRITTEN: &[&str] = &[
     r#"{"event":"plan","from_step":2,"plan":{"next":["open a new shell"],"steps":[{"command":"apt-get install -y jq","risk":"system","sudo":true,"timeout_secs":600,"why":"jq"}]},"ts":"2026-12-05T19:35:07.170Z","version":2}"#,
 ];
 
+/// Shapes added after the log was typed (checks run before their steps),
+/// as the integration tests `setup_checks::*` write them.
+const CHECKS_BEFORE: &[&str] = &[
+    r#"{"check":"test -f a","event":"check_before","exit_code":1,"outcome":"failed","output":"","step":1,"ts":"2026-12-05T22:05:07.170Z","when":"plan"}"#,
+    r#"{"check":"touch x","event":"check_before","exit_code":null,"outcome":"not_run","output":"not run before the step: …","step":2,"ts":"2026-12-05T22:05:07.170Z","when":"plan"}"#,
+    r#"{"event":"plan_sent_back","message":"plan sent back: …","steps":[1],"ts":"2026-12-05T22:05:07.170Z"}"#,
+    r#"{"check":"test -f a","check_output":"","event":"step","status":"satisfied","step":2,"ts":"2026-12-05T22:05:07.170Z"}"#,
+    r#"{"check":"ls","check_exit_code":0,"check_output":"deps.txt\n","check_passed_before":true,"command":"echo x > deps.txt","event":"step","exit_code":0,"output":"","risk":"install","sandbox":"landlock","step":1,"timed_out":false,"ts":"2026-12-05T22:05:07.170Z","verified":false}"#,
+];
+
 /// Reads one line of a setup log: the event, or the JSON value of a line
 /// this orch does not know (an event a newer orch writes, or fields that
 /// do not fit), kept whole; `None` when it is not JSON (a torn last line
@@ -36,6 +46,8 @@ fn name(event: &SetupEvent) -> &'static str {
         SetupEvent::Tool(_) => "tool",
         SetupEvent::AskUser(_) => "ask_user",
         SetupEvent::Plan(_) => "plan",
+        SetupEvent::CheckBefore(_) => "check_before",
+        SetupEvent::PlanSentBack(_) => "plan_sent_back",
         SetupEvent::Step(_) => "step",
         SetupEvent::End(_) => "end",
     }
@@ -44,7 +56,11 @@ fn name(event: &SetupEvent) -> &'static str {
 #[test]
 fn setup_log_lines_written_before_the_log_was_typed_read_as_events_and_write_back_byte_for_byte() {
     let mut names = std::collections::BTreeSet::new();
-    for line in BEFORE_TYPED.lines().chain(HAND_WRITTEN.iter().copied()) {
+    for line in BEFORE_TYPED
+        .lines()
+        .chain(HAND_WRITTEN.iter().copied())
+        .chain(CHECKS_BEFORE.iter().copied())
+    {
         let v: Value = serde_json::from_str(line).unwrap();
         let ts = v["ts"].as_str().unwrap();
         let Some(Ok(event)) = parse_line(line) else {
@@ -59,7 +75,7 @@ fn setup_log_lines_written_before_the_log_was_typed_read_as_events_and_write_bac
         names.insert(name(&event));
     }
     // Every event name orch setup writes is among them.
-    assert_eq!(names.len(), 11, "{names:?}");
+    assert_eq!(names.len(), 13, "{names:?}");
 }
 
 #[test]
