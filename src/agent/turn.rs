@@ -202,6 +202,13 @@ impl Agent<'_> {
                     turn,
                     message: text.to_owned(),
                 }))?;
+                // Text where a call was due (not an empty or cut-off reply):
+                // under `auto`, the next turn asks for one call under the
+                // schema — a small model's call that did not parse as JSON
+                // (a raw `"""` in a string) is the usual case.
+                if text == outcome::NUDGE_FINISH || text == outcome::NUDGE_VERDICT {
+                    self.text_instead_of_call(turn, "the model answered in text", log)?;
+                }
                 self.req.messages.push(ChatMessage::user(text));
                 Ok(Continue(()))
             }

@@ -358,3 +358,26 @@ fn a_constrained_model_finishing_without_a_change_is_told_once() {
     let ends = stage_events(&record_dir(&repo, &run_id), "code", "stage_end");
     assert_eq!(ends[0]["no_change"], json!(true), "{}", ends[0]);
 }
+
+#[test]
+fn auto_switches_to_constrained_after_prose_where_a_call_was_due() {
+    // A call the model meant but wrote as invalid JSON (a raw `"""` inside a
+    // string, as the 1.5B model does) is prose to orch: it is nudged, and
+    // under `auto` the next turn asks under the schema, where the server
+    // makes the JSON well-formed.
+    let repo = repo(None);
+    let broken = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"solution.py\", \"content\": \"def median(xs):\n    \"\"\" The median. \"\"\"\n\"}}\n```";
+    let server = FakeServer::start(
+        Script::new().agent("code", vec![Reply::text(broken), write_solved(), finish()]),
+    );
+    let (code, run_id) = run(&repo, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert!(!has_schema(&reqs[0]), "{}", reqs[0].body);
+    schema_of(&reqs[1]);
+    let record = record_dir(&repo, &run_id);
+    assert_eq!(stage_events(&record, "code", "nudge").len(), 1);
+    let switches = stage_events(&record, "code", "tool_calling_switch");
+    assert_eq!(switches.len(), 1, "{switches:?}");
+    assert_eq!(switches[0]["turn"], json!(1));
+}
