@@ -25,6 +25,9 @@ impl Agent<'_> {
             return Ok(());
         };
         self.req.call_mode = to;
+        // A model switched off native calls is one that does not make them:
+        // its `finish` without a change is told so once.
+        self.checks.saw_calls_as_text();
         log.append(&ActionEvent::ToolCallingSwitch(event::ToolCallingSwitch {
             turn,
             from: mode_name(from).to_owned(),

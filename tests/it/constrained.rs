@@ -381,3 +381,35 @@ fn auto_switches_to_constrained_after_prose_where_a_call_was_due() {
     assert_eq!(switches.len(), 1, "{switches:?}");
     assert_eq!(switches[0]["turn"], json!(1));
 }
+
+#[test]
+fn a_model_switched_after_prose_that_finishes_without_a_change_is_told_once() {
+    // Switched to constrained by a nudge (not by a recovered call), the
+    // model is one that does not call tools natively: its `finish` with
+    // nothing changed is refused once, as the 1.5B model's "Resolved the
+    // issue" after it wrote nothing.
+    let repo = repo(None);
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text("I will implement median now."),
+            finish(),
+            write_solved(),
+            finish(),
+        ],
+    ));
+    let (code, run_id) = run(&repo, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 4);
+    assert!(
+        tool_results(&reqs[2])
+            .iter()
+            .any(|r| r.contains("nothing in the lane changed")),
+        "{:?}",
+        tool_results(&reqs[2])
+    );
+    let ends = stage_events(&record_dir(&repo, &run_id), "code", "stage_end");
+    assert!(ends[0].get("no_change").is_none(), "{}", ends[0]);
+    assert_eq!(ends[0]["files_changed"], json!(1), "{}", ends[0]);
+}
