@@ -8,7 +8,10 @@
 //!   `no_change: true`; when its model writes its tool calls as text, or is
 //!   set to `constrained` or `text` calls (the small models of issue 28,
 //!   which claimed "Resolved the issue" with nothing done), it is first told so once — the `finish` is refused with
-//!   [`NO_CHANGE`] as its tool error — and a second `finish` is accepted. A
+//!   [`NO_CHANGE`] as its tool error — and a second `finish` still without
+//!   a change ends the agent with no result ([`NO_CHANGE_AFTER_TOLD`]): a
+//!   required stage fails, an optional one ends `no_change`, and
+//!   `escalate_to` applies — the run never reports it as done. A
 //!   model that calls tools natively is taken at its word: a `finish`
 //!   without a change is a deliberate answer often enough (a docs stage with
 //!   nothing to document, a check that found nothing to fix) that refusing
@@ -28,6 +31,11 @@ use std::collections::BTreeSet;
 
 /// What a writing stage's `finish` without a change is told.
 pub(crate) const NO_CHANGE: &str = "the task asks for a change; nothing in the lane changed";
+
+/// Why an agent that was told nothing changed and finished again without a
+/// change has no result.
+pub(crate) const NO_CHANGE_AFTER_TOLD: &str =
+    "finished without changing anything after it was told the task asks for a change";
 
 /// Changed files checked before a `finish` (the rest are named as not
 /// checked): each check is a child process.
@@ -69,6 +77,11 @@ impl FinishChecks {
     /// The model wrote a tool call as text (recovered and run).
     pub(super) fn saw_calls_as_text(&mut self) {
         self.calls_as_text = true;
+    }
+
+    /// Whether a `finish` was refused because nothing changed.
+    pub(super) fn told_no_change(&self) -> bool {
+        self.told_no_change
     }
 }
 

@@ -244,6 +244,16 @@ impl Agent<'_> {
                 Break(end) => return Ok(Break(end)),
             }
         }
+        // A model told once that nothing changed, finishing again without
+        // a change, did not do the work: no result, never a success.
+        if finished && self.out.no_change && self.checks.told_no_change() {
+            let why = super::finish_check::NO_CHANGE_AFTER_TOLD.to_owned();
+            log.append(&ActionEvent::NoResult(event::NoResult {
+                turn,
+                reason: why.clone(),
+            }))?;
+            return Ok(Break(AgentEnd::NoResult(why)));
+        }
         Ok(if finished {
             Break(AgentEnd::Finished)
         } else {

@@ -345,7 +345,8 @@ fn a_constrained_model_finishing_without_a_change_is_told_once() {
     let repo = repo(Some("tool_calling = \"constrained\""));
     let server = FakeServer::start(Script::new().agent("code", vec![finish(), finish()]));
     let (code, run_id) = run(&repo, &server);
-    assert_eq!(code, 0);
+    // The second `finish` without a change is no result: exit 1.
+    assert_eq!(code, 1);
     let reqs = server.requests_for("code");
     assert_eq!(reqs.len(), 2, "told once only");
     let results = tool_results(&reqs[1]);
@@ -357,6 +358,7 @@ fn a_constrained_model_finishing_without_a_change_is_told_once() {
     );
     let ends = stage_events(&record_dir(&repo, &run_id), "code", "stage_end");
     assert_eq!(ends[0]["no_change"], json!(true), "{}", ends[0]);
+    assert_eq!(ends[0]["status"], "failed", "{}", ends[0]);
 }
 
 #[test]

@@ -242,7 +242,9 @@ fn a_writing_stage_whose_model_writes_calls_as_text_and_changed_nothing_is_told_
         text_finish("Resolved the issue by implementing median."),
         text_finish("Nothing to change: median already works."),
     ]);
-    assert_eq!(code, 0);
+    // Told once, it finished again without a change: no result (exit 1),
+    // never a success.
+    assert_eq!(code, 1);
     assert_eq!(server.requests_for("code").len(), 2, "told once only");
     let told = result_of(&server, 1);
     assert!(
@@ -251,6 +253,13 @@ fn a_writing_stage_whose_model_writes_calls_as_text_and_changed_nothing_is_told_
     );
     let end = stage_end(&repo, &run_id);
     assert_eq!(end["no_change"], json!(true), "{end}");
+    assert_eq!(end["status"], "failed", "{end}");
+    assert!(
+        end["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("after it was told the task asks for a change")),
+        "{end}"
+    );
     let agent_end = &stage_events(&record_dir(&repo, &run_id), "code", "agent_end")[0];
     assert_eq!(agent_end["no_change"], json!(true), "{agent_end}");
 }

@@ -149,10 +149,13 @@ fn text_edits_false_leaves_the_blocks_as_text() {
         vec![
             Reply::text(SEARCH_REPLACE),
             Reply::finish("f1", "Did nothing.", None),
+            Reply::finish("f2", "Did nothing.", None),
         ],
     ));
     let (code, run_id) = run_role(&repo, &server, "plain");
-    assert_eq!(code, 0);
+    // The blocks stay text (nudged); the model, switched to constrained
+    // calls by that nudge, finishes twice without a change: no result.
+    assert_eq!(code, 1);
     assert_eq!(committed(&repo, &run_id, "solution.py"), STUB);
     let record = record_dir(&repo, &run_id);
     assert!(stage_events(&record, "code", "tool_calls_recovered").is_empty());
