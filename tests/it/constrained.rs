@@ -14,8 +14,6 @@ use crate::support::{
 };
 use serde_json::{Value, json};
 
-const ISSUE: &str = "# median\n\nImplement `median` in solution.py.\n";
-
 const SOLVED: &str = "def median(xs):\n    s = sorted(xs)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\n";
 
 /// A repository with `solution.py` and, when `profile` is given, a
@@ -33,13 +31,7 @@ fn repo(profile: Option<&str>) -> TestRepo {
 
 /// Runs a one-stage `code` pipeline (role `coder`); exit code and run id.
 fn run(repo: &TestRepo, server: &FakeServer) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(
-        dir.path(),
-        "solo",
-        "stages:\n  code:\n    role: coder\n    task: Fix it.\n",
-    );
-    crate::support::run_on_fake(repo, &pipeline, ISSUE, server)
+    crate::support::run_median_stage(repo, server, "coder")
 }
 
 /// A call as a small model writes it under the schema: the JSON text alone.
@@ -286,7 +278,8 @@ fn a_roles_tool_calling_overrides_the_profiles() {
         "stages:\n  code:\n    role: small\n    task: Fix it.\n",
     );
     let server = FakeServer::start(Script::new().agent("code", vec![write_solved(), finish()]));
-    let (code, run_id) = crate::support::run_on_fake(&repo, &pipeline, ISSUE, &server);
+    let (code, run_id) =
+        crate::support::run_on_fake(&repo, &pipeline, crate::support::MEDIAN_ISSUE, &server);
     assert_eq!(code, 0);
     let reqs = server.requests_for("code");
     assert!(reqs[0].body.get("tools").is_none(), "{}", reqs[0].body);

@@ -7,32 +7,18 @@
 
 use crate::support::{
     FakeServer, Reply, Script, TestRepo, record_dir, stage_events, stage_record, state_json,
-    tool_results, write_pipeline,
+    tool_results,
 };
 use serde_json::json;
 
-const ISSUE: &str = "# median\n\nImplement `median` in solution.py.\n";
-
 fn repo() -> TestRepo {
-    TestRepo::with_commit(
-        &[(
-            "solution.py",
-            "def median(xs):\n    raise NotImplementedError\n",
-        )],
-        "stub",
-    )
+    crate::support::median_stub_repo()
 }
 
 /// Runs a one-stage `code` pipeline (role `coder`) against `server`; the
 /// exit code and the run id.
 fn run(repo: &TestRepo, server: &FakeServer) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(
-        dir.path(),
-        "solo",
-        "stages:\n  code:\n    role: coder\n    task: Fix it.\n",
-    );
-    crate::support::run_on_fake(repo, &pipeline, ISSUE, server)
+    crate::support::run_median_stage(repo, server, "coder")
 }
 
 const SOLVED: &str = "def median(xs):\n    s = sorted(xs)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\n";

@@ -11,36 +11,22 @@
 
 use crate::support::{
     FakeServer, Reply, Script, TestRepo, record_dir, stage_events, stage_record, state_json,
-    tool_results, walk, write_pipeline,
+    tool_results, walk,
 };
 use serde_json::{Value, json};
-
-const ISSUE: &str = "# median\n\nImplement `median` in solution.py.\n";
 
 /// Does not parse: `(` never closed on line 2.
 const BROKEN: &str = "def median(xs):\n    return sorted(xs\n";
 const FIXED: &str = "def median(xs):\n    return sorted(xs)[len(xs) // 2]\n";
 
 fn repo() -> TestRepo {
-    TestRepo::with_commit(
-        &[(
-            "solution.py",
-            "def median(xs):\n    raise NotImplementedError\n",
-        )],
-        "stub",
-    )
+    crate::support::median_stub_repo()
 }
 
 /// Runs a one-stage pipeline whose stage `code` has role `role`; the exit
 /// code and the run id.
 fn run_role(repo: &TestRepo, server: &FakeServer, role: &str) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(
-        dir.path(),
-        "solo",
-        &format!("stages:\n  code:\n    role: {role}\n    task: Fix it.\n"),
-    );
-    crate::support::run_on_fake(repo, &pipeline, ISSUE, server)
+    crate::support::run_median_stage(repo, server, role)
 }
 
 fn run(repo: &TestRepo, server: &FakeServer) -> (i32, String) {

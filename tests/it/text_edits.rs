@@ -7,12 +7,8 @@
 //! (and a SEARCH) that only matches after whitespace normalisation is
 //! applied when exactly one place matches, and says so.
 
-use crate::support::{
-    FakeServer, Reply, Script, TestRepo, record_dir, stage_events, tool_results, write_pipeline,
-};
+use crate::support::{FakeServer, Reply, Script, TestRepo, record_dir, stage_events, tool_results};
 use serde_json::json;
-
-const ISSUE: &str = "# median\n\nImplement `median` in solution.py.\n";
 
 const STUB: &str =
     "def median(xs):\n    \"\"\"The median of xs.\"\"\"\n    raise NotImplementedError\n";
@@ -26,13 +22,7 @@ fn repo() -> TestRepo {
 /// Runs a one-stage pipeline (stage `code`, role `role`) against `server`;
 /// the exit code and the run id.
 fn run_role(repo: &TestRepo, server: &FakeServer, role: &str) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(
-        dir.path(),
-        "solo",
-        &format!("stages:\n  code:\n    role: {role}\n    task: Fix it.\n"),
-    );
-    crate::support::run_on_fake(repo, &pipeline, ISSUE, server)
+    crate::support::run_median_stage(repo, server, role)
 }
 
 /// `solution.py` on the stage's branch.

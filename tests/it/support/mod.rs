@@ -24,8 +24,9 @@ pub use inspect::{
 pub use llm::{assert_one_identical_retry, exhausted};
 pub use repo::{RepoSnapshot, TestRepo};
 pub use run::{
-    OrchRun, assert_exit, output_logged, resume, resume_command, run_on_fake, run_text,
-    signal_reply, stdout_json, write_issue, write_pipeline,
+    MEDIAN_ISSUE, OrchRun, assert_exit, median_stub_repo, output_logged, resume, resume_command,
+    run_median_stage, run_on_fake, run_text, signal_reply, stdout_json, write_issue,
+    write_pipeline,
 };
 
 /// A generous bound for any single await in a test: long enough for a loaded

@@ -18,6 +18,32 @@ pub fn write_pipeline(dir: &Path, stem: &str, yaml: &str) -> PathBuf {
     p
 }
 
+/// The issue of the small-model tests (issue 28): implement `median`.
+pub const MEDIAN_ISSUE: &str = "# median\n\nImplement `median` in solution.py.\n";
+
+/// A repository whose `solution.py` is `median`'s unimplemented stub.
+pub fn median_stub_repo() -> TestRepo {
+    TestRepo::with_commit(
+        &[(
+            "solution.py",
+            "def median(xs):\n    raise NotImplementedError\n",
+        )],
+        "stub",
+    )
+}
+
+/// Runs a one-stage pipeline (stage `code`, role `role`) on `repo` with
+/// [`MEDIAN_ISSUE`] against `server`; the exit code and the run id.
+pub fn run_median_stage(repo: &TestRepo, server: &super::FakeServer, role: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        dir.path(),
+        "solo",
+        &format!("stages:\n  code:\n    role: {role}\n    task: Fix it.\n"),
+    );
+    run_on_fake(repo, &pipeline, MEDIAN_ISSUE, server)
+}
+
 /// Writes `text` to `dir/ISSUE.md` and returns its path.
 pub fn write_issue(dir: &Path, text: &str) -> PathBuf {
     let p = dir.join("ISSUE.md");
