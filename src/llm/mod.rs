@@ -161,6 +161,7 @@ pub fn estimate_usage(req: &ChatRequest, reply: &ChatMessage) -> Usage {
         total_tokens: prompt_tokens + completion_tokens,
         estimated: true,
         cost_usd: None,
+        ..Usage::default()
     }
 }
 

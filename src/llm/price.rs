@@ -150,6 +150,7 @@ mod tests {
             total_tokens: p + c,
             estimated: false,
             cost_usd: None,
+            ..Default::default()
         }
     }
 

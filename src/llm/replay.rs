@@ -212,6 +212,7 @@ impl ReplayModel {
                     .unwrap_or(u.prompt_tokens + u.completion_tokens),
                 estimated: false,
                 cost_usd: None,
+                ..Usage::default()
             },
             None => estimate_usage(req, &message),
         };
@@ -383,6 +384,7 @@ mod tests {
                 total_tokens: 12,
                 estimated: false,
                 cost_usd: None,
+                ..Default::default()
             }
         );
         let estimated = complete(&m, "code").unwrap().usage;

@@ -350,6 +350,13 @@ pub(crate) fn usage_of(value: &Value) -> Usage {
             .get("cost")
             .and_then(Value::as_f64)
             .and_then(super::reported_cost),
+        // OpenAI (and servers copying it) say how much of the prompt came
+        // from their automatic prefix cache.
+        cache_read_tokens: value
+            .pointer("/prompt_tokens_details/cached_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        cache_write_tokens: 0,
     }
 }
 
@@ -451,6 +458,7 @@ mod tests {
                 total_tokens: 10,
                 estimated: false,
                 cost_usd: None,
+                ..Default::default()
             })
         );
     }

@@ -23,6 +23,20 @@ pub struct Usage {
     /// over the price table ([`crate::llm::ChatModel::cost_usd`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Prompt tokens the server read from its prompt cache (OpenAI's
+    /// `prompt_tokens_details.cached_tokens`, Anthropic's
+    /// `cache_read_input_tokens`); part of `prompt_tokens`. 0 when the server
+    /// said nothing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the server's prompt cache this call
+    /// (Anthropic's `cache_creation_input_tokens`); part of `prompt_tokens`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 // `cost_usd` is never NaN: [`reported_cost`] keeps only finite values.

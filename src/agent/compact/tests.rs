@@ -83,6 +83,7 @@ impl ChatModel for Summarizer {
                     total_tokens: 110,
                     estimated: false,
                     cost_usd: None,
+                    ..Default::default()
                 },
                 finish_reason: None,
             })

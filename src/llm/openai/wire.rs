@@ -425,6 +425,7 @@ mod tests {
                 total_tokens: 7,
                 estimated: false,
                 cost_usd: None,
+                ..Default::default()
             })
         );
         assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
