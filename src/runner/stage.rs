@@ -187,7 +187,8 @@ impl<'a> StageRun<'a> {
         let memory = memory::inject(ctx, lane, start, &task, &upstream, &mut log).await?;
         // The files the task names, as read_file would show them, so a small
         // model sees what it is asked to change before it writes it.
-        let files = context::named_files(ctx, stage, role, &tool_ctx, &mut log).await?;
+        let (files, whole_files) =
+            context::named_files(ctx, stage, role, &tool_ctx, &mut log).await?;
         let cfg = AgentConfig {
             budget,
             compaction: ctx.session.limits.compaction,
@@ -205,6 +206,8 @@ impl<'a> StageRun<'a> {
             require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
             text_result: role.text_result || stage.text_result,
             text_tool_calls: stage.text_tool_calls,
+            whole_files,
+            brief: task.clone(),
             text_edits: crate::llm::textedits::text_edits_enabled(
                 role.text_edits,
                 model.tool_calling(),

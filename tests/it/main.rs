@@ -71,3 +71,4 @@ mod syntax_check;
 mod text_edits;
 mod tool_faults;
 mod verify;
+mod whole_file_ask;
