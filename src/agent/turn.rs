@@ -331,6 +331,7 @@ impl Agent<'_> {
         }
         // What orch checks of the work itself (src/agent/finish_check.rs).
         self.check_written(tool_ctx, &mut outcome).await;
+        self.note_asked_write(&call.id, &mut outcome);
         self.check_finish(tool_ctx, &mut outcome).await;
         let finished = self.take_finish(&mut outcome);
         if seen == Repeat::Warn {

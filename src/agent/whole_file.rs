@@ -41,7 +41,12 @@ pub(super) struct WholeFileAsk {
     next: Option<Vec<String>>,
     /// The files the turn being judged answered for.
     answering: Option<Vec<String>>,
+    /// The id of the `write_file` call made from the answer.
+    written: Option<String>,
 }
+
+/// What the result of the write made from the answer adds.
+const WRITTEN_NOTE: &str = "orch wrote the file from your reply. If the change is complete, call `finish` with a short summary; otherwise continue.";
 
 /// The instruction of an ask for `paths`' complete new content.
 fn ask_text(paths: &[String]) -> String {
@@ -195,6 +200,7 @@ impl Agent<'_> {
         else {
             return Ok(());
         };
+        self.whole.written = calls.first().map(|c| c.id.clone());
         msg.tool_calls = calls;
         msg.content = None;
         log.append(&ActionEvent::ToolCallsRecovered(
@@ -205,6 +211,22 @@ impl Agent<'_> {
                 tool_calls: logged_calls(&msg.tool_calls),
             },
         ))
+    }
+}
+
+impl Agent<'_> {
+    /// After the write made from an answer to the ask ran: its result says
+    /// what happened and what comes next.
+    pub(super) fn note_asked_write(
+        &mut self,
+        call_id: &str,
+        outcome: &mut crate::tools::ToolOutcome,
+    ) {
+        if self.whole.written.as_deref() == Some(call_id) && !outcome.is_error {
+            self.whole.written = None;
+            outcome.content.push_str("\n\n");
+            outcome.content.push_str(WRITTEN_NOTE);
+        }
     }
 }
 

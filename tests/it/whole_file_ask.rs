@@ -115,6 +115,12 @@ fn a_call_that_does_not_parse_is_followed_by_an_ask_for_the_whole_file() {
     // (under a schema: `auto` switched after the text reply).
     let results = tool_results(&reqs[2]);
     assert!(results[0].starts_with("updated solution.py"), "{results:?}");
+    assert!(
+        results[0].ends_with(
+            "If the change is complete, call `finish` with a short summary; otherwise continue."
+        ),
+        "{results:?}"
+    );
     assert!(offers_tools(&reqs[2]), "{}", reqs[2].body);
     assert_eq!(committed(&repo, &run_id), SOLVED);
     let rec = recovered(&repo, &run_id);
