@@ -176,7 +176,7 @@ fn read_first(
 }
 
 /// `a/./b/../c` → `a/c`; `None` when it leaves the tree.
-fn normalise(path: &str) -> Option<String> {
+pub(crate) fn normalise(path: &str) -> Option<String> {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {

@@ -101,6 +101,15 @@ fn describe(event: &ActionEvent) -> String {
         ActionEvent::Distill(e) => distill(e),
         ActionEvent::ProjectInstructions(e) => project_instructions(e),
         ActionEvent::ContextFiles(e) => context_files(e),
+        ActionEvent::Skills(e) => skills(e),
+        ActionEvent::SkillLoad(e) => format!(
+            "{}load_skill `{}`: {} (blob {}, {})",
+            turn(e.turn),
+            one(&e.name),
+            one(&e.path),
+            short(Some(&e.blob)),
+            one(&e.source)
+        ),
         ActionEvent::AgentStart(e) => agent_start(e),
         ActionEvent::ChildStart(e) => format!(
             "subagent {} ({}) starts: depth {}/{}, pid {}{}{}",
@@ -345,6 +354,35 @@ fn project_instructions(e: &event::ProjectInstructions) -> String {
             format!(" (cut at {} bytes)", e.limit_bytes.unwrap_or(0))
         } else {
             String::new()
+        }
+    )
+}
+
+/// `skills`: the skills offered (and cut), and the files skipped.
+fn skills(e: &event::Skills) -> String {
+    let names: Vec<&str> = e.offered.iter().map(|s| s.name.as_str()).collect();
+    format!(
+        "skills: {} ({} bytes in the system prompt{}){}{}",
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        },
+        e.prompt_bytes,
+        if e.cut.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; not described, over {} bytes: {}",
+                e.limit_bytes,
+                e.cut.join(", ")
+            )
+        },
+        opt_field("selected", &e.selected),
+        if e.skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; skipped: {}", one(&e.skipped.join("; ")))
         }
     )
 }
