@@ -189,6 +189,7 @@ fn memory_notes(d: &DryRun<'_>, task: &str) -> String {
 struct DrySkills {
     set: crate::skills::SkillSet,
     skipped: Vec<String>,
+    notes: Vec<String>,
 }
 
 fn skills_of(d: &DryRun<'_>, role: &Role) -> DrySkills {
@@ -199,6 +200,7 @@ fn skills_of(d: &DryRun<'_>, role: &Role) -> DrySkills {
         set: catalogue
             .for_role(role.skills.as_deref())
             .unwrap_or_default(),
+        notes: catalogue.notes(),
         skipped: catalogue.problems,
     }
 }
@@ -254,6 +256,7 @@ fn skills_json(
         "offered": offered,
         "cut": section.cut,
         "skipped": s.skipped,
+        "notes": s.notes,
         "prompt_bytes": section.text.len(),
         "first_request_bytes": escaped(with).saturating_sub(escaped(without)) + schema,
         "limit_bytes": crate::skills::SKILLS_BUDGET,
@@ -373,6 +376,9 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
             }
             for skipped in skills["skipped"].as_array().into_iter().flatten() {
                 out.untrusted(&format!("skill skipped: {}\n", text(skipped)))?;
+            }
+            for note in skills["notes"].as_array().into_iter().flatten() {
+                out.untrusted(&format!("skill note: {}\n", text(note)))?;
             }
         }
         if let Some(by) = st["runs_if_changes_requested_by"].as_str() {

@@ -196,7 +196,8 @@ pub(crate) struct OfferedSkill {
 /// `skills`: the skills found at `commit` and in the user config dir, what
 /// the role selected (`selected`: its `skills:`, `null` for all), the ones
 /// offered, those whose description did not fit the prompt's limit
-/// (`cut`), the bytes the catalogue adds, and every file skipped with why.
+/// (`cut`), the bytes the catalogue adds, every file skipped with why, and
+/// what orch ignores in the skills it uses (`notes`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub(crate) struct Skills {
@@ -207,6 +208,8 @@ pub(crate) struct Skills {
     pub prompt_bytes: usize,
     pub limit_bytes: usize,
     pub skipped: Vec<String>,
+    /// What orch ignores in the skills it uses (`allowed-tools`, keys).
+    pub notes: Vec<String>,
 }
 
 /// `skill_load`: a `load_skill` call (`call_id`) read `path` (blob `blob`).

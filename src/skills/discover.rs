@@ -334,4 +334,29 @@ mod tests {
         );
         assert_eq!(blob_id(b"template\n"), notes.files[0].blob.clone().unwrap());
     }
+
+    #[test]
+    fn a_symlinked_skills_directory_is_followed_inside_the_tree_and_read_once() {
+        let repo = crate::git::testutil::TestRepo::empty();
+        repo.write(
+            ".agents/skills/notes/SKILL.md",
+            "---\nname: notes\ndescription: d\n---\nBody.\n",
+        );
+        std::fs::create_dir_all(repo.path.join(".claude")).unwrap();
+        std::os::unix::fs::symlink("../.agents/skills", repo.path.join(".claude/skills")).unwrap();
+        // A link out of the tree is not followed.
+        std::fs::create_dir_all(repo.path.join(".github")).unwrap();
+        std::os::unix::fs::symlink("../../outside", repo.path.join(".github/skills")).unwrap();
+        repo.git(&["add", "-A"]);
+        repo.git(&["commit", "-q", "-m", "c"]);
+        let c = discover_all(&repo.git_dir(), &repo.rev("HEAD"), None).unwrap();
+        assert_eq!(c.skills.len(), 1);
+        assert_eq!(c.skills[0].path, ".agents/skills/notes/SKILL.md");
+        assert_eq!(c.problems.len(), 1, "{:?}", c.problems);
+        assert!(
+            c.problems[0].starts_with(".claude/skills/notes/SKILL.md: skill `notes` is also defined by .agents/skills/notes/SKILL.md (the same content)"),
+            "{:?}",
+            c.problems
+        );
+    }
 }

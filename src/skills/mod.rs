@@ -182,6 +182,20 @@ impl Catalogue {
         })
     }
 
+    /// What orch does not take from the skills it uses (keys it ignores,
+    /// `allowed-tools`), one line each, naming the file.
+    pub(crate) fn notes(&self) -> Vec<String> {
+        self.skills
+            .iter()
+            .flat_map(|s| {
+                s.front
+                    .notes
+                    .iter()
+                    .map(move |n| format!("{}: {n}", s.path))
+            })
+            .collect()
+    }
+
     /// The names of the skills found, comma-separated (`none` when empty).
     pub(crate) fn names(&self) -> String {
         if self.skills.is_empty() {

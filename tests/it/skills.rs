@@ -4,7 +4,8 @@
 //! catalogue in the system prompt, byte-identical on every request;
 //! `load_skill` returns the body and the skill's files, logged with the
 //! blob id; a role's `skills:` selects (an unknown name fails the run
-//! before anything exists); an invalid `SKILL.md` is named and skipped; a
+//! before anything exists); an invalid `SKILL.md` is named and skipped,
+//! and what orch ignores in a valid one (`allowed-tools`) is said; a
 //! Claude Code agent file's `skills:` is honoured; `--dry-run` shows the
 //! skills and their bytes; a stage without skills sends what it sent
 //! before.
@@ -202,6 +203,10 @@ fn an_invalid_skill_is_named_with_its_file_and_rule_and_skipped() {
             ".github/skills/no-description/SKILL.md",
             "---\nname: no-description\n---\nBody.\n",
         ),
+        (
+            ".claude/skills/pushy/SKILL.md",
+            "---\nname: pushy\ndescription: Push things.\nallowed-tools: Bash(git push:*)\n---\nPush.\n",
+        ),
     ]);
     let (out, server) = run(
         &repo,
@@ -219,11 +224,17 @@ fn an_invalid_skill_is_named_with_its_file_and_rule_and_skipped() {
         err.contains("orch: skill .github/skills/no-description/SKILL.md:2:1: missing field `description` (skipped)"),
         "{err}"
     );
+    // A valid skill's key orch does not honour is said, not dropped.
+    assert!(
+        err.contains("orch: skill .claude/skills/pushy/SKILL.md: `allowed-tools` is not honoured: it would widen what a role may do"),
+        "{err}"
+    );
     let first = system(&server.requests_for("code")[0]);
     assert!(
         !first.contains("Bad_Skill") && !first.contains("no-description"),
         "{first}"
     );
+    assert!(first.contains("- pushy: Push things."), "{first}");
     assert!(first.contains("- release-notes: "), "{first}");
     let skipped = event(&repo, "skills")[0]["skipped"]
         .as_array()
@@ -364,7 +375,22 @@ fn dry_run_lists_the_skills_of_a_stage_and_the_bytes_they_add() {
     // The bytes: the catalogue, its separator, `, load_skill` in the tools
     // line, and the tool's schema.
     let bytes = skills["first_request_bytes"].as_u64().unwrap();
-    assert!(bytes > 300 && bytes < 1000, "{skills}");
+    // What the skills really add: the first request of the same stage with
+    // and without them, as the server received them.
+    let length = |repo: &TestRepo| {
+        let (out, server) = run(repo, "coder", vec![Reply::finish("f", "Done.", None)], None);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let first = &server.requests_for("code")[0];
+        first
+            .header("content-length")
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let plain = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "base");
+    let (with, without) = (length(&repo), length(&plain));
+    println!("first coder request: {without} B without skills, {with} B with two");
+    assert_eq!(with - without, bytes, "{skills}");
     assert!(
         stage["tools"]
             .as_array()

@@ -30,7 +30,7 @@ pub(crate) async fn discover(
 
 /// Checks every role's `skills:` against the skills found (an unknown
 /// name fails the run before anything is created) and says, once per run,
-/// which skill files were skipped and why.
+/// which skill files were skipped and what orch ignores in the others.
 pub(crate) async fn check_roles<'r>(
     common: &std::path::Path,
     commit: &crate::git::CommitId,
@@ -49,8 +49,8 @@ pub(crate) async fn check_roles<'r>(
             )));
         }
     }
-    for problem in &catalogue.problems {
-        crate::ui::status_line(&format!("orch: skill {problem}"));
+    for line in catalogue.problems.iter().chain(&catalogue.notes()) {
+        crate::ui::status_line(&format!("orch: skill {line}"));
     }
     Ok(())
 }
@@ -91,6 +91,7 @@ pub(super) async fn stage_skills(
             prompt_bytes: section.text.len(),
             limit_bytes: SKILLS_BUDGET,
             skipped: catalogue.problems.clone(),
+            notes: catalogue.notes(),
         }))?;
     }
     Ok(StageSkills {
