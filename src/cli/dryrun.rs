@@ -196,11 +196,12 @@ fn skills_of(d: &DryRun<'_>, role: &Role) -> DrySkills {
     let Some(catalogue) = catalogue(d) else {
         return DrySkills::default();
     };
+    let (set, missing) =
+        crate::skills::for_role_file(&catalogue, &role.origin, &role.name, role.skills.as_deref())
+            .unwrap_or_default();
     DrySkills {
-        set: catalogue
-            .for_role(role.skills.as_deref())
-            .unwrap_or_default(),
-        notes: catalogue.notes(),
+        set,
+        notes: catalogue.notes().into_iter().chain(missing).collect(),
         skipped: catalogue.problems,
     }
 }
@@ -223,14 +224,8 @@ fn check_skills(d: &DryRun<'_>) -> Result<(), CliError> {
         return Ok(());
     };
     for role in d.roles.values() {
-        if let Some(names) = &role.skills
-            && let Err(unknown) = catalogue.for_role(Some(names))
-        {
-            return Err(CliError::Invalid(format!(
-                "failed to {}",
-                crate::skills::unknown_error(&role.origin, &role.name, &unknown, &catalogue)
-            )));
-        }
+        crate::skills::for_role_file(&catalogue, &role.origin, &role.name, role.skills.as_deref())
+            .map_err(|e| CliError::Invalid(format!("failed to {e}")))?;
     }
     Ok(())
 }

@@ -206,16 +206,65 @@ impl Catalogue {
     }
 }
 
+/// The skills of the role `name` read from `origin` whose `skills:` is
+/// `selected`, and a note when some are missing. A name that is no skill
+/// is an error for an orch role file; a Claude Code agent file (in a
+/// `.claude/agents/` directory) loads unchanged, as public agent files
+/// name skills a user may not have: it gets the skills that exist and the
+/// note names the others. `Err` is the message (it reads after "failed to").
+pub(crate) fn for_role_file(
+    c: &Catalogue,
+    origin: &str,
+    name: &str,
+    selected: Option<&[String]>,
+) -> Result<(SkillSet, Option<String>), String> {
+    match c.for_role(selected) {
+        Ok(set) => Ok((set, None)),
+        Err(unknown) if is_claude_agent_file(origin) => {
+            let known: Vec<String> = selected
+                .unwrap_or_default()
+                .iter()
+                .filter(|n| !unknown.contains(n))
+                .cloned()
+                .collect();
+            let set = c.for_role(Some(&known)).unwrap_or_default();
+            let note = format!(
+                "{origin}: role `{name}`: skills: {} not found, so not offered (a Claude Code agent file loads unchanged; found: {})",
+                quoted(&unknown),
+                c.names()
+            );
+            Ok((set, Some(note)))
+        }
+        Err(unknown) => Err(unknown_error(origin, name, &unknown, c)),
+    }
+}
+
+/// True when `origin` is a file of a `.claude/agents/` directory.
+fn is_claude_agent_file(origin: &str) -> bool {
+    let mut dirs = Path::new(origin)
+        .parent()
+        .into_iter()
+        .flat_map(Path::components)
+        .rev();
+    dirs.next().is_some_and(|d| d.as_os_str() == "agents")
+        && dirs.next().is_some_and(|d| d.as_os_str() == ".claude")
+}
+
+/// `a`, `b` as `` `a`, `b` ``.
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The error for a role whose `skills:` names `unknown`, found in `origin`
 /// (it reads after "failed to").
-pub(crate) fn unknown_error(origin: &str, role: &str, unknown: &[String], c: &Catalogue) -> String {
+fn unknown_error(origin: &str, role: &str, unknown: &[String], c: &Catalogue) -> String {
     format!(
         "use role `{role}` ({origin}): skills: {} {} not a skill of this repository or the user config dir (found: {}{})",
-        unknown
-            .iter()
-            .map(|n| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        quoted(unknown),
         if unknown.len() == 1 { "is" } else { "are" },
         c.names(),
         if c.problems.is_empty() {
@@ -341,10 +390,25 @@ mod tests {
         assert!(only_b.get("a").is_none());
         assert!(c.for_role(Some(&[])).unwrap().is_empty());
         let unknown = c.for_role(Some(&["c".to_owned()])).unwrap_err();
-        let e = unknown_error("r.md", "w", &unknown, &c);
+        let e = for_role_file(&c, "r.md", "w", Some(&["c".to_owned()])).unwrap_err();
         assert_eq!(
             e,
             "use role `w` (r.md): skills: `c` is not a skill of this repository or the user config dir (found: a, b)"
         );
+        assert_eq!(unknown, ["c"]);
+        // A Claude Code agent file gets what exists, with a note.
+        let (set, note) = for_role_file(
+            &c,
+            "/r/.claude/agents/w.md",
+            "w",
+            Some(&["a".to_owned(), "c".to_owned()]),
+        )
+        .unwrap();
+        assert_eq!(set.skills.len(), 1);
+        assert_eq!(
+            note.unwrap(),
+            "/r/.claude/agents/w.md: role `w`: skills: `c` not found, so not offered (a Claude Code agent file loads unchanged; found: a, b)"
+        );
+        assert!(for_role_file(&c, "/r/.orch/agents/w.md", "w", Some(&["c".to_owned()])).is_err());
     }
 }

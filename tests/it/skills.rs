@@ -247,7 +247,7 @@ fn an_invalid_skill_is_named_with_its_file_and_rule_and_skipped() {
 fn a_claude_code_agent_files_skills_are_honoured() {
     let repo = skills_repo(&[(
         ".claude/agents/notes-writer.md",
-        "---\nname: notes-writer\ndescription: Writes release notes.\ntools: Read, Skill\nskills: release-notes\n---\nYou write release notes.\n",
+        "---\nname: notes-writer\ndescription: Writes release notes.\ntools: Read, Skill\nskills: release-notes, python-style\n---\nYou write release notes.\n",
     )]);
     let (out, server) = run(
         &repo,
@@ -262,6 +262,11 @@ fn a_claude_code_agent_files_skills_are_honoured() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
         !err.contains("key `skills`") && !err.contains("Skill"),
+        "{err}"
+    );
+    // A skill the user does not have: the public file still runs, said.
+    assert!(
+        err.contains("role `notes-writer`: skills: `python-style` not found, so not offered (a Claude Code agent file loads unchanged; found: lint-fix, release-notes)"),
         "{err}"
     );
     let reqs = server.requests_for("code");

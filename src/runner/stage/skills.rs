@@ -7,7 +7,7 @@ use crate::role::Role;
 use crate::runlog::{ActionEvent, ActionLog, event};
 use crate::runner::ctx::RunCtx;
 use crate::runner::error::{RunError, blocking};
-use crate::skills::{Catalogue, SKILLS_BUDGET, SkillSet};
+use crate::skills::{Catalogue, SKILLS_BUDGET, SkillSet, for_role_file};
 use std::sync::Arc;
 
 /// What a stage gets: the skills (`None` when it has none) and the
@@ -29,7 +29,8 @@ pub(crate) async fn discover(
 }
 
 /// Checks every role's `skills:` against the skills found (an unknown
-/// name fails the run before anything is created) and says, once per run,
+/// name fails the run before anything is created; see
+/// [`for_role_file`] for Claude Code agent files) and says, once per run,
 /// which skill files were skipped and what orch ignores in the others.
 pub(crate) async fn check_roles<'r>(
     common: &std::path::Path,
@@ -37,20 +38,17 @@ pub(crate) async fn check_roles<'r>(
     roles: impl Iterator<Item = &'r Role>,
 ) -> Result<(), RunError> {
     let catalogue = discover(common, commit).await?;
+    let mut missing = Vec::new();
     for role in roles {
-        if let Some(names) = &role.skills
-            && let Err(unknown) = catalogue.for_role(Some(names))
-        {
-            return Err(RunError::Config(crate::skills::unknown_error(
-                &role.origin,
-                &role.name,
-                &unknown,
-                &catalogue,
-            )));
-        }
+        let (_, note) = for_role_file(&catalogue, &role.origin, &role.name, role.skills.as_deref())
+            .map_err(RunError::Config)?;
+        missing.extend(note);
     }
     for line in catalogue.problems.iter().chain(&catalogue.notes()) {
         crate::ui::status_line(&format!("orch: skill {line}"));
+    }
+    for line in missing {
+        crate::ui::status_line(&format!("orch: {line}"));
     }
     Ok(())
 }
@@ -62,16 +60,9 @@ pub(super) async fn stage_skills(
     log: &mut ActionLog,
 ) -> Result<StageSkills, RunError> {
     let catalogue = discover(&ctx.common, &ctx.base_commit).await?;
-    let set = catalogue
-        .for_role(role.skills.as_deref())
-        .map_err(|unknown| {
-            RunError::Config(crate::skills::unknown_error(
-                &role.origin,
-                &role.name,
-                &unknown,
-                &catalogue,
-            ))
-        })?;
+    let (set, missing) =
+        for_role_file(&catalogue, &role.origin, &role.name, role.skills.as_deref())
+            .map_err(RunError::Config)?;
     let section = set.section();
     if !catalogue.skills.is_empty() || !catalogue.problems.is_empty() || role.skills.is_some() {
         log.append(&ActionEvent::Skills(event::Skills {
@@ -91,7 +82,7 @@ pub(super) async fn stage_skills(
             prompt_bytes: section.text.len(),
             limit_bytes: SKILLS_BUDGET,
             skipped: catalogue.problems.clone(),
-            notes: catalogue.notes(),
+            notes: catalogue.notes().into_iter().chain(missing).collect(),
         }))?;
     }
     Ok(StageSkills {
