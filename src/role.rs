@@ -320,7 +320,7 @@ enum OnOff {
 /// Parses a role file. `origin` names the file in errors; the role's id is
 /// its `name:`, else (when `origin` ends in `.md`) the file stem.
 pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
-    let (yaml, body) = split_front_matter(text, origin)?;
+    let (yaml, body) = split_front_matter(text, origin, "a role file")?;
     // The front matter starts on line 2, after the opening `---`.
     const LINE_OFFSET: u64 = 1;
     let mut warnings = Vec::new();
@@ -620,7 +620,13 @@ fn role_file_stem(origin: &str) -> Option<&str> {
 }
 
 /// Splits `---\n<yaml>\n---\n<body>`; the YAML starts on the file's line 2.
-fn split_front_matter<'a>(text: &'a str, origin: &str) -> Result<(&'a str, &'a str), SpecError> {
+/// `kind` names the file in the error for a missing opening line (`a role
+/// file`, `a SKILL.md`).
+pub(crate) fn split_front_matter<'a>(
+    text: &'a str,
+    origin: &str,
+    kind: &str,
+) -> Result<(&'a str, &'a str), SpecError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.split_inclusive('\n');
     let first = lines.next().unwrap_or("");
@@ -629,7 +635,7 @@ fn split_front_matter<'a>(text: &'a str, origin: &str) -> Result<(&'a str, &'a s
             origin,
             1,
             1,
-            "expected YAML front matter: a role file starts with a `---` line",
+            format!("expected YAML front matter: {kind} starts with a `---` line"),
         ));
     }
     let yaml_start = first.len();

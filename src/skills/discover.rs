@@ -3,7 +3,7 @@
 //! [`super`] for the order and what wins.
 
 use super::{MAX_LISTED_FILES, MAX_SKILL_BYTES, REPO_DIRS, Skill, SkillDir, SkillFile, front};
-use crate::git::{CommitId, GitError, git_err};
+use crate::git::{CommitId, GitError};
 use git2::{ObjectType, Oid, Repository, Tree, TreeWalkMode, TreeWalkResult};
 use std::path::Path;
 
@@ -55,11 +55,7 @@ pub(super) fn repo_skills(
 ) -> Result<(), GitError> {
     let handle = crate::git::Repo::at(common);
     let repo = handle.git2()?;
-    let oid = Oid::from_str(commit).map_err(git_err(format!("parse commit id {commit}")))?;
-    let tree = repo
-        .find_commit(oid)
-        .and_then(|c| c.tree())
-        .map_err(git_err(format!("read the tree of {commit}")))?;
+    let tree = crate::agent::instructions::commit_tree(repo, commit)?;
     for dir in REPO_DIRS {
         let Some(skills_tree) = subtree(repo, &tree, dir) else {
             continue;

@@ -73,7 +73,7 @@ struct FrontSpec {
 /// Parses the `SKILL.md` of the directory named `dir_name`; `origin` names
 /// the file in errors.
 pub(crate) fn parse(text: &str, dir_name: &str, origin: &str) -> Result<Front, SpecError> {
-    let (yaml, body) = split(text, origin)?;
+    let (yaml, body) = crate::role::split_front_matter(text, origin, "a SKILL.md")?;
     // The front matter starts on line 2, after the opening `---`.
     const LINE_OFFSET: u64 = 1;
     let mut notes = Vec::new();
@@ -181,34 +181,6 @@ fn check_name(name: &str, dir_name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Splits `---\n<yaml>\n---\n<body>`; the YAML starts on the file's line 2.
-fn split<'a>(text: &'a str, origin: &str) -> Result<(&'a str, &'a str), SpecError> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut lines = text.split_inclusive('\n');
-    if lines.next().map(str::trim_end) != Some("---") {
-        return Err(SpecError::new(
-            origin,
-            1,
-            1,
-            "expected YAML front matter: a SKILL.md starts with a `---` line",
-        ));
-    }
-    let start = text.find('\n').map_or(text.len(), |i| i + 1);
-    let mut offset = start;
-    for line in lines {
-        if line.trim_end() == "---" {
-            return Ok((&text[start..offset], &text[offset + line.len()..]));
-        }
-        offset += line.len();
-    }
-    Err(SpecError::new(
-        origin,
-        1,
-        1,
-        "front matter opened here is never closed: expected a `---` line after it",
-    ))
 }
 
 #[cfg(test)]

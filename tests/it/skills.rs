@@ -140,20 +140,28 @@ fn the_catalogue_is_in_every_request_and_load_skill_returns_the_body_logged_with
     assert_eq!(skills["skipped"], json!([]));
 }
 
-#[test]
-fn a_role_with_skills_other_does_not_see_release_notes_and_cannot_load_it() {
-    let repo = skills_repo(&[(
-        ".orch/roles/linter.md",
-        "---\nname: linter\ntools: [read_file, finish]\nskills: [lint-fix]\n---\nYou fix lint.\n",
-    )]);
+/// A stage of `role` (its file `text` at `path` in [`skills_repo`]) whose
+/// model loads `release-notes`, then finishes.
+fn load_release_notes_as(role: &str, path: &str, text: &str) -> (TestRepo, Output, FakeServer) {
+    let repo = skills_repo(&[(path, text)]);
     let (out, server) = run(
         &repo,
-        "linter",
+        role,
         vec![
             Reply::tool_call("l1", "load_skill", json!({"name": "release-notes"})),
-            Reply::finish("f", "Nothing to lint.", None),
+            Reply::finish("f", "Done.", None),
         ],
         None,
+    );
+    (repo, out, server)
+}
+
+#[test]
+fn a_role_with_skills_other_does_not_see_release_notes_and_cannot_load_it() {
+    let (repo, out, server) = load_release_notes_as(
+        "linter",
+        ".orch/roles/linter.md",
+        "---\nname: linter\ntools: [read_file, finish]\nskills: [lint-fix]\n---\nYou fix lint.\n",
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let reqs = server.requests_for("code");
@@ -245,18 +253,10 @@ fn an_invalid_skill_is_named_with_its_file_and_rule_and_skipped() {
 
 #[test]
 fn a_claude_code_agent_files_skills_are_honoured() {
-    let repo = skills_repo(&[(
+    let (_repo, out, server) = load_release_notes_as(
+        "notes-writer",
         ".claude/agents/notes-writer.md",
         "---\nname: notes-writer\ndescription: Writes release notes.\ntools: Read, Skill\nskills: release-notes, python-style\n---\nYou write release notes.\n",
-    )]);
-    let (out, server) = run(
-        &repo,
-        "notes-writer",
-        vec![
-            Reply::tool_call("l1", "load_skill", json!({"name": "release-notes"})),
-            Reply::finish("f", "Wrote the notes.", None),
-        ],
-        None,
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
