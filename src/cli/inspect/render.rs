@@ -570,6 +570,8 @@ mod tests {
             "role_notes",
             "sandbox",
             "project_instructions",
+            "skills",
+            "skill_load",
             "agent_start",
             "child_start",
             "context_window",
