@@ -174,12 +174,13 @@ fn checked(path: &str, name: &str, bytes: &[u8], found: &mut Found) -> Option<fr
     }
 }
 
-/// The other files of a skill's tree (not its top `SKILL.md`), sorted,
-/// at most [`MAX_LISTED_FILES`], and how many more there are.
+/// The other files of a skill's tree (not its top `SKILL.md`, not links),
+/// sorted, at most [`MAX_LISTED_FILES`], and how many more there are.
 fn tree_files(tree: &Tree<'_>) -> (Vec<SkillFile>, usize) {
     let mut files = Vec::new();
     let _ = tree.walk(TreeWalkMode::PreOrder, |root, entry| {
         if entry.kind() == Some(ObjectType::Blob)
+            && entry.filemode() != SYMLINK_MODE
             && let Ok(name) = entry.name()
         {
             let rel = format!("{root}{name}");
@@ -198,8 +199,8 @@ fn tree_files(tree: &Tree<'_>) -> (Vec<SkillFile>, usize) {
     (files, more)
 }
 
-/// Files under `dir` (symlinked directories inside a skill are not
-/// entered), as paths relative to the skill's directory.
+/// Regular files under `dir` (links inside a skill are neither entered
+/// nor listed), as paths relative to the skill's directory.
 fn walk_user(dir: &Path, prefix: &str, out: &mut Vec<String>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -211,7 +212,8 @@ fn walk_user(dir: &Path, prefix: &str, out: &mut Vec<String>) {
         let rel = format!("{prefix}{name}");
         match e.file_type() {
             Ok(t) if t.is_dir() => walk_user(&e.path(), &format!("{rel}/"), out),
-            Ok(_) if rel != "SKILL.md" && e.path().is_file() => out.push(rel),
+            // Only regular files: a link could point anywhere (a key).
+            Ok(t) if t.is_file() && rel != "SKILL.md" => out.push(rel),
             _ => {}
         }
         if out.len() > MAX_LISTED_FILES * 10 {
@@ -291,12 +293,18 @@ mod tests {
             skill("notes", "my notes"),
         )
         .unwrap();
+        std::fs::write(user.path().join("secret"), "key\n").unwrap();
+        std::os::unix::fs::symlink("../../secret", user.path().join("skills/notes/key")).unwrap();
+        std::fs::write(user.path().join("skills/notes/ok.md"), "ok\n").unwrap();
         let c = discover_all(&repo.git_dir(), &head, Some(user.path())).unwrap();
         let names: Vec<&str> = c.skills.iter().map(Skill::name).collect();
         assert_eq!(names, ["lint", "notes"]);
         let notes = &c.skills[1];
         assert_eq!(notes.front.description, "my notes");
         assert_eq!(notes.source(), "user");
+        // A link in a user's skill is not listed, so `load_skill` cannot read it.
+        let files: Vec<&str> = notes.files.iter().map(|f| f.rel.as_str()).collect();
+        assert_eq!(files, ["ok.md"]);
         let lint = &c.skills[0];
         assert_eq!(lint.path, ".agents/skills/lint/SKILL.md");
         assert_eq!(
