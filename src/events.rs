@@ -402,6 +402,8 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         | ActionEvent::RoleNotes(_)
         | ActionEvent::ProjectInstructions(_)
         | ActionEvent::ContextFiles(_)
+        | ActionEvent::Skills(_)
+        | ActionEvent::SkillLoad(_)
         | ActionEvent::Memory(_)
         | ActionEvent::MemoryUses(_)
         | ActionEvent::Distill(_)

@@ -338,6 +338,16 @@ impl Agent<'_> {
             outcome.content.push_str(&repeat::warning(name));
         }
         log.append(&tool_event(turn, call, &outcome, seen))?;
+        if let Some(s) = outcome.skill.take() {
+            log.append(&ActionEvent::SkillLoad(event::SkillLoad {
+                turn,
+                call_id: call.id.clone(),
+                name: s.name,
+                path: s.path,
+                blob: s.blob,
+                source: s.source,
+            }))?;
+        }
         if name != "finish" {
             self.out.digest.push(outcome.summary.clone());
         }

@@ -14,6 +14,7 @@ mod progress;
 mod read_only;
 mod secrets;
 mod settle;
+pub(super) mod skills;
 mod state;
 mod tools;
 mod verify;
@@ -160,7 +161,9 @@ impl<'a> StageRun<'a> {
             )
         });
         let instructions = instructions::project_instructions(ctx, stage, &mut log).await?;
+        let skills = skills::stage_skills(ctx, role, &mut log).await?;
         let mut tool_ctx = tools::tool_context(ctx, role, lane, &id, &mut log)?;
+        tool_ctx.skills = skills.set.clone();
         let redact = |text: &str| crate::secrets::redact(text, &ctx.session.secrets);
         // The lane gets its included files and its setup, and the verify
         // commands run once on the start commit, before any model call.
@@ -194,8 +197,11 @@ impl<'a> StageRun<'a> {
             compaction: ctx.session.limits.compaction,
             agent_path: id.clone(),
             system_prompt: prompt::with_instructions(
-                prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
-                &instructions,
+                prompt::with_instructions(
+                    prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
+                    &instructions,
+                ),
+                &skills.section,
             ),
             task: format!(
                 "{}{}",

@@ -61,6 +61,7 @@ mod sandbox_holes;
 mod setup;
 mod setup_checks;
 mod setup_lane;
+mod skills;
 mod small_fixes;
 mod small_model;
 mod sse;
