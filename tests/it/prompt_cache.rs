@@ -214,3 +214,105 @@ fn orch_show(repo: &TestRepo, run_id: &str) -> String {
     assert_eq!(out.status.code(), Some(0));
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// A plain completion as llama.cpp's server sends it: `usage` (an older
+/// build: no `prompt_tokens_details`) and `timings`, where `cache_n` prompt
+/// tokens were reused from the slot's cache and `prompt_n` evaluated.
+fn llama_cpp_reply(call: (&str, &str, serde_json::Value), prompt: u64, cache_n: u64) -> Reply {
+    let (id, name, args) = call;
+    Reply::Raw(
+        json!({
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null,
+                "tool_calls": [{"id": id, "type": "function",
+                    "function": {"name": name, "arguments": args.to_string()}}]}}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 10, "total_tokens": prompt + 10},
+            "timings": {"cache_n": cache_n, "prompt_n": prompt - cache_n,
+                "prompt_ms": 1000.0, "predicted_n": 10, "predicted_ms": 500.0},
+        })
+        .to_string(),
+    )
+}
+
+fn llama_cpp_script() -> Script {
+    Script::new().agent(
+        "work",
+        vec![
+            llama_cpp_reply(
+                (
+                    "c1",
+                    "write_file",
+                    json!({"path": "f1.txt", "content": "x\n"}),
+                ),
+                500,
+                0,
+            ),
+            llama_cpp_reply(("c2", "finish", json!({"summary": "wrote f1"})), 560, 540),
+        ],
+    )
+}
+
+fn solo(
+    repo: &TestRepo,
+    server: &FakeServer,
+) -> (serde_json::Value, Vec<crate::support::Recorded>) {
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# Busy work\n\nWrite files.\n");
+    let pipeline = write_pipeline(
+        scratch.path(),
+        "solo",
+        "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
+    );
+    let out = OrchRun::new(&pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "qwen")
+        .json()
+        .output();
+    let j = stdout_json(&out);
+    assert_eq!(out.status.code(), Some(0), "{j}");
+    (j, server.requests_for("work"))
+}
+
+#[test]
+fn a_llama_cpp_server_is_asked_to_keep_its_prompt_cache_and_its_reuse_is_counted() {
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let server = FakeServer::start(llama_cpp_script());
+    let (j, requests) = solo(&repo, &server);
+    // Turn 1 knows nothing of the server; its reply's `timings` say
+    // llama.cpp, so turn 2 asks it to keep the slot's cache.
+    assert_eq!(requests[0].body.get("cache_prompt"), None);
+    assert_eq!(requests[1].body["cache_prompt"], json!(true));
+    // Its reuse is the turn's cache reads.
+    let run_id = j["run_id"].as_str().unwrap();
+    let responses = stage_events(&record_dir(&repo, run_id), "work", "response");
+    assert_eq!(responses[0].get("cache_read_tokens"), None);
+    assert_eq!(responses[1]["cache_read_tokens"], 540);
+    let show = orch_show(&repo, run_id);
+    assert!(show.contains("cache read 540 (50.9% of prompt)"), "{show}");
+
+    // A profile that names llama.cpp's dialect asks from turn 1 on.
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let server = FakeServer::start(llama_cpp_script());
+    repo.write(
+        ".orch/orch.toml",
+        "default_profile = \"local\"\n[profiles.local]\nconstrained_dialect = \"llamacpp\"\n",
+    );
+    repo.commit_all("profile");
+    let (_, requests) = solo(&repo, &server);
+    assert_eq!(requests[0].body["cache_prompt"], json!(true));
+}
+
+#[test]
+fn other_servers_get_no_cache_prompt() {
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let server = FakeServer::start(script());
+    let (_, requests) = solo(&repo, &server);
+    assert_eq!(requests.len(), 4);
+    for r in &requests {
+        assert!(
+            !String::from_utf8_lossy(&r.raw).contains("cache_prompt"),
+            "{:?}",
+            r.body
+        );
+    }
+}
