@@ -319,3 +319,26 @@ fn other_servers_get_no_cache_prompt() {
         );
     }
 }
+
+#[test]
+fn the_event_stream_carries_each_turns_cache_reads() {
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let server = FakeServer::start(script());
+    let solo = Solo::new();
+    let out = OrchRun::new(&solo.pipeline, &repo)
+        .issue(&solo.issue)
+        .model(&server.base_url, "gpt-4o-mini")
+        .args(["--events", "jsonl"])
+        .output();
+    // Every line validates against docs/events.schema.json.
+    let events = crate::events::events_of(&out);
+    let cached: Vec<Option<u64>> = events
+        .iter()
+        .filter(|e| e["type"] == "turn")
+        .map(|e| e.get("cache_read_tokens").map(|v| v.as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        cached,
+        vec![None, Some(99_840), Some(109_824), Some(119_808)]
+    );
+}
