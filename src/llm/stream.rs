@@ -88,6 +88,8 @@ pub struct Assembled {
     /// The cost a response header reported (LiteLLM's
     /// `x-litellm-response-cost`), used when the usage carries none.
     pub header_cost: Option<f64>,
+    /// The reply carried llama.cpp's `timings`: the server is llama.cpp.
+    pub llama_cpp: bool,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +110,8 @@ pub struct StreamAssembler {
     last_index: Option<u64>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
+    /// llama.cpp's `timings` (the last chunk's).
+    timings: Option<Value>,
     chars: usize,
     chunks: usize,
 }
@@ -135,6 +139,7 @@ impl StreamAssembler {
             last_index: None,
             finish_reason: None,
             usage: None,
+            timings: None,
             chars: 0,
             chunks: 0,
         }
@@ -166,6 +171,9 @@ impl StreamAssembler {
         self.chunks += 1;
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage_of(usage));
+        }
+        if let Some(timings) = chunk.get("timings").filter(|t| t.is_object()) {
+            self.timings = Some(timings.clone());
         }
         let before = self.chars;
         let choices = match chunk.get("choices") {
@@ -302,8 +310,9 @@ impl StreamAssembler {
                 tool_call_id: None,
             },
             finish_reason: self.finish_reason,
-            usage: self.usage,
+            usage: self.usage.map(|u| with_timings(u, self.timings.as_ref())),
             header_cost: None,
+            llama_cpp: self.timings.is_some(),
         }
     }
 }
@@ -360,6 +369,21 @@ pub(crate) fn usage_of(value: &Value) -> Usage {
     }
 }
 
+/// `usage` with llama.cpp's `timings` read: `cache_n` prompt tokens were
+/// reused from the slot's cache (`prompt_n` evaluated). Builds that report
+/// `prompt_tokens_details.cached_tokens` too say the same number there;
+/// older ones only here.
+pub(crate) fn with_timings(mut usage: Usage, timings: Option<&Value>) -> Usage {
+    if usage.cache_read_tokens == 0
+        && let Some(n) = timings
+            .and_then(|t| t.get("cache_n"))
+            .and_then(Value::as_u64)
+    {
+        usage.cache_read_tokens = n.min(usage.prompt_tokens);
+    }
+    usage
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +404,26 @@ mod tests {
             a.push(&c.to_string()).unwrap();
         }
         a.finish()
+    }
+
+    #[test]
+    fn llama_cpp_timings_in_the_last_chunk_are_the_cache_reads() {
+        // An older llama.cpp build: no `prompt_tokens_details`, only `timings`.
+        let a = feed(&[
+            delta(json!({"content": "hi"})),
+            json!({"choices": [], "usage": {"prompt_tokens": 575, "completion_tokens": 18},
+                "timings": {"cache_n": 509, "prompt_n": 66}}),
+        ]);
+        assert!(a.llama_cpp);
+        assert_eq!(a.usage.map(|u| u.cache_read_tokens), Some(509));
+        // A build that says both: the detail is taken as it is.
+        let a = feed(&[json!({"choices": [], "usage": {"prompt_tokens": 575,
+            "prompt_tokens_details": {"cached_tokens": 500}}, "timings": {"cache_n": 509}})]);
+        assert_eq!(a.usage.map(|u| u.cache_read_tokens), Some(500));
+        // Any other server: no timings, not llama.cpp.
+        let a = feed(&[json!({"choices": [], "usage": {"prompt_tokens": 5}})]);
+        assert!(!a.llama_cpp);
+        assert_eq!(a.usage.map(|u| u.cache_read_tokens), Some(0));
     }
 
     fn delta(d: Value) -> Value {
