@@ -30,6 +30,14 @@ impl Agent<'_> {
         log: &mut ActionLog,
         on_turn: &(dyn Fn(u32, TokenCount) + Sync),
     ) -> Step {
+        // A hook said `continue: false` (or refused the task): no result.
+        if let Some(why) = self.cfg.hooks.stopped() {
+            log.append(&ActionEvent::NoResult(event::NoResult {
+                turn: self.out.turns,
+                reason: why.clone(),
+            }))?;
+            return Ok(Break(AgentEnd::NoResult(why)));
+        }
         // Budget hook: no turn starts once a limit is used up.
         if let Some(why) = self.tracker.before_turn() {
             log.append(&budget_exceeded(self.out.turns, None, &why))?;
@@ -307,7 +315,12 @@ impl Agent<'_> {
         }
         // What orch checks of the work itself (src/agent/finish_check.rs).
         self.check_written(tool_ctx, &mut outcome).await;
+        let hooks = std::sync::Arc::clone(&self.cfg.hooks);
+        hooks
+            .after_tool(tool_ctx, turn, call, &mut outcome, log)
+            .await?;
         self.check_finish(tool_ctx, &mut outcome).await;
+        hooks.on_finish(tool_ctx, turn, &mut outcome, log).await?;
         let finished = self.take_finish(&mut outcome);
         if seen == Repeat::Warn {
             outcome.content.push_str(&repeat::warning(name));
@@ -349,6 +362,7 @@ impl Agent<'_> {
         log: &mut ActionLog,
     ) -> Step<tools::ToolOutcome> {
         let name = call.function.name.as_str();
+        let hooks = std::sync::Arc::clone(&self.cfg.hooks);
         let result = match slot {
             Some(r) => r,
             None if seen == Repeat::SameTurn => {
@@ -367,13 +381,21 @@ impl Agent<'_> {
                     "refused: the content is the text of the previous tool result (a report of what a tool did, not the file's content); nothing was written — write the file's full new content, or call finish if the work is done",
                 ))
             }
-            // Time-budget hook: a tool call cannot outlive the budget.
+            // Time-budget hook: a tool call cannot outlive the budget;
+            // PreToolUse hooks may refuse it first.
             None => match self
                 .tracker
-                .bounded(tools::call(tool_ctx, name, &call.function.arguments))
+                .bounded(async {
+                    match hooks.before_tool(tool_ctx, turn, call, log).await {
+                        Ok(Some(refused)) => Ok(Ok(refused)),
+                        Ok(None) => Ok(tools::call(tool_ctx, name, &call.function.arguments).await),
+                        Err(e) => Err(e),
+                    }
+                })
                 .await
             {
-                Ok(result) => result,
+                Ok(Ok(result)) => result,
+                Ok(Err(record)) => return Err(record),
                 Err(why) => {
                     log.append(&budget_exceeded(turn, Some(&call.id), &why))?;
                     self.req.messages.push(ChatMessage::tool(

@@ -210,6 +210,12 @@ impl<'a> StageRun<'a> {
                 model.tool_calling(),
             ),
             // A writing stage with a gate may end on prose; the gate judges it.
+            hooks: Arc::new(crate::hooks::StageHooks::new(
+                ctx.session.hooks.for_role(&role.name),
+                format!("{}/{id}", ctx.run_id),
+                stage_dir.join("actions.jsonl"),
+                false,
+            )),
             finish_from_text: !(stage.verify.is_empty()
                 || role.read_only
                 || role.text_result

@@ -171,6 +171,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         ),
         budget: budget.clone(),
         compaction: opts.compaction,
+        hooks: Default::default(),
     };
     let mut log = ActionLog::open(&dir.join("actions.jsonl"), opts.secrets.clone())?;
     log.append(&ActionEvent::ChildStart(event::ChildStart {
