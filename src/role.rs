@@ -349,7 +349,9 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
     let keys: std::collections::BTreeMap<String, IgnoredAny> =
         serde_saphyr::from_str(yaml).unwrap_or_default();
     for key in keys.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-        warnings.push(format!("key `{key}` is not used by orch (ignored)"));
+        warnings.push(format!(
+            "key `{key}` is not used by orch (ignored); remove it, or see docs/project-conventions.md for the keys orch reads"
+        ));
     }
     let at = |location: &serde_saphyr::Location, message: String| {
         SpecError::at(origin, location, LINE_OFFSET, message)
@@ -830,7 +832,7 @@ mod tests {
             err.message.contains("hooks: hooks.PreToolUse[0].hooks"),
             "{err}"
         );
-        assert_eq!((err.file.as_str(), err.line), ("x/r.md", 3));
+        assert_eq!((err.file.as_str(), err.line), ("x/r.md", 4));
     }
 
     #[test]

@@ -226,8 +226,8 @@ pub(super) fn roles_for(
 }
 
 /// The hooks of a run in `repo` with `roles` (`--trust-hooks`: `trust`);
-/// what is not run or not honoured, and the roles' warnings, are named on
-/// stderr once (docs/hooks.md).
+/// what is not run or not honoured is named on stderr once (docs/hooks.md;
+/// the roles' own warnings are named by [`route_role_models`]).
 pub(super) fn hooks_for(
     repo: &Path,
     trust: bool,
@@ -239,14 +239,6 @@ pub(super) fn hooks_for(
     let user = crate::dirs::user_config_dir();
     let hooks = crate::hooks::HookConfig::load(&workdir, user.as_deref(), trust, &sorted)
         .map_err(|e| CliError::Invalid(format!("failed to {e}")))?;
-    for role in &sorted {
-        for w in &role.warnings {
-            crate::ui::status_line(&format!(
-                "orch: note: {}: role `{}`: {w}",
-                role.origin, role.name
-            ));
-        }
-    }
     hooks.print_notes();
     Ok(Arc::new(hooks))
 }

@@ -195,7 +195,8 @@ impl HookConfig {
     fn add(&mut self, hooks: &Value, source: &str, users: bool) -> Result<(), String> {
         let mut notes = Vec::new();
         let found = parse(hooks, source, &mut notes)?;
-        self.notes.extend(notes);
+        self.notes
+            .extend(notes.into_iter().map(|n| format!("{source}: {n}")));
         if found.is_empty() {
             return Ok(());
         }

@@ -169,9 +169,10 @@ pub(crate) fn claude_names(tool: &str) -> &'static [&'static str] {
 }
 
 /// Reads a `hooks` object (`{"PreToolUse": [{"matcher": …, "hooks": [{"type":
-/// "command", "command": …, "timeout": …}]}], …}`) written at `source`.
-/// Events and hook types orch does not run are not an error: each gets one
-/// line in `notes`, saying what to do instead. `Err` names what is malformed.
+/// "command", "command": …, "timeout": …}]}], …}`) written at `source` (the
+/// hooks' [`Hook::source`]). Events and hook types orch does not run are not
+/// an error: each gets one line in `notes` (without the source), saying
+/// what to do instead. `Err` names what is malformed.
 pub(crate) fn parse(
     hooks: &Value,
     source: &str,
@@ -187,11 +188,11 @@ pub(crate) fn parse(
     for (name, groups) in events {
         let Some(event) = HookEvent::ALL.iter().find(|e| e.as_str() == name) else {
             match NOT_RUN_EVENTS.iter().find(|(n, _)| n == name) {
-                Some((_, instead)) => notes.push(format!(
-                    "{source}: hooks.{name} is not run by orch: {instead}"
-                )),
+                Some((_, instead)) => {
+                    notes.push(format!("hooks.{name} is not run by orch: {instead}"))
+                }
                 None => notes.push(format!(
-                    "{source}: hooks.{name} is not an event orch knows (it runs {}); not run",
+                    "hooks.{name} is not an event orch knows (it runs {}); not run",
                     HookEvent::ALL.map(HookEvent::as_str).join(", ")
                 )),
             }
@@ -243,7 +244,7 @@ fn parse_group(
     }
     if !matcher.trim().is_empty() && !event.matches_tools() {
         notes.push(format!(
-            "{source}: {at}.matcher {matcher:?} is not used: orch matches only PreToolUse and PostToolUse hooks on tool names; this hook runs on every {}",
+            "{at}.matcher {matcher:?} is not used: orch matches only PreToolUse and PostToolUse hooks on tool names; this hook runs on every {}",
             event.as_str()
         ));
     }
@@ -256,7 +257,7 @@ fn parse_group(
         let kind_of = h.get("type").and_then(Value::as_str).unwrap_or("command");
         if kind_of != "command" {
             notes.push(format!(
-                "{source}: {at} has type {kind_of:?}, which orch does not run (only `command` hooks); write it as a command"
+                "{at} has type {kind_of:?}, which orch does not run (only `command` hooks); write it as a command"
             ));
             continue;
         }

@@ -1,0 +1,372 @@
+//! Hooks in Claude Code's shape, end to end: a repository whose
+//! `.claude/settings.json` has a PreToolUse hook that blocks `rm`, a
+//! PostToolUse hook that formats what `Edit|Write` wrote, and a Stop hook
+//! that demands the tests pass — each shown by what the scripted model is
+//! sent next, the stage's commit and the `hook_run` events of the ledger;
+//! a repository's hooks do not run untrusted and are named; a hook that
+//! hangs is killed at its timeout; `--dry-run` lists a stage's hooks; and
+//! the keys orch reads but does not honour are named once.
+
+use crate::support::{
+    FakeServer, OrchRun, Reply, Script, TestRepo, fix_add, only_run_id, record_dir, stage_events,
+    tool_results, user_text, write_pipeline,
+};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Output;
+
+const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should return 5.\n";
+
+/// PreToolUse on Bash: refuses any command with `rm` (exit 2, reason on stderr).
+const NO_RM: &str = r#"cmd=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["tool_input"]["command"])')
+case " $cmd " in
+  *" rm "*) echo "rm is not allowed in this repository: $cmd" >&2; exit 2 ;;
+esac
+exit 0
+"#;
+
+/// PostToolUse on Edit|Write: a tiny formatter that rewrites the file
+/// Claude Code's `tool_input.file_path` names (trailing blanks off, one
+/// space around `=`).
+const FORMAT: &str = r#"import json, re, sys
+path = json.load(sys.stdin)["tool_input"]["file_path"]
+text = open(path).read()
+lines = [re.sub(r"\s*=\s*", " = ", l.rstrip()) for l in text.splitlines()]
+open(path, "w").write("\n".join(lines) + "\n")
+"#;
+
+/// Stop: the finish is accepted only when the tests pass.
+const TESTS_PASS: &str = r#"export PYTHONDONTWRITEBYTECODE=1
+python3 test_calc.py 2>&1 >/dev/null | tail -3 >&2
+python3 test_calc.py >/dev/null 2>&1 || { echo "tests pass is required before finishing: python3 test_calc.py fails" >&2; exit 2; }
+"#;
+
+const TEST_CALC: &str =
+    "from calc import add\nassert add(2, 3) == 5, f\"add(2, 3) == {add(2, 3)}\"\nprint('ok')\n";
+
+fn settings() -> String {
+    json!({
+        "permissions": {"allow": ["Bash(npm test)"]},
+        "env": {"FOO": "1"},
+        "hooks": {
+            "PreToolUse": [{"matcher": "Bash", "hooks": [
+                {"type": "command", "command": "sh \"$CLAUDE_PROJECT_DIR/.claude/hooks/no-rm.sh\""}
+            ]}],
+            "PostToolUse": [{"matcher": "Edit|Write", "hooks": [
+                {"type": "command", "command": "python3 .claude/hooks/format.py", "timeout": 30}
+            ]}],
+            "Stop": [{"hooks": [
+                {"type": "command", "command": "sh .claude/hooks/tests-pass.sh"}
+            ]}]
+        }
+    })
+    .to_string()
+}
+
+/// The repository of every test: a buggy `calc.py`, its test, a file the
+/// model tries to delete, and the three hooks.
+fn hooked_repo() -> TestRepo {
+    TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            ("test_calc.py", TEST_CALC),
+            ("keep.txt", "precious\n"),
+            (".claude/settings.json", &settings()),
+            (".claude/hooks/no-rm.sh", NO_RM),
+            (".claude/hooks/format.py", FORMAT),
+            (".claude/hooks/tests-pass.sh", TESTS_PASS),
+        ],
+        "calc with hooks",
+    )
+}
+
+/// `orch run` of a one-stage `code` pipeline with `args`; its output and run id.
+fn run(repo: &TestRepo, server: &FakeServer, args: &[&str]) -> (Output, String) {
+    let scratch = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        scratch.path(),
+        "hooked",
+        "stages:\n  code:\n    role: coder\n",
+    );
+    let issue = scratch.path().join("issue.md");
+    std::fs::write(&issue, ISSUE).unwrap();
+    let out = OrchRun::new(&pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .args(args)
+        .output();
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    let id = only_run_id(&repo.path);
+    (out, id)
+}
+
+fn hook_runs(repo: &TestRepo, run_id: &str) -> Vec<Value> {
+    stage_events(&record_dir(repo, run_id), "code", "hook_run")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A file of the stage's commit.
+fn committed(repo: &TestRepo, run_id: &str, path: &str) -> String {
+    repo.git(&["show", &format!("orch/{run_id}/code:{path}")])
+}
+
+#[test]
+fn a_pre_tool_use_hook_blocks_rm_and_the_model_is_told_why() {
+    let repo = hooked_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "rm keep.txt"})),
+            fix_add("c2"),
+            Reply::finish("c3", "add() adds; keep.txt stays.", None),
+        ],
+    ));
+    let (out, run_id) = run(&repo, &server, &["--trust-hooks"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let reqs = server.requests_for("code");
+    let refused = tool_results(&reqs[1]).join("\n");
+    assert!(
+        refused.contains("refused by a PreToolUse hook")
+            && refused.contains("rm is not allowed in this repository: rm keep.txt"),
+        "{refused}"
+    );
+    assert_eq!(committed(&repo, &run_id, "keep.txt"), "precious\n");
+
+    let runs = hook_runs(&repo, &run_id);
+    let pre: Vec<&Value> = runs
+        .iter()
+        .filter(|e| e["hook_event"] == "PreToolUse")
+        .collect();
+    assert_eq!(pre.len(), 1, "{runs:?}");
+    assert_eq!(pre[0]["decision"], "block");
+    assert_eq!(pre[0]["exit_code"], 2);
+    assert_eq!(pre[0]["tool"], "bash");
+    assert_eq!(pre[0]["matcher"], "Bash");
+    assert_eq!(pre[0]["source"], ".claude/settings.json");
+    // The tool event says the hook refused it.
+    let tools = stage_events(&record_dir(&repo, &run_id), "code", "tool");
+    assert!(
+        tools[0]["policy"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("deny: PreToolUse hook")),
+        "{tools:?}"
+    );
+}
+
+#[test]
+fn a_post_tool_use_hook_formats_what_the_model_wrote() {
+    let repo = hooked_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call(
+                "c1",
+                "write_file",
+                json!({"path": "config.py", "content": "debug=True   \nlevel   =3\n"}),
+            ),
+            fix_add("c2"),
+            Reply::finish("c3", "Done.", None),
+        ],
+    ));
+    let (out, run_id) = run(&repo, &server, &["--trust-hooks"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        committed(&repo, &run_id, "config.py"),
+        "debug = True\nlevel = 3\n"
+    );
+    let post: Vec<Value> = hook_runs(&repo, &run_id)
+        .into_iter()
+        .filter(|e| e["hook_event"] == "PostToolUse")
+        .collect();
+    // Both the write and the edit matched `Edit|Write`.
+    let tools: Vec<&str> = post.iter().filter_map(|e| e["tool"].as_str()).collect();
+    assert_eq!(tools, ["write_file", "edit_file"]);
+    assert!(
+        post.iter()
+            .all(|e| e["exit_code"] == 0 && e["decision"] == "none")
+    );
+}
+
+#[test]
+fn a_stop_hook_sends_the_finish_back_until_the_tests_pass() {
+    let repo = hooked_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::finish("c1", "Looked at it; all good.", None),
+            fix_add("c2"),
+            Reply::finish("c3", "add() now adds.", None),
+        ],
+    ));
+    let (out, run_id) = run(&repo, &server, &["--trust-hooks"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 3);
+    let told = tool_results(&reqs[1]).join("\n");
+    assert!(
+        told.contains("finish: not accepted yet: a Stop hook says")
+            && told.contains("tests pass is required before finishing")
+            && told.contains("add(2, 3) == -1"),
+        "{told}"
+    );
+    let stops: Vec<Value> = hook_runs(&repo, &run_id)
+        .into_iter()
+        .filter(|e| e["hook_event"] == "Stop")
+        .collect();
+    let decisions: Vec<&str> = stops
+        .iter()
+        .filter_map(|e| e["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, ["block", "none"]);
+    let state = crate::support::state_json(&repo, &run_id);
+    assert_eq!(state["stages"][0]["status"], "succeeded");
+    assert_eq!(state["stages"][0]["summary"], "add() now adds.");
+}
+
+#[test]
+fn untrusted_repository_hooks_do_not_run_and_are_named_with_other_unhonoured_keys() {
+    let repo = hooked_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "rm keep.txt"})),
+            Reply::finish("c2", "Removed it.", None),
+        ],
+    ));
+    let (out, run_id) = run(&repo, &server, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    let named = ".claude/settings.json: 3 hook(s) of the repository do not run; pass --trust-hooks";
+    assert_eq!(err.matches(named).count(), 1, "{err}");
+    // The other keys orch reads but does not honour, once each, with what
+    // to do instead.
+    assert_eq!(
+        err.matches(".claude/settings.json: `permissions` is not used by orch: write the rules as a role's `bash:")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        err.matches(".claude/settings.json: `env` is not used by orch")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(hook_runs(&repo, &run_id).is_empty());
+    let files = repo.git(&["ls-tree", "--name-only", &format!("orch/{run_id}/code")]);
+    assert!(!files.lines().any(|f| f == "keep.txt"), "{files}");
+    // Nothing told the model about hooks.
+    let reqs = server.requests_for("code");
+    assert!(!user_text(&reqs[0]).contains("hook"));
+}
+
+#[test]
+fn an_agent_files_unknown_key_and_unrun_hook_event_are_named_once_per_run() {
+    let repo = TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            (
+                ".claude/agents/fixer.md",
+                "---\nname: fixer\ndescription: Fixes things.\nmemory: project\nhooks:\n  Notification:\n    - hooks:\n        - type: command\n          command: notify-send hi\n---\nYou fix bugs.\n",
+            ),
+        ],
+        "calc with an agent file",
+    );
+    let server = FakeServer::start(
+        Script::new()
+            .agent("one", vec![Reply::finish("a1", "ok", None)])
+            .agent("two", vec![Reply::finish("b1", "ok", None)]),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        scratch.path(),
+        "two",
+        "stages:\n  one:\n    role: fixer\n  two:\n    role: fixer\n    needs: [one]\n",
+    );
+    let issue = scratch.path().join("issue.md");
+    std::fs::write(&issue, ISSUE).unwrap();
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    let memory = "role `fixer`: key `memory` is not used by orch";
+    // (named before this change too; the hook event is new)
+    assert_eq!(err.matches(memory).count(), 1, "{err}");
+    let event = "hooks.Notification is not run by orch: orch sends no notifications";
+    assert_eq!(err.matches(event).count(), 1, "{err}");
+}
+
+#[test]
+fn a_hook_that_hangs_is_killed_at_its_timeout_and_the_call_goes_on() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    // The user's own hooks (orch.toml in the config dir) run untrusted.
+    let config = tempfile::tempdir().unwrap();
+    std::fs::write(
+        config.path().join("orch.toml"),
+        "[[hooks.PreToolUse]]\nmatcher = \"Edit\"\nhooks = [{ type = \"command\", command = \"sleep 300\", timeout = 1 }]\n",
+    )
+    .unwrap();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
+    ));
+    let scratch = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(scratch.path(), "p", "stages:\n  code:\n    role: coder\n");
+    let issue = scratch.path().join("issue.md");
+    std::fs::write(&issue, ISSUE).unwrap();
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .env("ORCH_CONFIG_DIR", config.path())
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let run_id = only_run_id(&repo.path);
+    let runs = hook_runs(&repo, &run_id);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["timed_out"], true);
+    assert_eq!(runs[0]["decision"], "error");
+    // A failed hook blocks nothing: the edit ran.
+    assert!(committed(&repo, &run_id, "calc.py").contains("a + b"));
+    assert!(
+        stderr(&out).contains("PreToolUse hook `sleep 300`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn dry_run_lists_the_hooks_a_stage_would_get() {
+    let repo = hooked_repo();
+    let scratch = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(scratch.path(), "p", "stages:\n  code:\n    role: coder\n");
+    let issue = scratch.path().join("issue.md");
+    std::fs::write(&issue, ISSUE).unwrap();
+    let dry = |args: &[&str]| {
+        OrchRun::new(&pipeline, &repo)
+            .issue(&issue)
+            .model("http://127.0.0.1:9", "fake-model")
+            .args(["--dry-run"])
+            .args(args)
+            .output()
+    };
+    let out = dry(&["--trust-hooks"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "hook: PreToolUse [Bash] `sh \"$CLAUDE_PROJECT_DIR/.claude/hooks/no-rm.sh\"` (timeout 60s, from .claude/settings.json)",
+        "hook: PostToolUse [Edit|Write] `python3 .claude/hooks/format.py` (timeout 30s, from .claude/settings.json)",
+        "hook: Stop `sh .claude/hooks/tests-pass.sh` (timeout 60s, from .claude/settings.json)",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    let untrusted = dry(&[]);
+    assert!(!String::from_utf8_lossy(&untrusted.stdout).contains("hook:"));
+    assert!(!Path::new(&repo.path.join(".git/orch/runs")).exists());
+}
