@@ -76,9 +76,13 @@ const INSTEAD: &[(&str, &str)] = &[
     ),
 ];
 
+/// The file of a run's record that hands its hooks to its subagents
+/// (`orch agent` child processes read it from the record directory).
+pub(crate) const RUN_FILE: &str = "hooks.json";
+
 /// The hooks of a run: the ones that run for every stage, the trusted
 /// hooks of each role, and what was said about the rest.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct HookConfig {
     /// Hooks every stage gets, in source order.
     pub global: Vec<Hook>,
@@ -174,6 +178,20 @@ impl HookConfig {
             }
         }
         Ok(c)
+    }
+
+    /// Whether no hook runs at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.global.is_empty() && self.roles.is_empty()
+    }
+
+    /// The hooks of the run whose record directory is `record_dir`, as its
+    /// stages wrote them ([`RUN_FILE`]); none when there is no file.
+    pub(crate) fn of_run(record_dir: &Path) -> HookConfig {
+        std::fs::read(record_dir.join(RUN_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
     }
 
     /// The hooks a stage of `role` gets: every stage's, then the role's.

@@ -188,6 +188,12 @@ impl<'a> StageRun<'a> {
         // The files the task names, as read_file would show them, so a small
         // model sees what it is asked to change before it writes it.
         let files = context::named_files(ctx, stage, role, &tool_ctx, &mut log).await?;
+        // Subagents read the run's hooks from its record (src/hooks).
+        if !ctx.session.hooks.is_empty() {
+            let json = serde_json::to_vec(&*ctx.session.hooks).unwrap_or_default();
+            ctx.run_dir
+                .write_file(crate::hooks::config::RUN_FILE, &json)?;
+        }
         let cfg = AgentConfig {
             budget,
             compaction: ctx.session.limits.compaction,

@@ -370,3 +370,59 @@ fn dry_run_lists_the_hooks_a_stage_would_get() {
     assert!(!String::from_utf8_lossy(&untrusted.stdout).contains("hook:"));
     assert!(!Path::new(&repo.path.join(".git/orch/runs")).exists());
 }
+
+#[test]
+fn a_subagent_stop_hook_sends_a_subagents_finish_back_once() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let config = tempfile::tempdir().unwrap();
+    std::fs::write(
+        config.path().join("orch.toml"),
+        r#"[[hooks.SubagentStop]]
+hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json.load(sys.stdin); d["stop_hook_active"] or (print("name the file that defines add", file=sys.stderr), sys.exit(2))' ''' }]
+"#,
+    )
+    .unwrap();
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call(
+                        "c1",
+                        "spawn_agent",
+                        json!({"role": "explore", "task": "Where is add defined?"}),
+                    ),
+                    Reply::finish("c2", "The child found it.", None),
+                ],
+            )
+            .agent(
+                "code/explore-1",
+                vec![
+                    Reply::finish("e1", "Somewhere.", None),
+                    Reply::finish("e2", "add is defined in calc.py.", None),
+                ],
+            ),
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(scratch.path(), "p", "stages:\n  code:\n    role: coder\n");
+    let issue = scratch.path().join("issue.md");
+    std::fs::write(&issue, ISSUE).unwrap();
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .env("ORCH_CONFIG_DIR", config.path())
+        .output();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let child = server.requests_for("code/explore-1");
+    assert_eq!(child.len(), 2);
+    let told = tool_results(&child[1]).join("\n");
+    assert!(
+        told.contains("a SubagentStop hook says")
+            && told.contains("name the file that defines add"),
+        "{told}"
+    );
+    let parent = tool_results(&server.requests_for("code")[1]).join("\n");
+    assert!(parent.contains("add is defined in calc.py."), "{parent}");
+    // The stage's own finish runs Stop hooks, not SubagentStop ones.
+    assert!(hook_runs(&repo, &only_run_id(&repo.path)).is_empty());
+}
