@@ -426,3 +426,113 @@ hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json
     // The stage's own finish runs Stop hooks, not SubagentStop ones.
     assert!(hook_runs(&repo, &only_run_id(&repo.path)).is_empty());
 }
+
+/// A one-stage run of role `role` in `repo`; its output.
+fn run_role(
+    repo: &TestRepo,
+    server: &FakeServer,
+    role: &str,
+    env: &[(&str, &Path)],
+    args: &[&str],
+) -> Output {
+    let scratch = tempfile::tempdir().unwrap();
+    let yaml = format!("stages:\n  code:\n    role: {role}\n");
+    let pipeline = write_pipeline(scratch.path(), "p", &yaml);
+    let issue = scratch.path().join("issue.md");
+    std::fs::write(&issue, ISSUE).unwrap();
+    let mut run = OrchRun::new(&pipeline, repo)
+        .issue(&issue)
+        .model(&server.base_url, "fake-model")
+        .args(args);
+    for (k, v) in env {
+        run = run.env(k, v);
+    }
+    run.output()
+}
+
+#[test]
+fn an_agent_files_session_start_and_prompt_hooks_add_context_only_when_trusted() {
+    let agent = "---\nname: fixer\ndescription: Fixes bugs.\nhooks:\n  SessionStart:\n    - hooks:\n        - type: command\n          command: echo 'The build command is make check.'\n  UserPromptSubmit:\n    - hooks:\n        - type: command\n          command: \"python3 -c 'import json, sys; print(\\\"task bytes:\\\", len(json.load(sys.stdin)[\\\"prompt\\\"]))'\"\n---\nYou fix bugs.\n";
+    let repo = TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            (".claude/agents/fixer.md", agent),
+        ],
+        "calc with an agent file",
+    );
+    let server =
+        FakeServer::start(Script::new().agent("code", vec![Reply::finish("c1", "ok", None)]));
+    let out = run_role(&repo, &server, "fixer", &[], &["--trust-hooks"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let task = user_text(&server.requests_for("code")[0]);
+    assert!(task.contains("# Context from hooks"), "{task}");
+    assert!(task.contains("The build command is make check."), "{task}");
+    assert!(task.contains("task bytes: "), "{task}");
+    let run_id = only_run_id(&repo.path);
+    let events: Vec<String> = hook_runs(&repo, &run_id)
+        .iter()
+        .map(|e| {
+            format!(
+                "{}:{}",
+                e["hook_event"].as_str().unwrap(),
+                e["decision"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(events, ["SessionStart:context", "UserPromptSubmit:context"]);
+
+    // Untrusted: the agent file's hooks are named once and do not run.
+    let repo2 = TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            (".claude/agents/fixer.md", agent),
+        ],
+        "calc with an agent file",
+    );
+    let server =
+        FakeServer::start(Script::new().agent("code", vec![Reply::finish("c1", "ok", None)]));
+    let out = run_role(&repo2, &server, "fixer", &[], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.matches("role `fixer` (").count(), 1, "{err}");
+    assert!(
+        err.contains("its 2 hook(s) are the repository's and do not run; pass --trust-hooks"),
+        "{err}"
+    );
+    assert!(!user_text(&server.requests_for("code")[0]).contains("Context from hooks"));
+}
+
+#[test]
+fn a_user_prompt_submit_hook_that_refuses_the_task_ends_the_stage_before_any_request() {
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let config = tempfile::tempdir().unwrap();
+    std::fs::write(
+        config.path().join("orch.toml"),
+        "[[hooks.UserPromptSubmit]]\nhooks = [{ type = \"command\", command = \"echo 'tasks touching calc need a ticket' >&2; exit 2\" }]\n",
+    )
+    .unwrap();
+    let server =
+        FakeServer::start(Script::new().agent("code", vec![Reply::finish("c1", "never", None)]));
+    let out = run_role(
+        &repo,
+        &server,
+        "coder",
+        &[("ORCH_CONFIG_DIR", config.path())],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(server.requests_for("code").is_empty());
+    let run_id = only_run_id(&repo.path);
+    let state = crate::support::state_json(&repo, &run_id);
+    let reason = state["stages"][0]["failure"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+        + state["stages"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(
+            "a UserPromptSubmit hook refused the task: tasks touching calc need a ticket"
+        ),
+        "{state}"
+    );
+}
