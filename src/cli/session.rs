@@ -243,6 +243,20 @@ pub(super) fn hooks_for(
     Ok(Arc::new(hooks))
 }
 
+/// The hooks of a resumed run whose record is at `record`: the ones it
+/// started with (its `hooks.json`, trust decided then), else those of a new
+/// run without `--trust-hooks`.
+pub(super) fn resumed_hooks(
+    record: &Path,
+    repo: &Path,
+    roles: &HashMap<String, Role>,
+) -> Result<Arc<crate::hooks::HookConfig>, CliError> {
+    if record.join(crate::hooks::config::RUN_FILE).is_file() {
+        return Ok(Arc::new(crate::hooks::HookConfig::of_run(record)));
+    }
+    hooks_for(repo, false, roles)
+}
+
 /// The base a new run starts from, as given by `--base`, and the note about
 /// the user's working tree. `worktree` writes a snapshot commit of the
 /// user's working tree (their index, HEAD and branch untouched) and returns
