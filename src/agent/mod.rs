@@ -219,7 +219,7 @@ impl<'c> Agent<'c> {
         let first_mode = calling.mode();
         // SessionStart and UserPromptSubmit hooks may add to the task.
         let mut task = cfg.task.clone();
-        cfg.hooks.on_start(tool_ctx, &mut task, log).await?;
+        Box::pin(cfg.hooks.on_start(tool_ctx, &mut task, log)).await?;
         let req = ChatRequest {
             messages: vec![
                 ChatMessage::system(cfg.system_prompt.clone()),

@@ -316,11 +316,9 @@ impl Agent<'_> {
         // What orch checks of the work itself (src/agent/finish_check.rs).
         self.check_written(tool_ctx, &mut outcome).await;
         let hooks = std::sync::Arc::clone(&self.cfg.hooks);
-        hooks
-            .after_tool(tool_ctx, turn, call, &mut outcome, log)
-            .await?;
+        Box::pin(hooks.after_tool(tool_ctx, turn, call, &mut outcome, log)).await?;
         self.check_finish(tool_ctx, &mut outcome).await;
-        hooks.on_finish(tool_ctx, turn, &mut outcome, log).await?;
+        Box::pin(hooks.on_finish(tool_ctx, turn, &mut outcome, log)).await?;
         let finished = self.take_finish(&mut outcome);
         if seen == Repeat::Warn {
             outcome.content.push_str(&repeat::warning(name));
@@ -386,7 +384,7 @@ impl Agent<'_> {
             None => match self
                 .tracker
                 .bounded(async {
-                    match hooks.before_tool(tool_ctx, turn, call, log).await {
+                    match Box::pin(hooks.before_tool(tool_ctx, turn, call, log)).await {
                         Ok(Some(refused)) => Ok(Ok(refused)),
                         Ok(None) => Ok(tools::call(tool_ctx, name, &call.function.arguments).await),
                         Err(e) => Err(e),

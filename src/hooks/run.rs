@@ -296,7 +296,8 @@ impl StageHooks {
         fields["permission_mode"] = json!("default");
         fields["hook_event_name"] = json!(event.as_str());
         for hook in hooks {
-            let ran = run_hook(ctx, hook, &fields).await;
+            // Boxed: the agent loop's futures stay small (they nest).
+            let ran = Box::pin(run_hook(ctx, hook, &fields)).await;
             let (decision, reason) = judge(ctx, event, &ran, &mut said);
             if decision == "stop" {
                 self.stop(format!(

@@ -80,24 +80,78 @@ fn hooked_repo() -> TestRepo {
     )
 }
 
-/// `orch run` of a one-stage `code` pipeline with `args`; its output and run id.
+/// `orch run` of a one-stage `code` pipeline of the coder with `args`; its
+/// output and run id.
 fn run(repo: &TestRepo, server: &FakeServer, args: &[&str]) -> (Output, String) {
+    let out = run_role(repo, server, "coder", &[], args);
+    (out, only_run_id(&repo.path))
+}
+
+/// `orch run` of the pipeline `yaml` in `repo` against `server`, with
+/// `env` and `args`.
+fn run_yaml(
+    repo: &TestRepo,
+    server: &FakeServer,
+    yaml: &str,
+    env: &[(&str, &Path)],
+    args: &[&str],
+) -> Output {
     let scratch = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(
-        scratch.path(),
-        "hooked",
-        "stages:\n  code:\n    role: coder\n",
-    );
+    let pipeline = write_pipeline(scratch.path(), "p", yaml);
     let issue = scratch.path().join("issue.md");
     std::fs::write(&issue, ISSUE).unwrap();
-    let out = OrchRun::new(&pipeline, repo)
+    let mut run = OrchRun::new(&pipeline, repo)
         .issue(&issue)
         .model(&server.base_url, "fake-model")
-        .args(args)
-        .output();
+        .args(args);
+    for (k, v) in env {
+        run = run.env(k, v);
+    }
+    let out = run.output();
     assert!(server.violations().is_empty(), "{:?}", server.violations());
-    let id = only_run_id(&repo.path);
-    (out, id)
+    out
+}
+
+/// A one-stage (`code`) run of role `role`; its output.
+fn run_role(
+    repo: &TestRepo,
+    server: &FakeServer,
+    role: &str,
+    env: &[(&str, &Path)],
+    args: &[&str],
+) -> Output {
+    let yaml = format!("stages:\n  code:\n    role: {role}\n");
+    run_yaml(repo, server, &yaml, env, args)
+}
+
+/// A coder run with the user config dir `config`, ending with `code`.
+fn run_as_user(
+    repo: &TestRepo,
+    server: &FakeServer,
+    config: &tempfile::TempDir,
+    code: Option<i32>,
+) -> Output {
+    let out = run_role(
+        repo,
+        server,
+        "coder",
+        &[("ORCH_CONFIG_DIR", config.path())],
+        &[],
+    );
+    assert_eq!(out.status.code(), code, "{}", stderr(&out));
+    out
+}
+
+/// A repository with the buggy `calc.py` only.
+fn calc_repo() -> TestRepo {
+    TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc")
+}
+
+/// A user config dir whose `orch.toml` is `toml` (the user's own hooks).
+fn user_config(toml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("orch.toml"), toml).unwrap();
+    dir
 }
 
 fn hook_runs(repo: &TestRepo, run_id: &str) -> Vec<Value> {
@@ -282,18 +336,8 @@ fn an_agent_files_unknown_key_and_unrun_hook_event_are_named_once_per_run() {
             .agent("one", vec![Reply::finish("a1", "ok", None)])
             .agent("two", vec![Reply::finish("b1", "ok", None)]),
     );
-    let scratch = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(
-        scratch.path(),
-        "two",
-        "stages:\n  one:\n    role: fixer\n  two:\n    role: fixer\n    needs: [one]\n",
-    );
-    let issue = scratch.path().join("issue.md");
-    std::fs::write(&issue, ISSUE).unwrap();
-    let out = OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .model(&server.base_url, "fake-model")
-        .output();
+    let yaml = "stages:\n  one:\n    role: fixer\n  two:\n    role: fixer\n    needs: [one]\n";
+    let out = run_yaml(&repo, &server, yaml, &[], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let err = stderr(&out);
     let memory = "role `fixer`: key `memory` is not used by orch";
@@ -305,28 +349,16 @@ fn an_agent_files_unknown_key_and_unrun_hook_event_are_named_once_per_run() {
 
 #[test]
 fn a_hook_that_hangs_is_killed_at_its_timeout_and_the_call_goes_on() {
-    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+    let repo = calc_repo();
     // The user's own hooks (orch.toml in the config dir) run untrusted.
-    let config = tempfile::tempdir().unwrap();
-    std::fs::write(
-        config.path().join("orch.toml"),
+    let config = user_config(
         "[[hooks.PreToolUse]]\nmatcher = \"Edit\"\nhooks = [{ type = \"command\", command = \"sleep 300\", timeout = 1 }]\n",
-    )
-    .unwrap();
+    );
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
     ));
-    let scratch = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(scratch.path(), "p", "stages:\n  code:\n    role: coder\n");
-    let issue = scratch.path().join("issue.md");
-    std::fs::write(&issue, ISSUE).unwrap();
-    let out = OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .model(&server.base_url, "fake-model")
-        .env("ORCH_CONFIG_DIR", config.path())
-        .output();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_as_user(&repo, &server, &config, Some(0));
     let run_id = only_run_id(&repo.path);
     let runs = hook_runs(&repo, &run_id);
     assert_eq!(runs.len(), 1, "{runs:?}");
@@ -373,15 +405,12 @@ fn dry_run_lists_the_hooks_a_stage_would_get() {
 
 #[test]
 fn a_subagent_stop_hook_sends_a_subagents_finish_back_once() {
-    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
-    let config = tempfile::tempdir().unwrap();
-    std::fs::write(
-        config.path().join("orch.toml"),
+    let repo = calc_repo();
+    let config = user_config(
         r#"[[hooks.SubagentStop]]
 hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json.load(sys.stdin); d["stop_hook_active"] or (print("name the file that defines add", file=sys.stderr), sys.exit(2))' ''' }]
 "#,
-    )
-    .unwrap();
+    );
     let server = FakeServer::start(
         Script::new()
             .agent(
@@ -403,16 +432,7 @@ hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json
                 ],
             ),
     );
-    let scratch = tempfile::tempdir().unwrap();
-    let pipeline = write_pipeline(scratch.path(), "p", "stages:\n  code:\n    role: coder\n");
-    let issue = scratch.path().join("issue.md");
-    std::fs::write(&issue, ISSUE).unwrap();
-    let out = OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .model(&server.base_url, "fake-model")
-        .env("ORCH_CONFIG_DIR", config.path())
-        .output();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    run_as_user(&repo, &server, &config, Some(0));
     let child = server.requests_for("code/explore-1");
     assert_eq!(child.len(), 2);
     let told = tool_results(&child[1]).join("\n");
@@ -427,32 +447,9 @@ hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json
     assert!(hook_runs(&repo, &only_run_id(&repo.path)).is_empty());
 }
 
-/// A one-stage run of role `role` in `repo`; its output.
-fn run_role(
-    repo: &TestRepo,
-    server: &FakeServer,
-    role: &str,
-    env: &[(&str, &Path)],
-    args: &[&str],
-) -> Output {
-    let scratch = tempfile::tempdir().unwrap();
-    let yaml = format!("stages:\n  code:\n    role: {role}\n");
-    let pipeline = write_pipeline(scratch.path(), "p", &yaml);
-    let issue = scratch.path().join("issue.md");
-    std::fs::write(&issue, ISSUE).unwrap();
-    let mut run = OrchRun::new(&pipeline, repo)
-        .issue(&issue)
-        .model(&server.base_url, "fake-model")
-        .args(args);
-    for (k, v) in env {
-        run = run.env(k, v);
-    }
-    run.output()
-}
-
-#[test]
-fn an_agent_files_session_start_and_prompt_hooks_add_context_only_when_trusted() {
-    let agent = "---\nname: fixer\ndescription: Fixes bugs.\nhooks:\n  SessionStart:\n    - hooks:\n        - type: command\n          command: echo 'The build command is make check.'\n  UserPromptSubmit:\n    - hooks:\n        - type: command\n          command: \"python3 -c 'import json, sys; print(\\\"task bytes:\\\", len(json.load(sys.stdin)[\\\"prompt\\\"]))'\"\n---\nYou fix bugs.\n";
+/// A repository with the agent file `agent` (role `fixer`), and a server
+/// whose `code` agent finishes at once.
+fn fixer_run(agent: &str) -> (TestRepo, FakeServer) {
     let repo = TestRepo::with_commit(
         &[
             ("calc.py", "def add(a, b):\n    return a - b\n"),
@@ -462,6 +459,13 @@ fn an_agent_files_session_start_and_prompt_hooks_add_context_only_when_trusted()
     );
     let server =
         FakeServer::start(Script::new().agent("code", vec![Reply::finish("c1", "ok", None)]));
+    (repo, server)
+}
+
+#[test]
+fn an_agent_files_session_start_and_prompt_hooks_add_context_only_when_trusted() {
+    let agent = "---\nname: fixer\ndescription: Fixes bugs.\nhooks:\n  SessionStart:\n    - hooks:\n        - type: command\n          command: echo 'The build command is make check.'\n  UserPromptSubmit:\n    - hooks:\n        - type: command\n          command: \"python3 -c 'import json, sys; print(\\\"task bytes:\\\", len(json.load(sys.stdin)[\\\"prompt\\\"]))'\"\n---\nYou fix bugs.\n";
+    let (repo, server) = fixer_run(agent);
     let out = run_role(&repo, &server, "fixer", &[], &["--trust-hooks"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let task = user_text(&server.requests_for("code")[0]);
@@ -482,15 +486,7 @@ fn an_agent_files_session_start_and_prompt_hooks_add_context_only_when_trusted()
     assert_eq!(events, ["SessionStart:context", "UserPromptSubmit:context"]);
 
     // Untrusted: the agent file's hooks are named once and do not run.
-    let repo2 = TestRepo::with_commit(
-        &[
-            ("calc.py", "def add(a, b):\n    return a - b\n"),
-            (".claude/agents/fixer.md", agent),
-        ],
-        "calc with an agent file",
-    );
-    let server =
-        FakeServer::start(Script::new().agent("code", vec![Reply::finish("c1", "ok", None)]));
+    let (repo2, server) = fixer_run(agent);
     let out = run_role(&repo2, &server, "fixer", &[], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let err = stderr(&out);
@@ -504,23 +500,13 @@ fn an_agent_files_session_start_and_prompt_hooks_add_context_only_when_trusted()
 
 #[test]
 fn a_user_prompt_submit_hook_that_refuses_the_task_ends_the_stage_before_any_request() {
-    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
-    let config = tempfile::tempdir().unwrap();
-    std::fs::write(
-        config.path().join("orch.toml"),
+    let repo = calc_repo();
+    let config = user_config(
         "[[hooks.UserPromptSubmit]]\nhooks = [{ type = \"command\", command = \"echo 'tasks touching calc need a ticket' >&2; exit 2\" }]\n",
-    )
-    .unwrap();
+    );
     let server =
         FakeServer::start(Script::new().agent("code", vec![Reply::finish("c1", "never", None)]));
-    let out = run_role(
-        &repo,
-        &server,
-        "coder",
-        &[("ORCH_CONFIG_DIR", config.path())],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    run_as_user(&repo, &server, &config, Some(1));
     assert!(server.requests_for("code").is_empty());
     let run_id = only_run_id(&repo.path);
     let state = crate::support::state_json(&repo, &run_id);
