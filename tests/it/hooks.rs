@@ -522,3 +522,49 @@ fn a_user_prompt_submit_hook_that_refuses_the_task_ends_the_stage_before_any_req
         "{state}"
     );
 }
+
+#[test]
+fn an_untracked_settings_local_json_is_the_users_and_runs_untrusted() {
+    let local = json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": "echo 'no shell in this repo today' >&2; exit 2"}
+    ]}]}})
+    .to_string();
+    let repo = calc_repo();
+    // Untracked: the user's own file (Claude Code's local settings).
+    repo.write(".claude/settings.local.json", &local);
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "ls"})),
+            Reply::finish("c2", "ok", None),
+        ],
+    ));
+    let (out, run_id) = run(&repo, &server, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let told = tool_results(&server.requests_for("code")[1]).join("\n");
+    assert!(told.contains("no shell in this repo today"), "{told}");
+    assert_eq!(
+        hook_runs(&repo, &run_id)[0]["source"],
+        ".claude/settings.local.json"
+    );
+
+    // The same file committed is the repository's: named, not run.
+    let repo = calc_repo();
+    repo.write(".claude/settings.local.json", &local);
+    repo.commit_all("ship local settings");
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "ls"})),
+            Reply::finish("c2", "ok", None),
+        ],
+    ));
+    let (out, run_id) = run(&repo, &server, &[]);
+    assert!(
+        stderr(&out)
+            .contains(".claude/settings.local.json: 1 hook(s) of the repository do not run"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(hook_runs(&repo, &run_id).is_empty());
+}
