@@ -193,6 +193,12 @@ impl Agent<'_> {
                 Ok(Break(AgentEnd::Answered))
             }
             outcome::TextReply::Accept { summary, verdict } => {
+                // Stop hooks judge a text answer as they judge a `finish`.
+                let hooks = std::sync::Arc::clone(&self.cfg.hooks);
+                if let Some(back) = Box::pin(hooks.on_answer(tool_ctx, turn, log)).await? {
+                    self.req.messages.push(ChatMessage::user(back));
+                    return Ok(Continue(()));
+                }
                 if verdict.is_some() {
                     self.out.verdict_from_text = true;
                     log.append(&ActionEvent::VerdictFromText(event::VerdictFromText {

@@ -229,20 +229,12 @@ impl StageHooks {
         outcome: &mut ToolOutcome,
         log: &mut ActionLog,
     ) -> Result<(), RecordError> {
-        let Some(event) = self.stop_event else {
+        if outcome.finish.is_none() {
+            return Ok(());
+        }
+        let Some((event, why)) = self.stop_hooks(ctx, turn, log).await? else {
             return Ok(());
         };
-        if outcome.finish.is_none() || !self.any(event, None) {
-            return Ok(());
-        }
-        let active = *self.stop_active.lock().unwrap_or_else(|e| e.into_inner());
-        let input = json!({"stop_hook_active": active});
-        let said = self.fire(ctx, event, Some(turn), None, input, log).await?;
-        if said.block.is_empty() {
-            return Ok(());
-        }
-        *self.stop_active.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        let why = said.block.join("\n\n");
         outcome.finish = None;
         outcome.is_error = true;
         outcome.content = format!(
@@ -254,6 +246,46 @@ impl StageHooks {
             120,
         );
         Ok(())
+    }
+
+    /// Stop (SubagentStop) before a text answer is accepted as the agent's
+    /// result: the message that sends the agent back, when a hook blocks.
+    pub(crate) async fn on_answer(
+        &self,
+        ctx: &ToolContext,
+        turn: u32,
+        log: &mut ActionLog,
+    ) -> Result<Option<String>, RecordError> {
+        Ok(self.stop_hooks(ctx, turn, log).await?.map(|(event, why)| {
+            format!(
+                "Your answer is not accepted yet: a {} hook says:\n\n{why}\n\nDo what it asks, then answer again.",
+                event.as_str()
+            )
+        }))
+    }
+
+    /// Runs the Stop (or SubagentStop) hooks; the event and the reasons
+    /// when one blocks (the next run is told `stop_hook_active: true`).
+    async fn stop_hooks(
+        &self,
+        ctx: &ToolContext,
+        turn: u32,
+        log: &mut ActionLog,
+    ) -> Result<Option<(HookEvent, String)>, RecordError> {
+        let Some(event) = self.stop_event else {
+            return Ok(None);
+        };
+        if !self.any(event, None) {
+            return Ok(None);
+        }
+        let active = *self.stop_active.lock().unwrap_or_else(|e| e.into_inner());
+        let input = json!({"stop_hook_active": active});
+        let said = self.fire(ctx, event, Some(turn), None, input, log).await?;
+        if said.block.is_empty() {
+            return Ok(None);
+        }
+        *self.stop_active.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        Ok(Some((event, said.block.join("\n\n"))))
     }
 
     /// Whether a hook of `event` would run (for `tool`, when it is a tool event).

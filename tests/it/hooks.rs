@@ -568,3 +568,42 @@ fn an_untracked_settings_local_json_is_the_users_and_runs_untrusted() {
     );
     assert!(hook_runs(&repo, &run_id).is_empty());
 }
+
+#[test]
+fn a_subagent_stop_hook_judges_a_text_answer_too() {
+    let repo = calc_repo();
+    let config = user_config(
+        r#"[[hooks.SubagentStop]]
+hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json.load(sys.stdin); d["stop_hook_active"] or (print("cite the line", file=sys.stderr), sys.exit(2))' ''' }]
+"#,
+    );
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call(
+                        "c1",
+                        "spawn_agent",
+                        json!({"role": "explore", "task": "Where is add defined?"}),
+                    ),
+                    Reply::finish("c2", "The child found it.", None),
+                ],
+            )
+            .agent(
+                "code/explore-1",
+                vec![Reply::text("In calc.py."), Reply::text("calc.py:1.")],
+            ),
+    );
+    run_as_user(&repo, &server, &config, Some(0));
+    let child = server.requests_for("code/explore-1");
+    assert_eq!(child.len(), 2);
+    let told = user_text(&child[1]);
+    assert!(
+        told.contains("Your answer is not accepted yet: a SubagentStop hook says")
+            && told.contains("cite the line"),
+        "{told}"
+    );
+    let parent = tool_results(&server.requests_for("code")[1]).join("\n");
+    assert!(parent.contains("calc.py:1."), "{parent}");
+}
