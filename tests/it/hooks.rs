@@ -142,6 +142,17 @@ fn run_as_user(
     out
 }
 
+/// A server whose `code` agent runs `command`, then finishes.
+fn bash_then_finish(command: &str) -> FakeServer {
+    FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("c1", "bash", json!({ "command": command })),
+            Reply::finish("c2", "Done.", None),
+        ],
+    ))
+}
+
 /// A repository with the buggy `calc.py` only.
 fn calc_repo() -> TestRepo {
     TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc")
@@ -285,13 +296,7 @@ fn a_stop_hook_sends_the_finish_back_until_the_tests_pass() {
 #[test]
 fn untrusted_repository_hooks_do_not_run_and_are_named_with_other_unhonoured_keys() {
     let repo = hooked_repo();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::tool_call("c1", "bash", json!({"command": "rm keep.txt"})),
-            Reply::finish("c2", "Removed it.", None),
-        ],
-    ));
+    let server = bash_then_finish("rm keep.txt");
     let (out, run_id) = run(&repo, &server, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let err = stderr(&out);
@@ -403,15 +408,19 @@ fn dry_run_lists_the_hooks_a_stage_would_get() {
     assert!(!Path::new(&repo.path.join(".git/orch/runs")).exists());
 }
 
-#[test]
-fn a_subagent_stop_hook_sends_a_subagents_finish_back_once() {
-    let repo = calc_repo();
-    let config = user_config(
+/// A user config whose SubagentStop hook blocks once with `message`.
+fn subagent_stop_config(message: &str) -> tempfile::TempDir {
+    user_config(&format!(
         r#"[[hooks.SubagentStop]]
-hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json.load(sys.stdin); d["stop_hook_active"] or (print("name the file that defines add", file=sys.stderr), sys.exit(2))' ''' }]
-"#,
-    );
-    let server = FakeServer::start(
+hooks = [{{ type = "command", command = '''python3 -c 'import json, sys; d = json.load(sys.stdin); d["stop_hook_active"] or (print("{message}", file=sys.stderr), sys.exit(2))' ''' }}]
+"#
+    ))
+}
+
+/// A server whose `code` agent spawns one explore child (answering
+/// `child`), then finishes.
+fn spawn_once(child: Vec<Reply>) -> FakeServer {
+    FakeServer::start(
         Script::new()
             .agent(
                 "code",
@@ -424,14 +433,18 @@ hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json
                     Reply::finish("c2", "The child found it.", None),
                 ],
             )
-            .agent(
-                "code/explore-1",
-                vec![
-                    Reply::finish("e1", "Somewhere.", None),
-                    Reply::finish("e2", "add is defined in calc.py.", None),
-                ],
-            ),
-    );
+            .agent("code/explore-1", child),
+    )
+}
+
+#[test]
+fn a_subagent_stop_hook_sends_a_subagents_finish_back_once() {
+    let repo = calc_repo();
+    let config = subagent_stop_config("name the file that defines add");
+    let server = spawn_once(vec![
+        Reply::finish("e1", "Somewhere.", None),
+        Reply::finish("e2", "add is defined in calc.py.", None),
+    ]);
     run_as_user(&repo, &server, &config, Some(0));
     let child = server.requests_for("code/explore-1");
     assert_eq!(child.len(), 2);
@@ -532,13 +545,7 @@ fn an_untracked_settings_local_json_is_the_users_and_runs_untrusted() {
     let repo = calc_repo();
     // Untracked: the user's own file (Claude Code's local settings).
     repo.write(".claude/settings.local.json", &local);
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::tool_call("c1", "bash", json!({"command": "ls"})),
-            Reply::finish("c2", "ok", None),
-        ],
-    ));
+    let server = bash_then_finish("ls");
     let (out, run_id) = run(&repo, &server, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let told = tool_results(&server.requests_for("code")[1]).join("\n");
@@ -552,13 +559,7 @@ fn an_untracked_settings_local_json_is_the_users_and_runs_untrusted() {
     let repo = calc_repo();
     repo.write(".claude/settings.local.json", &local);
     repo.commit_all("ship local settings");
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::tool_call("c1", "bash", json!({"command": "ls"})),
-            Reply::finish("c2", "ok", None),
-        ],
-    ));
+    let server = bash_then_finish("ls");
     let (out, run_id) = run(&repo, &server, &[]);
     assert!(
         stderr(&out)
@@ -572,29 +573,8 @@ fn an_untracked_settings_local_json_is_the_users_and_runs_untrusted() {
 #[test]
 fn a_subagent_stop_hook_judges_a_text_answer_too() {
     let repo = calc_repo();
-    let config = user_config(
-        r#"[[hooks.SubagentStop]]
-hooks = [{ type = "command", command = '''python3 -c 'import json, sys; d = json.load(sys.stdin); d["stop_hook_active"] or (print("cite the line", file=sys.stderr), sys.exit(2))' ''' }]
-"#,
-    );
-    let server = FakeServer::start(
-        Script::new()
-            .agent(
-                "code",
-                vec![
-                    Reply::tool_call(
-                        "c1",
-                        "spawn_agent",
-                        json!({"role": "explore", "task": "Where is add defined?"}),
-                    ),
-                    Reply::finish("c2", "The child found it.", None),
-                ],
-            )
-            .agent(
-                "code/explore-1",
-                vec![Reply::text("In calc.py."), Reply::text("calc.py:1.")],
-            ),
-    );
+    let config = subagent_stop_config("cite the line");
+    let server = spawn_once(vec![Reply::text("In calc.py."), Reply::text("calc.py:1.")]);
     run_as_user(&repo, &server, &config, Some(0));
     let child = server.requests_for("code/explore-1");
     assert_eq!(child.len(), 2);
