@@ -432,6 +432,7 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         | ActionEvent::VerdictFromText(_)
         | ActionEvent::FinishFromText(_)
         | ActionEvent::Nudge(_)
+        | ActionEvent::HookRun(_)
         | ActionEvent::NoResult(_)
         | ActionEvent::Stuck(_)
         | ActionEvent::Baseline(_)

@@ -20,6 +20,7 @@ pub(crate) mod exec;
 pub mod exit;
 pub mod forge;
 pub mod git;
+pub(crate) mod hooks;
 pub mod ids;
 pub mod killpoint;
 pub mod llm;

@@ -12,8 +12,9 @@
 //! a front-matter key orch does not know (`memory`, …) is
 //! ignored; each becomes one line in [`Role::warnings`], not an error. Keys
 //! that narrow what the agent may do (`permissionMode`, `disallowedTools`,
-//! `maxTurns`, `hooks`) are mapped onto orch's ([`claude`]), or the role does
-//! not load: never silently wider.
+//! `maxTurns`) are mapped onto orch's ([`claude`]), or the role does not
+//! load: never silently wider. `hooks` are run as [`crate::hooks`] says (a
+//! repository's only when the user trusts them).
 //!
 //! A role's id is its `name:` (Claude Code keys agents by it), else the
 //! file stem.
@@ -135,6 +136,10 @@ pub struct Role {
     /// `skills:` is read the same way (docs/skills.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skills: Option<Vec<String>>,
+    /// `hooks:` — Claude Code hooks of the role's agents ([`crate::hooks`]);
+    /// a repository's run only when the user trusts them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<crate::hooks::Hook>,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -289,9 +294,9 @@ struct RoleSpec {
     /// `skills:` — a list or a comma-separated string (Claude Code).
     #[serde(default)]
     skills: Option<ToolsSpec>,
-    /// Claude Code's hooks: refused (see [`claude::refuse_hooks`]).
+    /// Claude Code's hooks, in its shape (`crate::hooks::parse`).
     #[serde(default)]
-    hooks: Option<Spanned<IgnoredAny>>,
+    hooks: Option<Spanned<serde_json::Value>>,
 }
 
 /// What ends a role's stage as a success.
@@ -353,7 +358,9 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
     let keys: std::collections::BTreeMap<String, IgnoredAny> =
         serde_saphyr::from_str(yaml).unwrap_or_default();
     for key in keys.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-        warnings.push(format!("key `{key}` is not used by orch (ignored)"));
+        warnings.push(format!(
+            "key `{key}` is not used by orch (ignored); remove it, or see docs/project-conventions.md for the keys orch reads"
+        ));
     }
     let at = |location: &serde_saphyr::Location, message: String| {
         SpecError::at(origin, location, LINE_OFFSET, message)
@@ -383,7 +390,12 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         (None, None) => return Err(SpecError::new(origin, 2, 1, "missing field `name`")),
     };
 
-    claude::refuse_hooks(spec.hooks.as_ref().map(|h| &h.referenced), &at)?;
+    // `hooks:` run as docs/hooks.md says (a repository's only when trusted).
+    let hooks = match &spec.hooks {
+        None => Vec::new(),
+        Some(h) => crate::hooks::parse(&h.value, origin, &mut warnings)
+            .map_err(|m| at(&h.referenced, format!("hooks: {m}")))?,
+    };
     let mode = claude::mode(spec.permission_mode.as_ref(), &at)?;
     let narrowing = claude::narrowing(mode, spec.disallowed_tools.as_ref(), &at, &mut warnings)?;
     let read_only = spec.read_only || mode == claude::Mode::ReadOnly;
@@ -504,6 +516,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
             names.dedup();
             names
         }),
+        hooks,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })
@@ -826,17 +839,25 @@ mod tests {
         assert_eq!(role.max_turns, 32);
         let err = parse_role("---\nname: r\nmaxTurns: 32\nmax_turns: 5\n---\n", "<t>").unwrap_err();
         assert!(err.message.contains("disagree"), "{err}");
+        let role = parse_role(
+            "---\nname: r\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n        - type: command\n          command: ./check.sh\n          timeout: 5\n---\n",
+            "x/r.md",
+        )
+        .unwrap();
+        assert_eq!(role.hooks.len(), 1);
+        assert_eq!(role.hooks[0].command, "./check.sh");
+        assert_eq!(role.hooks[0].timeout_secs, 5);
+        assert_eq!(role.hooks[0].source, "x/r.md");
         let err = parse_role(
             "---\nname: r\nhooks:\n  PreToolUse:\n    - matcher: Bash\n---\n",
             "x/r.md",
         )
         .unwrap_err();
         assert!(
-            err.message
-                .contains("orch does not run an agent file's hooks"),
+            err.message.contains("hooks: hooks.PreToolUse[0].hooks"),
             "{err}"
         );
-        assert_eq!(err.file, "x/r.md");
+        assert_eq!((err.file.as_str(), err.line), ("x/r.md", 4));
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub(crate) struct AgentConfig {
     pub budget: crate::budget::StageBudget,
     /// When the conversation is condensed ([`compact`]).
     pub compaction: compact::CompactConfig,
+    /// The hooks of this agent ([`crate::hooks`]; none by default).
+    pub hooks: std::sync::Arc<crate::hooks::StageHooks>,
 }
 
 /// Everything a run is limited by: its budget and the compaction policy.
@@ -225,10 +227,13 @@ impl<'c> Agent<'c> {
         // `tool_calling`, switched at most once by the loop ([`calling`]).
         let calling = crate::llm::constrained::CallState::new(model.tool_calling());
         let first_mode = calling.mode();
+        // SessionStart and UserPromptSubmit hooks may add to the task.
+        let mut task = cfg.task.clone();
+        Box::pin(cfg.hooks.on_start(tool_ctx, &mut task, log)).await?;
         let req = ChatRequest {
             messages: vec![
                 ChatMessage::system(cfg.system_prompt.clone()),
-                ChatMessage::user(cfg.task.clone()),
+                ChatMessage::user(task),
             ],
             tools: tools::offered(tool_ctx),
             agent_path: cfg.agent_path.clone(),

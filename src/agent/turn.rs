@@ -30,6 +30,14 @@ impl Agent<'_> {
         log: &mut ActionLog,
         on_turn: &(dyn Fn(u32, TokenCount) + Sync),
     ) -> Step {
+        // A hook said `continue: false` (or refused the task): no result.
+        if let Some(why) = self.cfg.hooks.stopped() {
+            log.append(&ActionEvent::NoResult(event::NoResult {
+                turn: self.out.turns,
+                reason: why.clone(),
+            }))?;
+            return Ok(Break(AgentEnd::NoResult(why)));
+        }
         // Budget hook: no turn starts once a limit is used up.
         if let Some(why) = self.tracker.before_turn() {
             log.append(&budget_exceeded(self.out.turns, None, &why))?;
@@ -188,6 +196,12 @@ impl Agent<'_> {
                 Ok(Break(AgentEnd::Answered))
             }
             outcome::TextReply::Accept { summary, verdict } => {
+                // Stop hooks judge a text answer as they judge a `finish`.
+                let hooks = std::sync::Arc::clone(&self.cfg.hooks);
+                if let Some(back) = Box::pin(hooks.on_answer(tool_ctx, turn, log)).await? {
+                    self.req.messages.push(ChatMessage::user(back));
+                    return Ok(Continue(()));
+                }
                 if verdict.is_some() {
                     self.out.verdict_from_text = true;
                     log.append(&ActionEvent::VerdictFromText(event::VerdictFromText {
@@ -331,7 +345,10 @@ impl Agent<'_> {
         // What orch checks of the work itself (src/agent/finish_check.rs).
         self.check_written(tool_ctx, &mut outcome).await;
         self.note_asked_write(&call.id, &mut outcome);
+        let hooks = std::sync::Arc::clone(&self.cfg.hooks);
+        Box::pin(hooks.after_tool(tool_ctx, turn, call, &mut outcome, log)).await?;
         self.check_finish(tool_ctx, &mut outcome).await;
+        Box::pin(hooks.on_finish(tool_ctx, turn, &mut outcome, log)).await?;
         let finished = self.take_finish(&mut outcome);
         if seen == Repeat::Warn {
             outcome.content.push_str(&repeat::warning(name));
@@ -383,6 +400,7 @@ impl Agent<'_> {
         log: &mut ActionLog,
     ) -> Step<tools::ToolOutcome> {
         let name = call.function.name.as_str();
+        let hooks = std::sync::Arc::clone(&self.cfg.hooks);
         let result = match slot {
             Some(r) => r,
             None if seen == Repeat::SameTurn => {
@@ -401,13 +419,21 @@ impl Agent<'_> {
                     "refused: the content is the text of the previous tool result (a report of what a tool did, not the file's content); nothing was written — write the file's full new content, or call finish if the work is done",
                 ))
             }
-            // Time-budget hook: a tool call cannot outlive the budget.
+            // Time-budget hook: a tool call cannot outlive the budget;
+            // PreToolUse hooks may refuse it first.
             None => match self
                 .tracker
-                .bounded(tools::call(tool_ctx, name, &call.function.arguments))
+                .bounded(async {
+                    match Box::pin(hooks.before_tool(tool_ctx, turn, call, log)).await {
+                        Ok(Some(refused)) => Ok(Ok(refused)),
+                        Ok(None) => Ok(tools::call(tool_ctx, name, &call.function.arguments).await),
+                        Err(e) => Err(e),
+                    }
+                })
                 .await
             {
-                Ok(result) => result,
+                Ok(Ok(result)) => result,
+                Ok(Err(record)) => return Err(record),
                 Err(why) => {
                     log.append(&budget_exceeded(turn, Some(&call.id), &why))?;
                     self.req.messages.push(ChatMessage::tool(

@@ -175,10 +175,11 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         setup: None,
     };
     let mut roles = roles_for(&catalog, &pipeline)?;
-    let session = SessionBuilder::new(&args.model, Some(&args.repo))?
+    let mut session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
         .max_parallel(1)
         .build(&args.limits)?;
+    session.hooks = super::session::hooks_for(&args.repo, args.instructions.trust_hooks, &roles)?;
     events.redacting(&session.secrets);
     if args.dry_run {
         // No request at all: a role's own model is kept only when mapped.

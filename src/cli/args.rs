@@ -95,12 +95,15 @@ impl ModelArgs {
     }
 }
 
-/// Project-instruction flags shared by `run` and `agent`.
+/// Project-instruction and hook flags shared by `run` and `agent`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct InstructionArgs {
     /// Do not put the repository's AGENTS.md / CLAUDE.md files into the agents' system prompts
     #[arg(long)]
     pub no_project_instructions: bool,
+    /// Run the repository's hooks (.claude/settings.json, .orch/orch.toml [hooks], its agent files' `hooks:`); without it only your own hooks run (docs/hooks.md)
+    #[arg(long)]
+    pub trust_hooks: bool,
 }
 
 /// How many stages may run at once (`run`, `resume`).

@@ -122,6 +122,8 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
             "origin": e.origin,
         })),
         "tools": role.map(|r| offered_tools(r, d.session)).unwrap_or_default(),
+        // The hooks its agent would run (docs/hooks.md).
+        "hooks": role.map(|r| d.session.hooks.for_role(&r.name).iter().map(crate::hooks::Hook::describe).collect::<Vec<_>>()).unwrap_or_default(),
         "first_wave": stage.needs.is_empty(),
     });
     let skills = role.map(|r| skills_of(d, r)).unwrap_or_default();
@@ -375,6 +377,9 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
             for note in skills["notes"].as_array().into_iter().flatten() {
                 out.untrusted(&format!("skill note: {}\n", text(note)))?;
             }
+        }
+        for hook in st["hooks"].as_array().into_iter().flatten() {
+            out.untrusted(&format!("hook: {}\n", text(hook)))?;
         }
         if let Some(by) = st["runs_if_changes_requested_by"].as_str() {
             writeln!(out, "runs only if `{by}` requests changes")?;

@@ -87,6 +87,7 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
             args.memory,
         )?)
         .build(&args.limits)?;
+    session.hooks = super::session::resumed_hooks(&dir.root, &args.repo, &plan.roles)?;
     super::session::route_stage_models(&mut session, &plan.pipeline, &args.model, &args.repo)?;
     super::escalation::route_escalations(
         &mut session,

@@ -123,6 +123,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
             args.memory,
         )?)
         .build(&args.limits)?;
+    session.hooks = super::session::hooks_for(&args.repo, args.instructions.trust_hooks, &roles)?;
     route_stage_models(&mut session, &pipeline, &args.model, &args.repo)?;
     super::escalation::route_escalations(&mut session, &pipeline, &roles, &args.model, &args.repo)?;
     events.redacting(&session.secrets);

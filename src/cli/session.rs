@@ -25,6 +25,7 @@ use crate::runlog::RunState;
 use crate::runner::{DEFAULT_MAX_PARALLEL, Session};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Builds a [`Session`]: choose the model first (its context window is the
 /// default for `--context-window`), then set approvals and parallelism.
@@ -188,6 +189,7 @@ impl SessionBuilder {
             max_parallel: self.max_parallel,
             lane_pool: self.lane_pool,
             memory: self.memory,
+            hooks: Default::default(),
         }
     }
 }
@@ -221,6 +223,38 @@ pub(super) fn roles_for(
         }
     }
     Ok(roles)
+}
+
+/// The hooks of a run in `repo` with `roles` (`--trust-hooks`: `trust`);
+/// what is not run or not honoured is named on stderr once (docs/hooks.md;
+/// the roles' own warnings are named by [`route_role_models`]).
+pub(super) fn hooks_for(
+    repo: &Path,
+    trust: bool,
+    roles: &HashMap<String, Role>,
+) -> Result<Arc<crate::hooks::HookConfig>, CliError> {
+    let workdir = crate::git::open_repo(repo)?.workdir;
+    let mut sorted: Vec<&Role> = roles.values().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let user = crate::dirs::user_config_dir();
+    let hooks = crate::hooks::HookConfig::load(&workdir, user.as_deref(), trust, &sorted)
+        .map_err(|e| CliError::Invalid(format!("failed to {e}")))?;
+    hooks.print_notes();
+    Ok(Arc::new(hooks))
+}
+
+/// The hooks of a resumed run whose record is at `record`: the ones it
+/// started with (its `hooks.json`, trust decided then), else those of a new
+/// run without `--trust-hooks`.
+pub(super) fn resumed_hooks(
+    record: &Path,
+    repo: &Path,
+    roles: &HashMap<String, Role>,
+) -> Result<Arc<crate::hooks::HookConfig>, CliError> {
+    if record.join(crate::hooks::config::RUN_FILE).is_file() {
+        return Ok(Arc::new(crate::hooks::HookConfig::of_run(record)));
+    }
+    hooks_for(repo, false, roles)
 }
 
 /// The base a new run starts from, as given by `--base`, and the note about

@@ -165,6 +165,13 @@ pub(super) struct FileSpec {
     /// `[lanes] pool = N`: how many warm lanes the repository keeps.
     #[serde(default)]
     pub(super) lanes: LanesSpec,
+    /// `[hooks]` and `trust_hooks`: read by `crate::hooks::config`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub(super) hooks: Option<toml::Value>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub(super) trust_hooks: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

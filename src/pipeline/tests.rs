@@ -183,7 +183,9 @@ fn an_unknown_tool_is_a_warning_and_not_offered() {
     let role = parse_role(&text, &path).unwrap();
     assert_eq!(
         role.warnings,
-        ["key `permissions` is not used by orch (ignored)"]
+        [
+            "key `permissions` is not used by orch (ignored); remove it, or see docs/project-conventions.md for the keys orch reads"
+        ]
     );
 }
 

@@ -1,8 +1,9 @@
 //! Claude Code's permission and limit keys, mapped onto orch's.
 //!
 //! An agent file that narrows what its agent may do keeps that narrowing in
-//! orch, or does not load: `permissionMode`, `disallowedTools`, `maxTurns`
-//! and `hooks` are read here (docs/project-conventions.md has the table).
+//! orch, or does not load: `permissionMode`, `disallowedTools` and
+//! `maxTurns` are read here (docs/project-conventions.md has the table);
+//! `hooks` run as `crate::hooks` says.
 //! Nothing here ever widens a role: a mode orch knows no mapping for, or a
 //! key whose narrowing orch cannot enforce, is an error naming the file,
 //! the key and the value.
@@ -183,17 +184,5 @@ pub(super) fn max_turns(
         )),
         (Some(o), _) => Ok(Some(o.clone())),
         (None, c) => Ok(c.cloned()),
-    }
-}
-
-/// `hooks:` in an agent file: orch does not run them, and a hook may refuse
-/// tool calls, so a role with hooks is not loaded.
-pub(super) fn refuse_hooks(hooks: Option<&Location>, at: At<'_>) -> Result<(), SpecError> {
-    match hooks {
-        None => Ok(()),
-        Some(location) => Err(at(
-            location,
-            "hooks: orch does not run an agent file's hooks, and they may refuse tool calls; the role is not loaded (remove `hooks:`, or express the refusals as `disallowedTools: [\"Bash(…)\"]` or orch's `bash: { deny: [...] }`)".to_owned(),
-        )),
     }
 }

@@ -89,6 +89,8 @@ pub(crate) enum ActionEvent {
     FinishFromText(FinishFromText),
     /// A reply that gave no result, answered with a nudge.
     Nudge(Nudge),
+    /// A hook ran (`src/hooks`).
+    HookRun(HookRun),
     /// The same after the nudge: no result.
     NoResult(NoResult),
     /// The model repeated itself and was stopped.
@@ -591,6 +593,31 @@ pub(crate) struct FinishFromText {
     pub turn: u32,
     /// Paths of the lane that differ from its start (git status).
     pub changed_paths: usize,
+}
+
+/// `hook_run`: one hook's command ran.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct HookRun {
+    /// The model turn it ran in (none before the first).
+    pub turn: Option<u32>,
+    /// `PreToolUse`, `PostToolUse`, `Stop`, …
+    pub hook_event: String,
+    /// Its matcher as written.
+    pub matcher: String,
+    pub command: String,
+    /// Where it was written (`.claude/settings.json`, …).
+    pub source: String,
+    /// The orch tool it ran for (tool events).
+    pub tool: Option<String>,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    /// `none`, `context`, `allow`, `block`, `deny`, `ask`, `stop` or
+    /// `error` (a non-blocking failure).
+    pub decision: String,
+    /// The reason it gave (capped), or why it failed.
+    pub reason: Option<String>,
 }
 
 /// `nudge`.

@@ -54,6 +54,9 @@ pub(crate) struct Session {
     /// pool` in `orch.toml` says, else `max_parallel` (at least [`DEFAULT_MAX_PARALLEL`], so a
     /// one-lane `orch agent` does not shrink a wider run's pool).
     pub lane_pool: Option<usize>,
+    /// The run's hooks: the user's, the repository's when trusted, and
+    /// each role's ([`crate::hooks::config`]).
+    pub hooks: Arc<crate::hooks::HookConfig>,
 }
 
 /// The lane pool's bound for a run in the repository at `workdir`.

@@ -192,6 +192,12 @@ impl<'a> StageRun<'a> {
         // model sees what it is asked to change before it writes it.
         let (files, whole_files) =
             context::named_files(ctx, stage, role, &tool_ctx, &mut log).await?;
+        // Subagents read the run's hooks from its record (src/hooks).
+        if !ctx.session.hooks.is_empty() {
+            let json = serde_json::to_vec(&*ctx.session.hooks).unwrap_or_default();
+            ctx.run_dir
+                .write_file(crate::hooks::config::RUN_FILE, &json)?;
+        }
         let cfg = AgentConfig {
             budget,
             compaction: ctx.session.limits.compaction,
@@ -219,6 +225,12 @@ impl<'a> StageRun<'a> {
                 model.tool_calling(),
             ),
             // A writing stage with a gate may end on prose; the gate judges it.
+            hooks: Arc::new(crate::hooks::StageHooks::new(
+                ctx.session.hooks.for_role(&role.name),
+                format!("{}/{id}", ctx.run_id),
+                stage_dir.join("actions.jsonl"),
+                false,
+            )),
             finish_from_text: !(stage.verify.is_empty()
                 || role.read_only
                 || role.text_result

@@ -174,6 +174,13 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         ),
         budget: budget.clone(),
         compaction: opts.compaction,
+        // The run's hooks; its `finish` runs the SubagentStop ones.
+        hooks: Arc::new(crate::hooks::StageHooks::new(
+            crate::hooks::HookConfig::of_run(&opts.record_dir).for_role(&role.name),
+            opts.agent_path.clone(),
+            dir.join("actions.jsonl"),
+            true,
+        )),
     };
     let mut log = ActionLog::open(&dir.join("actions.jsonl"), opts.secrets.clone())?;
     log.append(&ActionEvent::ChildStart(event::ChildStart {

@@ -227,7 +227,9 @@ fn a_mode_or_key_orch_cannot_honour_refuses_the_role_naming_file_key_and_value()
         "{stderr}"
     );
     assert!(
-        stderr.contains("hooked.md:") && stderr.contains("orch does not run an agent file's hooks"),
+        stderr.contains("hooked.md:4:")
+            && stderr
+                .contains("hooks: hooks.PreToolUse[0].hooks must be a list of {type, command}"),
         "{stderr}"
     );
 }

@@ -33,6 +33,7 @@ mod forge;
 mod fuzz;
 mod git_compat;
 mod harness;
+mod hooks;
 mod hostile;
 mod kills;
 mod lane_checkout;

@@ -207,6 +207,17 @@ fn describe(event: &ActionEvent) -> String {
             e.changed_paths
         ),
         ActionEvent::Nudge(e) => format!("{}nudge: {}", turn(e.turn), one(&e.message)),
+        ActionEvent::HookRun(e) => format!(
+            "{}hook {} `{}` → {}{}",
+            e.turn.map(turn).unwrap_or_default(),
+            e.hook_event,
+            one(&e.command),
+            e.decision,
+            e.reason
+                .as_deref()
+                .map(|r| format!(": {}", one(r)))
+                .unwrap_or_default()
+        ),
         ActionEvent::NoResult(e) => format!("{}no result: {}", turn(e.turn), one(&e.reason)),
         ActionEvent::Stuck(e) => format!("{}stuck: {}", turn(e.turn), one(&e.reason)),
         ActionEvent::Verify(e) => verify(e),
