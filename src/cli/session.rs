@@ -434,6 +434,13 @@ pub(super) async fn preflight_and_route(
 ) -> Result<(), CliError> {
     let served = super::preflight::check_run(repo, base, session.model.as_ref()).await?;
     tracing::debug!(served_models = ?served.served_models, "preflight passed");
+    // The context-window probe goes out now that the preflight told the
+    // server's kind (cli::preflight), overlapping the run's start-up; the
+    // first turn awaits it (one round trip at most, none when cached).
+    let probe = std::sync::Arc::clone(&session.model);
+    tokio::spawn(async move {
+        probe.probe_context_window().await;
+    });
     // The servers and models the stages name get the same check, once each.
     let mut checked = std::collections::BTreeSet::new();
     for (stage, m) in &session.stage_models {

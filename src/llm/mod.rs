@@ -14,6 +14,7 @@ pub mod openai;
 pub mod price;
 pub mod replay;
 pub mod retry;
+pub(crate) mod server_cache;
 pub mod settings;
 pub mod sse;
 pub mod stream;

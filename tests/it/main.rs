@@ -46,6 +46,7 @@ mod logview;
 mod memory;
 mod memory_safety;
 mod outcomes;
+mod preflight;
 mod reap;
 mod request_size;
 mod review_cmds;
