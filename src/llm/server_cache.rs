@@ -15,6 +15,7 @@
 //! sees half a file; two processes writing at once lose one entry at worst,
 //! which is asked again next time).
 
+use crate::llm::Provider;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -81,6 +82,17 @@ pub(crate) fn probes_for(kind: ServerKind) -> &'static [Probe] {
         ServerKind::Ollama => &[Probe::ApiShow],
         ServerKind::Unknown => &[Probe::Props, Probe::ApiShow],
         ServerKind::Vllm | ServerKind::Other => &[],
+    }
+}
+
+/// Whether a client speaking `provider` probes for the window at all: the
+/// probes are OpenAI-compatible servers' endpoints (Chat Completions and
+/// Responses are both served by them: Ollama, vLLM, llama.cpp); Anthropic's
+/// API has none of them and is asked nothing.
+pub(crate) fn has_probes(provider: Provider) -> bool {
+    match provider {
+        Provider::OpenAiChat | Provider::OpenAiResponses => true,
+        Provider::Anthropic => false,
     }
 }
 
@@ -356,6 +368,13 @@ mod tests {
             probes_for(ServerKind::Unknown),
             [Probe::Props, Probe::ApiShow]
         );
+    }
+
+    #[test]
+    fn anthropic_is_sent_no_probe() {
+        assert!(!has_probes(Provider::Anthropic));
+        assert!(has_probes(Provider::OpenAiChat));
+        assert!(has_probes(Provider::OpenAiResponses));
     }
 
     #[test]

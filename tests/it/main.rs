@@ -48,6 +48,7 @@ mod memory;
 mod memory_safety;
 mod outcomes;
 mod preflight;
+mod preflight_bench;
 mod reap;
 mod request_size;
 mod review_cmds;

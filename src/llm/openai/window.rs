@@ -32,13 +32,22 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 impl OpenAiClient {
     /// The context window the server reports, if it reports one.
     pub(super) async fn ask_context_window(&self) -> Option<u64> {
+        if !server_cache::has_probes(self.settings.provider) {
+            return None;
+        }
         let base = self.settings.base_url.trim_end_matches('/');
         let model = self.settings.model.as_str();
-        if let Some(known) = server_cache::fresh(base, model) {
+        let listed = server_cache::listing(base);
+        if let Some(known) = server_cache::fresh(base, model)
+            // A server of another kind answers there now: ask it.
+            && listed.as_ref().is_none_or(|l| {
+                l.kind == known.kind || l.kind == server_cache::ServerKind::Unknown
+            })
+        {
             tracing::debug!(url = %base, kind = ?known.kind, tokens = ?known.window, "the server's context window, from the cache");
             return known.window;
         }
-        let listing = match server_cache::listing(base) {
+        let listing = match listed {
             Some(listing) => listing,
             None => {
                 let listing = self.ask_listing(&format!("{base}/models")).await;
