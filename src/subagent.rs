@@ -67,6 +67,9 @@ const PARTIAL_REPORT_BYTES: usize = 4000;
 const CHILD_VARS: &[&str] = &[
     "ORCH_CONFIG_DIR",
     "XDG_CONFIG_HOME",
+    // The model-server cache (`llm::server_cache`): a child asks no probe
+    // its parent already asked.
+    "XDG_CACHE_HOME",
     "ORCH_LOG",
     crate::sandbox::DISABLE_VAR,
 ];

@@ -70,7 +70,7 @@ pub(crate) async fn check(model: &dyn ChatModel) -> Result<Served, CliError> {
 
 /// Opens the user's cache of what model servers said (once per process); a
 /// file that cannot be read is named in a warning and ignored.
-fn open_server_cache() {
+pub(crate) fn open_server_cache() {
     let Some(dir) = crate::dirs::user_cache_dir() else {
         return;
     };

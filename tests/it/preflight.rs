@@ -280,3 +280,46 @@ fn preflight_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten() {
     let rewritten: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(rewritten["entries"][0]["window"], 4096, "{rewritten}");
 }
+
+#[test]
+fn preflight_a_subagent_asks_no_probe_its_parent_asked() {
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let cache = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(
+        Script::new()
+            .route(
+                "/v1/models",
+                models(json!([{"id": "q.gguf", "owned_by": "llamacpp"}])),
+            )
+            .route("/props", props(4096))
+            .agent(
+                "work",
+                vec![
+                    Reply::tool_call(
+                        "s1",
+                        "spawn_agent",
+                        json!({"role": "explore", "task": "What does README.md say?"}),
+                    ),
+                    Reply::finish("f1", "The child reported.", None),
+                ],
+            )
+            .agent(
+                "work/explore-1",
+                vec![Reply::finish("e1", "README.md says: # app.", None)],
+            ),
+    );
+    let out = run_solo(&repo, &server, cache.path());
+    assert_eq!(stdout_json(&out)["status"], "succeeded");
+    assert_eq!(
+        server.requests_for("work/explore-1").len(),
+        1,
+        "the child ran"
+    );
+    // The child (no preflight of its own) found the parent's answer in the
+    // cache: one probe for the whole run.
+    assert_eq!(
+        server.side_paths(),
+        ["/v1/models", "/props"],
+        "one probe for the whole run"
+    );
+}
