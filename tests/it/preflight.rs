@@ -42,7 +42,7 @@ fn run_solo(repo: &TestRepo, server: &FakeServer, cache: &Path) -> Output {
 }
 
 /// The coder's two turns of one run: write NOTE.md, finish.
-fn two_turns() -> Vec<Reply> {
+pub(crate) fn two_turns() -> Vec<Reply> {
     vec![
         Reply::tool_call(
             "w1",
@@ -73,6 +73,14 @@ fn props(n_ctx: u64) -> Reply {
     Reply::Raw(
         json!({"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1}).to_string(),
     )
+}
+
+/// A llama.cpp server (by its list's `owned_by`) with a 4096-token window,
+/// scripted for `runs` runs.
+fn llama_cpp(runs: usize) -> FakeServer {
+    let list = models(json!([{"id": "q.gguf", "owned_by": "llamacpp"}]));
+    let routes = vec![("/v1/models", list), ("/props", props(4096))];
+    server(runs, routes, Duration::ZERO)
 }
 
 /// The `context_window` events of stage `work` of the run `out` reported.
@@ -210,17 +218,7 @@ fn age_cache(path: &Path) {
 fn preflight_a_second_run_within_the_expiry_sends_no_probe() {
     let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
     let cache = tempfile::tempdir().unwrap();
-    let server = server(
-        3,
-        vec![
-            (
-                "/v1/models",
-                models(json!([{"id": "q.gguf", "owned_by": "llamacpp"}])),
-            ),
-            ("/props", props(4096)),
-        ],
-        Duration::ZERO,
-    );
+    let server = llama_cpp(3);
     let first = run_solo(&repo, &server, cache.path());
     assert_eq!(used(&learned_windows(&repo, &first)), [4096]);
     assert_eq!(server.side_paths(), ["/v1/models", "/props"]);
@@ -257,17 +255,7 @@ fn preflight_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten() {
     let file = cache.path().join("orch").join("servers.json");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, "{\"format\": 1, \"entries\": [tru").unwrap();
-    let server = server(
-        1,
-        vec![
-            (
-                "/v1/models",
-                models(json!([{"id": "q.gguf", "owned_by": "llamacpp"}])),
-            ),
-            ("/props", props(4096)),
-        ],
-        Duration::ZERO,
-    );
+    let server = llama_cpp(1);
     let out = run_solo(&repo, &server, cache.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

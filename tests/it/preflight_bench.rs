@@ -25,17 +25,7 @@ use std::time::{Duration, SystemTime};
 fn server(kind: &str, latency: Duration, runs: usize) -> FakeServer {
     let mut script = Script::new().latency(latency);
     for _ in 0..runs {
-        script = script.agent(
-            "work",
-            vec![
-                Reply::tool_call(
-                    "w1",
-                    "write_file",
-                    json!({"path": "NOTE.md", "content": "a note\n"}),
-                ),
-                Reply::finish("f1", "Wrote NOTE.md.", None),
-            ],
-        );
+        script = script.agent("work", super::preflight::two_turns());
     }
     let list = |owner: &str| {
         Reply::Raw(json!({"object": "list", "data": [{"id": "m", "owned_by": owner}]}).to_string())
