@@ -249,6 +249,24 @@ fn preflight_a_second_run_within_the_expiry_sends_no_probe() {
 }
 
 #[test]
+fn preflight_a_probe_without_an_answer_is_not_remembered() {
+    // /props fails (a 5xx): "no window" is not cached, the next run asks.
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let cache = tempfile::tempdir().unwrap();
+    let failing = Reply::Status(500, "busy".into());
+    let server = server(2, vec![("/props", failing)], Duration::ZERO);
+    run_solo(&repo, &server, cache.path());
+    run_solo(&repo, &server, cache.path());
+    assert_eq!(server.count_path("/props"), 2, "{:?}", server.side_paths());
+    assert_eq!(
+        server.count_path("/api/show"),
+        2,
+        "{:?}",
+        server.side_paths()
+    );
+}
+
+#[test]
 fn preflight_a_corrupt_cache_is_ignored_with_a_warning_and_rewritten() {
     let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
     let cache = tempfile::tempdir().unwrap();

@@ -47,10 +47,14 @@ impl OpenAiClient {
             tracing::debug!(url = %base, kind = ?known.kind, tokens = ?known.window, "the server's context window, from the cache");
             return known.window;
         }
+        // Whether every request sent got an answer: "no window" is only
+        // remembered then, not after a timeout or a 5xx.
+        let mut answered = true;
         let listing = match listed {
             Some(listing) => listing,
             None => {
-                let listing = self.ask_listing(&format!("{base}/models")).await;
+                let (listing, got) = self.ask_listing(&format!("{base}/models")).await;
+                answered &= got;
                 server_cache::note_listing(base, listing.clone());
                 listing
             }
@@ -59,77 +63,99 @@ impl OpenAiClient {
         let probes = server_cache::probes_for(listing.kind);
         let props = async {
             if !probes.contains(&Probe::Props) {
-                return None;
+                return Ok(None);
             }
             let props = self.get_json(&format!("{root}/props")).await?;
-            llama_cpp_window(&props)
+            Ok(props.as_ref().and_then(llama_cpp_window))
         };
         let show = async {
             if !probes.contains(&Probe::ApiShow) {
-                return None;
+                return Ok(None);
             }
             let body = serde_json::json!({"model": model});
             let show = self.post_json(&format!("{root}/api/show"), body).await?;
-            ollama_window(&show)
+            Ok(show.as_ref().and_then(ollama_window))
         };
-        let (props, show) = tokio::join!(props, show);
+        let (props, show): (Result<_, NoAnswer>, Result<_, NoAnswer>) = tokio::join!(props, show);
+        answered &= props.is_ok() && show.is_ok();
         let found = props
+            .ok()
+            .flatten()
             .map(|n| ("llama.cpp /props", n))
             .or_else(|| {
                 listing
                     .window_of(model)
                     .map(|n| ("/models max_model_len", n))
             })
-            .or_else(|| show.map(|n| ("Ollama /api/show num_ctx", n)));
-        server_cache::remember(base, model, listing.kind, found.map(|(_, n)| n));
+            .or_else(|| show.ok().flatten().map(|n| ("Ollama /api/show num_ctx", n)));
+        if found.is_some() || answered {
+            server_cache::remember(base, model, listing.kind, found.map(|(_, n)| n));
+        }
         match found {
             Some((source, n)) => {
                 tracing::info!(url = %base, source, tokens = n, "the server reports its context window");
                 Some(n)
             }
             None => {
-                tracing::debug!(url = %base, kind = ?listing.kind, "the server does not report its context window");
+                tracing::debug!(url = %base, kind = ?listing.kind, answered, "the server does not report its context window");
                 None
             }
         }
     }
 
-    /// `GET /models`, read for the server's kind (see [`Listing`]).
-    async fn ask_listing(&self, url: &str) -> Listing {
-        let Some(mut resp) = self.send(self.http.get(url)).await else {
-            return Listing::unlisted(None);
+    /// `GET /models`, read for the server's kind (see [`Listing`]), and
+    /// whether the server answered at all.
+    async fn ask_listing(&self, url: &str) -> (Listing, bool) {
+        let Ok(mut resp) = self.send(self.http.get(url)).await else {
+            return (Listing::unlisted(None), false);
         };
         let header = resp
             .headers()
             .get(SERVER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let body = if resp.status().is_success() {
+        let status = resp.status();
+        let body = if status.is_success() {
             self.read_json(&mut resp).await
         } else {
             None
         };
-        body.and_then(|b| Listing::read(header.as_deref(), &b))
-            .unwrap_or_else(|| Listing::unlisted(header.as_deref()))
+        let listing = body
+            .and_then(|b| Listing::read(header.as_deref(), &b))
+            .unwrap_or_else(|| Listing::unlisted(header.as_deref()));
+        (listing, !status.is_server_error())
     }
 
-    async fn get_json(&self, url: &str) -> Option<Value> {
+    async fn get_json(&self, url: &str) -> Result<Option<Value>, NoAnswer> {
         self.send_probe(self.http.get(url)).await
     }
 
-    async fn post_json(&self, url: &str, body: Value) -> Option<Value> {
+    async fn post_json(&self, url: &str, body: Value) -> Result<Option<Value>, NoAnswer> {
         self.send_probe(self.http.post(url).json(&body)).await
     }
 
-    async fn send_probe(&self, builder: reqwest::RequestBuilder) -> Option<Value> {
+    /// A probe's JSON answer: `Ok(None)` when the server answered without
+    /// one (404 on a server without that endpoint, …), `Err` when it gave
+    /// no answer (unreachable, too slow, a 5xx).
+    async fn send_probe(
+        &self,
+        builder: reqwest::RequestBuilder,
+    ) -> Result<Option<Value>, NoAnswer> {
         let mut resp = self.send(builder).await?;
-        if !resp.status().is_success() {
-            return None;
+        let status = resp.status();
+        if status.is_server_error() {
+            return Err(NoAnswer);
         }
-        self.read_json(&mut resp).await
+        if !status.is_success() {
+            return Ok(None);
+        }
+        Ok(self.read_json(&mut resp).await)
     }
 
-    async fn send(&self, mut builder: reqwest::RequestBuilder) -> Option<reqwest::Response> {
+    async fn send(
+        &self,
+        mut builder: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, NoAnswer> {
         builder = builder.timeout(PROBE_TIMEOUT.min(self.settings.request_timeout));
         if let Some(key) = &self.settings.api_key
             && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {key}"))
@@ -137,7 +163,7 @@ impl OpenAiClient {
             value.set_sensitive(true);
             builder = builder.header(AUTHORIZATION, value);
         }
-        builder.send().await.ok()
+        builder.send().await.map_err(|_| NoAnswer)
     }
 
     async fn read_json(&self, resp: &mut reqwest::Response) -> Option<Value> {
@@ -149,6 +175,10 @@ impl OpenAiClient {
         serde_json::from_slice(&bytes).ok()
     }
 }
+
+/// A probe the server gave no answer to (see [`OpenAiClient::send_probe`]).
+#[derive(Debug)]
+struct NoAnswer;
 
 fn positive(v: Option<&Value>) -> Option<u64> {
     v.and_then(Value::as_u64).filter(|n| *n > 0)
