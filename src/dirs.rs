@@ -20,3 +20,17 @@ pub(crate) fn user_config_dir() -> Option<PathBuf> {
     }
     var("HOME").map(|home| PathBuf::from(home).join(".config").join("orch"))
 }
+
+/// The user cache dir: `$XDG_CACHE_HOME/orch`, else `$HOME/.cache/orch`
+/// (what orch learned about model servers; nothing secret, nothing that
+/// cannot be learned again). Empty or relative XDG values are ignored.
+pub(crate) fn user_cache_dir() -> Option<PathBuf> {
+    let env = crate::environment::current();
+    let var = |name: &str| env.var_os(name).filter(|v| !v.is_empty());
+    if let Some(xdg) = var("XDG_CACHE_HOME").map(PathBuf::from)
+        && xdg.is_absolute()
+    {
+        return Some(xdg.join("orch"));
+    }
+    var("HOME").map(|home| PathBuf::from(home).join(".cache").join("orch"))
+}

@@ -33,6 +33,9 @@ pub const ORCH_CONFIG_DIR: &str = "ORCH_CONFIG_DIR";
 pub const XDG_CONFIG_HOME: &str = "XDG_CONFIG_HOME";
 /// The XDG state base (`<it>/orch/setup` holds the setup records).
 pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
+/// The XDG cache base (`<it>/orch` holds what orch learned about model
+/// servers, when absolute).
+pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
 /// Where `orch setup` keeps its records, over the XDG state dir.
 pub const ORCH_SETUP_DIR: &str = "ORCH_SETUP_DIR";
 /// Set and not empty: no colour (<https://no-color.org>).
@@ -65,6 +68,7 @@ pub const VARS: &[&str] = &[
     ORCH_CONFIG_DIR,
     XDG_CONFIG_HOME,
     XDG_STATE_HOME,
+    XDG_CACHE_HOME,
     ORCH_SETUP_DIR,
     NO_COLOR,
     CI,

@@ -67,6 +67,9 @@ const PARTIAL_REPORT_BYTES: usize = 4000;
 const CHILD_VARS: &[&str] = &[
     "ORCH_CONFIG_DIR",
     "XDG_CONFIG_HOME",
+    // The model-server cache (`llm::server_cache`): a child asks no probe
+    // its parent already asked.
+    "XDG_CACHE_HOME",
     "ORCH_LOG",
     crate::sandbox::DISABLE_VAR,
 ];
@@ -534,9 +537,14 @@ fn child_args(
     }
     match &ctx.model {
         ModelSpawn::Http {
-            base_url, model, ..
+            provider,
+            base_url,
+            model,
+            ..
         } => {
             a.extend([
+                "--provider".into(),
+                provider.as_str().to_owned(),
                 "--base-url".into(),
                 base_url.clone(),
                 "--model".into(),

@@ -273,6 +273,9 @@ async fn cmd_child(args: AgentArgs) -> Result<i32, CliError> {
         .map_err(|e| fail(e.into()))?
         .clone();
     let chosen = choose_for_repo(&args.model, Some(&args.repo)).map_err(fail)?;
+    // No preflight here (the parent's passed), but the parent's answers
+    // about the server: a child asks no probe its parent already asked.
+    super::preflight::open_server_cache();
     // The parent passes its compaction flags: the child compacts alike.
     let compaction = args
         .limits

@@ -7,8 +7,17 @@
 //! other answer that is not a model list) passes; so does one that answers
 //! too slowly (the run's own retries then apply). The replay model has no
 //! server and is not checked.
+//!
+//! The answer is also the first thing learned about the server: its kind
+//! (llama.cpp, vLLM, Ollama, another service; from the list's shape and
+//! `owned_by`, and the `Server` header) is kept for the model client's
+//! context-window probe ([`crate::llm::server_cache`]), which then asks only
+//! what that kind needs — and nothing when the user's cache (opened here)
+//! already has the answer. The preflight is the one round trip before the
+//! first request; see `ask_context_window` for what may follow.
 
 use super::error::CliError;
+use crate::llm::server_cache::Listing;
 use crate::llm::{ChatModel, ModelSpawn};
 use std::time::Duration;
 
@@ -45,14 +54,33 @@ pub(crate) async fn check_run(
 /// slow server goes to stderr.
 pub(crate) async fn check(model: &dyn ChatModel) -> Result<Served, CliError> {
     let Some(ModelSpawn::Http {
+        provider: crate::llm::Provider::OpenAiChat,
         base_url,
         model,
         api_key,
     }) = model.spawn_settings()
     else {
+        // Other wire formats list their models elsewhere (Anthropic:
+        // `/v1/models` with its own headers): their first request checks.
         return Ok(Served::default());
     };
+    open_server_cache();
     check_server(&base_url, &model, api_key.as_deref()).await
+}
+
+/// Opens the user's cache of what model servers said (once per process); a
+/// file that cannot be read is named in a warning and ignored.
+pub(crate) fn open_server_cache() {
+    let Some(dir) = crate::dirs::user_cache_dir() else {
+        return;
+    };
+    let path = dir.join(crate::llm::server_cache::CACHE_FILE);
+    if let Err(why) = crate::llm::server_cache::open(path.clone()) {
+        crate::ui::status_line(&format!(
+            "orch: warning: ignoring the model server cache {} ({why}); the servers are asked again",
+            path.display()
+        ));
+    }
 }
 
 /// [`check`] for a server at `base_url` that should serve `model`.
@@ -97,6 +125,18 @@ pub(crate) async fn check_server(
         }
     };
     let status = resp.status().as_u16();
+    let server_header = resp
+        .headers()
+        .get(reqwest::header::SERVER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let unlisted = || {
+        crate::llm::server_cache::note_listing(
+            base_url,
+            Listing::unlisted(server_header.as_deref()),
+        );
+        Ok(Served::default())
+    };
     if status == 401 || status == 403 {
         let body = resp.text().await.unwrap_or_default();
         return Err(fail(format!(
@@ -106,20 +146,24 @@ pub(crate) async fn check_server(
     }
     if !(200..300).contains(&status) {
         // No model list here (404/405 on servers without /models, …).
-        return Ok(Served::default());
+        return unlisted();
     }
     let Ok(body) = resp.json::<serde_json::Value>().await else {
-        return Ok(Served::default());
+        return unlisted();
     };
     let Some(entries) = body["data"].as_array() else {
-        return Ok(Served::default());
+        return unlisted();
     };
     let ids: Vec<String> = entries
         .iter()
         .filter_map(|e| e["id"].as_str().map(str::to_owned))
         .collect();
+    let listing = Listing::read(server_header.as_deref(), &body);
     // llama.cpp lists its one file and answers to any model name.
-    let any_name = entries.len() == 1 && entries[0]["owned_by"] == "llamacpp";
+    let any_name = entries.len() == 1
+        && listing
+            .as_ref()
+            .is_some_and(|l| l.kind == crate::llm::server_cache::ServerKind::LlamaCpp);
     if !ids.is_empty() && !any_name && !lists(&ids, model) {
         let shown: Vec<&str> = ids.iter().take(20).map(String::as_str).collect();
         return Err(fail(format!(
@@ -127,6 +171,9 @@ pub(crate) async fn check_server(
             shown.join(", "),
             if ids.len() > shown.len() { ", …" } else { "" }
         )));
+    }
+    if let Some(listing) = listing {
+        crate::llm::server_cache::note_listing(base_url, listing);
     }
     Ok(Served {
         served_models: Some(ids),

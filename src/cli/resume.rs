@@ -88,6 +88,8 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
         )?)
         .build(&args.limits)?;
     session.hooks = super::session::resumed_hooks(&dir.root, &args.repo, &plan.roles)?;
+    // No preflight on resume; what the run learned of its server still holds.
+    super::preflight::open_server_cache();
     super::session::route_stage_models(&mut session, &plan.pipeline, &args.model, &args.repo)?;
     super::escalation::route_escalations(
         &mut session,

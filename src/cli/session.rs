@@ -93,6 +93,7 @@ impl SessionBuilder {
                     ..ModelArgs::default()
                 },
                 None => ModelArgs {
+                    provider: settings.and_then(|s| s.provider.clone()),
                     base_url: state.base_url.clone(),
                     model: Some(state.model.clone()),
                     replay: None,
@@ -155,7 +156,8 @@ impl SessionBuilder {
     /// when `--context-window` is not given.
     pub(super) fn build(self, limits: &LimitArgs) -> Result<Session, CliError> {
         let limits = limits.or_recorded(self.recorded.as_ref());
-        let settings = limits.record(self.chosen.profile.clone(), self.no_stream);
+        let mut settings = limits.record(self.chosen.profile.clone(), self.no_stream);
+        settings.provider = self.chosen.provider.map(|p| p.as_str().to_owned());
         let run_limits = limits.to_limits(self.chosen.model.context_window())?;
         Ok(self.build_with(run_limits, settings))
     }
@@ -173,6 +175,7 @@ impl SessionBuilder {
             replay_file,
             sampling,
             profile: _,
+            provider: _,
         } = self.chosen;
         Session {
             limits,
@@ -468,6 +471,13 @@ pub(super) async fn preflight_and_route(
 ) -> Result<(), CliError> {
     let served = super::preflight::check_run(repo, base, session.model.as_ref()).await?;
     tracing::debug!(served_models = ?served.served_models, "preflight passed");
+    // The context-window probe goes out now that the preflight told the
+    // server's kind (cli::preflight), overlapping the run's start-up; the
+    // first turn awaits it (one round trip at most, none when cached).
+    let probe = std::sync::Arc::clone(&session.model);
+    tokio::spawn(async move {
+        probe.probe_context_window().await;
+    });
     // The servers and models the stages name get the same check, once each.
     let mut checked = std::collections::BTreeSet::new();
     for (stage, m) in &session.stage_models {

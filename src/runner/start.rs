@@ -43,8 +43,9 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     // The first lane's checkout overlaps the rest of the start-up.
     let lanes = Arc::new(Lanes::new(&common, &run_id, pool_bound));
     lanes.prewarm(&base_sha).await;
-    // So does asking the server for its context window: up to three probe
-    // requests the first turn would otherwise wait for (it awaits this one).
+    // So does asking the server for its context window (at most one round
+    // trip; the first turn awaits it). `orch run` started it right after its
+    // preflight already, which makes this a no-op there.
     let probe = Arc::clone(&session.model);
     tokio::spawn(async move {
         probe.probe_context_window().await;

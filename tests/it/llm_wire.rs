@@ -294,10 +294,14 @@ async fn wire_props_and_models_give_the_servers_window() {
     assert_eq!(client.probe_context_window().await, Some(4096));
     // Asked once per client.
     assert_eq!(client.probe_context_window().await, Some(4096));
-    let paths: Vec<String> = llama.side_requests().into_iter().map(|r| r.path).collect();
-    assert_eq!(paths, ["/props"]);
+    // No preflight ran: the client asked /models for the kind; none listed,
+    // so both probes, in parallel (issue 29).
+    let mut paths: Vec<String> = llama.side_requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths.remove(0), "/v1/models");
+    paths.sort();
+    assert_eq!(paths, ["/api/show", "/props"]);
 
-    // vLLM: /v1/models with max_model_len.
+    // vLLM: /v1/models with max_model_len, and nothing else asked.
     let vllm = FakeServer::start(
         Script::new().route(
             "/v1/models",
@@ -310,7 +314,7 @@ async fn wire_props_and_models_give_the_servers_window() {
     let client = OpenAiClient::new(settings(&vllm)).unwrap();
     assert_eq!(client.probe_context_window().await, Some(16384));
     let paths: Vec<String> = vllm.side_requests().into_iter().map(|r| r.path).collect();
-    assert_eq!(paths, ["/props", "/v1/models"]);
+    assert_eq!(paths, ["/v1/models"]);
 
     // A server with none of them: no window, no chat request, no failure.
     let plain = FakeServer::start(Script::new());
@@ -320,7 +324,7 @@ async fn wire_props_and_models_give_the_servers_window() {
     assert_eq!(
         plain.side_requests().len(),
         3,
-        "/props, /v1/models, /api/show"
+        "/v1/models, then /props and /api/show"
     );
 }
 

@@ -13,6 +13,7 @@ mod constrained;
 mod support;
 
 mod agent_files;
+mod anthropic;
 mod bootstrap;
 mod budget;
 mod cli;
@@ -49,6 +50,8 @@ mod memory_safety;
 mod outcomes;
 mod prompt_cache;
 mod prompt_cache_prefix;
+mod preflight;
+mod preflight_bench;
 mod reap;
 mod request_size;
 mod review_cmds;

@@ -27,6 +27,11 @@
 //! hostile variants (a keep-alive flood, a reply of any size, noise, silence)
 //! for a client's bounds.
 //!
+//! [`Script::latency`] delays every answer (a server across a network), and
+//! each [`Recorded`] says how many answers were written before it arrived,
+//! so a test can tell requests sent in parallel from requests sent one
+//! after another without timing anything.
+//!
 //! Threads: one accept thread plus one per connection. Drop stops the accept
 //! loop (flag + a connection to itself) and joins every thread; connection
 //! threads are bounded by a read timeout and their scripted delays.

@@ -200,6 +200,7 @@ pub(super) fn wire_call(id: &str, name: &str, arguments: &str) -> Value {
 pub struct Script {
     pub(super) agents: HashMap<String, VecDeque<Reply>>,
     pub(super) routes: Vec<(String, Reply)>,
+    pub(super) latency: Duration,
 }
 
 impl Script {
@@ -222,6 +223,13 @@ impl Script {
     /// llama.cpp server's properties. Other paths get 404.
     pub fn route(mut self, suffix: &str, reply: Reply) -> Self {
         self.routes.push((suffix.to_owned(), reply));
+        self
+    }
+
+    /// Waits `latency` before writing every answer (chat, side requests and
+    /// 404s alike): a server across a network, for round-trip counts.
+    pub fn latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
         self
     }
 }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -33,6 +33,10 @@ pub struct Recorded {
     pub at: Instant,
     /// The same moment as wall-clock time (to compare with other processes).
     pub received: SystemTime,
+    /// How many answers (to any path) the server had begun writing when
+    /// this request was read: requests a client sent in parallel share it
+    /// (with a [`Script::latency`] longer than the client's spread).
+    pub answered_before: usize,
 }
 
 impl Recorded {
@@ -73,6 +77,10 @@ pub(super) struct Shared {
     /// (requests held right now, whether `n` were ever held together)
     pub(super) peers: Mutex<(usize, bool)>,
     pub(super) peers_cv: std::sync::Condvar,
+    /// [`Script::latency`]: the wait before every answer.
+    pub(super) latency: Duration,
+    /// Answers begun so far (see [`Recorded::answered_before`]).
+    pub(super) answered: AtomicUsize,
 }
 
 impl Shared {
@@ -106,6 +114,8 @@ impl FakeServer {
             stop: AtomicBool::new(false),
             peers: Mutex::new((0, false)),
             peers_cv: std::sync::Condvar::new(),
+            latency: script.latency,
+            answered: AtomicUsize::new(0),
         });
         let workers: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let accept = {
@@ -156,6 +166,22 @@ impl FakeServer {
     /// asking `GET /props` for the context window), in arrival order.
     pub fn side_requests(&self) -> Vec<Recorded> {
         self.shared.state().side_requests.clone()
+    }
+
+    /// The paths of [`FakeServer::side_requests`], in arrival order.
+    pub fn side_paths(&self) -> Vec<String> {
+        self.side_requests().into_iter().map(|r| r.path).collect()
+    }
+
+    /// How many requests (chat or side) had a path ending with `suffix`.
+    pub fn count_path(&self, suffix: &str) -> usize {
+        let state = self.shared.state();
+        state
+            .requests
+            .iter()
+            .chain(&state.side_requests)
+            .filter(|r| r.path.ends_with(suffix))
+            .count()
     }
 
     /// Whether some [`Reply::AwaitPeers`] saw its `n` requests in flight at once.
@@ -242,6 +268,12 @@ pub(super) fn handle_connection(stream: TcpStream, shared: &Shared) {
         }
     };
     let answer = answer_for(request, shared);
+    if !shared.latency.is_zero() {
+        std::thread::sleep(shared.latency);
+    }
+    // Counted before the first byte goes out: a client that read this
+    // answer and sent its next request always finds it counted.
+    shared.answered.fetch_add(1, Ordering::SeqCst);
     write_answer(stream, answer, shared);
 }
 
@@ -270,6 +302,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
             raw: request.body.clone(),
             at: Instant::now(),
             received: SystemTime::now(),
+            answered_before: shared.answered.load(Ordering::SeqCst),
         };
         if !request.path.ends_with("/chat/completions") {
             state.side_requests.push(recorded);
