@@ -603,3 +603,120 @@ fn issue_to_pr_over_anthropic_matches_chat_completions_and_replays_offline() {
         );
     }
 }
+
+/// Where a request's `cache_control` markers are: (last tool, system,
+/// last message's last block), and how many there are in all.
+fn breakpoints(r: &Recorded) -> ((bool, bool, bool), usize) {
+    let b = &r.body;
+    let marked = |v: &Value| v.get("cache_control") == Some(&json!({"type": "ephemeral"}));
+    let tools = b["tools"]
+        .as_array()
+        .and_then(|t| t.last())
+        .is_some_and(marked);
+    let system = b["system"]
+        .as_array()
+        .and_then(|s| s.last())
+        .is_some_and(marked);
+    let last = b["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_array())
+        .and_then(|c| c.last())
+        .is_some_and(marked);
+    (
+        (tools, system, last),
+        b.to_string().matches("cache_control").count(),
+    )
+}
+
+/// Project instructions of about 4,000 bytes (~1,000 tokens), which every
+/// stage's system prompt carries.
+fn long_agents_md() -> String {
+    (0..50)
+        .map(|i| {
+            format!("- Rule {i:02}: keep functions short, name things plainly, test each change.\n")
+        })
+        .collect()
+}
+
+#[test]
+fn anthropic_cache_breakpoints_follow_the_rules_in_a_real_run() {
+    let agents_md = long_agents_md();
+    let repo = TestRepo::with_commit(
+        &[
+            ("calc.py", "def add(a, b):\n    return a - b\n"),
+            ("AGENTS.md", agents_md.as_str()),
+        ],
+        "calc",
+    );
+    let server = FakeServer::start(issue_to_pr_script());
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# add() subtracts\n\nFix it.\n");
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "claude-sonnet-4-5")
+        .env("ORCH_API_KEY", FAKE_API_KEY)
+        .args(["--provider", "anthropic"])
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+    let summary: Vec<(String, (bool, bool, bool), usize)> = server
+        .requests()
+        .iter()
+        .map(|r| {
+            let (at, n) = breakpoints(r);
+            (r.agent.clone(), at, n)
+        })
+        .collect();
+    let mut checked = 0;
+    for (agent, at, n) in &summary {
+        match agent.as_str() {
+            // The reviewer's stages end within a turn or two: a cache
+            // write would never be read back, so none is asked for.
+            "review" | "review.r2" => assert_eq!(*n, 0, "{summary:?}"),
+            // Past Sonnet's 1,024 tokens with the instructions: the system
+            // prompt and the rolling last message are marked; the tools
+            // alone (~400 tokens) are below the minimum.
+            "code" | "code.r2" | "docs" => {
+                assert_eq!(*at, (false, true, true), "{agent}: {summary:?}");
+                assert_eq!(*n, 2, "{summary:?}");
+            }
+            _ => continue,
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 8, "{summary:?}");
+
+    // The same prompt on a Haiku-class model is under its 2,048 tokens:
+    // no breakpoint; on Sonnet it gets them.
+    for (model, expect) in [("claude-haiku-4-5", 0), ("claude-sonnet-4-5", 2)] {
+        let repo = TestRepo::with_commit(
+            &[
+                ("calc.py", "def add(a, b):\n    return a - b\n"),
+                ("AGENTS.md", agents_md.as_str()),
+            ],
+            "calc",
+        );
+        let server = FakeServer::start(
+            Script::new().agent("code", vec![Reply::text("calc.py:2 subtracts.")]),
+        );
+        let scratch = tempfile::tempdir().unwrap();
+        let pipeline = write_pipeline(
+            scratch.path(),
+            "solo",
+            "stages:\n  code:\n    role: explore\n    task: Fix it.\n",
+        );
+        let issue = write_issue(scratch.path(), ISSUE);
+        let out = OrchRun::new(&pipeline, &repo)
+            .issue(&issue)
+            .model(&server.base_url, model)
+            .args(["--provider", "anthropic", "--no-stream"])
+            .env("ORCH_API_KEY", FAKE_API_KEY)
+            .output();
+        assert_eq!(out.status.code(), Some(0));
+        let reqs = server.requests_for("code");
+        let bytes = reqs[0].body.to_string().len();
+        assert!((4 * 1024..4 * 2048).contains(&bytes), "{bytes}");
+        assert_eq!(breakpoints(&reqs[0]).1, expect, "{model}: {}", reqs[0].body);
+    }
+}
