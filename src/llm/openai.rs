@@ -699,7 +699,15 @@ impl ChatModel for OpenAiClient {
     }
 
     fn label(&self) -> String {
-        format!("{} at {}", self.settings.model, self.settings.base_url)
+        match self.settings.provider {
+            super::Provider::OpenAiChat => {
+                format!("{} at {}", self.settings.model, self.settings.base_url)
+            }
+            other => format!(
+                "{} at {} ({other})",
+                self.settings.model, self.settings.base_url
+            ),
+        }
     }
 
     fn model_name(&self) -> String {

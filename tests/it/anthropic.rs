@@ -720,3 +720,21 @@ fn anthropic_cache_breakpoints_follow_the_rules_in_a_real_run() {
         assert_eq!(breakpoints(&reqs[0]).1, expect, "{model}: {}", reqs[0].body);
     }
 }
+
+#[test]
+fn anthropic_dry_run_calls_no_model_and_names_the_provider() {
+    let repo = calc_repo();
+    let server = FakeServer::start(Script::new());
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "claude-sonnet-4-5")
+        .args(["--provider", "anthropic", "--dry-run", "--json"])
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let plan = stdout_json(&out);
+    let label = plan["model"]["label"].as_str().unwrap();
+    assert!(label.ends_with("(anthropic)"), "{label}");
+    assert!(server.requests().is_empty() && server.side_requests().is_empty());
+}
