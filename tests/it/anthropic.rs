@@ -819,3 +819,56 @@ fn a_recorded_anthropic_session_with_cache_reads_costs_what_the_hand_count_says(
     );
     assert!(show.contains("cost $0.0348"), "{show}");
 }
+
+#[test]
+fn anthropic_reaches_subagents_and_the_models_api_window() {
+    let repo = calc_repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call(
+                        "s1",
+                        "spawn_agent",
+                        json!({"role": "explore", "task": "Where is add defined?"}),
+                    ),
+                    Reply::finish("c2", "The child reported.", None),
+                ],
+            )
+            .agent(
+                "code/explore-1",
+                vec![Reply::finish("e1", "add is defined in calc.py:1.", None)],
+            )
+            .route(
+                "/v1/models/claude-sonnet-4-5",
+                Reply::Raw(
+                    json!({"id": "claude-sonnet-4-5", "max_input_tokens": 150_000}).to_string(),
+                ),
+            ),
+    );
+    let (code, run_id) = run_solo(&repo, &server, "coder", &[]);
+    assert_eq!(code, 0);
+    // The child process spoke Messages too, with the key in x-api-key.
+    let child = server.requests_for("code/explore-1");
+    assert_eq!(child.len(), 1);
+    assert_messages_request(&child[0]);
+    let parent = server.requests_for("code");
+    let result = parent[1].body["messages"][2]["content"][0].to_string();
+    assert!(result.contains("calc.py:1"), "{result}");
+    // The window the Models API gave, asked with Anthropic's headers.
+    let probes: Vec<Recorded> = server
+        .side_requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/models/claude-sonnet-4-5")
+        .collect();
+    assert!(!probes.is_empty());
+    assert_eq!(probes[0].header("x-api-key"), Some(FAKE_API_KEY));
+    assert_eq!(probes[0].header("anthropic-version"), Some("2023-06-01"));
+    let windows = stage_events(&record_dir(&repo, &run_id), "code", "context_window");
+    assert_eq!(windows[0]["tokens"], 150_000, "{windows:?}");
+    assert_eq!(
+        windows[0]["configured"], 200_000,
+        "Claude's table window: {windows:?}"
+    );
+}
