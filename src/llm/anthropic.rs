@@ -23,7 +23,7 @@
 //!   table; a configured `context_window` caps both.
 
 use super::openai::{Attempt, OpenAiClient, StreamDecoder, WireFormat, secret_header};
-use super::stream::{Assembled, ChunkError};
+use super::stream::Assembled;
 use super::{BoxFuture, ChatRequest, LlmError};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -130,28 +130,6 @@ impl WireFormat for Messages {
 
     fn probe_window<'a>(&self, client: &'a OpenAiClient) -> BoxFuture<'a, Option<u64>> {
         Box::pin(ask_window(client))
-    }
-}
-
-impl StreamDecoder for EventAssembler {
-    fn push(&mut self, data: &str) -> Result<bool, ChunkError> {
-        EventAssembler::push(self, data)
-    }
-
-    fn chars(&self) -> usize {
-        EventAssembler::chars(self)
-    }
-
-    fn chunks(&self) -> usize {
-        self.events()
-    }
-
-    fn ended(&self) -> bool {
-        EventAssembler::ended(self)
-    }
-
-    fn finish(self: Box<Self>) -> Assembled {
-        EventAssembler::finish(*self)
     }
 }
 

@@ -21,6 +21,7 @@
 //! Bounds as for Chat Completions: at most `limit` bytes of text
 //! ([`reply_bytes`]) and [`MAX_TOOL_CALLS`] calls.
 
+use crate::llm::openai::StreamDecoder;
 use crate::llm::stream::{Assembled, ChunkError, MAX_TOOL_CALLS, oversize};
 use crate::llm::{ChatMessage, FunctionCall, MessageRole, ToolCall, Usage};
 use serde_json::Value;
@@ -177,8 +178,18 @@ impl EventAssembler {
         }
     }
 
-    /// Adds one event's data; true when it carried text.
-    pub fn push(&mut self, data: &str) -> Result<bool, ChunkError> {
+    fn add_text(&mut self, piece: &str) {
+        if piece.is_empty() {
+            return;
+        }
+        self.chars += piece.chars().count();
+        self.bytes += piece.len();
+        self.content.get_or_insert_with(String::new).push_str(piece);
+    }
+}
+
+impl StreamDecoder for EventAssembler {
+    fn push(&mut self, data: &str) -> Result<bool, ChunkError> {
         let event: Value = serde_json::from_str(data)
             .map_err(|e| ChunkError::Malformed(format!("an event is not JSON ({e})")))?;
         let Some(kind) = event.get("type").and_then(Value::as_str) else {
@@ -264,36 +275,25 @@ impl EventAssembler {
         Ok(self.chars > before)
     }
 
-    fn add_text(&mut self, piece: &str) {
-        if piece.is_empty() {
-            return;
-        }
-        self.chars += piece.chars().count();
-        self.bytes += piece.len();
-        self.content.get_or_insert_with(String::new).push_str(piece);
-    }
-
-    /// Characters of text and arguments so far.
-    pub fn chars(&self) -> usize {
+    fn chars(&self) -> usize {
         self.chars
     }
 
-    /// Events accepted so far.
-    pub fn events(&self) -> usize {
+    fn chunks(&self) -> usize {
         self.events
     }
 
-    /// Whether `message_stop` arrived.
-    pub fn ended(&self) -> bool {
+    /// `message_stop` arrived.
+    fn ended(&self) -> bool {
         self.ended
     }
 
-    /// The reply.
-    pub fn finish(self) -> Assembled {
+    fn finish(self: Box<Self>) -> Assembled {
+        let this = *self;
         Assembled {
-            message: message(self.content, self.calls.into_values().collect()),
-            finish_reason: self.stop_reason.as_deref().map(finish_reason),
-            usage: self.usage,
+            message: message(this.content, this.calls.into_values().collect()),
+            finish_reason: this.stop_reason.as_deref().map(finish_reason),
+            usage: this.usage,
             header_cost: None,
             llama_cpp: false,
         }
@@ -327,7 +327,7 @@ mod tests {
             a.push(&e.to_string()).unwrap();
         }
         assert!(a.ended());
-        let r = a.finish();
+        let r = Box::new(a).finish();
         assert_eq!(r.message.content.as_deref(), Some("Let me look."));
         assert_eq!(r.message.tool_calls[0].id, "toolu_9");
         assert_eq!(
