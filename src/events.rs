@@ -308,17 +308,26 @@ impl StageEvents {
 /// one.
 fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
     match event {
-        ActionEvent::Response(r) => vec![(
-            "turn",
-            json!({
+        ActionEvent::Response(r) => {
+            let mut turn = json!({
                 "turn": r.turn,
                 "prompt_tokens": r.prompt_tokens,
                 "completion_tokens": r.completion_tokens,
                 "latency_ms": r.latency_ms,
                 "finish_reason": r.finish_reason,
                 "tool_calls": r.tool_calls.iter().map(|c| json!({"id": c.id, "name": c.name})).collect::<Vec<_>>(),
-            }),
-        )],
+            });
+            // The prompt cache, only when the server reported one.
+            for (key, n) in [
+                ("cache_read_tokens", r.cache_read_tokens),
+                ("cache_write_tokens", r.cache_write_tokens),
+            ] {
+                if n > 0 {
+                    turn[key] = json!(n);
+                }
+            }
+            vec![("turn", turn)]
+        }
         ActionEvent::Tool(t) => {
             let mut out = vec![(
                 "tool_call",
@@ -402,6 +411,8 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         | ActionEvent::RoleNotes(_)
         | ActionEvent::ProjectInstructions(_)
         | ActionEvent::ContextFiles(_)
+        | ActionEvent::Skills(_)
+        | ActionEvent::SkillLoad(_)
         | ActionEvent::Memory(_)
         | ActionEvent::MemoryUses(_)
         | ActionEvent::Distill(_)

@@ -33,6 +33,7 @@ pub mod sandbox;
 pub mod sandbox_profile;
 pub mod secrets;
 pub mod setup;
+pub(crate) mod skills;
 pub mod subagent;
 pub(crate) mod text;
 pub(crate) mod toolname;

@@ -9,7 +9,7 @@
 //!
 //! Claude Code files load unchanged: a tool orch does not have (`WebFetch`,
 //! `WebSearch`, `TodoWrite`, `NotebookEdit`, `mcp__*`, …) is not offered and
-//! a front-matter key orch does not know (`memory`, `skills`, …) is
+//! a front-matter key orch does not know (`memory`, …) is
 //! ignored; each becomes one line in [`Role::warnings`], not an error. Keys
 //! that narrow what the agent may do (`permissionMode`, `disallowedTools`,
 //! `maxTurns`, `hooks`) are mapped onto orch's ([`claude`]), or the role does
@@ -63,6 +63,7 @@ const KNOWN_KEYS: &[&str] = &[
     "maxTurns",
     "hooks",
     "escalate_to",
+    "skills",
 ];
 
 /// The turn limit of a role that does not set `max_turns`.
@@ -134,6 +135,11 @@ pub struct Role {
     /// its stages' first message (default on; a stage can turn it off too).
     #[serde(default = "on")]
     pub context_files: bool,
+    /// `skills:` — the Agent Skills its stages are offered, by name
+    /// (`None`: every skill found; `[]`: none). Claude Code agent files'
+    /// `skills:` is read the same way (docs/skills.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<String>>,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -287,6 +293,9 @@ struct RoleSpec {
     /// Claude Code's turn limit.
     #[serde(default, rename = "maxTurns")]
     claude_max_turns: Option<Spanned<u32>>,
+    /// `skills:` — a list or a comma-separated string (Claude Code).
+    #[serde(default)]
+    skills: Option<ToolsSpec>,
     /// Claude Code's hooks: refused (see [`claude::refuse_hooks`]).
     #[serde(default)]
     hooks: Option<Spanned<IgnoredAny>>,
@@ -318,7 +327,7 @@ enum OnOff {
 /// Parses a role file. `origin` names the file in errors; the role's id is
 /// its `name:`, else (when `origin` ends in `.md`) the file stem.
 pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
-    let (yaml, body) = split_front_matter(text, origin)?;
+    let (yaml, body) = split_front_matter(text, origin, "a role file")?;
     // The front matter starts on line 2, after the opening `---`.
     const LINE_OFFSET: u64 = 1;
     let mut warnings = Vec::new();
@@ -510,6 +519,11 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         network,
         escalate_to,
         context_files,
+        skills: spec.skills.map(|s| {
+            let mut names: Vec<String> = s.0.iter().map(|n| n.value.trim().to_owned()).collect();
+            names.dedup();
+            names
+        }),
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })
@@ -529,6 +543,11 @@ fn resolve_tools(
     for item in written {
         let Some(tool) = orch_tool_name(item.value.trim()) else {
             let name = item.value.trim();
+            // Claude Code's skill tool: orch's `load_skill` is offered to
+            // every stage that has skills (`skills:` selects them).
+            if name == "Skill" {
+                continue;
+            }
             // `Bash(git diff:*)`: an allow-list of some commands or paths,
             // which orch's rules cannot express (they refuse or ask; they
             // do not allow only): the tool is not offered at all.
@@ -582,7 +601,7 @@ fn resolve_tools(
 /// ` #`), as Claude Code's reader takes them; the value is kept byte for
 /// byte (backslashes stay backslashes). Returns the new text and the
 /// 1-based lines changed, or `None` when no line needed it.
-fn requote_plain_values(yaml: &str) -> Option<(String, Vec<usize>)> {
+pub(crate) fn requote_plain_values(yaml: &str) -> Option<(String, Vec<usize>)> {
     let mut out = String::with_capacity(yaml.len() + 64);
     let mut changed = Vec::new();
     for (n, line) in yaml.split_inclusive('\n').enumerate() {
@@ -621,7 +640,13 @@ fn role_file_stem(origin: &str) -> Option<&str> {
 }
 
 /// Splits `---\n<yaml>\n---\n<body>`; the YAML starts on the file's line 2.
-fn split_front_matter<'a>(text: &'a str, origin: &str) -> Result<(&'a str, &'a str), SpecError> {
+/// `kind` names the file in the error for a missing opening line (`a role
+/// file`, `a SKILL.md`).
+pub(crate) fn split_front_matter<'a>(
+    text: &'a str,
+    origin: &str,
+    kind: &str,
+) -> Result<(&'a str, &'a str), SpecError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.split_inclusive('\n');
     let first = lines.next().unwrap_or("");
@@ -630,7 +655,7 @@ fn split_front_matter<'a>(text: &'a str, origin: &str) -> Result<(&'a str, &'a s
             origin,
             1,
             1,
-            "expected YAML front matter: a role file starts with a `---` line",
+            format!("expected YAML front matter: {kind} starts with a `---` line"),
         ));
     }
     let yaml_start = first.len();

@@ -57,11 +57,7 @@ pub(crate) fn load(
 ) -> Result<ProjectInstructions, GitError> {
     let handle = crate::git::Repo::at(common);
     let repo = handle.git2()?;
-    let oid = Oid::from_str(commit).map_err(git_err(format!("parse commit id {commit}")))?;
-    let tree = repo
-        .find_commit(oid)
-        .and_then(|c| c.tree())
-        .map_err(git_err(format!("read the tree of {commit}")))?;
+    let tree = commit_tree(repo, commit)?;
     let dirs = directories(&tree, hints);
     let mut found: Vec<(String, Oid, Vec<u8>)> = Vec::new();
     for dir in &dirs {
@@ -76,6 +72,17 @@ pub(crate) fn load(
         }
     }
     Ok(render(found))
+}
+
+/// The tree of `commit` in `repo` (skills are read from it too).
+pub(crate) fn commit_tree<'r>(
+    repo: &'r Repository,
+    commit: &CommitId,
+) -> Result<Tree<'r>, GitError> {
+    let oid = Oid::from_str(commit).map_err(git_err(format!("parse commit id {commit}")))?;
+    repo.find_commit(oid)
+        .and_then(|c| c.tree())
+        .map_err(git_err(format!("read the tree of {commit}")))
 }
 
 /// The root and every directory on the way to the paths the hints name
@@ -176,7 +183,7 @@ fn read_first(
 }
 
 /// `a/./b/../c` → `a/c`; `None` when it leaves the tree.
-fn normalise(path: &str) -> Option<String> {
+pub(crate) fn normalise(path: &str) -> Option<String> {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {

@@ -26,6 +26,7 @@ pub(crate) mod repeat;
 mod textedits;
 mod turn;
 pub(crate) mod verify;
+mod whole_file;
 
 use crate::ids::Verdict;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, LlmError};
@@ -60,6 +61,13 @@ pub(crate) struct AgentConfig {
     /// ([`crate::llm::textedits`]); only ever for a role offered the write
     /// tools.
     pub text_edits: bool,
+    /// Files the task named that its first message shows whole (not cut):
+    /// a writing agent that changed nothing may be asked for one's
+    /// complete new content ([`whole_file`]).
+    pub whole_files: Vec<String>,
+    /// The task as the stage gave it, without the named files, verify
+    /// baseline or memory: what a whole-file ask repeats.
+    pub brief: String,
     /// A writing stage with a verify gate: a prose reply after the lane
     /// changed ends the loop as its `finish`, for the gate to judge
     /// ([`outcome::TextReply::FinishFromText`]).
@@ -197,6 +205,8 @@ pub(crate) struct Agent<'c> {
     calling: crate::llm::constrained::CallState,
     /// What the agent was told about its changes ([`finish_check`]).
     checks: finish_check::FinishChecks,
+    /// Whether a file's whole content was asked for ([`whole_file`]).
+    whole: whole_file::WholeFileAsk,
 }
 
 impl<'c> Agent<'c> {
@@ -268,6 +278,7 @@ impl<'c> Agent<'c> {
             nudged: false,
             calling,
             checks: finish_check::FinishChecks::for_mode(first_mode),
+            whole: whole_file::WholeFileAsk::default(),
         })
     }
 

@@ -42,6 +42,7 @@ impl Agent<'_> {
             Break(end) => return Ok(Break(end)),
         };
         self.recover_text_edits(&mut msg, tool_ctx, turn, log)?;
+        self.recover_asked_file(&mut msg, tool_ctx, turn, log)?;
         let calls = msg.tool_calls.clone();
         let content = msg.content.clone();
         self.req.messages.push(msg);
@@ -77,10 +78,12 @@ impl Agent<'_> {
         on_turn: &(dyn Fn(u32, TokenCount) + Sync),
     ) -> Step<(ChatMessage, Option<String>)> {
         let started = std::time::Instant::now();
+        // A turn answering a whole-file ask sends its own request.
+        let asked = self.asked_request();
         // Compaction and time-budget hook: sends the (compacted) request.
         let mut sent = compact::send_turn(
             model,
-            &self.req,
+            asked.as_ref().unwrap_or(&self.req),
             turn,
             &mut self.compactor,
             &mut self.tracker,
@@ -89,6 +92,7 @@ impl Agent<'_> {
         .await?;
         // The schema the loop switched to was refused: the turn again, native.
         if let compact::Sent::Failed(e) = &sent
+            && asked.is_none()
             && self.schema_refused(turn, e, log)?
         {
             let (c, t) = (&mut self.compactor, &mut self.tracker);
@@ -197,6 +201,16 @@ impl Agent<'_> {
             }
             outcome::TextReply::Nudge(text) => {
                 self.nudged = true;
+                // A writer that talks instead of changing anything, whose
+                // task named a file: asked for that file's whole content.
+                if text == outcome::NUDGE_FINISH
+                    && self.may_ask_whole_file(tool_ctx)
+                    && changed_paths(tool_ctx).await == 0
+                {
+                    self.text_instead_of_call(turn, "the model answered in text", log)?;
+                    self.ask_whole_file(tool_ctx, turn, log)?;
+                    return Ok(Continue(()));
+                }
                 log.append(&ActionEvent::Nudge(event::Nudge {
                     turn,
                     message: text.to_owned(),
@@ -232,6 +246,7 @@ impl Agent<'_> {
         log: &mut ActionLog,
     ) -> Step {
         let mut finished = false;
+        let told_before = self.checks.told_no_change();
         // The subagents of one turn run concurrently; results keep call order.
         let mut spawned = spawn_concurrently(tool_ctx, calls).await;
         for i in 0..calls.len() {
@@ -252,6 +267,15 @@ impl Agent<'_> {
                 reason: why.clone(),
             }))?;
             return Ok(Break(AgentEnd::NoResult(why)));
+        }
+        // A `finish` refused because nothing changed: asked for the named
+        // file's whole content, once.
+        if !finished
+            && !told_before
+            && self.checks.told_no_change()
+            && self.may_ask_whole_file(tool_ctx)
+        {
+            self.ask_whole_file(tool_ctx, turn, log)?;
         }
         Ok(if finished {
             Break(AgentEnd::Finished)
@@ -306,12 +330,23 @@ impl Agent<'_> {
         }
         // What orch checks of the work itself (src/agent/finish_check.rs).
         self.check_written(tool_ctx, &mut outcome).await;
+        self.note_asked_write(&call.id, &mut outcome);
         self.check_finish(tool_ctx, &mut outcome).await;
         let finished = self.take_finish(&mut outcome);
         if seen == Repeat::Warn {
             outcome.content.push_str(&repeat::warning(name));
         }
         log.append(&tool_event(turn, call, &outcome, seen))?;
+        if let Some(s) = outcome.skill.take() {
+            log.append(&ActionEvent::SkillLoad(event::SkillLoad {
+                turn,
+                call_id: call.id.clone(),
+                name: s.name,
+                path: s.path,
+                blob: s.blob,
+                source: s.source,
+            }))?;
+        }
         if name != "finish" {
             self.out.digest.push(outcome.summary.clone());
         }

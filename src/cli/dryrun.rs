@@ -124,10 +124,30 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
         "tools": role.map(|r| offered_tools(r, d.session)).unwrap_or_default(),
         "first_wave": stage.needs.is_empty(),
     });
-    if let Some(role) = role.filter(|_| stage.needs.is_empty()) {
-        let tools = offered_tools(role, d.session);
-        let system = prompt::system_prompt(&role.prompt, &tools);
-        v["system_prompt"] = json!(prompt::with_instructions(system, &instructions(d, stage)));
+    let skills = role.map(|r| skills_of(d, r)).unwrap_or_default();
+    if !skills.set.is_empty()
+        && let Some(tools) = v["tools"].as_array_mut()
+    {
+        tools.push(json!(crate::tools::LOAD_SKILL));
+    }
+    let system = role.map(|role| {
+        let mut tools = offered_tools(role, d.session);
+        let instructions = instructions(d, stage);
+        let without =
+            prompt::with_instructions(prompt::system_prompt(&role.prompt, &tools), &instructions);
+        let section = skills.set.section();
+        if !skills.set.is_empty() {
+            tools.push(crate::tools::LOAD_SKILL.to_owned());
+        }
+        let system = prompt::with_instructions(
+            prompt::with_instructions(prompt::system_prompt(&role.prompt, &tools), &instructions),
+            &section.text,
+        );
+        v["skills"] = skills_json(&skills, &section, &without, &system);
+        system
+    });
+    if let Some((role, system)) = role.zip(system).filter(|_| stage.needs.is_empty()) {
+        v["system_prompt"] = json!(system);
         let task = prompt::task_message(&stage.task, d.issue, &[]);
         let notes = memory_notes(d, &task);
         // The named files as the repository's working tree has them (the
@@ -161,6 +181,81 @@ fn memory_notes(d: &DryRun<'_>, task: &str) -> String {
     crate::memory::hook::notes_for(&d.base.common, commit.as_ref(), d.repo, task, &paths)
         .map(|(n, _, _)| n.text)
         .unwrap_or_default()
+}
+
+/// The skills a stage of `role` would get, as a run finds them (from the
+/// base commit, HEAD for `--base worktree`, and the user config dir).
+#[derive(Default)]
+struct DrySkills {
+    set: crate::skills::SkillSet,
+    skipped: Vec<String>,
+    notes: Vec<String>,
+}
+
+fn skills_of(d: &DryRun<'_>, role: &Role) -> DrySkills {
+    let Some(catalogue) = catalogue(d) else {
+        return DrySkills::default();
+    };
+    let (set, missing) =
+        crate::skills::for_role_file(&catalogue, &role.origin, &role.name, role.skills.as_deref())
+            .unwrap_or_default();
+    DrySkills {
+        set,
+        notes: catalogue.notes().into_iter().chain(missing).collect(),
+        skipped: catalogue.problems,
+    }
+}
+
+/// The skills found for the dry run's base (`None` when unreadable).
+fn catalogue(d: &DryRun<'_>) -> Option<crate::skills::Catalogue> {
+    let commit = match &d.base.commit {
+        Some(c) => c.clone(),
+        None => crate::git::Repo::at(&d.base.common)
+            .resolve_commit("HEAD")
+            .ok()?,
+    };
+    let user = crate::dirs::user_config_dir();
+    crate::skills::discover(&d.base.common, &commit, user.as_deref()).ok()
+}
+
+/// Every role's `skills:` names skills that exist (a run would refuse it).
+fn check_skills(d: &DryRun<'_>) -> Result<(), CliError> {
+    let Some(catalogue) = catalogue(d) else {
+        return Ok(());
+    };
+    for role in d.roles.values() {
+        crate::skills::for_role_file(&catalogue, &role.origin, &role.name, role.skills.as_deref())
+            .map_err(|e| CliError::Invalid(format!("failed to {e}")))?;
+    }
+    Ok(())
+}
+
+/// The `skills` of a first-wave stage: offered, cut, skipped, and the
+/// bytes they add to its first request (the system prompt's growth, JSON
+/// escaped as sent, and the `load_skill` schema).
+fn skills_json(
+    s: &DrySkills,
+    section: &crate::skills::Section,
+    without: &str,
+    with: &str,
+) -> Value {
+    let escaped = |t: &str| serde_json::to_string(t).map_or(0, |j| j.len());
+    let schema = if s.set.is_empty() {
+        0
+    } else {
+        // One more element of the `tools` array: the object and a comma.
+        crate::tools::load_skill_definition_bytes() + 1
+    };
+    let offered: Vec<&str> = s.set.skills.iter().map(|k| k.name()).collect();
+    json!({
+        "offered": offered,
+        "cut": section.cut,
+        "skipped": s.skipped,
+        "notes": s.notes,
+        "prompt_bytes": section.text.len(),
+        "first_request_bytes": escaped(with).saturating_sub(escaped(without)) + schema,
+        "limit_bytes": crate::skills::SKILLS_BUDGET,
+    })
 }
 
 /// What a later stage is handed, one line per stage it needs.
@@ -259,6 +354,28 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
             )?;
         }
         writeln!(out, "tools: {}", tools.join(", "))?;
+        if let Some(skills) = st["skills"].as_object() {
+            let names: Vec<&str> = skills["offered"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !names.is_empty() {
+                writeln!(
+                    out,
+                    "skills: {} (+{} bytes in the first request)",
+                    names.join(", "),
+                    skills["first_request_bytes"]
+                )?;
+            }
+            for skipped in skills["skipped"].as_array().into_iter().flatten() {
+                out.untrusted(&format!("skill skipped: {}\n", text(skipped)))?;
+            }
+            for note in skills["notes"].as_array().into_iter().flatten() {
+                out.untrusted(&format!("skill note: {}\n", text(note)))?;
+            }
+        }
         if let Some(by) = st["runs_if_changes_requested_by"].as_str() {
             writeln!(out, "runs only if `{by}` requests changes")?;
         }
@@ -338,6 +455,7 @@ pub(super) fn dry_run(
         session,
         base: dry_base(repo, base)?,
     };
+    check_skills(&plan)?;
     super::output::ignore_closed(print_plan(&plan, json_out))?;
     Ok(crate::exit::OK)
 }

@@ -406,6 +406,26 @@ mod tests {
         a.finish()
     }
 
+    #[test]
+    fn llama_cpp_timings_in_the_last_chunk_are_the_cache_reads() {
+        // An older llama.cpp build: no `prompt_tokens_details`, only `timings`.
+        let a = feed(&[
+            delta(json!({"content": "hi"})),
+            json!({"choices": [], "usage": {"prompt_tokens": 575, "completion_tokens": 18},
+                "timings": {"cache_n": 509, "prompt_n": 66}}),
+        ]);
+        assert!(a.llama_cpp);
+        assert_eq!(a.usage.map(|u| u.cache_read_tokens), Some(509));
+        // A build that says both: the detail is taken as it is.
+        let a = feed(&[json!({"choices": [], "usage": {"prompt_tokens": 575,
+            "prompt_tokens_details": {"cached_tokens": 500}}, "timings": {"cache_n": 509}})]);
+        assert_eq!(a.usage.map(|u| u.cache_read_tokens), Some(500));
+        // Any other server: no timings, not llama.cpp.
+        let a = feed(&[json!({"choices": [], "usage": {"prompt_tokens": 5}})]);
+        assert!(!a.llama_cpp);
+        assert_eq!(a.usage.map(|u| u.cache_read_tokens), Some(0));
+    }
+
     fn delta(d: Value) -> Value {
         json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d, "finish_reason": null}]})
     }

@@ -167,6 +167,34 @@ pub fn recover_into(
     Some(format)
 }
 
+/// The reply to orch's request for one file's complete new content (the
+/// agent asked for exactly that file, so no path is needed): the body of
+/// the reply's first fenced block that closes, and how many more closed
+/// blocks follow it (not written; the agent says so). Prose around the
+/// block is allowed, as in a direct answer; a block cut off before its
+/// closing fence is never taken.
+pub fn asked_block(text: &str) -> Option<(String, usize)> {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut found: Option<String> = None;
+    let mut more = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        let Some((ticks, _)) = fence(lines[i]) else {
+            i += 1;
+            continue;
+        };
+        let Some((body, after)) = fence_body(&lines, i + 1, ticks) else {
+            break;
+        };
+        match found {
+            None => found = Some(body),
+            Some(_) => more += 1,
+        }
+        i = after;
+    }
+    found.map(|body| (body, more))
+}
+
 /// Whether `line` is a marker: 5 to 9 `ch`, then `word` (none for the
 /// divider), nothing else.
 fn is_marker(line: &str, ch: char, word: &str) -> bool {
@@ -360,6 +388,25 @@ mod tests {
             path: path.into(),
             content: content.into(),
         }
+    }
+
+    #[test]
+    fn an_asked_block_is_the_first_closed_fence_with_prose_around() {
+        let reply =
+            "Here it is:\n\n```python\ndef f():\n    return 1\n```\n\nUsage:\n```\nf()\n```\n";
+        assert_eq!(
+            asked_block(reply),
+            Some(("def f():\n    return 1\n".to_owned(), 1))
+        );
+        // A fence inside the content with an info string is kept.
+        let nested = "````markdown\nx\n```bash\nls\n```\ny\n````\n";
+        assert_eq!(
+            asked_block(nested),
+            Some(("x\n```bash\nls\n```\ny\n".to_owned(), 0))
+        );
+        // Cut off before its closing fence, or no block at all: nothing.
+        assert_eq!(asked_block("```python\ndef f():\n"), None);
+        assert_eq!(asked_block("I implemented it."), None);
     }
 
     #[test]

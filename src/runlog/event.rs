@@ -40,6 +40,10 @@ pub(crate) enum ActionEvent {
     ProjectInstructions(ProjectInstructions),
     /// The files the task names, shown in the first message.
     ContextFiles(ContextFiles),
+    /// The Agent Skills offered to the stage (docs/skills.md).
+    Skills(Skills),
+    /// A `load_skill` call read a skill file.
+    SkillLoad(SkillLoad),
     /// The lessons injected into the task.
     Memory(Memory),
     /// Counting the uses of injected lessons failed.
@@ -174,6 +178,50 @@ pub(crate) struct ProjectInstructions {
     pub cut: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_bytes: Option<usize>,
+}
+
+/// One skill offered to a stage (`skills`' `offered`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct OfferedSkill {
+    pub name: String,
+    /// Its `SKILL.md`: repository-relative, or a path in the user config dir.
+    pub path: String,
+    /// The git blob id of its `SKILL.md`.
+    pub blob: String,
+    /// `repository` or `user`.
+    pub source: String,
+}
+
+/// `skills`: the skills found at `commit` and in the user config dir, what
+/// the role selected (`selected`: its `skills:`, `null` for all), the ones
+/// offered, those whose description did not fit the prompt's limit
+/// (`cut`), the bytes the catalogue adds, every file skipped with why, and
+/// what orch ignores in the skills it uses (`notes`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Skills {
+    pub commit: String,
+    pub selected: Option<Vec<String>>,
+    pub offered: Vec<OfferedSkill>,
+    pub cut: Vec<String>,
+    pub prompt_bytes: usize,
+    pub limit_bytes: usize,
+    pub skipped: Vec<String>,
+    /// What orch ignores in the skills it uses (`allowed-tools`, keys).
+    pub notes: Vec<String>,
+}
+
+/// `skill_load`: a `load_skill` call (`call_id`) read `path` (blob `blob`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct SkillLoad {
+    pub turn: u32,
+    pub call_id: String,
+    pub name: String,
+    pub path: String,
+    pub blob: String,
+    pub source: String,
 }
 
 /// One named file shown in the first message (`context_files`' `files`).

@@ -14,6 +14,7 @@ mod progress;
 mod read_only;
 mod secrets;
 mod settle;
+pub(super) mod skills;
 mod state;
 mod tools;
 mod verify;
@@ -163,7 +164,9 @@ impl<'a> StageRun<'a> {
             )
         });
         let instructions = instructions::project_instructions(ctx, stage, &mut log).await?;
+        let skills = skills::stage_skills(ctx, role, &mut log).await?;
         let mut tool_ctx = tools::tool_context(ctx, role, lane, &id, &mut log)?;
+        tool_ctx.skills = skills.set.clone();
         let redact = |text: &str| crate::secrets::redact(text, &ctx.session.secrets);
         // The lane gets its included files and its setup, and the verify
         // commands run once on the start commit, before any model call.
@@ -190,14 +193,18 @@ impl<'a> StageRun<'a> {
         let memory = memory::inject(ctx, lane, start, &task, &upstream, &mut log).await?;
         // The files the task names, as read_file would show them, so a small
         // model sees what it is asked to change before it writes it.
-        let files = context::named_files(ctx, stage, role, &tool_ctx, &mut log).await?;
+        let (files, whole_files) =
+            context::named_files(ctx, stage, role, &tool_ctx, &mut log).await?;
         let cfg = AgentConfig {
             budget,
             compaction: ctx.session.limits.compaction,
             agent_path: id.clone(),
             system_prompt: prompt::with_instructions(
-                prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
-                &instructions,
+                prompt::with_instructions(
+                    prompt::system_prompt(&role.prompt, &crate::tools::offered_names(&tool_ctx)),
+                    &instructions,
+                ),
+                &skills.section,
             ),
             task: format!(
                 "{}{}",
@@ -208,6 +215,8 @@ impl<'a> StageRun<'a> {
             require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
             text_result: role.text_result || stage.text_result,
             text_tool_calls: stage.text_tool_calls,
+            whole_files,
+            brief: task.clone(),
             text_edits: crate::llm::textedits::text_edits_enabled(
                 role.text_edits,
                 model.tool_calling(),

@@ -108,6 +108,8 @@ async fn start_record(opts: RunOptions) -> Result<Started, RunError> {
     let (info, base_sha) = blocking(move || git::open_repo_at(&repo_path, &base)).await?;
     let common = info.common_dir.clone();
     let boot = load_bootstrap(&info.workdir, &opts.pipeline).await?;
+    // A role naming a skill that is not there fails here, creating nothing.
+    super::stage::skills::check_roles(&common, &base_sha, opts.roles.values()).await?;
 
     let pool_bound = lane_pool_bound(&info.workdir, &opts.session)?;
     let (run_id, run_dir) = RunDir::create_new(&common)?;

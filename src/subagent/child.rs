@@ -165,6 +165,9 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         text_result: true,
         finish_from_text: false,
         text_tool_calls: true,
+        // A subagent's task names no files it is shown.
+        whole_files: Vec::new(),
+        brief: String::new(),
         text_edits: crate::llm::textedits::text_edits_enabled(
             role.text_edits,
             opts.model.tool_calling(),

@@ -58,6 +58,8 @@ pub struct ToolContext {
     /// Ready once the lane may be touched (its change watcher is up): every
     /// tool call and sandboxed command waits for it first.
     pub ready: Option<Barrier>,
+    /// The stage's Agent Skills (`load_skill` is offered when not empty).
+    pub(crate) skills: Option<Arc<crate::skills::SkillSet>>,
 }
 
 /// A one-time readiness gate (cloned freely, ready forever once ready).
@@ -84,6 +86,7 @@ impl ToolContext {
             pre_exec: None,
             sandbox: None,
             ready: None,
+            skills: None,
         })
     }
 }

@@ -11,7 +11,9 @@ use super::args::Args;
 use super::context::ToolContext;
 use super::outcome::{ALL_TOOLS, FatalToolError, ToolError, ToolOutcome, join_failure};
 use super::schema::offered;
-use super::{bash, edit_file, finish, grep, list_files, read_file, spawn_agent, write_file};
+use super::{
+    bash, edit_file, finish, grep, list_files, load_skill, read_file, spawn_agent, write_file,
+};
 use crate::text::one_line;
 use crate::toolname::ToolName;
 
@@ -90,6 +92,9 @@ fn check_call(ctx: &ToolContext, name: &str, arguments: &str) -> Result<Args, (S
         let names: Vec<&str> = offered(ctx).iter().map(|d| d.name).collect();
         names.join(", ")
     };
+    if name == load_skill::NAME && load_skill::offered(ctx) {
+        return Args::parse(name, arguments).map_err(|msg| (name.to_owned(), msg));
+    }
     if !ALL_TOOLS.contains(&name) {
         return Err((
             one_line(name, 60),
@@ -155,6 +160,7 @@ async fn run_tool(ctx: &ToolContext, name: &str, args: Args) -> Result<ToolOutco
             }
         },
         "spawn_agent" => spawn_agent::run(ctx, &args).await,
+        load_skill::NAME => load_skill::run(ctx, &args).await,
         "finish" => Ok(finish::run(&args)?),
         "read_file" => blocking(move || read_file::run(&root, &args)).await,
         "write_file" => blocking(move || write_file::run(&root, &args)).await,

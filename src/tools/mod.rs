@@ -36,6 +36,7 @@ mod finish;
 mod fuzzy;
 mod grep;
 mod list_files;
+mod load_skill;
 mod outcome;
 mod read_file;
 mod readonly;
@@ -48,6 +49,7 @@ pub(crate) use bash::run_sandboxed;
 pub use context::{Barrier, SpawnFuture, Spawner, ToolContext};
 pub(crate) use dispatch::with_required;
 pub use dispatch::{call, call_concurrently, dispatch, dispatch_concurrently};
+pub(crate) use load_skill::{NAME as LOAD_SKILL, definition_bytes as load_skill_definition_bytes};
 pub use outcome::{
     ALL_TOOLS, FatalToolError, FinishCall, MAX_ARGUMENT_BYTES, ToolError, ToolOutcome,
 };

@@ -78,6 +78,8 @@ pub struct ToolOutcome {
     /// `workspace-write, network on: landlock ABI 7: writable …` or
     /// `off, network on: sandbox off`.
     pub sandbox: Option<String>,
+    /// `load_skill`: the skill file read, for the action log.
+    pub(crate) skill: Option<crate::skills::Loaded>,
 }
 
 impl ToolOutcome {

@@ -14,7 +14,13 @@ use crate::llm::ToolDef;
 /// below the depth limit).
 pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
     let can_spawn = ctx.spawn.as_ref().is_some_and(|s| s.can_spawn());
-    schemas(&ctx.allowed, can_spawn)
+    let mut defs = schemas(&ctx.allowed, can_spawn);
+    // Offered only to a stage with skills, so a stage without any sends
+    // the same bytes as before skills existed.
+    if super::load_skill::offered(ctx) {
+        defs.push(super::load_skill::definition());
+    }
+    defs
 }
 
 /// Names of the tools offered in `ctx` (for the system prompt).

@@ -342,12 +342,22 @@ fn a_constrained_model_finishing_without_a_change_is_told_once() {
     assert_eq!(code, 1);
     let reqs = server.requests_for("code");
     assert_eq!(reqs.len(), 2, "told once only");
-    let results = tool_results(&reqs[1]);
+    // Told by the refused `finish` (in the record) and by orch's ask for
+    // the whole file (tests/it/whole_file_ask.rs), the turn the model sees.
+    let tools = stage_events(&record_dir(&repo, &run_id), "code", "tool");
     assert!(
-        results
-            .iter()
-            .any(|r| r.contains("the task asks for a change; nothing in the lane changed")),
-        "{results:?}"
+        tools[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("the task asks for a change; nothing in the lane changed"),
+        "{tools:?}"
+    );
+    let ask = reqs[1].messages().last().unwrap()["content"].clone();
+    assert!(
+        ask.as_str()
+            .unwrap()
+            .contains("Nothing in the lane changed"),
+        "{ask}"
     );
     let ends = stage_events(&record_dir(&repo, &run_id), "code", "stage_end");
     assert_eq!(ends[0]["no_change"], json!(true), "{}", ends[0]);
@@ -369,7 +379,11 @@ fn auto_switches_to_constrained_after_prose_where_a_call_was_due() {
     assert_eq!(code, 0);
     let reqs = server.requests_for("code");
     assert!(!has_schema(&reqs[0]), "{}", reqs[0].body);
-    schema_of(&reqs[1]);
+    // Turn 2 answers orch's ask for solution.py's whole content (the task
+    // names it; tests/it/whole_file_ask.rs): no tools in any form. The
+    // model wrote its call again, as JSON, and it ran.
+    assert!(!has_schema(&reqs[1]) && reqs[1].body.get("tools").is_none());
+    schema_of(&reqs[2]);
     let record = record_dir(&repo, &run_id);
     assert_eq!(stage_events(&record, "code", "nudge").len(), 1);
     let switches = stage_events(&record, "code", "tool_calling_switch");

@@ -72,27 +72,13 @@ fn script() -> Script {
 #[test]
 fn a_recorded_session_with_cache_reads_shows_its_hit_share_and_the_cost_by_hand() {
     let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# Busy work\n\nWrite files.\n");
-    let pipeline = write_pipeline(
-        scratch.path(),
-        "solo",
-        "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
-    );
     let server = FakeServer::start(script());
     // Between the cost with the cache ($0.0451) and the cost of the same
     // tokens all billed at the full prompt rate ($0.0502 after turn 3): a
     // budget that ignored the cache would stop the stage after turn 3.
-    let out = OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .model(&server.base_url, "gpt-4o-mini")
-        .json()
-        .args(["--max-cost", "0.046"])
-        .output();
-    let j = stdout_json(&out);
-    assert_eq!(out.status.code(), Some(0), "{j}");
+    let (j, requests) = solo(&repo, &server, "gpt-4o-mini", &["--max-cost", "0.046"]);
     let run_id = j["run_id"].as_str().unwrap().to_owned();
-    assert_eq!(server.requests_for("work").len(), 4);
+    assert_eq!(requests.len(), 4);
 
     let want = by_hand(&TURNS);
     assert!((want - 0.0450696).abs() < 1e-12, "{want}");
@@ -163,21 +149,8 @@ fn a_price_override_with_cache_rates_prices_the_cached_tokens() {
         "[prices.\"my-model\"]\nprompt = 2\ncompletion = 4\ncache_read = 0.5\n",
     );
     repo.commit_all("price");
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# Busy work\n\nWrite files.\n");
-    let pipeline = write_pipeline(
-        scratch.path(),
-        "solo",
-        "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
-    );
     let server = FakeServer::start(script());
-    let out = OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .model(&server.base_url, "my-model")
-        .json()
-        .output();
-    let j = stdout_json(&out);
-    assert_eq!(out.status.code(), Some(0), "{j}");
+    let (j, _) = solo(&repo, &server, "my-model", &[]);
     let st = state_json(&repo, j["run_id"].as_str().unwrap());
     let cost = st["stages"][0]["budget"]["used"]["cost_usd"]
         .as_f64()
@@ -193,10 +166,7 @@ fn a_price_override_with_cache_rates_prices_the_cached_tokens() {
         ".orch/orch.toml",
         "[prices.\"my-model\"]\nprompt = 2\ncompletion = 4\ncache_write = -1\n",
     );
-    let out = OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .model(&server.base_url, "my-model")
-        .output();
+    let out = Solo::new().run(&repo, &server, "my-model", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(
@@ -252,22 +222,55 @@ fn llama_cpp_script() -> Script {
     )
 }
 
+/// A scratch dir with the issue and a one-stage pipeline `solo` (stage
+/// `work`, the coder).
+struct Solo {
+    _scratch: tempfile::TempDir,
+    issue: std::path::PathBuf,
+    pipeline: std::path::PathBuf,
+}
+
+impl Solo {
+    fn new() -> Solo {
+        let scratch = tempfile::tempdir().unwrap();
+        let issue = write_issue(scratch.path(), "# Busy work\n\nWrite files.\n");
+        let pipeline = write_pipeline(
+            scratch.path(),
+            "solo",
+            "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
+        );
+        Solo {
+            _scratch: scratch,
+            issue,
+            pipeline,
+        }
+    }
+
+    /// `orch run solo.yaml --json <extra>` on `repo` against `server`'s `model`.
+    fn run(
+        &self,
+        repo: &TestRepo,
+        server: &FakeServer,
+        model: &str,
+        extra: &[&str],
+    ) -> std::process::Output {
+        OrchRun::new(&self.pipeline, repo)
+            .issue(&self.issue)
+            .model(&server.base_url, model)
+            .json()
+            .args(extra)
+            .output()
+    }
+}
+
+/// Runs [`Solo`] to success; its JSON summary and the stage's requests.
 fn solo(
     repo: &TestRepo,
     server: &FakeServer,
+    model: &str,
+    extra: &[&str],
 ) -> (serde_json::Value, Vec<crate::support::Recorded>) {
-    let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# Busy work\n\nWrite files.\n");
-    let pipeline = write_pipeline(
-        scratch.path(),
-        "solo",
-        "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
-    );
-    let out = OrchRun::new(&pipeline, repo)
-        .issue(&issue)
-        .model(&server.base_url, "qwen")
-        .json()
-        .output();
+    let out = Solo::new().run(repo, server, model, extra);
     let j = stdout_json(&out);
     assert_eq!(out.status.code(), Some(0), "{j}");
     (j, server.requests_for("work"))
@@ -277,7 +280,7 @@ fn solo(
 fn a_llama_cpp_server_is_asked_to_keep_its_prompt_cache_and_its_reuse_is_counted() {
     let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
     let server = FakeServer::start(llama_cpp_script());
-    let (j, requests) = solo(&repo, &server);
+    let (j, requests) = solo(&repo, &server, "qwen", &[]);
     // Turn 1 knows nothing of the server; its reply's `timings` say
     // llama.cpp, so turn 2 asks it to keep the slot's cache.
     assert_eq!(requests[0].body.get("cache_prompt"), None);
@@ -298,7 +301,7 @@ fn a_llama_cpp_server_is_asked_to_keep_its_prompt_cache_and_its_reuse_is_counted
         "default_profile = \"local\"\n[profiles.local]\nconstrained_dialect = \"llamacpp\"\n",
     );
     repo.commit_all("profile");
-    let (_, requests) = solo(&repo, &server);
+    let (_, requests) = solo(&repo, &server, "qwen", &[]);
     assert_eq!(requests[0].body["cache_prompt"], json!(true));
 }
 
@@ -306,7 +309,7 @@ fn a_llama_cpp_server_is_asked_to_keep_its_prompt_cache_and_its_reuse_is_counted
 fn other_servers_get_no_cache_prompt() {
     let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
     let server = FakeServer::start(script());
-    let (_, requests) = solo(&repo, &server);
+    let (_, requests) = solo(&repo, &server, "qwen", &[]);
     assert_eq!(requests.len(), 4);
     for r in &requests {
         assert!(
@@ -315,4 +318,27 @@ fn other_servers_get_no_cache_prompt() {
             r.body
         );
     }
+}
+
+#[test]
+fn the_event_stream_carries_each_turns_cache_reads() {
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let server = FakeServer::start(script());
+    let solo = Solo::new();
+    let out = OrchRun::new(&solo.pipeline, &repo)
+        .issue(&solo.issue)
+        .model(&server.base_url, "gpt-4o-mini")
+        .args(["--events", "jsonl"])
+        .output();
+    // Every line validates against docs/events.schema.json.
+    let events = crate::events::events_of(&out);
+    let cached: Vec<Option<u64>> = events
+        .iter()
+        .filter(|e| e["type"] == "turn")
+        .map(|e| e.get("cache_read_tokens").map(|v| v.as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        cached,
+        vec![None, Some(99_840), Some(109_824), Some(119_808)]
+    );
 }

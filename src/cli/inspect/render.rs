@@ -101,6 +101,15 @@ fn describe(event: &ActionEvent) -> String {
         ActionEvent::Distill(e) => distill(e),
         ActionEvent::ProjectInstructions(e) => project_instructions(e),
         ActionEvent::ContextFiles(e) => context_files(e),
+        ActionEvent::Skills(e) => skills(e),
+        ActionEvent::SkillLoad(e) => format!(
+            "{}load_skill `{}`: {} (blob {}, {})",
+            turn(e.turn),
+            one(&e.name),
+            one(&e.path),
+            short(Some(&e.blob)),
+            one(&e.source)
+        ),
         ActionEvent::AgentStart(e) => agent_start(e),
         ActionEvent::ChildStart(e) => format!(
             "subagent {} ({}) starts: depth {}/{}, pid {}{}{}",
@@ -349,6 +358,35 @@ fn project_instructions(e: &event::ProjectInstructions) -> String {
     )
 }
 
+/// `skills`: the skills offered (and cut), and the files skipped.
+fn skills(e: &event::Skills) -> String {
+    let names: Vec<&str> = e.offered.iter().map(|s| s.name.as_str()).collect();
+    format!(
+        "skills: {} ({} bytes in the system prompt{}){}{}",
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        },
+        e.prompt_bytes,
+        if e.cut.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; not described, over {} bytes: {}",
+                e.limit_bytes,
+                e.cut.join(", ")
+            )
+        },
+        opt_field("selected", &e.selected),
+        if e.skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; skipped: {}", one(&e.skipped.join("; ")))
+        }
+    )
+}
+
 /// `context_files`: off, none named, or the files shown (cut or whole) and
 /// those left out with the reason.
 fn context_files(e: &event::ContextFiles) -> String {
@@ -532,6 +570,8 @@ mod tests {
             "role_notes",
             "sandbox",
             "project_instructions",
+            "skills",
+            "skill_load",
             "agent_start",
             "child_start",
             "context_window",

@@ -12,17 +12,17 @@ use crate::tools::ToolContext;
 /// The section of named files for the stage's first message (empty when
 /// the stage or its role says `context_files: off`, or none is named),
 /// read from the lane after its bootstrap; what was shown, cut or left out
-/// is logged.
+/// is logged; with the paths shown whole (not cut).
 pub(super) async fn named_files(
     ctx: &RunCtx,
     stage: &Stage,
     role: &Role,
     tools: &ToolContext,
     log: &mut ActionLog,
-) -> Result<String, RunError> {
+) -> Result<(String, Vec<String>), RunError> {
     if !(stage.context_files && role.context_files) {
         log.append(&ActionEvent::ContextFiles(event::ContextFiles::default()))?;
-        return Ok(String::new());
+        return Ok((String::new(), Vec::new()));
     }
     let root = tools.root.clone();
     // What the sandbox keeps unreadable stays out too (a lane path can be
@@ -62,5 +62,11 @@ pub(super) async fn named_files(
             .collect(),
         bytes: Some(found.text.len()),
     }))?;
-    Ok(found.text)
+    let whole = found
+        .shown
+        .iter()
+        .filter(|s| !s.truncated)
+        .map(|s| s.path.clone())
+        .collect();
+    Ok((found.text, whole))
 }

@@ -1,0 +1,264 @@
+//! Asking a writing agent that changed nothing for the complete new content
+//! of the file its task names — what a small model does well when asked
+//! directly ("reply with the complete new solution.py in one code block"),
+//! and badly as a JSON `write_file` call (it copies the file unchanged, or
+//! writes a raw `"""` that breaks the JSON).
+//!
+//! When: a writing agent (its role may write, text edits on, not read-only)
+//! whose lane has no change, whose task named files its first message
+//! showed whole, either answered in text without a call (instead of the
+//! usual "call `finish`" nudge) or had its `finish` refused because nothing
+//! changed. At most once per agent.
+//!
+//! How: a user message names the file(s); the next turn is sent as the
+//! system prompt, the task (with the files it names) and that message —
+//! without the tools (no `tools`, no schema, no catalogue) and without the
+//! turns in between (nothing in the lane changed in them; a small model
+//! repeats the broken JSON it wrote there) — so the model answers as it
+//! would asked directly (the conversation keeps every turn); its reply's
+//! first fenced block
+//! (prose around it allowed) becomes a `write_file` of the one file asked
+//! for — several files are asked in the whole-file format with paths
+//! ([`crate::llm::textedits`]). The write goes through the same fence,
+//! atomic write, diff, syntax check and action log as any `write_file`
+//! (logged `recovered_from: asked_whole_file`); the turns after it offer
+//! the tools again. A reply without a block gets the loop's usual handling
+//! (the ask counted as its nudge).
+
+use super::Agent;
+use super::turn::logged_calls;
+use crate::llm::textedits::{self, TextEdit};
+use crate::llm::{ChatMessage, ChatRequest};
+use crate::runlog::{ActionEvent, ActionLog, RecordError, event};
+use crate::tools::ToolContext;
+
+/// What this agent was asked for.
+#[derive(Debug, Default)]
+pub(super) struct WholeFileAsk {
+    /// An ask was made (once per agent).
+    asked: bool,
+    /// The files the next turn answers for (its tools are withheld).
+    next: Option<Vec<String>>,
+    /// The files the turn being judged answered for.
+    answering: Option<Vec<String>>,
+    /// The id of the `write_file` call made from the answer.
+    written: Option<String>,
+}
+
+/// What the result of the write made from the answer adds.
+const WRITTEN_NOTE: &str = "orch wrote the file from your reply. If the change is complete, call `finish` with a short summary; otherwise continue.";
+
+/// The instruction of an ask for `paths`' complete new content.
+fn ask_text(paths: &[String]) -> String {
+    match paths {
+        [one] => format!(
+            "Nothing in the lane changed, and the task asks for a change. Reply with the complete new content of `{one}`, with the change the task asks for made, in one fenced code block, and nothing else; orch writes it to `{one}` for you."
+        ),
+        many => format!(
+            "Nothing in the lane changed, and the task asks for a change. For each file you change ({}), reply with its path on one line, then its complete new content in one fenced code block, and nothing else; orch writes them for you.",
+            many.iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The fence's info string for a file, by its extension (the language a
+/// model expects to see named); empty when unknown.
+fn fence_language(path: &str) -> &'static str {
+    match path.rsplit_once('.').map(|(_, ext)| ext) {
+        Some("py") => "python",
+        Some("rs") => "rust",
+        Some("js" | "mjs" | "cjs") => "javascript",
+        Some("ts") => "typescript",
+        Some("go") => "go",
+        Some("rb") => "ruby",
+        Some("java") => "java",
+        Some("c" | "h") => "c",
+        Some("cpp" | "cc" | "hpp") => "cpp",
+        Some("sh") => "sh",
+        Some("md") => "markdown",
+        _ => "",
+    }
+}
+
+/// The whole ask: the task as the stage gave it (`brief`), each file as it
+/// is now in a plain fenced block (as a user asking a model directly would
+/// show it — the numbered listing of the first message is what a small
+/// model echoes back), then [`ask_text`].
+fn ask_message(brief: &str, files: &[(String, String)]) -> String {
+    let mut out = brief.trim_end().to_owned();
+    for (path, content) in files {
+        let fence = if content.contains("```") {
+            "````"
+        } else {
+            "```"
+        };
+        let newline = if content.ends_with('\n') { "" } else { "\n" };
+        out.push_str(&format!(
+            "\n\nThis is `{path}` now:\n{fence}{}\n{content}{newline}{fence}",
+            fence_language(path)
+        ));
+    }
+    let paths: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();
+    out.push_str("\n\n");
+    out.push_str(&ask_text(&paths));
+    out
+}
+
+impl Agent<'_> {
+    /// Whether this agent may be asked for a whole file (see the module
+    /// docs), the lane's state aside.
+    pub(super) fn may_ask_whole_file(&self, tool_ctx: &ToolContext) -> bool {
+        !self.whole.asked
+            && !self.cfg.whole_files.is_empty()
+            && self.cfg.text_edits
+            && !tool_ctx.read_only
+            && self.req.tools.iter().any(|t| t.name == "write_file")
+            && self.writes(tool_ctx)
+    }
+
+    /// Asks for the named files' complete new content (the caller checked
+    /// [`Agent::may_ask_whole_file`] and that the lane has no change): the
+    /// message is added (the instruction logged as a nudge), and the next
+    /// turn is sent as that message alone after the system prompt. Asks
+    /// nothing when a named file can no longer be read as text.
+    pub(super) fn ask_whole_file(
+        &mut self,
+        tool_ctx: &ToolContext,
+        turn: u32,
+        log: &mut ActionLog,
+    ) -> Result<(), RecordError> {
+        self.whole.asked = true;
+        let mut files = Vec::new();
+        for path in &self.cfg.whole_files {
+            let Ok(content) = std::fs::read_to_string(tool_ctx.root.join(path)) else {
+                return Ok(());
+            };
+            files.push((path.clone(), content));
+        }
+        log.append(&ActionEvent::Nudge(event::Nudge {
+            turn,
+            message: ask_text(&self.cfg.whole_files),
+        }))?;
+        self.req
+            .messages
+            .push(ChatMessage::user(ask_message(&self.cfg.brief, &files)));
+        self.whole.next = Some(self.cfg.whole_files.clone());
+        Ok(())
+    }
+
+    /// The request of the turn about to be sent, when it answers a
+    /// whole-file ask (the files asked for are remembered): the system
+    /// prompt and the ask — without tools, and without the turns before,
+    /// where nothing changed and a small model only learns to repeat the
+    /// format it failed in. The conversation keeps every turn.
+    pub(super) fn asked_request(&mut self) -> Option<ChatRequest> {
+        let paths = self.whole.next.take()?;
+        self.whole.answering = Some(paths);
+        let messages = &self.req.messages;
+        let sent = vec![messages.first()?.clone(), messages.last()?.clone()];
+        Some(ChatRequest {
+            messages: sent,
+            tools: Vec::new(),
+            agent_path: self.req.agent_path.clone(),
+            call_mode: crate::llm::CallMode::Native,
+        })
+    }
+
+    /// The reply to a whole-file ask of one file, without tool calls and
+    /// not in a text edit format: its first fenced block becomes the
+    /// `write_file` of that file (logged). Called after the general text
+    /// edit recovery.
+    pub(super) fn recover_asked_file(
+        &mut self,
+        msg: &mut ChatMessage,
+        tool_ctx: &ToolContext,
+        turn: u32,
+        log: &mut ActionLog,
+    ) -> Result<(), RecordError> {
+        let Some(paths) = self.whole.answering.take() else {
+            return Ok(());
+        };
+        let [path] = paths.as_slice() else {
+            return Ok(());
+        };
+        if !msg.tool_calls.is_empty() {
+            return Ok(());
+        }
+        let Some((content, _more)) = msg.content.as_deref().and_then(textedits::asked_block) else {
+            return Ok(());
+        };
+        let exists = |p: &str| tool_ctx.root.join(p).is_file();
+        let edit = TextEdit::Whole {
+            path: path.clone(),
+            content,
+        };
+        let Some(calls) =
+            textedits::edit_calls(&[edit], &self.req.tools, &exists, &format!("asked{turn}"))
+        else {
+            return Ok(());
+        };
+        self.whole.written = calls.first().map(|c| c.id.clone());
+        msg.tool_calls = calls;
+        msg.content = None;
+        log.append(&ActionEvent::ToolCallsRecovered(
+            event::ToolCallsRecovered {
+                turn,
+                recovered_from: "asked_whole_file".to_owned(),
+                format: textedits::TextEditFormat::WholeFile.as_str().to_owned(),
+                tool_calls: logged_calls(&msg.tool_calls),
+            },
+        ))
+    }
+}
+
+impl Agent<'_> {
+    /// After the write made from an answer to the ask ran: its result says
+    /// what happened and what comes next.
+    pub(super) fn note_asked_write(
+        &mut self,
+        call_id: &str,
+        outcome: &mut crate::tools::ToolOutcome,
+    ) {
+        if self.whole.written.as_deref() == Some(call_id) && !outcome.is_error {
+            self.whole.written = None;
+            outcome.content.push_str("\n\n");
+            outcome.content.push_str(WRITTEN_NOTE);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ask_shows_each_file_plainly_after_the_brief() {
+        let files = vec![("solution.py".to_owned(), "def f():\n    pass\n".to_owned())];
+        let text = ask_message("# Task\n\nImplement f.\n", &files);
+        assert!(
+            text.starts_with("# Task\n\nImplement f.\n\nThis is `solution.py` now:\n```python\ndef f():\n    pass\n```\n\nNothing in the lane changed"),
+            "{text}"
+        );
+        // A file holding a fence is shown in a longer one.
+        let md = vec![("README.md".to_owned(), "```sh\nls\n```".to_owned())];
+        assert!(ask_message("t", &md).contains("````markdown\n```sh\nls\n```\n````"));
+    }
+
+    #[test]
+    fn the_ask_names_the_files() {
+        let one = ask_text(&["solution.py".to_owned()]);
+        assert!(
+            one.contains("complete new content of `solution.py`")
+                && one.contains("one fenced code block"),
+            "{one}"
+        );
+        let two = ask_text(&["a.py".to_owned(), "b.py".to_owned()]);
+        assert!(
+            two.contains("(`a.py`, `b.py`)") && two.contains("its path on one line"),
+            "{two}"
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! Asking a small model for the named file's whole content (issue 28's
+//! solved gap), end to end through the real binary against the scripted
+//! server in "small model" mode. The 1.5B model asked directly ("reply with
+//! the complete new solution.py in one code block") solved 19 of 20
+//! problems; inside orch it wrote the same file as a JSON `write_file` call
+//! that did not parse (a raw `"""`), or copied the file unchanged, then
+//! finished with nothing changed. Now a writing stage whose lane has no
+//! change and whose task named a file shown whole is asked for that file's
+//! complete new content once — instead of the "call `finish`" nudge after
+//! prose, or after its `finish` was refused because nothing changed — in a
+//! turn sent without tools (no `tools`, no schema); the reply's first fenced
+//! block is written to that file (`recovered_from: asked_whole_file`), and
+//! the tools come back for the turns after it.
+
+use crate::support::{
+    FakeServer, Recorded, Reply, Script, TestRepo, median_stub_repo, record_dir, run_median_stage,
+    stage_events, tool_results, write_pipeline,
+};
+use serde_json::{Value, json};
+
+const SOLVED: &str = "def median(xs):\n    s = sorted(xs)\n    n = len(s)\n    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2\n";
+
+/// The 1.5B model's first reply, as logged: a `write_file` call as JSON
+/// text that does not parse (the raw `"""` of a docstring in a string).
+const BROKEN_CALL: &str = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"solution.py\", \"content\": \"def median(xs):\n    \"\"\" The median. \"\"\"\n    raise NotImplementedError\n\"}}\n```";
+
+/// How a model answers when asked directly: prose, then the file.
+fn the_file_in_a_block() -> Reply {
+    Reply::text(&format!(
+        "Here is the implementation:\n\n```python\n{SOLVED}```\n\nIt sorts the list first."
+    ))
+}
+
+/// `finish` as a small model writes it under the schema: JSON text alone.
+fn json_finish() -> Reply {
+    Reply::text(
+        &json!({"name": "finish", "arguments": {"summary": "Implemented median."}}).to_string(),
+    )
+}
+
+fn last_user_text(req: &Recorded) -> String {
+    req.messages()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether a request offers tools in any form: a `tools` array, or a
+/// schema for one call.
+fn offers_tools(req: &Recorded) -> bool {
+    [
+        "tools",
+        "response_format",
+        "json_schema",
+        "structured_outputs",
+    ]
+    .iter()
+    .any(|k| req.body.get(k).is_some())
+}
+
+fn committed(repo: &TestRepo, run_id: &str) -> String {
+    repo.git(&["show", &format!("orch/{run_id}/code:solution.py")])
+}
+
+fn recovered(repo: &TestRepo, run_id: &str) -> Vec<Value> {
+    stage_events(&record_dir(repo, run_id), "code", "tool_calls_recovered")
+}
+
+#[test]
+fn a_call_that_does_not_parse_is_followed_by_an_ask_for_the_whole_file() {
+    let repo = median_stub_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text(BROKEN_CALL),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 3);
+    assert!(offers_tools(&reqs[0]), "{}", reqs[0].body);
+    // The asked turn: the file named, no tools in any form.
+    let ask = last_user_text(&reqs[1]);
+    assert!(
+        ask.contains("complete new content of `solution.py`")
+            && ask.contains("one fenced code block"),
+        "{ask}"
+    );
+    assert!(
+        !ask.contains("Call `finish`"),
+        "not the finish nudge: {ask}"
+    );
+    assert!(!offers_tools(&reqs[1]), "{}", reqs[1].body);
+    // Sent as the system prompt and the ask alone — the task, the file as
+    // it is now in a plain fenced block, the instruction — as a user asking
+    // the model directly would; the broken turn is left out of the request
+    // (the record keeps it).
+    let sent = reqs[1].messages();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0], reqs[0].messages()[0]);
+    assert!(
+        ask.contains("Fix it.")
+            && ask.contains(
+                "This is `solution.py` now:\n```python\ndef median(xs):\n    raise NotImplementedError\n```\n"
+            ),
+        "{ask}"
+    );
+    // The block was written, the model saw the diff, the tools came back
+    // (under a schema: `auto` switched after the text reply).
+    let results = tool_results(&reqs[2]);
+    assert!(results[0].starts_with("updated solution.py"), "{results:?}");
+    assert!(
+        results[0].ends_with(
+            "If the change is complete, call `finish` with a short summary; otherwise continue."
+        ),
+        "{results:?}"
+    );
+    assert!(offers_tools(&reqs[2]), "{}", reqs[2].body);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+    let rec = recovered(&repo, &run_id);
+    let asked: Vec<&Value> = rec
+        .iter()
+        .filter(|e| e["recovered_from"] == "asked_whole_file")
+        .collect();
+    assert_eq!(asked.len(), 1, "{rec:?}");
+    assert_eq!(asked[0]["turn"], 2);
+    assert_eq!(asked[0]["tool_calls"][0]["name"], "write_file");
+    let nudges = stage_events(&record_dir(&repo, &run_id), "code", "nudge");
+    assert_eq!(nudges.len(), 1, "the ask is the one nudge: {nudges:?}");
+}
+
+#[test]
+fn a_finish_refused_for_no_change_is_followed_by_the_ask() {
+    // A model set to constrained calls finishes at once with nothing done
+    // (the 1.5B model's "Resolved the issue"): the refusal, then the ask.
+    let repo = TestRepo::with_commit(
+        &[
+            (
+                "solution.py",
+                "def median(xs):\n    raise NotImplementedError\n",
+            ),
+            (
+                ".orch/orch.toml",
+                "default_profile = \"small\"\n\n[profiles.small]\ntool_calling = \"constrained\"\n",
+            ),
+        ],
+        "stub",
+    );
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![json_finish(), the_file_in_a_block(), json_finish()],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 3);
+    let tools = stage_events(&record_dir(&repo, &run_id), "code", "tool");
+    assert_eq!(
+        tools[0]["summary"],
+        "error: finish refused: nothing in the lane changed"
+    );
+    assert!(last_user_text(&reqs[1]).contains("complete new content of `solution.py`"));
+    assert!(!offers_tools(&reqs[1]), "{}", reqs[1].body);
+    assert!(offers_tools(&reqs[2]), "{}", reqs[2].body);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+}
+
+#[test]
+fn the_ask_is_made_once_and_a_reply_without_a_block_still_fails() {
+    let repo = median_stub_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text("I will implement median now."),
+            Reply::text("I implemented median; it sorts the list."),
+        ],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    // The ask was its nudge: prose again is no result, never a success.
+    assert_eq!(code, 1);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 2, "asked once");
+    let ends = stage_events(&record_dir(&repo, &run_id), "code", "stage_end");
+    assert_eq!(ends[0]["status"], "failed", "{}", ends[0]);
+    assert_eq!(
+        repo.git(&["show", &format!("orch/{run_id}/code:solution.py")]),
+        "def median(xs):\n    raise NotImplementedError\n"
+    );
+}
+
+#[test]
+fn no_ask_without_a_named_file_or_for_a_read_only_role() {
+    // The task names no file: the usual nudge.
+    let repo = median_stub_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        dir.path(),
+        "solo",
+        "stages:\n  code:\n    role: coder\n    task: Fix it.\n",
+    );
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![Reply::text("I will look into it."), Reply::text("Done.")],
+    ));
+    let (code, _) =
+        crate::support::run_on_fake(&repo, &pipeline, "# median\n\nMake median work.\n", &server);
+    assert_eq!(code, 1);
+    let reqs = server.requests_for("code");
+    assert!(
+        last_user_text(&reqs[1]).contains("Call `finish`"),
+        "{}",
+        last_user_text(&reqs[1])
+    );
+    // A read-only role is never asked for a file.
+    let repo = median_stub_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text("It raises NotImplementedError."),
+            Reply::text("Done."),
+        ],
+    ));
+    let _ = run_median_stage(&repo, &server, "explore");
+    for req in server.requests_for("code") {
+        assert!(
+            !last_user_text(&req).contains("complete new content"),
+            "{}",
+            last_user_text(&req)
+        );
+    }
+}
