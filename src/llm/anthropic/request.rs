@@ -14,7 +14,8 @@
 //!   user text of the same turn; consecutive messages of one role are merged
 //!   into one message, so roles alternate as the API requires;
 //! - an empty text (which the API refuses) is left out, and a message left
-//!   with no block says `(no content)`;
+//!   with no block says `(no content)`; a conversation that would start with
+//!   the model's turn gets a short user message first;
 //! - tools are `{name, description, input_schema}`; `tool_choice` `auto` is
 //!   `{"type":"auto"}`, `required` is `{"type":"any"}`, and both are sent only
 //!   with tools; `max_tokens` is always sent (the API requires it: the
@@ -224,6 +225,21 @@ fn messages(rest: &[ChatMessage]) -> Vec<Value> {
             }
         }
     }
+    // The API wants a user message first; a conversation cut by compaction
+    // could start with the model's turn.
+    if turns
+        .first()
+        .is_some_and(|(role, _, _)| *role == "assistant")
+    {
+        turns.insert(
+            0,
+            (
+                "user",
+                Vec::new(),
+                vec![json!({"type": "text", "text": "(the conversation so far)"})],
+            ),
+        );
+    }
     turns
         .into_iter()
         .map(|(role, mut results, blocks)| {
@@ -394,5 +410,9 @@ mod tests {
             v["messages"][3]["content"],
             json!([{"type": "text", "text": "(no content)"}])
         );
+        r.messages.drain(1..2);
+        let v = to_value(body(&s, &r, false, false));
+        assert_eq!(v["messages"][0]["role"], "user", "{v}");
+        assert_eq!(v["messages"][1]["role"], "assistant", "{v}");
     }
 }
