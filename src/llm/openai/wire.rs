@@ -92,7 +92,7 @@ impl OpenAiClient {
             || self.llama_cpp.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub(super) fn bad(&self, reason: String) -> LlmError {
+    pub(crate) fn bad(&self, reason: String) -> LlmError {
         LlmError::BadResponse {
             url: self.endpoint.clone(),
             reason,
@@ -195,7 +195,7 @@ impl OpenAiClient {
     }
 
     /// Masks any echo of the API key (some servers quote the key they rejected).
-    pub(super) fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         match &self.settings.api_key {
             Some(key)
                 if key.len() >= crate::secrets::MIN_SECRET_LEN && text.contains(key.as_str()) =>

@@ -31,11 +31,14 @@
 //! each [`Recorded`] says how many answers were written before it arrived,
 //! so a test can tell requests sent in parallel from requests sent one
 //! after another without timing anything.
+//! Anthropic mode: a request to `…/v1/messages` is checked and answered as
+//! the Anthropic Messages API would (see `anthropic.rs`).
 //!
 //! Threads: one accept thread plus one per connection. Drop stops the accept
 //! loop (flag + a connection to itself) and joins every thread; connection
 //! threads are bounded by a read timeout and their scripted delays.
 
+mod anthropic;
 mod checks;
 mod hostile;
 mod http;

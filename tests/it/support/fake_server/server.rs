@@ -292,6 +292,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
         .and_then(|(_, v)| v.parse::<i32>().ok());
     let parsed = serde_json::from_slice::<Value>(&request.body);
     let body = parsed.as_ref().cloned().unwrap_or(Value::Null);
+    let messages_api = super::anthropic::is_messages(&request.path);
     let reply = {
         let mut state = shared.state();
         let recorded = Recorded {
@@ -304,7 +305,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
             received: SystemTime::now(),
             answered_before: shared.answered.load(Ordering::SeqCst),
         };
-        if !request.path.ends_with("/chat/completions") {
+        if !request.path.ends_with("/chat/completions") && !messages_api {
             state.side_requests.push(recorded);
             let route = state
                 .routes
@@ -320,6 +321,13 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
         state.requests.push(recorded);
         let number = state.requests.len();
         let mut problems = match &parsed {
+            Ok(_) if messages_api => {
+                let mut p = super::anthropic::api_violations(&body);
+                p.extend(tool_pairing_violations(
+                    &super::anthropic::as_chat_messages(&body),
+                ));
+                p
+            }
             Ok(_) => tool_pairing_violations(&body["messages"]),
             Err(e) => vec![format!("the body is not JSON ({e})")],
         };
@@ -338,6 +346,13 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
             };
         }
         state.script.get_mut(&agent).and_then(VecDeque::pop_front)
+    };
+    // In the Anthropic mode the body is marked, so every reply (also one
+    // wrapped in a delay or a cut) is rendered as a Messages reply.
+    let body = if messages_api {
+        super::anthropic::marked(&body)
+    } else {
+        body
     };
     match reply {
         Some(reply) => {
