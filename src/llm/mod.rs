@@ -13,6 +13,7 @@ mod error;
 pub mod openai;
 pub mod price;
 pub mod replay;
+pub mod responses;
 pub mod retry;
 pub mod settings;
 pub mod sse;
