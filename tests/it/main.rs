@@ -48,6 +48,7 @@ mod memory_safety;
 mod outcomes;
 mod reap;
 mod request_size;
+mod responses_api;
 mod review_cmds;
 mod run_e2e;
 mod run_settings;

@@ -268,7 +268,8 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
             at: Instant::now(),
             received: SystemTime::now(),
         };
-        if !request.path.ends_with("/chat/completions") {
+        let responses = super::responses::is_responses(&request.path);
+        if !request.path.ends_with("/chat/completions") && !responses {
             state.side_requests.push(recorded);
             let route = state
                 .routes
@@ -284,6 +285,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
         state.requests.push(recorded);
         let number = state.requests.len();
         let mut problems = match &parsed {
+            Ok(_) if responses => tool_pairing_violations(&super::responses::chat_messages(&body)),
             Ok(_) => tool_pairing_violations(&body["messages"]),
             Err(e) => vec![format!("the body is not JSON ({e})")],
         };
@@ -301,13 +303,18 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
                     .to_string(),
             };
         }
-        state.script.get_mut(&agent).and_then(VecDeque::pop_front)
+        (
+            state.script.get_mut(&agent).and_then(VecDeque::pop_front),
+            responses,
+        )
     };
     match reply {
-        Some(reply) => {
+        (Some(reply), true) => special(reply, shared, &agent, pid)
+            .unwrap_or_else(|r| super::responses::render(r, &body, shared)),
+        (Some(reply), false) => {
             special(reply, shared, &agent, pid).unwrap_or_else(|r| render(r, &body, shared))
         }
-        None => plain(
+        (None, _) => plain(
             500,
             format!("fake server: script exhausted for agent {agent:?}"),
         ),
