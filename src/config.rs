@@ -9,6 +9,7 @@
 //! memory = "propose"   # or "off", "auto-accept" (docs/memory.md)
 //!
 //! [profiles.openai]
+//! provider = "openai-chat"   # or "anthropic", "openai-responses" (docs/model-client.md)
 //! base_url = "https://api.openai.com/v1"
 //! model = "gpt-4o-mini"
 //! api_key_env = "OPENAI_API_KEY"   # the NAME of the env var holding the key
@@ -57,7 +58,7 @@
 
 use crate::llm::openai::ModelSettings;
 use crate::llm::price::{BUILTIN_PRICES_DATE, Price, PriceTable};
-use crate::llm::settings::{ConstrainedDialect, Sampling, ToolCalling, ToolChoice};
+use crate::llm::settings::{ConstrainedDialect, Provider, Sampling, ToolCalling, ToolChoice};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -81,6 +82,8 @@ pub struct ResolvedConfig {
     pub files: Vec<(PathBuf, bool)>,
     /// The selected profile, if any.
     pub profile: Option<Setting<String>>,
+    /// The wire format (default `openai-chat`).
+    pub provider: Setting<Provider>,
     /// The API root.
     pub base_url: Option<Setting<String>>,
     /// The model name.
@@ -139,6 +142,7 @@ impl fmt::Debug for ResolvedConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResolvedConfig")
             .field("profile", &self.profile)
+            .field("provider", &self.provider)
             .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field(
@@ -182,6 +186,7 @@ impl ResolvedConfig {
             )
         })?;
         let mut s = ModelSettings::new(base_url.value.clone(), model.value.clone());
+        s.provider = self.provider.value;
         s.api_key = self.api_key.as_ref().map(|k| k.value.clone());
         s.stream = self.stream.value;
         s.context_window = self.context_window.value;
@@ -371,10 +376,15 @@ pub fn resolve(
         loaded: &loaded,
         sections: &sections,
     };
+    let provider = s.get(&PROVIDER)?;
     let api_key_env = s.get(&API_KEY_ENV)?;
-    let api_key = api_key(&env, api_key_env.as_ref());
+    let api_key = api_key(&env, api_key_env.as_ref(), provider.value);
+    let base_url = s
+        .get(&BASE_URL)?
+        .or_else(|| provider_base_url(&env, provider.value));
     let mut config = ResolvedConfig {
-        base_url: s.get(&BASE_URL)?,
+        provider,
+        base_url,
         model: s.get(&MODEL)?,
         api_key,
         api_key_env,
@@ -417,11 +427,40 @@ pub fn resolve(
     Ok(config)
 }
 
+/// The provider's own default base URL when no flag, `ORCH_BASE_URL` or
+/// profile sets one: for Anthropic, `ANTHROPIC_BASE_URL` (as Anthropic's
+/// SDKs read it), else `https://api.anthropic.com`. Chat Completions and
+/// Responses servers have no default (a local server is as likely as
+/// OpenAI).
+fn provider_base_url(
+    env: &dyn Fn(&str) -> Option<String>,
+    provider: Provider,
+) -> Option<Setting<String>> {
+    match provider {
+        Provider::Anthropic => Some(match env(ANTHROPIC_BASE_URL) {
+            Some(value) => Setting {
+                value,
+                source: Source::Env(ANTHROPIC_BASE_URL.to_owned()),
+            },
+            None => Setting {
+                value: crate::llm::settings::ANTHROPIC_DEFAULT_BASE_URL.to_owned(),
+                source: Source::Default,
+            },
+        }),
+        Provider::OpenAiChat | Provider::OpenAiResponses => None,
+    }
+}
+
+/// Where Anthropic's SDKs read their base URL from.
+const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
+
 /// The API key: `ORCH_API_KEY`, else the variable `api_key_env` names, else
-/// (only when the profile names none) `OPENAI_API_KEY`.
+/// (only when the profile names none) the provider's own variable:
+/// `ANTHROPIC_API_KEY` for Anthropic, `OPENAI_API_KEY` otherwise.
 fn api_key(
     env: &dyn Fn(&str) -> Option<String>,
     api_key_env: Option<&Setting<String>>,
+    provider: Provider,
 ) -> Option<Setting<String>> {
     let from_env = |var: &str| {
         env(var).map(|value| Setting {
@@ -431,7 +470,7 @@ fn api_key(
     };
     from_env("ORCH_API_KEY").or_else(|| match api_key_env {
         Some(var) => from_env(&var.value),
-        None => from_env("OPENAI_API_KEY"),
+        None => from_env(provider.key_var()),
     })
 }
 

@@ -534,9 +534,14 @@ fn child_args(
     }
     match &ctx.model {
         ModelSpawn::Http {
-            base_url, model, ..
+            provider,
+            base_url,
+            model,
+            ..
         } => {
             a.extend([
+                "--provider".into(),
+                provider.as_str().to_owned(),
                 "--base-url".into(),
                 base_url.clone(),
                 "--model".into(),

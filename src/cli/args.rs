@@ -16,6 +16,9 @@ pub(super) const WORKTREE_BASE: &str = "worktree";
 /// Model flags shared by the commands that run agents.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ModelArgs {
+    /// Wire format: `openai-chat` (default), `anthropic` or `openai-responses` (default: the profile's `provider`)
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
     /// OpenAI-compatible base URL, e.g. https://api.openai.com/v1 [env: ORCH_BASE_URL]
     #[arg(long)]
     pub base_url: Option<String>,
@@ -70,6 +73,7 @@ impl ModelArgs {
     /// The flags as config overrides.
     pub fn overrides(&self) -> Overrides {
         Overrides {
+            provider: self.provider.clone(),
             base_url: self.base_url.clone(),
             model: self.model.clone(),
             profile: self.profile.clone(),
@@ -169,6 +173,7 @@ impl LimitArgs {
             context_window: self.context_window,
             profile,
             no_stream,
+            provider: None,
         }
     }
 

@@ -163,7 +163,10 @@ fn rows(r: &ResolvedConfig) -> Vec<Row> {
             "set ORCH_API_KEY or {} (named by api_key_env at {})",
             var.value, var.source
         ),
-        None => "set ORCH_API_KEY (or OPENAI_API_KEY); local servers need none".to_owned(),
+        None => format!(
+            "set ORCH_API_KEY (or {}); local servers need none",
+            r.provider.value.key_var()
+        ),
     };
     let api_key = match &r.api_key {
         Some(k) => Row {
@@ -208,6 +211,7 @@ fn rows(r: &ResolvedConfig) -> Vec<Row> {
             &r.profile,
             "none: --profile, ORCH_PROFILE or default_profile",
         ),
+        plain("provider", &r.provider),
         text(
             "base_url",
             &r.base_url,

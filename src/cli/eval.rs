@@ -238,6 +238,7 @@ fn absolute(path: &Path) -> Result<PathBuf, CliError> {
 /// until it is forwarded, instead of being dropped silently.
 fn run_flags(args: &EvalArgs) -> Result<Vec<String>, CliError> {
     let ModelArgs {
+        provider,
         base_url,
         model,
         replay,
@@ -265,6 +266,7 @@ fn run_flags(args: &EvalArgs) -> Result<Vec<String>, CliError> {
             out.push(v);
         }
     };
+    pair("--provider", provider.clone());
     pair("--base-url", base_url.clone());
     pair("--model", model.clone());
     pair(

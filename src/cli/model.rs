@@ -43,6 +43,8 @@ pub(super) struct Chosen {
     pub sampling: Option<Sampling>,
     /// The `orch.toml` profile the model was resolved through.
     pub profile: Option<String>,
+    /// The wire format (not for replays).
+    pub provider: Option<crate::llm::Provider>,
 }
 
 /// Resolves flags, environment and the `orch.toml` files of `repo` (when
@@ -68,6 +70,7 @@ pub(super) fn choose_with_record(
             replay_file: Some(file.display().to_string()),
             sampling: None,
             profile: None,
+            provider: None,
         });
     }
     let resolved = resolve_config(args, repo)?;
@@ -86,6 +89,7 @@ fn chosen_from(
         apply_recorded(&mut settings, flags, recorded);
     }
     let sampling = Some(settings.sampling);
+    let settings_provider = settings.provider;
     let base_url = Some(settings.base_url.clone());
     let mut secrets = secrets();
     if let Some(k) = &resolved.api_key {
@@ -104,6 +108,7 @@ fn chosen_from(
         replay_file: None,
         sampling,
         profile: resolved.profile.as_ref().map(|p| p.value.clone()),
+        provider: Some(settings_provider),
     })
 }
 

@@ -45,11 +45,14 @@ pub(crate) async fn check_run(
 /// slow server goes to stderr.
 pub(crate) async fn check(model: &dyn ChatModel) -> Result<Served, CliError> {
     let Some(ModelSpawn::Http {
+        provider: crate::llm::Provider::OpenAiChat,
         base_url,
         model,
         api_key,
     }) = model.spawn_settings()
     else {
+        // Other wire formats list their models elsewhere (Anthropic:
+        // `/v1/models` with its own headers): their first request checks.
         return Ok(Served::default());
     };
     check_server(&base_url, &model, api_key.as_deref()).await

@@ -92,6 +92,7 @@ impl SessionBuilder {
                     ..ModelArgs::default()
                 },
                 None => ModelArgs {
+                    provider: settings.and_then(|s| s.provider.clone()),
                     base_url: state.base_url.clone(),
                     model: Some(state.model.clone()),
                     replay: None,
@@ -154,7 +155,8 @@ impl SessionBuilder {
     /// when `--context-window` is not given.
     pub(super) fn build(self, limits: &LimitArgs) -> Result<Session, CliError> {
         let limits = limits.or_recorded(self.recorded.as_ref());
-        let settings = limits.record(self.chosen.profile.clone(), self.no_stream);
+        let mut settings = limits.record(self.chosen.profile.clone(), self.no_stream);
+        settings.provider = self.chosen.provider.map(|p| p.as_str().to_owned());
         let run_limits = limits.to_limits(self.chosen.model.context_window())?;
         Ok(self.build_with(run_limits, settings))
     }
@@ -172,6 +174,7 @@ impl SessionBuilder {
             replay_file,
             sampling,
             profile: _,
+            provider: _,
         } = self.chosen;
         Session {
             limits,

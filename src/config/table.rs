@@ -20,7 +20,7 @@ use crate::llm::openai::{
 };
 use crate::llm::settings::{
     ConstrainedDialect, DEFAULT_FIRST_TOKEN_TIMEOUT, DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS,
-    DEFAULT_PROMPT_EVAL_RATE, DEFAULT_REQUEST_DEADLINE, ToolCalling, ToolChoice,
+    DEFAULT_PROMPT_EVAL_RATE, DEFAULT_REQUEST_DEADLINE, Provider, ToolCalling, ToolChoice,
 };
 use crate::memory::MemoryMode;
 use std::time::Duration;
@@ -206,6 +206,15 @@ const fn timeout(
 }
 
 // ---- the table ----
+
+/// `--provider`, `provider` (default `openai-chat`).
+pub(super) const PROVIDER: Key<String, Provider, Or<Provider>> = Key {
+    flag: Some(("--provider", |o| trimmed(&o.provider))),
+    env: None,
+    file: FileKey::Profile(|p| p.provider.as_ref()),
+    check: |name| name.parse(),
+    default: Or(Provider::OpenAiChat),
+};
 
 /// `--base-url`, `ORCH_BASE_URL`, `base_url`.
 pub(super) const BASE_URL: Key<String, String, Optional> = Key {

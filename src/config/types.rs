@@ -103,6 +103,8 @@ pub struct Setting<T> {
 /// What the command line asks for (the environment is passed separately).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    /// `--provider`.
+    pub provider: Option<String>,
     /// `--base-url`.
     pub base_url: Option<String>,
     /// `--model`.
@@ -184,6 +186,10 @@ pub(super) struct ModelsSpec {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ProfileSpec {
+    /// `openai-chat`, `anthropic` or `openai-responses` (checked by the
+    /// table, so a bad value names the file and line).
+    #[serde(default)]
+    pub(super) provider: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) base_url: Option<Spanned<String>>,
     #[serde(default)]

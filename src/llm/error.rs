@@ -6,10 +6,11 @@ use super::retry;
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
     /// 401/403: the key is missing or wrong.
-    #[error(
-        "authenticate with the model server at {url} (HTTP {status}): {body}; set ORCH_API_KEY (or OPENAI_API_KEY, or the env var named by the profile's api_key_env)"
-    )]
+    #[error("authenticate with the model server at {url} (HTTP {status}): {body}; set {key_vars}")]
     Auth {
+        /// The variables the key is read from, as the message names them
+        /// (they differ by provider).
+        key_vars: &'static str,
         /// Endpoint URL.
         url: String,
         /// HTTP status.

@@ -24,7 +24,7 @@ mod usage;
 
 pub use error::LlmError;
 pub use price::{Price, PriceTable, cost_usd};
-pub use settings::{CallMode, ConstrainedDialect, Sampling, ToolCalling, ToolChoice};
+pub use settings::{CallMode, ConstrainedDialect, Provider, Sampling, ToolCalling, ToolChoice};
 pub use usage::Usage;
 pub(crate) use usage::reported_cost;
 
@@ -417,6 +417,8 @@ impl<W: ModelWrapper> ChatModel for W {
 pub enum ModelSpawn {
     /// An OpenAI-compatible server; the key goes to the child as `ORCH_API_KEY`.
     Http {
+        /// The wire format.
+        provider: settings::Provider,
         /// API root.
         base_url: String,
         /// Model name.
@@ -432,11 +434,13 @@ impl std::fmt::Debug for ModelSpawn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ModelSpawn::Http {
+                provider,
                 base_url,
                 model,
                 api_key,
             } => f
                 .debug_struct("Http")
+                .field("provider", provider)
                 .field("base_url", base_url)
                 .field("model", model)
                 .field("api_key", &api_key.as_ref().map(|_| "<redacted>"))

@@ -59,9 +59,9 @@ pub use super::settings::*;
 use super::price::cost_usd;
 use super::retry::{GiveUp, parse_retry_after};
 use super::sse::SseDecoder;
-use super::stream::{Assembled, ChunkError, StreamAssembler};
+use super::stream::{Assembled, ChunkError};
 use super::{BoxFuture, ChatModel, ChatRequest, ChatResponse, DeltaFn, LlmError, Usage};
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::time::{Duration, Instant};
@@ -74,13 +74,16 @@ pub const PID_HEADER: &str = "x-orch-pid";
 
 mod classify;
 mod client;
+mod format;
 mod http;
 mod snippet;
 mod window;
 mod wire;
 
-use classify::{Attempt, Kind, Transient, human_duration, timed_out};
+pub(crate) use classify::{Attempt, Kind, Transient};
+use classify::{human_duration, timed_out};
 pub use client::OpenAiClient;
+pub(crate) use format::{StreamDecoder, WireFormat, wire_format};
 use http::{BodyError, build_client, read_capped};
 use snippet::snippet;
 use wire::{agent_header_value, finalize};
@@ -90,7 +93,13 @@ pub use http::{http_client, http_client_for, http_client_with};
 impl OpenAiClient {
     /// A client for `settings`; fails on a malformed base URL.
     pub fn new(settings: ModelSettings) -> Result<Self, LlmError> {
-        let endpoint = settings.endpoint();
+        let format = wire_format(settings.provider).ok_or_else(|| {
+            LlmError::Config(format!(
+                "provider `{}` is not supported by this build of orch",
+                settings.provider
+            ))
+        })?;
+        let endpoint = format.endpoint(&settings.base_url);
         let plain_http = match reqwest::Url::parse(&endpoint) {
             Ok(url) if matches!(url.scheme(), "http" | "https") => url.scheme() == "http",
             Ok(_) => {
@@ -111,6 +120,7 @@ impl OpenAiClient {
         let http = build_client(None, settings.connect_timeout, plain_http)?;
         Ok(OpenAiClient {
             settings,
+            format,
             endpoint,
             http,
             stream_off: OnceLock::new(),
@@ -160,7 +170,7 @@ impl OpenAiClient {
         let mut last_was_5xx = false;
         loop {
             let stream = self.streaming() && fallback.is_none();
-            let body = self.request_body(req, stream)?;
+            let body = self.format.request_body(self, req, stream)?;
             let headers = self.headers(&req.agent_path, stream)?;
             let failure = match self
                 .attempt(&headers, body, on_delta, stream, deadline)
@@ -345,15 +355,7 @@ impl OpenAiClient {
         }
         headers.insert(AGENT_HEADER, agent_header_value(agent_path));
         headers.insert(PID_HEADER, HeaderValue::from(std::process::id()));
-        if let Some(key) = &self.settings.api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                LlmError::Config(
-                    "the API key contains characters not allowed in an HTTP header".to_owned(),
-                )
-            })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
+        self.format.auth_headers(self, &mut headers)?;
         Ok(headers)
     }
 
@@ -459,10 +461,13 @@ impl OpenAiClient {
         };
         if status.is_success() {
             return self
-                .parse_completion(&bytes)
+                .format
+                .parse_completion(self, &bytes)
                 .map(|a| Assembled { header_cost, ..a });
         }
-        Err(self.classify_status(status, retry_after, &bytes))
+        Err(self
+            .format
+            .classify_status(self, status, retry_after, &bytes))
     }
 
     /// The completion's own deadline.
@@ -487,7 +492,7 @@ impl OpenAiClient {
         let idle = self.settings.stream_idle_timeout;
         let call = self.call_deadline_of(call_deadline);
         let mut decoder = SseDecoder::new(self.settings.max_body_bytes());
-        let mut assembler = StreamAssembler::with_limit(self.settings.max_reply_bytes);
+        let mut assembler = self.format.stream_decoder(self.settings.max_reply_bytes);
         // Only `data` lines are life: a server that sends nothing but
         // keep-alive comments is silent as far as this timer goes.
         let mut last_data = Instant::now();
@@ -543,7 +548,7 @@ impl OpenAiClient {
             }
             comments += fed.comments;
             for data in &fed.events {
-                if self.take_event(&mut assembler, data, on_delta)? {
+                if self.take_event(assembler.as_mut(), data, on_delta)? {
                     return self.stream_end(assembler);
                 }
             }
@@ -552,15 +557,16 @@ impl OpenAiClient {
             .finish()
             .map_err(|e| Attempt::Fatal(self.bad(e.to_string())))?;
         if let Some(data) = last {
-            self.take_event(&mut assembler, &data, on_delta)?;
+            self.take_event(assembler.as_mut(), &data, on_delta)?;
         }
         self.stream_end(assembler)
     }
 
-    /// Adds one event's data to `assembler`; true at `[DONE]`.
+    /// Adds one event's data to `assembler`; true at `[DONE]` or the
+    /// format's own end event.
     fn take_event(
         &self,
-        assembler: &mut StreamAssembler,
+        assembler: &mut dyn StreamDecoder,
         data: &str,
         on_delta: Option<&DeltaFn<'_>>,
     ) -> Result<bool, Attempt> {
@@ -573,19 +579,19 @@ impl OpenAiClient {
                 if let Some(on_delta) = on_delta {
                     on_delta(assembler.chars());
                 }
-                Ok(false)
+                Ok(assembler.ended())
             }
-            Ok(false) => Ok(false),
+            Ok(false) => Ok(assembler.ended()),
             Err(ChunkError::Malformed(what)) => Err(Attempt::Fatal(self.bad(format!(
                 "{what}; it starts with: {}",
                 self.redact(&snippet(data.as_bytes()))
             )))),
-            Err(ChunkError::Server(err)) => Err(self.stream_error(&err)),
+            Err(ChunkError::Server(err)) => Err(self.format.stream_error(self, &err)),
             Err(ChunkError::TooLarge(why)) => Err(Attempt::Fatal(self.bad(why))),
         }
     }
 
-    fn stream_end(&self, assembler: StreamAssembler) -> Result<Assembled, Attempt> {
+    fn stream_end(&self, assembler: Box<dyn StreamDecoder>) -> Result<Assembled, Attempt> {
         if assembler.chunks() == 0 {
             // llama-cpp-python answers tools + stream with an empty 200.
             return Err(Attempt::StreamOnly(
@@ -726,6 +732,7 @@ impl ChatModel for OpenAiClient {
 
     fn spawn_settings(&self) -> Option<super::ModelSpawn> {
         Some(super::ModelSpawn::Http {
+            provider: self.settings.provider,
             base_url: self.settings.base_url.clone(),
             model: self.settings.model.clone(),
             api_key: self.settings.api_key.clone(),

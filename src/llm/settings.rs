@@ -250,9 +250,82 @@ impl ConstrainedDialect {
     }
 }
 
+/// Anthropic's API root when neither the configuration nor
+/// `ANTHROPIC_BASE_URL` names one.
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// Which wire format a profile speaks (`provider` in a profile, `--provider`;
+/// see `docs/model-client.md`). Each is one [`super::openai::WireFormat`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Provider {
+    /// OpenAI Chat Completions, `POST {base_url}/chat/completions` (OpenAI,
+    /// llama.cpp, vLLM, Ollama, LiteLLM, DeepSeek, …). The default.
+    #[default]
+    #[serde(rename = "openai-chat")]
+    OpenAiChat,
+    /// Anthropic Messages, `POST {base}/v1/messages` ([`super::anthropic`]).
+    #[serde(rename = "anthropic")]
+    Anthropic,
+    /// OpenAI Responses, `POST {base_url}/responses`.
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
+}
+
+impl Provider {
+    /// Every provider, in the order messages list them.
+    pub const ALL: [Provider; 3] = [
+        Provider::OpenAiChat,
+        Provider::Anthropic,
+        Provider::OpenAiResponses,
+    ];
+
+    /// The environment variable the API key is read from when neither
+    /// `ORCH_API_KEY` nor a profile's `api_key_env` gives one.
+    pub fn key_var(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "ANTHROPIC_API_KEY",
+            Provider::OpenAiChat | Provider::OpenAiResponses => "OPENAI_API_KEY",
+        }
+    }
+
+    /// The configured name: `openai-chat`, `anthropic` or `openai-responses`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::OpenAiChat => "openai-chat",
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAiResponses => "openai-responses",
+        }
+    }
+}
+
+impl std::str::FromStr for Provider {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().to_ascii_lowercase();
+        Provider::ALL
+            .into_iter()
+            .find(|p| p.as_str() == wanted)
+            .ok_or_else(|| {
+                format!(
+                    "unknown provider `{}`: expected `openai-chat` (the default), `anthropic` or `openai-responses`",
+                    s.trim()
+                )
+            })
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where and how to reach a model.
 #[derive(Clone)]
 pub struct ModelSettings {
+    /// The wire format ([`Provider`], default Chat Completions).
+    pub provider: Provider,
     /// API root, e.g. `http://127.0.0.1:8080/v1`; requests go to
     /// `{base_url}/chat/completions` (a trailing slash is tolerated).
     pub base_url: String,
@@ -313,6 +386,7 @@ pub struct ModelSettings {
 impl fmt::Debug for ModelSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModelSettings")
+            .field("provider", &self.provider)
             .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
@@ -342,6 +416,7 @@ impl ModelSettings {
     /// [`DEFAULT_MAX_TOKENS`] and no other sampling settings.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         ModelSettings {
+            provider: Provider::OpenAiChat,
             base_url: base_url.into(),
             model: model.into(),
             api_key: None,
@@ -410,9 +485,14 @@ impl ModelSettings {
         })
     }
 
-    /// The full Chat Completions URL.
+    /// The full URL requests go to: the provider's path under `base_url`
+    /// (`WireFormat::endpoint`); the base URL itself for a provider this
+    /// build cannot speak.
     pub fn endpoint(&self) -> String {
-        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+        match super::openai::wire_format(self.provider) {
+            Some(format) => format.endpoint(&self.base_url),
+            None => self.base_url.clone(),
+        }
     }
 
     /// Most bytes read of a non-streamed body, or held of one SSE event:

@@ -196,6 +196,10 @@ pub struct RunSettings {
     /// `--no-stream`.
     #[serde(default)]
     pub no_stream: bool,
+    /// The wire format (`provider`), so a resumed run speaks it again;
+    /// absent in records of older runs and of replays (Chat Completions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// What the lane's setup command did before a stage.

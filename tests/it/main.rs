@@ -13,6 +13,7 @@ mod constrained;
 mod support;
 
 mod agent_files;
+mod anthropic;
 mod bootstrap;
 mod budget;
 mod cli;

@@ -11,8 +11,13 @@ use crate::llm::retry::{
 use reqwest::StatusCode;
 use std::time::Duration;
 
+/// Where the key of an OpenAI-compatible server is read from, for the
+/// message of an authentication failure.
+pub(crate) const OPENAI_KEY_VARS: &str =
+    "ORCH_API_KEY (or OPENAI_API_KEY, or the env var named by the profile's api_key_env)";
+
 /// Outcome of one failed attempt.
-pub(super) enum Attempt {
+pub(crate) enum Attempt {
     /// Retrying will not help.
     Fatal(LlmError),
     /// Worth another try.
@@ -27,20 +32,20 @@ pub(super) enum Attempt {
     WantsMaxCompletionTokens(LlmError),
 }
 
-pub(super) struct Transient {
-    pub(super) reason: String,
-    pub(super) retry_after: Option<Duration>,
-    pub(super) kind: Kind,
+pub(crate) struct Transient {
+    pub(crate) reason: String,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) kind: Kind,
     /// The HTTP status of an error answer (before any stream chunk).
-    pub(super) status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// The quoted body, when it shows the request itself is invalid (a
     /// validation error): such a failure is retried at most once.
-    pub(super) invalid_request: Option<String>,
+    pub(crate) invalid_request: Option<String>,
 }
 
 impl Transient {
     /// A failure with no status and no sign of being deterministic.
-    pub(super) fn new(reason: String, kind: Kind) -> Self {
+    pub(crate) fn new(reason: String, kind: Kind) -> Self {
         Transient {
             reason,
             retry_after: None,
@@ -53,7 +58,7 @@ impl Transient {
 
 /// What kind of transient failure, for the advice when retries run out.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     RateLimit,
     Server,
     Connect,
@@ -70,7 +75,7 @@ pub(super) enum Kind {
 }
 
 impl Kind {
-    pub(super) fn hint(self) -> &'static str {
+    pub(crate) fn hint(self) -> &'static str {
         match self {
             Kind::RateLimit => {
                 "; the server is rate-limiting: wait and run again, or raise your quota"
@@ -98,7 +103,7 @@ impl Kind {
 
 impl OpenAiClient {
     /// An `{"error": …}` chunk inside a 200 stream.
-    pub(super) fn stream_error(&self, err: &serde_json::Value) -> Attempt {
+    pub(crate) fn stream_error(&self, err: &serde_json::Value) -> Attempt {
         let text = self.redact(&compact(err));
         if is_context_length_message(&err.to_string()) {
             return Attempt::Fatal(LlmError::ContextLength {
@@ -115,11 +120,12 @@ impl OpenAiClient {
         ))
     }
 
-    pub(super) fn classify_status(
+    pub(crate) fn classify_status(
         &self,
         status: StatusCode,
         retry_after: Option<Duration>,
         bytes: &[u8],
+        key_vars: &'static str,
     ) -> Attempt {
         let body = self.redact(&snippet(bytes));
         let full = String::from_utf8_lossy(bytes);
@@ -145,6 +151,7 @@ impl OpenAiClient {
                     body.clone()
                 };
                 Attempt::Fatal(LlmError::Auth {
+                    key_vars,
                     url,
                     status: code,
                     body,
@@ -184,7 +191,7 @@ impl OpenAiClient {
     }
 
     /// A reqwest failure; `chunks` is set when it happened inside a stream.
-    pub(super) fn transport_failure(&self, e: reqwest::Error, chunks: Option<usize>) -> Attempt {
+    pub(crate) fn transport_failure(&self, e: reqwest::Error, chunks: Option<usize>) -> Attempt {
         let (builder, timeout, connect) = (e.is_builder(), e.is_timeout(), e.is_connect());
         let reason = self.redact(&error_chain(&e.without_url()));
         if builder {
@@ -211,7 +218,7 @@ impl OpenAiClient {
 
 /// A timeout of `setting` (`request_timeout`, `request_deadline`) after
 /// `limit` while doing `what`.
-pub(super) fn timed_out(limit: Duration, what: &str, setting: &str) -> Attempt {
+pub(crate) fn timed_out(limit: Duration, what: &str, setting: &str) -> Attempt {
     Attempt::Transient(Transient::new(
         format!(
             "timed out after {} {what} ({setting})",
@@ -221,4 +228,4 @@ pub(super) fn timed_out(limit: Duration, what: &str, setting: &str) -> Attempt {
     ))
 }
 
-pub(super) use crate::llm::settings::human_duration;
+pub(crate) use crate::llm::settings::human_duration;

@@ -8,8 +8,13 @@ use std::sync::atomic::AtomicBool;
 use crate::llm::settings::ModelSettings;
 
 /// A [`crate::llm::ChatModel`] that calls an OpenAI-compatible Chat Completions endpoint.
+///
+/// Despite its name it is the HTTP client of every wire format: the
+/// settings' [`crate::llm::settings::Provider`] picks its [`super::WireFormat`].
 pub struct OpenAiClient {
     pub(super) settings: ModelSettings,
+    /// The wire format requests are written and read in.
+    pub(super) format: &'static dyn super::WireFormat,
     pub(super) endpoint: String,
     pub(super) http: reqwest::Client,
     /// Set once a stream-only failure was answered by a plain request: why.
