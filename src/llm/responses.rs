@@ -485,5 +485,8 @@ impl ResponsesAssembler {
     }
 }
 
+mod format;
+pub(crate) use format::Responses;
+
 #[cfg(test)]
 mod tests;

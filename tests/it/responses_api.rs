@@ -359,6 +359,8 @@ struct Outcome {
     code_results: Vec<String>,
     /// prompt and completion tokens the coder's responses logged.
     code_tokens: Vec<(u64, u64)>,
+    /// Which agent sent each model request, in order.
+    agents: Vec<String>,
 }
 
 fn run_issue_to_pr(extra: &[&str]) -> (TestRepo, FakeServer, String, Outcome) {
@@ -419,6 +421,7 @@ fn run_issue_to_pr(extra: &[&str]) -> (TestRepo, FakeServer, String, Outcome) {
         pr_tree: tree(&format!("orch/{run_id}/pr")),
         code_results: tool_results(&last),
         code_tokens,
+        agents: server.requests().iter().map(|r| r.agent.clone()).collect(),
     };
     assert!(server.violations().is_empty(), "{:?}", server.violations());
     (repo, server, run_id, outcome)
@@ -444,12 +447,28 @@ fn responses_issue_to_pr_matches_the_chat_completions_run_and_replays_offline() 
             args.push("--no-stream");
         }
         let (repo, server, run_id, outcome) = run_issue_to_pr(&args);
-        assert!(
-            server.requests().iter().all(|r| r.path == "/v1/responses"
-                && r.body["store"] == false
-                && r.body.get("stream").is_some() == stream),
-            "every model request went to /responses, stateless"
-        );
+        let chat_streamed: Vec<bool> = chat_server
+            .requests()
+            .iter()
+            .map(|r| r.body["stream"] == true)
+            .collect();
+        let requests = server.requests();
+        assert_eq!(requests.len(), chat_streamed.len());
+        for (r, chat_stream) in requests.iter().zip(chat_streamed) {
+            // Streamed as the Chat Completions run streamed (the memory
+            // distiller's request never is), or not at all with --no-stream.
+            assert_eq!(
+                (
+                    r.path.as_str(),
+                    &r.body["store"],
+                    r.body.get("stream").is_some()
+                ),
+                ("/v1/responses", &json!(false), stream && chat_stream),
+                "every model request went to /responses, stateless ({}): {}",
+                r.agent,
+                r.body
+            );
+        }
         assert_eq!(outcome, chat, "stream: {stream}");
         // The run record says which wire format the run spoke.
         let state = state_json(&repo, &run_id);

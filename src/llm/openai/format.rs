@@ -89,7 +89,8 @@ pub(crate) trait StreamDecoder: Send {
 pub(crate) fn wire_format(provider: Provider) -> Option<&'static dyn WireFormat> {
     match provider {
         Provider::OpenAiChat => Some(&ChatCompletions),
-        Provider::Anthropic | Provider::OpenAiResponses => None,
+        Provider::OpenAiResponses => Some(&crate::llm::responses::Responses),
+        Provider::Anthropic => None,
     }
 }
 

@@ -80,7 +80,7 @@ impl OpenAiClient {
         })
     }
 
-    pub(super) fn bad(&self, reason: String) -> LlmError {
+    pub(crate) fn bad(&self, reason: String) -> LlmError {
         LlmError::BadResponse {
             url: self.endpoint.clone(),
             reason,
@@ -178,8 +178,19 @@ impl OpenAiClient {
         })
     }
 
+    /// A server body as errors quote it: a short one-line snippet, the key
+    /// masked (for the other wire formats).
+    pub(crate) fn quote(&self, bytes: &[u8]) -> String {
+        self.redact(&snippet(bytes))
+    }
+
+    /// The URL requests go to.
+    pub(crate) fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
     /// Masks any echo of the API key (some servers quote the key they rejected).
-    pub(super) fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         match &self.settings.api_key {
             Some(key)
                 if key.len() >= crate::secrets::MIN_SECRET_LEN && text.contains(key.as_str()) =>

@@ -33,7 +33,12 @@ impl WireFormat for Responses {
         stream: bool,
     ) -> Result<Vec<u8>, LlmError> {
         let settings = client.settings();
-        Ok(request_body(&settings.model, &settings.sampling, req, stream))
+        Ok(request_body(
+            &settings.model,
+            &settings.sampling,
+            req,
+            stream,
+        ))
     }
 
     fn parse_completion(&self, client: &OpenAiClient, bytes: &[u8]) -> Result<Assembled, Attempt> {
@@ -75,15 +80,13 @@ impl WireFormat for Responses {
             .and_then(Value::as_str)
             .unwrap_or("");
         match code {
-            "rate_limit_exceeded" | "rate_limit_error" => {
-                Attempt::Transient(Transient::new(
-                    format!(
-                        "the server reported a rate limit mid-response: {}",
-                        client.quote(err.to_string().as_bytes())
-                    ),
-                    Kind::RateLimit,
-                ))
-            }
+            "rate_limit_exceeded" | "rate_limit_error" => Attempt::Transient(Transient::new(
+                format!(
+                    "the server reported a rate limit mid-response: {}",
+                    client.quote(err.to_string().as_bytes())
+                ),
+                Kind::RateLimit,
+            )),
             "invalid_prompt" | "invalid_request_error" | "invalid_request"
                 if !crate::llm::retry::is_context_length_message(&err.to_string()) =>
             {
