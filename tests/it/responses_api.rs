@@ -252,6 +252,93 @@ fn responses_failed_and_error_events_in_a_stream_are_classified() {
 }
 
 #[test]
+fn responses_rate_limit_and_invalid_prompt_events_are_retried_or_fail_at_once() {
+    let repo = calc_repo();
+    let event = |e: Value| Reply::RawSse(vec![format!("event: error\ndata: {e}\n\n")]);
+    let rate = event(json!({"type": "error", "code": "rate_limit_exceeded",
+        "message": "Rate limit reached for o4-mini", "param": null}));
+    let server = FakeServer::start(
+        Script::new().agent("explore", vec![rate, Reply::text("add() is in calc.py.")]),
+    );
+    let out = explore(&server, &repo, true);
+    assert_exit(&out, 0);
+    assert_eq!(
+        server.requests_for("explore").len(),
+        2,
+        "a rate limit is retried"
+    );
+
+    let invalid = event(json!({"type": "error", "code": "invalid_prompt",
+        "message": "Invalid prompt: your prompt was flagged.", "param": null}));
+    let server =
+        FakeServer::start(Script::new().agent("explore", vec![invalid, Reply::text("never sent")]));
+    let out = explore(&server, &repo, true);
+    assert_exit(&out, 3);
+    assert_eq!(
+        server.requests_for("explore").len(),
+        1,
+        "an invalid prompt is not retried"
+    );
+    let reason = result_of(&out)["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.contains("Invalid prompt"), "{reason}");
+}
+
+#[test]
+fn responses_a_subagent_speaks_responses_too() {
+    let repo = calc_repo();
+    let scratch = tempfile::tempdir().unwrap();
+    let pipeline = crate::support::write_pipeline(
+        scratch.path(),
+        "solo",
+        "stages:\n  code:\n    role: coder\n    task: \"{{ issue }}\"\n",
+    );
+    let issue = write_issue(
+        scratch.path(),
+        "# Look around\n\nFind where add is defined.\n",
+    );
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call(
+                        "s1",
+                        "spawn_agent",
+                        json!({"role": "explore", "task": "Where is add defined?"}),
+                    ),
+                    Reply::finish("c2", "The child reported.", None),
+                ],
+            )
+            .agent(
+                "code/explore-1",
+                vec![Reply::finish("e1", "add is defined in calc.py:1.", None)],
+            ),
+    );
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "o4-mini")
+        .json()
+        .args(PROVIDER)
+        .output();
+    assert_exit(&out, 0);
+    let child = server.requests_for("code/explore-1");
+    assert_eq!(child.len(), 1);
+    assert_eq!(
+        child[0].path, "/v1/responses",
+        "the child process speaks Responses"
+    );
+    assert_eq!(child[0].body["store"], false);
+    let results = tool_results(&chat_view(&server.requests_for("code")[1]));
+    assert!(
+        results[0].contains("add is defined in calc.py:1."),
+        "{results:?}"
+    );
+}
+
+#[test]
 fn responses_context_length_400_is_not_retried() {
     let repo = calc_repo();
     for stream in [true, false] {
@@ -419,7 +506,16 @@ fn run_issue_to_pr(extra: &[&str]) -> (TestRepo, FakeServer, String, Outcome) {
         status: j["status"].as_str().unwrap().to_owned(),
         stages,
         pr_tree: tree(&format!("orch/{run_id}/pr")),
-        code_results: tool_results(&last),
+        // Without the wall-clock time a bash result reports.
+        code_results: tool_results(&last)
+            .iter()
+            .map(|r| {
+                regex::Regex::new(r"\[exit (\d+), [0-9.]+s\]")
+                    .unwrap()
+                    .replace_all(r, "[exit $1]")
+                    .into_owned()
+            })
+            .collect(),
         code_tokens,
         agents: server.requests().iter().map(|r| r.agent.clone()).collect(),
     };

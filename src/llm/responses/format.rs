@@ -122,3 +122,75 @@ impl StreamDecoder for ResponsesAssembler {
         ResponsesAssembler::finish(*self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::openai::ModelSettings;
+    use crate::llm::settings::Provider;
+    use serde_json::json;
+
+    fn client() -> OpenAiClient {
+        let mut s = ModelSettings::new("http://127.0.0.1:9/v1/", "o4-mini");
+        s.provider = Provider::OpenAiResponses;
+        s.api_key = Some("sk-secret-responses".into());
+        OpenAiClient::new(s).unwrap()
+    }
+
+    #[test]
+    fn the_endpoint_is_responses_under_the_base_url() {
+        assert_eq!(client().endpoint(), "http://127.0.0.1:9/v1/responses");
+    }
+
+    #[test]
+    fn errors_inside_a_reply_are_classified_by_their_code() {
+        let c = client();
+        let rate = json!({"type": "error", "code": "rate_limit_exceeded", "message": "slow down"});
+        assert!(matches!(
+            Responses.stream_error(&c, &rate),
+            Attempt::Transient(Transient {
+                kind: Kind::RateLimit,
+                ..
+            })
+        ));
+        let server = json!({"code": "server_error", "message": "boom"});
+        assert!(matches!(
+            Responses.stream_error(&c, &server),
+            Attempt::Transient(Transient {
+                kind: Kind::Server,
+                ..
+            })
+        ));
+        let invalid =
+            json!({"code": "invalid_prompt", "message": "bad prompt sk-secret-responses"});
+        match Responses.stream_error(&c, &invalid) {
+            Attempt::Fatal(LlmError::Rejected { body, .. }) => {
+                assert!(!body.contains("sk-secret-responses"), "{body}");
+            }
+            _ => panic!("an invalid prompt fails at once"),
+        }
+        let long = json!({"code": "context_length_exceeded",
+            "message": "Your input exceeds the context window of this model."});
+        assert!(matches!(
+            Responses.stream_error(&c, &long),
+            Attempt::Fatal(LlmError::ContextLength { .. })
+        ));
+    }
+
+    #[test]
+    fn a_failed_plain_reply_is_classified_and_garbage_is_a_bad_response() {
+        let c = client();
+        let failed = json!({"status": "failed", "output": [],
+            "error": {"code": "server_error", "message": "boom"}});
+        assert!(matches!(
+            Responses.parse_completion(&c, failed.to_string().as_bytes()),
+            Err(Attempt::Transient(_))
+        ));
+        for bad in [&b""[..], b"<html>502</html>", b"{\"choices\":[]}"] {
+            assert!(matches!(
+                Responses.parse_completion(&c, bad),
+                Err(Attempt::Fatal(LlmError::BadResponse { .. }))
+            ));
+        }
+    }
+}
