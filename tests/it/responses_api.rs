@@ -183,6 +183,44 @@ fn responses_tool_choice_required_is_sent_as_required() {
 }
 
 #[test]
+fn responses_a_profile_with_provider_openai_responses_speaks_it() {
+    let server = FakeServer::start(Script::new().agent(
+        "explore",
+        vec![Reply::finish("f1", "add() is in calc.py.", None)],
+    ));
+    let repo = calc_repo();
+    repo.write(
+        ".orch/orch.toml",
+        format!(
+            "default_profile = \"o4\"\n\n[profiles.o4]\nprovider = \"openai-responses\"\nbase_url = \"{}\"\nmodel = \"o4-mini\"\ntool_choice = \"required\"\nmax_tokens = 0\n",
+            server.base_url
+        ),
+    );
+    repo.commit_all("profile");
+    let mut cmd = orch();
+    cmd.current_dir(&repo.path).args([
+        "agent",
+        "--json",
+        "--role",
+        "explore",
+        "--task",
+        "Where is add?",
+    ]);
+    let out = output_logged(&mut cmd);
+    assert_exit(&out, 0);
+    let reqs = server.requests_for("explore");
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].path, "/v1/responses");
+    assert_eq!(reqs[0].body["model"], "o4-mini");
+    assert_eq!(reqs[0].body["tool_choice"], "required");
+    assert!(
+        reqs[0].body.get("max_output_tokens").is_none(),
+        "max_tokens = 0 sends no cap: {}",
+        reqs[0].body
+    );
+}
+
+#[test]
 fn responses_a_429_with_retry_after_and_a_500_are_retried() {
     let repo = calc_repo();
     for stream in [true, false] {
