@@ -22,6 +22,7 @@
 //! tool_choice = "required"   # or "auto" (what is sent when unset)
 //! tool_calling = "constrained"   # or "auto" (default), "native", "text"
 //! constrained_dialect = "llamacpp"   # or "openai" (default), "vllm", "ollama"
+//! prompt_cache = "auto"   # or "on", "off" (Anthropic's cache breakpoints)
 //!
 //! [prices."qwen2.5-coder"]
 //! prompt = 0
@@ -127,6 +128,8 @@ pub struct ResolvedConfig {
     pub tool_calling: Setting<ToolCalling>,
     /// `constrained_dialect`: where a constrained turn's schema goes.
     pub constrained_dialect: Setting<ConstrainedDialect>,
+    /// `prompt_cache`: whether prompts are marked for caching (Anthropic).
+    pub prompt_cache: Setting<crate::llm::PromptCache>,
     /// Prices by model, built-in ones overridden by the files.
     pub prices: PriceTable,
     /// Where each price in `prices` came from.
@@ -208,6 +211,15 @@ impl ResolvedConfig {
         };
         s.tool_calling = self.tool_calling.value;
         s.constrained_dialect = self.constrained_dialect.value;
+        s.prompt_cache = self.prompt_cache.value;
+        // Anthropic's models have a known window: unless one is configured,
+        // it replaces the generic default (the Models API may still say less).
+        if self.provider.value == Provider::Anthropic
+            && self.context_window.source == Source::Default
+            && let Some(window) = crate::llm::anthropic::context_window_of(&s.model)
+        {
+            s.context_window = window;
+        }
         Ok(s)
     }
 }
@@ -405,6 +417,7 @@ pub fn resolve(
         tool_choice: s.get(&TOOL_CHOICE)?,
         tool_calling: s.get(&TOOL_CALLING)?,
         constrained_dialect: s.get(&CONSTRAINED_DIALECT)?,
+        prompt_cache: s.get(&PROMPT_CACHE)?,
         memory: s.get(&MEMORY)?,
         model_aliases: loaded
             .iter()

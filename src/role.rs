@@ -56,6 +56,7 @@ const KNOWN_KEYS: &[&str] = &[
     "tool_choice",
     "text_edits",
     "tool_calling",
+    "prompt_cache",
     "context_files",
     "permissionMode",
     "disallowedTools",
@@ -109,6 +110,10 @@ pub struct Role {
     /// overriding the profile's (`auto`, `native`, `constrained`, `text`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calling: Option<crate::llm::ToolCalling>,
+    /// `prompt_cache:` — `on` or `off`: whether this role's stages mark
+    /// their prompt for caching, when the profile says `auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<crate::llm::PromptCache>,
     /// What was not taken from the file: tools orch does not have (not
     /// offered) and keys it does not know (ignored), one line each.
     #[serde(default)]
@@ -265,6 +270,8 @@ struct RoleSpec {
     #[serde(default)]
     text_edits: Option<bool>,
     tool_calling: Option<crate::llm::ToolCalling>,
+    #[serde(default)]
+    prompt_cache: Option<Spanned<OnOff>>,
     #[serde(default)]
     sandbox: Option<Spanned<String>>,
     #[serde(default)]
@@ -454,6 +461,18 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         .as_ref()
         .map(|n| switch("network", n))
         .transpose()?;
+    let prompt_cache = spec
+        .prompt_cache
+        .as_ref()
+        .map(|n| switch("prompt_cache", n))
+        .transpose()?
+        .map(|on| {
+            if on {
+                crate::llm::PromptCache::On
+            } else {
+                crate::llm::PromptCache::Off
+            }
+        });
     let context_files = spec
         .context_files
         .as_ref()
@@ -485,6 +504,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         sampling,
         text_edits: spec.text_edits,
         tool_calling: spec.tool_calling,
+        prompt_cache,
         warnings,
         sandbox,
         network,

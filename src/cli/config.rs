@@ -212,6 +212,7 @@ fn rows(r: &ResolvedConfig) -> Vec<Row> {
             "none: --profile, ORCH_PROFILE or default_profile",
         ),
         plain("provider", &r.provider),
+        plain("prompt_cache", &r.prompt_cache),
         text(
             "base_url",
             &r.base_url,

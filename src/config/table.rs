@@ -20,7 +20,8 @@ use crate::llm::openai::{
 };
 use crate::llm::settings::{
     ConstrainedDialect, DEFAULT_FIRST_TOKEN_TIMEOUT, DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS,
-    DEFAULT_PROMPT_EVAL_RATE, DEFAULT_REQUEST_DEADLINE, Provider, ToolCalling, ToolChoice,
+    DEFAULT_PROMPT_EVAL_RATE, DEFAULT_REQUEST_DEADLINE, PromptCache, Provider, ToolCalling,
+    ToolChoice,
 };
 use crate::memory::MemoryMode;
 use std::time::Duration;
@@ -419,6 +420,15 @@ pub(super) const CONSTRAINED_DIALECT: Key<
     file: FileKey::Profile(|p| p.constrained_dialect.as_ref()),
     check: any,
     default: Or(ConstrainedDialect::OpenAi),
+};
+
+/// `prompt_cache` (default `auto`: on unless the role says `off`).
+pub(super) const PROMPT_CACHE: Key<PromptCache, PromptCache, Or<PromptCache>> = Key {
+    flag: None,
+    env: None,
+    file: FileKey::Profile(|p| p.prompt_cache.as_ref()),
+    check: any,
+    default: Or(PromptCache::Auto),
 };
 
 /// `memory =` (a top-level key; default `propose`).

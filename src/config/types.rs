@@ -242,6 +242,9 @@ pub(super) struct ProfileSpec {
     /// `openai`, `llamacpp`, `vllm` or `ollama`.
     #[serde(default)]
     pub(super) constrained_dialect: Option<Spanned<ConstrainedDialect>>,
+    /// `auto`, `on` or `off`.
+    #[serde(default)]
+    pub(super) prompt_cache: Option<Spanned<crate::llm::PromptCache>>,
 }
 
 /// One parsed file, with its text for turning spans into lines.

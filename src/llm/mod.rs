@@ -8,6 +8,7 @@
 //! See `docs/model-client.md` for the user-facing behaviour (streaming,
 //! retry schedule, error classes, configuration, prices).
 
+pub mod anthropic;
 pub mod constrained;
 mod error;
 pub mod openai;
@@ -24,7 +25,9 @@ mod usage;
 
 pub use error::LlmError;
 pub use price::{Price, PriceTable, cost_usd};
-pub use settings::{CallMode, ConstrainedDialect, Provider, Sampling, ToolCalling, ToolChoice};
+pub use settings::{
+    CallMode, ConstrainedDialect, PromptCache, Provider, Sampling, ToolCalling, ToolChoice,
+};
 pub use usage::Usage;
 pub(crate) use usage::reported_cost;
 
@@ -314,6 +317,14 @@ pub trait ChatModel: Send + Sync {
         let _ = setting;
         None
     }
+
+    /// The same backend with a role's `prompt_cache:` applied over its
+    /// profile's ([`PromptCache::with_role`]), or `None` when nothing
+    /// changes or it has no such setting.
+    fn with_prompt_cache(&self, role: PromptCache) -> Option<std::sync::Arc<dyn ChatModel>> {
+        let _ = role;
+        None
+    }
     // A method added here needs its forward in `impl<W: ModelWrapper>
     // ChatModel for W` below, or every wrapped model falls back to the default.
 }
@@ -409,6 +420,10 @@ impl<W: ModelWrapper> ChatModel for W {
 
     fn with_tool_calling(&self, setting: ToolCalling) -> Option<std::sync::Arc<dyn ChatModel>> {
         self.inner().with_tool_calling(setting)
+    }
+
+    fn with_prompt_cache(&self, role: PromptCache) -> Option<std::sync::Arc<dyn ChatModel>> {
+        self.inner().with_prompt_cache(role)
     }
 }
 

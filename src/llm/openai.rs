@@ -83,7 +83,7 @@ mod wire;
 pub(crate) use classify::{Attempt, Kind, OPENAI_KEY_VARS, Transient};
 use classify::{human_duration, timed_out};
 pub use client::OpenAiClient;
-pub(crate) use format::{ChatCompletions, StreamDecoder, WireFormat, wire_format};
+pub(crate) use format::{ChatCompletions, StreamDecoder, WireFormat, secret_header, wire_format};
 use http::{BodyError, build_client, read_capped};
 use snippet::snippet;
 use wire::{agent_header_value, finalize};
@@ -133,6 +133,32 @@ impl OpenAiClient {
     /// The settings this client was built with.
     pub fn settings(&self) -> &ModelSettings {
         &self.settings
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// `GET url` with `headers` (and orch's user agent), bounded like the
+    /// window probes: a short timeout, the body cap; `None` on any failure
+    /// or a non-JSON answer.
+    pub(crate) async fn get_json_with(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+    ) -> Option<serde_json::Value> {
+        let limit = PROBE_TIMEOUT.min(self.settings.request_timeout);
+        let send = self.http.get(url).headers(headers).timeout(limit).send();
+        let mut resp = send.await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let deadline = Instant::now() + limit;
+        let bytes = read_capped(&mut resp, self.settings.max_body_bytes(), deadline, false)
+            .await
+            .ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// Whether the next request is streamed: as configured, until a
@@ -622,6 +648,16 @@ fn is_empty(reply: &Assembled) -> bool {
         && reply.finish_reason.as_deref() != Some("length")
 }
 
+/// Bound on a request that asks the server about the model (answered at
+/// once by servers that have the endpoint).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A trimmed, control-character-free start of a server's body, for a
+/// message (mask the key with [`OpenAiClient::redact`]).
+pub(crate) fn snippet_of(bytes: &[u8]) -> String {
+    snippet(bytes)
+}
+
 /// Most bytes of an error body read (it is only quoted in part).
 const ERROR_BODY_BYTES: usize = 64 << 10;
 
@@ -702,7 +738,7 @@ impl ChatModel for OpenAiClient {
         Box::pin(async {
             *self
                 .probed_window
-                .get_or_init(|| self.ask_context_window())
+                .get_or_init(|| self.format.probe_window(self))
                 .await
         })
     }
@@ -725,6 +761,18 @@ impl ChatModel for OpenAiClient {
     ) -> Option<std::sync::Arc<dyn ChatModel>> {
         let mut settings = self.settings.clone();
         settings.tool_calling = setting;
+        OpenAiClient::new(settings)
+            .ok()
+            .map(|c| std::sync::Arc::new(c) as std::sync::Arc<dyn ChatModel>)
+    }
+
+    fn with_prompt_cache(&self, role: super::PromptCache) -> Option<std::sync::Arc<dyn ChatModel>> {
+        let wanted = self.settings.prompt_cache.with_role(role);
+        if wanted == self.settings.prompt_cache {
+            return None;
+        }
+        let mut settings = self.settings.clone();
+        settings.prompt_cache = wanted;
         OpenAiClient::new(settings)
             .ok()
             .map(|c| std::sync::Arc::new(c) as std::sync::Arc<dyn ChatModel>)

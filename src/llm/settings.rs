@@ -250,6 +250,54 @@ impl ConstrainedDialect {
     }
 }
 
+/// Whether requests ask the server to cache their prompt (`prompt_cache` in
+/// a profile or a role's front matter; Anthropic's `cache_control`
+/// breakpoints, see `docs/model-client.md`). Servers that cache on their
+/// own (OpenAI, llama.cpp) are not asked anything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptCache {
+    /// The profile's default: on, unless the stage's role says `off`
+    /// (the built-in reviewer, whose stages end within about 2 turns, so
+    /// a cache write would never be read back).
+    #[default]
+    Auto,
+    /// On, whatever the role says.
+    On,
+    /// Off.
+    Off,
+}
+
+impl PromptCache {
+    /// The configured name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptCache::Auto => "auto",
+            PromptCache::On => "on",
+            PromptCache::Off => "off",
+        }
+    }
+
+    /// Whether breakpoints may be placed.
+    pub fn caches(self) -> bool {
+        self != PromptCache::Off
+    }
+
+    /// A role's setting over a profile's: only `auto` gives way.
+    pub fn with_role(self, role: PromptCache) -> PromptCache {
+        match self {
+            PromptCache::Auto => role,
+            other => other,
+        }
+    }
+}
+
+impl fmt::Display for PromptCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Anthropic's API root when neither the configuration nor
 /// `ANTHROPIC_BASE_URL` names one.
 pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -381,6 +429,8 @@ pub struct ModelSettings {
     pub tool_calling: ToolCalling,
     /// Where a constrained turn's schema goes ([`ConstrainedDialect`]).
     pub constrained_dialect: ConstrainedDialect,
+    /// Whether the prompt is marked for caching ([`PromptCache`]).
+    pub prompt_cache: PromptCache,
 }
 
 impl fmt::Debug for ModelSettings {
@@ -406,6 +456,7 @@ impl fmt::Debug for ModelSettings {
             .field("sampling", &self.sampling)
             .field("tool_calling", &self.tool_calling)
             .field("constrained_dialect", &self.constrained_dialect)
+            .field("prompt_cache", &self.prompt_cache)
             .finish_non_exhaustive()
     }
 }
@@ -440,6 +491,7 @@ impl ModelSettings {
             },
             tool_calling: ToolCalling::Auto,
             constrained_dialect: ConstrainedDialect::OpenAi,
+            prompt_cache: PromptCache::Auto,
         }
     }
 

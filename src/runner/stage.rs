@@ -103,6 +103,9 @@ fn stage_model(
     // A role's `tool_calling:` overrides the profile's.
     let calling = role.tool_calling.and_then(|t| model.with_tool_calling(t));
     let model = calling.as_ref().unwrap_or(model);
+    // A role's `prompt_cache:` applies where the profile says `auto`.
+    let cached = role.prompt_cache.and_then(|c| model.with_prompt_cache(c));
+    let model = cached.as_ref().unwrap_or(model);
     log.append(&ActionEvent::StageStart(event::StageStart {
         run: ctx.run_id.to_string(),
         stage: id.to_owned(),

@@ -24,7 +24,7 @@ use super::classify::{Attempt, OPENAI_KEY_VARS};
 use super::client::OpenAiClient;
 use crate::llm::settings::Provider;
 use crate::llm::stream::{Assembled, ChunkError, StreamAssembler};
-use crate::llm::{ChatRequest, LlmError};
+use crate::llm::{BoxFuture, ChatRequest, LlmError};
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use std::time::Duration;
@@ -64,6 +64,13 @@ pub(crate) trait WireFormat: Send + Sync {
 
     /// An error the server sent inside a 200 stream.
     fn stream_error(&self, client: &OpenAiClient, err: &serde_json::Value) -> Attempt;
+
+    /// The model's context window where this API says it (never fails:
+    /// `None` is "not said"). Default: the OpenAI-compatible servers' own
+    /// endpoints (`window.rs`).
+    fn probe_window<'a>(&self, client: &'a OpenAiClient) -> BoxFuture<'a, Option<u64>> {
+        Box::pin(client.ask_context_window())
+    }
 }
 
 /// Reads one streamed reply's events (each event's `data`, SSE framing
@@ -89,8 +96,8 @@ pub(crate) trait StreamDecoder: Send {
 pub(crate) fn wire_format(provider: Provider) -> Option<&'static dyn WireFormat> {
     match provider {
         Provider::OpenAiChat => Some(&ChatCompletions),
+        Provider::Anthropic => Some(&crate::llm::anthropic::Messages),
         Provider::OpenAiResponses => Some(&crate::llm::responses::Responses),
-        Provider::Anthropic => None,
     }
 }
 

@@ -184,11 +184,6 @@ impl OpenAiClient {
         self.redact(&snippet(bytes))
     }
 
-    /// The URL requests go to.
-    pub(crate) fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
     /// Masks any echo of the API key (some servers quote the key they rejected).
     pub(crate) fn redact(&self, text: &str) -> String {
         match &self.settings.api_key {

@@ -27,6 +27,9 @@
 //! hostile variants (a keep-alive flood, a reply of any size, noise, silence)
 //! for a client's bounds.
 //!
+//! Anthropic mode: a request to `…/v1/messages` is checked and answered as
+//! the Anthropic Messages API would (see `anthropic.rs`).
+//!
 //! Responses mode: a request to `…/responses` is served from the same
 //! script in the OpenAI Responses format (see `responses`).
 //!
@@ -34,6 +37,7 @@
 //! loop (flag + a connection to itself) and joins every thread; connection
 //! threads are bounded by a read timeout and their scripted delays.
 
+mod anthropic;
 mod checks;
 mod hostile;
 mod http;

@@ -228,6 +228,9 @@ impl Script {
 
 pub(super) fn render(reply: Reply, request: &Value, shared: &Shared) -> Answer {
     match reply {
+        Reply::Message { message, usage } if super::anthropic::wants_messages(request) => {
+            super::anthropic::render_message(&message, usage.as_ref(), request)
+        }
         Reply::Message { message, usage } if request["stream"] == json!(true) => Answer::Sse {
             chunks: sse_chunks(&message, usage.as_ref(), request),
             end: SseEnd::Finish,

@@ -258,6 +258,8 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
         .and_then(|(_, v)| v.parse::<i32>().ok());
     let parsed = serde_json::from_slice::<Value>(&request.body);
     let body = parsed.as_ref().cloned().unwrap_or(Value::Null);
+    let messages_api = super::anthropic::is_messages(&request.path);
+    let responses = super::responses::is_responses(&request.path);
     let reply = {
         let mut state = shared.state();
         let recorded = Recorded {
@@ -268,8 +270,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
             at: Instant::now(),
             received: SystemTime::now(),
         };
-        let responses = super::responses::is_responses(&request.path);
-        if !request.path.ends_with("/chat/completions") && !responses {
+        if !request.path.ends_with("/chat/completions") && !messages_api && !responses {
             state.side_requests.push(recorded);
             let route = state
                 .routes
@@ -286,6 +287,13 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
         let number = state.requests.len();
         let mut problems = match &parsed {
             Ok(_) if responses => tool_pairing_violations(&super::responses::chat_messages(&body)),
+            Ok(_) if messages_api => {
+                let mut p = super::anthropic::api_violations(&body);
+                p.extend(tool_pairing_violations(
+                    &super::anthropic::as_chat_messages(&body),
+                ));
+                p
+            }
             Ok(_) => tool_pairing_violations(&body["messages"]),
             Err(e) => vec![format!("the body is not JSON ({e})")],
         };
@@ -307,6 +315,13 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
             state.script.get_mut(&agent).and_then(VecDeque::pop_front),
             responses,
         )
+    };
+    // In the Anthropic mode the body is marked, so every reply (also one
+    // wrapped in a delay or a cut) is rendered as a Messages reply.
+    let body = if messages_api {
+        super::anthropic::marked(&body)
+    } else {
+        body
     };
     match reply {
         (Some(reply), true) => special(reply, shared, &agent, pid)
