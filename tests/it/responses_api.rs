@@ -639,3 +639,24 @@ fn responses_issue_to_pr_matches_the_chat_completions_run_and_replays_offline() 
         );
     }
 }
+
+#[test]
+fn responses_a_dry_run_plans_without_a_request() {
+    let repo = calc_repo();
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let server = FakeServer::start(issue_to_pr_script());
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "o4-mini")
+        .args(PROVIDER)
+        .args(["--dry-run", "--json"])
+        .output();
+    assert_exit(&out, 0);
+    let plan = stdout_json(&out);
+    assert_eq!(plan["stages"][0]["id"], "code", "{plan}");
+    assert!(
+        server.requests().is_empty(),
+        "a dry run sends no model request"
+    );
+}
