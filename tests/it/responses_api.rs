@@ -247,81 +247,72 @@ fn responses_a_429_with_retry_after_and_a_500_are_retried() {
     }
 }
 
+/// `first` then a text answer, to `orch agent --role explore`: the exit
+/// code, the requests made and the reason of a failure are checked.
+fn after(repo: &TestRepo, first: Reply, stream: bool, exit: i32, requests: usize) -> String {
+    let server = FakeServer::start(
+        Script::new().agent("explore", vec![first, Reply::text("add() is in calc.py.")]),
+    );
+    let out = explore(&server, repo, stream);
+    assert_exit(&out, exit);
+    assert_eq!(server.requests_for("explore").len(), requests);
+    result_of(&out)["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// One SSE event whose `event:` line is its type.
+fn sse_event(e: Value) -> String {
+    format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())
+}
+
 #[test]
 fn responses_failed_and_error_events_in_a_stream_are_classified() {
     let repo = calc_repo();
-    let event = |e: Value| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap());
     let failed = Reply::RawSse(vec![
-        event(
+        sse_event(
             json!({"type": "response.created", "response": {"status": "in_progress", "output": []}}),
         ),
-        event(
+        sse_event(
             json!({"type": "response.failed", "response": {"status": "failed",
             "error": {"code": "server_error", "message": "The model failed to generate a response."}}}),
         ),
     ]);
-    let server = FakeServer::start(
-        Script::new().agent("explore", vec![failed, Reply::text("add() is in calc.py.")]),
-    );
-    let out = explore(&server, &repo, true);
-    assert_exit(&out, 0);
-    assert_eq!(
-        server.requests_for("explore").len(),
-        2,
-        "a failed response is retried"
-    );
-
-    // Context length, as an `error` event: not retried, a model error.
-    let too_long = Reply::RawSse(vec![event(json!({"type": "error",
-        "code": "context_length_exceeded",
-        "message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
-        "param": "input"}))]);
-    let server = FakeServer::start(
-        Script::new().agent("explore", vec![too_long, Reply::text("never sent")]),
-    );
-    let out = explore(&server, &repo, true);
-    assert_exit(&out, 3);
-    assert_eq!(server.requests_for("explore").len(), 1, "not re-sent");
-    let reason = result_of(&out)["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(reason.contains("context"), "{reason}");
-}
-
-#[test]
-fn responses_rate_limit_and_invalid_prompt_events_are_retried_or_fail_at_once() {
-    let repo = calc_repo();
-    let event = |e: Value| Reply::RawSse(vec![format!("event: error\ndata: {e}\n\n")]);
-    let rate = event(json!({"type": "error", "code": "rate_limit_exceeded",
-        "message": "Rate limit reached for o4-mini", "param": null}));
-    let server = FakeServer::start(
-        Script::new().agent("explore", vec![rate, Reply::text("add() is in calc.py.")]),
-    );
-    let out = explore(&server, &repo, true);
-    assert_exit(&out, 0);
-    assert_eq!(
-        server.requests_for("explore").len(),
-        2,
-        "a rate limit is retried"
-    );
-
-    let invalid = event(json!({"type": "error", "code": "invalid_prompt",
-        "message": "Invalid prompt: your prompt was flagged.", "param": null}));
-    let server =
-        FakeServer::start(Script::new().agent("explore", vec![invalid, Reply::text("never sent")]));
-    let out = explore(&server, &repo, true);
-    assert_exit(&out, 3);
-    assert_eq!(
-        server.requests_for("explore").len(),
-        1,
-        "an invalid prompt is not retried"
-    );
-    let reason = result_of(&out)["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(reason.contains("Invalid prompt"), "{reason}");
+    let error = |code: &str, message: &str| {
+        Reply::RawSse(vec![sse_event(
+            json!({"type": "error", "code": code, "message": message, "param": null}),
+        )])
+    };
+    // (reply, exit code, requests, what the failure says)
+    let cases = [
+        (failed, 0, 2, ""),
+        (
+            error("rate_limit_exceeded", "Rate limit reached for o4-mini"),
+            0,
+            2,
+            "",
+        ),
+        (
+            error(
+                "context_length_exceeded",
+                "Your input exceeds the context window of this model. Please adjust your input and try again.",
+            ),
+            3,
+            1,
+            "context",
+        ),
+        (
+            error("invalid_prompt", "Invalid prompt: your prompt was flagged."),
+            3,
+            1,
+            "Invalid prompt",
+        ),
+    ];
+    for (reply, exit, requests, says) in cases {
+        let reason = after(&repo, reply, true, exit, requests);
+        assert!(reason.contains(says), "{says:?} in {reason}");
+    }
 }
 
 #[test]
@@ -379,23 +370,11 @@ fn responses_a_subagent_speaks_responses_too() {
 #[test]
 fn responses_context_length_400_is_not_retried() {
     let repo = calc_repo();
+    let body = json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+        "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}});
     for stream in [true, false] {
-        let server = FakeServer::start(Script::new().agent(
-            "explore",
-            vec![
-                Reply::Status(
-                    400,
-                    json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
-                        "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}})
-                    .to_string(),
-                ),
-                Reply::text("never sent"),
-            ],
-        ));
-        let out = explore(&server, &repo, stream);
-        assert_exit(&out, 3);
-        assert_eq!(server.requests_for("explore").len(), 1, "not re-sent");
-        assert_eq!(server.remaining("explore"), 1);
+        let reason = after(&repo, Reply::Status(400, body.to_string()), stream, 3, 1);
+        assert!(reason.contains("context window"), "{reason}");
     }
 }
 
