@@ -81,9 +81,31 @@ pub struct TokenCount {
     pub prompt: u64,
     /// Tokens generated.
     pub completion: u64,
+    /// Of `prompt`, the tokens the server read from its prompt cache (billed
+    /// at the cache-read rate). Absent in records when 0, so records of
+    /// servers that report no cache read as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read: u64,
+    /// Of `prompt`, the tokens the server wrote to its prompt cache (billed
+    /// at the cache-write rate); absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TokenCount {
+    /// A count without cache reads or writes.
+    pub fn new(prompt: u64, completion: u64) -> Self {
+        TokenCount {
+            prompt,
+            completion,
+            ..TokenCount::default()
+        }
+    }
+
     /// Both together.
     pub fn total(&self) -> u64 {
         self.prompt + self.completion
@@ -93,14 +115,34 @@ impl TokenCount {
     pub fn add(&mut self, other: TokenCount) {
         self.prompt += other.prompt;
         self.completion += other.completion;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+    }
+
+    /// The share of prompt tokens read from the server's cache, 0 to 1;
+    /// `None` without prompt tokens.
+    pub fn cache_hit_share(&self) -> Option<f64> {
+        (self.prompt > 0).then(|| self.cache_read.min(self.prompt) as f64 / self.prompt as f64)
+    }
+
+    /// True when the server reported any cache read or write.
+    pub fn has_cache(&self) -> bool {
+        self.cache_read > 0 || self.cache_write > 0
+    }
+
+    /// The cache hit share for people: `62.5%`, or `-` without prompt tokens.
+    pub fn cache_hit_label(&self) -> String {
+        self.cache_hit_share()
+            .map_or("-".to_owned(), |s| format!("{:.1}%", s * 100.0))
     }
 }
 
 /// What model calls cost (the model client's price table, or
 /// [`UnknownPrice`]).
 pub trait Pricing: Send + Sync + fmt::Debug {
-    /// The cost in US dollars of one call, `None` when unknown.
-    fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64>;
+    /// The cost in US dollars of one call, `None` when unknown. Cache reads
+    /// and writes (parts of `tokens.prompt`) are priced at their own rates.
+    fn cost(&self, tokens: TokenCount) -> Option<f64>;
 }
 
 /// A model whose price is unknown: cost limits cannot be enforced.
@@ -108,7 +150,7 @@ pub trait Pricing: Send + Sync + fmt::Debug {
 pub(crate) struct UnknownPrice;
 
 impl Pricing for UnknownPrice {
-    fn cost(&self, _: u64, _: u64) -> Option<f64> {
+    fn cost(&self, _: TokenCount) -> Option<f64> {
         None
     }
 }
@@ -126,10 +168,10 @@ pub(crate) struct PerMillionTokens {
 
 #[cfg(test)]
 impl Pricing for PerMillionTokens {
-    fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64> {
+    fn cost(&self, tokens: TokenCount) -> Option<f64> {
         Some(
-            (prompt_tokens as f64 * self.prompt_usd
-                + completion_tokens as f64 * self.completion_usd)
+            (tokens.prompt as f64 * self.prompt_usd
+                + tokens.completion as f64 * self.completion_usd)
                 / 1e6,
         )
     }
@@ -269,7 +311,7 @@ impl StageBudget {
         cost_usd: Option<Limit<f64>>,
         pricing: Arc<dyn Pricing>,
     ) -> Self {
-        let priced = pricing.cost(1, 1).is_some();
+        let priced = pricing.cost(TokenCount::new(1, 1)).is_some();
         StageBudget {
             tokens,
             time,
@@ -310,7 +352,7 @@ impl StageBudget {
     /// Charges one model call at the cost the server `reported` for it, else
     /// as priced by the account's [`Pricing`].
     pub fn charge_call(&self, tokens: TokenCount, reported: Option<f64>) {
-        let cost = reported.or_else(|| self.pricing.cost(tokens.prompt, tokens.completion));
+        let cost = reported.or_else(|| self.pricing.cost(tokens));
         let mut u = self.lock();
         u.tokens.add(tokens);
         u.calls += 1;
@@ -525,7 +567,7 @@ impl Tracker {
     pub(crate) fn new(budget: StageBudget, max_turns: u32) -> Self {
         let mut notes = Vec::new();
         if let Some(limit) = budget.cost_usd
-            && budget.pricing.cost(1, 1).is_none()
+            && budget.pricing.cost(TokenCount::new(1, 1)).is_none()
         {
             notes.push(format!(
                 "cost budget of ${:.4} not enforced unless the server reports each call's cost: the model's price is unknown",

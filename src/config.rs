@@ -15,7 +15,7 @@
 //! api_key_env = "OPENAI_API_KEY"   # the NAME of the env var holding the key
 //! context_window = 128000
 //! stream = true
-//! prices = { prompt = 0.15, completion = 0.6 }   # USD per 1M tokens
+//! prices = { prompt = 0.15, completion = 0.6, cache_read = 0.075 }   # USD per 1M tokens
 //! temperature = 0.2          # sampling; each sent only when set
 //! seed = 7
 //! max_tokens = 2048          # cap on one reply; default 4096, 0 sends none
@@ -27,6 +27,12 @@
 //! [prices."qwen2.5-coder"]
 //! prompt = 0
 //! completion = 0
+//!
+//! [prices."claude-sonnet-4-5"]   # cache_read / cache_write: cached prompt
+//! prompt = 3                     # tokens (unset: the prompt rate)
+//! completion = 15
+//! cache_read = 0.3
+//! cache_write = 3.75
 //!
 //! [models]
 //! aliases = { sonnet = "qwen2.5-coder", "claude-sonnet-4-5-20250929" = "qwen2.5-coder" }
@@ -606,13 +612,19 @@ fn prices(
 
 fn check_price(price: &Price, at: impl Fn() -> Source) -> Result<(), ConfigError> {
     let ok = |v: f64| v.is_finite() && v >= 0.0;
-    if ok(price.prompt) && ok(price.completion) {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
+    match price
+        .rates()
+        .into_iter()
+        .find(|(_, v)| v.is_some_and(|v| !ok(v)))
+    {
+        None => Ok(()),
+        Some((key, v)) => Err(ConfigError::Invalid {
             at: at(),
-            message: "prices are USD per 1M tokens: numbers of at least 0".to_owned(),
-        })
+            message: format!(
+                "prices are USD per 1M tokens: numbers of at least 0 (`{key}` is {})",
+                v.unwrap_or_default()
+            ),
+        }),
     }
 }
 

@@ -903,6 +903,11 @@ mod tests {
             Some(crate::llm::ToolCalling::Constrained)
         );
         assert!(role.warnings.is_empty(), "{:?}", role.warnings);
+        let role = parse_role("---\nname: a\nprompt_cache: off\n---\n", "<t>").unwrap();
+        assert_eq!(role.prompt_cache, Some(crate::llm::PromptCache::Off));
+        let role = parse_role("---\nname: a\nprompt_cache: on\n---\n", "<t>").unwrap();
+        assert_eq!(role.prompt_cache, Some(crate::llm::PromptCache::On));
+        assert!(parse_role("---\nname: a\nprompt_cache: maybe\n---\n", "<t>").is_err());
         let err = parse_role("---\nname: a\ntool_calling: grammar\n---\n", "<t>").unwrap_err();
         assert!(err.to_string().contains(":3:"), "{err}");
     }

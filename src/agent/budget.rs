@@ -30,13 +30,8 @@ impl std::fmt::Debug for ModelPrice {
 }
 
 impl Pricing for ModelPrice {
-    fn cost(&self, prompt_tokens: u64, completion_tokens: u64) -> Option<f64> {
-        self.0.cost_usd(&crate::llm::Usage {
-            prompt_tokens,
-            completion_tokens,
-            total_tokens: prompt_tokens + completion_tokens,
-            ..Default::default()
-        })
+    fn cost(&self, tokens: crate::budget::TokenCount) -> Option<f64> {
+        self.0.cost_usd(&crate::llm::Usage::of(tokens))
     }
 }
 

@@ -110,10 +110,7 @@ impl Agent<'_> {
             }
         };
         let usage = resp.usage;
-        let tokens = TokenCount {
-            prompt: usage.prompt_tokens,
-            completion: usage.completion_tokens,
-        };
+        let tokens = usage.tokens();
         self.tracker.record_turn(tokens, usage.cost_usd);
         self.out.tokens.add(tokens);
         let mut msg = normalize_assistant(resp.message);
@@ -122,6 +119,8 @@ impl Agent<'_> {
             latency_ms: started.elapsed().as_millis() as u64,
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
             cost_usd: usage.cost_usd,
             finish_reason: resp.finish_reason.clone(),
             content: msg.content.as_deref().map(|c| cap_bytes(c, LOG_FIELD_CAP)),

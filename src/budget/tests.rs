@@ -25,6 +25,7 @@ fn tokens_stop_after_the_turn_that_passes_the_limit() {
             TokenCount {
                 prompt: 900,
                 completion: 100,
+                ..TokenCount::default()
             },
             None,
         );
@@ -35,6 +36,7 @@ fn tokens_stop_after_the_turn_that_passes_the_limit() {
         TokenCount {
             prompt: 900,
             completion: 100,
+            ..TokenCount::default()
         },
         None,
     );
@@ -57,6 +59,7 @@ fn a_budget_used_up_exactly_allows_no_further_turn() {
         TokenCount {
             prompt: 1500,
             completion: 500,
+            ..TokenCount::default()
         },
         None,
     );
@@ -77,6 +80,7 @@ fn cost_is_priced_per_call_and_enforced() {
             TokenCount {
                 prompt: 1000,
                 completion: 250,
+                ..TokenCount::default()
             },
             None,
         );
@@ -86,6 +90,7 @@ fn cost_is_priced_per_call_and_enforced() {
         TokenCount {
             prompt: 1000,
             completion: 250,
+            ..TokenCount::default()
         },
         None,
     );
@@ -112,6 +117,7 @@ fn an_unknown_price_cannot_enforce_a_cost_budget_and_says_so() {
         TokenCount {
             prompt: 1_000_000,
             completion: 1_000_000,
+            ..TokenCount::default()
         },
         None,
     );
@@ -135,6 +141,7 @@ fn a_cost_the_server_reports_counts_and_enforces_without_a_price() {
         TokenCount {
             prompt: 10,
             completion: 1,
+            ..TokenCount::default()
         },
         Some(0.004),
     );
@@ -143,6 +150,7 @@ fn a_cost_the_server_reports_counts_and_enforces_without_a_price() {
         TokenCount {
             prompt: 10,
             completion: 1,
+            ..TokenCount::default()
         },
         Some(0.007),
     );
@@ -155,6 +163,7 @@ fn a_cost_the_server_reports_counts_and_enforces_without_a_price() {
     b.charge(TokenCount {
         prompt: 1,
         completion: 1,
+        ..TokenCount::default()
     });
     assert_eq!(b.used_cost(), None);
 }
@@ -218,6 +227,7 @@ fn stage_gets_the_smaller_of_its_own_and_the_runs_remainder() {
         TokenCount {
             prompt: 3000,
             completion: 1,
+            ..TokenCount::default()
         },
         None,
     );
@@ -251,6 +261,7 @@ fn unlimited_is_unlimited() {
         TokenCount {
             prompt: u32::MAX as u64,
             completion: 1,
+            ..TokenCount::default()
         },
         None,
     );
@@ -267,6 +278,7 @@ fn a_child_is_carved_out_of_what_is_left_including_the_stages_own_turns() {
         TokenCount {
             prompt: 850,
             completion: 50,
+            ..TokenCount::default()
         },
         None,
     );
@@ -282,6 +294,7 @@ fn a_child_is_carved_out_of_what_is_left_including_the_stages_own_turns() {
     stage.charge(TokenCount {
         prompt: 60,
         completion: 40,
+        ..TokenCount::default()
     });
     assert_eq!(stage.carve(&cap).tokens, Some(0));
     assert_eq!(t.used().tokens, 1000);
@@ -310,6 +323,7 @@ fn an_externally_enforced_budget_only_refuses_to_start_a_turn() {
         TokenCount {
             prompt: 140,
             completion: 10,
+            ..TokenCount::default()
         },
         None,
     );
@@ -337,6 +351,7 @@ fn reasons_say_whose_budget_and_never_nothing_of_nothing() {
         TokenCount {
             prompt: 3900,
             completion: 100,
+            ..TokenCount::default()
         },
         None,
     );
@@ -388,6 +403,7 @@ fn reasons_say_whose_budget_and_never_nothing_of_nothing() {
         TokenCount {
             prompt: 10,
             completion: 1,
+            ..TokenCount::default()
         },
         None,
     );

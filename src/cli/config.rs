@@ -57,7 +57,9 @@ pub(super) fn cmd_config(args: ConfigArgs) -> Result<i32, CliError> {
             match &price {
                 Some((model, p, source)) => json!({
                     "model": model, "prompt_usd_per_mtok": p.prompt,
-                    "completion_usd_per_mtok": p.completion, "source": source,
+                    "completion_usd_per_mtok": p.completion,
+                    "cache_read_usd_per_mtok": p.cache_read_rate(),
+                    "cache_write_usd_per_mtok": p.cache_write_rate(), "source": source,
                 }),
                 None => Value::Null,
             },
@@ -99,8 +101,11 @@ pub(super) fn cmd_config(args: ConfigArgs) -> Result<i32, CliError> {
     let (shown, source) = match &price {
         Some((model, p, source)) => (
             format!(
-                "${} prompt / ${} completion per 1M tokens ({model})",
-                p.prompt, p.completion
+                "${} prompt / ${} completion / ${} cache read / ${} cache write per 1M tokens ({model})",
+                p.prompt,
+                p.completion,
+                p.cache_read_rate(),
+                p.cache_write_rate()
             ),
             source.clone(),
         ),

@@ -126,6 +126,7 @@ impl OpenAiClient {
             stream_off: OnceLock::new(),
             probed_window: tokio::sync::OnceCell::new(),
             max_completion_tokens: AtomicBool::new(false),
+            llama_cpp: AtomicBool::new(false),
             retries: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -203,6 +204,9 @@ impl OpenAiClient {
                 .await
             {
                 Ok(assembled) => {
+                    if assembled.llama_cpp {
+                        self.llama_cpp.store(true, Ordering::Relaxed);
+                    }
                     // An empty reply again without streaming is the model's
                     // own answer: the stream was not at fault, it stays on.
                     if let Some(why) = fallback
@@ -699,7 +703,15 @@ impl ChatModel for OpenAiClient {
     }
 
     fn label(&self) -> String {
-        format!("{} at {}", self.settings.model, self.settings.base_url)
+        match self.settings.provider {
+            super::Provider::OpenAiChat => {
+                format!("{} at {}", self.settings.model, self.settings.base_url)
+            }
+            other => format!(
+                "{} at {} ({other})",
+                self.settings.model, self.settings.base_url
+            ),
+        }
     }
 
     fn model_name(&self) -> String {

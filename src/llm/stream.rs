@@ -88,6 +88,8 @@ pub struct Assembled {
     /// The cost a response header reported (LiteLLM's
     /// `x-litellm-response-cost`), used when the usage carries none.
     pub header_cost: Option<f64>,
+    /// The reply carried llama.cpp's `timings`: the server is llama.cpp.
+    pub llama_cpp: bool,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +110,8 @@ pub struct StreamAssembler {
     last_index: Option<u64>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
+    /// llama.cpp's `timings` (the last chunk's).
+    timings: Option<Value>,
     chars: usize,
     chunks: usize,
 }
@@ -135,6 +139,7 @@ impl StreamAssembler {
             last_index: None,
             finish_reason: None,
             usage: None,
+            timings: None,
             chars: 0,
             chunks: 0,
         }
@@ -166,6 +171,9 @@ impl StreamAssembler {
         self.chunks += 1;
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.usage = Some(usage_of(usage));
+        }
+        if let Some(timings) = chunk.get("timings").filter(|t| t.is_object()) {
+            self.timings = Some(timings.clone());
         }
         let before = self.chars;
         let choices = match chunk.get("choices") {
@@ -302,8 +310,9 @@ impl StreamAssembler {
                 tool_call_id: None,
             },
             finish_reason: self.finish_reason,
-            usage: self.usage,
+            usage: self.usage.map(|u| with_timings(u, self.timings.as_ref())),
             header_cost: None,
+            llama_cpp: self.timings.is_some(),
         }
     }
 }
@@ -358,6 +367,21 @@ pub(crate) fn usage_of(value: &Value) -> Usage {
             .unwrap_or(0),
         cache_write_tokens: 0,
     }
+}
+
+/// `usage` with llama.cpp's `timings` read: `cache_n` prompt tokens were
+/// reused from the slot's cache (`prompt_n` evaluated). Builds that report
+/// `prompt_tokens_details.cached_tokens` too say the same number there;
+/// older ones only here.
+pub(crate) fn with_timings(mut usage: Usage, timings: Option<&Value>) -> Usage {
+    if usage.cache_read_tokens == 0
+        && let Some(n) = timings
+            .and_then(|t| t.get("cache_n"))
+            .and_then(Value::as_u64)
+    {
+        usage.cache_read_tokens = n.min(usage.prompt_tokens);
+    }
+    usage
 }
 
 #[cfg(test)]

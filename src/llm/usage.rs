@@ -46,3 +46,28 @@ impl Eq for Usage {}
 pub(crate) fn reported_cost(value: f64) -> Option<f64> {
     (value.is_finite() && value >= 0.0).then_some(value)
 }
+
+impl Usage {
+    /// The usage of a call that used `tokens` (no reported cost), to price it.
+    pub fn of(tokens: crate::budget::TokenCount) -> Self {
+        Usage {
+            prompt_tokens: tokens.prompt,
+            completion_tokens: tokens.completion,
+            total_tokens: tokens.total(),
+            cache_read_tokens: tokens.cache_read,
+            cache_write_tokens: tokens.cache_write,
+            ..Usage::default()
+        }
+    }
+
+    /// The counts the budget and the records keep (cache reads and writes
+    /// included).
+    pub fn tokens(&self) -> crate::budget::TokenCount {
+        crate::budget::TokenCount {
+            prompt: self.prompt_tokens,
+            completion: self.completion_tokens,
+            cache_read: self.cache_read_tokens,
+            cache_write: self.cache_write_tokens,
+        }
+    }
+}

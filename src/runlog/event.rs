@@ -417,6 +417,13 @@ pub(crate) struct Response {
     pub latency_ms: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, read from the server's prompt cache; absent
+    /// when 0 (records of servers that report none stay as they were).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `prompt_tokens`, written to the server's prompt cache; absent when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     pub cost_usd: Option<f64>,
     pub finish_reason: Option<String>,
     pub content: Option<String>,
@@ -768,6 +775,10 @@ pub(crate) fn parse_line(line: &str) -> Option<LogLine> {
 /// The lines of a whole action log that parse ([`parse_line`]), in order.
 pub(crate) fn parse_log(text: &str) -> impl Iterator<Item = LogLine> + '_ {
     text.lines().filter_map(parse_line)
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -80,6 +80,8 @@ pub(crate) fn attempts_from_log(path: &Path) -> Vec<Attempt> {
                 current.tokens.add(TokenCount {
                     prompt: r.prompt_tokens,
                     completion: r.completion_tokens,
+                    cache_read: r.cache_read_tokens,
+                    cache_write: r.cache_write_tokens,
                 });
             }
             ActionEvent::StageEnd(e) => {

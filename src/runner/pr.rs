@@ -48,7 +48,7 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
         m.push_str("\n\n");
     }
     m.push_str(&format!(
-        "Orch-Run: {}\nOrch-Stage: {}\nOrch-Role: {}\nOrch-Model: {}\nOrch-Turns: {}\nOrch-Tokens: {} (prompt {}, completion {})\nOrch-Duration: {:.1}s\n",
+        "Orch-Run: {}\nOrch-Stage: {}\nOrch-Role: {}\nOrch-Model: {}\nOrch-Turns: {}\nOrch-Tokens: {} (prompt {}, completion {}{})\nOrch-Duration: {:.1}s\n",
         c.run_id,
         c.stage,
         c.role,
@@ -57,6 +57,14 @@ pub(super) fn commit_message(c: &CommitInfo<'_>) -> String {
         c.tokens.total(),
         c.tokens.prompt,
         c.tokens.completion,
+        if c.tokens.has_cache() {
+            format!(
+                ", cache read {}, cache write {}",
+                c.tokens.cache_read, c.tokens.cache_write
+            )
+        } else {
+            String::new()
+        },
         c.duration_ms as f64 / 1000.0,
     ));
     m.push_str(&format!(
@@ -197,9 +205,13 @@ pub(crate) fn pr_text(
         }
     }
     body.push_str(&format!("\n## Changes\n\n```\n{diffstat}```\n"));
-    body.push_str(
-        "\n## Provenance\n\n| stage | role | model | verdict | verify | tokens | cost |\n|---|---|---|---|---|---|---|\n",
-    );
+    // The cache column only when a server reported its prompt cache.
+    let cached = state.stages.iter().any(|s| s.tokens.has_cache());
+    body.push_str(if cached {
+        "\n## Provenance\n\n| stage | role | model | verdict | verify | tokens | cache hit | cost |\n|---|---|---|---|---|---|---|---|\n"
+    } else {
+        "\n## Provenance\n\n| stage | role | model | verdict | verify | tokens | cost |\n|---|---|---|---|---|---|---|\n"
+    });
     let ran_at_all = state.stages.iter().filter(|s| {
         matches!(
             s.status,
@@ -216,6 +228,11 @@ pub(crate) fn pr_text(
             .verify
             .as_ref()
             .map_or("none", |v| if v.passed { "pass" } else { "fail" });
+        let tokens = if cached {
+            format!("{} | {}", s.tokens.total(), s.tokens.cache_hit_label())
+        } else {
+            s.tokens.total().to_string()
+        };
         body.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} |\n",
             s.id,
@@ -227,7 +244,7 @@ pub(crate) fn pr_text(
                 .replace('|', "\\|"),
             s.verdict.map_or("", Verdict::as_str),
             verify,
-            s.tokens.total(),
+            tokens,
             cost,
         ));
     }
@@ -302,6 +319,7 @@ mod tests {
             tokens: TokenCount {
                 prompt: 10,
                 completion: 5,
+                ..TokenCount::default()
             },
             duration_ms: 1500,
             cost_usd: Some(0.0123),

@@ -200,12 +200,7 @@ fn priced(attempts: Vec<crate::runlog::Attempt>, session: &Session) -> Vec<crate
     attempts
         .into_iter()
         .map(|mut a| {
-            a.cost_usd = session.model.cost_usd(&crate::llm::Usage {
-                prompt_tokens: a.tokens.prompt,
-                completion_tokens: a.tokens.completion,
-                total_tokens: a.tokens.total(),
-                ..Default::default()
-            });
+            a.cost_usd = session.model.cost_usd(&crate::llm::Usage::of(a.tokens));
             a
         })
         .collect()

@@ -318,10 +318,7 @@ impl RecordingModel {
             // The account has the earlier calls and the finished children;
             // the loop charges this call once it returns.
             r.tokens = self.budget.used_tokens();
-            r.tokens.add(TokenCount {
-                prompt: resp.usage.prompt_tokens,
-                completion: resp.usage.completion_tokens,
-            });
+            r.tokens.add(resp.usage.tokens());
             // A key the model echoed must not reach the record.
             r.report = redact(&p.partial_report(), &self.secrets);
             r.duration_ms = self.started.elapsed().as_millis() as u64;
@@ -402,6 +399,7 @@ mod tests {
         budget.charge(TokenCount {
             prompt: 7,
             completion: 3,
+            ..TokenCount::default()
         });
         let m = model(tmp.path(), budget);
         m.complete(&request()).await.unwrap();

@@ -331,6 +331,7 @@ mod tests {
             tokens: TokenCount {
                 prompt: 9,
                 completion: 1,
+                ..TokenCount::default()
             },
             duration_ms: 5,
             pid: 1,

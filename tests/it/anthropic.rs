@@ -720,3 +720,155 @@ fn anthropic_cache_breakpoints_follow_the_rules_in_a_real_run() {
         assert_eq!(breakpoints(&reqs[0]).1, expect, "{model}: {}", reqs[0].body);
     }
 }
+
+#[test]
+fn anthropic_dry_run_calls_no_model_and_names_the_provider() {
+    let repo = calc_repo();
+    let server = FakeServer::start(Script::new());
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), ISSUE);
+    let out = OrchRun::new("issue-to-pr", &repo)
+        .issue(&issue)
+        .model(&server.base_url, "claude-sonnet-4-5")
+        .args(["--provider", "anthropic", "--dry-run", "--json"])
+        .output();
+    assert_eq!(out.status.code(), Some(0));
+    let plan = stdout_json(&out);
+    let label = plan["model"]["label"].as_str().unwrap();
+    assert!(label.ends_with("(anthropic)"), "{label}");
+    assert!(server.requests().is_empty() && server.side_requests().is_empty());
+}
+
+/// Per turn of a recorded Anthropic session: uncached input, cache reads,
+/// cache writes, output tokens (Anthropic's own usage fields).
+const CACHED_TURNS: [(u64, u64, u64, u64); 3] = [
+    (200, 0, 5_000, 300),
+    (150, 5_000, 400, 200),
+    (100, 5_400, 300, 100),
+];
+
+#[test]
+fn a_recorded_anthropic_session_with_cache_reads_costs_what_the_hand_count_says() {
+    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
+    let usage = |(input, read, write, output): (u64, u64, u64, u64)| {
+        Some(
+            json!({"input_tokens": input, "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": write, "output_tokens": output}),
+        )
+    };
+    let turn = |reply: Reply, t| match reply {
+        Reply::Message { message, .. } => Reply::Message {
+            message,
+            usage: usage(t),
+        },
+        other => other,
+    };
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            turn(write_call("c1", "a.txt", "a\n"), CACHED_TURNS[0]),
+            turn(write_call("c2", "b.txt", "b\n"), CACHED_TURNS[1]),
+            turn(Reply::finish("c3", "Wrote a and b.", None), CACHED_TURNS[2]),
+        ],
+    ));
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# Busy work\n\nWrite files.\n");
+    let pipeline = write_pipeline(
+        scratch.path(),
+        "solo",
+        "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
+    );
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "claude-sonnet-4-5")
+        .env("ORCH_API_KEY", FAKE_API_KEY)
+        .args(["--provider", "anthropic"])
+        .json()
+        .output();
+    let j = stdout_json(&out);
+    assert_eq!(out.status.code(), Some(0), "{j}");
+    let run_id = j["run_id"].as_str().unwrap().to_owned();
+    // By hand at claude-sonnet-4-5's prices per 1M tokens: $3 input,
+    // $0.30 cache read, $3.75 cache write, $15 output.
+    let want: f64 = CACHED_TURNS
+        .iter()
+        .map(|&(i, r, w, o)| {
+            (i as f64 * 3.0 + r as f64 * 0.3 + w as f64 * 3.75 + o as f64 * 15.0) / 1e6
+        })
+        .sum();
+    assert!((want - 0.034845).abs() < 1e-12, "{want}");
+    let st = state_json(&repo, &run_id);
+    let stage = &st["stages"][0];
+    // Prompt tokens = input + cache reads + cache writes, per turn.
+    assert_eq!(stage["tokens"]["prompt"], 16_550, "{stage}");
+    assert_eq!(stage["tokens"]["cache_read"], 10_400, "{stage}");
+    assert_eq!(stage["tokens"]["cache_write"], 5_700, "{stage}");
+    let cost = stage["budget"]["used"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - want).abs() < 1e-12, "{cost} vs {want}");
+    let out = orch()
+        .args(["show", &run_id, "--repo"])
+        .arg(&repo.path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let show = String::from_utf8(out.stdout).unwrap();
+    // 10,400 of 16,550 prompt tokens read from the cache: 62.8%.
+    assert!(
+        show.contains("cache read 10400 (62.8% of prompt)"),
+        "{show}"
+    );
+    assert!(show.contains("cost $0.0348"), "{show}");
+}
+
+#[test]
+fn anthropic_reaches_subagents_and_the_models_api_window() {
+    let repo = calc_repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::tool_call(
+                        "s1",
+                        "spawn_agent",
+                        json!({"role": "explore", "task": "Where is add defined?"}),
+                    ),
+                    Reply::finish("c2", "The child reported.", None),
+                ],
+            )
+            .agent(
+                "code/explore-1",
+                vec![Reply::finish("e1", "add is defined in calc.py:1.", None)],
+            )
+            .route(
+                "/v1/models/claude-sonnet-4-5",
+                Reply::Raw(
+                    json!({"id": "claude-sonnet-4-5", "max_input_tokens": 150_000}).to_string(),
+                ),
+            ),
+    );
+    let (code, run_id) = run_solo(&repo, &server, "coder", &[]);
+    assert_eq!(code, 0);
+    // The child process spoke Messages too, with the key in x-api-key.
+    let child = server.requests_for("code/explore-1");
+    assert_eq!(child.len(), 1);
+    assert_messages_request(&child[0]);
+    let parent = server.requests_for("code");
+    let result = parent[1].body["messages"][2]["content"][0].to_string();
+    assert!(result.contains("calc.py:1"), "{result}");
+    // The window the Models API gave, asked with Anthropic's headers.
+    let probes: Vec<Recorded> = server
+        .side_requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/models/claude-sonnet-4-5")
+        .collect();
+    assert!(!probes.is_empty());
+    assert_eq!(probes[0].header("x-api-key"), Some(FAKE_API_KEY));
+    assert_eq!(probes[0].header("anthropic-version"), Some("2023-06-01"));
+    let windows = stage_events(&record_dir(&repo, &run_id), "code", "context_window");
+    assert_eq!(windows[0]["tokens"], 150_000, "{windows:?}");
+    assert_eq!(
+        windows[0]["configured"], 200_000,
+        "Claude's table window: {windows:?}"
+    );
+}

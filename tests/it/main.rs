@@ -47,6 +47,8 @@ mod logview;
 mod memory;
 mod memory_safety;
 mod outcomes;
+mod prompt_cache;
+mod prompt_cache_prefix;
 mod reap;
 mod request_size;
 mod responses_api;

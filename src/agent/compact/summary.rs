@@ -6,7 +6,6 @@ use super::refs::call_of;
 use super::state::{Compactor, SUMMARY_AGENT_SUFFIX, Summary, describe};
 use crate::agent::budget::Tracker;
 use crate::llm::{ChatMessage, ChatModel, ChatRequest, MessageRole};
-use crate::runlog::TokenCount;
 use std::collections::HashSet;
 use std::ops::Range;
 
@@ -51,10 +50,7 @@ impl Compactor {
             Ok(Err(e)) => return Err(format!("failed to {e}")),
             Ok(Ok(r)) => r,
         };
-        let tokens = TokenCount {
-            prompt: resp.usage.prompt_tokens,
-            completion: resp.usage.completion_tokens,
-        };
+        let tokens = resp.usage.tokens();
         tracker.record_usage(tokens, resp.usage.cost_usd);
         self.summary_tokens.add(tokens);
         let summary = resp.message.content.unwrap_or_default().trim().to_owned();

@@ -59,10 +59,11 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
         s.model_label
     ));
     o.push_str(&format!(
-        "tokens {} (prompt {}, completion {}), cost {}\n",
+        "tokens {} (prompt {}, completion {}{}), cost {}\n",
         t.total(),
         t.prompt,
         t.completion,
+        cache_note(&t),
         run_cost(s)
     ));
     if let Some(title) = &s.pr_title {
@@ -71,13 +72,26 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     if let Some(url) = &s.pr_url {
         o.push_str(&format!("published: {url}\n"));
     }
+    // The cache column only when a server reported its prompt cache, so
+    // runs against servers that report none show as they always did.
+    let cached = s.stages.iter().any(|st| st.tokens.has_cache());
+    let cache_head = if cached {
+        format!(" {:>6}", "cache")
+    } else {
+        String::new()
+    };
     o.push_str(&format!(
-        "\n{:<11} {:<12} {:<9} {:<16} {:>7} {:>5} {:>8}  {:<10} branch\n",
+        "\n{:<11} {:<12} {:<9} {:<16} {:>7} {:>5} {:>8}{cache_head}  {:<10} branch\n",
         "stage", "status", "role", "verdict", "time", "turns", "tokens", "commit"
     ));
     for st in &s.stages {
+        let cache = if cached {
+            format!(" {:>6}", st.tokens.cache_hit_label())
+        } else {
+            String::new()
+        };
         o.push_str(&format!(
-            "{:<11} {:<12} {:<9} {:<16} {:>6.1}s {:>5} {:>8}  {:<10} {}\n",
+            "{:<11} {:<12} {:<9} {:<16} {:>6.1}s {:>5} {:>8}{cache}  {:<10} {}\n",
             st.id,
             st.status.as_str(),
             st.role,
@@ -139,6 +153,23 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
     }
     o.push_str(&format!("\nrecord: {}\n", root.display()));
     o
+}
+
+/// `, cache read 1200 (62.5% of prompt), written 300` when the server
+/// reported its prompt cache; nothing otherwise.
+fn cache_note(t: &crate::runlog::TokenCount) -> String {
+    if !t.has_cache() {
+        return String::new();
+    }
+    let mut note = format!(
+        ", cache read {} ({} of prompt)",
+        t.cache_read,
+        t.cache_hit_label()
+    );
+    if t.cache_write > 0 {
+        note.push_str(&format!(", written {}", t.cache_write));
+    }
+    note
 }
 
 fn render_agent(o: &mut String, n: &crate::subagent::AgentNode, depth: usize) {

@@ -113,6 +113,7 @@ pub fn parse_message(v: &Value, limit: usize) -> Result<Assembled, String> {
             .filter(|u| u.is_object())
             .map(|u| usage_of(u, Usage::default())),
         header_cost: None,
+        llama_cpp: false,
     })
 }
 
@@ -294,6 +295,7 @@ impl EventAssembler {
             finish_reason: self.stop_reason.as_deref().map(finish_reason),
             usage: self.usage,
             header_cost: None,
+            llama_cpp: false,
         }
     }
 }

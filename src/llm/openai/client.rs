@@ -25,6 +25,9 @@ pub struct OpenAiClient {
     /// Send the reply cap as `max_completion_tokens` (the server refused
     /// `max_tokens`, as OpenAI's reasoning models do).
     pub(super) max_completion_tokens: AtomicBool,
+    /// A reply carried llama.cpp's `timings`: the server is llama.cpp, and
+    /// later requests ask it to keep the slot's prompt cache (`cache_prompt`).
+    pub(super) llama_cpp: AtomicBool,
     /// Retries made and not yet taken ([`crate::llm::ChatModel::take_retries`]), by
     /// agent path: stages running at once share one client.
     pub(super) retries: std::sync::Mutex<Vec<(String, crate::llm::RetryNote)>>,

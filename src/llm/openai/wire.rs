@@ -9,7 +9,7 @@ use crate::llm::constrained;
 use crate::llm::retry::{context_window_in_message, is_context_length_message};
 use crate::llm::settings::{CallMode, Sampling, ToolChoice};
 use crate::llm::stream::{
-    Assembled, MAX_TOOL_CALLS, oversize, reply_bytes, unique_call_ids, usage_of,
+    Assembled, MAX_TOOL_CALLS, oversize, reply_bytes, unique_call_ids, usage_of, with_timings,
 };
 use crate::llm::{
     ChatMessage, ChatRequest, ChatResponse, FunctionCall, LlmError, MessageRole, ToolCall, ToolDef,
@@ -53,6 +53,9 @@ impl OpenAiClient {
             );
             extra.insert(field.to_owned(), value);
         }
+        if self.is_llama_cpp() {
+            extra.insert("cache_prompt".to_owned(), serde_json::Value::Bool(true));
+        }
         let offers_tools = !tools.is_empty();
         let wants_mct = self.wants_max_completion_tokens();
         let sampling = settings.sampling;
@@ -78,6 +81,15 @@ impl OpenAiClient {
                 self.endpoint
             ))
         })
+    }
+
+    /// True when the server is known to be llama.cpp: the profile says so
+    /// (`constrained_dialect = "llamacpp"`) or a reply carried its
+    /// `timings`. Only then is `cache_prompt` sent, so requests to other
+    /// servers stay as they were.
+    fn is_llama_cpp(&self) -> bool {
+        self.settings.constrained_dialect == crate::llm::settings::ConstrainedDialect::LlamaCpp
+            || self.llama_cpp.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn bad(&self, reason: String) -> LlmError {
@@ -173,8 +185,12 @@ impl OpenAiClient {
         Ok(Assembled {
             message,
             finish_reason: choice.finish_reason,
-            usage: wire.usage.filter(|u| u.is_object()).map(|u| usage_of(&u)),
+            usage: wire
+                .usage
+                .filter(|u| u.is_object())
+                .map(|u| with_timings(usage_of(&u), wire.timings.as_ref())),
             header_cost: None,
+            llama_cpp: wire.timings.as_ref().is_some_and(|t| t.is_object()),
         })
     }
 
@@ -273,6 +289,9 @@ pub(super) struct WireResponse {
     choices: Option<Vec<WireChoice>>,
     #[serde(default)]
     usage: Option<serde_json::Value>,
+    /// llama.cpp's prompt and generation timings (`cache_n`, `prompt_n`).
+    #[serde(default)]
+    timings: Option<serde_json::Value>,
     #[serde(default)]
     error: Option<serde_json::Value>,
 }

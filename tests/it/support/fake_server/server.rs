@@ -27,6 +27,8 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The body parsed as JSON (`Null` if it was not JSON).
     pub body: Value,
+    /// The body's bytes as sent (key order and spacing included).
+    pub raw: Vec<u8>,
     /// When the request had been read completely.
     pub at: Instant,
     /// The same moment as wall-clock time (to compare with other processes).
@@ -267,6 +269,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
             path: request.path.clone(),
             headers: request.headers,
             body: body.clone(),
+            raw: request.body.clone(),
             at: Instant::now(),
             received: SystemTime::now(),
         };
