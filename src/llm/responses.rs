@@ -481,6 +481,8 @@ impl ResponsesAssembler {
             finish_reason: self.finish_reason,
             usage: self.usage,
             header_cost: None,
+            // Responses replies carry no llama.cpp `timings` to tell by.
+            llama_cpp: false,
         }
     }
 }
