@@ -405,15 +405,39 @@ fn responses_a_reply_cut_at_the_output_limit_is_length_and_nudged() {
 
 const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should return 5.\n";
 
+/// `reply` with usage whose prompt came `cache_read` tokens from the
+/// server's prompt cache (`prompt_tokens_details.cached_tokens`; the
+/// Responses mode says `input_tokens_details.cached_tokens`).
+fn cached(reply: Reply, prompt: u64, completion: u64, cache_read: u64) -> Reply {
+    match reply.with_usage(prompt, completion) {
+        Reply::Message {
+            message,
+            usage: Some(mut usage),
+        } => {
+            usage["prompt_tokens_details"] = json!({"cached_tokens": cache_read});
+            Reply::Message {
+                message,
+                usage: Some(usage),
+            }
+        }
+        other => other,
+    }
+}
+
 fn issue_to_pr_script() -> Script {
     Script::new()
         .agent(
             "code",
             vec![
                 Reply::tool_call("c1", "read_file", json!({"path": "calc.py"})).with_usage(900, 40),
-                crate::support::fix_add("c2").with_usage(1000, 30),
-                Reply::tool_call("c3", "bash", json!({"command": "cat calc.py"})).with_usage(1100, 20),
-                Reply::finish("c4", "add() now adds.", None).with_usage(1200, 10),
+                cached(crate::support::fix_add("c2"), 1000, 30, 896),
+                cached(
+                    Reply::tool_call("c3", "bash", json!({"command": "cat calc.py"})),
+                    1100,
+                    20,
+                    1000,
+                ),
+                cached(Reply::finish("c4", "add() now adds.", None), 1200, 10, 1024),
             ],
         )
         .agent(
@@ -461,8 +485,8 @@ struct Outcome {
     pr_tree: String,
     /// Tool results the coder's last request carried.
     code_results: Vec<String>,
-    /// prompt and completion tokens the coder's responses logged.
-    code_tokens: Vec<(u64, u64)>,
+    /// prompt, completion and cache-read tokens the coder's responses logged.
+    code_tokens: Vec<(u64, u64, u64)>,
     /// Which agent sent each model request, in order.
     agents: Vec<String>,
 }
@@ -514,6 +538,7 @@ fn run_issue_to_pr(extra: &[&str]) -> (TestRepo, FakeServer, String, Outcome) {
             (
                 e["prompt_tokens"].as_u64().unwrap(),
                 e["completion_tokens"].as_u64().unwrap(),
+                e["cache_read_tokens"].as_u64().unwrap_or(0),
             )
         })
         .collect();
@@ -552,7 +577,12 @@ fn responses_issue_to_pr_matches_the_chat_completions_run_and_replays_offline() 
     assert_eq!(chat.status, "succeeded");
     assert_eq!(
         chat.code_tokens,
-        [(900, 40), (1000, 30), (1100, 20), (1200, 10)]
+        [
+            (900, 40, 0),
+            (1000, 30, 896),
+            (1100, 20, 1000),
+            (1200, 10, 1024)
+        ]
     );
     for stream in [true, false] {
         let mut args = PROVIDER.to_vec();
