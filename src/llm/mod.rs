@@ -3,7 +3,8 @@
 //! ([`openai`] with its [`settings`], streaming over SSE decoded by [`sse`]
 //! and assembled by [`stream`], retries in [`retry`]), the offline replay model ([`replay`]), token
 //! prices ([`price`]), the recovery of tool calls written as text
-//! ([`textcalls`]) and constrained tool calls ([`constrained`]).
+//! ([`textcalls`]) and constrained tool calls ([`constrained`]). Other wire
+//! formats plug into the HTTP client: OpenAI Responses ([`responses`]).
 //!
 //! See `docs/model-client.md` for the user-facing behaviour (streaming,
 //! retry schedule, error classes, configuration, prices).
@@ -14,6 +15,7 @@ mod error;
 pub mod openai;
 pub mod price;
 pub mod replay;
+pub mod responses;
 pub mod retry;
 pub(crate) mod server_cache;
 pub mod settings;

@@ -80,10 +80,10 @@ mod snippet;
 mod window;
 mod wire;
 
-pub(crate) use classify::{Attempt, Kind, Transient};
+pub(crate) use classify::{Attempt, Kind, OPENAI_KEY_VARS, Transient};
 use classify::{human_duration, timed_out};
 pub use client::OpenAiClient;
-pub(crate) use format::{StreamDecoder, WireFormat, secret_header, wire_format};
+pub(crate) use format::{ChatCompletions, StreamDecoder, WireFormat, secret_header, wire_format};
 use http::{BodyError, build_client, read_capped};
 use snippet::snippet;
 use wire::{agent_header_value, finalize};

@@ -54,6 +54,7 @@ mod prompt_cache;
 mod prompt_cache_prefix;
 mod reap;
 mod request_size;
+mod responses_api;
 mod review_cmds;
 mod run_e2e;
 mod run_settings;

@@ -97,7 +97,7 @@ pub(crate) fn wire_format(provider: Provider) -> Option<&'static dyn WireFormat>
     match provider {
         Provider::OpenAiChat => Some(&ChatCompletions),
         Provider::Anthropic => Some(&crate::llm::anthropic::Messages),
-        Provider::OpenAiResponses => None,
+        Provider::OpenAiResponses => Some(&crate::llm::responses::Responses),
     }
 }
 

@@ -194,6 +194,12 @@ impl OpenAiClient {
         })
     }
 
+    /// A server body as errors quote it: a short one-line snippet, the key
+    /// masked (for the other wire formats).
+    pub(crate) fn quote(&self, bytes: &[u8]) -> String {
+        self.redact(&snippet(bytes))
+    }
+
     /// Masks any echo of the API key (some servers quote the key they rejected).
     pub(crate) fn redact(&self, text: &str) -> String {
         match &self.settings.api_key {

@@ -34,6 +34,9 @@
 //! Anthropic mode: a request to `…/v1/messages` is checked and answered as
 //! the Anthropic Messages API would (see `anthropic.rs`).
 //!
+//! Responses mode: a request to `…/responses` is served from the same
+//! script in the OpenAI Responses format (see `responses`).
+//!
 //! Threads: one accept thread plus one per connection. Drop stops the accept
 //! loop (flag + a connection to itself) and joins every thread; connection
 //! threads are bounded by a read timeout and their scripted delays.
@@ -42,11 +45,13 @@ mod anthropic;
 mod checks;
 mod hostile;
 mod http;
+mod responses;
 mod script;
 mod server;
 
 pub use checks::tool_pairing_violations;
 pub use hostile::{HOSTILE_LIMIT, noise};
 pub use http::STALL_LIMIT;
+pub use responses::{chat_messages, chat_view, incomplete_reply};
 pub use script::{Reply, Script};
 pub use server::{FakeServer, Recorded};

@@ -293,6 +293,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
     let parsed = serde_json::from_slice::<Value>(&request.body);
     let body = parsed.as_ref().cloned().unwrap_or(Value::Null);
     let messages_api = super::anthropic::is_messages(&request.path);
+    let responses = super::responses::is_responses(&request.path);
     let reply = {
         let mut state = shared.state();
         let recorded = Recorded {
@@ -305,7 +306,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
             received: SystemTime::now(),
             answered_before: shared.answered.load(Ordering::SeqCst),
         };
-        if !request.path.ends_with("/chat/completions") && !messages_api {
+        if !request.path.ends_with("/chat/completions") && !messages_api && !responses {
             state.side_requests.push(recorded);
             let route = state
                 .routes
@@ -321,6 +322,7 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
         state.requests.push(recorded);
         let number = state.requests.len();
         let mut problems = match &parsed {
+            Ok(_) if responses => tool_pairing_violations(&super::responses::chat_messages(&body)),
             Ok(_) if messages_api => {
                 let mut p = super::anthropic::api_violations(&body);
                 p.extend(tool_pairing_violations(
@@ -345,7 +347,10 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
                     .to_string(),
             };
         }
-        state.script.get_mut(&agent).and_then(VecDeque::pop_front)
+        (
+            state.script.get_mut(&agent).and_then(VecDeque::pop_front),
+            responses,
+        )
     };
     // In the Anthropic mode the body is marked, so every reply (also one
     // wrapped in a delay or a cut) is rendered as a Messages reply.
@@ -355,10 +360,12 @@ pub(super) fn answer_for(request: Request, shared: &Shared) -> Answer {
         body
     };
     match reply {
-        Some(reply) => {
+        (Some(reply), true) => special(reply, shared, &agent, pid)
+            .unwrap_or_else(|r| super::responses::render(r, &body, shared)),
+        (Some(reply), false) => {
             special(reply, shared, &agent, pid).unwrap_or_else(|r| render(r, &body, shared))
         }
-        None => plain(
+        (None, _) => plain(
             500,
             format!("fake server: script exhausted for agent {agent:?}"),
         ),
