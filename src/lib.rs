@@ -23,6 +23,7 @@ pub mod git;
 pub mod ids;
 pub mod killpoint;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod pipeline;
 pub mod policy;

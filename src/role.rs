@@ -23,6 +23,7 @@
 //! read-only role never holds `write_file` or `edit_file`.
 
 mod claude;
+mod mcp;
 mod tools;
 
 pub use tools::{BashRules, KNOWN_TOOLS};
@@ -62,6 +63,7 @@ const KNOWN_KEYS: &[&str] = &[
     "maxTurns",
     "hooks",
     "escalate_to",
+    "mcpServers",
 ];
 
 /// The turn limit of a role that does not set `max_turns`.
@@ -129,6 +131,10 @@ pub struct Role {
     /// its stages' first message (default on; a stage can turn it off too).
     #[serde(default = "on")]
     pub context_files: bool,
+    /// `mcpServers:`, the `mcp__…` entries of `tools:` and the rules on MCP
+    /// tools: the MCP servers and tools its stages get (none unless named).
+    #[serde(default, skip_serializing_if = "crate::mcp::RoleMcp::is_empty")]
+    pub mcp: crate::mcp::RoleMcp,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -280,6 +286,9 @@ struct RoleSpec {
     /// Claude Code's turn limit.
     #[serde(default, rename = "maxTurns")]
     claude_max_turns: Option<Spanned<u32>>,
+    /// Claude Code's MCP servers of this agent (names or inline definitions).
+    #[serde(default, rename = "mcpServers")]
+    mcp_servers: Option<Spanned<serde_json::Value>>,
     /// Claude Code's hooks: refused (see [`claude::refuse_hooks`]).
     #[serde(default)]
     hooks: Option<Spanned<IgnoredAny>>,
@@ -387,6 +396,13 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
             .collect(),
     };
     let mut bash = spec.bash;
+    let mcp = mcp::read(
+        spec.mcp_servers.as_ref(),
+        spec.tools.as_ref(),
+        spec.disallowed_tools.as_ref(),
+        &mut bash,
+        &at,
+    )?;
     claude::apply(&narrowing, mode, &mut tools, &mut bash, &mut warnings);
 
     let max_turns =
@@ -490,6 +506,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
         network,
         escalate_to,
         context_files,
+        mcp,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })
@@ -507,6 +524,10 @@ fn resolve_tools(
     let mut granted = vec![false; KNOWN_TOOLS.len()];
     let mut missing: Vec<&str> = Vec::new();
     for item in written {
+        // MCP tools are granted by [`mcp::read`].
+        if item.value.trim().starts_with(crate::mcp::PREFIX) {
+            continue;
+        }
         let Some(tool) = orch_tool_name(item.value.trim()) else {
             let name = item.value.trim();
             // `Bash(git diff:*)`: an allow-list of some commands or paths,

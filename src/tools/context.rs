@@ -58,6 +58,10 @@ pub struct ToolContext {
     /// Ready once the lane may be touched (its change watcher is up): every
     /// tool call and sandboxed command waits for it first.
     pub ready: Option<Barrier>,
+    /// The stage's MCP servers and the tools offered from them.
+    pub mcp: Option<Arc<crate::mcp::McpSession>>,
+    /// The role's MCP rules (allow / ask / deny on `mcp__…` names).
+    pub mcp_role: crate::mcp::RoleMcp,
 }
 
 /// A one-time readiness gate (cloned freely, ready forever once ready).
@@ -84,6 +88,8 @@ impl ToolContext {
             pre_exec: None,
             sandbox: None,
             ready: None,
+            mcp: None,
+            mcp_role: crate::mcp::RoleMcp::default(),
         })
     }
 }

@@ -27,7 +27,10 @@ pub async fn call(
         ready.clone().await;
     }
     let start = Instant::now();
-    let mut outcome = match check_call(ctx, name, arguments) {
+    let mut outcome = if super::mcp::offers(ctx, name) {
+        super::mcp::run(ctx, name, arguments).await
+    } else {
+        match check_call(ctx, name, arguments) {
         Err((tool, msg)) => ToolOutcome::error(&tool, &msg),
         Ok(args) => match catch_panic(run_tool(ctx, name, args)).await {
             Ok(outcome) => outcome,
@@ -39,6 +42,7 @@ pub async fn call(
                 });
             }
         },
+        }
     };
     outcome.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     // Known secret values (orch's keys, `~/.netrc`, credential URLs) never

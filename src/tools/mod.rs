@@ -36,6 +36,7 @@ mod finish;
 mod fuzzy;
 mod grep;
 mod list_files;
+mod mcp;
 mod outcome;
 mod read_file;
 mod readonly;

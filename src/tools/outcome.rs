@@ -78,6 +78,8 @@ pub struct ToolOutcome {
     /// `workspace-write, network on: landlock ABI 7: writable …` or
     /// `off, network on: sandbox off`.
     pub sandbox: Option<String>,
+    /// An MCP tool's call: server, tool, duration, bytes (the `mcp_call` event).
+    pub mcp: Option<crate::mcp::McpCallInfo>,
 }
 
 impl ToolOutcome {

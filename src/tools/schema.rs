@@ -14,7 +14,11 @@ use crate::llm::ToolDef;
 /// below the depth limit).
 pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
     let can_spawn = ctx.spawn.as_ref().is_some_and(|s| s.can_spawn());
-    schemas(&ctx.allowed, can_spawn)
+    let mut defs = schemas(&ctx.allowed, can_spawn);
+    // MCP tools after orch's own, before nothing: `finish` stays last
+    // among orch's and the MCP tools follow in server order.
+    defs.extend(super::mcp::definitions(ctx));
+    defs
 }
 
 /// Names of the tools offered in `ctx` (for the system prompt).
