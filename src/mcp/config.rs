@@ -105,9 +105,8 @@ impl McpConfig {
             ))
         })?;
         for (name, value) in servers {
-            let json = serde_json::to_value(value).map_err(|e| {
-                McpError::Config(format!("{origin}: mcp.servers.{name}: {e}"))
-            })?;
+            let json = serde_json::to_value(value)
+                .map_err(|e| McpError::Config(format!("{origin}: mcp.servers.{name}: {e}")))?;
             let spec = parse_spec(json, &format!("{origin}: mcp.servers.{name}"))?;
             self.add(name.clone(), spec, origin);
         }
@@ -249,18 +248,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.servers["gh"].spec.command.as_deref(), Some("gh-mcp"));
-        assert_eq!(c.servers["web"].spec.url.as_deref(), Some("http://127.0.0.1:1/mcp"));
+        assert_eq!(
+            c.servers["web"].spec.url.as_deref(),
+            Some("http://127.0.0.1:1/mcp")
+        );
         let err = c
             .add_json(r#"{"mcpServers": {"x": {"comand": "y"}}}"#, "a/.mcp.json")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("a/.mcp.json: mcpServers.x: unknown field `comand`"), "{err}");
+        assert!(
+            err.contains("a/.mcp.json: mcpServers.x: unknown field `comand`"),
+            "{err}"
+        );
         let err = c
             .add_toml("[mcp.servers.y]\nargs = [\"a\"]\n", "orch.toml")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("orch.toml: mcp.servers.y: give either `command`"), "{err}");
-        c.add_toml("[mcp.servers.z]\ncommand = \"z\"\n", "orch.toml").unwrap();
+        assert!(
+            err.contains("orch.toml: mcp.servers.y: give either `command`"),
+            "{err}"
+        );
+        c.add_toml("[mcp.servers.z]\ncommand = \"z\"\n", "orch.toml")
+            .unwrap();
         assert!(c.servers.contains_key("z"));
     }
 
@@ -269,7 +278,10 @@ mod tests {
         let err = expand("Bearer ${ORCH_SURELY_UNSET_VAR_42}", "x: headers.A")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("${ORCH_SURELY_UNSET_VAR_42} is not set"), "{err}");
+        assert!(
+            err.contains("${ORCH_SURELY_UNSET_VAR_42} is not set"),
+            "{err}"
+        );
         let (v, s) = expand("a ${ORCH_SURELY_UNSET_VAR_42:-dflt} b", "w").unwrap();
         assert_eq!(v, "a dflt b");
         assert_eq!(s, ["dflt"]);

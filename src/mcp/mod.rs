@@ -20,6 +20,7 @@
 //!   redaction covers them everywhere.
 
 pub(crate) mod config;
+pub(crate) mod replay;
 mod session;
 
 pub use config::{McpConfig, ServerSpec};
@@ -215,7 +216,10 @@ mod tests {
         assert!(role.grants("web", "anything") && !role.grants("gh", "x"));
         assert!(matches!(role.decide("mcp__fx__echo"), McpDecision::Deny(_)));
         assert!(matches!(role.decide("mcp__web__get"), McpDecision::Ask(_)));
-        assert_eq!(role.decide("mcp__fx__x"), McpDecision::Allow("allow".into()));
+        assert_eq!(
+            role.decide("mcp__fx__x"),
+            McpDecision::Allow("allow".into())
+        );
         let all = RoleMcp {
             servers: vec!["gh".into()],
             ..RoleMcp::default()

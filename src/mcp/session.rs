@@ -225,7 +225,12 @@ impl McpSession {
         let Some(server) = self.servers.iter().find(|s| s.name == tool.server) else {
             return Err(format!("MCP server `{}` is not running", tool.server));
         };
-        if let Some(why) = server.dead.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(why) = server
+            .dead
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
             return Err(format!(
                 "MCP server `{}` is gone ({why}); its tools cannot be called in this stage",
                 server.name
@@ -369,7 +374,10 @@ async fn start_server(
         Err(_) => {
             return Err(start_error(
                 name,
-                &format!("no answer to `initialize` within {}s", START_TIMEOUT.as_secs()),
+                &format!(
+                    "no answer to `initialize` within {}s",
+                    START_TIMEOUT.as_secs()
+                ),
             ));
         }
         Ok(Err(e)) => return Err(start_error(name, &format!("initialize failed: {e}"))),

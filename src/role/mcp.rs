@@ -28,8 +28,9 @@ pub(super) fn read(
                 )));
             }
             if let Some(def) = def {
-                let spec = crate::mcp::config::parse_spec(def.clone(), &format!("mcpServers.{name}"))
-                    .map_err(|e| bad(e.to_string()))?;
+                let spec =
+                    crate::mcp::config::parse_spec(def.clone(), &format!("mcpServers.{name}"))
+                        .map_err(|e| bad(e.to_string()))?;
                 out.inline.insert(name.to_owned(), spec);
             }
             if !out.servers.iter().any(|s| s == name) {
@@ -100,7 +101,11 @@ pub(super) fn read(
         (&mut bash.ask, &mut out.rules.ask),
         (&mut bash.deny, &mut out.rules.deny),
     ] {
-        to.extend(from.iter().filter(|p| p.trim().starts_with(PREFIX)).cloned());
+        to.extend(
+            from.iter()
+                .filter(|p| p.trim().starts_with(PREFIX))
+                .cloned(),
+        );
         from.retain(|p| !p.trim().starts_with(PREFIX));
     }
     Ok(out)

@@ -189,7 +189,11 @@ fn describe(event: &ActionEvent) -> String {
         ),
         ActionEvent::McpServers(e) => format!(
             "MCP servers: {} ({} tools, {} B of definitions){}",
-            if e.servers.is_empty() { "none".to_owned() } else { e.servers.join(", ") },
+            if e.servers.is_empty() {
+                "none".to_owned()
+            } else {
+                e.servers.join(", ")
+            },
             e.tools.len(),
             e.bytes,
             opt_field("replayed_from", &e.replayed_from)

@@ -27,7 +27,10 @@ pub(super) async fn attach(
     };
     tool_ctx.mcp_role = role.mcp.clone();
     let (session, replayed_from) = match &ctx.session.replay_file {
-        Some(file) => (replayed(file, id).map_err(|e| fail(&e))?, Some(file.clone())),
+        Some(file) => (
+            replayed(file, id).map_err(|e| fail(&e))?,
+            Some(file.clone()),
+        ),
         None => {
             let config = McpConfig::load(
                 &ctx.common,
@@ -86,8 +89,7 @@ pub(crate) fn defs_bytes(defs: &[crate::llm::ToolDef]) -> usize {
 
 /// The recorded MCP tools and results of stage `id` in the replay `file`.
 fn replayed(file: &str, id: &str) -> Result<McpSession, String> {
-    let text =
-        std::fs::read_to_string(file).map_err(|e| format!("failed to read {file}: {e}"))?;
+    let text = std::fs::read_to_string(file).map_err(|e| format!("failed to read {file}: {e}"))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("failed to read {file}: {e}"))?;
     let stage = &value["mcp"][id];
