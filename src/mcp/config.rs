@@ -170,7 +170,6 @@ pub(crate) fn parse_spec(value: serde_json::Value, what: &str) -> Result<ServerS
 /// environment; each expanded value is returned for registration as a
 /// secret. An unset variable is an error naming it and `what`.
 pub(crate) fn expand(value: &str, what: &str) -> Result<(String, Vec<String>), McpError> {
-    let env = crate::environment::current();
     let mut out = String::with_capacity(value.len());
     let mut secrets = Vec::new();
     let mut rest = value;
@@ -186,7 +185,10 @@ pub(crate) fn expand(value: &str, what: &str) -> Result<(String, Vec<String>), M
             Some((n, d)) => (n, Some(d)),
             None => (&after[..end], None),
         };
-        match env.var(name).filter(|v| !v.is_empty()).or(default) {
+        // Credentials are read at the moment of use and never kept in a
+        // settings value (as forge tokens; see `crate::environment`).
+        let found = std::env::var(name).ok().filter(|v| !v.is_empty());
+        match found.as_deref().or(default) {
             Some(v) => {
                 out.push_str(v);
                 secrets.push(v.to_owned());

@@ -39,6 +39,11 @@ fn repo_with(script: &Path, front: &str) -> TestRepo {
 
 /// Runs stage `a` (role `mcpuser`) then stage `b` (role `plain`).
 fn run_two(repo: &TestRepo, a: Vec<Reply>) -> (FakeServer, i32, String) {
+    run_two_env(repo, a, &[])
+}
+
+/// [`run_two`] with `env` added to orch's environment.
+fn run_two_env(repo: &TestRepo, a: Vec<Reply>, env: &[(&str, &str)]) -> (FakeServer, i32, String) {
     let server = FakeServer::start(
         Script::new()
             .agent("a", a)
@@ -51,10 +56,13 @@ fn run_two(repo: &TestRepo, a: Vec<Reply>) -> (FakeServer, i32, String) {
         "two",
         "stages:\n  a:\n    role: mcpuser\n  b:\n    role: plain\n    needs: [a]\n",
     );
-    let out = OrchRun::new(&pipeline, repo)
+    let mut run = OrchRun::new(&pipeline, repo)
         .issue(&issue)
-        .model(&server.base_url, "m")
-        .output();
+        .model(&server.base_url, "m");
+    for (k, v) in env {
+        run = run.env(k, v);
+    }
+    let out = run.output();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     (server, out.status.code().unwrap_or(-1), stderr)
 }
@@ -182,6 +190,56 @@ fn a_tool_error_and_a_dying_server_are_tool_errors_the_model_sees() {
         1,
         "reported once: {stderr}"
     );
+}
+
+#[test]
+fn the_server_runs_sandboxed_with_a_scrubbed_env_and_its_expanded_token_is_redacted() {
+    let repo = TestRepo::with_commit(&[("notes.txt", "notes\n")], "base");
+    repo.write(
+        ".mcp.json",
+        json!({"mcpServers": {"fx": {"command": "python3", "args": [FIXTURE], "env": {"FX_TOKEN": "${MY_MCP_TOKEN}"}}}})
+            .to_string(),
+    );
+    repo.write(
+        ".orch/roles/mcpuser.md",
+        "---\nname: mcpuser\ndescription: d\nmcpServers: [fx]\n---\nYou work.\n",
+    );
+    repo.write(
+        ".orch/roles/plain.md",
+        "---\nname: plain\ntools: Read\n---\nP\n",
+    );
+    repo.commit_all("servers");
+    let outside = tempfile::tempdir().unwrap();
+    let canary = outside.path().join("canary");
+    let (server, code, stderr) = run_two_env(
+        &repo,
+        vec![
+            Reply::tool_call(
+                "c1",
+                "mcp__fx__shout",
+                json!({"text": format!("probe:{}", canary.display())}),
+            ),
+            Reply::finish("f", "Probed.", None),
+        ],
+        &[
+            ("MY_MCP_TOKEN", "mcp-token-7f3a9c2e"),
+            ("ORCH_API_KEY", "sk-orch-key-5b8d1e4f"),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let result = &tool_results(&server.requests_for("a")[1])[0];
+    assert!(
+        !canary.exists(),
+        "the server wrote outside its lane: {result}"
+    );
+    assert!(result.starts_with("write refused; "), "{result}");
+    assert!(result.contains("token [REDACTED];"), "{result}");
+    assert!(!result.contains("mcp-token-7f3a9c2e"), "{result}");
+    assert!(result.contains(" FX_TOKEN"), "{result}");
+    assert!(!result.contains("ORCH_API_KEY"), "{result}");
+    let record = record_dir(&repo, &only_run_id(&repo.path));
+    let log = std::fs::read_to_string(record.join("stages/a/actions.jsonl")).unwrap();
+    assert!(!log.contains("mcp-token-7f3a9c2e"), "{log}");
 }
 
 #[test]
