@@ -20,6 +20,7 @@
 //!   redaction covers them everywhere.
 
 pub(crate) mod config;
+pub(crate) mod dry;
 pub(crate) mod replay;
 mod session;
 

@@ -316,3 +316,56 @@ fn the_first_coder_request_of_a_repository_with_mcp_servers_stays_at_most_3400_b
         "first coder request is {length} B, budget 3400 B"
     );
 }
+
+#[test]
+fn dry_run_lists_the_servers_tools_and_bytes_a_stage_would_get() {
+    let repo = repo_with(
+        Path::new(FIXTURE),
+        "tools: Read, mcp__fx__shout\nmcpServers: [fx]\n",
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# shout\n\nShout hello.\n");
+    let pipeline = write_pipeline(
+        scratch.path(),
+        "two",
+        "stages:\n  a:\n    role: mcpuser\n  b:\n    role: plain\n    needs: [a]\n",
+    );
+    let run = |json_out: bool| {
+        let mut run = OrchRun::new(&pipeline, &repo)
+            .issue(&issue)
+            .model("http://127.0.0.1:9", "m")
+            .args(["--dry-run"]);
+        if json_out {
+            run = run.json();
+        }
+        run.output()
+    };
+    let out = run(true);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let a = &plan["stages"][0]["mcp"];
+    assert_eq!(a["tools"], json!(["mcp__fx__shout"]), "{plan}");
+    assert_eq!(a["servers"][0]["name"], "fx");
+    assert!(
+        a["servers"][0]["defined_in"]
+            .as_str()
+            .unwrap()
+            .starts_with(".mcp.json at ")
+    );
+    let bytes = a["bytes"].as_u64().unwrap();
+    assert!((100..1000).contains(&bytes), "{a}");
+    assert!(plan["stages"][1]["mcp"].is_null(), "{plan}");
+    let human = String::from_utf8_lossy(&run(false).stdout).into_owned();
+    assert!(
+        human.contains(&format!(
+            "mcp: servers fx; tools mcp__fx__shout; their definitions add {bytes} B to every request"
+        )),
+        "{human}"
+    );
+}
