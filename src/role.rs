@@ -8,8 +8,10 @@
 //! system prompt template, kept verbatim apart from surrounding blank lines.
 //!
 //! Claude Code files load unchanged: a tool orch does not have (`WebFetch`,
-//! `WebSearch`, `TodoWrite`, `NotebookEdit`, `mcp__*`, …) is not offered and
-//! a front-matter key orch does not know (`memory`, `skills`, …) is
+//! `WebSearch`, `TodoWrite`, `NotebookEdit`, …) is not offered and
+//! `mcpServers:` with the `mcp__<server>__<tool>` entries of `tools:` say
+//! which MCP servers and tools the role gets ([`mcp`], `crate::mcp`); a
+//! front-matter key orch does not know (`memory`, `skills`, …) is
 //! ignored; each becomes one line in [`Role::warnings`], not an error. Keys
 //! that narrow what the agent may do (`permissionMode`, `disallowedTools`,
 //! `maxTurns`, `hooks`) are mapped onto orch's ([`claude`]), or the role does
@@ -878,9 +880,16 @@ mod tests {
         );
         assert!(role.warnings[1].contains("`memory`"));
         assert!(
-            role.warnings[2]
-                .contains("WebFetch, WebSearch, TodoWrite, mcp__github__get_issue not offered")
+            role.warnings[2].contains("WebFetch, WebSearch, TodoWrite not offered"),
+            "{:?}",
+            role.warnings
         );
+        // An MCP tool is a grant of that server's tool, not a missing tool.
+        assert_eq!(
+            role.mcp.tools.as_deref(),
+            Some(&["mcp__github__get_issue".to_owned()][..])
+        );
+        assert_eq!(role.mcp.granted_servers(), ["github"]);
         // `permissionMode: ask`: every command asks first.
         assert_eq!(role.bash.ask, ["*"]);
         assert_eq!(role.sampling.temperature, Some(0.2));

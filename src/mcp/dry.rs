@@ -51,6 +51,7 @@ pub(crate) fn describe(
                 .sum();
             json!({
                 "servers": servers,
+                "undefined": session.missing(),
                 "tools": defs.iter().map(|d| d.name).collect::<Vec<_>>(),
                 "bytes": bytes,
             })

@@ -90,6 +90,8 @@ pub struct McpSession {
     tools: Vec<McpToolInfo>,
     /// A replay: calls answered from the recorded run, no server started.
     recorded: Option<Mutex<Vec<RecordedCall>>>,
+    /// Servers the role names that no configuration defines.
+    missing: Vec<String>,
 }
 
 /// Where and how a session's stdio servers run.
@@ -119,11 +121,15 @@ impl McpSession {
                     spec: spec.clone(),
                     origin: "the role's mcpServers".to_owned(),
                 },
-                None => config.servers.get(&name).cloned().ok_or_else(|| {
-                    McpError::Config(format!(
-                        "the role names MCP server `{name}`, which no .mcp.json, orch.toml [mcp.servers] or mcpServers: entry defines"
-                    ))
-                })?,
+                None => match config.servers.get(&name) {
+                    Some(d) => d.clone(),
+                    None => {
+                        // As Claude Code: a server nobody configured
+                        // offers no tools; the stage says so and goes on.
+                        session.missing.push(name);
+                        continue;
+                    }
+                },
             };
             let server = start_server(&name, &defined, &launch).await?;
             let listed = {
@@ -180,7 +186,14 @@ impl McpSession {
             servers: Vec::new(),
             tools,
             recorded: Some(Mutex::new(calls)),
+            missing: Vec::new(),
         }
+    }
+
+    /// The servers the role names that no configuration defines (not
+    /// started; their tools are not offered).
+    pub fn missing(&self) -> &[String] {
+        &self.missing
     }
 
     /// The servers started, by name.

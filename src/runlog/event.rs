@@ -537,6 +537,9 @@ pub(crate) struct McpServers {
     pub tools: Vec<Value>,
     /// Bytes of the tools' definitions in a request.
     pub bytes: usize,
+    /// Servers the role names that no configuration defines (not offered).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
     /// Set when the stage's MCP tools came from a recorded run (a replay).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replayed_from: Option<String>,

@@ -243,14 +243,21 @@ fn the_server_runs_sandboxed_with_a_scrubbed_env_and_its_expanded_token_is_redac
 }
 
 #[test]
-fn a_role_naming_an_undefined_server_is_a_clear_error() {
-    let repo = repo_with(Path::new(FIXTURE), "tools: Read, mcp__nosuch__x\n");
-    let (_server, code, stderr) = run_two(&repo, shout_then_write());
-    assert_ne!(code, 0, "{stderr}");
+fn a_server_no_configuration_defines_is_named_and_offers_nothing() {
+    let repo = repo_with(Path::new(FIXTURE), "tools: Read, Write, mcp__nosuch__x\n");
+    let (server, code, stderr) = run_two(&repo, vec![Reply::finish("f", "Nothing.", None)]);
+    assert_eq!(code, 0, "{stderr}");
     assert!(
-        stderr.contains("names MCP server `nosuch`, which no .mcp.json"),
+        stderr.contains("names MCP server(s) nosuch that no .mcp.json"),
         "{stderr}"
     );
+    assert_eq!(
+        offered_tools(&server.requests_for("a")[0]),
+        ["read_file", "write_file", "finish"]
+    );
+    let record = record_dir(&repo, &only_run_id(&repo.path));
+    let servers = stage_events(&record, "a", "mcp_servers");
+    assert_eq!(servers[0]["missing"], json!(["nosuch"]), "{servers:?}");
 }
 
 #[test]

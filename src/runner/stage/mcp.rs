@@ -70,8 +70,17 @@ pub(super) async fn attach(
             parameters: t.parameters.clone(),
         })
         .collect();
+    let missing = session.missing().to_vec();
+    if !missing.is_empty() {
+        crate::ui::status_line(&format!(
+            "orch: warning: stage `{id}`: role `{}` names MCP server(s) {} that no .mcp.json, orch.toml [mcp.servers] or mcpServers: entry defines; their tools are not offered",
+            role.name,
+            missing.join(", ")
+        ));
+    }
     log.append(&ActionEvent::McpServers(event::McpServers {
         servers: session.server_names(),
+        missing,
         tools,
         bytes: defs_bytes(&defs),
         replayed_from,
