@@ -20,9 +20,9 @@ pub(crate) fn recorded(run_root: &Path, transcripts: &BTreeMap<String, Vec<ChatM
         let tools = std::fs::read_to_string(&log)
             .unwrap_or_default()
             .lines()
+            .rev()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["event"] == "mcp_servers")
-            .last()
+            .find(|v| v["event"] == "mcp_servers")
             .map(|v| v["tools"].clone());
         let Some(tools) = tools else {
             continue;
