@@ -35,27 +35,12 @@ pub(crate) fn describe(
         .and_then(|c| sandbox.map_err(|e| e.to_string()).map(|s| (c, s)))
         .and_then(|(config, sandbox)| list(role, &config, &sandbox));
     match listed {
-        Ok(session) => {
-            let defs: Vec<crate::llm::ToolDef> = session
-                .tools()
-                .iter()
-                .map(|t| crate::llm::ToolDef {
-                    name: t.name,
-                    description: t.description,
-                    parameters: t.parameters.clone(),
-                })
-                .collect();
-            let bytes: usize = defs
-                .iter()
-                .map(|d| serde_json::to_string(d).map_or(0, |s| s.len() + 1))
-                .sum();
-            json!({
-                "servers": servers,
-                "undefined": session.missing(),
-                "tools": defs.iter().map(|d| d.name).collect::<Vec<_>>(),
-                "bytes": bytes,
-            })
-        }
+        Ok(session) => json!({
+            "servers": servers,
+            "undefined": session.missing(),
+            "tools": session.tools().iter().map(|t| t.name).collect::<Vec<_>>(),
+            "bytes": session.definitions_bytes(),
+        }),
         Err(e) => json!({"servers": servers, "error": e}),
     }
 }

@@ -206,6 +206,27 @@ impl McpSession {
         &self.tools
     }
 
+    /// The offered tools as the model sees them.
+    pub fn definitions(&self) -> Vec<crate::llm::ToolDef> {
+        self.tools
+            .iter()
+            .map(|t| crate::llm::ToolDef {
+                name: t.name,
+                description: t.description,
+                parameters: t.parameters.clone(),
+            })
+            .collect()
+    }
+
+    /// Bytes the offered tools' definitions add to a request's `tools`
+    /// array (commas included).
+    pub fn definitions_bytes(&self) -> usize {
+        self.definitions()
+            .iter()
+            .map(|d| serde_json::to_string(d).map_or(0, |s| s.len() + 1))
+            .sum()
+    }
+
     /// The tool called `name`, when offered.
     pub fn tool(&self, name: &str) -> Option<&McpToolInfo> {
         self.tools.iter().find(|t| t.name == name)

@@ -13,16 +13,7 @@ use crate::text::one_line;
 pub(super) fn definitions(ctx: &ToolContext) -> Vec<crate::llm::ToolDef> {
     ctx.mcp
         .as_ref()
-        .map(|s| {
-            s.tools()
-                .iter()
-                .map(|t| crate::llm::ToolDef {
-                    name: t.name,
-                    description: t.description,
-                    parameters: t.parameters.clone(),
-                })
-                .collect()
-        })
+        .map(|s| s.definitions())
         .unwrap_or_default()
 }
 

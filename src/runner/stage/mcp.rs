@@ -61,15 +61,6 @@ pub(super) async fn attach(
             serde_json::json!({"name": t.name, "description": t.description, "parameters": t.parameters})
         })
         .collect();
-    let defs: Vec<crate::llm::ToolDef> = session
-        .tools()
-        .iter()
-        .map(|t| crate::llm::ToolDef {
-            name: t.name,
-            description: t.description,
-            parameters: t.parameters.clone(),
-        })
-        .collect();
     let missing = session.missing().to_vec();
     if !missing.is_empty() {
         crate::ui::status_line(&format!(
@@ -82,18 +73,11 @@ pub(super) async fn attach(
         servers: session.server_names(),
         missing,
         tools,
-        bytes: defs_bytes(&defs),
+        bytes: session.definitions_bytes(),
         replayed_from,
     }))?;
     tool_ctx.mcp = Some(Arc::new(session));
     Ok(())
-}
-
-/// Bytes `defs` add to a request's `tools` array (commas included).
-pub(crate) fn defs_bytes(defs: &[crate::llm::ToolDef]) -> usize {
-    defs.iter()
-        .map(|d| serde_json::to_string(d).map_or(0, |s| s.len() + 1))
-        .sum()
 }
 
 /// The recorded MCP tools and results of stage `id` in the replay `file`.
