@@ -376,3 +376,26 @@ fn dry_run_lists_the_servers_tools_and_bytes_a_stage_would_get() {
         "{human}"
     );
 }
+
+#[test]
+fn orch_agent_with_a_role_naming_a_server_is_offered_its_tools() {
+    let repo = repo_with(Path::new(FIXTURE), "mcpServers: [fx]\n");
+    let server = FakeServer::start(Script::new().agent(
+        "mcpuser",
+        vec![
+            Reply::tool_call("c1", "mcp__fx__shout", json!({"text": "hi"})),
+            Reply::finish("f", "Shouted.", None),
+        ],
+    ));
+    let mut cmd = orch();
+    cmd.current_dir(&repo.path)
+        .args(["agent", "--role", "mcpuser", "--task", "Shout."])
+        .args(["--base-url", &server.base_url, "--model", "m"]);
+    let out = output_logged(&mut cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let reqs = server.requests_for("mcpuser");
+    assert!(offered_tools(&reqs[0]).contains(&"mcp__fx__shout".to_owned()));
+    let result = &tool_results(&reqs[1])[0];
+    assert!(result.starts_with("HI (pid "), "{result}");
+}
