@@ -621,7 +621,8 @@ mod tests {
         );
         assert!(warnings[1].contains("roles/b.md also defines role `b`"));
         assert!(warnings[2].contains("agents/c.md also defines role `c`"));
-        assert!(warnings[3].contains("WebFetch, mcp__x__y"), "{warnings:?}");
+        assert!(warnings[3].contains("WebFetch not offered"), "{warnings:?}");
+        assert_eq!(d.mcp.granted_servers(), ["x"]);
         // `permissionMode: ask` is mapped, not ignored.
         assert_eq!(d.bash.ask, ["*"]);
     }

@@ -429,6 +429,8 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         | ActionEvent::Compaction(_)
         | ActionEvent::ModelError(_)
         | ActionEvent::ToolFault(_)
+        | ActionEvent::McpServers(_)
+        | ActionEvent::McpCall(_)
         | ActionEvent::VerdictFromText(_)
         | ActionEvent::FinishFromText(_)
         | ActionEvent::Nudge(_)

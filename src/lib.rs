@@ -24,6 +24,7 @@ pub(crate) mod hooks;
 pub mod ids;
 pub mod killpoint;
 pub mod llm;
+pub mod mcp;
 pub mod memory;
 pub mod pipeline;
 pub mod policy;

@@ -8,8 +8,10 @@
 //! system prompt template, kept verbatim apart from surrounding blank lines.
 //!
 //! Claude Code files load unchanged: a tool orch does not have (`WebFetch`,
-//! `WebSearch`, `TodoWrite`, `NotebookEdit`, `mcp__*`, …) is not offered and
-//! a front-matter key orch does not know (`memory`, …) is
+//! `WebSearch`, `TodoWrite`, `NotebookEdit`, …) is not offered and
+//! `mcpServers:` with the `mcp__<server>__<tool>` entries of `tools:` say
+//! which MCP servers and tools the role gets ([`mcp`], `crate::mcp`); a
+//! front-matter key orch does not know (`memory`, …) is
 //! ignored; each becomes one line in [`Role::warnings`], not an error. Keys
 //! that narrow what the agent may do (`permissionMode`, `disallowedTools`,
 //! `maxTurns`) are mapped onto orch's ([`claude`]), or the role does not
@@ -24,6 +26,7 @@
 //! read-only role never holds `write_file` or `edit_file`.
 
 mod claude;
+mod mcp;
 mod tools;
 
 pub use tools::{BashRules, KNOWN_TOOLS};
@@ -65,6 +68,7 @@ const KNOWN_KEYS: &[&str] = &[
     "hooks",
     "escalate_to",
     "skills",
+    "mcpServers",
 ];
 
 /// The turn limit of a role that does not set `max_turns`.
@@ -145,6 +149,10 @@ pub struct Role {
     /// a repository's run only when the user trusts them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<crate::hooks::Hook>,
+    /// `mcpServers:`, the `mcp__…` entries of `tools:` and the rules on MCP
+    /// tools: the MCP servers and tools its stages get (none unless named).
+    #[serde(default, skip_serializing_if = "crate::mcp::RoleMcp::is_empty")]
+    pub mcp: crate::mcp::RoleMcp,
     /// The system prompt template (the Markdown body).
     pub prompt: String,
     /// Where the role came from: a file path, or `built-in roles/<name>.md`.
@@ -298,6 +306,9 @@ struct RoleSpec {
     /// Claude Code's turn limit.
     #[serde(default, rename = "maxTurns")]
     claude_max_turns: Option<Spanned<u32>>,
+    /// Claude Code's MCP servers of this agent (names or inline definitions).
+    #[serde(default, rename = "mcpServers")]
+    mcp_servers: Option<Spanned<serde_json::Value>>,
     /// `skills:` — a list or a comma-separated string (Claude Code).
     #[serde(default)]
     skills: Option<ToolsSpec>,
@@ -415,6 +426,13 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
             .collect(),
     };
     let mut bash = spec.bash;
+    let mcp = mcp::read(
+        spec.mcp_servers.as_ref(),
+        spec.tools.as_ref(),
+        spec.disallowed_tools.as_ref(),
+        &mut bash,
+        &at,
+    )?;
     claude::apply(&narrowing, mode, &mut tools, &mut bash, &mut warnings);
 
     let max_turns =
@@ -537,6 +555,7 @@ pub fn parse_role(text: &str, origin: &str) -> Result<Role, SpecError> {
             names
         }),
         hooks,
+        mcp,
         prompt: body.trim_start_matches(['\r', '\n']).trim_end().to_owned(),
         origin: origin.to_owned(),
     })
@@ -554,6 +573,10 @@ fn resolve_tools(
     let mut granted = vec![false; KNOWN_TOOLS.len()];
     let mut missing: Vec<&str> = Vec::new();
     for item in written {
+        // MCP tools are granted by [`mcp::read`].
+        if item.value.trim().starts_with(crate::mcp::PREFIX) {
+            continue;
+        }
         let Some(tool) = orch_tool_name(item.value.trim()) else {
             let name = item.value.trim();
             // Claude Code's skill tool: orch's `load_skill` is offered to
@@ -923,9 +946,16 @@ mod tests {
         );
         assert!(role.warnings[1].contains("`memory`"));
         assert!(
-            role.warnings[2]
-                .contains("WebFetch, WebSearch, TodoWrite, mcp__github__get_issue not offered")
+            role.warnings[2].contains("WebFetch, WebSearch, TodoWrite not offered"),
+            "{:?}",
+            role.warnings
         );
+        // An MCP tool is a grant of that server's tool, not a missing tool.
+        assert_eq!(
+            role.mcp.tools.as_deref(),
+            Some(&["mcp__github__get_issue".to_owned()][..])
+        );
+        assert_eq!(role.mcp.granted_servers(), ["github"]);
         // `permissionMode: ask`: every command asks first.
         assert_eq!(role.bash.ask, ["*"]);
         assert_eq!(role.sampling.temperature, Some(0.2));

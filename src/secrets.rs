@@ -15,6 +15,10 @@ use std::sync::OnceLock;
 pub const MIN_SECRET_LEN: usize = 8;
 
 static REGISTRY: OnceLock<Vec<String>> = OnceLock::new();
+/// Values added after start ([`add_secrets`]: MCP configuration's
+/// `${VAR}` values), merged with the registry; each distinct set is kept for
+/// the life of the process, as [`known_secrets`] hands out `'static` slices.
+static MERGED: std::sync::RwLock<Option<&'static [String]>> = std::sync::RwLock::new(None);
 
 /// Whether the value of the secret variable `name` is long enough to redact
 /// ([`MIN_SECRET_LEN`]). A shorter non-empty value is not treated as a
@@ -62,7 +66,31 @@ pub fn register_secrets(values: impl IntoIterator<Item = String>) -> bool {
 /// Every secret value registered at start (empty when nothing registered, as
 /// in unit tests).
 pub fn known_secrets() -> &'static [String] {
+    if let Some(merged) = *MERGED.read().unwrap_or_else(|e| e.into_inner()) {
+        return merged;
+    }
     REGISTRY.get().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// Adds secret values found after start (a configuration's expanded
+/// variables); short ones are dropped as by [`register_secrets`].
+pub(crate) fn add_secrets(values: impl IntoIterator<Item = String>) {
+    let new: Vec<String> = values
+        .into_iter()
+        .filter(|s| s.len() >= MIN_SECRET_LEN)
+        .filter(|s| !known_secrets().contains(s))
+        .collect();
+    if new.is_empty() {
+        return;
+    }
+    let mut merged = MERGED.write().unwrap_or_else(|e| e.into_inner());
+    let mut v: Vec<String> = merged
+        .unwrap_or_else(|| REGISTRY.get().map(Vec::as_slice).unwrap_or(&[]))
+        .to_vec();
+    v.extend(new);
+    v.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+    v.dedup();
+    *merged = Some(Vec::leak(v));
 }
 
 /// How the marker starts that [`crate::text`] puts where it cut a long field.

@@ -364,6 +364,17 @@ impl Agent<'_> {
                 source: s.source,
             }))?;
         }
+        if let Some(m) = &outcome.mcp {
+            log.append(&ActionEvent::McpCall(event::McpCall {
+                turn,
+                call_id: call.id.clone(),
+                server: m.server.clone(),
+                tool: m.tool.clone(),
+                duration_ms: m.duration_ms,
+                bytes: m.bytes,
+                is_error: m.is_error,
+            }))?;
+        }
         if name != "finish" {
             self.out.digest.push(outcome.summary.clone());
         }

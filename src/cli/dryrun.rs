@@ -125,6 +125,7 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
         // The hooks its agent would run (docs/hooks.md).
         "hooks": role.map(|r| d.session.hooks.for_role(&r.name).iter().map(crate::hooks::Hook::describe).collect::<Vec<_>>()).unwrap_or_default(),
         "first_wave": stage.needs.is_empty(),
+        "mcp": role.map_or(Value::Null, |r| mcp(d, r)),
     });
     let skills = role.map(|r| skills_of(d, r)).unwrap_or_default();
     if !skills.set.is_empty()
@@ -165,6 +166,27 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
         v["receives"] = json!(receives(stage));
     }
     v
+}
+
+/// The MCP servers and tools of `role`, listed by starting its servers once
+/// ([`crate::mcp::dry`]).
+fn mcp(d: &DryRun<'_>, role: &Role) -> Value {
+    if role.mcp.is_empty() {
+        return Value::Null;
+    }
+    let commit = d.base.commit.clone().or_else(|| {
+        crate::git::Repo::at(&d.base.common)
+            .resolve_commit("HEAD")
+            .ok()
+    });
+    let config = crate::mcp::McpConfig::load(
+        &d.base.common,
+        commit.as_ref().map_or("HEAD", |c| c.as_str()),
+        Some(d.repo),
+        crate::dirs::user_config_dir().as_deref(),
+    );
+    let sandbox = crate::sandbox::ToolSandbox::for_role(&d.base.common, role);
+    crate::mcp::dry::describe(&role.mcp, config, sandbox)
 }
 
 /// The memory notes a first-wave stage would be given (the checked-in
@@ -380,6 +402,26 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
         }
         for hook in st["hooks"].as_array().into_iter().flatten() {
             out.untrusted(&format!("hook: {}\n", text(hook)))?;
+        }
+        if let Some(m) = st["mcp"].as_object() {
+            let names = |v: &Value| -> Vec<String> {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|x| x.get("name").unwrap_or(x).as_str().unwrap_or("").to_owned())
+                    .collect()
+            };
+            let servers = names(&m["servers"]);
+            match m.get("error").and_then(Value::as_str) {
+                Some(e) => writeln!(out, "mcp: servers {}: not listed: {e}", servers.join(", "))?,
+                None => writeln!(
+                    out,
+                    "mcp: servers {}; tools {}; their definitions add {} B to every request",
+                    servers.join(", "),
+                    names(&m["tools"]).join(", "),
+                    m["bytes"]
+                )?,
+            }
         }
         if let Some(by) = st["runs_if_changes_requested_by"].as_str() {
             writeln!(out, "runs only if `{by}` requests changes")?;

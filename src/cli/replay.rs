@@ -122,7 +122,11 @@ pub(super) async fn cmd_replay(args: ReplayArgs) -> Result<i32, CliError> {
         "Recorded turns of orch run `{run_id}` (pipeline `{}`, base {}); tools run for real.",
         state.pipeline, state.base_commit
     );
-    let replay = crate::llm::replay::from_transcripts(&note, &recorded);
+    let mut replay = crate::llm::replay::from_transcripts(&note, &recorded);
+    let mcp = crate::mcp::replay::recorded(&run_dir.root, &recorded);
+    if mcp.as_object().is_some_and(|m| !m.is_empty()) {
+        replay["mcp"] = mcp;
+    }
     let text = serde_json::to_string_pretty(&replay).unwrap_or_default() + "\n";
     if let Some(file) = &args.export {
         std::fs::write(file, &text)

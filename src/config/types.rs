@@ -153,6 +153,10 @@ pub(super) struct FileSpec {
     #[serde(default)]
     #[allow(dead_code)]
     pub(super) setup: Option<toml::Value>,
+    /// `[mcp]`: MCP servers, read by `crate::mcp::McpConfig`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub(super) mcp: Option<toml::Value>,
     /// `[forge]`: read by `crate::forge::ForgeSettings`.
     #[serde(default)]
     #[allow(dead_code)]

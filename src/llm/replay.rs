@@ -62,6 +62,11 @@ struct ReplayFileSpec {
     note: Option<String>,
     #[serde(default)]
     agents: BTreeMap<String, Vec<TurnSpec>>,
+    /// MCP tools and results of the recorded stages (read by the stage:
+    /// `crate::mcp::replay`).
+    #[serde(default)]
+    #[allow(dead_code)]
+    mcp: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

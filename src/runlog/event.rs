@@ -82,6 +82,10 @@ pub(crate) enum ActionEvent {
     BudgetExceeded(BudgetExceeded),
     /// A tool fault that is orch's own (the stage ends).
     ToolFault(ToolFault),
+    /// The stage's MCP servers and the tools offered from them.
+    McpServers(McpServers),
+    /// One call of an MCP tool (beside its `tool` event).
+    McpCall(McpCall),
     /// A reviewer's verdict was read from its text.
     VerdictFromText(VerdictFromText),
     /// A writing stage's prose was taken as its `finish`, for its verify
@@ -576,6 +580,40 @@ pub(crate) struct ToolFault {
     pub call_id: String,
     pub name: String,
     pub reason: String,
+}
+
+/// `mcp_servers`: what a stage got of MCP, and the bytes its tool
+/// definitions add to every request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct McpServers {
+    /// The servers started, by name.
+    pub servers: Vec<String>,
+    /// The tools offered: `name`, `description`, `parameters` (what a
+    /// replay offers without the servers).
+    pub tools: Vec<Value>,
+    /// Bytes of the tools' definitions in a request.
+    pub bytes: usize,
+    /// Servers the role names that no configuration defines (not offered).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+    /// Set when the stage's MCP tools came from a recorded run (a replay).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replayed_from: Option<String>,
+}
+
+/// `mcp_call`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct McpCall {
+    pub turn: u32,
+    pub call_id: String,
+    pub server: String,
+    pub tool: String,
+    pub duration_ms: u64,
+    /// Bytes of the result as the server sent it (before capping).
+    pub bytes: usize,
+    pub is_error: bool,
 }
 
 /// `verdict_from_text`.

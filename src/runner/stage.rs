@@ -9,6 +9,7 @@
 mod commit;
 mod context;
 mod instructions;
+mod mcp;
 mod memory;
 mod progress;
 mod read_only;
@@ -173,6 +174,7 @@ impl<'a> StageRun<'a> {
         let boot =
             super::bootstrap::prepare_lane(ctx, &id, &tool_ctx, &lane.watch, &mut log).await?;
         let baseline = verify::baseline(stage, &boot, &tool_ctx, start, &mut log, &redact).await?;
+        mcp::attach(ctx, role, &mut tool_ctx, &id, &mut log).await?;
         let budget = ctx
             .ledger
             .lock()

@@ -127,6 +127,14 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
             source,
         },
     )?;
+    if !role.mcp.is_empty() {
+        // Not silently: the role asked for MCP tools it will not get here.
+        crate::ui::status_line(&format!(
+            "orch: warning: role `{}` names MCP servers ({}); a subagent starts none, so their tools are not offered (run the role as a stage or with `orch agent`)",
+            role.name,
+            role.mcp.granted_servers().join(", ")
+        ));
+    }
     // The child's own tool processes get its own role's sandbox, inside the
     // one the parent put this process in (Landlock stacks: never more).
     let sandbox = crate::sandbox::ToolSandbox::for_role(&opts.repo.join(".git"), role)

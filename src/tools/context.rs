@@ -60,6 +60,10 @@ pub struct ToolContext {
     pub ready: Option<Barrier>,
     /// The stage's Agent Skills (`load_skill` is offered when not empty).
     pub(crate) skills: Option<Arc<crate::skills::SkillSet>>,
+    /// The stage's MCP servers and the tools offered from them.
+    pub mcp: Option<Arc<crate::mcp::McpSession>>,
+    /// The role's MCP rules (allow / ask / deny on `mcp__…` names).
+    pub mcp_role: crate::mcp::RoleMcp,
 }
 
 /// A one-time readiness gate (cloned freely, ready forever once ready).
@@ -87,6 +91,8 @@ impl ToolContext {
             sandbox: None,
             ready: None,
             skills: None,
+            mcp: None,
+            mcp_role: crate::mcp::RoleMcp::default(),
         })
     }
 }

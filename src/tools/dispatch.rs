@@ -29,18 +29,22 @@ pub async fn call(
         ready.clone().await;
     }
     let start = Instant::now();
-    let mut outcome = match check_call(ctx, name, arguments) {
-        Err((tool, msg)) => ToolOutcome::error(&tool, &msg),
-        Ok(args) => match catch_panic(run_tool(ctx, name, args)).await {
-            Ok(outcome) => outcome,
-            Err(ToolError::RespondToModel(msg)) => ToolOutcome::error(name, &msg),
-            Err(ToolError::Fatal(reason)) => {
-                return Err(FatalToolError {
-                    tool: name.to_owned(),
-                    reason,
-                });
-            }
-        },
+    let mut outcome = if super::mcp::offers(ctx, name) {
+        super::mcp::run(ctx, name, arguments).await
+    } else {
+        match check_call(ctx, name, arguments) {
+            Err((tool, msg)) => ToolOutcome::error(&tool, &msg),
+            Ok(args) => match catch_panic(run_tool(ctx, name, args)).await {
+                Ok(outcome) => outcome,
+                Err(ToolError::RespondToModel(msg)) => ToolOutcome::error(name, &msg),
+                Err(ToolError::Fatal(reason)) => {
+                    return Err(FatalToolError {
+                        tool: name.to_owned(),
+                        reason,
+                    });
+                }
+            },
+        }
     };
     outcome.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     // Known secret values (orch's keys, `~/.netrc`, credential URLs) never

@@ -37,6 +37,7 @@ mod fuzzy;
 mod grep;
 mod list_files;
 mod load_skill;
+mod mcp;
 mod outcome;
 mod read_file;
 mod readonly;

@@ -80,6 +80,8 @@ pub struct ToolOutcome {
     pub sandbox: Option<String>,
     /// `load_skill`: the skill file read, for the action log.
     pub(crate) skill: Option<crate::skills::Loaded>,
+    /// An MCP tool's call: server, tool, duration, bytes (the `mcp_call` event).
+    pub mcp: Option<crate::mcp::McpCallInfo>,
 }
 
 impl ToolOutcome {

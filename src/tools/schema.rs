@@ -20,6 +20,9 @@ pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
     if super::load_skill::offered(ctx) {
         defs.push(super::load_skill::definition());
     }
+    // MCP tools after orch's own, before nothing: `finish` stays last
+    // among orch's and the MCP tools follow in server order.
+    defs.extend(super::mcp::definitions(ctx));
     defs
 }
 

@@ -45,6 +45,7 @@ mod llm_client;
 mod llm_e2e;
 mod llm_wire;
 mod logview;
+mod mcp;
 mod memory;
 mod memory_safety;
 mod outcomes;

@@ -196,6 +196,26 @@ fn describe(event: &ActionEvent) -> String {
             one(&e.name),
             one(&e.reason)
         ),
+        ActionEvent::McpServers(e) => format!(
+            "MCP servers: {} ({} tools, {} B of definitions){}",
+            if e.servers.is_empty() {
+                "none".to_owned()
+            } else {
+                e.servers.join(", ")
+            },
+            e.tools.len(),
+            e.bytes,
+            opt_field("replayed_from", &e.replayed_from)
+        ),
+        ActionEvent::McpCall(e) => format!(
+            "{}mcp call {}/{}: {} B in {} ms{}",
+            turn(e.turn),
+            one(&e.server),
+            one(&e.tool),
+            e.bytes,
+            e.duration_ms,
+            if e.is_error { " (error)" } else { "" }
+        ),
         ActionEvent::VerdictFromText(e) => format!(
             "{}verdict read from the text: {}",
             turn(e.turn),

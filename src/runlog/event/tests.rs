@@ -18,6 +18,8 @@ const HAND_WRITTEN: &[&str] = &[
     r#"{"command":"false","commit":"abc","duration_ms":0,"elapsed_ms":1,"event":"baseline","exit_code":null,"output":"orch could not run it: x","passed":false,"timed_out":false,"ts":"2026-12-05T18:54:05.754Z"}"#,
     r#"{"changed_paths":1,"elapsed_ms":9,"event":"finish_from_text","ts":"2026-12-05T18:54:05.754Z","turn":2}"#,
     r#"{"command":"./no-rm.sh","decision":"block","duration_ms":4,"elapsed_ms":9,"event":"hook_run","exit_code":2,"hook_event":"PreToolUse","matcher":"Bash","reason":"rm is not allowed","source":".claude/settings.json","timed_out":false,"tool":"bash","ts":"2026-12-05T18:54:05.754Z","turn":1}"#,
+    r#"{"bytes":120,"elapsed_ms":9,"event":"mcp_servers","servers":["fx"],"tools":[{"description":"d","name":"mcp__fx__shout","parameters":{"type":"object"}}],"ts":"2026-12-05T18:54:05.754Z"}"#,
+    r#"{"bytes":5,"call_id":"c1","duration_ms":3,"elapsed_ms":9,"event":"mcp_call","is_error":false,"server":"fx","tool":"shout","ts":"2026-12-05T18:54:05.754Z","turn":1}"#,
 ];
 
 /// Every line: (its `ts`, its `elapsed_ms`, the line).
@@ -59,7 +61,7 @@ fn lines_written_before_the_log_was_typed_read_as_events_and_write_back_byte_for
     // and those added since with a hand-written line (`context_files`,
     // `finish_from_text`); events first written by typed code
     // (`escalated`, `tool_calling_switch`) are checked by their own tests.
-    assert_eq!(names.len(), 37, "{names:?}");
+    assert_eq!(names.len(), 39, "{names:?}");
 }
 
 #[test]
