@@ -16,6 +16,7 @@ mod agent_files;
 mod anthropic;
 mod bootstrap;
 mod budget;
+mod claude_agent_all;
 mod cli;
 mod config;
 mod context_files;

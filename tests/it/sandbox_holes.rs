@@ -151,8 +151,12 @@ fn metadata_outside_the_lane_cannot_change_from_inside_the_sandbox() {
             Reply::finish("c5", "tried", None),
         ],
     ));
+    // orch's own server cache (docs/model-client.md, `$XDG_CACHE_HOME`,
+    // else `~/.cache`) is written by orch, not by the sandboxed agent: kept
+    // out of the canary home, whose mtime the test watches.
     let out = run_solo(&repo, scratch.path(), &server)
         .env("HOME", &home)
+        .env("XDG_CACHE_HOME", scratch.path().join("cache"))
         .output();
     assert_eq!(out.status.code(), Some(0));
     let reqs = server.requests_for("work");
