@@ -54,6 +54,9 @@ pub(super) struct FinishChecks {
     told_no_change: bool,
     /// A `finish` was refused because changed files do not parse.
     told_syntax: bool,
+    /// The first errors of the files whose `finish` was refused because
+    /// they do not parse.
+    syntax_told: Vec<String>,
     /// Checkers already said to be unavailable (said once each).
     said_not_checked: BTreeSet<&'static str>,
     /// The model wrote tool calls as text in this conversation (a small
@@ -79,9 +82,21 @@ impl FinishChecks {
         self.calls_as_text = true;
     }
 
+    /// Whether the model writes its tool calls as text (or is set to
+    /// constrained or text calls): a small model's sign.
+    pub(super) fn calls_as_text(&self) -> bool {
+        self.calls_as_text
+    }
+
     /// Whether a `finish` was refused because nothing changed.
     pub(super) fn told_no_change(&self) -> bool {
         self.told_no_change
+    }
+
+    /// The first errors of the changed files when a `finish` was refused
+    /// because they do not parse (empty: not refused for that).
+    pub(super) fn syntax_told(&self) -> &[String] {
+        &self.syntax_told
     }
 }
 
@@ -166,6 +181,7 @@ impl Agent<'_> {
         }
         if !self.checks.told_syntax {
             self.checks.told_syntax = true;
+            self.checks.syntax_told = errors.clone();
             refuse(
                 outcome,
                 &format!(

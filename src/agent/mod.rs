@@ -283,7 +283,7 @@ impl<'c> Agent<'c> {
             nudged: false,
             calling,
             checks: finish_check::FinishChecks::for_mode(first_mode),
-            whole: whole_file::WholeFileAsk::default(),
+            whole: whole_file::WholeFileAsk::at_start(tool_ctx, &cfg.whole_files),
         })
     }
 

@@ -5,7 +5,7 @@
 //! (`Continue`) or how the agent ends (`Break`); only a failure to write
 //! the action log is an `Err`.
 
-use super::{Agent, AgentEnd, LOG_FIELD_CAP, compact, outcome, repeat};
+use super::{Agent, AgentEnd, LOG_FIELD_CAP, compact, outcome, repeat, whole_file};
 use crate::llm::{ChatMessage, ChatModel, MessageRole, ToolCall};
 use crate::runlog::{ActionEvent, ActionLog, RecordError, TokenCount, event};
 use crate::text::cap_bytes;
@@ -222,7 +222,7 @@ impl Agent<'_> {
                     && changed_paths(tool_ctx).await == 0
                 {
                     self.text_instead_of_call(turn, "the model answered in text", log)?;
-                    self.ask_whole_file(tool_ctx, turn, log)?;
+                    self.ask_whole_file(whole_file::Why::NoChange, turn, log)?;
                     return Ok(Continue(()));
                 }
                 log.append(&ActionEvent::Nudge(event::Nudge {
@@ -261,6 +261,7 @@ impl Agent<'_> {
     ) -> Step {
         let mut finished = false;
         let told_before = self.checks.told_no_change();
+        let syntax_before = !self.checks.syntax_told().is_empty();
         // The subagents of one turn run concurrently; results keep call order.
         let mut spawned = spawn_concurrently(tool_ctx, calls).await;
         for i in 0..calls.len() {
@@ -282,14 +283,21 @@ impl Agent<'_> {
             }))?;
             return Ok(Break(AgentEnd::NoResult(why)));
         }
-        // A `finish` refused because nothing changed: asked for the named
-        // file's whole content, once.
-        if !finished
-            && !told_before
-            && self.checks.told_no_change()
-            && self.may_ask_whole_file(tool_ctx)
-        {
-            self.ask_whole_file(tool_ctx, turn, log)?;
+        // A `finish` refused because nothing changed, or because the
+        // changed files do not parse: asked for the named file's whole
+        // content, once.
+        if !finished && self.may_ask_whole_file(tool_ctx) {
+            if !told_before && self.checks.told_no_change() {
+                self.ask_whole_file(whole_file::Why::NoChange, turn, log)?;
+            } else if !syntax_before
+                && !self.checks.syntax_told().is_empty()
+                && self.checks.calls_as_text()
+            {
+                // Only a model that writes its calls as text: one that
+                // calls tools natively fixes the file from the errors.
+                let errors = self.checks.syntax_told().to_vec();
+                self.ask_whole_file(whole_file::Why::DoesNotParse(errors), turn, log)?;
+            }
         }
         Ok(if finished {
             Break(AgentEnd::Finished)

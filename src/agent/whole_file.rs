@@ -8,7 +8,9 @@
 //! whose lane has no change, whose task named files its first message
 //! showed whole, either answered in text without a call (instead of the
 //! usual "call `finish`" nudge) or had its `finish` refused because nothing
-//! changed. At most once per agent.
+//! changed; or — when it writes its calls as text (a small model) — whose
+//! `finish` was refused because the files it changed do not parse (the ask
+//! shows the files as the task found them). At most once per agent.
 //!
 //! How: a user message names the file(s); the next turn is sent as the
 //! system prompt, the task (with the files it names) and that message —
@@ -43,19 +45,66 @@ pub(super) struct WholeFileAsk {
     answering: Option<Vec<String>>,
     /// The id of the `write_file` call made from the answer.
     written: Option<String>,
+    /// The named files as the task found them (read when the agent
+    /// started); empty when one could not be read, and then nothing is
+    /// asked.
+    originals: Vec<(String, String)>,
+}
+
+impl WholeFileAsk {
+    /// The ask state of an agent whose task showed `paths` whole: their
+    /// content in the lane now, before any turn.
+    pub(super) fn at_start(tool_ctx: &ToolContext, paths: &[String]) -> Self {
+        let read: Option<Vec<(String, String)>> = paths
+            .iter()
+            .map(|p| {
+                std::fs::read_to_string(tool_ctx.root.join(p))
+                    .ok()
+                    .map(|c| (p.clone(), c))
+            })
+            .collect();
+        Self {
+            originals: read.unwrap_or_default(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Why the files are asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Why {
+    /// Nothing in the lane changed.
+    NoChange,
+    /// The changed files do not parse (their first errors).
+    DoesNotParse(Vec<String>),
+}
+
+impl Why {
+    fn sentence(&self) -> String {
+        match self {
+            Why::NoChange => {
+                "Nothing in the lane changed, and the task asks for a change.".to_owned()
+            }
+            Why::DoesNotParse(errors) => format!(
+                "The files you changed do not parse ({}).",
+                errors.join("; ")
+            ),
+        }
+    }
 }
 
 /// What the result of the write made from the answer adds.
 const WRITTEN_NOTE: &str = "orch wrote the file from your reply. If the change is complete, call `finish` with a short summary; otherwise continue.";
 
 /// The instruction of an ask for `paths`' complete new content.
-fn ask_text(paths: &[String]) -> String {
+fn ask_text(paths: &[String], why: &Why) -> String {
+    let why = why.sentence();
     match paths {
         [one] => format!(
-            "Nothing in the lane changed, and the task asks for a change. Reply with the complete new content of `{one}`, with the change the task asks for made, in one fenced code block, and nothing else; orch writes it to `{one}` for you."
+            "{why} Reply with the complete new content of `{one}`, with the change the task asks for made, in one fenced code block, and nothing else; orch writes it to `{one}` for you."
         ),
         many => format!(
-            "Nothing in the lane changed, and the task asks for a change. For each file you change ({}), reply with its path on one line, then its complete new content in one fenced code block, and nothing else; orch writes them for you.",
+            "{why} For each file you change ({}), reply with its path on one line, then its complete new content in one fenced code block, and nothing else; orch writes them for you.",
             many.iter()
                 .map(|p| format!("`{p}`"))
                 .collect::<Vec<_>>()
@@ -83,11 +132,11 @@ fn fence_language(path: &str) -> &'static str {
     }
 }
 
-/// The whole ask: the task as the stage gave it (`brief`), each file as it
-/// is now in a plain fenced block (as a user asking a model directly would
-/// show it — the numbered listing of the first message is what a small
-/// model echoes back), then [`ask_text`].
-fn ask_message(brief: &str, files: &[(String, String)]) -> String {
+/// The whole ask: the task as the stage gave it (`brief`), each file as the
+/// task found it in a plain fenced block (as a user asking a model
+/// directly would show it — the numbered listing of the first message is
+/// what a small model echoes back), then [`ask_text`].
+fn ask_message(brief: &str, files: &[(String, String)], why: &Why) -> String {
     let mut out = brief.trim_end().to_owned();
     for (path, content) in files {
         let fence = if content.contains("```") {
@@ -97,13 +146,13 @@ fn ask_message(brief: &str, files: &[(String, String)]) -> String {
         };
         let newline = if content.ends_with('\n') { "" } else { "\n" };
         out.push_str(&format!(
-            "\n\nThis is `{path}` now:\n{fence}{}\n{content}{newline}{fence}",
+            "\n\nThis is `{path}`:\n{fence}{}\n{content}{newline}{fence}",
             fence_language(path)
         ));
     }
     let paths: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();
     out.push_str("\n\n");
-    out.push_str(&ask_text(&paths));
+    out.push_str(&ask_text(&paths, why));
     out
 }
 
@@ -112,7 +161,7 @@ impl Agent<'_> {
     /// docs), the lane's state aside.
     pub(super) fn may_ask_whole_file(&self, tool_ctx: &ToolContext) -> bool {
         !self.whole.asked
-            && !self.cfg.whole_files.is_empty()
+            && !self.whole.originals.is_empty()
             && self.cfg.text_edits
             && !tool_ctx.read_only
             && self.req.tools.iter().any(|t| t.name == "write_file")
@@ -120,32 +169,29 @@ impl Agent<'_> {
     }
 
     /// Asks for the named files' complete new content (the caller checked
-    /// [`Agent::may_ask_whole_file`] and that the lane has no change): the
-    /// message is added (the instruction logged as a nudge), and the next
-    /// turn is sent as that message alone after the system prompt. Asks
-    /// nothing when a named file can no longer be read as text.
+    /// [`Agent::may_ask_whole_file`], and `why` holds): the message is
+    /// added (the instruction logged as a nudge), and the next turn is sent
+    /// as that message alone after the system prompt.
     pub(super) fn ask_whole_file(
         &mut self,
-        tool_ctx: &ToolContext,
+        why: Why,
         turn: u32,
         log: &mut ActionLog,
     ) -> Result<(), RecordError> {
         self.whole.asked = true;
-        let mut files = Vec::new();
-        for path in &self.cfg.whole_files {
-            let Ok(content) = std::fs::read_to_string(tool_ctx.root.join(path)) else {
-                return Ok(());
-            };
-            files.push((path.clone(), content));
-        }
+        let paths: Vec<String> = self
+            .whole
+            .originals
+            .iter()
+            .map(|(p, _)| p.clone())
+            .collect();
         log.append(&ActionEvent::Nudge(event::Nudge {
             turn,
-            message: ask_text(&self.cfg.whole_files),
+            message: ask_text(&paths, &why),
         }))?;
-        self.req
-            .messages
-            .push(ChatMessage::user(ask_message(&self.cfg.brief, &files)));
-        self.whole.next = Some(self.cfg.whole_files.clone());
+        let text = ask_message(&self.cfg.brief, &self.whole.originals, &why);
+        self.req.messages.push(ChatMessage::user(text));
+        self.whole.next = Some(paths);
         Ok(())
     }
 
@@ -237,25 +283,36 @@ mod tests {
     #[test]
     fn the_ask_shows_each_file_plainly_after_the_brief() {
         let files = vec![("solution.py".to_owned(), "def f():\n    pass\n".to_owned())];
-        let text = ask_message("# Task\n\nImplement f.\n", &files);
+        let text = ask_message("# Task\n\nImplement f.\n", &files, &Why::NoChange);
         assert!(
-            text.starts_with("# Task\n\nImplement f.\n\nThis is `solution.py` now:\n```python\ndef f():\n    pass\n```\n\nNothing in the lane changed"),
+            text.starts_with("# Task\n\nImplement f.\n\nThis is `solution.py`:\n```python\ndef f():\n    pass\n```\n\nNothing in the lane changed"),
             "{text}"
+        );
+        let broken = ask_message(
+            "t",
+            &files,
+            &Why::DoesNotParse(vec!["solution.py:1:3: SyntaxError: invalid syntax".into()]),
+        );
+        assert!(
+            broken.ends_with("The files you changed do not parse (solution.py:1:3: SyntaxError: invalid syntax). Reply with the complete new content of `solution.py`, with the change the task asks for made, in one fenced code block, and nothing else; orch writes it to `solution.py` for you."),
+            "{broken}"
         );
         // A file holding a fence is shown in a longer one.
         let md = vec![("README.md".to_owned(), "```sh\nls\n```".to_owned())];
-        assert!(ask_message("t", &md).contains("````markdown\n```sh\nls\n```\n````"));
+        assert!(
+            ask_message("t", &md, &Why::NoChange).contains("````markdown\n```sh\nls\n```\n````")
+        );
     }
 
     #[test]
     fn the_ask_names_the_files() {
-        let one = ask_text(&["solution.py".to_owned()]);
+        let one = ask_text(&["solution.py".to_owned()], &Why::NoChange);
         assert!(
             one.contains("complete new content of `solution.py`")
                 && one.contains("one fenced code block"),
             "{one}"
         );
-        let two = ask_text(&["a.py".to_owned(), "b.py".to_owned()]);
+        let two = ask_text(&["a.py".to_owned(), "b.py".to_owned()], &Why::NoChange);
         assert!(
             two.contains("(`a.py`, `b.py`)") && two.contains("its path on one line"),
             "{two}"

@@ -107,7 +107,7 @@ fn a_call_that_does_not_parse_is_followed_by_an_ask_for_the_whole_file() {
     assert!(
         ask.contains("Fix it.")
             && ask.contains(
-                "This is `solution.py` now:\n```python\ndef median(xs):\n    raise NotImplementedError\n```\n"
+                "This is `solution.py`:\n```python\ndef median(xs):\n    raise NotImplementedError\n```\n"
             ),
         "{ask}"
     );
@@ -234,4 +234,39 @@ fn no_ask_without_a_named_file_or_for_a_read_only_role() {
             last_user_text(&req)
         );
     }
+}
+
+#[test]
+fn a_finish_refused_because_the_change_does_not_parse_is_followed_by_the_ask() {
+    // The 1.5B model wrote an example call as the file's content (HumanEval/11:
+    // `string_xor('010', '110') -> '100'`), then finished: the refusal, then
+    // the ask, showing the file as the task found it.
+    let repo = median_stub_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            // Calls written as text, as the small model writes them.
+            Reply::text(
+                &json!({"name": "write_file", "arguments": {"path": "solution.py", "content": "median([3, 1, 2]) -> 2\n"}})
+                    .to_string(),
+            ),
+            json_finish(),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 4);
+    let ask = last_user_text(&reqs[2]);
+    assert!(
+        ask.contains("The files you changed do not parse (solution.py:1:")
+            && ask.contains("Reply with the complete new content of `solution.py`")
+            && ask.contains("This is `solution.py`:\n```python\ndef median(xs):\n    raise NotImplementedError\n```"),
+        "{ask}"
+    );
+    assert_eq!(reqs[2].messages().len(), 2);
+    assert!(!offers_tools(&reqs[2]), "{}", reqs[2].body);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
 }
