@@ -219,7 +219,7 @@ impl Agent<'_> {
                 // task named a file: asked for that file's whole content.
                 if text == outcome::NUDGE_FINISH
                     && self.may_ask_whole_file(tool_ctx)
-                    && changed_paths(tool_ctx).await == 0
+                    && self.named_files_unchanged(tool_ctx)
                 {
                     self.text_instead_of_call(turn, "the model answered in text", log)?;
                     self.ask_whole_file(whole_file::Why::NoChange, turn, log)?;

@@ -90,6 +90,8 @@ pub(crate) async fn run_gate(
             "{text} {left} more verify round{} allowed.",
             if left == 1 { " is" } else { "s are" }
         ));
+        // A small model that never touched the named files: asked for them.
+        agent.ask_whole_after_verify(tool_ctx, &text, log)?;
         agent.run(model, tool_ctx, log, on_turn).await?;
     }
 }

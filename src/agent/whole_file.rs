@@ -77,7 +77,13 @@ pub(super) enum Why {
     NoChange,
     /// The changed files do not parse (their first errors).
     DoesNotParse(Vec<String>),
+    /// The verify gate failed (what it said, capped), and the named files
+    /// are as the task found them.
+    VerifyFailed(String),
 }
+
+/// Bytes of a failed verify's report an ask repeats.
+const VERIFY_CAP: usize = 1536;
 
 impl Why {
     fn sentence(&self) -> String {
@@ -88,6 +94,10 @@ impl Why {
             Why::DoesNotParse(errors) => format!(
                 "The files you changed do not parse ({}).",
                 errors.join("; ")
+            ),
+            Why::VerifyFailed(report) => format!(
+                "{}\n\nThe files the task names are unchanged.",
+                crate::text::cap_bytes(report.trim(), VERIFY_CAP)
             ),
         }
     }
@@ -157,6 +167,33 @@ fn ask_message(brief: &str, files: &[(String, String)], why: &Why) -> String {
 }
 
 impl Agent<'_> {
+    /// Whether every named file is as the task found it (a lane can change
+    /// elsewhere: a `__pycache__` the model's own test run left).
+    pub(super) fn named_files_unchanged(&self, tool_ctx: &ToolContext) -> bool {
+        self.whole.originals.iter().all(|(p, original)| {
+            std::fs::read_to_string(tool_ctx.root.join(p)).is_ok_and(|now| &now == original)
+        })
+    }
+
+    /// After its verify gate failed (`report`, what the agent was told): a
+    /// small model (it writes its calls as text) that has not touched the
+    /// files its task names is asked for them whole, once.
+    pub(crate) fn ask_whole_after_verify(
+        &mut self,
+        tool_ctx: &ToolContext,
+        report: &str,
+        log: &mut ActionLog,
+    ) -> Result<(), RecordError> {
+        if self.checks.calls_as_text()
+            && self.may_ask_whole_file(tool_ctx)
+            && self.named_files_unchanged(tool_ctx)
+        {
+            let turn = self.out.turns;
+            self.ask_whole_file(Why::VerifyFailed(report.to_owned()), turn, log)?;
+        }
+        Ok(())
+    }
+
     /// Whether this agent may be asked for a whole file (see the module
     /// docs), the lane's state aside.
     pub(super) fn may_ask_whole_file(&self, tool_ctx: &ToolContext) -> bool {

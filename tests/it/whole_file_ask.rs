@@ -270,3 +270,43 @@ fn a_finish_refused_because_the_change_does_not_parse_is_followed_by_the_ask() {
     assert!(!offers_tools(&reqs[2]), "{}", reqs[2].body);
     assert_eq!(committed(&repo, &run_id), SOLVED);
 }
+
+#[test]
+fn a_small_model_whose_verify_failed_without_touching_the_named_file_is_asked_for_it() {
+    // The lane changed elsewhere (the 1.5B model's own `python3 -m doctest`
+    // left a `__pycache__`; here a notes file), so its `finish` was taken and
+    // the gate judged it: the named file untouched, it is asked for.
+    let repo = median_stub_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        dir.path(),
+        "gated",
+        "stages:\n  code:\n    role: coder\n    verify: python3 -c \"import solution; assert solution.median([3, 1, 2]) == 2\"\n    task: Fix it.\n",
+    );
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text(
+                &json!({"name": "write_file", "arguments": {"path": "notes.txt", "content": "median: todo\n"}})
+                    .to_string(),
+            ),
+            json_finish(),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) =
+        crate::support::run_on_fake(&repo, &pipeline, crate::support::MEDIAN_ISSUE, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 4);
+    let ask = last_user_text(&reqs[2]);
+    assert!(
+        ask.contains("NotImplementedError")
+            && ask.contains("The files the task names are unchanged.")
+            && ask.contains("Reply with the complete new content of `solution.py`"),
+        "{ask}"
+    );
+    assert_eq!(reqs[2].messages().len(), 2);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+}
