@@ -21,6 +21,7 @@
 
 pub(crate) mod config;
 pub(crate) mod dry;
+mod http;
 pub(crate) mod replay;
 mod session;
 

@@ -19,7 +19,7 @@ use crate::exec::{PreExec, ProcessGroup};
 use crate::sandbox::ToolSandbox;
 
 /// How long a server has to answer its handshake and `tools/list`.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one `tools/call` may take.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest tool description offered (schemas are sent on every request).
@@ -55,13 +55,14 @@ pub struct McpCallInfo {
     pub is_error: bool,
 }
 
-struct Server {
-    name: String,
-    client: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
-    /// The server's process group; dropping it kills the server's tree.
-    group: Mutex<Option<ProcessGroup>>,
+pub(super) struct Server {
+    pub(super) name: String,
+    pub(super) client: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
+    /// The server's process group (stdio servers); dropping it kills the
+    /// server's tree.
+    pub(super) group: Mutex<Option<ProcessGroup>>,
     /// Why the server is gone, once it is.
-    dead: Mutex<Option<String>>,
+    pub(super) dead: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -286,7 +287,17 @@ impl McpSession {
                 let closed = matches!(e, rmcp::ServiceError::TransportClosed)
                     || client.is_transport_closed();
                 if closed {
-                    let why = "its connection closed (the process exited)".to_owned();
+                    let stdio = server
+                        .group
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .is_some();
+                    let why = if stdio {
+                        "its connection closed (the process exited)"
+                    } else {
+                        "its HTTP connection closed"
+                    }
+                    .to_owned();
                     tracing::warn!(server = %server.name, "MCP server died: {why}");
                     crate::ui::status_line(&format!(
                         "orch: warning: MCP server `{}` died ({why}); its tools fail from now on",
@@ -345,7 +356,7 @@ fn result_text(value: &Value) -> String {
     parts.join("\n")
 }
 
-fn start_error(server: &str, reason: &str) -> McpError {
+pub(super) fn start_error(server: &str, reason: &str) -> McpError {
     McpError::Start {
         server: server.to_owned(),
         reason: reason.to_owned(),
@@ -360,13 +371,7 @@ async fn start_server(
 ) -> Result<Arc<Server>, McpError> {
     let spec = &defined.spec;
     let Some(command) = spec.command.as_deref() else {
-        return Err(start_error(
-            name,
-            &format!(
-                "it is an HTTP server ({}); this version of orch speaks MCP over stdio only",
-                defined.origin
-            ),
-        ));
+        return super::http::connect(name, defined).await;
     };
     let mut env: BTreeMap<String, String> = launch.env.iter().cloned().collect();
     let mut secrets = Vec::new();

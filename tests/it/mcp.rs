@@ -43,7 +43,11 @@ fn run_two(repo: &TestRepo, a: Vec<Reply>) -> (FakeServer, i32, String) {
 }
 
 /// [`run_two`] with `env` added to orch's environment.
-fn run_two_env(repo: &TestRepo, a: Vec<Reply>, env: &[(&str, &str)]) -> (FakeServer, i32, String) {
+pub(crate) fn run_two_env(
+    repo: &TestRepo,
+    a: Vec<Reply>,
+    env: &[(&str, &str)],
+) -> (FakeServer, i32, String) {
     let server = FakeServer::start(
         Script::new()
             .agent("a", a)
