@@ -115,7 +115,7 @@ pub(super) async fn connect(name: &str, defined: &Defined) -> Result<Arc<Server>
             return Err(start_error(
                 name,
                 &crate::secrets::redact(
-                    &format!("initialize at {shown} failed: {e}"),
+                    &format!("initialize at {shown} failed: {}", super::session::tidy(&e)),
                     crate::secrets::known_secrets(),
                 ),
             ));

@@ -141,7 +141,7 @@ impl McpSession {
                 tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
                     .await
                     .map_err(|_| start_error(&name, "tools/list did not answer in time"))?
-                    .map_err(|e| start_error(&name, &format!("tools/list failed: {e}")))?
+                    .map_err(|e| start_error(&name, &format!("tools/list failed: {}", tidy(&e))))?
             };
             for tool in listed {
                 if !role.grants(&name, &tool.name) {
@@ -306,7 +306,7 @@ impl McpSession {
                     *server.dead.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
                     return Err(format!("MCP server `{}` is gone: {why}", server.name));
                 }
-                Err(format!("MCP server `{}`: {e}", server.name))
+                Err(format!("MCP server `{}`: {}", server.name, tidy(&e)))
             }
             Ok(Ok(result)) => {
                 let is_error = result.is_error.unwrap_or(false);
@@ -354,6 +354,26 @@ fn result_text(value: &Value) -> String {
         return "(no content)".to_owned();
     }
     parts.join("\n")
+}
+
+/// An rmcp error's text without the Rust type paths it names its transport
+/// by (`Transport [rmcp::transport::worker::WorkerTransport<…>] error`).
+pub(super) fn tidy(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find(" [rmcp::") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find(']') {
+            Some(end) => rest = &rest[start + end + 1..],
+            None => {
+                rest = &rest[start..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 pub(super) fn start_error(server: &str, reason: &str) -> McpError {
@@ -475,4 +495,18 @@ fn intern(s: String) -> &'static str {
     let leaked: &'static str = Box::leak(s.into_boxed_str());
     seen.push(leaked);
     leaked
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tidy_drops_rmcp_type_paths() {
+        assert_eq!(
+            super::tidy(
+                &"Transport send error: Transport [rmcp::transport::worker::WorkerTransport<rmcp::X<reqwest::Client>>] error: Client error: refused"
+            ),
+            "Transport send error: Transport error: Client error: refused"
+        );
+        assert_eq!(super::tidy(&"a [rmcp::b"), "a [rmcp::b");
+    }
 }

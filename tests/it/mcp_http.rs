@@ -11,8 +11,8 @@
 
 use crate::mcp::run_two_env;
 use crate::support::{
-    Reply, TestRepo, offered_tools, only_run_id, orch, output_logged, record_dir, stage_events,
-    tool_results,
+    OrchRun, Reply, TestRepo, offered_tools, only_run_id, orch, output_logged, record_dir,
+    stage_events, tool_results, write_issue, write_pipeline,
 };
 use serde_json::json;
 use std::io::{BufRead, BufReader};
@@ -279,4 +279,59 @@ fn replay_with_the_http_server_stopped_reproduces_the_run() {
     let servers = stage_events(&replay_dir, "a", "mcp_servers");
     assert!(servers[0]["replayed_from"].is_string(), "{servers:?}");
     assert_eq!(servers[0]["servers"], json!([]));
+}
+
+#[test]
+fn a_tool_error_and_a_dying_http_server_are_tool_errors_the_model_sees() {
+    let fixture = HttpFixture::start(TOKEN);
+    let repo = repo_with(&fixture.url, "mcpServers: [web]\n");
+    let (server, code, stderr) = run_two_env(
+        &repo,
+        vec![
+            Reply::tool_call("c1", "mcp__web__shout", json!({"text": "fail"})),
+            Reply::tool_call("c2", "mcp__web__shout", json!({"text": "die"})),
+            Reply::tool_call("c3", "mcp__web__shout", json!({"text": "again"})),
+            Reply::finish("f", "Done.", None),
+        ],
+        &[("FXHTTPAUTH", TOKEN)],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let results = tool_results(&server.requests_for("a")[3]);
+    assert_eq!(results[0], "error: mcp__web__shout: FAIL (over http)");
+    // The server is gone: each later call is a clean tool error naming it.
+    for gone in &results[1..] {
+        assert!(
+            gone.starts_with("error: mcp__web__shout: MCP server `web`: "),
+            "{results:?}"
+        );
+        assert!(!gone.contains("rmcp::"), "{gone}");
+    }
+    assert!(!stderr.contains(TOKEN), "{stderr}");
+    let record = record_dir(&repo, &only_run_id(&repo.path));
+    let calls = stage_events(&record, "a", "mcp_call");
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert!(calls.iter().all(|c| c["is_error"] == true), "{calls:?}");
+}
+
+#[test]
+fn dry_run_lists_the_http_servers_tools() {
+    let fixture = HttpFixture::start(TOKEN);
+    let repo = repo_with(&fixture.url, "mcpServers: [web]\n");
+    let scratch = tempfile::tempdir().unwrap();
+    let issue = write_issue(scratch.path(), "# shout\n\nShout hello.\n");
+    let pipeline = write_pipeline(scratch.path(), "one", "stages:\n  a:\n    role: mcpuser\n");
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model("http://127.0.0.1:9", "m")
+        .env("FXHTTPAUTH", TOKEN)
+        .args(["--dry-run"])
+        .json()
+        .output();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let plan: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let a = &plan["stages"][0]["mcp"];
+    assert_eq!(a["tools"], json!(["mcp__web__shout"]), "{plan}");
+    assert!(a["bytes"].as_u64().unwrap() > 100, "{a}");
+    assert!(!stdout.contains(TOKEN), "{stdout}");
 }
