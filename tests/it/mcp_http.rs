@@ -335,3 +335,32 @@ fn dry_run_lists_the_http_servers_tools() {
     assert!(a["bytes"].as_u64().unwrap() > 100, "{a}");
     assert!(!stdout.contains(TOKEN), "{stdout}");
 }
+
+#[test]
+fn a_legacy_sse_server_fails_the_stage_saying_what_to_use() {
+    let repo = TestRepo::with_commit(&[("notes.txt", "notes\n")], "base");
+    repo.write(
+        ".mcp.json",
+        json!({"mcpServers": {"web": {"type": "sse", "url": "http://127.0.0.1:9/sse"}}})
+            .to_string(),
+    );
+    repo.write(
+        ".orch/roles/mcpuser.md",
+        "---\nname: mcpuser\ndescription: d\nmcpServers: [web]\n---\nYou work.\n",
+    );
+    repo.write(
+        ".orch/roles/plain.md",
+        "---\nname: plain\ntools: Read\n---\nP\n",
+    );
+    repo.commit_all("servers");
+    let (_server, code, stderr) = run_two_env(&repo, vec![Reply::finish("f", "x", None)], &[]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("failed to start MCP server `web`: it is a legacy HTTP+SSE server"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("use the server's streamable-HTTP endpoint with `type: http`"),
+        "{stderr}"
+    );
+}
