@@ -9,10 +9,10 @@
 //! `deny` rule refuses the call; `orch replay` with the server stopped
 //! reproduces the run.
 
-use crate::mcp::run_two_env;
+use crate::mcp::{assert_replay_reproduces, repo_with_servers, run_two_env};
 use crate::support::{
-    OrchRun, Reply, TestRepo, offered_tools, only_run_id, orch, output_logged, record_dir,
-    stage_events, tool_results, write_issue, write_pipeline,
+    OrchRun, Reply, TestRepo, offered_tools, only_run_id, record_dir, stage_events, tool_results,
+    write_issue, write_pipeline,
 };
 use serde_json::json;
 use std::io::{BufRead, BufReader};
@@ -81,23 +81,11 @@ impl Drop for HttpFixture {
 /// the token header, role `mcpuser` (given `front` matter) and role `plain`
 /// (names no server), committed.
 fn repo_with(url: &str, front: &str) -> TestRepo {
-    let repo = TestRepo::with_commit(&[("notes.txt", "notes\n")], "base");
-    repo.write(
-        ".mcp.json",
-        json!({"mcpServers": {"web": {"type": "http", "url": url,
-            "headers": {"Authorization": "Bearer ${FXHTTPAUTH}"}}}})
-        .to_string(),
-    );
-    repo.write(
-        ".orch/roles/mcpuser.md",
-        format!("---\nname: mcpuser\ndescription: uses MCP\n{front}---\nYou work.\n"),
-    );
-    repo.write(
-        ".orch/roles/plain.md",
-        "---\nname: plain\ndescription: no MCP\ntools: Read, Write\n---\nYou work.\n",
-    );
-    repo.commit_all("roles and servers");
-    repo
+    repo_with_servers(
+        json!({"web": {"type": "http", "url": url,
+            "headers": {"Authorization": "Bearer ${FXHTTPAUTH}"}}}),
+        front,
+    )
 }
 
 /// Every file under `dir` that contains `needle`.
@@ -258,27 +246,7 @@ fn replay_with_the_http_server_stopped_reproduces_the_run() {
         "HELLO (over http)"
     );
     fixture.stop();
-
-    let run_id = only_run_id(&repo.path);
-    let out = output_logged(
-        orch()
-            .args(["replay", &run_id, "--json", "--repo"])
-            .arg(&repo.path),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(report["reproduced"], true, "{report}");
-    assert_eq!(report["final_tree"]["equal"], true, "{report}");
-    let replay_dir = record_dir(&repo, report["run_id"].as_str().unwrap());
-    let servers = stage_events(&replay_dir, "a", "mcp_servers");
-    assert!(servers[0]["replayed_from"].is_string(), "{servers:?}");
-    assert_eq!(servers[0]["servers"], json!([]));
+    assert_replay_reproduces(&repo);
 }
 
 #[test]
@@ -338,21 +306,10 @@ fn dry_run_lists_the_http_servers_tools() {
 
 #[test]
 fn a_legacy_sse_server_fails_the_stage_saying_what_to_use() {
-    let repo = TestRepo::with_commit(&[("notes.txt", "notes\n")], "base");
-    repo.write(
-        ".mcp.json",
-        json!({"mcpServers": {"web": {"type": "sse", "url": "http://127.0.0.1:9/sse"}}})
-            .to_string(),
+    let repo = repo_with_servers(
+        json!({"web": {"type": "sse", "url": "http://127.0.0.1:9/sse"}}),
+        "mcpServers: [web]\n",
     );
-    repo.write(
-        ".orch/roles/mcpuser.md",
-        "---\nname: mcpuser\ndescription: d\nmcpServers: [web]\n---\nYou work.\n",
-    );
-    repo.write(
-        ".orch/roles/plain.md",
-        "---\nname: plain\ntools: Read\n---\nP\n",
-    );
-    repo.commit_all("servers");
     let (_server, code, stderr) = run_two_env(&repo, vec![Reply::finish("f", "x", None)], &[]);
     assert_ne!(code, 0, "{stderr}");
     assert!(
