@@ -8,8 +8,8 @@
 //! 3. `[mcp.servers.NAME]` of the repository's `.orch/orch.toml`;
 //! 4. `mcp.json` and `[mcp.servers]` of `orch.toml` in the user config dir.
 //!
-//! The first definition of a name wins. `${VAR}` in `env` and `headers`
-//! values is expanded from orch's own environment and the value registered
+//! The first definition of a name wins. `${VAR}` in `env`, `url` and
+//! `headers` values is expanded from orch's own environment and the value registered
 //! as a secret. A malformed file is an error naming the file and the key.
 
 use serde::{Deserialize, Serialize};

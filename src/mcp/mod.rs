@@ -5,7 +5,8 @@
 //! spawns a stdio server itself, as it spawns `bash` (the lane as working
 //! directory, the scrubbed environment plus the server's `env`, its own
 //! process group under a reaper, the kernel sandbox of the role's `bash`),
-//! and hands rmcp the server's pipes.
+//! and hands rmcp the server's pipes. A streamable-HTTP server (`url`) is
+//! reached with rmcp's HTTP client on orch's reqwest ([`http`]).
 //!
 //! Invariants:
 //! - a role gets only the servers and tools it names ([`RoleMcp`]); servers
@@ -21,6 +22,7 @@
 
 pub(crate) mod config;
 pub(crate) mod dry;
+mod http;
 pub(crate) mod replay;
 mod session;
 

@@ -19,7 +19,7 @@ use crate::exec::{PreExec, ProcessGroup};
 use crate::sandbox::ToolSandbox;
 
 /// How long a server has to answer its handshake and `tools/list`.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one `tools/call` may take.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest tool description offered (schemas are sent on every request).
@@ -55,13 +55,14 @@ pub struct McpCallInfo {
     pub is_error: bool,
 }
 
-struct Server {
-    name: String,
-    client: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
-    /// The server's process group; dropping it kills the server's tree.
-    group: Mutex<Option<ProcessGroup>>,
+pub(super) struct Server {
+    pub(super) name: String,
+    pub(super) client: tokio::sync::Mutex<Option<RunningService<RoleClient, ()>>>,
+    /// The server's process group (stdio servers); dropping it kills the
+    /// server's tree.
+    pub(super) group: Mutex<Option<ProcessGroup>>,
     /// Why the server is gone, once it is.
-    dead: Mutex<Option<String>>,
+    pub(super) dead: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -140,7 +141,7 @@ impl McpSession {
                 tokio::time::timeout(START_TIMEOUT, client.list_all_tools())
                     .await
                     .map_err(|_| start_error(&name, "tools/list did not answer in time"))?
-                    .map_err(|e| start_error(&name, &format!("tools/list failed: {e}")))?
+                    .map_err(|e| start_error(&name, &format!("tools/list failed: {}", tidy(&e))))?
             };
             for tool in listed {
                 if !role.grants(&name, &tool.name) {
@@ -286,7 +287,17 @@ impl McpSession {
                 let closed = matches!(e, rmcp::ServiceError::TransportClosed)
                     || client.is_transport_closed();
                 if closed {
-                    let why = "its connection closed (the process exited)".to_owned();
+                    let stdio = server
+                        .group
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .is_some();
+                    let why = if stdio {
+                        "its connection closed (the process exited)"
+                    } else {
+                        "its HTTP connection closed"
+                    }
+                    .to_owned();
                     tracing::warn!(server = %server.name, "MCP server died: {why}");
                     crate::ui::status_line(&format!(
                         "orch: warning: MCP server `{}` died ({why}); its tools fail from now on",
@@ -295,7 +306,7 @@ impl McpSession {
                     *server.dead.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
                     return Err(format!("MCP server `{}` is gone: {why}", server.name));
                 }
-                Err(format!("MCP server `{}`: {e}", server.name))
+                Err(format!("MCP server `{}`: {}", server.name, tidy(&e)))
             }
             Ok(Ok(result)) => {
                 let is_error = result.is_error.unwrap_or(false);
@@ -345,7 +356,27 @@ fn result_text(value: &Value) -> String {
     parts.join("\n")
 }
 
-fn start_error(server: &str, reason: &str) -> McpError {
+/// An rmcp error's text without the Rust type paths it names its transport
+/// by (`Transport [rmcp::transport::worker::WorkerTransport<…>] error`).
+pub(super) fn tidy(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find(" [rmcp::") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find(']') {
+            Some(end) => rest = &rest[start + end + 1..],
+            None => {
+                rest = &rest[start..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+pub(super) fn start_error(server: &str, reason: &str) -> McpError {
     McpError::Start {
         server: server.to_owned(),
         reason: reason.to_owned(),
@@ -360,13 +391,7 @@ async fn start_server(
 ) -> Result<Arc<Server>, McpError> {
     let spec = &defined.spec;
     let Some(command) = spec.command.as_deref() else {
-        return Err(start_error(
-            name,
-            &format!(
-                "it is an HTTP server ({}); this version of orch speaks MCP over stdio only",
-                defined.origin
-            ),
-        ));
+        return super::http::connect(name, defined).await;
     };
     let mut env: BTreeMap<String, String> = launch.env.iter().cloned().collect();
     let mut secrets = Vec::new();
@@ -470,4 +495,18 @@ fn intern(s: String) -> &'static str {
     let leaked: &'static str = Box::leak(s.into_boxed_str());
     seen.push(leaked);
     leaked
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tidy_drops_rmcp_type_paths() {
+        assert_eq!(
+            super::tidy(
+                &"Transport send error: Transport [rmcp::transport::worker::WorkerTransport<rmcp::X<reqwest::Client>>] error: Client error: refused"
+            ),
+            "Transport send error: Transport error: Client error: refused"
+        );
+        assert_eq!(super::tidy(&"a [rmcp::b"), "a [rmcp::b");
+    }
 }

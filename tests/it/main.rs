@@ -47,6 +47,7 @@ mod llm_e2e;
 mod llm_wire;
 mod logview;
 mod mcp;
+mod mcp_http;
 mod memory;
 mod memory_safety;
 mod outcomes;

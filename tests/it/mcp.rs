@@ -20,11 +20,18 @@ const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/mcp/server.
 /// with role `mcpuser` (given `front` matter) and role `plain` (names no
 /// server), committed.
 fn repo_with(script: &Path, front: &str) -> TestRepo {
+    repo_with_servers(
+        json!({"fx": {"command": "python3", "args": [script]}}),
+        front,
+    )
+}
+
+/// A repository whose `.mcp.json` has `servers` as its `mcpServers`, with
+/// role `mcpuser` (given `front` matter) and role `plain` (names no
+/// server), committed.
+pub(crate) fn repo_with_servers(servers: serde_json::Value, front: &str) -> TestRepo {
     let repo = TestRepo::with_commit(&[("notes.txt", "notes\n")], "base");
-    repo.write(
-        ".mcp.json",
-        json!({"mcpServers": {"fx": {"command": "python3", "args": [script]}}}).to_string(),
-    );
+    repo.write(".mcp.json", json!({"mcpServers": servers}).to_string());
     repo.write(
         ".orch/roles/mcpuser.md",
         format!("---\nname: mcpuser\ndescription: uses MCP\n{front}---\nYou work.\n"),
@@ -43,7 +50,11 @@ fn run_two(repo: &TestRepo, a: Vec<Reply>) -> (FakeServer, i32, String) {
 }
 
 /// [`run_two`] with `env` added to orch's environment.
-fn run_two_env(repo: &TestRepo, a: Vec<Reply>, env: &[(&str, &str)]) -> (FakeServer, i32, String) {
+pub(crate) fn run_two_env(
+    repo: &TestRepo,
+    a: Vec<Reply>,
+    env: &[(&str, &str)],
+) -> (FakeServer, i32, String) {
     let server = FakeServer::start(
         Script::new()
             .agent("a", a)
@@ -270,7 +281,12 @@ fn replay_with_the_server_script_deleted_reproduces_the_run() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(repo.read("notes.txt"), "notes\n");
     std::fs::remove_file(&script).unwrap();
+    assert_replay_reproduces(&repo);
+}
 
+/// `orch replay` of the repository's only run reports `reproduced: true`
+/// and an equal final tree, and its stage `a` started no MCP server.
+pub(crate) fn assert_replay_reproduces(repo: &TestRepo) {
     let run_id = only_run_id(&repo.path);
     let out = output_logged(
         orch()
@@ -287,7 +303,7 @@ fn replay_with_the_server_script_deleted_reproduces_the_run() {
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(report["reproduced"], true, "{report}");
     assert_eq!(report["final_tree"]["equal"], true, "{report}");
-    let replay_dir = record_dir(&repo, report["run_id"].as_str().unwrap());
+    let replay_dir = record_dir(repo, report["run_id"].as_str().unwrap());
     let servers = stage_events(&replay_dir, "a", "mcp_servers");
     assert!(servers[0]["replayed_from"].is_string(), "{servers:?}");
     assert_eq!(servers[0]["servers"], json!([]));
