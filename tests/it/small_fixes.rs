@@ -12,8 +12,13 @@ use std::process::Output;
 
 /// `orch run` of a one-stage pipeline whose stage `work` runs the coder.
 fn run_solo(repo: &TestRepo, server: &FakeServer) -> Output {
+    run_issue(repo, server, "# Add a note\n\nWrite NOTE.md.\n")
+}
+
+/// [`run_solo`] with the issue `text`.
+fn run_issue(repo: &TestRepo, server: &FakeServer, text: &str) -> Output {
     let scratch = tempfile::tempdir().unwrap();
-    let issue = write_issue(scratch.path(), "# Add a note\n\nWrite NOTE.md.\n");
+    let issue = write_issue(scratch.path(), text);
     let pipeline = write_pipeline(
         scratch.path(),
         "solo",
@@ -67,21 +72,10 @@ fn agent_start_logs_the_compaction_threshold_of_the_servers_window() {
     // one goes at once and the window applies from a later turn. So the
     // task here is large enough (~9 KB, ~2,300 estimated tokens) for the
     // window to matter from the start: agent_start must log the server's.
-    let scratch = tempfile::tempdir().unwrap();
     let body: String = (0..200)
         .map(|i| format!("- requirement {i}: keep the note short\n"))
         .collect();
-    let issue = write_issue(scratch.path(), &format!("# Add a note\n\n{body}"));
-    let pipeline = write_pipeline(
-        scratch.path(),
-        "solo",
-        "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
-    );
-    let out = OrchRun::new(&pipeline, &repo)
-        .issue(&issue)
-        .model(&server.base_url, "m")
-        .json()
-        .output();
+    let out = run_issue(&repo, &server, &format!("# Add a note\n\n{body}"));
     assert_ok(&out);
     let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
     let dir = record_dir(&repo, &run_id);
