@@ -472,8 +472,10 @@ pub(super) async fn preflight_and_route(
     let served = super::preflight::check_run(repo, base, session.model.as_ref()).await?;
     tracing::debug!(served_models = ?served.served_models, "preflight passed");
     // The context-window probe goes out now that the preflight told the
-    // server's kind (cli::preflight), overlapping the run's start-up; the
-    // first turn awaits it (one round trip at most, none when cached).
+    // server's kind (cli::preflight), overlapping the run's start-up and
+    // turn 1: the first request waits for it only when its size could pass
+    // the compaction trigger under a server's window (`Agent::start`);
+    // otherwise the window applies from the turn after it arrives.
     let probe = std::sync::Arc::clone(&session.model);
     tokio::spawn(async move {
         probe.probe_context_window().await;

@@ -44,8 +44,9 @@ pub(crate) async fn run_pipeline(opts: RunOptions, ui: &Ui) -> Result<RunSummary
     let lanes = Arc::new(Lanes::new(&common, &run_id, pool_bound));
     lanes.prewarm(&base_sha).await;
     // So does asking the server for its context window (at most one round
-    // trip; the first turn awaits it). `orch run` started it right after its
-    // preflight already, which makes this a no-op there.
+    // trip; the first turn waits for it only when it could matter, see
+    // `Agent::start`). `orch run` started it right after its preflight
+    // already, which makes this a no-op there.
     let probe = Arc::clone(&session.model);
     tokio::spawn(async move {
         probe.probe_context_window().await;

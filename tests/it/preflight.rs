@@ -199,9 +199,11 @@ fn preflight_a_server_of_unknown_kind_gets_its_probes_in_parallel() {
     // theirs: in parallel, one round trip (before: one after another).
     let before: Vec<usize> = side.iter().map(|r| r.answered_before).collect();
     assert_eq!(before, [0, 1, 1], "answers written before each request");
-    // The first chat request waited for no more than that round trip.
+    // The first chat request waits for none of them (its order against
+    // their answers is asserted, with a slower `/props`, by
+    // `preflight_the_first_request_does_not_wait_for_the_window_probe`).
     let first = &server.requests()[0];
-    assert_eq!(first.answered_before, 3, "preflight + the two probes");
+    assert!(first.answered_before >= 1, "after the preflight's answer");
     assert_eq!(used(&learned_windows(&repo, &out)), [8192]);
 }
 
@@ -328,4 +330,81 @@ fn preflight_a_subagent_asks_no_probe_its_parent_asked() {
         ["/v1/models", "/props"],
         "one probe for the whole run"
     );
+}
+
+/// A llama.cpp server with latency whose `/props` (a `n_ctx` window)
+/// answers `slow` later than the rest, scripted for one coder stage that
+/// reads `files` one by one, writes NOTE.md and finishes.
+fn slow_props_server(n_ctx: u64, slow: Duration, files: &[String]) -> FakeServer {
+    let mut turns: Vec<Reply> = files
+        .iter()
+        .enumerate()
+        .map(|(i, path)| Reply::tool_call(&format!("r{i}"), "read_file", json!({ "path": path })))
+        .collect();
+    turns.extend(two_turns());
+    let list = models(json!([{"id": "q.gguf", "owned_by": "llamacpp"}]));
+    FakeServer::start(
+        Script::new()
+            .latency(Duration::from_millis(100))
+            .route("/v1/models", list)
+            .route("/props", Reply::Delayed(slow, Box::new(props(n_ctx))))
+            .agent("work", turns),
+    )
+}
+
+/// A repository with `n` files of about 0.75 KB each (distinct lines).
+fn repo_of_files(n: usize) -> (TestRepo, Vec<String>) {
+    let names: Vec<String> = (0..n).map(|i| format!("notes/f{i:02}.txt")).collect();
+    let bodies: Vec<String> = (0..n)
+        .map(|i| {
+            (0..15)
+                .map(|l| format!("file {i} line {l}: some words here\n"))
+                .collect()
+        })
+        .collect();
+    let mut files: Vec<(&str, &str)> = vec![("README.md", "# app\n")];
+    files.extend(
+        names
+            .iter()
+            .map(String::as_str)
+            .zip(bodies.iter().map(String::as_str)),
+    );
+    (TestRepo::with_commit(&files, "init"), names)
+}
+
+#[test]
+fn preflight_the_first_request_does_not_wait_for_the_window_probe() {
+    // A first run against llama.cpp (nothing cached): the first request is
+    // small, so it goes without the server's window; the window arrives
+    // during the stage and compaction uses it from the next turn on.
+    let (repo, files) = repo_of_files(16);
+    let cache = tempfile::tempdir().unwrap();
+    let server = slow_props_server(4096, Duration::from_secs(1), &files);
+    let out = run_solo(&repo, &server, cache.path());
+    assert_eq!(server.side_paths(), ["/v1/models", "/props"]);
+    // The first chat request came after the preflight's answer and before
+    // the probe's was written (before: after both, two round trips).
+    let first = &server.requests()[0];
+    assert_eq!(first.answered_before, 1, "only the preflight answered");
+    let props_at = server.side_requests()[1].at;
+    assert!(props_at <= first.at, "the probe was sent first");
+
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let dir = record_dir(&repo, &run_id);
+    // agent_start logs the window known then: the configured default's.
+    let start = &stage_events(&dir, "work", "agent_start")[0];
+    assert_eq!(start["compact_at_tokens"], 89600, "{start}");
+    // The server's window is logged by the turn that first uses it.
+    let learned = stage_events(&dir, "work", "context_window");
+    assert_eq!(used(&learned), [4096], "{learned:?}");
+    let from = learned[0]["turn"].as_u64().unwrap();
+    assert!(from > 1, "learned while turn 1 was out: {learned:?}");
+    // Compaction: never before it, at the server's window after it.
+    let compactions = stage_events(&dir, "work", "compaction");
+    assert!(!compactions.is_empty(), "the reads pass 0.7 × 4096 tokens");
+    for c in &compactions {
+        assert!(c["turn"].as_u64().unwrap() >= from, "{c}");
+        assert_eq!(c["context_window"], 4096, "{c}");
+        assert_eq!(c["trigger_tokens"], 2867, "{c}");
+    }
 }

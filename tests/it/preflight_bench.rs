@@ -14,7 +14,8 @@
 //! runs (default 5; the median is printed): each run with an empty cache
 //! ("first run"), then each with the cache a previous run against the same
 //! server left ("cached").
-//! It also counts the requests the server got before that first one.
+//! It also counts the requests the server got before that first one, and
+//! how many of them it had answered before it (the round trips waited for).
 
 use crate::support::{FakeServer, OrchRun, Reply, Script, TestRepo, write_issue, write_pipeline};
 use serde_json::json;
@@ -44,14 +45,15 @@ fn server(kind: &str, latency: Duration, runs: usize) -> FakeServer {
 }
 
 /// One timed run against `server` with the cache at `cache`: start → its
-/// first chat request, and the requests the server got before that one.
+/// first chat request, the requests the server got before that one, and
+/// how many of them it had answered (the round trips it waited for).
 fn timed_run(
     repo: &TestRepo,
     pipeline: &Path,
     issue: &Path,
     server: &FakeServer,
     cache: &Path,
-) -> (Duration, usize) {
+) -> (Duration, usize, usize) {
     let (chats, sides) = (server.requests().len(), server.side_requests().len());
     let mut cmd = OrchRun::new(pipeline, repo)
         .issue(issue)
@@ -69,6 +71,7 @@ fn timed_run(
     (
         first.received.duration_since(start).unwrap_or_default(),
         before,
+        first.answered_before - (chats + sides),
     )
 }
 
@@ -100,34 +103,38 @@ fn preflight_bench_start_to_first_request() {
         "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
     );
     println!(
-        "| server | latency | first run: start → first request | requests before it | cached: start → first request | requests before it |"
+        "| server | latency | first run: start → first request | requests before it (answered) | cached: start → first request | requests before it (answered) |"
     );
     println!("|---|---|---|---|---|---|");
     for kind in ["no /models", "llama.cpp", "openai-like"] {
         for ms in latencies.iter().copied() {
             let latency = Duration::from_millis(ms);
             let mut first = Vec::new();
-            let mut first_n = 0;
+            let mut first_n = (0, 0);
             let server = server(kind, latency, 2 * runs + 1);
             for _ in 0..runs {
                 let cache = tempfile::tempdir().unwrap();
-                let (t, n) = timed_run(&repo, &pipeline, &issue, &server, cache.path());
+                let (t, n, a) = timed_run(&repo, &pipeline, &issue, &server, cache.path());
                 first.push(t);
-                first_n = n;
+                first_n = (n, a);
             }
             let cache = tempfile::tempdir().unwrap();
             let _ = timed_run(&repo, &pipeline, &issue, &server, cache.path());
             let mut cached = Vec::new();
-            let mut cached_n = 0;
+            let mut cached_n = (0, 0);
             for _ in 0..runs {
-                let (t, n) = timed_run(&repo, &pipeline, &issue, &server, cache.path());
+                let (t, n, a) = timed_run(&repo, &pipeline, &issue, &server, cache.path());
                 cached.push(t);
-                cached_n = n;
+                cached_n = (n, a);
             }
             println!(
-                "| {kind} | {ms} ms | {} ms | {first_n} | {} ms | {cached_n} |",
+                "| {kind} | {ms} ms | {} ms | {} ({}) | {} ms | {} ({}) |",
                 median(first).as_millis(),
-                median(cached).as_millis()
+                first_n.0,
+                first_n.1,
+                median(cached).as_millis(),
+                cached_n.0,
+                cached_n.1,
             );
         }
     }

@@ -25,8 +25,10 @@ pub(crate) enum Sent {
 /// shrink the refused request, which then fails with the numbers instead of
 /// being sent again. Logs the `request` event.
 ///
-/// On its first call it asks the model's server for its real context window
-/// ([`ChatModel::probe_context_window`]; event `context_window`), and the
+/// Until the model's server told its real context window
+/// ([`ChatModel::probe_context_window`]) each call takes it if it has
+/// arrived (event `context_window`; it applies from this turn) and else
+/// lets the probe run beside the request, never waiting for it; and the
 /// first time the client stops streaming it logs why (event
 /// `stream_fallback`). Each retry the client made is logged (event `retry`).
 pub(crate) async fn send_turn(
@@ -37,21 +39,27 @@ pub(crate) async fn send_turn(
     tracker: &mut Tracker,
     log: &mut ActionLog,
 ) -> Result<Sent, RecordError> {
+    // The server's window, until it is known: taken when it has arrived,
+    // else the probe goes on beside this turn's request (never delaying it)
+    // and its answer is taken by the next turn.
+    let mut probe = None;
     if !compactor.probed {
-        compactor.probed = true;
-        match tracker.bounded(model.probe_context_window()).await {
-            Err(why) => return Ok(Sent::OutOfBudget(why)),
-            Ok(Some(tokens)) => {
-                compactor.learn_window(tokens);
-                log.append(&ActionEvent::ContextWindow(event::ContextWindow {
-                    turn,
-                    source: "server".to_owned(),
-                    tokens,
-                    configured: compactor.cfg.context_window,
-                    used: compactor.window(),
-                }))?;
+        let mut asking = model.probe_context_window();
+        match futures_util::FutureExt::now_or_never(&mut asking) {
+            Some(window) => {
+                compactor.probed = true;
+                if let Some(tokens) = window {
+                    compactor.learn_window(tokens);
+                    log.append(&ActionEvent::ContextWindow(event::ContextWindow {
+                        turn,
+                        source: "server".to_owned(),
+                        tokens,
+                        configured: compactor.cfg.context_window,
+                        used: compactor.window(),
+                    }))?;
+                }
             }
-            Ok(None) => {}
+            None => probe = Some(asking),
         }
     }
     let mut trigger = Trigger::Threshold;
@@ -83,7 +91,16 @@ pub(crate) async fn send_turn(
             tool_calls_as_text: crate::llm::constrained::effective_mode(&req)
                 == crate::llm::CallMode::Text,
         }))?;
-        let result = tracker.bounded(model.complete(&req)).await;
+        let result = match probe.as_mut() {
+            Some(asking) => {
+                let (result, done) = beside(tracker.bounded(model.complete(&req)), asking).await;
+                if done {
+                    probe = None;
+                }
+                result
+            }
+            None => tracker.bounded(model.complete(&req)).await,
+        };
         log_retries(model, &full.agent_path, turn, log)?;
         log_stream_fallback(model, turn, compactor, log)?;
         match result {
@@ -116,6 +133,25 @@ pub(crate) async fn send_turn(
                 trigger = Trigger::ContextLengthError;
             }
             Ok(Err(e)) => return Ok(Sent::Failed(e)),
+        }
+    }
+}
+
+/// Runs `main` to its end while driving `probe` beside it (the probe's
+/// answer is kept by the client, where the next turn finds it); whether the
+/// probe ended. A probe still running when `main` ends is dropped: the
+/// client's own background ask goes on, and the next turn asks again.
+async fn beside<T>(
+    main: impl std::future::Future<Output = T>,
+    probe: &mut crate::llm::BoxFuture<'_, Option<u64>>,
+) -> (T, bool) {
+    let mut main = std::pin::pin!(main);
+    let mut done = false;
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut main => return (out, done),
+            _ = &mut *probe, if !done => done = true,
         }
     }
 }

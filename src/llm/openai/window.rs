@@ -16,7 +16,10 @@
 //! and model in the user's cache ([`server_cache`]): within its expiry the
 //! next client, in this process or the next run, asks nothing. Every
 //! failure counts as "not said", each request is bounded by
-//! [`PROBE_TIMEOUT`], and nothing here is retried.
+//! [`PROBE_TIMEOUT`], and nothing here is retried. The agent never waits
+//! for the answer unless its first request could pass the compaction
+//! trigger under a small window (`Agent::start`): it goes on beside turn 1
+//! and applies from the turn after it arrives.
 
 use super::client::OpenAiClient;
 use super::http::read_capped;
