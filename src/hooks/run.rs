@@ -433,6 +433,7 @@ fn judge(
         return ("none", None);
     };
     let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    name_unhonoured(event, &out);
     if let Some(msg) = text(&out, "systemMessage") {
         crate::ui::status_line(&format!("orch: {} hook: {msg}", event.as_str()));
     }
@@ -547,4 +548,38 @@ fn temp_file(dir: &Path, what: &str) -> std::io::Result<tempfile::NamedTempFile>
 /// `path` quoted for bash.
 fn quote(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+}
+
+/// The output keys Claude Code defines that orch reads and does not apply.
+const UNHONOURED_OUTPUT: [(&str, &str); 2] = [
+    (
+        "suppressOutput",
+        "orch keeps every hook run in the action log",
+    ),
+    (
+        "updatedInput",
+        "orch runs the tool call as the model wrote it; deny it and say why instead",
+    ),
+];
+
+/// Names, once per process, each key of a hook's JSON output that orch
+/// reads and does not apply (nothing is dropped silently).
+fn name_unhonoured(event: HookEvent, out: &Value) {
+    static NAMED: std::sync::Mutex<Vec<&str>> = std::sync::Mutex::new(Vec::new());
+    let specific = out.get("hookSpecificOutput");
+    for (key, instead) in UNHONOURED_OUTPUT {
+        let present = out.get(key).is_some() || specific.is_some_and(|s| s.get(key).is_some());
+        if !present {
+            continue;
+        }
+        let mut named = NAMED.lock().unwrap_or_else(|e| e.into_inner());
+        if named.contains(&key) {
+            continue;
+        }
+        named.push(key);
+        crate::ui::status_line(&format!(
+            "orch: a {} hook's output has `{key}`, which orch does not apply: {instead} (docs/hooks.md)",
+            event.as_str()
+        ));
+    }
 }

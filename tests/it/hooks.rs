@@ -587,3 +587,39 @@ fn a_subagent_stop_hook_judges_a_text_answer_too() {
     let parent = tool_results(&server.requests_for("code")[1]).join("\n");
     assert!(parent.contains("calc.py:1."), "{parent}");
 }
+
+#[test]
+fn hook_output_keys_orch_does_not_apply_are_named_once() {
+    // Claude Code's `updatedInput` (rewrite the call) and `suppressOutput`:
+    // read, not applied, and said so once — never dropped silently.
+    let repo = calc_repo();
+    let config = user_config(
+        "[[hooks.PreToolUse]]\nmatcher = \"Bash\"\nhooks = [{ type = \"command\", command = \"echo '{\\\"suppressOutput\\\": true, \\\"hookSpecificOutput\\\": {\\\"hookEventName\\\": \\\"PreToolUse\\\", \\\"updatedInput\\\": {\\\"command\\\": \\\"echo rewritten\\\"}}}'\" }]\n",
+    );
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("b1", "bash", json!({"command": "echo as-written"})),
+            Reply::tool_call("b2", "bash", json!({"command": "echo again"})),
+            fix_add("c2"),
+            Reply::finish("c3", "add() adds.", None),
+        ],
+    ));
+    let out = run_as_user(&repo, &server, &config, Some(0));
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("output has `updatedInput`, which orch does not apply")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("output has `suppressOutput`, which orch does not apply")
+            .count(),
+        1,
+        "{err}"
+    );
+    // The call ran as the model wrote it.
+    let reqs = server.requests_for("code");
+    assert!(tool_results(&reqs[1]).join("\n").contains("as-written"));
+}
