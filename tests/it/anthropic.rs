@@ -104,7 +104,6 @@ use crate::support::{
     write_pipeline,
 };
 use serde_json::json;
-use std::path::Path;
 
 const ISSUE: &str = "# add() subtracts\n\n`calc.add(2, 3)` returns -1; it should return 5.\n";
 
@@ -507,19 +506,7 @@ fn replays_offline(repo: &TestRepo, server: &FakeServer, run_id: &str, tree: &st
         .split_once("play it with: ")
         .map(|(_, h)| h.trim().to_owned())
         .unwrap_or_else(|| panic!("a command to play it: {stdout}"));
-    let base = orch();
-    let mut sh = std::process::Command::new("sh");
-    sh.env_clear();
-    for (k, v) in base.get_envs() {
-        if let Some(v) = v {
-            sh.env(k, v);
-        }
-    }
-    let bin = Path::new(base.get_program()).parent().unwrap().to_owned();
-    let path = std::env::var("PATH").unwrap_or_default();
-    sh.env("PATH", format!("{}:{path}", bin.display()))
-        .current_dir(elsewhere.path())
-        .args(["-c", &hint]);
+    let mut sh = crate::support::orch_shell(&hint, elsewhere.path());
     let out = output_logged(&mut sh);
     assert_eq!(
         out.status.code(),

@@ -4,30 +4,10 @@
 //! a run takes from where.
 
 use crate::support::{
-    FakeServer, OrchRun, Reply, Script, TestRepo, fix_add, orch, output_logged, run_text,
-    stdout_json, write_issue,
+    FakeServer, OrchRun, Reply, Script, TestRepo, fix_add, orch, orch_shell, output_logged,
+    run_text, stdout_json, write_issue,
 };
-use std::path::Path;
 use std::process::Command;
-
-/// A shell running a command line orch printed, with the environment the
-/// tests give `orch` and the binary first on `PATH`, in `cwd`.
-fn shell(line: &str, cwd: &Path) -> Command {
-    let base = orch();
-    let mut sh = Command::new("sh");
-    sh.env_clear();
-    for (k, v) in base.get_envs() {
-        if let Some(v) = v {
-            sh.env(k, v);
-        }
-    }
-    let bin = Path::new(base.get_program()).parent().unwrap().to_owned();
-    let path = std::env::var("PATH").unwrap_or_default();
-    sh.env("PATH", format!("{}:{path}", bin.display()))
-        .current_dir(cwd)
-        .args(["-c", line]);
-    sh
-}
 
 /// The built-in issue-to-pr, run on a scripted model: code (one file
 /// changed), review (one turn, one token), docs; its output.
@@ -82,7 +62,7 @@ fn the_command_replay_export_prints_runs_and_plays_the_run_again() {
         .map(|(_, h)| h.trim().to_owned())
         .unwrap_or_else(|| panic!("a command to play it: {stdout}"));
     assert!(hint.starts_with("orch run "), "{hint}");
-    let out = output_logged(&mut shell(&hint, elsewhere.path()));
+    let out = output_logged(&mut orch_shell(&hint, elsewhere.path()));
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -308,7 +288,7 @@ fn a_pr_branch_gc_kept_without_its_record_is_found_and_removed_by_a_later_gc() {
         .unwrap();
     let hint = line.split('`').nth(1).unwrap_or_else(|| panic!("{line}"));
     let elsewhere = tempfile::tempdir().unwrap();
-    let out = output_logged(&mut shell(hint, elsewhere.path()));
+    let out = output_logged(&mut orch_shell(hint, elsewhere.path()));
     assert_eq!(out.status.code(), Some(0), "{hint}");
     let out = String::from_utf8_lossy(&out.stdout);
     assert!(out.contains(&format!("removed branch {pr}")), "{out}");

@@ -54,3 +54,26 @@ fn fresh_home() -> PathBuf {
         .expect("create temp home")
         .keep()
 }
+
+/// A shell running a command line orch printed (`play it with: orch run
+/// …`), with the environment [`orch`] gives the binary and the binary
+/// first on `PATH`, in `cwd`.
+pub fn orch_shell(line: &str, cwd: &std::path::Path) -> Command {
+    let base = orch();
+    let mut sh = Command::new("sh");
+    sh.env_clear();
+    for (k, v) in base.get_envs() {
+        if let Some(v) = v {
+            sh.env(k, v);
+        }
+    }
+    let bin = std::path::Path::new(base.get_program())
+        .parent()
+        .expect("the binary's directory")
+        .to_owned();
+    let path = std::env::var("PATH").unwrap_or_default();
+    sh.env("PATH", format!("{}:{path}", bin.display()))
+        .current_dir(cwd)
+        .args(["-c", line]);
+    sh
+}

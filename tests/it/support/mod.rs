@@ -15,7 +15,7 @@ pub mod repo;
 pub mod run;
 pub mod schema;
 
-pub use cmd::{FAKE_API_KEY, orch, orch_with_model};
+pub use cmd::{FAKE_API_KEY, orch, orch_shell, orch_with_model};
 pub use fake_server::{FakeServer, Recorded, Reply, Script, tool_pairing_violations};
 pub use inspect::{
     offered_tools, read_jsonl, record_dir, stage_events, stage_record, state_json, tool_results,
