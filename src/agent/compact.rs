@@ -111,16 +111,6 @@ impl Compactor {
         (self.window() as f64 * self.cfg.compact_at) as u64
     }
 
-    /// Whether `full`, sent as it stands, would pass the compaction trigger
-    /// under a window of `tokens` (or the smaller one already known): a
-    /// server's window could then matter for sending it.
-    pub(crate) fn would_trigger_under(&self, full: &ChatRequest, tokens: u64) -> bool {
-        let bytes =
-            json_len(full.messages.as_slice()) + json_len(&full.tools) + REQUEST_OVERHEAD_BYTES;
-        let window = tokens.min(self.window());
-        self.est(bytes) > (window as f64 * self.cfg.compact_at) as u64
-    }
-
     fn method(&self) -> String {
         match self.tokens_per_byte {
             None => "serialized request bytes / 4".to_owned(),

@@ -80,11 +80,6 @@ pub(crate) struct AgentConfig {
     pub hooks: std::sync::Arc<crate::hooks::StageHooks>,
 }
 
-/// The smallest context window orch expects of a server (llama.cpp's and
-/// Ollama's defaults are 2,048 tokens and up): a first request under
-/// `compact_at` × this is sent without waiting for the server's window.
-const SMALLEST_SERVER_WINDOW: u64 = 2048;
-
 /// Everything a run is limited by: its budget and the compaction policy.
 /// The price of model calls comes from the model itself (its price table).
 #[derive(Debug, Clone, Default)]
@@ -220,10 +215,12 @@ impl<'c> Agent<'c> {
     /// The conversation's start: system prompt, task, the offered tools.
     /// `agent_start`'s `compact_at_tokens` is `compact_at` × the window
     /// known now: the smaller of the configured one and the server's when
-    /// that is cached or already answered. The server's probe is awaited
-    /// here only when the first request passes `compact_at` ×
-    /// [`SMALLEST_SERVER_WINDOW`]; otherwise a window that arrives later is
-    /// logged (`context_window`) and used from the next turn.
+    /// that is cached or already answered. The server's probe is never
+    /// awaited here: a window that arrives later is logged
+    /// (`context_window`) and used from the turn after it arrives, and a
+    /// first request the server refuses as too long is compacted and sent
+    /// again ([`compact::send_turn`]), so turn 1 waits for no round trip
+    /// but its own.
     pub(crate) async fn start(
         model: &dyn ChatModel,
         tool_ctx: &ToolContext,
@@ -248,21 +245,13 @@ impl<'c> Agent<'c> {
         };
         // Budget and compaction state (src/agent/budget.rs, compact.rs): `req`
         // keeps the whole conversation; each turn sends a compacted view of it.
-        let mut tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
+        let tracker = crate::budget::Tracker::new(cfg.budget.clone(), cfg.max_turns);
         let mut compactor = compact::Compactor::new(cfg.compaction);
         // The server's window: used now when known (cached, or the probe
-        // already answered); awaited only when it could matter for turn 1,
-        // else the first request goes at once and the window applies from
-        // the turn after it arrives ([`compact::send_turn`]). A time budget
-        // that runs out here is reported by the first turn.
-        let mut probe = model.probe_context_window();
-        let known = match futures_util::FutureExt::now_or_never(&mut probe) {
-            Some(known) => known,
-            None if compactor.would_trigger_under(&req, SMALLEST_SERVER_WINDOW) => {
-                tracker.bounded(probe).await.ok().flatten()
-            }
-            None => None,
-        };
+        // already answered); else the first request goes at once and the
+        // window applies from the turn after it arrives
+        // ([`compact::send_turn`]).
+        let known = futures_util::FutureExt::now_or_never(model.probe_context_window()).flatten();
         if let Some(tokens) = known {
             compactor.learn_window(tokens);
         }

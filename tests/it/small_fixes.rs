@@ -9,6 +9,7 @@ use crate::support::{
 };
 use serde_json::json;
 use std::process::Output;
+use std::time::Duration;
 
 /// `orch run` of a one-stage pipeline whose stage `work` runs the coder.
 fn run_solo(repo: &TestRepo, server: &FakeServer) -> Output {
@@ -17,6 +18,16 @@ fn run_solo(repo: &TestRepo, server: &FakeServer) -> Output {
 
 /// [`run_solo`] with the issue `text`.
 fn run_issue(repo: &TestRepo, server: &FakeServer, text: &str) -> Output {
+    run_issue_with(repo, server, text, |r| r)
+}
+
+/// [`run_issue`] with more settings of the `orch run` command.
+fn run_issue_with(
+    repo: &TestRepo,
+    server: &FakeServer,
+    text: &str,
+    with: impl FnOnce(OrchRun) -> OrchRun,
+) -> Output {
     let scratch = tempfile::tempdir().unwrap();
     let issue = write_issue(scratch.path(), text);
     let pipeline = write_pipeline(
@@ -24,11 +35,13 @@ fn run_issue(repo: &TestRepo, server: &FakeServer, text: &str) -> Output {
         "solo",
         "name: solo\nstages:\n  work:\n    role: coder\n    task: \"{{ issue }}\"\n",
     );
-    OrchRun::new(&pipeline, repo)
-        .issue(&issue)
-        .model(&server.base_url, "m")
-        .json()
-        .output()
+    with(
+        OrchRun::new(&pipeline, repo)
+            .issue(&issue)
+            .model(&server.base_url, "m")
+            .json(),
+    )
+    .output()
 }
 
 fn coder_writing_a_note(verdict: Option<&str>) -> Vec<Reply> {
@@ -53,51 +66,74 @@ fn assert_ok(out: &Output) {
 
 #[test]
 fn agent_start_logs_the_compaction_threshold_of_the_servers_window() {
-    // llama.cpp's /props says the context is 8192 tokens (no
-    // `context_window` configured: the default would be 128000).
-    let repo = TestRepo::with_commit(&[("README.md", "# app\n")], "init");
-    // With latency, so the window is not there by chance at agent_start.
+    // A llama.cpp server whose /props says the context is 8192 tokens (no
+    // `context_window` configured: the default would be 128000), and
+    // answers 600 ms late; each request takes at least 100 ms.
+    let files: Vec<String> = (0..12).map(|i| format!("notes/f{i:02}.txt")).collect();
+    let mut tree: Vec<(&str, &str)> = vec![("README.md", "# app\n")];
+    tree.extend(files.iter().map(|f| (f.as_str(), "a line\n")));
+    let repo = TestRepo::with_commit(&tree, "init");
+    let cache = tempfile::tempdir().unwrap();
+    // One run: 12 reads, the note, finish (at least 1.4 s: the late window
+    // arrives during it, and is cached). The same script twice.
+    let mut turns: Vec<Reply> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Reply::tool_call(&format!("r{i}"), "read_file", json!({ "path": f })))
+        .collect();
+    turns.extend(coder_writing_a_note(None));
+    let props = Reply::Raw(json!({"default_generation_settings": {"n_ctx": 8192}}).to_string());
+    let list = json!({"object": "list", "data": [{"id": "q.gguf", "owned_by": "llamacpp"}]});
     let server = FakeServer::start(
         Script::new()
-            .latency(std::time::Duration::from_millis(300))
+            .latency(Duration::from_millis(100))
+            .route("/v1/models", Reply::Raw(list.to_string()))
             .route(
                 "/props",
-                Reply::Raw(json!({"default_generation_settings": {"n_ctx": 8192}}).to_string()),
+                Reply::Delayed(Duration::from_millis(600), Box::new(props)),
             )
-            .agent("work", coder_writing_a_note(None)),
+            .agent("work", [turns.clone(), turns].concat()),
     );
-    // Issue 29 (point 4): the first request waits for the server's window
-    // only when it could matter for turn 1, i.e. when it is larger than
-    // `compact_at` × 2048 tokens (the smallest window orch expects); a small
-    // one goes at once and the window applies from a later turn. So the
-    // task here is large enough (~9 KB, ~2,300 estimated tokens) for the
-    // window to matter from the start: agent_start must log the server's.
+    // Issue 29 (point 4): the first request never waits for the server's
+    // window, even when it is large enough (~9 KB, ~2,300 estimated
+    // tokens) for the window to matter from the start: the window applies
+    // from the turn after it arrives, and a first request the server
+    // refuses as too long is compacted and sent again.
     let body: String = (0..200)
         .map(|i| format!("- requirement {i}: keep the note short\n"))
         .collect();
-    let out = run_issue(&repo, &server, &format!("# Add a note\n\n{body}"));
-    assert_ok(&out);
-    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
-    let dir = record_dir(&repo, &run_id);
+    let issue = format!("# Add a note\n\n{body}");
+    let run = |cache: &std::path::Path| {
+        let out = run_issue_with(&repo, &server, &issue, |r| r.env("XDG_CACHE_HOME", cache));
+        assert_ok(&out);
+        let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+        record_dir(&repo, &run_id)
+    };
+
+    let dir = run(cache.path());
     let first = &stage_events(&dir, "work", "request")[0];
     assert!(
         first["approx_bytes"].as_u64().unwrap() > 4 * 1433,
         "{first}"
     );
-    // It waited: every side request (the preflight, the probes of a server
-    // of unknown kind) was answered before the first chat request came.
-    let sides = server.side_requests().len();
-    assert_eq!(
-        server.requests()[0].answered_before,
-        sides,
-        "{:?}",
-        server.side_paths()
-    );
+    // It did not wait: only the preflight was answered when the first
+    // chat request came (before this change: the preflight and /props).
+    assert_eq!(server.side_paths(), ["/v1/models", "/props"]);
+    assert_eq!(server.requests()[0].answered_before, 1);
+    // agent_start logs the window known then: the configured default's.
     let start = &stage_events(&dir, "work", "agent_start")[0];
-    // 0.7 (the default `compact_at`) × 8192, rounded down.
-    assert_eq!(start["compact_at_tokens"], 5734, "{start}");
+    assert_eq!(start["compact_at_tokens"], 89600, "{start}");
+    // The server's window, logged by the turn that first used it.
     let window = &stage_events(&dir, "work", "context_window")[0];
     assert_eq!(window["used"], 8192, "{window}");
+    assert!(window["turn"].as_u64().unwrap() > 1, "{window}");
+
+    // A second run finds the window in the cache: no probe, and
+    // agent_start logs 0.7 × the server's 8192, rounded down.
+    let dir = run(cache.path());
+    assert_eq!(server.side_paths(), ["/v1/models", "/props", "/v1/models"]);
+    let start = &stage_events(&dir, "work", "agent_start")[0];
+    assert_eq!(start["compact_at_tokens"], 5734, "{start}");
 }
 
 #[test]
