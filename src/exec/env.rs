@@ -13,13 +13,17 @@ const PASSED_VARS: &[&str] = &[
 /// a run with its run id, so a later `orch` can find what a killed one left.
 pub(crate) const RUN_MARKER: &str = "ORCH_RUN_ID";
 
-/// Variables forced for tool processes: no colours, pagers or git prompts.
+/// Variables forced for tool processes: no colours, pagers or git prompts,
+/// and no Python bytecode: an agent's own `python -m pytest` would
+/// otherwise leave `__pycache__/` in the lane, and a repository that does
+/// not ignore it would get it committed with the stage.
 const FIXED_VARS: &[(&str, &str)] = &[
     ("TERM", "dumb"),
     ("NO_COLOR", "1"),
     ("GIT_TERMINAL_PROMPT", "0"),
     ("PAGER", "cat"),
     ("GIT_PAGER", "cat"),
+    ("PYTHONDONTWRITEBYTECODE", "1"),
 ];
 
 /// The environment for tool processes, built from orch's own environment
@@ -96,6 +100,7 @@ mod tests {
         assert_eq!(get("TERM"), Some("dumb"));
         assert_eq!(get("NO_COLOR"), Some("1"));
         assert_eq!(get("GIT_TERMINAL_PROMPT"), Some("0"));
+        assert_eq!(get("PYTHONDONTWRITEBYTECODE"), Some("1"));
         for secret in [
             "ORCH_API_KEY",
             "OPENAI_API_KEY",

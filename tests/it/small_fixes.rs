@@ -151,3 +151,43 @@ fn a_pipeline_without_a_reviewer_shows_no_review_verdict_in_the_pr_body() {
     // The coder's summary is in the Summary, as without a verdict.
     assert!(pr.contains("- **work** (coder): Wrote NOTE.md."), "{pr}");
 }
+
+#[test]
+fn a_python_import_by_the_agent_leaves_no_bytecode_in_the_stage_commit() {
+    // Issue 28 (noticed with the real model): the model runs its own test,
+    // Python caches the imported module's bytecode in `__pycache__/`, and a
+    // repository that does not ignore it got it committed with the stage.
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a + b\n")], "init");
+    let server = FakeServer::start(Script::new().agent(
+        "work",
+        vec![
+            Reply::tool_call(
+                "b1",
+                "bash",
+                json!({"command": "python3 -c 'import calc; print(calc.add(2, 3))'"}),
+            ),
+            Reply::tool_call(
+                "w1",
+                "write_file",
+                json!({"path": "NOTE.md", "content": "add works\n"}),
+            ),
+            Reply::finish("f1", "Checked add and wrote NOTE.md.", None),
+        ],
+    ));
+    let out = run_solo(&repo, &server);
+    assert_ok(&out);
+    // The command ran (its output reached the model) ...
+    let second = &server.requests()[1];
+    let result = second.messages().last().unwrap()["content"].to_string();
+    assert!(result.contains("5\\n[exit 0"), "{result}");
+    // ... and the stage's commit holds the note and no bytecode.
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let tree = repo.git(&[
+        "ls-tree",
+        "-r",
+        "--name-only",
+        &format!("orch/{run_id}/work"),
+    ]);
+    assert!(tree.contains("NOTE.md"), "{tree}");
+    assert!(!tree.contains("__pycache__"), "{tree}");
+}
