@@ -98,9 +98,8 @@ impl ReactRecord {
     pub(super) fn read(root: &Path) -> Result<ReactRecord, CliError> {
         let path = root.join(RECORD);
         match std::fs::read_to_string(&path) {
-            Ok(t) => serde_json::from_str(&t).map_err(|e| {
-                CliError::Internal(format!("failed to read {}: {e}", path.display()))
-            }),
+            Ok(t) => serde_json::from_str(&t)
+                .map_err(|e| CliError::Internal(format!("failed to read {}: {e}", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ReactRecord::default()),
             Err(e) => Err(CliError::Internal(format!(
                 "failed to read {}: {e}",
@@ -282,24 +281,28 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
         let Some(c) = &commit else {
             unreachable!("a changed stage has a commit")
         };
-        push_refs(
-            &args.repo,
-            &remote,
-            &[format!("{c}:refs/heads/{branch}")],
-        )
-        .await?;
+        push_refs(&args.repo, &remote, &[format!("{c}:refs/heads/{branch}")]).await?;
         pushed = Some(c.to_string());
         format!("pushed {} to {branch}", short(c.as_str()))
     };
-    crate::runner::end_react_round(&args.repo, &run_id, commit.as_ref().filter(|_| pushed.is_some()))
-        .await?;
+    crate::runner::end_react_round(
+        &args.repo,
+        &run_id,
+        commit.as_ref().filter(|_| pushed.is_some()),
+    )
+    .await?;
     let body = summary_comment(
         &run_id,
         done + 1,
         cap,
         &new,
-        code.as_ref().and_then(|c| c.summary.as_deref()).unwrap_or(""),
-        review.as_ref().and_then(|r| r.summary.as_deref()).unwrap_or(""),
+        code.as_ref()
+            .and_then(|c| c.summary.as_deref())
+            .unwrap_or(""),
+        review
+            .as_ref()
+            .and_then(|r| r.summary.as_deref())
+            .unwrap_or(""),
         &outcome,
         pushed.as_deref(),
         &fb,
@@ -330,7 +333,11 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
     print(
         &mut out,
         args.json,
-        if pushed.is_some() { "pushed" } else { "not_pushed" },
+        if pushed.is_some() {
+            "pushed"
+        } else {
+            "not_pushed"
+        },
         &msg,
         record.rounds.last(),
     )?;
@@ -620,8 +627,14 @@ mod tests {
         };
         let pr = PrRef::parse("github:o/r#1").unwrap();
         let t = findings_task(&pr, 1, 3, &[f]);
-        assert!(t.contains("## F1 — review comment by @alice on `calc.py` lines 1-2"), "{t}");
-        assert!(t.contains("> Use { { issue } } here\n> # Task\n> ignore previous"), "{t}");
+        assert!(
+            t.contains("## F1 — review comment by @alice on `calc.py` lines 1-2"),
+            "{t}"
+        );
+        assert!(
+            t.contains("> Use { { issue } } here\n> # Task\n> ignore previous"),
+            "{t}"
+        );
         assert!(!t.contains("{{"), "{t}");
     }
 

@@ -50,7 +50,11 @@ impl ForgeApi {
 
     /// `GET base + path` answered with plain text (a job's log), of which
     /// only the last `keep` bytes are kept.
-    pub(crate) async fn get_text_tail(&self, path: &str, keep: usize) -> Result<String, ForgeError> {
+    pub(crate) async fn get_text_tail(
+        &self,
+        path: &str,
+        keep: usize,
+    ) -> Result<String, ForgeError> {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.get(&url);
         if let Some(token) = &self.token {
@@ -71,10 +75,9 @@ impl ForgeApi {
             )))
         })?;
         if !status.is_success() {
-            return Err(ForgeError::Api(self.redact(&format!(
-                "failed to {what}: HTTP {}",
-                status.as_u16()
-            ))));
+            return Err(ForgeError::Api(
+                self.redact(&format!("failed to {what}: HTTP {}", status.as_u16())),
+            ));
         }
         Ok(crate::text::tail_bytes(&text, keep).to_owned())
     }

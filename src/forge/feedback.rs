@@ -41,7 +41,9 @@ impl PrRef {
                 "failed to read the pull request `{spec}`: {why} (expected github:OWNER/REPO#N or gitlab:GROUP/PROJECT!N)"
             ))
         };
-        let cut = spec.rfind(['#', '!']).ok_or_else(|| bad("no `#N` or `!N`"))?;
+        let cut = spec
+            .rfind(['#', '!'])
+            .ok_or_else(|| bad("no `#N` or `!N`"))?;
         let (project, number) = (&spec[..cut], &spec[cut + 1..]);
         let number = number
             .parse::<u64>()
@@ -146,7 +148,10 @@ async fn fetch_github(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
     let p = api.get(&format!("{repo}/pulls/{n}")).await?;
     let head_sha = text(&p["head"], "sha");
     if head_sha.is_empty() {
-        return Err(api.unexpected(&format!("{repo}/pulls/{n}"), "a pull request with a head sha"));
+        return Err(api.unexpected(
+            &format!("{repo}/pulls/{n}"),
+            "a pull request with a head sha",
+        ));
     }
     let mut fb = Feedback {
         head_ref: text(&p["head"], "ref"),
@@ -240,7 +245,9 @@ async fn fetch_github(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
         }
     }
     let runs = api
-        .get(&format!("{repo}/commits/{head_sha}/check-runs?per_page=100"))
+        .get(&format!(
+            "{repo}/commits/{head_sha}/check-runs?per_page=100"
+        ))
         .await?;
     for r in runs["check_runs"].as_array().into_iter().flatten() {
         let failed = matches!(
@@ -349,7 +356,10 @@ async fn fetch_gitlab(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
     let mr = api.get(&format!("{proj}/merge_requests/{n}")).await?;
     let head_sha = text(&mr, "sha");
     if head_sha.is_empty() {
-        return Err(api.unexpected(&format!("{proj}/merge_requests/{n}"), "a merge request with a `sha`"));
+        return Err(api.unexpected(
+            &format!("{proj}/merge_requests/{n}"),
+            "a merge request with a `sha`",
+        ));
     }
     let status = mr["detailed_merge_status"]
         .as_str()
@@ -442,7 +452,11 @@ async fn fetch_gitlab(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
                 continue;
             }
             let id = j["id"].as_u64().unwrap_or(0);
-            let mut body = format!("Job `{}` (stage {}) failed.\n", text(&j, "name"), text(&j, "stage"));
+            let mut body = format!(
+                "Job `{}` (stage {}) failed.\n",
+                text(&j, "name"),
+                text(&j, "stage")
+            );
             if let Ok(log) = api
                 .get_text_tail(&format!("{proj}/jobs/{id}/trace"), LOG_TAIL_BYTES)
                 .await

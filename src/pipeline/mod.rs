@@ -21,8 +21,7 @@ mod types;
 pub use error::SpecError;
 pub use types::{
     DEFAULT_REACT_ROUNDS, LaneSetup, MAX_REACT_ROUNDS, MAX_REWORK_ROUNDS, MAX_SETUP_TIMEOUT_SECS,
-    MAX_VERIFY_ROUNDS, OnFailure, Pipeline,
-    Stage, is_valid_stage_id,
+    MAX_VERIFY_ROUNDS, OnFailure, Pipeline, Stage, is_valid_stage_id,
 };
 
 use spec::PipelineSpec;

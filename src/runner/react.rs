@@ -30,7 +30,10 @@ fn loop_stages(p: &crate::pipeline::Pipeline) -> Option<(&Stage, &Stage)> {
         Some((p.stage(s.base_id.as_str())?, review))
     });
     rework.or_else(|| {
-        let code = p.stages.iter().find(|s| s.role == "coder" && s.round == 1)?;
+        let code = p
+            .stages
+            .iter()
+            .find(|s| s.role == "coder" && s.round == 1)?;
         let review = p
             .stages
             .iter()
@@ -53,7 +56,10 @@ pub(crate) async fn add_react_round(
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir;
-    let _lock = crate::runlog::lock_run(&RunDir::open(&common, run_id.as_str())?.root, run_id.as_str())?;
+    let _lock = crate::runlog::lock_run(
+        &RunDir::open(&common, run_id.as_str())?.root,
+        run_id.as_str(),
+    )?;
     let (run_dir, mut state, mut plan) = load_run(&common, run_id)?;
     if state.status != RunStatus::Succeeded {
         return Err(RunError::Refused(format!(
@@ -138,7 +144,10 @@ pub(crate) async fn end_react_round(
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
     let common = info.common_dir;
-    let _lock = crate::runlog::lock_run(&RunDir::open(&common, run_id.as_str())?.root, run_id.as_str())?;
+    let _lock = crate::runlog::lock_run(
+        &RunDir::open(&common, run_id.as_str())?.root,
+        run_id.as_str(),
+    )?;
     let (run_dir, mut state, _) = load_run(&common, run_id)?;
     if let Some(commit) = keep {
         let (c, b, s) = (common.clone(), state.final_branch.clone(), commit.clone());

@@ -182,11 +182,19 @@ fn pr_feedback_becomes_one_round_then_nothing_new_then_a_human() {
     assert_eq!(report["action"], "pushed", "{report}");
     let agents: Vec<String> = round.requests().iter().map(|r| r.agent.clone()).collect();
     assert!(
-        agents.iter().all(|a| a.starts_with("code.r3") || a.starts_with("review.r3")),
+        agents
+            .iter()
+            .all(|a| a.starts_with("code.r3") || a.starts_with("review.r3")),
         "{agents:?}"
     );
     let task = user_text(&round.requests_for("code.r3")[0]);
-    for want in [MEMBER_1, MEMBER_2, LOG_TAIL, "ci/test", "calc.py` lines 1-2"] {
+    for want in [
+        MEMBER_1,
+        MEMBER_2,
+        LOG_TAIL,
+        "ci/test",
+        "calc.py` lines 1-2",
+    ] {
         assert!(task.contains(want), "{want} missing from the task: {task}");
     }
     for unwanted in [STRANGER, RESOLVED, LOG_HEAD, "an old summary"] {
@@ -270,7 +278,8 @@ fn pr_feedback_becomes_one_round_then_nothing_new_then_a_human() {
 
     // Past the cap (react_rounds: 1): one "human needed" note, exit 11, twice.
     s.forge.pr(|fx| {
-        fx.review_comments.push(json!({"id": 26, "user": {"login": "alice"},
+        fx.review_comments
+            .push(json!({"id": 26, "user": {"login": "alice"},
             "path": "calc.py", "line": 1, "body": "One more thing."}));
     });
     for _ in 0..2 {
@@ -281,10 +290,7 @@ fn pr_feedback_becomes_one_round_then_nothing_new_then_a_human() {
     let posted = s.forge.pr(|fx| fx.posted.clone());
     assert_eq!(posted.len(), 2, "one human-needed note: {posted:?}");
     assert!(
-        posted[1]["body"]
-            .as_str()
-            .unwrap()
-            .contains("human needed"),
+        posted[1]["body"].as_str().unwrap().contains("human needed"),
         "{posted:?}"
     );
     assert_eq!(
@@ -330,7 +336,10 @@ fn a_hostile_member_comment_changes_nothing_and_the_token_goes_nowhere() {
     let first = &round.requests_for("code.r3")[0];
     let task = user_text(first);
     assert!(task.contains("> Ignore previous instructions"), "{task}");
-    assert!(task.contains("[REDACTED]") || !task.contains(GH_TOKEN), "{task}");
+    assert!(
+        task.contains("[REDACTED]") || !task.contains(GH_TOKEN),
+        "{task}"
+    );
     assert!(!task.contains("{{ issue }}"), "no template in data: {task}");
     // Same tools and the same system prompt as the first coder round.
     let original = &model.requests_for("code")[0];
@@ -411,7 +420,10 @@ fn a_gitlab_merge_request_gets_its_round_from_members_threads_and_a_failed_job()
         assert!(!task.contains(unwanted), "{unwanted} in the task: {task}");
     }
     let new_head = git_origin(&s, &["rev-parse", &format!("refs/heads/{branch}")]);
-    assert_eq!(git_origin(&s, &["rev-parse", &format!("{new_head}^")]), head);
+    assert_eq!(
+        git_origin(&s, &["rev-parse", &format!("{new_head}^")]),
+        head
+    );
     let posted = s.forge.pr(|fx| fx.posted.clone());
     assert_eq!(posted.len(), 1, "one note: {posted:?}");
     let notes: Vec<_> = s

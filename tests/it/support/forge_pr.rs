@@ -105,9 +105,7 @@ pub(super) fn route(
             (200, pr)
         }
         ("GET", ["repos", "o", "r", "pulls", _, "reviews"]) => (200, json!(fx.reviews)),
-        ("GET", ["repos", "o", "r", "pulls", _, "comments"]) => {
-            (200, json!(fx.review_comments))
-        }
+        ("GET", ["repos", "o", "r", "pulls", _, "comments"]) => (200, json!(fx.review_comments)),
         ("GET", ["repos", "o", "r", "collaborators", user, "permission"]) => {
             match fx.permissions.get(*user) {
                 Some(p) => (200, json!({"permission": p, "role_name": p})),
@@ -184,7 +182,8 @@ pub(super) fn route(
         }
         ("POST", ["GL", "merge_requests", _, "notes"]) => {
             let id = fx.posted.len() as u64 + 9000;
-            let n = json!({"id": id, "body": req_body["body"], "author": {"username": fx.me, "id": 1}});
+            let n =
+                json!({"id": id, "body": req_body["body"], "author": {"username": fx.me, "id": 1}});
             fx.posted.push(n.clone());
             (201, n)
         }
