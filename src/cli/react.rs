@@ -230,8 +230,14 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
         .find(|r| r.pushed.is_some())
         .map(|r| r.code.clone());
     let task = findings_task(&pr, done + 1, cap, &new);
+    let earlier: Vec<String> = record
+        .rounds
+        .iter()
+        .flat_map(|r| [r.code.clone(), r.review.clone()])
+        .collect();
     let stages =
-        crate::runner::add_react_round(&args.repo, &run_id, &task, start_from.as_deref()).await?;
+        crate::runner::add_react_round(&args.repo, &run_id, &task, start_from.as_deref(), &earlier)
+            .await?;
     crate::ui::status_line(&format!(
         "orch: react round {} of {cap} on {pr}: {} finding(s) → stages {} and {}",
         done + 1,
@@ -244,6 +250,20 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
         Ok(s) => s,
         Err(e) => {
             crate::runner::end_react_round(&args.repo, &run_id, None).await?;
+            // The round counts against the cap, and its stages are not the run's.
+            record.rounds.push(ReactRound {
+                round: stages.round,
+                code: stages.code.clone(),
+                review: stages.review.clone(),
+                pr: pr.to_string(),
+                head: fb.head_sha.clone(),
+                findings: new.clone(),
+                pushed: None,
+                verdict: None,
+                outcome: format!("failed: {e}"),
+                comment: None,
+            });
+            record.write(&root, &run_id)?;
             return Err(e);
         }
     };

@@ -45,13 +45,15 @@ fn loop_stages(p: &crate::pipeline::Pipeline) -> Option<(&Stage, &Stage)> {
 /// Appends one round to the succeeded run `run_id`: `code.rN` (the coder
 /// stage's task followed by `findings`) starts from `start_from`'s commit
 /// (the previous react round's coder stage), else from the run's final
-/// stages; `review.rN` reviews it. The run is left `interrupted`, so
+/// stages (the stages of the `earlier` react rounds left out); `review.rN`
+/// reviews it. The run is left `interrupted`, so
 /// `resume` runs exactly the new stages.
 pub(crate) async fn add_react_round(
     repo: &Path,
     run_id: &RunId,
     findings: &str,
     start_from: Option<&str>,
+    earlier: &[String],
 ) -> Result<ReactStages, RunError> {
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
@@ -84,13 +86,21 @@ pub(crate) async fn add_react_round(
         .unwrap_or(1)
         + 1;
     // Where the round starts: the previous react round's result (what the
-    // pull request holds), else the run's final stages (what `publish` pushed).
+    // pull request holds), else the run's final stages (what `publish`
+    // pushed), earlier react rounds (`earlier`) left out.
+    let planned = |s: &&Stage| !earlier.iter().any(|e| e == s.id.as_str());
     let needs: Vec<StageId> = match start_from {
         Some(id) => vec![StageId(id.to_owned())],
         None => p
             .stages
             .iter()
-            .filter(|s| !p.stages.iter().any(|o| o.needs.contains(&s.id)))
+            .filter(planned)
+            .filter(|s| {
+                !p.stages
+                    .iter()
+                    .filter(planned)
+                    .any(|o| o.needs.contains(&s.id))
+            })
             .map(|s| s.id.clone())
             .collect(),
     };

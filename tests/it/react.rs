@@ -80,7 +80,16 @@ fn git_origin(s: &Setup, args: &[&str]) -> String {
 
 /// A run of [`PIPELINE`] for `issue`, published; returns (run id, branch, head).
 fn published_run(s: &mut Setup, issue: &str, model: &FakeServer) -> (String, String, String) {
-    let pipeline = write_pipeline(s.scratch.path(), "fix", PIPELINE);
+    published_run_of(s, PIPELINE, issue, model)
+}
+
+fn published_run_of(
+    s: &mut Setup,
+    pipeline: &str,
+    issue: &str,
+    model: &FakeServer,
+) -> (String, String, String) {
+    let pipeline = write_pipeline(s.scratch.path(), "fix", pipeline);
     let repo = s.repo.path.to_str().unwrap().to_owned();
     let out = s.orch(&[
         "run",
@@ -303,6 +312,68 @@ fn pr_feedback_becomes_one_round_then_nothing_new_then_a_human() {
 fn plan_json(s: &Setup, run_id: &str) -> Value {
     let text = std::fs::read_to_string(record_dir(&s.repo, run_id).join("plan.json")).unwrap();
     serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_round_the_reviewer_rejects_pushes_nothing_and_the_next_round_starts_where_the_pr_is() {
+    let mut s = Setup::new();
+    let model = FakeServer::start(first_run_script());
+    let pipeline = PIPELINE.replace("react_rounds: 1", "react_rounds: 2");
+    let (run_id, branch, head) = published_run_of(&mut s, &pipeline, "github:o/r#7", &model);
+    s.forge.pr(|fx| {
+        fx.permissions.insert("alice".into(), "write".into());
+        fx.review_comments = vec![json!({"id": 21, "user": {"login": "alice"},
+            "path": "calc.py", "line": 2, "body": MEMBER_1})];
+    });
+    // Round 1: the reviewer asks for changes; nothing is pushed, exit 1.
+    let rejected = FakeServer::start(
+        Script::new()
+            .agent(
+                "code.r3",
+                vec![
+                    edit("k1", "a + b", "b + a"),
+                    Reply::finish("k2", "F1: fixed — swapped", None),
+                ],
+            )
+            .agent(
+                "review.r3",
+                vec![Reply::finish(
+                    "q1",
+                    "Not a docstring.",
+                    Some("request_changes"),
+                )],
+            )
+            .agent(
+                "review.r3/distill",
+                vec![Reply::text("```json\n{\"lessons\": []}\n```")],
+            ),
+    );
+    let out = react(&mut s, &run_id, &rejected, &[]);
+    assert_exit(&out, 1);
+    assert_eq!(
+        git_origin(&s, &["rev-parse", &format!("refs/heads/{branch}")]),
+        head
+    );
+    let posted = s.forge.pr(|fx| fx.posted.clone());
+    assert_eq!(posted.len(), 1);
+    let body = posted[0]["body"].as_str().unwrap();
+    assert!(
+        body.contains("Nothing pushed") && body.contains("request_changes"),
+        "{body}"
+    );
+    // Round 2: the same finding again (it was not handled), from the PR's head.
+    let round = FakeServer::start(round_script("code.r4", "review.r4"));
+    let out = react(&mut s, &run_id, &round, &[]);
+    assert_exit(&out, 0);
+    assert!(user_text(&round.requests_for("code.r4")[0]).contains(MEMBER_1));
+    let new_head = git_origin(&s, &["rev-parse", &format!("refs/heads/{branch}")]);
+    assert_eq!(
+        git_origin(&s, &["rev-parse", &format!("{new_head}^")]),
+        head
+    );
+    let calc = git_origin(&s, &["show", &format!("{new_head}:calc.py")]);
+    assert!(calc.contains("a + b") && !calc.contains("b + a"), "{calc}");
+    assert_eq!(s.forge.pr(|fx| fx.posted.len()), 2);
 }
 
 /// The tool names a request offered.
