@@ -158,7 +158,7 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
     let api = ForgeApi::new(pr.project.forge, &ForgeSettings::load(Some(&args.repo))?)?;
     let fb = fetch_feedback(&api, &pr).await?;
     for why in &fb.ignored {
-        crate::ui::status_line(&format!("orch: left out {why}"));
+        crate::ui::status_line(&format!("orch: left out {}", crate::text::untrusted(why)));
     }
     let new: Vec<Finding> = fb
         .findings

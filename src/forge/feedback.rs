@@ -172,7 +172,7 @@ async fn fetch_github(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
             finding: Finding {
                 key: format!("review:{}", r["id"]),
                 kind: "review".into(),
-                author: Some(text(&r["user"], "login")),
+                author: Some(clean(api, &text(&r["user"], "login"), 100)),
                 path: None,
                 lines: None,
                 name: None,
@@ -190,7 +190,7 @@ async fn fetch_github(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
             finding: Finding {
                 key: format!("comment:{}", c["id"]),
                 kind: "thread".into(),
-                author: Some(text(&c["user"], "login")),
+                author: Some(clean(api, &text(&c["user"], "login"), 100)),
                 path: c["path"].as_str().map(|p| clean(api, p, 300)),
                 lines: start.zip(line),
                 name: None,
@@ -240,7 +240,9 @@ async fn fetch_github(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
         } else {
             fb.ignored.push(format!(
                 "{} by {}: no write access to {}",
-                c.finding.key, c.author, pr.project
+                c.finding.key,
+                clean(api, &c.author, 100),
+                pr.project
             ));
         }
     }
@@ -406,7 +408,7 @@ async fn fetch_gitlab(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
                 finding: Finding {
                     key: format!("note:{}", note["id"]),
                     kind: "thread".into(),
-                    author: Some(text(&note["author"], "username")),
+                    author: Some(clean(api, &text(&note["author"], "username"), 100)),
                     path,
                     lines: range.or(line.map(|l| (l, l))),
                     name: None,
@@ -439,7 +441,9 @@ async fn fetch_gitlab(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
         } else {
             fb.ignored.push(format!(
                 "{} by {}: no write access to {}",
-                c.finding.key, c.author, pr.project
+                c.finding.key,
+                clean(api, &c.author, 100),
+                pr.project
             ));
         }
     }
