@@ -27,5 +27,9 @@ pub const NOT_CONFIRMED: i32 = 9;
 /// pipeline does not require (`required: false`, e.g. the built-in `docs`)
 /// produced no result: it ended `no_change`, and `pr.md` says why.
 pub const OPTIONAL_NOT_DONE: i32 = 10;
+/// `orch react`: the run has used every round its pipeline allows
+/// (`react_rounds`, default 3) and the pull request still has feedback;
+/// orch posted one "human needed" comment and changed nothing.
+pub const HUMAN_NEEDED: i32 = 11;
 /// Interrupted (Ctrl-C); the run is resumable.
 pub const INTERRUPTED: i32 = 130;

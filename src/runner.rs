@@ -23,6 +23,7 @@ mod flow;
 mod lanes;
 pub(crate) mod models;
 mod pr;
+mod react;
 mod resume;
 mod schedule;
 mod session;
@@ -30,6 +31,7 @@ mod stage;
 mod start;
 
 pub(crate) use flow::skip_reason;
+pub(crate) use react::{ReactStages, add_react_round, end_react_round};
 pub(crate) use resume::{ResumeOptions, load_run, resume_run, rollback_run};
 pub(crate) use start::{finish_distributed, plan_run, run_pipeline};
 

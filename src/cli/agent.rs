@@ -173,6 +173,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
         origin: "orch agent".to_owned(),
         project_instructions: !args.instructions.no_project_instructions,
         setup: None,
+        react_rounds: None,
     };
     let mut roles = roles_for(&catalog, &pipeline)?;
     let mut session = SessionBuilder::new(&args.model, Some(&args.repo))?

@@ -22,6 +22,7 @@ mod gc;
 mod inspect;
 mod memory;
 mod publish;
+mod react;
 mod replay;
 mod resume;
 mod run;
@@ -112,6 +113,8 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Push a run's PR branch and open (or update) its pull or merge request.
     Publish(publish::PublishArgs),
+    /// Turn a published run's pull request feedback (changes requested, open threads, failing checks) into one more round, pushed and summarised (docs/forge.md).
+    React(react::ReactArgs),
     /// Remove the worktrees of runs that are not running; with --older-than, whole old runs.
     Gc(gc::GcArgs),
     /// Review the lessons runs remember (refs/orch/memory): list, show, accept, reject, edit, forget, log, add.
@@ -133,7 +136,7 @@ impl Command {
     pub fn needs_forge_token(&self) -> bool {
         match self {
             Command::Run(a) => a.issue.starts_with("github:"),
-            Command::Publish(_) => true,
+            Command::Publish(_) | Command::React(_) => true,
             _ => false,
         }
     }
@@ -174,6 +177,7 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Eval(a) => eval::cmd_eval(a).await,
         Command::Gc(a) => gc::cmd_gc(a),
         Command::Publish(a) => publish::cmd_publish(a).await,
+        Command::React(a) => react::cmd_react(a).await,
         Command::Memory(a) => memory::cmd_memory(a),
         Command::Completions(a) => {
             completions::cmd_completions(a, <Cli as clap::CommandFactory>::command())

@@ -48,6 +48,40 @@ impl ForgeApi {
         self.send(reqwest::Method::GET, path, None).await
     }
 
+    /// `GET base + path` answered with plain text (a job's log), of which
+    /// only the last `keep` bytes are kept.
+    pub(crate) async fn get_text_tail(
+        &self,
+        path: &str,
+        keep: usize,
+    ) -> Result<String, ForgeError> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.get(&url);
+        if let Some(token) = &self.token {
+            req = match self.forge {
+                Forge::GitHub => req.bearer_auth(token),
+                Forge::GitLab => req.header("PRIVATE-TOKEN", token),
+            };
+        }
+        let what = format!("GET {url}");
+        let resp = req.send().await.map_err(|e| {
+            ForgeError::Api(self.redact(&format!("failed to {what}: {}", chain(&e))))
+        })?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| {
+            ForgeError::Api(self.redact(&format!(
+                "failed to read the answer to {what}: {}",
+                chain(&e)
+            )))
+        })?;
+        if !status.is_success() {
+            return Err(ForgeError::Api(
+                self.redact(&format!("failed to {what}: HTTP {}", status.as_u16())),
+            ));
+        }
+        Ok(crate::text::tail_bytes(&text, keep).to_owned())
+    }
+
     /// Every item of a paginated list at `path` (which has no `?page`).
     pub(crate) async fn get_all(&self, path: &str) -> Result<Vec<Value>, ForgeError> {
         let sep = if path.contains('?') { '&' } else { '?' };
@@ -78,13 +112,32 @@ impl ForgeApi {
         self.send(method, path, Some(body)).await
     }
 
+    /// A GitHub GraphQL query (`POST /graphql`; on GitHub Enterprise the
+    /// endpoint beside `/api/v3`).
+    pub(crate) async fn graphql(&self, body: &Value) -> Result<Value, ForgeError> {
+        let url = match self.base.strip_suffix("/api/v3") {
+            Some(host) => format!("{host}/api/graphql"),
+            None => format!("{}/graphql", self.base),
+        };
+        self.send_to(reqwest::Method::POST, url, Some(body)).await
+    }
+
     async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ForgeError> {
-        let url = format!("{}{path}", self.base);
+        self.send_to(method, format!("{}{path}", self.base), body)
+            .await
+    }
+
+    async fn send_to(
+        &self,
+        method: reqwest::Method,
+        url: String,
+        body: Option<&Value>,
+    ) -> Result<Value, ForgeError> {
         let what = format!("{method} {url}");
         let mut req = self.http.request(method, &url);
         req = match self.forge {
@@ -148,7 +201,7 @@ impl ForgeApi {
     }
 
     /// `text` with the token and every registered secret removed.
-    fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         crate::secrets::redact(text, self.token.as_slice())
     }
 }

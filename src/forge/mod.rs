@@ -11,6 +11,7 @@
 //! request to the configured API.
 
 mod api;
+mod feedback;
 mod issue;
 mod pull;
 mod push;
@@ -19,6 +20,7 @@ mod token;
 mod types;
 
 pub(crate) use api::ForgeApi;
+pub(crate) use feedback::{Feedback, Finding, MARKER, PrRef, fetch_feedback, post_comment};
 pub(crate) use issue::{FrozenIssue, fetch_issue};
 pub(crate) use pull::{PullRequest, upsert_pull};
 pub(crate) use push::{project_of_url, push_refs, remote_url, without_userinfo};

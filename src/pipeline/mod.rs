@@ -20,8 +20,8 @@ mod types;
 
 pub use error::SpecError;
 pub use types::{
-    LaneSetup, MAX_REWORK_ROUNDS, MAX_SETUP_TIMEOUT_SECS, MAX_VERIFY_ROUNDS, OnFailure, Pipeline,
-    Stage, is_valid_stage_id,
+    DEFAULT_REACT_ROUNDS, LaneSetup, MAX_REACT_ROUNDS, MAX_REWORK_ROUNDS, MAX_SETUP_TIMEOUT_SECS,
+    MAX_VERIFY_ROUNDS, OnFailure, Pipeline, Stage, is_valid_stage_id,
 };
 
 use spec::PipelineSpec;
@@ -74,6 +74,20 @@ pub fn parse_pipeline(
         },
         None => None,
     };
+    if let Some(r) = &spec.react_rounds
+        && !(1..=types::MAX_REACT_ROUNDS).contains(&r.value)
+    {
+        return Err(SpecError::at(
+            origin,
+            &r.referenced,
+            0,
+            format!(
+                "react_rounds must be between 1 and {}, got {}",
+                types::MAX_REACT_ROUNDS,
+                r.value
+            ),
+        ));
+    }
     Ok(Pipeline {
         name,
         description: spec.description.trim().to_owned(),
@@ -81,6 +95,7 @@ pub fn parse_pipeline(
         origin: origin.to_owned(),
         project_instructions: spec.project_instructions.unwrap_or(true),
         setup,
+        react_rounds: spec.react_rounds.as_ref().map(|r| r.value),
     })
 }
 

@@ -33,6 +33,9 @@ pub(super) struct PipelineSpec {
     /// The default `verify_rounds:` of the stages that take the pipeline's `verify:`.
     #[serde(default)]
     pub verify_rounds: Option<Spanned<u32>>,
+    /// How many rounds `orch react` may add to a run from its pull request (default 3).
+    #[serde(default)]
+    pub react_rounds: Option<Spanned<u32>>,
 }
 
 /// `setup:` as written: a command line, or a mapping with the command, the

@@ -685,3 +685,23 @@ fn bad_setups_are_located() {
         );
     }
 }
+
+#[test]
+fn react_rounds_is_bounded_and_named_at_its_line() {
+    let ok = "react_rounds: 2\nstages:\n  code:\n    role: coder\n";
+    let p = parse_pipeline(ok, "p.yaml", &roles()).unwrap();
+    assert_eq!(p.react_rounds, Some(2));
+    let none = parse_pipeline("stages:\n  code:\n    role: coder\n", "p.yaml", &roles()).unwrap();
+    assert_eq!(none.react_rounds, None);
+    for bad in ["0", "11"] {
+        let text = format!("stages:\n  code:\n    role: coder\nreact_rounds: {bad}\n");
+        let err = parse_pipeline(&text, "p.yaml", &roles())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("p.yaml:4:"), "{err}");
+        assert!(
+            err.contains(&format!("react_rounds must be between 1 and 10, got {bad}")),
+            "{err}"
+        );
+    }
+}

@@ -117,7 +117,16 @@ pub struct Pipeline {
     /// repository's `[setup]` in `orch.toml` (see `docs/lane-bootstrap.md`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<LaneSetup>,
+    /// `react_rounds:` — how many rounds `orch react` may add to a run from
+    /// its pull request's feedback (`None`: [`DEFAULT_REACT_ROUNDS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub react_rounds: Option<u32>,
 }
+
+/// Rounds `orch react` may add to a run when the pipeline sets no `react_rounds:`.
+pub const DEFAULT_REACT_ROUNDS: u32 = 3;
+/// The most rounds `react_rounds:` may allow.
+pub const MAX_REACT_ROUNDS: u32 = 10;
 
 /// The most a lane setup command may be given to run (`timeout_secs`).
 pub const MAX_SETUP_TIMEOUT_SECS: u64 = 4 * 3600;

@@ -15,24 +15,24 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const GH_TOKEN: &str = "ghp_forgeTestTokenMustNotLeak0123";
-const GL_TOKEN: &str = "glpat-forgeTestTokenMustNotLeak45";
+pub(crate) const GH_TOKEN: &str = "ghp_forgeTestTokenMustNotLeak0123";
+pub(crate) const GL_TOKEN: &str = "glpat-forgeTestTokenMustNotLeak45";
 const PIPELINE: &str =
     "stages:\n  code:\n    role: coder\n  docs:\n    role: coder\n    needs: [code]\n";
 
 /// A repository with a bare `origin`, a config dir pointing both forges at
 /// `forge`, and every piece of output orch printed (for the leak checks).
-struct Setup {
-    repo: TestRepo,
-    scratch: tempfile::TempDir,
-    config: PathBuf,
-    origin: PathBuf,
-    forge: ForgeServer,
-    outputs: Vec<String>,
+pub(crate) struct Setup {
+    pub(crate) repo: TestRepo,
+    pub(crate) scratch: tempfile::TempDir,
+    pub(crate) config: PathBuf,
+    pub(crate) origin: PathBuf,
+    pub(crate) forge: ForgeServer,
+    pub(crate) outputs: Vec<String>,
 }
 
 impl Setup {
-    fn new() -> Setup {
+    pub(crate) fn new() -> Setup {
         let repo = TestRepo::with_commit(
             &[("calc.py", "def add(a, b):\n    return a - b\n")],
             "calc 0.1",
@@ -62,7 +62,7 @@ impl Setup {
     }
 
     /// `orch <args>` with both forge tokens in its environment.
-    fn orch(&mut self, args: &[&str]) -> Output {
+    pub(crate) fn orch(&mut self, args: &[&str]) -> Output {
         let mut cmd = orch();
         cmd.env("ORCH_CONFIG_DIR", &self.config)
             .env("GH_TOKEN", GH_TOKEN)
@@ -71,7 +71,7 @@ impl Setup {
         self.keep(output_logged(&mut cmd))
     }
 
-    fn keep(&mut self, out: Output) -> Output {
+    pub(crate) fn keep(&mut self, out: Output) -> Output {
         self.outputs
             .push(String::from_utf8_lossy(&out.stdout).into_owned());
         self.outputs
@@ -99,7 +99,7 @@ impl Setup {
         (out, id)
     }
 
-    fn publish(&mut self, run: &str, extra: &[&str]) -> Output {
+    pub(crate) fn publish(&mut self, run: &str, extra: &[&str]) -> Output {
         let repo = self.repo.path.to_str().unwrap().to_owned();
         let mut args = vec!["publish", run, "--repo", &repo];
         args.extend_from_slice(extra);
@@ -107,7 +107,7 @@ impl Setup {
     }
 
     /// The branches of the bare origin, `refs/heads/…` → sha.
-    fn remote_branches(&self) -> Vec<(String, String)> {
+    pub(crate) fn remote_branches(&self) -> Vec<(String, String)> {
         let out = Command::new("git")
             .arg("ls-remote")
             .arg(&self.origin)
@@ -121,7 +121,7 @@ impl Setup {
     }
 
     /// Asserts `token` is in no output, record file, commit, or model request.
-    fn assert_no_leak(&self, token: &str, models: &[&FakeServer]) {
+    pub(crate) fn assert_no_leak(&self, token: &str, models: &[&FakeServer]) {
         for o in &self.outputs {
             assert!(!o.contains(token), "the token was printed: {o}");
         }

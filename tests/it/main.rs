@@ -55,6 +55,7 @@ mod preflight;
 mod preflight_bench;
 mod prompt_cache;
 mod prompt_cache_prefix;
+mod react;
 mod reap;
 mod request_size;
 mod responses_api;

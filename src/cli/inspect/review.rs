@@ -41,7 +41,7 @@ pub struct DiffArgs {
 
 /// `orch review`.
 pub(in crate::cli) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
-    let (common, _, state) = open(&args.repo, &args.run)?;
+    let (common, root, state) = open(&args.repo, &args.run)?;
     let stages: Vec<&StageRecord> = match &args.stage {
         Some(id) => vec![stage(&state, id)?],
         None => state.stages.iter().collect(),
@@ -52,6 +52,9 @@ pub(in crate::cli) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
     let mut out = Out::stdout();
     for st in stages {
         out.untrusted(&render_review(&common, st)?)?;
+    }
+    if args.stage.is_none() {
+        out.untrusted(&crate::cli::react::react_section(&root))?;
     }
     out.untrusted(&memory_report(&common, &state))?;
     out.finish()?;

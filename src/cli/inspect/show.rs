@@ -36,6 +36,7 @@ pub(in crate::cli) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
         )?;
     } else {
         out.untrusted(&render_show(&state, &root))?;
+        out.untrusted(&crate::cli::react::react_section(&root))?;
         out.untrusted(&memory_report(&common, &state))?;
     }
     out.finish()?;

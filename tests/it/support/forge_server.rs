@@ -61,6 +61,8 @@ struct State {
     /// Created pull requests (GitHub) and merge requests (GitLab), in order.
     pulls: Vec<Value>,
     mrs: Vec<Value>,
+    /// Reviews, threads, checks and comments of the requests (`orch react`).
+    pr: super::forge_pr::PrFixture,
 }
 
 /// The running forge; stopped (port closed) by [`ForgeServer::stop`] or on drop.
@@ -129,6 +131,12 @@ impl ForgeServer {
         self.state.lock().unwrap().mrs.clone()
     }
 
+    /// Reads or changes what the forge says about its requests (reviews,
+    /// threads, checks, permissions, posted comments; see `forge_pr`).
+    pub fn pr<T>(&self, f: impl FnOnce(&mut super::forge_pr::PrFixture) -> T) -> T {
+        f(&mut self.state.lock().unwrap().pr)
+    }
+
     /// Stops serving and closes the port: later requests are refused.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -159,11 +167,15 @@ fn serve(stream: TcpStream, state: &Mutex<State>, base: &str) {
         st.requests.push(req.clone());
         route(&req, &mut st, base)
     };
-    let text = body.to_string();
+    // A log is text, not JSON.
+    let (text, kind) = match body["__text"].as_str() {
+        Some(t) => (t.to_owned(), "text/plain"),
+        None => (body.to_string(), "application/json"),
+    };
     let mut stream = stream;
     let _ = write!(
         stream,
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        "HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
         text.len()
     );
     let _ = stream.flush();
@@ -269,6 +281,10 @@ fn route(req: &ForgeRequest, st: &mut State, base: &str) -> (u16, Value) {
         return (200, json!([]));
     }
     let m = req.method.as_str();
+    let State { pr, pulls, mrs, .. } = st;
+    if let Some(answer) = super::forge_pr::route(m, &segs, &req.body, pr, pulls, mrs, base) {
+        return answer;
+    }
     match (m, segs.as_slice()) {
         // ---- GitHub ----
         ("GET", ["repos", "o", "r"]) => {

@@ -7,6 +7,7 @@
 
 pub mod cmd;
 pub mod fake_server;
+pub mod forge_pr;
 pub mod forge_server;
 pub mod inspect;
 pub mod llm;
