@@ -12,6 +12,7 @@
 
 mod api;
 mod issue;
+pub mod merge;
 mod pull;
 mod push;
 mod settings;

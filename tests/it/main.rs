@@ -50,6 +50,7 @@ mod mcp;
 mod mcp_http;
 mod memory;
 mod memory_safety;
+mod merge_conflicts;
 mod outcomes;
 mod preflight;
 mod preflight_bench;
