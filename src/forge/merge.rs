@@ -465,7 +465,7 @@ fn commit_merge(
     if let Some(note) = note {
         msg.push_str(&format!("({note})\n\n"));
     }
-    msg.push_str(&format!("Orch-Merge-Base: {}\n", at.base));
+    msg.push_str(&format!("Orch-Run: {}\nOrch-Merge-Base: {}\n", at.run_id, at.base));
     if !at.files.is_empty() {
         msg.push_str(&format!("Orch-Conflicts: {}\n", at.files.join(", ")));
     }

@@ -12,6 +12,7 @@
 mod constrained;
 mod support;
 
+mod action_triggers;
 mod agent_files;
 mod anthropic;
 mod bootstrap;
