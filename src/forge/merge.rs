@@ -243,9 +243,12 @@ pub async fn rebase_round(
     let done = summary.state.status == RunStatus::Succeeded
         && st.is_some_and(|s| s.status == StageStatus::Succeeded);
     let resolved = st.and_then(|s| s.commit.clone()).filter(|_| done);
-    let reason = st
-        .and_then(|s| s.reason.clone())
-        .unwrap_or_else(|| format!("the {MERGE_STAGE} run ended {}", summary.state.status.as_str()));
+    let reason = st.and_then(|s| s.reason.clone()).unwrap_or_else(|| {
+        format!(
+            "the {MERGE_STAGE} run ended {}",
+            summary.state.status.as_str()
+        )
+    });
     tokio::task::spawn_blocking(move || settle(&at, resolved, reason, merge_run))
         .await
         .map_err(|e| MergeError::Record(format!("finish a background task: {e}")))?
@@ -329,7 +332,12 @@ fn prepare(req: &RebaseRequest) -> Result<Prepared, MergeError> {
         move_and_record(&repo, &at, Some(&commit), &outcome)?;
         return Ok(Prepared::Done(outcome));
     }
-    let start = commit_merge(&repo, &at, &tree, Some("conflicts left for the merge stage"))?;
+    let start = commit_merge(
+        &repo,
+        &at,
+        &tree,
+        Some("conflicts left for the merge stage"),
+    )?;
     let stage = merge_stage(&repo, &at, &plan, &run_dir, &start)?;
     Ok(Prepared::Conflicts(at, stage))
 }
@@ -457,15 +465,14 @@ fn commit_merge(
         .find_commit(oid(at.base.as_str())?)
         .map_err(crate::git::git_err("read the new base"))?;
     let sig = crate::git::signature(r)?;
-    let mut msg = format!(
-        "orch: merge {} into run {}\n\n",
-        short(&at.base),
-        at.run_id
-    );
+    let mut msg = format!("orch: merge {} into run {}\n\n", short(&at.base), at.run_id);
     if let Some(note) = note {
         msg.push_str(&format!("({note})\n\n"));
     }
-    msg.push_str(&format!("Orch-Run: {}\nOrch-Merge-Base: {}\n", at.run_id, at.base));
+    msg.push_str(&format!(
+        "Orch-Run: {}\nOrch-Merge-Base: {}\n",
+        at.run_id, at.base
+    ));
     if !at.files.is_empty() {
         msg.push_str(&format!("Orch-Conflicts: {}\n", at.files.join(", ")));
     }
@@ -565,7 +572,10 @@ fn merge_stage(
     Ok(MergeStage {
         pipeline: Pipeline {
             name: format!("merge:{}", at.run_id),
-            description: format!("resolve the conflicts of run {} with its new base", at.run_id),
+            description: format!(
+                "resolve the conflicts of run {} with its new base",
+                at.run_id
+            ),
             stages: vec![stage],
             origin: format!("orch merge round of run {}", at.run_id),
             project_instructions: plan.pipeline.project_instructions,

@@ -6,8 +6,11 @@
 //! `forge::the_action_and_the_example_workflow_pass_actionlint`.
 
 use crate::forge::action_step;
-use crate::support::assert_exit;
-use serde_json::Value;
+use crate::support::{
+    AWAIT_LIMIT, FakeServer, Reply, Script, TestRepo, assert_exit, fix_add, run_on_fake,
+    write_pipeline,
+};
+use serde_json::{Value, json};
 use std::path::Path;
 
 fn yaml(rel: &str) -> Value {
@@ -53,8 +56,7 @@ fn every_trigger_of_the_example_reaches_only_a_read_only_agent_job() {
         }
         assert_eq!(perms["contents"], "read");
         assert_eq!(
-            job["steps"][0]["with"]["persist-credentials"],
-            false,
+            job["steps"][0]["with"]["persist-credentials"], false,
             "{event} → {name}: the checkout keeps no credentials"
         );
         // What writes runs after it and runs no model.
@@ -69,7 +71,10 @@ fn every_trigger_of_the_example_reaches_only_a_read_only_agent_job() {
         for (w, wjob) in writers {
             assert_eq!(wjob["needs"], name.as_str(), "{w} runs after {name}");
             assert_eq!(orch_step(wjob)["mode"], "publish");
-            assert!(orch_step(wjob).get("api-key").is_none(), "{w} holds no model key");
+            assert!(
+                orch_step(wjob).get("api-key").is_none(),
+                "{w} holds no model key"
+            );
         }
     }
     // The conditions say what the issue asks.
@@ -179,7 +184,10 @@ fn the_action_starts_a_react_round_for_each_pr_trigger_and_for_nothing_else() {
             ],
         )
     };
-    assert_eq!(comment("/orch please address the review", "MEMBER"), yes("12"));
+    assert_eq!(
+        comment("/orch please address the review", "MEMBER"),
+        yes("12")
+    );
     assert_eq!(comment("/orch", "COLLABORATOR"), yes("12"));
     assert_eq!(comment("/orch $(touch pwned)", "OWNER"), yes("12"));
     assert_eq!(comment("/orch", "CONTRIBUTOR"), no());
@@ -217,4 +225,278 @@ fn the_action_starts_a_react_round_for_each_pr_trigger_and_for_nothing_else() {
         ],
     );
     assert_eq!(issue, ("true".into(), "issue".into(), String::new()));
+}
+
+/// A stand-in for GitHub's REST API on 127.0.0.1, for the publish job's
+/// two calls: the pull request (its head branch) and the comment. Records
+/// (method, path, authorization, body) of every request.
+struct MiniApi {
+    url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<[String; 4]>>>,
+}
+
+impl MiniApi {
+    fn start(head_ref: &'static str) -> MiniApi {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { break };
+                stream.set_read_timeout(Some(AWAIT_LIMIT)).unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let mut parts = line.split_whitespace();
+                let method = parts.next().unwrap_or_default().to_owned();
+                let path = parts.next().unwrap_or_default().to_owned();
+                let (mut len, mut auth) = (0usize, String::new());
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                    if let Some((k, v)) = h.split_once(':') {
+                        match k.to_ascii_lowercase().as_str() {
+                            "content-length" => len = v.trim().parse().unwrap_or(0),
+                            "authorization" => auth = v.trim().to_owned(),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; len];
+                reader.read_exact(&mut body).unwrap();
+                let (status, answer) = match (method.as_str(), path.as_str()) {
+                    ("GET", "/repos/o/r/pulls/12") => {
+                        (200, json!({"number": 12, "head": {"ref": head_ref}}))
+                    }
+                    ("POST", "/repos/o/r/issues/12/comments") => (201, json!({"id": 1})),
+                    _ => (404, json!({"message": "Not Found"})),
+                };
+                log.lock().unwrap().push([
+                    method,
+                    path,
+                    auth,
+                    String::from_utf8_lossy(&body).into_owned(),
+                ]);
+                let answer = answer.to_string();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+            }
+        });
+        MiniApi { url, seen }
+    }
+}
+
+/// What `orch react --no-publish` leaves, played by a script: one new
+/// commit on the run's final branch and a round branch, and the summary
+/// comment in the record. It writes its arguments to `$STUB_ARGS`.
+const REACT_STUB: &str = r#"#!/bin/bash
+set -euo pipefail
+printf '%s\n' "$@" > "$STUB_ARGS"
+run="$2"
+tip=$(git rev-parse "orch/$run/pr")
+index="$(mktemp)"; rm -f "$index"
+GIT_INDEX_FILE="$index" git read-tree "$tip"
+blob=$(echo "the reviewer's point, addressed" | git hash-object -w --stdin)
+GIT_INDEX_FILE="$index" git update-index --add --cacheinfo "100644,$blob,ROUND.md"
+tree=$(GIT_INDEX_FILE="$index" git write-tree)
+new=$(git -c user.name=orch -c user.email=orch@localhost commit-tree "$tree" -p "$tip" -m "round" -m "Orch-Run: $run")
+git update-ref "refs/heads/orch/$run/pr" "$new"
+git update-ref "refs/heads/orch/$run/code.r2" "$new"
+echo "One summary for run $run." > "$(git rev-parse --git-common-dir)/orch/runs/$run/react-comment.md"
+echo '{"action":"pushed","message":"react round 1 of 3"}'
+"#;
+
+#[test]
+fn a_react_round_goes_from_the_read_only_agent_job_to_the_publish_job() {
+    let token = "ghp_actionReactTokenMustNotPersist01";
+    let repo = TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "init");
+    let scratch = tempfile::tempdir().unwrap();
+    let origin = scratch.path().join("origin.git");
+    repo.git(&[
+        "init",
+        "-q",
+        "--bare",
+        "-b",
+        "main",
+        origin.to_str().unwrap(),
+    ]);
+    repo.git(&["remote", "add", "origin", origin.to_str().unwrap()]);
+    repo.git(&["push", "-q", "origin", "main"]);
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![fix_add("c1"), Reply::finish("c2", "add adds", None)],
+    ));
+    let pipeline = write_pipeline(scratch.path(), "fix", "stages:\n  code:\n    role: coder\n");
+    let (code, run) = run_on_fake(&repo, &pipeline, "# add subtracts\n", &server);
+    assert_eq!(code, 0);
+    let tip = repo
+        .git(&["rev-parse", &format!("orch/{run}/pr")])
+        .trim()
+        .to_owned();
+    // What the run's publish job left on the remote: the PR branch (GitHub
+    // also shows it as refs/pull/12/head), the record and the run's
+    // branches under refs/orch/.
+    repo.git(&[
+        "push",
+        "-q",
+        "origin",
+        &format!("orch/{run}/pr:refs/heads/orch/7-add"),
+        &format!("orch/{run}/pr:refs/pull/12/head"),
+        &format!("refs/orch/runs/{run}:refs/orch/runs/{run}"),
+        &format!("refs/heads/orch/{run}/*:refs/orch/branches/{run}/*"),
+    ]);
+    let clone = |name: &str| {
+        let dir = scratch.path().join(name);
+        repo.git(&[
+            "clone",
+            "-q",
+            origin.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]);
+        dir
+    };
+    let bin = scratch.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("orch"), REACT_STUB).unwrap();
+    std::fs::set_permissions(
+        bin.join("orch"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let home = scratch.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let home = home.to_str().unwrap();
+
+    // The agent job: a checkout of main without credentials.
+    let agent = clone("agent");
+    let agent_tmp = scratch.path().join("agent-runner");
+    std::fs::create_dir_all(&agent_tmp).unwrap();
+    let args_file = scratch.path().join("react-args");
+    let (out, outputs) = action_step(
+        "react",
+        &agent,
+        &[
+            ("PR", "12"),
+            ("ORCH_BASE_URL", ""),
+            ("ORCH_MODEL", ""),
+            ("ORCH_API_KEY", ""),
+            ("GH_TOKEN", token),
+            ("EXTRA_ARGS", ""),
+            ("RUNNER_TEMP", agent_tmp.to_str().unwrap()),
+            ("HOME", home),
+            ("PATH", &path),
+            ("STUB_ARGS", args_file.to_str().unwrap()),
+            ("GITHUB_REPOSITORY", "o/r"),
+            ("GITHUB_SERVER_URL", "https://github.com"),
+        ],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(
+        outputs["run-id"], run,
+        "the run is found from the branch's Orch-Run trailer"
+    );
+    assert_eq!(outputs["status"], "succeeded");
+    let argv = std::fs::read_to_string(&args_file).unwrap();
+    assert_eq!(
+        argv.lines().collect::<Vec<_>>(),
+        [
+            "react",
+            run.as_str(),
+            "--repo",
+            ".",
+            "--from",
+            "github:o/r#12",
+            "--no-publish",
+            "--json"
+        ]
+    );
+    // The record was restored from refs/orch/runs/<run>, and the token was
+    // never written into the clone's config.
+    assert!(
+        agent
+            .join(format!(".git/orch/runs/{run}/state.json"))
+            .is_file()
+    );
+    let config = std::fs::read_to_string(agent.join(".git/config")).unwrap();
+    assert!(
+        !config.contains("extraheader") && !config.contains(token),
+        "{config}"
+    );
+    let artifact = agent_tmp.join("orch-artifact");
+    assert_eq!(
+        std::fs::read_to_string(artifact.join("pr")).unwrap().trim(),
+        "12"
+    );
+    assert!(
+        artifact
+            .join(format!("record/{run}/react-comment.md"))
+            .is_file()
+    );
+    let round = String::from_utf8(
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&agent)
+            .args(["rev-parse", &format!("orch/{run}/pr")])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
+    assert_ne!(round, tip);
+
+    // The publish job: another checkout, the artifact, the API.
+    let api = MiniApi::start("orch/7-add");
+    let publish = clone("publish");
+    let publish_tmp = scratch.path().join("publish-runner");
+    std::fs::create_dir_all(&publish_tmp).unwrap();
+    let st = std::process::Command::new("cp")
+        .arg("-R")
+        .arg(&artifact)
+        .arg(publish_tmp.join("orch-artifact"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (out, outputs) = action_step(
+        "publish",
+        &publish,
+        &[
+            ("GH_TOKEN", token),
+            ("DRAFT", "true"),
+            ("STAGES", "false"),
+            ("RUNNER_TEMP", publish_tmp.to_str().unwrap()),
+            ("HOME", home),
+            ("GITHUB_REPOSITORY", "o/r"),
+            ("GITHUB_API_URL", &api.url),
+            ("GITHUB_SERVER_URL", "https://github.com"),
+        ],
+    );
+    assert_exit(&out, 0);
+    assert_eq!(outputs["pr-url"], "https://github.com/o/r/pull/12");
+    let remote = |r: &str| repo.git(&["ls-remote", origin.to_str().unwrap(), r]);
+    // The PR branch moved forward to the round's commit (a plain push: a
+    // fast-forward), the round's branch waits under refs/orch/.
+    assert!(remote("refs/heads/orch/7-add").starts_with(&round));
+    assert!(remote(&format!("refs/orch/branches/{run}/code.r2")).starts_with(&round));
+    repo.git(&["fetch", "-q", "origin", "refs/heads/orch/7-add"]);
+    repo.git(&["merge-base", "--is-ancestor", &tip, &round]);
+    // Exactly one comment: the round's summary, with the job's token.
+    let seen = api.seen.lock().unwrap().clone();
+    let posts: Vec<_> = seen.iter().filter(|r| r[0] == "POST").collect();
+    assert_eq!(posts.len(), 1, "{seen:?}");
+    assert_eq!(posts[0][1], "/repos/o/r/issues/12/comments");
+    assert_eq!(posts[0][2], format!("Bearer {token}"));
+    let body: Value = serde_json::from_str(&posts[0][3]).unwrap();
+    assert_eq!(body["body"], format!("One summary for run {run}.\n"));
 }

@@ -923,7 +923,11 @@ fn the_action_scripts_carry_a_run_from_the_agent_job_to_the_publish_job() {
     // The record and the run's branches wait under refs/orch/ for a later
     // react round (docs/forge.md, "PR triggers").
     let remote = s.remote_branches();
-    assert!(remote.iter().any(|(r, _)| *r == format!("refs/orch/runs/{run_id}")));
+    assert!(
+        remote
+            .iter()
+            .any(|(r, _)| *r == format!("refs/orch/runs/{run_id}"))
+    );
     assert!(remote.contains(&(
         format!("refs/orch/branches/{run_id}/pr"),
         final_sha.trim().to_owned()

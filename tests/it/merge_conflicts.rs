@@ -10,8 +10,8 @@
 //! model server.
 
 use crate::support::{
-    AWAIT_LIMIT, FakeServer, Reply, Script, TestRepo, fix_add, record_dir, run_on_fake,
-    user_text, write_pipeline,
+    AWAIT_LIMIT, FakeServer, Reply, Script, TestRepo, fix_add, record_dir, run_on_fake, user_text,
+    write_pipeline,
 };
 use orch::forge::merge::{MergeModel, RebaseOutcome, RebaseRequest, rebase_round};
 use orch::llm::openai::{ModelSettings, OpenAiClient};
@@ -60,7 +60,12 @@ impl Published {
             .trim()
             .to_owned();
         // What `orch publish` pushes (the forge's side is not the point here).
-        repo.git(&["push", "-q", "origin", &format!("{tip}:refs/heads/{PR_BRANCH}")]);
+        repo.git(&[
+            "push",
+            "-q",
+            "origin",
+            &format!("{tip}:refs/heads/{PR_BRANCH}"),
+        ]);
         Published {
             repo,
             scratch,
@@ -82,13 +87,29 @@ impl Published {
         for (path, text) in files {
             std::fs::write(std::path::Path::new(other).join(path), text).unwrap();
         }
-        let id = ["-c", "user.name=Other", "-c", "user.email=other@example.invalid"];
-        self.repo.git(&[&["-C", other][..], &id, &["add", "-A"]].concat());
+        let id = [
+            "-c",
+            "user.name=Other",
+            "-c",
+            "user.email=other@example.invalid",
+        ];
         self.repo
-            .git(&[&["-C", other][..], &id, &["commit", "-q", "-m", "base moves"]].concat());
-        self.repo.git(&["-C", other, "push", "-q", "origin", "main"]);
+            .git(&[&["-C", other][..], &id, &["add", "-A"]].concat());
+        self.repo.git(
+            &[
+                &["-C", other][..],
+                &id,
+                &["commit", "-q", "-m", "base moves"],
+            ]
+            .concat(),
+        );
+        self.repo
+            .git(&["-C", other, "push", "-q", "origin", "main"]);
         self.repo.git(&["fetch", "-q", "origin"]);
-        self.repo.git(&["rev-parse", "origin/main"]).trim().to_owned()
+        self.repo
+            .git(&["rev-parse", "origin/main"])
+            .trim()
+            .to_owned()
     }
 
     /// Whether `git merge-tree` merges `a` and `b` without conflicts.
@@ -153,7 +174,10 @@ fn a_conflicting_base_is_merged_by_the_merge_stage_and_the_pr_branch_fast_forwar
     let pr = Published::new();
     let base = pr.move_base(&[("calc.py", CALC_TYPED), ("NOTES.md", "ints only\n")]);
     let pr_ref = format!("origin/{PR_BRANCH}");
-    assert!(!pr.merges_cleanly("origin/main", &pr_ref), "the PR conflicts");
+    assert!(
+        !pr.merges_cleanly("origin/main", &pr_ref),
+        "the PR conflicts"
+    );
     let user = pr.repo.snapshot();
 
     let server = FakeServer::start(Script::new().agent(
@@ -196,14 +220,23 @@ fn a_conflicting_base_is_merged_by_the_merge_stage_and_the_pr_branch_fast_forwar
     .unwrap();
     let verify = &state["stages"][0]["verify"];
     assert_eq!(verify["passed"], true, "{verify}");
-    assert!(verify["commands"].to_string().contains("<<<<<<<"), "{verify}");
+    assert!(
+        verify["commands"].to_string().contains("<<<<<<<"),
+        "{verify}"
+    );
 
     // A merge commit of the old tip and the new base, with the resolution
     // and the base's other change.
     let parents = pr.repo.git(&["rev-list", "--parents", "-n", "1", commit]);
     assert_eq!(parents.trim(), format!("{commit} {} {base}", pr.tip));
-    assert_eq!(pr.repo.git(&["show", &format!("{commit}:calc.py")]), CALC_RESOLVED);
-    assert_eq!(pr.repo.git(&["show", &format!("{commit}:NOTES.md")]), "ints only\n");
+    assert_eq!(
+        pr.repo.git(&["show", &format!("{commit}:calc.py")]),
+        CALC_RESOLVED
+    );
+    assert_eq!(
+        pr.repo.git(&["show", &format!("{commit}:NOTES.md")]),
+        "ints only\n"
+    );
     assert!(pr.is_ancestor(&base, commit) && pr.is_ancestor(&pr.tip, commit));
     assert_eq!(pr.rev(&format!("orch/{}/pr", pr.run_id)), *commit);
     assert_eq!(pr.merge_record()[0]["outcome"], "resolved");
@@ -212,7 +245,12 @@ fn a_conflicting_base_is_merged_by_the_merge_stage_and_the_pr_branch_fast_forwar
 
     // Pushed without force, the PR branch fast-forwards and then merges
     // cleanly (it contains the base: a fast-forward for the base too).
-    pr.repo.git(&["push", "-q", "origin", &format!("{commit}:refs/heads/{PR_BRANCH}")]);
+    pr.repo.git(&[
+        "push",
+        "-q",
+        "origin",
+        &format!("{commit}:refs/heads/{PR_BRANCH}"),
+    ]);
     pr.repo.git(&["fetch", "-q", "origin"]);
     assert_eq!(pr.rev(&pr_ref), *commit);
     assert!(pr.merges_cleanly("origin/main", &pr_ref));
@@ -235,12 +273,14 @@ fn a_merge_stage_that_leaves_the_conflict_says_it_cannot_and_nothing_moves() {
     let base = pr.move_base(&[("calc.py", CALC_TYPED)]);
     // The model claims it is done three times (the first try and both
     // verify rounds) and never edits: the marker check keeps failing.
-    let server = FakeServer::start(Script::new().agent(
-        "merge",
-        (1..=3)
-            .map(|i| Reply::finish(&format!("m{i}"), "resolved", None))
-            .collect(),
-    ));
+    let server = FakeServer::start(
+        Script::new().agent(
+            "merge",
+            (1..=3)
+                .map(|i| Reply::finish(&format!("m{i}"), "resolved", None))
+                .collect(),
+        ),
+    );
     let outcome = pr.rebase(&server);
     assert!(server.violations().is_empty(), "{:?}", server.violations());
     let RebaseOutcome::Cannot {
@@ -254,12 +294,21 @@ fn a_merge_stage_that_leaves_the_conflict_says_it_cannot_and_nothing_moves() {
     };
     assert_eq!((files.as_slice(), b), (&["calc.py".to_owned()][..], &base));
     assert!(merge_run.is_some());
-    assert!(outcome.to_string().starts_with("cannot merge: the merge stage failed"), "{outcome}");
+    assert!(
+        outcome
+            .to_string()
+            .starts_with("cannot merge: the merge stage failed"),
+        "{outcome}"
+    );
     assert!(reason.contains("verify"), "{reason}");
     // The verify output went back to the model between its tries.
     let requests = server.requests_for("merge");
     assert_eq!(requests.len(), 3);
-    assert!(user_text(&requests[1]).contains("calc.py:"), "{}", user_text(&requests[1]));
+    assert!(
+        user_text(&requests[1]).contains("calc.py:"),
+        "{}",
+        user_text(&requests[1])
+    );
     // Nothing moved, nothing pushed.
     assert_eq!(pr.rev(&format!("orch/{}/pr", pr.run_id)), pr.tip);
     assert_eq!(pr.rev(&format!("origin/{PR_BRANCH}")), pr.tip);
@@ -280,12 +329,18 @@ fn a_base_that_merges_cleanly_is_merged_by_git_alone() {
     let base = pr.move_base(&[("NOTES.md", "unrelated\n")]);
     let server = FakeServer::start(Script::new());
     let outcome = pr.rebase(&server);
-    let RebaseOutcome::Merged { commit, previous, .. } = &outcome else {
+    let RebaseOutcome::Merged {
+        commit, previous, ..
+    } = &outcome
+    else {
         panic!("not merged by git: {outcome}");
     };
     assert_eq!(previous, &pr.tip);
     assert!(server.requests().is_empty(), "no model is asked");
     assert!(pr.is_ancestor(&base, commit) && pr.is_ancestor(&pr.tip, commit));
     assert_eq!(pr.rev(&format!("orch/{}/pr", pr.run_id)), *commit);
-    assert_eq!(pr.repo.git(&["show", &format!("{commit}:calc.py")]), CALC.replace("a - b", "a + b"));
+    assert_eq!(
+        pr.repo.git(&["show", &format!("{commit}:calc.py")]),
+        CALC.replace("a - b", "a + b")
+    );
 }
