@@ -216,7 +216,7 @@ pub async fn rebase_round(
         .map_err(|e| MergeError::Record(format!("finish a background task: {e}")))??;
     let (at, stage) = match prepared {
         Prepared::Done(outcome) => return Ok(outcome),
-        Prepared::Conflicts(at, stage) => (at, stage),
+        Prepared::Conflicts(boxed) => *boxed,
     };
     let ui = crate::ui::Ui::new(false);
     crate::ui::status_line(&format!(
@@ -277,7 +277,7 @@ struct MergeStage {
 
 enum Prepared {
     Done(RebaseOutcome),
-    Conflicts(At, MergeStage),
+    Conflicts(Box<(At, MergeStage)>),
 }
 
 fn short(sha: &CommitId) -> &str {
@@ -339,7 +339,7 @@ fn prepare(req: &RebaseRequest) -> Result<Prepared, MergeError> {
         Some("conflicts left for the merge stage"),
     )?;
     let stage = merge_stage(&repo, &at, &plan, &run_dir, &start)?;
-    Ok(Prepared::Conflicts(at, stage))
+    Ok(Prepared::Conflicts(Box::new((at, stage))))
 }
 
 /// After the `merge` stage: checks its tree, commits the merge and moves
