@@ -198,6 +198,45 @@ impl From<crate::runner::RunError> for MergeError {
     }
 }
 
+/// The ref [`fetch_base`] keeps a run's fetched base under.
+pub const BASE_REF_PREFIX: &str = "refs/orch/merge-base/";
+
+/// Fetches `branch` of `remote` (a remote's name or a URL) into
+/// `refs/orch/merge-base/<run>` of the repository at `repo` and returns
+/// that ref, to pass as [`RebaseRequest::new_base`]. The `git` CLI with the
+/// user's credentials, as `orch publish` pushes; no remote-tracking branch
+/// and no `FETCH_HEAD` of the user's is written.
+pub async fn fetch_base(
+    repo: &Path,
+    remote: &str,
+    branch: &str,
+    run: &str,
+) -> Result<String, MergeError> {
+    if branch.starts_with('-') || run.contains(['/', ' ']) {
+        return Err(MergeError::Refused(format!(
+            "fetch the base: bad branch `{branch}` or run `{run}`"
+        )));
+    }
+    let target = format!("{BASE_REF_PREFIX}{run}");
+    let out = tokio::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["fetch", "--quiet", "--no-write-fetch-head", "--", remote])
+        .arg(format!("+refs/heads/{branch}:{target}"))
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| MergeError::Refused(format!("run `git fetch`: {e}")))?;
+    if !out.status.success() {
+        return Err(MergeError::Refused(super::without_userinfo(&format!(
+            "fetch `{branch}` from {remote}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))));
+    }
+    Ok(target)
+}
+
 /// Brings `req.new_base` into the final commit of run `req.run`: nothing
 /// when it is already there; a merge commit made by git alone when it
 /// merges cleanly; otherwise a `merge` stage with the run's coder role in a

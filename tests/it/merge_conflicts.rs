@@ -13,7 +13,7 @@ use crate::support::{
     AWAIT_LIMIT, FakeServer, Reply, Script, TestRepo, fix_add, record_dir, run_on_fake, user_text,
     write_pipeline,
 };
-use orch::forge::merge::{MergeModel, RebaseOutcome, RebaseRequest, rebase_round};
+use orch::forge::merge::{MergeModel, RebaseOutcome, RebaseRequest, fetch_base, rebase_round};
 use orch::llm::openai::{ModelSettings, OpenAiClient};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -140,16 +140,12 @@ impl Published {
         self.repo.git(&["rev-parse", rev]).trim().to_owned()
     }
 
-    /// `rebase_round` onto `origin/main` with `server`'s model, bounded.
+    /// `rebase_round` onto the remote's `main` (fetched by `fetch_base`)
+    /// with `server`'s model, bounded.
     fn rebase(&self, server: &FakeServer) -> RebaseOutcome {
         let mut settings = ModelSettings::new(server.base_url.clone(), "fake-model");
         settings.request_timeout = std::time::Duration::from_secs(20);
         let model = Arc::new(OpenAiClient::new(settings).unwrap());
-        let req = RebaseRequest {
-            repo: self.repo.path.clone(),
-            run: self.run_id.clone(),
-            new_base: "origin/main".into(),
-        };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -157,7 +153,17 @@ impl Published {
             .unwrap();
         // A whole stage runs inside: twice the bound of one await.
         rt.block_on(async {
-            tokio::time::timeout(AWAIT_LIMIT * 2, rebase_round(&req, MergeModel::new(model))).await
+            tokio::time::timeout(AWAIT_LIMIT * 2, async {
+                let base = fetch_base(&self.repo.path, "origin", "main", &self.run_id).await?;
+                assert_eq!(base, format!("refs/orch/merge-base/{}", self.run_id));
+                let req = RebaseRequest {
+                    repo: self.repo.path.clone(),
+                    run: self.run_id.clone(),
+                    new_base: base,
+                };
+                rebase_round(&req, MergeModel::new(model)).await
+            })
+            .await
         })
         .expect("rebase_round timed out")
         .expect("rebase_round failed")
