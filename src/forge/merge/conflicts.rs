@@ -197,7 +197,7 @@ mod tests {
         let files = [
             Conflicted {
                 path: "a.md".into(),
-                text: Some(format!("```\n{TEXT}")),
+                text: Some("x\n<<<<<<< ours\n```\n=======\ny\n>>>>>>> theirs\n".into()),
             },
             Conflicted {
                 path: "gone.txt".into(),
