@@ -13,6 +13,7 @@
 mod api;
 mod feedback;
 mod issue;
+pub mod merge;
 mod pull;
 mod push;
 mod settings;

@@ -715,7 +715,7 @@ fn the_action_and_the_example_workflow_pass_actionlint() {
 /// declares (the test plays GitHub evaluating the expressions) plus the
 /// runner's own (`RUNNER_TEMP`, …); `GITHUB_OUTPUT` is a fresh file whose
 /// `key=value` lines are returned.
-fn action_step(
+pub(crate) fn action_step(
     id: &str,
     cwd: &Path,
     env: &[(&str, &str)],
@@ -796,6 +796,10 @@ fn the_action_scripts_carry_a_run_from_the_agent_job_to_the_publish_job() {
             ("ASSOCIATION", association),
             ("ON_PR", ""),
             ("ISSUE_NUMBER", "7"),
+            ("REVIEW_STATE", ""),
+            ("HEAD_REF", ""),
+            ("CONCLUSION", ""),
+            ("PR_NUMBER", ""),
             ("ISSUE", ""),
             ("TRIGGER_LABEL", "orch"),
             ("TRIGGER_COMMAND", "/orch"),
@@ -916,6 +920,18 @@ fn the_action_scripts_carry_a_run_from_the_agent_job_to_the_publish_job() {
             .contains(&(format!("refs/heads/{head}"), final_sha.trim().to_owned())),
         "the agent job's final commit is on the remote"
     );
+    // The record and the run's branches wait under refs/orch/ for a later
+    // react round (docs/forge.md, "PR triggers").
+    let remote = s.remote_branches();
+    assert!(
+        remote
+            .iter()
+            .any(|(r, _)| *r == format!("refs/orch/runs/{run_id}"))
+    );
+    assert!(remote.contains(&(
+        format!("refs/orch/branches/{run_id}/pr"),
+        final_sha.trim().to_owned()
+    )));
     for text in [&out.stdout, &out.stderr] {
         assert!(!String::from_utf8_lossy(text).contains(GH_TOKEN));
     }

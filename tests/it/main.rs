@@ -12,6 +12,7 @@
 mod constrained;
 mod support;
 
+mod action_triggers;
 mod agent_files;
 mod anthropic;
 mod bootstrap;
@@ -50,6 +51,7 @@ mod mcp;
 mod mcp_http;
 mod memory;
 mod memory_safety;
+mod merge_conflicts;
 mod outcomes;
 mod preflight;
 mod preflight_bench;
