@@ -619,6 +619,7 @@ fn merge_stage(
             origin: format!("orch merge round of run {}", at.run_id),
             project_instructions: plan.pipeline.project_instructions,
             setup: plan.pipeline.setup.clone(),
+            react_rounds: None,
         },
         roles,
         issue,
