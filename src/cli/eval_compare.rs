@@ -13,6 +13,9 @@ const LABEL: usize = 24;
 /// Width of each side's column.
 const COLUMN: usize = 16;
 
+/// How one line of the totals reads a side's value.
+type Cell = fn(&EvalReport) -> String;
+
 /// Prints the comparison for a person.
 pub(super) fn print_table(out: &mut Out, c: &CompareReport) -> Result<(), CliError> {
     let (a, b) = (&c.a, &c.b);
@@ -31,7 +34,7 @@ pub(super) fn print_table(out: &mut Out, c: &CompareReport) -> Result<(), CliErr
     writeln!(out, "  B: {}", b.pipeline)?;
     writeln!(out)?;
     writeln!(out, "  {:<LABEL$} {:<COLUMN$} B", "", "A")?;
-    let rows: [(&str, fn(&EvalReport) -> String); 9] = [
+    let rows: [(&str, Cell); 9] = [
         ("solved", |r| {
             format!(
                 "{}/{} ({:.1}%)",
