@@ -399,25 +399,7 @@ fn a_model_behind_base_url_is_measured_the_same_way() {
     let server = FakeServer::start(Script::new().agent("code", replies));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    let mut cmd = eval(
-        dir.path(),
-        &fixtures(),
-        &[
-            "--task",
-            "01-py-one-line",
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "fake-model",
-            "--no-stream",
-            "--json",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    cmd.env("ORCH_API_KEY", FAKE_API_KEY);
-    let run = output_logged(&mut cmd);
-    assert_exit(&run, 0);
+    let run = eval_task_one_on_fake_model(&server, dir.path(), &fixtures(), &[]);
     let report = stdout_json(&run);
     let row = &rows(&report)[0];
     assert_eq!(row["solved"], true, "{row:#}");
@@ -441,6 +423,36 @@ fn a_model_behind_base_url_is_measured_the_same_way() {
     let text = std::fs::read_to_string(out.join("evals.jsonl")).unwrap();
     assert!(!text.contains(FAKE_API_KEY));
     assert!(!String::from_utf8_lossy(&run.stdout).contains(FAKE_API_KEY));
+}
+
+/// `orch eval` of task `01-py-one-line` of `tasks` (and the tasks `extra`
+/// names) with `--json` against the fake server's model, results in
+/// `dir/results`; exit 0 is asserted.
+pub(crate) fn eval_task_one_on_fake_model(
+    server: &FakeServer,
+    dir: &Path,
+    tasks: &Path,
+    extra: &[&str],
+) -> std::process::Output {
+    let out = dir.join("results");
+    let mut args = vec![
+        "--task",
+        "01-py-one-line",
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "fake-model",
+        "--no-stream",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut cmd = eval(dir, tasks, &args);
+    cmd.env("ORCH_API_KEY", FAKE_API_KEY);
+    let run = output_logged(&mut cmd);
+    assert_exit(&run, 0);
+    run
 }
 
 /// The fake server's replies for one agent's turns of a replay file, each
@@ -592,27 +604,12 @@ fn a_failing_model_leaves_the_task_unsolved_and_the_eval_goes_on() {
         ],
     ));
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = eval(
+    let run = eval_task_one_on_fake_model(
+        &server,
         dir.path(),
         &fixtures(),
-        &[
-            "--task",
-            "01-py-one-line",
-            "--task",
-            "02-py-off-by-one",
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "fake-model",
-            "--no-stream",
-            "--json",
-            "--out",
-            dir.path().join("results").to_str().unwrap(),
-        ],
+        &["--task", "02-py-off-by-one"],
     );
-    cmd.env("ORCH_API_KEY", FAKE_API_KEY);
-    let run = output_logged(&mut cmd);
-    assert_exit(&run, 0);
     let report = stdout_json(&run);
     assert_eq!(task_names(&report), ["01-py-one-line", "02-py-off-by-one"]);
     for row in rows(&report) {

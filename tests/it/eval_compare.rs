@@ -4,10 +4,8 @@
 //! solve different tasks (checked against single-pipeline evals), a model
 //! behind `--base-url` with exact token counts per side, and bad flags.
 
-use crate::eval::{copy_dir, eval, fixtures, replies_of, rows};
-use crate::support::{
-    FAKE_API_KEY, FakeServer, Script, assert_exit, output_logged, read_jsonl, stdout_json,
-};
+use crate::eval::{copy_dir, eval, eval_task_one_on_fake_model, fixtures, replies_of, rows};
+use crate::support::{FakeServer, Script, assert_exit, output_logged, read_jsonl, stdout_json};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -279,30 +277,13 @@ fn compare_with_a_model_behind_base_url_counts_each_sides_tokens() {
     let (code_turns, fix_turns) = (code.len() as u64, fix_replies.len() as u64);
     assert_ne!(code_turns, fix_turns);
     let server = FakeServer::start(Script::new().agent("code", code).agent("fix", fix_replies));
-    let out = dir.path().join("results");
     let one_stage = fixtures().join("eval.yaml");
-    let mut cmd = eval(
+    let run = eval_task_one_on_fake_model(
+        &server,
         dir.path(),
         &tasks,
-        &[
-            "--task",
-            "01-py-one-line",
-            "--ab",
-            one_stage.to_str().unwrap(),
-            fix.to_str().unwrap(),
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "fake-model",
-            "--no-stream",
-            "--json",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+        &["--ab", one_stage.to_str().unwrap(), fix.to_str().unwrap()],
     );
-    cmd.env("ORCH_API_KEY", FAKE_API_KEY);
-    let run = output_logged(&mut cmd);
-    assert_exit(&run, 0);
     let c = stdout_json(&run);
     let (a, b) = (&c["a"]["total"], &c["b"]["total"]);
     assert_eq!(
