@@ -86,13 +86,16 @@ pub(super) fn print_table(out: &mut Out, c: &CompareReport) -> Result<(), CliErr
         writeln!(out, "{}", line.trim_end())?;
         for (side, report) in [('A', a), ('B', b)] {
             for row in report.results.iter().filter(|r| r.task == pair.task) {
+                let run = if one_run {
+                    String::new()
+                } else {
+                    format!(" run {}", row.run)
+                };
                 if let Some(why) = unsolved_because(row) {
-                    let run = if one_run {
-                        String::new()
-                    } else {
-                        format!(" run {}", row.run)
-                    };
                     out.untrusted(&format!("      {side}{run}: {why}\n"))?;
+                }
+                if let Some(dir) = &row.workdir {
+                    writeln!(out, "      {side}{run} kept: {dir}")?;
                 }
             }
         }
