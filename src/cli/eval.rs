@@ -1,11 +1,15 @@
 //! `orch eval`: run a pipeline on every task of a task set and report how
-//! many runs its hidden checks call solved (see `docs/eval.md`).
+//! many runs its hidden checks call solved; `--compare A B` measures two
+//! pipelines on the same tasks side by side (see `docs/eval.md`).
 
 use super::args::{LimitArgs, ModelArgs, SamplingArgs};
 use super::error::CliError;
 use super::output::{Out, ignore_closed};
 use crate::catalog::Catalog;
-use crate::eval::{EvalError, EvalOptions, EvalReport, TaskSet, default_out_dir, run_eval};
+use crate::eval::{
+    CompareReport, EvalError, EvalOptions, EvalReport, RunRow, Side, TaskSet, default_out_dir,
+    run_eval, side_letter,
+};
 use crate::exit;
 use crate::ui::Ui;
 use std::path::{Path, PathBuf};
@@ -25,6 +29,9 @@ pub struct EvalArgs {
     /// The pipeline of every run: a name or a .yaml path (default: the task set's eval.yaml, else issue-to-pr)
     #[arg(long, value_name = "PIPELINE")]
     pub pipeline: Option<String>,
+    /// Measure two pipelines (names or .yaml paths) on the same tasks, runs and model flags, and print them side by side
+    #[arg(long, num_args = 2, value_names = ["A", "B"], visible_alias = "ab", conflicts_with = "pipeline")]
+    pub compare: Vec<String>,
     /// Runs per task, each on a fresh copy of its repository
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub runs: u32,
@@ -111,9 +118,19 @@ pub(super) async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
     args.limits.to_limits(None)?;
     let tasks =
         TaskSet::load(tasks_dir, args.scripted.as_deref(), &args.only).map_err(eval_error)?;
-    let pipeline = choose_pipeline(args.pipeline.as_deref(), &tasks.dir)?;
-    // Check the pipeline once, so a typo fails here rather than in every run.
-    Catalog::load(None)?.pipeline(&pipeline)?;
+    let pipelines = if args.compare.is_empty() {
+        vec![choose_pipeline(args.pipeline.as_deref(), &tasks.dir)?]
+    } else {
+        args.compare
+            .iter()
+            .map(|p| choose_pipeline(Some(p), &tasks.dir))
+            .collect::<Result<_, _>>()?
+    };
+    // Check each pipeline once, so a typo fails here rather than in every run.
+    let catalog = Catalog::load(None)?;
+    for pipeline in &pipelines {
+        catalog.pipeline(pipeline)?;
+    }
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::Internal(format!("failed to read the current directory: {e}")))?;
     let out_dir = match &args.out {
@@ -134,34 +151,38 @@ pub(super) async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
             "scripted: replay.{name}.json of each task (recorded responses; no model is called)"
         )
     });
-    // The memory store lives as long as the eval; every run fetches from
-    // and pushes to it.
-    let store_dir = tempfile::Builder::new()
-        .prefix("orch-eval-memory-")
-        .tempdir()
-        .map_err(|e| {
-            CliError::Internal(format!("failed to create the eval's memory store: {e}"))
-        })?;
-    let memory_store = match args.memory {
-        Some(mode) if mode != crate::memory::MemoryMode::Off => {
-            git2::Repository::init_bare(store_dir.path()).map_err(|e| {
-                CliError::Internal(format!("failed to create the eval's memory store: {e}"))
-            })?;
-            Some(store_dir.path().to_path_buf())
-        }
-        _ => None,
-    };
+    let memory = args
+        .memory
+        .filter(|mode| *mode != crate::memory::MemoryMode::Off);
+    // Each side's memory store lives as long as the eval; every run of that
+    // side fetches from and pushes to it.
+    let mut stores = Vec::new();
+    let mut sides = Vec::new();
+    for pipeline in pipelines {
+        let memory_store = match memory {
+            Some(_) => {
+                let dir = memory_store()?;
+                let path = dir.path().to_path_buf();
+                stores.push(dir);
+                Some(path)
+            }
+            None => None,
+        };
+        sides.push(Side {
+            pipeline,
+            memory_store,
+        });
+    }
     let mut run_args = run_flags(&args)?;
-    match (args.memory, &memory_store) {
-        (Some(mode), Some(_)) => run_args.extend(["--memory".to_owned(), mode.as_str().to_owned()]),
-        _ => run_args.push("--no-memory".to_owned()),
+    match memory {
+        Some(mode) => run_args.extend(["--memory".to_owned(), mode.as_str().to_owned()]),
+        None => run_args.push("--no-memory".to_owned()),
     }
     let opts = EvalOptions {
-        memory_store,
         run_args,
         tasks,
         orch_bin,
-        pipeline,
+        sides,
         runs: args.runs,
         run_timeout: Duration::from_secs(args.run_timeout),
         check_timeout: Duration::from_secs(args.check_timeout),
@@ -170,7 +191,7 @@ pub(super) async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
         model_label,
     };
     let ui = Ui::new(false);
-    let report = match run_eval(&opts, &ui).await {
+    let reports = match run_eval(&opts, &ui).await {
         Ok(r) => r,
         Err(e @ EvalError::Git { .. }) => {
             ui.line(&format!("error: {e}"));
@@ -178,28 +199,67 @@ pub(super) async fn cmd_eval(args: EvalArgs) -> Result<i32, CliError> {
         }
         Err(e) => return Err(eval_error(e)),
     };
+    drop(stores);
     let mut out = Out::stdout();
-    let printed = if args.json {
-        serde_json::to_string(&report)
-            .map_err(|e| CliError::Internal(format!("failed to encode the report: {e}")))
-            .and_then(|j| writeln!(out, "{j}"))
-    } else {
-        print_table(&mut out, &report)
+    let printed = match reports.as_slice() {
+        [a, b] => {
+            let compared = CompareReport::new(a.clone(), b.clone());
+            if args.json {
+                json_line(&mut out, &compared)
+            } else {
+                super::eval_compare::print_table(&mut out, &compared)
+            }
+        }
+        [report] if args.json => json_line(&mut out, report),
+        [report] => print_table(&mut out, report),
+        _ => Err(CliError::Internal(format!(
+            "failed to report the eval: {} reports for {} pipelines",
+            reports.len(),
+            opts.sides.len()
+        ))),
     };
     ignore_closed(printed.and_then(|()| out.finish()))?;
-    if report.interrupted {
+    if reports.iter().any(|r| r.interrupted) {
         return Ok(exit::INTERRUPTED);
     }
-    match args.fail_under {
-        Some(pct) if report.total.solved_pct < pct => {
+    // `--fail-under` holds for each pipeline: a comparison fails when
+    // either side is under it.
+    let mut under = false;
+    for (i, r) in reports.iter().enumerate() {
+        if let Some(pct) = args.fail_under
+            && r.total.solved_pct < pct
+        {
+            let side = if reports.len() > 1 {
+                format!("pipeline {} ({}): ", side_letter(i), r.pipeline)
+            } else {
+                String::new()
+            };
             ui.line(&format!(
-                "orch eval: {:.1}% solved is under --fail-under {pct}",
-                report.total.solved_pct
+                "orch eval: {side}{:.1}% solved is under --fail-under {pct}",
+                r.total.solved_pct
             ));
-            Ok(exit::STAGE_FAILED)
+            under = true;
         }
-        _ => Ok(exit::OK),
     }
+    Ok(if under { exit::STAGE_FAILED } else { exit::OK })
+}
+
+/// A new bare repository for one side's shared memory ref.
+fn memory_store() -> Result<tempfile::TempDir, CliError> {
+    let fail =
+        |e: String| CliError::Internal(format!("failed to create the eval's memory store: {e}"));
+    let dir = tempfile::Builder::new()
+        .prefix("orch-eval-memory-")
+        .tempdir()
+        .map_err(|e| fail(e.to_string()))?;
+    git2::Repository::init_bare(dir.path()).map_err(|e| fail(e.to_string()))?;
+    Ok(dir)
+}
+
+fn json_line<T: serde::Serialize>(out: &mut Out, value: &T) -> Result<(), CliError> {
+    serde_json::to_string(value)
+        .map_err(|e| CliError::Internal(format!("failed to encode the report: {e}")))
+        .and_then(|j| writeln!(out, "{j}"))
 }
 
 fn eval_error(e: EvalError) -> CliError {
@@ -340,14 +400,8 @@ fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
                 stages.join(" ")
             },
         )?;
-        if let Some(reason) = &row.reason {
-            let detail = row
-                .check
-                .as_ref()
-                .and_then(|c| c.output.lines().rev().find(|l| !l.trim().is_empty()))
-                .map(|l| format!(": {}", l.trim()))
-                .unwrap_or_default();
-            out.untrusted(&format!("      {reason}{detail}\n"))?;
+        if let Some(why) = unsolved_because(row) {
+            out.untrusted(&format!("      {why}\n"))?;
         }
         if let Some(dir) = &row.workdir {
             writeln!(out, "      kept: {dir}")?;
@@ -378,7 +432,20 @@ fn print_table(out: &mut Out, r: &EvalReport) -> Result<(), CliError> {
     Ok(())
 }
 
-fn cost(usd: Option<f64>) -> String {
+/// Why a run is not solved, with the check's last words (where test runners
+/// print the failure); `None` when solved.
+pub(super) fn unsolved_because(row: &RunRow) -> Option<String> {
+    let reason = row.reason.as_ref()?;
+    let detail = row
+        .check
+        .as_ref()
+        .and_then(|c| c.output.lines().rev().find(|l| !l.trim().is_empty()))
+        .map(|l| format!(": {}", l.trim()))
+        .unwrap_or_default();
+    Some(format!("{reason}{detail}"))
+}
+
+pub(super) fn cost(usd: Option<f64>) -> String {
     usd.map_or("unknown".to_owned(), |c| format!("${c:.4}"))
 }
 
@@ -421,5 +488,21 @@ mod tests {
             ]
         );
         assert!(run_flags(&eval_args(&[])).unwrap().is_empty());
+    }
+
+    #[test]
+    fn compare_takes_two_pipelines_and_not_pipeline() {
+        assert_eq!(
+            eval_args(&["--compare", "a", "b.yaml"]).compare,
+            ["a", "b.yaml"]
+        );
+        assert_eq!(eval_args(&["--ab", "a", "b"]).compare, ["a", "b"]);
+        assert!(eval_args(&[]).compare.is_empty());
+        let parse = |flags: &[&str]| {
+            let argv = ["orch", "eval", "--tasks", "t"].iter().chain(flags);
+            crate::cli::Cli::try_parse_from(argv).map(|_| ())
+        };
+        assert!(parse(&["--compare", "a"]).is_err());
+        assert!(parse(&["--compare", "a", "b", "--pipeline", "c"]).is_err());
     }
 }

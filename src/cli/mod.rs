@@ -16,6 +16,7 @@ mod config;
 mod demo;
 mod eval;
 mod eval_call;
+mod eval_compare;
 mod eval_import;
 mod export;
 mod gc;

@@ -1,4 +1,6 @@
-//! `orch eval`: measures a pipeline on a set of tasks with hidden checks.
+//! `orch eval`: measures a pipeline on a set of tasks with hidden checks,
+//! or two pipelines side by side (`--compare`): the same tasks, in the same
+//! order, with the same flags, through the same run and report code.
 //!
 //! For every task and run, eval builds the task's repository in a fresh temp
 //! directory, runs the real `orch` binary on it (`orch run <pipeline> --repo …
@@ -23,7 +25,8 @@ mod task;
 pub(crate) use error::EvalError;
 
 pub(crate) use report::{
-    CheckRow, EVAL_FORMAT, EvalReport, RunRow, StageRow, Tokens, default_out_dir,
+    CheckRow, CompareReport, EVAL_FORMAT, EvalReport, RunRow, Score, StageRow, Tokens,
+    default_out_dir,
 };
 pub(crate) use task::{Task, TaskRepo, TaskSet};
 
@@ -59,8 +62,9 @@ pub(crate) struct EvalOptions {
     pub tasks: TaskSet,
     /// The `orch` binary to run (normally the running one).
     pub orch_bin: PathBuf,
-    /// The pipeline for `orch run`: a name, or an absolute path to a file.
-    pub pipeline: String,
+    /// The pipelines measured: one, or two for `--compare` (same tasks, same
+    /// flags; each task run goes through every side before the next starts).
+    pub sides: Vec<Side>,
     /// Runs per task (each on a fresh repository).
     pub runs: u32,
     /// Flags appended to every `orch run` (model, limits, anything else).
@@ -75,98 +79,156 @@ pub(crate) struct EvalOptions {
     pub out_dir: PathBuf,
     /// The model's label for the report; default: the label the first run reports.
     pub model_label: Option<String>,
+}
+
+/// One pipeline an eval measures, with what belongs to it alone.
+#[derive(Debug, Clone)]
+pub(crate) struct Side {
+    /// The pipeline for `orch run`: a name, or an absolute path to a file.
+    pub pipeline: String,
     /// With `--memory`: a bare repository holding the memory ref every run
-    /// starts from and adds to (`docs/memory.md`), so later runs see the
-    /// lessons earlier ones distilled.
+    /// of this side starts from and adds to (`docs/memory.md`), so later runs
+    /// see the lessons earlier ones distilled. One per side: a compared
+    /// pipeline never learns from the other one's runs.
     pub memory_store: Option<PathBuf>,
 }
 
-/// Runs every task `runs` times, appending each result to the results file
-/// as it finishes. Ctrl-C stops after killing the current run; the report
-/// then says `interrupted` and holds what finished.
-pub(crate) async fn run_eval(opts: &EvalOptions, ui: &Ui) -> Result<EvalReport, EvalError> {
+/// Runs every task `runs` times on every side, appending each result to the
+/// results file as it finishes; returns one report per side, in order. With
+/// two sides the runs alternate (task 1 on A, task 1 on B, task 2 on A, …),
+/// so a drifting server or an interruption treats both alike. Ctrl-C stops
+/// after killing the current run; the reports then say `interrupted` and
+/// hold what finished.
+pub(crate) async fn run_eval(opts: &EvalOptions, ui: &Ui) -> Result<Vec<EvalReport>, EvalError> {
     let start = Instant::now();
     let eval_id = crate::ids::RunId::new().into_string();
+    let compared = opts.sides.len() > 1;
     let mut results = ResultsFile::open(&opts.out_dir)?;
-    let mut report = EvalReport {
-        format: EVAL_FORMAT,
-        eval_id: eval_id.clone(),
-        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        tasks_dir: opts.tasks.dir.display().to_string(),
-        pipeline: opts.pipeline.clone(),
-        model: opts.model_label.clone(),
-        runs_per_task: opts.runs,
-        interrupted: false,
-        results: Vec::new(),
-        tasks: Vec::new(),
-        total: report::Total::default(),
-        results_file: results.path().display().to_string(),
-    };
-    let total_runs = opts.tasks.tasks.len() as u32 * opts.runs;
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut reports: Vec<EvalReport> = opts
+        .sides
+        .iter()
+        .enumerate()
+        .map(|(i, side)| EvalReport {
+            format: EVAL_FORMAT,
+            // A compared side's id is the comparison's id and its letter.
+            eval_id: if compared {
+                format!("{eval_id}-{}", side_letter(i).to_ascii_lowercase())
+            } else {
+                eval_id.clone()
+            },
+            compare_id: compared.then(|| eval_id.clone()),
+            started_at: started_at.clone(),
+            tasks_dir: opts.tasks.dir.display().to_string(),
+            pipeline: side.pipeline.clone(),
+            model: opts.model_label.clone(),
+            runs_per_task: opts.runs,
+            interrupted: false,
+            results: Vec::new(),
+            tasks: Vec::new(),
+            total: report::Total::default(),
+            results_file: results.path().display().to_string(),
+        })
+        .collect();
+    let total_runs = opts.tasks.tasks.len() as u32 * opts.runs * opts.sides.len() as u32;
+    let pipelines: Vec<String> = opts
+        .sides
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if compared {
+                format!("{} {}", side_letter(i), s.pipeline)
+            } else {
+                s.pipeline.clone()
+            }
+        })
+        .collect();
     ui.line(&format!(
-        "orch eval {eval_id}: {} × {}, pipeline {}",
+        "orch eval {eval_id}: {} × {}, {} {}",
         crate::text::plural(opts.tasks.tasks.len() as u64, "task", "tasks"),
         crate::text::plural(u64::from(opts.runs), "run", "runs"),
-        opts.pipeline
+        if compared { "pipelines" } else { "pipeline" },
+        pipelines.join(", ")
     ));
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     let mut done = 0;
     'tasks: for task in &opts.tasks.tasks {
         for run in 1..=opts.runs {
-            done += 1;
-            let work = tempfile::Builder::new()
-                .prefix(&format!("orch-eval-{}-", task.name))
-                .tempdir()
-                .map_err(|e| EvalError::Io {
-                    what: "create a work directory".to_owned(),
-                    path: std::env::temp_dir(),
-                    source: e,
-                })?;
-            // Boxed, so it can be dropped (its child killed) before `work` goes.
-            let mut one = Box::pin(run_task(opts, task, run, work.path().to_path_buf()));
-            let mut row = tokio::select! {
-                row = &mut one => row?,
-                _ = &mut ctrl_c => {
-                    report.interrupted = true;
-                    ui.line("orch eval: interrupted; stopping the current run");
-                    // `orch run` is in its own process group, out of the
-                    // terminal's reach: pass the Ctrl-C on so it stops its
-                    // tools and records the run as interrupted.
-                    if interrupt_run(work.path()) {
-                        let _ = tokio::time::timeout(INTERRUPT_GRACE, &mut one).await;
+            for (i, side) in opts.sides.iter().enumerate() {
+                done += 1;
+                let work = tempfile::Builder::new()
+                    .prefix(&format!("orch-eval-{}-", task.name))
+                    .tempdir()
+                    .map_err(|e| EvalError::Io {
+                        what: "create a work directory".to_owned(),
+                        path: std::env::temp_dir(),
+                        source: e,
+                    })?;
+                // Boxed, so it can be dropped (its child killed) before `work` goes.
+                let mut one = Box::pin(run_task(opts, side, task, run, work.path().to_path_buf()));
+                let mut row = tokio::select! {
+                    row = &mut one => row?,
+                    _ = &mut ctrl_c => {
+                        for r in &mut reports {
+                            r.interrupted = true;
+                        }
+                        ui.line("orch eval: interrupted; stopping the current run");
+                        // `orch run` is in its own process group, out of the
+                        // terminal's reach: pass the Ctrl-C on so it stops its
+                        // tools and records the run as interrupted.
+                        if interrupt_run(work.path()) {
+                            let _ = tokio::time::timeout(INTERRUPT_GRACE, &mut one).await;
+                        }
+                        drop(one);
+                        if opts.keep {
+                            ui.line(&format!("orch eval: kept {}", work.keep().display()));
+                        }
+                        break 'tasks;
                     }
-                    drop(one);
-                    if opts.keep {
-                        ui.line(&format!("orch eval: kept {}", work.keep().display()));
-                    }
-                    break 'tasks;
+                };
+                if opts.keep {
+                    row.workdir = Some(work.keep().display().to_string());
                 }
-            };
-            if opts.keep {
-                row.workdir = Some(work.keep().display().to_string());
+                let label = compared.then(|| side_letter(i));
+                ui.line(&progress_line(done, total_runs, label, &row));
+                results.append(&row_line(&reports[i].eval_id, &row))?;
+                reports[i].results.push(row);
             }
-            ui.line(&progress_line(done, total_runs, &row));
-            results.append(&row_line(&eval_id, &row))?;
-            report.results.push(row);
         }
     }
     let names: Vec<String> = opts.tasks.tasks.iter().map(|t| t.name.clone()).collect();
-    report.summarize(&names, secs(start.elapsed()));
-    results.append(&report.total_line())?;
-    Ok(report)
+    for report in &mut reports {
+        // A side's time is that of its own runs; a single eval's is the whole.
+        let wall = if compared {
+            secs(Duration::from_secs_f64(
+                report.results.iter().map(|r| r.wall_secs).sum(),
+            ))
+        } else {
+            secs(start.elapsed())
+        };
+        report.summarize(&names, wall);
+        results.append(&report.total_line())?;
+    }
+    Ok(reports)
 }
 
-fn progress_line(done: u32, total: u32, row: &RunRow) -> String {
+/// `A`, `B`, …: how the table, the progress lines and the ids name side `i`.
+pub(crate) fn side_letter(i: usize) -> char {
+    char::from(b'A' + (i % 26) as u8)
+}
+
+fn progress_line(done: u32, total: u32, side: Option<char>, row: &RunRow) -> String {
     let outcome = if row.solved {
         "solved".to_owned()
     } else {
         format!("not solved ({})", row.reason.as_deref().unwrap_or(""))
     };
     format!(
-        "orch eval: [{done}/{total}] {} run {}: {outcome} in {:.1}s, {}, {}",
+        "orch eval: [{done}/{total}] {} run {}{}: {outcome} in {:.1}s, {}, {}",
         row.task,
         row.run,
+        side.map(|c| format!(" ({c})")).unwrap_or_default(),
         row.wall_secs,
         crate::text::plural(row.turns, "turn", "turns"),
         crate::text::plural(row.tokens.total, "token", "tokens"),
@@ -194,6 +256,7 @@ fn interrupt_run(work: &Path) -> bool {
 /// One run of one task, in its own work directory.
 async fn run_task(
     opts: &EvalOptions,
+    side: &Side,
     task: &Task,
     run: u32,
     work_dir: PathBuf,
@@ -206,13 +269,13 @@ async fn run_task(
     let issue = work_dir.join("issue.md");
     copy_file(&task.issue, &issue)?;
 
-    if let Some(store) = &opts.memory_store {
+    if let Some(store) = &side.memory_store {
         share_memory(task, &repo, store, true).await?;
     }
     let run_start = Instant::now();
-    let (exec, json) = run_orch(opts, task, &repo, &issue, &work_dir).await?;
+    let (exec, json) = run_orch(opts, &side.pipeline, task, &repo, &issue, &work_dir).await?;
     let run_secs = secs(run_start.elapsed());
-    if let Some(store) = &opts.memory_store {
+    if let Some(store) = &side.memory_store {
         share_memory(task, &repo, store, false).await?;
     }
     let mut row = row_from_run(task, run, &exec, json.as_ref(), opts.run_timeout);
@@ -369,6 +432,7 @@ async fn prepare_repo(task: &Task, repo: &Path, work: &Path) -> Result<String, E
 /// the JSON is not mixed with the progress lines on stderr.
 async fn run_orch(
     opts: &EvalOptions,
+    pipeline: &str,
     task: &Task,
     repo: &Path,
     issue: &Path,
@@ -379,7 +443,7 @@ async fn run_orch(
     let mut argv: Vec<String> = vec![
         opts.orch_bin.display().to_string(),
         "run".to_owned(),
-        opts.pipeline.clone(),
+        pipeline.to_owned(),
         "--repo".to_owned(),
         repo.display().to_string(),
         "--issue".to_owned(),

@@ -1,8 +1,11 @@
 //! What an eval measured: one [`RunRow`] per task and run, per-task and total
-//! sums, the `--json` object and the JSONL results file.
+//! sums, the `--json` object and the JSONL results file; for `--compare`, one
+//! [`EvalReport`] per pipeline, side by side in a [`CompareReport`].
 //!
 //! Both the `--json` object and every JSONL line carry
 //! `"format": "orch-eval/1"`; fields are only ever added under that format.
+//! `--compare --json` prints `"format": "orch-eval-compare/1"`, whose sides
+//! are `orch-eval/1` reports.
 
 use super::error::EvalError;
 use serde::Serialize;
@@ -11,6 +14,9 @@ use std::path::{Path, PathBuf};
 
 /// The schema version of `--json` output and of each results line.
 pub(crate) const EVAL_FORMAT: &str = "orch-eval/1";
+
+/// The schema version of `orch eval --compare --json`.
+pub(crate) const COMPARE_FORMAT: &str = "orch-eval-compare/1";
 
 /// The file, inside the results directory, that every eval appends to.
 pub(crate) const RESULTS_FILE: &str = "evals.jsonl";
@@ -131,12 +137,18 @@ pub(crate) struct Total {
     pub solved: u32,
     /// `solved / runs` in percent (0 when nothing ran).
     pub solved_pct: f64,
+    /// Runs that `orch run` called succeeded and the hidden check did not:
+    /// the run said it fixed the issue and had not.
+    pub false_successes: u32,
     /// Model turns.
     pub turns: u64,
     pub tokens: Tokens,
     /// Cost of the runs whose cost is known; `None` when no run's cost is known.
     pub cost_usd: Option<f64>,
-    /// Wall time of the whole eval, seconds.
+    /// Time of the `orch run`s alone (no set-up, no checks), summed, seconds.
+    pub run_secs: f64,
+    /// Wall time of the whole eval, seconds; for a compared side, the sum of
+    /// its own task runs' wall times.
     pub wall_secs: f64,
 }
 
@@ -145,8 +157,12 @@ pub(crate) struct Total {
 pub(crate) struct EvalReport {
     /// Always [`EVAL_FORMAT`].
     pub format: &'static str,
-    /// The eval's id (sortable by start time).
+    /// The eval's id (sortable by start time); a compared side's is the
+    /// comparison's id with `-a` or `-b`.
     pub eval_id: String,
+    /// The comparison this report is one side of (`--compare`), else absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compare_id: Option<String>,
     /// Start time, RFC 3339 UTC.
     pub started_at: String,
     /// The task-set directory.
@@ -195,9 +211,17 @@ impl EvalReport {
             runs,
             solved,
             solved_pct: percent(solved, runs),
+            false_successes: self
+                .results
+                .iter()
+                .filter(|r| !r.solved && r.run_status.as_deref() == Some("succeeded"))
+                .count() as u32,
             turns: self.results.iter().map(|r| r.turns).sum(),
             tokens,
             cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
+            // Rounded like each row's, so a sum of 0.1s does not print 0.30000000000000004.
+            run_secs: (self.results.iter().map(|r| r.run_secs).sum::<f64>() * 1000.0).round()
+                / 1000.0,
             wall_secs,
         };
         if self.model.is_none() {
@@ -213,6 +237,78 @@ impl EvalReport {
             obj.insert("kind".into(), "total".into());
         }
         v
+    }
+}
+
+/// Two evals of the same tasks side by side (`orch eval --compare A B`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct CompareReport {
+    /// Always [`COMPARE_FORMAT`].
+    pub format: &'static str,
+    /// The comparison's id; the sides' ids are it with `-a` and `-b`.
+    pub compare_id: String,
+    /// True when Ctrl-C stopped the comparison early.
+    pub interrupted: bool,
+    /// Pipeline A's eval.
+    pub a: EvalReport,
+    /// Pipeline B's eval.
+    pub b: EvalReport,
+    /// Per task, in task order: solved runs of A and of B.
+    pub tasks: Vec<TaskPair>,
+}
+
+/// One task's score on both sides of a comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct TaskPair {
+    /// Task name.
+    pub task: String,
+    /// Pipeline A's runs and solved runs (`None` when interrupted before it ran).
+    pub a: Option<Score>,
+    /// Pipeline B's.
+    pub b: Option<Score>,
+}
+
+/// Runs and solved runs of one task on one side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct Score {
+    /// Runs made.
+    pub runs: u32,
+    /// Runs solved.
+    pub solved: u32,
+}
+
+impl CompareReport {
+    /// Pairs two summarized reports of one comparison (see [`EvalReport::summarize`]).
+    pub(crate) fn new(a: EvalReport, b: EvalReport) -> CompareReport {
+        let score = |r: &EvalReport, name: &str| {
+            r.tasks.iter().find(|t| t.task == name).map(|t| Score {
+                runs: t.runs,
+                solved: t.solved,
+            })
+        };
+        // A runs each task first, so its list holds every task either has.
+        let mut names: Vec<&str> = a.tasks.iter().map(|t| t.task.as_str()).collect();
+        for t in &b.tasks {
+            if !names.contains(&t.task.as_str()) {
+                names.push(&t.task);
+            }
+        }
+        let tasks = names
+            .iter()
+            .map(|name| TaskPair {
+                task: (*name).to_owned(),
+                a: score(&a, name),
+                b: score(&b, name),
+            })
+            .collect();
+        CompareReport {
+            format: COMPARE_FORMAT,
+            compare_id: a.compare_id.clone().unwrap_or_else(|| a.eval_id.clone()),
+            interrupted: a.interrupted || b.interrupted,
+            tasks,
+            a,
+            b,
+        }
     }
 }
 
@@ -343,6 +439,7 @@ mod tests {
         EvalReport {
             format: EVAL_FORMAT,
             eval_id: "e1".to_owned(),
+            compare_id: None,
             started_at: "t".to_owned(),
             tasks_dir: "d".to_owned(),
             pipeline: "p".to_owned(),
@@ -387,6 +484,55 @@ mod tests {
         assert_eq!(r.total.tokens.total, 38);
         assert_eq!(r.total.cost_usd, Some(0.75));
         assert_eq!(r.model.as_deref(), Some("replay of x"));
+        // Both unsolved runs said they succeeded.
+        assert_eq!(r.total.false_successes, 2);
+        assert_eq!(r.total.run_secs, 1.5);
+        r.results[1].run_status = Some("failed".to_owned());
+        r.summarize(&["a".to_owned(), "b".to_owned()], 3.0);
+        assert_eq!(r.total.false_successes, 1);
+    }
+
+    #[test]
+    fn a_comparison_pairs_each_tasks_scores() {
+        let mut a = report(vec![row("x", true, 10, None), row("y", true, 10, None)]);
+        a.compare_id = Some("c".to_owned());
+        a.summarize(&["x".to_owned(), "y".to_owned()], 1.0);
+        // B was interrupted before task y.
+        let mut b = report(vec![row("x", false, 5, None)]);
+        b.interrupted = true;
+        b.summarize(&["x".to_owned(), "y".to_owned()], 1.0);
+        let c = CompareReport::new(a, b);
+        assert_eq!(c.compare_id, "c");
+        assert!(c.interrupted);
+        let score = |runs, solved| Some(Score { runs, solved });
+        assert_eq!(
+            c.tasks,
+            [
+                TaskPair {
+                    task: "x".into(),
+                    a: score(1, 1),
+                    b: score(1, 0)
+                },
+                TaskPair {
+                    task: "y".into(),
+                    a: score(1, 1),
+                    b: None
+                }
+            ]
+        );
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["format"], COMPARE_FORMAT);
+        assert_eq!(json["a"]["compare_id"], "c");
+        assert_eq!(json["b"]["total"]["false_successes"], 1);
+        // A single eval's object has no compare_id at all.
+        let mut single = report(vec![]);
+        single.summarize(&[], 0.0);
+        assert!(
+            serde_json::to_value(&single)
+                .unwrap()
+                .get("compare_id")
+                .is_none()
+        );
     }
 
     #[test]

@@ -11,12 +11,12 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/eval")
 }
 
 /// `orch eval --tasks <tasks> args…` run from `cwd`.
-fn eval(cwd: &Path, tasks: &Path, args: &[&str]) -> Command {
+pub(crate) fn eval(cwd: &Path, tasks: &Path, args: &[&str]) -> Command {
     let mut cmd = orch();
     cmd.current_dir(cwd)
         .arg("eval")
@@ -26,7 +26,7 @@ fn eval(cwd: &Path, tasks: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-fn rows(report: &Value) -> &Vec<Value> {
+pub(crate) fn rows(report: &Value) -> &Vec<Value> {
     report["results"].as_array().expect("results array")
 }
 
@@ -38,7 +38,7 @@ fn task_names(report: &Value) -> Vec<String> {
 }
 
 /// Copies `from` into `to` recursively (test set-up only).
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap().flatten() {
         let dst = to.join(e.file_name());
@@ -394,53 +394,12 @@ fn a_model_behind_base_url_is_measured_the_same_way() {
         &std::fs::read_to_string(fixtures().join("01-py-one-line/replay.perfect.json")).unwrap(),
     )
     .unwrap();
-    let replies: Vec<Reply> = script["agents"]["code"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|turn| {
-            let calls: Vec<(String, String, Value)> = turn["tool_calls"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|c| {
-                    (
-                        c["id"].as_str().unwrap().to_owned(),
-                        c["name"].as_str().unwrap().to_owned(),
-                        c["arguments"].clone(),
-                    )
-                })
-                .collect();
-            let borrowed: Vec<(&str, &str, Value)> = calls
-                .iter()
-                .map(|(i, n, a)| (i.as_str(), n.as_str(), a.clone()))
-                .collect();
-            Reply::tool_calls(&borrowed).with_usage(100, 10)
-        })
-        .collect();
+    let replies = replies_of(&script["agents"]["code"], (100, 10));
     let turns = replies.len();
     let server = FakeServer::start(Script::new().agent("code", replies));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    let mut cmd = eval(
-        dir.path(),
-        &fixtures(),
-        &[
-            "--task",
-            "01-py-one-line",
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "fake-model",
-            "--no-stream",
-            "--json",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    cmd.env("ORCH_API_KEY", FAKE_API_KEY);
-    let run = output_logged(&mut cmd);
-    assert_exit(&run, 0);
+    let run = eval_task_one_on_fake_model(&server, dir.path(), &fixtures(), &[]);
     let report = stdout_json(&run);
     let row = &rows(&report)[0];
     assert_eq!(row["solved"], true, "{row:#}");
@@ -464,6 +423,65 @@ fn a_model_behind_base_url_is_measured_the_same_way() {
     let text = std::fs::read_to_string(out.join("evals.jsonl")).unwrap();
     assert!(!text.contains(FAKE_API_KEY));
     assert!(!String::from_utf8_lossy(&run.stdout).contains(FAKE_API_KEY));
+}
+
+/// `orch eval` of task `01-py-one-line` of `tasks` (and the tasks `extra`
+/// names) with `--json` against the fake server's model, results in
+/// `dir/results`; exit 0 is asserted.
+pub(crate) fn eval_task_one_on_fake_model(
+    server: &FakeServer,
+    dir: &Path,
+    tasks: &Path,
+    extra: &[&str],
+) -> std::process::Output {
+    let out = dir.join("results");
+    let mut args = vec![
+        "--task",
+        "01-py-one-line",
+        "--base-url",
+        &server.base_url,
+        "--model",
+        "fake-model",
+        "--no-stream",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut cmd = eval(dir, tasks, &args);
+    cmd.env("ORCH_API_KEY", FAKE_API_KEY);
+    let run = output_logged(&mut cmd);
+    assert_exit(&run, 0);
+    run
+}
+
+/// The fake server's replies for one agent's turns of a replay file, each
+/// reporting `usage` (prompt, completion tokens).
+pub(crate) fn replies_of(turns: &Value, usage: (u64, u64)) -> Vec<Reply> {
+    turns
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|turn| {
+            let calls: Vec<(String, String, Value)> = turn["tool_calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["id"].as_str().unwrap().to_owned(),
+                        c["name"].as_str().unwrap().to_owned(),
+                        c["arguments"].clone(),
+                    )
+                })
+                .collect();
+            let borrowed: Vec<(&str, &str, Value)> = calls
+                .iter()
+                .map(|(i, n, a)| (i.as_str(), n.as_str(), a.clone()))
+                .collect();
+            Reply::tool_calls(&borrowed).with_usage(usage.0, usage.1)
+        })
+        .collect()
 }
 
 /// Ctrl-C reaches `orch run` (in its own process group) through eval: the
@@ -586,27 +604,12 @@ fn a_failing_model_leaves_the_task_unsolved_and_the_eval_goes_on() {
         ],
     ));
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = eval(
+    let run = eval_task_one_on_fake_model(
+        &server,
         dir.path(),
         &fixtures(),
-        &[
-            "--task",
-            "01-py-one-line",
-            "--task",
-            "02-py-off-by-one",
-            "--base-url",
-            &server.base_url,
-            "--model",
-            "fake-model",
-            "--no-stream",
-            "--json",
-            "--out",
-            dir.path().join("results").to_str().unwrap(),
-        ],
+        &["--task", "02-py-off-by-one"],
     );
-    cmd.env("ORCH_API_KEY", FAKE_API_KEY);
-    let run = output_logged(&mut cmd);
-    assert_exit(&run, 0);
     let report = stdout_json(&run);
     assert_eq!(task_names(&report), ["01-py-one-line", "02-py-off-by-one"]);
     for row in rows(&report) {

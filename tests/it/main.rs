@@ -27,6 +27,7 @@ mod dag;
 mod distributed;
 mod escalation;
 mod eval;
+mod eval_compare;
 mod eval_import;
 mod events;
 mod faults;
