@@ -260,7 +260,8 @@ fn follow_to_the_end(mut live: LiveRun, code: i32, last_log_line: &str) {
     let (log_code, rest, err) = log.finish();
     assert_eq!(log_code, Some(code), "log --follow exits as the run: {err}");
     assert!(
-        rest.iter().any(|l| l.contains("← model turn 2")),
+        rest.iter()
+            .any(|l| l.contains("← model turn 2") || l.contains("turn 2: model error")),
         "turn 2 followed: {rest:#?}"
     );
     assert!(
