@@ -138,6 +138,8 @@ fn run_case(orch: &Path, dir: &Path, lines: usize, secs: f64, case: &Case) -> (D
     for i in 0..lines {
         log.write_all(line(i).as_bytes()).unwrap();
     }
+    // Reaped by `wait4` in `reap`, for its rusage.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(orch)
         .args(&case.args)
         .arg("--repo")
