@@ -22,7 +22,7 @@
 //! Typical use:
 //!
 //! ```ignore
-//! let mut watch = RunWatch::open(&root, prices)?;
+//! let mut watch = RunWatch::open(&root, live::prices_for(&state))?;
 //! loop {
 //!     for (stage, lines) in watch.poll()? { /* new lines */ }
 //!     let view = watch.view();           // what to draw
@@ -513,6 +513,32 @@ pub(crate) fn exit_code(view: &RunView) -> i32 {
         _ if ended("ToolFault") => crate::exit::INTERNAL,
         _ if ended("ModelError") => crate::exit::MODEL,
         _ => crate::exit::STAGE_FAILED,
+    }
+}
+
+/// The prices a run's costs are counted with: the built-in table and the
+/// `[prices]` of `orch.toml` (the run's repository's and the user's, and
+/// its profile's), as the run itself priced its turns. A configuration
+/// that does not load leaves the built-in table: a reader does not fail
+/// on it.
+pub(crate) fn prices_for(state: &RunState) -> PriceTable {
+    let overrides = crate::config::Overrides {
+        profile: state.settings.as_ref().and_then(|s| s.profile.clone()),
+        ..Default::default()
+    };
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let user_dir = crate::dirs::user_config_dir();
+    match crate::config::resolve(
+        &overrides,
+        Some(Path::new(&state.repo)),
+        user_dir.as_deref(),
+        &env,
+    ) {
+        Ok(resolved) => resolved.prices,
+        Err(e) => {
+            tracing::debug!("prices from the built-in table only: {e}");
+            PriceTable::builtin()
+        }
     }
 }
 

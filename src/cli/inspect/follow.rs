@@ -1,5 +1,5 @@
 //! Following a live run from another terminal: which run (`[run]` left
-//! out: the newest live one, else the newest), its price table, and `orch
+//! out: the newest live one, else the newest) and `orch
 //! log --follow`. Everything is read from the run record
 //! ([`crate::runlog::live`]); the run process does nothing for a follower.
 
@@ -7,9 +7,8 @@ use super::render::render_event;
 use crate::cli::error::CliError;
 use crate::cli::output::Out;
 use crate::git;
-use crate::llm::price::PriceTable;
-use crate::runlog::live::{POLL_INTERVAL, RunWatch};
-use crate::runlog::{self, RunState};
+use crate::runlog;
+use crate::runlog::live::{POLL_INTERVAL, RunWatch, prices_for};
 use std::path::{Path, PathBuf};
 
 /// The record directory of the run to follow: `run` as `orch show` reads
@@ -30,35 +29,10 @@ pub(super) fn pick_run(repo: &Path, run: Option<&str>) -> Result<PathBuf, CliErr
     Ok(root)
 }
 
-/// The prices a run's costs are counted with: the built-in table and the
-/// `[prices]` of `orch.toml` (the run's repository's and the user's, the
-/// run's profile's too), as the run itself priced its turns. A config that
-/// does not load leaves the built-in table (a reader does not fail on it).
-pub(super) fn run_prices(state: &RunState) -> PriceTable {
-    let overrides = crate::config::Overrides {
-        profile: state.settings.as_ref().and_then(|s| s.profile.clone()),
-        ..Default::default()
-    };
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let user_dir = crate::dirs::user_config_dir();
-    match crate::config::resolve(
-        &overrides,
-        Some(Path::new(&state.repo)),
-        user_dir.as_deref(),
-        &env,
-    ) {
-        Ok(resolved) => resolved.prices,
-        Err(e) => {
-            tracing::debug!("prices from the built-in table only: {e}");
-            PriceTable::builtin()
-        }
-    }
-}
-
 /// Opens the run at `root` for following.
 pub(super) fn open_watch(root: &Path) -> Result<RunWatch, CliError> {
     let state = runlog::RunDir::at(root.to_path_buf()).read_state()?;
-    Ok(RunWatch::open(root, run_prices(&state))?)
+    Ok(RunWatch::open(root, prices_for(&state))?)
 }
 
 /// `orch log --follow`: prints every stage's log so far (or `stage`'s),

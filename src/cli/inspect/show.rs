@@ -54,7 +54,7 @@ fn shown_cost(s: &RunState, root: &Path) -> String {
     if !running {
         return run_cost(s);
     }
-    match runlog::live::read_run(root, super::follow::run_prices(s)) {
+    match runlog::live::read_run(root, runlog::live::prices_for(s)) {
         Ok(view) => view
             .cost_usd
             .map_or("unknown".to_owned(), |c| format!("{} so far", usd(c))),
