@@ -2,9 +2,10 @@
 //! a stage (its second model request held by the fake server until the
 //! test opens a gate), `orch log --follow` and `orch watch` (piped) have
 //! already printed the stage's first turn, `orch show` counts the running
-//! stage's turns, tokens and cost from its live log; once the gate opens
-//! and the run ends, both followers exit with the run's exit code — 0 for
-//! a run that succeeded, 1 and 3 for runs that failed.
+//! stage's turns, tokens and cost from its live log; once the gate opens,
+//! the next stage's log (which did not exist when they started) is
+//! followed too, and when the run ends both followers exit with the run's
+//! exit code — 0 for a run that succeeded, 1 and 3 for runs that failed.
 
 use crate::support::{
     AWAIT_LIMIT, FakeServer, OrchRun, Reply, Script, TestRepo, fix_add, only_run_id, orch,
@@ -147,8 +148,9 @@ impl Drop for Follower {
     }
 }
 
-/// A one-stage run (`code`, max 2 turns) whose first turn edits calc.py
-/// and whose second reply, `second`, is held until the gate opens.
+/// A run of `code` (max 2 turns) then `review`: the first turn of `code`
+/// edits calc.py and its second reply, `second`, is held until the gate
+/// opens; `review` (whose log appears only then) approves in one turn.
 struct LiveRun {
     repo: TestRepo,
     server: FakeServer,
@@ -165,7 +167,7 @@ fn live_run(second: Reply) -> LiveRun {
     let pipeline = write_pipeline(
         tmp.path(),
         "p",
-        "name: p\nstages:\n  code:\n    role: coder\n    max_turns: 2\n",
+        "name: p\nstages:\n  code:\n    role: coder\n    max_turns: 2\n  review:\n    role: reviewer\n    needs: [code]\n",
     );
     let issue = write_issue(tmp.path(), "# add subtracts\n");
     let server = FakeServer::start(
@@ -176,6 +178,10 @@ fn live_run(second: Reply) -> LiveRun {
                     fix_add("e").with_usage(100_000, 20_000),
                     second.await_peers(2, AWAIT_LIMIT * 3),
                 ],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("v", "It adds.", Some("approve")).with_usage(10, 5)],
             )
             .agent(
                 "gate",
@@ -205,16 +211,20 @@ fn follower(repo: &TestRepo, args: &[&str], gate: &str) -> Follower {
     Follower::spawn(cmd, gate)
 }
 
-/// Runs `live`'s run to its end with followers `log --follow` and `watch`
-/// started while its second turn is held; asserts both printed turn 1
-/// before the gate opened and exit with `code`, as the run does.
-fn follow_to_the_end(mut live: LiveRun, code: i32, last_log_line: &str) {
+/// Runs `live`'s run to its end with followers `log --follow [stage]`
+/// and `watch` started while its second turn is held; asserts both printed
+/// turn 1 before the gate opened and exit with `code`, as the run does.
+/// Returns what each printed after the gate opened.
+fn follow_to_the_end(
+    mut live: LiveRun,
+    stage: Option<&str>,
+    code: i32,
+    last_log_line: &str,
+) -> (Vec<String>, Vec<String>) {
     let gate = live.server.base_url.clone();
-    let mut log = follower(
-        &live.repo,
-        &["log", "--follow", &live.run_id, "code"],
-        &gate,
-    );
+    let mut log_args = vec!["log", "--follow", live.run_id.as_str()];
+    log_args.extend(stage);
+    let mut log = follower(&live.repo, &log_args, &gate);
     // No run named: the running one.
     let mut watch = follower(&live.repo, &["watch"], &gate);
 
@@ -257,7 +267,8 @@ fn follow_to_the_end(mut live: LiveRun, code: i32, last_log_line: &str) {
     open_gate(&gate);
     let (run_code, _, run_err) = live.run.finish();
     assert_eq!(run_code, Some(code), "the run's own exit code: {run_err}");
-    let (log_code, rest, err) = log.finish();
+    let (log_code, log_rest, err) = log.finish();
+    let rest = &log_rest;
     assert_eq!(log_code, Some(code), "log --follow exits as the run: {err}");
     assert!(
         rest.iter()
@@ -268,7 +279,8 @@ fn follow_to_the_end(mut live: LiveRun, code: i32, last_log_line: &str) {
         rest.iter().any(|l| l.contains(last_log_line)),
         "`{last_log_line}` followed: {rest:#?}"
     );
-    let (watch_code, rest, err) = watch.finish();
+    let (watch_code, watch_rest, err) = watch.finish();
+    let rest = &watch_rest;
     assert_eq!(watch_code, Some(code), "watch exits as the run: {err}");
     let end = rest.last().cloned().unwrap_or_default();
     assert!(
@@ -276,12 +288,30 @@ fn follow_to_the_end(mut live: LiveRun, code: i32, last_log_line: &str) {
             && end.ends_with(&format!("(exit {code})")),
         "{rest:#?}"
     );
+    (log_rest, watch_rest)
 }
 
 #[test]
 fn log_follow_and_watch_show_turns_as_they_happen_and_exit_with_the_runs_code() {
     let live = live_run(Reply::finish("f", "add() adds now.", None));
-    follow_to_the_end(live, 0, "end: succeeded");
+    let (log, watch) = follow_to_the_end(live, None, 0, "end: succeeded");
+    // The review's log appeared after the followers started: followed too.
+    let review = log
+        .iter()
+        .position(|l| l == "=== review (reviewer)")
+        .unwrap_or_else(|| panic!("{log:#?}"));
+    assert!(
+        log[review..]
+            .iter()
+            .any(|l| l.contains("← model turn 1") && l.contains("10+5 tokens")),
+        "{log:#?}"
+    );
+    assert!(
+        watch
+            .iter()
+            .any(|l| l.starts_with("review (reviewer): succeeded, 1 turn, 15 tokens")),
+        "{watch:#?}"
+    );
 }
 
 #[test]
@@ -293,7 +323,7 @@ fn followers_of_a_failing_run_exit_with_its_code() {
         "read_file",
         serde_json::json!({"path": "calc.py"}),
     ));
-    follow_to_the_end(live, 1, "end: failed");
+    follow_to_the_end(live, Some("code"), 1, "end: failed");
 }
 
 #[test]
@@ -303,5 +333,5 @@ fn followers_of_a_run_the_model_failed_exit_3() {
         401,
         r#"{"error":{"message":"bad key"}}"#.into(),
     ));
-    follow_to_the_end(live, 3, "end: failed");
+    follow_to_the_end(live, Some("code"), 3, "end: failed");
 }
