@@ -74,12 +74,13 @@ impl LineTail {
     /// `\n` (empty lines skipped); none when the file does not exist yet.
     /// A last line without its `\n` is kept for the next call.
     pub(crate) fn read_new(&mut self) -> Result<Vec<String>, RecordError> {
-        let mut file = match std::fs::File::open(&self.path) {
-            Ok(f) => f,
+        // A `stat` first: a log that did not grow (most of them, most of
+        // the time) costs one system call, not an open, fstat and close.
+        let len = match std::fs::metadata(&self.path) {
+            Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_err(&self.path)(e)),
         };
-        let len = file.metadata().map_err(io_err(&self.path))?.len();
         if len < self.offset {
             // Never happens to an append-only log; read on from its end
             // rather than show lines twice.
@@ -91,6 +92,9 @@ impl LineTail {
         if len == self.offset {
             return Ok(Vec::new());
         }
+        let mut file = std::fs::File::open(&self.path).map_err(io_err(&self.path))?;
+        // Read up to the length seen: a line appended meanwhile waits for
+        // the next call.
         file.seek(SeekFrom::Start(self.offset))
             .map_err(io_err(&self.path))?;
         let mut buf = std::mem::take(&mut self.partial);
