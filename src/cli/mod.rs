@@ -95,8 +95,10 @@ pub enum Command {
     Review(inspect::ReviewArgs),
     /// Print one stage's diff.
     Diff(inspect::DiffArgs),
-    /// Print a run's action log (readable, or raw JSONL with --json).
+    /// Print a run's action log (readable, or raw JSONL with --json); --follow: as it grows, until the run ends.
     Log(inspect::LogArgs),
+    /// Follow a live run: its stages' status, turns, tokens, cost and current call, until it ends.
+    Watch(inspect::WatchArgs),
     /// Run one agent with a fresh history and print its report.
     Agent(agent::AgentArgs),
     /// Check every pipeline and role orch can see (repo .orch/, user config, built-ins).
@@ -171,6 +173,7 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Review(a) => inspect::cmd_review(a),
         Command::Diff(a) => inspect::cmd_diff(a),
         Command::Log(a) => inspect::cmd_log(a),
+        Command::Watch(a) => inspect::cmd_watch(a),
         Command::Validate(a) => validate::cmd_validate(a),
         Command::Graph(a) => validate::cmd_graph(a),
         Command::Demo(a) => demo::cmd_demo(a).await,

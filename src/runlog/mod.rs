@@ -29,6 +29,7 @@ mod actions;
 mod dir;
 mod error;
 pub(crate) mod event;
+pub(crate) mod live;
 mod lock;
 mod recover;
 mod state;

@@ -86,4 +86,5 @@ mod syntax_check;
 mod text_edits;
 mod tool_faults;
 mod verify;
+mod watch;
 mod whole_file_ask;

@@ -1,4 +1,5 @@
-//! `orch log`: a stage's or a subagent's action log, one line per event.
+//! `orch log`: a stage's or a subagent's action log, one line per event;
+//! with `--follow`, the lines of a live run as they are appended.
 
 use super::render::render_event;
 use super::shared::stage;
@@ -13,10 +14,15 @@ use std::path::PathBuf;
 /// Arguments of `orch log`.
 #[derive(Debug, clap::Args)]
 pub struct LogArgs {
-    /// The run id (`last` is the newest)
-    pub run: String,
+    /// The run id (`last` is the newest; left out: the newest, with
+    /// --follow the newest running run)
+    pub run: Option<String>,
     /// Only this stage
     pub stage: Option<String>,
+    /// Keep printing lines as they are appended until the run ends, then
+    /// exit with the run's exit code (as `orch run` would)
+    #[arg(long, short = 'f')]
+    pub follow: bool,
     /// The repository
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
@@ -28,7 +34,16 @@ pub struct LogArgs {
 /// `orch log`: a stage's action log (`<stage>`), a subagent's
 /// (`<stage>/<agent path>`, e.g. `code/explore-1`), or every stage's.
 pub(in crate::cli) fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
-    let (_, root, state) = open(&args.repo, &args.run)?;
+    if args.follow {
+        if args.stage.as_deref().is_some_and(|s| s.contains('/')) {
+            return Err(CliError::Invalid(
+                "failed to follow a subagent's log: --follow takes a run and a stage (`orch log RUN STAGE/AGENT` prints a subagent's log so far)".into(),
+            ));
+        }
+        let root = super::follow::pick_run(&args.repo, args.run.as_deref())?;
+        return super::follow::follow_log(&root, args.stage.as_deref(), args.json);
+    }
+    let (_, root, state) = open(&args.repo, args.run.as_deref().unwrap_or("last"))?;
     let tree = crate::subagent::agent_tree(&root);
     let mut agents = Vec::new();
     flatten(&tree, &mut agents);

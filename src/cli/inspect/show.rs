@@ -27,6 +27,7 @@ pub struct ShowArgs {
 pub(in crate::cli) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     let (common, root, state) = open(&args.repo, &args.run)?;
     let state = runlog::as_shown(&runlog::RunDir::at(root.clone()), state);
+    let cost = shown_cost(&state, &root);
     let mut out = Out::stdout();
     if args.json {
         writeln!(
@@ -35,7 +36,7 @@ pub(in crate::cli) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
             serde_json::to_string_pretty(&state).unwrap_or_default()
         )?;
     } else {
-        out.untrusted(&render_show(&state, &root))?;
+        out.untrusted(&render_show(&state, &root, &cost))?;
         out.untrusted(&crate::cli::react::react_section(&root))?;
         out.untrusted(&memory_report(&common, &state))?;
     }
@@ -43,8 +44,30 @@ pub(in crate::cli) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     Ok(exit::OK)
 }
 
-/// The text of `orch show`.
-pub(super) fn render_show(s: &RunState, root: &Path) -> String {
+/// The run's cost as `orch show` says it: the recorded costs, and while a
+/// stage runs, its turns so far priced from its live log (`$0.0012 so
+/// far`), `unknown` when a price is not known.
+fn shown_cost(s: &RunState, root: &Path) -> String {
+    let running = s
+        .stages
+        .iter()
+        .any(|st| st.status == runlog::StageStatus::Running && st.turns > 0);
+    if !running {
+        return run_cost(s);
+    }
+    match runlog::live::read_run(root, runlog::live::prices_for(s)) {
+        Ok(view) => view
+            .cost_usd
+            .map_or("unknown".to_owned(), |c| format!("{} so far", usd(c))),
+        Err(e) => {
+            tracing::debug!("the live cost was not read: {e}");
+            run_cost(s)
+        }
+    }
+}
+
+/// The text of `orch show`; `cost` is the run's cost as shown.
+pub(super) fn render_show(s: &RunState, root: &Path, cost: &str) -> String {
     let mut o = String::new();
     let t = s.tokens();
     o.push_str(&format!(
@@ -65,7 +88,7 @@ pub(super) fn render_show(s: &RunState, root: &Path) -> String {
         t.prompt,
         t.completion,
         cache_note(&t),
-        run_cost(s)
+        cost
     ));
     if let Some(title) = &s.pr_title {
         o.push_str(&format!("PR: {title} ({})\n", s.final_branch));
