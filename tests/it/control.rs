@@ -31,19 +31,17 @@ fn repo() -> TestRepo {
 struct Background(Option<std::process::Child>);
 
 impl Background {
-    /// Waits for the run to end: its exit code, stdout and stderr.
-    fn finish(mut self) -> (Option<i32>, String, String) {
+    /// Waits for the run to end.
+    fn finish(mut self) -> std::process::Output {
         let child = self.0.take().unwrap();
         let out = child.wait_with_output().unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        );
         eprintln!(
-            "--- orch run: exit {:?}\n{stdout}\n{stderr}",
-            out.status.code()
+            "--- orch run: exit {:?}\n{}\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
-        (out.status.code(), stdout, stderr)
+        out
     }
 }
 
@@ -57,14 +55,19 @@ impl Drop for Background {
 }
 
 /// Starts `orch run` of a one-stage (`code`) pipeline with `--ask-via
-/// control` and `extra` flags, against `server`.
+/// control` and `extra` flags (`--json` unless they ask for events),
+/// against `server`.
 fn start(repo: &TestRepo, tmp: &Path, server: &FakeServer, extra: &[&str]) -> Background {
     let pipeline = write_pipeline(tmp, "p", "name: p\nstages:\n  code:\n    role: coder\n");
     let issue = write_issue(tmp, "# make a file\n");
     let mut cmd = OrchRun::new(&pipeline, repo)
         .issue(&issue)
         .model(&server.base_url, "m")
-        .json()
+        .args(if extra.contains(&"--events") {
+            &[][..]
+        } else {
+            &["--json"][..]
+        })
         .args(["--ask-via", "control"])
         .args(extra)
         .command();
@@ -126,7 +129,7 @@ fn an_ask_waits_for_orch_answer_and_guidance_reaches_the_next_request() {
             Reply::finish("c2", "Made the file.", None),
         ],
     ));
-    let run = start(&repo, tmp.path(), &server, &[]);
+    let run = start(&repo, tmp.path(), &server, &["--events", "jsonl"]);
     let record = wait_for_ask(&repo, "1");
     let id = run_id(&record);
 
@@ -178,8 +181,30 @@ fn an_ask_waits_for_orch_answer_and_guidance_reaches_the_next_request() {
         "{stderr}"
     );
 
-    let (code, _, _) = run.finish();
-    assert_eq!(code, Some(0));
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(0));
+    // The event stream (every line valid against the schema) shows the
+    // ask, its answer and the note, in that order.
+    let events = crate::events::events_of(&out);
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .filter(|t| ["ask", "ask_answer", "guidance"].contains(t))
+        .collect();
+    assert_eq!(kinds, ["ask", "ask_answer", "guidance"]);
+    let public = |t: &str| events.iter().find(|e| e["type"] == t).unwrap().clone();
+    assert_eq!(
+        (&public("ask")["stage"], &public("ask")["command"]),
+        (&json!("code"), &json!("touch made"))
+    );
+    assert_eq!(
+        (&public("ask_answer")["allow"], &public("ask_answer")["by"]),
+        (&json!(true), &json!("alice"))
+    );
+    assert_eq!(
+        public("guidance")["preview"],
+        "Keep the change small.\nNo new files but this one."
+    );
 
     // The command ran: its file is in the stage's commit, its result went
     // back to the model.
@@ -287,8 +312,7 @@ fn a_denied_ask_tells_the_model_and_the_command_does_not_run() {
         ),
         (&json!("1"), &json!(false), &json!("cli"), &json!("code"))
     );
-    let (code, _, _) = run.finish();
-    assert_eq!(code, Some(0));
+    assert_eq!(run.finish().status.code(), Some(0));
 
     let result = &tool_results(&server.requests_for("code")[1])[0];
     assert_eq!(
@@ -314,8 +338,8 @@ fn an_ask_nobody_answers_is_denied_after_the_ask_timeout() {
             Reply::finish("c2", "Nobody answered.", None),
         ],
     ));
-    let (code, _, _) = start(&repo, tmp.path(), &server, &["--ask-timeout", "0.3"]).finish();
-    assert_eq!(code, Some(0));
+    let out = start(&repo, tmp.path(), &server, &["--ask-timeout", "0.3"]).finish();
+    assert_eq!(out.status.code(), Some(0));
     let result = &tool_results(&server.requests_for("code")[1])[0];
     assert!(
         result.ends_with("and it was denied by orch: no answer within 0.3s (--ask-timeout)"),
