@@ -353,3 +353,49 @@ fn an_ask_nobody_answers_is_denied_after_the_ask_timeout() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_stage_whose_time_budget_runs_out_while_it_waits_denies_its_ask_on_the_way_out() {
+    let repo = repo();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![Reply::tool_call(
+            "c1",
+            "bash",
+            json!({"command": "touch made"}),
+        )],
+    ));
+    // No --ask-timeout: the wait lasts as long as the run's time budget
+    // (long enough for a loaded machine to reach the call first).
+    let out = start(&repo, tmp.path(), &server, &["--max-time", "5"]).finish();
+    assert_eq!(out.status.code(), Some(1));
+    let record = wait_for_ask(&repo, "1");
+    let answer = stage_events(&record, "code", "ask_answer");
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert_eq!(
+        (&answer[0]["allow"], &answer[0]["by"]),
+        (&json!(false), &json!("orch"))
+    );
+    assert!(
+        answer[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the stage stopped before an answer"),
+        "{}",
+        answer[0]
+    );
+    assert_eq!(stage_events(&record, "code", "budget_exceeded").len(), 1);
+    // Nobody can answer it any more, and nothing is pending.
+    let (code, _, stderr) = orch_in(&repo, &["answer", "last", "1", "--allow"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("already answered (denied) by orch"),
+        "{stderr}"
+    );
+    assert!(
+        !committed_files(&repo, &run_id(&record))
+            .lines()
+            .any(|l| l == "made")
+    );
+}
