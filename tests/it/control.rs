@@ -271,6 +271,17 @@ fn an_ask_waits_for_orch_answer_and_guidance_reaches_the_next_request() {
         (&json!(2), &json!("the user"), &json!("1"))
     );
 
+    // `orch log` reads them.
+    let (code, log, stderr) = orch_in(&repo, &["log", &id, "code"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    for line in [
+        "ask 1: bash `touch made` waits for approval (role ask rule `touch *`; via control)",
+        "ask 1 allowed by alice after ",
+        "guidance 1 from the user: Keep the change small.",
+    ] {
+        assert!(log.contains(line), "{line} in\n{log}");
+    }
+
     // A finished run takes no more guidance, and no more answers.
     let (code, _, stderr) = orch_in(&repo, &["guide", &id, "code", "too late"]);
     assert_eq!(code, Some(2), "{stderr}");
