@@ -67,7 +67,7 @@ pub struct ToolContext {
     /// Where a call an `ask` rule names asks (the run's control channel,
     /// [`super::approval`]); `None`: the terminal if there is one, else
     /// denied.
-    pub(crate) control: Option<Arc<super::approval::ControlChannel>>,
+    pub(crate) control: Option<Arc<super::channel::ControlChannel>>,
 }
 
 /// A one-time readiness gate (cloned freely, ready forever once ready).

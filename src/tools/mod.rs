@@ -29,6 +29,7 @@
 mod approval;
 mod args;
 mod bash;
+mod channel;
 mod context;
 mod dispatch;
 mod edit_file;
@@ -47,8 +48,8 @@ mod spawn_agent;
 pub(crate) mod syntax;
 mod write_file;
 
-pub(crate) use approval::ControlChannel;
 pub(crate) use bash::run_sandboxed;
+pub(crate) use channel::ControlChannel;
 pub use context::{Barrier, SpawnFuture, Spawner, ToolContext};
 pub(crate) use dispatch::with_required;
 pub use dispatch::{call, call_concurrently, dispatch, dispatch_concurrently};
