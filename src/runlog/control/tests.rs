@@ -128,3 +128,23 @@ fn who_answers_is_one_short_line() {
     assert_eq!(clean_by("  "), "cli");
     assert_eq!(clean_by(&"x".repeat(100)).len(), MAX_BY_CHARS);
 }
+
+#[test]
+#[ignore = "a measurement, not a test"]
+fn measure_the_per_turn_guidance_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, _lock) = run(&tmp);
+    let n = 10_000;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        assert!(unconsumed_guidance(&root, "code").is_empty());
+    }
+    eprintln!("MEASURE none: {:?} per check", t.elapsed() / n);
+    send_guidance(&root, "code", "x", "cli").unwrap();
+    mark_consumed(&root, "code", "1", 1).unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        assert!(unconsumed_guidance(&root, "code").is_empty());
+    }
+    eprintln!("MEASURE one consumed: {:?} per check", t.elapsed() / n);
+}
