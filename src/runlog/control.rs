@@ -312,8 +312,8 @@ pub(crate) fn send_guidance(
 
 // The run's side.
 
-/// Writes a new pending ask for `stage`'s call of `tool`; returns it with
-/// its id.
+/// Writes a new pending ask for `stage`'s call of `tool` (`command` with
+/// the process's known secrets redacted); returns it with its id.
 pub(crate) fn post_ask(
     run_dir: &Path,
     stage: &str,
@@ -323,17 +323,42 @@ pub(crate) fn post_ask(
     expires: Option<String>,
 ) -> Result<PendingAsk, ControlError> {
     let created = now();
+    // Known secrets never reach the record, as in the action log.
+    let command = crate::secrets::redact(command, &[]);
     let make = |id: &str| PendingAsk {
         id: id.to_owned(),
         stage: stage.to_owned(),
         tool: tool.to_owned(),
-        command: command.to_owned(),
+        command: command.clone(),
         why: why.to_owned(),
         created: created.clone(),
         expires: expires.clone(),
     };
     let (id, _) = create_numbered(&asks_dir(run_dir), make)?;
     Ok(make(&id))
+}
+
+/// Denies the asks of `stage` that have no answer (called when the stage
+/// starts: an ask left by a process that ended while it waited — killed,
+/// or a crash — would otherwise look pending to a resumed run). Returns
+/// how many.
+pub(crate) fn settle_stale_asks(run_dir: &Path, stage: &str) -> usize {
+    let dir = asks_dir(run_dir);
+    let mut settled = 0;
+    for n in numbered(&dir, ".json") {
+        let id = n.to_string();
+        let Some(ask) = read_json::<PendingAsk>(&dir.join(format!("{id}.json"))) else {
+            continue;
+        };
+        if ask.stage != stage || read_answer(run_dir, &id).is_some() {
+            continue;
+        }
+        let reason = "the process that asked ended before an answer".to_owned();
+        if settle_ask(run_dir, &id, false, "orch", Some(reason)).is_ok() {
+            settled += 1;
+        }
+    }
+    settled
 }
 
 /// The answer to ask `id`, once there is one.

@@ -104,7 +104,7 @@ async fn through_control(
     crate::ui::status_line(&format!(
         "orch: stage `{}` waits for approval of {tool} `{}` ({why}): `orch answer {} {} --allow` or `--deny`",
         channel.stage,
-        crate::text::one_line(command, 60),
+        crate::text::untrusted(&crate::text::one_line(command, 60)),
         run_dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -249,7 +249,11 @@ async fn ask_terminal(command: &str, stop: Option<Arc<AtomicBool>>) -> Option<bo
         }
         let tty = std::fs::File::open("/dev/tty").ok()?;
         let mut stderr = std::io::stderr().lock();
-        write!(stderr, "orch: allow `{command}`? [y/N] ")
+        write!(
+            stderr,
+            "orch: allow `{}`? [y/N] ",
+            crate::text::untrusted(&command)
+        )
             .and_then(|_| stderr.flush())
             .ok()?;
         drop(stderr);

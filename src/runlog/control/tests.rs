@@ -123,6 +123,22 @@ fn guidance_goes_to_a_running_stage_once_in_order() {
 }
 
 #[test]
+fn asks_a_dead_process_left_are_denied_when_their_stage_starts_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, _lock) = run(&tmp);
+    post_ask(&root, "code", "bash", "touch x", "why", None).unwrap();
+    post_ask(&root, "code", "bash", "touch y", "why", None).unwrap();
+    post_ask(&root, "review", "bash", "touch z", "why", None).unwrap();
+    answer_ask(&root, "2", true, "alice").unwrap();
+    assert_eq!(settle_stale_asks(&root, "code"), 1);
+    let a = read_answer(&root, "1").unwrap();
+    assert_eq!((a.allow, a.by.as_str()), (false, "orch"));
+    assert!(read_answer(&root, "2").unwrap().allow, "an answer stands");
+    let pending: Vec<String> = pending_asks(&root).into_iter().map(|a| a.id).collect();
+    assert_eq!(pending, ["3"], "another stage's ask is its own");
+}
+
+#[test]
 fn who_answers_is_one_short_line() {
     assert_eq!(clean_by("a\nb"), "a b");
     assert_eq!(clean_by("  "), "cli");
