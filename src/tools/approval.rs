@@ -254,8 +254,8 @@ async fn ask_terminal(command: &str, stop: Option<Arc<AtomicBool>>) -> Option<bo
             "orch: allow `{}`? [y/N] ",
             crate::text::untrusted(&command)
         )
-            .and_then(|_| stderr.flush())
-            .ok()?;
+        .and_then(|_| stderr.flush())
+        .ok()?;
         drop(stderr);
         // Wait for a line, looking up now and then whether the ask was
         // answered elsewhere.
