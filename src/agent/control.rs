@@ -64,8 +64,9 @@ pub(super) async fn call_logging_asks(
     let Some(channel) = tool_ctx.control.clone() else {
         return Ok(tools::call(tool_ctx, name, arguments).await);
     };
-    let call = tools::call(tool_ctx, name, arguments);
-    tokio::pin!(call);
+    // On the heap: a tool call's future is large, and the stage's task
+    // runs on a worker thread's small stack.
+    let mut call = Box::pin(tools::call(tool_ctx, name, arguments));
     loop {
         tokio::select! {
             out = &mut call => {

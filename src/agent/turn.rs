@@ -449,9 +449,9 @@ impl Agent<'_> {
                         Ok(Some(refused)) => Ok(Ok(refused)),
                         Ok(None) => {
                             let args = call.function.arguments.as_str();
-                            super::control::call_logging_asks(
+                            Box::pin(super::control::call_logging_asks(
                                 tool_ctx, name, args, turn, &call.id, log,
-                            )
+                            ))
                             .await
                         }
                         Err(e) => Err(e),
