@@ -26,8 +26,10 @@
 //! in orch's environment, every call of that tool panics in its task, so the
 //! fatal path can be tested through the real binary.
 
+mod approval;
 mod args;
 mod bash;
+mod channel;
 mod context;
 mod dispatch;
 mod edit_file;
@@ -47,6 +49,7 @@ pub(crate) mod syntax;
 mod write_file;
 
 pub(crate) use bash::run_sandboxed;
+pub(crate) use channel::ControlChannel;
 pub use context::{Barrier, SpawnFuture, Spawner, ToolContext};
 pub(crate) use dispatch::with_required;
 pub use dispatch::{call, call_concurrently, dispatch, dispatch_concurrently};

@@ -56,6 +56,19 @@ pub(super) fn tool_context(
     }))?;
     tool_ctx.sandbox = Some(Arc::new(sandbox));
     tool_ctx.ready = Some(lane.watch.barrier());
+    // Asks and guidance through the run's control channel (`orch answer`,
+    // `orch guide`, `orch ui`); an ask an earlier process of this stage
+    // left unanswered (killed while it waited) is nobody's to answer now.
+    let stale = crate::runlog::control::settle_stale_asks(&ctx.run_dir.root, id);
+    if stale > 0 {
+        tracing::info!("stage {id}: denied {stale} ask(s) an earlier attempt left unanswered");
+    }
+    tool_ctx.control = Some(Arc::new(crate::tools::ControlChannel::new(
+        ctx.run_dir.root.clone(),
+        id,
+        ctx.session.ask_via,
+        ctx.session.ask_timeout,
+    )));
     Ok(tool_ctx)
 }
 
