@@ -72,6 +72,8 @@ impl MergeModel {
                 secrets: Vec::new(),
                 assume_yes: false,
                 interactive: false,
+                ask_via: Default::default(),
+                ask_timeout: None,
                 max_parallel: 1,
                 limits: Default::default(),
                 memory: Default::default(),
