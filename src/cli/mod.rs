@@ -26,6 +26,7 @@ mod replay;
 mod resume;
 mod run;
 mod setup;
+mod ui;
 mod validate;
 mod worker;
 
@@ -124,6 +125,8 @@ pub enum Command {
     Stage(worker::StageArgs),
     /// Write a pipeline as a workflow of another engine: `github-actions` or `argo`, one job per stage running `orch stage`.
     Export(export::ExportArgs),
+    /// Serve a local web page of the repository's runs: live DAG, stage diffs and logs, the CLI's actions on buttons (docs/ui.md).
+    Ui(ui::UiArgs),
 }
 
 impl Command {
@@ -182,5 +185,6 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Stage(a) => worker::cmd_stage(a).await,
         Command::Export(a) => export::cmd_export(a),
         Command::Setup(a) => setup::cmd_setup(a).await,
+        Command::Ui(a) => ui::cmd_ui(a).await,
     }
 }
