@@ -82,4 +82,5 @@ mod syntax_check;
 mod text_edits;
 mod tool_faults;
 mod verify;
+mod webui;
 mod whole_file_ask;

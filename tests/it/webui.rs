@@ -22,10 +22,19 @@ const HOSTILE: &str = "Fixed add(). <script>document.title='pwned'</script><img 
 
 /// One HTTP/1.1 request over a fresh connection; the status, the headers
 /// (lowercased names) and the body.
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(AWAIT_LIMIT)).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {addr}\r\n"));
     }
@@ -35,12 +44,46 @@ fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &s
     req.push_str("\r\n");
     req.push_str(body);
     s.write_all(req.as_bytes()).unwrap();
+    // Read the head, then `Content-Length` bytes (chromedriver keeps the
+    // connection open whatever `Connection: close` says).
     let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    (status, head.to_lowercase(), body.to_owned())
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let n = s.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break raw.len();
+        }
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let mut body = raw.get(head_end + 4..).unwrap_or_default().to_vec();
+    match length {
+        Some(len) => {
+            while body.len() < len {
+                let n = s.read(&mut buf).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&buf[..n]);
+            }
+        }
+        None => {
+            let _ = s.read_to_end(&mut body);
+        }
+    }
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `orch ui` on a repository, killed when dropped.
@@ -66,12 +109,20 @@ impl UiServer {
             .read_line(&mut line)
             .unwrap();
         let url = line.trim().to_owned();
-        assert!(url.starts_with("http://127.0.0.1:"), "orch ui printed {line:?}");
+        assert!(
+            url.starts_with("http://127.0.0.1:"),
+            "orch ui printed {line:?}"
+        );
         let addr = url["http://".len()..].split('/').next().unwrap().to_owned();
         let token = url.split("token=").nth(1).unwrap().to_owned();
         assert_eq!(token.len(), 32, "{url}");
         assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{url}");
-        UiServer { child, url, addr, token }
+        UiServer {
+            child,
+            url,
+            addr,
+            token,
+        }
     }
 
     fn page(&self, path: &str) -> String {
@@ -101,11 +152,20 @@ impl Browser {
     /// Headless Chromium, or `None` (with the reason printed) when this
     /// machine has none.
     fn start() -> Option<Browser> {
-        let (Some(chromium), Some(driver)) = (which(&["chromium", "chromium-browser", "google-chrome"]), which(&["chromedriver"])) else {
-            eprintln!("SKIPPED: no chromium/chromedriver on PATH (`.ci/run` installs Debian's chromium and chromium-driver)");
+        let (Some(chromium), Some(driver)) = (
+            which(&["chromium", "chromium-browser", "google-chrome"]),
+            which(&["chromedriver"]),
+        ) else {
+            eprintln!(
+                "SKIPPED: no chromium/chromedriver on PATH (`.ci/run` installs Debian's chromium and chromium-driver)"
+            );
             return None;
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new(driver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -115,22 +175,42 @@ impl Browser {
         let addr = format!("127.0.0.1:{port}");
         let started = Instant::now();
         while TcpStream::connect(&addr).is_err() {
-            assert!(started.elapsed() < AWAIT_LIMIT, "chromedriver never listened on {addr}");
+            assert!(
+                started.elapsed() < AWAIT_LIMIT,
+                "chromedriver never listened on {addr}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let mut b = Browser { driver: child, addr, session: String::new() };
+        let mut b = Browser {
+            driver: child,
+            addr,
+            session: String::new(),
+        };
         let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
             "binary": chromium,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900", "--no-first-run"],
         }}}});
         let v = b.call("POST", "/session", &caps);
-        b.session = v["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}")).to_owned();
+        b.session = v["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {v}"))
+            .to_owned();
         Some(b)
     }
 
     fn call(&self, method: &str, path: &str, body: &Value) -> Value {
-        let body = if method == "GET" { String::new() } else { body.to_string() };
-        let (status, _, text) = http(&self.addr, method, path, &[("Content-Type", "application/json")], &body);
+        let body = if method == "GET" {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let (status, _, text) = http(
+            &self.addr,
+            method,
+            path,
+            &[("Content-Type", "application/json")],
+            &body,
+        );
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         assert!(status == 200, "webdriver {method} {path}: {status} {text}");
         v["value"].clone()
@@ -145,30 +225,64 @@ impl Browser {
     }
 
     fn find_all(&self, css: &str) -> Vec<String> {
-        let v = self.call("POST", &self.s("/elements"), &json!({"using": "css selector", "value": css}));
+        let v = self.call(
+            "POST",
+            &self.s("/elements"),
+            &json!({"using": "css selector", "value": css}),
+        );
         v.as_array()
             .unwrap()
             .iter()
-            .map(|e| e.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_owned())
+            .map(|e| {
+                e.as_object()
+                    .unwrap()
+                    .values()
+                    .next()
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
             .collect()
     }
 
     fn find(&self, css: &str) -> String {
         let all = self.find_all(css);
-        assert!(!all.is_empty(), "no element `{css}` on the page: {}", self.source_head());
+        assert!(
+            !all.is_empty(),
+            "no element `{css}` on the page: {}",
+            self.source_head()
+        );
         all[0].clone()
     }
 
     fn text(&self, el: &str) -> String {
-        self.call("GET", &self.s(&format!("/element/{el}/text")), &Value::Null).as_str().unwrap_or("").to_owned()
+        self.call("GET", &self.s(&format!("/element/{el}/text")), &Value::Null)
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
     }
 
     fn attr(&self, el: &str, name: &str) -> String {
-        self.call("GET", &self.s(&format!("/element/{el}/attribute/{name}")), &Value::Null).as_str().unwrap_or("").to_owned()
+        self.call(
+            "GET",
+            &self.s(&format!("/element/{el}/attribute/{name}")),
+            &Value::Null,
+        )
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
     }
 
     fn css(&self, el: &str, prop: &str) -> String {
-        self.call("GET", &self.s(&format!("/element/{el}/css/{prop}")), &Value::Null).as_str().unwrap_or("").to_owned()
+        self.call(
+            "GET",
+            &self.s(&format!("/element/{el}/css/{prop}")),
+            &Value::Null,
+        )
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
     }
 
     fn click(&self, el: &str) {
@@ -176,11 +290,18 @@ impl Browser {
     }
 
     fn title(&self) -> String {
-        self.call("GET", &self.s("/title"), &Value::Null).as_str().unwrap_or("").to_owned()
+        self.call("GET", &self.s("/title"), &Value::Null)
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
     }
 
     fn execute(&self, script: &str) -> Value {
-        self.call("POST", &self.s("/execute/sync"), &json!({"script": script, "args": []}))
+        self.call(
+            "POST",
+            &self.s("/execute/sync"),
+            &json!({"script": script, "args": []}),
+        )
     }
 
     fn source_head(&self) -> String {
@@ -198,7 +319,11 @@ impl Browser {
     fn wait_for(&self, what: &str, cond: impl Fn(&Browser) -> bool) {
         let started = Instant::now();
         while !cond(self) {
-            assert!(started.elapsed() < AWAIT_LIMIT, "never happened: {what}\n{}", self.source_head());
+            assert!(
+                started.elapsed() < AWAIT_LIMIT,
+                "never happened: {what}\n{}",
+                self.source_head()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -207,7 +332,13 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         if !self.session.is_empty() {
-            let _ = http(&self.addr, "DELETE", &format!("/session/{}", self.session), &[], "");
+            let _ = http(
+                &self.addr,
+                "DELETE",
+                &format!("/session/{}", self.session),
+                &[],
+                "",
+            );
         }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
@@ -216,7 +347,11 @@ impl Drop for Browser {
 
 fn which(names: &[&str]) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    names.iter().find_map(|n| std::env::split_paths(&path).map(|d| d.join(n)).find(|p| p.is_file()))
+    names.iter().find_map(|n| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(n))
+            .find(|p| p.is_file())
+    })
 }
 
 fn base64_decode(s: &str) -> Vec<u8> {
@@ -227,7 +362,10 @@ fn base64_decode(s: &str) -> Vec<u8> {
         b'+' => 62,
         _ => 63,
     };
-    let bytes: Vec<u8> = s.bytes().filter(|c| !matches!(c, b'=' | b'\n' | b'\r')).collect();
+    let bytes: Vec<u8> = s
+        .bytes()
+        .filter(|c| !matches!(c, b'=' | b'\n' | b'\r'))
+        .collect();
     let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
     for chunk in bytes.chunks(4) {
         let mut n = 0u32;
@@ -266,11 +404,30 @@ fn finished_run() -> (TestRepo, String) {
     let issue = write_issue(tmp.path(), "# add subtracts\n");
     let server = FakeServer::start(
         Script::new()
-            .agent("code", vec![fix_add("e").with_usage(120, 30), Reply::finish("f", HOSTILE, None).with_usage(150, 20)])
-            .agent("review", vec![Reply::finish("r", "Looks right: `a + b`.", Some("approve")).with_usage(90, 10)]),
+            .agent(
+                "code",
+                vec![
+                    fix_add("e").with_usage(120, 30),
+                    Reply::finish("f", HOSTILE, None).with_usage(150, 20),
+                ],
+            )
+            .agent(
+                "review",
+                vec![
+                    Reply::finish("r", "Looks right: `a + b`.", Some("approve")).with_usage(90, 10),
+                ],
+            ),
     );
-    let out = OrchRun::new(&pipeline, &repo).issue(&issue).model(&server.base_url, "m").output();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = OrchRun::new(&pipeline, &repo)
+        .issue(&issue)
+        .model(&server.base_url, "m")
+        .output();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let id = only_run_id(&repo.path);
     (repo, id)
 }
@@ -284,7 +441,13 @@ fn ui_refuses_requests_without_the_token_a_foreign_host_and_bad_ids() {
 
     let (s, _, body) = http(a, "GET", "/", &[], "");
     assert_eq!(s, 403, "no token: {body}");
-    let (s, _, _) = http(a, "GET", "/?token=00000000000000000000000000000000", &[], "");
+    let (s, _, _) = http(
+        a,
+        "GET",
+        "/?token=00000000000000000000000000000000",
+        &[],
+        "",
+    );
     assert_eq!(s, 403, "a wrong token");
     let (s, _, _) = http(a, "GET", &format!("/run/{run}"), &[], "");
     assert_eq!(s, 403, "a run page without the token");
@@ -295,9 +458,15 @@ fn ui_refuses_requests_without_the_token_a_foreign_host_and_bad_ids() {
     assert_eq!(s, 200, "{body}");
     assert!(body.contains(&run), "the runs page lists the run: {body}");
     assert!(head.contains("set-cookie: orch_ui="), "{head}");
-    assert!(head.contains("httponly") && head.contains("samesite=strict"), "{head}");
+    assert!(
+        head.contains("httponly") && head.contains("samesite=strict"),
+        "{head}"
+    );
     assert!(!head.contains("access-control-"), "no CORS header: {head}");
-    assert!(head.contains("content-security-policy: default-src 'none'; script-src 'self'"), "{head}");
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{head}"
+    );
     let cookie = format!("orch_ui={}", ui.token);
     let (s, _, _) = http(a, "GET", &format!("/run/{run}"), &[("Cookie", &cookie)], "");
     assert_eq!(s, 200, "the cookie carries the token");
@@ -329,19 +498,44 @@ fn ui_refuses_requests_without_the_token_a_foreign_host_and_bad_ids() {
     let stage = r#"{"stage":"code"}"#;
     let (s, _, _) = http(a, "POST", &rollback, &[("Cookie", &cookie)], stage);
     assert_eq!(s, 403, "POST with the cookie only");
-    let (s, _, _) = http(a, "POST", &rollback, &[("X-Orch-Token", &ui.token), ("Origin", "http://evil.example")], stage);
+    let (s, _, _) = http(
+        a,
+        "POST",
+        &rollback,
+        &[
+            ("X-Orch-Token", &ui.token),
+            ("Origin", "http://evil.example"),
+        ],
+        stage,
+    );
     assert_eq!(s, 403, "POST from another origin");
     let (s, _, _) = http(a, "GET", &format!("{rollback}?token={}", ui.token), &[], "");
     assert_eq!(s, 404, "actions are POST only");
     let branch = format!("orch/{run}/pr");
     let before = repo.git(&["rev-parse", &branch]);
-    let (s, _, body) = http(a, "POST", &rollback, &[("X-Orch-Token", &ui.token), ("Origin", &format!("http://{a}"))], stage);
+    let (s, _, body) = http(
+        a,
+        "POST",
+        &rollback,
+        &[
+            ("X-Orch-Token", &ui.token),
+            ("Origin", &format!("http://{a}")),
+        ],
+        stage,
+    );
     assert_eq!(s, 200, "{body}");
     let code_commit = repo.git(&["rev-parse", &format!("orch/{run}/code")]);
-    assert_eq!(repo.git(&["rev-parse", &branch]), code_commit, "rolled back like `orch rollback`");
+    assert_eq!(
+        repo.git(&["rev-parse", &branch]),
+        code_commit,
+        "rolled back like `orch rollback`"
+    );
     assert_ne!(before, code_commit);
     let (_, _, run_page) = http(a, "GET", &format!("/run/{run}"), &[("Cookie", &cookie)], "");
-    assert!(run_page.contains("data-status=\"rolled_back\""), "the review is rolled back");
+    assert!(
+        run_page.contains("data-status=\"rolled_back\""),
+        "the review is rolled back"
+    );
 }
 
 #[test]
@@ -353,10 +547,21 @@ fn ui_listens_on_loopback_only() {
     // Every address of this machine but loopback: nothing listens there.
     let out = Command::new("hostname").arg("-I").output();
     let ips: Vec<String> = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default();
-    for ip in ips.iter().filter(|ip| !ip.starts_with("127.") && !ip.contains(':')) {
-        assert!(TcpStream::connect(format!("{ip}:{port}")).is_err(), "orch ui answers on {ip}");
+    for ip in ips
+        .iter()
+        .filter(|ip| !ip.starts_with("127.") && !ip.contains(':'))
+    {
+        assert!(
+            TcpStream::connect(format!("{ip}:{port}")).is_err(),
+            "orch ui answers on {ip}"
+        );
     }
     let (s, _, _) = http(&ui.addr, "GET", &format!("/?token={}", ui.token), &[], "");
     assert_eq!(s, 200);
@@ -384,41 +589,75 @@ fn ui_in_a_browser_shows_every_stage_a_diff_and_a_model_script_as_text() {
     assert_eq!(succeeded, "rgb(74, 194, 107)", "a succeeded stage is green");
     assert_eq!(b.find_all("svg#dag path.edge").len(), 1, "code → review");
     let table = b.text(&b.find("#stages"));
-    assert!(table.contains("code") && table.contains("review") && table.contains("approve"), "{table}");
+    assert!(
+        table.contains("code") && table.contains("review") && table.contains("approve"),
+        "{table}"
+    );
     b.screenshot(&shots.join("run.png"));
 
     b.click(&b.find("#stages a.stage-link"));
     b.wait_for("the stage page", |b| !b.find_all("#diff").is_empty());
     let diff = b.text(&b.find("#diff"));
     assert!(diff.contains("calc.py"), "{diff}");
-    assert!(diff.contains("+    return a + b") && diff.contains("-    return a - b"), "{diff}");
-    assert!(!b.find_all("#diff .l.add .kw").is_empty(), "the diff is highlighted");
+    assert!(
+        diff.contains("+    return a + b") && diff.contains("-    return a - b"),
+        "{diff}"
+    );
+    assert!(
+        !b.find_all("#diff .l.add .kw").is_empty(),
+        "the diff is highlighted"
+    );
 
     // The model's markup is shown as the text it is, and none of it ran.
     let summary = b.text(&b.find("#summary"));
-    assert!(summary.contains("<script>document.title='pwned'</script>"), "{summary}");
+    assert!(
+        summary.contains("<script>document.title='pwned'</script>"),
+        "{summary}"
+    );
     assert!(summary.contains("<img src=x onerror="), "{summary}");
-    assert!(b.find_all("#summary script, #summary img").is_empty(), "no element from the model");
+    assert!(
+        b.find_all("#summary script, #summary img").is_empty(),
+        "no element from the model"
+    );
     assert_ne!(b.title(), "pwned");
     assert!(b.title().starts_with("code · run"), "{}", b.title());
     let timeline = b.text(&b.find("#timeline"));
-    assert!(timeline.contains("edit_file") && timeline.contains("turn 1"), "{timeline}");
+    assert!(
+        timeline.contains("edit_file") && timeline.contains("turn 1"),
+        "{timeline}"
+    );
     b.screenshot(&shots.join("stage.png"));
 }
 
 /// Sends one chat request as agent `gate`: its `await_peers` reply meets
 /// a held request of the run, so both go on.
 fn open_gate(base_url: &str) {
-    let addr = base_url.trim_start_matches("http://").split('/').next().unwrap();
+    let addr = base_url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap();
     let body = r#"{"model":"m","messages":[{"role":"user","content":"go"}]}"#;
-    let (s, _, text) = http(addr, "POST", "/v1/chat/completions", &[("X-Orch-Agent", "gate"), ("Content-Type", "application/json")], body);
+    let (s, _, text) = http(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("X-Orch-Agent", "gate"),
+            ("Content-Type", "application/json"),
+        ],
+        body,
+    );
     assert_eq!(s, 200, "{text}");
 }
 
 fn wait_for_requests(server: &FakeServer, agent: &str, n: usize) {
     let started = Instant::now();
     while server.requests_for(agent).len() < n {
-        assert!(started.elapsed() < AWAIT_LIMIT, "the run never sent request {n} of `{agent}`");
+        assert!(
+            started.elapsed() < AWAIT_LIMIT,
+            "the run never sent request {n} of `{agent}`"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -447,16 +686,34 @@ fn ui_in_a_browser_recolours_a_live_stage_without_a_reload() {
     // Each stage's last request is held until the test opens a gate.
     let server = FakeServer::start(
         Script::new()
-            .agent("code", vec![fix_add("e"), Reply::finish("f", "add() adds.", None).await_peers(2, AWAIT_LIMIT * 3)])
-            .agent("review", vec![Reply::finish("r", "ok", Some("approve")).await_peers(2, AWAIT_LIMIT * 3)])
-            .agent("gate", vec![
-                Reply::text("go").await_peers(2, AWAIT_LIMIT * 3),
-                Reply::text("go").await_peers(2, AWAIT_LIMIT * 3),
-            ]),
+            .agent(
+                "code",
+                vec![
+                    fix_add("e"),
+                    Reply::finish("f", "add() adds.", None).await_peers(2, AWAIT_LIMIT * 3),
+                ],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("r", "ok", Some("approve")).await_peers(2, AWAIT_LIMIT * 3)],
+            )
+            .agent(
+                "gate",
+                vec![
+                    Reply::text("go").await_peers(2, AWAIT_LIMIT * 3),
+                    Reply::text("go").await_peers(2, AWAIT_LIMIT * 3),
+                ],
+            ),
     );
     let mut run = Background(Some(
-        OrchRun::new(&pipeline, &repo).issue(&issue).model(&server.base_url, "m").command()
-            .stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
+        OrchRun::new(&pipeline, &repo)
+            .issue(&issue)
+            .model(&server.base_url, "m")
+            .command()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
     ));
     wait_for_requests(&server, "code", 2);
     let run_id = only_run_id(&repo.path);
@@ -482,13 +739,19 @@ fn ui_in_a_browser_recolours_a_live_stage_without_a_reload() {
     b.wait_for("the review stage turns running", |b| {
         b.attr(&b.find("#node-review"), "data-status") == "running"
     });
-    assert_eq!(b.execute("return window.orchMark;"), json!(7), "updated live, not reloaded");
+    assert_eq!(
+        b.execute("return window.orchMark;"),
+        json!(7),
+        "updated live, not reloaded"
+    );
 
     open_gate(&server.base_url);
     let status = run.0.take().unwrap().wait().unwrap();
     assert_eq!(status.code(), Some(0));
     // The page learns the run ended and shows it.
     b.wait_for("the run shows succeeded", |b| {
-        b.find_all("#node-review").first().is_some_and(|n| b.attr(n, "data-status") == "succeeded")
+        b.find_all("#node-review")
+            .first()
+            .is_some_and(|n| b.attr(n, "data-status") == "succeeded")
     });
 }
