@@ -391,7 +391,8 @@ fn diff_html(diff: &str) -> String {
             } else {
                 html(line)
             };
-            let _ = writeln!(out, "<span class=\"l {class}\">{body}</span>");
+            // No newline: each line is a block of its own inside the `<pre>`.
+            let _ = write!(out, "<span class=\"l {class}\">{body}</span>");
         }
         out.push_str("</pre></details>\n");
     }
@@ -445,7 +446,7 @@ fn highlight(line: &str) -> String {
             if KEYWORDS.contains(&word) {
                 let _ = write!(out, "<span class=\"kw\">{word}</span>");
             } else if c.is_ascii_digit() {
-                let _ = write!(out, "<span class=\"num\">{}</span>", html(word));
+                let _ = write!(out, "<span class=\"lit\">{}</span>", html(word));
             } else {
                 out.push_str(&html(word));
             }
