@@ -18,6 +18,7 @@ pub(crate) mod budget;
 mod calling;
 pub(crate) mod compact;
 pub(crate) mod context_files;
+mod control;
 pub(crate) mod finish_check;
 pub(crate) mod instructions;
 pub(crate) mod outcome;

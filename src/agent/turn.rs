@@ -45,6 +45,8 @@ impl Agent<'_> {
         }
         self.out.turns += 1;
         let turn = self.out.turns;
+        // A user's guidance, sent while the stage runs, goes in first.
+        super::control::take_guidance(tool_ctx, turn, &mut self.req.messages, log)?;
         let (mut msg, finish_reason) = match self.ask(model, turn, log, on_turn).await? {
             Continue(reply) => reply,
             Break(end) => return Ok(Break(end)),
@@ -445,7 +447,13 @@ impl Agent<'_> {
                 .bounded(async {
                     match Box::pin(hooks.before_tool(tool_ctx, turn, call, log)).await {
                         Ok(Some(refused)) => Ok(Ok(refused)),
-                        Ok(None) => Ok(tools::call(tool_ctx, name, &call.function.arguments).await),
+                        Ok(None) => {
+                            let args = call.function.arguments.as_str();
+                            super::control::call_logging_asks(
+                                tool_ctx, name, args, turn, &call.id, log,
+                            )
+                            .await
+                        }
                         Err(e) => Err(e),
                     }
                 })
@@ -454,6 +462,7 @@ impl Agent<'_> {
                 Ok(Ok(result)) => result,
                 Ok(Err(record)) => return Err(record),
                 Err(why) => {
+                    super::control::log_asks(tool_ctx, turn, &call.id, log)?;
                     log.append(&budget_exceeded(turn, Some(&call.id), &why))?;
                     self.req.messages.push(ChatMessage::tool(
                         call.id.clone(),

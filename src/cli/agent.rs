@@ -55,6 +55,9 @@ pub struct AgentArgs {
     /// Allow commands that the role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
+    /// How asks are answered without --yes.
+    #[command(flatten)]
+    pub asks: super::args::AskArgs,
     /// Print a JSON object (report, status, turns, tokens, transcript) instead of the report
     #[arg(long)]
     pub json: bool,
@@ -177,6 +180,7 @@ async fn agent(args: AgentArgs, events: &Events) -> Result<i32, CliError> {
     let mut roles = roles_for(&catalog, &pipeline)?;
     let mut session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
+        .asks(&args.asks)
         .max_parallel(1)
         .build(&args.limits)?;
     session.hooks = super::session::hooks_for(&args.repo, args.instructions.trust_hooks, &roles)?;

@@ -110,6 +110,33 @@ pub struct InstructionArgs {
     pub trust_hooks: bool,
 }
 
+/// How a call a role's `ask` rule names is answered without `--yes`
+/// (`run`, `resume`, `agent`; docs/cli.md "Answering asks and guiding a run").
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AskArgs {
+    /// Where an `ask` is answered without --yes: `auto` asks on a terminal (or takes `orch answer`, whichever comes first) and denies at once without one; `control` waits for `orch answer` / `orch ui` even without a terminal
+    #[arg(long, value_enum, value_name = "HOW", default_value_t)]
+    pub(crate) ask_via: crate::runlog::control::AskVia,
+    /// How long a call waits for its answer before it is denied, in seconds [default: until the stage's time budget runs out]
+    #[arg(long, value_name = "SECS", value_parser = parse_ask_timeout)]
+    pub ask_timeout: Option<f64>,
+}
+
+impl AskArgs {
+    /// `--ask-timeout` as a duration.
+    pub fn ask_timeout_duration(&self) -> Option<std::time::Duration> {
+        self.ask_timeout.map(std::time::Duration::from_secs_f64)
+    }
+}
+
+/// `--ask-timeout`: a positive number of seconds.
+fn parse_ask_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n < 1e9 => Ok(n),
+        _ => Err(format!("expected a positive number of seconds, got `{s}`")),
+    }
+}
+
 /// How many stages may run at once (`run`, `resume`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ParallelArgs {

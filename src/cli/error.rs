@@ -60,6 +60,17 @@ impl From<RunError> for CliError {
     }
 }
 
+impl From<crate::runlog::control::ControlError> for CliError {
+    fn from(e: crate::runlog::control::ControlError) -> Self {
+        use crate::runlog::control::ControlError;
+        match e {
+            ControlError::Record(r) => CliError::Record(r),
+            io @ ControlError::Io { .. } => CliError::Internal(format!("failed to {io}")),
+            refused => CliError::Invalid(format!("failed to {refused}")),
+        }
+    }
+}
+
 impl From<crate::distributed::DistError> for CliError {
     fn from(e: crate::distributed::DistError) -> Self {
         use crate::distributed::DistError;

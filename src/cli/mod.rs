@@ -11,6 +11,7 @@
 
 // Subcommands: one file each; none imports another.
 mod agent;
+mod answer;
 mod completions;
 mod config;
 mod demo;
@@ -19,6 +20,7 @@ mod eval_call;
 mod eval_import;
 mod export;
 mod gc;
+mod guide;
 mod inspect;
 mod memory;
 mod publish;
@@ -123,6 +125,10 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
     /// Run one stage of a distributed run through its git remote: fetch, claim, run, push (`docs/distributed.md`).
     Stage(worker::StageArgs),
+    /// Allow or deny a tool call a live run waits on (a role's `ask` rule); without --allow/--deny, list the pending asks.
+    Answer(answer::AnswerArgs),
+    /// Send a note to a running or pending stage of a live run: its next model turn receives it as a user message.
+    Guide(guide::GuideArgs),
     /// Write a pipeline as a workflow of another engine: `github-actions` or `argo`, one job per stage running `orch stage`.
     Export(export::ExportArgs),
     /// Serve a local web page of the repository's runs: live DAG, stage diffs and logs, the CLI's actions on buttons (docs/ui.md).
@@ -184,6 +190,8 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Replay(a) => replay::cmd_replay(a).await,
         Command::Stage(a) => worker::cmd_stage(a).await,
         Command::Export(a) => export::cmd_export(a),
+        Command::Answer(a) => answer::cmd_answer(a),
+        Command::Guide(a) => guide::cmd_guide(a),
         Command::Setup(a) => setup::cmd_setup(a).await,
         Command::Ui(a) => ui::cmd_ui(a).await,
     }

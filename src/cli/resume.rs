@@ -35,6 +35,9 @@ pub struct ResumeArgs {
     /// Allow commands that a role's `ask` rules would ask about
     #[arg(long)]
     pub yes: bool,
+    /// How asks are answered without --yes.
+    #[command(flatten)]
+    pub asks: super::args::AskArgs,
     /// Neither inject lessons nor distill new ones in this run (overrides `memory =` in orch.toml)
     #[arg(long, conflicts_with = "memory")]
     pub no_memory: bool,
@@ -79,6 +82,7 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
     crate::runlog::refuse_if_live(&dir.root, &run_id)?;
     let mut session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
         .assume_yes(args.yes)
+        .asks(&args.asks)
         .max_parallel(args.parallel.max_parallel)
         .lane_pool(!args.parallel.no_lane_pool)
         .memory(super::session::memory_mode(

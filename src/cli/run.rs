@@ -45,6 +45,9 @@ pub struct RunArgs {
     /// Allow commands that a role's `ask` rules would ask about (non-interactive runs deny them otherwise)
     #[arg(long)]
     pub yes: bool,
+    /// How asks are answered without --yes.
+    #[command(flatten)]
+    pub asks: super::args::AskArgs,
     /// Parallelism.
     #[command(flatten)]
     pub parallel: ParallelArgs,
@@ -115,6 +118,7 @@ async fn run(args: RunArgs, events: &Events) -> Result<i32, CliError> {
     let (issue, issue_json) = read_issue(&args.issue, &args.repo).await?;
     let mut session = SessionBuilder::new(&args.model, Some(&args.repo))?
         .assume_yes(args.yes)
+        .asks(&args.asks)
         .max_parallel(args.parallel.max_parallel)
         .lane_pool(!args.parallel.no_lane_pool)
         .memory(super::session::memory_mode(

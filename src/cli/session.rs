@@ -38,6 +38,7 @@ pub(super) struct SessionBuilder {
     recorded: Option<crate::runlog::RunSettings>,
     assume_yes: bool,
     interactive: bool,
+    asks: (crate::runlog::control::AskVia, Option<std::time::Duration>),
     max_parallel: usize,
     lane_pool: Option<usize>,
     memory: crate::memory::MemoryMode,
@@ -114,6 +115,7 @@ impl SessionBuilder {
             recorded: None,
             assume_yes: false,
             interactive: crate::policy::detect_interactive(),
+            asks: Default::default(),
             max_parallel: DEFAULT_MAX_PARALLEL,
             lane_pool: None,
             memory: crate::memory::MemoryMode::Off,
@@ -136,6 +138,13 @@ impl SessionBuilder {
     /// Whether someone can be asked (default: stdin and stderr are terminals).
     pub(super) fn interactive(mut self, interactive: bool) -> SessionBuilder {
         self.interactive = interactive;
+        self
+    }
+
+    /// How a call an `ask` rule names is answered without `--yes`
+    /// (`--ask-via`, `--ask-timeout`).
+    pub(super) fn asks(mut self, asks: &super::args::AskArgs) -> SessionBuilder {
+        self.asks = (asks.ask_via, asks.ask_timeout_duration());
         self
     }
 
@@ -189,6 +198,8 @@ impl SessionBuilder {
             secrets,
             assume_yes: self.assume_yes,
             interactive: self.interactive,
+            ask_via: self.asks.0,
+            ask_timeout: self.asks.1,
             max_parallel: self.max_parallel,
             lane_pool: self.lane_pool,
             memory: self.memory,

@@ -95,6 +95,12 @@ pub(crate) enum ActionEvent {
     Nudge(Nudge),
     /// A hook ran (`src/hooks`).
     HookRun(HookRun),
+    /// A tool call waits for a user's approval (`control/asks/`).
+    Ask(Ask),
+    /// The answer to an ask: who, allow or deny.
+    AskAnswer(AskAnswer),
+    /// A user's guidance note went into the next request.
+    Guidance(Guidance),
     /// The same after the nudge: no result.
     NoResult(NoResult),
     /// The model repeated itself and was stopped.
@@ -656,6 +662,57 @@ pub(crate) struct HookRun {
     pub decision: String,
     /// The reason it gave (capped), or why it failed.
     pub reason: Option<String>,
+}
+
+/// `ask`: a call an `ask` rule names waits for an answer
+/// (`control/asks/<id>.json`, [`crate::runlog::control`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Ask {
+    pub turn: u32,
+    pub call_id: String,
+    /// The ask's id within the run (what `orch answer` takes).
+    pub id: String,
+    /// `bash`, or the MCP tool's name.
+    pub tool: String,
+    /// The command line or MCP arguments (capped).
+    pub command: String,
+    /// The rule that asks.
+    pub why: String,
+    /// `control` or `terminal+control`.
+    pub via: String,
+    /// When the run stops waiting (`--ask-timeout`), if it does.
+    pub expires: Option<String>,
+}
+
+/// `ask_answer`: the answer that stands.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct AskAnswer {
+    pub turn: u32,
+    pub call_id: String,
+    pub id: String,
+    pub allow: bool,
+    /// `cli`, `ui`, `terminal`, a `--by` name, or `orch` (gave up waiting).
+    pub by: String,
+    /// Why orch answered itself.
+    pub reason: Option<String>,
+    pub waited_ms: u64,
+}
+
+/// `guidance`: a user's note, sent as a user message before a turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Guidance {
+    /// The model turn whose request first holds it.
+    pub turn: u32,
+    /// The note's id within the stage (`control/guidance/<stage>/<id>.json`).
+    pub id: String,
+    pub by: String,
+    /// The note (capped).
+    pub text: String,
+    /// Its whole length.
+    pub bytes: usize,
 }
 
 /// `nudge`.

@@ -10,6 +10,7 @@
 //! stages/<stage>/actions.jsonl  append-only action log, one JSON event per line
 //! stages/<stage>/transcript.json  the full conversation of the stage's agent
 //! stages/<stage>/diff.patch   the stage's unified diff against its parent commit
+//! control/                    asks waiting for an answer, guidance notes ([`control`])
 //! ```
 //!
 //! Invariants: `state.json` is never half-written (readers see the old or the
@@ -26,6 +27,7 @@
 //! the first stage ends can lose the run's plan, never a stage's result.
 
 mod actions;
+pub(crate) mod control;
 mod dir;
 mod error;
 pub(crate) mod event;

@@ -43,6 +43,12 @@ pub(crate) struct Session {
     pub assume_yes: bool,
     /// Whether `ask` rules may prompt on a terminal.
     pub interactive: bool,
+    /// Whether a run without a terminal waits for a control answer
+    /// (`--ask-via control`) or denies at once.
+    pub ask_via: crate::runlog::control::AskVia,
+    /// How long a call waits for approval (`--ask-timeout`); `None`: until
+    /// the stage's time budget runs out.
+    pub ask_timeout: Option<std::time::Duration>,
     /// Stages that may run at once (at least 1).
     pub max_parallel: usize,
     /// The run's budget and compaction policy (its price comes from the model).

@@ -8,8 +8,7 @@
 //! and the stage ends as an internal error (exit 5), naming what changed —
 //! the model is not told, since nothing it does next can be trusted.
 
-use std::io::{BufRead, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::args::Args;
@@ -18,9 +17,6 @@ use super::outcome::{SUMMARY_CHARS, ToolError, ToolOutcome};
 use crate::exec;
 use crate::policy::Decision;
 use crate::text::one_line;
-
-/// One prompt at a time: concurrent stages must not interleave questions.
-static PROMPT: Mutex<()> = Mutex::new(());
 
 pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, ToolError> {
     let command = args.string("command", "a bash command line")?;
@@ -41,17 +37,7 @@ pub(crate) async fn run(ctx: &ToolContext, args: &Args) -> Result<ToolOutcome, T
     let policy = match evaluation.decision {
         Decision::Allow => Ok(evaluation.allow_label()),
         Decision::Deny(reason) => Err(reason),
-        Decision::Ask(why) if ctx.policy.assume_yes => Ok(format!("allow (--yes): {why}")),
-        Decision::Ask(why) if ctx.policy.interactive => {
-            if ask_user(&command).await {
-                Ok(format!("allow (approved by the user): {why}"))
-            } else {
-                Err(format!("{why}; the user declined"))
-            }
-        }
-        Decision::Ask(why) => Err(format!(
-            "{why}: needs approval and no terminal is attached; re-run with --yes to allow"
-        )),
+        Decision::Ask(why) => super::approval::ask(ctx, "bash", &command, &why).await,
     };
     let policy = match policy {
         Ok(p) => p,
@@ -156,31 +142,6 @@ pub(crate) async fn run_sandboxed(
         crate::ui::status_line(&format!("orch: note: {note}"));
     }
     Ok((result, sandbox))
-}
-
-/// Asks on the terminal: prompt on stderr, answer from /dev/tty.
-async fn ask_user(command: &str) -> bool {
-    let command = command.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let _turn = PROMPT.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok(tty) = std::fs::File::open("/dev/tty") else {
-            return false;
-        };
-        let mut stderr = std::io::stderr().lock();
-        if write!(stderr, "orch: allow `{command}`? [y/N] ")
-            .and_then(|_| stderr.flush())
-            .is_err()
-        {
-            return false;
-        }
-        let mut answer = String::new();
-        if std::io::BufReader::new(tty).read_line(&mut answer).is_err() {
-            return false;
-        }
-        matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
-    })
-    .await
-    .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -324,7 +285,7 @@ mod tests {
         assert!(out.is_error);
         assert!(
             out.content
-                .contains("needs approval and no terminal is attached; re-run with --yes to allow"),
+                .contains("needs approval and no terminal is attached; re-run with --yes to allow (or --ask-via control"),
             "{}",
             out.content
         );

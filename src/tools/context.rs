@@ -64,6 +64,10 @@ pub struct ToolContext {
     pub mcp: Option<Arc<crate::mcp::McpSession>>,
     /// The role's MCP rules (allow / ask / deny on `mcp__…` names).
     pub mcp_role: crate::mcp::RoleMcp,
+    /// Where a call an `ask` rule names asks (the run's control channel,
+    /// [`super::approval`]); `None`: the terminal if there is one, else
+    /// denied.
+    pub(crate) control: Option<Arc<super::approval::ControlChannel>>,
 }
 
 /// A one-time readiness gate (cloned freely, ready forever once ready).
@@ -93,6 +97,7 @@ impl ToolContext {
             skills: None,
             mcp: None,
             mcp_role: crate::mcp::RoleMcp::default(),
+            control: None,
         })
     }
 }

@@ -32,8 +32,7 @@ pub(super) async fn run(ctx: &ToolContext, name: &str, arguments: &str) -> ToolO
     };
     let policy = match ctx.mcp_role.decide(name) {
         McpDecision::Allow(label) => Ok(label),
-        McpDecision::Ask(why) if ctx.policy.assume_yes => Ok(format!("allow (--yes): {why}")),
-        McpDecision::Ask(why) => Err(format!("{why}: needs approval; re-run with --yes to allow")),
+        McpDecision::Ask(why) => super::approval::ask(ctx, name, arguments, &why).await,
         McpDecision::Deny(why) => Err(why),
     };
     let policy = match policy {

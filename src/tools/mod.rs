@@ -26,6 +26,7 @@
 //! in orch's environment, every call of that tool panics in its task, so the
 //! fatal path can be tested through the real binary.
 
+mod approval;
 mod args;
 mod bash;
 mod context;
@@ -46,6 +47,7 @@ mod spawn_agent;
 pub(crate) mod syntax;
 mod write_file;
 
+pub(crate) use approval::ControlChannel;
 pub(crate) use bash::run_sandboxed;
 pub use context::{Barrier, SpawnFuture, Spawner, ToolContext};
 pub(crate) use dispatch::with_required;

@@ -238,6 +238,34 @@ fn describe(event: &ActionEvent) -> String {
                 .map(|r| format!(": {}", one(r)))
                 .unwrap_or_default()
         ),
+        ActionEvent::Ask(e) => format!(
+            "{}ask {}: {} `{}` waits for approval ({}; via {})",
+            turn(e.turn),
+            one(&e.id),
+            one(&e.tool),
+            one(&e.command),
+            one(&e.why),
+            one(&e.via)
+        ),
+        ActionEvent::AskAnswer(e) => format!(
+            "{}ask {} {} by {} after {} ms{}",
+            turn(e.turn),
+            one(&e.id),
+            if e.allow { "allowed" } else { "denied" },
+            one(&e.by),
+            e.waited_ms,
+            e.reason
+                .as_deref()
+                .map(|r| format!(": {}", one(r)))
+                .unwrap_or_default()
+        ),
+        ActionEvent::Guidance(e) => format!(
+            "{}guidance {} from {}: {}",
+            turn(e.turn),
+            one(&e.id),
+            one(&e.by),
+            one(&e.text)
+        ),
         ActionEvent::NoResult(e) => format!("{}no result: {}", turn(e.turn), one(&e.reason)),
         ActionEvent::Stuck(e) => format!("{}stuck: {}", turn(e.turn), one(&e.reason)),
         ActionEvent::Verify(e) => verify(e),

@@ -20,8 +20,10 @@ const HAND_WRITTEN: &[&str] = &[
     r#"{"command":"./no-rm.sh","decision":"block","duration_ms":4,"elapsed_ms":9,"event":"hook_run","exit_code":2,"hook_event":"PreToolUse","matcher":"Bash","reason":"rm is not allowed","source":".claude/settings.json","timed_out":false,"tool":"bash","ts":"2026-12-05T18:54:05.754Z","turn":1}"#,
     r#"{"bytes":120,"elapsed_ms":9,"event":"mcp_servers","servers":["fx"],"tools":[{"description":"d","name":"mcp__fx__shout","parameters":{"type":"object"}}],"ts":"2026-12-05T18:54:05.754Z"}"#,
     r#"{"bytes":5,"call_id":"c1","duration_ms":3,"elapsed_ms":9,"event":"mcp_call","is_error":false,"server":"fx","tool":"shout","ts":"2026-12-05T18:54:05.754Z","turn":1}"#,
+    r#"{"call_id":"c1","command":"touch made","elapsed_ms":9,"event":"ask","expires":null,"id":"1","tool":"bash","ts":"2026-12-05T18:54:05.754Z","turn":1,"via":"control","why":"role ask rule `touch*`"}"#,
+    r#"{"allow":false,"by":"orch","call_id":"c1","elapsed_ms":9,"event":"ask_answer","id":"1","reason":"no answer within 5s (--ask-timeout)","ts":"2026-12-05T18:54:05.754Z","turn":1,"waited_ms":5003}"#,
+    r#"{"by":"alice","bytes":14,"elapsed_ms":9,"event":"guidance","id":"1","text":"add a test too","ts":"2026-12-05T18:54:05.754Z","turn":2}"#,
 ];
-
 /// Every line: (its `ts`, its `elapsed_ms`, the line).
 fn lines() -> Vec<(String, u64, &'static str)> {
     BEFORE_TYPED
@@ -59,9 +61,9 @@ fn lines_written_before_the_log_was_typed_read_as_events_and_write_back_byte_for
     }
     // Every event name orch wrote before the log was typed is among them,
     // and those added since with a hand-written line (`context_files`,
-    // `finish_from_text`); events first written by typed code
+    // `finish_from_text`, `ask`, `ask_answer`, `guidance`); events first written by typed code
     // (`escalated`, `tool_calling_switch`) are checked by their own tests.
-    assert_eq!(names.len(), 39, "{names:?}");
+    assert_eq!(names.len(), 42, "{names:?}");
 }
 
 #[test]

@@ -56,6 +56,14 @@ pub(super) fn tool_context(
     }))?;
     tool_ctx.sandbox = Some(Arc::new(sandbox));
     tool_ctx.ready = Some(lane.watch.barrier());
+    // Asks and guidance through the run's control channel (`orch answer`,
+    // `orch guide`, `orch ui`).
+    tool_ctx.control = Some(Arc::new(crate::tools::ControlChannel::new(
+        ctx.run_dir.root.clone(),
+        id,
+        ctx.session.ask_via,
+        ctx.session.ask_timeout,
+    )));
     Ok(tool_ctx)
 }
 
