@@ -9,7 +9,7 @@ use super::{UiError, control};
 use serde_json::{Value, json};
 
 /// Who the control channel records as the answer's author.
-const BY: &str = "orch ui";
+const BY: &str = "ui";
 
 /// Runs the action `action` (the path after `/run/<id>/`) on `view`'s run.
 pub(super) async fn post(

@@ -185,7 +185,8 @@ pub(crate) fn duration(ms: u64) -> String {
 }
 
 /// The live snapshot the run page's event stream sends: the run's status
-/// and per stage its status, turns, tokens and cost.
+/// per stage its status, turns, tokens and cost, and the ids of the asks
+/// it waits on.
 pub(crate) fn snapshot(v: &RunView) -> Value {
     let stages: Vec<Value> = v
         .state
@@ -198,9 +199,14 @@ pub(crate) fn snapshot(v: &RunView) -> Value {
             })
         })
         .collect();
+    let asks: Vec<String> = super::control::pending_asks(&v.dir.root)
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
     serde_json::json!({
         "status": v.state.status.as_str(),
         "cost": usd(run_cost(&v.state)),
         "stages": stages,
+        "asks": asks.join(","),
     })
 }

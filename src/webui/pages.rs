@@ -171,8 +171,15 @@ pub(super) fn run_page(ui: &Ui, view: &RunView, asks: &[Ask]) -> String {
     let s = &view.state;
     let run = html(s.run_id.as_str());
     let mut b = format!(
-        "<h1>Run <code>{run}</code></h1>\n<p class=\"meta\" id=\"run-meta\" data-run=\"{run}\" data-live=\"{live}\">{pipe} · {status} · <span id=\"run-cost\">{cost}</span> · {dur} · {tok} tokens · model {model}</p>\n",
+        "<h1>Run <code>{run}</code></h1>\n<p class=\"meta\" id=\"run-meta\" data-run=\"{run}\" data-live=\"{live}\" data-asks=\"{ask_ids}\">{pipe} · {status} · <span id=\"run-cost\">{cost}</span> · {dur} · {tok} tokens · model {model}</p>\n",
         live = view.is_live(),
+        ask_ids = html(
+            &asks
+                .iter()
+                .map(|a| a.id.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
         pipe = html(&s.pipeline),
         status = format!(
             "<span id=\"run-status\">{}</span>",

@@ -52,6 +52,8 @@
   es.onmessage = (m) => {
     let snap;
     try { snap = JSON.parse(m.data); } catch (_) { return; }
+    // A new ask (or one answered elsewhere): the page shows the asks anew.
+    if (snap.asks !== meta.dataset.asks) { es.close(); location.reload(); return; }
     const rs = document.querySelector("#run-status .badge");
     if (rs) { rs.textContent = safe(snap.status); rs.className = "badge st-" + safe(snap.status); }
     const rc = document.getElementById("run-cost");
