@@ -63,15 +63,20 @@ pub(super) fn runs_page(ui: &Ui, runs: &[RunView]) -> String {
     page(ui, "runs", &b)
 }
 
-/// Layers of the DAG: `(stage, layer)`, from the plan's needs (a stage the
-/// plan does not know goes after the others).
-fn layers(
-    view: &RunView,
-) -> (
-    Vec<Vec<String>>,
-    Vec<(String, String)>,
-    HashMap<String, u32>,
-) {
+/// The DAG laid out by layers.
+struct Layout {
+    /// Stage ids per column (a stage's layer is one more than its deepest
+    /// need's).
+    cols: Vec<Vec<String>>,
+    /// `(need, stage)` pairs.
+    edges: Vec<(String, String)>,
+    /// Each stage's rework round (1: not a rework round).
+    rounds: HashMap<String, u32>,
+}
+
+/// The layout from the plan's needs (a stage the plan does not know goes
+/// after the others).
+fn layers(view: &RunView) -> Layout {
     let plan = view.plan();
     let mut layer: HashMap<String, usize> = HashMap::new();
     let mut edges = Vec::new();
@@ -102,14 +107,22 @@ fn layers(
         cols[l].push(st.id.clone());
     }
     cols.retain(|c| !c.is_empty());
-    (cols, edges, rounds)
+    Layout {
+        cols,
+        edges,
+        rounds,
+    }
 }
 
 /// The DAG as inline SVG: a box per stage coloured by status (class
 /// `st-<status>`), links to its page, arrows for its needs; a rework round
 /// is dashed and says its round.
 fn dag_svg(view: &RunView) -> String {
-    let (cols, edges, rounds) = layers(view);
+    let Layout {
+        cols,
+        edges,
+        rounds,
+    } = layers(view);
     let rows = cols.iter().map(Vec::len).max().unwrap_or(1);
     let width = PAD * 2 + cols.len() * NODE_W + cols.len().saturating_sub(1) * COL_GAP;
     let height = PAD * 2 + rows * NODE_H + rows.saturating_sub(1) * ROW_GAP;
@@ -171,7 +184,7 @@ pub(super) fn run_page(ui: &Ui, view: &RunView, asks: &[Ask]) -> String {
     let s = &view.state;
     let run = html(s.run_id.as_str());
     let mut b = format!(
-        "<h1>Run <code>{run}</code></h1>\n<p class=\"meta\" id=\"run-meta\" data-run=\"{run}\" data-live=\"{live}\" data-asks=\"{ask_ids}\">{pipe} · {status} · <span id=\"run-cost\">{cost}</span> · {dur} · {tok} tokens · model {model}</p>\n",
+        "<h1>Run <code>{run}</code></h1>\n<p class=\"meta\" id=\"run-meta\" data-run=\"{run}\" data-live=\"{live}\" data-asks=\"{ask_ids}\">{pipe} · <span id=\"run-status\">{status}</span> · <span id=\"run-cost\">{cost}</span> · {dur} · {tok} tokens · model {model}</p>\n",
         live = view.is_live(),
         ask_ids = html(
             &asks
@@ -181,10 +194,7 @@ pub(super) fn run_page(ui: &Ui, view: &RunView, asks: &[Ask]) -> String {
                 .join(",")
         ),
         pipe = html(&s.pipeline),
-        status = format!(
-            "<span id=\"run-status\">{}</span>",
-            badge(s.status.as_str())
-        ),
+        status = badge(s.status.as_str()),
         cost = usd(run_cost(s)),
         dur = data::run_duration(s),
         tok = s.tokens().total(),
