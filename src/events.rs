@@ -406,6 +406,30 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
             "budget",
             json!({"kind": "report", "turn": e.turns, "reason": null, "budget": e.budget}),
         )],
+        // The control channel: a call waiting for a user, its answer, a
+        // user's note (what `orch ui` shows live).
+        ActionEvent::Ask(a) => vec![(
+            "ask",
+            json!({
+                "turn": a.turn, "call_id": a.call_id, "id": a.id, "tool": a.tool,
+                "command": crate::text::cap_bytes(&a.command, PREVIEW_BYTES),
+                "why": a.why, "expires": a.expires,
+            }),
+        )],
+        ActionEvent::AskAnswer(a) => vec![(
+            "ask_answer",
+            json!({
+                "turn": a.turn, "call_id": a.call_id, "id": a.id, "allow": a.allow,
+                "by": a.by, "reason": a.reason, "waited_ms": a.waited_ms,
+            }),
+        )],
+        ActionEvent::Guidance(g) => vec![(
+            "guidance",
+            json!({
+                "turn": g.turn, "id": g.id, "by": g.by, "bytes": g.bytes,
+                "preview": crate::text::cap_bytes(&g.text, PREVIEW_BYTES),
+            }),
+        )],
         // Not public: the action log and `orch log` show these.
         ActionEvent::StageStart(_)
         | ActionEvent::RoleNotes(_)
@@ -435,9 +459,6 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         | ActionEvent::FinishFromText(_)
         | ActionEvent::Nudge(_)
         | ActionEvent::HookRun(_)
-        | ActionEvent::Ask(_)
-        | ActionEvent::AskAnswer(_)
-        | ActionEvent::Guidance(_)
         | ActionEvent::NoResult(_)
         | ActionEvent::Stuck(_)
         | ActionEvent::Baseline(_)

@@ -39,7 +39,7 @@ pub(super) fn cmd_answer(args: AnswerArgs) -> Result<i32, CliError> {
     let root = crate::runlog::RunDir::open(&info.common_dir, run_id.as_str())?.root;
     let pending = control::pending_asks(&root);
     if !args.allow && !args.deny {
-        return list(&run_id.to_string(), &pending, args.json);
+        return list(run_id.as_str(), &pending, args.json);
     }
     let id = match (&args.ask, pending.as_slice()) {
         (Some(id), _) => id.clone(),

@@ -201,7 +201,7 @@ async fn through_control(
         if let Some(t) = channel.timeout
             && started.elapsed() >= t
         {
-            let reason = format!("no answer within {}s (--ask-timeout)", t.as_secs());
+            let reason = format!("no answer within {}s (--ask-timeout)", t.as_secs_f64());
             match control::settle_ask(run_dir, &ask.id, false, "orch", Some(reason.clone())) {
                 Ok(answer) => break answer,
                 Err(e) => break denied_by_orch(&ask.id, format!("{reason}; failed to {e}")),

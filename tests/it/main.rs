@@ -20,6 +20,7 @@ mod claude_agent_all;
 mod cli;
 mod config;
 mod context_files;
+mod control;
 mod conventions_a;
 mod conventions_b;
 mod dag;
