@@ -47,7 +47,7 @@ fn id(layer: usize, i: usize) -> String {
 }
 
 fn pipeline() -> String {
-    let mut p = String::from("name: wide\nstages:\n");
+    let mut p = String::from("name: p\nstages:\n");
     for l in 0..LAYERS {
         for i in 0..WIDTH {
             p.push_str(&format!("  {}:\n    role: coder\n", id(l, i)));

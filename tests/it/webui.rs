@@ -452,7 +452,7 @@ fn ui_in_a_browser_recolours_a_live_stage_without_a_reload() {
 }
 
 #[test]
-fn ui_in_a_browser_approves_an_ask_and_the_command_runs() {
+fn ui_in_a_browser_sends_guidance_and_approves_an_ask_and_the_command_runs() {
     let Some(b) = Browser::start() else { return };
     let repo = TestRepo::new();
     repo.write("calc.py", "def add(a, b):\n    return a - b\n");
@@ -503,11 +503,20 @@ fn ui_in_a_browser_approves_an_ask_and_the_command_runs() {
         ask.contains("touch approved.txt") && ask.contains("code"),
         "{ask}"
     );
+    // While the stage waits, a note for its next turn.
+    b.type_into(
+        &b.find("form.guide input[name=text]"),
+        "Keep the marker file empty.",
+    );
+    b.click(&b.find("form.guide button"));
+    b.wait_for("the guidance is confirmed", |b| {
+        b.text_of("#action-result")
+            .is_some_and(|t| t.contains("guidance sent to stage `code`"))
+    });
     b.click(&b.find("li.ask button.allow"));
     b.wait_for("the answer is confirmed", |b| {
-        b.find_all("#action-result")
-            .first()
-            .is_some_and(|r| b.text(r).contains("allowed"))
+        b.text_of("#action-result")
+            .is_some_and(|t| t.contains("allowed"))
     });
     let status = run.0.take().unwrap().wait().unwrap();
     assert_eq!(status.code(), Some(0));
@@ -531,4 +540,8 @@ fn ui_in_a_browser_approves_an_ask_and_the_command_runs() {
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(answer["allow"], json!(true));
     assert_eq!(answer["by"], json!("ui"));
+    // The next model turn received the note as a user message.
+    let second = &server.requests_for("code")[1];
+    let said = serde_json::to_string(second.messages()).unwrap();
+    assert!(said.contains("Keep the marker file empty."), "{said}");
 }

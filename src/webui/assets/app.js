@@ -8,7 +8,9 @@
     "starting", "interrupted"];
   const safe = (s) => (STATUSES.includes(s) ? s : "pending");
 
-  function post(path, body) {
+  // `reload`: the action changes what the page shows (rollback, resume,
+  // an answered ask); guidance does not.
+  function post(path, body, reload) {
     const meta = document.getElementById("run-meta");
     const out = document.getElementById("action-result");
     if (!meta) return;
@@ -23,7 +25,7 @@
         let msg = t;
         try { msg = JSON.parse(t).message || t; } catch (_) { /* plain text error */ }
         if (out) { out.textContent = msg; out.className = ok ? "result ok" : "result err"; }
-        if (ok) setTimeout(() => location.reload(), 800);
+        if (ok && reload) setTimeout(() => location.reload(), 800);
       })
       .catch((e) => { if (out) { out.textContent = String(e); out.className = "result err"; } });
   }
@@ -34,15 +36,18 @@
     ev.preventDefault();
     let body = {};
     try { body = JSON.parse(b.dataset.body || "{}"); } catch (_) { /* empty body */ }
-    post(b.dataset.post, body);
+    post(b.dataset.post, body, true);
   });
 
   document.addEventListener("submit", (ev) => {
     const f = ev.target;
     ev.preventDefault();
     const stage = f.elements.stage ? f.elements.stage.value : "";
-    if (f.dataset.kind === "rollback") post("rollback", { stage });
-    if (f.dataset.kind === "guide") post("stage/" + encodeURIComponent(stage) + "/guide", { text: f.elements.text.value });
+    if (f.dataset.kind === "rollback") post("rollback", { stage }, true);
+    if (f.dataset.kind === "guide") {
+      post("stage/" + encodeURIComponent(stage) + "/guide", { text: f.elements.text.value }, false);
+      f.elements.text.value = "";
+    }
   });
 
   const meta = document.getElementById("run-meta");

@@ -244,6 +244,27 @@ impl Browser {
         )
     }
 
+    /// The text of the first element `css` selects, read in one script
+    /// (no element reference that a reload could make stale); `None` when
+    /// there is none.
+    pub fn text_of(&self, css: &str) -> Option<String> {
+        let v = self.call(
+            "POST",
+            &self.s("/execute/sync"),
+            &json!({"script": "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", "args": [css]}),
+        );
+        v.as_str().map(str::to_owned)
+    }
+
+    /// Types `text` into element `el`.
+    pub fn type_into(&self, el: &str, text: &str) {
+        self.call(
+            "POST",
+            &self.s(&format!("/element/{el}/value")),
+            &json!({ "text": text }),
+        );
+    }
+
     pub fn source_head(&self) -> String {
         let v = self.call("GET", &self.s("/source"), &Value::Null);
         v.as_str().unwrap_or("").chars().take(2000).collect()
