@@ -324,28 +324,6 @@ fn ui_in_a_browser_shows_every_stage_a_diff_and_a_model_script_as_text() {
     b.screenshot(&shots.join("stage.png"));
 }
 
-/// Sends one chat request as agent `gate`: its `await_peers` reply meets
-/// a held request of the run, so both go on.
-fn open_gate(base_url: &str) {
-    let addr = base_url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap();
-    let body = r#"{"model":"m","messages":[{"role":"user","content":"go"}]}"#;
-    let (s, _, text) = http(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("X-Orch-Agent", "gate"),
-            ("Content-Type", "application/json"),
-        ],
-        body,
-    );
-    assert_eq!(s, 200, "{text}");
-}
-
 fn wait_for_requests(server: &FakeServer, agent: &str, n: usize) {
     let started = Instant::now();
     while server.requests_for(agent).len() < n {
@@ -378,26 +356,34 @@ fn ui_in_a_browser_recolours_a_live_stage_without_a_reload() {
     let tmp = tempfile::tempdir().unwrap();
     let pipeline = write_pipeline(tmp.path(), "p", TWO_STAGES);
     let issue = write_issue(tmp.path(), "# add subtracts\n");
-    // Each stage's last request is held until the test opens a gate.
+    // Each stage waits in a `bash` call until the test creates its gate
+    // file (the fake server's own hold is one rendezvous per server, and
+    // this test needs two: the run must still be live after `code` ends).
+    let gates = tempfile::tempdir_in(&repo.path).unwrap();
+    let wait = |gate: &str| {
+        let path = gates.path().join(gate);
+        Reply::tool_call(
+            gate,
+            "bash",
+            json!({
+                "command": format!("for i in $(seq 1 2400); do [ -e '{}' ] && exit 0; sleep 0.05; done; exit 1", path.display()),
+                "timeout_secs": 150,
+            }),
+        )
+    };
     let server = FakeServer::start(
         Script::new()
             .agent(
                 "code",
                 vec![
                     fix_add("e"),
-                    Reply::finish("f", "add() adds.", None).await_peers(2, AWAIT_LIMIT * 3),
+                    wait("go1"),
+                    Reply::finish("f", "add() adds.", None),
                 ],
             )
             .agent(
                 "review",
-                vec![Reply::finish("r", "ok", Some("approve")).await_peers(2, AWAIT_LIMIT * 3)],
-            )
-            .agent(
-                "gate",
-                vec![
-                    Reply::text("go").await_peers(2, AWAIT_LIMIT * 3),
-                    Reply::text("go").await_peers(2, AWAIT_LIMIT * 3),
-                ],
+                vec![wait("go2"), Reply::finish("r", "ok", Some("approve"))],
             ),
     );
     let mut run = Background(Some(
@@ -410,6 +396,7 @@ fn ui_in_a_browser_recolours_a_live_stage_without_a_reload() {
             .spawn()
             .unwrap(),
     ));
+    // The second request answered with the waiting `bash` call.
     wait_for_requests(&server, "code", 2);
     let run_id = only_run_id(&repo.path);
     let ui = UiServer::start(&repo.path);
@@ -423,8 +410,7 @@ fn ui_in_a_browser_recolours_a_live_stage_without_a_reload() {
     // A mark in the page's memory: a reload would lose it.
     b.execute("window.orchMark = 7;");
 
-    open_gate(&server.base_url);
-    wait_for_requests(&server, "review", 1);
+    std::fs::write(gates.path().join("go1"), "").unwrap();
     b.wait_for("the code stage turns succeeded on the open page", |b| {
         b.attr(&b.find("#node-code"), "data-status") == "succeeded"
     });
@@ -440,7 +426,7 @@ fn ui_in_a_browser_recolours_a_live_stage_without_a_reload() {
         "updated live, not reloaded"
     );
 
-    open_gate(&server.base_url);
+    std::fs::write(gates.path().join("go2"), "").unwrap();
     let status = run.0.take().unwrap().wait().unwrap();
     assert_eq!(status.code(), Some(0));
     // The page learns the run ended and shows it.
