@@ -41,3 +41,4 @@ pub(crate) mod text;
 pub(crate) mod toolname;
 pub mod tools;
 pub mod ui;
+pub(crate) mod webui;

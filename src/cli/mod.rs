@@ -30,6 +30,7 @@ mod replay;
 mod resume;
 mod run;
 mod setup;
+mod ui;
 mod validate;
 mod worker;
 
@@ -136,6 +137,8 @@ pub enum Command {
     Guide(guide::GuideArgs),
     /// Write a pipeline as a workflow of another engine: `github-actions` or `argo`, one job per stage running `orch stage`.
     Export(export::ExportArgs),
+    /// Serve a local web page of the repository's runs: live DAG, stage diffs and logs, the CLI's actions on buttons (docs/ui.md).
+    Ui(ui::UiArgs),
 }
 
 impl Command {
@@ -198,5 +201,6 @@ async fn run_command(command: Command) -> Result<i32, CliError> {
         Command::Answer(a) => answer::cmd_answer(a),
         Command::Guide(a) => guide::cmd_guide(a),
         Command::Setup(a) => setup::cmd_setup(a).await,
+        Command::Ui(a) => ui::cmd_ui(a).await,
     }
 }

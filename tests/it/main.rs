@@ -88,4 +88,5 @@ mod text_edits;
 mod tool_faults;
 mod verify;
 mod watch;
+mod webui;
 mod whole_file_ask;
