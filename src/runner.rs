@@ -25,6 +25,7 @@ pub(crate) mod models;
 mod pr;
 mod resume;
 mod schedule;
+mod select;
 mod session;
 mod stage;
 mod start;

@@ -67,10 +67,14 @@ pub(crate) async fn resume_run(
     let lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
     let (run_dir, mut state, plan) = load_run(&common, id)?;
     let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
+    // A replica is one attempt of its best-of-N stage: a failed one is a
+    // finished attempt, kept (its selection is the stage's outcome) unless
+    // `--retry` asks to run failed work again.
+    let is_replica = |id: &str| plan.pipeline.stage(id).is_some_and(|s| s.replica.is_some());
     let failed: Vec<&str> = state
         .stages
         .iter()
-        .filter(|s| s.status == StageStatus::Failed)
+        .filter(|s| s.status == StageStatus::Failed && !is_replica(&s.id))
         .map(|s| s.id.as_str())
         .collect();
     if !failed.is_empty() && !opts.retry_failed && opts.only.is_none() {
@@ -92,6 +96,11 @@ pub(crate) async fn resume_run(
         .iter()
         .map(|rec| match (rec.status, &rec.branch, &rec.commit) {
             (StageStatus::Succeeded, Some(b), Some(c)) if !skip(&rec.id) => {
+                Some((b.clone(), c.clone()))
+            }
+            (StageStatus::Failed | StageStatus::NoChange, Some(b), Some(c))
+                if is_replica(&rec.id) && !opts.retry_failed && !skip(&rec.id) =>
+            {
                 Some((b.clone(), c.clone()))
             }
             _ => None,

@@ -64,6 +64,9 @@ pub struct ToolContext {
     pub mcp: Option<Arc<crate::mcp::McpSession>>,
     /// The role's MCP rules (allow / ask / deny on `mcp__…` names).
     pub mcp_role: crate::mcp::RoleMcp,
+    /// A best-of-N reviewer: `finish` takes (and requires) `choice`, one
+    /// of `1..=choices` (`None`: every other agent).
+    pub choices: Option<u32>,
 }
 
 /// A one-time readiness gate (cloned freely, ready forever once ready).
@@ -93,6 +96,7 @@ impl ToolContext {
             skills: None,
             mcp: None,
             mcp_role: crate::mcp::RoleMcp::default(),
+            choices: None,
         })
     }
 }
