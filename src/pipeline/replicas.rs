@@ -316,3 +316,67 @@ fn split_budget(b: &crate::budget::Budget, n: u32) -> crate::budget::Budget {
         cost_usd: b.cost_usd.map(|c| c / f64::from(n)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::pipeline::{BudgetSplit, SelectStrategy, parse_pipeline};
+
+    fn roles() -> Vec<String> {
+        vec!["coder".to_owned(), "reviewer".to_owned()]
+    }
+
+    #[test]
+    fn replicas_are_planned_before_the_selecting_stage_with_their_own_sampling() {
+        let p = parse_pipeline(
+            "stages:\n  code:\n    role: coder\n    replicas: 3\n    models: [a, b, c]\n    seeds: [7]\n    temperature: [0.1, 0.5, 0.9]\n    budget: {tokens: 900, replicas: shared}\n    verify: make test\n  review:\n    role: reviewer\n    needs: [code]\n",
+            "p.yaml",
+            &roles(),
+        )
+        .unwrap();
+        let ids: Vec<&str> = p.stages.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["code#1", "code#2", "code#3", "code", "review"]);
+        let r2 = &p.stages[1];
+        assert_eq!(r2.model.as_deref(), Some("b"));
+        assert_eq!(r2.sampling.seed, Some(7));
+        assert_eq!(r2.sampling.temperature, Some(0.5));
+        assert_eq!(r2.budget.tokens, Some(300));
+        assert_eq!(r2.base_id.as_str(), "code#2");
+        let replica = r2.replica.as_ref().unwrap();
+        assert_eq!((replica.k, replica.n, replica.of.as_str()), (2, 3, "code"));
+        assert_eq!(replica.check, ["make test"]);
+        let sel = p.stages[3].select.as_ref().unwrap();
+        assert_eq!(sel.strategy, SelectStrategy::Tests);
+        assert_eq!(sel.budget, BudgetSplit::Shared);
+        assert_eq!(p.stages[3].needs.len(), 3);
+        assert!(p.stages[3].verify.is_empty());
+        assert_eq!(p.stages[4].needs[0].as_str(), "code");
+        // The plan is serialized in the run record and read back on resume.
+        let again: crate::pipeline::Pipeline =
+            serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(again, p);
+    }
+
+    #[test]
+    fn reviewer_selection_runs_as_the_reviewer_and_replicas_check_nothing() {
+        let p = parse_pipeline(
+            "stages:\n  code:\n    role: coder\n    replicas: 2\n    select: {strategy: reviewer}\n",
+            "p.yaml",
+            &roles(),
+        )
+        .unwrap();
+        assert_eq!(p.stages[2].role, "reviewer");
+        assert!(p.stages[0].replica.as_ref().unwrap().check.is_empty());
+    }
+
+    #[test]
+    fn replicas_in_a_rework_loop_are_refused_at_the_key() {
+        let err = parse_pipeline(
+            "stages:\n  code:\n    role: coder\n    replicas: 2\n    verify: t\n  review:\n    role: reviewer\n    needs: [code]\n    rework: {stage: code, max_rounds: 1}\n",
+            "p.yaml",
+            &roles(),
+        )
+        .unwrap_err();
+        assert_eq!((err.line, err.file.as_str()), (4, "p.yaml"));
+        assert!(err.message.contains("rework loop"), "{err}");
+    }
+}

@@ -394,7 +394,6 @@ impl SelectTask<'_> {
             Ok(commit)
         })
         .await?;
-        crate::killpoint::reached("selection-committed");
         super::flow::write_stage_patch(ctx, &id, self.start, &commit).await?;
         let candidates: Vec<String> = cands.iter().map(|c| describe(c, state)).collect();
         ActionLog::open(

@@ -14,6 +14,7 @@ mod support;
 
 mod agent_files;
 mod anthropic;
+mod best_of_n;
 mod bootstrap;
 mod budget;
 mod claude_agent_all;
