@@ -280,7 +280,9 @@ fn when_no_replica_passes_the_stage_fails_with_the_best_attempt_committed() {
         message.contains("[failed]") && message.contains("Orch-Selected: 1 of 3"),
         "{message}"
     );
-    assert_eq!(stage(&state, "after")["status"], "blocked");
+    // The run stops (on_failure: stop): the next stage never starts.
+    assert_eq!(stage(&state, "after")["status"], "pending");
+    assert_eq!(state["status"], "failed");
     assert!(server.requests_for("after").is_empty());
 }
 
