@@ -113,11 +113,11 @@ pub(super) async fn drive(
         // outcome is the stage's.
         let any_failed = state.stages.iter().any(|s| {
             matches!(s.status, StageStatus::Failed | StageStatus::Blocked)
-                && !ctx
+                && ctx
                     .plan
                     .pipeline
                     .stage(&s.id)
-                    .is_some_and(|p| p.replica.is_some())
+                    .is_none_or(|p| p.replica.is_none())
         });
         state.status = if drove.interrupted {
             RunStatus::Interrupted
