@@ -237,6 +237,14 @@ pub(crate) async fn rollback_run(
             known.join(", ")
         )));
     };
+    // A replica is one attempt of its best-of-N stage, not a point of the
+    // run to go back to: the stage itself, or one before it, is.
+    if let Some(r) = plan.pipeline.stage(stage).and_then(|s| s.replica.as_ref()) {
+        return Err(RunError::Refused(format!(
+            "roll back run `{run_id}` to `{stage}`: it is replica {} of {} of stage `{}`; roll back to `{}` (keeps its selection) or to a stage before it (re-runs the replicas and the selection)",
+            r.k, r.n, r.of, r.of
+        )));
+    }
     let (StageStatus::Succeeded, Some(commit)) = (target.status, target.commit.clone()) else {
         return Err(RunError::Refused(format!(
             "roll back run `{run_id}` to `{stage}`: that stage has not succeeded (it is {})",

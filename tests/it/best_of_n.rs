@@ -429,3 +429,92 @@ fn bad_replica_keys_name_the_file_and_the_key() {
         );
     }
 }
+
+#[test]
+fn rollback_before_the_stage_reruns_the_replicas_and_the_selection() {
+    let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
+    let tmp = tempfile::tempdir().unwrap();
+    let p = write_pipeline(
+        tmp.path(),
+        "p",
+        &format!(
+            "name: p\nstages:\n  first:\n    role: coder\n  code:\n    role: coder\n    needs: [first]\n    replicas: 3\n    select:\n{TESTS}\n  after:\n    role: coder\n    needs: [code]\n"
+        ),
+    );
+    let first = || {
+        vec![
+            Reply::tool_call(
+                "w",
+                "write_file",
+                json!({"path": "first.txt", "content": "1\n"}),
+            ),
+            Reply::finish("f", "first", None),
+        ]
+    };
+    let server = FakeServer::start(
+        script(false)
+            .agent("first", first())
+            .agent("after", after()),
+    );
+    let out = run(&repo, &p, &server);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = run_id(&out);
+    let old_code = stage(&state_json(&repo, &id), "code")["commit"].clone();
+    let rollback = |to: &str| {
+        orch()
+            .args([
+                "rollback",
+                &id,
+                "--to",
+                to,
+                "--repo",
+                repo.path.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap()
+    };
+    // A replica is not a point to roll back to.
+    let refused = rollback("code#2");
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("it is replica 2 of 3 of stage `code`"),
+        "{refused:?}"
+    );
+    let out = rollback("first");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let state = state_json(&repo, &id);
+    for s in ["code#1", "code#2", "code#3", "code", "after"] {
+        assert_eq!(stage(&state, s)["status"], "rolled_back", "{s}");
+    }
+    let second = FakeServer::start(script(false).agent("after", after()));
+    let out = resume(&repo, &id, &second, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(second.requests_for("first").is_empty(), "first is kept");
+    for k in 1..=3 {
+        assert_eq!(
+            second.requests_for(&format!("code#{k}")).len(),
+            2,
+            "replica {k} re-ran"
+        );
+    }
+    let state = state_json(&repo, &id);
+    let code = stage(&state, "code");
+    assert_ne!(code["commit"], old_code, "the selection ran again");
+    assert_eq!(code["selection"]["chosen"], 2);
+    // The earlier selection stays on its own branch.
+    assert_eq!(
+        repo.git(&["rev-parse", &format!("orch/{id}/code.v1")])
+            .trim(),
+        old_code.as_str().unwrap()
+    );
+}
