@@ -95,7 +95,17 @@ fn run_id(out: &Output) -> String {
 
 #[test]
 fn tests_picks_the_replica_that_passes_and_the_next_stage_builds_on_it() {
-    let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
+    // $1000 per 1M tokens: a replica's 220 tokens cost $0.22.
+    let repo = TestRepo::with_commit(
+        &[
+            ("README.md", "base\n"),
+            (
+                ".orch/orch.toml",
+                "[prices.\"m\"]\nprompt = 1000\ncompletion = 1000\n",
+            ),
+        ],
+        "base",
+    );
     let tmp = tempfile::tempdir().unwrap();
     let p = pipeline(tmp.path(), TESTS);
     let server = FakeServer::start(script(true).agent("after", after()));
@@ -163,6 +173,8 @@ fn tests_picks_the_replica_that_passes_and_the_next_stage_builds_on_it() {
         sum["prompt"].as_u64().unwrap() + sum["completion"].as_u64().unwrap(),
         3 * per
     );
+    let cost = code["selection"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - 0.66).abs() < 1e-9, "cost over the replicas: {cost}");
     // The action log, `orch show` and the PR body say so.
     let log =
         std::fs::read_to_string(record_dir(&repo, &id).join("stages/code/actions.jsonl")).unwrap();
@@ -174,7 +186,10 @@ fn tests_picks_the_replica_that_passes_and_the_next_stage_builds_on_it() {
     let show = String::from_utf8_lossy(&show.stdout);
     assert!(
         show.contains("selected replica #2 of 3 (tests, passed its checks)")
-            && show.contains(&format!("best of 3: {} tokens", 3 * per)),
+            && show.contains(&format!(
+                "best of 3: {} tokens over the replicas and the selection, cost $0.6600",
+                3 * per
+            )),
         "{show}"
     );
     let pr = std::fs::read_to_string(record_dir(&repo, &id).join("pr.md")).unwrap();
