@@ -172,7 +172,10 @@ pub(crate) async fn resume_run(
     // The run's budget counts what its finished stages already used.
     let mut ledger = crate::budget::RunLedger::new(session.limits.budget);
     for rec in &state.stages {
-        if rec.status == StageStatus::Succeeded {
+        // Failed replicas kept above are finished attempts too.
+        let kept_replica = is_replica(&rec.id)
+            && matches!(rec.status, StageStatus::Failed | StageStatus::NoChange);
+        if rec.status == StageStatus::Succeeded || kept_replica {
             ledger.charge(&crate::budget::BudgetUse {
                 tokens: rec.tokens.total(),
                 cost_usd: rec.budget.as_ref().and_then(|b| b.used.cost_usd),
