@@ -34,7 +34,11 @@ const TESTS: &str = "      strategy: tests\n      command: grep -qx right answer
 /// Replica k's replies: write its answer (held until all three replicas
 /// are in flight together when `peers`), then `finish`.
 fn replica(k: usize, peers: bool) -> Vec<Reply> {
-    let answer = ANSWERS[k - 1];
+    writing(ANSWERS[k - 1], peers)
+}
+
+/// Write `answer` to answer.txt, then `finish`.
+fn writing(answer: &str, peers: bool) -> Vec<Reply> {
     let write = Reply::tool_call(
         "w",
         "write_file",
@@ -532,4 +536,49 @@ fn rollback_before_the_stage_reruns_the_replicas_and_the_selection() {
             .trim(),
         old_code.as_str().unwrap()
     );
+}
+
+#[test]
+fn tests_plus_reviewer_lets_the_reviewer_choose_among_those_that_pass() {
+    let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
+    let tmp = tempfile::tempdir().unwrap();
+    let p = pipeline(
+        tmp.path(),
+        "      strategy: tests+reviewer\n      command: grep -q right answer.txt",
+    );
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code#1", writing("right, long way", false))
+            .agent("code#2", writing("wrong", false))
+            .agent("code#3", writing("right", false))
+            .agent(
+                "code",
+                vec![Reply::tool_call(
+                    "f",
+                    "finish",
+                    json!({"summary": "three is shorter", "choice": 3}),
+                )],
+            )
+            .agent("after", after()),
+    );
+    let out = run(&repo, &p, &server);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = run_id(&out);
+    let state = state_json(&repo, &id);
+    let code = stage(&state, "code");
+    assert_eq!(code["selection"]["chosen"], 3, "{code}");
+    assert_eq!(code["selection"]["passed"], true);
+    let task = server.requests_for("code")[0].body.to_string();
+    assert!(task.contains("Choose among: #1, #3."), "{task}");
+    assert!(
+        task.contains("#2 (`code#2`, succeeded): checks failed: `grep -q right answer.txt` exit 1"),
+        "{task}"
+    );
+    let branch = |s: &str| format!("orch/{id}/{s}");
+    assert_eq!(tree(&repo, &branch("code")), tree(&repo, &branch("code#3")));
 }
