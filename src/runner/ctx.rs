@@ -65,9 +65,10 @@ pub(super) struct StageOutcome {
     /// stage's first attempt), for the stage record.
     pub(super) earlier: Vec<crate::runlog::Attempt>,
     /// A replica's selection check (`runner::select`).
-    pub(super) check: Option<crate::runlog::BaselineReport>,
-    /// A best-of-N stage's choice.
-    pub(super) selection: Option<crate::runlog::Selection>,
+    pub(super) check: Option<Box<crate::runlog::BaselineReport>>,
+    /// A best-of-N stage's choice (boxed: rare, and every stage's outcome
+    /// travels through deep futures).
+    pub(super) selection: Option<Box<crate::runlog::Selection>>,
     /// A best-of-N reviewer's `finish` choice (1-based).
     pub(super) choice: Option<u32>,
 }

@@ -271,7 +271,7 @@ async fn drive_stages(
                 // its model and reason; the record's own fields are the last.
                 rec.attempts.extend(out.earlier);
                 rec.model = Some(out.model);
-                (rec.check, rec.selection) = (out.check, out.selection);
+                (rec.check, rec.selection) = (out.check.map(|c| *c), out.selection.map(|s| *s));
                 ui.stage_finished(rec);
                 drove.model_failed |= out.model_failed;
                 drove.internal_failed |= out.internal_failed;

@@ -455,7 +455,7 @@ impl SelectTask<'_> {
         out.branch = branch;
         out.summary = summary;
         out.failure = choice.failure;
-        out.selection = Some(selection);
+        out.selection = Some(Box::new(selection));
         // The chosen replica's verify result is the stage's.
         out.verify = winner_rec.and_then(|r| r.verify.clone());
         Ok(out)

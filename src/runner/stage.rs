@@ -65,9 +65,11 @@ pub(super) async fn run_stage(
     let (outcome, verify) = run.run_agent().await?;
     let settled = run.settle_changes().await?;
     let committed = run.commit(&outcome, verify.as_ref(), settled).await?;
-    let check = run.replica_check(&committed).await?;
+    // Boxed: the stage's future is deep already (a review's verify gate
+    // runs the agent again inside it); the checks add nothing to its size.
+    let check = Box::pin(run.replica_check(&committed)).await?;
     let mut out = run.record(outcome, verify, committed).await?;
-    out.check = check;
+    out.check = check.map(Box::new);
     Ok(out)
 }
 
