@@ -91,10 +91,28 @@ pub(crate) async fn resume_run(
     // A stage counts as done only if its branch still points at its commit
     // (the branches read in one blocking task, with one repository handle).
     let skip = |id: &str| opts.only.as_ref().is_some_and(|only| *only != id);
+    // `--retry` of a best-of-N stage whose selection failed (none passed)
+    // runs its replicas again too: the same attempts would fail the same way.
+    let retried_replicas: Vec<String> = if opts.retry_failed {
+        plan.pipeline
+            .stages
+            .iter()
+            .filter(|s| {
+                state
+                    .stage(s.id.as_str())
+                    .is_some_and(|r| r.status == StageStatus::Failed)
+            })
+            .filter_map(|s| s.select.as_ref())
+            .flat_map(|sel| sel.replicas.iter().map(|r| r.to_string()))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let wanted: Vec<Option<(String, git::CommitId)>> = state
         .stages
         .iter()
         .map(|rec| match (rec.status, &rec.branch, &rec.commit) {
+            _ if retried_replicas.contains(&rec.id) => None,
             (StageStatus::Succeeded, Some(b), Some(c)) if !skip(&rec.id) => {
                 Some((b.clone(), c.clone()))
             }

@@ -303,6 +303,29 @@ fn when_no_replica_passes_the_stage_fails_with_the_best_attempt_committed() {
     assert_eq!(stage(&state, "after")["status"], "pending");
     assert_eq!(state["status"], "failed");
     assert!(server.requests_for("after").is_empty());
+
+    // `resume --retry` runs the replicas again, not only the selection.
+    let second = FakeServer::start(
+        Script::new()
+            .agent("code#1", writing("still wrong", false))
+            .agent("code#2", writing("nothing", false))
+            .agent("code#3", writing("wrong again", false))
+            .agent("after", after()),
+    );
+    let out = resume(&repo, &id, &second, &["--retry"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = state_json(&repo, &id);
+    assert_eq!(stage(&state, "code")["selection"]["chosen"], 2);
+    assert_eq!(tree(&repo, &branch("code")), tree(&repo, &branch("code#2")));
+    // The failed attempts stay.
+    for s in ["code", "code#1", "code#2", "code#3"] {
+        repo.git(&["rev-parse", &format!("{}.v1", branch(s))]);
+    }
 }
 
 #[test]
