@@ -432,6 +432,7 @@ fn derive(event: &ActionEvent) -> Vec<(&'static str, Value)> {
         )],
         // Not public: the action log and `orch log` show these.
         ActionEvent::StageStart(_)
+        | ActionEvent::Selected(_)
         | ActionEvent::RoleNotes(_)
         | ActionEvent::ProjectInstructions(_)
         | ActionEvent::ContextFiles(_)

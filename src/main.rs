@@ -72,6 +72,11 @@ fn main() {
         .with_target(false)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        // A stage's future nests deep (a review's verify gate runs the agent
+        // again inside it): debug builds' poll frames outgrew tokio's 2 MiB
+        // default there (finish_text's reviewer-with-verify tests). Only
+        // touched pages count, so this costs no memory where it is not used.
+        .thread_stack_size(8 << 20)
         .enable_all()
         .build()
     {

@@ -26,6 +26,7 @@ mod pr;
 mod react;
 mod resume;
 mod schedule;
+mod select;
 mod session;
 mod stage;
 mod start;

@@ -52,6 +52,8 @@ pub(crate) struct AgentConfig {
     pub max_turns: u32,
     /// A reviewer stage: `finish` must carry a verdict.
     pub require_verdict: bool,
+    /// A best-of-N reviewer: `finish` must carry a `choice` in `1..=n`.
+    pub require_choice: Option<u32>,
     /// A non-empty text answer is the role's result (`result: text` roles,
     /// `orch agent`); otherwise only `finish` ends the agent as a success.
     pub text_result: bool,
@@ -153,6 +155,8 @@ pub(crate) struct AgentOutcome {
     pub summary: String,
     /// A reviewer's verdict.
     pub verdict: Option<Verdict>,
+    /// A best-of-N reviewer's choice (1-based).
+    pub choice: Option<u32>,
     /// The verdict was read from the reviewer's text, not from `finish`.
     pub verdict_from_text: bool,
     /// The agent's last end was a prose reply taken as its `finish`
@@ -275,6 +279,7 @@ impl<'c> Agent<'c> {
                 end: AgentEnd::TurnLimit,
                 summary: String::new(),
                 verdict: None,
+                choice: None,
                 verdict_from_text: false,
                 finish_from_text: false,
                 approved_despite_failed_verify: false,

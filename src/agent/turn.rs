@@ -502,6 +502,20 @@ impl Agent<'_> {
             outcome.summary = "error: finish without verdict".to_owned();
             return false;
         }
+        if let Some(n) = self.cfg.require_choice {
+            match fin.choice {
+                Some(k) if (1..=u64::from(n)).contains(&k) => self.out.choice = Some(k as u32),
+                other => {
+                    outcome.is_error = true;
+                    outcome.content = format!(
+                        "error: finish: choose one of the {n} attempts: call `finish` again with `choice` (1 to {n}) and the reason as `summary`{}",
+                        other.map_or(String::new(), |k| format!(" (got {k})"))
+                    );
+                    outcome.summary = "error: finish without a valid choice".to_owned();
+                    return false;
+                }
+            }
+        }
         self.out.summary = fin.summary;
         self.out.verdict = fin.verdict;
         self.out.verdict_from_text = false;

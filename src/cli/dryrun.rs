@@ -126,6 +126,10 @@ fn stage_json(d: &DryRun<'_>, stage: &Stage) -> Value {
         "hooks": role.map(|r| d.session.hooks.for_role(&r.name).iter().map(crate::hooks::Hook::describe).collect::<Vec<_>>()).unwrap_or_default(),
         "first_wave": stage.needs.is_empty(),
         "mcp": role.map_or(Value::Null, |r| mcp(d, r)),
+        // Best of N: which replica this is, or how the stage selects.
+        "replica": stage.replica,
+        "select": stage.select,
+        "sampling": (!stage.sampling.is_empty()).then_some(stage.sampling),
     });
     let skills = role.map(|r| skills_of(d, r)).unwrap_or_default();
     if !skills.set.is_empty()
@@ -367,6 +371,40 @@ pub(super) fn print_plan(d: &DryRun<'_>, json_out: bool) -> Result<(), CliError>
                 Some(url) => writeln!(out, "model from: {source}, at {url}")?,
                 None => writeln!(out, "model from: {source}")?,
             }
+        }
+        if let Some(r) = st["replica"].as_object() {
+            writeln!(
+                out,
+                "replica {} of {} of `{}`{}",
+                r.get("k").unwrap_or(&Value::Null),
+                r.get("n").unwrap_or(&Value::Null),
+                r.get("of").map(text).unwrap_or_default(),
+                st["sampling"]
+                    .as_object()
+                    .map(|s| format!(", sampling {}", Value::Object(s.clone())))
+                    .unwrap_or_default(),
+            )?;
+        }
+        if let Some(sel) = st["select"].as_object() {
+            let list = |v: Option<&Value>| -> String {
+                v.and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(text)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            writeln!(
+                out,
+                "selects one of: {} (strategy {}; checks: {}; budget {})",
+                list(sel.get("replicas")),
+                sel.get("strategy").map(text).unwrap_or_default(),
+                match list(sel.get("commands")) {
+                    c if c.is_empty() => "none".to_owned(),
+                    c => c,
+                },
+                sel.get("budget").map(text).unwrap_or_default(),
+            )?;
         }
         if let Some(esc) = st["escalate_to"].as_object() {
             writeln!(

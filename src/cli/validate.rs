@@ -117,6 +117,8 @@ pub(super) fn cmd_graph(args: GraphArgs) -> Result<i32, CliError> {
                     "needs": s.needs,
                     "round": s.round,
                     "runs_if_changes_requested_by": s.run_if_changes_requested_by,
+                    "replica": s.replica,
+                    "select": s.select,
                 })
             })
             .collect();

@@ -79,3 +79,32 @@ impl Repo {
         Ok(CommitId::from_oid(oid))
     }
 }
+
+impl Repo {
+    /// A commit whose tree is `tree_of`'s and whose parents are `parents`
+    /// (in order), written without any worktree: a best-of-N stage's
+    /// commit, which takes the chosen replica's tree as it is.
+    pub fn commit_with_tree_of(
+        &self,
+        tree_of: &CommitId,
+        parents: &[CommitId],
+        message: &str,
+    ) -> Result<CommitId, GitError> {
+        let repo = self.git2()?;
+        let tree = find_commit(repo, tree_of)?
+            .tree()
+            .map_err(git_err(format!("read the tree of {tree_of}")))?;
+        let parents = parents
+            .iter()
+            .map(|p| find_commit(repo, p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        let sig = signature(repo)?;
+        let message = git2::message_prettify(message, None)
+            .map_err(git_err("clean up the commit message"))?;
+        let oid = repo
+            .commit(None, &sig, &sig, &message, &tree, &parents)
+            .map_err(git_err(format!("commit the tree of {tree_of}")))?;
+        Ok(CommitId::from_oid(oid))
+    }
+}

@@ -6,6 +6,7 @@
 //! breaking ties by file order (a round right after the review it answers).
 
 use super::error::SpecError;
+use super::replicas;
 use super::spec::{BudgetSpec, CommandsSpec, PipelineSpec, StageSpec};
 use super::types::{
     DEFAULT_VERIFY_ROUNDS, MAX_REWORK_ROUNDS, MAX_VERIFY_ROUNDS, Stage, is_valid_stage_id,
@@ -127,14 +128,22 @@ pub(super) fn plan(
     }
 
     let loops = check_rework(written, &index, &graph, &nodes, &err)?;
+    let mut replica_plans = HashMap::new();
+    for (i, (id, stage)) in written.iter().enumerate() {
+        let in_loop = loops.iter().any(|l| l.body.contains(&i));
+        if let Some(plan) = replicas::check(&id.value, stage, known_roles, in_loop, &err)? {
+            replica_plans.insert(id.value.clone(), plan);
+        }
+    }
     let default_verify = pipeline_verify(spec, &err)?;
     let stages = unroll(written, &loops, &default_verify);
-    topological_order(stages, written, &loops).ok_or_else(|| {
+    let ordered = topological_order(stages, written, &loops).ok_or_else(|| {
         err(
             &spec.stages.referenced,
             "internal: planned graph has a cycle".into(),
         )
-    })
+    })?;
+    Ok(replicas::expand(ordered, &replica_plans))
 }
 
 /// The pipeline's `verify:` and `verify_rounds:` (the default of every
@@ -447,6 +456,9 @@ fn unroll(
                 escalate_to: spec.escalate_to.as_ref().map(|m| m.value.trim().to_owned()),
                 required: spec.required.unwrap_or(true),
                 context_files: spec.context_files.is_none_or(|c| c.0),
+                replica: None,
+                select: None,
+                sampling: crate::llm::Sampling::default(),
             }
         })
         .collect();
@@ -504,6 +516,9 @@ fn unroll(
                     escalate_to: original.escalate_to.clone(),
                     required: original.required,
                     context_files: original.context_files,
+                    replica: None,
+                    select: None,
+                    sampling: original.sampling,
                 });
             }
             previous_review = round_id(lp.review, k);

@@ -6,13 +6,24 @@
 use super::types::Pipeline;
 use std::fmt::Write;
 
-/// `flowchart TD`, one node per stage labelled `id (role)`; an edge into a
+/// `flowchart TD`, one node per stage labelled `id (role)` (a best-of-N
+/// stage: `id (select 1 of N: strategy)`, fed by its replicas `id#k`); an edge into a
 /// rework round from the review whose verdict triggers it is dotted and
 /// labelled `request_changes`.
 pub(super) fn render(pipeline: &Pipeline) -> String {
     let mut out = String::from("flowchart TD\n");
     for (i, stage) in pipeline.stages.iter().enumerate() {
-        let label = format!("{} ({})", stage.id, stage.role).replace('"', "#quot;");
+        let label = match &stage.select {
+            // A best-of-N stage: it picks one of its replicas.
+            Some(sel) => format!(
+                "{} (select 1 of {}: {})",
+                stage.id,
+                sel.replicas.len(),
+                sel.strategy.as_str()
+            ),
+            None => format!("{} ({})", stage.id, stage.role),
+        }
+        .replace('"', "#quot;");
         // Writing to a String cannot fail.
         let _ = writeln!(out, "    s{i}[\"{label}\"]");
     }

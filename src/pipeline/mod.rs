@@ -13,15 +13,18 @@
 mod dag;
 mod error;
 mod mermaid;
+mod replicas;
 mod spec;
 #[cfg(test)]
 mod tests;
 mod types;
 
 pub use error::SpecError;
+pub use replicas::replica_id;
 pub use types::{
-    DEFAULT_REACT_ROUNDS, LaneSetup, MAX_REACT_ROUNDS, MAX_REWORK_ROUNDS, MAX_SETUP_TIMEOUT_SECS,
-    MAX_VERIFY_ROUNDS, OnFailure, Pipeline, Stage, is_valid_stage_id,
+    BudgetSplit, DEFAULT_REACT_ROUNDS, LaneSetup, MAX_REACT_ROUNDS, MAX_REWORK_ROUNDS,
+    MAX_SETUP_TIMEOUT_SECS, MAX_VERIFY_ROUNDS, OnFailure, Pipeline, REPLICAS_RANGE, Replica,
+    Select, SelectStrategy, Stage, is_valid_stage_id,
 };
 
 use spec::PipelineSpec;

@@ -130,6 +130,59 @@ pub(super) struct StageSpec {
     /// Show the files the task names in the first message (default on).
     #[serde(default)]
     pub context_files: Option<ContextFilesSpec>,
+    /// Best of N: run the stage this many times side by side (2–8).
+    #[serde(default)]
+    pub replicas: Option<Spanned<u32>>,
+    /// One model per replica (or one for all).
+    #[serde(default)]
+    pub models: Option<Spanned<Vec<String>>>,
+    /// One sampling seed per replica (or one for all).
+    #[serde(default)]
+    pub seeds: Option<Spanned<Vec<u64>>>,
+    /// The sampling temperature: one number, or one per replica.
+    #[serde(default)]
+    pub temperature: Option<Spanned<NumbersSpec>>,
+    /// How the winner among the replicas is chosen.
+    #[serde(default)]
+    pub select: Option<Spanned<SelectSpec>>,
+}
+
+/// `select: { strategy, command, role }` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SelectSpec {
+    /// `tests` (default), `reviewer` or `tests+reviewer`.
+    #[serde(default)]
+    pub strategy: Option<Spanned<String>>,
+    /// The check run on each replica instead of the stage's `verify`.
+    #[serde(default)]
+    pub command: Option<Spanned<CommandsSpec>>,
+    /// The reviewer's role (default `reviewer`).
+    #[serde(default)]
+    pub role: Option<Spanned<String>>,
+}
+
+/// A number or a list of numbers.
+#[derive(Debug)]
+pub(super) struct NumbersSpec(pub Vec<f64>);
+
+impl<'de> Deserialize<'de> for NumbersSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Inner {
+            One(f64),
+            Many(Vec<f64>),
+        }
+        Ok(
+            match Inner::deserialize(deserializer).map_err(|_| {
+                de::Error::custom("temperature must be a number or a list of numbers")
+            })? {
+                Inner::One(c) => NumbersSpec(vec![c]),
+                Inner::Many(cs) => NumbersSpec(cs),
+            },
+        )
+    }
 }
 
 /// `context_files: on | off` as written (a YAML boolean too); anything else
@@ -197,6 +250,9 @@ pub struct BudgetSpec {
     /// Cost of the stage in US dollars.
     #[serde(default)]
     pub cost_usd: Option<Spanned<f64>>,
+    /// For a stage with `replicas:`: `per_replica` (default) or `shared`.
+    #[serde(default)]
+    pub replicas: Option<Spanned<String>>,
 }
 
 impl From<&BudgetSpec> for crate::budget::Budget {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub const MAX_REWORK_ROUNDS: u32 = 5;
 
 /// One planned stage.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stage {
     /// The stage id (`code`, or `code.r2` for an unrolled rework round).
     pub id: StageId,
@@ -71,6 +71,114 @@ pub struct Stage {
     /// (`context_files:`, default on; the role can turn it off too).
     #[serde(default = "default_true")]
     pub context_files: bool,
+    /// For one replica of a best-of-N stage (`replicas:`): which one, of
+    /// how many, and the stage that selects among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<Replica>,
+    /// For the stage that selects among its replicas: how it chooses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select: Option<Select>,
+    /// Sampling keys of this stage (a replica's `temperature`, `seed`);
+    /// they win over the role's and the profile's.
+    #[serde(default, skip_serializing_if = "crate::llm::Sampling::is_empty")]
+    pub sampling: crate::llm::Sampling,
+}
+
+// The floats (a replica's temperature, the budget) are never NaN: the
+// pipeline parser rejects them, so equality is an equivalence relation here.
+impl Eq for Stage {}
+
+/// The fewest and most replicas a stage may ask for (`replicas: 1` is a
+/// plain stage).
+pub const REPLICAS_RANGE: std::ops::RangeInclusive<u32> = 2..=8;
+
+/// One replica of a best-of-N stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replica {
+    /// The stage as written, which selects among its replicas (`code` for `code#2`).
+    pub of: StageId,
+    /// 1-based.
+    pub k: u32,
+    /// How many replicas the stage has.
+    pub n: u32,
+    /// The commands the `tests` strategy runs on the replica's result
+    /// (`select.command`, else the stage's `verify`); empty for `reviewer`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub check: Vec<String>,
+}
+
+/// How a best-of-N stage picks its winner (`select:`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Select {
+    /// `tests`, `reviewer` or `tests+reviewer`.
+    pub strategy: SelectStrategy,
+    /// The replicas, in order (`code#1`, …).
+    pub replicas: Vec<StageId>,
+    /// The commands run on each replica (`select.command`, else `verify`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<String>,
+    /// The role that ran the replicas (the reviewer runs as `role`).
+    pub replica_role: String,
+    /// `per_replica` (each replica has the stage's `budget:`) or `shared`
+    /// (the budget is split evenly among the replicas).
+    #[serde(default)]
+    pub budget: BudgetSplit,
+}
+
+/// A best-of-N selection strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SelectStrategy {
+    /// The replica whose checks pass (ties: fewest failures, smallest diff, lowest cost).
+    #[serde(rename = "tests")]
+    Tests,
+    /// A reviewer agent reads every replica's diff and chooses.
+    #[serde(rename = "reviewer")]
+    Reviewer,
+    /// The reviewer chooses among the replicas whose checks pass.
+    #[serde(rename = "tests+reviewer")]
+    TestsReviewer,
+}
+
+impl SelectStrategy {
+    /// The name as written in a pipeline file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectStrategy::Tests => "tests",
+            SelectStrategy::Reviewer => "reviewer",
+            SelectStrategy::TestsReviewer => "tests+reviewer",
+        }
+    }
+
+    /// Parses the name as written.
+    pub fn parse(s: &str) -> Option<SelectStrategy> {
+        match s.trim() {
+            "tests" => Some(SelectStrategy::Tests),
+            "reviewer" => Some(SelectStrategy::Reviewer),
+            "tests+reviewer" => Some(SelectStrategy::TestsReviewer),
+            _ => None,
+        }
+    }
+
+    /// Whether the replicas' checks run.
+    pub fn runs_tests(self) -> bool {
+        self != SelectStrategy::Reviewer
+    }
+
+    /// Whether a reviewer agent chooses.
+    pub fn asks_reviewer(self) -> bool {
+        self != SelectStrategy::Tests
+    }
+}
+
+/// How a best-of-N stage's `budget:` applies to its replicas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetSplit {
+    /// Each replica gets the whole budget (N replicas may use N times it).
+    #[default]
+    PerReplica,
+    /// The budget is split evenly among the replicas.
+    Shared,
 }
 
 /// The default number of extra rounds an agent gets to make verify pass.

@@ -124,6 +124,8 @@ pub(crate) enum ActionEvent {
     /// A failed attempt is retried once with the stage's `escalate_to:`
     /// profile (written between its `stage_end` and the next `stage_start`).
     Escalated(Escalated),
+    /// A best-of-N stage chose one of its replicas (docs/best-of-n.md).
+    Selected(Selected),
 }
 
 /// `stage_start`.
@@ -888,6 +890,26 @@ pub(crate) struct Escalated {
     pub reason: String,
     /// The commit the next attempt starts from (the stage's start commit).
     pub restart_from: String,
+}
+
+/// `selected`: a best-of-N stage chose replica `chosen` of `of`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct Selected {
+    /// `tests`, `reviewer` or `tests+reviewer`.
+    pub strategy: String,
+    /// The chosen replica, 1-based (the best attempt when none passed).
+    pub chosen: u32,
+    /// How many replicas there were.
+    pub of: u32,
+    /// Whether the chosen replica passed its checks (`None`: no checks ran).
+    pub passed: Option<bool>,
+    /// Why it was chosen.
+    pub reason: String,
+    /// One line per replica: `#k status, checks, diff lines, tokens`.
+    pub candidates: Vec<String>,
+    /// The commit the stage records (the chosen replica's tree).
+    pub commit: String,
 }
 
 impl ActionEvent {

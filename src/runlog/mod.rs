@@ -47,7 +47,7 @@ pub(crate) use event::ActionEvent;
 pub(crate) use lock::{RunLock, lock_run, refuse_if_live, run_is_live};
 pub(crate) use recover::{as_shown, attempts_from_log, heal_dead_run_ref_locks, sweep_dead_starts};
 pub(crate) use state::{
-    Attempt, DIGEST_LINES, RUN_FORMAT, RunSettings, RunState, RunStatus, SetupRecord, StageRecord,
-    StageStatus, TokenCount,
+    Attempt, Candidate, DIGEST_LINES, RUN_FORMAT, RunSettings, RunState, RunStatus, Selection,
+    SetupRecord, StageRecord, StageStatus, TokenCount,
 };
 pub(crate) use verify::{BaselineReport, BaselineRun, VerifyReport, VerifyRun};

@@ -146,6 +146,62 @@ pub struct StageRecord {
     /// before the stage ran, and in records written before orch kept it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// A best-of-N stage's choice among its replicas (docs/best-of-n.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<Selection>,
+    /// A replica's selection check: the `tests` strategy's commands, run
+    /// on the replica's result in its lane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<super::verify::BaselineReport>,
+}
+
+/// What a best-of-N stage chose, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    /// `tests`, `reviewer` or `tests+reviewer`.
+    pub strategy: String,
+    /// The chosen replica, 1-based (the best attempt when none passed).
+    pub chosen: u32,
+    /// How many replicas there were.
+    pub of: u32,
+    /// Why it was chosen (the reviewer's reason, or the ranking's).
+    pub reason: String,
+    /// Whether the chosen replica passed its checks (`None`: no checks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed: Option<bool>,
+    /// Every replica as the selection saw it.
+    pub candidates: Vec<Candidate>,
+    /// Tokens of the replicas plus the selection (the stage's whole use).
+    pub tokens: TokenCount,
+    /// Cost of the replicas plus the selection, when every part is priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+/// One replica as a selection saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// 1-based.
+    pub k: u32,
+    /// Its stage id (`code#2`).
+    pub stage: String,
+    /// Its status (`succeeded`, `failed`, …).
+    pub status: String,
+    /// Its commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<CommitId>,
+    /// Whether its checks passed (`None`: none ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed: Option<bool>,
+    /// How many of its check commands failed.
+    pub failures: u32,
+    /// Lines inserted plus deleted.
+    pub diff_lines: usize,
+    /// Its tokens.
+    pub tokens: TokenCount,
+    /// Its cost, when priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// The run record's shape of [`Sampling`]: every field written, `null`
@@ -281,6 +337,8 @@ impl StageRecord {
             baseline: None,
             attempts: Vec::new(),
             model: None,
+            selection: None,
+            check: None,
         }
     }
 }

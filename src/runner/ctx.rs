@@ -64,6 +64,13 @@ pub(super) struct StageOutcome {
     /// Earlier attempts of the stage run by this process (an escalated
     /// stage's first attempt), for the stage record.
     pub(super) earlier: Vec<crate::runlog::Attempt>,
+    /// A replica's selection check (`runner::select`).
+    pub(super) check: Option<Box<crate::runlog::BaselineReport>>,
+    /// A best-of-N stage's choice (boxed: rare, and every stage's outcome
+    /// travels through deep futures).
+    pub(super) selection: Option<Box<crate::runlog::Selection>>,
+    /// A best-of-N reviewer's `finish` choice (1-based).
+    pub(super) choice: Option<u32>,
 }
 
 /// A run's lane bootstrap, read once when the run starts (or resumes).

@@ -67,10 +67,14 @@ pub(crate) async fn resume_run(
     let lock = crate::runlog::lock_run(&RunDir::open(&common, run_id)?.root, run_id)?;
     let (run_dir, mut state, plan) = load_run(&common, id)?;
     let boot = load_bootstrap(&info.workdir, &plan.pipeline).await?;
+    // A replica is one attempt of its best-of-N stage: a failed one is a
+    // finished attempt, kept (its selection is the stage's outcome) unless
+    // `--retry` asks to run failed work again.
+    let is_replica = |id: &str| plan.pipeline.stage(id).is_some_and(|s| s.replica.is_some());
     let failed: Vec<&str> = state
         .stages
         .iter()
-        .filter(|s| s.status == StageStatus::Failed)
+        .filter(|s| s.status == StageStatus::Failed && !is_replica(&s.id))
         .map(|s| s.id.as_str())
         .collect();
     if !failed.is_empty() && !opts.retry_failed && opts.only.is_none() {
@@ -87,11 +91,34 @@ pub(crate) async fn resume_run(
     // A stage counts as done only if its branch still points at its commit
     // (the branches read in one blocking task, with one repository handle).
     let skip = |id: &str| opts.only.as_ref().is_some_and(|only| *only != id);
+    // `--retry` of a best-of-N stage whose selection failed (none passed)
+    // runs its replicas again too: the same attempts would fail the same way.
+    let retried_replicas: Vec<String> = if opts.retry_failed {
+        plan.pipeline
+            .stages
+            .iter()
+            .filter(|s| {
+                state
+                    .stage(s.id.as_str())
+                    .is_some_and(|r| r.status == StageStatus::Failed)
+            })
+            .filter_map(|s| s.select.as_ref())
+            .flat_map(|sel| sel.replicas.iter().map(|r| r.to_string()))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let wanted: Vec<Option<(String, git::CommitId)>> = state
         .stages
         .iter()
         .map(|rec| match (rec.status, &rec.branch, &rec.commit) {
+            _ if retried_replicas.contains(&rec.id) => None,
             (StageStatus::Succeeded, Some(b), Some(c)) if !skip(&rec.id) => {
+                Some((b.clone(), c.clone()))
+            }
+            (StageStatus::Failed | StageStatus::NoChange, Some(b), Some(c))
+                if is_replica(&rec.id) && !opts.retry_failed && !skip(&rec.id) =>
+            {
                 Some((b.clone(), c.clone()))
             }
             _ => None,
@@ -163,7 +190,10 @@ pub(crate) async fn resume_run(
     // The run's budget counts what its finished stages already used.
     let mut ledger = crate::budget::RunLedger::new(session.limits.budget);
     for rec in &state.stages {
-        if rec.status == StageStatus::Succeeded {
+        // Failed replicas kept above are finished attempts too.
+        let kept_replica = is_replica(&rec.id)
+            && matches!(rec.status, StageStatus::Failed | StageStatus::NoChange);
+        if rec.status == StageStatus::Succeeded || kept_replica {
             ledger.charge(&crate::budget::BudgetUse {
                 tokens: rec.tokens.total(),
                 cost_usd: rec.budget.as_ref().and_then(|b| b.used.cost_usd),
@@ -228,6 +258,14 @@ pub(crate) async fn rollback_run(
             known.join(", ")
         )));
     };
+    // A replica is one attempt of its best-of-N stage, not a point of the
+    // run to go back to: the stage itself, or one before it, is.
+    if let Some(r) = plan.pipeline.stage(stage).and_then(|s| s.replica.as_ref()) {
+        return Err(RunError::Refused(format!(
+            "roll back run `{run_id}` to `{stage}`: it is replica {} of {} of stage `{}`; roll back to `{}` (keeps its selection) or to a stage before it (re-runs the replicas and the selection)",
+            r.k, r.n, r.of, r.of
+        )));
+    }
     let (StageStatus::Succeeded, Some(commit)) = (target.status, target.commit.clone()) else {
         return Err(RunError::Refused(format!(
             "roll back run `{run_id}` to `{stage}`: that stage has not succeeded (it is {})",

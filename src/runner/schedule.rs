@@ -109,10 +109,16 @@ pub(super) async fn drive(
     let mut pr = None;
     let result = async {
         drive_stages(&ctx, &mut state, &index, &lanes, ui, &mut drove).await?;
-        let any_failed = state
-            .stages
-            .iter()
-            .any(|s| matches!(s.status, StageStatus::Failed | StageStatus::Blocked));
+        // A failed replica is one attempt of its stage: the selection's
+        // outcome is the stage's.
+        let any_failed = state.stages.iter().any(|s| {
+            matches!(s.status, StageStatus::Failed | StageStatus::Blocked)
+                && ctx
+                    .plan
+                    .pipeline
+                    .stage(&s.id)
+                    .is_none_or(|p| p.replica.is_none())
+        });
         state.status = if drove.interrupted {
             RunStatus::Interrupted
         } else if ctx.only.is_some() {
@@ -265,13 +271,16 @@ async fn drive_stages(
                 // its model and reason; the record's own fields are the last.
                 rec.attempts.extend(out.earlier);
                 rec.model = Some(out.model);
+                (rec.check, rec.selection) = (out.check.map(|c| *c), out.selection.map(|s| *s));
                 ui.stage_finished(rec);
                 drove.model_failed |= out.model_failed;
                 drove.internal_failed |= out.internal_failed;
                 drove.last_summary = out.summary;
                 if out.failure.is_some() && !out.no_change {
                     let stage = ctx.plan.pipeline.stage(&done.id);
-                    if stage.is_none_or(|s| s.on_failure == OnFailure::Stop) {
+                    // A failed replica does not stop the run: its
+                    // selection decides (docs/best-of-n.md).
+                    if stage.is_none_or(|s| s.on_failure == OnFailure::Stop && s.replica.is_none()) {
                         drove.stopping = true;
                     }
                 }
@@ -342,7 +351,12 @@ async fn schedule(
                 continue;
             }
             progressed = true;
-            if let Some(bad) = stage.needs.iter().find(|n| {
+            // A selection runs over failed replicas too (each has a commit).
+            let selectable = stage
+                .select
+                .as_ref()
+                .is_some_and(|s| super::select::replicas_done(s, state));
+            if let Some(bad) = stage.needs.iter().filter(|_| !selectable).find(|n| {
                 matches!(
                     index.status(state, n.as_str()),
                     Some(StageStatus::Failed | StageStatus::Blocked)
@@ -362,7 +376,22 @@ async fn schedule(
                 set_not_run(state, index, id, StageStatus::Skipped, reason, ui);
                 continue;
             }
-            let start = match start_commit(ctx, stage, state).await? {
+            let start = match stage.select.as_ref() {
+                // A selection starts where its replicas did.
+                Some(sel) => match super::select::start_of(sel, state) {
+                    Some(sha) => Ok(sha),
+                    None => Err(format!(
+                        "its replicas have no start commit in the record ({})",
+                        sel.replicas
+                            .iter()
+                            .map(|r| r.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
+                },
+                None => start_commit(ctx, stage, state).await?,
+            };
+            let start = match start {
                 Ok(sha) => sha,
                 Err(conflict) => {
                     let rec = index.rec(state, id);
@@ -394,6 +423,24 @@ async fn schedule(
             ui.stage_started(id, &role.name);
             let (ctx2, stage2, ui_id) = (Arc::clone(ctx), stage.clone(), id.to_owned());
             let (progress, lanes) = (ui.progress_handle(), Arc::clone(lanes));
+            if let Some(sel) = stage.select.clone() {
+                // The selection reads the replicas' records as they are now.
+                let snapshot = state.clone();
+                running.spawn(async move {
+                    let task = super::select::SelectTask {
+                        ctx: &ctx2,
+                        stage: &stage2,
+                        sel: &sel,
+                        role: &role,
+                        lanes: &lanes,
+                        start: &start,
+                        progress: &progress,
+                    };
+                    let result = task.run(upstream, &snapshot).await;
+                    StageDone { id: ui_id, result }
+                });
+                continue;
+            }
             running.spawn(async move {
                 let _ = &ui_id;
                 let task = super::escalate::StageTask {

@@ -30,6 +30,7 @@ use crate::pipeline::{Pipeline, Stage};
 use crate::role::Role;
 use crate::runlog::VerifyReport;
 use crate::runlog::{ActionEvent, ActionLog, DIGEST_LINES, TokenCount, event};
+pub(super) use commit::keep_old_branch;
 use progress::ProgressModel;
 use state::{Committed, MAX_SUMMARY_BYTES, StageRun};
 use std::sync::Arc;
@@ -64,7 +65,12 @@ pub(super) async fn run_stage(
     let (outcome, verify) = run.run_agent().await?;
     let settled = run.settle_changes().await?;
     let committed = run.commit(&outcome, verify.as_ref(), settled).await?;
-    run.record(outcome, verify, committed).await
+    // Boxed: the stage's future is deep already (a review's verify gate
+    // runs the agent again inside it); the checks add nothing to its size.
+    let check = Box::pin(run.replica_check(&committed)).await?;
+    let mut out = run.record(outcome, verify, committed).await?;
+    out.check = check.map(Box::new);
+    Ok(out)
 }
 
 /// The stage's, else its role's, else the run's model (`runner::models`),
@@ -97,9 +103,11 @@ fn stage_model(
         None => super::models::model_for(&ctx.session, stage, role),
     };
     let model = &chosen.model;
-    // A role's sampling keys override the profile's for its stages.
-    let sampled = (!role.sampling.is_empty())
-        .then(|| model.with_sampling(&role.sampling))
+    // A role's sampling keys override the profile's for its stages, and a
+    // stage's own (a replica's seed and temperature) the role's.
+    let sampling = stage.sampling.over(role.sampling);
+    let sampled = (!sampling.is_empty())
+        .then(|| model.with_sampling(&sampling))
         .flatten();
     let model = sampled.as_ref().unwrap_or(model);
     // A role's `tool_calling:` overrides the profile's.
@@ -168,6 +176,8 @@ impl<'a> StageRun<'a> {
         let skills = skills::stage_skills(ctx, role, &mut log).await?;
         let mut tool_ctx = tools::tool_context(ctx, role, lane, &id, &mut log)?;
         tool_ctx.skills = skills.set.clone();
+        // A best-of-N reviewer answers with `finish`'s `choice`.
+        tool_ctx.choices = stage.select.as_ref().map(|s| s.replicas.len() as u32);
         let redact = |text: &str| crate::secrets::redact(text, &ctx.session.secrets);
         // The lane gets its included files and its setup, and the verify
         // commands run once on the start commit, before any model call.
@@ -221,6 +231,7 @@ impl<'a> StageRun<'a> {
             ),
             max_turns: stage.max_turns.unwrap_or(role.max_turns).max(1),
             require_verdict: requires_verdict(&ctx.plan.pipeline, stage),
+            require_choice: stage.select.as_ref().map(|s| s.replicas.len() as u32),
             text_result: role.text_result || stage.text_result,
             text_tool_calls: stage.text_tool_calls,
             whole_files,
@@ -374,6 +385,9 @@ impl<'a> StageRun<'a> {
             model: self.model.model_name(),
             model_source: self.model_source.clone(),
             earlier: Vec::new(),
+            check: None,
+            selection: None,
+            choice: outcome.choice,
             budget: outcome.budget.clone(),
             commit,
             branch,
@@ -397,6 +411,33 @@ impl<'a> StageRun<'a> {
             duration_ms,
             digest,
         })
+    }
+
+    /// A replica's selection check: the `tests` strategy's commands run
+    /// once each in its lane, on its committed result (logged as
+    /// `baseline` events on that commit); `None` for other stages, and when
+    /// the lane could not be prepared.
+    async fn replica_check(
+        &mut self,
+        c: &Committed,
+    ) -> Result<Option<crate::runlog::BaselineReport>, RunError> {
+        let Some(replica) = self.stage.replica.as_ref().filter(|r| !r.check.is_empty()) else {
+            return Ok(None);
+        };
+        if self.boot.failure.is_some() {
+            return Ok(None);
+        }
+        let secrets = self.ctx.session.secrets.clone();
+        let redact = move |text: &str| crate::secrets::redact(text, &secrets);
+        let report = agent::verify::run_baseline(
+            &replica.check,
+            &self.tool_ctx,
+            &c.commit,
+            &mut self.log,
+            &redact,
+        )
+        .await?;
+        Ok(Some(report))
     }
 
     /// A text with the run's known secret values masked.

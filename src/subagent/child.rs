@@ -172,6 +172,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         // `orch agent` and subagents answer whoever asked: text is a result.
         text_result: true,
         finish_from_text: false,
+        require_choice: None,
         text_tool_calls: true,
         // A subagent's task names no files it is shown.
         whole_files: Vec::new(),

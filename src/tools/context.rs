@@ -68,6 +68,9 @@ pub struct ToolContext {
     /// [`super::approval`]); `None`: the terminal if there is one, else
     /// denied.
     pub(crate) control: Option<Arc<super::channel::ControlChannel>>,
+    /// A best-of-N reviewer: `finish` takes (and requires) `choice`, one
+    /// of `1..=choices` (`None`: every other agent).
+    pub choices: Option<u32>,
 }
 
 /// A one-time readiness gate (cloned freely, ready forever once ready).
@@ -98,6 +101,7 @@ impl ToolContext {
             mcp: None,
             mcp_role: crate::mcp::RoleMcp::default(),
             control: None,
+            choices: None,
         })
     }
 }

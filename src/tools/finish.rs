@@ -19,12 +19,17 @@ pub(crate) fn run(args: &Args) -> Result<ToolOutcome, String> {
             )
         })?),
     };
+    let choice = args.opt_u64("choice")?;
     let label = match verdict {
         Some(v) => format!("finish ({v}): {}", summary.trim()),
         None => format!("finish: {}", summary.trim()),
     };
     let mut out = ToolOutcome::ok("stage finished".to_owned(), label);
-    out.finish = Some(FinishCall { summary, verdict });
+    out.finish = Some(FinishCall {
+        summary,
+        verdict,
+        choice,
+    });
     Ok(out)
 }
 

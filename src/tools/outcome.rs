@@ -49,6 +49,8 @@ pub struct FinishCall {
     pub summary: String,
     /// The reviewer's verdict, when given.
     pub verdict: Option<Verdict>,
+    /// A best-of-N reviewer's choice (1-based), when given.
+    pub choice: Option<u64>,
 }
 
 /// The result of one tool call.

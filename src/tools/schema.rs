@@ -15,6 +15,9 @@ use crate::llm::ToolDef;
 pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
     let can_spawn = ctx.spawn.as_ref().is_some_and(|s| s.can_spawn());
     let mut defs = schemas(&ctx.allowed, can_spawn);
+    if let Some(n) = ctx.choices {
+        with_choice(&mut defs, n);
+    }
     // Offered only to a stage with skills, so a stage without any sends
     // the same bytes as before skills existed.
     if super::load_skill::offered(ctx) {
@@ -24,6 +27,22 @@ pub fn offered(ctx: &ToolContext) -> Vec<ToolDef> {
     // among orch's and the MCP tools follow in server order.
     defs.extend(super::mcp::definitions(ctx));
     defs
+}
+
+/// `finish` of a best-of-N reviewer: `choice` (the replica it picks, 1 to
+/// `n`) is required beside the summary, which gives the reason.
+fn with_choice(defs: &mut [ToolDef], n: u32) {
+    let Some(fin) = defs.iter_mut().find(|d| d.name == "finish") else {
+        return;
+    };
+    fin.description = "End the stage: choose one attempt (choice) and say why (summary).";
+    fin.parameters = schema(
+        json!({
+            "summary": {"type": "string"},
+            "choice": {"type": "integer", "minimum": 1, "maximum": n},
+        }),
+        &["summary", "choice"],
+    );
 }
 
 /// Names of the tools offered in `ctx` (for the system prompt).

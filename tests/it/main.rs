@@ -15,6 +15,7 @@ mod support;
 mod action_triggers;
 mod agent_files;
 mod anthropic;
+mod best_of_n;
 mod bootstrap;
 mod budget;
 mod claude_agent_all;

@@ -293,6 +293,18 @@ fn describe(event: &ActionEvent) -> String {
             one(&e.to_model),
             short(Some(&e.restart_from))
         ),
+        ActionEvent::Selected(e) => format!(
+            "selected replica #{} of {} ({}{}): {}",
+            e.chosen,
+            e.of,
+            one(&e.strategy),
+            match e.passed {
+                Some(true) => ", passed its checks",
+                Some(false) => ", none passed: the best attempt",
+                None => "",
+            },
+            one(&e.reason)
+        ),
         // No readable line yet: shown as their JSON.
         ActionEvent::WorktreeInclude(_)
         | ActionEvent::LaneSetup(_)

@@ -129,6 +129,24 @@ pub(super) fn render_show(s: &RunState, root: &Path, cost: &str) -> String {
         if let Some(r) = &st.reason {
             o.push_str(&format!("            ↳ {r}\n"));
         }
+        // Best of N: the choice, and what the stage used over its replicas.
+        if let Some(sel) = &st.selection {
+            o.push_str(&format!(
+                "            ↳ selected replica #{} of {} ({}{}): {}\n            ↳ best of {}: {} over the replicas and the selection, cost {}\n",
+                sel.chosen,
+                sel.of,
+                sel.strategy,
+                match sel.passed {
+                    Some(true) => ", passed its checks",
+                    Some(false) => ", none passed",
+                    None => "",
+                },
+                crate::text::cap_bytes(&sel.reason.replace('\n', " "), 300),
+                sel.of,
+                plural(sel.tokens.total(), "token", "tokens"),
+                sel.cost_usd.map_or("unknown".to_owned(), usd),
+            ));
+        }
         for (n, a) in st.attempts.iter().enumerate() {
             o.push_str(&format!(
                 "            ↳ attempt {} ({}): {}, {}, cost {}{}\n",

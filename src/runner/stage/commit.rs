@@ -95,7 +95,7 @@ impl StageRun<'_> {
 
 /// Before a stage runs again (retry, rollback), its old branch is moved to
 /// the first free `<branch>.vN`, so every attempt stays reviewable.
-fn keep_old_branch(repo: &git::Repo, branch: &str) -> Result<(), GitError> {
+pub(in crate::runner) fn keep_old_branch(repo: &git::Repo, branch: &str) -> Result<(), GitError> {
     if repo.branch_sha(branch)?.is_none() {
         return Ok(());
     }
