@@ -263,7 +263,13 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
                 done + 1,
                 url.as_deref().unwrap_or("posted")
             );
-            print(&mut out, args.json, "cannot_merge", &msg, record.rounds.last())?;
+            print(
+                &mut out,
+                args.json,
+                "cannot_merge",
+                &msg,
+                record.rounds.last(),
+            )?;
             out.finish()?;
             return Ok(crate::exit::STAGE_FAILED);
         }
@@ -282,7 +288,11 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
     let earlier: Vec<String> = record
         .rounds
         .iter()
-        .flat_map(|r| [r.code.clone(), r.review.clone()].into_iter().chain(r.merge_stage.clone()))
+        .flat_map(|r| {
+            [r.code.clone(), r.review.clone()]
+                .into_iter()
+                .chain(r.merge_stage.clone())
+        })
         .filter(|s| !s.is_empty())
         .collect();
     let merged = merge.as_ref().and_then(|(_, m)| m.clone());
@@ -295,9 +305,7 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
         merged.clone(),
     )
     .await?;
-    let merge_stage = merged
-        .as_ref()
-        .map(|_| format!("merge.r{}", stages.round));
+    let merge_stage = merged.as_ref().map(|_| format!("merge.r{}", stages.round));
     let merge_commit = merged.as_ref().map(|(_, c)| c.to_string());
     let merge_said = merge.as_ref().map(|(s, _)| s.clone());
     crate::ui::status_line(&format!(
@@ -484,7 +492,9 @@ async fn merge_round(
     let err = |e: MergeError| match e {
         MergeError::Git(g) => CliError::Git(g),
         MergeError::Record(m) => CliError::Internal(format!("failed to {m}")),
-        MergeError::Refused(m) => CliError::Invalid(format!("failed to merge the base of {pr}: {m}")),
+        MergeError::Refused(m) => {
+            CliError::Invalid(format!("failed to merge the base of {pr}: {m}"))
+        }
     };
     if fb.base_ref.is_empty() {
         return Err(CliError::Invalid(format!(
@@ -495,12 +505,13 @@ async fn merge_round(
         "orch: the forge says {pr} does not merge into `{}`; a merge round brings it in first",
         fb.base_ref
     ));
-    let new_base = crate::forge::merge::fetch_base(&args.repo, remote, &fb.base_ref, run_id.as_str())
-        .await
-        .map_err(|e| match e {
-            MergeError::Refused(m) => CliError::Remote(m),
-            other => err(other),
-        })?;
+    let new_base =
+        crate::forge::merge::fetch_base(&args.repo, remote, &fb.base_ref, run_id.as_str())
+            .await
+            .map_err(|e| match e {
+                MergeError::Refused(m) => CliError::Remote(m),
+                other => err(other),
+            })?;
     let session = round_session(args, run_id)?;
     let outcome = crate::forge::merge::rebase_round(
         &RebaseRequest {
@@ -520,7 +531,9 @@ async fn merge_round(
         | RebaseOutcome::Resolved {
             commit, previous, ..
         } => {
-            let bad = |v: &str| CliError::Internal(format!("failed to read the merge round's commit `{v}`"));
+            let bad = |v: &str| {
+                CliError::Internal(format!("failed to read the merge round's commit `{v}`"))
+            };
             let c: CommitId = commit.parse().map_err(|_| bad(commit))?;
             let p: CommitId = previous.parse().map_err(|_| bad(previous))?;
             if !args.no_publish {
@@ -788,13 +801,49 @@ pub(super) fn react_section(root: &Path) -> String {
     format!("\n{}\n", lines.join("\n"))
 }
 
+/// The react and merge rounds of a run for `--json` of `orch show` and
+/// `orch review`: `{"react": react.json, "merge": merge.json}` (each
+/// `null` when the run has none).
+pub(super) fn rounds_json(root: &Path) -> serde_json::Value {
+    let react = ReactRecord::read(root)
+        .ok()
+        .filter(|r| !r.rounds.is_empty() || r.human_needed.is_some())
+        .and_then(|r| serde_json::to_value(r).ok());
+    serde_json::json!({"react": react, "merge": merge_rounds(root)})
+}
+
+/// `merge.json` of the run record (`null`: no merge round).
+fn merge_rounds(root: &Path) -> serde_json::Value {
+    std::fs::read_to_string(root.join(crate::forge::merge::MERGE_RECORD))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// Lines for `orch show` / `orch review`: each react round with the
-/// findings it handled (empty when the run has none).
+/// findings it handled, and each merge round (empty when the run has
+/// none).
 fn react_lines(root: &Path) -> Vec<String> {
-    let Ok(record) = ReactRecord::read(root) else {
-        return Vec::new();
-    };
     let mut lines = Vec::new();
+    if let serde_json::Value::Array(merges) = merge_rounds(root) {
+        for m in &merges {
+            let s = |k: &str| m[k].as_str().unwrap_or("").to_owned();
+            let mut line = format!("merge round ({}): {}", s("recorded"), s("outcome"));
+            for (key, what) in [("base", "base"), ("commit", "commit"), ("reason", "why")] {
+                if !s(key).is_empty() {
+                    line.push_str(&format!(", {what} {}", s(key)));
+                }
+            }
+            if let Some(files) = m["files"].as_array().filter(|f| !f.is_empty()) {
+                let names: Vec<&str> = files.iter().filter_map(|f| f.as_str()).collect();
+                line.push_str(&format!(", files {}", names.join(" ")));
+            }
+            lines.push(crate::text::untrusted(&line).into_owned());
+        }
+    }
+    let Ok(record) = ReactRecord::read(root) else {
+        return lines;
+    };
     for r in &record.rounds {
         lines.push(format!(
             "react round {} ({} → {}) on {}: {}",
@@ -804,6 +853,16 @@ fn react_lines(root: &Path) -> Vec<String> {
             r.pr,
             crate::text::untrusted(&r.outcome)
         ));
+        if let Some(m) = &r.merge {
+            lines.push(format!(
+                "  merge: {}{}",
+                crate::text::untrusted(m),
+                r.merge_stage
+                    .as_ref()
+                    .map(|s| format!(" (stage {s})"))
+                    .unwrap_or_default()
+            ));
+        }
         for (i, f) in r.findings.iter().enumerate() {
             lines.push(format!(
                 "  F{}: {} — {}",
