@@ -410,6 +410,7 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
         &outcome,
         pushed.as_deref(),
         &fb,
+        merge_said.as_deref().map(|m| (m, merge_commit.as_deref())),
     );
     let url = publish_comment(&args, &api, &pr, &root, &body).await?;
     if pushed.is_some() || approved {
@@ -719,13 +720,23 @@ fn summary_comment(
     outcome: &str,
     pushed: Option<&str>,
     fb: &Feedback,
+    merge: Option<(&str, Option<&str>)>,
 ) -> String {
     let clean = |t: &str| crate::text::untrusted(&crate::secrets::redact(t, &[])).into_owned();
     let mut s = format!("{MARKER}\n**orch** — react round {round} of {cap} (run `{run_id}`)\n\n");
+    let mut on_top = fb.head_sha.clone();
+    if let Some((said, commit)) = merge {
+        s.push_str(&format!(
+            "The request did not merge into its base; the merge round {}.\n\n",
+            clean(said)
+        ));
+        if let Some(c) = commit {
+            on_top = c.to_owned();
+        }
+    }
     match pushed {
         Some(c) => s.push_str(&format!(
-            "Pushed {c} on top of {} (fast-forward).\n\n",
-            fb.head_sha
+            "Pushed {c} on top of {on_top} (fast-forward).\n\n"
         )),
         None => s.push_str(&format!("Nothing pushed: {}.\n\n", clean(outcome))),
     }
