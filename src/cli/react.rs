@@ -856,15 +856,24 @@ fn react_lines(root: &Path) -> Vec<String> {
         return lines;
     };
     for r in &record.rounds {
-        lines.push(format!(
-            "react round {} ({} → {}) on {}: {}",
-            r.round,
-            r.code,
-            r.review,
-            r.pr,
-            crate::text::untrusted(&r.outcome)
-        ));
-        if let Some(m) = &r.merge {
+        if r.code.is_empty() {
+            // The merge round stopped it before its stages.
+            lines.push(format!(
+                "react round (no stages) on {}: {}",
+                r.pr,
+                crate::text::untrusted(&r.outcome)
+            ));
+        } else {
+            lines.push(format!(
+                "react round {} ({} → {}) on {}: {}",
+                r.round,
+                r.code,
+                r.review,
+                r.pr,
+                crate::text::untrusted(&r.outcome)
+            ));
+        }
+        if let Some(m) = r.merge.as_ref().filter(|_| !r.code.is_empty()) {
             lines.push(format!(
                 "  merge: {}{}",
                 crate::text::untrusted(m),

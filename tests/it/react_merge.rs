@@ -234,6 +234,15 @@ fn a_conflict_the_merge_stage_cannot_resolve_is_reported_and_nothing_moves() {
         json!([]),
         "the findings come back next round"
     );
+    let repo = s.repo.path.to_str().unwrap().to_owned();
+    let out = s.orch(&["show", &run_id, "--repo", &repo]);
+    assert_exit(&out, 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("merge round ("), "{text}");
+    assert!(
+        text.contains("react round (no stages) on github:o/r#1: cannot merge"),
+        "{text}"
+    );
 }
 
 #[test]
