@@ -106,6 +106,7 @@ fn a_conflicting_base_is_merged_before_the_round_and_the_pr_merges_cleanly() {
         !merges_cleanly(&s, "refs/heads/main", &format!("refs/heads/{branch}")),
         "the PR conflicts with its new base"
     );
+    assert_eq!(s.forge.get_json("/repos/o/r/pulls/1")["mergeable"], false);
 
     let round = FakeServer::start(
         Script::new()
@@ -159,9 +160,13 @@ fn a_conflicting_base_is_merged_before_the_round_and_the_pr_merges_cleanly() {
         calc.contains("a: int") && calc.contains("a + b") && calc.contains("Adds."),
         "{calc}"
     );
-    // It merges cleanly now, in git's view and in the fake forge's.
+    // The forge said it did not merge before; it merges cleanly now, in
+    // git's view and in the fake forge's.
     assert!(merges_cleanly(&s, "refs/heads/main", &new_head));
-    assert!(is_ancestor(&s, &base, &new_head));
+    let pull = s.forge.get_json("/repos/o/r/pulls/1");
+    assert_eq!(pull["head"]["sha"], new_head.as_str(), "{pull}");
+    assert_eq!(pull["mergeable"], true, "{pull}");
+    assert_eq!(pull["mergeable_state"], "clean", "{pull}");
 
     // One summary comment, naming the merge.
     let posted = s.forge.pr(|fx| fx.posted.clone());
