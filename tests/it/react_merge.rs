@@ -303,3 +303,87 @@ fn no_publish_leaves_the_round_on_the_final_branch_and_the_comment_in_the_record
     assert!(comment.contains(&tip), "{comment}");
     s.assert_no_leak(GH_TOKEN, &[&model, &round]);
 }
+
+#[test]
+fn a_gitlab_merge_request_with_conflicts_gets_its_merge_round_too() {
+    let mut s = Setup::new();
+    let model = FakeServer::start(first_run_script());
+    let issue = s.scratch.path().join("ISSUE.md");
+    std::fs::write(&issue, "# add() subtracts\n\nIt should add.\n").unwrap();
+    let pipeline = crate::support::write_pipeline(
+        s.scratch.path(),
+        "fix",
+        "react_rounds: 1\nstages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n    rework: { stage: code, max_rounds: 1 }\n",
+    );
+    let repo = s.repo.path.to_str().unwrap().to_owned();
+    let out = s.orch(&[
+        "run",
+        pipeline.to_str().unwrap(),
+        "--repo",
+        &repo,
+        "--issue",
+        issue.to_str().unwrap(),
+        "--base-url",
+        &model.base_url,
+        "--model",
+        "fake-model",
+        "--json",
+    ]);
+    assert_exit(&out, 0);
+    let run_id = stdout_json(&out)["run_id"].as_str().unwrap().to_owned();
+    let out = s.publish(&run_id, &["--forge", "gitlab:grp/sub/proj", "--json"]);
+    assert_exit(&out, 0);
+    let branch = stdout_json(&out)["branch"].as_str().unwrap().to_owned();
+    let head = git_origin(&s, &["rev-parse", &format!("refs/heads/{branch}")]);
+    let origin = s.origin.clone();
+    s.forge.pr(|fx| {
+        fx.origin = Some(origin);
+        fx.me = "orch-bot".into();
+        fx.members.insert(5, 30);
+        fx.discussions = vec![json!({"id": "d1", "notes": [{"id": 51, "body": MEMBER,
+            "system": false, "resolvable": true, "resolved": false,
+            "author": {"id": 5, "username": "dev"},
+            "position": {"new_path": "calc.py", "new_line": 2}}]})];
+    });
+    let base = move_base(&s, CALC_TYPED);
+    let mr = s
+        .forge
+        .get_json("/api/v4/projects/grp%2Fsub%2Fproj/merge_requests/1");
+    assert_eq!(mr["has_conflicts"], true, "{mr}");
+
+    let round = FakeServer::start(
+        Script::new()
+            .agent("merge", merge_writes(CALC_RESOLVED))
+            .agent(
+                "code.r3",
+                vec![
+                    edit(
+                        "k1",
+                        "    return a + b  # ints only",
+                        "    \"\"\"Adds.\"\"\"\n    return a + b  # ints only",
+                    ),
+                    Reply::finish("k2", "F1: fixed — docstring added", None),
+                ],
+            )
+            .agent(
+                "review.r3",
+                vec![Reply::finish("q1", "Good.", Some("approve"))],
+            )
+            .agent(
+                "review.r3/distill",
+                vec![Reply::text("```json\n{\"lessons\": []}\n```")],
+            ),
+    );
+    let out = react(&mut s, &run_id, &round, &[]);
+    assert_exit(&out, 0);
+    let new_head = git_origin(&s, &["rev-parse", &format!("refs/heads/{branch}")]);
+    assert!(is_ancestor(&s, &head, &new_head) && is_ancestor(&s, &base, &new_head));
+    assert!(merges_cleanly(&s, "refs/heads/main", &new_head));
+    let mr = s
+        .forge
+        .get_json("/api/v4/projects/grp%2Fsub%2Fproj/merge_requests/1");
+    assert_eq!(mr["has_conflicts"], false, "{mr}");
+    assert_eq!(mr["merge_status"], "can_be_merged", "{mr}");
+    assert_eq!(s.forge.pr(|fx| fx.posted.len()), 1);
+    assert_eq!(record(&s, &run_id, "merge.json")[0]["outcome"], "resolved");
+}
