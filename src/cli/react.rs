@@ -14,6 +14,7 @@ use crate::forge::{
     Feedback, Finding, ForgeApi, ForgeSettings, MARKER, PrRef, Project, fetch_feedback,
     post_comment, push_refs,
 };
+use crate::git::CommitId;
 use crate::ids::{RunId, Verdict};
 use crate::runlog::{RunDir, StageStatus};
 use crate::ui::Ui;
@@ -49,7 +50,14 @@ pub struct ReactArgs {
     /// Print one JSON object on stdout
     #[arg(long)]
     pub json: bool,
+    /// Run the round but push and post nothing: the commit stays on `orch/<run>/pr` and the comment goes to `react-comment.md` of the run record (the Action's publish job posts it)
+    #[arg(long)]
+    pub no_publish: bool,
 }
+
+/// The file of the run record that holds the comment `--no-publish` did
+/// not post.
+pub(super) const COMMENT_FILE: &str = "react-comment.md";
 
 /// `react.json`: every round react ran, what it handled, and whether the
 /// "human needed" note was posted.
@@ -89,9 +97,20 @@ pub(super) struct ReactRound {
     pub(super) verdict: Option<Verdict>,
     /// What happened, one line.
     pub(super) outcome: String,
-    /// The summary comment's address (or `posted`).
+    /// The summary comment's address (or `posted`, or the file
+    /// `--no-publish` wrote it to).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) comment: Option<String>,
+    /// The merge round before the round, when the request did not merge:
+    /// its outcome in words (`merge.json` has the details).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) merge: Option<String>,
+    /// The merge commit the merge round made (pushed before the round).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) merge_commit: Option<String>,
+    /// The stage that records the merge round (`merge.rN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) merge_stage: Option<String>,
 }
 
 impl ReactRecord {
@@ -184,7 +203,7 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
     if done >= cap {
         if record.human_needed.is_none() {
             let body = human_needed_comment(&run_id, cap, &new);
-            let url = post_comment(&api, &pr, &body).await?;
+            let url = publish_comment(&args, &api, &pr, &root, &body).await?;
             record.human_needed = Some(url.unwrap_or_else(|| "posted".to_owned()));
             record.write(&root, &run_id)?;
         }
@@ -211,33 +230,84 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
             fb.head_sha, want
         )));
     }
-    if fb.mergeable == Some(false) {
-        // TODO(31b): the base moved and the request no longer merges: call
-        // `crate::forge::merge::rebase_round(...)` here, before the round,
-        // and stop with its answer when it cannot rebase.
-        crate::ui::status_line(&format!(
-            "orch: warning: the forge says {pr} does not merge into its base any more; this round does not rebase it"
-        ));
-    }
     let branch = match &published {
         Some(p) => p.branch.clone(),
         None => fb.head_ref.clone(),
     };
+    // The merge round: part of this react round (it counts with it against
+    // the cap), before the coder starts.
+    let mut merge: Option<(String, Option<(CommitId, CommitId)>)> = None;
+    if fb.mergeable == Some(false) {
+        let (said, merged) = merge_round(&args, &run_id, &pr, &fb, &remote, &branch).await?;
+        if merged.is_none() && said.starts_with("cannot merge") {
+            let body = cannot_merge_comment(&run_id, done + 1, cap, &said, &new);
+            let url = publish_comment(&args, &api, &pr, &root, &body).await?;
+            record.rounds.push(ReactRound {
+                round: 0,
+                code: String::new(),
+                review: String::new(),
+                pr: pr.to_string(),
+                head: fb.head_sha.clone(),
+                findings: new.clone(),
+                pushed: None,
+                verdict: None,
+                outcome: said.clone(),
+                comment: Some(url.clone().unwrap_or_else(|| "posted".to_owned())),
+                merge: Some(said.clone()),
+                merge_commit: None,
+                merge_stage: None,
+            });
+            record.write(&root, &run_id)?;
+            let msg = format!(
+                "react round {} of {cap} on {pr}: {said}; no round started, nothing pushed; summary comment {}",
+                done + 1,
+                url.as_deref().unwrap_or("posted")
+            );
+            print(
+                &mut out,
+                args.json,
+                "cannot_merge",
+                &msg,
+                record.rounds.last(),
+            )?;
+            out.finish()?;
+            return Ok(crate::exit::STAGE_FAILED);
+        }
+        merge = Some((said, merged));
+    }
     let start_from = record
         .rounds
         .iter()
         .rev()
         .find(|r| r.pushed.is_some())
-        .map(|r| r.code.clone());
+        .map(|r| match (&r.merge_stage, &r.merge_commit) {
+            (Some(stage), Some(c)) if r.pushed.as_ref() == Some(c) => stage.clone(),
+            _ => r.code.clone(),
+        });
     let task = findings_task(&pr, done + 1, cap, &new);
     let earlier: Vec<String> = record
         .rounds
         .iter()
-        .flat_map(|r| [r.code.clone(), r.review.clone()])
+        .flat_map(|r| {
+            [r.code.clone(), r.review.clone()]
+                .into_iter()
+                .chain(r.merge_stage.clone())
+        })
+        .filter(|s| !s.is_empty())
         .collect();
-    let stages =
-        crate::runner::add_react_round(&args.repo, &run_id, &task, start_from.as_deref(), &earlier)
-            .await?;
+    let merged = merge.as_ref().and_then(|(_, m)| m.clone());
+    let stages = crate::runner::add_react_round(
+        &args.repo,
+        &run_id,
+        &task,
+        start_from.as_deref(),
+        &earlier,
+        merged.clone(),
+    )
+    .await?;
+    let merge_stage = merged.as_ref().map(|_| format!("merge.r{}", stages.round));
+    let merge_commit = merged.as_ref().map(|(_, c)| c.to_string());
+    let merge_said = merge.as_ref().map(|(s, _)| s.clone());
     crate::ui::status_line(&format!(
         "orch: react round {} of {cap} on {pr}: {} finding(s) → stages {} and {}",
         done + 1,
@@ -258,10 +328,13 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
                 pr: pr.to_string(),
                 head: fb.head_sha.clone(),
                 findings: new.clone(),
-                pushed: None,
                 verdict: None,
                 outcome: format!("failed: {e}"),
                 comment: None,
+                merge: merge_said.clone(),
+                pushed: merge_commit.clone(),
+                merge_commit: merge_commit.clone(),
+                merge_stage: merge_stage.clone(),
             });
             record.write(&root, &run_id)?;
             return Err(e);
@@ -301,9 +374,20 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
         let Some(c) = &commit else {
             unreachable!("a changed stage has a commit")
         };
-        push_refs(&args.repo, &remote, &[format!("{c}:refs/heads/{branch}")]).await?;
         pushed = Some(c.to_string());
-        format!("pushed {} to {branch}", short(c.as_str()))
+        if args.no_publish {
+            format!(
+                "{} left on the run's final branch for {branch} (--no-publish)",
+                short(c.as_str())
+            )
+        } else {
+            push_refs(&args.repo, &remote, &[format!("{c}:refs/heads/{branch}")]).await?;
+            format!("pushed {} to {branch}", short(c.as_str()))
+        }
+    };
+    let outcome = match &merge_said {
+        Some(m) => format!("{m}; {outcome}"),
+        None => outcome,
     };
     crate::runner::end_react_round(
         &args.repo,
@@ -326,8 +410,9 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
         &outcome,
         pushed.as_deref(),
         &fb,
+        merge_said.as_deref().map(|m| (m, merge_commit.as_deref())),
     );
-    let url = post_comment(&api, &pr, &body).await?;
+    let url = publish_comment(&args, &api, &pr, &root, &body).await?;
     if pushed.is_some() || approved {
         record.handled.extend(new.iter().map(|f| f.key.clone()));
     }
@@ -338,10 +423,13 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
         pr: pr.to_string(),
         head: fb.head_sha.clone(),
         findings: new.clone(),
-        pushed: pushed.clone(),
+        pushed: pushed.clone().or_else(|| merge_commit.clone()),
         verdict,
         outcome: outcome.clone(),
         comment: Some(url.clone().unwrap_or_else(|| "posted".to_owned())),
+        merge: merge_said.clone(),
+        merge_commit: merge_commit.clone(),
+        merge_stage: merge_stage.clone(),
     });
     record.write(&root, &run_id)?;
     let msg = format!(
@@ -353,7 +441,9 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
     print(
         &mut out,
         args.json,
-        if pushed.is_some() {
+        if pushed.is_some() && args.no_publish {
+            "ready"
+        } else if pushed.is_some() {
             "pushed"
         } else {
             "not_pushed"
@@ -369,6 +459,116 @@ pub(super) async fn cmd_react(args: ReactArgs) -> Result<i32, CliError> {
     })
 }
 
+/// Posts `body` on the request, or with `--no-publish` writes it to
+/// `react-comment.md` of the run record; returns where it went.
+async fn publish_comment(
+    args: &ReactArgs,
+    api: &ForgeApi,
+    pr: &PrRef,
+    root: &Path,
+    body: &str,
+) -> Result<Option<String>, CliError> {
+    if args.no_publish {
+        RunDir::at(root.to_owned()).write_file(COMMENT_FILE, body.as_bytes())?;
+        return Ok(Some(root.join(COMMENT_FILE).display().to_string()));
+    }
+    Ok(post_comment(api, pr, body).await?)
+}
+
+/// The merge round before a react round, when the forge says the request
+/// does not merge: fetches its base, lets `rebase_round` merge it into the
+/// run's final commit and pushes the merge commit to the request's branch
+/// (fast-forward, never forced; not with `--no-publish`). Returns the
+/// outcome in words and, when it merged, (the commit before, the merge
+/// commit); a `cannot merge: …` outcome has no commits.
+async fn merge_round(
+    args: &ReactArgs,
+    run_id: &RunId,
+    pr: &PrRef,
+    fb: &Feedback,
+    remote: &str,
+    branch: &str,
+) -> Result<(String, Option<(CommitId, CommitId)>), CliError> {
+    use crate::forge::merge::{MergeError, MergeModel, RebaseOutcome, RebaseRequest};
+    let err = |e: MergeError| match e {
+        MergeError::Git(g) => CliError::Git(g),
+        MergeError::Record(m) => CliError::Internal(format!("failed to {m}")),
+        MergeError::Refused(m) => {
+            CliError::Invalid(format!("failed to merge the base of {pr}: {m}"))
+        }
+    };
+    if fb.base_ref.is_empty() {
+        return Err(CliError::Invalid(format!(
+            "failed to merge the base of {pr}: the forge names no base branch"
+        )));
+    }
+    crate::ui::status_line(&format!(
+        "orch: the forge says {pr} does not merge into `{}`; a merge round brings it in first",
+        fb.base_ref
+    ));
+    let new_base =
+        crate::forge::merge::fetch_base(&args.repo, remote, &fb.base_ref, run_id.as_str())
+            .await
+            .map_err(|e| match e {
+                MergeError::Refused(m) => CliError::Remote(m),
+                other => err(other),
+            })?;
+    let session = round_session(args, run_id)?;
+    let outcome = crate::forge::merge::rebase_round(
+        &RebaseRequest {
+            repo: args.repo.clone(),
+            run: run_id.to_string(),
+            new_base,
+        },
+        MergeModel::from_session(session),
+    )
+    .await
+    .map_err(err)?;
+    let said = outcome.to_string();
+    let merged = match &outcome {
+        RebaseOutcome::Merged {
+            commit, previous, ..
+        }
+        | RebaseOutcome::Resolved {
+            commit, previous, ..
+        } => {
+            let bad = |v: &str| {
+                CliError::Internal(format!("failed to read the merge round's commit `{v}`"))
+            };
+            let c: CommitId = commit.parse().map_err(|_| bad(commit))?;
+            let p: CommitId = previous.parse().map_err(|_| bad(previous))?;
+            if !args.no_publish {
+                push_refs(&args.repo, remote, &[format!("{c}:refs/heads/{branch}")]).await?;
+            }
+            Some((p, c))
+        }
+        RebaseOutcome::UpToDate { .. } | RebaseOutcome::Cannot { .. } => None,
+    };
+    Ok((said, merged))
+}
+
+/// The session a round's stage (or its merge stage) runs with: the run's
+/// own model, limits, approvals and hooks, as `resume` builds it.
+fn round_session(args: &ReactArgs, run_id: &RunId) -> Result<crate::runner::Session, CliError> {
+    let info = crate::git::open_repo(&args.repo)?;
+    let (dir, state, plan) = crate::runner::load_run(&info.common_dir, run_id)?;
+    let mut session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
+        .assume_yes(args.yes)
+        .memory(super::session::memory_mode(&args.repo, false, None)?)
+        .build(&args.limits)?;
+    session.hooks = super::session::resumed_hooks(&dir.root, &args.repo, &plan.roles)?;
+    super::preflight::open_server_cache();
+    super::session::route_stage_models(&mut session, &plan.pipeline, &args.model, &args.repo)?;
+    super::escalation::route_escalations(
+        &mut session,
+        &plan.pipeline,
+        &plan.roles,
+        &args.model,
+        &args.repo,
+    )?;
+    Ok(session)
+}
+
 /// Runs the round's two stages (each as `resume` runs one stage) and
 /// returns the run's state after them.
 async fn run_round(
@@ -378,27 +578,14 @@ async fn run_round(
 ) -> Result<crate::runlog::RunState, CliError> {
     let info = crate::git::open_repo(&args.repo)?;
     for id in [&stages.code, &stages.review] {
-        let (dir, state, plan) = crate::runner::load_run(&info.common_dir, run_id)?;
+        let (_, state, _) = crate::runner::load_run(&info.common_dir, run_id)?;
         if let Some(code) = state.stage(&stages.code)
             && *id == stages.review
             && code.status != StageStatus::Succeeded
         {
             return Ok(state);
         }
-        let mut session = SessionBuilder::resumed(&state, &args.model, &args.repo)?
-            .assume_yes(args.yes)
-            .memory(super::session::memory_mode(&args.repo, false, None)?)
-            .build(&args.limits)?;
-        session.hooks = super::session::resumed_hooks(&dir.root, &args.repo, &plan.roles)?;
-        super::preflight::open_server_cache();
-        super::session::route_stage_models(&mut session, &plan.pipeline, &args.model, &args.repo)?;
-        super::escalation::route_escalations(
-            &mut session,
-            &plan.pipeline,
-            &plan.roles,
-            &args.model,
-            &args.repo,
-        )?;
+        let session = round_session(args, run_id)?;
         let ui = Ui::new(false);
         crate::runner::resume_run(
             &args.repo,
@@ -533,13 +720,23 @@ fn summary_comment(
     outcome: &str,
     pushed: Option<&str>,
     fb: &Feedback,
+    merge: Option<(&str, Option<&str>)>,
 ) -> String {
     let clean = |t: &str| crate::text::untrusted(&crate::secrets::redact(t, &[])).into_owned();
     let mut s = format!("{MARKER}\n**orch** — react round {round} of {cap} (run `{run_id}`)\n\n");
+    let mut on_top = fb.head_sha.clone();
+    if let Some((said, commit)) = merge {
+        s.push_str(&format!(
+            "The request did not merge into its base; the merge round {}.\n\n",
+            clean(said)
+        ));
+        if let Some(c) = commit {
+            on_top = c.to_owned();
+        }
+    }
     match pushed {
         Some(c) => s.push_str(&format!(
-            "Pushed {c} on top of {} (fast-forward).\n\n",
-            fb.head_sha
+            "Pushed {c} on top of {on_top} (fast-forward).\n\n"
         )),
         None => s.push_str(&format!("Nothing pushed: {}.\n\n", clean(outcome))),
     }
@@ -573,6 +770,26 @@ fn summary_comment(
     s
 }
 
+/// The comment of a round whose merge round could not bring the base in.
+fn cannot_merge_comment(
+    run_id: &RunId,
+    round: u32,
+    cap: u32,
+    said: &str,
+    new: &[Finding],
+) -> String {
+    let clean = |t: &str| crate::text::untrusted(&crate::secrets::redact(t, &[])).into_owned();
+    let mut s = format!(
+        "{MARKER}\n**orch** — react round {round} of {cap} (run `{run_id}`)\n\nNothing pushed: this request does not merge into its base and orch {}. The {} finding(s) below wait for the next round (or a human).\n\n",
+        clean(said),
+        new.len()
+    );
+    for (i, f) in new.iter().enumerate() {
+        s.push_str(&format!("- F{}: {}\n", i + 1, label(f)));
+    }
+    s
+}
+
 /// The comment posted once a run has used its last react round.
 fn human_needed_comment(run_id: &RunId, cap: u32, new: &[Finding]) -> String {
     let mut s = format!(
@@ -595,22 +812,77 @@ pub(super) fn react_section(root: &Path) -> String {
     format!("\n{}\n", lines.join("\n"))
 }
 
+/// The react and merge rounds of a run for `--json` of `orch show` and
+/// `orch review`: `{"react": react.json, "merge": merge.json}` (each
+/// `null` when the run has none).
+pub(super) fn rounds_json(root: &Path) -> serde_json::Value {
+    let react = ReactRecord::read(root)
+        .ok()
+        .filter(|r| !r.rounds.is_empty() || r.human_needed.is_some())
+        .and_then(|r| serde_json::to_value(r).ok());
+    serde_json::json!({"react": react, "merge": merge_rounds(root)})
+}
+
+/// `merge.json` of the run record (`null`: no merge round).
+fn merge_rounds(root: &Path) -> serde_json::Value {
+    std::fs::read_to_string(root.join(crate::forge::merge::MERGE_RECORD))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// Lines for `orch show` / `orch review`: each react round with the
-/// findings it handled (empty when the run has none).
+/// findings it handled, and each merge round (empty when the run has
+/// none).
 fn react_lines(root: &Path) -> Vec<String> {
-    let Ok(record) = ReactRecord::read(root) else {
-        return Vec::new();
-    };
     let mut lines = Vec::new();
+    if let serde_json::Value::Array(merges) = merge_rounds(root) {
+        for m in &merges {
+            let s = |k: &str| m[k].as_str().unwrap_or("").to_owned();
+            let mut line = format!("merge round ({}): {}", s("recorded"), s("outcome"));
+            for (key, what) in [("base", "base"), ("commit", "commit"), ("reason", "why")] {
+                if !s(key).is_empty() {
+                    line.push_str(&format!(", {what} {}", s(key)));
+                }
+            }
+            if let Some(files) = m["files"].as_array().filter(|f| !f.is_empty()) {
+                let names: Vec<&str> = files.iter().filter_map(|f| f.as_str()).collect();
+                line.push_str(&format!(", files {}", names.join(" ")));
+            }
+            lines.push(crate::text::untrusted(&line).into_owned());
+        }
+    }
+    let Ok(record) = ReactRecord::read(root) else {
+        return lines;
+    };
     for r in &record.rounds {
-        lines.push(format!(
-            "react round {} ({} → {}) on {}: {}",
-            r.round,
-            r.code,
-            r.review,
-            r.pr,
-            crate::text::untrusted(&r.outcome)
-        ));
+        if r.code.is_empty() {
+            // The merge round stopped it before its stages.
+            lines.push(format!(
+                "react round (no stages) on {}: {}",
+                r.pr,
+                crate::text::untrusted(&r.outcome)
+            ));
+        } else {
+            lines.push(format!(
+                "react round {} ({} → {}) on {}: {}",
+                r.round,
+                r.code,
+                r.review,
+                r.pr,
+                crate::text::untrusted(&r.outcome)
+            ));
+        }
+        if let Some(m) = r.merge.as_ref().filter(|_| !r.code.is_empty()) {
+            lines.push(format!(
+                "  merge: {}{}",
+                crate::text::untrusted(m),
+                r.merge_stage
+                    .as_ref()
+                    .map(|s| format!(" (stage {s})"))
+                    .unwrap_or_default()
+            ));
+        }
         for (i, f) in r.findings.iter().enumerate() {
             lines.push(format!(
                 "  F{}: {} — {}",

@@ -45,16 +45,21 @@ pub(super) fn print_review(
     common: &Path,
     state: &RunState,
     stages: &[&StageRecord],
+    rounds: serde_json::Value,
 ) -> Result<i32, CliError> {
     let stages = stages
         .iter()
         .map(|st| stage_review(common, st, REVIEW_PATCH_BUDGET))
         .collect::<Result<Vec<_>, _>>()?;
-    let value = json!({
+    let mut value = json!({
         "run_id": state.run_id,
         "status": state.status.as_str(),
         "stages": stages,
     });
+    // `react` and `merge`: the rounds that came from the pull request.
+    if let (Some(obj), serde_json::Value::Object(r)) = (value.as_object_mut(), rounds) {
+        obj.extend(r);
+    }
     print(&value)
 }
 

@@ -104,6 +104,8 @@ pub(crate) struct Feedback {
     pub(crate) head_ref: String,
     /// Whether the forge says it merges (`None`: not known yet).
     pub(crate) mergeable: Option<bool>,
+    /// The branch the pull request merges into (empty: not given).
+    pub(crate) base_ref: String,
     /// What counts, in the forge's order.
     pub(crate) findings: Vec<Finding>,
     /// What was read and left out, one line each, with why.
@@ -155,7 +157,11 @@ async fn fetch_github(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
     }
     let mut fb = Feedback {
         head_ref: text(&p["head"], "ref"),
-        mergeable: p["mergeable"].as_bool(),
+        // `mergeable_state: dirty` is GitHub's word for conflicts.
+        mergeable: p["mergeable"]
+            .as_bool()
+            .map(|m| m && p["mergeable_state"] != "dirty"),
+        base_ref: text(&p["base"], "ref"),
         head_sha: head_sha.clone(),
         ..Feedback::default()
     };
@@ -368,6 +374,7 @@ async fn fetch_gitlab(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
         .or(mr["merge_status"].as_str())
         .unwrap_or("");
     let mergeable = match status {
+        _ if mr["has_conflicts"] == true => Some(false),
         "cannot_be_merged" | "conflict" | "need_rebase" => Some(false),
         "can_be_merged" | "mergeable" => Some(true),
         _ => None,
@@ -375,6 +382,7 @@ async fn fetch_gitlab(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
     let mut fb = Feedback {
         head_ref: text(&mr, "source_branch"),
         mergeable,
+        base_ref: text(&mr, "target_branch"),
         head_sha: head_sha.clone(),
         ..Feedback::default()
     };

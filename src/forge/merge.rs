@@ -85,7 +85,6 @@ impl MergeModel {
 
     /// The caller's session (`orch react`: the run's own model, limits,
     /// approvals and hooks).
-    #[allow(dead_code)] // the call from `orch react` is the merger's
     pub(crate) fn from_session(session: Session) -> MergeModel {
         MergeModel { session }
     }

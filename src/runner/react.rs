@@ -10,6 +10,9 @@ use crate::pipeline::Stage;
 use crate::runlog::{RunDir, RunStatus, StageRecord, StageStatus};
 use std::path::Path;
 
+/// The base id of the stage that records a react round's merge round.
+const MERGE_BASE_ID: &str = "merge";
+
 /// The stages of one react round.
 #[derive(Debug, Clone)]
 pub(crate) struct ReactStages {
@@ -48,12 +51,18 @@ fn loop_stages(p: &crate::pipeline::Pipeline) -> Option<(&Stage, &Stage)> {
 /// stages (the stages of the `earlier` react rounds left out); `review.rN`
 /// reviews it. The run is left `interrupted`, so
 /// `resume` runs exactly the new stages.
+///
+/// `merged` (the commit before, the merge commit): the merge round that
+/// brought the pull request's new base in before this round. It is
+/// recorded as a finished stage `merge.rN` (no model ran in it; its record
+/// holds the two commits), and `code.rN` starts from it.
 pub(crate) async fn add_react_round(
     repo: &Path,
     run_id: &RunId,
     findings: &str,
     start_from: Option<&str>,
     earlier: &[String],
+    merged: Option<(git::CommitId, git::CommitId)>,
 ) -> Result<ReactStages, RunError> {
     let repo_path = repo.to_path_buf();
     let info = blocking(move || git::open_repo(&repo_path)).await?;
@@ -104,6 +113,29 @@ pub(crate) async fn add_react_round(
             .map(|s| s.id.clone())
             .collect(),
     };
+    let (needs, merge_stage) = match merged {
+        Some((previous, commit)) => {
+            let id = StageId(format!("{MERGE_BASE_ID}.r{round}"));
+            let mut rec = StageRecord::pending(id.as_str(), &code.role);
+            rec.status = StageStatus::Succeeded;
+            rec.parent_commit = Some(previous.clone());
+            rec.commit = Some(commit.clone());
+            rec.summary = Some(format!(
+                "merged the pull request's new base into {previous}: {commit}"
+            ));
+            let stage = Stage {
+                id: id.clone(),
+                base_id: StageId(MERGE_BASE_ID.to_owned()),
+                needs,
+                task: "Bring the pull request's new base in (done by `orch react`'s merge round; see merge.json).".to_owned(),
+                round,
+                run_if_changes_requested_by: None,
+                ..code.clone()
+            };
+            (vec![id], Some((stage, rec)))
+        }
+        None => (needs, None),
+    };
     let code_id = StageId(format!("{}.r{round}", code.base_id));
     let review_id = StageId(format!("{}.r{round}", review.base_id));
     let mut task = code.task.trim_end().to_owned();
@@ -124,6 +156,10 @@ pub(crate) async fn add_react_round(
         run_if_changes_requested_by: None,
         ..review
     };
+    if let Some((stage, rec)) = merge_stage {
+        state.stages.push(rec);
+        plan.pipeline.stages.push(stage);
+    }
     state
         .stages
         .push(StageRecord::pending(code_id.as_str(), &new_code.role));

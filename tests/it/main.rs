@@ -61,6 +61,7 @@ mod preflight_bench;
 mod prompt_cache;
 mod prompt_cache_prefix;
 mod react;
+mod react_merge;
 mod reap;
 mod request_size;
 mod responses_api;

@@ -23,7 +23,7 @@ const RESOLVED: &str = "RESOLVED_ALREADY: typo in the title.";
 const LOG_HEAD: &str = "EARLY_LOG_LINE: collecting tests";
 const LOG_TAIL: &str = "LOG_TAIL_MARK: test_add failed: assert add(2, 3) == 5";
 
-fn edit(id: &str, old: &str, new: &str) -> Reply {
+pub(crate) fn edit(id: &str, old: &str, new: &str) -> Reply {
     Reply::tool_call(
         id,
         "edit_file",
@@ -31,7 +31,7 @@ fn edit(id: &str, old: &str, new: &str) -> Reply {
     )
 }
 
-fn first_run_script() -> Script {
+pub(crate) fn first_run_script() -> Script {
     Script::new()
         .agent(
             "code",
@@ -68,7 +68,7 @@ fn round_script(code: &str, review: &str) -> Script {
         )
 }
 
-fn git_origin(s: &Setup, args: &[&str]) -> String {
+pub(crate) fn git_origin(s: &Setup, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("--git-dir")
         .arg(&s.origin)
@@ -79,7 +79,11 @@ fn git_origin(s: &Setup, args: &[&str]) -> String {
 }
 
 /// A run of [`PIPELINE`] for `issue`, published; returns (run id, branch, head).
-fn published_run(s: &mut Setup, issue: &str, model: &FakeServer) -> (String, String, String) {
+pub(crate) fn published_run(
+    s: &mut Setup,
+    issue: &str,
+    model: &FakeServer,
+) -> (String, String, String) {
     published_run_of(s, PIPELINE, issue, model)
 }
 
@@ -121,7 +125,7 @@ fn published_run_of(
     (run_id, branch, head)
 }
 
-fn react(s: &mut Setup, run_id: &str, model: &FakeServer, extra: &[&str]) -> Output {
+pub(crate) fn react(s: &mut Setup, run_id: &str, model: &FakeServer, extra: &[&str]) -> Output {
     let repo = s.repo.path.to_str().unwrap().to_owned();
     let mut args = vec![
         "react",

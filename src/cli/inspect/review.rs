@@ -47,7 +47,8 @@ pub(in crate::cli) fn cmd_review(args: ReviewArgs) -> Result<i32, CliError> {
         None => state.stages.iter().collect(),
     };
     if args.json {
-        return crate::cli::stage_json::print_review(&common, &state, &stages);
+        let rounds = crate::cli::react::rounds_json(&root);
+        return crate::cli::stage_json::print_review(&common, &state, &stages, rounds);
     }
     let mut out = Out::stdout();
     for st in stages {

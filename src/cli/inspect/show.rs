@@ -30,10 +30,17 @@ pub(in crate::cli) fn cmd_show(args: ShowArgs) -> Result<i32, CliError> {
     let cost = shown_cost(&state, &root);
     let mut out = Out::stdout();
     if args.json {
+        let mut value = serde_json::to_value(&state).unwrap_or_default();
+        if let (Some(obj), serde_json::Value::Object(rounds)) =
+            (value.as_object_mut(), crate::cli::react::rounds_json(&root))
+        {
+            // The react and merge rounds beside the stages.
+            obj.extend(rounds);
+        }
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&state).unwrap_or_default()
+            serde_json::to_string_pretty(&value).unwrap_or_default()
         )?;
     } else {
         out.untrusted(&render_show(&state, &root, &cost))?;

@@ -36,7 +36,8 @@ pub struct PrFixture {
     pub statuses: Vec<Value>,
     /// Job id → log text (GitHub Actions job logs, GitLab traces).
     pub logs: BTreeMap<u64, String>,
-    /// Whether the request merges (`mergeable`).
+    /// Whether the request merges (`mergeable`); `None`: git decides, on
+    /// the bare remote (`git merge-tree` of the base and the head branch).
     pub mergeable: Option<bool>,
     /// Comments (GitHub) and notes (GitLab) posted, in order.
     pub posted: Vec<Value>,
@@ -64,6 +65,26 @@ fn head_of(fx: &PrFixture, branch: &str) -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Whether `branch` merges into `base` on the bare remote, as a forge
+/// computes it: `git merge-tree --write-tree` exits 0 (clean) or 1
+/// (conflicts). `None` without a remote or with a branch it lacks.
+fn merges_in_origin(fx: &PrFixture, base: &str, branch: &str) -> Option<bool> {
+    let origin = fx.origin.as_ref()?;
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(origin)
+        .args(["merge-tree", "--write-tree"])
+        .arg(format!("refs/heads/{base}"))
+        .arg(format!("refs/heads/{branch}"))
+        .output()
+        .unwrap();
+    match out.status.code() {
+        Some(0) => Some(true),
+        Some(1) => Some(false),
+        _ => None,
+    }
 }
 
 /// Answers the pull-request endpoints; `None` for anything else.
@@ -99,9 +120,19 @@ pub(super) fn route(
                 .iter()
                 .find(|p| n.parse::<u64>().ok() == p["number"].as_u64())?;
             let branch = pr["head"]["ref"].as_str().unwrap_or("").to_owned();
+            let base_ref = pr["base"]["ref"].as_str().unwrap_or("main").to_owned();
+            let mergeable = fx
+                .mergeable
+                .or_else(|| merges_in_origin(fx, &base_ref, &branch));
             let mut pr = pr.clone();
             pr["head"] = json!({"ref": branch, "sha": head_of(fx, &branch)});
-            pr["mergeable"] = json!(fx.mergeable);
+            pr["base"] = json!({"ref": base_ref, "sha": head_of(fx, &base_ref)});
+            pr["mergeable"] = json!(mergeable);
+            pr["mergeable_state"] = json!(match mergeable {
+                Some(false) => "dirty",
+                Some(true) => "clean",
+                None => "unknown",
+            });
             (200, pr)
         }
         ("GET", ["repos", "o", "r", "pulls", _, "reviews"]) => (200, json!(fx.reviews)),
@@ -152,12 +183,21 @@ pub(super) fn route(
                 .find(|m| iid.parse::<u64>().ok() == m["iid"].as_u64())?;
             let branch = mr["source_branch"].as_str().unwrap_or("").to_owned();
             let sha = head_of(fx, &branch);
+            let target = mr["target_branch"].as_str().unwrap_or("main").to_owned();
+            let mergeable = fx
+                .mergeable
+                .or_else(|| merges_in_origin(fx, &target, &branch));
             let mut mr = mr.clone();
             mr["sha"] = json!(sha);
-            mr["detailed_merge_status"] = json!(match fx.mergeable {
+            mr["detailed_merge_status"] = json!(match mergeable {
                 Some(false) => "conflict",
                 _ => "mergeable",
             });
+            mr["merge_status"] = json!(match mergeable {
+                Some(false) => "cannot_be_merged",
+                _ => "can_be_merged",
+            });
+            mr["has_conflicts"] = json!(mergeable == Some(false));
             mr["head_pipeline"] = if checks_for(&sha) {
                 json!({"id": 77, "sha": sha, "status": "failed"})
             } else {

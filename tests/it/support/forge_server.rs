@@ -116,6 +116,26 @@ impl ForgeServer {
         )
     }
 
+    /// What the forge answers to `GET <path>` (e.g. whether a pull request
+    /// merges, in the forge's view), as a client would see it. Bounded by a
+    /// read timeout.
+    pub fn get_json(&self, path: &str) -> Value {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(self.addr).unwrap();
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            conn,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+            self.addr
+        )
+        .unwrap();
+        let mut text = String::new();
+        conn.read_to_string(&mut text).unwrap();
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<ForgeRequest> {
         self.state.lock().unwrap().requests.clone()
