@@ -356,6 +356,38 @@ fn ui_shows_best_of_n_replicas_their_diffs_and_the_selection_escaped() {
     }
     let (s, _) = get(&format!("/run/{run}/stage/code%2"));
     assert_eq!(s, 404, "a malformed escape");
+
+    // In a browser: clicking replica #3's box opens its page (the browser
+    // sends `%23`, not a fragment), and the chosen box is framed green.
+    let Some(b) = Browser::start() else { return };
+    b.goto(&ui.url);
+    b.goto(&ui.page(&format!("/run/{run}")));
+    b.wait_for("the run page", |b| !b.find_all("svg#dag g.node").is_empty());
+    let chosen = b.find("svg#dag g.node.chosen");
+    assert_eq!(b.attr(&chosen, "data-stage"), "code#3");
+    assert_eq!(
+        b.css(&b.find("svg#dag g.node.chosen rect"), "stroke-width"),
+        "3px"
+    );
+    assert_eq!(b.find_all("svg#dag rect.replica-group").len(), 1);
+    b.screenshot(&shot_dir().join("best-of-n.png"));
+    b.click(&chosen);
+    b.wait_for("replica 3's page", |b| !b.find_all("#replica").is_empty());
+    assert!(b.text(&b.find("h1")).contains("code#3"));
+    let diff = b.text(&b.find("#diff"));
+    assert!(
+        diff.contains("wrong two") && !diff.contains("wrong one"),
+        "{diff}"
+    );
+    b.click(&b.find("#replica a"));
+    b.wait_for("the selection", |b| !b.find_all("#selection").is_empty());
+    let reason = b.text(&b.find("#selection-reason"));
+    assert_eq!(reason, HOSTILE_REASON);
+    assert!(
+        b.find_all("#selection-reason b, #selection-reason script")
+            .is_empty()
+    );
+    assert_ne!(b.title(), "pwned");
 }
 
 #[test]
