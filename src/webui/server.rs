@@ -190,8 +190,7 @@ fn cookie_token(req: &Request<Incoming>) -> Option<String> {
 }
 
 /// The routes. Path segments are percent-decoded, then matched whole; ids
-/// are checked in
-/// [`data::open_run`] and [`data::RunView::stage`].
+/// are checked in [`data::open_run`] and [`data::RunView::stage`].
 async fn route(ui: &Ui, req: Request<Incoming>) -> Result<Response<Body>, UiError> {
     let path = req.uri().path().to_owned();
     // Each segment decoded on its own (a replica `code#1` comes as
