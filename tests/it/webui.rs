@@ -356,6 +356,17 @@ fn ui_shows_best_of_n_replicas_their_diffs_and_the_selection_escaped() {
     }
     let (s, _) = get(&format!("/run/{run}/stage/code%2"));
     assert_eq!(s, 404, "a malformed escape");
+    // An action's stage segment is decoded too: guidance to `code%231`
+    // reaches replica `code#1` (refused only because the run has ended).
+    let (s, _, body) = http(
+        a,
+        "POST",
+        &format!("/run/{run}/stage/code%231/guide"),
+        &[("X-Orch-Token", &ui.token)],
+        r#"{"text":"look again"}"#,
+    );
+    assert_eq!(s, 409, "{body}");
+    assert!(body.contains("code#1"), "{body}");
 
     // In a browser: clicking replica #3's box opens its page (the browser
     // sends `%23`, not a fragment), and the chosen box is framed green.
