@@ -5,6 +5,7 @@
 
 use super::UiError;
 use crate::ids::RunId;
+use crate::pipeline;
 use crate::runlog::{self, RunDir, RunState, RunStatus, StageRecord};
 use serde_json::Value;
 use std::path::Path;
@@ -47,10 +48,36 @@ pub(crate) fn list_runs(common: &Path, limit: usize) -> Vec<RunView> {
         .collect()
 }
 
+/// Whether `id` is a stage id a pipeline plans: a written stage's id
+/// ([`pipeline::is_valid_stage_id`]), or one of its replicas,
+/// [`pipeline::replica_id`]`(stage, k)` with `k` in 1..=the most replicas.
+pub(crate) fn is_stage_id(id: &str) -> bool {
+    if pipeline::is_valid_stage_id(id) {
+        return true;
+    }
+    replica_of(id).is_some()
+}
+
+/// `(stage, k)` when `id` is replica `k` of `stage` (`code#2` → `("code", 2)`).
+pub(crate) fn replica_of(id: &str) -> Option<(&str, u32)> {
+    let (base, k) = id.split_once('#')?;
+    let k: u32 = k.parse().ok()?;
+    let ok = pipeline::is_valid_stage_id(base)
+        && (1..=*pipeline::REPLICAS_RANGE.end()).contains(&k)
+        && pipeline::replica_id(base, k) == id;
+    ok.then_some((base, k))
+}
+
 impl RunView {
     /// The record of the stage `id` names, when the run has that stage
     /// (an exact match against the run's own stage ids).
+    /// Only an id the pipeline allows ([`is_stage_id`]) is looked up.
     pub(crate) fn stage(&self, id: &str) -> Result<&StageRecord, UiError> {
+        if !is_stage_id(id) {
+            return Err(UiError::NotFound(format!(
+                "stage id `{id}` is not a stage id"
+            )));
+        }
         self.state.stage(id).ok_or_else(|| {
             UiError::NotFound(format!("no stage `{id}` in run {}", self.state.run_id))
         })
@@ -209,4 +236,24 @@ pub(crate) fn snapshot(v: &RunView) -> Value {
         "stages": stages,
         "asks": asks.join(","),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_stage_id, replica_of};
+
+    #[test]
+    fn stage_ids_are_the_pipelines_and_its_replicas() {
+        for ok in ["code", "code_2", "a-b", "code#1", "code#8", "x1#3"] {
+            assert!(is_stage_id(ok), "{ok}");
+        }
+        for bad in [
+            "", "Code", "code#0", "code#9", "code#01", "code#+1", "code#", "#1", "code#1#2",
+            "code#1 ", "../x", "code/1", "code#a",
+        ] {
+            assert!(!is_stage_id(bad), "{bad}");
+        }
+        assert_eq!(replica_of("code#3"), Some(("code", 3)));
+        assert_eq!(replica_of("code"), None);
+    }
 }

@@ -25,9 +25,61 @@ pub(crate) fn html(text: &str) -> String {
     out
 }
 
+/// One URL path segment: every byte but the unreserved ones (`A-Z a-z
+/// 0-9 - _ . ~`) percent-encoded, so a replica's `code#1` is `code%231`
+/// (a raw `#` would end the path and start a fragment).
+pub(crate) fn url_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A URL path segment decoded (`%23` → `#`); `None` when a `%` is not
+/// followed by two hex digits or the bytes are not UTF-8.
+pub(crate) fn decode_segment(seg: &str) -> Option<String> {
+    let bytes = seg.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = seg.get(i + 1..i + 3)?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::html;
+    use super::{decode_segment, html, url_segment};
+
+    #[test]
+    fn url_segments_round_trip_and_encode_the_hash() {
+        assert_eq!(url_segment("code#3"), "code%233");
+        assert_eq!(url_segment("a b/c?d"), "a%20b%2Fc%3Fd");
+        assert_eq!(url_segment("run-1_x"), "run-1_x");
+        for s in ["code#3", "a b/c?d", "ü%", ""] {
+            assert_eq!(decode_segment(&url_segment(s)).as_deref(), Some(s));
+        }
+        assert_eq!(decode_segment("code%233").as_deref(), Some("code#3"));
+        assert_eq!(decode_segment("%2e%2E").as_deref(), Some(".."));
+        assert_eq!(decode_segment("bad%2"), None);
+        assert_eq!(decode_segment("bad%zz"), None);
+        assert_eq!(decode_segment("%ff"), None);
+    }
 
     #[test]
     fn markup_and_quotes_become_entities() {

@@ -4,15 +4,18 @@
 
 use super::control::Ask;
 use super::data::{self, RunView, duration, run_cost, stage_cost, usd};
-use super::escape::html;
+use super::escape::{html, url_segment};
 use super::server::Ui;
-use crate::runlog::StageRecord;
+use crate::runlog::{RunState, StageRecord};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 const NODE_W: usize = 170;
 const NODE_H: usize = 46;
+/// A node's height in a run with replicas: a third line says what a
+/// replica or a selection is.
+const NODE_H_REPLICAS: usize = 64;
 const COL_GAP: usize = 60;
 const ROW_GAP: usize = 18;
 const PAD: usize = 12;
@@ -48,8 +51,9 @@ pub(super) fn runs_page(ui: &Ui, runs: &[RunView]) -> String {
         let s = &v.state;
         let _ = writeln!(
             b,
-            "<tr><td><a class=\"run-link\" href=\"/run/{id}\">{id}</a></td><td>{pipe}</td><td>{st}</td><td>{created}</td><td>{dur}</td><td class=\"num\">{tok}</td><td class=\"num\">{cost}</td><td>{model}</td></tr>",
+            "<tr><td><a class=\"run-link\" href=\"/run/{href}\">{id}</a></td><td>{pipe}</td><td>{st}</td><td>{created}</td><td>{dur}</td><td class=\"num\">{tok}</td><td class=\"num\">{cost}</td><td>{model}</td></tr>",
             id = html(s.run_id.as_str()),
+            href = html(&url_segment(s.run_id.as_str())),
             pipe = html(&s.pipeline),
             st = badge(s.status.as_str()),
             created = html(&s.created),
@@ -114,6 +118,57 @@ fn layers(view: &RunView) -> Layout {
     }
 }
 
+/// The replicas of the run's best-of-N stages: stage id → how many.
+fn replica_counts(s: &RunState) -> HashMap<&str, u32> {
+    let mut n: HashMap<&str, u32> = HashMap::new();
+    for st in &s.stages {
+        if let Some((base, _)) = data::replica_of(&st.id) {
+            *n.entry(base).or_default() += 1;
+        }
+    }
+    n
+}
+
+/// What the page says of a replica or a selecting stage: `(replica
+/// label, selection label, chosen)`. A replica: `code #1 of 3` (N from the
+/// selection when there is one); a selecting stage: `selected 2 of 3
+/// (tests)`, or `selects 1 of 3` before it chose.
+fn best_of_n(s: &RunState, counts: &HashMap<&str, u32>, st: &StageRecord) -> BestOfN {
+    if let Some((base, k)) = data::replica_of(&st.id) {
+        let sel = s.stage(base).and_then(|b| b.selection.as_ref());
+        let of = sel.map_or_else(|| counts.get(base).copied().unwrap_or(0), |x| x.of);
+        return BestOfN::Replica {
+            base: base.to_owned(),
+            k,
+            of,
+            chosen: sel.is_some_and(|x| x.chosen == k),
+        };
+    }
+    match (&st.selection, counts.get(st.id.as_str())) {
+        (Some(x), _) => BestOfN::Selecting(format!(
+            "selected {} of {} ({})",
+            x.chosen, x.of, x.strategy
+        )),
+        (None, Some(n)) => BestOfN::Selecting(format!("selects 1 of {n}")),
+        (None, None) => BestOfN::Plain,
+    }
+}
+
+/// A stage's part in best of N.
+enum BestOfN {
+    /// An ordinary stage.
+    Plain,
+    /// Replica `k` of `of` of stage `base`.
+    Replica {
+        base: String,
+        k: u32,
+        of: u32,
+        chosen: bool,
+    },
+    /// The stage that selects among its replicas, and what it says.
+    Selecting(String),
+}
+
 /// The DAG as inline SVG: a box per stage coloured by status (class
 /// `st-<status>`), links to its page, arrows for its needs; a rework round
 /// is dashed and says its round.
@@ -123,15 +178,21 @@ fn dag_svg(view: &RunView) -> String {
         edges,
         rounds,
     } = layers(view);
+    let counts = replica_counts(&view.state);
+    let node_h = if counts.is_empty() {
+        NODE_H
+    } else {
+        NODE_H_REPLICAS
+    };
     let rows = cols.iter().map(Vec::len).max().unwrap_or(1);
     let width = PAD * 2 + cols.len() * NODE_W + cols.len().saturating_sub(1) * COL_GAP;
-    let height = PAD * 2 + rows * NODE_H + rows.saturating_sub(1) * ROW_GAP;
+    let height = PAD * 2 + rows * node_h + rows.saturating_sub(1) * ROW_GAP;
     let mut pos: HashMap<&str, (usize, usize)> = HashMap::new();
     for (c, col) in cols.iter().enumerate() {
         for (r, id) in col.iter().enumerate() {
             pos.insert(
                 id.as_str(),
-                (PAD + c * (NODE_W + COL_GAP), PAD + r * (NODE_H + ROW_GAP)),
+                (PAD + c * (NODE_W + COL_GAP), PAD + r * (node_h + ROW_GAP)),
             );
         }
     }
@@ -141,7 +202,7 @@ fn dag_svg(view: &RunView) -> String {
     );
     for (from, to) in &edges {
         if let (Some(&(x1, y1)), Some(&(x2, y2))) = (pos.get(from.as_str()), pos.get(to.as_str())) {
-            let (x1, y1, x2, y2) = (x1 + NODE_W, y1 + NODE_H / 2, x2, y2 + NODE_H / 2);
+            let (x1, y1, x2, y2) = (x1 + NODE_W, y1 + node_h / 2, x2, y2 + node_h / 2);
             let mid = (x1 + x2) / 2;
             let _ = writeln!(
                 s,
@@ -149,13 +210,77 @@ fn dag_svg(view: &RunView) -> String {
             );
         }
     }
-    let run = html(view.state.run_id.as_str());
+    // A stage's replicas share a dashed frame (they share a layer).
+    let mut groups: Vec<&str> = counts.keys().copied().collect();
+    groups.sort_unstable();
+    for base in groups {
+        let boxes: Vec<(usize, usize)> = view
+            .state
+            .stages
+            .iter()
+            .filter(|st| data::replica_of(&st.id).is_some_and(|(b, _)| b == base))
+            .filter_map(|st| pos.get(st.id.as_str()).copied())
+            .collect();
+        let (Some(x0), Some(x1)) = (
+            boxes.iter().map(|b| b.0).min(),
+            boxes.iter().map(|b| b.0).max(),
+        ) else {
+            continue;
+        };
+        let y0 = boxes.iter().map(|b| b.1).min().unwrap_or(0);
+        let y1 = boxes.iter().map(|b| b.1).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "<rect class=\"replica-group\" data-of=\"{b}\" x=\"{gx}\" y=\"{gy}\" width=\"{gw}\" height=\"{gh}\" rx=\"10\"><title>replicas of {b}</title></rect>",
+            b = html(base),
+            gx = x0.saturating_sub(5),
+            gy = y0.saturating_sub(5),
+            gw = x1 - x0 + NODE_W + 10,
+            gh = y1 - y0 + node_h + 10,
+        );
+    }
+    let run = html(&url_segment(view.state.run_id.as_str()));
     for st in &view.state.stages {
         let Some(&(x, y)) = pos.get(st.id.as_str()) else {
             continue;
         };
+        let (name, third, bon_class) = match best_of_n(&view.state, &counts, st) {
+            BestOfN::Plain => (html(&st.id), String::new(), ""),
+            BestOfN::Replica {
+                base,
+                k,
+                of,
+                chosen,
+            } => (
+                format!(
+                    "{} #{k} of {of}{}",
+                    html(&base),
+                    if chosen { " ✓" } else { "" }
+                ),
+                format!(
+                    "replica of {}{}",
+                    html(&base),
+                    if chosen { " · chosen" } else { "" }
+                ),
+                if chosen {
+                    " replica chosen"
+                } else {
+                    " replica"
+                },
+            ),
+            BestOfN::Selecting(label) => (html(&st.id), html(&label), " selecting"),
+        };
+        let third = if third.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<text x=\"{}\" y=\"{}\" class=\"bon\">{third}</text>",
+                x + 10,
+                y + 55
+            )
+        };
         let round = rounds.get(&st.id).copied().unwrap_or(1);
-        let extra = if round > 1 { " rework" } else { "" };
+        let extra = format!("{}{bon_class}", if round > 1 { " rework" } else { "" });
         let label = if round > 1 {
             format!("{} · round {round}", st.role)
         } else {
@@ -164,10 +289,11 @@ fn dag_svg(view: &RunView) -> String {
         let id = html(&st.id);
         let _ = writeln!(
             s,
-            "<a href=\"/run/{run}/stage/{id}\"><g class=\"node st-{status}{extra}\" id=\"node-{id}\" data-stage=\"{id}\" data-status=\"{status}\">\
-<rect x=\"{x}\" y=\"{y}\" width=\"{NODE_W}\" height=\"{NODE_H}\" rx=\"7\"/>\
-<text x=\"{tx}\" y=\"{ty1}\" class=\"name\">{id}</text>\
-<text x=\"{tx}\" y=\"{ty2}\" class=\"sub\">{label} · <tspan class=\"status\">{status}</tspan></text></g></a>",
+            "<a href=\"/run/{run}/stage/{href}\"><g class=\"node st-{status}{extra}\" id=\"node-{id}\" data-stage=\"{id}\" data-status=\"{status}\">\
+<rect x=\"{x}\" y=\"{y}\" width=\"{NODE_W}\" height=\"{node_h}\" rx=\"7\"/>\
+<text x=\"{tx}\" y=\"{ty1}\" class=\"name\">{name}</text>\
+<text x=\"{tx}\" y=\"{ty2}\" class=\"sub\">{label} · <tspan class=\"status\">{status}</tspan></text>{third}</g></a>",
+            href = html(&url_segment(&st.id)),
             status = st.status.as_str(),
             tx = x + 10,
             ty1 = y + 19,
@@ -183,6 +309,8 @@ fn dag_svg(view: &RunView) -> String {
 pub(super) fn run_page(ui: &Ui, view: &RunView, asks: &[Ask]) -> String {
     let s = &view.state;
     let run = html(s.run_id.as_str());
+    let run_href = html(&url_segment(s.run_id.as_str()));
+    let counts = replica_counts(s);
     let mut b = format!(
         "<h1>Run <code>{run}</code></h1>\n<p class=\"meta\" id=\"run-meta\" data-run=\"{run}\" data-live=\"{live}\" data-asks=\"{ask_ids}\">{pipe} · <span id=\"run-status\">{status}</span> · <span id=\"run-cost\">{cost}</span> · {dur} · {tok} tokens · model {model}</p>\n",
         live = view.is_live(),
@@ -212,9 +340,25 @@ pub(super) fn run_page(ui: &Ui, view: &RunView, asks: &[Ask]) -> String {
     b.push_str("<table class=\"stages\" id=\"stages\"><thead><tr><th>stage</th><th>role</th><th>status</th><th>verdict</th><th>turns</th><th>tokens</th><th>cost</th><th>time</th><th>commit</th></tr></thead><tbody>\n");
     for st in &s.stages {
         let id = html(&st.id);
+        let note = match best_of_n(s, &counts, st) {
+            BestOfN::Plain => String::new(),
+            BestOfN::Replica {
+                base,
+                k,
+                of,
+                chosen,
+            } => format!(
+                " <span class=\"bon{}\">{} #{k} of {of}{}</span>",
+                if chosen { " chosen" } else { "" },
+                html(&base),
+                if chosen { " · chosen" } else { "" }
+            ),
+            BestOfN::Selecting(label) => format!(" <span class=\"bon\">{}</span>", html(&label)),
+        };
         let _ = writeln!(
             b,
-            "<tr data-stage=\"{id}\"><td><a class=\"stage-link\" href=\"/run/{run}/stage/{id}\">{id}</a></td><td>{role}</td><td class=\"c-status\">{st_badge}</td><td>{verdict}</td><td class=\"num c-turns\">{turns}</td><td class=\"num c-tokens\">{tokens}</td><td class=\"num c-cost\">{cost}</td><td class=\"num\">{time}</td><td><code>{commit}</code></td></tr>",
+            "<tr data-stage=\"{id}\"><td><a class=\"stage-link\" href=\"/run/{run_href}/stage/{href}\">{id}</a>{note}</td><td>{role}</td><td class=\"c-status\">{st_badge}</td><td>{verdict}</td><td class=\"num c-turns\">{turns}</td><td class=\"num c-tokens\">{tokens}</td><td class=\"num c-cost\">{cost}</td><td class=\"num\">{time}</td><td><code>{commit}</code></td></tr>",
+            href = html(&url_segment(&st.id)),
             role = html(&st.role),
             st_badge = badge(st.status.as_str()),
             verdict = st.verdict.map_or("", |v| v.as_str()),
@@ -272,9 +416,10 @@ pub(super) fn run_page(ui: &Ui, view: &RunView, asks: &[Ask]) -> String {
 /// One stage: its numbers, summary, verdict, verify, diff and timeline.
 pub(super) fn stage_page(ui: &Ui, view: &RunView, st: &StageRecord) -> String {
     let run = html(view.state.run_id.as_str());
+    let run_href = html(&url_segment(view.state.run_id.as_str()));
     let id = html(&st.id);
     let mut b = format!(
-        "<p class=\"crumbs\"><a href=\"/run/{run}\">run {run}</a></p>\n<h1>Stage <code>{id}</code> {badge}</h1>\n\
+        "<p class=\"crumbs\"><a href=\"/run/{run_href}\">run {run}</a></p>\n<h1>Stage <code>{id}</code> {badge}</h1>\n\
 <p class=\"meta\">role {role} · model {model} · {turns} turns · {tokens} tokens (prompt {p}, completion {c}) · cost {cost} · {time} · commit <code>{commit}</code> · branch <code>{branch}</code></p>\n",
         badge = badge(st.status.as_str()),
         role = html(&st.role),
@@ -288,6 +433,7 @@ pub(super) fn stage_page(ui: &Ui, view: &RunView, st: &StageRecord) -> String {
         commit = html(st.commit.as_deref().unwrap_or("-")),
         branch = html(st.branch.as_deref().unwrap_or("-")),
     );
+    b.push_str(&best_of_n_html(view, st));
     if let Some(v) = st.verdict {
         let _ = writeln!(
             b,
@@ -351,6 +497,92 @@ pub(super) fn stage_page(ui: &Ui, view: &RunView, st: &StageRecord) -> String {
     }
     b.push_str(&timeline(&events));
     page(ui, &format!("{} · run {}", st.id, view.state.run_id), &b)
+}
+
+/// A stage page's best-of-N part: a selecting stage's selection (choice,
+/// strategy, reason, every candidate with its checks); a replica's place
+/// (which stage, chosen or not) and its selection check.
+fn best_of_n_html(view: &RunView, st: &StageRecord) -> String {
+    let mut b = String::new();
+    let run_href = html(&url_segment(view.state.run_id.as_str()));
+    let link = |stage: &str, text: &str| {
+        format!(
+            "<a href=\"/run/{run_href}/stage/{}\">{}</a>",
+            html(&url_segment(stage)),
+            html(text)
+        )
+    };
+    if let Some((base, k)) = data::replica_of(&st.id) {
+        let sel = view.state.stage(base).and_then(|s| s.selection.as_ref());
+        let of = sel.map_or_else(
+            || replica_counts(&view.state).get(base).copied().unwrap_or(0),
+            |x| x.of,
+        );
+        let fate = match sel {
+            Some(x) if x.chosen == k => " · <b class=\"chosen\">chosen</b>".to_owned(),
+            Some(x) => format!(" · not chosen (#{} was)", x.chosen),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            b,
+            "<p class=\"replica\" id=\"replica\">replica #{k} of {of} of stage {}{fate}</p>",
+            link(base, base)
+        );
+        if let Some(check) = &st.check {
+            let _ = writeln!(
+                b,
+                "<h2>Selection check: {}</h2><ul class=\"verify\" id=\"check\">",
+                if check.passed() { "passed" } else { "failed" }
+            );
+            for r in &check.runs {
+                let _ = writeln!(b, "<li><code>{}</code></li>", html(&r.run.status()));
+            }
+            b.push_str("</ul>\n");
+        }
+    }
+    let Some(sel) = &st.selection else {
+        return b;
+    };
+    let _ = writeln!(
+        b,
+        "<h2>Selection</h2>\n<p class=\"selection\" id=\"selection\">selected <b>#{chosen} of {of}</b> ({strategy}){passed} · {tokens} tokens, cost {cost} over the replicas and the selection</p>\n<p class=\"reason\" id=\"selection-reason\">{reason}</p>",
+        chosen = sel.chosen,
+        of = sel.of,
+        strategy = html(&sel.strategy),
+        passed = match sel.passed {
+            Some(true) => ", passed its checks",
+            Some(false) => ", <span class=\"err\">none passed its checks</span>",
+            None => "",
+        },
+        tokens = sel.tokens.total(),
+        cost = usd(sel.cost_usd),
+        reason = html(&sel.reason),
+    );
+    b.push_str("<table class=\"candidates\" id=\"candidates\"><thead><tr><th>replica</th><th>status</th><th>checks</th><th>failing</th><th>diff lines</th><th>tokens</th><th>cost</th><th>commit</th></tr></thead><tbody>\n");
+    for c in &sel.candidates {
+        let chosen = c.k == sel.chosen;
+        let _ = writeln!(
+            b,
+            "<tr class=\"cand{cls}\" data-k=\"{k}\"><td>{link}{mark}</td><td>{status}</td><td>{checks}</td><td class=\"num\">{fail}</td><td class=\"num\">{lines}</td><td class=\"num\">{tok}</td><td class=\"num\">{cost}</td><td><code>{commit}</code></td></tr>",
+            cls = if chosen { " chosen" } else { "" },
+            k = c.k,
+            link = link(&c.stage, &format!("#{} {}", c.k, c.stage)),
+            mark = if chosen { " ✓ chosen" } else { "" },
+            status = badge(&c.status),
+            checks = match c.passed {
+                Some(true) => "passed",
+                Some(false) => "failed",
+                None => "-",
+            },
+            fail = c.failures,
+            lines = c.diff_lines,
+            tok = c.tokens.total(),
+            cost = usd(c.cost_usd),
+            commit = html(c.commit.as_deref().map_or("-", |x| &x[..x.len().min(10)])),
+        );
+    }
+    b.push_str("</tbody></table>\n");
+    b
 }
 
 /// A unified diff, file by file, each line escaped and lightly highlighted.

@@ -189,11 +189,20 @@ fn cookie_token(req: &Request<Incoming>) -> Option<String> {
         })
 }
 
-/// The routes. Path segments are matched whole; ids are checked in
-/// [`data::open_run`] and [`data::RunView::stage`].
+/// The routes. Path segments are percent-decoded, then matched whole; ids
+/// are checked in [`data::open_run`] and [`data::RunView::stage`].
 async fn route(ui: &Ui, req: Request<Incoming>) -> Result<Response<Body>, UiError> {
     let path = req.uri().path().to_owned();
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // Each segment decoded on its own (a replica `code#1` comes as
+    // `code%231`), so a decoded `/` never splits one; a malformed escape
+    // names nothing.
+    let decoded: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(super::escape::decode_segment)
+        .collect::<Option<_>>()
+        .ok_or_else(|| UiError::NotFound(format!("nothing at {path}")))?;
+    let segs: Vec<&str> = decoded.iter().map(String::as_str).collect();
     let method = req.method().clone();
     match (method, segs.as_slice()) {
         (Method::GET, [""]) => {

@@ -2,7 +2,9 @@
 //! one start commit at once, each on `orch/<run>/code#k`, and a selection
 //! (`tests`, `reviewer`) picks the one the next stage builds on. The
 //! scripted model makes one right patch (`right`) and two wrong ones; the
-//! check `grep -qx right answer.txt` tells them apart.
+//! check `grep -qx right answer.txt` tells them apart. The helpers marked
+//! `pub(crate)` also script the best-of-N run of `orch ui`'s test
+//! (tests/it/webui.rs).
 
 use crate::faults::killed;
 use crate::support::{
@@ -14,12 +16,12 @@ use std::path::Path;
 use std::process::Output;
 
 /// What replica k (1-based) writes: the second is the right one.
-const ANSWERS: [&str; 3] = ["wrong one", "right", "wrong two"];
+pub(crate) const ANSWERS: [&str; 3] = ["wrong one", "right", "wrong two"];
 
 /// Tokens each scripted reply reports (prompt, completion).
 const USAGE: (u64, u64) = (100, 10);
 
-fn pipeline(dir: &Path, select: &str) -> std::path::PathBuf {
+pub(crate) fn pipeline(dir: &Path, select: &str) -> std::path::PathBuf {
     write_pipeline(
         dir,
         "p",
@@ -56,20 +58,20 @@ fn writing(answer: &str, peers: bool) -> Vec<Reply> {
 }
 
 /// The downstream stage: reads the answer it was given, then finishes.
-fn after() -> Vec<Reply> {
+pub(crate) fn after() -> Vec<Reply> {
     vec![
         Reply::tool_call("c", "bash", json!({"command": "cat answer.txt"})),
         Reply::finish("f", "read it", None),
     ]
 }
 
-fn script(peers: bool) -> Script {
+pub(crate) fn script(peers: bool) -> Script {
     (1..=3).fold(Script::new(), |s, k| {
         s.agent(&format!("code#{k}"), replica(k, peers))
     })
 }
 
-fn run(repo: &TestRepo, pipeline: &Path, server: &FakeServer) -> Output {
+pub(crate) fn run(repo: &TestRepo, pipeline: &Path, server: &FakeServer) -> Output {
     let issue = write_issue(pipeline.parent().unwrap(), "# answer\n");
     OrchRun::new(pipeline, repo)
         .issue(&issue)
@@ -93,7 +95,7 @@ fn tree(repo: &TestRepo, rev: &str) -> String {
         .to_owned()
 }
 
-fn run_id(out: &Output) -> String {
+pub(crate) fn run_id(out: &Output) -> String {
     stdout_json(out)["run_id"].as_str().unwrap().to_owned()
 }
 

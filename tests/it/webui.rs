@@ -233,6 +233,174 @@ fn ui_refuses_requests_without_the_token_a_foreign_host_and_bad_ids() {
     );
 }
 
+/// What the selecting reviewer gives as its reason: markup the page must
+/// show as text.
+const HOSTILE_REASON: &str = "three <b>reads</b> best <script>document.title='pwned'</script>";
+
+#[test]
+fn ui_shows_best_of_n_replicas_their_diffs_and_the_selection_escaped() {
+    use crate::best_of_n;
+    // The reviewer strategy of tests/it/best_of_n.rs: three replicas write
+    // `wrong one`, `right`, `wrong two`; the reviewer chooses #3.
+    let repo = TestRepo::with_commit(&[("README.md", "base\n")], "base");
+    let tmp = tempfile::tempdir().unwrap();
+    let p = best_of_n::pipeline(tmp.path(), "      strategy: reviewer");
+    let server = FakeServer::start(
+        best_of_n::script(false)
+            .agent(
+                "code",
+                vec![Reply::tool_call(
+                    "f",
+                    "finish",
+                    json!({"summary": HOSTILE_REASON, "choice": 3}),
+                )],
+            )
+            .agent("after", best_of_n::after()),
+    );
+    let out = best_of_n::run(&repo, &p, &server);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = best_of_n::run_id(&out);
+    let ui = UiServer::start(&repo.path);
+    let a = ui.addr.as_str();
+    let cookie = format!("orch_ui={}", ui.token);
+    let get = |path: &str| {
+        let (s, _, body) = http(a, "GET", path, &[("Cookie", &cookie)], "");
+        (s, body)
+    };
+
+    // The run page: every replica, linked with `#` encoded, labelled as a
+    // replica of `code`; the selection says what it chose; #3 is marked.
+    let (s, page) = get(&format!("/run/{run}"));
+    assert_eq!(s, 200, "{page}");
+    for k in 1..=3 {
+        let href = format!("href=\"/run/{run}/stage/code%23{k}\"");
+        assert!(page.contains(&href), "a link {href}: {page}");
+        assert!(page.contains(&format!("code #{k} of 3")), "{page}");
+        assert!(page.contains(&format!("data-stage=\"code#{k}\"")), "{page}");
+    }
+    assert!(
+        !page.contains("/stage/code#"),
+        "a raw `#` in a link: {page}"
+    );
+    assert!(page.contains("class=\"replica-group\""), "{page}");
+    assert!(page.contains("selected 3 of 3 (reviewer)"), "{page}");
+    assert!(
+        page.contains("class=\"node st-succeeded replica chosen\" id=\"node-code#3\""),
+        "#3 is marked chosen: {page}"
+    );
+    assert!(
+        page.contains("class=\"node st-succeeded replica\" id=\"node-code#1\""),
+        "{page}"
+    );
+
+    // A replica's page is its own: its diff, its place among the replicas.
+    let (s, third) = get(&format!("/run/{run}/stage/code%233"));
+    assert_eq!(s, 200, "{third}");
+    assert!(third.contains("<h1>Stage <code>code#3</code>"), "{third}");
+    assert!(third.contains("answer.txt"), "{third}");
+    assert!(third.contains("wrong two"), "replica 3's diff: {third}");
+    assert!(!third.contains("wrong one"), "{third}");
+    assert!(third.contains("replica #3 of 3 of stage"), "{third}");
+    assert!(third.contains(">chosen</b>"), "{third}");
+    let (s, first) = get(&format!("/run/{run}/stage/code%231"));
+    assert_eq!(s, 200, "{first}");
+    assert!(
+        first.contains("wrong one") && !first.contains("wrong two"),
+        "{first}"
+    );
+    assert!(first.contains("not chosen (#3 was)"), "{first}");
+
+    // The selecting stage's page: the choice, every candidate, the reason
+    // as text.
+    let (s, code) = get(&format!("/run/{run}/stage/code"));
+    assert_eq!(s, 200, "{code}");
+    assert!(code.contains("id=\"selection\""), "{code}");
+    assert!(code.contains("#3 of 3</b> (reviewer)"), "{code}");
+    for k in 1..=3 {
+        assert!(
+            code.contains(&format!(
+                "href=\"/run/{run}/stage/code%23{k}\">#{k} code#{k}</a>"
+            )),
+            "candidate {k}: {code}"
+        );
+    }
+    assert!(
+        code.contains(
+            "three &lt;b&gt;reads&lt;/b&gt; best &lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"
+        ),
+        "the reason escaped: {code}"
+    );
+    assert!(
+        !code.contains("<b>reads</b>") && !code.contains("<script>document"),
+        "{code}"
+    );
+
+    // Only the ids the pipeline allows: no other `#` form, no raw `#`
+    // (which the browser never sends) reaching another page.
+    for bad in [
+        "code%230",
+        "code%239",
+        "code%23x",
+        "code%2301",
+        "code%23",
+        "%231",
+        "code%233%231",
+    ] {
+        let (s, body) = get(&format!("/run/{run}/stage/{bad}"));
+        assert_eq!(s, 404, "{bad}: {body}");
+    }
+    let (s, _) = get(&format!("/run/{run}/stage/code%2"));
+    assert_eq!(s, 404, "a malformed escape");
+    // An action's stage segment is decoded too: guidance to `code%231`
+    // reaches replica `code#1` (refused only because the run has ended).
+    let (s, _, body) = http(
+        a,
+        "POST",
+        &format!("/run/{run}/stage/code%231/guide"),
+        &[("X-Orch-Token", &ui.token)],
+        r#"{"text":"look again"}"#,
+    );
+    assert_eq!(s, 409, "{body}");
+    assert!(body.contains("code#1"), "{body}");
+
+    // In a browser: clicking replica #3's box opens its page (the browser
+    // sends `%23`, not a fragment), and the chosen box is framed green.
+    let Some(b) = Browser::start() else { return };
+    b.goto(&ui.url);
+    b.goto(&ui.page(&format!("/run/{run}")));
+    b.wait_for("the run page", |b| !b.find_all("svg#dag g.node").is_empty());
+    let chosen = b.find("svg#dag g.node.chosen");
+    assert_eq!(b.attr(&chosen, "data-stage"), "code#3");
+    assert_eq!(
+        b.css(&b.find("svg#dag g.node.chosen rect"), "stroke-width"),
+        "3px"
+    );
+    assert_eq!(b.find_all("svg#dag rect.replica-group").len(), 1);
+    b.screenshot(&shot_dir().join("best-of-n.png"));
+    b.click(&chosen);
+    b.wait_for("replica 3's page", |b| !b.find_all("#replica").is_empty());
+    assert!(b.text(&b.find("h1")).contains("code#3"));
+    let diff = b.text(&b.find("#diff"));
+    assert!(
+        diff.contains("wrong two") && !diff.contains("wrong one"),
+        "{diff}"
+    );
+    b.click(&b.find("#replica a"));
+    b.wait_for("the selection", |b| !b.find_all("#selection").is_empty());
+    let reason = b.text(&b.find("#selection-reason"));
+    assert_eq!(reason, HOSTILE_REASON);
+    assert!(
+        b.find_all("#selection-reason b, #selection-reason script")
+            .is_empty()
+    );
+    assert_ne!(b.title(), "pwned");
+}
+
 #[test]
 fn ui_listens_on_loopback_only() {
     let repo = TestRepo::new();

@@ -67,8 +67,9 @@
       const st = safe(s.status);
       for (const node of document.querySelectorAll("g.node")) {
         if (node.dataset.stage !== s.id) continue;
-        const rework = node.classList.contains("rework") ? " rework" : "";
-        node.setAttribute("class", "node st-" + st + rework);
+        // Keep the node's other marks (rework, replica, chosen, selecting).
+        const marks = ["rework", "replica", "chosen", "selecting"].filter((c) => node.classList.contains(c));
+        node.setAttribute("class", ["node", "st-" + st].concat(marks).join(" "));
         node.dataset.status = st;
         const t = node.querySelector(".status");
         if (t) t.textContent = st;
