@@ -556,16 +556,7 @@ fn round_session(args: &ReactArgs, run_id: &RunId) -> Result<crate::runner::Sess
         .assume_yes(args.yes)
         .memory(super::session::memory_mode(&args.repo, false, None)?)
         .build(&args.limits)?;
-    session.hooks = super::session::resumed_hooks(&dir.root, &args.repo, &plan.roles)?;
-    super::preflight::open_server_cache();
-    super::session::route_stage_models(&mut session, &plan.pipeline, &args.model, &args.repo)?;
-    super::escalation::route_escalations(
-        &mut session,
-        &plan.pipeline,
-        &plan.roles,
-        &args.model,
-        &args.repo,
-    )?;
+    super::session::resume_from_record(&mut session, &dir.root, &plan, &args.model, &args.repo)?;
     Ok(session)
 }
 

@@ -91,17 +91,7 @@ async fn resume(args: ResumeArgs, events: &Events) -> Result<i32, CliError> {
             args.memory,
         )?)
         .build(&args.limits)?;
-    session.hooks = super::session::resumed_hooks(&dir.root, &args.repo, &plan.roles)?;
-    // No preflight on resume; what the run learned of its server still holds.
-    super::preflight::open_server_cache();
-    super::session::route_stage_models(&mut session, &plan.pipeline, &args.model, &args.repo)?;
-    super::escalation::route_escalations(
-        &mut session,
-        &plan.pipeline,
-        &plan.roles,
-        &args.model,
-        &args.repo,
-    )?;
+    super::session::resume_from_record(&mut session, &dir.root, &plan, &args.model, &args.repo)?;
     events.redacting(&session.secrets);
     let ui = Ui::new(false).with_events(events.clone());
     let summary = runner::resume_run(

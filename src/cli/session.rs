@@ -271,6 +271,23 @@ pub(super) fn resumed_hooks(
     hooks_for(repo, false, roles)
 }
 
+/// What a resumed run's session takes from its record once built (`orch
+/// resume`, and each round of `orch react`): the hooks it started with,
+/// what the run learned of its server (no preflight on resume), and the
+/// stage and escalation models its plan names.
+pub(super) fn resume_from_record(
+    session: &mut Session,
+    record: &Path,
+    plan: &crate::runner::Plan,
+    flags: &ModelArgs,
+    repo: &Path,
+) -> Result<(), CliError> {
+    session.hooks = resumed_hooks(record, repo, &plan.roles)?;
+    super::preflight::open_server_cache();
+    route_stage_models(session, &plan.pipeline, flags, repo)?;
+    super::escalation::route_escalations(session, &plan.pipeline, &plan.roles, flags, repo)
+}
+
 /// The base a new run starts from, as given by `--base`, and the note about
 /// the user's working tree. `worktree` writes a snapshot commit of the
 /// user's working tree (their index, HEAD and branch untouched) and returns

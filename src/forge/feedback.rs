@@ -120,6 +120,28 @@ struct Candidate {
     author_id: Option<u64>,
 }
 
+impl Feedback {
+    /// Keeps `c`'s finding when its author may write to `project`, else
+    /// names it among the ignored.
+    fn keep_if(
+        &mut self,
+        trusted: bool,
+        c: Candidate,
+        api: &ForgeApi,
+        project: &dyn std::fmt::Display,
+    ) {
+        if trusted {
+            self.findings.push(c.finding);
+        } else {
+            self.ignored.push(format!(
+                "{} by {}: no write access to {project}",
+                c.finding.key,
+                clean(api, &c.author, 100),
+            ));
+        }
+    }
+}
+
 /// Reads the pull request's feedback.
 pub(crate) async fn fetch_feedback(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError> {
     match pr.project.forge {
@@ -241,16 +263,7 @@ async fn fetch_github(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
                 t
             }
         };
-        if trusted {
-            fb.findings.push(c.finding);
-        } else {
-            fb.ignored.push(format!(
-                "{} by {}: no write access to {}",
-                c.finding.key,
-                clean(api, &c.author, 100),
-                pr.project
-            ));
-        }
+        fb.keep_if(trusted, c, api, &pr.project);
     }
     let runs = api
         .get(&format!(
@@ -444,16 +457,7 @@ async fn fetch_gitlab(api: &ForgeApi, pr: &PrRef) -> Result<Feedback, ForgeError
             }
             (None, None) => false,
         };
-        if trusted {
-            fb.findings.push(c.finding);
-        } else {
-            fb.ignored.push(format!(
-                "{} by {}: no write access to {}",
-                c.finding.key,
-                clean(api, &c.author, 100),
-                pr.project
-            ));
-        }
+        fb.keep_if(trusted, c, api, &pr.project);
     }
     if let Some(pipeline) = mr["head_pipeline"]["id"].as_u64() {
         let jobs = api
