@@ -10,7 +10,11 @@
 //! usual "call `finish`" nudge) or had its `finish` refused because nothing
 //! changed; or — when it writes its calls as text (a small model) — whose
 //! `finish` was refused because the files it changed do not parse (the ask
-//! shows the files as the task found them). At most once per agent.
+//! shows the files as the task found them). At most once per agent — and,
+//! for such a model, once more after each failed verify round once it has
+//! changed the named files: the ask then shows them as they are now, with
+//! what the gate said, as Aider sends a failing test's output back for a
+//! whole-file edit.
 //!
 //! How: a user message names the file(s); the next turn is sent as the
 //! system prompt, the task (with the files it names) and that message —
@@ -80,6 +84,9 @@ pub(super) enum Why {
     /// The verify gate failed (what it said, capped), and the named files
     /// are as the task found them.
     VerifyFailed(String),
+    /// The verify gate failed (what it said, capped) on the named files as
+    /// the model changed them.
+    VerifyFailedChanged(String),
 }
 
 /// Bytes of a failed verify's report an ask repeats.
@@ -97,6 +104,10 @@ impl Why {
             ),
             Why::VerifyFailed(report) => format!(
                 "{}\n\nThe files the task names are unchanged.",
+                crate::text::cap_bytes(report.trim(), VERIFY_CAP)
+            ),
+            Why::VerifyFailedChanged(report) => format!(
+                "{}\n\nThe files below are as you changed them; fix them so the verify commands pass.",
                 crate::text::cap_bytes(report.trim(), VERIFY_CAP)
             ),
         }
@@ -177,32 +188,57 @@ impl Agent<'_> {
 
     /// After its verify gate failed (`report`, what the agent was told): a
     /// small model (it writes its calls as text) that has not touched the
-    /// files its task names is asked for them whole, once.
+    /// files its task names is asked for them whole, once; one that has
+    /// changed them is asked for them whole again, as they are now, with
+    /// the report (once per failed round: the gate bounds the rounds).
     pub(crate) fn ask_whole_after_verify(
         &mut self,
         tool_ctx: &ToolContext,
         report: &str,
         log: &mut ActionLog,
     ) -> Result<(), RecordError> {
-        if self.checks.calls_as_text()
-            && self.may_ask_whole_file(tool_ctx)
-            && self.named_files_unchanged(tool_ctx)
-        {
-            let turn = self.out.turns;
-            self.ask_whole_file(Why::VerifyFailed(report.to_owned()), turn, log)?;
+        if !self.checks.calls_as_text() || !self.may_ask_again(tool_ctx) {
+            return Ok(());
+        }
+        let turn = self.out.turns;
+        if self.named_files_unchanged(tool_ctx) {
+            if !self.whole.asked {
+                self.ask_whole_file(Why::VerifyFailed(report.to_owned()), turn, log)?;
+            }
+            return Ok(());
+        }
+        // The named files as they are now (all must still read as text).
+        let now: Option<Vec<(String, String)>> = self
+            .whole
+            .originals
+            .iter()
+            .map(|(p, _)| {
+                std::fs::read_to_string(tool_ctx.root.join(p))
+                    .ok()
+                    .map(|c| (p.clone(), c))
+            })
+            .collect();
+        if let Some(now) = now {
+            self.ask_whole_files(Why::VerifyFailedChanged(report.to_owned()), &now, turn, log)?;
         }
         Ok(())
+    }
+
+    /// Whether this agent may be asked for a whole file at all — its role
+    /// writes, its task showed files whole — whether or not it was asked
+    /// before.
+    fn may_ask_again(&self, tool_ctx: &ToolContext) -> bool {
+        !self.whole.originals.is_empty()
+            && self.cfg.text_edits
+            && !tool_ctx.read_only
+            && self.req.tools.iter().any(|t| t.name == "write_file")
+            && self.writes(tool_ctx)
     }
 
     /// Whether this agent may be asked for a whole file (see the module
     /// docs), the lane's state aside.
     pub(super) fn may_ask_whole_file(&self, tool_ctx: &ToolContext) -> bool {
-        !self.whole.asked
-            && !self.whole.originals.is_empty()
-            && self.cfg.text_edits
-            && !tool_ctx.read_only
-            && self.req.tools.iter().any(|t| t.name == "write_file")
-            && self.writes(tool_ctx)
+        !self.whole.asked && self.may_ask_again(tool_ctx)
     }
 
     /// Asks for the named files' complete new content (the caller checked
@@ -215,18 +251,27 @@ impl Agent<'_> {
         turn: u32,
         log: &mut ActionLog,
     ) -> Result<(), RecordError> {
+        let originals = std::mem::take(&mut self.whole.originals);
+        let asked = self.ask_whole_files(why, &originals, turn, log);
+        self.whole.originals = originals;
+        asked
+    }
+
+    /// [`Agent::ask_whole_file`] showing `files` (path, content).
+    fn ask_whole_files(
+        &mut self,
+        why: Why,
+        files: &[(String, String)],
+        turn: u32,
+        log: &mut ActionLog,
+    ) -> Result<(), RecordError> {
         self.whole.asked = true;
-        let paths: Vec<String> = self
-            .whole
-            .originals
-            .iter()
-            .map(|(p, _)| p.clone())
-            .collect();
+        let paths: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();
         log.append(&ActionEvent::Nudge(event::Nudge {
             turn,
             message: ask_text(&paths, &why),
         }))?;
-        let text = ask_message(&self.cfg.brief, &self.whole.originals, &why);
+        let text = ask_message(&self.cfg.brief, files, &why);
         self.req.messages.push(ChatMessage::user(text));
         self.whole.next = Some(paths);
         Ok(())

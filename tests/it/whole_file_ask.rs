@@ -310,3 +310,54 @@ fn a_small_model_whose_verify_failed_without_touching_the_named_file_is_asked_fo
     assert_eq!(reqs[2].messages().len(), 2);
     assert_eq!(committed(&repo, &run_id), SOLVED);
 }
+
+#[test]
+fn a_small_model_whose_changed_file_failed_verify_is_asked_again_with_the_file_as_it_is() {
+    // As Aider sends a failing test's output back for a whole-file edit:
+    // the 1.5B model's asked answers that failed their doctests were
+    // followed by JSON edits that never fixed them (issue 28). Each failed
+    // round now asks for the file whole again, showing it as it is now.
+    let repo = median_stub_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        dir.path(),
+        "gated",
+        "stages:\n  code:\n    role: coder\n    verify: python3 -c \"import solution; assert solution.median([3, 1, 2]) == 2, 'median([3, 1, 2]) is not 2'\"\n    verify_rounds: 2\n    task: Fix it.\n",
+    );
+    const WRONG: &str = "def median(xs):\n    return xs[len(xs) // 2]\n";
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text("I will implement it now."),
+            Reply::text(&format!("```python\n{WRONG}```")),
+            json_finish(),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) =
+        crate::support::run_on_fake(&repo, &pipeline, crate::support::MEDIAN_ISSUE, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 5);
+    // Turn 2 answered the first ask (no change); turn 4 answers the second.
+    let again = last_user_text(&reqs[3]);
+    assert!(
+        again.contains("median([3, 1, 2]) is not 2")
+            && again.contains("The files below are as you changed them")
+            && again.contains(&format!("```python\n{WRONG}```"))
+            && again.contains("Reply with the complete new content of `solution.py`"),
+        "{again}"
+    );
+    assert_eq!(
+        reqs[3].messages().len(),
+        2,
+        "sent alone after the system prompt"
+    );
+    assert!(!offers_tools(&reqs[3]), "{}", reqs[3].body);
+    assert_eq!(recovered(&repo, &run_id).len(), 2);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+    let state = crate::support::state_json(&repo, &run_id);
+    let code = crate::support::stage_record(&state, "code");
+    assert_eq!(code["verify"]["passed"], true, "{code}");
+}
