@@ -16,6 +16,7 @@
 
 pub(crate) mod budget;
 mod calling;
+pub(crate) use calling::mode_name;
 pub(crate) mod compact;
 pub(crate) mod context_files;
 mod control;

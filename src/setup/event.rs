@@ -37,6 +37,8 @@ pub(crate) enum SetupEvent {
     Response(Response),
     /// Tool calls the model wrote as text, recovered.
     ToolCallsRecovered(ToolCallsRecovered),
+    /// How requests ask for calls changed (`tool_calling = "auto"`).
+    ToolCallingSwitch(ToolCallingSwitch),
     /// The model answered with text and no tool call.
     ModelText(ModelText),
     /// One tool call and its (capped) result.
@@ -92,6 +94,21 @@ pub(crate) struct Request {
     pub sampling: Sampling,
     /// How many messages the request holds.
     pub messages: usize,
+    /// How it asks for calls: `native` (a `tools` array), `constrained`
+    /// (one call under a JSON schema) or `text`; left out of lines
+    /// written before orch logged it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tool_calls: String,
+}
+
+/// `tool_calling_switch`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct ToolCallingSwitch {
+    pub round: u32,
+    pub from: String,
+    pub to: String,
+    pub reason: String,
 }
 
 /// `response`.

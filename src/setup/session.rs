@@ -155,6 +155,11 @@ struct Session<'a> {
     /// `model` sending `tool_choice: "required"`; `None` when the backend
     /// has no such setting (the replay model).
     required_model: Option<Arc<dyn ChatModel>>,
+    /// How requests ask for calls (the profile's `tool_calling`): under
+    /// `auto`, a call written as text or a prose answer switches the
+    /// following requests to one call under a JSON schema, as an agent's
+    /// turns do (src/agent/calling.rs).
+    calling: crate::llm::constrained::CallState,
 }
 
 /// `model` with `tool_choice: "required"` (its other settings kept).
@@ -218,6 +223,7 @@ impl<'a> Session<'a> {
             confirm_all: false,
             force_tool_call: false,
             required_model: with_required(&model),
+            calling: crate::llm::constrained::CallState::new(model.tool_calling()),
             model,
         };
         s.save_state()?;
@@ -273,6 +279,7 @@ impl<'a> Session<'a> {
             confirm_all: false,
             force_tool_call: false,
             required_model: with_required(&model),
+            calling: crate::llm::constrained::CallState::new(model.tool_calling()),
             model,
         })
     }
@@ -805,7 +812,7 @@ impl<'a> Session<'a> {
                 messages: self.messages.clone(),
                 tools: tools.clone(),
                 agent_path: AGENT_PATH.into(),
-                call_mode: crate::llm::CallMode::Native,
+                call_mode: self.calling.mode(),
             };
             let (model, tool_choice, why) = self.request_model();
             self.record.log(&SetupEvent::Request(event::Request {
@@ -814,9 +821,29 @@ impl<'a> Session<'a> {
                 tool_choice_from: why.to_owned(),
                 sampling: self.opts.sampling,
                 messages: req.messages.len(),
+                tool_calls: crate::agent::mode_name(req.call_mode).to_owned(),
             }));
             let started = std::time::Instant::now();
-            let resp = model.complete(&req).await?;
+            let resp = match model.complete(&req).await {
+                Err(LlmError::Rejected { status, body, .. })
+                    if self.calling.schema_refused().is_some() =>
+                {
+                    // The switch was orch's: the server refused the schema,
+                    // so the request goes again natively, for good.
+                    self.record.log(&SetupEvent::ToolCallingSwitch(event::ToolCallingSwitch {
+                        round: self.state.rounds,
+                        from: "constrained".into(),
+                        to: "native".into(),
+                        reason: format!(
+                            "the server refused the constrained request (HTTP {status}: {}); the request is sent again with native tools",
+                            crate::text::cap_bytes(&body, 512)
+                        ),
+                    }));
+                    self.state.rounds -= 1;
+                    continue;
+                }
+                r => r?,
+            };
             self.record.log(&SetupEvent::Response(event::Response {
                 round: self.state.rounds,
                 latency_ms: started.elapsed().as_millis() as u64,
@@ -835,6 +862,7 @@ impl<'a> Session<'a> {
                         recovered_from: from.into(),
                         format: format!("{format:?}"),
                     }));
+                self.text_instead_of_call("the model wrote its call as text");
             }
             self.messages.push(message.clone());
             if message.tool_calls.is_empty() {
@@ -848,8 +876,11 @@ impl<'a> Session<'a> {
                     return Ok(Err("the model answered without calling `plan`".into()));
                 }
                 nudged = true;
-                // A server that supports it (llama.cpp with `--jinja`)
-                // then constrains the next answer to a tool call by grammar.
+                // Under `auto` the next request asks for one call under a
+                // JSON schema; otherwise a server that supports it
+                // (llama.cpp with `--jinja`) constrains the next answer to
+                // a tool call by `tool_choice: "required"`.
+                self.text_instead_of_call("the model answered in text");
                 self.force_tool_call = true;
                 self.messages.push(ChatMessage::user(
                     "Call the `plan` tool with the ordered steps (an empty list if nothing is needed). \
@@ -877,6 +908,22 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// A request should have been answered with a call and was not (`why`):
+    /// under `auto`, the following requests are constrained (logged).
+    fn text_instead_of_call(&mut self, why: &str) {
+        if self.calling.text_instead_of_call().is_some() {
+            self.record
+                .log(&SetupEvent::ToolCallingSwitch(event::ToolCallingSwitch {
+                    round: self.state.rounds,
+                    from: "native".into(),
+                    to: "constrained".into(),
+                    reason: format!(
+                        "{why} instead of a native tool call; the following requests ask for one call under a JSON schema"
+                    ),
+                }));
+        }
+    }
+
     /// The model for the next request, the `tool_choice` it sends and why:
     /// the role's own `tool_choice` wins; after a prose answer `required`;
     /// else what the flags or the profile send (`auto` when none).
@@ -884,7 +931,9 @@ impl<'a> Session<'a> {
         if let Some(c) = self.opts.sampling.tool_choice {
             return (self.model.clone(), c, "role");
         }
+        // A constrained request sends no `tools`, so no `tool_choice`.
         if self.force_tool_call
+            && self.calling.mode() == crate::llm::CallMode::Native
             && let Some(m) = &self.required_model
         {
             return (

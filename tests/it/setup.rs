@@ -759,7 +759,15 @@ fn request_events(s: &Scratch) -> Vec<Value> {
 
 #[test]
 fn a_prose_answer_is_re_asked_with_tool_choice_required_and_the_record_says_so() {
+    // A profile set to native calls: the re-ask requires a call by
+    // `tool_choice` (under the default `auto` it asks under a schema:
+    // the next test).
     let s = Scratch::new();
+    std::fs::write(
+        s.config.join("orch.toml"),
+        "default_profile = \"p\"\n\n[profiles.p]\ntool_calling = \"native\"\n",
+    )
+    .unwrap();
     let server = FakeServer::start(Script::new().agent(
         "setup",
         vec![
@@ -795,11 +803,91 @@ fn a_prose_answer_is_re_asked_with_tool_choice_required_and_the_record_says_so()
         .collect();
     assert_eq!(choices, ["auto", "required", "required"]);
     assert_eq!(events[1]["tool_choice_from"], "re-ask after a prose answer");
+    assert!(
+        events.iter().all(|e| e["tool_calls"] == "native"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn under_auto_a_prose_answer_switches_setup_to_one_call_under_a_schema() {
+    // The 1.5B model's setup (docs/setup.md): a plan in a fenced block
+    // with prose around it (not a call), then, re-asked with
+    // `tool_choice: "required"`, 3,742 tokens until the deadline. Under
+    // the default `tool_calling = "auto"` the re-ask is one call under a
+    // JSON schema instead, as an agent's turn is; the model's JSON text
+    // is that call.
+    let s = Scratch::new();
+    let plan = json!({"name": "plan", "arguments": {"steps": [step("python3 -m venv venv", "install", "./venv/bin/python --version")], "next": []}});
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![
+            Reply::text("You need a venv:\n```sh\npython3 -m venv venv\n```\nThen install."),
+            Reply::text(&plan.to_string()),
+        ],
+    ));
+    let out = s.run(&server, &["a venv", "--plan-only"]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("Plan (1 step):"), "{}", stdout(&out));
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs[0].body.get("tools").is_some(), "{}", reqs[0].body);
+    // The re-ask: no `tools`, no `tool_choice`; the tools in the system
+    // prompt and a schema admitting one call of them.
+    let re = &reqs[1].body;
+    assert!(
+        re.get("tools").is_none() && re.get("tool_choice").is_none(),
+        "{re}"
+    );
+    let names: Vec<&str> = re["response_format"]["json_schema"]["schema"]["oneOf"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{re}"))
+        .iter()
+        .map(|e| e["properties"]["name"]["const"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"plan") && names.contains(&"detect_system"),
+        "{names:?}"
+    );
+    let system = reqs[1].messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(system.contains("- plan: "), "{system}");
+    let events = request_events(&s);
+    let modes: Vec<&str> = events
+        .iter()
+        .map(|e| e["tool_calls"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["native", "constrained"]);
+    let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
+    let switch: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"] == "tool_calling_switch")
+        .collect();
+    assert_eq!(switch.len(), 1, "{log}");
+    assert_eq!(switch[0]["to"], "constrained");
+    assert!(
+        switch[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the model answered in text"),
+        "{switch:?}"
+    );
 }
 
 #[test]
 fn the_setup_role_files_sampling_keys_reach_every_setup_request() {
     let s = Scratch::new();
+    // Native calls: the re-ask after prose sends `tools` and the role's
+    // `tool_choice` again (under `auto` it would ask under a schema, which
+    // sends no `tool_choice`).
+    std::fs::write(
+        s.config.join("orch.toml"),
+        "default_profile = \"p\"\n\n[profiles.p]\ntool_calling = \"native\"\n",
+    )
+    .unwrap();
     std::fs::create_dir_all(s.work.join(".git")).unwrap();
     std::fs::create_dir_all(s.work.join(".orch/roles")).unwrap();
     let builtin = include_str!("../../roles/setup.md");

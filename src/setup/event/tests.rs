@@ -21,6 +21,8 @@ const CHECKS_BEFORE: &[&str] = &[
     r#"{"check":"touch x","event":"check_before","exit_code":null,"outcome":"not_run","output":"not run before the step: …","step":2,"ts":"2026-12-05T22:05:07.170Z","when":"plan"}"#,
     r#"{"event":"plan_sent_back","message":"plan sent back: …","steps":[1],"ts":"2026-12-05T22:05:07.170Z"}"#,
     r#"{"check":"test -f a","check_output":"","event":"step","status":"satisfied","step":2,"ts":"2026-12-05T22:05:07.170Z"}"#,
+    r#"{"event":"tool_calling_switch","from":"native","reason":"the model answered in text instead of a native tool call; the following requests ask for one call under a JSON schema","round":1,"to":"constrained","ts":"2026-12-06T07:30:07.170Z"}"#,
+    r#"{"event":"request","messages":4,"round":2,"sampling":{},"tool_calls":"constrained","tool_choice":"auto","tool_choice_from":"default","ts":"2026-12-06T07:30:07.170Z"}"#,
     r#"{"check":"ls","check_exit_code":0,"check_output":"deps.txt\n","check_passed_before":true,"command":"echo x > deps.txt","event":"step","exit_code":0,"output":"","risk":"install","sandbox":"landlock","step":1,"timed_out":false,"ts":"2026-12-05T22:05:07.170Z","verified":false}"#,
 ];
 
@@ -42,6 +44,7 @@ fn name(event: &SetupEvent) -> &'static str {
         SetupEvent::Request(_) => "request",
         SetupEvent::Response(_) => "response",
         SetupEvent::ToolCallsRecovered(_) => "tool_calls_recovered",
+        SetupEvent::ToolCallingSwitch(_) => "tool_calling_switch",
         SetupEvent::ModelText(_) => "model_text",
         SetupEvent::Tool(_) => "tool",
         SetupEvent::AskUser(_) => "ask_user",
@@ -75,7 +78,7 @@ fn setup_log_lines_written_before_the_log_was_typed_read_as_events_and_write_bac
         names.insert(name(&event));
     }
     // Every event name orch setup writes is among them.
-    assert_eq!(names.len(), 13, "{names:?}");
+    assert_eq!(names.len(), 14, "{names:?}");
 }
 
 #[test]
