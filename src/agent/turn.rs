@@ -288,8 +288,17 @@ impl Agent<'_> {
         // A `finish` refused because nothing changed, or because the
         // changed files do not parse: asked for the named file's whole
         // content, once.
+        // Or a small model that repeated a call while the files its task
+        // showed it stayed as they were: asked for them instead of going
+        // round until it is stopped as stuck.
+        let repeating = self.take_repeat();
         if !finished && self.may_ask_whole_file(tool_ctx) {
-            if !told_before && self.checks.told_no_change() {
+            if let Some(name) = repeating
+                && self.checks.calls_as_text()
+                && self.named_files_unchanged(tool_ctx)
+            {
+                self.ask_whole_file(whole_file::Why::Repeating(name), turn, log)?;
+            } else if !told_before && self.checks.told_no_change() {
                 self.ask_whole_file(whole_file::Why::NoChange, turn, log)?;
             } else if !syntax_before
                 && !self.checks.syntax_told().is_empty()
@@ -362,6 +371,7 @@ impl Agent<'_> {
         let finished = self.take_finish(&mut outcome);
         if seen == Repeat::Warn {
             outcome.content.push_str(&repeat::warning(name));
+            self.note_repeat(name);
         }
         log.append(&tool_event(turn, call, &outcome, seen))?;
         if let Some(s) = outcome.skill.take() {
@@ -402,6 +412,9 @@ impl Agent<'_> {
             .push(ChatMessage::tool(call.id.clone(), outcome.content));
         if identical_failures >= MAX_IDENTICAL_FAILURES {
             return self.stop_repeated_failure(turn, calls, i, spawned, log);
+        }
+        if identical_failures == MAX_IDENTICAL_FAILURES - 1 {
+            self.note_repeat(name);
         }
         Ok(Continue(finished))
     }

@@ -10,7 +10,11 @@
 //! usual "call `finish`" nudge) or had its `finish` refused because nothing
 //! changed; or — when it writes its calls as text (a small model) — whose
 //! `finish` was refused because the files it changed do not parse (the ask
-//! shows the files as the task found them). At most once per agent — and,
+//! shows the files as the task found them); or — such a model again —
+//! that repeated a call (warned as a repeat, or failing the same way twice
+//! in a row: reading the file its task already showed it is the usual
+//! case) while the named files stayed as they were. At most once per
+//! agent — and,
 //! for such a model, once more after each failed verify round once it has
 //! changed the named files: the ask then shows them as they are now, with
 //! what the gate said, as Aider sends a failing test's output back for a
@@ -53,6 +57,9 @@ pub(super) struct WholeFileAsk {
     /// started); empty when one could not be read, and then nothing is
     /// asked.
     originals: Vec<(String, String)>,
+    /// A call of this turn repeated itself (its tool's name): warned, or
+    /// failing the same way twice in a row.
+    repeating: Option<String>,
 }
 
 impl WholeFileAsk {
@@ -87,6 +94,8 @@ pub(super) enum Why {
     /// The verify gate failed (what it said, capped) on the named files as
     /// the model changed them.
     VerifyFailedChanged(String),
+    /// The model repeated a call (the tool's name) and nothing changed.
+    Repeating(String),
 }
 
 /// Bytes of a failed verify's report an ask repeats.
@@ -105,6 +114,9 @@ impl Why {
             Why::VerifyFailed(report) => format!(
                 "{}\n\nThe files the task names are unchanged.",
                 crate::text::cap_bytes(report.trim(), VERIFY_CAP)
+            ),
+            Why::Repeating(name) => format!(
+                "You made the same `{name}` call again, nothing in the lane changed, and the task asks for a change."
             ),
             Why::VerifyFailedChanged(report) => format!(
                 "{}\n\nThe files below are as you changed them; fix them so the verify commands pass.",
@@ -343,6 +355,17 @@ impl Agent<'_> {
 }
 
 impl Agent<'_> {
+    /// A call of this turn repeated itself (`name`): warned as a repeat, or
+    /// failing as the call before it did.
+    pub(super) fn note_repeat(&mut self, name: &str) {
+        self.whole.repeating = Some(name.to_owned());
+    }
+
+    /// The repeat noted this turn, if any (cleared).
+    pub(super) fn take_repeat(&mut self) -> Option<String> {
+        self.whole.repeating.take()
+    }
+
     /// After the write made from an answer to the ask ran: its result says
     /// what happened and what comes next.
     pub(super) fn note_asked_write(

@@ -361,3 +361,37 @@ fn a_small_model_whose_changed_file_failed_verify_is_asked_again_with_the_file_a
     let code = crate::support::stage_record(&state, "code");
     assert_eq!(code["verify"]["passed"], true, "{code}");
 }
+
+#[test]
+fn a_small_model_reading_the_shown_file_again_and_again_is_asked_for_it() {
+    // The 1.5B model on HumanEval/1 (2026-12-06): `read_file solution.py`
+    // three times in a row under the schema (the file was already in its
+    // first message), then `finish` with nothing changed. The third
+    // identical call — the one warned as a repeat — now brings the ask.
+    let repo = median_stub_repo();
+    let read = || {
+        Reply::text(&json!({"name": "read_file", "arguments": {"path": "solution.py"}}).to_string())
+    };
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![read(), read(), read(), the_file_in_a_block(), json_finish()],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 5);
+    let ask = last_user_text(&reqs[3]);
+    assert!(
+        ask.contains("You made the same `read_file` call again")
+            && ask.contains("Reply with the complete new content of `solution.py`"),
+        "{ask}"
+    );
+    assert_eq!(reqs[3].messages().len(), 2);
+    assert!(!offers_tools(&reqs[3]), "{}", reqs[3].body);
+    assert_eq!(
+        recovered(&repo, &run_id).len(),
+        2,
+        "the first read, and the answer"
+    );
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+}
