@@ -57,6 +57,9 @@ pub(super) struct FinishChecks {
     /// The first errors of the files whose `finish` was refused because
     /// they do not parse.
     syntax_told: Vec<String>,
+    /// The names a small model's `finish` was refused for: the task named
+    /// them, the files it showed held them, the change removed them.
+    lost_told: Vec<String>,
     /// Checkers already said to be unavailable (said once each).
     said_not_checked: BTreeSet<&'static str>,
     /// The model wrote tool calls as text in this conversation (a small
@@ -97,6 +100,12 @@ impl FinishChecks {
     /// because they do not parse (empty: not refused for that).
     pub(super) fn syntax_told(&self) -> &[String] {
         &self.syntax_told
+    }
+
+    /// The names a `finish` was refused for because the change removed
+    /// them (empty: not refused for that).
+    pub(super) fn lost_told(&self) -> &[String] {
+        &self.lost_told
     }
 }
 
@@ -177,6 +186,7 @@ impl Agent<'_> {
         }
         let (errors, text) = check_changed(tool_ctx, &changed).await;
         if errors.is_empty() {
+            self.check_names_kept(tool_ctx, outcome);
             return;
         }
         if !self.checks.told_syntax {
@@ -199,6 +209,41 @@ impl Agent<'_> {
             ));
         }
         self.out.syntax_errors = errors;
+    }
+
+    /// A small model's change that parses but removed what its task names
+    /// — the 1.5B model replaced `solution.py` with `[]` (its own test
+    /// command's output) and finished, a false success — is refused once
+    /// with the names; a second `finish` is taken, its summary noting it.
+    fn check_names_kept(&mut self, tool_ctx: &ToolContext, outcome: &mut ToolOutcome) {
+        if !self.checks.calls_as_text {
+            return;
+        }
+        let lost = self.names_lost(tool_ctx);
+        if lost.is_empty() {
+            return;
+        }
+        let names = lost
+            .iter()
+            .map(|(name, path)| format!("`{name}` (was in `{path}`)"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.checks.lost_told.is_empty() {
+            self.checks.lost_told = lost.iter().map(|(n, _)| n.clone()).collect();
+            refuse(
+                outcome,
+                &format!(
+                    "the task names {names}, and the change removed it. Write the complete file with it implemented, then call `finish` again."
+                ),
+                "the change removed what the task names",
+            );
+            return;
+        }
+        if let Some(fin) = outcome.finish.as_mut() {
+            fin.summary.push_str(&format!(
+                "\n\nNote from orch: the change removed what the task names: {names}"
+            ));
+        }
     }
 
     /// Whether this agent is a writing stage's: its role may change files,

@@ -264,6 +264,7 @@ impl Agent<'_> {
         let mut finished = false;
         let told_before = self.checks.told_no_change();
         let syntax_before = !self.checks.syntax_told().is_empty();
+        let lost_before = !self.checks.lost_told().is_empty();
         // The subagents of one turn run concurrently; results keep call order.
         let mut spawned = spawn_concurrently(tool_ctx, calls).await;
         for i in 0..calls.len() {
@@ -308,6 +309,10 @@ impl Agent<'_> {
                 // calls tools natively fixes the file from the errors.
                 let errors = self.checks.syntax_told().to_vec();
                 self.ask_whole_file(whole_file::Why::DoesNotParse(errors), turn, log)?;
+            } else if !lost_before && !self.checks.lost_told().is_empty() {
+                // A small model's change removed what the task names.
+                let names = self.checks.lost_told().to_vec();
+                self.ask_whole_file(whole_file::Why::LostNames(names), turn, log)?;
             }
         }
         Ok(if finished {

@@ -96,6 +96,8 @@ pub(super) enum Why {
     VerifyFailedChanged(String),
     /// The model repeated a call (the tool's name) and nothing changed.
     Repeating(String),
+    /// The change removed names the task names (and the files held).
+    LostNames(Vec<String>),
 }
 
 /// Bytes of a failed verify's report an ask repeats.
@@ -114,6 +116,14 @@ impl Why {
             Why::VerifyFailed(report) => format!(
                 "{}\n\nThe files the task names are unchanged.",
                 crate::text::cap_bytes(report.trim(), VERIFY_CAP)
+            ),
+            Why::LostNames(names) => format!(
+                "Your change removed {} from the file, and the task names it.",
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Why::Repeating(name) => format!(
                 "You made the same `{name}` call again, nothing in the lane changed, and the task asks for a change."
@@ -361,6 +371,33 @@ impl Agent<'_> {
         self.whole.repeating = Some(name.to_owned());
     }
 
+    /// The names the task's brief gives in backticks (identifiers) that a
+    /// named file held when the task found it and no named file holds now,
+    /// each with the file that held it.
+    pub(super) fn names_lost(&self, tool_ctx: &ToolContext) -> Vec<(String, String)> {
+        let now: Vec<String> = self
+            .whole
+            .originals
+            .iter()
+            .map(|(p, _)| std::fs::read_to_string(tool_ctx.root.join(p)).unwrap_or_default())
+            .collect();
+        let mut lost = Vec::new();
+        for name in backticked_identifiers(&self.cfg.brief) {
+            let held = self
+                .whole
+                .originals
+                .iter()
+                .find(|(_, text)| has_word(text, &name));
+            if let Some((path, _)) = held
+                && !now.iter().any(|text| has_word(text, &name))
+                && !lost.iter().any(|(n, _)| n == &name)
+            {
+                lost.push((name, path.clone()));
+            }
+        }
+        lost
+    }
+
     /// The repeat noted this turn, if any (cleared).
     pub(super) fn take_repeat(&mut self) -> Option<String> {
         self.whole.repeating.take()
@@ -381,9 +418,62 @@ impl Agent<'_> {
     }
 }
 
+/// The spans of `text` in single backticks, line by line outside fenced
+/// blocks, that are identifiers of three characters or more
+/// (`filter_by_substring`, `median`).
+fn backticked_identifiers(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        out.extend(
+            line.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::trim)
+                .filter(|s| {
+                    s.len() >= 3
+                        && s.chars()
+                            .next()
+                            .is_some_and(|c| c.is_alphabetic() || c == '_')
+                        && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+                })
+                .map(str::to_owned),
+        );
+    }
+    out
+}
+
+/// Whether `word` appears in `text` with no identifier character either side.
+fn has_word(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(ident)
+            && !text[i + word.len()..].chars().next().is_some_and(ident)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_names_a_brief_gives_are_its_backticked_identifiers_found_as_words() {
+        let brief = "Implement `filter_by_substring` in solution.py so `x` and `a b` work, `_ok1` too.\n```\ncode `not_this`\n```\n";
+        assert_eq!(
+            backticked_identifiers(brief),
+            ["filter_by_substring", "_ok1"]
+        );
+        assert!(has_word("def median(xs):", "median"));
+        assert!(!has_word("def median_of(xs):", "median"));
+        assert!(!has_word("[]", "median"));
+    }
 
     #[test]
     fn the_ask_shows_each_file_plainly_after_the_brief() {

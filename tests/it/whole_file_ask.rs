@@ -395,3 +395,86 @@ fn a_small_model_reading_the_shown_file_again_and_again_is_asked_for_it() {
     );
     assert_eq!(committed(&repo, &run_id), SOLVED);
 }
+
+#[test]
+fn a_small_models_change_that_removed_the_named_function_is_refused_once_and_asked_for() {
+    // The 1.5B model on HumanEval/7 (2026-12-06): `write_file solution.py`
+    // with the content `[]` (what its test command printed), then `finish`:
+    // the file parses, so it was a success whose hidden check failed. The
+    // task names `median`; the change removed it from solution.py: the
+    // `finish` is refused once, and the model is asked for the file whole.
+    let repo = median_stub_repo();
+    let call = |name: &str, arguments: Value| {
+        Reply::text(&json!({"name": name, "arguments": arguments}).to_string())
+    };
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            call(
+                "write_file",
+                json!({"path": "solution.py", "content": "[]"}),
+            ),
+            call("finish", json!({"summary": "done"})),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 4);
+    // The ask is sent alone; the refusal is in the record.
+    let refused = stage_events(&record_dir(&repo, &run_id), "code", "tool")
+        .iter()
+        .find(|e| e["name"] == "finish")
+        .map(|e| e["result"].to_string())
+        .unwrap_or_default();
+    assert!(
+        refused.contains("not accepted yet: the task names `median` (was in `solution.py`), and the change removed it"),
+        "{refused}"
+    );
+    let ask = last_user_text(&reqs[2]);
+    assert!(
+        ask.contains("Your change removed `median` from the file")
+            && ask.contains("raise NotImplementedError")
+            && ask.contains("Reply with the complete new content of `solution.py`"),
+        "{ask}"
+    );
+    assert!(!offers_tools(&reqs[2]), "{}", reqs[2].body);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+}
+
+#[test]
+fn a_second_finish_after_the_removal_was_told_is_taken_with_a_note() {
+    // The refusal is once: the model that finishes again (after the ask's
+    // answer removed the name again) is taken at its word, and its summary
+    // says what orch saw.
+    let repo = median_stub_repo();
+    let call = |name: &str, arguments: Value| {
+        Reply::text(&json!({"name": name, "arguments": arguments}).to_string())
+    };
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            call(
+                "write_file",
+                json!({"path": "solution.py", "content": "[]"}),
+            ),
+            call("finish", json!({"summary": "done"})),
+            Reply::text("```python\nprint(1)\n```"),
+            call("finish", json!({"summary": "done again"})),
+        ],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let state = crate::support::state_json(&repo, &run_id);
+    let summary = crate::support::stage_record(&state, "code")["summary"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        summary.contains("done again")
+            && summary.contains("Note from orch: the change removed what the task names: `median`"),
+        "{summary}"
+    );
+}
