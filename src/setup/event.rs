@@ -71,6 +71,10 @@ pub(crate) struct Start {
     pub interactive: bool,
     /// The house-rule files read.
     pub house_rules: Vec<PathBuf>,
+    /// The dependency manifests shown in the first message (left out
+    /// when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub manifests: Vec<String>,
 }
 
 /// `resume`.

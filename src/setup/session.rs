@@ -211,6 +211,7 @@ impl<'a> Session<'a> {
             yes_system: opts.yes_system,
             interactive: opts.interactive,
             house_rules: opts.house_rules.iter().map(|(p, _)| p.clone()).collect(),
+            manifests: manifests(&opts.cwd).into_iter().map(|(n, _)| n).collect(),
         }));
         let s = Self {
             opts,
@@ -1153,14 +1154,83 @@ fn failure_message(
 
 /// The system prompt and the goal: how every setup conversation starts.
 fn first_messages(opts: &SetupOptions) -> Vec<ChatMessage> {
+    let mut user = format!(
+        "Goal: {}\nWorking directory: {}",
+        opts.goal,
+        opts.cwd.display()
+    );
+    for (name, text) in manifests(&opts.cwd) {
+        let fence = if text.contains("```") { "````" } else { "```" };
+        let nl = if text.ends_with('\n') { "" } else { "\n" };
+        user.push_str(&format!(
+            "\n\n`{name}` (in the working directory):\n{fence}\n{text}{nl}{fence}"
+        ));
+    }
     vec![
         ChatMessage::system(system_prompt(opts)),
-        ChatMessage::user(format!(
-            "Goal: {}\nWorking directory: {}",
-            opts.goal,
-            opts.cwd.display()
-        )),
+        ChatMessage::user(user),
     ]
+}
+
+/// The dependency manifests a setup reads first, by name, in this order.
+const MANIFESTS: &[&str] = &[
+    "requirements.txt",
+    "requirements-dev.txt",
+    "requirements-test.txt",
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "Pipfile",
+    "environment.yml",
+    "package.json",
+    "Cargo.toml",
+    "go.mod",
+    "Gemfile",
+    "pom.xml",
+    "build.gradle",
+    "composer.json",
+];
+
+/// Bytes of one manifest shown (cut with a marker), and of all of them.
+const MANIFEST_CAP: usize = 4 * 1024;
+const MANIFESTS_CAP: usize = 12 * 1024;
+
+/// The dependency manifests at the top of `cwd` (regular files, UTF-8),
+/// each capped, within the total cap: what a person setting a project up
+/// reads first, put in the first message as an agent's task shows the
+/// files it names (the 1.5B model never read `requirements.txt` and
+/// planned `pip` upgrades instead of installing it; docs/setup.md).
+pub(crate) fn manifests(cwd: &std::path::Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for name in MANIFESTS {
+        let path = cwd.join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let shown = if text.len() > MANIFEST_CAP {
+            format!(
+                "{}\n[… cut by orch: {} of {} bytes shown]\n",
+                crate::text::cap_bytes(&text, MANIFEST_CAP),
+                MANIFEST_CAP,
+                text.len()
+            )
+        } else {
+            text
+        };
+        if total + shown.len() > MANIFESTS_CAP {
+            break;
+        }
+        total += shown.len();
+        out.push(((*name).to_owned(), shown));
+    }
+    out
 }
 
 fn system_prompt(opts: &SetupOptions) -> String {

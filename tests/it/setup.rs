@@ -1305,3 +1305,47 @@ fn every_hint_setup_prints_runs_when_the_model_came_from_flags() {
     let out = bare(&s, &hint[1..]).output().unwrap();
     assert_exit(&out, 0);
 }
+
+#[test]
+fn the_projects_dependency_manifests_are_in_the_first_message() {
+    // The 1.5B model never read `requirements.txt` and planned `pip`
+    // upgrades; a person setting a project up reads its manifest first.
+    let s = Scratch::new();
+    std::fs::write(s.work.join("requirements.txt"), "requests>=2\npytest>=7\n").unwrap();
+    std::fs::write(
+        s.work.join("package.json"),
+        format!("{{\"x\": \"{}\"}}\n", "y".repeat(5000)),
+    )
+    .unwrap();
+    std::fs::create_dir(s.work.join("go.mod")).unwrap();
+    let server = FakeServer::start(Script::new().agent(
+        "setup",
+        vec![plan_call("p1", vec![step("true", "read", "true")], &[])],
+    ));
+    let out = s.run(&server, &["install the test dependencies", "--plan-only"]);
+    assert_exit(&out, 0);
+    let reqs = server.requests();
+    let first = reqs[0].messages()[1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        first.contains(
+            "`requirements.txt` (in the working directory):\n```\nrequests>=2\npytest>=7\n```"
+        ),
+        "{first}"
+    );
+    // Capped at 4 KB with a marker; a directory named like one is not read.
+    assert!(
+        first.contains("[… cut by orch: 4096 of 5010 bytes shown]"),
+        "{first}"
+    );
+    assert!(!first.contains("`go.mod`"), "{first}");
+    let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
+    let start: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        start["manifests"],
+        json!(["requirements.txt", "package.json"]),
+        "{start}"
+    );
+}
