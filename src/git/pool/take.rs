@@ -121,6 +121,22 @@ mod tests {
         assert_eq!(repo.git(&["for-each-ref", "refs/heads/orch-lanes/"]), "");
     }
 
+    /// Waits (bounded) until slot `n`'s lease is free. A lease is an
+    /// `flock`, and a child process another test thread forks holds a copy
+    /// of the lock's descriptor until it execs (close-on-exec): a lease
+    /// dropped in that window stays held for a moment, and a take then gets
+    /// a new slot (harmless in a run; the pool trims) — a different test.
+    fn wait_unlocked(common: &std::path::Path, n: usize) {
+        let path = Repo::at(common).pool().lease_path(n);
+        for _ in 0..1000 {
+            if std::fs::File::open(&path).is_ok_and(|f| f.try_lock().is_ok()) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("lane {n}'s lease stayed held for 10 s");
+    }
+
     #[test]
     fn a_lane_whose_dot_git_names_gits_gone_admin_dir_is_made_anew() {
         // A kill between renaming git's admin dir to orch's name and
@@ -131,13 +147,17 @@ mod tests {
         let (lease, readied, _) = Repo::at(&common).pool().take(&head).unwrap();
         assert_eq!(readied, Readied::Created);
         let path = lease.path.clone();
+        let slot = lease.slot;
         drop(lease); // handed back: the lane stays in the pool
+        wait_unlocked(&common, slot);
         let (lease, readied, note) = Repo::at(&common).pool().take(&head).unwrap();
         assert_eq!(readied, Readied::Warm, "a whole lane is reused: {note}");
         let gone = common.join("worktrees").join("lane-gone");
         std::fs::write(path.join(".git"), format!("gitdir: {}\n", gone.display())).unwrap();
         drop(lease);
+        wait_unlocked(&common, slot);
         let (lease, readied, _) = Repo::at(&common).pool().take(&head).unwrap();
+        assert_eq!(lease.slot, slot, "the same slot");
         assert_eq!(readied, Readied::Created, "the broken lane is made anew");
         git2::Repository::open(&lease.path).expect("libgit2 opens the lane");
         Repo::at(&common).pool().retire(lease).unwrap();
