@@ -627,7 +627,12 @@ fn resume_stops_the_tool_processes_a_killed_orch_left_running() {
         .and_then(|(_, rest)| rest.split_whitespace().nth(1))
         .and_then(|p| p.parse().ok())
         .unwrap();
-    // SAFETY: plain syscall on the reaper's pid, read from /proc.
+    // Orch is stopped first, so both die as in one kill of every process:
+    // a running orch that saw its reaper die before its own kill came
+    // would clean the command up itself (a loaded machine can deschedule
+    // this thread between the two kills).
+    // SAFETY: plain syscalls on orch's pid and the reaper's, read from /proc.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) }, 0);
     assert_eq!(unsafe { libc::kill(reaper, libc::SIGKILL) }, 0);
     child.kill().unwrap();
     child.wait().unwrap();
