@@ -631,8 +631,9 @@ fn resume_stops_the_tool_processes_a_killed_orch_left_running() {
     // a running orch that saw its reaper die before its own kill came
     // would clean the command up itself (a loaded machine can deschedule
     // this thread between the two kills).
-    // SAFETY: plain syscalls on orch's pid and the reaper's, read from /proc.
+    // SAFETY: plain syscall on orch's pid, our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) }, 0);
+    // SAFETY: plain syscall on the reaper's pid, read from /proc.
     assert_eq!(unsafe { libc::kill(reaper, libc::SIGKILL) }, 0);
     child.kill().unwrap();
     child.wait().unwrap();
