@@ -31,6 +31,19 @@ fn the_file_in_a_block() -> Reply {
     ))
 }
 
+/// A call as a small model writes it under the schema: JSON text alone.
+fn json_call(name: &str, arguments: Value) -> Reply {
+    Reply::text(&json!({"name": name, "arguments": arguments}).to_string())
+}
+
+/// The 1.5B model's write on HumanEval/7: `[]` over the whole file.
+fn brackets_over_the_file() -> Reply {
+    json_call(
+        "write_file",
+        json!({"path": "solution.py", "content": "[]"}),
+    )
+}
+
 /// `finish` as a small model writes it under the schema: JSON text alone.
 fn json_finish() -> Reply {
     Reply::text(
@@ -369,9 +382,7 @@ fn a_small_model_reading_the_shown_file_again_and_again_is_asked_for_it() {
     // first message), then `finish` with nothing changed. The third
     // identical call — the one warned as a repeat — now brings the ask.
     let repo = median_stub_repo();
-    let read = || {
-        Reply::text(&json!({"name": "read_file", "arguments": {"path": "solution.py"}}).to_string())
-    };
+    let read = || json_call("read_file", json!({"path": "solution.py"}));
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![read(), read(), read(), the_file_in_a_block(), json_finish()],
@@ -404,17 +415,11 @@ fn a_small_models_change_that_removed_the_named_function_is_refused_once_and_ask
     // task names `median`; the change removed it from solution.py: the
     // `finish` is refused once, and the model is asked for the file whole.
     let repo = median_stub_repo();
-    let call = |name: &str, arguments: Value| {
-        Reply::text(&json!({"name": name, "arguments": arguments}).to_string())
-    };
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            call(
-                "write_file",
-                json!({"path": "solution.py", "content": "[]"}),
-            ),
-            call("finish", json!({"summary": "done"})),
+            brackets_over_the_file(),
+            json_call("finish", json!({"summary": "done"})),
             the_file_in_a_block(),
             json_finish(),
         ],
@@ -450,19 +455,13 @@ fn a_second_finish_after_the_removal_was_told_is_taken_with_a_note() {
     // answer removed the name again) is taken at its word, and its summary
     // says what orch saw.
     let repo = median_stub_repo();
-    let call = |name: &str, arguments: Value| {
-        Reply::text(&json!({"name": name, "arguments": arguments}).to_string())
-    };
     let server = FakeServer::start(Script::new().agent(
         "code",
         vec![
-            call(
-                "write_file",
-                json!({"path": "solution.py", "content": "[]"}),
-            ),
-            call("finish", json!({"summary": "done"})),
+            brackets_over_the_file(),
+            json_call("finish", json!({"summary": "done"})),
             Reply::text("```python\nprint(1)\n```"),
-            call("finish", json!({"summary": "done again"})),
+            json_call("finish", json!({"summary": "done again"})),
         ],
     ));
     let (code, run_id) = run_median_stage(&repo, &server, "coder");
