@@ -750,10 +750,15 @@ fn a_dead_model_server_fails_the_setup_at_once_and_records_nothing() {
 
 /// The `request` events of the only setup's `log.jsonl`.
 fn request_events(s: &Scratch) -> Vec<Value> {
+    log_events(s, "request")
+}
+
+/// The events of the only setup's `log.jsonl` whose `event` is `kind`.
+fn log_events(s: &Scratch, kind: &str) -> Vec<Value> {
     let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
     log.lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"] == "request")
+        .filter(|e| e["event"] == kind)
         .collect()
 }
 
@@ -860,13 +865,8 @@ fn under_auto_a_prose_answer_switches_setup_to_one_call_under_a_schema() {
         .map(|e| e["tool_calls"].as_str().unwrap())
         .collect();
     assert_eq!(modes, ["native", "constrained"]);
-    let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
-    let switch: Vec<Value> = log
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["event"] == "tool_calling_switch")
-        .collect();
-    assert_eq!(switch.len(), 1, "{log}");
+    let switch = log_events(&s, "tool_calling_switch");
+    assert_eq!(switch.len(), 1, "{switch:?}");
     assert_eq!(switch[0]["to"], "constrained");
     assert!(
         switch[0]["reason"]
@@ -1341,8 +1341,7 @@ fn the_projects_dependency_manifests_are_in_the_first_message() {
         "{first}"
     );
     assert!(!first.contains("`go.mod`"), "{first}");
-    let log = std::fs::read_to_string(s.records.join(s.only_id()).join("log.jsonl")).unwrap();
-    let start: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    let start = log_events(&s, "start").remove(0);
     assert_eq!(
         start["manifests"],
         json!(["requirements.txt", "package.json"]),
