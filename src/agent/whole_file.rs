@@ -66,19 +66,26 @@ impl WholeFileAsk {
     /// The ask state of an agent whose task showed `paths` whole: their
     /// content in the lane now, before any turn.
     pub(super) fn at_start(tool_ctx: &ToolContext, paths: &[String]) -> Self {
-        let read: Option<Vec<(String, String)>> = paths
-            .iter()
-            .map(|p| {
-                std::fs::read_to_string(tool_ctx.root.join(p))
-                    .ok()
-                    .map(|c| (p.clone(), c))
-            })
-            .collect();
         Self {
-            originals: read.unwrap_or_default(),
+            originals: read_all(tool_ctx, paths.iter()).unwrap_or_default(),
             ..Self::default()
         }
     }
+}
+
+/// `paths` in the lane now, each with its text; `None` when one cannot be
+/// read as text.
+fn read_all<'a>(
+    tool_ctx: &ToolContext,
+    paths: impl Iterator<Item = &'a String>,
+) -> Option<Vec<(String, String)>> {
+    paths
+        .map(|p| {
+            std::fs::read_to_string(tool_ctx.root.join(p))
+                .ok()
+                .map(|c| (p.clone(), c))
+        })
+        .collect()
 }
 
 /// Why the files are asked for.
@@ -203,9 +210,13 @@ impl Agent<'_> {
     /// Whether every named file is as the task found it (a lane can change
     /// elsewhere: a `__pycache__` the model's own test run left).
     pub(super) fn named_files_unchanged(&self, tool_ctx: &ToolContext) -> bool {
-        self.whole.originals.iter().all(|(p, original)| {
-            std::fs::read_to_string(tool_ctx.root.join(p)).is_ok_and(|now| &now == original)
-        })
+        self.named_files_now(tool_ctx).as_ref() == Some(&self.whole.originals)
+    }
+
+    /// The named files as they are in the lane now (`None`: one cannot be
+    /// read as text).
+    fn named_files_now(&self, tool_ctx: &ToolContext) -> Option<Vec<(String, String)>> {
+        read_all(tool_ctx, self.whole.originals.iter().map(|(p, _)| p))
     }
 
     /// After its verify gate failed (`report`, what the agent was told): a
@@ -223,27 +234,17 @@ impl Agent<'_> {
             return Ok(());
         }
         let turn = self.out.turns;
-        if self.named_files_unchanged(tool_ctx) {
+        // The named files as they are now (all must still read as text).
+        let Some(now) = self.named_files_now(tool_ctx) else {
+            return Ok(());
+        };
+        if now == self.whole.originals {
             if !self.whole.asked {
                 self.ask_whole_file(Why::VerifyFailed(report.to_owned()), turn, log)?;
             }
             return Ok(());
         }
-        // The named files as they are now (all must still read as text).
-        let now: Option<Vec<(String, String)>> = self
-            .whole
-            .originals
-            .iter()
-            .map(|(p, _)| {
-                std::fs::read_to_string(tool_ctx.root.join(p))
-                    .ok()
-                    .map(|c| (p.clone(), c))
-            })
-            .collect();
-        if let Some(now) = now {
-            self.ask_whole_files(Why::VerifyFailedChanged(report.to_owned()), &now, turn, log)?;
-        }
-        Ok(())
+        self.ask_whole_files(Why::VerifyFailedChanged(report.to_owned()), &now, turn, log)
     }
 
     /// Whether this agent may be asked for a whole file at all — its role
@@ -379,7 +380,7 @@ impl Agent<'_> {
             .whole
             .originals
             .iter()
-            .map(|(p, _)| std::fs::read_to_string(tool_ctx.root.join(p)).unwrap_or_default())
+            .filter_map(|(p, _)| std::fs::read_to_string(tool_ctx.root.join(p)).ok())
             .collect();
         let mut lost = Vec::new();
         for name in backticked_identifiers(&self.cfg.brief) {
