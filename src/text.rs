@@ -124,6 +124,19 @@ pub(crate) fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `content` in a fenced block with the info string `lang`: three
+/// backticks, or four when the content holds three; a final newline added
+/// when it has none.
+pub(crate) fn fenced(content: &str, lang: &str) -> String {
+    let fence = if content.contains("```") {
+        "````"
+    } else {
+        "```"
+    };
+    let newline = if content.ends_with('\n') { "" } else { "\n" };
+    format!("{fence}{lang}\n{content}{newline}{fence}")
+}
+
 /// `n` with the singular or plural noun: `1 turn`, `2 turns`, `0 turns`.
 pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })

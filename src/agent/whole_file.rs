@@ -189,15 +189,9 @@ fn fence_language(path: &str) -> &'static str {
 fn ask_message(brief: &str, files: &[(String, String)], why: &Why) -> String {
     let mut out = brief.trim_end().to_owned();
     for (path, content) in files {
-        let fence = if content.contains("```") {
-            "````"
-        } else {
-            "```"
-        };
-        let newline = if content.ends_with('\n') { "" } else { "\n" };
         out.push_str(&format!(
-            "\n\nThis is `{path}`:\n{fence}{}\n{content}{newline}{fence}",
-            fence_language(path)
+            "\n\nThis is `{path}`:\n{}",
+            crate::text::fenced(content, fence_language(path))
         ));
     }
     let paths: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();

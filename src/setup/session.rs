@@ -196,7 +196,8 @@ impl<'a> Session<'a> {
             model: opts.model.clone(),
             lane: opts.lane,
         };
-        let messages = first_messages(&opts);
+        let shown = manifests(&opts.cwd);
+        let messages = first_messages(&opts, &shown);
         console.say(&format!(
             "setup {id}: {}\nmodel: {}\nrecord: {}",
             opts.goal,
@@ -211,7 +212,7 @@ impl<'a> Session<'a> {
             yes_system: opts.yes_system,
             interactive: opts.interactive,
             house_rules: opts.house_rules.iter().map(|(p, _)| p.clone()).collect(),
-            manifests: manifests(&opts.cwd).into_iter().map(|(n, _)| n).collect(),
+            manifests: shown.into_iter().map(|(n, _)| n).collect(),
         }));
         let s = Self {
             opts,
@@ -259,7 +260,7 @@ impl<'a> Session<'a> {
         opts.cwd = state.cwd.clone();
         let mut messages = record.read_transcript();
         if messages.is_empty() {
-            messages = first_messages(&opts);
+            messages = first_messages(&opts, &manifests(&opts.cwd));
         }
         console.say(&format!(
             "resuming setup {id}: {}\nrecord: {}",
@@ -1153,17 +1154,17 @@ fn failure_message(
 }
 
 /// The system prompt and the goal: how every setup conversation starts.
-fn first_messages(opts: &SetupOptions) -> Vec<ChatMessage> {
+/// The first messages of a setup, showing `shown` ([`manifests`]).
+fn first_messages(opts: &SetupOptions, shown: &[(String, String)]) -> Vec<ChatMessage> {
     let mut user = format!(
         "Goal: {}\nWorking directory: {}",
         opts.goal,
         opts.cwd.display()
     );
-    for (name, text) in manifests(&opts.cwd) {
-        let fence = if text.contains("```") { "````" } else { "```" };
-        let nl = if text.ends_with('\n') { "" } else { "\n" };
+    for (name, text) in shown {
         user.push_str(&format!(
-            "\n\n`{name}` (in the working directory):\n{fence}\n{text}{nl}{fence}"
+            "\n\n`{name}` (in the working directory):\n{}",
+            crate::text::fenced(text, "")
         ));
     }
     vec![
