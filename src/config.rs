@@ -22,6 +22,7 @@
 //! tool_choice = "required"   # or "auto" (what is sent when unset)
 //! tool_calling = "constrained"   # or "auto" (default), "native", "text"
 //! constrained_dialect = "llamacpp"   # or "openai" (default), "vllm", "ollama"
+//! constrained_max_tokens = 1024   # cap on a constrained turn's reply (default); 0: max_tokens
 //! prompt_cache = "auto"   # or "on", "off" (Anthropic's cache breakpoints)
 //!
 //! [prices."qwen2.5-coder"]
@@ -134,6 +135,8 @@ pub struct ResolvedConfig {
     pub tool_calling: Setting<ToolCalling>,
     /// `constrained_dialect`: where a constrained turn's schema goes.
     pub constrained_dialect: Setting<ConstrainedDialect>,
+    /// `constrained_max_tokens`: the cap of a constrained turn's reply.
+    pub constrained_max_tokens: Setting<Option<u64>>,
     /// `prompt_cache`: whether prompts are marked for caching (Anthropic).
     pub prompt_cache: Setting<crate::llm::PromptCache>,
     /// Prices by model, built-in ones overridden by the files.
@@ -217,6 +220,7 @@ impl ResolvedConfig {
         };
         s.tool_calling = self.tool_calling.value;
         s.constrained_dialect = self.constrained_dialect.value;
+        s.constrained_max_tokens = self.constrained_max_tokens.value;
         s.prompt_cache = self.prompt_cache.value;
         // Anthropic's models have a known window: unless one is configured,
         // it replaces the generic default (the Models API may still say less).
@@ -423,6 +427,7 @@ pub fn resolve(
         tool_choice: s.get(&TOOL_CHOICE)?,
         tool_calling: s.get(&TOOL_CALLING)?,
         constrained_dialect: s.get(&CONSTRAINED_DIALECT)?,
+        constrained_max_tokens: s.get(&CONSTRAINED_MAX_TOKENS)?,
         prompt_cache: s.get(&PROMPT_CACHE)?,
         memory: s.get(&MEMORY)?,
         model_aliases: loaded
@@ -747,6 +752,23 @@ mod bounds_tests {
         let s = r.model_settings().unwrap();
         assert_eq!(s.tool_calling, crate::llm::ToolCalling::Text);
         assert_eq!(s.constrained_dialect, crate::llm::ConstrainedDialect::Vllm);
+        assert_eq!(s.constrained_max_tokens, Some(1024), "the default");
+        assert_eq!(s.constrained_cap(), Some(1024));
+        let capped = |text: &str| {
+            resolve_text(&format!("default_profile = \"p\"\n[profiles.p]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n{text}"))
+                .unwrap()
+                .model_settings()
+                .unwrap()
+                .constrained_cap()
+        };
+        assert_eq!(capped("constrained_max_tokens = 300\n"), Some(300));
+        assert_eq!(capped("max_tokens = 200\n"), Some(200), "the smaller");
+        assert_eq!(
+            capped("constrained_max_tokens = 0\n"),
+            Some(4096),
+            "max_tokens'"
+        );
+        assert_eq!(capped("constrained_max_tokens = 0\nmax_tokens = 0\n"), None);
         let d = resolve_text("").unwrap();
         assert_eq!(d.tool_calling.value, crate::llm::ToolCalling::Auto);
         assert_eq!(

@@ -47,6 +47,12 @@ impl Agent<'_> {
         let turn = self.out.turns;
         // A user's guidance, sent while the stage runs, goes in first.
         super::control::take_guidance(tool_ctx, turn, &mut self.req.messages, log)?;
+        // The cap of a constrained turn's reply, when it has one of its own.
+        let constrained_cap = (!self.answers_ask()
+            && crate::llm::constrained::effective_mode(&self.req)
+                == crate::llm::CallMode::Constrained)
+            .then(|| model.constrained_max_tokens())
+            .flatten();
         let (mut msg, finish_reason) = match self.ask(model, turn, log, on_turn).await? {
             Continue(reply) => reply,
             Break(end) => return Ok(Break(end)),
@@ -68,6 +74,13 @@ impl Agent<'_> {
             return Ok(Break(AgentEnd::Budget(why)));
         }
         if calls.is_empty() {
+            if finish_reason.as_deref() == Some("length")
+                && let Some(cap) = constrained_cap
+                && self.ask_after_cutoff(tool_ctx, cap, turn, log)?
+            {
+                self.nudged = true;
+                return Ok(Continue(()));
+            }
             return self
                 .judge_text(tool_ctx, turn, content, finish_reason.as_deref(), log)
                 .await;

@@ -105,6 +105,8 @@ pub(super) enum Why {
     Repeating(String),
     /// The change removed names the task names (and the files held).
     LostNames(Vec<String>),
+    /// A call under the schema was cut off at its cap (the tokens).
+    CutOff(u64),
 }
 
 /// Bytes of a failed verify's report an ask repeats.
@@ -135,6 +137,9 @@ impl Why {
             Why::Repeating(name) => format!(
                 "You made the same `{name}` call again, nothing in the lane changed, and the task asks for a change."
             ),
+            Why::CutOff(tokens) => {
+                format!("Your tool call was cut off at {tokens} tokens and did not run.")
+            }
             Why::VerifyFailedChanged(report) => format!(
                 "{}\n\nThe files below are as you changed them; fix them so the verify commands pass.",
                 crate::text::cap_bytes(report.trim(), VERIFY_CAP)
@@ -239,6 +244,34 @@ impl Agent<'_> {
             return Ok(());
         }
         self.ask_whole_files(Why::VerifyFailedChanged(report.to_owned()), &now, turn, log)
+    }
+
+    /// Whether the next turn answers a whole-file ask (it is sent without
+    /// tools and without the schema).
+    pub(super) fn answers_ask(&self) -> bool {
+        self.whole.next.is_some()
+    }
+
+    /// After a constrained turn's reply was cut off at its cap (`tokens`),
+    /// before the model made any call of its own: a writer whose task
+    /// named files is asked for them whole (as they are now), in a turn
+    /// without the schema and under the cap of every turn. True when
+    /// asked; else the usual nudge follows.
+    pub(super) fn ask_after_cutoff(
+        &mut self,
+        tool_ctx: &ToolContext,
+        tokens: u64,
+        turn: u32,
+        log: &mut ActionLog,
+    ) -> Result<bool, RecordError> {
+        if !self.may_ask_whole_file(tool_ctx) {
+            return Ok(false);
+        }
+        let Some(now) = self.named_files_now(tool_ctx) else {
+            return Ok(false);
+        };
+        self.ask_whole_files(Why::CutOff(tokens), &now, turn, log)?;
+        Ok(true)
     }
 
     /// Whether this agent may be asked for a whole file at all — its role

@@ -19,9 +19,9 @@ use crate::llm::openai::{
     DEFAULT_RETRY_MAX_TOTAL, DEFAULT_STREAM_IDLE_TIMEOUT,
 };
 use crate::llm::settings::{
-    ConstrainedDialect, DEFAULT_FIRST_TOKEN_TIMEOUT, DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS,
-    DEFAULT_PROMPT_EVAL_RATE, DEFAULT_REQUEST_DEADLINE, PromptCache, Provider, ToolCalling,
-    ToolChoice,
+    ConstrainedDialect, DEFAULT_CONSTRAINED_MAX_TOKENS, DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_TOKENS, DEFAULT_PROMPT_EVAL_RATE,
+    DEFAULT_REQUEST_DEADLINE, PromptCache, Provider, ToolCalling, ToolChoice,
 };
 use crate::memory::MemoryMode;
 use std::time::Duration;
@@ -420,6 +420,16 @@ pub(super) const CONSTRAINED_DIALECT: Key<
     file: FileKey::Profile(|p| p.constrained_dialect.as_ref()),
     check: any,
     default: Or(ConstrainedDialect::OpenAi),
+};
+
+/// `constrained_max_tokens` (0: none of its own; default
+/// [`DEFAULT_CONSTRAINED_MAX_TOKENS`]).
+pub(super) const CONSTRAINED_MAX_TOKENS: Key<u64, Option<u64>, Or<Option<u64>>> = Key {
+    flag: None,
+    env: None,
+    file: FileKey::Profile(|p| p.constrained_max_tokens.as_ref()),
+    check: |n| Ok(Some(n).filter(|&n| n > 0)),
+    default: Or(Some(DEFAULT_CONSTRAINED_MAX_TOKENS)),
 };
 
 /// `prompt_cache` (default `auto`: on unless the role says `off`).

@@ -253,6 +253,9 @@ pub(super) struct ProfileSpec {
     /// `openai`, `llamacpp`, `vllm` or `ollama`.
     #[serde(default)]
     pub(super) constrained_dialect: Option<Spanned<ConstrainedDialect>>,
+    /// 0: no cap of its own (the same as `max_tokens`).
+    #[serde(default)]
+    pub(super) constrained_max_tokens: Option<Spanned<u64>>,
     /// `auto`, `on` or `off`.
     #[serde(default)]
     pub(super) prompt_cache: Option<Spanned<crate::llm::PromptCache>>,

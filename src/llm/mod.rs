@@ -313,6 +313,12 @@ pub trait ChatModel: Send + Sync {
         ToolCalling::Auto
     }
 
+    /// The reply cap a constrained turn sends when it is below the cap of
+    /// every turn (`constrained_max_tokens`); `None`: no cap of its own.
+    fn constrained_max_tokens(&self) -> Option<u64> {
+        None
+    }
+
     /// The same backend with `tool_calling` set to `setting` (a role's
     /// `tool_calling:`), or `None` when it has no such setting.
     fn with_tool_calling(&self, setting: ToolCalling) -> Option<std::sync::Arc<dyn ChatModel>> {
@@ -418,6 +424,10 @@ impl<W: ModelWrapper> ChatModel for W {
 
     fn tool_calling(&self) -> ToolCalling {
         self.inner().tool_calling()
+    }
+
+    fn constrained_max_tokens(&self) -> Option<u64> {
+        self.inner().constrained_max_tokens()
     }
 
     fn with_tool_calling(&self, setting: ToolCalling) -> Option<std::sync::Arc<dyn ChatModel>> {

@@ -767,6 +767,13 @@ impl ChatModel for OpenAiClient {
         self.settings.tool_calling
     }
 
+    fn constrained_max_tokens(&self) -> Option<u64> {
+        let cap = self.settings.constrained_cap();
+        (cap != self.settings.sampling.max_tokens)
+            .then_some(cap)
+            .flatten()
+    }
+
     fn with_tool_calling(
         &self,
         setting: super::ToolCalling,

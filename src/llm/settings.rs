@@ -53,6 +53,13 @@ pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// Default cap on the tokens one reply may generate (`max_tokens`), so no
 /// turn runs unbounded (llama.cpp generates until its context is full).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+/// Default cap on the tokens of one constrained turn's reply
+/// (`constrained_max_tokens`). A call a small model writes under the
+/// schema is rarely over ~300 tokens; a runaway (a string argument escaped
+/// over and over, measured: 4,096 tokens, 14 minutes on a 2-core CPU) is
+/// cut here instead, and a file too long for it is asked for whole, in an
+/// unconstrained turn ([`crate::agent`]'s whole-file ask).
+pub const DEFAULT_CONSTRAINED_MAX_TOKENS: u64 = 1024;
 
 /// The sampling settings of a request: `temperature`, `seed`, `max_tokens`,
 /// `tool_choice`. The one type for them: what a client sends
@@ -429,6 +436,10 @@ pub struct ModelSettings {
     pub tool_calling: ToolCalling,
     /// Where a constrained turn's schema goes ([`ConstrainedDialect`]).
     pub constrained_dialect: ConstrainedDialect,
+    /// Cap on the tokens of a constrained turn's reply, below
+    /// `sampling.max_tokens` ([`DEFAULT_CONSTRAINED_MAX_TOKENS`] unless
+    /// configured; `None`: the same cap as every turn).
+    pub constrained_max_tokens: Option<u64>,
     /// Whether the prompt is marked for caching ([`PromptCache`]).
     pub prompt_cache: PromptCache,
 }
@@ -456,12 +467,22 @@ impl fmt::Debug for ModelSettings {
             .field("sampling", &self.sampling)
             .field("tool_calling", &self.tool_calling)
             .field("constrained_dialect", &self.constrained_dialect)
+            .field("constrained_max_tokens", &self.constrained_max_tokens)
             .field("prompt_cache", &self.prompt_cache)
             .finish_non_exhaustive()
     }
 }
 
 impl ModelSettings {
+    /// The `max_tokens` a constrained turn sends: the smaller of the
+    /// turn's cap and `constrained_max_tokens`.
+    pub fn constrained_cap(&self) -> Option<u64> {
+        match (self.sampling.max_tokens, self.constrained_max_tokens) {
+            (Some(all), Some(constrained)) => Some(all.min(constrained)),
+            (all, constrained) => all.or(constrained),
+        }
+    }
+
     /// Settings for `model` at `base_url` with no key, streaming on, the
     /// built-in prices, default timeouts and retries, `max_tokens`
     /// [`DEFAULT_MAX_TOKENS`] and no other sampling settings.
@@ -491,6 +512,7 @@ impl ModelSettings {
             },
             tool_calling: ToolCalling::Auto,
             constrained_dialect: ConstrainedDialect::OpenAi,
+            constrained_max_tokens: Some(DEFAULT_CONSTRAINED_MAX_TOKENS),
             prompt_cache: PromptCache::Auto,
         }
     }

@@ -422,6 +422,10 @@ pub(crate) struct Request {
     /// The turn asked for one call under a JSON schema (left out when not).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tool_calls_constrained: bool,
+    /// A constrained turn's reply cap (`constrained_max_tokens`), when it
+    /// is below the one every turn has (left out when not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
     /// The turn sent no tools and asked for calls as text (left out when not).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tool_calls_as_text: bool,

@@ -153,6 +153,11 @@ pub(crate) fn parse(args: &Value) -> Result<Plan, String> {
             } else {
                 format!(": its check `{cmd}`")
             };
+            if let Some(error) = shell_syntax_error(cmd) {
+                return Err(format!(
+                    "step {n} `{command}`{which} does not parse as a shell command (`bash -n`: {error}); a command that cannot run can neither do nor check anything"
+                ));
+            }
             if let Decision::Deny(reason) = deny.decide(cmd) {
                 return Err(format!("step {n} `{command}`{which} is refused: {reason}"));
             }
@@ -195,6 +200,24 @@ pub(crate) fn parse(args: &Value) -> Result<Plan, String> {
         })
         .unwrap_or_default();
     Ok(Plan { steps: out, next })
+}
+
+/// What `bash -n` (the shell the steps run in, reading without running)
+/// says of `command` when it does not parse; `None` when it parses, or
+/// when bash could not be asked (the step then fails as it would have).
+fn shell_syntax_error(command: &str) -> Option<String> {
+    let out = std::process::Command::new("bash")
+        .args(["-n", "-c", command])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if out.status.success() {
+        return None;
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    let said = said.trim().trim_start_matches("bash: -c: ");
+    Some(crate::text::cap_bytes(said, 300))
 }
 
 /// Whether any simple command of `command` is run through `sudo`/`doas`.
@@ -281,5 +304,29 @@ mod tests {
         }
         let p = parse(&json!({"steps": [step("sudo apt-get install -y x", "system")]})).unwrap();
         assert!(p.steps[0].sudo);
+    }
+    #[test]
+    fn a_command_or_check_that_does_not_parse_is_refused_with_what_bash_said() {
+        // The 1.5B model's check after its plan was sent back (docs/setup.md,
+        // 2026-12-06): a stray quote, so it exits 2 before and after the
+        // step alike and verifies nothing.
+        let check = "python3 -c 'import requests' && pip list --format=freeze'";
+        let e = parse(&json!({"steps": [{"command": "pip install -r requirements.txt", "why": "w", "risk": "install", "check": check}]}))
+            .unwrap_err();
+        assert!(
+            e.starts_with("step 1 `pip install -r requirements.txt`: its check `python3 -c")
+                && e.contains("does not parse as a shell command (`bash -n`: line 1: unexpected EOF while looking for matching")
+                && !e.contains("bash: -c"),
+            "{e}"
+        );
+        let e = parse(&json!({"steps": [step("echo $((1 +", "install")]})).unwrap_err();
+        assert!(e.starts_with("step 1 `echo $((1 +` does not parse"), "{e}");
+        // Parsing runs nothing.
+        let dir = tempfile::tempdir().unwrap();
+        let canary = dir.path().join("ran");
+        let cmd = format!("touch {}", canary.display());
+        parse(&json!({"steps": [{"command": cmd, "why": "w", "risk": "install", "check": cmd}]}))
+            .unwrap();
+        assert!(!canary.exists());
     }
 }

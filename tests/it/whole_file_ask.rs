@@ -477,3 +477,78 @@ fn a_second_finish_after_the_removal_was_told_is_taken_with_a_note() {
         "{summary}"
     );
 }
+
+/// A reply cut off at the output cap, streamed (`finish_reason: length`).
+fn cut_off(text: &str) -> Reply {
+    let delta = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": null}]});
+    let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]});
+    Reply::RawSse(vec![
+        format!("data: {delta}\n\n"),
+        format!("data: {end}\n\n"),
+        "data: [DONE]\n\n".to_owned(),
+    ])
+}
+
+#[test]
+fn a_constrained_call_cut_off_at_its_cap_is_followed_by_the_ask() {
+    // The 1.5B model on HumanEval/11 (2026-12-06): under the schema, one
+    // `grep` call whose `pattern` was the docstring escaped over and over,
+    // 4,096 tokens (14 minutes on this CPU), twice at temperature 0.
+    // Constrained turns now carry a cap of their own (1024 by default),
+    // and a call cut off there brings the ask for the named file, sent
+    // without the schema and under the cap of every turn.
+    let repo = median_stub_repo();
+    let runaway = r#"{"name": "grep", "arguments": {"pattern": "\\\\\\\\\\\\\\\\"#;
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            // Turn 1 (native): a call as text switches the stage to the schema.
+            json_call("list_files", json!({})),
+            cut_off(runaway),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 4);
+    // The native turn carries the cap of every turn; the constrained one
+    // its own, and says so in the record.
+    assert_eq!(reqs[0].body["max_tokens"], 4096, "{}", reqs[0].body);
+    assert!(offers_tools(&reqs[1]));
+    assert_eq!(reqs[1].body["max_tokens"], 1024, "{}", reqs[1].body);
+    let requests = stage_events(&record_dir(&repo, &run_id), "code", "request");
+    assert_eq!(requests[1]["tool_calls_constrained"], true);
+    assert_eq!(requests[1]["max_tokens"], 1024);
+    assert!(requests[0].get("max_tokens").is_none(), "{}", requests[0]);
+    // The ask: the file as it is, without tools or schema, under 4096.
+    let ask = last_user_text(&reqs[2]);
+    assert!(
+        ask.contains("Your tool call was cut off at 1024 tokens and did not run.")
+            && ask.contains("raise NotImplementedError")
+            && ask.contains("Reply with the complete new content of `solution.py`"),
+        "{ask}"
+    );
+    assert!(!offers_tools(&reqs[2]), "{}", reqs[2].body);
+    assert_eq!(reqs[2].body["max_tokens"], 4096);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+}
+
+#[test]
+fn a_cut_off_reply_without_a_named_file_is_nudged_then_fails() {
+    // No named file to ask for (a read-only role): the nudge of every
+    // cut-off reply, then no result — twice the cap, not twice 4096.
+    let repo = median_stub_repo();
+    let cut = || cut_off(r#"{"name": "grep", "arguments": {"pattern": "\\\\\\\\"#);
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![json_call("list_files", json!({})), cut(), cut()],
+    ));
+    let (code, _run_id) = run_median_stage(&repo, &server, "explore");
+    assert_eq!(code, 1);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 3);
+    assert!(last_user_text(&reqs[2]).contains("cut off at the output token limit"));
+    assert_eq!(reqs[2].body["max_tokens"], 1024);
+}

@@ -82,12 +82,14 @@ pub(crate) async fn send_turn(
         }
         // Retries of a compaction summary, made while preparing.
         log_retries(model, &full.agent_path, turn, log)?;
+        let constrained =
+            crate::llm::constrained::effective_mode(&req) == crate::llm::CallMode::Constrained;
         log.append(&ActionEvent::Request(event::Request {
             turn,
             messages: req.messages.len(),
             approx_bytes: bytes,
-            tool_calls_constrained: crate::llm::constrained::effective_mode(&req)
-                == crate::llm::CallMode::Constrained,
+            tool_calls_constrained: constrained,
+            max_tokens: model.constrained_max_tokens().filter(|_| constrained),
             tool_calls_as_text: crate::llm::constrained::effective_mode(&req)
                 == crate::llm::CallMode::Text,
         }))?;

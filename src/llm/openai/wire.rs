@@ -58,7 +58,10 @@ impl OpenAiClient {
         }
         let offers_tools = !tools.is_empty();
         let wants_mct = self.wants_max_completion_tokens();
-        let sampling = settings.sampling;
+        let mut sampling = settings.sampling;
+        if mode == CallMode::Constrained {
+            sampling.max_tokens = settings.constrained_cap();
+        }
         let wire = WireRequest {
             model: &settings.model,
             messages,
