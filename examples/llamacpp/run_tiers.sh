@@ -8,6 +8,9 @@
 #   2. `orch eval` on the same tasks (imported by `orch eval import
 #      humaneval`; one coder stage, 12 turns),
 #   3. the BFCL tool-call tier through `orch eval call` (bfcl_tier.py),
+#   4. (TIERS=pr) the built-in `issue-to-pr` pipeline (code → review →
+#      docs) on the same tasks: whether the reviewer and docs stages end
+#      with a result in the runs whose coder stage succeeded,
 # and prints solved/N, false successes (the run claimed success, the hidden
 # check failed), turns and wall time per task, and the machine's load.
 #
@@ -18,7 +21,8 @@
 #   IDS          HumanEval problems (orch eval import --ids; default 0,1,2).
 #                The held-out problems (3, 4, 5, 6, 19, 27, 36, 47, 66, 100,
 #                102, 104, 113, 134, 141, 142, 145, 159, 160, 162) are refused.
-#   TIERS        which tiers, comma-separated (default direct,orch,bfcl)
+#   TIERS        which tiers, comma-separated (default direct,orch,bfcl;
+#                pr: the built-in issue-to-pr pipeline, not by default)
 #   BFCL_LIMIT   questions per BFCL category (default 5; 0 = all)
 #   BFCL_CATEGORIES  default simple,multiple,parallel,irrelevance
 #   GATE=1       import with --doctest-gate (verify: python3 -m doctest solution.py)
@@ -135,6 +139,34 @@ for row in r["results"]:
           f"wall={row['wall_secs']:7.1f}s  {(row.get('reason') or '')[:90]}")
 t = r["total"]
 print(f"orch    total: {t['solved']}/{t['runs']} solved, {false} false success(es)")
+PY
+fi
+
+# ---- tier 4: the built-in issue-to-pr on the same tasks ----
+if has pr; then
+  say "== tier 4: the built-in issue-to-pr (code -> review -> docs)"
+  # shellcheck disable=SC2086
+  "$ORCH" eval --tasks "$WORK/tasks" --pipeline issue-to-pr "${MODEL_FLAGS[@]}" --json \
+    --out "$WORK/evals-pr" --run-timeout 3600 ${EVAL_FLAGS:-} >"$WORK/pr-eval.json" || true
+  python3 - "$WORK/pr-eval.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+coded = ended = 0
+for row in r["results"]:
+    st = {s["id"]: s for s in row.get("stages", [])}
+    code, review, docs = (st.get(k, {}) for k in ("code", "review", "docs"))
+    # A result: the reviewer's verdict; docs that succeeded or ended
+    # no_change (their reason in the record) — not failed, not skipped.
+    ok_review = review.get("status") == "succeeded" and bool(review.get("verdict"))
+    ok_docs = docs.get("status") in ("succeeded", "no_change")
+    if code.get("status") == "succeeded":
+        coded += 1
+        ended += ok_review and ok_docs
+    print(f"pr      {row['task']:16} hidden={'solved' if row['solved'] else 'FAILED':6} "
+          f"code={code.get('status','-'):9} review={review.get('status','-')}/{review.get('verdict') or '-':15} "
+          f"docs={docs.get('status','-'):9} run={row.get('run_status') or '-':9} wall={row['wall_secs']:7.1f}s")
+print(f"pr      total: {r['total']['solved']}/{r['total']['runs']} solved; "
+      f"review and docs ended with a result in {ended} of the {coded} runs whose coder stage succeeded")
 PY
 fi
 
