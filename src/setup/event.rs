@@ -75,6 +75,10 @@ pub(crate) struct Start {
     /// when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub manifests: Vec<String>,
+    /// Manifests there but not shown, each `name: why` (left out when
+    /// none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub manifests_not_shown: Vec<String>,
 }
 
 /// `resume`.

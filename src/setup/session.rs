@@ -196,14 +196,17 @@ impl<'a> Session<'a> {
             model: opts.model.clone(),
             lane: opts.lane,
         };
-        let shown = manifests(&opts.cwd);
-        let messages = first_messages(&opts, &shown);
+        let found = manifests(&opts.cwd);
+        let messages = first_messages(&opts, &found);
         console.say(&format!(
             "setup {id}: {}\nmodel: {}\nrecord: {}",
             opts.goal,
             model.label(),
             record.dir().display()
         ));
+        for (name, why) in &found.not_shown {
+            console.say(&format!("{name}: not shown to the model ({why})"));
+        }
         record.log(&SetupEvent::Start(event::Start {
             goal: opts.goal.clone(),
             cwd: opts.cwd.clone(),
@@ -212,7 +215,12 @@ impl<'a> Session<'a> {
             yes_system: opts.yes_system,
             interactive: opts.interactive,
             house_rules: opts.house_rules.iter().map(|(p, _)| p.clone()).collect(),
-            manifests: shown.into_iter().map(|(n, _)| n).collect(),
+            manifests: found.shown.into_iter().map(|(n, _)| n).collect(),
+            manifests_not_shown: found
+                .not_shown
+                .into_iter()
+                .map(|(n, why)| format!("{n}: {why}"))
+                .collect(),
         }));
         let s = Self {
             opts,
@@ -1154,17 +1162,22 @@ fn failure_message(
 }
 
 /// The system prompt and the goal: how every setup conversation starts.
-/// The first messages of a setup, showing `shown` ([`manifests`]).
-fn first_messages(opts: &SetupOptions, shown: &[(String, String)]) -> Vec<ChatMessage> {
+/// The first messages of a setup, showing `found` ([`manifests`]).
+fn first_messages(opts: &SetupOptions, found: &Manifests) -> Vec<ChatMessage> {
     let mut user = format!(
         "Goal: {}\nWorking directory: {}",
         opts.goal,
         opts.cwd.display()
     );
-    for (name, text) in shown {
+    for (name, text) in &found.shown {
         user.push_str(&format!(
             "\n\n`{name}` (in the working directory):\n{}",
             crate::text::fenced(text, "")
+        ));
+    }
+    for (name, why) in &found.not_shown {
+        user.push_str(&format!(
+            "\n\n`{name}` is in the working directory but not shown here ({why})."
         ));
     }
     vec![
@@ -1196,23 +1209,40 @@ const MANIFESTS: &[&str] = &[
 const MANIFEST_CAP: usize = 4 * 1024;
 const MANIFESTS_CAP: usize = 12 * 1024;
 
-/// The dependency manifests at the top of `cwd` (regular files, UTF-8),
-/// each capped, within the total cap: what a person setting a project up
-/// reads first, put in the first message as an agent's task shows the
-/// files it names (the 1.5B model never read `requirements.txt` and
-/// planned `pip` upgrades instead of installing it; docs/setup.md).
-pub(crate) fn manifests(cwd: &std::path::Path) -> Vec<(String, String)> {
-    let mut out = Vec::new();
+/// The dependency manifests at the top of `cwd`: what a person setting a
+/// project up reads first, put in the first message as an agent's task
+/// shows the files it names (the 1.5B model never read `requirements.txt`
+/// and planned `pip` upgrades instead of installing it; docs/setup.md).
+#[derive(Debug, Default)]
+pub(crate) struct Manifests {
+    /// Shown: regular UTF-8 files, each capped, within the total cap
+    /// (name, text as shown).
+    pub shown: Vec<(String, String)>,
+    /// There but not shown, with why: a symlink (it may point anywhere,
+    /// a key included), not a regular file, not UTF-8, or past the total
+    /// cap. Named to the model and in the record, never dropped silently.
+    pub not_shown: Vec<(String, &'static str)>,
+}
+
+pub(crate) fn manifests(cwd: &std::path::Path) -> Manifests {
+    let mut out = Manifests::default();
     let mut total = 0;
     for name in MANIFESTS {
         let path = cwd.join(name);
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
+        let mut skip = |why| out.not_shown.push(((*name).to_owned(), why));
+        if meta.file_type().is_symlink() {
+            skip("a symlink, not followed");
+            continue;
+        }
         if !meta.is_file() {
+            skip("not a regular file");
             continue;
         }
         let Ok(text) = std::fs::read_to_string(&path) else {
+            skip("not UTF-8 text");
             continue;
         };
         let shown = if text.len() > MANIFEST_CAP {
@@ -1226,10 +1256,11 @@ pub(crate) fn manifests(cwd: &std::path::Path) -> Vec<(String, String)> {
             text
         };
         if total + shown.len() > MANIFESTS_CAP {
-            break;
+            skip("past the 12 KB shown of all manifests");
+            continue;
         }
         total += shown.len();
-        out.push(((*name).to_owned(), shown));
+        out.shown.push(((*name).to_owned(), shown));
     }
     out
 }

@@ -1318,6 +1318,12 @@ fn the_projects_dependency_manifests_are_in_the_first_message() {
     )
     .unwrap();
     std::fs::create_dir(s.work.join("go.mod")).unwrap();
+    // A symlink (it could point at a key) and a file that is not UTF-8:
+    // not read, but named.
+    let secret = s.work.join("not-a-manifest");
+    std::fs::write(&secret, "sk-canary-0001\n").unwrap();
+    std::os::unix::fs::symlink(&secret, s.work.join("Pipfile")).unwrap();
+    std::fs::write(s.work.join("Gemfile"), b"gem '\xff\xfe'\n").unwrap();
     let server = FakeServer::start(Script::new().agent(
         "setup",
         vec![plan_call("p1", vec![step("true", "read", "true")], &[])],
@@ -1340,11 +1346,27 @@ fn the_projects_dependency_manifests_are_in_the_first_message() {
         first.contains("[… cut by orch: 4096 of 5010 bytes shown]"),
         "{first}"
     );
-    assert!(!first.contains("`go.mod`"), "{first}");
+    assert!(!first.contains("sk-canary-0001"), "{first}");
+    for line in [
+        "`Pipfile` is in the working directory but not shown here (a symlink, not followed).",
+        "`go.mod` is in the working directory but not shown here (not a regular file).",
+        "`Gemfile` is in the working directory but not shown here (not UTF-8 text).",
+    ] {
+        assert!(first.contains(line), "{line}\n{first}");
+    }
     let start = log_events(&s, "start").remove(0);
     assert_eq!(
         start["manifests"],
         json!(["requirements.txt", "package.json"]),
+        "{start}"
+    );
+    assert_eq!(
+        start["manifests_not_shown"],
+        json!([
+            "Pipfile: a symlink, not followed",
+            "go.mod: not a regular file",
+            "Gemfile: not UTF-8 text"
+        ]),
         "{start}"
     );
 }
