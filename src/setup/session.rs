@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod precheck;
+mod suggest;
 
 use super::event::{self, SetupEvent};
 use super::options::{Confirm, Console, KILL_STEP_VERIFIED, SetupOptions};

@@ -225,3 +225,59 @@ fn an_unknown_setup_tool_gets_the_tools_with_their_required_arguments() {
         "{result}"
     );
 }
+
+#[test]
+fn a_pip_step_sent_back_is_offered_pip_show_of_its_own_packages_run_first() {
+    // The 1.5B model kept `pip list --outdated` after the generic advice
+    // (docs/setup.md, 2026-12-06). For a pip install, orch builds the check
+    // from the step's own packages — `python3 -m pip show NAME…` — runs it
+    // (read-only) and says what it does now: it fails for a package that
+    // is missing, and passes for one that is installed (the step is done).
+    let s = Scratch::new();
+    std::fs::write(
+        s.work.join("requirements.txt"),
+        "orch-canary-not-installed>=1  # never on any index\n",
+    )
+    .unwrap();
+    let server = planner(vec![
+        vec![
+            step(
+                "python3 -m pip install -r requirements.txt",
+                "install",
+                "true",
+            ),
+            step("python3 -m pip install pip", "install", "true"),
+        ],
+        vec![step(
+            "python3 -m pip install -r requirements.txt",
+            "install",
+            "python3 -m pip show orch-canary-not-installed",
+        )],
+    ]);
+    let out = s.run(&server, &["the test dependencies", "--plan-only"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2, "{text}");
+    let back = &tool_results(&reqs[1])[0];
+    assert!(
+        back.contains("Checked by orch: for step 1, `python3 -m pip show orch-canary-not-installed` fails now (exit 1) and passes once orch-canary-not-installed is installed: use it as step 1's check."),
+        "{back}"
+    );
+    assert!(
+        back.contains("Checked by orch: for step 2, `python3 -m pip show pip` already passes: pip is installed, so the step is done; leave it out of the plan."),
+        "{back}"
+    );
+    assert!(
+        text.contains("offered check $ python3 -m pip show orch-canary-not-installed"),
+        "{text}"
+    );
+    // The plan the model made with it: a check that fails before its step.
+    let before: Vec<Option<i64>> = log_events(&s)
+        .iter()
+        .filter(|e| e["event"] == "check_before")
+        .map(|e| e["exit_code"].as_i64())
+        .collect();
+    assert_eq!(before, [Some(0), Some(0), Some(1)], "{text}");
+    assert!(!text.contains("warning: step 1's check"), "{text}");
+}

@@ -105,7 +105,13 @@ impl Session<'_> {
         if passing.is_empty() || !self.state.sent_back.is_empty() {
             return Ok((accepted_text, Some((plan, found))));
         }
-        let message = send_back_message(&passing);
+        let mut offers = Vec::new();
+        for &(n, _) in &passing {
+            if let Some(offer) = self.offer_check(n, &plan.steps[n - from - 1]).await? {
+                offers.push(offer);
+            }
+        }
+        let message = send_back_message(&passing, &offers);
         self.console.say(&message);
         self.state.sent_back = passing.iter().map(|(n, _)| *n).collect();
         self.save_state()?;
@@ -115,6 +121,36 @@ impl Session<'_> {
                 message: message.clone(),
             }));
         Ok((format!("error: {message}"), None))
+    }
+
+    /// A check built from step `n`'s own command ([`super::suggest`]),
+    /// run now (read-only) to say what it shows: the sentence for the
+    /// send-back, `None` when none can be built or it could not run.
+    async fn offer_check(&self, n: usize, step: &Step) -> Result<Option<String>, SetupError> {
+        let Some((check, names)) = super::suggest::suggested_check(&step.command, &self.opts.cwd)
+        else {
+            return Ok(None);
+        };
+        self.console.say(&format!("offered check $ {check}"));
+        let probed = steps::probe(&check, &self.opts.cwd, self.tmp.path(), RECON_TIMEOUT)
+            .await
+            .map_err(other)?;
+        let Ok(ran) = probed else {
+            return Ok(None);
+        };
+        self.show(&ran, RECON_TIMEOUT);
+        let are = if names.len() == 1 { "is" } else { "are" };
+        let names = names.join(", ");
+        Ok(Some(if ran.ok() {
+            format!(
+                "for step {n}, `{check}` already passes: {names} {are} installed, so the step is done; leave it out of the plan"
+            )
+        } else {
+            format!(
+                "for step {n}, `{check}` fails now (exit {}) and passes once {names} {are} installed: use it as step {n}'s check",
+                ran.exit_code.map_or("-".to_owned(), |c| c.to_string())
+            )
+        }))
     }
 
     /// The warnings printed under an accepted plan whose checks already
@@ -203,7 +239,7 @@ fn changing_check(step: &Step) -> Option<&str> {
 
 /// What the model is told when the plan goes back: which checks already
 /// pass and what a check is for.
-fn send_back_message(passing: &[(usize, &str)]) -> String {
+fn send_back_message(passing: &[(usize, &str)], offers: &[String]) -> String {
     let named: Vec<String> = passing
         .iter()
         .map(|(n, c)| format!("step {n} (`{c}`)"))
@@ -217,7 +253,11 @@ fn send_back_message(passing: &[(usize, &str)]) -> String {
         "plan sent back: {which} before the step ran, so it cannot show that the step worked. \
          A check must fail now and pass only after its step: if a step is already done, leave it out of the plan; \
          otherwise give it a check that tests what the step does (e.g. `python3 -c 'import requests'` after \
-         `pip install requests`, not `pip list`). Call `plan` again with the fix; this plan is sent back only once"
+         `pip install requests`, not `pip list`).{} Call `plan` again with the fix; this plan is sent back only once",
+        offers
+            .iter()
+            .map(|o| format!(" Checked by orch: {o}."))
+            .collect::<String>()
     )
 }
 
@@ -227,17 +267,22 @@ mod tests {
 
     #[test]
     fn the_send_back_names_each_passing_check() {
-        let one = send_back_message(&[(1, "true")]);
+        let one = send_back_message(&[(1, "true")], &[]);
         assert!(
             one.starts_with(
                 "plan sent back: the check of step 1 (`true`) already passes before the step ran"
             ),
             "{one}"
         );
-        let two = send_back_message(&[(1, "true"), (3, "pip list")]);
+        let two = send_back_message(&[(1, "true"), (3, "pip list")], &[]);
         assert!(
             two.contains("the checks of step 1 (`true`), step 3 (`pip list`) already pass before"),
             "{two}"
+        );
+        let offered = send_back_message(&[(3, "pip list")], &["for step 3, `pip show x` fails now (exit 1) and passes once x is installed: use it as step 3's check".to_owned()]);
+        assert!(
+            offered.contains("not `pip list`). Checked by orch: for step 3, `pip show x` fails now (exit 1) and passes once x is installed: use it as step 3's check. Call `plan` again"),
+            "{offered}"
         );
     }
 }
