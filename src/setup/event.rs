@@ -52,6 +52,9 @@ pub(crate) enum SetupEvent {
     /// A plan whose checks already passed before their steps went back to
     /// the model (once per setup).
     PlanSentBack(PlanSentBack),
+    /// After the one send-back, a check that still passed before its step
+    /// was replaced by one orch built from the step's own command.
+    CheckReplaced(CheckReplaced),
     /// A step ran, or the user skipped it.
     Step(StepEvent),
     /// The setup ended.
@@ -205,6 +208,20 @@ pub(crate) struct PlanSentBack {
     pub steps: Vec<usize>,
     /// What the model was told.
     pub message: String,
+}
+
+/// `check_replaced`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct CheckReplaced {
+    /// The step (1-based).
+    pub step: usize,
+    /// The model's check (it passed before the step).
+    pub was: String,
+    /// orch's check (it failed before the step).
+    pub now: String,
+    /// What orch's check exited with before the step.
+    pub exit_code: Option<i32>,
 }
 
 /// `step`: one of three shapes.

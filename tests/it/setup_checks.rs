@@ -273,11 +273,70 @@ fn a_pip_step_sent_back_is_offered_pip_show_of_its_own_packages_run_first() {
         "{text}"
     );
     // The plan the model made with it: a check that fails before its step.
-    let before: Vec<Option<i64>> = log_events(&s)
+    let before: Vec<(String, Option<i64>)> = log_events(&s)
         .iter()
         .filter(|e| e["event"] == "check_before")
-        .map(|e| e["exit_code"].as_i64())
+        .map(|e| {
+            (
+                e["when"].as_str().unwrap().to_owned(),
+                e["exit_code"].as_i64(),
+            )
+        })
         .collect();
-    assert_eq!(before, [Some(0), Some(0), Some(1)], "{text}");
+    let at = |when: &str, code| (when.to_owned(), Some(code));
+    assert_eq!(
+        before,
+        [
+            at("plan", 0),
+            at("plan", 0),
+            at("offered", 1),
+            at("offered", 0),
+            at("plan", 1)
+        ],
+        "{text}"
+    );
     assert!(!text.contains("warning: step 1's check"), "{text}");
+}
+
+#[test]
+fn a_pip_steps_check_kept_after_the_send_back_is_replaced_by_orchs_failing_one() {
+    // The 1.5B model, told why and offered a check, may still keep its
+    // own: after the one send-back, a check that passes before its step is
+    // replaced by orch's check of the step's own packages when that one
+    // fails now — the plan shown (and confirmed) then verifies something.
+    let s = Scratch::new();
+    std::fs::write(
+        s.work.join("requirements.txt"),
+        "orch-canary-not-installed\n",
+    )
+    .unwrap();
+    let kept = || {
+        vec![step(
+            "python3 -m pip install --upgrade -r requirements.txt",
+            "install",
+            "true",
+        )]
+    };
+    let server = planner(vec![kept(), kept()]);
+    let out = s.run(&server, &["the test dependencies", "--plan-only"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert_eq!(server.requests().len(), 2, "{text}");
+    assert!(
+        text.contains("step 1's check `true` passed before the step again; orch checks it with `python3 -m pip show orch-canary-not-installed` instead (it fails now, exit 1, and passes once the step installed orch-canary-not-installed)"),
+        "{text}"
+    );
+    assert!(!text.contains("warning: step 1's check"), "{text}");
+    let plan = s.record_json("plan.json");
+    assert_eq!(
+        plan["steps"][0]["check"],
+        "python3 -m pip show orch-canary-not-installed"
+    );
+    let replaced: Vec<Value> = log_events(&s)
+        .into_iter()
+        .filter(|e| e["event"] == "check_replaced")
+        .collect();
+    assert_eq!(replaced.len(), 1);
+    assert_eq!(replaced[0]["was"], "true");
+    assert_eq!(replaced[0]["exit_code"], 1);
 }

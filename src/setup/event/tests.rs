@@ -20,6 +20,7 @@ const CHECKS_BEFORE: &[&str] = &[
     r#"{"check":"test -f a","event":"check_before","exit_code":1,"outcome":"failed","output":"","step":1,"ts":"2026-12-05T22:05:07.170Z","when":"plan"}"#,
     r#"{"check":"touch x","event":"check_before","exit_code":null,"outcome":"not_run","output":"not run before the step: …","step":2,"ts":"2026-12-05T22:05:07.170Z","when":"plan"}"#,
     r#"{"event":"plan_sent_back","message":"plan sent back: …","steps":[1],"ts":"2026-12-05T22:05:07.170Z"}"#,
+    r#"{"event":"check_replaced","exit_code":1,"now":"pip show requests pytest","step":1,"ts":"2026-12-06T10:40:07.170Z","was":"pip list --outdated"}"#,
     r#"{"check":"test -f a","check_output":"","event":"step","status":"satisfied","step":2,"ts":"2026-12-05T22:05:07.170Z"}"#,
     r#"{"event":"tool_calling_switch","from":"native","reason":"the model answered in text instead of a native tool call; the following requests ask for one call under a JSON schema","round":1,"to":"constrained","ts":"2026-12-06T07:30:07.170Z"}"#,
     r#"{"event":"request","messages":4,"round":2,"sampling":{},"tool_calls":"constrained","tool_choice":"auto","tool_choice_from":"default","ts":"2026-12-06T07:30:07.170Z"}"#,
@@ -51,6 +52,7 @@ fn name(event: &SetupEvent) -> &'static str {
         SetupEvent::Plan(_) => "plan",
         SetupEvent::CheckBefore(_) => "check_before",
         SetupEvent::PlanSentBack(_) => "plan_sent_back",
+        SetupEvent::CheckReplaced(_) => "check_replaced",
         SetupEvent::Step(_) => "step",
         SetupEvent::End(_) => "end",
     }
@@ -78,7 +80,7 @@ fn setup_log_lines_written_before_the_log_was_typed_read_as_events_and_write_bac
         names.insert(name(&event));
     }
     // Every event name orch setup writes is among them.
-    assert_eq!(names.len(), 14, "{names:?}");
+    assert_eq!(names.len(), 15, "{names:?}");
 }
 
 #[test]

@@ -24,6 +24,36 @@ use crate::setup::plan::{Plan, Risk, Step};
 use crate::setup::status::{CheckBefore, StepStatus};
 use crate::setup::steps::{self, Sandboxing};
 
+/// A check orch built from a step's own command, and what it did now.
+struct Offer {
+    check: String,
+    /// The packages it asks about, joined.
+    names: String,
+    /// `is` or `are`, for `names`.
+    are: &'static str,
+    passes: bool,
+    /// The exit code as said (`-` when killed).
+    exit: String,
+    exit_code: Option<i32>,
+}
+
+impl Offer {
+    /// What the send-back says of it, for step `n`.
+    fn sentence(&self, n: usize) -> String {
+        let (check, names, are) = (&self.check, &self.names, self.are);
+        if self.passes {
+            format!(
+                "for step {n}, `{check}` already passes: {names} {are} installed, so the step is done; leave it out of the plan"
+            )
+        } else {
+            format!(
+                "for step {n}, `{check}` fails now (exit {}) and passes once {names} {are} installed: use it as step {n}'s check",
+                self.exit
+            )
+        }
+    }
+}
+
 /// What the check said right before its step.
 pub(super) enum BeforeStep {
     /// The step is already satisfied: not run.
@@ -89,29 +119,61 @@ impl Session<'_> {
     /// its checks said.
     pub(super) async fn review_plan(
         &mut self,
-        plan: Plan,
+        mut plan: Plan,
         from: usize,
         accepted_text: String,
     ) -> Result<(String, Option<(Plan, Vec<Option<CheckBefore>>)>), SetupError> {
-        let found = self.checks_at_plan_time(&plan, from).await?;
-        let passing: Vec<(usize, &str)> = plan
+        let mut found = self.checks_at_plan_time(&plan, from).await?;
+        let passing: Vec<(usize, String)> = plan
             .steps
             .iter()
             .zip(&found)
             .enumerate()
             .filter(|(_, (_, f))| **f == Some(CheckBefore::Passed))
-            .filter_map(|(k, (s, _))| Some((from + k + 1, s.check.as_deref()?)))
+            .filter_map(|(k, (s, _))| Some((from + k + 1, s.check.clone()?)))
             .collect();
-        if passing.is_empty() || !self.state.sent_back.is_empty() {
+        if passing.is_empty() {
             return Ok((accepted_text, Some((plan, found))));
         }
         let mut offers = Vec::new();
-        for &(n, _) in &passing {
-            if let Some(offer) = self.offer_check(n, &plan.steps[n - from - 1]).await? {
-                offers.push(offer);
+        for (n, _) in &passing {
+            let k = n - from - 1;
+            if let Some(offer) = self.offer_check(*n, &plan.steps[k]).await? {
+                offers.push((k, offer));
             }
         }
-        let message = send_back_message(&passing, &offers);
+        if !self.state.sent_back.is_empty() {
+            // Sent back once already, and the model kept a check that shows
+            // nothing: where orch has a check of the step's own that fails
+            // now, it takes that one, and says so.
+            for (k, offer) in offers {
+                if offer.passes {
+                    continue;
+                }
+                let n = from + k + 1;
+                let was = plan.steps[k].check.replace(offer.check.clone());
+                let was = was.unwrap_or_default();
+                self.console.say(&format!(
+                    "step {n}'s check `{was}` passed before the step again; orch checks it with `{}` instead (it fails now, exit {}, and passes once the step installed {})",
+                    offer.check, offer.exit, offer.names
+                ));
+                self.record
+                    .log(&SetupEvent::CheckReplaced(event::CheckReplaced {
+                        step: n,
+                        was,
+                        now: offer.check,
+                        exit_code: offer.exit_code,
+                    }));
+                found[k] = Some(CheckBefore::Failed);
+            }
+            return Ok((accepted_text, Some((plan, found))));
+        }
+        let passing: Vec<(usize, &str)> = passing.iter().map(|(n, c)| (*n, c.as_str())).collect();
+        let sentences: Vec<String> = offers
+            .iter()
+            .map(|(k, o)| o.sentence(from + k + 1))
+            .collect();
+        let message = send_back_message(&passing, &sentences);
         self.console.say(&message);
         self.state.sent_back = passing.iter().map(|(n, _)| *n).collect();
         self.save_state()?;
@@ -123,10 +185,10 @@ impl Session<'_> {
         Ok((format!("error: {message}"), None))
     }
 
-    /// A check built from step `n`'s own command ([`super::suggest`]),
-    /// run now (read-only) to say what it shows: the sentence for the
-    /// send-back, `None` when none can be built or it could not run.
-    async fn offer_check(&self, n: usize, step: &Step) -> Result<Option<String>, SetupError> {
+    /// A check built from `step`'s own command ([`super::suggest`]), run
+    /// now (read-only) to see what it shows; `None` when none can be built
+    /// or it could not run.
+    async fn offer_check(&self, n: usize, step: &Step) -> Result<Option<Offer>, SetupError> {
         let Some((check, names)) = super::suggest::suggested_check(&step.command, &self.opts.cwd)
         else {
             return Ok(None);
@@ -135,21 +197,31 @@ impl Session<'_> {
         let probed = steps::probe(&check, &self.opts.cwd, self.tmp.path(), RECON_TIMEOUT)
             .await
             .map_err(other)?;
-        let Ok(ran) = probed else {
+        let Ok(mut ran) = probed else {
             return Ok(None);
         };
+        ran.output = steps::redact(&ran.output, &self.opts.secrets);
         self.show(&ran, RECON_TIMEOUT);
-        let are = if names.len() == 1 { "is" } else { "are" };
-        let names = names.join(", ");
-        Ok(Some(if ran.ok() {
-            format!(
-                "for step {n}, `{check}` already passes: {names} {are} installed, so the step is done; leave it out of the plan"
-            )
-        } else {
-            format!(
-                "for step {n}, `{check}` fails now (exit {}) and passes once {names} {are} installed: use it as step {n}'s check",
-                ran.exit_code.map_or("-".to_owned(), |c| c.to_string())
-            )
+        self.record
+            .log(&SetupEvent::CheckBefore(event::CheckRunBefore {
+                step: n,
+                when: "offered".into(),
+                check: check.clone(),
+                exit_code: ran.exit_code,
+                output: ran.output.clone(),
+                outcome: if ran.ok() {
+                    CheckBefore::Passed
+                } else {
+                    CheckBefore::Failed
+                },
+            }));
+        Ok(Some(Offer {
+            are: if names.len() == 1 { "is" } else { "are" },
+            names: names.join(", "),
+            check,
+            passes: ran.ok(),
+            exit: ran.exit_code.map_or("-".to_owned(), |c| c.to_string()),
+            exit_code: ran.exit_code,
         }))
     }
 

@@ -8,8 +8,9 @@
 //!
 //! - `pip install NAME…` / `pip install -r FILE` (also `pip3`,
 //!   `python3 -m pip`): `<the same pip> show NAME…`, which exits 1 while
-//!   any of them is missing and 0 once all are installed. Not offered for
-//!   `--upgrade` (installed but old passes before), `-e`, paths, URLs,
+//!   any of them is missing and 0 once all are installed (with `--upgrade`
+//!   too: it asks whether they are there, not how new). Not offered for
+//!   `-e`, paths, URLs,
 //!   `--target`/`--prefix`/`--root` (installed where `show` does not
 //!   look), or a requirements file with options or lines it cannot name.
 //!
@@ -54,8 +55,7 @@ pub(super) fn suggested_check(
             | "--find-links" | "--trusted-host" => {
                 args.next()?;
             }
-            "-U" | "--upgrade" | "-e" | "--editable" | "-t" | "--target" | "--prefix"
-            | "--root" => return None,
+            "-e" | "--editable" | "-t" | "--target" | "--prefix" | "--root" => return None,
             a if a.starts_with("--target")
                 || a.starts_with("--prefix")
                 || a.starts_with("--root") =>
@@ -167,6 +167,10 @@ mod tests {
             got("pip3 install --no-cache-dir -i https://x/simple flask").as_deref(),
             Some("pip3 show flask")
         );
+        assert_eq!(
+            got("pip install --upgrade requests pytest").as_deref(),
+            Some("pip show requests pytest")
+        );
         std::fs::write(
             at.join("requirements.txt"),
             "# test deps\nrequests>=2\n\npytest>=7 # runner\n",
@@ -177,7 +181,6 @@ mod tests {
         assert_eq!(names, ["requests", "pytest"]);
         // What `show` cannot answer: no offer.
         for none in [
-            "pip install --upgrade requests",
             "pip install -e .",
             "pip install ./dist/x-1.0.whl",
             "pip install --target vendor requests",
