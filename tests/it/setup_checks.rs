@@ -307,7 +307,9 @@ fn a_pip_steps_check_kept_after_the_send_back_is_replaced_by_orchs_failing_one()
     let s = Scratch::new();
     std::fs::write(
         s.work.join("requirements.txt"),
-        "orch-canary-not-installed\n",
+        // One installed, one missing: `pip show pip orch-canary-…` would
+        // exit 0 (pip answers for the one it finds), so each gets its own.
+        "pip\norch-canary-not-installed\n",
     )
     .unwrap();
     let kept = || {
@@ -323,14 +325,14 @@ fn a_pip_steps_check_kept_after_the_send_back_is_replaced_by_orchs_failing_one()
     let text = stdout(&out);
     assert_eq!(server.requests().len(), 2, "{text}");
     assert!(
-        text.contains("step 1's check `true` passed before the step again; orch checks it with `python3 -m pip show orch-canary-not-installed` instead (it fails now, exit 1, and passes once the step installed orch-canary-not-installed)"),
+        text.contains("step 1's check `true` passed before the step again; orch checks it with `python3 -m pip show pip && python3 -m pip show orch-canary-not-installed` instead (it fails now, exit 1, and passes once the step installed pip, orch-canary-not-installed)"),
         "{text}"
     );
     assert!(!text.contains("warning: step 1's check"), "{text}");
     let plan = s.record_json("plan.json");
     assert_eq!(
         plan["steps"][0]["check"],
-        "python3 -m pip show orch-canary-not-installed"
+        "python3 -m pip show pip && python3 -m pip show orch-canary-not-installed"
     );
     let replaced: Vec<Value> = log_events(&s)
         .into_iter()

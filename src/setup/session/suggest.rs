@@ -7,8 +7,10 @@
 //! every check before its step) so the message can say what it does now:
 //!
 //! - `pip install NAME…` / `pip install -r FILE` (also `pip3`,
-//!   `python3 -m pip`): `<the same pip> show NAME…`, which exits 1 while
-//!   any of them is missing and 0 once all are installed (with `--upgrade`
+//!   `python3 -m pip`): `<the same pip> show NAME && …`, one `show` per
+//!   package (given several names, `show` exits 0 when any one is
+//!   installed), which exits 1 while any of them is missing and 0 once
+//!   all are installed (with `--upgrade`
 //!   too: it asks whether they are there, not how new). Not offered for
 //!   `-e`, paths, URLs,
 //!   `--target`/`--prefix`/`--root` (installed where `show` does not
@@ -71,10 +73,15 @@ pub(super) fn suggested_check(
     }
     let mut seen = std::collections::HashSet::new();
     names.retain(|n| seen.insert(n.to_ascii_lowercase()));
-    let mut words: Vec<String> = pip.iter().map(|w| (*w).to_owned()).collect();
-    words.push("show".to_owned());
-    words.extend(names.iter().cloned());
-    Some((shell_words(&words), names))
+    // One `show` per package: given several, pip's `show` exits 0 when
+    // any one of them is installed (pip 23.2, measured).
+    let show = |name: &String| {
+        let mut words: Vec<String> = pip.iter().map(|w| (*w).to_owned()).collect();
+        words.extend(["show".to_owned(), name.clone()]);
+        shell_words(&words)
+    };
+    let check = names.iter().map(show).collect::<Vec<_>>().join(" && ");
+    Some((check, names))
 }
 
 fn is_pip(program: &str) -> bool {
@@ -157,11 +164,11 @@ mod tests {
         let got = |c: &str| suggested_check(c, at).map(|(check, _)| check);
         assert_eq!(
             got("pip install requests pytest").as_deref(),
-            Some("pip show requests pytest")
+            Some("pip show requests && pip show pytest")
         );
         assert_eq!(
             got("python3 -m pip install 'requests>=2' pytest[cov]").as_deref(),
-            Some("python3 -m pip show requests pytest")
+            Some("python3 -m pip show requests && python3 -m pip show pytest")
         );
         assert_eq!(
             got("pip3 install --no-cache-dir -i https://x/simple flask").as_deref(),
@@ -169,7 +176,7 @@ mod tests {
         );
         assert_eq!(
             got("pip install --upgrade requests pytest").as_deref(),
-            Some("pip show requests pytest")
+            Some("pip show requests && pip show pytest")
         );
         std::fs::write(
             at.join("requirements.txt"),
@@ -177,7 +184,7 @@ mod tests {
         )
         .unwrap();
         let (check, names) = suggested_check("pip install -r requirements.txt", at).unwrap();
-        assert_eq!(check, "pip show requests pytest");
+        assert_eq!(check, "pip show requests && pip show pytest");
         assert_eq!(names, ["requests", "pytest"]);
         // What `show` cannot answer: no offer.
         for none in [
