@@ -205,7 +205,7 @@ pub(crate) fn parse(args: &Value) -> Result<Plan, String> {
 /// What `bash -n` (the shell the steps run in, reading without running)
 /// says of `command` when it does not parse; `None` when it parses, or
 /// when bash could not be asked (the step then fails as it would have).
-fn shell_syntax_error(command: &str) -> Option<String> {
+pub(crate) fn shell_syntax_error(command: &str) -> Option<String> {
     let out = std::process::Command::new("bash")
         .args(["-n", "-c", command])
         .env_clear()

@@ -1004,7 +1004,7 @@ impl<'a> Session<'a> {
                 None => ("error: `question` is required".into(), None),
                 Some(q) => (self.ask_user(&q), None),
             },
-            "plan" => match plan::parse(&args) {
+            "plan" => match plan::parse(&self.replace_unparsable_checks(&args).await?) {
                 Ok(p) => (
                     format!(
                         "plan accepted ({} steps). orch shows it to the user{}.",

@@ -342,3 +342,55 @@ fn a_pip_steps_check_kept_after_the_send_back_is_replaced_by_orchs_failing_one()
     assert_eq!(replaced[0]["was"], "true");
     assert_eq!(replaced[0]["exit_code"], 1);
 }
+
+#[test]
+fn a_pip_steps_check_that_does_not_parse_is_replaced_and_another_is_refused() {
+    // The 1.5B model (docs/setup.md, 2026-12-06 10:46): its check ended in
+    // a stray quote, and it sent the same after the refusal. For a pip
+    // step orch has a check of its own that fails now: it takes that one.
+    // A check with no such replacement is refused as before.
+    let s = Scratch::new();
+    std::fs::write(
+        s.work.join("requirements.txt"),
+        "orch-canary-not-installed\n",
+    )
+    .unwrap();
+    let stray = "python3 -c 'import orch_canary' && pip show orch-canary-not-installed'";
+    let server = planner(vec![
+        vec![step("touch made", "install", "test -f made'")],
+        vec![step(
+            "python3 -m pip install -r requirements.txt",
+            "install",
+            stray,
+        )],
+    ]);
+    let out = s.run(&server, &["the test dependencies", "--plan-only"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2, "{text}");
+    let refused = &tool_results(&reqs[1])[0];
+    assert!(
+        refused.contains("error: the plan is refused: step 1 `touch made`: its check `test -f made'` does not parse as a shell command"),
+        "{refused}"
+    );
+    assert!(
+        text.contains(&format!("step 1's check `{stray}` does not parse as a shell command (`bash -n`: line 1: unexpected EOF while looking for matching")),
+        "{text}"
+    );
+    assert!(
+        text.contains("orch checks it with `python3 -m pip show orch-canary-not-installed` instead (it fails now, exit 1"),
+        "{text}"
+    );
+    let plan = s.record_json("plan.json");
+    assert_eq!(
+        plan["steps"][0]["check"],
+        "python3 -m pip show orch-canary-not-installed"
+    );
+    let replaced: Vec<Value> = log_events(&s)
+        .into_iter()
+        .filter(|e| e["event"] == "check_replaced")
+        .collect();
+    assert_eq!(replaced.len(), 1, "{replaced:?}");
+    assert_eq!(replaced[0]["was"], stray);
+}

@@ -138,7 +138,7 @@ impl Session<'_> {
         let mut offers = Vec::new();
         for (n, _) in &passing {
             let k = n - from - 1;
-            if let Some(offer) = self.offer_check(*n, &plan.steps[k]).await? {
+            if let Some(offer) = self.offer_check(*n, &plan.steps[k].command).await? {
                 offers.push((k, offer));
             }
         }
@@ -185,12 +185,57 @@ impl Session<'_> {
         Ok((format!("error: {message}"), None))
     }
 
-    /// A check built from `step`'s own command ([`super::suggest`]), run
-    /// now (read-only) to see what it shows; `None` when none can be built
-    /// or it could not run.
-    async fn offer_check(&self, n: usize, step: &Step) -> Result<Option<Offer>, SetupError> {
-        let Some((check, names)) = super::suggest::suggested_check(&step.command, &self.opts.cwd)
-        else {
+    /// The `plan` call's arguments with each check that does not parse as
+    /// a shell command (`bash -n`) replaced by orch's own check of its
+    /// step ([`super::suggest`]) when that one fails now, said on the
+    /// console and in the record (`check_replaced`). A check that cannot
+    /// run verifies nothing, and the 1.5B model sent the same stray quote
+    /// again after the refusal; one with no such replacement is left for
+    /// [`crate::setup::plan::parse`] to refuse.
+    pub(super) async fn replace_unparsable_checks(
+        &self,
+        args: &serde_json::Value,
+    ) -> Result<serde_json::Value, SetupError> {
+        let mut args = args.clone();
+        let Some(steps) = args.get_mut("steps").and_then(|s| s.as_array_mut()) else {
+            return Ok(args);
+        };
+        for (i, step) in steps.iter_mut().enumerate() {
+            let text = |k: &str| step.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+            let (Some(command), Some(check)) = (text("command"), text("check")) else {
+                continue;
+            };
+            let Some(error) = crate::setup::plan::shell_syntax_error(&check) else {
+                continue;
+            };
+            let n = i + 1;
+            let Some(offer) = self.offer_check(n, &command).await? else {
+                continue;
+            };
+            if offer.passes {
+                continue;
+            }
+            self.console.say(&format!(
+                "step {n}'s check `{check}` does not parse as a shell command (`bash -n`: {error}); orch checks it with `{}` instead (it fails now, exit {}, and passes once the step installed {})",
+                offer.check, offer.exit, offer.names
+            ));
+            self.record
+                .log(&SetupEvent::CheckReplaced(event::CheckReplaced {
+                    step: n,
+                    was: check,
+                    now: offer.check.clone(),
+                    exit_code: offer.exit_code,
+                }));
+            step["check"] = serde_json::Value::String(offer.check);
+        }
+        Ok(args)
+    }
+
+    /// A check built from `command`, a step's own ([`super::suggest`]),
+    /// run now (read-only) to see what it shows; `None` when none can be
+    /// built or it could not run.
+    async fn offer_check(&self, n: usize, command: &str) -> Result<Option<Offer>, SetupError> {
+        let Some((check, names)) = super::suggest::suggested_check(command, &self.opts.cwd) else {
             return Ok(None);
         };
         self.console.say(&format!("offered check $ {check}"));
