@@ -152,18 +152,12 @@ impl Session<'_> {
                 }
                 let n = from + k + 1;
                 let was = plan.steps[k].check.replace(offer.check.clone());
-                let was = was.unwrap_or_default();
-                self.console.say(&format!(
-                    "step {n}'s check `{was}` passed before the step again; orch checks it with `{}` instead (it fails now, exit {}, and passes once the step installed {})",
-                    offer.check, offer.exit, offer.names
-                ));
-                self.record
-                    .log(&SetupEvent::CheckReplaced(event::CheckReplaced {
-                        step: n,
-                        was,
-                        now: offer.check,
-                        exit_code: offer.exit_code,
-                    }));
+                self.note_replaced(
+                    n,
+                    was.unwrap_or_default(),
+                    "passed before the step again",
+                    &offer,
+                );
                 found[k] = Some(CheckBefore::Failed);
             }
             return Ok((accepted_text, Some((plan, found))));
@@ -215,20 +209,27 @@ impl Session<'_> {
             if offer.passes {
                 continue;
             }
-            self.console.say(&format!(
-                "step {n}'s check `{check}` does not parse as a shell command (`bash -n`: {error}); orch checks it with `{}` instead (it fails now, exit {}, and passes once the step installed {})",
-                offer.check, offer.exit, offer.names
-            ));
-            self.record
-                .log(&SetupEvent::CheckReplaced(event::CheckReplaced {
-                    step: n,
-                    was: check,
-                    now: offer.check.clone(),
-                    exit_code: offer.exit_code,
-                }));
+            let why = format!("does not parse as a shell command (`bash -n`: {error})");
+            self.note_replaced(n, check, &why, &offer);
             step["check"] = serde_json::Value::String(offer.check);
         }
         Ok(args)
+    }
+
+    /// Says on the console and in the record that step `n`'s check `was`
+    /// (`why` it verifies nothing) is replaced by `offer`'s.
+    fn note_replaced(&self, n: usize, was: String, why: &str, offer: &Offer) {
+        self.console.say(&format!(
+            "step {n}'s check `{was}` {why}; orch checks it with `{}` instead (it fails now, exit {}, and passes once the step installed {})",
+            offer.check, offer.exit, offer.names
+        ));
+        self.record
+            .log(&SetupEvent::CheckReplaced(event::CheckReplaced {
+                step: n,
+                was,
+                now: offer.check.clone(),
+                exit_code: offer.exit_code,
+            }));
     }
 
     /// A check built from `command`, a step's own ([`super::suggest`]),
