@@ -8,12 +8,42 @@
     "starting", "interrupted"];
   const safe = (s) => (STATUSES.includes(s) ? s : "pending");
 
+  // An action's result outlives the reload it causes (and one the event
+  // stream causes: an answered ask changes the asks, the run may end), and
+  // a reload waits for an action still in flight, so its confirmation is
+  // never lost.
+  const KEPT = "orch-action-result";
+  let pending = 0;
+  let reloadWanted = false;
+  function show(msg, ok) {
+    const out = document.getElementById("action-result");
+    if (out) { out.textContent = msg; out.className = ok ? "result ok" : "result err"; }
+  }
+  function reloadSoon(ms) {
+    if (pending > 0) { reloadWanted = true; return; }
+    setTimeout(() => location.reload(), ms);
+  }
+  try {
+    const kept = JSON.parse(sessionStorage.getItem(KEPT) || "null");
+    sessionStorage.removeItem(KEPT);
+    const here = document.getElementById("run-meta");
+    if (kept && here && kept.run === here.dataset.run) show(String(kept.msg), kept.ok === true);
+  } catch (_) { /* no storage: the result is shown until the reload only */ }
+
   // `reload`: the action changes what the page shows (rollback, resume,
   // an answered ask); guidance does not.
   function post(path, body, reload) {
     const meta = document.getElementById("run-meta");
-    const out = document.getElementById("action-result");
     if (!meta) return;
+    pending += 1;
+    const done = (msg, ok) => {
+      pending -= 1;
+      show(msg, ok);
+      try {
+        sessionStorage.setItem(KEPT, JSON.stringify({ run: meta.dataset.run, msg, ok }));
+      } catch (_) { /* shown only */ }
+      if ((ok && reload) || (reloadWanted && pending === 0)) setTimeout(() => location.reload(), 800);
+    };
     fetch("/run/" + encodeURIComponent(meta.dataset.run) + "/" + path, {
       method: "POST",
       headers: { "Content-Type": "application/json", "X-Orch-Token": token },
@@ -24,10 +54,9 @@
       .then(({ ok, t }) => {
         let msg = t;
         try { msg = JSON.parse(t).message || t; } catch (_) { /* plain text error */ }
-        if (out) { out.textContent = msg; out.className = ok ? "result ok" : "result err"; }
-        if (ok && reload) setTimeout(() => location.reload(), 800);
+        done(msg, ok);
       })
-      .catch((e) => { if (out) { out.textContent = String(e); out.className = "result err"; } });
+      .catch((e) => done(String(e), false));
   }
 
   document.addEventListener("click", (ev) => {
@@ -53,12 +82,12 @@
   const meta = document.getElementById("run-meta");
   if (!meta || meta.dataset.live !== "true" || !window.EventSource) return;
   const es = new EventSource("/run/" + encodeURIComponent(meta.dataset.run) + "/events");
-  es.addEventListener("end", () => { es.close(); setTimeout(() => location.reload(), 300); });
+  es.addEventListener("end", () => { es.close(); reloadSoon(300); });
   es.onmessage = (m) => {
     let snap;
     try { snap = JSON.parse(m.data); } catch (_) { return; }
     // A new ask (or one answered elsewhere): the page shows the asks anew.
-    if (snap.asks !== meta.dataset.asks) { es.close(); location.reload(); return; }
+    if (snap.asks !== meta.dataset.asks) { es.close(); reloadSoon(0); return; }
     const rs = document.querySelector("#run-status .badge");
     if (rs) { rs.textContent = safe(snap.status); rs.className = "badge st-" + safe(snap.status); }
     const rc = document.getElementById("run-cost");
