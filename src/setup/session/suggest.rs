@@ -85,17 +85,18 @@ pub(super) fn suggested_check(
 }
 
 fn is_pip(program: &str) -> bool {
-    program == "pip"
-        || program
-            .strip_prefix("pip")
-            .is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    is_versioned(program, "pip")
 }
 
 fn is_python(program: &str) -> bool {
-    program == "python"
-        || program
-            .strip_prefix("python")
-            .is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    is_versioned(program, "python")
+}
+
+/// `program` is `base`, or `base` and a version (`pip3`, `python3.11`).
+fn is_versioned(program: &str, base: &str) -> bool {
+    program
+        .strip_prefix(base)
+        .is_some_and(|v| v.is_empty() || v.chars().all(|c| c.is_ascii_digit() || c == '.'))
 }
 
 /// The distribution name of a requirement (`requests>=2`, `pytest[cov]`,
