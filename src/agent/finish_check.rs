@@ -4,7 +4,9 @@
 //! is accepted, the lane's changes:
 //!
 //! - a writing stage (its role may `write_file`/`edit_file`; not a review,
-//!   not a text-result role) whose lane has no change is recorded as
+//!   not a text-result role, not a stage whose result is optional: a
+//!   `required: false` docs stage with nothing to document answers so by
+//!   finishing) whose lane has no change is recorded as
 //!   `no_change: true`; when its model writes its tool calls as text, or is
 //!   set to `constrained` or `text` calls (the small models of issue 28,
 //!   which claimed "Resolved the issue" with nothing done), it is first told so once — the `finish` is refused with
@@ -170,7 +172,10 @@ impl Agent<'_> {
             if !self.writes(tool_ctx) {
                 return;
             }
-            if self.checks.calls_as_text && !self.checks.told_no_change {
+            if self.asks_for_change(tool_ctx)
+                && self.checks.calls_as_text
+                && !self.checks.told_no_change
+            {
                 self.checks.told_no_change = true;
                 refuse(
                     outcome,
@@ -246,9 +251,16 @@ impl Agent<'_> {
         }
     }
 
+    /// Whether this agent's task is a change: a writing stage's
+    /// ([`Agent::writes`]) whose result is not optional
+    /// ([`super::AgentConfig::change_optional`]).
+    pub(super) fn asks_for_change(&self, tool_ctx: &ToolContext) -> bool {
+        !self.cfg.change_optional && self.writes(tool_ctx)
+    }
+
     /// Whether this agent is a writing stage's: its role may change files,
     /// and its result is neither a review nor a text answer.
-    pub(super) fn writes(&self, tool_ctx: &ToolContext) -> bool {
+    fn writes(&self, tool_ctx: &ToolContext) -> bool {
         !self.cfg.require_verdict
             && !self.cfg.text_result
             && tool_ctx

@@ -76,6 +76,14 @@ pub(crate) struct AgentConfig {
     /// changed ends the loop as its `finish`, for the gate to judge
     /// ([`outcome::TextReply::FinishFromText`]).
     pub finish_from_text: bool,
+    /// The stage's result is optional (`required: false`, the built-in
+    /// docs stage): a `finish` without a change is its answer, taken at its
+    /// word (recorded `no_change: true`), and it is never asked for a named
+    /// file whole because nothing changed — that ask is for the stage whose
+    /// task is the change (issue 28: the 1.5B docs stage was asked for
+    /// `solution.py`, wrote it back unchanged, was refused, and ended with
+    /// no result after 4 turns).
+    pub change_optional: bool,
     /// Token, time and cost limits ([`budget`]).
     pub budget: crate::budget::StageBudget,
     /// When the conversation is condensed ([`compact`]).

@@ -4,7 +4,8 @@
 //! and badly as a JSON `write_file` call (it copies the file unchanged, or
 //! writes a raw `"""` that breaks the JSON).
 //!
-//! When: a writing agent (its role may write, text edits on, not read-only)
+//! When: a writing agent (its role may write, text edits on, not read-only,
+//! its stage's result not optional)
 //! whose lane has no change, whose task named files its first message
 //! showed whole, either answered in text without a call (instead of the
 //! usual "call `finish`" nudge) or had its `finish` refused because nothing
@@ -282,7 +283,7 @@ impl Agent<'_> {
             && self.cfg.text_edits
             && !tool_ctx.read_only
             && self.req.tools.iter().any(|t| t.name == "write_file")
-            && self.writes(tool_ctx)
+            && self.asks_for_change(tool_ctx)
     }
 
     /// Whether this agent may be asked for a whole file (see the module

@@ -247,6 +247,7 @@ impl<'a> StageRun<'a> {
                 stage_dir.join("actions.jsonl"),
                 false,
             )),
+            change_optional: !stage.required,
             finish_from_text: !(stage.verify.is_empty()
                 || role.read_only
                 || role.text_result

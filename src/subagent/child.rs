@@ -172,6 +172,8 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         // `orch agent` and subagents answer whoever asked: text is a result.
         text_result: true,
         finish_from_text: false,
+        // Its text answer is its result; no change is asked of it.
+        change_optional: true,
         require_choice: None,
         text_tool_calls: true,
         // A subagent's task names no files it is shown.

@@ -321,3 +321,80 @@ fn a_required_docs_stage_that_produces_nothing_fails_the_run() {
     let docs: &Value = stage_record(&state, "docs");
     assert_eq!(docs["status"], "failed", "{docs}");
 }
+
+/// The built-in pipeline's coder fixes and finishes, its reviewer approves,
+/// and its docs stage — a small model's: its first turn is prose where a
+/// call was due, so it is switched to constrained calls — finishes without
+/// changing anything, twice if asked.
+fn docs_finishing_without_a_change() -> FakeServer {
+    FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish("r1", "Correct.", Some("approve"))],
+            )
+            .agent(
+                "docs",
+                vec![
+                    Reply::text("I will document the change to calc.py."),
+                    Reply::finish(
+                        "d1",
+                        "Nothing user-facing to document: add() now adds.",
+                        None,
+                    ),
+                    Reply::finish("d2", "Still nothing to document.", None),
+                ],
+            ),
+    )
+}
+
+#[test]
+fn an_optional_docs_stage_of_a_small_model_that_finishes_without_a_change_is_taken_at_its_word() {
+    // Its task says "if users will notice it": no change is a fair answer,
+    // so its finish is not refused and it is not asked for calc.py whole
+    // (issue 28: the 1.5B docs stage spent 4 turns that way, then ended
+    // with no result).
+    let repo = buggy_repo();
+    let server = docs_finishing_without_a_change();
+    let (code, run_id) = run(&repo, "issue-to-pr", &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("docs");
+    assert_eq!(reqs.len(), 2, "the prose's nudge, then the finish taken");
+    let told = user_text(&reqs[1]);
+    assert!(!told.contains("Nothing in the lane changed"), "{told}");
+    let state = state_json(&repo, &run_id);
+    let docs = stage_record(&state, "docs");
+    assert_eq!(docs["status"], "succeeded", "{docs}");
+    assert_eq!(
+        docs["summary"],
+        "Nothing user-facing to document: add() now adds."
+    );
+    let ends = stage_events(&record_dir(&repo, &run_id), "docs", "stage_end");
+    assert_eq!(ends[0]["no_change"], true, "{}", ends[0]);
+    let tools = stage_events(&record_dir(&repo, &run_id), "docs", "tool");
+    assert!(tools.iter().all(|t| t["is_error"] == false), "{tools:?}");
+}
+
+#[test]
+fn a_required_docs_stage_of_a_small_model_that_finishes_without_a_change_is_told_once() {
+    let repo = buggy_repo();
+    let server = docs_finishing_without_a_change();
+    let yaml = "stages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n  docs:\n    role: docs\n    needs: [review]\n    required: true\n";
+    let (code, run_id) = run(&repo, yaml, &server);
+    assert_eq!(code, 1);
+    assert_eq!(server.requests_for("docs").len(), 3);
+    let tools = stage_events(&record_dir(&repo, &run_id), "docs", "tool");
+    assert!(
+        tools[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("the task asks for a change; nothing in the lane changed"),
+        "{tools:?}"
+    );
+    let state = state_json(&repo, &run_id);
+    assert_eq!(stage_record(&state, "docs")["status"], "failed");
+}
