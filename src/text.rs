@@ -238,9 +238,28 @@ fn count_newlines(bytes: &[u8]) -> usize {
     bytes.iter().filter(|b| **b == b'\n').count()
 }
 
+/// `s` as one single-quoted word for bash or sh: what it holds is never
+/// expanded (a `'` inside becomes `'\''`).
+pub(crate) fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shell_quoted_word_survives_quotes_spaces_and_expansions() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        let word = "x'y $HOME \"z\" `id` *";
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf %s {}", shell_quote(word)))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), word);
+    }
 
     #[test]
     fn cap_bytes_respects_char_boundaries() {

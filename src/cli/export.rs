@@ -106,11 +106,6 @@ fn needs_of(s: &Stage) -> Vec<String> {
     needs
 }
 
-/// Shell-quotes a stage id for a `run:` line.
-fn sh(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// The GitHub Actions workflow of `p`.
 pub(crate) fn github_actions(p: &Pipeline) -> String {
     let names = job_names(p);
@@ -186,7 +181,7 @@ pub(crate) fn github_actions(p: &Pipeline) -> String {
         let _ = writeln!(
             y,
             "        run: orch stage \"$ORCH_RUN\" {} --remote \"$ORCH_REMOTE\"",
-            sh(s.id.as_str())
+            crate::text::shell_quote(s.id.as_str())
         );
     }
     y

@@ -459,12 +459,12 @@ async fn run_orch(
     // its process group) for a Ctrl-C to be passed on.
     let command = format!(
         "echo $$ > {} && exec {} > {}",
-        shell_quote(&pid_file.display().to_string()),
+        crate::text::shell_quote(&pid_file.display().to_string()),
         argv.iter()
-            .map(|a| shell_quote(a))
+            .map(|a| crate::text::shell_quote(a))
             .collect::<Vec<_>>()
             .join(" "),
-        shell_quote(&stdout.display().to_string())
+        crate::text::shell_quote(&stdout.display().to_string())
     );
     // `orch run` itself needs the model settings and keys; it scrubs what
     // its own tool processes get.
@@ -673,11 +673,6 @@ fn secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-/// `text` as one single-quoted shell word.
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
-
 /// Runs git in `dir` with a hermetic environment (no user or system config,
 /// fixed identity and dates); returns stdout.
 async fn git<S: AsRef<OsStr>>(
@@ -766,18 +761,6 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), EvalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shell_quoting_survives_quotes_and_spaces() {
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("printf %s {}", shell_quote("x'y $HOME \"z\"")))
-            .output()
-            .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "x'y $HOME \"z\"");
-    }
 
     #[test]
     fn last_lines_keeps_the_end_on_one_line() {

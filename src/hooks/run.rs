@@ -547,7 +547,7 @@ fn temp_file(dir: &Path, what: &str) -> std::io::Result<tempfile::NamedTempFile>
 
 /// `path` quoted for bash.
 fn quote(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+    crate::text::shell_quote(&path.display().to_string())
 }
 
 /// The output keys Claude Code defines that orch reads and does not apply.

@@ -218,13 +218,9 @@ fn excessive_nesting_is_denied() {
     assert!(matches!(policy().decide(&cmd), Decision::Deny(r) if r.contains("nesting")));
     let mut ok = "echo hi".to_owned();
     for _ in 0..3 {
-        ok = format!("bash -c {}", shell_quote(&ok));
+        ok = format!("bash -c {}", crate::text::shell_quote(&ok));
     }
     assert_eq!(policy().decide(&ok), Decision::Allow);
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[test]

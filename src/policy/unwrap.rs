@@ -318,7 +318,7 @@ fn add_unit(
     if let Some(alias) = argv.first().and_then(|p| scope.aliases.remove(p.as_str())) {
         // Bash never re-expands the alias being expanded.
         let expanded = std::iter::once(alias.clone())
-            .chain(args.iter().map(|a| shell_quote(a)))
+            .chain(args.iter().map(|a| crate::text::shell_quote(a)))
             .collect::<Vec<_>>()
             .join(" ");
         walk(&expanded, depth + 1, an, scope);
@@ -515,10 +515,6 @@ fn xargs_variants(
         None => vec![inner.iter().cloned().chain(items).collect()],
     };
     (variants, how)
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// `f(){ f|f& };f` in any spacing and with any function name.

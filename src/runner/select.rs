@@ -190,6 +190,7 @@ impl SelectTask<'_> {
         state: &RunState,
     ) -> Result<StageOutcome, RunError> {
         let (ctx, sel) = (self.ctx, self.sel);
+        let started = std::time::Instant::now();
         let cands = candidates(ctx, sel, state).await?;
         let best = ranked(&cands);
         let n = sel.replicas.len() as u32;
@@ -260,7 +261,11 @@ impl SelectTask<'_> {
                 choice
             }
         };
-        self.settle(choice, reviewed, &cands, state).await
+        let mut out = self.settle(choice, reviewed, &cands, state).await?;
+        // The selection's own time: the replicas' checks, the reviewer
+        // (the replicas' time is their own stages').
+        out.duration_ms = started.elapsed().as_millis() as u64;
+        Ok(out)
     }
 
     /// Runs the reviewer that chooses among `pool`.

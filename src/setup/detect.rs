@@ -239,7 +239,10 @@ async fn version_output(path: &Path, arg: &str, cwd: &Path) -> (String, Option<i
         max_output_bytes: VERSION_CHARS,
         ..ExecLimits::default()
     };
-    let command = format!("{} {arg}", shell_quote(&path.display().to_string()));
+    let command = format!(
+        "{} {arg}",
+        crate::text::shell_quote(&path.display().to_string())
+    );
     match exec::run_shell(
         &command,
         cwd,
@@ -359,11 +362,6 @@ fn mask_credentials(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
-}
-
-/// Single-quotes `s` for `bash -c`.
-pub(crate) fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]

@@ -132,6 +132,8 @@ fn tests_picks_the_replica_that_passes_and_the_next_stage_builds_on_it() {
     assert_eq!(code["selection"]["chosen"], 2, "{code}");
     assert_eq!(code["selection"]["of"], 3);
     assert_eq!(code["selection"]["passed"], true);
+    // The selection's own time (it ran 3 checks as child processes), not 0.
+    assert!(code["duration_ms"].as_u64().unwrap() > 0, "{code}");
     // Every replica started from the same commit, the selection too.
     let start = stage(&state, "code#1")["parent_commit"].clone();
     for k in 2..=3 {

@@ -51,15 +51,11 @@ fn regions(text: &str) -> usize {
 /// The verify command that fails while any of `paths` holds a marker line
 /// (a path the resolution deleted passes).
 pub(super) fn marker_check(paths: &[String]) -> String {
-    let quoted: Vec<String> = paths.iter().map(|p| shell_quote(p)).collect();
+    let quoted: Vec<String> = paths.iter().map(|p| crate::text::shell_quote(p)).collect();
     format!(
         "! grep -s -H -n -E '^(<<<<<<<|>>>>>>>)( |$)' -- {}",
         quoted.join(" ")
     )
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// A fence longer than any run of backticks in `text`.
