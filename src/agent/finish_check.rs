@@ -272,7 +272,10 @@ impl Agent<'_> {
 
 /// Checks the changed files that exist and have a checker; the first error
 /// of each that does not parse, and all their errors as one text.
-async fn check_changed(tool_ctx: &ToolContext, changed: &[String]) -> (Vec<String>, String) {
+pub(super) async fn check_changed(
+    tool_ctx: &ToolContext,
+    changed: &[String],
+) -> (Vec<String>, String) {
     let candidates: Vec<&String> = changed
         .iter()
         .filter(|p| syntax::has_checker(p) && tool_ctx.root.join(p).is_file())

@@ -305,27 +305,37 @@ impl Agent<'_> {
         // Or a small model that repeated a call while the files its task
         // showed it stayed as they were: asked for them instead of going
         // round until it is stopped as stuck.
-        let repeating = self.take_repeat();
+        // Or one that repeated a call while those files, changed, do not
+        // parse: asked for them as they are now, with the errors.
+        let repeating = self.take_repeat().filter(|_| self.checks.calls_as_text());
         if !finished && self.may_ask_whole_file(tool_ctx) {
-            if let Some(name) = repeating
-                && self.checks.calls_as_text()
-                && self.named_files_unchanged(tool_ctx)
-            {
-                self.ask_whole_file(whole_file::Why::Repeating(name), turn, log)?;
-            } else if !told_before && self.checks.told_no_change() {
-                self.ask_whole_file(whole_file::Why::NoChange, turn, log)?;
-            } else if !syntax_before
-                && !self.checks.syntax_told().is_empty()
-                && self.checks.calls_as_text()
-            {
-                // Only a model that writes its calls as text: one that
-                // calls tools natively fixes the file from the errors.
-                let errors = self.checks.syntax_told().to_vec();
-                self.ask_whole_file(whole_file::Why::DoesNotParse(errors), turn, log)?;
-            } else if !lost_before && !self.checks.lost_told().is_empty() {
-                // A small model's change removed what the task names.
-                let names = self.checks.lost_told().to_vec();
-                self.ask_whole_file(whole_file::Why::LostNames(names), turn, log)?;
+            let asked = match repeating {
+                Some(name) if self.named_files_unchanged(tool_ctx) => {
+                    self.ask_whole_file(whole_file::Why::Repeating(name), turn, log)?;
+                    true
+                }
+                Some(name) => {
+                    self.ask_when_repeating_broken(tool_ctx, &name, turn, log)
+                        .await?
+                }
+                None => false,
+            };
+            if !asked {
+                if !told_before && self.checks.told_no_change() {
+                    self.ask_whole_file(whole_file::Why::NoChange, turn, log)?;
+                } else if !syntax_before
+                    && !self.checks.syntax_told().is_empty()
+                    && self.checks.calls_as_text()
+                {
+                    // Only a model that writes its calls as text: one that
+                    // calls tools natively fixes the file from the errors.
+                    let errors = self.checks.syntax_told().to_vec();
+                    self.ask_whole_file(whole_file::Why::DoesNotParse(errors), turn, log)?;
+                } else if !lost_before && !self.checks.lost_told().is_empty() {
+                    // A small model's change removed what the task names.
+                    let names = self.checks.lost_told().to_vec();
+                    self.ask_whole_file(whole_file::Why::LostNames(names), turn, log)?;
+                }
             }
         }
         Ok(if finished {

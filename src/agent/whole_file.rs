@@ -104,6 +104,9 @@ pub(super) enum Why {
     VerifyFailedChanged(String),
     /// The model repeated a call (the tool's name) and nothing changed.
     Repeating(String),
+    /// The model repeated a call (the tool's name) while the named files,
+    /// changed, do not parse (the first error of each).
+    RepeatingBroken(String, Vec<String>),
     /// The change removed names the task names (and the files held).
     LostNames(Vec<String>),
     /// A call under the schema was cut off at its cap (the tokens).
@@ -137,6 +140,10 @@ impl Why {
             ),
             Why::Repeating(name) => format!(
                 "You made the same `{name}` call again, nothing in the lane changed, and the task asks for a change."
+            ),
+            Why::RepeatingBroken(name, errors) => format!(
+                "You made the same `{name}` call again, and the files you changed do not parse ({}). The files below are as you changed them.",
+                errors.join("; ")
             ),
             Why::CutOff(tokens) => {
                 format!("Your tool call was cut off at {tokens} tokens and did not run.")
@@ -245,6 +252,35 @@ impl Agent<'_> {
             return Ok(());
         }
         self.ask_whole_files(Why::VerifyFailedChanged(report.to_owned()), &now, turn, log)
+    }
+
+    /// After a small model repeated a call (`name`) while the named files
+    /// are changed and one does not parse (the 1.5B model on HumanEval/0
+    /// and /11 went round reading or grepping its broken file until
+    /// `finish` was refused): asked for them whole as they are now, with
+    /// the errors. The caller checked [`Agent::may_ask_whole_file`]. True
+    /// when asked.
+    pub(super) async fn ask_when_repeating_broken(
+        &mut self,
+        tool_ctx: &ToolContext,
+        name: &str,
+        turn: u32,
+        log: &mut ActionLog,
+    ) -> Result<bool, RecordError> {
+        let Some(now) = self.named_files_now(tool_ctx) else {
+            return Ok(false);
+        };
+        if now == self.whole.originals {
+            return Ok(false);
+        }
+        let paths: Vec<String> = now.iter().map(|(p, _)| p.clone()).collect();
+        let (errors, _) = super::finish_check::check_changed(tool_ctx, &paths).await;
+        if errors.is_empty() {
+            return Ok(false);
+        }
+        let why = Why::RepeatingBroken(name.to_owned(), errors);
+        self.ask_whole_files(why, &now, turn, log)?;
+        Ok(true)
     }
 
     /// Whether the next turn answers a whole-file ask (it is sent without

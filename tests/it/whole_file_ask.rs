@@ -408,6 +408,44 @@ fn a_small_model_reading_the_shown_file_again_and_again_is_asked_for_it() {
 }
 
 #[test]
+fn a_small_model_repeating_a_call_while_its_changed_file_does_not_parse_is_asked_for_it_as_it_is() {
+    // The 1.5B model on HumanEval/0 and /11 (2026-12-06): it wrote a
+    // `solution.py` that does not parse, then went round reading it until
+    // its `finish` was refused. The repeat now brings the ask, showing the
+    // file as the model left it, with the error.
+    let repo = median_stub_repo();
+    let broken = "def median(xs):\n    return sorted(xs)[len(xs) // 2\n";
+    let read = || json_call("read_file", json!({"path": "solution.py"}));
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            json_call(
+                "write_file",
+                json!({"path": "solution.py", "content": broken}),
+            ),
+            read(),
+            read(),
+            read(),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 6);
+    let ask = last_user_text(&reqs[4]);
+    assert!(
+        ask.contains("You made the same `read_file` call again, and the files you changed do not parse (solution.py:")
+            && ask.contains(&format!("This is `solution.py`:\n```python\n{broken}```"))
+            && ask.contains("Reply with the complete new content of `solution.py`"),
+        "{ask}"
+    );
+    assert!(!offers_tools(&reqs[4]), "{}", reqs[4].body);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+}
+
+#[test]
 fn a_small_models_change_that_removed_the_named_function_is_refused_once_and_asked_for() {
     // The 1.5B model on HumanEval/7 (2026-12-06): `write_file solution.py`
     // with the content `[]` (what its test command printed), then `finish`:
