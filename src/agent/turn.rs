@@ -487,7 +487,11 @@ impl Agent<'_> {
                 .tracker
                 .bounded(async {
                     match Box::pin(hooks.before_tool(tool_ctx, turn, call, log)).await {
-                        Ok(Some(refused)) => Ok(Ok(refused)),
+                        Ok(Some(refused)) => {
+                            // A hook's ask, denied, is on the record too.
+                            super::control::log_asks(tool_ctx, turn, &call.id, log)?;
+                            Ok(Ok(refused))
+                        }
                         Ok(None) => {
                             let args = call.function.arguments.as_str();
                             Box::pin(super::control::call_logging_asks(

@@ -60,6 +60,9 @@ pub(crate) struct StageHooks {
 struct Said {
     /// Reasons of the hooks that block.
     block: Vec<String>,
+    /// Reasons of the PreToolUse hooks that ask for approval (without
+    /// `--yes`): the call waits for it as a role's `ask` rule does.
+    ask: Vec<String>,
     /// Text to add (additional context, a PostToolUse note).
     context: Vec<String>,
 }
@@ -164,8 +167,27 @@ impl StageHooks {
                 log,
             )
             .await?;
-        if said.block.is_empty() {
+        if said.block.is_empty() && said.ask.is_empty() {
             return Ok(None);
+        }
+        if said.block.is_empty() {
+            // Asked for approval: the terminal, `orch answer`, `orch ui`
+            // (a run with a control channel) — or denied at once when
+            // nobody can be asked, so a run in CI never hangs.
+            let why = format!("a PreToolUse hook asks: {}", said.ask.join("; "));
+            let shown = shown_call(call);
+            return Ok(
+                match crate::tools::approval::ask(ctx, name, &shown, &why).await {
+                    Ok(_) => None,
+                    Err(reason) => {
+                        let mut out = ToolOutcome::error(name, &format!("not run: {reason}"));
+                        out.summary =
+                            crate::text::one_line(&format!("{name} → not approved: {reason}"), 120);
+                        out.policy = Some(format!("deny: {reason}"));
+                        Some(out)
+                    }
+                },
+            );
         }
         let why = said.block.join("; ");
         let mut out = ToolOutcome::error(
@@ -365,6 +387,19 @@ impl StageHooks {
     }
 }
 
+/// What an approval shows of `call`: a `bash` call's command, else the
+/// tool's name and its arguments.
+fn shown_call(call: &crate::llm::ToolCall) -> String {
+    let args = call.function.arguments.as_str();
+    let command = serde_json::from_str::<Value>(args)
+        .ok()
+        .and_then(|v| v.get("command")?.as_str().map(str::to_owned));
+    match command {
+        Some(c) if call.function.name == "bash" => c,
+        _ => format!("{} {args}", call.function.name),
+    }
+}
+
 /// The tool fields of the input: `tool_name` (Claude Code's name, else
 /// orch's), `tool_input` (orch's arguments plus Claude Code's `file_path`,
 /// absolute, for a `path`) and `tool_use_id`.
@@ -455,13 +490,11 @@ fn judge(
                 said.block.push(why.clone());
                 return ("deny", Some(why));
             }
-            // orch asks nobody mid-run: `ask` is `--yes`'s to allow.
+            // `--yes` allows what asks; otherwise the call is asked about
+            // as a role's `ask` rule is ([`crate::tools::approval`]).
             Some("ask") if ctx.policy.assume_yes => return ("allow", Some(why)),
             Some("ask") => {
-                let why = format!(
-                    "{why}: needs approval and nobody is asked; re-run with --yes to allow"
-                );
-                said.block.push(why.clone());
+                said.ask.push(why.clone());
                 return ("ask", Some(why));
             }
             // `allow` never widens orch's policy: the call is still checked.

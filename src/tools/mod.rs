@@ -26,7 +26,7 @@
 //! in orch's environment, every call of that tool panics in its task, so the
 //! fatal path can be tested through the real binary.
 
-mod approval;
+pub(crate) mod approval;
 mod args;
 mod bash;
 mod channel;

@@ -58,6 +58,17 @@ impl Drop for Background {
 /// control` and `extra` flags (`--json` unless they ask for events),
 /// against `server`.
 fn start(repo: &TestRepo, tmp: &Path, server: &FakeServer, extra: &[&str]) -> Background {
+    start_with(repo, tmp, server, extra, None)
+}
+
+/// [`start`] with the user config dir `config` (`ORCH_CONFIG_DIR`).
+fn start_with(
+    repo: &TestRepo,
+    tmp: &Path,
+    server: &FakeServer,
+    extra: &[&str],
+    config: Option<&Path>,
+) -> Background {
     let pipeline = write_pipeline(tmp, "p", "name: p\nstages:\n  code:\n    role: coder\n");
     let issue = write_issue(tmp, "# make a file\n");
     let mut cmd = OrchRun::new(&pipeline, repo)
@@ -69,8 +80,12 @@ fn start(repo: &TestRepo, tmp: &Path, server: &FakeServer, extra: &[&str]) -> Ba
             &["--json"][..]
         })
         .args(["--ask-via", "control"])
-        .args(extra)
-        .command();
+        .args(extra);
+    let mut cmd = match config {
+        Some(dir) => cmd.env("ORCH_CONFIG_DIR", dir),
+        None => cmd,
+    }
+    .command();
     Background(Some(
         cmd.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -408,5 +423,105 @@ fn a_stage_whose_time_budget_runs_out_while_it_waits_denies_its_ask_on_the_way_o
         !committed_files(&repo, &run_id(&record))
             .lines()
             .any(|l| l == "made")
+    );
+}
+
+/// A user config whose PreToolUse hook asks before every `bash` call, as a
+/// Claude Code hook does with `permissionDecision: "ask"`.
+fn asking_hook_config() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let answer = json!({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "ask",
+        "permissionDecisionReason": "commands need a look"
+    }});
+    std::fs::write(
+        dir.path().join("orch.toml"),
+        format!(
+            "[[hooks.PreToolUse]]\nmatcher = \"Bash\"\nhooks = [{{ type = \"command\", command = \"\"\"printf '%s' '{}'\"\"\" }}]\n",
+            answer.to_string().replace('\\', "\\\\").replace('"', "\\\"")
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn calc_repo() -> TestRepo {
+    TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc")
+}
+
+#[test]
+fn a_hooks_ask_waits_for_orch_answer_like_a_roles_ask_rule() {
+    // Before, a PreToolUse hook's `ask` was refused unless --yes: a run
+    // with a control channel (the UI, `orch answer`) now asks its user.
+    let repo = calc_repo();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = asking_hook_config();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "touch made"})),
+            Reply::finish("c2", "Made the file.", None),
+        ],
+    ));
+    let run = start_with(&repo, tmp.path(), &server, &[], Some(config.path()));
+    let record = wait_for_ask(&repo, "1");
+    let id = run_id(&record);
+    let (code, stdout, stderr) = orch_in(&repo, &["answer", &id]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with(
+            "1  code  bash  `touch made`  (a PreToolUse hook asks: commands need a look"
+        ),
+        "{stdout}"
+    );
+    let (code, _, stderr) = orch_in(&repo, &["answer", &id, "1", "--allow"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        committed_files(&repo, &id).lines().any(|l| l == "made"),
+        "{}",
+        committed_files(&repo, &id)
+    );
+    let ask = stage_events(&record, "code", "ask");
+    assert_eq!(ask.len(), 1, "{ask:?}");
+    assert_eq!(
+        (&ask[0]["command"], &ask[0]["call_id"]),
+        (&json!("touch made"), &json!("c1"))
+    );
+    let hook = stage_events(&record, "code", "hook_run");
+    assert_eq!(hook[0]["decision"], "ask", "{hook:?}");
+}
+
+#[test]
+fn a_hooks_ask_denied_is_the_models_refusal_and_nothing_runs() {
+    let repo = calc_repo();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = asking_hook_config();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call("c1", "bash", json!({"command": "touch made"})),
+            Reply::finish("c2", "Could not make the file.", None),
+        ],
+    ));
+    let run = start_with(&repo, tmp.path(), &server, &[], Some(config.path()));
+    let record = wait_for_ask(&repo, "1");
+    let id = run_id(&record);
+    let (code, _, stderr) = orch_in(&repo, &["answer", &id, "1", "--deny"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out = run.finish();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!committed_files(&repo, &id).lines().any(|l| l == "made"));
+    let result = &tool_results(&server.requests_for("code")[1])[0];
+    assert!(
+        result.contains("not run: a PreToolUse hook asks: commands need a look"),
+        "{result}"
+    );
+    let answer = stage_events(&record, "code", "ask_answer");
+    assert_eq!(
+        (&answer[0]["allow"], &answer[0]["call_id"]),
+        (&json!(false), &json!("c1"))
     );
 }
