@@ -71,7 +71,7 @@ fn start_with(
 ) -> Background {
     let pipeline = write_pipeline(tmp, "p", "name: p\nstages:\n  code:\n    role: coder\n");
     let issue = write_issue(tmp, "# make a file\n");
-    let mut cmd = OrchRun::new(&pipeline, repo)
+    let cmd = OrchRun::new(&pipeline, repo)
         .issue(&issue)
         .model(&server.base_url, "m")
         .args(if extra.contains(&"--events") {
