@@ -219,4 +219,40 @@ fn log_shows_a_retry_a_compaction_and_a_subagent_readably() {
         err.contains("code/explore-9") && err.contains("subagents: code/explore-1"),
         "{err}"
     );
+
+    // --follow (the run has ended: what it logged, then its exit code)
+    // shows the subagent's lines too, under its own header; given the
+    // subagent's path, only those.
+    let (code, all, err) = run_text(
+        orch()
+            .current_dir(&repo.path)
+            .args(["log", "--follow", &run_id]),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = all.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| *l == "=== code/explore-1 (explore)")
+        .unwrap_or_else(|| panic!("{all}"));
+    assert!(lines[..header].contains(&"=== code (coder)"), "{all}");
+    assert!(
+        lines[header + 1..]
+            .iter()
+            .any(|l| l.contains("agent code/explore-1 ends: ")),
+        "{all}"
+    );
+    let (code, child_only, err) = run_text(orch().current_dir(&repo.path).args([
+        "log",
+        "--follow",
+        &run_id,
+        "code/explore-1",
+    ]));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        child_only.lines().next(),
+        Some("=== code/explore-1 (explore)"),
+        "{child_only}"
+    );
+    assert!(!child_only.contains("=== code (coder)"), "{child_only}");
+    assert!(has(&child_only, "grep"), "{child_only}");
 }

@@ -8,7 +8,8 @@ use crate::cli::error::CliError;
 use crate::cli::output::Out;
 use crate::git;
 use crate::runlog;
-use crate::runlog::live::{POLL_INTERVAL, RunWatch, prices_for};
+use crate::runlog::ActionEvent;
+use crate::runlog::live::{LineTail, POLL_INTERVAL, RunWatch, prices_for};
 use std::path::{Path, PathBuf};
 
 /// The record directory of the run to follow: `run` as `orch show` reads
@@ -36,21 +37,30 @@ pub(super) fn open_watch(root: &Path) -> Result<RunWatch, CliError> {
 }
 
 /// `orch log --follow`: prints every stage's log so far (or `stage`'s),
-/// then each line as it is appended, until the run ends; returns the run's
-/// exit code. `json`: the raw lines.
+/// and its subagents' (`agents/*/actions.jsonl`, each under its own header:
+/// a subagent works while its parent's log waits on its `spawn_agent`
+/// call), then each line as it is appended, until the run ends; returns the
+/// run's exit code. `stage` may be a subagent's path (`code/explore-1`):
+/// then only its log and its children's. `json`: the raw lines.
 pub(super) fn follow_log(root: &Path, stage: Option<&str>, json: bool) -> Result<i32, CliError> {
     let mut watch = open_watch(root)?;
-    if let Some(id) = stage {
+    let top = stage.map(|s| s.split('/').next().unwrap_or(s));
+    if let Some(id) = top {
         super::shared::stage(watch.state(), id)?;
     }
+    // A subagent's path: its stage's own lines are not shown.
+    let only_agents = stage.is_some_and(|s| s.contains('/'));
+    let mut agents = AgentLogs::default();
     let mut last_header: Option<String> = None;
     loop {
-        let batch = watch.poll()?;
+        let mut batch: Vec<(String, Vec<String>)> = watch
+            .poll()?
+            .into_iter()
+            .filter(|(id, _)| !only_agents && top.is_none_or(|s| s == id))
+            .collect();
+        batch.extend(agents.poll(root, stage)?);
         let mut out = Out::stdout();
         for (id, lines) in batch {
-            if stage.is_some_and(|s| s != id) {
-                continue;
-            }
             if json {
                 for line in &lines {
                     out.text(line)?;
@@ -59,7 +69,10 @@ pub(super) fn follow_log(root: &Path, stage: Option<&str>, json: bool) -> Result
                 continue;
             }
             if last_header.as_deref() != Some(id.as_str()) {
-                let role = watch.state().stage(&id).map_or("?", |s| s.role.as_str());
+                let role = match watch.state().stage(&id) {
+                    Some(s) => s.role.clone(),
+                    None => agents.role(&id),
+                };
                 out.untrusted(&format!("=== {id} ({role})\n"))?;
                 last_header = Some(id.clone());
             }
@@ -84,5 +97,59 @@ pub(super) fn follow_log(root: &Path, stage: Option<&str>, json: bool) -> Result
             return Ok(code);
         }
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// The subagents' logs a follower tails, by agent path, as they appear.
+#[derive(Default)]
+struct AgentLogs {
+    tails: std::collections::BTreeMap<String, (LineTail, Option<String>)>,
+}
+
+impl AgentLogs {
+    /// The lines appended to each subagent log under `root/agents` since the
+    /// last call (agents of `stage` and below, when given), in path order.
+    fn poll(
+        &mut self,
+        root: &Path,
+        stage: Option<&str>,
+    ) -> Result<Vec<(String, Vec<String>)>, CliError> {
+        let dir = root.join("agents");
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.file_name().to_string_lossy().replace("__", "/");
+            let wanted = stage.is_none_or(|s| path == s || path.starts_with(&format!("{s}/")));
+            if wanted && !self.tails.contains_key(&path) {
+                let tail = LineTail::new(entry.path().join("actions.jsonl"));
+                self.tails.insert(path, (tail, None));
+            }
+        }
+        let mut out = Vec::new();
+        for (path, (tail, role)) in &mut self.tails {
+            let lines = tail.read_new()?;
+            if lines.is_empty() {
+                continue;
+            }
+            if role.is_none() {
+                *role = lines
+                    .iter()
+                    .find_map(|l| match runlog::event::parse_line(l) {
+                        Some(runlog::event::LogLine {
+                            event: runlog::event::Logged::Known(ActionEvent::ChildStart(e)),
+                            ..
+                        }) => Some(e.role),
+                        _ => None,
+                    });
+            }
+            out.push((path.clone(), lines));
+        }
+        Ok(out)
+    }
+
+    /// The role of subagent `path`, as its log's start says (`?` before).
+    fn role(&self, path: &str) -> String {
+        self.tails
+            .get(path)
+            .and_then(|(_, r)| r.clone())
+            .unwrap_or_else(|| "?".to_owned())
     }
 }

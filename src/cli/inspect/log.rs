@@ -17,7 +17,8 @@ pub struct LogArgs {
     /// The run id (`last` is the newest; left out: the newest, with
     /// --follow the newest running run)
     pub run: Option<String>,
-    /// Only this stage
+    /// Only this stage, or subagent (`code/explore-1`: its log and its
+    /// children's)
     pub stage: Option<String>,
     /// Keep printing lines as they are appended until the run ends, then
     /// exit with the run's exit code (as `orch run` would)
@@ -35,11 +36,6 @@ pub struct LogArgs {
 /// (`<stage>/<agent path>`, e.g. `code/explore-1`), or every stage's.
 pub(in crate::cli) fn cmd_log(args: LogArgs) -> Result<i32, CliError> {
     if args.follow {
-        if args.stage.as_deref().is_some_and(|s| s.contains('/')) {
-            return Err(CliError::Invalid(
-                "failed to follow a subagent's log: --follow takes a run and a stage (`orch log RUN STAGE/AGENT` prints a subagent's log so far)".into(),
-            ));
-        }
         let root = super::follow::pick_run(&args.repo, args.run.as_deref())?;
         return super::follow::follow_log(&root, args.stage.as_deref(), args.json);
     }
