@@ -446,28 +446,56 @@ fn asking_hook_config() -> tempfile::TempDir {
     dir
 }
 
-fn calc_repo() -> TestRepo {
-    TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc")
+/// A live run whose model calls `bash touch made` (then finishes with
+/// `summary`), waiting on the user config's hook's ask.
+struct HookAsked {
+    repo: TestRepo,
+    server: FakeServer,
+    run: Option<Background>,
+    record: PathBuf,
+    id: String,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl HookAsked {
+    fn start(summary: &str) -> HookAsked {
+        let repo =
+            TestRepo::with_commit(&[("calc.py", "def add(a, b):\n    return a - b\n")], "calc");
+        let tmp = tempfile::tempdir().unwrap();
+        let config = asking_hook_config();
+        let server = FakeServer::start(Script::new().agent(
+            "code",
+            vec![
+                Reply::tool_call("c1", "bash", json!({"command": "touch made"})),
+                Reply::finish("c2", summary, None),
+            ],
+        ));
+        let run = start_with(&repo, tmp.path(), &server, &[], Some(config.path()));
+        let record = wait_for_ask(&repo, "1");
+        let id = run_id(&record);
+        HookAsked {
+            repo,
+            server,
+            run: Some(run),
+            record,
+            id,
+            _dirs: (tmp, config),
+        }
+    }
+
+    /// Waits for the run to end.
+    fn finish(&mut self) -> std::process::Output {
+        self.run.take().unwrap().finish()
+    }
 }
 
 #[test]
 fn a_hooks_ask_waits_for_orch_answer_like_a_roles_ask_rule() {
     // Before, a PreToolUse hook's `ask` was refused unless --yes: a run
     // with a control channel (the UI, `orch answer`) now asks its user.
-    let repo = calc_repo();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = asking_hook_config();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::tool_call("c1", "bash", json!({"command": "touch made"})),
-            Reply::finish("c2", "Made the file.", None),
-        ],
-    ));
-    let run = start_with(&repo, tmp.path(), &server, &[], Some(config.path()));
-    let record = wait_for_ask(&repo, "1");
-    let id = run_id(&record);
-    let (code, stdout, stderr) = orch_in(&repo, &["answer", &id]);
+    let mut asked = HookAsked::start("Made the file.");
+    let (repo, id) = (&asked.repo, asked.id.clone());
+    let (code, stdout, stderr) = orch_in(repo, &["answer", &id]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stdout.starts_with(
@@ -475,51 +503,36 @@ fn a_hooks_ask_waits_for_orch_answer_like_a_roles_ask_rule() {
         ),
         "{stdout}"
     );
-    let (code, _, stderr) = orch_in(&repo, &["answer", &id, "1", "--allow"]);
+    let (code, _, stderr) = orch_in(repo, &["answer", &id, "1", "--allow"]);
     assert_eq!(code, Some(0), "{stderr}");
-    let out = run.finish();
-    assert_eq!(out.status.code(), Some(0));
-    assert!(
-        committed_files(&repo, &id).lines().any(|l| l == "made"),
-        "{}",
-        committed_files(&repo, &id)
-    );
-    let ask = stage_events(&record, "code", "ask");
+    assert_eq!(asked.finish().status.code(), Some(0));
+    let files = committed_files(&asked.repo, &id);
+    assert!(files.lines().any(|l| l == "made"), "{files}");
+    let ask = stage_events(&asked.record, "code", "ask");
     assert_eq!(ask.len(), 1, "{ask:?}");
     assert_eq!(
         (&ask[0]["command"], &ask[0]["call_id"]),
         (&json!("touch made"), &json!("c1"))
     );
-    let hook = stage_events(&record, "code", "hook_run");
+    let hook = stage_events(&asked.record, "code", "hook_run");
     assert_eq!(hook[0]["decision"], "ask", "{hook:?}");
 }
 
 #[test]
 fn a_hooks_ask_denied_is_the_models_refusal_and_nothing_runs() {
-    let repo = calc_repo();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = asking_hook_config();
-    let server = FakeServer::start(Script::new().agent(
-        "code",
-        vec![
-            Reply::tool_call("c1", "bash", json!({"command": "touch made"})),
-            Reply::finish("c2", "Could not make the file.", None),
-        ],
-    ));
-    let run = start_with(&repo, tmp.path(), &server, &[], Some(config.path()));
-    let record = wait_for_ask(&repo, "1");
-    let id = run_id(&record);
-    let (code, _, stderr) = orch_in(&repo, &["answer", &id, "1", "--deny"]);
+    let mut asked = HookAsked::start("Could not make the file.");
+    let id = asked.id.clone();
+    let (code, _, stderr) = orch_in(&asked.repo, &["answer", &id, "1", "--deny"]);
     assert_eq!(code, Some(0), "{stderr}");
-    let out = run.finish();
-    assert_eq!(out.status.code(), Some(0));
-    assert!(!committed_files(&repo, &id).lines().any(|l| l == "made"));
-    let result = &tool_results(&server.requests_for("code")[1])[0];
+    assert_eq!(asked.finish().status.code(), Some(0));
+    let files = committed_files(&asked.repo, &id);
+    assert!(!files.lines().any(|l| l == "made"), "{files}");
+    let result = &tool_results(&asked.server.requests_for("code")[1])[0];
     assert!(
         result.contains("not run: a PreToolUse hook asks: commands need a look"),
         "{result}"
     );
-    let answer = stage_events(&record, "code", "ask_answer");
+    let answer = stage_events(&asked.record, "code", "ask_answer");
     assert_eq!(
         (&answer[0]["allow"], &answer[0]["call_id"]),
         (&json!(false), &json!("c1"))

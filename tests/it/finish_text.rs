@@ -255,9 +255,9 @@ fn a_reviewer_told_of_a_failed_verify_may_ask_for_changes_and_the_coder_sees_its
     assert_eq!(review2["verify"]["passed"], true, "{review2}");
 }
 
-/// The built-in pipeline's coder fixes and finishes, its reviewer approves,
-/// and its docs stage answers in prose twice.
-fn docs_in_prose() -> FakeServer {
+/// The built-in pipeline's coder fixes and finishes, its reviewer
+/// approves, and its docs stage answers with `docs`.
+fn fixed_and_approved_then_docs(docs: Vec<Reply>) -> FakeServer {
     FakeServer::start(
         Script::new()
             .agent(
@@ -268,15 +268,18 @@ fn docs_in_prose() -> FakeServer {
                 "review",
                 vec![Reply::finish("r1", "Correct.", Some("approve"))],
             )
-            .agent(
-                "docs",
-                vec![
-                    Reply::text("Document the change made for this issue."),
-                    Reply::text("Document the change made for this issue."),
-                ],
-            ),
+            .agent("docs", docs),
     )
 }
+
+/// Its docs stage answers in prose twice.
+fn docs_in_prose() -> FakeServer {
+    let prose = || Reply::text("Document the change made for this issue.");
+    fixed_and_approved_then_docs(vec![prose(), prose()])
+}
+
+/// The pipeline of `issue-to-pr` with its docs stage required.
+const DOCS_REQUIRED: &str = "stages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n  docs:\n    role: docs\n    needs: [review]\n    required: true\n";
 
 #[test]
 fn a_docs_stage_that_produces_nothing_ends_no_change_and_the_run_keeps_the_fix() {
@@ -313,8 +316,7 @@ fn a_docs_stage_that_produces_nothing_ends_no_change_and_the_run_keeps_the_fix()
 fn a_required_docs_stage_that_produces_nothing_fails_the_run() {
     let repo = buggy_repo();
     let server = docs_in_prose();
-    let yaml = "stages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n  docs:\n    role: docs\n    needs: [review]\n    required: true\n";
-    let (code, run_id) = run(&repo, yaml, &server);
+    let (code, run_id) = run(&repo, DOCS_REQUIRED, &server);
     assert_eq!(code, 1);
     let state = state_json(&repo, &run_id);
     assert_eq!(state["status"], "failed");
@@ -322,34 +324,19 @@ fn a_required_docs_stage_that_produces_nothing_fails_the_run() {
     assert_eq!(docs["status"], "failed", "{docs}");
 }
 
-/// The built-in pipeline's coder fixes and finishes, its reviewer approves,
-/// and its docs stage — a small model's: its first turn is prose where a
+/// Its docs stage — a small model's: its first turn is prose where a
 /// call was due, so it is switched to constrained calls — finishes without
 /// changing anything, twice if asked.
 fn docs_finishing_without_a_change() -> FakeServer {
-    FakeServer::start(
-        Script::new()
-            .agent(
-                "code",
-                vec![fix_add("c1"), Reply::finish("c2", "add() adds.", None)],
-            )
-            .agent(
-                "review",
-                vec![Reply::finish("r1", "Correct.", Some("approve"))],
-            )
-            .agent(
-                "docs",
-                vec![
-                    Reply::text("I will document the change to calc.py."),
-                    Reply::finish(
-                        "d1",
-                        "Nothing user-facing to document: add() now adds.",
-                        None,
-                    ),
-                    Reply::finish("d2", "Still nothing to document.", None),
-                ],
-            ),
-    )
+    fixed_and_approved_then_docs(vec![
+        Reply::text("I will document the change to calc.py."),
+        Reply::finish(
+            "d1",
+            "Nothing user-facing to document: add() now adds.",
+            None,
+        ),
+        Reply::finish("d2", "Still nothing to document.", None),
+    ])
 }
 
 #[test]
@@ -383,8 +370,7 @@ fn an_optional_docs_stage_of_a_small_model_that_finishes_without_a_change_is_tak
 fn a_required_docs_stage_of_a_small_model_that_finishes_without_a_change_is_told_once() {
     let repo = buggy_repo();
     let server = docs_finishing_without_a_change();
-    let yaml = "stages:\n  code:\n    role: coder\n  review:\n    role: reviewer\n    needs: [code]\n  docs:\n    role: docs\n    needs: [review]\n    required: true\n";
-    let (code, run_id) = run(&repo, yaml, &server);
+    let (code, run_id) = run(&repo, DOCS_REQUIRED, &server);
     assert_eq!(code, 1);
     assert_eq!(server.requests_for("docs").len(), 3);
     let tools = stage_events(&record_dir(&repo, &run_id), "docs", "tool");
