@@ -361,6 +361,23 @@ fn checked_out_submodules(repo: &Repository) -> Vec<String> {
         .collect()
 }
 
+/// Copies the index at `from` to `to` with its mtime: git takes an entry
+/// whose mtime is not older than the index file's as "racily clean" and
+/// compares its content, so a copy stamped now would let a file rewritten
+/// with the same size in the same second as the index pass as unchanged
+/// (git's own `racy-git.txt`; seen as a lost edit under load).
+fn copy_index(from: &Path, to: &Path) -> Result<(), GitError> {
+    std::fs::copy(from, to).map_err(io_err("copy the index", from))?;
+    let mtime = std::fs::metadata(from)
+        .and_then(|m| m.modified())
+        .map_err(io_err("read the mtime of", from))?;
+    std::fs::File::options()
+        .write(true)
+        .open(to)
+        .and_then(|f| f.set_modified(mtime))
+        .map_err(io_err("set the mtime of", to))
+}
+
 /// Writes the working tree of the repository at `workdir` as a commit whose
 /// parent is `HEAD`, and returns its SHA: the tree is what `git add -A &&
 /// git write-tree` makes of it (tracked files as they are on disk, untracked
@@ -398,7 +415,7 @@ pub fn snapshot_worktree(workdir: &Path) -> Result<String, GitError> {
             .run()
     };
     if users.is_file() {
-        std::fs::copy(&users, &index).map_err(io_err("copy the index", &users))?;
+        copy_index(&users, &index)?;
     } else {
         git(&["read-tree", &head.id().to_string()])?;
     }
@@ -426,6 +443,45 @@ pub fn snapshot_worktree(workdir: &Path) -> Result<String, GitError> {
 mod tests {
     use super::*;
     use crate::git::testutil::TestRepo;
+
+    #[test]
+    fn a_racily_clean_edit_is_in_the_snapshot_as_git_sees_it() {
+        // git's racy-git case, made deterministic: `src/lib.rs` rewritten
+        // with the same size and mtime as its index entry, in the second the
+        // index was written (`core.trustctime=false`, a user's setting, so
+        // the ctime cannot tell). Only the content tells, and git compares
+        // it because the entry is not older than the index file — which a
+        // copy of the index stamped now hid (a lost edit, seen under load).
+        let repo = TestRepo::new();
+        repo.git(&["config", "core.trustctime", "false"]);
+        let lib = repo.path.join("src/lib.rs");
+        let index = repo.git_dir().join("index");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let second = std::time::UNIX_EPOCH + Duration::from_secs(now - 100);
+        let stamp = |path: &Path| {
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(second)
+                .unwrap();
+        };
+        stamp(&lib);
+        repo.git(&["update-index", "--refresh"]);
+        // Same size, same inode, same mtime; then the index's own second.
+        std::fs::write(&lib, "pub fn one() -> u32 {\n    2\n}\n").unwrap();
+        stamp(&lib);
+        stamp(&index);
+        let sha = snapshot_worktree(&repo.path).unwrap();
+        // The oracle: git itself (no optional locks: it writes no index).
+        let status = repo.git(&["--no-optional-locks", "status", "--porcelain"]);
+        assert_eq!(status, " M src/lib.rs\n", "git sees the edit");
+        let snapped = repo.git(&["show", &format!("{sha}:src/lib.rs")]);
+        assert!(snapped.contains("    2"), "{snapped}");
+    }
 
     #[test]
     fn a_snapshot_holds_edits_and_untracked_files_and_leaves_the_index_alone() {
