@@ -21,7 +21,13 @@
 //! - changed files (what `git status` lists in the lane: written by tools
 //!   or by `bash`) that do not parse refuse the `finish` once with their
 //!   errors; a second `finish` is accepted, recorded as `syntax_errors`, and
-//!   its summary says the changed files do not parse.
+//!   its summary says the changed files do not parse — except in a stage
+//!   whose result is optional (`required: false`: the built-in docs stage,
+//!   which runs after the review): there it ends the agent with no result
+//!   ([`NOT_KEPT`]), so the stage ends `no_change` and the run keeps what
+//!   came before it, never an unreviewed change that breaks files. The
+//!   same holds for a small model's change that removed what its task
+//!   names, told once.
 //!
 //! A read-only role's `finish` is never checked, and a lane whose changes
 //! cannot be read (not a git worktree) is not judged at all.
@@ -38,6 +44,12 @@ pub(crate) const NO_CHANGE: &str = "the task asks for a change; nothing in the l
 /// change has no result.
 pub(crate) const NO_CHANGE_AFTER_TOLD: &str =
     "finished without changing anything after it was told the task asks for a change";
+
+/// Why an optional stage's change that breaks what it was told of is not
+/// kept (the issue-to-pr docs stage of a 1.5B model wrote three lines of
+/// grep output over the reviewed `solution.py`, and the run delivered it).
+pub(crate) const NOT_KEPT: &str =
+    "the change is not kept: the stage's result is optional, and its change breaks files";
 
 /// Changed files checked before a `finish` (the rest are named as not
 /// checked): each check is a child process.
@@ -62,6 +74,10 @@ pub(super) struct FinishChecks {
     /// The names a small model's `finish` was refused for: the task named
     /// them, the files it showed held them, the change removed them.
     lost_told: Vec<String>,
+    /// Why an optional stage's accepted `finish` is not its result: told
+    /// once, it still left changed files that do not parse, or removed
+    /// what its task names (set when that `finish` is taken).
+    not_kept: Option<String>,
     /// Checkers already said to be unavailable (said once each).
     said_not_checked: BTreeSet<&'static str>,
     /// The model wrote tool calls as text in this conversation (a small
@@ -85,6 +101,12 @@ impl FinishChecks {
     /// The model wrote a tool call as text (recovered and run).
     pub(super) fn saw_calls_as_text(&mut self) {
         self.calls_as_text = true;
+    }
+
+    /// Why the `finish` just taken is not the stage's result (an optional
+    /// stage's change that breaks what it was told of), once.
+    pub(super) fn take_not_kept(&mut self) -> Option<String> {
+        self.not_kept.take()
     }
 
     /// Whether the model writes its tool calls as text (or is set to
@@ -207,6 +229,12 @@ impl Agent<'_> {
             );
             return;
         }
+        if self.cfg.change_optional {
+            self.checks.not_kept = Some(format!(
+                "{NOT_KEPT}: its changed files do not parse after it was told ({})",
+                errors.join("; ")
+            ));
+        }
         if let Some(fin) = outcome.finish.as_mut() {
             fin.summary.push_str(&format!(
                 "\n\nNote from orch: the changed files do not parse: {}",
@@ -243,6 +271,11 @@ impl Agent<'_> {
                 "the change removed what the task names",
             );
             return;
+        }
+        if self.cfg.change_optional {
+            self.checks.not_kept = Some(format!(
+                "{NOT_KEPT}: its change removed what the task names after it was told: {names}"
+            ));
         }
         if let Some(fin) = outcome.finish.as_mut() {
             fin.summary.push_str(&format!(

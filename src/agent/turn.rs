@@ -299,6 +299,15 @@ impl Agent<'_> {
             }))?;
             return Ok(Break(AgentEnd::NoResult(why)));
         }
+        // An optional stage's change that still breaks files after it was
+        // told is not its result: the run keeps what came before it.
+        if finished && let Some(why) = self.checks.take_not_kept() {
+            log.append(&ActionEvent::NoResult(event::NoResult {
+                turn,
+                reason: why.clone(),
+            }))?;
+            return Ok(Break(AgentEnd::NoResult(why)));
+        }
         // A `finish` refused because nothing changed, or because the
         // changed files do not parse: asked for the named file's whole
         // content, once.

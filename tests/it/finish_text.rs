@@ -384,3 +384,73 @@ fn a_required_docs_stage_of_a_small_model_that_finishes_without_a_change_is_told
     let state = state_json(&repo, &run_id);
     assert_eq!(stage_record(&state, "docs")["status"], "failed");
 }
+
+#[test]
+fn an_optional_docs_stage_that_breaks_the_reviewed_code_is_not_kept() {
+    // The 1.5B model's docs stage on HumanEval/11 (2026-12-06) wrote three
+    // lines of grep output over the reviewed `solution.py`; told once that
+    // it does not parse, it finished again, and the run delivered it. Now
+    // the stage ends `no_change` with why, and the run keeps the review.
+    let repo = buggy_repo();
+    let garbage = "    10\n    11\n";
+    let server = fixed_and_approved_then_docs(vec![
+        Reply::tool_call(
+            "d1",
+            "write_file",
+            serde_json::json!({"path": "calc.py", "content": garbage}),
+        ),
+        Reply::finish("d2", "Documented add().", None),
+        Reply::finish("d3", "Documented add().", None),
+    ]);
+    let (code, run_id) = run(&repo, "issue-to-pr", &server);
+    assert_eq!(code, OPTIONAL_NOT_DONE);
+    assert_eq!(server.requests_for("docs").len(), 3, "told once");
+    let state = state_json(&repo, &run_id);
+    let docs = stage_record(&state, "docs");
+    assert_eq!(docs["status"], "no_change", "{docs}");
+    let reason = docs["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the change is not kept")
+            && reason.contains("calc.py:1:")
+            && reason.contains("do not parse"),
+        "{reason}"
+    );
+    let calc = repo.git(&["show", &format!("orch/{run_id}/pr:calc.py")]);
+    assert_eq!(calc, "def add(a, b):\n    return a + b\n");
+    let review_commit = repo.git(&["rev-parse", &format!("orch/{run_id}/review")]);
+    let final_commit = repo.git(&["rev-parse", &format!("orch/{run_id}/pr")]);
+    assert_eq!(final_commit, review_commit);
+    assert!(pr_md(&repo, &run_id).contains("**docs** (docs) produced no change"));
+}
+
+#[test]
+fn a_required_stage_whose_files_still_do_not_parse_is_taken_with_a_note() {
+    // The counterpart: a required stage (the coder, reviewed after it) is
+    // taken at its second `finish`, the summary saying the files do not
+    // parse — the review and the gate judge it.
+    let repo = buggy_repo();
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::tool_call(
+                "c1",
+                "write_file",
+                serde_json::json!({"path": "calc.py", "content": "    10\n"}),
+            ),
+            Reply::finish("c2", "Fixed.", None),
+            Reply::finish("c3", "Fixed.", None),
+        ],
+    ));
+    let (code, run_id) = run(&repo, "stages:\n  code:\n    role: coder\n", &server);
+    assert_eq!(code, 0);
+    let state = state_json(&repo, &run_id);
+    let stage = stage_record(&state, "code");
+    assert_eq!(stage["status"], "succeeded", "{stage}");
+    assert!(
+        stage["summary"]
+            .as_str()
+            .unwrap()
+            .contains("Note from orch: the changed files do not parse"),
+        "{stage}"
+    );
+}
