@@ -2,7 +2,10 @@
 //! `auto`, the first turn whose tool calls came as text (recovered from the
 //! reply) switches the agent's following turns to constrained calls, and a
 //! server that refuses the schema (HTTP 4xx) switches them back for good,
-//! the refused turn sent again natively; each switch is logged (event
+//! the refused turn sent again natively; the run's later agents with the
+//! same model start where the switch left off (constrained, logged as a
+//! switch at turn 1; [`crate::llm::constrained::CallState::learned`]);
+//! each switch is logged (event
 //! `tool_calling_switch`), and every turn's `request` event says how it
 //! asked (`tool_calls_constrained`, `tool_calls_as_text`).
 
@@ -25,6 +28,8 @@ impl Agent<'_> {
             return Ok(());
         };
         self.req.call_mode = to;
+        // The run's later agents with this model start constrained.
+        crate::llm::constrained::learn_calls_as_text(&self.model_label);
         // A model switched off native calls is one that does not make them:
         // its `finish` without a change is told so once.
         self.checks.saw_calls_as_text();
@@ -54,6 +59,7 @@ impl Agent<'_> {
             return Ok(false);
         };
         self.req.call_mode = to;
+        crate::llm::constrained::forget_calls_as_text(&self.model_label);
         log.append(&ActionEvent::ToolCallingSwitch(event::ToolCallingSwitch {
             turn,
             from: mode_name(CallMode::Constrained).to_owned(),

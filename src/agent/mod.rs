@@ -219,6 +219,9 @@ pub(crate) struct Agent<'c> {
     nudged: bool,
     /// How turns ask for tool calls ([`crate::llm::constrained`]).
     calling: crate::llm::constrained::CallState,
+    /// The model's label (model and server): what a switch to constrained
+    /// calls teaches the run's later agents ([`calling`]).
+    model_label: String,
     /// What the agent was told about its changes ([`finish_check`]).
     checks: finish_check::FinishChecks,
     /// Whether a file's whole content was asked for ([`whole_file`]).
@@ -243,7 +246,13 @@ impl<'c> Agent<'c> {
     ) -> Result<Agent<'c>, RecordError> {
         // Native, constrained or text calls: the profile's (or the role's)
         // `tool_calling`, switched at most once by the loop ([`calling`]).
-        let calling = crate::llm::constrained::CallState::new(model.tool_calling());
+        // An earlier agent of this run found this model writes its calls as
+        // text: constrained from the first turn (logged below).
+        let model_label = model.label();
+        let learned =
+            crate::llm::constrained::CallState::learned(model.tool_calling(), &model_label);
+        let calling = learned
+            .unwrap_or_else(|| crate::llm::constrained::CallState::new(model.tool_calling()));
         let first_mode = calling.mode();
         // SessionStart and UserPromptSubmit hooks may add to the task.
         let mut task = cfg.task.clone();
@@ -281,6 +290,16 @@ impl<'c> Agent<'c> {
             text_result: cfg.text_result,
             text_tool_calls: cfg.text_tool_calls,
         }))?;
+        if learned.is_some() {
+            log.append(&ActionEvent::ToolCallingSwitch(event::ToolCallingSwitch {
+                turn: 1,
+                from: calling::mode_name(crate::llm::CallMode::Native).to_owned(),
+                to: calling::mode_name(first_mode).to_owned(),
+                reason: format!(
+                    "an earlier agent of this run found that {model_label} writes its tool calls as text; this agent asks for one call under a JSON schema from its first turn"
+                ),
+            }))?;
+        }
         Ok(Agent {
             cfg,
             req,
@@ -305,6 +324,7 @@ impl<'c> Agent<'c> {
             repeats: repeat::RepeatGuard::default(),
             nudged: false,
             calling,
+            model_label,
             checks: finish_check::FinishChecks::for_mode(first_mode),
             whole: whole_file::WholeFileAsk::at_start(tool_ctx, &cfg.whole_files),
         })

@@ -145,6 +145,37 @@ pub fn take_call(msg: &mut ChatMessage) -> bool {
     true
 }
 
+/// The models (by [`super::ChatModel::label`]: model and server) an agent
+/// of this process switched to constrained calls under `auto` because they
+/// wrote their calls as text. The run's later agents with the same model
+/// start constrained ([`CallState::learned`]) instead of spending their
+/// first turn finding out again — a small model's unconstrained first turn
+/// is also its longest (the 1.5B docs stage wrote up to `max_tokens` of
+/// `<tools>` text there). A server that refuses the schema takes its model
+/// off again. Only this process: a new run asks natively first.
+static TEXT_CALLERS: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn text_callers() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
+    TEXT_CALLERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Notes that `label`'s model writes its calls as text (see [`TEXT_CALLERS`]).
+pub fn learn_calls_as_text(label: &str) {
+    text_callers().insert(label.to_owned());
+}
+
+/// Takes `label`'s model off [`TEXT_CALLERS`] (its server refused the schema).
+pub fn forget_calls_as_text(label: &str) {
+    text_callers().remove(label);
+}
+
+/// Whether an earlier agent of this process found that `label`'s model
+/// writes its calls as text.
+pub fn calls_as_text_learned(label: &str) -> bool {
+    text_callers().contains(label)
+}
+
 /// An agent's way of asking for calls, turn by turn.
 #[derive(Debug, Clone, Copy)]
 pub struct CallState {
@@ -165,6 +196,20 @@ impl CallState {
             switched: false,
             reverted: false,
         }
+    }
+
+    /// The state of an agent whose model (`label`) an earlier agent of this
+    /// process found to write its calls as text: under `auto`, constrained
+    /// from the first turn, as if switched (a server that refuses the
+    /// schema still sends it back to native). `None` when the setting is
+    /// not `auto` or nothing was learned.
+    pub fn learned(setting: ToolCalling, label: &str) -> Option<Self> {
+        (setting == ToolCalling::Auto && calls_as_text_learned(label)).then_some(CallState {
+            setting,
+            mode: CallMode::Constrained,
+            switched: true,
+            reverted: false,
+        })
     }
 
     /// How the next turn asks for calls.

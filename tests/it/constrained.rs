@@ -422,3 +422,53 @@ fn a_model_switched_after_prose_that_finishes_without_a_change_is_told_once() {
     assert!(ends[0].get("no_change").is_none(), "{}", ends[0]);
     assert_eq!(ends[0]["files_changed"], json!(1), "{}", ends[0]);
 }
+
+#[test]
+fn a_later_stage_of_the_run_starts_constrained_once_an_earlier_one_switched() {
+    // The 1.5B model's reviewer and docs stages each spent their first
+    // turn writing calls as text before switching (one docs turn ran to
+    // max_tokens): the run remembers the model, and says so.
+    let repo = repo(None);
+    let server = FakeServer::start(
+        Script::new()
+            .agent("code", vec![write_solved(), finish()])
+            .agent(
+                "review",
+                vec![json_call(
+                    "finish",
+                    json!({"summary": "It sorts first.", "verdict": "approve"}),
+                )],
+            ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = crate::support::write_pipeline(
+        dir.path(),
+        "two",
+        "stages:\n  code:\n    role: coder\n    task: Fix it.\n  review:\n    role: reviewer\n    needs: [code]\n",
+    );
+    let (code, run_id) =
+        crate::support::run_on_fake(&repo, &pipeline, crate::support::MEDIAN_ISSUE, &server);
+    assert_eq!(code, 0);
+    let review = server.requests_for("review");
+    assert_eq!(review.len(), 1);
+    schema_of(&review[0]);
+    let record = record_dir(&repo, &run_id);
+    let switches = stage_events(&record, "review", "tool_calling_switch");
+    assert_eq!(switches.len(), 1, "{switches:?}");
+    assert_eq!(
+        (&switches[0]["turn"], &switches[0]["to"]),
+        (&json!(1), &json!("constrained"))
+    );
+    assert!(
+        switches[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("an earlier agent of this run found that"),
+        "{switches:?}"
+    );
+    let state = crate::support::state_json(&repo, &run_id);
+    assert_eq!(
+        crate::support::stage_record(&state, "review")["verdict"],
+        "approve"
+    );
+}
