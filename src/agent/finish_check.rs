@@ -4,9 +4,10 @@
 //! is accepted, the lane's changes:
 //!
 //! - a writing stage (its role may `write_file`/`edit_file`; not a review,
-//!   not a text-result role, not a stage whose result is optional: a
-//!   `required: false` docs stage with nothing to document answers so by
-//!   finishing) whose lane has no change is recorded as
+//!   not a text-result role, not a stage that may decline the change: a
+//!   `required: false` docs stage with nothing to document, a rework round
+//!   whose coder disagrees with the review, answers so by finishing) whose
+//!   lane has no change is recorded as
 //!   `no_change: true`; when its model writes its tool calls as text, or is
 //!   set to `constrained` or `text` calls (the small models of issue 28,
 //!   which claimed "Resolved the issue" with nothing done), it is first told so once — the `finish` is refused with
@@ -285,10 +286,11 @@ impl Agent<'_> {
     }
 
     /// Whether this agent's task is a change: a writing stage's
-    /// ([`Agent::writes`]) whose result is not optional
-    /// ([`super::AgentConfig::change_optional`]).
+    /// ([`Agent::writes`]) that may not decline it
+    /// ([`super::AgentConfig::decline_allowed`]: an optional stage, a
+    /// rework round).
     pub(super) fn asks_for_change(&self, tool_ctx: &ToolContext) -> bool {
-        !self.cfg.change_optional && self.writes(tool_ctx)
+        !self.cfg.decline_allowed && self.writes(tool_ctx)
     }
 
     /// Whether this agent is a writing stage's: its role may change files,

@@ -84,6 +84,14 @@ pub(crate) struct AgentConfig {
     /// `solution.py`, wrote it back unchanged, was refused, and ended with
     /// no result after 4 turns).
     pub change_optional: bool,
+    /// A `finish` without a change is an answer, taken at its word
+    /// (recorded `no_change: true`) and never refused or answered with a
+    /// whole-file ask: a stage whose result is optional, and a rework round
+    /// (`code.r2`), whose coder may decline the review's findings — the
+    /// next review judges it (issue 28: the 1.5B reviewer asked for a
+    /// `TypeError` the task never named, the coder rightly declined twice,
+    /// and the run failed, losing its correct fix).
+    pub decline_allowed: bool,
     /// Token, time and cost limits ([`budget`]).
     pub budget: crate::budget::StageBudget,
     /// When the conversation is condensed ([`compact`]).

@@ -5,7 +5,7 @@
 //! writes a raw `"""` that breaks the JSON).
 //!
 //! When: a writing agent (its role may write, text edits on, not read-only,
-//! its stage's result not optional)
+//! not a stage that may decline the change: an optional one, a rework round)
 //! whose lane has no change, whose task named files its first message
 //! showed whole, either answered in text without a call (instead of the
 //! usual "call `finish`" nudge) or had its `finish` refused because nothing

@@ -248,6 +248,7 @@ impl<'a> StageRun<'a> {
                 false,
             )),
             change_optional: !stage.required,
+            decline_allowed: !stage.required || stage.round > 1,
             finish_from_text: !(stage.verify.is_empty()
                 || role.read_only
                 || role.text_result

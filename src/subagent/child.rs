@@ -174,6 +174,7 @@ pub async fn run_child(opts: ChildOptions) -> Result<AgentResult, RecordError> {
         finish_from_text: false,
         // Its text answer is its result; no change is asked of it.
         change_optional: true,
+        decline_allowed: true,
         require_choice: None,
         text_tool_calls: true,
         // A subagent's task names no files it is shown.

@@ -454,3 +454,58 @@ fn a_required_stage_whose_files_still_do_not_parse_is_taken_with_a_note() {
         "{stage}"
     );
 }
+
+#[test]
+fn a_small_models_rework_round_may_decline_the_reviews_findings() {
+    // The 1.5B reviewer on HumanEval/22 asked for a `TypeError` the task
+    // never named; the coder's rework round rightly changed nothing, was
+    // refused, finished again and failed the run, losing its correct fix.
+    // A rework round's `finish` without a change is its answer now, and
+    // the next review judges it.
+    let repo = buggy_repo();
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    // Prose where a call was due: a small model, switched.
+                    Reply::text("I will fix add() now."),
+                    fix_add("c1"),
+                    Reply::finish("c2", "add() adds.", None),
+                ],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish(
+                    "r1",
+                    "add() must raise TypeError for strings.",
+                    Some("request_changes"),
+                )],
+            )
+            .agent(
+                "code.r2",
+                vec![Reply::finish(
+                    "c3",
+                    "Not needed: the issue asks for a sum, not a TypeError.",
+                    None,
+                )],
+            )
+            .agent(
+                "review.r2",
+                vec![Reply::finish("r2", "Right, it adds.", Some("approve"))],
+            )
+            .agent(
+                "docs",
+                vec![Reply::finish("d1", "Nothing user-facing.", None)],
+            ),
+    );
+    let (code, run_id) = run(&repo, "issue-to-pr", &server);
+    assert_eq!(code, 0);
+    assert_eq!(server.requests_for("code.r2").len(), 1, "not refused");
+    let state = state_json(&repo, &run_id);
+    assert_eq!(stage_record(&state, "code.r2")["status"], "succeeded");
+    let ends = stage_events(&record_dir(&repo, &run_id), "code.r2", "stage_end");
+    assert_eq!(ends[0]["no_change"], true, "{}", ends[0]);
+    let calc = repo.git(&["show", &format!("orch/{run_id}/pr:calc.py")]);
+    assert!(calc.contains("a + b"), "{calc}");
+}
