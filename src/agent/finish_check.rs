@@ -295,7 +295,7 @@ impl Agent<'_> {
 
     /// Whether this agent is a writing stage's: its role may change files,
     /// and its result is neither a review nor a text answer.
-    fn writes(&self, tool_ctx: &ToolContext) -> bool {
+    pub(super) fn writes(&self, tool_ctx: &ToolContext) -> bool {
         !self.cfg.require_verdict
             && !self.cfg.text_result
             && tool_ctx

@@ -233,6 +233,7 @@ impl Agent<'_> {
                 // A writer that talks instead of changing anything, whose
                 // task named a file: asked for that file's whole content.
                 if text == outcome::NUDGE_FINISH
+                    && self.asks_for_change(tool_ctx)
                     && self.may_ask_whole_file(tool_ctx)
                     && self.named_files_unchanged(tool_ctx)
                 {
@@ -319,7 +320,12 @@ impl Agent<'_> {
         let repeating = self.take_repeat().filter(|_| self.checks.calls_as_text());
         if !finished && self.may_ask_whole_file(tool_ctx) {
             let asked = match repeating {
-                Some(name) if self.named_files_unchanged(tool_ctx) => {
+                // "Nothing changed, and the task asks for a change": not
+                // for a stage that may decline (a rework round); the
+                // arm below asks nothing of files as the task found them.
+                Some(name)
+                    if self.asks_for_change(tool_ctx) && self.named_files_unchanged(tool_ctx) =>
+                {
                     self.ask_whole_file(whole_file::Why::Repeating(name), turn, log)?;
                     true
                 }

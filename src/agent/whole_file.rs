@@ -5,7 +5,9 @@
 //! writes a raw `"""` that breaks the JSON).
 //!
 //! When: a writing agent (its role may write, text edits on, not read-only,
-//! not a stage that may decline the change: an optional one, a rework round)
+//! its stage's result not optional; the asks for "nothing changed" — after
+//! prose, a refused `finish`, a repeat — not for a rework round either,
+//! which may decline the review's findings)
 //! whose lane has no change, whose task named files its first message
 //! showed whole, either answered in text without a call (instead of the
 //! usual "call `finish`" nudge) or had its `finish` refused because nothing
@@ -319,7 +321,8 @@ impl Agent<'_> {
             && self.cfg.text_edits
             && !tool_ctx.read_only
             && self.req.tools.iter().any(|t| t.name == "write_file")
-            && self.asks_for_change(tool_ctx)
+            && self.writes(tool_ctx)
+            && !self.cfg.change_optional
     }
 
     /// Whether this agent may be asked for a whole file (see the module

@@ -509,3 +509,59 @@ fn a_small_models_rework_round_may_decline_the_reviews_findings() {
     let calc = repo.git(&["show", &format!("orch/{run_id}/pr:calc.py")]);
     assert!(calc.contains("a + b"), "{calc}");
 }
+
+#[test]
+fn a_small_models_rework_round_is_still_asked_for_a_file_it_broke() {
+    // Declining is allowed in a rework round, but a broken file is not a
+    // decline: its refused `finish` still brings the whole-file ask.
+    let repo = buggy_repo();
+    let yaml = "stages:\n  code:\n    role: coder\n    task: \"Fix add() in calc.py.\"\n  review:\n    role: reviewer\n    needs: [code]\n    rework: { stage: code, max_rounds: 1 }\n";
+    let server = FakeServer::start(
+        Script::new()
+            .agent(
+                "code",
+                vec![
+                    Reply::text("I will fix add() now."),
+                    fix_add("c1"),
+                    Reply::finish("c2", "add() adds.", None),
+                ],
+            )
+            .agent(
+                "review",
+                vec![Reply::finish(
+                    "r1",
+                    "Add a comment.",
+                    Some("request_changes"),
+                )],
+            )
+            .agent(
+                "code.r2",
+                vec![
+                    Reply::tool_call(
+                        "c3",
+                        "write_file",
+                        serde_json::json!({"path": "calc.py", "content": "    10\n"}),
+                    ),
+                    Reply::finish("c4", "Done.", None),
+                    Reply::text("```python\n# Adds.\ndef add(a, b):\n    return a + b\n```"),
+                    Reply::finish("c5", "Commented.", None),
+                ],
+            )
+            .agent(
+                "review.r2",
+                vec![Reply::finish("r2", "Good.", Some("approve"))],
+            ),
+    );
+    let (code, run_id) = run(&repo, yaml, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code.r2");
+    assert_eq!(reqs.len(), 4);
+    let ask = user_text(&reqs[2]);
+    assert!(
+        ask.contains("The files you changed do not parse")
+            && ask.contains("Reply with the complete new content of `calc.py`"),
+        "{ask}"
+    );
+    let calc = repo.git(&["show", &format!("orch/{run_id}/code.r2:calc.py")]);
+    assert_eq!(calc, "# Adds.\ndef add(a, b):\n    return a + b\n");
+}
