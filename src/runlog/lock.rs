@@ -177,6 +177,24 @@ pub(crate) fn refuse_if_live(run_root: &Path, run_id: &RunId) -> Result<(), Reco
     })
 }
 
+/// Waits, bounded, until no process holds `run_root`'s lock. For tests:
+/// `cargo test` runs them as threads of one process, and a child another
+/// test forks holds a copy of every descriptor until it execs (they are
+/// close-on-exec), so a lock this process dropped can look held for a
+/// moment.
+#[cfg(test)]
+pub(crate) fn wait_released(run_root: &Path) {
+    let started = std::time::Instant::now();
+    while run_is_live(run_root) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the lock on {} was never released",
+            run_root.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,7 +213,7 @@ mod tests {
         // Asking does not take it.
         assert_eq!(lock_holder(tmp.path()), LockHolder::Live);
         drop(first);
-        assert_eq!(lock_holder(tmp.path()), LockHolder::Free);
+        wait_released(tmp.path());
         let _again = lock_run(tmp.path(), "r1").unwrap();
         assert_eq!(lock_holder(tmp.path()), LockHolder::Live);
     }

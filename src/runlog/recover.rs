@@ -222,6 +222,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dead = RunDir::create(tmp.path(), &"dead".parse().unwrap()).unwrap();
         drop(super::super::lock_run(&dead.root, "dead").unwrap());
+        super::super::lock::wait_released(&dead.root);
         let live = RunDir::create(tmp.path(), &"live".parse().unwrap()).unwrap();
         let _held = super::super::lock_run(&live.root, "live").unwrap();
         let done = RunDir::create(tmp.path(), &"done".parse().unwrap()).unwrap();

@@ -78,17 +78,7 @@ fn a_run_no_process_drives_has_no_pending_asks_and_takes_no_answer_or_note() {
     let (root, lock) = run(&tmp);
     post_ask(&root, "code", "bash", "touch x", "why", None).unwrap();
     drop(lock);
-    // A child another test thread forks at this moment holds a copy of the
-    // lock's descriptor until it execs (`cargo test` runs the tests as
-    // threads of one process): wait, bounded, for the lock to be free.
-    let started = std::time::Instant::now();
-    while crate::runlog::run_is_live(&root) {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(10),
-            "the lock was never released"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    crate::runlog::lock::wait_released(&root);
     assert!(pending_asks(&root).is_empty());
     let err = answer_ask(&root, "1", true, "cli").unwrap_err().to_string();
     assert!(err.contains("it is not running"), "{err}");
