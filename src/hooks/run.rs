@@ -179,24 +179,22 @@ impl StageHooks {
             return Ok(
                 match crate::tools::approval::ask(ctx, name, &shown, &why).await {
                     Ok(_) => None,
-                    Err(reason) => {
-                        let mut out = ToolOutcome::error(name, &format!("not run: {reason}"));
-                        out.summary =
-                            crate::text::one_line(&format!("{name} → not approved: {reason}"), 120);
-                        out.policy = Some(format!("deny: {reason}"));
-                        Some(out)
-                    }
+                    Err(reason) => Some(refused(
+                        name,
+                        &format!("not run: {reason}"),
+                        &format!("not approved: {reason}"),
+                        &format!("deny: {reason}"),
+                    )),
                 },
             );
         }
         let why = said.block.join("; ");
-        let mut out = ToolOutcome::error(
+        Ok(Some(refused(
             name,
             &format!("not run: refused by a PreToolUse hook: {why}"),
-        );
-        out.summary = crate::text::one_line(&format!("{name} → refused by a hook: {why}"), 120);
-        out.policy = Some(format!("deny: PreToolUse hook: {why}"));
-        Ok(Some(out))
+            &format!("refused by a hook: {why}"),
+            &format!("deny: PreToolUse hook: {why}"),
+        )))
     }
 
     /// PostToolUse for `call`, whose result is `outcome`: what the hooks
@@ -615,4 +613,14 @@ fn name_unhonoured(event: HookEvent, out: &Value) {
             event.as_str()
         ));
     }
+}
+
+/// The result the model sees for a call a hook did not let run: `text`
+/// for the model, `said` after the tool's name in the one-line summary,
+/// `policy` on the record.
+fn refused(name: &str, text: &str, said: &str, policy: &str) -> ToolOutcome {
+    let mut out = ToolOutcome::error(name, text);
+    out.summary = crate::text::one_line(&format!("{name} → {said}"), 120);
+    out.policy = Some(policy.to_owned());
+    out
 }
