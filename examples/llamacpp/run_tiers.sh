@@ -25,7 +25,8 @@
 #                pr: the built-in issue-to-pr pipeline, not by default)
 #   BFCL_LIMIT   questions per BFCL category (default 5; 0 = all)
 #   BFCL_CATEGORIES  default simple,multiple,parallel,irrelevance
-#   GATE=1       import with --doctest-gate (verify: python3 -m doctest solution.py)
+#   GATE=1       import with --doctest-gate (verify: python3 test_examples.py, the
+#                docstring's examples as the task gave them)
 #   MODEL        1.5b (default), 0.5b or a .gguf path
 #   REALMODEL    the realmodel dir (default: ../shared/realmodel from the checkout)
 #   MODEL_DIR    where fetch_model.sh puts the GGUF (default /opt/realmodel/models)

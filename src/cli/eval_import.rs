@@ -41,7 +41,7 @@ pub struct HumanevalArgs {
     /// Also import the problems held out for an outside check (only for that check)
     #[arg(long)]
     pub allow_held_out: bool,
-    /// Put `verify: python3 -m doctest solution.py` (the docstring's examples) in the task set's pipeline
+    /// Write each task's `test_examples.py` (its docstring's examples as given) and put `verify: python3 test_examples.py` in the task set's pipeline
     #[arg(long)]
     pub doctest_gate: bool,
 }
@@ -79,6 +79,17 @@ pub(super) async fn cmd_eval_command(cmd: EvalCommand) -> Result<i32, CliError> 
             w.dir.display(),
             w.task_id,
             w.entry_point
+        ));
+    }
+    let bare: Vec<&str> = written
+        .iter()
+        .filter(|w| w.no_examples)
+        .map(|w| w.task_id.as_str())
+        .collect();
+    if !bare.is_empty() {
+        text.push_str(&format!(
+            "note: no `>>>` example in the docstring of {}: their gate checks only that solution.py loads\n",
+            bare.join(", ")
         ));
     }
     if !skipped.is_empty() {

@@ -12,8 +12,12 @@
 //!   in one namespace, with `python3` — HumanEval's own way of running a
 //!   completion;
 //! - the task set's `eval.yaml`: one coder stage; with `--doctest-gate`
-//!   its `verify:` is `python3 -m doctest solution.py` (the docstring's
-//!   examples, which the model can see: a gate a user could write).
+//!   its `verify:` is `python3 test_examples.py`, a file in the repository
+//!   that runs the docstring's examples *as the task gave them* against
+//!   `solution.py` (the model sees them in the file too: a gate a user
+//!   could write). Not `python3 -m doctest solution.py`: that runs whatever
+//!   examples the file has now, and passes a file whose docstring the model
+//!   rewrote without them (the 1.5B model did, on problem 11).
 //!
 //! Invariant: the problems in [`HELD_OUT`] are kept for an outside check.
 //! They are refused unless `allow_held_out` says otherwise, and skipped
@@ -61,7 +65,8 @@ pub(crate) struct ImportOptions {
     pub out: PathBuf,
     /// Import held-out problems too (for the outside check only).
     pub allow_held_out: bool,
-    /// Put `python3 -m doctest solution.py` in the pipeline's `verify:`.
+    /// Write `test_examples.py` and put `python3 test_examples.py` in the
+    /// pipeline's `verify:`.
     pub doctest_gate: bool,
 }
 
@@ -74,6 +79,9 @@ pub(crate) struct Imported {
     pub task_id: String,
     /// The function to implement.
     pub entry_point: String,
+    /// With the gate: the docstring has no `>>>` example, so the gate
+    /// checks only that `solution.py` loads (said on import).
+    pub no_examples: bool,
 }
 
 /// How long `gzip -dc` may take on the dataset.
@@ -261,7 +269,10 @@ pub(crate) fn write_tasks(
             (dir.join("hidden_test.py"), hidden_test(p)),
             (dir.join("check.sh"), check_sh(p)),
         ];
-        for (path, text) in files {
+        let gate = opts
+            .doctest_gate
+            .then(|| (repo.join(EXAMPLES_FILE), examples_test(p)));
+        for (path, text) in files.into_iter().chain(gate) {
             std::fs::write(&path, text).map_err(|e| io(&path, e))?;
         }
         make_executable(&dir.join("check.sh")).map_err(|e| io(&dir.join("check.sh"), e))?;
@@ -269,6 +280,7 @@ pub(crate) fn write_tasks(
             dir,
             task_id: p.task_id.clone(),
             entry_point: p.entry_point.clone(),
+            no_examples: opts.doctest_gate && !has_examples(&p.prompt),
         });
     }
     let yaml = opts.out.join("eval.yaml");
@@ -309,6 +321,44 @@ fn hidden_test(p: &Problem) -> String {
     )
 }
 
+/// The gate's file in each task's repository.
+const EXAMPLES_FILE: &str = "test_examples.py";
+
+/// Whether `prompt` has a doctest example (a line starting `>>>`).
+fn has_examples(prompt: &str) -> bool {
+    prompt.lines().any(|l| l.trim_start().starts_with(">>>"))
+}
+
+/// The gate: the examples of the entry point's docstring in the file as the
+/// task gave it (read with Python's own parser, so escapes mean what they
+/// meant there), run with `doctest` against the current `solution.py`.
+/// Exit 0 only when every example passed; a failure prints doctest's report.
+fn examples_test(p: &Problem) -> String {
+    let lit = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    format!(
+        "# The examples of `{entry}`'s docstring, as the task gave them, run\n\
+         # against solution.py: the verify gate of `orch eval import humaneval\n\
+         # --doctest-gate` (the model sees the same examples in solution.py; the\n\
+         # hidden tests are elsewhere). Exit 0 = every example passed.\n\
+         import ast, doctest, sys\n\
+         GIVEN = {given}\n\
+         ENTRY = {entry_lit}\n\
+         doc = next(ast.get_docstring(n, clean=False) or \"\" for n in ast.walk(ast.parse(GIVEN))\n           \
+                    if isinstance(n, ast.FunctionDef) and n.name == ENTRY)\n\
+         import solution\n\
+         test = doctest.DocTestParser().get_doctest(doc, vars(solution).copy(), ENTRY, \"the task's docstring of \" + ENTRY, 0)\n\
+         result = doctest.DocTestRunner().run(test)\n\
+         if result.attempted == 0:\n    \
+             print(f\"the task's docstring of {{ENTRY}} has no example: this gate checks only that solution.py loads\")\n\
+         else:\n    \
+             print(f\"{{result.attempted - result.failed}} of the {{result.attempted}} examples of {{ENTRY}}'s docstring pass\")\n\
+         sys.exit(1 if result.failed else 0)\n",
+        entry = p.entry_point,
+        given = lit(&solution(p)),
+        entry_lit = lit(&p.entry_point),
+    )
+}
+
 fn check_sh(p: &Problem) -> String {
     format!(
         "#!/bin/sh\n\
@@ -323,9 +373,10 @@ fn check_sh(p: &Problem) -> String {
 
 fn pipeline(doctest_gate: bool) -> String {
     let verify = if doctest_gate {
-        "    # The docstring's examples, which the model sees too: a gate a user\n    \
-         # could write (the hidden tests stay hidden).\n    \
-         verify: python3 -m doctest solution.py\n"
+        "    # The docstring's examples as the task gave them (test_examples.py),\n    \
+         # which the model sees too: a gate a user could write (the hidden\n    \
+         # tests stay hidden).\n    \
+         verify: python3 test_examples.py\n"
     } else {
         ""
     };
@@ -368,13 +419,20 @@ mod tests {
     }
 
     #[test]
+    fn a_docstring_without_a_doctest_example_is_told_apart() {
+        assert!(has_examples(
+            "def f():\n    \"\"\"x\n    >>> f()\n    1\n    \"\"\"\n"
+        ));
+        assert!(!has_examples(
+            "def f():\n    \"\"\"For example: f() == 1 (prose)\"\"\"\n"
+        ));
+    }
+
+    #[test]
     fn the_pipeline_renders_the_issue_placeholder_and_the_gate() {
         let p = pipeline(true);
         assert!(p.contains("      {{ issue }}\n"), "{p}");
-        assert!(
-            p.contains("    verify: python3 -m doctest solution.py\n"),
-            "{p}"
-        );
+        assert!(p.contains("    verify: python3 test_examples.py\n"), "{p}");
         assert!(!pipeline(false).contains("verify"));
     }
 }

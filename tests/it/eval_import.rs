@@ -178,18 +178,41 @@ fn an_imported_task_with_the_doctest_gate_is_solved_through_orch_eval() {
     assert_exit(&out, 0);
     let task = out_dir.join("humaneval-901");
     let yaml = std::fs::read_to_string(out_dir.join("eval.yaml")).unwrap();
-    assert!(
-        yaml.contains("verify: python3 -m doctest solution.py"),
-        "{yaml}"
-    );
-    // The gate a user could write: the docstring's examples fail on the
-    // unimplemented file.
-    let gate = Command::new("python3")
+    assert!(yaml.contains("verify: python3 test_examples.py"), "{yaml}");
+    // The gate a user could write: the docstring's examples as the task gave
+    // them fail on the unimplemented file…
+    let repo = task.join("repo");
+    let gate = || {
+        Command::new("python3")
+            .arg("test_examples.py")
+            .current_dir(&repo)
+            .output()
+            .unwrap()
+    };
+    let out = gate();
+    assert!(!out.status.success(), "{out:?}");
+    // …and on a wrong body whose docstring was rewritten without them (what
+    // the 1.5B model did on HumanEval/11), which `python3 -m doctest
+    // solution.py` passes: it runs only the examples left in the file.
+    let given = std::fs::read_to_string(repo.join("solution.py")).unwrap();
+    let rewritten =
+        "def running_max(numbers):\n    \"\"\"The running maximum.\"\"\"\n    return numbers\n";
+    std::fs::write(repo.join("solution.py"), rewritten).unwrap();
+    let vacuous = Command::new("python3")
         .args(["-m", "doctest", "solution.py"])
-        .current_dir(task.join("repo"))
+        .current_dir(&repo)
         .output()
         .unwrap();
-    assert!(!gate.status.success(), "{gate:?}");
+    assert!(vacuous.status.success(), "{vacuous:?}");
+    let out = gate();
+    assert!(!out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("Failed example")
+            && said.contains("examples of running_max's docstring pass"),
+        "{said}"
+    );
+    std::fs::write(repo.join("solution.py"), given).unwrap();
 
     let p = problem(901);
     let right = format!(
