@@ -102,13 +102,15 @@ pub(super) enum Why {
     /// are as the task found them.
     VerifyFailed(String),
     /// The verify gate failed (what it said, capped) on the named files as
-    /// the model changed them.
-    VerifyFailedChanged(String),
+    /// the model changed them — or, when the change removed names the task
+    /// names (listed), as the task found them ([`Agent::files_to_show`]).
+    VerifyFailedChanged(String, Vec<String>),
     /// The model repeated a call (the tool's name) and nothing changed.
     Repeating(String),
     /// The model repeated a call (the tool's name) while the named files,
-    /// changed, do not parse (the first error of each).
-    RepeatingBroken(String, Vec<String>),
+    /// changed, do not parse (the first error of each); the names the
+    /// change removed, as for [`Why::VerifyFailedChanged`].
+    RepeatingBroken(String, Vec<String>, Vec<String>),
     /// The change removed names the task names (and the files held).
     LostNames(Vec<String>),
     /// A call under the schema was cut off at its cap (the tokens).
@@ -134,27 +136,48 @@ impl Why {
             ),
             Why::LostNames(names) => format!(
                 "Your change removed {} from the file, and the task names it.",
-                names
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                quoted(names)
             ),
             Why::Repeating(name) => format!(
                 "You made the same `{name}` call again, nothing in the lane changed, and the task asks for a change."
             ),
-            Why::RepeatingBroken(name, errors) => format!(
-                "You made the same `{name}` call again, and the files you changed do not parse ({}). The files below are as you changed them.",
-                errors.join("; ")
+            Why::RepeatingBroken(name, errors, lost) => format!(
+                "You made the same `{name}` call again, and the files you changed do not parse ({}). {}",
+                errors.join("; "),
+                shown(lost)
             ),
             Why::CutOff(tokens) => {
                 format!("Your tool call was cut off at {tokens} tokens and did not run.")
             }
-            Why::VerifyFailedChanged(report) => format!(
-                "{}\n\nThe files below are as you changed them; fix them so the verify commands pass.",
-                crate::text::cap_bytes(report.trim(), VERIFY_CAP)
+            Why::VerifyFailedChanged(report, lost) => format!(
+                "{}\n\n{} Make the verify commands pass.",
+                crate::text::cap_bytes(report.trim(), VERIFY_CAP),
+                shown(lost)
             ),
         }
+    }
+}
+
+/// `names` in backticks, joined.
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which version of the files an ask after a change shows: as the model
+/// changed them, or — when the change removed names the task names
+/// (`lost`) — as the task found them.
+fn shown(lost: &[String]) -> String {
+    if lost.is_empty() {
+        "The files below are as you changed them.".to_owned()
+    } else {
+        format!(
+            "Your change also removed {} from the file, and the task names it: the files below are as the task found them.",
+            quoted(lost)
+        )
     }
 }
 
@@ -253,7 +276,37 @@ impl Agent<'_> {
             }
             return Ok(());
         }
-        self.ask_whole_files(Why::VerifyFailedChanged(report.to_owned()), &now, turn, log)
+        let (shown, lost) = self.files_to_show(tool_ctx, now);
+        self.ask_whole_files(
+            Why::VerifyFailedChanged(report.to_owned(), lost),
+            &shown,
+            turn,
+            log,
+        )
+    }
+
+    /// The named files an ask after a change shows (`now`, as they are in
+    /// the lane), with the names the change removed: when it removed names
+    /// the task names, the files as the task found them — what is in the
+    /// lane then holds nothing of the task, and a small model shown it
+    /// echoes it back (the 1.5B model wrote the docstring's expected output
+    /// `0 1 2 3 4 5` over HumanEval/15's `solution.py`, and answered three
+    /// asks with that line).
+    fn files_to_show(
+        &self,
+        tool_ctx: &ToolContext,
+        now: Vec<(String, String)>,
+    ) -> (Vec<(String, String)>, Vec<String>) {
+        let lost: Vec<String> = self
+            .names_lost(tool_ctx)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        if lost.is_empty() {
+            (now, lost)
+        } else {
+            (self.whole.originals.clone(), lost)
+        }
     }
 
     /// After a small model repeated a call (`name`) while the named files
@@ -280,8 +333,9 @@ impl Agent<'_> {
         if errors.is_empty() {
             return Ok(false);
         }
-        let why = Why::RepeatingBroken(name.to_owned(), errors);
-        self.ask_whole_files(why, &now, turn, log)?;
+        let (shown, lost) = self.files_to_show(tool_ctx, now);
+        let why = Why::RepeatingBroken(name.to_owned(), errors, lost);
+        self.ask_whole_files(why, &shown, turn, log)?;
         Ok(true)
     }
 

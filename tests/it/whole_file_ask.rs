@@ -446,6 +446,46 @@ fn a_small_model_repeating_a_call_while_its_changed_file_does_not_parse_is_asked
 }
 
 #[test]
+fn a_repeat_over_a_broken_file_that_lost_the_named_function_shows_the_file_as_the_task_found_it() {
+    // The 1.5B model on HumanEval/15 (2026-12-06, with the examples gate):
+    // it wrote the docstring's expected output `0 1 2 3 4 5` over
+    // `solution.py`, went round `list_files`, and — shown the file as it
+    // had left it — answered three asks with the same line. A change that
+    // removed what the task names leaves nothing of the task to show: the
+    // ask shows the file as the task found it, and says why.
+    let repo = median_stub_repo();
+    let wreck = "0 1 2 3 4 5";
+    let list = || json_call("list_files", json!({"path": "."}));
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            json_call(
+                "write_file",
+                json!({"path": "solution.py", "content": wreck}),
+            ),
+            list(),
+            list(),
+            list(),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) = run_median_stage(&repo, &server, "coder");
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 6);
+    let ask = last_user_text(&reqs[4]);
+    assert!(
+        ask.contains("You made the same `list_files` call again, and the files you changed do not parse (solution.py:")
+            && ask.contains("Your change also removed `median` from the file, and the task names it: the files below are as the task found them.")
+            && ask.contains("This is `solution.py`:\n```python\ndef median(xs):\n    raise NotImplementedError\n```")
+            && !ask.contains(wreck),
+        "{ask}"
+    );
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+}
+
+#[test]
 fn a_small_models_change_that_removed_the_named_function_is_refused_once_and_asked_for() {
     // The 1.5B model on HumanEval/7 (2026-12-06): `write_file solution.py`
     // with the content `[]` (what its test command printed), then `finish`:
