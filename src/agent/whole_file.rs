@@ -63,6 +63,8 @@ pub(super) struct WholeFileAsk {
     /// A call of this turn repeated itself (its tool's name): warned, or
     /// failing the same way twice in a row.
     repeating: Option<String>,
+    /// The files the last ask showed.
+    shown: Vec<(String, String)>,
 }
 
 impl WholeFileAsk {
@@ -101,6 +103,10 @@ pub(super) enum Why {
     /// The verify gate failed (what it said, capped), and the named files
     /// are as the task found them.
     VerifyFailed(String),
+    /// The verify gate failed (what it said, capped) on the named files as
+    /// the model's answer to the last ask left them — unchanged by that
+    /// answer, so they are shown as the task found them.
+    VerifyFailedEchoed(String),
     /// The verify gate failed (what it said, capped) on the named files as
     /// the model changed them — or, when the change removed names the task
     /// names (listed), as the task found them ([`Agent::files_to_show`]).
@@ -149,6 +155,10 @@ impl Why {
             Why::CutOff(tokens) => {
                 format!("Your tool call was cut off at {tokens} tokens and did not run.")
             }
+            Why::VerifyFailedEchoed(report) => format!(
+                "{}\n\nYour last answer gave the files back as they were shown to you. The files below are as the task found them: write them anew, so the verify commands pass.",
+                crate::text::cap_bytes(report.trim(), VERIFY_CAP)
+            ),
             Why::VerifyFailedChanged(report, lost) => format!(
                 "{}\n\n{} Make the verify commands pass.",
                 crate::text::cap_bytes(report.trim(), VERIFY_CAP),
@@ -275,6 +285,19 @@ impl Agent<'_> {
                 self.ask_whole_file(Why::VerifyFailed(report.to_owned()), turn, log)?;
             }
             return Ok(());
+        }
+        if now == self.whole.shown {
+            // The model's answer to the last ask gave the files back as
+            // shown (the 1.5B model on HumanEval/8 answered three failed
+            // rounds with the same body): a fresh start from the task's
+            // files, as the direct one-shot answer has it.
+            let originals = self.whole.originals.clone();
+            return self.ask_whole_files(
+                Why::VerifyFailedEchoed(report.to_owned()),
+                &originals,
+                turn,
+                log,
+            );
         }
         let (shown, lost) = self.files_to_show(tool_ctx, now);
         self.ask_whole_files(
@@ -410,6 +433,7 @@ impl Agent<'_> {
         log: &mut ActionLog,
     ) -> Result<(), RecordError> {
         self.whole.asked = true;
+        self.whole.shown = files.to_vec();
         let paths: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();
         log.append(&ActionEvent::Nudge(event::Nudge {
             turn,

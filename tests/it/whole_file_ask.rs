@@ -446,6 +446,60 @@ fn a_small_model_repeating_a_call_while_its_changed_file_does_not_parse_is_asked
 }
 
 #[test]
+fn a_small_model_that_gives_its_failing_file_back_unchanged_is_shown_the_file_as_the_task_found_it()
+{
+    // The 1.5B model on HumanEval/8 (2026-12-06, with the examples gate):
+    // shown its failing file after each failed round, it gave the same
+    // body back three times, and the stage failed. An answer that changed
+    // nothing is not asked for again the same way: the next ask shows the
+    // file as the task found it, with the gate's report.
+    let repo = median_stub_repo();
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write_pipeline(
+        dir.path(),
+        "gated",
+        "stages:\n  code:\n    role: coder\n    verify: python3 -c \"import solution; assert solution.median([3, 1, 2]) == 2, 'median([3, 1, 2]) is not 2'\"\n    verify_rounds: 2\n    task: Fix it.\n",
+    );
+    const WRONG: &str = "def median(xs):\n    return xs[len(xs) // 2]\n";
+    let wrong = || Reply::text(&format!("```python\n{WRONG}```"));
+    let server = FakeServer::start(Script::new().agent(
+        "code",
+        vec![
+            Reply::text("I will implement it now."),
+            wrong(),
+            json_finish(),
+            wrong(),
+            json_finish(),
+            the_file_in_a_block(),
+            json_finish(),
+        ],
+    ));
+    let (code, run_id) =
+        crate::support::run_on_fake(&repo, &pipeline, crate::support::MEDIAN_ISSUE, &server);
+    assert_eq!(code, 0);
+    let reqs = server.requests_for("code");
+    assert_eq!(reqs.len(), 7);
+    // Turn 4 answered the ask that showed the file as changed…
+    let first = last_user_text(&reqs[3]);
+    assert!(
+        first.contains("The files below are as you changed them")
+            && first.contains(&format!("```python\n{WRONG}```")),
+        "{first}"
+    );
+    // …with the same body: turn 6's ask shows it as the task found it.
+    let again = last_user_text(&reqs[5]);
+    assert!(
+        again.contains("median([3, 1, 2]) is not 2")
+            && again.contains("Your last answer gave the files back as they were shown to you. The files below are as the task found them")
+            && again.contains("```python\ndef median(xs):\n    raise NotImplementedError\n```")
+            && !again.contains(WRONG),
+        "{again}"
+    );
+    assert!(!offers_tools(&reqs[5]), "{}", reqs[5].body);
+    assert_eq!(committed(&repo, &run_id), SOLVED);
+}
+
+#[test]
 fn a_repeat_over_a_broken_file_that_lost_the_named_function_shows_the_file_as_the_task_found_it() {
     // The 1.5B model on HumanEval/15 (2026-12-06, with the examples gate):
     // it wrote the docstring's expected output `0 1 2 3 4 5` over
