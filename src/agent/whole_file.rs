@@ -142,7 +142,7 @@ impl Why {
             ),
             Why::LostNames(names) => format!(
                 "Your change removed {} from the file, and the task names it.",
-                quoted(names)
+                crate::text::backticked(names)
             ),
             Why::Repeating(name) => format!(
                 "You made the same `{name}` call again, nothing in the lane changed, and the task asks for a change."
@@ -168,15 +168,6 @@ impl Why {
     }
 }
 
-/// `names` in backticks, joined.
-fn quoted(names: &[String]) -> String {
-    names
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Which version of the files an ask after a change shows: as the model
 /// changed them, or — when the change removed names the task names
 /// (`lost`) — as the task found them.
@@ -186,7 +177,7 @@ fn shown(lost: &[String]) -> String {
     } else {
         format!(
             "Your change also removed {} from the file, and the task names it: the files below are as the task found them.",
-            quoted(lost)
+            crate::text::backticked(lost)
         )
     }
 }

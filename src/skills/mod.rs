@@ -230,7 +230,7 @@ pub(crate) fn for_role_file(
             let set = c.for_role(Some(&known)).unwrap_or_default();
             let note = format!(
                 "{origin}: role `{name}`: skills: {} not found, so not offered (a Claude Code agent file loads unchanged; found: {})",
-                quoted(&unknown),
+                crate::text::backticked(&unknown),
                 c.names()
             );
             Ok((set, Some(note)))
@@ -250,21 +250,12 @@ fn is_claude_agent_file(origin: &str) -> bool {
         && dirs.next().is_some_and(|d| d.as_os_str() == ".claude")
 }
 
-/// `a`, `b` as `` `a`, `b` ``.
-fn quoted(names: &[String]) -> String {
-    names
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The error for a role whose `skills:` names `unknown`, found in `origin`
 /// (it reads after "failed to").
 fn unknown_error(origin: &str, role: &str, unknown: &[String], c: &Catalogue) -> String {
     format!(
         "use role `{role}` ({origin}): skills: {} {} not a skill of this repository or the user config dir (found: {}{})",
-        quoted(unknown),
+        crate::text::backticked(unknown),
         if unknown.len() == 1 { "is" } else { "are" },
         c.names(),
         if c.problems.is_empty() {
